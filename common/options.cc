@@ -1,0 +1,412 @@
+#include "common/options.h"
+#include "common/text.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+
+namespace ps {
+namespace {
+
+// Most I/O threads a ZeroMQ context may be given; more never helps one node.
+constexpr uint32_t kMaxIoThreads = 64;
+// Smallest max_request_bytes: below this not even a header fits.
+constexpr uint64_t kMinRequestBytes = 1024;
+
+constexpr std::string_view kEndpointForm =
+    "\"host:port\" with a non-empty host and port 1..65535, e.g. "
+    "\"127.0.0.1:7000\" or \"[::1]:7000\"";
+
+// Builds "<source>: <path>: <problem>; expected <expected>".
+Status Invalid(const std::string& source, std::string_view path,
+               std::string_view problem, std::string_view expected) {
+  std::string message;
+  if (!source.empty()) message.append(source).append(": ");
+  message.append(path).append(": ").append(problem);
+  message.append("; expected ").append(expected);
+  return InvalidArgumentError(message);
+}
+
+
+
+std::string TablePath(size_t index, std::string_view field = {}) {
+  std::string path = "tables[" + std::to_string(index) + "]";
+  if (!field.empty()) path.append(".").append(field);
+  return path;
+}
+
+// A parsed "host:port". `canonical` names the socket the same way whatever
+// the spelling ("LOCALHOST:07000" and "localhost:7000" are one endpoint).
+struct Endpoint {
+  std::string canonical;
+  bool loopback = false;
+};
+
+bool IsHostnameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
+}
+
+char ToLower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// Parses "host:port" into *endpoint; on failure returns false and sets
+// *problem to what is wrong with `text`.
+bool ParseEndpoint(std::string_view text, Endpoint* endpoint,
+                   std::string* problem) {
+  const std::string quoted = Quote(text);
+  std::string_view host;
+  std::string_view port;
+  bool bracketed = false;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) {
+      *problem = quoted + " has '[' without a closing ']'";
+      return false;
+    }
+    if (close + 1 >= text.size() || text[close + 1] != ':') {
+      *problem = quoted + " has no \":port\" after the bracketed address";
+      return false;
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+    bracketed = true;
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+      *problem = quoted + " has no \":port\"";
+      return false;
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      *problem = quoted +
+                 " looks like an IPv6 address without brackets (write "
+                 "\"[::1]:7000\")";
+      return false;
+    }
+  }
+  if (host.empty()) {
+    *problem = quoted + " has an empty host";
+    return false;
+  }
+
+  // Port: decimal digits only, 1..65535.
+  uint32_t port_number = 0;
+  const bool port_digits =
+      !port.empty() && port.size() <= 5 &&
+      port.find_first_not_of("0123456789") == std::string_view::npos;
+  if (port_digits) {
+    std::from_chars(port.data(), port.data() + port.size(), port_number);
+  }
+  if (!port_digits || port_number < 1 || port_number > 65535) {
+    *problem = quoted + " has port " + Quote(port) + ", not in 1..65535";
+    return false;
+  }
+
+  const std::string host_string(host);
+  std::string canonical_host;
+  if (bracketed) {
+    in6_addr address6{};
+    if (inet_pton(AF_INET6, host_string.c_str(), &address6) != 1) {
+      *problem = quoted + " has " + Quote(host) +
+                 " in brackets, which is not an IPv6 address";
+      return false;
+    }
+    char buffer[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, &address6, buffer, sizeof(buffer));
+    canonical_host = "[" + std::string(buffer) + "]";
+    // ::1, or an IPv4-mapped address in 127.0.0.0/8 (::ffff:127.0.0.1).
+    endpoint->loopback =
+        IN6_IS_ADDR_LOOPBACK(&address6) ||
+        (IN6_IS_ADDR_V4MAPPED(&address6) && address6.s6_addr[12] == 127);
+  } else {
+    in_addr address4{};
+    if (inet_pton(AF_INET, host_string.c_str(), &address4) == 1) {
+      char buffer[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &address4, buffer, sizeof(buffer));
+      canonical_host = buffer;
+      endpoint->loopback =
+          reinterpret_cast<const unsigned char*>(&address4.s_addr)[0] == 127;
+    } else {
+      for (char c : host) {
+        if (!IsHostnameChar(c)) {
+          *problem = quoted + " has host " + Quote(host) +
+                     ", which is neither an IP address nor a host name "
+                     "(letters, digits, '-', '.', '_')";
+          return false;
+        }
+        canonical_host.push_back(ToLower(c));
+      }
+      endpoint->loopback = canonical_host == "localhost";
+    }
+  }
+  endpoint->canonical = canonical_host + ":" + std::to_string(port_number);
+  return true;
+}
+
+bool IsValidTableName(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ValidateCluster(const std::string& source,
+                       const ClusterOptions& cluster) {
+  if (cluster.servers.empty()) {
+    return Invalid(source, "cluster.servers", "no servers",
+                   "a list of at least one " + std::string(kEndpointForm));
+  }
+  // canonical endpoint -> index of the first server that uses it
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < cluster.servers.size(); ++i) {
+    const std::string path = "cluster.servers[" + std::to_string(i) + "]";
+    Endpoint endpoint;
+    std::string problem;
+    if (!ParseEndpoint(cluster.servers[i], &endpoint, &problem)) {
+      return Invalid(source, path, problem, kEndpointForm);
+    }
+    auto [it, inserted] = seen.emplace(endpoint.canonical, i);
+    if (!inserted) {
+      return Invalid(source, path,
+                     Quote(cluster.servers[i]) + " is the same endpoint as " +
+                         "cluster.servers[" + std::to_string(it->second) +
+                         "] (" + Quote(cluster.servers[it->second]) + ")",
+                     "a distinct host:port for every shard");
+    }
+    if (!endpoint.loopback && !cluster.allow_remote) {
+      return Invalid(
+          source, path,
+          Quote(cluster.servers[i]) +
+              " is not a loopback address, and plain TCP off this machine "
+              "is not enabled",
+          "a loopback host (127.0.0.0/8, ::1, localhost), or "
+          "cluster.allow_remote: true to serve other machines");
+    }
+  }
+  if (cluster.workers < 1) {
+    return Invalid(source, "cluster.workers",
+                   "got " + std::to_string(cluster.workers),
+                   "a worker count >= 1");
+  }
+  return Status::Ok();
+}
+
+Status ValidateInit(const std::string& source, size_t index,
+                    const InitOptions& init) {
+  switch (init.kind) {
+    case InitKind::kZeros:
+      return Status::Ok();
+    case InitKind::kConstant:
+      if (!std::isfinite(init.value)) {
+        return Invalid(source, TablePath(index, "init.value"),
+                       "got " + FloatText(init.value), "a finite number");
+      }
+      return Status::Ok();
+    case InitKind::kUniform:
+    case InitKind::kNormal: {
+      const char* field =
+          init.kind == InitKind::kUniform ? "init.scale" : "init.stddev";
+      if (!std::isfinite(init.value) || init.value < 0.0f) {
+        return Invalid(source, TablePath(index, field),
+                       "got " + FloatText(init.value), "a finite number >= 0");
+      }
+      return Status::Ok();
+    }
+  }
+  return Invalid(
+      source, TablePath(index, "init.type"),
+      "unknown init kind " + std::to_string(static_cast<int>(init.kind)),
+      "one of zeros, constant, uniform, normal");
+}
+
+Status ValidateOptimizer(const std::string& source, size_t index,
+                         const OptimizerOptions& optimizer) {
+  switch (optimizer.kind) {
+    case OptimizerKind::kSgd:
+      if (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f)) {
+        return Invalid(source, TablePath(index, "optimizer.lr"),
+                       "got " + FloatText(optimizer.lr),
+                       "a finite learning rate > 0");
+      }
+      return Status::Ok();
+    case OptimizerKind::kAdd:
+      return Status::Ok();
+  }
+  return Invalid(source, TablePath(index, "optimizer.type"),
+                 "unknown optimizer kind " +
+                     std::to_string(static_cast<int>(optimizer.kind)),
+                 "one of sgd, add");
+}
+
+Status ValidateTables(const std::string& source,
+                      const std::vector<TableOptions>& tables) {
+  if (tables.empty()) {
+    return Invalid(source, "tables", "no tables",
+                   "a list of at least one table");
+  }
+  // name -> index of the table that has it
+  std::unordered_map<std::string, size_t> names;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableOptions& table = tables[i];
+    if (!IsValidTableName(table.name)) {
+      return Invalid(
+          source, TablePath(i, "name"),
+          table.name.empty() ? "empty name" : "got " + Quote(table.name),
+          "a non-empty name of letters, digits, '_', '.', '-'");
+    }
+    auto [it, inserted] = names.emplace(table.name, i);
+    if (!inserted) {
+      return Invalid(source, TablePath(i, "name"),
+                     Quote(table.name) + " is already the name of " +
+                         TablePath(it->second),
+                     "unique table names");
+    }
+    if (table.rows < 1) {
+      return Invalid(source, TablePath(i, "rows"),
+                     "got " + std::to_string(table.rows), "a row count >= 1");
+    }
+    if (table.dim < 1) {
+      return Invalid(source, TablePath(i, "dim"),
+                     "got " + std::to_string(table.dim),
+                     "a dim (floats per row) >= 1");
+    }
+    // A shard may hold every row, so the whole table must be addressable
+    // in bytes.
+    constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+    if (table.rows > kMax / table.dim / sizeof(float)) {
+      return Invalid(source, TablePath(i),
+                     "rows (" + std::to_string(table.rows) + ") * dim (" +
+                         std::to_string(table.dim) +
+                         ") floats overflow a 64-bit byte count",
+                     "rows * dim * 4 < 2^64");
+    }
+    PS_RETURN_IF_ERROR(ValidateInit(source, i, table.init));
+    PS_RETURN_IF_ERROR(ValidateOptimizer(source, i, table.optimizer));
+  }
+  return Status::Ok();
+}
+
+Status ValidateIoThreads(const std::string& source, std::string_view path,
+                         uint32_t io_threads) {
+  if (io_threads < 1 || io_threads > kMaxIoThreads) {
+    return Invalid(source, path, "got " + std::to_string(io_threads),
+                   "1.." + std::to_string(kMaxIoThreads));
+  }
+  return Status::Ok();
+}
+
+Status ValidateServer(const std::string& source, const ServerOptions& server) {
+  if (server.max_request_bytes < kMinRequestBytes) {
+    return Invalid(source, "server.max_request_bytes",
+                   "got " + std::to_string(server.max_request_bytes),
+                   "a byte count >= " + std::to_string(kMinRequestBytes));
+  }
+  if (server.max_keys_per_request < 1) {
+    return Invalid(source, "server.max_keys_per_request",
+                   "got " + std::to_string(server.max_keys_per_request),
+                   ">= 1");
+  }
+  return ValidateIoThreads(source, "server.io_threads", server.io_threads);
+}
+
+Status ValidateClient(const std::string& source, const ClientOptions& client) {
+  if (client.request_timeout_ms < 1) {
+    return Invalid(source, "client.request_timeout_ms",
+                   "got " + std::to_string(client.request_timeout_ms),
+                   "a timeout in milliseconds >= 1");
+  }
+  if (client.max_in_flight < 1) {
+    return Invalid(source, "client.max_in_flight",
+                   "got " + std::to_string(client.max_in_flight), ">= 1");
+  }
+  return ValidateIoThreads(source, "client.io_threads", client.io_threads);
+}
+
+Status ValidateTrain(const std::string& source, const JobOptions& job) {
+  const TrainOptions& train = job.train;
+  if (train.features == 0) return Status::Ok();  // not a training job
+
+  StatusOr<uint32_t> id = job.TableId(train.table);
+  if (!id.ok()) {
+    std::string names;
+    for (const TableOptions& table : job.tables) {
+      if (!names.empty()) names.append(", ");
+      names.append(table.name);
+    }
+    return Invalid(source, "train.table",
+                   "no table named " + Quote(train.table),
+                   "the name of one of the job's tables (" + names + ")");
+  }
+  const TableOptions& table = job.tables[*id];
+  if (table.dim != 1) {
+    return Invalid(
+        source, "train.table",
+        "table " + Quote(table.name) + " has dim " + std::to_string(table.dim),
+        "a table with dim 1 (one weight per feature)");
+  }
+  if (train.features != table.rows) {
+    return Invalid(source, "train.features",
+                   "got " + std::to_string(train.features) + " but table " +
+                       Quote(table.name) + " has " +
+                       std::to_string(table.rows) + " rows",
+                   "features equal to the rows of train.table");
+  }
+  if (train.samples_per_worker < 1) {
+    return Invalid(source, "train.samples_per_worker",
+                   "got " + std::to_string(train.samples_per_worker), ">= 1");
+  }
+  if (train.batch_size < 1 || train.batch_size > train.samples_per_worker) {
+    return Invalid(source, "train.batch_size",
+                   "got " + std::to_string(train.batch_size),
+                   "1 <= batch_size <= samples_per_worker (" +
+                       std::to_string(train.samples_per_worker) + ")");
+  }
+  if (train.iterations < 1) {
+    return Invalid(source, "train.iterations",
+                   "got " + std::to_string(train.iterations), ">= 1");
+  }
+  if (!std::isfinite(train.noise) || train.noise < 0.0f) {
+    return Invalid(source, "train.noise", "got " + FloatText(train.noise),
+                   "a finite stddev >= 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status JobOptions::Validate() const {
+  PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
+  PS_RETURN_IF_ERROR(ValidateTables(source, tables));
+  PS_RETURN_IF_ERROR(ValidateServer(source, server));
+  PS_RETURN_IF_ERROR(ValidateClient(source, client));
+  return ValidateTrain(source, *this);
+}
+
+StatusOr<uint32_t> JobOptions::TableId(const std::string& name) const {
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (tables[i].name == name) return static_cast<uint32_t>(i);
+  }
+  std::string names;
+  for (const TableOptions& table : tables) {
+    if (!names.empty()) names.append(", ");
+    names.append(table.name);
+  }
+  return NotFoundError("no table named " + Quote(name) + "; the job has " +
+                       (names.empty() ? "no tables" : "tables " + names));
+}
+
+}  // namespace ps

@@ -1,0 +1,133 @@
+// Plain option structs for a job, filled by the YAML loader (common/config.h)
+// and checked by Validate() before anything starts. Every field has its
+// meaning, unit and default here; config/README.md documents the YAML keys.
+#ifndef PS_COMMON_OPTIONS_H_
+#define PS_COMMON_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ps {
+
+// Where the servers listen and how many workers the job has.
+struct ClusterOptions {
+  // One "host:port" per shard, in shard order. Shard i binds
+  // tcp://<host>:<port> and workers connect there. Required, non-empty,
+  // no duplicates.
+  std::vector<std::string> servers;
+  // Number of worker processes (ranks 0..workers-1). Required, >= 1.
+  uint32_t workers = 0;
+  // Allow server addresses other than loopback (127.0.0.0/8, ::1, localhost).
+  // Plain TCP off loopback must be asked for explicitly.
+  bool allow_remote = false;
+};
+
+enum class InitKind { kZeros, kConstant, kUniform, kNormal };
+
+// Initial values of a table's rows.
+struct InitOptions {
+  InitKind kind = InitKind::kZeros;
+  // kConstant: the value. kUniform: values in [-scale, scale]. kNormal: stddev.
+  float value = 0.0f;
+  // Seed for kUniform and kNormal; a row's values depend only on (seed, row),
+  // so every shard count gives the same initial model.
+  uint64_t seed = 1;
+};
+
+enum class OptimizerKind {
+  kSgd,  // value -= lr * pushed
+  kAdd,  // value += pushed (accumulators, counters, exact-sum tests)
+};
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  // Learning rate for kSgd; > 0 and finite. Default 0.01.
+  float lr = 0.01f;
+};
+
+// One key-value table of the model (DESIGN.md section 3).
+struct TableOptions {
+  // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
+  std::string name;
+  // Number of rows; >= 1. Rows are range-partitioned across shards.
+  uint64_t rows = 0;
+  // Floats per row; >= 1. Default 1.
+  uint32_t dim = 1;
+  InitOptions init;
+  OptimizerOptions optimizer;
+};
+
+// Limits and behaviour of each ps_server process.
+struct ServerOptions {
+  // Largest request a shard accepts, all frames together, in bytes; larger
+  // requests get an ERROR reply. >= 1024. Default 256 MiB. Frames above twice this
+  // size are dropped by the transport before they are read.
+  uint64_t max_request_bytes = 256ull << 20;
+  // Largest key count of one request. Default 16M.
+  uint64_t max_keys_per_request = 16ull << 20;
+  // ZeroMQ I/O threads of the server's context, 1..64. Default 1.
+  uint32_t io_threads = 1;
+};
+
+// Behaviour of the worker-side client library.
+struct ClientOptions {
+  // A request without a reply after this long fails with DeadlineExceeded
+  // naming the server. Milliseconds, >= 1. Default 10000.
+  uint32_t request_timeout_ms = 10000;
+  // Requests in flight per server before Push/Pull wait for replies. >= 1.
+  uint32_t max_in_flight = 256;
+  // ZeroMQ I/O threads of the client's context, 1..64. Default 1.
+  uint32_t io_threads = 1;
+};
+
+// The small end-to-end training program that ps_worker runs: linear
+// regression y = x.w* + noise on generated data with a known w*, each worker
+// on its own partition (DESIGN.md section 8 grows this into real models).
+struct TrainOptions {
+  // Name of the table that holds the weight vector (dim 1, rows = features).
+  std::string table = "weights";
+  // Features of the generated data; must equal that table's rows. 0 (the
+  // default, no `train` section) means the job has no training program and
+  // Validate() skips the checks below.
+  uint64_t features = 0;
+  // Samples generated per worker. Default 4096.
+  uint64_t samples_per_worker = 4096;
+  // Minibatch size; 1 <= batch_size <= samples_per_worker. Default 64.
+  uint32_t batch_size = 64;
+  // Steps (pull, gradient, push) per worker. Default 200.
+  uint32_t iterations = 200;
+  // Stddev of the label noise; finite, >= 0. Default 0.01.
+  float noise = 0.01f;
+  // Seed of the true weights and the data.
+  uint64_t seed = 42;
+  // Print the loss every this many iterations (0: only first and last).
+  uint32_t log_every = 20;
+};
+
+struct JobOptions {
+  // The file the options were loaded from (for error messages); may be empty.
+  std::string source;
+  ClusterOptions cluster;
+  std::vector<TableOptions> tables;
+  ServerOptions server;
+  ClientOptions client;
+  TrainOptions train;
+
+  // Checks every field; returns InvalidArgument naming the YAML path
+  // ("<source>: tables[1].rows: ...") of the first problem.
+  Status Validate() const;
+
+  // Index of the table called `name`, or NotFound.
+  StatusOr<uint32_t> TableId(const std::string& name) const;
+};
+
+// Worker id used by tools (ps_ctl) that are not one of the job's workers.
+// Shards accept it for STATS and SHUTDOWN only.
+inline constexpr uint32_t kControlWorker = 0xFFFFFFFFu;
+
+}  // namespace ps
+
+#endif  // PS_COMMON_OPTIONS_H_

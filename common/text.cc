@@ -1,0 +1,26 @@
+#include "common/text.h"
+
+#include <charconv>
+
+namespace ps {
+
+std::string Quote(std::string_view text, size_t max_shown) {
+  const bool cut = text.size() > max_shown;
+  // Appended piecewise: "\"" + std::string(...) trips GCC 12's -Wrestrict
+  // false positive at -O3.
+  std::string quoted;
+  quoted.reserve((cut ? max_shown : text.size()) + 5);
+  quoted.append(1, '"').append(cut ? text.substr(0, max_shown) : text);
+  if (cut) quoted.append("...");
+  quoted.append(1, '"');
+  return quoted;
+}
+
+std::string FloatText(float value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return "?";
+  return std::string(buffer, end);
+}
+
+}  // namespace ps

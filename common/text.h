@@ -1,0 +1,20 @@
+// Small text helpers for error messages.
+#ifndef PS_COMMON_TEXT_H_
+#define PS_COMMON_TEXT_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ps {
+
+// `text` in double quotes; longer than `max_shown` characters it is cut and
+// "..." follows, so a message stays one readable line.
+std::string Quote(std::string_view text, size_t max_shown = 80);
+
+// Shortest text that reads back as the same float ("0.05", "inf", "nan").
+std::string FloatText(float value);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_TEXT_H_

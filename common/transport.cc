@@ -1,0 +1,255 @@
+#include "common/transport.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace ps {
+
+static_assert(sizeof(zmq_msg_t) <= 64 && alignof(zmq_msg_t) <= 8,
+              "Frame storage too small for zmq_msg_t");
+
+namespace {
+
+zmq_msg_t* AsMsg(void* p) { return static_cast<zmq_msg_t*>(p); }
+const zmq_msg_t* AsMsg(const void* p) { return static_cast<const zmq_msg_t*>(p); }
+
+// The one place libzmq errors become Status: EAGAIN means "try later"
+// (Unavailable), EINVAL a bad argument, the rest keep libzmq's text.
+Status ZmqError(std::string_view what, int err = zmq_errno()) {
+  std::string msg = std::string(what) + ": " + zmq_strerror(err);
+  switch (err) {
+    case EAGAIN:
+    case EADDRINUSE:
+    case EHOSTUNREACH:
+      return UnavailableError(msg);
+    case EINVAL:
+    case EPROTONOSUPPORT:
+    case ENOCOMPATPROTO:
+    case EADDRNOTAVAIL:
+    case ENODEV:
+      return InvalidArgumentError(msg);
+    case ENOMEM:
+      return ResourceExhaustedError(msg);
+    case ETERM:
+      return CancelledError(msg);
+    default:
+      return InternalError(msg);
+  }
+}
+
+void ReleaseOwner(void* /*data*/, void* hint) {
+  // Takes back the reference handed to libzmq in Frame::Share.
+  std::unique_ptr<std::shared_ptr<const void>> owner(
+      static_cast<std::shared_ptr<const void>*>(hint));
+}
+
+}  // namespace
+
+Frame::Frame() { zmq_msg_init(AsMsg(msg())); }
+
+Frame::~Frame() { zmq_msg_close(AsMsg(msg())); }
+
+Frame::Frame(Frame&& other) noexcept {
+  zmq_msg_init(AsMsg(msg()));
+  zmq_msg_move(AsMsg(msg()), AsMsg(other.msg()));
+}
+
+Frame& Frame::operator=(Frame&& other) noexcept {
+  if (this != &other) zmq_msg_move(AsMsg(msg()), AsMsg(other.msg()));
+  return *this;
+}
+
+StatusOr<Frame> Frame::Allocate(size_t size) {
+  Frame f;
+  zmq_msg_close(AsMsg(f.msg()));
+  if (zmq_msg_init_size(AsMsg(f.msg()), size) != 0) {
+    int err = zmq_errno();
+    zmq_msg_init(AsMsg(f.msg()));
+    return ZmqError("allocating a frame of " + std::to_string(size) + " bytes", err);
+  }
+  return f;
+}
+
+Frame Frame::CopyOf(const void* data, size_t size) {
+  auto f = Allocate(size);
+  if (!f.ok()) std::abort();  // out of memory for a small frame: nothing sane to do
+  if (size > 0) std::memcpy(f->mutable_data(), data, size);
+  return std::move(f).value();
+}
+
+Frame Frame::Share(const void* data, size_t size, std::shared_ptr<const void> owner) {
+  Frame f;
+  if (size == 0) return f;
+  auto hint = std::make_unique<std::shared_ptr<const void>>(std::move(owner));
+  zmq_msg_close(AsMsg(f.msg()));
+  // libzmq takes a non-const pointer but only reads the bytes of a sent message.
+  if (zmq_msg_init_data(AsMsg(f.msg()), const_cast<void*>(data), size, &ReleaseOwner,
+                        hint.get()) == 0) {
+    hint.release();  // now owned by libzmq until ReleaseOwner runs
+  } else {
+    zmq_msg_init(AsMsg(f.msg()));
+  }
+  return f;
+}
+
+const std::byte* Frame::data() const {
+  return static_cast<const std::byte*>(zmq_msg_data(const_cast<zmq_msg_t*>(AsMsg(msg()))));
+}
+
+std::byte* Frame::mutable_data() { return static_cast<std::byte*>(zmq_msg_data(AsMsg(msg()))); }
+
+size_t Frame::size() const { return zmq_msg_size(AsMsg(msg())); }
+
+StatusOr<std::unique_ptr<Context>> Context::Create(int io_threads) {
+  void* ctx = zmq_ctx_new();
+  if (ctx == nullptr) return ZmqError("creating a ZeroMQ context");
+  if (zmq_ctx_set(ctx, ZMQ_IO_THREADS, io_threads) != 0) {
+    Status s = ZmqError("setting ZMQ_IO_THREADS=" + std::to_string(io_threads));
+    zmq_ctx_term(ctx);
+    return s;
+  }
+  // Closing must never wait on unsent messages of a dead peer.
+  zmq_ctx_set(ctx, ZMQ_BLOCKY, 0);
+  return std::unique_ptr<Context>(new Context(ctx));
+}
+
+Context::~Context() {
+  while (zmq_ctx_term(ctx_) != 0 && zmq_errno() == EINTR) {
+  }
+}
+
+StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType type,
+                                                  const SocketOptions& options) {
+  int zmq_type = type == SocketType::kDealer ? ZMQ_DEALER : ZMQ_ROUTER;
+  const char* name = type == SocketType::kDealer ? "DEALER" : "ROUTER";
+  void* s = zmq_socket(context->ctx_, zmq_type);
+  if (s == nullptr) return ZmqError(std::string("creating a ") + name + " socket");
+  std::unique_ptr<Socket> socket(new Socket(s, name));
+
+  auto set_int = [&](int opt, int value, const char* opt_name) -> Status {
+    if (zmq_setsockopt(s, opt, &value, sizeof(value)) != 0) {
+      return ZmqError(std::string("setting ") + opt_name + " on " + name);
+    }
+    return Status::Ok();
+  };
+  PS_RETURN_IF_ERROR(set_int(ZMQ_LINGER, options.linger_ms, "ZMQ_LINGER"));
+  PS_RETURN_IF_ERROR(set_int(ZMQ_SNDHWM, options.send_hwm, "ZMQ_SNDHWM"));
+  PS_RETURN_IF_ERROR(set_int(ZMQ_RCVHWM, options.recv_hwm, "ZMQ_RCVHWM"));
+  PS_RETURN_IF_ERROR(set_int(ZMQ_RECONNECT_IVL, options.reconnect_ivl_ms, "ZMQ_RECONNECT_IVL"));
+  // Detect peers that vanish without closing their connection.
+  PS_RETURN_IF_ERROR(set_int(ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"));
+  int64_t max = options.max_frame_bytes;
+  if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) != 0) {
+    return ZmqError(std::string("setting ZMQ_MAXMSGSIZE on ") + name);
+  }
+  if (!options.routing_id.empty() &&
+      zmq_setsockopt(s, ZMQ_ROUTING_ID, options.routing_id.data(), options.routing_id.size()) != 0) {
+    return ZmqError(std::string("setting ZMQ_ROUTING_ID on ") + name);
+  }
+  return socket;
+}
+
+Socket::~Socket() { zmq_close(socket_); }
+
+namespace {
+// IPv6 only where the endpoint asks for it ("tcp://[::1]:7000"), so IPv4
+// endpoints read back as plain IPv4 addresses.
+void EnableIpv6For(void* socket, const std::string& endpoint) {
+  int on = endpoint.find('[') != std::string::npos ? 1 : 0;
+  zmq_setsockopt(socket, ZMQ_IPV6, &on, sizeof(on));
+}
+}  // namespace
+
+Status Socket::Bind(const std::string& endpoint) {
+  EnableIpv6For(socket_, endpoint);
+  if (zmq_bind(socket_, endpoint.c_str()) != 0) {
+    return ZmqError(description_ + " cannot bind " + endpoint);
+  }
+  char buf[256];
+  size_t len = sizeof(buf);
+  if (zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, buf, &len) == 0) {
+    last_endpoint_.assign(buf, len > 0 ? len - 1 : 0);
+  }
+  return Status::Ok();
+}
+
+Status Socket::Connect(const std::string& endpoint) {
+  EnableIpv6For(socket_, endpoint);
+  if (zmq_connect(socket_, endpoint.c_str()) != 0) {
+    return ZmqError(description_ + " cannot connect to " + endpoint);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> Socket::LastEndpoint() const {
+  if (last_endpoint_.empty()) return FailedPreconditionError(description_ + " is not bound");
+  return last_endpoint_;
+}
+
+Status Socket::Send(std::span<Frame> frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    int flags = ZMQ_DONTWAIT | (i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
+    if (zmq_msg_send(AsMsg(frames[i].msg()), socket_, flags) < 0) {
+      // libzmq sends multipart messages atomically: only the first part can
+      // fail with EAGAIN, so nothing has left when this returns.
+      return ZmqError(description_ + " send");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> Socket::TryRecv(std::vector<Frame>* frames) {
+  frames->clear();
+  while (true) {
+    Frame f;
+    int flags = frames->empty() ? ZMQ_DONTWAIT : 0;
+    if (zmq_msg_recv(AsMsg(f.msg()), socket_, flags) < 0) {
+      int err = zmq_errno();
+      if (frames->empty() && (err == EAGAIN || err == EINTR)) return false;
+      return ZmqError(description_ + " receive", err);
+    }
+    bool more = zmq_msg_more(AsMsg(f.msg())) != 0;
+    frames->push_back(std::move(f));
+    if (!more) return true;
+  }
+}
+
+StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
+                              std::vector<bool>* readable) {
+  zmq_pollitem_t items[16];
+  std::vector<zmq_pollitem_t> big;
+  zmq_pollitem_t* p = items;
+  if (sockets.size() > 16) {
+    big.resize(sockets.size());
+    p = big.data();
+  }
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    p[i] = zmq_pollitem_t{sockets[i]->socket_, 0, ZMQ_POLLIN, 0};
+  }
+  readable->assign(sockets.size(), false);
+  int rc = zmq_poll(p, static_cast<int>(sockets.size()), timeout_ms);
+  if (rc < 0) {
+    if (zmq_errno() == EINTR) return size_t{0};
+    return ZmqError("poll");
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    if (p[i].revents & ZMQ_POLLIN) {
+      (*readable)[i] = true;
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::string ZmqVersion() {
+  int major, minor, patch;
+  zmq_version(&major, &minor, &patch);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+}  // namespace ps

@@ -1,0 +1,133 @@
+// The ZeroMQ adapter: the only code that includes <zmq.h>. Frames, sockets
+// and polling, with every libzmq error turned into a ps::Status.
+//
+// Thread safety: a Context is thread-safe. A Socket and a Frame are not; a
+// Socket must be used by one thread at a time (ZeroMQ's own rule).
+#ifndef PS_COMMON_TRANSPORT_H_
+#define PS_COMMON_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ps {
+
+// One part of a multipart message. Move-only; owns a zmq_msg_t.
+class Frame {
+ public:
+  Frame();  // empty, size 0
+  ~Frame();
+  Frame(Frame&& other) noexcept;
+  Frame& operator=(Frame&& other) noexcept;
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+
+  // A frame of `size` uninitialized bytes, to be filled through mutable_data().
+  // ResourceExhausted if the memory cannot be had.
+  static StatusOr<Frame> Allocate(size_t size);
+  // A frame holding a copy of the bytes (for small frames: headers, keys).
+  static Frame CopyOf(const void* data, size_t size);
+  static Frame CopyOf(std::string_view bytes) { return CopyOf(bytes.data(), bytes.size()); }
+  // Zero-copy: the frame points at [data, data + size) without copying.
+  // `owner` keeps the bytes alive and is released when ZeroMQ no longer needs
+  // them (after sending, or when the message is dropped), possibly on a
+  // ZeroMQ I/O thread. The bytes must not change until the message is sent.
+  static Frame Share(const void* data, size_t size, std::shared_ptr<const void> owner);
+
+  const std::byte* data() const;
+  std::byte* mutable_data();
+  size_t size() const;
+  std::string_view view() const {
+    return {reinterpret_cast<const char*>(data()), size()};
+  }
+
+ private:
+  friend class Socket;
+  void* msg() { return storage_; }
+  const void* msg() const { return storage_; }
+  alignas(8) unsigned char storage_[64];  // a zmq_msg_t
+};
+
+// A ZeroMQ context. Create one per process (or per node in tests); it must
+// outlive every Socket made from it.
+class Context {
+ public:
+  static StatusOr<std::unique_ptr<Context>> Create(int io_threads);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+ private:
+  friend class Socket;
+  explicit Context(void* ctx) : ctx_(ctx) {}
+  void* const ctx_;
+};
+
+enum class SocketType { kDealer, kRouter };
+
+struct SocketOptions {
+  // Frames larger than this are refused by ZeroMQ, which drops the
+  // connection before the frame is read (memory protection). -1: no limit.
+  int64_t max_frame_bytes = -1;
+  // Messages queued per peer before sends would block. 0: no limit.
+  int send_hwm = 0;
+  int recv_hwm = 0;
+  // Milliseconds unsent messages are kept after Close. Default 0: dropped.
+  int linger_ms = 0;
+  // Routing id a DEALER presents to a ROUTER; empty: chosen by ZeroMQ.
+  std::string routing_id;
+  // Reconnect interval after a peer goes away, milliseconds.
+  int reconnect_ivl_ms = 100;
+};
+
+class Socket {
+ public:
+  // `context` must outlive the socket.
+  static StatusOr<std::unique_ptr<Socket>> Create(Context* context, SocketType type,
+                                                  const SocketOptions& options);
+  ~Socket();
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  // endpoint: "tcp://host:port" (port "*" picks a free one). Unavailable
+  // when the address is in use, InvalidArgument when malformed.
+  Status Bind(const std::string& endpoint);
+  Status Connect(const std::string& endpoint);
+  // The endpoint last bound, with the real port ("tcp://127.0.0.1:41234").
+  StatusOr<std::string> LastEndpoint() const;
+
+  // Sends the frames as one multipart message, never blocking: Unavailable
+  // when the peer's queue is full or there is no peer. On success the frames
+  // are left empty; on failure they keep their contents.
+  Status Send(std::span<Frame> frames);
+  // Receives one whole message into *frames if one is ready. Returns false
+  // when none is ready (never blocks).
+  StatusOr<bool> TryRecv(std::vector<Frame>* frames);
+
+ private:
+  friend StatusOr<size_t> PollReadable(std::span<Socket* const>, int, std::vector<bool>*);
+  Socket(void* socket, std::string description) : socket_(socket), description_(std::move(description)) {}
+  void* const socket_;
+  std::string description_;  // "DEALER", "ROUTER"; for error messages
+  std::string last_endpoint_;
+};
+
+// Waits up to `timeout_ms` (-1: forever, 0: just check) until at least one
+// socket has a message to read. Sets (*readable)[i] for each one that does
+// and returns how many. A signal interrupting the wait returns 0, so callers
+// can check their stop flags.
+StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
+                              std::vector<bool>* readable);
+
+// "4.3.4": the libzmq version in use.
+std::string ZmqVersion();
+
+}  // namespace ps
+
+#endif  // PS_COMMON_TRANSPORT_H_

@@ -1,0 +1,260 @@
+#include "common/wire.h"
+
+#include <cstring>
+#include <limits>
+
+#include "common/options.h"
+#include "ps.pb.h"
+
+namespace ps {
+
+std::string OpName(Op op) {
+  switch (op) {
+    case Op::kUnknown: return "UNKNOWN";
+    case Op::kPush: return "PUSH";
+    case Op::kPull: return "PULL";
+    case Op::kClock: return "CLOCK";
+    case Op::kHeartbeat: return "HEARTBEAT";
+    case Op::kStats: return "STATS";
+    case Op::kCheckpoint: return "CHECKPOINT";
+    case Op::kShutdown: return "SHUTDOWN";
+    case Op::kPushOk: return "PUSH_OK";
+    case Op::kPullOk: return "PULL_OK";
+    case Op::kClockOk: return "CLOCK_OK";
+    case Op::kHeartbeatOk: return "HEARTBEAT_OK";
+    case Op::kStatsOk: return "STATS_OK";
+    case Op::kCheckpointOk: return "CHECKPOINT_OK";
+    case Op::kShutdownOk: return "SHUTDOWN_OK";
+    case Op::kError: return "ERROR";
+  }
+  return "OP(" + std::to_string(static_cast<int>(op)) + ")";
+}
+
+Op ReplyOp(Op request) {
+  int v = static_cast<int>(request);
+  if (v >= 1 && v <= 7) return static_cast<Op>(v + 100);
+  return Op::kError;
+}
+
+Frame EncodeHeader(const MessageHeader& h) {
+  wire::Header p;
+  p.set_op(static_cast<wire::Op>(h.op));
+  p.set_request_id(h.request_id);
+  p.set_worker(h.worker);
+  p.set_clock(h.clock);
+  p.set_table(h.table);
+  p.set_count(h.count);
+  p.set_dim(h.dim);
+  p.set_flags(h.flags);
+  p.set_first_row(h.first_row);
+  p.set_code(static_cast<int32_t>(h.code));
+  if (!h.text.empty()) p.set_text(h.text);
+  p.set_min_clock(h.min_clock);
+  p.set_shard(h.shard);
+  size_t size = p.ByteSizeLong();
+  auto frame = Frame::Allocate(size);
+  if (!frame.ok()) std::abort();  // a header is a few dozen bytes
+  p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(frame->mutable_data()));
+  return std::move(frame).value();
+}
+
+StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
+  wire::Header p;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return InvalidArgumentError("header frame (" + std::to_string(bytes.size()) +
+                                " bytes) is not a valid ps.wire.Header protobuf");
+  }
+  if (p.dtype() != wire::F32) {
+    return InvalidArgumentError("header dtype " + std::to_string(p.dtype()) +
+                                " is not supported; only F32 (0) is");
+  }
+  MessageHeader h;
+  h.op = static_cast<Op>(p.op());
+  h.request_id = p.request_id();
+  h.worker = p.worker();
+  h.clock = p.clock();
+  h.table = p.table();
+  h.count = p.count();
+  h.dim = p.dim();
+  h.flags = p.flags();
+  h.first_row = p.first_row();
+  h.code = static_cast<StatusCode>(p.code());
+  h.text = p.text();
+  h.min_clock = p.min_clock();
+  h.shard = p.shard();
+  return h;
+}
+
+template <typename T>
+std::span<const T> FrameAs(const Frame& frame, std::vector<T>* scratch) {
+  const size_t n = frame.size() / sizeof(T);
+  if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(T) == 0) {
+    return {reinterpret_cast<const T*>(frame.data()), n};
+  }
+  scratch->resize(n);
+  std::memcpy(scratch->data(), frame.data(), n * sizeof(T));
+  return {scratch->data(), n};
+}
+template std::span<const uint64_t> FrameAs(const Frame&, std::vector<uint64_t>*);
+template std::span<const float> FrameAs(const Frame&, std::vector<float>*);
+
+namespace {
+
+// True when every value is finite. Works on the bit pattern so that the
+// loop vectorizes (an all-ones exponent is Inf or NaN).
+bool AllFinite(std::span<const float> values) {
+  uint32_t max_exp = 0;
+  const float* v = values.data();
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bits &= 0x7f800000u;
+    max_exp = bits > max_exp ? bits : max_exp;
+  }
+  return max_exp != 0x7f800000u;
+}
+
+std::string Where(const MessageHeader& h) {
+  return OpName(h.op) + " request " + std::to_string(h.request_id) + " from worker " +
+         (h.worker == kControlWorker ? std::string("<control>") : std::to_string(h.worker));
+}
+
+}  // namespace
+
+Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out) {
+  if (frames.empty()) return InvalidArgumentError("empty message: expected a header frame");
+  uint64_t total = 0;
+  for (const Frame& f : frames) total += f.size();
+  if (total > rules.max_request_bytes) {
+    return ResourceExhaustedError("message of " + std::to_string(total) +
+                                  " bytes exceeds the server's max_request_bytes (" +
+                                  std::to_string(rules.max_request_bytes) +
+                                  "); split the request or raise server.max_request_bytes");
+  }
+  auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
+  if (!parsed.ok()) return parsed.status();
+  MessageHeader& h = *parsed;
+  const std::string where = Where(h);
+
+  const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown;
+  if (h.op != Op::kPush && h.op != Op::kPull && !control_op) {
+    if (h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kCheckpoint) {
+      return UnimplementedError(where + ": op " + OpName(h.op) +
+                                " is not supported by this server version");
+    }
+    return InvalidArgumentError(where + ": op " + OpName(h.op) + " is not a request op");
+  }
+  if (h.worker >= rules.num_workers && !(control_op && h.worker == kControlWorker)) {
+    return PermissionDeniedError(where + ": unknown worker " + std::to_string(h.worker) +
+                                 "; this job has workers 0.." +
+                                 std::to_string(rules.num_workers - 1));
+  }
+  if (control_op) {
+    if (frames.size() != 1) {
+      return InvalidArgumentError(where + ": expected 1 frame (header), got " +
+                                  std::to_string(frames.size()));
+    }
+    out->header = std::move(h);
+    out->keys = {};
+    out->values = {};
+    return Status::Ok();
+  }
+
+  if (h.table >= rules.tables.size()) {
+    return NotFoundError(where + ": unknown table id " + std::to_string(h.table) + "; this job has " +
+                         std::to_string(rules.tables.size()) + " tables");
+  }
+  const TableLayout& t = rules.tables[h.table];
+  if (h.dim != t.dim) {
+    return InvalidArgumentError(where + ": table '" + t.name + "' has dim " +
+                                std::to_string(t.dim) + ", header says " + std::to_string(h.dim));
+  }
+  if (h.count == 0) return InvalidArgumentError(where + ": key count is 0; expected >= 1");
+  if (h.count > rules.max_keys) {
+    return ResourceExhaustedError(where + ": " + std::to_string(h.count) +
+                                  " keys exceed the server's max_keys_per_request (" +
+                                  std::to_string(rules.max_keys) + ")");
+  }
+  if ((h.flags & ~kFlagDenseRange) != 0) {
+    return InvalidArgumentError(where + ": unknown header flags " + std::to_string(h.flags));
+  }
+  const bool push = h.op == Op::kPush;
+  const size_t expected_frames = 1 + (h.dense() ? 0 : 1) + (push ? 1 : 0);
+  if (frames.size() != expected_frames) {
+    return InvalidArgumentError(where + ": expected " + std::to_string(expected_frames) +
+                                " frames (header" + (h.dense() ? "" : ", keys") +
+                                (push ? ", values" : "") + "), got " +
+                                std::to_string(frames.size()));
+  }
+  // count <= max_keys and the byte limit keep these products far from overflow;
+  // compute in 128 bits anyway so no configuration can wrap them.
+  const Uint128 key_bytes = static_cast<Uint128>(h.count) * 8;
+  const Uint128 value_bytes = static_cast<Uint128>(h.count) * h.dim * 4;
+
+  std::span<const uint64_t> keys;
+  if (h.dense()) {
+    if (h.first_row < t.owned.begin || h.first_row > t.owned.end ||
+        h.count > t.owned.end - h.first_row) {
+      return OutOfRangeError(where + ": rows [" + std::to_string(h.first_row) + ", " +
+                             std::to_string(h.first_row + h.count) + ") of table '" + t.name +
+                             "' are not inside this shard's rows [" +
+                             std::to_string(t.owned.begin) + ", " + std::to_string(t.owned.end) +
+                             "); the client's shard map differs from the server's config");
+    }
+  } else {
+    const Frame& kf = frames[1];
+    if (kf.size() != key_bytes) {
+      return InvalidArgumentError(where + ": keys frame has " + std::to_string(kf.size()) +
+                                  " bytes, expected count*8 = " +
+                                  std::to_string(static_cast<uint64_t>(key_bytes)));
+    }
+    keys = FrameAs<uint64_t>(kf, &out->key_scratch);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!t.owned.Contains(keys[i])) {
+        return OutOfRangeError(where + ": key " + std::to_string(keys[i]) + " (index " +
+                               std::to_string(i) + ") of table '" + t.name +
+                               "' is not inside this shard's rows [" +
+                               std::to_string(t.owned.begin) + ", " +
+                               std::to_string(t.owned.end) + ")");
+      }
+    }
+  }
+  std::span<const float> values;
+  if (push) {
+    const Frame& vf = frames.back();
+    if (vf.size() != value_bytes) {
+      return InvalidArgumentError(where + ": values frame has " + std::to_string(vf.size()) +
+                                  " bytes, expected count*dim*4 = " +
+                                  std::to_string(static_cast<uint64_t>(value_bytes)));
+    }
+    values = FrameAs<float>(vf, &out->value_scratch);
+    if (rules.reject_non_finite && !AllFinite(values)) {
+      return InvalidArgumentError(where + ": pushed values for table '" + t.name +
+                                  "' contain NaN or Inf; nothing was applied");
+    }
+  }
+  out->header = std::move(h);
+  out->keys = keys;
+  out->values = values;
+  return Status::Ok();
+}
+
+MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, const Status& status) {
+  MessageHeader h;
+  h.op = Op::kError;
+  h.request_id = request.request_id;
+  h.worker = request.worker;
+  h.table = request.table;
+  h.shard = shard;
+  h.code = status.code();
+  h.text = status.message();
+  return h;
+}
+
+Status StatusFromErrorHeader(const MessageHeader& h) {
+  StatusCode code = h.code == StatusCode::kOk ? StatusCode::kUnknown : h.code;
+  return Status(code, h.text);
+}
+
+}  // namespace ps

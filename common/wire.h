@@ -1,0 +1,132 @@
+// Wire protocol (DESIGN.md section 4): one message = a protobuf header frame,
+// then raw little-endian frames of keys (uint64[count], absent for dense
+// ranges) and values (float32[count*dim]). The only code that includes the
+// generated ps.pb.h is wire.cc; everything else sees MessageHeader.
+//
+// DecodeRequest is the single gate between the network and a shard's state:
+// it checks every frame of a request before anything reads it.
+#ifndef PS_COMMON_WIRE_H_
+#define PS_COMMON_WIRE_H_
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/key_range.h"
+#include "common/status.h"
+#include "common/transport.h"
+
+namespace ps {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian and is read in place");
+
+enum class Op : int {
+  kUnknown = 0,
+  kPush = 1,
+  kPull = 2,
+  kClock = 3,
+  kHeartbeat = 4,
+  kStats = 5,
+  kCheckpoint = 6,
+  kShutdown = 7,
+  kPushOk = 101,
+  kPullOk = 102,
+  kClockOk = 103,
+  kHeartbeatOk = 104,
+  kStatsOk = 105,
+  kCheckpointOk = 106,
+  kShutdownOk = 107,
+  kError = 200,
+};
+
+// "PUSH", "PULL_OK", ...; "OP(<n>)" for unknown values.
+std::string OpName(Op op);
+// The success reply of a request op (kPush -> kPushOk).
+Op ReplyOp(Op request);
+
+// Header flag: the rows are the dense range [first_row, first_row + count)
+// and there is no keys frame.
+inline constexpr uint32_t kFlagDenseRange = 1u;
+
+struct MessageHeader {
+  Op op = Op::kUnknown;
+  uint64_t request_id = 0;  // chosen by the client, echoed in the reply
+  uint32_t worker = 0;      // sender's rank, or kControlWorker
+  int64_t clock = 0;
+  uint32_t table = 0;       // index in JobOptions::tables
+  uint64_t count = 0;       // rows in the message
+  uint32_t dim = 0;         // floats per row
+  uint32_t flags = 0;
+  uint64_t first_row = 0;   // dense ranges only
+  StatusCode code = StatusCode::kOk;  // ERROR replies
+  std::string text;         // ERROR replies: message; STATS_OK: report
+  int64_t min_clock = 0;
+  uint32_t shard = 0;       // replies: the answering shard
+
+  bool dense() const { return (flags & kFlagDenseRange) != 0; }
+};
+
+// Serializes the header into a frame.
+Frame EncodeHeader(const MessageHeader& header);
+// Parses a header frame. InvalidArgument when the bytes are not a header or
+// name an unknown dtype.
+StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes);
+
+// What a shard knows about one table, to check requests against.
+struct TableLayout {
+  std::string name;
+  uint64_t rows = 0;
+  uint32_t dim = 0;
+  RowRange owned;  // rows this shard holds
+};
+
+// Everything DecodeRequest checks a request against. Must outlive the call.
+struct RequestRules {
+  uint32_t shard = 0;
+  std::span<const TableLayout> tables;
+  uint32_t num_workers = 0;
+  uint64_t max_request_bytes = 0;  // all frames after the routing id
+  uint64_t max_keys = 0;
+  bool reject_non_finite = true;   // NaN or Inf in pushed values
+};
+
+// A validated request. `keys` and `values` point into the frames it was
+// decoded from (or into the scratch vectors, for frames that were not
+// aligned); both must outlive every use of the spans.
+struct Request {
+  MessageHeader header;
+  std::span<const uint64_t> keys;  // empty for dense ranges
+  std::span<const float> values;   // PUSH only
+  std::vector<uint64_t> key_scratch;
+  std::vector<float> value_scratch;
+};
+
+// Checks one request (`frames` without the routing id) against `rules`:
+// frame count for the op, header parse, known op, known worker (tools may
+// only ask STATS and SHUTDOWN), total bytes and key count under the limits,
+// known table, matching dim, keys frame size == count*8, values frame size ==
+// count*dim*4, every key (or the dense range) inside this shard's rows, and
+// finite values. On success fills *out; on failure returns the error for the
+// ERROR reply (InvalidArgument, OutOfRange, NotFound, ResourceExhausted,
+// Unimplemented, PermissionDenied) and leaves nothing half-done.
+Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out);
+
+// An ERROR reply header for `status` to the request `request` (may be a
+// partially parsed or default header when the request was unreadable).
+MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, const Status& status);
+
+// Reads a Status back from an ERROR reply.
+Status StatusFromErrorHeader(const MessageHeader& header);
+
+// Reinterprets a frame as an array of T, in place when the frame is aligned
+// for T, else via a copy into *scratch. REQUIRES: size is a multiple of sizeof(T).
+template <typename T>
+std::span<const T> FrameAs(const Frame& frame, std::vector<T>* scratch);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_WIRE_H_

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build, the tests and the demo need.
+# Idempotent: does nothing when every package is already installed.
+# Run as root (or with sudo available). Nothing is downloaded at build time.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake git pkg-config ca-certificates
+  libzmq3-dev cppzmq-dev
+  libprotobuf-dev protobuf-compiler
+  librocksdb-dev
+  libyaml-cpp-dev
+  libopenblas-dev
+  libspdlog-dev libfmt-dev
+  libcli11-dev
+  googletest libgtest-dev libgmock-dev
+  libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run as root, or install them with apt-get" >&2
+    exit 1
+  fi
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

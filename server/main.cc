@@ -1,0 +1,70 @@
+// ps_server: one parameter-server shard.
+//   ps_server --config job.yaml --shard 0
+// The shard index may also come from mpirun/Slurm (see common/rank.h).
+// Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
+// when serving fails.
+#include <csignal>
+#include <cstdio>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.h"
+#include "common/logging.h"
+#include "common/rank.h"
+#include "server/shard_server.h"
+
+namespace {
+// The one process-wide pointer: a signal handler can reach nothing else.
+ps::ShardServer* g_server = nullptr;
+void OnSignal(int) {
+  if (g_server != nullptr) g_server->Stop();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ps_server: one shard of the parameter server"};
+  std::string config_path;
+  std::optional<int64_t> shard_flag;
+  std::string log_level = "info";
+  std::string bind;
+  app.add_option("--config", config_path, "job YAML file")->required();
+  app.add_option("--shard", shard_flag, "shard index (default: from mpirun/Slurm environment)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  app.add_option("--bind", bind,
+                 "endpoint to bind instead of the config's address, e.g. tcp://0.0.0.0:7000");
+  CLI11_PARSE(app, argc, argv);
+
+  ps::Status logging = ps::InitLogging("server", log_level);
+  if (!logging.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", logging.ToString().c_str());
+    return 2;
+  }
+  auto job = ps::LoadJobFile(config_path);
+  if (!job.ok()) {
+    PS_LOG_ERROR("{}", job.status().ToString());
+    return 2;
+  }
+  auto shard = ps::ResolveRank(shard_flag, 0,
+                               static_cast<uint32_t>(job->cluster.servers.size()), "shard");
+  if (!shard.ok()) {
+    PS_LOG_ERROR("{}", shard.status().ToString());
+    return 2;
+  }
+  ps::InitLogging("server " + std::to_string(*shard), log_level).IgnoreError();
+  auto server = ps::ShardServer::Create(*job, *shard, bind);
+  if (!server.ok()) {
+    PS_LOG_ERROR("{}", server.status().ToString());
+    return 1;
+  }
+  g_server = server->get();
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  ps::Status s = (*server)->Run();
+  g_server = nullptr;
+  if (!s.ok()) {
+    PS_LOG_ERROR("{}", s.ToString());
+    return 1;
+  }
+  return 0;
+}

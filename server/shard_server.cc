@@ -1,0 +1,167 @@
+#include "server/shard_server.h"
+
+#include <sstream>
+#include <utility>
+
+#include "common/logging.h"
+
+namespace ps {
+
+std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
+
+ShardServer::ShardServer(uint32_t shard, uint32_t num_workers, const ServerOptions& options)
+    : shard_(shard), num_workers_(num_workers), options_(options),
+      started_(std::chrono::steady_clock::now()) {}
+
+ShardServer::~ShardServer() = default;
+
+StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
+                                                          const std::string& bind_endpoint) {
+  if (shard >= job.cluster.servers.size()) {
+    return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
+                                std::to_string(job.cluster.servers.size()) + " servers");
+  }
+  std::unique_ptr<ShardServer> server(new ShardServer(shard, job.cluster.workers, job.server));
+  PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard));
+  PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
+  SocketOptions so;
+  // Twice the request limit: requests a bit over it get a clear ERROR reply,
+  // absurd ones are cut off by ZeroMQ before they are buffered.
+  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
+  const std::string endpoint =
+      bind_endpoint.empty() ? TcpEndpoint(job.cluster.servers[shard]) : bind_endpoint;
+  Status bound = server->socket_->Bind(endpoint);
+  if (!bound.ok()) {
+    return bound.WithContext("shard " + std::to_string(shard) +
+                             ": is another ps_server (or program) using this port? Stop it or "
+                             "change cluster.servers");
+  }
+  PS_ASSIGN_OR_RETURN(server->endpoint_, server->socket_->LastEndpoint());
+  server->rules_ = RequestRules{shard,
+                                server->store_->layouts(),
+                                job.cluster.workers,
+                                job.server.max_request_bytes,
+                                job.server.max_keys_per_request,
+                                /*reject_non_finite=*/true};
+  return server;
+}
+
+Status ShardServer::Run() {
+  PS_LOG_INFO("shard {} serving {} tables on {} ({} workers)", shard_, store_->layouts().size(),
+              endpoint_, num_workers_);
+  std::vector<Frame> frames;
+  std::vector<bool> readable;
+  Socket* sockets[] = {socket_.get()};
+  while (!stop_requested()) {
+    auto ready = PollReadable(sockets, 100, &readable);
+    if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
+    // Drain what is queued, but look at the stop flag now and then.
+    for (int i = 0; i < 256 && !stop_requested(); ++i) {
+      auto got = socket_->TryRecv(&frames);
+      if (!got.ok()) return got.status().WithContext("shard " + std::to_string(shard_));
+      if (!*got) break;
+      Handle(frames);
+    }
+  }
+  PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
+              counters_.pulls, counters_.errors);
+  return Status::Ok();
+}
+
+void ShardServer::Reply(Frame& routing_id, const MessageHeader& header, Frame* values) {
+  Frame parts[3] = {std::move(routing_id), EncodeHeader(header), Frame()};
+  size_t n = 2;
+  counters_.bytes_out += parts[1].size();
+  if (values != nullptr) {
+    counters_.bytes_out += values->size();
+    parts[2] = std::move(*values);
+    n = 3;
+  }
+  Status s = socket_->Send(std::span<Frame>(parts, n));
+  if (!s.ok()) {
+    // The worker's queue is full or it went away; it will time out and retry.
+    PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}", shard_,
+                OpName(header.op), header.request_id, header.worker, s.ToString());
+  }
+}
+
+void ShardServer::Handle(std::vector<Frame>& frames) {
+  for (const Frame& f : frames) counters_.bytes_in += f.size();
+  if (frames.size() < 2) return;  // a ROUTER always delivers [routing id, ...]
+  Frame& routing_id = frames[0];
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  Status s = DecodeRequest(body, rules_, &request_);
+  if (!s.ok()) {
+    ++counters_.errors;
+    // Echo whatever of the header could be read, so the client can match it.
+    MessageHeader partial;
+    if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
+    PS_LOG_WARN("shard {}: rejected request: {}", shard_, s.ToString());
+    Reply(routing_id, MakeErrorHeader(partial, shard_, s), nullptr);
+    return;
+  }
+  const MessageHeader& req = request_.header;
+  MessageHeader reply;
+  reply.op = ReplyOp(req.op);
+  reply.request_id = req.request_id;
+  reply.worker = req.worker;
+  reply.table = req.table;
+  reply.count = req.count;
+  reply.dim = req.dim;
+  reply.flags = req.flags;
+  reply.first_row = req.first_row;
+  reply.shard = shard_;
+  switch (req.op) {
+    case Op::kPush:
+      ++counters_.pushes;
+      // Acknowledge first, then apply: the push was fully checked, applying
+      // cannot fail, and this thread applies it before reading any later
+      // request, so no reader can see the state without it. The worker's
+      // next message travels while the apply runs.
+      Reply(routing_id, reply, nullptr);
+      store_->ApplyPush(request_);
+      return;
+    case Op::kPull: {
+      ++counters_.pulls;
+      auto values = Frame::Allocate(req.count * req.dim * sizeof(float));
+      if (!values.ok()) {
+        ++counters_.errors;
+        Reply(routing_id, MakeErrorHeader(req, shard_, values.status()), nullptr);
+        return;
+      }
+      store_->ReadRows(request_, reinterpret_cast<float*>(values->mutable_data()));
+      Reply(routing_id, reply, &*values);
+      return;
+    }
+    case Op::kStats:
+      reply.text = StatsReport();
+      Reply(routing_id, reply, nullptr);
+      return;
+    case Op::kShutdown:
+      PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
+                  req.worker == kControlWorker ? std::string("a control client")
+                                               : "worker " + std::to_string(req.worker));
+      Reply(routing_id, reply, nullptr);
+      Stop();
+      return;
+    default:
+      return;  // DecodeRequest admits no other op
+  }
+}
+
+std::string ShardServer::StatsReport() const {
+  std::ostringstream os;
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  os << "shard " << shard_ << " endpoint " << endpoint_ << " uptime_s " << up << "\n";
+  os << "pushes " << counters_.pushes << " pulls " << counters_.pulls << " errors "
+     << counters_.errors << " bytes_in " << counters_.bytes_in << " bytes_out "
+     << counters_.bytes_out << "\n";
+  for (const TableLayout& t : store_->layouts()) {
+    os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
+       << t.owned.begin << ", " << t.owned.end << ")\n";
+  }
+  return os.str();
+}
+
+}  // namespace ps

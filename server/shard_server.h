@@ -1,0 +1,88 @@
+// One parameter-server shard: a ROUTER socket bound at the shard's address,
+// a ShardStore, and a loop that decodes, checks and answers requests.
+//
+// Every request passes DecodeRequest before it touches the store; a bad one
+// gets an ERROR reply naming what was wrong and the store is unchanged.
+// Requests are handled one at a time in arrival order on the Run() thread,
+// so a push acknowledged to a worker is applied before any later request of
+// any worker is read.
+//
+// Thread safety: Run() must be called from one thread; Stop() and
+// stop_requested() are safe from any thread and from a signal handler.
+#ifndef PS_SERVER_SHARD_SERVER_H_
+#define PS_SERVER_SHARD_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "common/wire.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+struct ShardServerCounters {
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t errors = 0;     // requests answered with ERROR
+  uint64_t bytes_in = 0;   // request bytes, all frames
+  uint64_t bytes_out = 0;  // reply bytes, all frames
+};
+
+class ShardServer {
+ public:
+  // Builds the store and binds tcp://<job.cluster.servers[shard]>, or
+  // `bind_endpoint` when not empty (tests bind "tcp://127.0.0.1:*").
+  // Unavailable when the address is in use; ResourceExhausted when the
+  // tables do not fit in memory.
+  // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
+  static StatusOr<std::unique_ptr<ShardServer>> Create(const JobOptions& job, uint32_t shard,
+                                                      const std::string& bind_endpoint = "");
+  ~ShardServer();
+
+  // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
+  // stop, or the transport error that ended the loop.
+  Status Run();
+  // Makes Run() return within ~100 ms. Async-signal-safe.
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
+
+  // The bound endpoint with its real port, e.g. "tcp://127.0.0.1:41234".
+  const std::string& endpoint() const { return endpoint_; }
+  uint32_t shard() const { return shard_; }
+  // REQUIRES: Run() is not running (tests read the final state).
+  const ShardStore& store() const { return *store_; }
+  const ShardServerCounters& counters() const { return counters_; }
+
+ private:
+  ShardServer(uint32_t shard, uint32_t num_workers, const ServerOptions& options);
+  void Handle(std::vector<Frame>& frames);
+  void Reply(Frame& routing_id, const MessageHeader& header, Frame* values);
+  std::string StatsReport() const;
+
+  const uint32_t shard_;
+  const uint32_t num_workers_;
+  const ServerOptions options_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
+  std::unique_ptr<Socket> socket_;
+  std::string endpoint_;
+  RequestRules rules_;
+  Request request_;  // reused across requests to keep its scratch buffers
+  std::atomic<bool> stop_{false};
+  ShardServerCounters counters_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+// "tcp://host:port" for a cluster.servers entry ("host:port" or "[v6]:port").
+std::string TcpEndpoint(const std::string& host_port);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARD_SERVER_H_

@@ -1,0 +1,872 @@
+// Tests of the YAML job loader (common/config.h) and JobOptions::Validate()
+// (common/options.h). Bad inputs live in tests/data/config/bad_*.yaml, one
+// per error class; every example job in config/ must load.
+#include "common/config.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/options.h"
+#include "common/status.h"
+
+namespace ps {
+namespace {
+
+const std::string kConfigDir = std::string(PS_SOURCE_DIR) + "/config";
+const std::string kBadDir = std::string(PS_SOURCE_DIR) + "/tests/data/config";
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool StartsWith(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+// Checks that `status` is InvalidArgument and its message contains every
+// one of `parts`.
+::testing::AssertionResult InvalidWith(
+    const Status& status, std::initializer_list<std::string> parts) {
+  if (status.code() != StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure()
+           << "expected InvalidArgument, got " << status.ToString();
+  }
+  for (const std::string& part : parts) {
+    if (!Contains(status.message(), part)) {
+      return ::testing::AssertionFailure()
+             << "message lacks \"" << part << "\": " << status.message();
+    }
+  }
+  return ::testing::AssertionSuccess() << status.message();
+}
+
+// Loads tests/data/config/<name>; it must fail with InvalidArgument whose
+// message starts with the file's path and contains each of `parts`.
+::testing::AssertionResult BadFileRejected(
+    const std::string& name, std::initializer_list<std::string> parts) {
+  const std::string path = kBadDir + "/" + name;
+  StatusOr<JobOptions> job = LoadJobFile(path);
+  if (job.ok()) {
+    return ::testing::AssertionFailure() << path << " loaded without error";
+  }
+  if (!StartsWith(job.status().message(), path + ": ")) {
+    return ::testing::AssertionFailure()
+           << "message does not start with \"" << path
+           << ": \": " << job.status().message();
+  }
+  return InvalidWith(job.status(), parts);
+}
+
+// A valid job: one loopback server, one worker, one 64 x 1 table.
+JobOptions ValidJob() {
+  JobOptions job;
+  job.source = "job.yaml";
+  job.cluster.servers = {"127.0.0.1:7000"};
+  job.cluster.workers = 1;
+  TableOptions table;
+  table.name = "weights";
+  table.rows = 64;
+  job.tables.push_back(table);
+  return job;
+}
+
+// A valid YAML job with `servers` as the cluster's server list and `extra`
+// appended at the top level.
+std::string JobYaml(const std::string& servers = "[\"127.0.0.1:7000\"]",
+                    const std::string& extra = "") {
+  return "cluster: { servers: " + servers +
+         ", workers: 1 }\n"
+         "tables:\n"
+         "  - { name: weights, rows: 64 }\n" +
+         extra;
+}
+
+// A YAML job whose only table is `table` (a flow map's contents).
+std::string JobYamlWithTable(const std::string& table) {
+  return "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+         "tables:\n"
+         "  - { " +
+         table + " }\n";
+}
+
+// ---------------------------------------------------------------------------
+// Examples in config/
+
+TEST(ConfigTest, EveryExampleInConfigDirectoryLoadsAndValidates) {
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigDir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    StatusOr<JobOptions> job = LoadJobFile(entry.path().string());
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->source, entry.path().string());
+    EXPECT_TRUE(job->Validate().ok());
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 3) << "expected local_demo, two_shards and single";
+}
+
+TEST(ConfigTest, LocalDemoIsTwoShardLinearRegressionJob) {
+  StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/local_demo.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.servers,
+            (std::vector<std::string>{"127.0.0.1:7100", "127.0.0.1:7101"}));
+  EXPECT_EQ(job->cluster.workers, 2u);
+  ASSERT_EQ(job->tables.size(), 1u);
+  EXPECT_EQ(job->tables[0].name, "weights");
+  EXPECT_EQ(job->tables[0].rows, 512u);
+  EXPECT_EQ(job->tables[0].dim, 1u);
+  EXPECT_EQ(job->tables[0].optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_GT(job->tables[0].optimizer.lr, 0.0f);
+  EXPECT_EQ(job->train.table, "weights");
+  EXPECT_EQ(job->train.features, 512u);
+}
+
+TEST(ConfigTest, TwoShardsHasLargeSparseTableAndNoTraining) {
+  StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/two_shards.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.servers.size(), 2u);
+  EXPECT_EQ(job->train.features, 0u);
+  StatusOr<uint32_t> id = job->TableId("embeddings");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(job->tables[*id].rows, 1000000u);
+  EXPECT_EQ(job->tables[*id].dim, 16u);
+  EXPECT_EQ(job->tables[*id].init.kind, InitKind::kNormal);
+}
+
+TEST(ConfigTest, SingleHasOneServerAndOneWorker) {
+  StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/single.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.servers.size(), 1u);
+  EXPECT_EQ(job->cluster.workers, 1u);
+}
+
+// ---------------------------------------------------------------------------
+// Filling the options
+
+TEST(ConfigTest, OmittedKeysTakeTheDefaultsOfOptionsH) {
+  StatusOr<JobOptions> job = LoadJobString(JobYaml(), "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const TableOptions table_defaults;
+  const ServerOptions server_defaults;
+  const ClientOptions client_defaults;
+  const TrainOptions train_defaults;
+  EXPECT_FALSE(job->cluster.allow_remote);
+  EXPECT_EQ(job->tables[0].dim, table_defaults.dim);
+  EXPECT_EQ(job->tables[0].init.kind, InitKind::kZeros);
+  EXPECT_EQ(job->tables[0].optimizer.kind, table_defaults.optimizer.kind);
+  EXPECT_EQ(job->tables[0].optimizer.lr, table_defaults.optimizer.lr);
+  EXPECT_EQ(job->server.max_request_bytes, server_defaults.max_request_bytes);
+  EXPECT_EQ(job->server.max_keys_per_request,
+            server_defaults.max_keys_per_request);
+  EXPECT_EQ(job->server.io_threads, server_defaults.io_threads);
+  EXPECT_EQ(job->client.request_timeout_ms, client_defaults.request_timeout_ms);
+  EXPECT_EQ(job->client.max_in_flight, client_defaults.max_in_flight);
+  EXPECT_EQ(job->client.io_threads, client_defaults.io_threads);
+  EXPECT_EQ(job->train.features, 0u);
+  EXPECT_EQ(job->train.batch_size, train_defaults.batch_size);
+  EXPECT_EQ(job->source, "mem");
+}
+
+TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
+  const std::string yaml =
+      "cluster: { servers: [\"127.0.0.1:7000\", \"[::1]:7001\"], workers: 3,"
+      " allow_remote: false }\n"
+      "tables:\n"
+      "  - name: w\n"
+      "    rows: 8\n"
+      "    dim: 1\n"
+      "    init: { type: uniform, scale: 0.25, seed: 9 }\n"
+      "    optimizer: { type: sgd, lr: 0.5 }\n"
+      "  - name: c\n"
+      "    rows: 18446744073709551\n"
+      "    dim: 4\n"
+      "    init: { type: constant, value: -1.5 }\n"
+      "    optimizer: { type: add }\n"
+      "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
+      " io_threads: 64 }\n"
+      "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2 }\n"
+      "train: { table: w, features: 8, samples_per_worker: 100,"
+      " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }\n";
+  StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.servers[1], "[::1]:7001");
+  EXPECT_EQ(job->cluster.workers, 3u);
+  EXPECT_EQ(job->tables[0].init.kind, InitKind::kUniform);
+  EXPECT_FLOAT_EQ(job->tables[0].init.value, 0.25f);
+  EXPECT_EQ(job->tables[0].init.seed, 9u);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, 0.5f);
+  EXPECT_EQ(job->tables[1].rows, 18446744073709551u);
+  EXPECT_EQ(job->tables[1].dim, 4u);
+  EXPECT_EQ(job->tables[1].init.kind, InitKind::kConstant);
+  EXPECT_FLOAT_EQ(job->tables[1].init.value, -1.5f);
+  EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdd);
+  EXPECT_EQ(job->server.max_request_bytes, 1024u);
+  EXPECT_EQ(job->server.max_keys_per_request, 7u);
+  EXPECT_EQ(job->server.io_threads, 64u);
+  EXPECT_EQ(job->client.request_timeout_ms, 5u);
+  EXPECT_EQ(job->client.max_in_flight, 6u);
+  EXPECT_EQ(job->client.io_threads, 2u);
+  EXPECT_EQ(job->train.table, "w");
+  EXPECT_EQ(job->train.features, 8u);
+  EXPECT_EQ(job->train.samples_per_worker, 100u);
+  EXPECT_EQ(job->train.batch_size, 100u);
+  EXPECT_EQ(job->train.iterations, 3u);
+  EXPECT_EQ(job->train.noise, 0.0f);
+  EXPECT_EQ(job->train.seed, 7u);
+  EXPECT_EQ(job->train.log_every, 0u);
+}
+
+TEST(ConfigTest, NormalInitStddevFillsValue) {
+  StatusOr<JobOptions> job = LoadJobString(
+      JobYamlWithTable("name: w, rows: 4,"
+                       " init: { type: normal, stddev: 0.125, seed: 3 }"),
+      "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tables[0].init.kind, InitKind::kNormal);
+  EXPECT_FLOAT_EQ(job->tables[0].init.value, 0.125f);
+  EXPECT_EQ(job->tables[0].init.seed, 3u);
+}
+
+TEST(ConfigTest, JobWideOptimizerAppliesToTablesWithoutTheirOwn) {
+  const std::string yaml =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "optimizer: { type: sgd, lr: 0.25 }\n"
+      "tables:\n"
+      "  - { name: a, rows: 4 }\n"
+      "  - { name: b, rows: 4, optimizer: { type: add } }\n";
+  StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tables[0].optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, 0.25f);
+  EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdd);
+}
+
+TEST(ConfigTest, TableOptimizerReplacesJobWideOneAsAWhole) {
+  const std::string yaml =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "optimizer: { type: sgd, lr: 0.25 }\n"
+      "tables:\n"
+      "  - { name: a, rows: 4, optimizer: { type: sgd } }\n";
+  StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, OptimizerOptions().lr);
+}
+
+TEST(ConfigTest, AcceptsYamlCoreNumberForms) {
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYamlWithTable("name: w, rows: +64, dim: !!int 2,"
+                                     " init: { type: constant, value: -.5 },"
+                                     " optimizer: { lr: 1e-3 }"),
+                    "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tables[0].rows, 64u);
+  EXPECT_EQ(job->tables[0].dim, 2u);
+  EXPECT_FLOAT_EQ(job->tables[0].init.value, -0.5f);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, 1e-3f);
+}
+
+TEST(ConfigTest, EmptySourceOmitsThePrefix) {
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYamlWithTable("name: w, rows: 0"), "");
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(StartsWith(job.status().message(), "tables[0].rows: "))
+      << job.status().message();
+}
+
+TEST(ConfigTest, LoaderErrorsNameLineAndColumn) {
+  // rows is on line 3; its value starts at column 23.
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYamlWithTable("name: w, rows: -1"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: tables[0].rows: ", "line 3"}));
+}
+
+TEST(ConfigTest, InfiniteLearningRateIsRejected) {
+  StatusOr<JobOptions> job = LoadJobString(
+      JobYamlWithTable("name: w, rows: 4, optimizer: { lr: .inf }"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].optimizer.lr", "inf"}));
+}
+
+TEST(ConfigTest, HexIntegerIsRejected) {
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYamlWithTable("name: w, rows: 0x40"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].rows", "0x40"}));
+}
+
+TEST(ConfigTest, TooSmallFloatIsRejectedRatherThanRoundedToZero) {
+  StatusOr<JobOptions> job = LoadJobString(
+      JobYamlWithTable("name: w, rows: 4, optimizer: { lr: 1e-60 }"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].optimizer.lr", "small"}));
+}
+
+TEST(ConfigTest, NumericKeyValuesAreAcceptedAsStrings) {
+  // A table name or a host that YAML reads as a number is still a string.
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYamlWithTable("name: 123, rows: 4"), "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tables[0].name, "123");
+}
+
+TEST(ConfigTest, ListItemOfWrongTypeNamesItsIndex) {
+  StatusOr<JobOptions> job = LoadJobString(
+      JobYaml("[\"127.0.0.1:7000\", [\"127.0.0.1:7001\"]]"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"cluster.servers[1]", "a list"}));
+}
+
+TEST(ConfigTest, NonScalarKeyIsRejected) {
+  StatusOr<JobOptions> job =
+      LoadJobString(JobYaml("[\"127.0.0.1:7000\"]", "? [a, b]\n: 1\n"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: (top level)", "key"}));
+}
+
+// ---------------------------------------------------------------------------
+// Reading files
+
+TEST(ConfigTest, LoadJobFileSetsSourceToThePath) {
+  const std::string path = kConfigDir + "/single.yaml";
+  StatusOr<JobOptions> job = LoadJobFile(path);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->source, path);
+}
+
+TEST(ConfigTest, MissingFileIsNotFoundNamingThePath) {
+  const std::string path = kBadDir + "/does_not_exist.yaml";
+  StatusOr<JobOptions> job = LoadJobFile(path);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(job.status().message(), path)) << job.status().message();
+}
+
+TEST(ConfigTest, DirectoryIsInvalidArgumentNamingThePath) {
+  StatusOr<JobOptions> job = LoadJobFile(kBadDir);
+  EXPECT_TRUE(InvalidWith(job.status(), {kBadDir, "directory"}));
+}
+
+TEST(ConfigTest, EveryBadFileIsInvalidArgumentNamingTheFile) {
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kBadDir)) {
+    const std::string name = entry.path().filename().string();
+    if (!StartsWith(name, "bad_") || entry.path().extension() != ".yaml") {
+      continue;
+    }
+    EXPECT_TRUE(BadFileRejected(name, {})) << name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+// ---------------------------------------------------------------------------
+// Bad files, one per error class
+
+TEST(ConfigTest, SyntaxErrorNamesLineAndColumn) {
+  EXPECT_TRUE(BadFileRejected("bad_syntax.yaml",
+                              {"YAML syntax error", "line ", "column "}));
+}
+
+TEST(ConfigTest, TabIndentationIsSyntaxError) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_tab_indent.yaml", {"YAML syntax error", "line 2"}));
+}
+
+TEST(ConfigTest, UndefinedAliasIsSyntaxError) {
+  EXPECT_TRUE(BadFileRejected("bad_undefined_alias.yaml",
+                              {"YAML syntax error", "line 3"}));
+}
+
+TEST(ConfigTest, UnknownKeyNamesItsPathAndTheAllowedKeys) {
+  EXPECT_TRUE(BadFileRejected("bad_unknown_key.yaml",
+                              {"tables[0].rowz: unknown key",
+                               "name, rows, dim, init, optimizer", "line 5"}));
+}
+
+TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_unknown_top_level_key.yaml",
+                      {"consistency: unknown key",
+                       "cluster, tables, optimizer, server, client, train"}));
+}
+
+TEST(ConfigTest, DuplicateKeyIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_duplicate_key.yaml",
+                              {"tables[0].rows: duplicate key", "line 4"}));
+}
+
+TEST(ConfigTest, StringWhereNumberExpectedIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_wrong_type_string_for_number.yaml",
+                              {"tables[0].rows", "sixty-four", "integer"}));
+}
+
+TEST(ConfigTest, QuotedNumberIsAStringAndRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_wrong_type_quoted_number.yaml",
+                              {"cluster.workers", "quoted string"}));
+}
+
+TEST(ConfigTest, MapWhereListExpectedIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_wrong_type_map_for_list.yaml",
+                              {"tables: got a map", "list"}));
+}
+
+TEST(ConfigTest, StringWhereListExpectedIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_wrong_type_string_for_list.yaml",
+                              {"cluster.servers: got", "list"}));
+}
+
+TEST(ConfigTest, FloatWhereIntegerExpectedIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_float_for_integer.yaml",
+                              {"tables[0].dim", "not a whole number"}));
+}
+
+TEST(ConfigTest, IntegerThatOverflows64BitsIsRejected) {
+  EXPECT_TRUE(BadFileRejected(
+      "bad_integer_overflow.yaml",
+      {"tables[0].rows", "too large", "0..18446744073709551615"}));
+}
+
+TEST(ConfigTest, IntegerThatOverflows32BitsIsRejected) {
+  EXPECT_TRUE(BadFileRejected(
+      "bad_uint32_overflow.yaml",
+      {"client.request_timeout_ms", "too large", "0..4294967295"}));
+}
+
+TEST(ConfigTest, FloatThatOverflowsFloat32IsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_float_overflow.yaml",
+                              {"tables[0].optimizer.lr", "too large"}));
+}
+
+TEST(ConfigTest, NegativeNumberForUnsignedFieldIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_negative_number.yaml",
+                              {"server.max_keys_per_request", "negative"}));
+}
+
+TEST(ConfigTest, NonBooleanIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_bool.yaml",
+                              {"cluster.allow_remote", "true or false"}));
+}
+
+TEST(ConfigTest, MissingRequiredKeyIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_missing_required_rows.yaml",
+                              {"tables[0].rows: missing required key"}));
+}
+
+TEST(ConfigTest, MissingClusterIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_missing_cluster.yaml",
+                              {"cluster: missing required key"}));
+}
+
+TEST(ConfigTest, MissingWorkersIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_missing_workers.yaml",
+                              {"cluster.workers: missing required key"}));
+}
+
+TEST(ConfigTest, EmptyValueIsRejectedNotDefaulted) {
+  EXPECT_TRUE(BadFileRejected("bad_empty_value.yaml",
+                              {"tables[0].rows", "empty value", "line 4"}));
+}
+
+TEST(ConfigTest, UnknownOptimizerTypeListsTheAllowedTypes) {
+  EXPECT_TRUE(BadFileRejected(
+      "bad_unknown_enum.yaml",
+      {"tables[0].optimizer.type", "\"adam\"", "one of sgd, add"}));
+}
+
+TEST(ConfigTest, UnknownInitTypeListsTheAllowedTypes) {
+  EXPECT_TRUE(BadFileRejected("bad_unknown_init_type.yaml",
+                              {"tables[0].init.type", "\"gaussian\"",
+                               "one of zeros, constant, uniform, normal"}));
+}
+
+TEST(ConfigTest, InitKeyNotUsedByItsTypeIsRejected) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_key_not_valid_for_type.yaml",
+                      {"tables[0].init.seed", "not used by init type constant",
+                       "only the keys type, value"}));
+}
+
+TEST(ConfigTest, LearningRateWithAddOptimizerIsRejected) {
+  EXPECT_TRUE(BadFileRejected(
+      "bad_lr_for_add.yaml",
+      {"tables[0].optimizer.lr", "not used by optimizer type add"}));
+}
+
+TEST(ConfigTest, EmptyServerListIsRejected) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_no_servers.yaml", {"cluster.servers: no servers"}));
+}
+
+TEST(ConfigTest, DuplicateEndpointsAreRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_duplicate_endpoints.yaml",
+                              {"cluster.servers[2]", "cluster.servers[0]"}));
+}
+
+TEST(ConfigTest, PortOutOfRangeIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_malformed_endpoint.yaml",
+                              {"cluster.servers[1]", "70000", "1..65535"}));
+}
+
+TEST(ConfigTest, Ipv6WithoutBracketsIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_ipv6_without_brackets.yaml",
+                              {"cluster.servers[0]", "[::1]:7000"}));
+}
+
+TEST(ConfigTest, NonLoopbackHostNeedsAllowRemote) {
+  EXPECT_TRUE(BadFileRejected(
+      "bad_non_loopback_host.yaml",
+      {"cluster.servers[0]", "10.0.0.5", "cluster.allow_remote: true"}));
+}
+
+TEST(ConfigTest, ZeroWorkersIsRejected) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_zero_workers.yaml", {"cluster.workers: got 0"}));
+}
+
+TEST(ConfigTest, EmptyTableListIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_no_tables.yaml", {"tables: no tables"}));
+}
+
+TEST(ConfigTest, ZeroRowsIsRejected) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_zero_rows.yaml", {"tables[1].rows: got 0", ">= 1"}));
+}
+
+TEST(ConfigTest, ZeroDimIsRejected) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_zero_dim.yaml", {"tables[0].dim: got 0", ">= 1"}));
+}
+
+TEST(ConfigTest, TableTooLargeToAddressIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_table_size_overflow.yaml",
+                              {"tables[1]: ", "overflow"}));
+}
+
+TEST(ConfigTest, DuplicateTableNameIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_duplicate_table_name.yaml",
+                              {"tables[1].name", "tables[0]", "unique"}));
+}
+
+TEST(ConfigTest, TableNameWithSpaceIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_table_name_chars.yaml",
+                              {"tables[0].name", "\"my weights\""}));
+}
+
+TEST(ConfigTest, ZeroLearningRateIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_zero_lr.yaml",
+                              {"tables[0].optimizer.lr: got 0", "> 0"}));
+}
+
+TEST(ConfigTest, BadJobWideLearningRateNamesTheJobWidePath) {
+  const std::string path = kBadDir + "/bad_job_optimizer_lr.yaml";
+  EXPECT_TRUE(BadFileRejected("bad_job_optimizer_lr.yaml",
+                              {path + ": optimizer.lr: got -0.1", "line 2"}));
+}
+
+TEST(ConfigTest, NegativeUniformScaleIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_negative_init_scale.yaml",
+                              {"tables[0].init.scale: got -0.5", ">= 0"}));
+}
+
+TEST(ConfigTest, NanStddevIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_nan_stddev.yaml",
+                              {"tables[0].init.stddev: got nan", "finite"}));
+}
+
+TEST(ConfigTest, MaxRequestBytesBelow1024IsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_small_max_request_bytes.yaml",
+                              {"server.max_request_bytes: got 1023", "1024"}));
+}
+
+TEST(ConfigTest, IoThreadsAbove64IsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_io_threads.yaml",
+                              {"client.io_threads: got 65", "1..64"}));
+}
+
+TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_zero_timeout.yaml",
+                              {"client.request_timeout_ms: got 0"}));
+}
+
+TEST(ConfigTest, TrainTableMustExist) {
+  EXPECT_TRUE(BadFileRejected("bad_train_unknown_table.yaml",
+                              {"train.table", "\"weight\"", "weights"}));
+}
+
+TEST(ConfigTest, TrainTableMustHaveDimOne) {
+  EXPECT_TRUE(
+      BadFileRejected("bad_train_table_dim.yaml", {"train.table", "dim 4"}));
+}
+
+TEST(ConfigTest, TrainFeaturesMustEqualTableRows) {
+  EXPECT_TRUE(BadFileRejected("bad_train_features_mismatch.yaml",
+                              {"train.features: got 32", "64 rows"}));
+}
+
+TEST(ConfigTest, BatchLargerThanSamplesIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_train_batch_size.yaml",
+                              {"train.batch_size: got 128", "(100)"}));
+}
+
+TEST(ConfigTest, ZeroIterationsIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_train_zero_iterations.yaml",
+                              {"train.iterations: got 0"}));
+}
+
+TEST(ConfigTest, TrainSectionRequiresFeatures) {
+  EXPECT_TRUE(BadFileRejected("bad_train_missing_features.yaml",
+                              {"train.features: missing required key"}));
+}
+
+TEST(ConfigTest, TopLevelListIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_top_level_list.yaml",
+                              {"(top level): got a list", "map"}));
+}
+
+TEST(ConfigTest, EmptyFileIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_empty.yaml",
+                              {"(top level): the document is empty"}));
+}
+
+TEST(ConfigTest, StrayCommaIsSyntaxErrorNotAHang) {
+  // yaml-cpp 0.7's LoadAll() loops forever on these (jbeder/yaml-cpp#1040).
+  for (const char* yaml : {",", ",a: 1", "[a],", "a: [1],\n"}) {
+    StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+    EXPECT_TRUE(InvalidWith(job.status(), {"mem: ", "YAML syntax error"}))
+        << "input \"" << yaml << "\"";
+  }
+  EXPECT_TRUE(BadFileRejected("bad_stray_comma.yaml",
+                              {"line 3, column 1", "YAML syntax error"}));
+}
+
+TEST(ConfigTest, TwoDocumentsAreRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_two_documents.yaml",
+                              {"more than one YAML document"}));
+}
+
+// ---------------------------------------------------------------------------
+// JobOptions::Validate() on structs built in code
+
+TEST(OptionsValidateTest, ValidJobPasses) {
+  EXPECT_TRUE(ValidJob().Validate().ok());
+}
+
+TEST(OptionsValidateTest, MessageStartsWithSourceAndYamlPath) {
+  JobOptions job = ValidJob();
+  job.tables[0].rows = 0;
+  const Status status = job.Validate();
+  EXPECT_TRUE(InvalidWith(status, {}));
+  EXPECT_TRUE(StartsWith(status.message(), "job.yaml: tables[0].rows: got 0"))
+      << status.message();
+  EXPECT_TRUE(Contains(status.message(), "; expected ")) << status.message();
+}
+
+TEST(OptionsValidateTest, EmptySourceOmitsThePrefix) {
+  JobOptions job = ValidJob();
+  job.source.clear();
+  job.tables[0].rows = 0;
+  EXPECT_TRUE(StartsWith(job.Validate().message(), "tables[0].rows: "))
+      << job.Validate().message();
+}
+
+TEST(OptionsValidateTest, AcceptsWellFormedLoopbackEndpoints) {
+  for (const char* server :
+       {"127.0.0.1:1", "127.0.0.1:65535", "127.8.9.10:7000", "localhost:7000",
+        "LocalHost:7000", "[::1]:7000", "[::ffff:127.0.0.1]:7000"}) {
+    JobOptions job = ValidJob();
+    job.cluster.servers = {server};
+    const Status status = job.Validate();
+    EXPECT_TRUE(status.ok()) << server << ": " << status.ToString();
+  }
+}
+
+TEST(OptionsValidateTest, RejectsMalformedEndpoints) {
+  for (const char* server :
+       {"", "127.0.0.1", "127.0.0.1:", ":7000", "127.0.0.1:0",
+        "127.0.0.1:65536", "127.0.0.1:7x", "127.0.0.1:-1", "127.0.0.1:+80",
+        "127.0.0.1:000007000", "[::1]", "[::1]7000", "[]:7000", "[::1:7000",
+        "[localhost]:7000", "::1:7000", "local host:7000", "*:7000"}) {
+    JobOptions job = ValidJob();
+    job.cluster.servers = {server};
+    job.cluster.allow_remote = true;  // only the form is at fault
+    EXPECT_TRUE(InvalidWith(job.Validate(), {"cluster.servers[0]"}))
+        << "server \"" << server << "\"";
+  }
+}
+
+TEST(OptionsValidateTest, NonLoopbackHostsNeedAllowRemote) {
+  for (const char* server :
+       {"10.0.0.1:7000", "0.0.0.0:7000", "[2001:db8::1]:7000",
+        "example.com:7000", "128.0.0.1:7000"}) {
+    JobOptions job = ValidJob();
+    job.cluster.servers = {server};
+    EXPECT_TRUE(
+        InvalidWith(job.Validate(), {"cluster.servers[0]", "allow_remote"}))
+        << server;
+    job.cluster.allow_remote = true;
+    EXPECT_TRUE(job.Validate().ok()) << server;
+  }
+}
+
+TEST(OptionsValidateTest, SameEndpointSpelledDifferentlyIsDuplicate) {
+  JobOptions job = ValidJob();
+  job.cluster.servers = {"localhost:7000", "LOCALHOST:07000"};
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"cluster.servers[1]"}));
+  job.cluster.servers = {"[::1]:7000", "[0:0:0:0:0:0:0:1]:7000"};
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"cluster.servers[1]"}));
+}
+
+TEST(OptionsValidateTest, SameHostOnDifferentPortsIsFine) {
+  JobOptions job = ValidJob();
+  job.cluster.servers = {"127.0.0.1:7000", "127.0.0.1:7001", "[::1]:7000"};
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+}
+
+TEST(OptionsValidateTest, ZeroWorkersIsRejected) {
+  JobOptions job = ValidJob();
+  job.cluster.workers = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"cluster.workers"}));
+}
+
+TEST(OptionsValidateTest, TableNamesAllowLettersDigitsUnderscoreDotDash) {
+  JobOptions job = ValidJob();
+  job.tables[0].name = "Emb_9.v-2";
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  for (const char* name : {"", "a b", "a/b", "w\xc3\xa9", "a:b"}) {
+    job.tables[0].name = name;
+    EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].name"}))
+        << "name \"" << name << "\"";
+  }
+}
+
+TEST(OptionsValidateTest, RowsTimesDimMustFitIn64BitBytes) {
+  JobOptions job = ValidJob();
+  job.tables[0].dim = 16;
+  const uint64_t max_rows =
+      std::numeric_limits<uint64_t>::max() / 16 / sizeof(float);
+  job.tables[0].rows = max_rows;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.tables[0].rows = max_rows + 1;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0]: ", "overflow"}));
+}
+
+TEST(OptionsValidateTest, SgdLearningRateMustBePositiveAndFinite) {
+  for (float lr : {0.0f, -0.1f, std::numeric_limits<float>::infinity(),
+                   std::numeric_limits<float>::quiet_NaN()}) {
+    JobOptions job = ValidJob();
+    job.tables[0].optimizer.lr = lr;
+    EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].optimizer.lr"})) << lr;
+  }
+}
+
+TEST(OptionsValidateTest, AddOptimizerIgnoresLearningRate) {
+  JobOptions job = ValidJob();
+  job.tables[0].optimizer.kind = OptimizerKind::kAdd;
+  job.tables[0].optimizer.lr = 0.0f;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+}
+
+TEST(OptionsValidateTest, ConstantInitMayBeNegativeButMustBeFinite) {
+  JobOptions job = ValidJob();
+  job.tables[0].init.kind = InitKind::kConstant;
+  job.tables[0].init.value = -3.0f;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.tables[0].init.value = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].init.value"}));
+}
+
+TEST(OptionsValidateTest, RandomInitScaleMustBeFiniteAndNonNegative) {
+  JobOptions job = ValidJob();
+  job.tables[0].init.kind = InitKind::kUniform;
+  job.tables[0].init.value = 0.0f;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.tables[0].init.value = -0.1f;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].init.scale"}));
+  job.tables[0].init.kind = InitKind::kNormal;
+  job.tables[0].init.value = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].init.stddev"}));
+}
+
+TEST(OptionsValidateTest, ServerLimitBoundaries) {
+  JobOptions job = ValidJob();
+  job.server.max_request_bytes = 1024;
+  job.server.max_keys_per_request = 1;
+  job.server.io_threads = 64;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.server.max_request_bytes = 1023;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"server.max_request_bytes"}));
+  job = ValidJob();
+  job.server.max_keys_per_request = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"server.max_keys_per_request"}));
+  job = ValidJob();
+  job.server.io_threads = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"server.io_threads"}));
+  job.server.io_threads = 65;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"server.io_threads"}));
+}
+
+TEST(OptionsValidateTest, ClientLimitBoundaries) {
+  JobOptions job = ValidJob();
+  job.client.request_timeout_ms = 1;
+  job.client.max_in_flight = 1;
+  job.client.io_threads = 1;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.client.request_timeout_ms = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"client.request_timeout_ms"}));
+  job = ValidJob();
+  job.client.max_in_flight = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"client.max_in_flight"}));
+  job = ValidJob();
+  job.client.io_threads = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"client.io_threads"}));
+}
+
+TEST(OptionsValidateTest, TrainChecksAreSkippedWhenFeaturesIsZero) {
+  JobOptions job = ValidJob();
+  job.train.table = "no_such_table";
+  job.train.batch_size = 0;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+}
+
+TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
+  JobOptions job = ValidJob();
+  job.train.features = 64;
+  job.train.samples_per_worker = 100;
+  job.train.batch_size = 100;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  job.train.batch_size = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.batch_size"}));
+  job.train.batch_size = 1;
+  job.train.samples_per_worker = 0;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.samples_per_worker"}));
+}
+
+TEST(OptionsValidateTest, TrainNoiseMustBeFiniteAndNonNegative) {
+  JobOptions job = ValidJob();
+  job.train.features = 64;
+  job.train.noise = -0.5f;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.noise"}));
+  job.train.noise = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.noise"}));
+}
+
+TEST(OptionsValidateTest, TableIdIsTheIndexOrNotFound) {
+  JobOptions job = ValidJob();
+  TableOptions bias;
+  bias.name = "bias";
+  bias.rows = 1;
+  job.tables.push_back(bias);
+  StatusOr<uint32_t> id = job.TableId("bias");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, 1u);
+  StatusOr<uint32_t> missing = job.TableId("nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(missing.status().message(), "\"nope\""))
+      << missing.status().message();
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,76 @@
+#include "common/status.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "common/rank.h"
+
+namespace ps {
+namespace {
+
+StatusOr<int> Half(int x) {
+  if (x % 2 != 0) return InvalidArgumentError(std::to_string(x) + " is odd");
+  return x / 2;
+}
+
+Status Quarter(int x, int* out) {
+  PS_ASSIGN_OR_RETURN(int h, Half(x));
+  PS_ASSIGN_OR_RETURN(*out, Half(h));
+  return Status::Ok();
+}
+
+TEST(StatusTest, OkIsFreeAndEmpty) {
+  Status s;
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kOk);
+  EXPECT_EQ(s.message(), "");
+  EXPECT_EQ(s.ToString(), "OK");
+}
+
+TEST(StatusTest, ErrorsCarryCodeMessageAndContext) {
+  Status s = DeadlineExceededError("no reply").WithContext("server 1");
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.ToString(), "DeadlineExceeded: server 1: no reply");
+  EXPECT_TRUE(s.IsRetryable());
+  EXPECT_TRUE(UnavailableError("x").IsRetryable());
+  EXPECT_FALSE(InvalidArgumentError("x").IsRetryable());
+}
+
+TEST(StatusTest, MacrosPropagateTheFirstError) {
+  int out = 0;
+  EXPECT_TRUE(Quarter(8, &out).ok());
+  EXPECT_EQ(out, 2);
+  Status s = Quarter(6, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "3 is odd");
+}
+
+TEST(StatusTest, StatusOrFromOkStatusIsAnInternalError) {
+  StatusOr<int> v(Status::Ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kInternal);
+}
+
+TEST(RankTest, FlagWinsAndIsRangeChecked) {
+  EXPECT_EQ(*ResolveRank(2, 0, 3, "rank"), 2u);
+  auto bad = ResolveRank(3, 0, 3, "rank");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("rank 3 (from --rank) is out of range"), std::string::npos);
+}
+
+TEST(RankTest, EnvironmentOfTheLauncherIsUsedWithOffset) {
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("PMI_RANK");
+  unsetenv("SLURM_PROCID");
+  EXPECT_EQ(ResolveRank(std::nullopt, 0, 2, "shard").status().code(),
+            StatusCode::kInvalidArgument);
+  setenv("PMI_RANK", "5", 1);
+  EXPECT_EQ(*ResolveRank(std::nullopt, 2, 4, "rank"), 3u);
+  setenv("PMI_RANK", "x5", 1);
+  EXPECT_NE(ResolveRank(std::nullopt, 0, 4, "rank").status().message().find("not an integer"),
+            std::string::npos);
+  unsetenv("PMI_RANK");
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,355 @@
+// End-to-end: real ps_server, ps_worker and ps_launch processes on loopback.
+// Every process is a Subprocess, which kills and reaps it when the test ends,
+// whatever happens.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "common/config.h"
+#include "common/subprocess.h"
+#include "worker/client.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using Steady = std::chrono::steady_clock;
+
+const std::string kServer = std::string(PS_BINARY_DIR) + "/bin/ps_server";
+const std::string kWorker = std::string(PS_BINARY_DIR) + "/bin/ps_worker";
+const std::string kLaunch = std::string(PS_BINARY_DIR) + "/bin/ps_launch";
+
+// A loopback TCP port that was free a moment ago.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ps_e2e_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    procs_.clear();  // SIGKILL + reap anything still running
+    fs::remove_all(dir_);
+  }
+
+  // Writes a job with `shards` servers on fresh ports and returns its path.
+  std::string WriteJob(int shards, int workers, const std::string& rest) {
+    ports_.clear();
+    std::string servers;
+    for (int i = 0; i < shards; ++i) {
+      ports_.push_back(FreePort());
+      servers += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports_.back()) + "\"";
+    }
+    std::string path = (dir_ / "job.yaml").string();
+    std::ofstream(path) << "cluster: { servers: [" << servers << "], workers: " << workers
+                        << " }\n" << rest;
+    return path;
+  }
+
+  Subprocess* Start(std::vector<std::string> argv, bool capture = false) {
+    SubprocessOptions o;
+    o.argv = std::move(argv);
+    o.capture_output = capture;
+    auto p = Subprocess::Spawn(o);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return nullptr;
+    procs_.push_back(std::move(*p));
+    return procs_.back().get();
+  }
+
+  Subprocess* StartServer(const std::string& job, int shard) {
+    return Start({kServer, "--config", job, "--shard", std::to_string(shard)});
+  }
+
+  // Reads a captured child's output until it exits or `timeout` passes
+  // (then it is killed and the test fails). Returns {wait status, output}.
+  std::pair<int, std::string> Finish(Subprocess* p, milliseconds timeout,
+                                     const std::function<void(const std::string&)>& on_line = {}) {
+    std::string out;
+    LineReader reader;
+    std::vector<std::string> lines;
+    const auto deadline = Steady::now() + timeout;
+    bool eof = p->output_fd() < 0;
+    while (!eof && Steady::now() < deadline) {
+      pollfd pfd{p->output_fd(), POLLIN, 0};
+      poll(&pfd, 1, 100);
+      auto r = reader.ReadFrom(p->output_fd(), &lines);
+      if (!r.ok()) break;
+      eof = *r;
+      for (auto& l : lines) {
+        if (on_line) on_line(l);
+        out += l + "\n";
+      }
+      lines.clear();
+    }
+    auto status = p->WaitFor(std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
+                                                          deadline - Steady::now())));
+    if (!status.ok()) {
+      ADD_FAILURE() << p->program() << " did not finish in time; output:\n" << out;
+      return {p->Terminate(milliseconds(1000)), out};
+    }
+    return {*status, out};
+  }
+
+  fs::path dir_;
+  std::vector<int> ports_;
+  std::vector<std::unique_ptr<Subprocess>> procs_;
+};
+
+constexpr char kSumTables[] =
+    "tables:\n"
+    "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
+    "  - { name: emb, rows: 1000000, dim: 8, optimizer: { type: add } }\n"
+    "client: { request_timeout_ms: 10000 }\n";
+
+TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
+  const std::string path = WriteJob(2, 2, kSumTables);
+  auto job = LoadJobFile(path);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Subprocess* servers[2] = {StartServer(path, 0), StartServer(path, 1)};
+
+  // Each worker pushes integer-valued updates, up to 8 tickets in flight;
+  // float sums of small integers are exact, so the result must match exactly.
+  std::vector<double> expect_acc(10000, 0.0), expect_emb(1000000 * 8, 0.0);
+  std::mutex mu;
+  auto worker = [&](uint32_t rank) {
+    auto client = Client::Create(*job, rank);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    std::mt19937 gen(100 + rank);
+    std::vector<double> acc(10000, 0.0);
+    std::map<uint64_t, std::vector<double>> emb;
+    std::deque<Ticket> in_flight;
+    for (int step = 0; step < 150; ++step) {
+      std::vector<float> dense(10000);
+      for (size_t i = 0; i < dense.size(); ++i) {
+        dense[i] = static_cast<float>(static_cast<int>(gen() % 7) - 3);
+        acc[i] += dense[i];
+      }
+      auto t1 = (*client)->PushDense(0, SharedFloats::Take(std::move(dense)));
+      ASSERT_TRUE(t1.ok());
+      in_flight.push_back(*t1);
+      std::vector<uint64_t> rows(64);  // unsorted, may repeat, both shards
+      std::vector<float> vals(64 * 8);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        rows[r] = gen() % 1000000;
+        auto& e = emb[rows[r]];
+        e.resize(8);
+        for (int c = 0; c < 8; ++c) {
+          vals[r * 8 + c] = static_cast<float>(gen() % 5);
+          e[c] += vals[r * 8 + c];
+        }
+      }
+      auto t2 = (*client)->Push(1, rows, SharedFloats::Take(std::move(vals)));
+      ASSERT_TRUE(t2.ok());
+      in_flight.push_back(*t2);
+      while (in_flight.size() > 8) {
+        ASSERT_TRUE((*client)->Wait(in_flight.front()).ok());
+        in_flight.pop_front();
+      }
+    }
+    for (Ticket t : in_flight) ASSERT_TRUE((*client)->Wait(t).ok());
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < acc.size(); ++i) expect_acc[i] += acc[i];
+    for (auto& [row, e] : emb) {
+      for (int c = 0; c < 8; ++c) expect_emb[row * 8 + c] += e[c];
+    }
+  };
+  std::thread w0(worker, 0), w1(worker, 1);
+  w0.join();
+  w1.join();
+
+  auto reader = Client::Create(*job, 0);
+  ASSERT_TRUE(reader.ok());
+  std::vector<float> acc(10000), emb(1000000 * 8);
+  ASSERT_TRUE((*reader)->Wait(*(*reader)->PullDense(0, acc.data())).ok());
+  ASSERT_TRUE((*reader)->Wait(*(*reader)->PullDense(1, emb.data())).ok());
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], expect_acc[i]) << "acc row " << i;
+  size_t nonzero = 0;
+  for (size_t i = 0; i < emb.size(); ++i) {
+    ASSERT_EQ(emb[i], expect_emb[i]) << "emb element " << i;
+    nonzero += emb[i] != 0;
+  }
+  EXPECT_GT(nonzero, 1000u);
+
+  // A clean shutdown through the protocol: both servers exit 0.
+  auto control = Client::Create(*job, kControlWorker);
+  ASSERT_TRUE(control.ok());
+  ASSERT_TRUE((*control)->ShutdownServers().ok());
+  for (Subprocess* s : servers) {
+    auto st = s->WaitFor(milliseconds(5000));
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(ExitedSuccessfully(*st)) << DescribeWaitStatus(*st);
+  }
+}
+
+TEST_F(E2eTest, KilledServerBecomesATimeoutNamingItWithinTheDeadline) {
+  const std::string path = WriteJob(
+      2, 1, "tables:\n  - { name: w, rows: 1000, dim: 4 }\nclient: { request_timeout_ms: 1000 }\n");
+  auto job = LoadJobFile(path);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  StartServer(path, 0);
+  Subprocess* victim = StartServer(path, 1);
+  auto client = Client::Create(*job, 0);
+  ASSERT_TRUE(client.ok());
+  std::vector<float> w(4000), g(4000, 0.5f);
+  // Servers may still be starting: the first pull waits for them (queued by
+  // the transport), within the deadline.
+  Status first = (*client)->Wait(*(*client)->PullDense(0, w.data()));
+  for (int i = 0; i < 20 && !first.ok(); ++i) {
+    first = (*client)->Wait(*(*client)->PullDense(0, w.data()));
+  }
+  ASSERT_TRUE(first.ok()) << first.ToString();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE((*client)->Wait(*(*client)->PushDense(0, SharedFloats::Take(std::vector<float>(g)))).ok());
+  }
+  ASSERT_TRUE(victim->Signal(SIGKILL).ok());
+  ASSERT_TRUE(victim->WaitFor(milliseconds(5000)).ok());
+
+  const auto start = Steady::now();
+  Status s = (*client)->Wait(*(*client)->PullDense(0, w.data()));
+  const auto took = Steady::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("server 1 at tcp://127.0.0.1:" + std::to_string(ports_[1])),
+            std::string::npos) << s.ToString();
+  EXPECT_GE(took, milliseconds(900));
+  EXPECT_LT(took, milliseconds(4000));  // the deadline plus slack: no hang
+  // The surviving shard still serves its own rows.
+  std::vector<uint64_t> rows = {0, 1, 2};
+  std::vector<float> out(12);
+  EXPECT_TRUE((*client)->PullSync(0, rows, out.data()).ok());
+}
+
+constexpr char kTrainJob[] =
+    "tables:\n"
+    "  - { name: weights, rows: 32, dim: 1, optimizer: { type: sgd, lr: 0.1 } }\n"
+    "train: { table: weights, features: 32, samples_per_worker: 2048, batch_size: 32,\n"
+    "         iterations: ITER, log_every: 20 }\n";
+
+std::string TrainJob(int iterations) {
+  std::string s = kTrainJob;
+  return s.replace(s.find("ITER"), 4, std::to_string(iterations));
+}
+
+TEST_F(E2eTest, LaunchTrainsLinearRegressionAndTheLossGoesDown) {
+  const std::string path = WriteJob(2, 2, TrainJob(150));
+  Subprocess* launch = Start({kLaunch, "--config", path}, /*capture=*/true);
+  ASSERT_NE(launch, nullptr);
+  auto [status, out] = Finish(launch, milliseconds(60000));
+  EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  EXPECT_NE(out.find("[server 0]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[server 1]"), std::string::npos) << out;
+  // Whichever worker starts first sees the untrained weights; every worker
+  // ends near the noise floor with the generating weights recovered.
+  std::regex done(R"(\[worker (\d)\].*first loss ([0-9.]+), final loss ([0-9.]+), \|w - w\*\|/\|w\*\| = ([0-9.]+))");
+  double first_max = 0;
+  std::vector<double> finals;
+  int finished = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), done), end; it != end; ++it) {
+    first_max = std::max(first_max, std::stod((*it)[2]));
+    finals.push_back(std::stod((*it)[3]));
+    EXPECT_LT(std::stod((*it)[4]), 0.05) << it->str();
+    ++finished;
+  }
+  for (double f : finals) EXPECT_LT(f, first_max * 0.01) << out;
+  EXPECT_EQ(finished, 2) << out;
+}
+
+TEST_F(E2eTest, LaunchStopsTheJobWhenAServerCannotStart) {
+  const std::string path = WriteJob(2, 2, TrainJob(100000));
+  // Hold server 1's port so that ps_server 1 fails to bind.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(ports_[1]));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  Subprocess* launch = Start({kLaunch, "--config", path, "--grace-ms", "2000"}, true);
+  auto [status, out] = Finish(launch, milliseconds(30000));
+  close(fd);
+  EXPECT_FALSE(ExitedSuccessfully(status)) << out;
+  EXPECT_NE(out.find("server 1 exited with code 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("another ps_server"), std::string::npos) << out;
+}
+
+TEST_F(E2eTest, CtrlCStopsEveryProcessOfTheJob) {
+  const std::string path = WriteJob(2, 2, TrainJob(1000000));
+  Subprocess* launch = Start({kLaunch, "--config", path, "--grace-ms", "3000"}, true);
+  bool signalled = false;
+  auto [status, out] = Finish(launch, milliseconds(30000), [&](const std::string& line) {
+    if (!signalled && line.find("[worker 1]") != std::string::npos &&
+        line.find("step") != std::string::npos) {
+      EXPECT_TRUE(launch->Signal(SIGINT).ok());
+      signalled = true;
+    }
+  });
+  ASSERT_TRUE(signalled) << out;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << DescribeWaitStatus(status) << out;
+  // Every server is gone: its port can be bound again.
+  for (int port : ports_) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << "port " << port;
+    close(fd);
+  }
+}
+
+TEST_F(E2eTest, BinariesRejectABadConfigNamingFileAndPath) {
+  const std::string path = (dir_ / "bad.yaml").string();
+  std::ofstream(path) << "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+                         "tables:\n  - { name: w, rows: 0 }\n";
+  for (const std::string& bin : {kServer, kWorker, kLaunch}) {
+    std::vector<std::string> argv = {bin, "--config", path};
+    if (bin == kServer) argv.insert(argv.end(), {"--shard", "0"});
+    if (bin == kWorker) argv.insert(argv.end(), {"--rank", "0"});
+    Subprocess* p = Start(argv, true);
+    auto [status, out] = Finish(p, milliseconds(10000));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << bin << ": " << out;
+    EXPECT_NE(out.find("bad.yaml"), std::string::npos) << bin << ": " << out;
+    EXPECT_NE(out.find("tables[0].rows"), std::string::npos) << bin << ": " << out;
+  }
+}
+
+TEST_F(E2eTest, ServerRejectsAShardOutsideTheJob) {
+  const std::string path = WriteJob(2, 1, "tables:\n  - { name: w, rows: 10 }\n");
+  Subprocess* p = Start({kServer, "--config", path, "--shard", "2"}, true);
+  auto [status, out] = Finish(p, milliseconds(10000));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
+  EXPECT_NE(out.find("shard 2 (from --shard) is out of range"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ps

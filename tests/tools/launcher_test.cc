@@ -1,0 +1,471 @@
+// Drives the Launcher with /bin/sh scripts in place of ps_server and
+// ps_worker. The scripts get the launcher's flags as positional arguments:
+// $1 --config, $2 <file>, $3 --shard/--rank, $4 <index>, $5 --log-level,
+// $6 <level>. Servers and workers synchronise through files in a temporary
+// directory, never through sleeps, so the tests are deterministic.
+#include "tools/launcher.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/subprocess.h"
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A server: stops cleanly on SIGTERM, says it is up, then marks itself ready.
+// Short sleeps: dash runs a trap only between commands, and a SIGTERM that
+// lands before `sleep` is forked would otherwise wait for all of it.
+constexpr char kServer[] = R"(trap 'echo "stopping on TERM"; exit 0' TERM
+echo "up shard=$4 config=$2 level=$6"
+touch "@DIR@/server_$4"
+while :; do sleep 0.05; done
+)";
+
+// A worker: waits for server 0, then finishes with code 0.
+constexpr char kWorker[] =
+    R"(while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+echo "rank $4 done"
+printf 'last line without newline'
+)";
+
+// A worker that runs until stopped, once server 0 is up.
+constexpr char kWaitingWorker[] =
+    R"(while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+echo "waiting"
+sleep 10
+)";
+
+// Lines received from the launcher, thread-safe.
+class Lines {
+ public:
+  void Add(std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.emplace_back(line);
+    cv_.notify_all();
+  }
+
+  std::vector<std::string> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+
+  bool Contains(const std::string& line) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::find(lines_.begin(), lines_.end(), line) != lines_.end();
+  }
+
+  // Waits until `line` has been received.
+  bool WaitFor(const std::string& line,
+               milliseconds timeout = milliseconds(3000)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] {
+      return std::find(lines_.begin(), lines_.end(), line) != lines_.end();
+    });
+  }
+
+  // Pids from the "[launch] started <name> (pid <pid>): ..." lines.
+  std::vector<pid_t> Pids() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<pid_t> pids;
+    for (const std::string& line : lines_) {
+      if (line.rfind("[launch] started ", 0) != 0) continue;
+      size_t at = line.find("(pid ");
+      if (at != std::string::npos) {
+        pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + at + 5)));
+      }
+    }
+    return pids;
+  }
+
+  std::string Dump() const {
+    std::string text;
+    for (const std::string& line : Get()) text += line + "\n";
+    return text;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+};
+
+// Live (non-zombie) processes whose process group is `pgid`.
+int LiveMembersOfGroup(pid_t pgid) {
+  int live = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + entry->d_name + "/stat");
+    std::string content;
+    std::getline(stat, content);  // "<pid> (<comm>) <state> <ppid> <pgrp>"
+    size_t paren = content.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    long pgrp = 0;
+    if (std::sscanf(content.c_str() + paren + 1, " %c %ld %ld", &state, &ppid,
+                    &pgrp) != 3) {
+      continue;
+    }
+    if (pgrp == pgid && state != 'Z' && state != 'X') ++live;
+  }
+  ::closedir(proc);
+  return live;
+}
+
+// Every recorded child is reaped, and nothing is left running in its group.
+void ExpectNoLeftovers(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    EXPECT_EQ(::kill(pid, 0), -1) << "pid " << pid << " still exists";
+    EXPECT_EQ(errno, ESRCH) << "pid " << pid;
+    const auto deadline = Clock::now() + milliseconds(2000);
+    while (LiveMembersOfGroup(pid) > 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    EXPECT_EQ(LiveMembersOfGroup(pid), 0) << "group " << pid;
+  }
+}
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/ps_launcher_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+    config_ = dir_ + "/job.yaml";
+  }
+
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  static JobOptions Job(int servers, uint32_t workers) {
+    JobOptions job;
+    for (int i = 0; i < servers; ++i) {
+      job.cluster.servers.push_back("127.0.0.1:" + std::to_string(5000 + i));
+    }
+    job.cluster.workers = workers;
+    return job;
+  }
+
+  std::vector<std::string> Sh(std::string script) const {
+    for (size_t at; (at = script.find("@DIR@")) != std::string::npos;) {
+      script.replace(at, 5, dir_);
+    }
+    return {"/bin/sh", "-c", script, "sh"};
+  }
+
+  LauncherOptions Options(const std::string& server_script,
+                          const std::string& worker_script) {
+    LauncherOptions options;
+    options.server_command = Sh(server_script);
+    options.worker_command = Sh(worker_script);
+    options.grace = milliseconds(2000);
+    options.handle_signals = false;
+    options.output = [this](std::string_view line) { lines_.Add(line); };
+    return options;
+  }
+
+  std::string dir_;
+  std::string config_;
+  Lines lines_;
+};
+
+TEST_F(LauncherTest, PrefixesEveryLineWithItsProcess) {
+  Launcher launcher(Job(2, 2), config_, Options(kServer, kWorker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  for (const std::string shard : {"0", "1"}) {
+    EXPECT_TRUE(lines_.Contains("[server " + shard + "] up shard=" + shard +
+                                " config=" + config_ + " level=info"))
+        << lines_.Dump();
+    EXPECT_TRUE(
+        lines_.Contains("[worker " + shard + "] rank " + shard + " done"))
+        << lines_.Dump();
+    // A partial last line comes out when the child exits.
+    EXPECT_TRUE(
+        lines_.Contains("[worker " + shard + "] last line without newline"))
+        << lines_.Dump();
+  }
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, StartsServersFirstWithTheirFlags) {
+  Launcher launcher(Job(2, 1), config_, Options(kServer, kWorker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  std::vector<std::string> started;
+  for (const std::string& line : lines_.Get()) {
+    if (line.rfind("[launch] started ", 0) == 0) started.push_back(line);
+  }
+  ASSERT_EQ(started.size(), 3u) << lines_.Dump();
+  EXPECT_NE(started[0].find("started server 0 "), std::string::npos);
+  EXPECT_NE(started[1].find("started server 1 "), std::string::npos);
+  EXPECT_NE(started[2].find("started worker 0 "), std::string::npos);
+  EXPECT_NE(
+      started[1].find("--config " + config_ + " --shard 1 --log-level info"),
+      std::string::npos)
+      << started[1];
+  EXPECT_NE(
+      started[2].find("--config " + config_ + " --rank 0 --log-level info"),
+      std::string::npos)
+      << started[2];
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest,
+       AllWorkersSucceedingStopsServersWithSigtermAndReturnsZero) {
+  Launcher launcher(Job(2, 3), config_, Options(kServer, kWorker));
+  const auto start = Clock::now();
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));  // no grace expired
+  EXPECT_TRUE(
+      lines_.Contains("[launch] all 3 workers finished; stopping the servers"))
+      << lines_.Dump();
+  for (const std::string shard : {"0", "1"}) {
+    EXPECT_TRUE(lines_.Contains("[server " + shard + "] stopping on TERM"))
+        << lines_.Dump();
+    EXPECT_TRUE(
+        lines_.Contains("[launch] server " + shard + " exited with code 0"))
+        << lines_.Dump();
+  }
+  EXPECT_TRUE(lines_.Contains("[launch] worker 2 exited with code 0"));
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, FailingWorkerStopsTheOthersAndIsNamed) {
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+if [ "$4" = 1 ]; then echo "rank 1 failing"; exit 3; fi
+sleep 10
+)";
+  Launcher launcher(Job(1, 3), config_, Options(kServer, worker));
+  const auto start = Clock::now();
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 1);
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+  EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 failing")) << lines_.Dump();
+  EXPECT_TRUE(
+      lines_.Contains("[launch] worker 1 exited with code 3; stopping the job"))
+      << lines_.Dump();
+  EXPECT_TRUE(
+      lines_.Contains("[launch] worker 0 killed by signal 15 (Terminated)"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 0] stopping on TERM")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, ServerThatDiesStopsTheJob) {
+  const std::string server = R"(
+if [ "$4" = 1 ]; then
+  while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+  kill -9 $$
+fi
+)" + std::string(kServer);
+  Launcher launcher(Job(2, 2), config_, Options(server, kWaitingWorker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE(lines_.Contains(
+      "[launch] server 1 killed by signal 9 (Killed); stopping the job"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 0] stopping on TERM")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, ServerIgnoringSigtermIsKilledAfterGraceAndFailsTheJob) {
+  // '' TERM is inherited by sleep: the whole group ignores SIGTERM.
+  const std::string server = R"(trap '' TERM
+touch "@DIR@/server_$4"
+sleep 10
+)";
+  LauncherOptions options = Options(server, kWorker);
+  options.grace = milliseconds(200);
+  Launcher launcher(Job(1, 1), config_, options);
+  const auto start = Clock::now();
+  StatusOr<int> code = launcher.Run();
+  const auto elapsed = Clock::now() - start;
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 1);
+  EXPECT_GE(elapsed, milliseconds(200));
+  EXPECT_LT(elapsed, milliseconds(2000));
+  EXPECT_TRUE(lines_.Contains(
+      "[launch] server 0 still running 200 ms after SIGTERM; sending SIGKILL"))
+      << lines_.Dump();
+  EXPECT_TRUE(
+      lines_.Contains("[launch] server 0 killed by signal 9 (Killed) "
+                      "while shutting down; the job fails"))
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, MissingBinaryIsAnErrorAndStopsWhatStarted) {
+  LauncherOptions options = Options(kServer, kWorker);
+  options.worker_command.clear();
+  options.bin_dir = dir_ + "/no_such_dir";
+  Launcher launcher(Job(2, 1), config_, options);
+  StatusOr<int> code = launcher.Run();
+  ASSERT_FALSE(code.ok());
+  EXPECT_EQ(code.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(code.status().message().find("worker 0"), std::string::npos)
+      << code.status().ToString();
+  EXPECT_NE(code.status().message().find(dir_ + "/no_such_dir/ps_worker"),
+            std::string::npos)
+      << code.status().ToString();
+  EXPECT_EQ(lines_.Pids().size(), 2u) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, RejectsJobWithoutWorkersOrServers) {
+  Launcher no_workers(Job(1, 0), config_, Options(kServer, kWorker));
+  EXPECT_EQ(no_workers.Run().status().code(), StatusCode::kInvalidArgument);
+  Launcher no_servers(Job(0, 1), config_, Options(kServer, kWorker));
+  EXPECT_EQ(no_servers.Run().status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(lines_.Pids().empty());
+}
+
+TEST_F(LauncherTest, SigintToLauncherInAThreadStopsTheJobWith130) {
+  LauncherOptions options = Options(kServer, kWaitingWorker);
+  options.handle_signals = true;
+  Launcher launcher(Job(1, 2), config_, options);
+  StatusOr<int> code = InternalError("not run");
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    code = launcher.Run();
+    done = true;
+  });
+  bool ready = lines_.WaitFor("[worker 0] waiting") &&
+               lines_.WaitFor("[worker 1] waiting");
+  // Process-directed: whichever thread takes it, the handler wakes Run().
+  // (Once Run() has returned, SIGINT would kill the test binary.)
+  if (!done) ::kill(::getpid(), SIGINT);
+  runner.join();
+  ASSERT_TRUE(ready) << lines_.Dump();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 130);
+  EXPECT_TRUE(lines_.Contains("[launch] received SIGINT; stopping the job"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 0] stopping on TERM")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, SecondSignalKillsChildrenAtOnce) {
+  const std::string server = R"(trap '' TERM
+touch "@DIR@/server_$4"
+sleep 10
+)";
+  LauncherOptions options = Options(server, kWaitingWorker);
+  options.handle_signals = true;
+  options.grace = milliseconds(10000);
+  Launcher launcher(Job(1, 1), config_, options);
+  StatusOr<int> code = InternalError("not run");
+  const auto start = Clock::now();
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    code = launcher.Run();
+    done = true;
+  });
+  bool ready = lines_.WaitFor("[worker 0] waiting");
+  if (!done) ::kill(::getpid(), SIGINT);
+  bool stopping = lines_.WaitFor("[launch] received SIGINT; stopping the job");
+  if (!done) ::kill(::getpid(), SIGINT);
+  runner.join();
+  ASSERT_TRUE(ready && stopping) << lines_.Dump();
+  EXPECT_LT(Clock::now() - start, milliseconds(5000));  // well before grace
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 130);
+  EXPECT_TRUE(lines_.Contains("[launch] received SIGINT while stopping"))
+      << lines_.Dump();
+  EXPECT_TRUE(
+      lines_.Contains("[launch] server 0 still running after a "
+                      "second signal; sending SIGKILL"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] server 0 killed by signal 9 (Killed)"))
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, SigtermToForkedLauncherStopsTheJobWith143) {
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  pid_t launcher_pid = ::fork();
+  ASSERT_GE(launcher_pid, 0);
+  if (launcher_pid == 0) {
+    ::close(report[0]);
+    LauncherOptions options = Options(kServer, kWaitingWorker);
+    options.handle_signals = true;
+    options.output = [fd = report[1]](std::string_view line) {
+      std::string text = std::string(line) + "\n";
+      if (::write(fd, text.data(), text.size()) < 0) ::_exit(100);
+    };
+    Launcher launcher(Job(2, 1), config_, options);
+    StatusOr<int> code = launcher.Run();
+    ::_exit(code.ok() ? *code : 101);
+  }
+  ::close(report[1]);
+  // Lines from the forked launcher, until `want` or EOF (it exited).
+  LineReader reader;
+  std::vector<std::string> lines;
+  auto read_until = [&](const std::string& want) {
+    const auto deadline = Clock::now() + milliseconds(3000);
+    while (Clock::now() < deadline) {
+      if (std::find(lines.begin(), lines.end(), want) != lines.end()) {
+        return true;
+      }
+      pollfd pfd{report[0], POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      char buffer[4096];
+      ssize_t n = ::read(report[0], buffer, sizeof(buffer));
+      if (n <= 0) return false;
+      reader.Feed(std::string_view(buffer, static_cast<size_t>(n)), &lines);
+    }
+    return false;
+  };
+  bool ready = read_until("[worker 0] waiting");
+  ::kill(launcher_pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher_pid, &status, 0), launcher_pid);
+  read_until("<EOF>");  // the rest, up to EOF
+  ::close(report[0]);
+  for (const std::string& line : lines) lines_.Add(line);
+
+  ASSERT_TRUE(ready) << lines_.Dump();
+  ASSERT_TRUE(WIFEXITED(status)) << DescribeWaitStatus(status);
+  EXPECT_EQ(WEXITSTATUS(status), 143) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] received SIGTERM; stopping the job"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 1] stopping on TERM")) << lines_.Dump();
+  EXPECT_EQ(lines_.Pids().size(), 3u);
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+}  // namespace
+}  // namespace ps

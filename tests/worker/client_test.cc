@@ -1,0 +1,232 @@
+// The client against real ShardServers on loopback (in this process, on
+// threads): routing by key range, zero-copy and gathered pushes, chunking
+// under the server's limits, many requests in flight, errors and deadlines.
+#include "worker/client.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "common/key_range.h"
+#include "server/shard_server.h"
+
+namespace ps {
+namespace {
+
+JobOptions Job(uint32_t shards) {
+  JobOptions job;
+  for (uint32_t i = 0; i < shards; ++i) job.cluster.servers.push_back("127.0.0.1:" + std::to_string(1 + i));
+  job.cluster.workers = 2;
+  TableOptions dense;
+  dense.name = "dense";
+  dense.rows = 1001;
+  dense.dim = 3;
+  dense.optimizer.kind = OptimizerKind::kAdd;
+  TableOptions sparse;
+  sparse.name = "sparse";
+  sparse.rows = 1000000;
+  sparse.dim = 4;
+  sparse.optimizer.kind = OptimizerKind::kAdd;
+  job.tables = {dense, sparse};
+  job.client.request_timeout_ms = 5000;
+  return job;
+}
+
+// N shard servers on threads, bound to free loopback ports.
+class Cluster {
+ public:
+  explicit Cluster(const JobOptions& job) {
+    for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*");
+      EXPECT_TRUE(server.ok()) << server.status().ToString();
+      endpoints_.push_back((*server)->endpoint());
+      servers_.push_back(std::move(*server));
+    }
+    for (auto& s : servers_) threads_.emplace_back([&s] { s->Run().IgnoreError(); });
+  }
+  ~Cluster() { Stop(); }
+  void Stop() {
+    for (auto& s : servers_) s->Stop();
+    for (auto& t : threads_) if (t.joinable()) t.join();
+  }
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  ShardServer& server(size_t i) { return *servers_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<ShardServer>> servers_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> endpoints_;
+};
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void Start(JobOptions job) {
+    job_ = std::move(job);
+    cluster_ = std::make_unique<Cluster>(job_);
+    auto c = Client::Create(job_, 0, cluster_->endpoints());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(*c);
+  }
+  JobOptions job_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, DensePushIsSplitByShardAndPullReadsItBack) {
+  Start(Job(3));
+  std::vector<float> v(1001 * 3);
+  std::iota(v.begin(), v.end(), 1.0f);
+  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  std::vector<float> out(v.size(), -1.0f);
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  EXPECT_EQ(out, v);
+  EXPECT_EQ(client_->counters().requests, 6u);  // one push and one pull per shard
+}
+
+TEST_F(ClientTest, UnsortedRowsWithDuplicatesAreGatheredAndScattered) {
+  Start(Job(2));
+  std::vector<uint64_t> rows = {999999, 3, 500000, 3, 499999, 12};
+  std::vector<float> vals(rows.size() * 4);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+  ASSERT_TRUE(client_->PushSync(1, rows, SharedFloats::Take(std::vector<float>(vals))).ok());
+  std::vector<uint64_t> ask = {3, 12, 999999, 500000, 499999, 7};
+  std::vector<float> out(ask.size() * 4);
+  ASSERT_TRUE(client_->PullSync(1, ask, out.data()).ok());
+  auto expect_row = [&](size_t pos, std::vector<size_t> from) {
+    for (int c = 0; c < 4; ++c) {
+      float sum = 0;
+      for (size_t f : from) sum += vals[f * 4 + c];
+      EXPECT_EQ(out[pos * 4 + c], sum) << "row " << ask[pos] << " col " << c;
+    }
+  };
+  expect_row(0, {1, 3});
+  expect_row(1, {5});
+  expect_row(2, {0});
+  expect_row(3, {2});
+  expect_row(4, {4});
+  expect_row(5, {});
+}
+
+TEST_F(ClientTest, ManyRequestsInFlightAllComplete) {
+  Start(Job(2));
+  std::mt19937 gen(3);
+  std::vector<float> expected(1000000 * 4, 0.0f);
+  std::vector<Ticket> tickets;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<uint64_t> rows(16);
+    for (auto& r : rows) r = gen() % 1000000;
+    std::sort(rows.begin(), rows.end());
+    std::vector<float> vals(rows.size() * 4);
+    for (size_t k = 0; k < vals.size(); ++k) {
+      vals[k] = static_cast<float>(gen() % 7);
+      expected[rows[k / 4] * 4 + k % 4] += vals[k];
+    }
+    auto t = client_->Push(1, rows, SharedFloats::Take(std::move(vals)));
+    ASSERT_TRUE(t.ok());
+    tickets.push_back(*t);
+  }
+  EXPECT_GT(client_->in_flight(), 1u);
+  ASSERT_TRUE(client_->WaitAll().ok());
+  std::vector<uint64_t> all(1000000);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> out(all.size() * 4);
+  ASSERT_TRUE(client_->PullSync(1, all, out.data()).ok());
+  EXPECT_EQ(out, expected);
+}
+
+TEST_F(ClientTest, RequestsAreChunkedUnderTheServerByteLimit) {
+  JobOptions job = Job(2);
+  job.server.max_request_bytes = 8192;
+  Start(job);
+  std::vector<float> v(1001 * 3, 2.0f);
+  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  std::vector<float> out(v.size());
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  EXPECT_EQ(out, v);
+  EXPECT_GT(client_->counters().requests, 4u);
+  EXPECT_EQ(client_->counters().errors, 0u);
+}
+
+TEST_F(ClientTest, CallbacksRunWhenTicketsComplete) {
+  Start(Job(2));
+  int calls = 0;
+  std::vector<float> out(1001 * 3);
+  ASSERT_TRUE(client_->PullDense(0, out.data(), [&](const Status& s) {
+    EXPECT_TRUE(s.ok());
+    ++calls;
+  }).ok());
+  ASSERT_TRUE(client_->WaitAll().ok());
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(ClientTest, BadArgumentsAreRejectedBeforeSending) {
+  Start(Job(2));
+  std::vector<uint64_t> rows = {1, 1000000};
+  std::vector<float> out(8);
+  auto t = client_->Pull(1, rows, out.data());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("row 1000000 (index 1) is out of range"), std::string::npos);
+  EXPECT_EQ(client_->PushDense(0, SharedFloats::Take({1.0f})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PullDense(5, out.data()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Wait(12345).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->counters().requests, 0u);
+}
+
+TEST_F(ClientTest, ServerErrorsNameTheServer) {
+  Start(Job(2));
+  // A client whose config disagrees with the servers' (more rows): the
+  // server rejects rows it does not own.
+  JobOptions wrong = job_;
+  wrong.tables[1].rows = 3000000;
+  auto c = Client::Create(wrong, 1, cluster_->endpoints());
+  ASSERT_TRUE(c.ok());
+  std::vector<uint64_t> rows = {2999999};
+  std::vector<float> out(4);
+  Status s = (*c)->PullSync(1, rows, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("server 1 at " + cluster_->endpoints()[1]), std::string::npos)
+      << s.ToString();
+}
+
+TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
+  JobOptions job = Job(2);
+  job.client.request_timeout_ms = 300;
+  Start(job);
+  cluster_->Stop();  // server 0 and 1 stop answering; their ports stay bound
+  std::vector<float> out(1001 * 3);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = client_->Wait(*client_->PullDense(0, out.data()));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("to server 0 at " + cluster_->endpoints()[0]), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("no reply within 300 ms"), std::string::npos);
+  EXPECT_LT(took, std::chrono::seconds(5));  // the deadline, not a hang
+  EXPECT_EQ(client_->in_flight(), 0u);
+}
+
+TEST_F(ClientTest, StatsAndShutdownReachEveryShard) {
+  Start(Job(2));
+  auto control = Client::Create(job_, kControlWorker, cluster_->endpoints());
+  ASSERT_TRUE(control.ok());
+  auto stats = (*control)->Stats(1);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_NE(stats->find("shard 1"), std::string::npos);
+  EXPECT_EQ((*control)->Stats(2).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*control)->ShutdownServers().ok());
+  EXPECT_TRUE(cluster_->server(0).stop_requested());
+  EXPECT_TRUE(cluster_->server(1).stop_requested());
+}
+
+TEST(ClientCreateTest, WorkerRankOutsideTheJobIsRejected) {
+  auto c = Client::Create(Job(1), 2);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,442 @@
+#include "tools/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "common/subprocess.h"
+
+namespace ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Without pidfds (kernel < 5.3) exits are noticed by polling this often.
+constexpr milliseconds kReapTick(50);
+// Most bytes read from one child per wake-up, so that a chatty child cannot
+// starve the others or the signal pipe.
+constexpr size_t kReadChunk = 64 * 1024;
+// Most bytes drained from a child's pipe right after it exited.
+constexpr size_t kDrainLimit = 1 << 20;
+
+// Write end of the self-pipe of the Run() that handles signals, or -1.
+// A global because a signal handler can reach nothing else; SignalCatcher
+// owns it and makes sure only one Run() uses it at a time.
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void OnLauncherSignal(int signo) {
+  int saved_errno = errno;
+  int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    unsigned char byte = static_cast<unsigned char>(signo);
+    ssize_t ignored = ::write(fd, &byte, 1);  // full pipe: already woken
+    (void)ignored;
+  }
+  errno = saved_errno;
+}
+
+// Routes SIGINT and SIGTERM into a pipe that the poll loop watches, for the
+// lifetime of the object, then restores the previous handlers.
+class SignalCatcher {
+ public:
+  static StatusOr<std::unique_ptr<SignalCatcher>> Install() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+      return InternalError(std::string("launcher: pipe2: ") +
+                           std::strerror(errno));
+    }
+    int expected = -1;
+    if (!g_signal_pipe.compare_exchange_strong(expected, fds[1])) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return FailedPreconditionError(
+          "launcher: another Launcher::Run() is already handling SIGINT and "
+          "SIGTERM; set LauncherOptions::handle_signals = false on one");
+    }
+    auto catcher = std::unique_ptr<SignalCatcher>(new SignalCatcher(fds));
+    struct sigaction action;
+    std::memset(&action, 0, sizeof(action));
+    action.sa_handler = OnLauncherSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &action, &catcher->saved_int_);
+    ::sigaction(SIGTERM, &action, &catcher->saved_term_);
+    return catcher;
+  }
+
+  ~SignalCatcher() {
+    ::sigaction(SIGINT, &saved_int_, nullptr);
+    ::sigaction(SIGTERM, &saved_term_, nullptr);
+    g_signal_pipe.store(-1);
+    ::close(read_fd_);
+    ::close(write_fd_);
+  }
+
+  SignalCatcher(const SignalCatcher&) = delete;
+  SignalCatcher& operator=(const SignalCatcher&) = delete;
+
+  int read_fd() const { return read_fd_; }
+
+  // The signals received since the last call, in order.
+  std::vector<int> Drain() {
+    std::vector<int> signals;
+    unsigned char buffer[64];
+    ssize_t n;
+    while ((n = ::read(read_fd_, buffer, sizeof(buffer))) > 0 ||
+           (n < 0 && errno == EINTR)) {
+      for (ssize_t i = 0; i < n; ++i) signals.push_back(buffer[i]);
+    }
+    return signals;
+  }
+
+ private:
+  explicit SignalCatcher(const int fds[2])
+      : read_fd_(fds[0]), write_fd_(fds[1]) {
+    std::memset(&saved_int_, 0, sizeof(saved_int_));
+    std::memset(&saved_term_, 0, sizeof(saved_term_));
+  }
+
+  const int read_fd_;
+  const int write_fd_;
+  struct sigaction saved_int_;
+  struct sigaction saved_term_;
+};
+
+std::string SignalName(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  return abbrev != nullptr ? std::string("SIG") + abbrev
+                           : "signal " + std::to_string(signo);
+}
+
+std::string JoinArgv(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const std::string& arg : argv) {
+    if (!text.empty()) text += ' ';
+    text += arg;
+  }
+  return text;
+}
+
+struct Child {
+  std::string name;  // "server 0", "worker 1"
+  bool is_server = false;
+  std::unique_ptr<Subprocess> process;
+  LineReader reader;
+  bool output_open = true;
+  bool exited = false;  // its exit has been handled
+  bool killed = false;  // we sent it SIGKILL
+};
+
+// The state of one Launcher::Run().
+class JobRun {
+ public:
+  JobRun(const JobOptions& job, const std::string& config_path,
+         const LauncherOptions& options)
+      : job_(job), config_path_(config_path), options_(options) {}
+
+  StatusOr<int> Run();
+
+ private:
+  enum class Outcome { kUndecided, kSucceeded, kFailed, kSignalled };
+
+  void Emit(std::string_view line);
+  void Say(const std::string& message) { Emit("[launch] " + message); }
+
+  std::vector<std::string> CommandFor(bool is_server, uint32_t index) const;
+  Status StartAll();
+  void Loop(SignalCatcher* catcher);
+
+  void PumpOutput(Child& child, size_t max_bytes);
+  void HandleExit(Child& child, int wait_status);
+  void HandleSignal(int signo);
+  void BeginStop();
+  void KillAll(const std::string& why);
+  bool AnyRunning() const;
+
+  const JobOptions& job_;
+  const std::string& config_path_;
+  const LauncherOptions& options_;
+
+  std::vector<Child> children_;
+  Outcome outcome_ = Outcome::kUndecided;
+  int exit_code_ = 0;
+  uint32_t workers_succeeded_ = 0;
+  bool stopping_ = false;
+  bool killed_all_ = false;
+  Clock::time_point deadline_;
+};
+
+void JobRun::Emit(std::string_view line) {
+  if (options_.output) {
+    options_.output(line);
+    return;
+  }
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+std::vector<std::string> JobRun::CommandFor(bool is_server,
+                                            uint32_t index) const {
+  const std::vector<std::string>& prefix =
+      is_server ? options_.server_command : options_.worker_command;
+  std::vector<std::string> argv = prefix;
+  if (argv.empty()) {
+    const char* binary = is_server ? "ps_server" : "ps_worker";
+    argv.push_back(options_.bin_dir.empty() ? binary
+                                            : options_.bin_dir + "/" + binary);
+  }
+  argv.insert(argv.end(),
+              {"--config", config_path_, is_server ? "--shard" : "--rank",
+               std::to_string(index)});
+  if (!options_.log_level.empty()) {
+    argv.insert(argv.end(), {"--log-level", options_.log_level});
+  }
+  return argv;
+}
+
+Status JobRun::StartAll() {
+  const auto servers = static_cast<uint32_t>(job_.cluster.servers.size());
+  const uint32_t total = servers + job_.cluster.workers;
+  children_.reserve(total);
+  for (uint32_t i = 0; i < total; ++i) {
+    const bool is_server = i < servers;
+    const uint32_t index = is_server ? i : i - servers;
+    std::string name =
+        (is_server ? "server " : "worker ") + std::to_string(index);
+    SubprocessOptions spawn;
+    spawn.argv = CommandFor(is_server, index);
+    spawn.capture_output = true;
+    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+    if (!process.ok()) {
+      return process.status().WithContext("launcher: " + name);
+    }
+    Say("started " + name + " (pid " + std::to_string((*process)->pid()) +
+        "): " + JoinArgv(spawn.argv));
+    Child& child = children_.emplace_back();
+    child.name = std::move(name);
+    child.is_server = is_server;
+    child.process = std::move(process).value();
+  }
+  return Status::Ok();
+}
+
+bool JobRun::AnyRunning() const {
+  return std::any_of(children_.begin(), children_.end(),
+                     [](const Child& c) { return !c.exited; });
+}
+
+void JobRun::PumpOutput(Child& child, size_t max_bytes) {
+  if (!child.output_open) return;
+  std::vector<std::string> lines;
+  StatusOr<bool> eof =
+      child.reader.ReadFrom(child.process->output_fd(), &lines, max_bytes);
+  const std::string prefix = "[" + child.name + "] ";
+  for (const std::string& line : lines) Emit(prefix + line);
+  if (!eof.ok()) {
+    Say("cannot read the output of " + child.name + ": " +
+        eof.status().ToString());
+    child.output_open = false;
+  } else if (*eof) {
+    child.output_open = false;
+  }
+}
+
+void JobRun::BeginStop() {
+  if (stopping_) return;
+  stopping_ = true;
+  deadline_ = Clock::now() + options_.grace;
+  for (Child& child : children_) {
+    if (child.exited) continue;
+    Status sent = child.process->Signal(SIGTERM);
+    if (!sent.ok()) Say("cannot stop " + child.name + ": " + sent.ToString());
+  }
+}
+
+void JobRun::KillAll(const std::string& why) {
+  killed_all_ = true;
+  for (Child& child : children_) {
+    if (child.exited) continue;
+    Say(child.name + " " + why + "; sending SIGKILL");
+    child.killed = true;
+    child.process->Signal(SIGKILL).IgnoreError();
+  }
+}
+
+void JobRun::HandleExit(Child& child, int wait_status) {
+  child.exited = true;
+  const std::string how = child.name + " " + DescribeWaitStatus(wait_status);
+  const bool success = ExitedSuccessfully(wait_status);
+  if (!stopping_) {
+    if (!success) {
+      Say(how + "; stopping the job");
+      outcome_ = Outcome::kFailed;
+      exit_code_ = 1;
+      BeginStop();
+    } else if (child.is_server) {
+      Say(how + " while workers are still running");
+    } else {
+      Say(how);
+      if (++workers_succeeded_ == job_.cluster.workers) {
+        Say("all " + std::to_string(workers_succeeded_) +
+            " workers finished; stopping the servers");
+        outcome_ = Outcome::kSucceeded;
+        exit_code_ = 0;
+        BeginStop();
+      }
+    }
+    return;
+  }
+  // Stopping: after a success, a server must end by exit code 0 or by the
+  // SIGTERM it was sent; anything else is a shutdown bug.
+  const bool clean =
+      success || (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGTERM);
+  if (outcome_ == Outcome::kSucceeded && child.is_server && !clean) {
+    Say(how + " while shutting down; the job fails");
+    exit_code_ = 1;
+  } else {
+    Say(how);
+  }
+}
+
+void JobRun::HandleSignal(int signo) {
+  if (!stopping_) {
+    Say("received " + SignalName(signo) + "; stopping the job");
+    outcome_ = Outcome::kSignalled;
+    exit_code_ = 128 + signo;
+    BeginStop();
+  } else if (!killed_all_) {
+    Say("received " + SignalName(signo) + " while stopping");
+    KillAll("still running after a second signal");
+  }
+}
+
+void JobRun::Loop(SignalCatcher* catcher) {
+  std::vector<pollfd> fds;
+  while (AnyRunning()) {
+    fds.clear();
+    if (catcher != nullptr) fds.push_back({catcher->read_fd(), POLLIN, 0});
+    bool need_tick = false;
+    for (const Child& child : children_) {
+      if (child.output_open) {
+        fds.push_back({child.process->output_fd(), POLLIN, 0});
+      }
+      if (!child.exited) {
+        if (child.process->exit_fd() >= 0) {
+          fds.push_back({child.process->exit_fd(), POLLIN, 0});
+        } else {
+          need_tick = true;
+        }
+      }
+    }
+    milliseconds timeout(-1);
+    if (need_tick) timeout = kReapTick;
+    if (stopping_ && !killed_all_) {
+      // Round up so that the wake-up is not just before the deadline.
+      auto left = std::chrono::ceil<milliseconds>(deadline_ - Clock::now());
+      left = std::max(left, milliseconds(0));
+      timeout = timeout.count() < 0 ? left : std::min(timeout, left);
+    }
+    int ready = ::poll(fds.data(), fds.size(),
+                       static_cast<int>(std::min<milliseconds::rep>(
+                           timeout.count(), 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      // Cannot happen with valid descriptors; avoid spinning if it does.
+      Say(std::string("poll failed: ") + std::strerror(errno));
+      ::usleep(10000);
+    }
+
+    if (catcher != nullptr) {
+      for (int signo : catcher->Drain()) HandleSignal(signo);
+    }
+    for (Child& child : children_) {
+      if (child.output_open) PumpOutput(child, kReadChunk);
+    }
+    for (Child& child : children_) {
+      if (child.exited) continue;
+      std::optional<int> status = child.process->TryWait();
+      if (!status) continue;
+      // Print what it wrote before saying how it ended.
+      PumpOutput(child, kDrainLimit);
+      if (std::optional<std::string> tail = child.reader.Flush()) {
+        Emit("[" + child.name + "] " + *tail);
+      }
+      HandleExit(child, *status);
+    }
+    if (stopping_ && !killed_all_ && Clock::now() >= deadline_ &&
+        AnyRunning()) {
+      KillAll("still running " + std::to_string(options_.grace.count()) +
+              " ms after SIGTERM");
+    }
+  }
+  // Everything is reaped and its group killed; take what is left in the
+  // pipes without waiting for writers that escaped the group.
+  for (Child& child : children_) {
+    PumpOutput(child, kDrainLimit);
+    if (std::optional<std::string> tail = child.reader.Flush()) {
+      Emit("[" + child.name + "] " + *tail);
+    }
+  }
+}
+
+StatusOr<int> JobRun::Run() {
+  if (job_.cluster.servers.empty()) {
+    return InvalidArgumentError("launcher: cluster.servers is empty in '" +
+                                config_path_ +
+                                "'; list one host:port per shard");
+  }
+  if (job_.cluster.workers == 0) {
+    return InvalidArgumentError("launcher: cluster.workers is 0 in '" +
+                                config_path_ + "'; the job needs >= 1 worker");
+  }
+  if (config_path_.empty()) {
+    return InvalidArgumentError("launcher: empty config path");
+  }
+  if (options_.grace < milliseconds(0)) {
+    return InvalidArgumentError("launcher: grace period " +
+                                std::to_string(options_.grace.count()) +
+                                " ms is negative");
+  }
+  std::unique_ptr<SignalCatcher> catcher;
+  if (options_.handle_signals) {
+    PS_ASSIGN_OR_RETURN(catcher, SignalCatcher::Install());
+  }
+
+  Status started = StartAll();
+  if (!started.ok()) {
+    Say(started.ToString() + "; stopping the job");
+    outcome_ = Outcome::kFailed;
+    exit_code_ = 1;
+    BeginStop();
+  }
+  Loop(catcher.get());
+  if (!started.ok()) return started;
+  return exit_code_;
+}
+
+}  // namespace
+
+Launcher::Launcher(JobOptions job, std::string config_path,
+                   LauncherOptions options)
+    : job_(std::move(job)),
+      config_path_(std::move(config_path)),
+      options_(std::move(options)) {}
+
+StatusOr<int> Launcher::Run() {
+  JobRun run(job_, config_path_, options_);
+  return run.Run();
+}
+
+}  // namespace ps

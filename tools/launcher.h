@@ -1,0 +1,94 @@
+// Launcher: runs one job on this machine, the library behind ps_launch.
+//
+// Starts one ps_server per entry of cluster.servers (shard order) and then
+// cluster.workers ps_worker processes, streams every child's output line by
+// line with a prefix ("[server 0] ...", "[worker 1] ..."), and ends the job:
+//
+//  - all workers exit with code 0: SIGTERM to the servers, up to `grace` for
+//    them to stop, SIGKILL to the rest; exit code 0, or 1 if a server then
+//    ends other than by exit code 0 or that SIGTERM (it crashed or had to be
+//    killed: a shutdown bug worth failing on);
+//  - a worker or server exits non-zero or by a signal first: the launcher
+//    says which and how ("[launch] worker 1 exited with code 3; stopping the
+//    job") and stops all others the same way; exit code 1;
+//  - SIGINT or SIGTERM reaches the launcher: it stops all children the same
+//    way; exit code 130 or 143. A second signal SIGKILLs them at once.
+//
+// A server that exits with code 0 while workers still run is reported and
+// the job goes on (an operator may have shut it down with ps_ctl; workers
+// that still need it fail on their own).
+//
+// Children run in their own process groups (common/subprocess.h), so a
+// Ctrl-C on the terminal reaches the launcher only and the job stops in
+// order; they die with SIGKILL if the launcher dies.
+#ifndef PS_TOOLS_LAUNCHER_H_
+#define PS_TOOLS_LAUNCHER_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+
+namespace ps {
+
+struct LauncherOptions {
+  // Directory that holds the ps_server and ps_worker binaries. Used for the
+  // commands below that are left empty. Default: empty (current directory).
+  std::string bin_dir;
+  // Time the children get between SIGTERM and SIGKILL when the job stops.
+  // >= 0. Default 5 s.
+  std::chrono::milliseconds grace{5000};
+  // Passed to every child as "--log-level <log_level>"; empty: not passed.
+  // Default "info".
+  std::string log_level = "info";
+  // Argv prefix that starts a server; the launcher appends
+  // "--config <file> --shard <i>" and the log level flag.
+  // Empty (default): {bin_dir + "/ps_server"}. Tests put
+  // {"/bin/sh", "-c", "<script>", "sh"} here ($1.. are the appended flags).
+  std::vector<std::string> server_command;
+  // Same for workers, with "--config <file> --rank <r>".
+  // Empty (default): {bin_dir + "/ps_worker"}.
+  std::vector<std::string> worker_command;
+  // Catch SIGINT and SIGTERM (process-wide handlers) while Run() is in
+  // progress and stop the job on them; the previous handlers are restored
+  // when Run() returns. Only one Run() at a time may do this. Default true.
+  bool handle_signals = true;
+  // Receives every output line (children's, prefixed, and the launcher's
+  // own "[launch] ..."), without '\n', on the thread of Run().
+  // Default (empty): written to stdout, flushed per line.
+  std::function<void(std::string_view line)> output;
+};
+
+// Thread-compatible; Run() may be called again after it returns.
+class Launcher {
+ public:
+  // `job` is assumed validated (LoadJobFile does it); the launcher reads
+  // only cluster.servers and cluster.workers. `config_path` is the file the
+  // children are given with --config.
+  Launcher(JobOptions job, std::string config_path, LauncherOptions options);
+
+  // Runs the job to its end (see the file comment) and returns the exit code
+  // for ps_launch: 0 success, 1 a child failed, 128 + signal number when
+  // stopped by SIGINT/SIGTERM. Every child has been reaped when it returns,
+  // whatever the outcome.
+  // Errors (after stopping the children already started):
+  //   InvalidArgument: no servers, no workers, empty config path, negative
+  //     grace;
+  //   FailedPrecondition: handle_signals and another Run() is handling them;
+  //   NotFound / PermissionDenied / ...: a child could not be started (from
+  //     Subprocess::Spawn; the message names the binary).
+  StatusOr<int> Run();
+
+ private:
+  const JobOptions job_;
+  const std::string config_path_;
+  const LauncherOptions options_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TOOLS_LAUNCHER_H_

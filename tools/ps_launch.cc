@@ -1,0 +1,111 @@
+// ps_launch: runs a whole job on this machine.
+//
+//   ps_launch --config job.yaml [--bin-dir DIR] [--grace-ms N]
+//             [--log-level info]
+//
+// Starts one ps_server per cluster.servers entry and cluster.workers
+// ps_worker processes, prefixes and interleaves their output on stdout, and
+// stops the servers once every worker has finished (tools/launcher.h has the
+// rules). Exit codes: 0 the job succeeded; 1 a child failed or could not be
+// started; 2 bad command line or job file; 130 / 143 stopped by SIGINT /
+// SIGTERM.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "common/config.h"
+#include "common/logging.h"
+#include "tools/launcher.h"
+
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// The directory this binary was started from; ps_server and ps_worker are
+// built next to it.
+std::string OwnDirectory() {
+  std::error_code error;
+  std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return ".";
+  return self.parent_path().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  std::string bin_dir;
+  int64_t grace_ms = 5000;
+  std::string log_level = "info";
+
+  CLI::App app{
+      "Runs a parameter-server job (servers and workers) on this "
+      "machine."};
+  app.add_option("--config", config_path, "Job file (YAML)")->required();
+  app.add_option("--bin-dir", bin_dir,
+                 "Directory of ps_server and ps_worker (default: the "
+                 "directory of ps_launch)");
+  app.add_option("--grace-ms", grace_ms,
+                 "Milliseconds between SIGTERM and SIGKILL when stopping "
+                 "children")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", log_level,
+                 "Log level of the launcher and its children: trace, debug, "
+                 "info, warn, error, off")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  ps::Status logging = ps::InitLogging("ps_launch", log_level);
+  if (!logging.ok()) {
+    std::fprintf(stderr, "ps_launch: --log-level: %s\n",
+                 logging.message().c_str());
+    return kExitUsage;
+  }
+
+  ps::StatusOr<ps::JobOptions> job = ps::LoadJobFile(config_path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "ps_launch: bad job file: %s\n",
+                 job.status().ToString().c_str());
+    return kExitUsage;
+  }
+
+  // Keep managing the children when stdout goes away (ps_launch | head):
+  // writes then fail with EPIPE instead of killing the launcher, which would
+  // take the children down with SIGKILL instead of an orderly stop.
+  // Children start with default dispositions (common/subprocess.h).
+  ::signal(SIGPIPE, SIG_IGN);
+
+  ps::LauncherOptions options;
+  options.bin_dir = bin_dir.empty() ? OwnDirectory() : bin_dir;
+  options.grace = std::chrono::milliseconds(grace_ms);
+  options.log_level = log_level;
+  ps::Launcher launcher(std::move(job).value(), config_path, options);
+  ps::StatusOr<int> code = launcher.Run();
+  if (!code.ok()) {
+    std::fprintf(stderr, "ps_launch: %s\n", code.status().ToString().c_str());
+    if (code.status().code() == ps::StatusCode::kNotFound) {
+      std::fprintf(stderr,
+                   "ps_launch: ps_server and ps_worker are looked for in "
+                   "'%s'; use --bin-dir to point elsewhere\n",
+                   options.bin_dir.c_str());
+    }
+    return code.status().code() == ps::StatusCode::kInvalidArgument
+               ? kExitUsage
+               : kExitFailed;
+  }
+  return *code;
+}

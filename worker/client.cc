@@ -1,0 +1,457 @@
+#include "worker/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "common/key_range.h"
+#include "common/logging.h"
+
+namespace ps {
+
+SharedFloats SharedFloats::Take(std::vector<float>&& values) {
+  auto owner = std::make_shared<const std::vector<float>>(std::move(values));
+  return SharedFloats(owner, owner->data(), owner->size());
+}
+
+SharedFloats SharedFloats::Of(std::shared_ptr<const std::vector<float>> values) {
+  const float* data = values->data();
+  size_t size = values->size();
+  return SharedFloats(std::move(values), data, size);
+}
+
+Client::Client(const JobOptions& job, uint32_t worker)
+    : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms) {
+  // Keep every request comfortably under the server's byte and key limits.
+  max_rows_per_part_cap_ = job.server.max_keys_per_request;
+}
+
+Client::~Client() = default;
+
+StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
+                                                 std::vector<std::string> endpoints) {
+  if (worker >= job.cluster.workers && worker != kControlWorker) {
+    return InvalidArgumentError("worker rank " + std::to_string(worker) + " is not in this job (" +
+                                std::to_string(job.cluster.workers) + " workers: ranks 0.." +
+                                std::to_string(job.cluster.workers - 1) + ")");
+  }
+  if (!endpoints.empty() && endpoints.size() != job.cluster.servers.size()) {
+    return InvalidArgumentError("got " + std::to_string(endpoints.size()) +
+                                " endpoints for a job with " +
+                                std::to_string(job.cluster.servers.size()) + " servers");
+  }
+  std::unique_ptr<Client> client(new Client(job, worker));
+  PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
+  for (size_t s = 0; s < job.cluster.servers.size(); ++s) {
+    Shard shard;
+    shard.endpoint = endpoints.empty() ? "tcp://" + job.cluster.servers[s] : endpoints[s];
+    PS_ASSIGN_OR_RETURN(shard.socket,
+                        Socket::Create(client->context_.get(), SocketType::kDealer, SocketOptions{}));
+    PS_RETURN_IF_ERROR(shard.socket->Connect(shard.endpoint));
+    client->poll_sockets_.push_back(shard.socket.get());
+    client->shards_.push_back(std::move(shard));
+  }
+  return client;
+}
+
+Status Client::CheckTable(uint32_t table) const {
+  if (table >= job_.tables.size()) {
+    return InvalidArgumentError("table id " + std::to_string(table) + " does not exist; the job has " +
+                                std::to_string(job_.tables.size()) + " tables");
+  }
+  return Status::Ok();
+}
+
+Ticket Client::NewTicket(Callback done) {
+  Ticket t = next_ticket_++;
+  TicketState& st = tickets_[t];
+  st.remaining = 1;  // held until every part is issued, so it cannot finish early
+  st.done = std::move(done);
+  return t;
+}
+
+std::string Client::Describe(const Part& p, uint64_t request_id) const {
+  std::string s = OpName(p.op) + " request " + std::to_string(request_id);
+  if (p.op == Op::kPush || p.op == Op::kPull) {
+    s += " (table '" + job_.tables[p.table].name + "', " + std::to_string(p.count) + " rows)";
+  }
+  return s + " to server " + std::to_string(p.shard) + " at " + shards_[p.shard].endpoint;
+}
+
+Status Client::WaitUntilSlot(uint32_t shard) {
+  while (shards_[shard].in_flight >= job_.client.max_in_flight) {
+    PS_RETURN_IF_ERROR(Poll(100));
+  }
+  return Status::Ok();
+}
+
+void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                      uint64_t first_row, Frame keys, Frame values, float* out,
+                      std::vector<uint64_t> positions, uint32_t dim) {
+  Status slot = WaitUntilSlot(shard);
+  if (!slot.ok()) {
+    FailTicket(ticket, slot);
+    return;
+  }
+  const uint64_t rid = next_request_id_++;
+  MessageHeader h;
+  h.op = op;
+  h.request_id = rid;
+  h.worker = worker_;
+  h.table = table;
+  h.count = count;
+  h.dim = dim;
+  h.first_row = first_row;
+  const bool has_keys = keys.size() > 0;
+  if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
+  Frame frames[3] = {EncodeHeader(h), std::move(keys), std::move(values)};
+  Frame* begin = frames;
+  size_t n = 1;
+  if (has_keys) ++n;
+  if (op == Op::kPush) {
+    if (!has_keys) std::swap(frames[1], frames[2]);
+    ++n;
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) bytes += begin[i].size();
+  Part part;
+  part.ticket = ticket;
+  part.shard = shard;
+  part.op = op;
+  part.table = table;
+  part.count = count;
+  part.dim = dim;
+  part.out = out;
+  part.positions = std::move(positions);
+  Status sent = shards_[shard].socket->Send(std::span<Frame>(begin, n));
+  if (!sent.ok()) {
+    FailTicket(ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
+    return;
+  }
+  ++counters_.requests;
+  counters_.bytes_sent += bytes;
+  part.deadline = Clock::now() + timeout_;
+  deadlines_.emplace_back(part.deadline, rid);
+  ++shards_[shard].in_flight;
+  ++tickets_[ticket].remaining;
+  parts_.emplace(rid, std::move(part));
+}
+
+void Client::FailTicket(Ticket ticket, const Status& status) {
+  auto it = tickets_.find(ticket);
+  if (it != tickets_.end() && it->second.status.ok()) it->second.status = status;
+}
+
+void Client::Release(Ticket ticket, const Status& status) {
+  FailTicket(ticket, status);
+  auto t = tickets_.find(ticket);
+  if (t == tickets_.end()) return;
+  if (--t->second.remaining == 0 && t->second.done) {
+    // Erase first: the callback may issue new requests.
+    Callback done = std::move(t->second.done);
+    Status result = t->second.status;
+    tickets_.erase(t);
+    done(result);
+  }
+}
+
+void Client::FinishPart(uint64_t request_id, const Status& status) {
+  auto it = parts_.find(request_id);
+  if (it == parts_.end()) return;
+  const Ticket ticket = it->second.ticket;
+  --shards_[it->second.shard].in_flight;
+  parts_.erase(it);
+  Release(ticket, status);
+}
+
+StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
+                               const SharedFloats* values, float* out, Callback done) {
+  PS_RETURN_IF_ERROR(CheckTable(table));
+  const TableOptions& t = job_.tables[table];
+  const uint32_t dim = t.dim;
+  const uint64_t n = dense ? t.rows : rows.size();
+  if (values != nullptr && values->size() != n * dim) {
+    return InvalidArgumentError(OpName(op) + " to table '" + t.name + "': got " +
+                                std::to_string(values->size()) + " values for " +
+                                std::to_string(n) + " rows of dim " + std::to_string(dim) +
+                                ", expected " + std::to_string(n * dim));
+  }
+  if (op == Op::kPull && out == nullptr && n > 0) {
+    return InvalidArgumentError("PULL from table '" + t.name + "': output buffer is null");
+  }
+  const uint32_t num_shards = this->num_shards();
+  std::vector<uint32_t> owner;
+  bool grouped = true;  // each shard's rows form one contiguous run
+  if (!dense) {
+    owner.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] >= t.rows) {
+        return InvalidArgumentError(OpName(op) + " to table '" + t.name + "': row " +
+                                    std::to_string(rows[i]) + " (index " + std::to_string(i) +
+                                    ") is out of range [0, " + std::to_string(t.rows) + ")");
+      }
+      owner[i] = num_shards == 1 ? 0 : ShardOfRow(t.rows, num_shards, rows[i]);
+      if (i > 0 && owner[i] < owner[i - 1]) grouped = false;
+    }
+  }
+  // Rows per request so that no request passes the server's limits.
+  const uint64_t row_bytes = uint64_t{dim} * 4 + (dense ? 0 : 8);
+  const uint64_t budget = job_.server.max_request_bytes > 4096 ? job_.server.max_request_bytes - 4096
+                                                               : job_.server.max_request_bytes;
+  const uint64_t chunk = std::max<uint64_t>(1, std::min(max_rows_per_part_cap_, budget / row_bytes));
+
+  const Ticket ticket = NewTicket(std::move(done));
+  auto value_slice = [&](uint64_t first, uint64_t count) {
+    if (values == nullptr) return Frame();
+    return Frame::Share(values->data() + first * dim, count * dim * sizeof(float), values->owner());
+  };
+  if (dense) {
+    for (uint32_t s = 0; s < num_shards; ++s) {
+      RowRange r = ShardRows(t.rows, num_shards, s);
+      for (uint64_t b = r.begin; b < r.end; b += chunk) {
+        const uint64_t c = std::min(chunk, r.end - b);
+        SendPart(ticket, s, op, table, c, b, Frame(), value_slice(b, c),
+                 out != nullptr ? out + b * dim : nullptr, {}, dim);
+      }
+    }
+  } else if (grouped) {
+    size_t i = 0;
+    while (i < rows.size()) {
+      size_t j = i;
+      while (j < rows.size() && owner[j] == owner[i]) ++j;
+      for (size_t b = i; b < j; b += chunk) {
+        const size_t c = std::min<size_t>(chunk, j - b);
+        SendPart(ticket, owner[i], op, table, c, 0,
+                 Frame::CopyOf(rows.data() + b, c * sizeof(uint64_t)), value_slice(b, c),
+                 out != nullptr ? out + b * dim : nullptr, {}, dim);
+      }
+      i = j;
+    }
+  } else {
+    // Rows of several shards interleave: gather each shard's rows (and, for
+    // a push, their values) into its own frames.
+    std::vector<std::vector<uint64_t>> by_shard(num_shards);
+    for (size_t i = 0; i < rows.size(); ++i) by_shard[owner[i]].push_back(i);
+    for (uint32_t s = 0; s < num_shards; ++s) {
+      const std::vector<uint64_t>& idx = by_shard[s];
+      for (size_t b = 0; b < idx.size(); b += chunk) {
+        const size_t c = std::min<size_t>(chunk, idx.size() - b);
+        auto kf = Frame::Allocate(c * sizeof(uint64_t));
+        if (!kf.ok()) {
+          FailTicket(ticket, kf.status());
+          continue;
+        }
+        auto* k = reinterpret_cast<uint64_t*>(kf->mutable_data());
+        for (size_t x = 0; x < c; ++x) k[x] = rows[idx[b + x]];
+        Frame vals;
+        if (values != nullptr) {
+          auto vf = Frame::Allocate(c * dim * sizeof(float));
+          if (!vf.ok()) {
+            FailTicket(ticket, vf.status());
+            continue;
+          }
+          auto* v = reinterpret_cast<float*>(vf->mutable_data());
+          for (size_t x = 0; x < c; ++x) {
+            std::memcpy(v + x * dim, values->data() + idx[b + x] * dim, dim * sizeof(float));
+          }
+          vals = std::move(*vf);
+        }
+        std::vector<uint64_t> positions;
+        if (op == Op::kPull) positions.assign(idx.begin() + b, idx.begin() + b + c);
+        SendPart(ticket, s, op, table, c, 0, std::move(*kf), std::move(vals), out,
+                 std::move(positions), dim);
+      }
+    }
+  }
+  Release(ticket, Status::Ok());  // the issuing hold
+  return ticket;
+}
+
+StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
+                              Callback done) {
+  return Issue(Op::kPush, table, rows, false, &values, nullptr, std::move(done));
+}
+
+StatusOr<Ticket> Client::PushDense(uint32_t table, SharedFloats values, Callback done) {
+  return Issue(Op::kPush, table, {}, true, &values, nullptr, std::move(done));
+}
+
+StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
+                              Callback done) {
+  return Issue(Op::kPull, table, rows, false, nullptr, out, std::move(done));
+}
+
+StatusOr<Ticket> Client::PullDense(uint32_t table, float* out, Callback done) {
+  return Issue(Op::kPull, table, {}, true, nullptr, out, std::move(done));
+}
+
+void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
+  for (const Frame& f : frames) counters_.bytes_received += f.size();
+  if (frames.empty()) return;
+  auto header = DecodeHeader({frames[0].data(), frames[0].size()});
+  if (!header.ok()) {
+    PS_LOG_WARN("server {} at {} sent an unreadable reply: {}", shard, shards_[shard].endpoint,
+                header.status().ToString());
+    return;  // the request it answered will expire with a clear error
+  }
+  const MessageHeader& h = *header;
+  auto it = parts_.find(h.request_id);
+  if (it == parts_.end() || it->second.shard != shard) {
+    ++counters_.late_replies;
+    return;
+  }
+  Part& p = it->second;
+  ++counters_.replies;
+  if (h.op == Op::kError) {
+    ++counters_.errors;
+    FinishPart(h.request_id, StatusFromErrorHeader(h).WithContext(
+                                 Describe(p, h.request_id) + " was rejected"));
+    return;
+  }
+  if (h.op != ReplyOp(p.op)) {
+    FinishPart(h.request_id, InternalError(Describe(p, h.request_id) + ": got a " + OpName(h.op) +
+                                           " reply"));
+    return;
+  }
+  if (p.op == Op::kPull) {
+    const uint64_t expected = p.count * p.dim * sizeof(float);
+    if (frames.size() != 2 || frames[1].size() != expected) {
+      FinishPart(h.request_id,
+                 DataLossError(Describe(p, h.request_id) + ": reply has " +
+                               std::to_string(frames.size() > 1 ? frames[1].size() : 0) +
+                               " value bytes, expected " + std::to_string(expected)));
+      return;
+    }
+    const auto* src = reinterpret_cast<const float*>(frames[1].data());
+    if (p.positions.empty()) {
+      std::memcpy(p.out, frames[1].data(), expected);
+    } else {
+      for (size_t x = 0; x < p.positions.size(); ++x) {
+        std::memcpy(p.out + p.positions[x] * p.dim, src + x * p.dim, p.dim * sizeof(float));
+      }
+    }
+  } else if (p.op == Op::kStats || p.op == Op::kShutdown) {
+    control_replies_[h.request_id] = h;
+  }
+  FinishPart(h.request_id, Status::Ok());
+}
+
+void Client::ExpireDeadlines() {
+  const auto now = Clock::now();
+  while (!deadlines_.empty()) {
+    auto [deadline, rid] = deadlines_.front();
+    auto it = parts_.find(rid);
+    if (it == parts_.end()) {
+      deadlines_.pop_front();
+      continue;
+    }
+    if (deadline > now) break;
+    deadlines_.pop_front();
+    ++counters_.timeouts;
+    FinishPart(rid, DeadlineExceededError(
+                        Describe(it->second, rid) + " got no reply within " +
+                        std::to_string(timeout_.count()) +
+                        " ms (client.request_timeout_ms); the server may be down, overloaded "
+                        "or unreachable"));
+  }
+}
+
+Status Client::Poll(int timeout_ms) {
+  ExpireDeadlines();
+  if (!deadlines_.empty()) {
+    auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     deadlines_.front().first - Clock::now()).count() + 1;
+    timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
+  }
+  auto ready = PollReadable(poll_sockets_, timeout_ms, &readable_);
+  if (!ready.ok()) return ready.status();
+  if (*ready > 0) {
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      if (!readable_[s]) continue;
+      while (true) {
+        auto got = shards_[s].socket->TryRecv(&frames_);
+        if (!got.ok()) return got.status();
+        if (!*got) break;
+        HandleReply(s, frames_);
+      }
+    }
+  }
+  ExpireDeadlines();
+  return Status::Ok();
+}
+
+Status Client::Wait(Ticket ticket) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return InvalidArgumentError("ticket " + std::to_string(ticket) +
+                                " is unknown or was already waited for");
+  }
+  if (it->second.done) {
+    return InvalidArgumentError("ticket " + std::to_string(ticket) +
+                                " has a callback; use WaitAll() or Poll() to complete it");
+  }
+  while (it->second.remaining > 0) {
+    PS_RETURN_IF_ERROR(Poll(1000));
+    it = tickets_.find(ticket);
+  }
+  Status result = it->second.status;
+  tickets_.erase(it);
+  return result;
+}
+
+Status Client::WaitAll() {
+  while (!parts_.empty()) PS_RETURN_IF_ERROR(Poll(1000));
+  Status first;
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (first.ok() && !it->second.status.ok()) first = it->second.status;
+    it = tickets_.erase(it);
+  }
+  return first;
+}
+
+Status Client::PushSync(uint32_t table, std::span<const uint64_t> rows, SharedFloats values) {
+  PS_ASSIGN_OR_RETURN(Ticket t, Push(table, rows, std::move(values)));
+  return Wait(t);
+}
+
+Status Client::PullSync(uint32_t table, std::span<const uint64_t> rows, float* out) {
+  PS_ASSIGN_OR_RETURN(Ticket t, Pull(table, rows, out));
+  return Wait(t);
+}
+
+StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op) {
+  if (shard >= shards_.size()) {
+    return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
+                                std::to_string(shards_.size()) + " servers");
+  }
+  const Ticket ticket = NewTicket(nullptr);
+  const uint64_t rid = next_request_id_;
+  SendPart(ticket, shard, op, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0);
+  Release(ticket, Status::Ok());  // the issuing hold
+  Status s = Wait(ticket);
+  auto reply = control_replies_.find(rid);
+  if (!s.ok()) {
+    if (reply != control_replies_.end()) control_replies_.erase(reply);
+    return s;
+  }
+  if (reply == control_replies_.end()) return InternalError("control reply went missing");
+  MessageHeader h = std::move(reply->second);
+  control_replies_.erase(reply);
+  return h;
+}
+
+StatusOr<std::string> Client::Stats(uint32_t shard) {
+  PS_ASSIGN_OR_RETURN(MessageHeader h, Control(shard, Op::kStats));
+  return h.text;
+}
+
+Status Client::ShutdownServers() {
+  Status first;
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    auto h = Control(s, Op::kShutdown);
+    if (!h.ok() && first.ok()) first = h.status();
+  }
+  return first;
+}
+
+}  // namespace ps

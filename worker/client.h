@@ -1,0 +1,199 @@
+// The worker-side client of the parameter servers: Push and Pull of table
+// rows (by row id, or a whole dense table), split by key range and sent to
+// the owning shards in parallel, many requests in flight at once.
+//
+// Operations are asynchronous. Each returns a Ticket at once; its requests
+// complete while the owner calls Wait(), WaitAll() or Poll(), which also run
+// the optional completion callbacks. Every request has a deadline
+// (client.request_timeout_ms): a server that does not answer in time turns
+// into DeadlineExceeded naming the server, never a hang.
+//
+// Thread safety: not thread-safe. One Client belongs to one thread (it
+// drives its sockets from the caller's thread, so a reply is handled with no
+// thread hop). Use one Client per thread.
+#ifndef PS_WORKER_CLIENT_H_
+#define PS_WORKER_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "common/wire.h"
+
+namespace ps {
+
+// Float data shared with the transport without a copy: the client holds a
+// reference until ZeroMQ has sent the bytes, so the caller may drop its own
+// reference at any time. The contents must not change until the push's
+// ticket completes.
+class SharedFloats {
+ public:
+  SharedFloats() = default;
+  // Shares `data[0..size)`, kept alive by `owner`.
+  SharedFloats(std::shared_ptr<const void> owner, const float* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+  // Takes the vector without copying its contents.
+  static SharedFloats Take(std::vector<float>&& values);
+  // Shares a vector the caller keeps using (e.g. refills after each Wait).
+  static SharedFloats Of(std::shared_ptr<const std::vector<float>> values);
+
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+  // [offset, offset + count) of this buffer, sharing its owner.
+  SharedFloats Slice(size_t offset, size_t count) const {
+    return SharedFloats(owner_, data_ + offset, count);
+  }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+using Ticket = uint64_t;
+// Runs inside Wait/WaitAll/Poll when a ticket completes.
+using Callback = std::function<void(const Status&)>;
+
+struct ClientCounters {
+  uint64_t requests = 0;       // per-shard requests sent
+  uint64_t replies = 0;        // replies matched to a request
+  uint64_t errors = 0;         // ERROR replies
+  uint64_t timeouts = 0;       // requests that passed their deadline
+  uint64_t late_replies = 0;   // replies after their request timed out (dropped)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+class Client {
+ public:
+  // Connects one DEALER to every server of `job` (or to `endpoints`, one
+  // "tcp://host:port" per shard, when not empty). `worker` is this worker's
+  // rank, or kControlWorker for tools (which may only ask Stats/Shutdown).
+  // Connecting does not wait for the servers: a server that is not up yet
+  // is reached when it starts, within the request deadline.
+  // REQUIRES: job.Validate().ok().
+  static StatusOr<std::unique_ptr<Client>> Create(const JobOptions& job, uint32_t worker,
+                                                  std::vector<std::string> endpoints = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Pushes values (rows.size() x dim, row-major) for `rows` of `table`; each
+  // server applies them with the table's update rule. Rows grouped by shard
+  // (e.g. sorted) are sent without copying the values; otherwise they are
+  // gathered per shard (one copy). InvalidArgument for an unknown table, a
+  // row out of range or a size mismatch (nothing is sent).
+  StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
+                        Callback done = nullptr);
+  // Pushes the whole table (rows x dim values), each shard its slice, zero-copy.
+  StatusOr<Ticket> PushDense(uint32_t table, SharedFloats values, Callback done = nullptr);
+  // Pulls `rows` of `table` into out[0 .. rows.size()*dim), row-major in the
+  // order of `rows`. `out` must stay valid until the ticket completes.
+  StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
+                        Callback done = nullptr);
+  // Pulls the whole table into out[0 .. rows*dim).
+  StatusOr<Ticket> PullDense(uint32_t table, float* out, Callback done = nullptr);
+
+  // Waits until `ticket` completes; returns its status (the first error of
+  // its per-shard requests). A ticket is consumed by Wait or by its
+  // callback; waiting for an unknown or consumed ticket is InvalidArgument.
+  Status Wait(Ticket ticket);
+  // Waits for every outstanding ticket; returns the first error among those
+  // without a callback (all of them are consumed).
+  Status WaitAll();
+  // Handles replies that arrive within `timeout_ms` (0: only those already
+  // here) and expires requests past their deadline.
+  Status Poll(int timeout_ms = 0);
+  // Per-shard requests sent and not yet answered or expired.
+  size_t in_flight() const { return parts_.size(); }
+
+  // Blocking conveniences.
+  Status PushSync(uint32_t table, std::span<const uint64_t> rows, SharedFloats values);
+  Status PullSync(uint32_t table, std::span<const uint64_t> rows, float* out);
+
+  // The text report of a shard (STATS).
+  StatusOr<std::string> Stats(uint32_t shard);
+  // Asks every shard to shut down; returns after all acknowledged.
+  Status ShutdownServers();
+
+  uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
+  const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }
+  const ClientCounters& counters() const { return counters_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Shard {
+    std::string endpoint;
+    std::unique_ptr<Socket> socket;
+    uint32_t in_flight = 0;
+  };
+  struct TicketState {
+    Status status;
+    uint32_t remaining = 0;
+    Callback done;
+  };
+  // One request to one shard.
+  struct Part {
+    Ticket ticket = 0;
+    uint32_t shard = 0;
+    Op op = Op::kUnknown;
+    uint32_t table = 0;
+    uint64_t count = 0;
+    uint32_t dim = 0;
+    float* out = nullptr;                // PULL: destination of row 0 (contiguous case)
+    std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
+    Clock::time_point deadline;
+  };
+  Client(const JobOptions& job, uint32_t worker);
+  Status CheckTable(uint32_t table) const;
+  StatusOr<Ticket> Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
+                         const SharedFloats* values, float* out, Callback done);
+  Ticket NewTicket(Callback done);
+  // Sends one part; on failure records the error on the ticket.
+  void SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                uint64_t first_row, Frame keys, Frame values, float* out,
+                std::vector<uint64_t> positions, uint32_t dim);
+  void FailTicket(Ticket ticket, const Status& status);
+  // Drops one hold on the ticket (a part, or the issuing hold) and completes
+  // it when none is left.
+  void Release(Ticket ticket, const Status& status);
+  void FinishPart(uint64_t request_id, const Status& status);
+  void HandleReply(uint32_t shard, std::vector<Frame>& frames);
+  void ExpireDeadlines();
+  Status WaitUntilSlot(uint32_t shard);
+  // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
+  StatusOr<MessageHeader> Control(uint32_t shard, Op op);
+  std::string Describe(const Part& part, uint64_t request_id) const;
+
+  const JobOptions job_;
+  const uint32_t worker_;
+  const std::chrono::milliseconds timeout_;
+  uint64_t max_rows_per_part_cap_;  // from the server's request limits
+  std::unique_ptr<Context> context_;
+  std::vector<Shard> shards_;
+  std::vector<Socket*> poll_sockets_;
+  std::vector<bool> readable_;
+  std::vector<Frame> frames_;
+
+  uint64_t next_request_id_ = 1;
+  Ticket next_ticket_ = 1;
+  std::unordered_map<uint64_t, Part> parts_;
+  std::unordered_map<Ticket, TicketState> tickets_;
+  std::deque<std::pair<Clock::time_point, uint64_t>> deadlines_;  // send order
+  std::unordered_map<uint64_t, MessageHeader> control_replies_;
+  ClientCounters counters_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_H_

@@ -1,0 +1,116 @@
+#include "worker/linear_regression.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "common/logging.h"
+
+namespace ps {
+
+RegressionData GenerateRegressionData(const TrainOptions& train, uint32_t rank) {
+  RegressionData d;
+  d.samples = train.samples_per_worker;
+  d.features = train.features;
+  std::mt19937_64 wgen(train.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  d.w_true.resize(d.features);
+  for (float& w : d.w_true) w = normal(wgen);
+  std::mt19937_64 gen(train.seed * 0x9e3779b97f4a7c15ull + rank + 1);
+  d.x.resize(d.samples * d.features);
+  d.y.resize(d.samples);
+  for (uint64_t i = 0; i < d.samples; ++i) {
+    double dot = 0;
+    for (uint64_t j = 0; j < d.features; ++j) {
+      float v = normal(gen);
+      d.x[i * d.features + j] = v;
+      dot += double{v} * d.w_true[j];
+    }
+    d.y[i] = static_cast<float>(dot) + train.noise * normal(gen);
+  }
+  return d;
+}
+
+double RegressionLoss(const RegressionData& d, const float* w, uint64_t begin, uint64_t end,
+                      float* grad) {
+  if (grad != nullptr) std::fill(grad, grad + d.features, 0.0f);
+  double loss = 0;
+  const double inv = 1.0 / static_cast<double>(end - begin);
+  for (uint64_t i = begin; i < end; ++i) {
+    const float* x = &d.x[i * d.features];
+    double pred = 0;
+    for (uint64_t j = 0; j < d.features; ++j) pred += double{x[j]} * w[j];
+    const double r = pred - d.y[i];
+    loss += 0.5 * r * r;
+    if (grad != nullptr) {
+      const auto scale = static_cast<float>(r * inv);
+      for (uint64_t j = 0; j < d.features; ++j) grad[j] += scale * x[j];
+    }
+  }
+  return loss * inv;
+}
+
+StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank, Client* client) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
+  const RegressionData data = GenerateRegressionData(train, rank);
+  PS_LOG_INFO("worker {}: {} samples x {} features, batch {}, {} steps", rank, data.samples,
+              data.features, train.batch_size, train.iterations);
+
+  std::vector<float> w(data.features);
+  // Two gradient buffers: one may still be on its way to the servers while
+  // the next step fills the other.
+  std::shared_ptr<std::vector<float>> grads[2] = {
+      std::make_shared<std::vector<float>>(data.features),
+      std::make_shared<std::vector<float>>(data.features)};
+  std::optional<Ticket> push_in_flight[2];
+  TrainResult result;
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t cursor = 0;
+  for (uint32_t step = 0; step < train.iterations; ++step) {
+    // Pushes before this pull on the same connection are applied before it
+    // is answered, so the pull sees this worker's own last update.
+    PS_ASSIGN_OR_RETURN(Ticket pull, client->PullDense(table, w.data()));
+    PS_RETURN_IF_ERROR(client->Wait(pull));
+
+    std::vector<float>& grad = *grads[step % 2];
+    if (push_in_flight[step % 2]) {
+      PS_RETURN_IF_ERROR(client->Wait(*push_in_flight[step % 2]));
+      push_in_flight[step % 2].reset();
+    }
+    if (cursor + train.batch_size > data.samples) cursor = 0;
+    const double loss = RegressionLoss(data, w.data(), cursor, cursor + train.batch_size, grad.data());
+    cursor += train.batch_size;
+    if (!std::isfinite(loss)) {
+      return FailedPreconditionError("worker " + std::to_string(rank) + ": loss became " +
+                                     std::to_string(loss) + " at step " + std::to_string(step) +
+                                     "; lower the table's optimizer.lr");
+    }
+    if (step == 0) result.first_loss = loss;
+    const bool last = step + 1 == train.iterations;
+    if (step == 0 || last || (train.log_every != 0 && step % train.log_every == 0)) {
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      PS_LOG_INFO("worker {} step {:5d} loss {:.6f} ({:.1f} steps/s)", rank, step, loss,
+                  secs > 0 ? (step + 1) / secs : 0.0);
+    }
+    PS_ASSIGN_OR_RETURN(Ticket push, client->PushDense(table, SharedFloats::Of(grads[step % 2])));
+    push_in_flight[step % 2] = push;
+  }
+  for (auto& t : push_in_flight) {
+    if (t) PS_RETURN_IF_ERROR(client->Wait(*t));
+  }
+  PS_ASSIGN_OR_RETURN(Ticket pull, client->PullDense(table, w.data()));
+  PS_RETURN_IF_ERROR(client->Wait(pull));
+  result.final_loss = RegressionLoss(data, w.data(), 0, data.samples, nullptr);
+  double num = 0, den = 0;
+  for (uint64_t j = 0; j < data.features; ++j) {
+    num += (w[j] - data.w_true[j]) * (w[j] - data.w_true[j]);
+    den += data.w_true[j] * data.w_true[j];
+  }
+  result.weight_error = std::sqrt(num / den);
+  return result;
+}
+
+}  // namespace ps

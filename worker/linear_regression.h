@@ -1,0 +1,47 @@
+// A small, real training program for the whole path: minibatch SGD on
+// linear regression y = x.w* + noise, with generated data and a known w*.
+// Each worker generates its own partition; the weights live in a dense table
+// on the servers (sgd update rule), pulled before and pushed after each step.
+#ifndef PS_WORKER_LINEAR_REGRESSION_H_
+#define PS_WORKER_LINEAR_REGRESSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "worker/client.h"
+
+namespace ps {
+
+struct RegressionData {
+  uint64_t samples = 0;
+  uint64_t features = 0;
+  std::vector<float> x;       // samples x features, row-major
+  std::vector<float> y;       // samples
+  std::vector<float> w_true;  // features
+};
+
+// The generating weights depend on train.seed only; a worker's samples on
+// (train.seed, rank), so partitions are disjoint and reproducible.
+RegressionData GenerateRegressionData(const TrainOptions& train, uint32_t rank);
+
+// 0.5 * mean((x.w - y)^2) over samples [begin, end); if grad is not null,
+// writes the gradient of that loss with respect to w (features floats).
+double RegressionLoss(const RegressionData& data, const float* w, uint64_t begin, uint64_t end,
+                      float* grad);
+
+struct TrainResult {
+  double first_loss = 0;    // minibatch loss of the first step
+  double final_loss = 0;    // loss over the worker's whole partition, final weights
+  double weight_error = 0;  // |w - w*| / |w*| for the final weights
+};
+
+// Runs train.iterations steps: pull the weights, compute the minibatch
+// gradient, push it (the push overlaps the next pull). Logs the loss every
+// train.log_every steps. Fails on any client error (with the server named).
+StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank, Client* client);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_LINEAR_REGRESSION_H_
