@@ -554,7 +554,8 @@ class JobParser {
   Status ParseServer(const Value& value, ServerOptions* server) const {
     PS_ASSIGN_OR_RETURN(Map map, ReadMap(value,
                                          {"max_request_bytes",
-                                          "max_keys_per_request", "io_threads"},
+                                          "max_keys_per_request", "io_threads",
+                                          "reject_non_finite"},
                                          "a map of server limits"));
     if (const Value* v = map.Find("max_request_bytes")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &server->max_request_bytes));
@@ -564,6 +565,9 @@ class JobParser {
     }
     if (const Value* v = map.Find("io_threads")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &server->io_threads));
+    }
+    if (const Value* v = map.Find("reject_non_finite")) {
+      PS_RETURN_IF_ERROR(ReadBool(*v, &server->reject_non_finite));
     }
     return Status::Ok();
   }

@@ -70,6 +70,10 @@ struct ServerOptions {
   uint64_t max_keys_per_request = 16ull << 20;
   // ZeroMQ I/O threads of the server's context, 1..64. Default 1.
   uint32_t io_threads = 1;
+  // Refuse pushes that contain NaN or Inf (an ERROR reply; nothing is
+  // applied), so one bad gradient cannot poison the model. Costs one
+  // vectorized pass over the pushed values. Default true.
+  bool reject_non_finite = true;
 };
 
 // Behaviour of the worker-side client library.

@@ -101,18 +101,19 @@ template std::span<const float> FrameAs(const Frame&, std::vector<float>*);
 
 namespace {
 
-// True when every value is finite. Works on the bit pattern so that the
-// loop vectorizes (an all-ones exponent is Inf or NaN).
-bool AllFinite(std::span<const float> values) {
-  uint32_t max_exp = 0;
+// True when every value is finite. Works on the bit pattern with an OR
+// reduction so that the loop vectorizes: (exponent + one exponent step)
+// carries into bit 31 only for an all-ones exponent (Inf or NaN). Kept out
+// of line: inlined into DecodeRequest, g++ 12 leaves it scalar (5x slower).
+[[gnu::noinline]] bool AllFinite(std::span<const float> values) {
+  uint32_t acc = 0;
   const float* v = values.data();
   for (size_t i = 0; i < values.size(); ++i) {
     uint32_t bits;
     std::memcpy(&bits, v + i, sizeof(bits));
-    bits &= 0x7f800000u;
-    max_exp = bits > max_exp ? bits : max_exp;
+    acc |= (bits & 0x7f800000u) + 0x00800000u;
   }
-  return max_exp != 0x7f800000u;
+  return (acc & 0x80000000u) == 0;
 }
 
 std::string Where(const MessageHeader& h) {
@@ -135,24 +136,23 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
-  const std::string where = Where(h);
 
   const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown;
   if (h.op != Op::kPush && h.op != Op::kPull && !control_op) {
     if (h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kCheckpoint) {
-      return UnimplementedError(where + ": op " + OpName(h.op) +
+      return UnimplementedError(Where(h) + ": op " + OpName(h.op) +
                                 " is not supported by this server version");
     }
-    return InvalidArgumentError(where + ": op " + OpName(h.op) + " is not a request op");
+    return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }
   if (h.worker >= rules.num_workers && !(control_op && h.worker == kControlWorker)) {
-    return PermissionDeniedError(where + ": unknown worker " + std::to_string(h.worker) +
+    return PermissionDeniedError(Where(h) + ": unknown worker " + std::to_string(h.worker) +
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));
   }
   if (control_op) {
     if (frames.size() != 1) {
-      return InvalidArgumentError(where + ": expected 1 frame (header), got " +
+      return InvalidArgumentError(Where(h) + ": expected 1 frame (header), got " +
                                   std::to_string(frames.size()));
     }
     out->header = std::move(h);
@@ -162,27 +162,27 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   }
 
   if (h.table >= rules.tables.size()) {
-    return NotFoundError(where + ": unknown table id " + std::to_string(h.table) + "; this job has " +
+    return NotFoundError(Where(h) + ": unknown table id " + std::to_string(h.table) + "; this job has " +
                          std::to_string(rules.tables.size()) + " tables");
   }
   const TableLayout& t = rules.tables[h.table];
   if (h.dim != t.dim) {
-    return InvalidArgumentError(where + ": table '" + t.name + "' has dim " +
+    return InvalidArgumentError(Where(h) + ": table '" + t.name + "' has dim " +
                                 std::to_string(t.dim) + ", header says " + std::to_string(h.dim));
   }
-  if (h.count == 0) return InvalidArgumentError(where + ": key count is 0; expected >= 1");
+  if (h.count == 0) return InvalidArgumentError(Where(h) + ": key count is 0; expected >= 1");
   if (h.count > rules.max_keys) {
-    return ResourceExhaustedError(where + ": " + std::to_string(h.count) +
+    return ResourceExhaustedError(Where(h) + ": " + std::to_string(h.count) +
                                   " keys exceed the server's max_keys_per_request (" +
                                   std::to_string(rules.max_keys) + ")");
   }
   if ((h.flags & ~kFlagDenseRange) != 0) {
-    return InvalidArgumentError(where + ": unknown header flags " + std::to_string(h.flags));
+    return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
   }
   const bool push = h.op == Op::kPush;
   const size_t expected_frames = 1 + (h.dense() ? 0 : 1) + (push ? 1 : 0);
   if (frames.size() != expected_frames) {
-    return InvalidArgumentError(where + ": expected " + std::to_string(expected_frames) +
+    return InvalidArgumentError(Where(h) + ": expected " + std::to_string(expected_frames) +
                                 " frames (header" + (h.dense() ? "" : ", keys") +
                                 (push ? ", values" : "") + "), got " +
                                 std::to_string(frames.size()));
@@ -196,7 +196,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (h.dense()) {
     if (h.first_row < t.owned.begin || h.first_row > t.owned.end ||
         h.count > t.owned.end - h.first_row) {
-      return OutOfRangeError(where + ": rows [" + std::to_string(h.first_row) + ", " +
+      return OutOfRangeError(Where(h) + ": rows [" + std::to_string(h.first_row) + ", " +
                              std::to_string(h.first_row + h.count) + ") of table '" + t.name +
                              "' are not inside this shard's rows [" +
                              std::to_string(t.owned.begin) + ", " + std::to_string(t.owned.end) +
@@ -205,14 +205,14 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   } else {
     const Frame& kf = frames[1];
     if (kf.size() != key_bytes) {
-      return InvalidArgumentError(where + ": keys frame has " + std::to_string(kf.size()) +
+      return InvalidArgumentError(Where(h) + ": keys frame has " + std::to_string(kf.size()) +
                                   " bytes, expected count*8 = " +
                                   std::to_string(static_cast<uint64_t>(key_bytes)));
     }
     keys = FrameAs<uint64_t>(kf, &out->key_scratch);
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!t.owned.Contains(keys[i])) {
-        return OutOfRangeError(where + ": key " + std::to_string(keys[i]) + " (index " +
+        return OutOfRangeError(Where(h) + ": key " + std::to_string(keys[i]) + " (index " +
                                std::to_string(i) + ") of table '" + t.name +
                                "' is not inside this shard's rows [" +
                                std::to_string(t.owned.begin) + ", " +
@@ -224,13 +224,13 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (push) {
     const Frame& vf = frames.back();
     if (vf.size() != value_bytes) {
-      return InvalidArgumentError(where + ": values frame has " + std::to_string(vf.size()) +
+      return InvalidArgumentError(Where(h) + ": values frame has " + std::to_string(vf.size()) +
                                   " bytes, expected count*dim*4 = " +
                                   std::to_string(static_cast<uint64_t>(value_bytes)));
     }
     values = FrameAs<float>(vf, &out->value_scratch);
     if (rules.reject_non_finite && !AllFinite(values)) {
-      return InvalidArgumentError(where + ": pushed values for table '" + t.name +
+      return InvalidArgumentError(Where(h) + ": pushed values for table '" + t.name +
                                   "' contain NaN or Inf; nothing was applied");
     }
   }

@@ -43,7 +43,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
                                 job.cluster.workers,
                                 job.server.max_request_bytes,
                                 job.server.max_keys_per_request,
-                                /*reject_non_finite=*/true};
+                                job.server.reject_non_finite};
   return server;
 }
 

@@ -190,7 +190,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "    init: { type: constant, value: -1.5 }\n"
       "    optimizer: { type: add }\n"
       "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
-      " io_threads: 64 }\n"
+      " io_threads: 64, reject_non_finite: false }\n"
       "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2 }\n"
       "train: { table: w, features: 8, samples_per_worker: 100,"
       " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }\n";
@@ -210,6 +210,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
   EXPECT_EQ(job->server.max_request_bytes, 1024u);
   EXPECT_EQ(job->server.max_keys_per_request, 7u);
   EXPECT_EQ(job->server.io_threads, 64u);
+  EXPECT_FALSE(job->server.reject_non_finite);
   EXPECT_EQ(job->client.request_timeout_ms, 5u);
   EXPECT_EQ(job->client.max_in_flight, 6u);
   EXPECT_EQ(job->client.io_threads, 2u);

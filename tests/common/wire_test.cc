@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "common/options.h"
 
@@ -94,6 +95,38 @@ TEST(WireTest, DecodeRequestAcceptsAValidSparsePush) {
   keys[0] = 49;
   frames[1] = Frame::CopyOf(keys.data(), 16);
   EXPECT_EQ(DecodeRequest(frames, rules, &r).code(), StatusCode::kOutOfRange);
+}
+
+TEST(WireTest, NonFiniteValuesAreRefusedUnlessAllowed) {
+  TableLayout t{"t", 10, 1, {0, 10}};
+  RequestRules rules{0, std::span<const TableLayout>(&t, 1), 1, 1 << 20, 1000, true};
+  MessageHeader h;
+  h.op = Op::kPush;
+  h.count = 10;
+  h.dim = 1;
+  h.flags = kFlagDenseRange;
+  for (size_t bad = 0; bad < 10; ++bad) {
+    std::vector<float> vals(10, 3.0f);
+    vals[bad] = bad % 2 ? -std::numeric_limits<float>::infinity()
+                        : std::numeric_limits<float>::quiet_NaN();
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    frames.push_back(Frame::CopyOf(vals.data(), 40));
+    Request r;
+    rules.reject_non_finite = true;
+    EXPECT_EQ(DecodeRequest(frames, rules, &r).code(), StatusCode::kInvalidArgument) << bad;
+    rules.reject_non_finite = false;
+    EXPECT_TRUE(DecodeRequest(frames, rules, &r).ok()) << bad;
+  }
+  // Largest finite values, zeros and denormals pass.
+  std::vector<float> ok = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                           0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), 1, 2, 3, 4, 5};
+  std::vector<Frame> frames;
+  frames.push_back(EncodeHeader(h));
+  frames.push_back(Frame::CopyOf(ok.data(), 40));
+  Request r;
+  rules.reject_non_finite = true;
+  EXPECT_TRUE(DecodeRequest(frames, rules, &r).ok());
 }
 
 TEST(WireTest, EmptyMessageIsRejected) {

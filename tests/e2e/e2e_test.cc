@@ -32,6 +32,7 @@ using Steady = std::chrono::steady_clock;
 const std::string kServer = std::string(PS_BINARY_DIR) + "/bin/ps_server";
 const std::string kWorker = std::string(PS_BINARY_DIR) + "/bin/ps_worker";
 const std::string kLaunch = std::string(PS_BINARY_DIR) + "/bin/ps_launch";
+const std::string kCtl = std::string(PS_BINARY_DIR) + "/bin/ps_ctl";
 
 // A loopback TCP port that was free a moment ago.
 int FreePort() {
@@ -199,15 +200,26 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   }
   EXPECT_GT(nonzero, 1000u);
 
-  // A clean shutdown through the protocol: both servers exit 0.
-  auto control = Client::Create(*job, kControlWorker);
-  ASSERT_TRUE(control.ok());
-  ASSERT_TRUE((*control)->ShutdownServers().ok());
+  // ps_ctl reads every shard's counters, then shuts the job down cleanly.
+  auto [st_status, st_out] = Finish(Start({kCtl, "status", "--config", path}, true), milliseconds(10000));
+  EXPECT_TRUE(ExitedSuccessfully(st_status)) << st_out;
+  EXPECT_NE(st_out.find("shard 0 endpoint tcp://127.0.0.1:" + std::to_string(ports_[0])),
+            std::string::npos) << st_out;
+  EXPECT_NE(st_out.find("shard 1 endpoint"), std::string::npos) << st_out;
+  EXPECT_NE(st_out.find("pushes 600 pulls 2 errors 0"), std::string::npos) << st_out;
+  auto [sd_status, sd_out] = Finish(Start({kCtl, "shutdown", "--config", path}, true), milliseconds(10000));
+  EXPECT_TRUE(ExitedSuccessfully(sd_status)) << sd_out;
   for (Subprocess* s : servers) {
     auto st = s->WaitFor(milliseconds(5000));
     ASSERT_TRUE(st.ok());
     EXPECT_TRUE(ExitedSuccessfully(*st)) << DescribeWaitStatus(*st);
   }
+  // With the servers gone, ps_ctl names the one that does not answer.
+  auto [gone_status, gone_out] = Finish(
+      Start({kCtl, "status", "--config", path, "--timeout-ms", "300"}, true), milliseconds(10000));
+  EXPECT_TRUE(WIFEXITED(gone_status) && WEXITSTATUS(gone_status) == 1) << gone_out;
+  EXPECT_NE(gone_out.find("DeadlineExceeded: STATS request"), std::string::npos) << gone_out;
+  EXPECT_NE(gone_out.find("to server 0 at"), std::string::npos) << gone_out;
 }
 
 TEST_F(E2eTest, KilledServerBecomesATimeoutNamingItWithinTheDeadline) {

@@ -220,6 +220,9 @@ Frame V(size_t n, float x = 1.0f) {
   std::vector<float> v(n, x);
   return Frame::CopyOf(v.data(), n * 4);
 }
+// Test names show the case name, not the bytes of the struct.
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<Frame> Msg(MessageHeader h, std::vector<Frame> rest = {}) {
   std::vector<Frame> out;
   out.push_back(EncodeHeader(h));
@@ -305,6 +308,24 @@ std::vector<BadCase> BadCases() {
        StatusCode::kInvalidArgument, "contain NaN or Inf"},
       {"InfValues",
        [] { return Msg(H(Op::kPush, 1, 1, 2), List(K({1}), V(2, -std::numeric_limits<float>::infinity()))); },
+       StatusCode::kInvalidArgument, "contain NaN or Inf"},
+      {"NanFirstOfManyValues",
+       [] {
+         std::vector<uint64_t> keys(514);
+         for (size_t i = 0; i < keys.size(); ++i) keys[i] = 499 - i % 500;
+         std::vector<float> v(1028, 1.0f);
+         v[0] = std::numeric_limits<float>::quiet_NaN();
+         return Msg(H(Op::kPush, 1, 514, 2), List(K(keys), Frame::CopyOf(v.data(), v.size() * 4)));
+       },
+       StatusCode::kInvalidArgument, "contain NaN or Inf"},
+      {"InfLastOfManyValues",
+       [] {
+         std::vector<uint64_t> keys(514);
+         for (size_t i = 0; i < keys.size(); ++i) keys[i] = i % 500;
+         std::vector<float> v(1028, -2.5f);
+         v[1027] = std::numeric_limits<float>::infinity();
+         return Msg(H(Op::kPush, 1, 514, 2), List(K(keys), Frame::CopyOf(v.data(), v.size() * 4)));
+       },
        StatusCode::kInvalidArgument, "contain NaN or Inf"},
       {"ClockNotYetSupported", [] { return Msg(H(Op::kClock, 0, 0, 0)); },
        StatusCode::kUnimplemented, "op CLOCK is not supported"},

@@ -1,0 +1,817 @@
+// transport_bench: the parameter server's push/pull path against raw ZeroMQ
+// moving the same bytes over the same sockets, in the same run.
+//
+// Layout (both sides): one server on a thread of this process with its own
+// ZeroMQ context (1 I/O thread) and a ROUTER bound to tcp://127.0.0.1:<free
+// port>; one client on the main thread with its own context (1 I/O thread)
+// and one DEALER connected to it. Loopback TCP.
+//
+// Workloads, for each request size N (value bytes: 4 KiB, 64 KiB, 1 MiB,
+// 16 MiB by default), each depth D (1 and 8 requests in flight):
+//   ours push       Client::PushDense of a dense table of N/4 rows, dim 1,
+//                   optimizer `add`, values shared zero-copy (SharedFloats);
+//                   done when the server's PUSH_OK arrives.
+//   ours pull       Client::PullDense of that table into a caller buffer
+//                   (one buffer per in-flight slot).
+//   ours push+pull  a push, then (when acknowledged) a pull of the same table;
+//                   one operation moves 2N bytes.
+//   raw push        the DEALER sends one frame of N bytes (Frame::Share of a
+//                   preallocated buffer, zero-copy); the ROUTER thread answers
+//                   with an 8-byte ack frame.
+//   raw pull        the DEALER sends an 8-byte request (the size wanted); the
+//                   ROUTER answers with N bytes shared zero-copy from a
+//                   preallocated buffer.
+//   raw push+pull   a raw push, then a raw pull.
+// The raw server loop is the same poll-then-drain loop as ShardServer::Run
+// (PollReadable with a 100 ms timeout, then TryRecv until empty) with no
+// decode, check, apply or copy. With D in flight the client issues D
+// operations and starts another each time one completes (callbacks for ours,
+// counted replies for raw).
+//
+// Each measurement warms up, then runs for --time seconds (and at least a few
+// operations), and is repeated --reps times with ours and raw interleaved
+// (ours, raw, ours, raw, ...) so machine noise hits both alike. Reported:
+// the median over repetitions of throughput (MB/s, 1 MB = 10^6 bytes, bytes
+// of values moved: N per push or pull, 2N per push+pull), and p50/p99 of the
+// per-operation latencies (issue to completion, microseconds) pooled over all
+// repetitions. Ratio = ours/raw; for latency lower is better.
+//
+// One-way message rate: the DEALER sends fixed-size 4 KiB frames as fast as
+// its send queue (HWM 1000) accepts them and the ROUTER thread only receives;
+// the rate is counted on the receiver over --oneway-messages messages. It is
+// set against ours 4 KiB push with 8 in flight (acknowledged pushes/s) and,
+// for scale, raw request/ack with 8 in flight, all three interleaved.
+//
+// Any failed request, unexpected reply or lost push makes the program print
+// the error and exit 1: no numbers are reported from a failed run. At the end
+// every table is pulled back and checked against the number of acknowledged
+// pushes (each push adds 1.0 to every value).
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/logging.h"
+#include "common/options.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "server/shard_server.h"
+#include "worker/client.h"
+
+namespace ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+enum class OpKind { kPush, kPull, kPushPull };
+
+const char* OpLabel(OpKind op) {
+  switch (op) {
+    case OpKind::kPush:
+      return "push";
+    case OpKind::kPull:
+      return "pull";
+    case OpKind::kPushPull:
+      return "push+pull";
+  }
+  return "?";
+}
+
+std::string SizeLabel(uint64_t bytes) {
+  if (bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+// "4K", "64k", "1M", "16M" or a plain byte count.
+StatusOr<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return InvalidArgumentError("--sizes: empty size");
+  uint64_t mult = 1;
+  std::string digits = text;
+  const char last = text.back();
+  if (last == 'K' || last == 'k') mult = 1u << 10;
+  if (last == 'M' || last == 'm') mult = 1u << 20;
+  if (mult != 1) digits.pop_back();
+  if (digits.empty() || digits.size() > 12 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgumentError("--sizes: '" + text + "' is not a size; use e.g. 4K, 64K, 1M, 16M");
+  }
+  const uint64_t bytes = std::stoull(digits) * mult;
+  if (bytes < 16 || bytes % 4 != 0 || bytes > (64u << 20)) {
+    return InvalidArgumentError("--sizes: '" + text +
+                                "' must be a multiple of 4 bytes between 16 B and 64 MiB");
+  }
+  return bytes;
+}
+
+// When a measurement stops issuing new operations: after `seconds` and at
+// least `min_ops` issued.
+struct Limits {
+  double seconds = 0.3;
+  uint64_t min_ops = 10;
+};
+
+// One repetition.
+struct Sample {
+  double seconds = 0;
+  uint64_t ops = 0;
+  std::vector<double> latencies_us;
+};
+
+// ---------------------------------------------------------------------------
+// Raw ZeroMQ server: a ROUTER on a thread, no parameter-server logic.
+
+class RawServer {
+ public:
+  enum class Mode {
+    kEcho,  // 8-byte frame: pull request (reply with that many bytes); else push (8-byte ack)
+    kSink,  // receive only; report the receive rate of every `batch` messages
+  };
+
+  static StatusOr<std::unique_ptr<RawServer>> Create(Mode mode, uint64_t max_bytes,
+                                                     const SocketOptions& options) {
+    std::unique_ptr<RawServer> s(new RawServer(mode, max_bytes));
+    PS_ASSIGN_OR_RETURN(s->context_, Context::Create(1));
+    PS_ASSIGN_OR_RETURN(s->socket_,
+                        Socket::Create(s->context_.get(), SocketType::kRouter, options));
+    PS_RETURN_IF_ERROR(s->socket_->Bind("tcp://127.0.0.1:*"));
+    PS_ASSIGN_OR_RETURN(s->endpoint_, s->socket_->LastEndpoint());
+    return s;
+  }
+  ~RawServer() { Stop().IgnoreError(); }
+
+  void Start() {
+    thread_ = std::thread([this] { status_ = Loop(); });
+  }
+  // Returns the status the loop ended with.
+  Status Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+  // kSink: the number of messages per measured batch. Call before the
+  // sender starts a batch.
+  void SetSinkBatch(uint64_t batch) { sink_batch_.store(batch); }
+  // kSink: waits for the next full batch and returns its receive rate
+  // (messages/s, first to last message of the batch).
+  StatusOr<double> NextSinkRate() {
+    const uint64_t batch = sink_batch_.load();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return !sink_rates_.empty(); })) {
+      return DeadlineExceededError("raw sink: no batch of " + std::to_string(batch) +
+                                   " messages arrived within 30 s");
+    }
+    double r = sink_rates_.front();
+    sink_rates_.pop_front();
+    return r;
+  }
+
+ private:
+  RawServer(Mode mode, uint64_t max_bytes)
+      : mode_(mode), buffer_(std::make_shared<std::vector<std::byte>>(max_bytes, std::byte{7})) {}
+
+  Status Loop() {
+    std::vector<Frame> frames;
+    std::vector<bool> readable;
+    Socket* sockets[] = {socket_.get()};
+    uint64_t count = 0;
+    Clock::time_point first;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      auto ready = PollReadable(sockets, 100, &readable);
+      if (!ready.ok()) return ready.status().WithContext("raw server");
+      for (int i = 0; i < 256 && !stop_.load(std::memory_order_relaxed); ++i) {
+        auto got = socket_->TryRecv(&frames);
+        if (!got.ok()) return got.status().WithContext("raw server");
+        if (!*got) break;
+        if (frames.size() != 2) {
+          return DataLossError("raw server: got a message of " + std::to_string(frames.size()) +
+                               " frames, expected 2 (routing id, payload)");
+        }
+        if (mode_ == Mode::kSink) {
+          const Clock::time_point now = Clock::now();
+          if (count == 0) first = now;
+          if (++count == sink_batch_.load(std::memory_order_relaxed)) {
+            std::lock_guard<std::mutex> lock(mu_);
+            sink_rates_.push_back(static_cast<double>(count - 1) / Seconds(now - first));
+            count = 0;
+            cv_.notify_all();
+          }
+          continue;
+        }
+        Frame reply[2] = {std::move(frames[0]), Frame()};
+        if (frames[1].size() == sizeof(uint64_t)) {
+          uint64_t n = 0;
+          std::memcpy(&n, frames[1].data(), sizeof(n));
+          if (n > buffer_->size()) {
+            return InvalidArgumentError("raw server: pull of " + std::to_string(n) +
+                                        " bytes exceeds its buffer");
+          }
+          reply[1] = Frame::Share(buffer_->data(), n, buffer_);
+        } else {
+          const uint64_t ack = frames[1].size();
+          reply[1] = Frame::CopyOf(&ack, sizeof(ack));
+        }
+        PS_RETURN_IF_ERROR(socket_->Send(reply));
+      }
+    }
+    return Status::Ok();
+  }
+
+  const Mode mode_;
+  const std::shared_ptr<std::vector<std::byte>> buffer_;  // pull replies share it
+  std::unique_ptr<Context> context_;                      // before socket_: destroyed after it
+  std::unique_ptr<Socket> socket_;
+  std::string endpoint_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  Status status_;  // written by the loop thread, read after join
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> sink_batch_{1000};
+  std::deque<double> sink_rates_;  // guarded by mu_
+};
+
+// ---------------------------------------------------------------------------
+// Raw ZeroMQ client: a DEALER; replies come back in send order (one peer,
+// one connection, a server that answers in arrival order).
+
+class RawClient {
+ public:
+  static StatusOr<std::unique_ptr<RawClient>> Create(const std::string& endpoint,
+                                                     uint64_t max_bytes,
+                                                     const SocketOptions& options) {
+    std::unique_ptr<RawClient> c(new RawClient(max_bytes));
+    PS_ASSIGN_OR_RETURN(c->context_, Context::Create(1));
+    PS_ASSIGN_OR_RETURN(c->socket_,
+                        Socket::Create(c->context_.get(), SocketType::kDealer, options));
+    PS_RETURN_IF_ERROR(c->socket_->Connect(endpoint));
+    return c;
+  }
+
+  Status Run(OpKind op, uint64_t bytes, int depth, const Limits& limits, Sample* out) {
+    struct Pending {
+      Clock::time_point start;
+      bool pull;  // waiting for N bytes (else for an ack)
+    };
+    std::deque<Pending> pending;
+    uint64_t issued = 0;
+    const Clock::time_point t0 = Clock::now();
+    Clock::time_point last_done = t0;
+    auto send = [&](bool pull) -> Status {
+      Frame f;
+      if (pull) {
+        f = Frame::CopyOf(&bytes, sizeof(bytes));
+      } else {
+        f = Frame::Share(buffer_->data(), bytes, buffer_);
+      }
+      return socket_->Send(std::span<Frame>(&f, 1)).WithContext("raw client");
+    };
+    auto start_op = [&](Clock::time_point now) -> Status {
+      ++issued;
+      pending.push_back({now, op == OpKind::kPull});
+      return send(op == OpKind::kPull);
+    };
+    auto should_issue = [&](Clock::time_point now) {
+      return issued < limits.min_ops || Seconds(now - t0) < limits.seconds;
+    };
+    for (int i = 0; i < depth; ++i) PS_RETURN_IF_ERROR(start_op(Clock::now()));
+    Socket* sockets[] = {socket_.get()};
+    Clock::time_point progress = t0;
+    while (!pending.empty()) {
+      auto ready = PollReadable(sockets, 1000, &readable_);
+      if (!ready.ok()) return ready.status().WithContext("raw client");
+      if (*ready == 0) {
+        if (Clock::now() - progress > std::chrono::seconds(10)) {
+          return DeadlineExceededError("raw client: no reply from the raw server within 10 s");
+        }
+        continue;
+      }
+      while (true) {
+        auto got = socket_->TryRecv(&frames_);
+        if (!got.ok()) return got.status().WithContext("raw client");
+        if (!*got) break;
+        if (pending.empty()) return DataLossError("raw client: a reply nobody asked for");
+        const Pending p = pending.front();
+        pending.pop_front();
+        const uint64_t expected = p.pull ? bytes : sizeof(uint64_t);
+        if (frames_.size() != 1 || frames_[0].size() != expected) {
+          return DataLossError("raw client: reply of " + std::to_string(frames_.size()) +
+                               " frames / " + std::to_string(frames_[0].size()) +
+                               " bytes, expected 1 frame of " + std::to_string(expected));
+        }
+        const Clock::time_point now = Clock::now();
+        progress = now;
+        if (op == OpKind::kPushPull && !p.pull) {
+          pending.push_back({p.start, true});
+          PS_RETURN_IF_ERROR(send(true));
+          continue;
+        }
+        out->latencies_us.push_back(Micros(now - p.start));
+        ++out->ops;
+        last_done = now;
+        if (should_issue(now)) PS_RETURN_IF_ERROR(start_op(now));
+      }
+    }
+    out->seconds = Seconds(last_done - t0);
+    return Status::Ok();
+  }
+
+  // Sends `count` frames of `bytes` as fast as the send queue accepts them.
+  Status SendOneWay(uint64_t bytes, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) {
+      Frame f = Frame::Share(buffer_->data(), bytes, buffer_);
+      const Clock::time_point start = Clock::now();
+      while (true) {
+        Status s = socket_->Send(std::span<Frame>(&f, 1));
+        if (s.ok()) break;
+        if (s.code() != StatusCode::kUnavailable) return s.WithContext("raw one-way sender");
+        if (Clock::now() - start > std::chrono::seconds(10)) {
+          return DeadlineExceededError("raw one-way sender: send queue stayed full for 10 s");
+        }
+        std::this_thread::yield();  // queue full (HWM): let the I/O threads drain it
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  explicit RawClient(uint64_t max_bytes)
+      : buffer_(std::make_shared<std::vector<std::byte>>(max_bytes, std::byte{1})) {}
+
+  const std::shared_ptr<std::vector<std::byte>> buffer_;
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<Socket> socket_;
+  std::vector<Frame> frames_;
+  std::vector<bool> readable_;
+};
+
+// ---------------------------------------------------------------------------
+// Ours: a ShardServer on a thread and a Client.
+
+class Ours {
+ public:
+  static StatusOr<std::unique_ptr<Ours>> Create(const std::vector<uint64_t>& sizes) {
+    std::unique_ptr<Ours> o(new Ours());
+    JobOptions& job = o->job_;
+    job.cluster.servers = {"127.0.0.1:1"};  // not used: the shard binds a free port
+    job.cluster.workers = 1;
+    for (uint64_t bytes : sizes) {
+      TableOptions t;
+      t.name = "v" + std::to_string(bytes);
+      t.rows = bytes / sizeof(float);
+      t.dim = 1;
+      t.optimizer.kind = OptimizerKind::kAdd;
+      job.tables.push_back(t);
+    }
+    PS_RETURN_IF_ERROR(job.Validate());
+    PS_ASSIGN_OR_RETURN(o->server_, ShardServer::Create(job, 0, "tcp://127.0.0.1:*"));
+    o->thread_ = std::thread([s = o->server_.get(), st = &o->server_status_] { *st = s->Run(); });
+    PS_ASSIGN_OR_RETURN(o->client_, Client::Create(job, 0, {o->server_->endpoint()}));
+    o->pushes_.assign(sizes.size(), 0);
+    o->values_.resize(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      o->values_[i] = std::make_shared<const std::vector<float>>(sizes[i] / sizeof(float), 1.0f);
+    }
+    return o;
+  }
+  ~Ours() { StopServer().IgnoreError(); }
+
+  Status StopServer() {
+    if (server_ != nullptr) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+    return server_status_;
+  }
+
+  Status Run(OpKind op, uint32_t table, int depth, const Limits& limits, Sample* out) {
+    const uint64_t rows = job_.tables[table].rows;
+    if (outs_.size() < static_cast<size_t>(depth)) outs_.resize(depth);
+    for (int i = 0; i < depth; ++i) outs_[i].resize(rows);
+    const SharedFloats values = SharedFloats::Of(values_[table]);
+    Status failure;
+    uint64_t issued = 0;
+    int outstanding = 0;
+    const Clock::time_point t0 = Clock::now();
+    Clock::time_point last_done = t0;
+    auto should_issue = [&](Clock::time_point now) {
+      return failure.ok() && (issued < limits.min_ops || Seconds(now - t0) < limits.seconds);
+    };
+    auto fail = [&](const Status& s) {
+      if (failure.ok()) failure = s;
+    };
+    std::function<void(int)> start_op;
+    // Completion of a whole operation (push, pull, or the pull of push+pull).
+    auto finish_op = [&](int slot, Clock::time_point start, const Status& s) {
+      --outstanding;
+      if (!s.ok()) return fail(s);
+      const Clock::time_point now = Clock::now();
+      out->latencies_us.push_back(Micros(now - start));
+      ++out->ops;
+      last_done = now;
+      if (should_issue(now)) start_op(slot);
+    };
+    auto issue_pull = [&](int slot, Clock::time_point start) {
+      auto t = client_->PullDense(table, outs_[slot].data(),
+                                  [&, slot, start](const Status& s) { finish_op(slot, start, s); });
+      if (!t.ok()) {
+        --outstanding;
+        fail(t.status());
+      }
+    };
+    start_op = [&](int slot) {
+      const Clock::time_point start = Clock::now();
+      ++issued;
+      ++outstanding;
+      if (op == OpKind::kPull) return issue_pull(slot, start);
+      auto t = client_->PushDense(table, values, [&, slot, start](const Status& s) {
+        if (s.ok()) ++pushes_[table];
+        if (s.ok() && op == OpKind::kPushPull) return issue_pull(slot, start);
+        finish_op(slot, start, s);
+      });
+      if (!t.ok()) {
+        --outstanding;
+        fail(t.status());
+      }
+    };
+    for (int i = 0; i < depth; ++i) start_op(i);
+    while (outstanding > 0) {
+      Status s = client_->Poll(1000);
+      if (!s.ok()) return s.WithContext("client poll");
+    }
+    if (!failure.ok()) return failure.WithContext(std::string("ours ") + OpLabel(op));
+    out->seconds = Seconds(last_done - t0);
+    return Status::Ok();
+  }
+
+  // Pulls every table and checks each value equals the number of
+  // acknowledged pushes to it (every push adds 1.0 to every value).
+  Status Verify() {
+    for (uint32_t t = 0; t < job_.tables.size(); ++t) {
+      std::vector<float> got(job_.tables[t].rows, -1.0f);
+      PS_ASSIGN_OR_RETURN(Ticket ticket, client_->PullDense(t, got.data()));
+      PS_RETURN_IF_ERROR(client_->Wait(ticket));
+      const auto want = static_cast<float>(pushes_[t]);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i] != want) {
+          return DataLossError("table '" + job_.tables[t].name + "' row " + std::to_string(i) +
+                               " holds " + std::to_string(got[i]) + " after " +
+                               std::to_string(pushes_[t]) + " acknowledged pushes of 1.0");
+        }
+      }
+    }
+    const ClientCounters& c = client_->counters();
+    if (c.errors != 0 || c.timeouts != 0 || c.late_replies != 0) {
+      return DataLossError("client counted " + std::to_string(c.errors) + " errors, " +
+                           std::to_string(c.timeouts) + " timeouts, " +
+                           std::to_string(c.late_replies) + " late replies");
+    }
+    PS_RETURN_IF_ERROR(StopServer());
+    if (server_->counters().errors != 0) {
+      return DataLossError("server answered " + std::to_string(server_->counters().errors) +
+                           " requests with ERROR");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Ours() = default;
+  JobOptions job_;
+  std::unique_ptr<ShardServer> server_;
+  std::thread thread_;
+  Status server_status_;
+  std::unique_ptr<Client> client_;
+  std::vector<std::shared_ptr<const std::vector<float>>> values_;  // per table, all 1.0
+  std::vector<std::vector<float>> outs_;                           // pull buffers, one per slot
+  std::vector<uint64_t> pushes_;                                   // acknowledged, per table
+};
+
+// ---------------------------------------------------------------------------
+// Statistics and printing.
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Nearest-rank percentile; sorts `v`.
+double Percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  rank = std::clamp<size_t>(rank, 1, v.size());
+  return v[rank - 1];
+}
+
+struct Result {
+  std::vector<double> mbps;  // per repetition
+  std::vector<double> latencies_us;
+  uint64_t ops = 0;
+  void Add(const Sample& s, uint64_t bytes_per_op) {
+    if (s.seconds <= 0) return;
+    mbps.push_back(static_cast<double>(s.ops * bytes_per_op) / s.seconds / 1e6);
+    latencies_us.insert(latencies_us.end(), s.latencies_us.begin(), s.latencies_us.end());
+    ops += s.ops;
+  }
+};
+
+struct Row {
+  uint64_t bytes;
+  OpKind op;
+  int depth;
+  double ours_mbps, raw_mbps, ours_p50, raw_p50, ours_p99, raw_p99;
+  uint64_t ours_ops, raw_ops;
+};
+
+std::string Fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+struct Config {
+  std::vector<uint64_t> sizes;
+  std::vector<int> depths = {1, 8};
+  std::vector<OpKind> ops = {OpKind::kPush, OpKind::kPull, OpKind::kPushPull};
+  int reps = 5;
+  Limits limits;
+  Limits warmup{0.05, 4};
+  uint64_t oneway_messages = 50000;
+  uint64_t oneway_bytes = 4096;
+  bool oneway = true;
+  bool run_ours = true;  // --only: measure one side (for profiling)
+  bool run_raw = true;
+};
+
+std::string CpuModel() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return "unknown";
+  char line[512];
+  std::string model = "unknown";
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "model name", 10) == 0) {
+      const char* colon = std::strchr(line, ':');
+      if (colon != nullptr) {
+        model = colon + 2;
+        while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
+      }
+      break;
+    }
+  }
+  std::fclose(f);
+  return model;
+}
+
+Status RunAll(const Config& cfg) {
+  const uint64_t max_bytes = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+  PS_ASSIGN_OR_RETURN(auto ours, Ours::Create(cfg.sizes));
+  // The same socket options as ShardServer and Client use.
+  SocketOptions router_opts;
+  router_opts.max_frame_bytes = static_cast<int64_t>(JobOptions{}.server.max_request_bytes * 2);
+  PS_ASSIGN_OR_RETURN(auto raw_server,
+                      RawServer::Create(RawServer::Mode::kEcho, max_bytes, router_opts));
+  raw_server->Start();
+  PS_ASSIGN_OR_RETURN(auto raw,
+                      RawClient::Create(raw_server->endpoint(), max_bytes, SocketOptions{}));
+
+  std::vector<Row> rows;
+  for (size_t ti = 0; ti < cfg.sizes.size(); ++ti) {
+    const uint64_t bytes = cfg.sizes[ti];
+    const auto table = static_cast<uint32_t>(ti);
+    for (OpKind op : cfg.ops) {
+      const uint64_t per_op = op == OpKind::kPushPull ? 2 * bytes : bytes;
+      for (int depth : cfg.depths) {
+        std::fprintf(stderr, "%s %s, %d in flight ...\n", SizeLabel(bytes).c_str(), OpLabel(op),
+                     depth);
+        Sample warm;
+        if (cfg.run_ours) PS_RETURN_IF_ERROR(ours->Run(op, table, depth, cfg.warmup, &warm));
+        warm = Sample();
+        if (cfg.run_raw) PS_RETURN_IF_ERROR(raw->Run(op, bytes, depth, cfg.warmup, &warm));
+        Result o, r;
+        for (int rep = 0; rep < cfg.reps; ++rep) {
+          Sample so, sr;
+          if (cfg.run_ours) {
+            PS_RETURN_IF_ERROR(ours->Run(op, table, depth, cfg.limits, &so));
+            o.Add(so, per_op);
+          }
+          if (cfg.run_raw) {
+            PS_RETURN_IF_ERROR(raw->Run(op, bytes, depth, cfg.limits, &sr));
+            r.Add(sr, per_op);
+          }
+        }
+        rows.push_back({bytes, op, depth, Median(o.mbps), Median(r.mbps),
+                        Percentile(o.latencies_us, 0.5), Percentile(r.latencies_us, 0.5),
+                        Percentile(o.latencies_us, 0.99), Percentile(r.latencies_us, 0.99), o.ops,
+                        r.ops});
+      }
+    }
+  }
+
+  // Ours 8-in-flight pushes vs the raw one-way message rate (and raw
+  // request/ack with 8 in flight, for scale), interleaved.
+  const uint64_t ow_bytes = cfg.oneway_bytes;
+  auto ow_it = std::find(cfg.sizes.begin(), cfg.sizes.end(), ow_bytes);
+  const bool do_oneway = cfg.oneway && cfg.run_ours && cfg.run_raw && ow_it != cfg.sizes.end();
+  double ow_ours = 0, ow_raw_reqrep = 0, ow_raw = 0;
+  if (do_oneway) {
+    std::fprintf(stderr, "one-way %s ...\n", SizeLabel(ow_bytes).c_str());
+    const auto table = static_cast<uint32_t>(ow_it - cfg.sizes.begin());
+    SocketOptions sink_opts = router_opts;
+    sink_opts.send_hwm = sink_opts.recv_hwm = 1000;  // ZeroMQ's default: a bounded queue
+    PS_ASSIGN_OR_RETURN(auto sink, RawServer::Create(RawServer::Mode::kSink, 0, sink_opts));
+    sink->Start();
+    SocketOptions sender_opts;
+    sender_opts.send_hwm = sender_opts.recv_hwm = 1000;
+    PS_ASSIGN_OR_RETURN(auto sender, RawClient::Create(sink->endpoint(), ow_bytes, sender_opts));
+    const uint64_t warm_n = std::max<uint64_t>(cfg.oneway_messages / 10, 100);
+    sink->SetSinkBatch(warm_n);
+    PS_RETURN_IF_ERROR(sender->SendOneWay(ow_bytes, warm_n));
+    PS_RETURN_IF_ERROR(sink->NextSinkRate().status());
+    sink->SetSinkBatch(cfg.oneway_messages);
+    std::vector<double> ours_rate, reqrep_rate, raw_rate;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      Sample so, sr;
+      PS_RETURN_IF_ERROR(ours->Run(OpKind::kPush, table, 8, cfg.limits, &so));
+      ours_rate.push_back(static_cast<double>(so.ops) / so.seconds);
+      PS_RETURN_IF_ERROR(raw->Run(OpKind::kPush, ow_bytes, 8, cfg.limits, &sr));
+      reqrep_rate.push_back(static_cast<double>(sr.ops) / sr.seconds);
+      PS_RETURN_IF_ERROR(sender->SendOneWay(ow_bytes, cfg.oneway_messages));
+      PS_ASSIGN_OR_RETURN(double rate, sink->NextSinkRate());
+      raw_rate.push_back(rate);
+    }
+    PS_RETURN_IF_ERROR(sink->Stop());
+    ow_ours = Median(ours_rate);
+    ow_raw_reqrep = Median(reqrep_rate);
+    ow_raw = Median(raw_rate);
+  }
+
+  // Nothing is printed before every request succeeded and the tables check out.
+  PS_RETURN_IF_ERROR(raw_server->Stop());
+  PS_RETURN_IF_ERROR(ours->Verify());
+
+  std::printf("# transport_bench: ours (ShardServer + Client) vs raw ZeroMQ\n\n");
+  std::printf(
+      "libzmq %s, %u hardware threads, CPU %s; %d repetitions of %.2f s per case "
+      "(ours and raw interleaved); loopback TCP, 1 server thread + 1 client, "
+      "1 I/O thread each.\n\n",
+      ZmqVersion().c_str(), std::thread::hardware_concurrency(), CpuModel().c_str(), cfg.reps,
+      cfg.limits.seconds);
+  std::printf(
+      "Throughput: median of the repetitions, MB/s (10^6 bytes of values moved per "
+      "second; push+pull counts both directions). Latency: p50/p99 of all operations, "
+      "microseconds. Ratio = ours/raw: higher is better for MB/s, lower is better for "
+      "latency.\n\n");
+  std::printf(
+      "| size | op | in flight | ours MB/s | raw MB/s | ratio | ours p50 us | raw p50 us "
+      "| ratio (lower better) | ours p99 us | raw p99 us | ratio (lower better) | ops "
+      "ours/raw |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& w : rows) {
+    std::printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %" PRIu64 "/%" PRIu64
+                " |\n",
+                SizeLabel(w.bytes).c_str(), OpLabel(w.op), w.depth,
+                Fmt("%.0f", w.ours_mbps).c_str(), Fmt("%.0f", w.raw_mbps).c_str(),
+                Fmt("%.2f", w.ours_mbps / w.raw_mbps).c_str(), Fmt("%.1f", w.ours_p50).c_str(),
+                Fmt("%.1f", w.raw_p50).c_str(), Fmt("%.2f", w.ours_p50 / w.raw_p50).c_str(),
+                Fmt("%.1f", w.ours_p99).c_str(), Fmt("%.1f", w.raw_p99).c_str(),
+                Fmt("%.2f", w.ours_p99 / w.raw_p99).c_str(), w.ours_ops, w.raw_ops);
+  }
+  std::printf("\n");
+
+  if (do_oneway) {
+    std::printf("Message rate, %s (median of %d repetitions, interleaved):\n\n",
+                SizeLabel(ow_bytes).c_str(), cfg.reps);
+    std::printf("| workload | msgs/s | ratio to raw one-way |\n|---|---:|---:|\n");
+    std::printf("| raw one-way: DEALER sends, ROUTER only receives (%" PRIu64
+                " messages, counted on the receiver) | %.0f | 1.00 |\n",
+                cfg.oneway_messages, ow_raw);
+    std::printf("| raw request/ack, 8 in flight (acks/s) | %.0f | %.2f |\n", ow_raw_reqrep,
+                ow_raw_reqrep / ow_raw);
+    std::printf("| ours push, 8 in flight (acknowledged pushes/s) | %.0f | %.2f |\n\n", ow_ours,
+                ow_ours / ow_raw);
+  }
+
+  // The targets this benchmark exists for.
+  if (cfg.run_ours && cfg.run_raw) {
+    std::printf("Targets:\n\n| target | measured | met |\n|---|---|---|\n");
+    for (const Row& w : rows) {
+      if ((w.bytes == (1u << 20) || w.bytes == (16u << 20)) && w.op != OpKind::kPushPull) {
+        const double ratio = w.ours_mbps / w.raw_mbps;
+        std::printf("| %s %s, %d in flight: >= 0.95x raw MB/s | %.2fx | %s |\n",
+                    SizeLabel(w.bytes).c_str(), OpLabel(w.op), w.depth, ratio,
+                    ratio >= 0.95 ? "yes" : "NO");
+      }
+      if (w.bytes == 4096 && w.depth == 1 && w.op != OpKind::kPushPull) {
+        const double ratio = w.ours_p50 / w.raw_p50;
+        std::printf("| 4 KiB %s round trip, 1 in flight: p50 <= 1.2x raw | %.2fx | %s |\n",
+                    OpLabel(w.op), ratio, ratio <= 1.2 ? "yes" : "NO");
+      }
+    }
+    if (do_oneway) {
+      const double ratio = ow_ours / ow_raw;
+      std::printf("| 4 KiB push, 8 in flight: >= 0.5x raw one-way msgs/s | %.2fx | %s |\n", ratio,
+                  ratio >= 0.5 ? "yes" : "NO");
+    }
+    std::printf("\n");
+  }
+  std::printf(
+      "All requests succeeded; every table holds exactly the sum of its acknowledged "
+      "pushes.\n");
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  CLI::App app{"Parameter-server push/pull throughput and latency vs raw ZeroMQ (loopback TCP)"};
+  bool quick = false;
+  int reps = 5;
+  double seconds = 0.3;
+  std::vector<std::string> sizes = {"4K", "64K", "1M", "16M"};
+  std::vector<int> depths = {1, 8};
+  std::vector<std::string> ops = {"push", "pull", "pushpull"};
+  uint64_t oneway_messages = 50000;
+  std::string only = "both";
+  app.add_flag("--quick", quick, "Smoke test: 1 repetition, a few operations per case");
+  app.add_option("--reps", reps, "Repetitions per case (ours and raw interleaved)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--time", seconds, "Seconds per repetition")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--sizes", sizes, "Value bytes per request (e.g. 4K,64K,1M,16M)")->delimiter(',');
+  app.add_option("--depths", depths, "Requests in flight (e.g. 1,8)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  app.add_option("--ops", ops, "Operations: push, pull, pushpull")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"push", "pull", "pushpull"}));
+  app.add_option("--oneway-messages", oneway_messages, "Messages per raw one-way repetition")
+      ->check(CLI::Range(uint64_t{100}, uint64_t{100000000}));
+  app.add_option("--only", only, "Measure only one side, for profiling: ours, raw or both")
+      ->check(CLI::IsMember({"ours", "raw", "both"}));
+  CLI11_PARSE(app, argc, argv);
+
+  ps::Status log = ps::InitLogging("transport_bench", "warn");
+  if (!log.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", log.ToString().c_str());
+    return 1;
+  }
+  ps::Config cfg;
+  for (const std::string& s : sizes) {
+    auto b = ps::ParseSize(s);
+    if (!b.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", b.status().ToString().c_str());
+      return 2;
+    }
+    if (std::find(cfg.sizes.begin(), cfg.sizes.end(), *b) == cfg.sizes.end())
+      cfg.sizes.push_back(*b);
+  }
+  if (cfg.sizes.empty()) {
+    std::fprintf(stderr, "transport_bench: --sizes is empty\n");
+    return 2;
+  }
+  cfg.depths = depths;
+  cfg.ops.clear();
+  for (const std::string& o : ops) {
+    cfg.ops.push_back(o == "push"   ? ps::OpKind::kPush
+                      : o == "pull" ? ps::OpKind::kPull
+                                    : ps::OpKind::kPushPull);
+  }
+  cfg.reps = reps;
+  cfg.limits.seconds = seconds;
+  cfg.oneway_messages = oneway_messages;
+  cfg.run_ours = only != "raw";
+  cfg.run_raw = only != "ours";
+  if (quick) {
+    cfg.reps = 1;
+    cfg.limits = {0.01, 3};
+    cfg.warmup = {0.0, 1};
+    cfg.oneway_messages = 2000;
+  }
+  ps::Status s = ps::RunAll(cfg);
+  if (!s.ok()) {
+    std::fprintf(stderr, "transport_bench: FAILED: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
