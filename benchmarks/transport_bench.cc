@@ -11,8 +11,10 @@
 //   ours push       Client::PushDense of a dense table of N/4 rows, dim 1,
 //                   optimizer `add`, values shared zero-copy (SharedFloats);
 //                   done when the server's PUSH_OK arrives.
-//   ours pull       Client::PullDense of that table into a caller buffer
-//                   (one buffer per in-flight slot).
+//   ours pull       Client::PullDense of that table into a PulledValues
+//                   (the received frames, no copy; one per in-flight slot),
+//                   or with --pull-into buffer into a caller buffer (one
+//                   more pass over the values on the client).
 //   ours push+pull  a push, then (when acknowledged) a pull of the same table;
 //                   one operation moves 2N bytes.
 //   raw push        the DEALER sends one frame of N bytes (Frame::Share of a
@@ -406,7 +408,10 @@ class Ours {
   Status Run(OpKind op, uint32_t table, int depth, const Limits& limits, Sample* out) {
     const uint64_t rows = job_.tables[table].rows;
     if (outs_.size() < static_cast<size_t>(depth)) outs_.resize(depth);
-    for (int i = 0; i < depth; ++i) outs_[i].resize(rows);
+    if (views_.size() < static_cast<size_t>(depth)) views_.resize(depth);
+    if (pull_into_buffer_) {
+      for (int i = 0; i < depth; ++i) outs_[i].resize(rows);
+    }
     const SharedFloats values = SharedFloats::Of(values_[table]);
     Status failure;
     uint64_t issued = 0;
@@ -431,8 +436,9 @@ class Ours {
       if (should_issue(now)) start_op(slot);
     };
     auto issue_pull = [&](int slot, Clock::time_point start) {
-      auto t = client_->PullDense(table, outs_[slot].data(),
-                                  [&, slot, start](const Status& s) { finish_op(slot, start, s); });
+      auto done = [&, slot, start](const Status& s) { finish_op(slot, start, s); };
+      auto t = pull_into_buffer_ ? client_->PullDense(table, outs_[slot].data(), done)
+                                 : client_->PullDense(table, &views_[slot], done);
       if (!t.ok()) {
         --outstanding;
         fail(t.status());
@@ -502,6 +508,10 @@ class Ours {
   std::unique_ptr<Client> client_;
   std::vector<std::shared_ptr<const std::vector<float>>> values_;  // per table, all 1.0
   std::vector<std::vector<float>> outs_;                           // pull buffers, one per slot
+  std::vector<PulledValues> views_;                                // zero-copy pulls, one per slot
+
+ public:
+  bool pull_into_buffer_ = false;  // --pull-into buffer
   std::vector<uint64_t> pushes_;                                   // acknowledged, per table
 };
 
@@ -562,6 +572,7 @@ struct Config {
   bool oneway = true;
   bool run_ours = true;  // --only: measure one side (for profiling)
   bool run_raw = true;
+  bool pull_into_buffer = false;  // --pull-into buffer
 };
 
 std::string CpuModel() {
@@ -586,6 +597,7 @@ std::string CpuModel() {
 Status RunAll(const Config& cfg) {
   const uint64_t max_bytes = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   PS_ASSIGN_OR_RETURN(auto ours, Ours::Create(cfg.sizes));
+  ours->pull_into_buffer_ = cfg.pull_into_buffer;
   // The same socket options as ShardServer and Client use.
   SocketOptions router_opts;
   router_opts.max_frame_bytes = static_cast<int64_t>(JobOptions{}.server.max_request_bytes * 2);
@@ -754,6 +766,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> ops = {"push", "pull", "pushpull"};
   uint64_t oneway_messages = 50000;
   std::string only = "both";
+  std::string pull_into = "view";
   app.add_flag("--quick", quick, "Smoke test: 1 repetition, a few operations per case");
   app.add_option("--reps", reps, "Repetitions per case (ours and raw interleaved)")
       ->check(CLI::Range(1, 1000));
@@ -769,6 +782,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{100}, uint64_t{100000000}));
   app.add_option("--only", only, "Measure only one side, for profiling: ours, raw or both")
       ->check(CLI::IsMember({"ours", "raw", "both"}));
+  app.add_option("--pull-into", pull_into,
+                 "Where ours pull puts values: view (received frames, no copy) or buffer")
+      ->check(CLI::IsMember({"view", "buffer"}));
   CLI11_PARSE(app, argc, argv);
 
   ps::Status log = ps::InitLogging("transport_bench", "warn");
@@ -791,6 +807,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.depths = depths;
+  cfg.pull_into_buffer = pull_into == "buffer";
   cfg.ops.clear();
   for (const std::string& o : ops) {
     cfg.ops.push_back(o == "push"   ? ps::OpKind::kPush

@@ -333,6 +333,10 @@ Status ValidateClient(const std::string& source, const ClientOptions& client) {
     return Invalid(source, "client.max_in_flight",
                    "got " + std::to_string(client.max_in_flight), ">= 1");
   }
+  if (client.push_part_bytes < 4096) {
+    return Invalid(source, "client.push_part_bytes",
+                   "got " + std::to_string(client.push_part_bytes), "a byte count >= 4096");
+  }
   return ValidateIoThreads(source, "client.io_threads", client.io_threads);
 }
 

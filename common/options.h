@@ -83,6 +83,10 @@ struct ClientOptions {
   uint32_t request_timeout_ms = 10000;
   // Requests in flight per server before Push/Pull wait for replies. >= 1.
   uint32_t max_in_flight = 256;
+  // A push is sent in parts of at most this many value bytes (whole rows),
+  // so a shard applies one part while the next is on the wire and no
+  // receive buffer is huge. >= 4096. Default 1 MiB.
+  uint64_t push_part_bytes = 1ull << 20;
   // ZeroMQ I/O threads of the client's context, 1..64. Default 1.
   uint32_t io_threads = 1;
 };

@@ -1,6 +1,8 @@
 // Wire protocol (DESIGN.md section 4): one message = a protobuf header frame,
 // then raw little-endian frames of keys (uint64[count], absent for dense
-// ranges) and values (float32[count*dim]). The only code that includes the
+// ranges) and values (float32[count*dim]). A request carries its values in
+// one frame; a PULL_OK reply may split them over several frames, each of
+// whole rows, in row order (the shard sends its storage blocks as they are). The only code that includes the
 // generated ps.pb.h is wire.cc; everything else sees MessageHeader.
 //
 // DecodeRequest is the single gate between the network and a shard's state:

@@ -69,16 +69,17 @@ Status ShardServer::Run() {
   return Status::Ok();
 }
 
-void ShardServer::Reply(Frame& routing_id, const MessageHeader& header, Frame* values) {
-  Frame parts[3] = {std::move(routing_id), EncodeHeader(header), Frame()};
-  size_t n = 2;
-  counters_.bytes_out += parts[1].size();
-  if (values != nullptr) {
-    counters_.bytes_out += values->size();
-    parts[2] = std::move(*values);
-    n = 3;
-  }
-  Status s = socket_->Send(std::span<Frame>(parts, n));
+void ShardServer::Reply(Frame& routing_id, const MessageHeader& header) {
+  reply_.clear();
+  reply_.push_back(std::move(routing_id));
+  reply_.push_back(EncodeHeader(header));
+  SendReply(header);
+}
+
+void ShardServer::SendReply(const MessageHeader& header) {
+  for (size_t i = 1; i < reply_.size(); ++i) counters_.bytes_out += reply_[i].size();
+  Status s = socket_->Send(reply_);
+  reply_.clear();  // drop any references to store blocks a failed send kept
   if (!s.ok()) {
     // The worker's queue is full or it went away; it will time out and retry.
     PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}", shard_,
@@ -98,7 +99,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     MessageHeader partial;
     if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
     PS_LOG_WARN("shard {}: rejected request: {}", shard_, s.ToString());
-    Reply(routing_id, MakeErrorHeader(partial, shard_, s), nullptr);
+    Reply(routing_id, MakeErrorHeader(partial, shard_, s));
     return;
   }
   const MessageHeader& req = request_.header;
@@ -119,31 +120,33 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       // cannot fail, and this thread applies it before reading any later
       // request, so no reader can see the state without it. The worker's
       // next message travels while the apply runs.
-      Reply(routing_id, reply, nullptr);
+      Reply(routing_id, reply);
       store_->ApplyPush(request_);
       return;
     case Op::kPull: {
       ++counters_.pulls;
-      auto values = Frame::Allocate(req.count * req.dim * sizeof(float));
-      if (!values.ok()) {
+      reply_.clear();
+      reply_.push_back(std::move(routing_id));
+      reply_.push_back(EncodeHeader(reply));
+      if (Status read = store_->ReadRows(request_, &reply_); !read.ok()) {
         ++counters_.errors;
-        Reply(routing_id, MakeErrorHeader(req, shard_, values.status()), nullptr);
+        Frame id = std::move(reply_[0]);
+        Reply(id, MakeErrorHeader(req, shard_, read));
         return;
       }
-      store_->ReadRows(request_, reinterpret_cast<float*>(values->mutable_data()));
-      Reply(routing_id, reply, &*values);
+      SendReply(reply);
       return;
     }
     case Op::kStats:
       reply.text = StatsReport();
-      Reply(routing_id, reply, nullptr);
+      Reply(routing_id, reply);
       return;
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
                   req.worker == kControlWorker ? std::string("a control client")
                                                : "worker " + std::to_string(req.worker));
-      Reply(routing_id, reply, nullptr);
-      Stop();
+      Stop();  // before the ack: whoever sees SHUTDOWN_OK sees the shard stopping
+      Reply(routing_id, reply);
       return;
     default:
       return;  // DecodeRequest admits no other op
@@ -156,7 +159,7 @@ std::string ShardServer::StatsReport() const {
   os << "shard " << shard_ << " endpoint " << endpoint_ << " uptime_s " << up << "\n";
   os << "pushes " << counters_.pushes << " pulls " << counters_.pulls << " errors "
      << counters_.errors << " bytes_in " << counters_.bytes_in << " bytes_out "
-     << counters_.bytes_out << "\n";
+     << counters_.bytes_out << " copy_on_write " << store_->copy_on_write_count() << "\n";
   for (const TableLayout& t : store_->layouts()) {
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned.begin << ", " << t.owned.end << ")\n";

@@ -63,7 +63,10 @@ class ShardServer {
  private:
   ShardServer(uint32_t shard, uint32_t num_workers, const ServerOptions& options);
   void Handle(std::vector<Frame>& frames);
-  void Reply(Frame& routing_id, const MessageHeader& header, Frame* values);
+  // Sends [routing id][header] to the requester.
+  void Reply(Frame& routing_id, const MessageHeader& header);
+  // Sends reply_ (routing id, header, any value frames) as one message.
+  void SendReply(const MessageHeader& header);
   std::string StatsReport() const;
 
   const uint32_t shard_;
@@ -74,7 +77,8 @@ class ShardServer {
   std::unique_ptr<Socket> socket_;
   std::string endpoint_;
   RequestRules rules_;
-  Request request_;  // reused across requests to keep its scratch buffers
+  Request request_;            // reused across requests to keep its scratch buffers
+  std::vector<Frame> reply_;   // reused across replies
   std::atomic<bool> stop_{false};
   ShardServerCounters counters_;
   std::chrono::steady_clock::time_point started_;

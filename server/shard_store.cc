@@ -1,5 +1,7 @@
 #include "server/shard_store.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -9,6 +11,9 @@
 namespace ps {
 
 namespace {
+
+// Rows per block: about 1 MiB of values, at least one row.
+constexpr uint64_t kBlockFloats = 256 * 1024;
 
 // SplitMix64: a counter-based generator, so a row's initial values can be
 // computed from its index alone on any shard.
@@ -60,20 +65,27 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
     Table table;
     table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard)};
     table.optimizer = t.optimizer;
-    const uint64_t n = table.layout.owned.size() * t.dim;
+    table.rows_per_block = std::max<uint64_t>(1, kBlockFloats / t.dim);
+    const uint64_t owned = table.layout.owned.size();
     try {
-      table.values.resize(n);
+      for (uint64_t first = 0; first < owned; first += table.rows_per_block) {
+        const uint64_t rows = std::min(table.rows_per_block, owned - first);
+        auto block = std::make_shared<Block>();
+        block->values.resize(rows * t.dim);
+        if (t.init.kind != InitKind::kZeros) {
+          for (uint64_t r = 0; r < rows; ++r) {
+            for (uint32_t c = 0; c < t.dim; ++c) {
+              block->values[r * t.dim + c] =
+                  InitialValue(t.init, table.layout.owned.begin + first + r, c);
+            }
+          }
+        }
+        table.blocks.push_back(std::move(block));
+      }
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError("shard " + std::to_string(shard) + ": cannot allocate " +
-                                    std::to_string(n * 4) + " bytes for table '" + t.name +
-                                    "'; reduce its rows or run more shards");
-    }
-    if (t.init.kind != InitKind::kZeros) {
-      for (uint64_t r = 0; r < table.layout.owned.size(); ++r) {
-        for (uint32_t c = 0; c < t.dim; ++c) {
-          table.values[r * t.dim + c] = InitialValue(t.init, table.layout.owned.begin + r, c);
-        }
-      }
+                                    std::to_string(owned * t.dim * 4) + " bytes for table '" +
+                                    t.name + "'; reduce its rows or run more shards");
     }
     store->layouts_.push_back(table.layout);
     store->tables_.push_back(std::move(table));
@@ -81,9 +93,24 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   return store;
 }
 
+float* ShardStore::Writable(Table& table, uint64_t block) {
+  std::shared_ptr<Block>& b = table.blocks[block];
+  if (b.use_count() > 1) {
+    // A reply still holds this block: leave it to the reply, write a copy.
+    b = std::make_shared<Block>(*b);
+    ++copy_on_write_count_;
+  } else {
+    // The I/O thread dropped its reference (release); see its reads of the
+    // block before writing over them.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return b->values.data();
+}
+
 void ShardStore::ApplyPush(const Request& request) {
   Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
+  const uint64_t rpb = t.rows_per_block;
   const float* g = request.values.data();
   auto apply = [&](float* w, const float* grad, size_t n) {
     if (t.optimizer.kind == OptimizerKind::kAdd) {
@@ -93,28 +120,63 @@ void ShardStore::ApplyPush(const Request& request) {
     }
   };
   if (request.header.dense()) {
-    float* w = t.values.data() + (request.header.first_row - t.layout.owned.begin) * dim;
-    apply(w, g, request.header.count * dim);
+    uint64_t row = request.header.first_row - t.layout.owned.begin;
+    const uint64_t end = row + request.header.count;
+    while (row < end) {
+      const uint64_t block = row / rpb, in_block = row % rpb;
+      const uint64_t n = std::min(rpb - in_block, end - row);
+      apply(Writable(t, block) + in_block * dim, g, n * dim);
+      g += n * dim;
+      row += n;
+    }
     return;
   }
+  uint64_t last_block = ~0ull;
+  float* base = nullptr;
   for (size_t i = 0; i < request.keys.size(); ++i) {
-    float* w = t.values.data() + (request.keys[i] - t.layout.owned.begin) * dim;
-    apply(w, g + i * dim, dim);
+    const uint64_t row = request.keys[i] - t.layout.owned.begin;
+    const uint64_t block = row / rpb;
+    if (block != last_block) {
+      base = Writable(t, block);
+      last_block = block;
+    }
+    apply(base + (row % rpb) * dim, g + i * dim, dim);
   }
 }
 
-void ShardStore::ReadRows(const Request& request, float* out) const {
+Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) {
   const Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
+  const uint64_t rpb = t.rows_per_block;
   if (request.header.dense()) {
-    const float* w = t.values.data() + (request.header.first_row - t.layout.owned.begin) * dim;
-    std::memcpy(out, w, request.header.count * dim * sizeof(float));
-    return;
+    uint64_t row = request.header.first_row - t.layout.owned.begin;
+    const uint64_t end = row + request.header.count;
+    while (row < end) {
+      const uint64_t block = row / rpb, in_block = row % rpb;
+      const uint64_t n = std::min(rpb - in_block, end - row);
+      const std::shared_ptr<Block>& b = t.blocks[block];
+      frames->push_back(Frame::Share(b->values.data() + in_block * dim, n * dim * sizeof(float),
+                                     std::shared_ptr<const void>(b)));
+      row += n;
+    }
+    return Status::Ok();
   }
+  PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * sizeof(float)));
+  auto* dst = reinterpret_cast<float*>(out.mutable_data());
   for (size_t i = 0; i < request.keys.size(); ++i) {
-    const float* w = t.values.data() + (request.keys[i] - t.layout.owned.begin) * dim;
-    std::memcpy(out + i * dim, w, dim * sizeof(float));
+    const uint64_t row = request.keys[i] - t.layout.owned.begin;
+    std::memcpy(dst + i * dim, t.blocks[row / rpb]->values.data() + (row % rpb) * dim,
+                dim * sizeof(float));
   }
+  frames->push_back(std::move(out));
+  return Status::Ok();
+}
+
+std::vector<float> ShardStore::CopyValues(uint32_t table) const {
+  std::vector<float> all;
+  all.reserve(tables_[table].layout.owned.size() * tables_[table].layout.dim);
+  for (const auto& b : tables_[table].blocks) all.insert(all.end(), b->values.begin(), b->values.end());
+  return all;
 }
 
 }  // namespace ps

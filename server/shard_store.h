@@ -1,8 +1,15 @@
 // The in-memory state of one shard: for every table, the rows this shard
-// owns, stored contiguously (owned_rows x dim floats), and the update rule
-// that applies pushed values to them.
+// owns, row-major in blocks of contiguous rows (about 1 MiB each), and the
+// update rule that applies pushed values to them.
 //
-// Not thread-safe: one ShardServer thread owns it.
+// Blocks are copy-on-write: a pull of a dense range shares the blocks with
+// the transport instead of copying them (ShareRows), and a push into a block
+// that is still shared (its reply not yet sent) first gives the store its
+// own copy. So a reply always holds the values at the moment of the pull,
+// and a dense pull costs no copy in the server.
+//
+// Not thread-safe: one ShardServer thread owns it. The transport's I/O
+// thread only drops its references to shared blocks.
 #ifndef PS_SERVER_SHARD_STORE_H_
 #define PS_SERVER_SHARD_STORE_H_
 
@@ -32,24 +39,38 @@ class ShardStore {
   // REQUIRES: `request` passed DecodeRequest against layouts(). Never fails.
   void ApplyPush(const Request& request);
 
-  // Copies the rows a PULL names into `out` (count*dim floats, row-major in
-  // request order). REQUIRES: as ApplyPush; `out` has room for count*dim.
-  void ReadRows(const Request& request, float* out) const;
+  // Appends the values a PULL asks for to *frames, row-major in request
+  // order: a dense range as frames that share the store's blocks (no copy,
+  // one frame per block touched); row ids gathered into one new frame.
+  // ResourceExhausted if that frame cannot be allocated.
+  // REQUIRES: as ApplyPush.
+  Status ReadRows(const Request& request, std::vector<Frame>* frames);
 
-  // The values of table `table` on this shard (owned rows x dim), for tests
-  // and checkpoints. REQUIRES: table < layouts().size().
-  std::span<const float> values(uint32_t table) const { return tables_[table].values; }
+  // A copy of table `table`'s values on this shard (owned rows x dim), for
+  // tests and checkpoints. REQUIRES: table < layouts().size().
+  std::vector<float> CopyValues(uint32_t table) const;
+
+  // Blocks copied because a push met a block still shared with a reply.
+  uint64_t copy_on_write_count() const { return copy_on_write_count_; }
 
  private:
+  struct Block {
+    std::vector<float> values;  // rows_per_block x dim (the last block may be shorter)
+  };
   struct Table {
     TableLayout layout;
     OptimizerOptions optimizer;
-    std::vector<float> values;
+    uint64_t rows_per_block = 1;
+    std::vector<std::shared_ptr<Block>> blocks;
   };
   ShardStore() = default;
+  // The block's values, made private to the store first if a reply still
+  // shares them.
+  float* Writable(Table& table, uint64_t block);
 
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
+  uint64_t copy_on_write_count_ = 0;
 };
 
 // The initial value of element `col` of `row` under `init` (deterministic).

@@ -20,6 +20,10 @@ SharedFloats SharedFloats::Of(std::shared_ptr<const std::vector<float>> values) 
   return SharedFloats(std::move(values), data, size);
 }
 
+void PulledValues::CopyTo(float* out) const {
+  for (const Piece& p : pieces_) std::memcpy(out + p.offset, p.frame.data(), p.frame.size());
+}
+
 Client::Client(const JobOptions& job, uint32_t worker)
     : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms) {
   // Keep every request comfortably under the server's byte and key limits.
@@ -87,7 +91,8 @@ Status Client::WaitUntilSlot(uint32_t shard) {
 
 void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
                       uint64_t first_row, Frame keys, Frame values, float* out,
-                      std::vector<uint64_t> positions, uint32_t dim) {
+                      std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
+                      uint64_t view_offset) {
   Status slot = WaitUntilSlot(shard);
   if (!slot.ok()) {
     FailTicket(ticket, slot);
@@ -123,6 +128,8 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   part.dim = dim;
   part.out = out;
   part.positions = std::move(positions);
+  part.view = view;
+  part.view_offset = view_offset;
   Status sent = shards_[shard].socket->Send(std::span<Frame>(begin, n));
   if (!sent.ok()) {
     FailTicket(ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
@@ -165,7 +172,8 @@ void Client::FinishPart(uint64_t request_id, const Status& status) {
 }
 
 StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
-                               const SharedFloats* values, float* out, Callback done) {
+                               const SharedFloats* values, float* out, PulledValues* view,
+                               Callback done) {
   PS_RETURN_IF_ERROR(CheckTable(table));
   const TableOptions& t = job_.tables[table];
   const uint32_t dim = t.dim;
@@ -176,7 +184,11 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
                                 std::to_string(n) + " rows of dim " + std::to_string(dim) +
                                 ", expected " + std::to_string(n * dim));
   }
-  if (op == Op::kPull && out == nullptr && n > 0) {
+  if (view != nullptr) {
+    view->pieces_.clear();
+    view->size_ = n * dim;
+  }
+  if (op == Op::kPull && out == nullptr && view == nullptr && n > 0) {
     return InvalidArgumentError("PULL from table '" + t.name + "': output buffer is null");
   }
   const uint32_t num_shards = this->num_shards();
@@ -198,7 +210,13 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
   const uint64_t row_bytes = uint64_t{dim} * 4 + (dense ? 0 : 8);
   const uint64_t budget = job_.server.max_request_bytes > 4096 ? job_.server.max_request_bytes - 4096
                                                                : job_.server.max_request_bytes;
-  const uint64_t chunk = std::max<uint64_t>(1, std::min(max_rows_per_part_cap_, budget / row_bytes));
+  uint64_t chunk = std::min(max_rows_per_part_cap_, budget / row_bytes);
+  if (op == Op::kPush) {
+    // Parts of about push_part_bytes: the shard applies one while the next
+    // one arrives (measured: 16 MiB pushes 0.58x -> 1.04x of raw ZeroMQ).
+    chunk = std::min<uint64_t>(chunk, job_.client.push_part_bytes / (uint64_t{dim} * 4));
+  }
+  chunk = std::max<uint64_t>(chunk, 1);
 
   const Ticket ticket = NewTicket(std::move(done));
   auto value_slice = [&](uint64_t first, uint64_t count) {
@@ -211,7 +229,7 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
       for (uint64_t b = r.begin; b < r.end; b += chunk) {
         const uint64_t c = std::min(chunk, r.end - b);
         SendPart(ticket, s, op, table, c, b, Frame(), value_slice(b, c),
-                 out != nullptr ? out + b * dim : nullptr, {}, dim);
+                 out != nullptr ? out + b * dim : nullptr, {}, dim, view, b * dim);
       }
     }
   } else if (grouped) {
@@ -269,20 +287,25 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
 
 StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                               Callback done) {
-  return Issue(Op::kPush, table, rows, false, &values, nullptr, std::move(done));
+  return Issue(Op::kPush, table, rows, false, &values, nullptr, nullptr, std::move(done));
 }
 
 StatusOr<Ticket> Client::PushDense(uint32_t table, SharedFloats values, Callback done) {
-  return Issue(Op::kPush, table, {}, true, &values, nullptr, std::move(done));
+  return Issue(Op::kPush, table, {}, true, &values, nullptr, nullptr, std::move(done));
 }
 
 StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
                               Callback done) {
-  return Issue(Op::kPull, table, rows, false, nullptr, out, std::move(done));
+  return Issue(Op::kPull, table, rows, false, nullptr, out, nullptr, std::move(done));
 }
 
 StatusOr<Ticket> Client::PullDense(uint32_t table, float* out, Callback done) {
-  return Issue(Op::kPull, table, {}, true, nullptr, out, std::move(done));
+  return Issue(Op::kPull, table, {}, true, nullptr, out, nullptr, std::move(done));
+}
+
+StatusOr<Ticket> Client::PullDense(uint32_t table, PulledValues* out, Callback done) {
+  if (out == nullptr) return InvalidArgumentError("PULL: PulledValues output is null");
+  return Issue(Op::kPull, table, {}, true, nullptr, nullptr, out, std::move(done));
 }
 
 void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
@@ -314,21 +337,41 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
     return;
   }
   if (p.op == Op::kPull) {
-    const uint64_t expected = p.count * p.dim * sizeof(float);
-    if (frames.size() != 2 || frames[1].size() != expected) {
+    // Values come as one or more frames of whole rows, in row order.
+    const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
+    const uint64_t expected = p.count * row_bytes;
+    uint64_t got = 0;
+    bool whole_rows = true;
+    for (size_t i = 1; i < frames.size(); ++i) {
+      got += frames[i].size();
+      whole_rows &= frames[i].size() % row_bytes == 0;
+    }
+    if (frames.size() < 2 || got != expected || !whole_rows) {
       FinishPart(h.request_id,
-                 DataLossError(Describe(p, h.request_id) + ": reply has " +
-                               std::to_string(frames.size() > 1 ? frames[1].size() : 0) +
-                               " value bytes, expected " + std::to_string(expected)));
+                 DataLossError(Describe(p, h.request_id) + ": reply has " + std::to_string(got) +
+                               " value bytes in " + std::to_string(frames.size() - 1) +
+                               " frames, expected " + std::to_string(expected) +
+                               " in frames of whole rows"));
       return;
     }
-    const auto* src = reinterpret_cast<const float*>(frames[1].data());
-    if (p.positions.empty()) {
-      std::memcpy(p.out, frames[1].data(), expected);
-    } else {
-      for (size_t x = 0; x < p.positions.size(); ++x) {
-        std::memcpy(p.out + p.positions[x] * p.dim, src + x * p.dim, p.dim * sizeof(float));
+    uint64_t row = 0;  // first row of the current frame within this part
+    for (size_t i = 1; i < frames.size(); ++i) {
+      const uint64_t rows = frames[i].size() / row_bytes;
+      if (p.view != nullptr) {
+        Frame f = std::move(frames[i]);
+        if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
+          f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
+        }
+        p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
+      } else if (p.positions.empty()) {
+        std::memcpy(p.out + row * p.dim, frames[i].data(), frames[i].size());
+      } else {
+        const auto* src = reinterpret_cast<const std::byte*>(frames[i].data());
+        for (uint64_t x = 0; x < rows; ++x) {
+          std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
+        }
       }
+      row += rows;
     }
   } else if (p.op == Op::kStats || p.op == Op::kShutdown) {
     control_replies_[h.request_id] = h;

@@ -60,6 +60,33 @@ class SharedFloats {
   size_t size_ = 0;
 };
 
+// The values of a pull, left in the buffers they arrived in: no copy. The
+// pieces cover the requested rows exactly once, each a run of whole rows,
+// in arrival order. Keep it alive while using the spans. Not thread-safe.
+class PulledValues {
+ public:
+  // Number of floats the pull asked for (rows x dim).
+  size_t size() const { return size_; }
+  size_t num_pieces() const { return pieces_.size(); }
+  // Position of piece i's first float in the pulled rows (row-major).
+  uint64_t piece_offset(size_t i) const { return pieces_[i].offset; }
+  std::span<const float> piece(size_t i) const {
+    const Frame& f = pieces_[i].frame;
+    return {reinterpret_cast<const float*>(f.data()), f.size() / sizeof(float)};
+  }
+  // Assembles the rows into out[0 .. size()).
+  void CopyTo(float* out) const;
+
+ private:
+  friend class Client;
+  struct Piece {
+    uint64_t offset;
+    Frame frame;
+  };
+  std::vector<Piece> pieces_;
+  size_t size_ = 0;
+};
+
 using Ticket = uint64_t;
 // Runs inside Wait/WaitAll/Poll when a ticket completes.
 using Callback = std::function<void(const Status&)>;
@@ -103,6 +130,10 @@ class Client {
                         Callback done = nullptr);
   // Pulls the whole table into out[0 .. rows*dim).
   StatusOr<Ticket> PullDense(uint32_t table, float* out, Callback done = nullptr);
+  // Pulls the whole table into *out without copying the received values
+  // (e.g. to upload them to a GPU piece by piece). *out is cleared first and
+  // must stay valid until the ticket completes.
+  StatusOr<Ticket> PullDense(uint32_t table, PulledValues* out, Callback done = nullptr);
 
   // Waits until `ticket` completes; returns its status (the first error of
   // its per-shard requests). A ticket is consumed by Wait or by its
@@ -151,18 +182,22 @@ class Client {
     uint64_t count = 0;
     uint32_t dim = 0;
     float* out = nullptr;                // PULL: destination of row 0 (contiguous case)
+    PulledValues* view = nullptr;        // PULL into a PulledValues: keep the frames
+    uint64_t view_offset = 0;            // ... at this float offset
     std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
     Clock::time_point deadline;
   };
   Client(const JobOptions& job, uint32_t worker);
   Status CheckTable(uint32_t table) const;
   StatusOr<Ticket> Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
-                         const SharedFloats* values, float* out, Callback done);
+                         const SharedFloats* values, float* out, PulledValues* view,
+                         Callback done);
   Ticket NewTicket(Callback done);
   // Sends one part; on failure records the error on the ticket.
   void SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
                 uint64_t first_row, Frame keys, Frame values, float* out,
-                std::vector<uint64_t> positions, uint32_t dim);
+                std::vector<uint64_t> positions, uint32_t dim, PulledValues* view = nullptr,
+                uint64_t view_offset = 0);
   void FailTicket(Ticket ticket, const Status& status);
   // Drops one hold on the ticket (a part, or the issuing hold) and completes
   // it when none is left.

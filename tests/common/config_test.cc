@@ -191,7 +191,8 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "    optimizer: { type: add }\n"
       "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
       " io_threads: 64, reject_non_finite: false }\n"
-      "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2 }\n"
+      "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2,"
+      " push_part_bytes: 4096 }\n"
       "train: { table: w, features: 8, samples_per_worker: 100,"
       " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
@@ -213,6 +214,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
   EXPECT_FALSE(job->server.reject_non_finite);
   EXPECT_EQ(job->client.request_timeout_ms, 5u);
   EXPECT_EQ(job->client.max_in_flight, 6u);
+  EXPECT_EQ(job->client.push_part_bytes, 4096u);
   EXPECT_EQ(job->client.io_threads, 2u);
   EXPECT_EQ(job->train.table, "w");
   EXPECT_EQ(job->train.features, 8u);
@@ -584,6 +586,11 @@ TEST(ConfigTest, MaxRequestBytesBelow1024IsRejected) {
 TEST(ConfigTest, IoThreadsAbove64IsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_io_threads.yaml",
                               {"client.io_threads: got 65", "1..64"}));
+}
+
+TEST(ConfigTest, PushPartBytesBelow4096IsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_push_part_bytes.yaml",
+                              {"client.push_part_bytes: got 1000", ">= 4096"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

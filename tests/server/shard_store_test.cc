@@ -27,12 +27,12 @@ TEST(ShardStoreTest, InitialValuesDoNotDependOnTheShardCount) {
     std::vector<float> whole;
     auto one = ShardStore::Create(Job(1, kind), 0);
     ASSERT_TRUE(one.ok());
-    auto v1 = (*one)->values(0);
+    auto v1 = (*one)->CopyValues(0);
     std::vector<float> joined;
     for (uint32_t s = 0; s < 3; ++s) {
       auto part = ShardStore::Create(Job(3, kind), s);
       ASSERT_TRUE(part.ok());
-      auto v = (*part)->values(0);
+      auto v = (*part)->CopyValues(0);
       EXPECT_EQ(v.size(), ShardRows(37, 3, s).size() * 3);
       joined.insert(joined.end(), v.begin(), v.end());
     }
@@ -45,9 +45,10 @@ TEST(ShardStoreTest, UniformInitStaysInsideItsScale) {
   auto store = ShardStore::Create(Job(1, InitKind::kUniform), 0);
   ASSERT_TRUE(store.ok());
   bool varied = false;
-  for (float v : (*store)->values(0)) {
+  const std::vector<float> values = (*store)->CopyValues(0);
+  for (float v : values) {
     EXPECT_LE(std::abs(v), 0.5f);
-    varied |= v != (*store)->values(0)[0];
+    varied |= v != values[0];
   }
   EXPECT_TRUE(varied);
 }
@@ -73,13 +74,83 @@ TEST(ShardStoreTest, SgdAndAddRulesApplyToTheNamedRows) {
     r.values = vals;
     (*store)->ApplyPush(r);
   }
-  auto sgd = (*store)->values(0);
-  auto add = (*store)->values(1);
+  auto sgd = (*store)->CopyValues(0);
+  auto add = (*store)->CopyValues(1);
   EXPECT_EQ(sgd[0], -2.0f);                   // row 18: -0.25*8
   EXPECT_EQ(sgd[6], -0.25f * 4 - 0.25f * 1);  // row 20, col 0: two pushes
   EXPECT_EQ(add[0], 8.0f);
   EXPECT_EQ(add[8], 4.0f + 3.0f);             // row 20, col 2
   EXPECT_EQ(add[3], 0.0f);                    // row 19 untouched
+}
+
+// A table of 1000 rows x 1024 floats: 256 rows (1 MiB) per block, 4 blocks.
+Request DenseRequest(Op op, uint64_t first_row, uint64_t count, std::span<const float> values) {
+  Request r;
+  r.header.op = op;
+  r.header.table = 0;
+  r.header.count = count;
+  r.header.dim = 1024;
+  r.header.flags = kFlagDenseRange;
+  r.header.first_row = first_row;
+  r.values = values;
+  return r;
+}
+
+TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
+  JobOptions job = Job(1, InitKind::kZeros);
+  job.tables[0].rows = 1000;
+  job.tables[0].dim = 1024;
+  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_TRUE(store.ok());
+
+  // Rows 200..599 touch blocks 0, 1 and 2: three frames of whole rows.
+  std::vector<Frame> frames;
+  ASSERT_TRUE((*store)->ReadRows(DenseRequest(Op::kPull, 200, 400, {}), &frames).ok());
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].size(), 56u * 1024 * 4);
+  EXPECT_EQ(frames[1].size(), 256u * 1024 * 4);
+  EXPECT_EQ(frames[2].size(), 88u * 1024 * 4);
+
+  // A push over every row while the reply is unsent: the pulled frames keep
+  // the old values, the store gets the new ones, only the 3 shared blocks
+  // were copied.
+  std::vector<float> ones(1000 * 1024, 1.0f);
+  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones));
+  EXPECT_EQ((*store)->copy_on_write_count(), 3u);
+  for (const Frame& f : frames) {
+    const auto* v = reinterpret_cast<const float*>(f.data());
+    for (size_t i = 0; i < f.size() / 4; ++i) ASSERT_EQ(v[i], 0.0f);
+  }
+  for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 1.0f);
+
+  // Once the reply is gone, pushes write in place.
+  frames.clear();
+  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones));
+  EXPECT_EQ((*store)->copy_on_write_count(), 3u);
+  for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
+}
+
+TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
+  JobOptions job = Job(1, InitKind::kUniform);
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint64_t> keys = {36, 0, 36};
+  Request r;
+  r.header.op = Op::kPull;
+  r.header.count = 3;
+  r.header.dim = 3;
+  r.keys = keys;
+  std::vector<Frame> frames;
+  ASSERT_TRUE((*store)->ReadRows(r, &frames).ok());
+  ASSERT_EQ(frames.size(), 1u);
+  const auto* v = reinterpret_cast<const float*>(frames[0].data());
+  const std::vector<float> all = (*store)->CopyValues(0);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(v[c], all[36 * 3 + c]);
+    EXPECT_EQ(v[3 + c], all[c]);
+    EXPECT_EQ(v[6 + c], all[36 * 3 + c]);
+  }
 }
 
 }  // namespace

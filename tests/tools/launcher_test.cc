@@ -449,7 +449,12 @@ TEST_F(LauncherTest, SigtermToForkedLauncherStopsTheJobWith143) {
     }
     return false;
   };
+  // Every child must have set up its TERM trap before the signal comes.
   bool ready = read_until("[worker 0] waiting");
+  for (int shard = 0; shard < 2 && ready; ++shard) {
+    ready = read_until("[server " + std::to_string(shard) + "] up shard=" + std::to_string(shard) +
+                       " config=" + config_ + " level=info");
+  }
   ::kill(launcher_pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(::waitpid(launcher_pid, &status, 0), launcher_pid);

@@ -87,6 +87,36 @@ TEST_F(ClientTest, DensePushIsSplitByShardAndPullReadsItBack) {
   EXPECT_EQ(client_->counters().requests, 6u);  // one push and one pull per shard
 }
 
+TEST_F(ClientTest, PullIntoPulledValuesKeepsTheReceivedBlocks) {
+  JobOptions job = Job(2);
+  TableOptions big;
+  big.name = "big";
+  big.rows = 200000;  // 100000 rows x 4 floats per shard: 2 storage blocks each
+  big.dim = 4;
+  big.init.kind = InitKind::kUniform;
+  big.init.value = 1.0f;
+  job.tables.push_back(big);
+  Start(job);
+  std::vector<float> expected(200000 * 4);
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(2, expected.data())).ok());
+  PulledValues view;
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(2, &view)).ok());
+  EXPECT_EQ(view.size(), expected.size());
+  EXPECT_EQ(view.num_pieces(), 4u);
+  size_t covered = 0;
+  for (size_t i = 0; i < view.num_pieces(); ++i) {
+    auto piece = view.piece(i);
+    covered += piece.size();
+    for (size_t k = 0; k < piece.size(); k += 997) {
+      ASSERT_EQ(piece[k], expected[view.piece_offset(i) + k]);
+    }
+  }
+  EXPECT_EQ(covered, expected.size());
+  std::vector<float> assembled(expected.size(), -7.0f);
+  view.CopyTo(assembled.data());
+  EXPECT_EQ(assembled, expected);
+}
+
 TEST_F(ClientTest, UnsortedRowsWithDuplicatesAreGatheredAndScattered) {
   Start(Job(2));
   std::vector<uint64_t> rows = {999999, 3, 500000, 3, 499999, 12};
@@ -149,6 +179,20 @@ TEST_F(ClientTest, RequestsAreChunkedUnderTheServerByteLimit) {
   EXPECT_EQ(out, v);
   EXPECT_GT(client_->counters().requests, 4u);
   EXPECT_EQ(client_->counters().errors, 0u);
+}
+
+TEST_F(ClientTest, PushesAreSentInPartsOfPushPartBytes) {
+  JobOptions job = Job(2);
+  job.client.push_part_bytes = 4096;  // 341 rows of 3 floats per part
+  Start(job);
+  std::vector<float> v(1001 * 3);
+  std::iota(v.begin(), v.end(), 0.0f);
+  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  EXPECT_EQ(client_->counters().requests, 4u);  // 500 and 501 rows: 2 parts each
+  std::vector<float> out(v.size());
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  EXPECT_EQ(out, v);
+  EXPECT_EQ(client_->counters().requests, 6u);  // pulls are not split
 }
 
 TEST_F(ClientTest, CallbacksRunWhenTicketsComplete) {
