@@ -105,7 +105,9 @@ namespace {
 // reduction so that the loop vectorizes: (exponent + one exponent step)
 // carries into bit 31 only for an all-ones exponent (Inf or NaN). Kept out
 // of line: inlined into DecodeRequest, g++ 12 leaves it scalar (5x slower).
-[[gnu::noinline]] bool AllFinite(std::span<const float> values) {
+// Built for AVX2 and baseline x86-64; the loader picks what the CPU has.
+[[gnu::noinline, gnu::target_clones("avx2", "default")]] bool AllFinite(
+    std::span<const float> values) {
   uint32_t acc = 0;
   const float* v = values.data();
   for (size_t i = 0; i < values.size(); ++i) {

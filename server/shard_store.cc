@@ -29,10 +29,10 @@ float Unit(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * (1.
 
 // value[i] op= lr * g[i] over a contiguous run. The loops are kept plain so
 // the compiler vectorizes them; `w` and `g` never alias (g is a receive buffer).
-void SgdRun(float* __restrict w, const float* __restrict g, size_t n, float lr) {
+[[gnu::target_clones("avx2", "default")]] void SgdRun(float* __restrict w, const float* __restrict g, size_t n, float lr) {
   for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
 }
-void AddRun(float* __restrict w, const float* __restrict g, size_t n) {
+[[gnu::target_clones("avx2", "default")]] void AddRun(float* __restrict w, const float* __restrict g, size_t n) {
   for (size_t i = 0; i < n; ++i) w[i] += g[i];
 }
 
