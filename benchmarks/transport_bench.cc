@@ -399,6 +399,9 @@ class Ours {
   }
   ~Ours() { StopServer().IgnoreError(); }
 
+  // true: pulls copy into a caller buffer; false: they keep the received frames.
+  void set_pull_into_buffer(bool into_buffer) { pull_into_buffer_ = into_buffer; }
+
   Status StopServer() {
     if (server_ != nullptr) server_->Stop();
     if (thread_.joinable()) thread_.join();
@@ -509,9 +512,7 @@ class Ours {
   std::vector<std::shared_ptr<const std::vector<float>>> values_;  // per table, all 1.0
   std::vector<std::vector<float>> outs_;                           // pull buffers, one per slot
   std::vector<PulledValues> views_;                                // zero-copy pulls, one per slot
-
- public:
-  bool pull_into_buffer_ = false;  // --pull-into buffer
+  bool pull_into_buffer_ = false;                                  // --pull-into buffer
   std::vector<uint64_t> pushes_;                                   // acknowledged, per table
 };
 
@@ -597,7 +598,7 @@ std::string CpuModel() {
 Status RunAll(const Config& cfg) {
   const uint64_t max_bytes = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   PS_ASSIGN_OR_RETURN(auto ours, Ours::Create(cfg.sizes));
-  ours->pull_into_buffer_ = cfg.pull_into_buffer;
+  ours->set_pull_into_buffer(cfg.pull_into_buffer);
   // The same socket options as ShardServer and Client use.
   SocketOptions router_opts;
   router_opts.max_frame_bytes = static_cast<int64_t>(JobOptions{}.server.max_request_bytes * 2);
