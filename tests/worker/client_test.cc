@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <chrono>
 #include <numeric>
 #include <random>
@@ -270,6 +272,115 @@ TEST_F(ClientTest, StatsAndShutdownReachEveryShard) {
 TEST(ClientCreateTest, WorkerRankOutsideTheJobIsRejected) {
   auto c = Client::Create(Job(1), 2);
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// A peer that answers every request with a reply built by `make_reply`:
+// what a client must survive from a broken or foreign server.
+class FakeServer {
+ public:
+  using MakeReply = std::function<std::vector<Frame>(const MessageHeader& request)>;
+  explicit FakeServer(MakeReply make_reply) : make_reply_(std::move(make_reply)) {
+    ctx_ = Context::Create(1).value();
+    sock_ = Socket::Create(ctx_.get(), SocketType::kRouter, SocketOptions{}).value();
+    EXPECT_TRUE(sock_->Bind("tcp://127.0.0.1:*").ok());
+    endpoint_ = *sock_->LastEndpoint();
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  void Serve() {
+    std::vector<Frame> frames;
+    std::vector<bool> readable;
+    Socket* socks[] = {sock_.get()};
+    while (!stop_) {
+      if (!PollReadable(socks, 20, &readable).ok()) return;
+      while (*sock_->TryRecv(&frames)) {
+        auto h = DecodeHeader({frames[1].data(), frames[1].size()});
+        std::vector<Frame> reply;
+        reply.push_back(std::move(frames[0]));
+        for (Frame& f : make_reply_(*h)) reply.push_back(std::move(f));
+        sock_->Send(reply).IgnoreError();
+      }
+    }
+  }
+  MakeReply make_reply_;
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Socket> sock_;
+  std::string endpoint_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+MessageHeader ReplyTo(const MessageHeader& req, Op op) {
+  MessageHeader h = req;
+  h.op = op;
+  h.shard = 0;
+  return h;
+}
+
+Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000) {
+  JobOptions job = Job(1);
+  job.client.request_timeout_ms = timeout_ms;
+  auto client = Client::Create(job, 0, {fake.endpoint()});
+  EXPECT_TRUE(client.ok());
+  std::vector<float> out(1001 * 3);
+  return (*client)->Wait(*(*client)->PullDense(0, out.data()));
+}
+
+TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {
+  FakeServer fake([](const MessageHeader& req) {
+    std::vector<Frame> r;
+    r.push_back(EncodeHeader(ReplyTo(req, Op::kPullOk)));
+    r.push_back(Frame::CopyOf(std::string(12, '\0')));
+    return r;
+  });
+  Status s = PullThrough(fake);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("to server 0 at " + fake.endpoint()), std::string::npos);
+  EXPECT_NE(s.message().find("reply has 12 value bytes"), std::string::npos) << s.ToString();
+}
+
+TEST(ClientBadReplyTest, WrongReplyOpIsAnInternalError) {
+  FakeServer fake([](const MessageHeader& req) {
+    std::vector<Frame> r;
+    r.push_back(EncodeHeader(ReplyTo(req, Op::kPushOk)));
+    return r;
+  });
+  Status s = PullThrough(fake);
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  EXPECT_NE(s.message().find("got a PUSH_OK reply"), std::string::npos) << s.ToString();
+}
+
+TEST(ClientBadReplyTest, UnreadableReplyLeavesTheRequestToItsDeadline) {
+  FakeServer fake([](const MessageHeader&) {
+    std::vector<Frame> r;
+    r.push_back(Frame::CopyOf(std::string_view("\xff\xff\xff")));
+    return r;
+  });
+  Status s = PullThrough(fake, 300);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+}
+
+TEST(ClientBadReplyTest, ErrorReplyKeepsTheServersCodeAndText) {
+  FakeServer fake([](const MessageHeader& req) {
+    std::vector<Frame> r;
+    r.push_back(EncodeHeader(MakeErrorHeader(req, 0, ResourceExhaustedError("too big"))));
+    return r;
+  });
+  Status s = PullThrough(fake);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("was rejected: too big"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
