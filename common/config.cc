@@ -27,7 +27,7 @@ namespace ps {
 namespace {
 
 constexpr std::string_view kTopLevelKeys =
-    "cluster, tables, optimizer, server, client, train";
+    "cluster, tables, consistency, optimizer, server, client, train";
 
 // A node of the document with the YAML path that leads to it
 // ("tables[0].init.type") and where it is in the text.
@@ -161,7 +161,8 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map top,
         ReadMap(document,
-                {"cluster", "tables", "optimizer", "server", "client", "train"},
+                {"cluster", "tables", "consistency", "optimizer", "server",
+                 "client", "train"},
                 "a map with keys " + std::string(kTopLevelKeys)));
 
     PS_ASSIGN_OR_RETURN(
@@ -191,6 +192,9 @@ class JobParser {
           ParseTable(items[i], default_optimizer, &job->tables[i]));
     }
 
+    if (const Value* consistency = top.Find("consistency")) {
+      PS_RETURN_IF_ERROR(ParseConsistency(*consistency, &job->consistency));
+    }
     if (const Value* server = top.Find("server")) {
       PS_RETURN_IF_ERROR(ParseServer(*server, &job->server));
     }
@@ -547,6 +551,29 @@ class JobParser {
     if (const Value* optimizer = map.Find("optimizer")) {
       PS_RETURN_IF_ERROR(ParseOptimizer(*optimizer, /*check_values=*/false,
                                         &table->optimizer));
+    }
+    return Status::Ok();
+  }
+
+  Status ParseConsistency(const Value& value, ConsistencyOptions* c) const {
+    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"mode", "staleness"},
+                                         "a map with mode (bsp, ssp, asp) and, for ssp, "
+                                         "staleness"));
+    PS_ASSIGN_OR_RETURN(const Value* mode,
+                        Required(map, "mode", "one of \"bsp\", \"ssp\", \"asp\""));
+    PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*mode, {"bsp", "ssp", "asp"}));
+    c->mode = static_cast<ConsistencyMode>(index);
+    const Value* staleness = map.Find("staleness");
+    if (c->mode == ConsistencyMode::kSsp) {
+      constexpr std::string_view kExpected =
+          "a staleness >= 1 for mode ssp: how many clocks a worker may run ahead of the "
+          "slowest";
+      PS_ASSIGN_OR_RETURN(staleness, Required(map, "staleness", kExpected));
+      PS_RETURN_IF_ERROR(ReadUnsigned(*staleness, &c->staleness));
+      if (c->staleness < 1) return Error(*staleness, "got 0", kExpected);
+    } else if (staleness != nullptr) {
+      return Error(*staleness, "not used by mode " + std::string(index == 0 ? "bsp" : "asp"),
+                   "staleness only with mode ssp (bsp is staleness 0, asp is unbounded)");
     }
     return Status::Ok();
   }

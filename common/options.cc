@@ -323,6 +323,18 @@ Status ValidateServer(const std::string& source, const ServerOptions& server) {
   return ValidateIoThreads(source, "server.io_threads", server.io_threads);
 }
 
+Status ValidateConsistency(const std::string& source, const ConsistencyOptions& c) {
+  if (c.mode == ConsistencyMode::kSsp && c.staleness < 1) {
+    return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
+                   "a staleness >= 1 for mode ssp (bsp is staleness 0)");
+  }
+  if (c.mode != ConsistencyMode::kSsp && c.staleness != 0) {
+    return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
+                   "no staleness for mode " + ConsistencyName(c) + " (only ssp takes one)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateClient(const std::string& source, const ClientOptions& client) {
   if (client.request_timeout_ms < 1) {
     return Invalid(source, "client.request_timeout_ms",
@@ -392,9 +404,19 @@ Status ValidateTrain(const std::string& source, const JobOptions& job) {
 
 }  // namespace
 
+std::string ConsistencyName(const ConsistencyOptions& c) {
+  switch (c.mode) {
+    case ConsistencyMode::kBsp: return "bsp";
+    case ConsistencyMode::kSsp: return "ssp " + std::to_string(c.staleness);
+    case ConsistencyMode::kAsp: return "asp";
+  }
+  return "unknown";
+}
+
 Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
   PS_RETURN_IF_ERROR(ValidateTables(source, tables));
+  PS_RETURN_IF_ERROR(ValidateConsistency(source, consistency));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
   return ValidateTrain(source, *this);

@@ -5,6 +5,7 @@
 #define PS_COMMON_OPTIONS_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,36 @@ struct TableOptions {
   InitOptions init;
   OptimizerOptions optimizer;
 };
+
+enum class ConsistencyMode { kBsp, kSsp, kAsp };
+
+// The staleness bound of asp: pulls never wait.
+inline constexpr int64_t kUnboundedStaleness = std::numeric_limits<int64_t>::max();
+
+// How far workers may run ahead of each other (DESIGN.md section 5). Each
+// worker has a clock (0, 1, ...); a pull from a worker at clock c is answered
+// once every worker has finished clock c - 1 - bound, so it sees every
+// update of every worker for clocks < c - bound, and its own.
+struct ConsistencyOptions {
+  // bsp: bound 0 (lockstep); ssp: bound `staleness`; asp: no bound.
+  // Default asp: pulls never wait.
+  ConsistencyMode mode = ConsistencyMode::kAsp;
+  // ssp only, >= 1; bsp and asp take no staleness.
+  uint32_t staleness = 0;
+
+  // 0 for bsp, staleness for ssp, kUnboundedStaleness for asp.
+  int64_t Bound() const {
+    switch (mode) {
+      case ConsistencyMode::kBsp: return 0;
+      case ConsistencyMode::kSsp: return staleness;
+      case ConsistencyMode::kAsp: return kUnboundedStaleness;
+    }
+    return kUnboundedStaleness;
+  }
+};
+
+// "bsp", "ssp 3", "asp".
+std::string ConsistencyName(const ConsistencyOptions& consistency);
 
 // Limits and behaviour of each ps_server process.
 struct ServerOptions {
@@ -120,6 +151,7 @@ struct JobOptions {
   std::string source;
   ClusterOptions cluster;
   std::vector<TableOptions> tables;
+  ConsistencyOptions consistency;
   ServerOptions server;
   ClientOptions client;
   TrainOptions train;

@@ -140,8 +140,8 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   MessageHeader& h = *parsed;
 
   const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown;
-  if (h.op != Op::kPush && h.op != Op::kPull && !control_op) {
-    if (h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kCheckpoint) {
+  if (h.op != Op::kPush && h.op != Op::kPull && h.op != Op::kClock && !control_op) {
+    if (h.op == Op::kHeartbeat || h.op == Op::kCheckpoint) {
       return UnimplementedError(Where(h) + ": op " + OpName(h.op) +
                                 " is not supported by this server version");
     }
@@ -152,7 +152,11 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));
   }
-  if (control_op) {
+  if (h.clock < 0 || h.clock > kMaxClock) {
+    return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
+                                " is outside [0, 2^62]");
+  }
+  if (control_op || h.op == Op::kClock) {
     if (frames.size() != 1) {
       return InvalidArgumentError(Where(h) + ": expected 1 frame (header), got " +
                                   std::to_string(frames.size()));

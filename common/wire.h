@@ -54,6 +54,10 @@ Op ReplyOp(Op request);
 // and there is no keys frame.
 inline constexpr uint32_t kFlagDenseRange = 1u;
 
+// The largest clock a request may carry; far beyond any run, and small
+// enough that clock + staleness arithmetic cannot overflow.
+inline constexpr int64_t kMaxClock = int64_t{1} << 62;
+
 struct MessageHeader {
   Op op = Op::kUnknown;
   uint64_t request_id = 0;  // chosen by the client, echoed in the reply
@@ -109,7 +113,7 @@ struct Request {
 
 // Checks one request (`frames` without the routing id) against `rules`:
 // frame count for the op, header parse, known op, known worker (tools may
-// only ask STATS and SHUTDOWN), total bytes and key count under the limits,
+// only ask STATS and SHUTDOWN), clock in [0, kMaxClock], total bytes and key count under the limits,
 // known table, matching dim, keys frame size == count*8, values frame size ==
 // count*dim*4, every key (or the dense range) inside this shard's rows, and
 // finite values. On success fills *out; on failure returns the error for the

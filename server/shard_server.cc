@@ -1,5 +1,6 @@
 #include "server/shard_server.h"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -9,8 +10,9 @@ namespace ps {
 
 std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
-ShardServer::ShardServer(uint32_t shard, uint32_t num_workers, const ServerOptions& options)
-    : shard_(shard), num_workers_(num_workers), options_(options),
+ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
+    : shard_(shard), num_workers_(job.cluster.workers), options_(job.server),
+      bound_(job.consistency.Bound()), clocks_(job.cluster.workers),
       started_(std::chrono::steady_clock::now()) {}
 
 ShardServer::~ShardServer() = default;
@@ -21,7 +23,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
-  std::unique_ptr<ShardServer> server(new ShardServer(shard, job.cluster.workers, job.server));
+  std::unique_ptr<ShardServer> server(new ShardServer(shard, job));
   PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard));
   PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
   SocketOptions so;
@@ -48,8 +50,10 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
 }
 
 Status ShardServer::Run() {
-  PS_LOG_INFO("shard {} serving {} tables on {} ({} workers)", shard_, store_->layouts().size(),
-              endpoint_, num_workers_);
+  PS_LOG_INFO("shard {} serving {} tables on {} ({} workers, {})", shard_,
+              store_->layouts().size(), endpoint_, num_workers_,
+              bound_ == kUnboundedStaleness ? std::string("asp")
+                                            : "staleness " + std::to_string(bound_));
   std::vector<Frame> frames;
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
@@ -103,16 +107,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     return;
   }
   const MessageHeader& req = request_.header;
-  MessageHeader reply;
-  reply.op = ReplyOp(req.op);
-  reply.request_id = req.request_id;
-  reply.worker = req.worker;
-  reply.table = req.table;
-  reply.count = req.count;
-  reply.dim = req.dim;
-  reply.flags = req.flags;
-  reply.first_row = req.first_row;
-  reply.shard = shard_;
+  MessageHeader reply = ReplyHeader(req);
   switch (req.op) {
     case Op::kPush:
       ++counters_.pushes;
@@ -123,18 +118,23 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       store_->ApplyPush(request_);
       return;
-    case Op::kPull: {
-      ++counters_.pulls;
-      reply_.clear();
-      reply_.push_back(std::move(routing_id));
-      reply_.push_back(EncodeHeader(reply));
-      if (Status read = store_->ReadRows(request_, &reply_); !read.ok()) {
-        ++counters_.errors;
-        Frame id = std::move(reply_[0]);
-        Reply(id, MakeErrorHeader(req, shard_, read));
+    case Op::kPull:
+      if (!clocks_.PullReady(req.clock, bound_)) {
+        // Too far ahead of the slowest worker: wait for its CLOCKs.
+        ++counters_.pulls_waited;
+        counters_.max_blocked_lead =
+            std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
+        waiting_.push_back({std::move(frames), req.clock});
         return;
       }
-      SendReply(reply);
+      ServePull(routing_id);
+      return;
+    case Op::kClock: {
+      ++counters_.clocks;
+      const bool advanced = clocks_.Finish(req.worker, req.clock);
+      reply.min_clock = clocks_.min_clock();
+      Reply(routing_id, reply);
+      if (advanced) ReleaseWaitingPulls();
       return;
     }
     case Op::kStats:
@@ -153,6 +153,56 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
   }
 }
 
+MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
+  MessageHeader reply;
+  reply.op = ReplyOp(req.op);
+  reply.request_id = req.request_id;
+  reply.worker = req.worker;
+  reply.clock = req.clock;
+  reply.table = req.table;
+  reply.count = req.count;
+  reply.dim = req.dim;
+  reply.flags = req.flags;
+  reply.first_row = req.first_row;
+  reply.shard = shard_;
+  reply.min_clock = clocks_.min_clock();
+  return reply;
+}
+
+void ShardServer::ServePull(Frame& routing_id) {
+  ++counters_.pulls;
+  const MessageHeader& req = request_.header;
+  const MessageHeader reply = ReplyHeader(req);
+  reply_.clear();
+  reply_.push_back(std::move(routing_id));
+  reply_.push_back(EncodeHeader(reply));
+  if (Status read = store_->ReadRows(request_, &reply_); !read.ok()) {
+    ++counters_.errors;
+    Frame id = std::move(reply_[0]);
+    Reply(id, MakeErrorHeader(req, shard_, read));
+    return;
+  }
+  SendReply(reply);
+}
+
+void ShardServer::ReleaseWaitingPulls() {
+  // In arrival order; a pull whose clock is still too far ahead stays.
+  std::deque<WaitingPull> still_waiting;
+  while (!waiting_.empty()) {
+    WaitingPull w = std::move(waiting_.front());
+    waiting_.pop_front();
+    if (!clocks_.PullReady(w.clock, bound_)) {
+      still_waiting.push_back(std::move(w));
+      continue;
+    }
+    std::span<Frame> body(w.frames.data() + 1, w.frames.size() - 1);
+    // Checked when it arrived and the layout does not change, so this
+    // decodes again only to point request_ at the kept frames.
+    if (DecodeRequest(body, rules_, &request_).ok()) ServePull(w.frames[0]);
+  }
+  waiting_ = std::move(still_waiting);
+}
+
 std::string ShardServer::StatsReport() const {
   std::ostringstream os;
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -160,6 +210,14 @@ std::string ShardServer::StatsReport() const {
   os << "pushes " << counters_.pushes << " pulls " << counters_.pulls << " errors "
      << counters_.errors << " bytes_in " << counters_.bytes_in << " bytes_out "
      << counters_.bytes_out << " copy_on_write " << store_->copy_on_write_count() << "\n";
+  os << "consistency "
+     << (bound_ == kUnboundedStaleness ? std::string("asp") : "staleness " + std::to_string(bound_))
+     << " min_clock " << clocks_.min_clock() << " slowest_worker " << clocks_.slowest_worker()
+     << " waiting_pulls " << waiting_.size() << " pulls_waited " << counters_.pulls_waited
+     << " max_blocked_lead " << counters_.max_blocked_lead << "\n";
+  os << "worker_clocks";
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
+  os << "\n";
   for (const TableLayout& t : store_->layouts()) {
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned.begin << ", " << t.owned.end << ")\n";

@@ -7,6 +7,12 @@
 // so a push acknowledged to a worker is applied before any later request of
 // any worker is read.
 //
+// Consistency (DESIGN.md section 5): the shard keeps every worker's clock
+// (CLOCK requests) and answers a PULL from a worker at clock c only when the
+// minimum clock is at least c - bound; until then the pull waits in a queue
+// that is released as CLOCKs advance the minimum. Every reply carries the
+// minimum clock.
+//
 // Thread safety: Run() must be called from one thread; Stop() and
 // stop_requested() are safe from any thread and from a signal handler.
 #ifndef PS_SERVER_SHARD_SERVER_H_
@@ -15,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +30,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "server/clock_table.h"
 #include "server/shard_store.h"
 
 namespace ps {
@@ -30,6 +38,11 @@ namespace ps {
 struct ShardServerCounters {
   uint64_t pushes = 0;
   uint64_t pulls = 0;
+  uint64_t clocks = 0;        // CLOCK requests
+  uint64_t pulls_waited = 0;  // pulls that had to wait for slower workers
+  // Largest (pull clock - minimum clock) of a pull that had to wait: under
+  // ssp s a worker blocks exactly when it is s + 1 clocks ahead.
+  int64_t max_blocked_lead = 0;
   uint64_t errors = 0;     // requests answered with ERROR
   uint64_t bytes_in = 0;   // request bytes, all frames
   uint64_t bytes_out = 0;  // reply bytes, all frames
@@ -59,10 +72,18 @@ class ShardServer {
   // REQUIRES: Run() is not running (tests read the final state).
   const ShardStore& store() const { return *store_; }
   const ShardServerCounters& counters() const { return counters_; }
+  // REQUIRES: as store().
+  const ClockTable& clocks() const { return clocks_; }
+  size_t waiting_pulls() const { return waiting_.size(); }
 
  private:
-  ShardServer(uint32_t shard, uint32_t num_workers, const ServerOptions& options);
+  ShardServer(uint32_t shard, const JobOptions& job);
   void Handle(std::vector<Frame>& frames);
+  // Answers the PULL in request_ (decoded from `routing_id`'s message).
+  void ServePull(Frame& routing_id);
+  // Answers every waiting pull the current minimum clock allows.
+  void ReleaseWaitingPulls();
+  MessageHeader ReplyHeader(const MessageHeader& request) const;
   // Sends [routing id][header] to the requester.
   void Reply(Frame& routing_id, const MessageHeader& header);
   // Sends reply_ (routing id, header, any value frames) as one message.
@@ -81,6 +102,14 @@ class ShardServer {
   std::vector<Frame> reply_;   // reused across replies
   std::atomic<bool> stop_{false};
   ShardServerCounters counters_;
+  const int64_t bound_;  // staleness bound of the job's consistency mode
+  ClockTable clocks_;
+  // A pull waiting for slower workers: the whole message, routing id first.
+  struct WaitingPull {
+    std::vector<Frame> frames;
+    int64_t clock;
+  };
+  std::deque<WaitingPull> waiting_;
   std::chrono::steady_clock::time_point started_;
 };
 

@@ -25,7 +25,8 @@ void PulledValues::CopyTo(float* out) const {
 }
 
 Client::Client(const JobOptions& job, uint32_t worker)
-    : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms) {
+    : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms),
+      bound_(job.consistency.Bound()) {
   // Keep every request comfortably under the server's byte and key limits.
   max_rows_per_part_cap_ = job.server.max_keys_per_request;
 }
@@ -103,6 +104,7 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   h.op = op;
   h.request_id = rid;
   h.worker = worker_;
+  h.clock = clock_;
   h.table = table;
   h.count = count;
   h.dim = dim;
@@ -126,6 +128,7 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   part.table = table;
   part.count = count;
   part.dim = dim;
+  part.clock = clock_;
   part.out = out;
   part.positions = std::move(positions);
   part.view = view;
@@ -137,7 +140,7 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   }
   ++counters_.requests;
   counters_.bytes_sent += bytes;
-  part.deadline = Clock::now() + timeout_;
+  part.deadline = SteadyClock::now() + timeout_;
   deadlines_.emplace_back(part.deadline, rid);
   ++shards_[shard].in_flight;
   ++tickets_[ticket].remaining;
@@ -325,6 +328,7 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
   }
   Part& p = it->second;
   ++counters_.replies;
+  shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
   if (h.op == Op::kError) {
     ++counters_.errors;
     FinishPart(h.request_id, StatusFromErrorHeader(h).WithContext(
@@ -334,6 +338,15 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
   if (h.op != ReplyOp(p.op)) {
     FinishPart(h.request_id, InternalError(Describe(p, h.request_id) + ": got a " + OpName(h.op) +
                                            " reply"));
+    return;
+  }
+  if (p.op == Op::kPull && p.clock > bound_ && h.min_clock < p.clock - bound_) {
+    ++counters_.bound_violations;
+    FinishPart(h.request_id,
+               InternalError(Describe(p, h.request_id) + ": staleness bound violated: pulled at "
+                             "clock " + std::to_string(p.clock) + " with bound " +
+                             std::to_string(bound_) + " but the shard's minimum clock was " +
+                             std::to_string(h.min_clock)));
     return;
   }
   if (p.op == Op::kPull) {
@@ -380,7 +393,7 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
 }
 
 void Client::ExpireDeadlines() {
-  const auto now = Clock::now();
+  const auto now = SteadyClock::now();
   while (!deadlines_.empty()) {
     auto [deadline, rid] = deadlines_.front();
     auto it = parts_.find(rid);
@@ -403,7 +416,7 @@ Status Client::Poll(int timeout_ms) {
   ExpireDeadlines();
   if (!deadlines_.empty()) {
     auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     deadlines_.front().first - Clock::now()).count() + 1;
+                     deadlines_.front().first - SteadyClock::now()).count() + 1;
     timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
   }
   auto ready = PollReadable(poll_sockets_, timeout_ms, &readable_);
@@ -460,6 +473,19 @@ Status Client::PushSync(uint32_t table, std::span<const uint64_t> rows, SharedFl
 Status Client::PullSync(uint32_t table, std::span<const uint64_t> rows, float* out) {
   PS_ASSIGN_OR_RETURN(Ticket t, Pull(table, rows, out));
   return Wait(t);
+}
+
+StatusOr<Ticket> Client::Clock(Callback done) {
+  if (worker_ == kControlWorker) {
+    return FailedPreconditionError("a control client has no clock; only workers call Clock()");
+  }
+  const Ticket ticket = NewTicket(std::move(done));
+  for (uint32_t s = 0; s < num_shards(); ++s) {
+    SendPart(ticket, s, Op::kClock, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0);
+  }
+  ++clock_;
+  Release(ticket, Status::Ok());  // the issuing hold
+  return ticket;
 }
 
 StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op) {

@@ -8,6 +8,13 @@
 // (client.request_timeout_ms): a server that does not answer in time turns
 // into DeadlineExceeded naming the server, never a hang.
 //
+// Consistency (DESIGN.md section 5): the client keeps this worker's clock.
+// Pulls carry it, and a shard answers them only within the job's staleness
+// bound; Clock() reports the clock finished to every shard (after the pushes
+// sent before it, which ZeroMQ delivers first) and advances it. Every pull
+// reply is checked against the bound; a violation fails the pull with
+// Internal (it would be a bug in the shard).
+//
 // Thread safety: not thread-safe. One Client belongs to one thread (it
 // drives its sockets from the caller's thread, so a reply is handled with no
 // thread hop). Use one Client per thread.
@@ -99,6 +106,7 @@ struct ClientCounters {
   uint64_t late_replies = 0;   // replies after their request timed out (dropped)
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t bound_violations = 0;  // pull replies older than the staleness bound (a bug)
 };
 
 class Client {
@@ -135,6 +143,16 @@ class Client {
   // must stay valid until the ticket completes.
   StatusOr<Ticket> PullDense(uint32_t table, PulledValues* out, Callback done = nullptr);
 
+  // Reports this worker's current clock c as finished to every shard and
+  // advances the clock to c + 1 (at once: later pulls carry c + 1). Pushes
+  // issued before reach each shard before this report. The ticket completes
+  // when every shard acknowledged.
+  StatusOr<Ticket> Clock(Callback done = nullptr);
+  // This worker's clock: the number of Clock() calls so far.
+  int64_t clock() const { return clock_; }
+  // The newest minimum clock a reply of `shard` carried.
+  int64_t min_clock(uint32_t shard) const { return shards_[shard].min_clock; }
+
   // Waits until `ticket` completes; returns its status (the first error of
   // its per-shard requests). A ticket is consumed by Wait or by its
   // callback; waiting for an unknown or consumed ticket is InvalidArgument.
@@ -162,11 +180,12 @@ class Client {
   const ClientCounters& counters() const { return counters_; }
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using SteadyClock = std::chrono::steady_clock;
   struct Shard {
     std::string endpoint;
     std::unique_ptr<Socket> socket;
     uint32_t in_flight = 0;
+    int64_t min_clock = 0;
   };
   struct TicketState {
     Status status;
@@ -181,11 +200,12 @@ class Client {
     uint32_t table = 0;
     uint64_t count = 0;
     uint32_t dim = 0;
+    int64_t clock = 0;                   // the worker's clock when it was sent
     float* out = nullptr;                // PULL: destination of row 0 (contiguous case)
     PulledValues* view = nullptr;        // PULL into a PulledValues: keep the frames
     uint64_t view_offset = 0;            // ... at this float offset
     std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
-    Clock::time_point deadline;
+    SteadyClock::time_point deadline;
   };
   Client(const JobOptions& job, uint32_t worker);
   Status CheckTable(uint32_t table) const;
@@ -213,6 +233,8 @@ class Client {
   const JobOptions job_;
   const uint32_t worker_;
   const std::chrono::milliseconds timeout_;
+  const int64_t bound_;  // staleness bound of the job's consistency mode
+  int64_t clock_ = 0;
   uint64_t max_rows_per_part_cap_;  // from the server's request limits
   std::unique_ptr<Context> context_;
   std::vector<Shard> shards_;
@@ -224,7 +246,7 @@ class Client {
   Ticket next_ticket_ = 1;
   std::unordered_map<uint64_t, Part> parts_;
   std::unordered_map<Ticket, TicketState> tickets_;
-  std::deque<std::pair<Clock::time_point, uint64_t>> deadlines_;  // send order
+  std::deque<std::pair<SteadyClock::time_point, uint64_t>> deadlines_;  // send order
   std::unordered_map<uint64_t, MessageHeader> control_replies_;
   ClientCounters counters_;
 };

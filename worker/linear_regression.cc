@@ -64,21 +64,21 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
   std::shared_ptr<std::vector<float>> grads[2] = {
       std::make_shared<std::vector<float>>(data.features),
       std::make_shared<std::vector<float>>(data.features)};
-  std::optional<Ticket> push_in_flight[2];
+  // Per gradient buffer: its push and the CLOCK after it, still in flight.
+  std::vector<Ticket> in_flight[2];
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
   uint64_t cursor = 0;
   for (uint32_t step = 0; step < train.iterations; ++step) {
     // Pushes before this pull on the same connection are applied before it
-    // is answered, so the pull sees this worker's own last update.
+    // is answered, so the pull sees this worker's own last update; the shard
+    // answers once the slowest worker is within the job's staleness bound.
     PS_ASSIGN_OR_RETURN(Ticket pull, client->PullDense(table, w.data()));
     PS_RETURN_IF_ERROR(client->Wait(pull));
 
     std::vector<float>& grad = *grads[step % 2];
-    if (push_in_flight[step % 2]) {
-      PS_RETURN_IF_ERROR(client->Wait(*push_in_flight[step % 2]));
-      push_in_flight[step % 2].reset();
-    }
+    for (Ticket t : in_flight[step % 2]) PS_RETURN_IF_ERROR(client->Wait(t));
+    in_flight[step % 2].clear();
     if (cursor + train.batch_size > data.samples) cursor = 0;
     const double loss = RegressionLoss(data, w.data(), cursor, cursor + train.batch_size, grad.data());
     cursor += train.batch_size;
@@ -96,10 +96,12 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
                   secs > 0 ? (step + 1) / secs : 0.0);
     }
     PS_ASSIGN_OR_RETURN(Ticket push, client->PushDense(table, SharedFloats::Of(grads[step % 2])));
-    push_in_flight[step % 2] = push;
+    // The step is done: its clock goes to every shard after its push.
+    PS_ASSIGN_OR_RETURN(Ticket clock, client->Clock());
+    in_flight[step % 2] = {push, clock};
   }
-  for (auto& t : push_in_flight) {
-    if (t) PS_RETURN_IF_ERROR(client->Wait(*t));
+  for (auto& tickets : in_flight) {
+    for (Ticket t : tickets) PS_RETURN_IF_ERROR(client->Wait(t));
   }
   PS_ASSIGN_OR_RETURN(Ticket pull, client->PullDense(table, w.data()));
   PS_RETURN_IF_ERROR(client->Wait(pull));

@@ -38,7 +38,8 @@ struct TrainResult {
 };
 
 // Runs train.iterations steps: pull the weights, compute the minibatch
-// gradient, push it (the push overlaps the next pull). Logs the loss every
+// gradient, push it and advance the worker's clock (the push and the clock
+// overlap the next pull; under bsp or ssp the pull waits for slow workers). Logs the loss every
 // train.log_every steps. Fails on any client error (with the server named).
 StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank, Client* client);
 

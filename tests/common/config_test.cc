@@ -391,8 +391,8 @@ TEST(ConfigTest, UnknownKeyNamesItsPathAndTheAllowedKeys) {
 TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
   EXPECT_TRUE(
       BadFileRejected("bad_unknown_top_level_key.yaml",
-                      {"consistency: unknown key",
-                       "cluster, tables, optimizer, server, client, train"}));
+                      {"consistancy: unknown key",
+                       "cluster, tables, consistency, optimizer, server, client, train"}));
 }
 
 TEST(ConfigTest, DuplicateKeyIsRejected) {
@@ -591,6 +591,49 @@ TEST(ConfigTest, IoThreadsAbove64IsRejected) {
 TEST(ConfigTest, PushPartBytesBelow4096IsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_push_part_bytes.yaml",
                               {"client.push_part_bytes: got 1000", ">= 4096"}));
+}
+
+TEST(ConfigTest, ConsistencyModesLoadWithTheirBounds) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  auto bsp = LoadJobString(head + "consistency: { mode: bsp }\n", "mem");
+  ASSERT_TRUE(bsp.ok()) << bsp.status().ToString();
+  EXPECT_EQ(bsp->consistency.Bound(), 0);
+  auto ssp = LoadJobString(head + "consistency: { mode: ssp, staleness: 3 }\n", "mem");
+  ASSERT_TRUE(ssp.ok()) << ssp.status().ToString();
+  EXPECT_EQ(ssp->consistency.Bound(), 3);
+  EXPECT_EQ(ConsistencyName(ssp->consistency), "ssp 3");
+  auto asp = LoadJobString(head + "consistency: { mode: asp }\n", "mem");
+  ASSERT_TRUE(asp.ok());
+  EXPECT_EQ(asp->consistency.Bound(), kUnboundedStaleness);
+  auto absent = LoadJobString(head, "mem");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(absent->consistency.mode, ConsistencyMode::kAsp);
+}
+
+TEST(ConfigTest, UnknownConsistencyModeIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_consistency_unknown_mode.yaml",
+                              {"consistency.mode: got \"sync\"", "bsp", "ssp", "asp"}));
+}
+
+TEST(ConfigTest, SspWithoutStalenessIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_consistency_ssp_without_staleness.yaml",
+                              {"consistency.staleness", "staleness >= 1"}));
+}
+
+TEST(ConfigTest, SspWithZeroStalenessIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_consistency_ssp_zero_staleness.yaml",
+                              {"consistency.staleness: got 0", "staleness >= 1"}));
+}
+
+TEST(ConfigTest, StalenessWithBspIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_consistency_staleness_with_bsp.yaml",
+                              {"consistency.staleness: not used by mode bsp", "only with mode ssp"}));
+}
+
+TEST(ConfigTest, ConsistencyWithoutModeIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_consistency_missing_mode.yaml", {"consistency.mode"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

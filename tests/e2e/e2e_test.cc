@@ -262,6 +262,7 @@ TEST_F(E2eTest, KilledServerBecomesATimeoutNamingItWithinTheDeadline) {
 constexpr char kTrainJob[] =
     "tables:\n"
     "  - { name: weights, rows: 32, dim: 1, optimizer: { type: sgd, lr: 0.1 } }\n"
+    "consistency: { mode: bsp }\n"
     "train: { table: weights, features: 32, samples_per_worker: 2048, batch_size: 32,\n"
     "         iterations: ITER, log_every: 20 }\n";
 

@@ -327,8 +327,31 @@ std::vector<BadCase> BadCases() {
          return Msg(H(Op::kPush, 1, 514, 2), List(K(keys), Frame::CopyOf(v.data(), v.size() * 4)));
        },
        StatusCode::kInvalidArgument, "contain NaN or Inf"},
-      {"ClockNotYetSupported", [] { return Msg(H(Op::kClock, 0, 0, 0)); },
-       StatusCode::kUnimplemented, "op CLOCK is not supported"},
+      {"HeartbeatNotYetSupported", [] { return Msg(H(Op::kHeartbeat, 0, 0, 0)); },
+       StatusCode::kUnimplemented, "op HEARTBEAT is not supported"},
+      {"NegativeClock",
+       [] {
+         MessageHeader h = H(Op::kClock, 0, 0, 0);
+         h.clock = -1;
+         return Msg(h);
+       },
+       StatusCode::kInvalidArgument, "clock -1 is outside"},
+      {"PullWithHugeClock",
+       [] {
+         MessageHeader h = H(Op::kPull, 1, 1, 2);
+         h.clock = (int64_t{1} << 62) + 1;
+         return Msg(h, List(K({1})));
+       },
+       StatusCode::kInvalidArgument, "is outside [0, 2^62]"},
+      {"ClockWithExtraFrame", [] { return Msg(H(Op::kClock, 0, 0, 0), List(K({1}))); },
+       StatusCode::kInvalidArgument, "expected 1 frame"},
+      {"ControlClientMayNotClock",
+       [] {
+         MessageHeader h = H(Op::kClock, 0, 0, 0);
+         h.worker = kControlWorker;
+         return Msg(h);
+       },
+       StatusCode::kPermissionDenied, "unknown worker"},
       {"StatsWithExtraFrame",
        [] {
          MessageHeader h;

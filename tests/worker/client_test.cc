@@ -15,6 +15,7 @@
 
 #include "common/key_range.h"
 #include "server/shard_server.h"
+#include "tests/util/in_process_cluster.h"
 
 namespace ps {
 namespace {
@@ -38,43 +39,18 @@ JobOptions Job(uint32_t shards) {
   return job;
 }
 
-// N shard servers on threads, bound to free loopback ports.
-class Cluster {
- public:
-  explicit Cluster(const JobOptions& job) {
-    for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*");
-      EXPECT_TRUE(server.ok()) << server.status().ToString();
-      endpoints_.push_back((*server)->endpoint());
-      servers_.push_back(std::move(*server));
-    }
-    for (auto& s : servers_) threads_.emplace_back([&s] { s->Run().IgnoreError(); });
-  }
-  ~Cluster() { Stop(); }
-  void Stop() {
-    for (auto& s : servers_) s->Stop();
-    for (auto& t : threads_) if (t.joinable()) t.join();
-  }
-  const std::vector<std::string>& endpoints() const { return endpoints_; }
-  ShardServer& server(size_t i) { return *servers_[i]; }
-
- private:
-  std::vector<std::unique_ptr<ShardServer>> servers_;
-  std::vector<std::thread> threads_;
-  std::vector<std::string> endpoints_;
-};
 
 class ClientTest : public ::testing::Test {
  protected:
   void Start(JobOptions job) {
     job_ = std::move(job);
-    cluster_ = std::make_unique<Cluster>(job_);
+    cluster_ = std::make_unique<InProcessCluster>(job_);
     auto c = Client::Create(job_, 0, cluster_->endpoints());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
   }
   JobOptions job_;
-  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<InProcessCluster> cluster_;
   std::unique_ptr<Client> client_;
 };
 

@@ -1,0 +1,44 @@
+// Every worker's clock as one shard sees it, and the minimum over workers
+// (DESIGN.md section 5). A worker's clock is the number of clocks it has
+// finished: it starts at 0 and becomes c + 1 when it reports clock c done.
+//
+// Not thread-safe: the ShardServer thread owns it.
+#ifndef PS_SERVER_CLOCK_TABLE_H_
+#define PS_SERVER_CLOCK_TABLE_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace ps {
+
+class ClockTable {
+ public:
+  // REQUIRES: num_workers >= 1.
+  explicit ClockTable(uint32_t num_workers);
+
+  // Worker `worker` finished clock `finished` (its clock becomes
+  // finished + 1). A report for a clock it already passed changes nothing,
+  // so a repeated CLOCK is harmless. Returns true if the minimum advanced.
+  // REQUIRES: worker < num_workers(), finished >= 0.
+  bool Finish(uint32_t worker, int64_t finished);
+
+  int64_t clock(uint32_t worker) const { return clocks_[worker]; }
+  int64_t min_clock() const { return min_; }
+  // The worker with the smallest clock (the lowest rank among ties).
+  uint32_t slowest_worker() const;
+  uint32_t num_workers() const { return static_cast<uint32_t>(clocks_.size()); }
+
+  // True when a pull from a worker at clock `clock` may be answered under
+  // staleness `bound`: min_clock() >= clock - bound.
+  bool PullReady(int64_t clock, int64_t bound) const {
+    return clock <= bound || min_ >= clock - bound;
+  }
+
+ private:
+  std::vector<int64_t> clocks_;
+  int64_t min_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CLOCK_TABLE_H_

@@ -1,0 +1,133 @@
+// BSP, SSP and ASP through real shards and clients on loopback: pulls wait
+// exactly as long as the staleness bound requires, and every read holds all
+// updates the bound promises plus the reader's own.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "server/shard_server.h"
+#include "tests/util/in_process_cluster.h"
+#include "worker/client.h"
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+
+JobOptions Job(ConsistencyMode mode, uint32_t staleness, uint32_t workers) {
+  JobOptions job;
+  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  job.cluster.workers = workers;
+  job.consistency.mode = mode;
+  job.consistency.staleness = staleness;
+  TableOptions counts;  // row w counts worker w's pushes
+  counts.name = "counts";
+  counts.rows = workers;
+  counts.dim = 1;
+  counts.optimizer.kind = OptimizerKind::kAdd;
+  job.tables = {counts};
+  job.client.request_timeout_ms = 20000;
+  return job;
+}
+
+
+TEST(ConsistencyTest, BspPullAheadOfTheSlowestWaitsForItsClock) {
+  const JobOptions job = Job(ConsistencyMode::kBsp, 0, 2);
+  InProcessCluster shards(job);
+  auto fast = Client::Create(job, 0, shards.endpoints()).value();
+  auto slow = Client::Create(job, 1, shards.endpoints()).value();
+  ASSERT_TRUE(fast->Wait(*fast->Clock()).ok());  // fast at clock 1, slow at 0
+  std::vector<float> out(2);
+  Ticket pull = *fast->PullDense(0, out.data());
+  ASSERT_TRUE(fast->Poll(300).ok());
+  ASSERT_TRUE(fast->Poll(0).ok());
+  EXPECT_EQ(fast->in_flight(), 2u) << "the pull must wait for worker 1";
+  ASSERT_TRUE(slow->Wait(*slow->Clock()).ok());
+  ASSERT_TRUE(fast->Wait(pull).ok());
+  EXPECT_EQ(fast->min_clock(0), 1);
+  EXPECT_EQ(fast->min_clock(1), 1);
+}
+
+TEST(ConsistencyTest, AspPullsNeverWait) {
+  const JobOptions job = Job(ConsistencyMode::kAsp, 0, 2);
+  InProcessCluster shards(job);
+  auto client = Client::Create(job, 0, shards.endpoints()).value();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+  std::vector<float> out(2);
+  ASSERT_TRUE(client->Wait(*client->PullDense(0, out.data())).ok());
+  shards.Stop();
+  EXPECT_EQ(shards.server(0).counters().pulls_waited, 0u);
+  EXPECT_EQ(shards.server(0).clocks().clock(0), 50);
+  EXPECT_EQ(shards.server(0).clocks().min_clock(), 0);
+}
+
+TEST(ConsistencyTest, ClockFromAControlClientIsRefused) {
+  const JobOptions job = Job(ConsistencyMode::kBsp, 0, 1);
+  InProcessCluster shards(job);
+  auto control = Client::Create(job, kControlWorker, shards.endpoints()).value();
+  EXPECT_EQ(control->Clock().status().code(), StatusCode::kFailedPrecondition);
+}
+
+// 4 workers with random delays, one of them slower; thousands of reads.
+class StalenessPropertyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StalenessPropertyTest, EveryReadKeepsTheBoundAndReadsItsOwnWrites) {
+  const int s = GetParam();
+  constexpr uint32_t kWorkers = 4;
+  constexpr int kClocks = 40;
+  const JobOptions job = Job(s == 0 ? ConsistencyMode::kBsp : ConsistencyMode::kSsp,
+                             static_cast<uint32_t>(s), kWorkers);
+  InProcessCluster shards(job);
+  std::atomic<int> reads{0};
+  auto worker = [&](uint32_t w) {
+    auto client = Client::Create(job, w, shards.endpoints()).value();
+    std::mt19937 gen(1000 + w);
+    std::vector<float> counts(kWorkers);
+    for (int c = 0; c < kClocks; ++c) {
+      // Several reads per clock: every one must keep the bound.
+      for (int r = 0; r < 8; ++r) {
+        ASSERT_TRUE(client->Wait(*client->PullDense(0, counts.data())).ok());
+        ++reads;
+        for (uint32_t v = 0; v < kWorkers; ++v) {
+          if (v == w) {
+            ASSERT_EQ(counts[v], c) << "read-my-writes: worker " << w << " at clock " << c;
+          } else {
+            ASSERT_GE(counts[v], c - s) << "worker " << w << " at clock " << c
+                                        << " misses updates of worker " << v;
+            ASSERT_LE(counts[v], c + s + 1) << "worker " << v << " ran too far ahead";
+          }
+        }
+      }
+      std::vector<uint64_t> row = {w};
+      ASSERT_TRUE(client->Push(0, row, SharedFloats::Take({1.0f})).ok());
+      ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+      // Worker 3 is the straggler; the others pause at random.
+      const int pause_us = w == 3 ? 3000 : static_cast<int>(gen() % 1000);
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    }
+    EXPECT_EQ(client->counters().bound_violations, 0u);
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < kWorkers; ++w) threads.emplace_back(worker, w);
+  for (auto& t : threads) t.join();
+  shards.Stop();
+  EXPECT_EQ(reads.load(), kWorkers * kClocks * 8);
+  for (size_t i = 0; i < 2; ++i) {
+    const ShardServerCounters& k = shards.server(i).counters();
+    EXPECT_GT(k.pulls_waited, 0u) << "shard " << i;
+    // A worker blocks exactly when it is s + 1 clocks ahead of the slowest.
+    EXPECT_EQ(k.max_blocked_lead, s + 1) << "shard " << i;
+    EXPECT_EQ(shards.server(i).waiting_pulls(), 0u);
+    EXPECT_EQ(shards.server(i).clocks().min_clock(), kClocks);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Staleness, StalenessPropertyTest, ::testing::Values(0, 1, 3),
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                           return "S" + std::to_string(param_info.param);
+                         });
+
+}  // namespace
+}  // namespace ps
