@@ -51,6 +51,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   if (!h.text.empty()) p.set_text(h.text);
   p.set_min_clock(h.min_clock);
   p.set_shard(h.shard);
+  p.set_max_wait_ms(h.max_wait_ms);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -83,6 +84,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.text = p.text();
   h.min_clock = p.min_clock();
   h.shard = p.shard();
+  h.max_wait_ms = p.max_wait_ms();
   return h;
 }
 

@@ -72,6 +72,7 @@ struct MessageHeader {
   std::string text;         // ERROR replies: message; STATS_OK: report
   int64_t min_clock = 0;
   uint32_t shard = 0;       // replies: the answering shard
+  uint32_t max_wait_ms = 0; // PULL: longest wait for slower workers; 0: no limit
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

@@ -58,7 +58,7 @@ Status ShardServer::Run() {
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
   while (!stop_requested()) {
-    auto ready = PollReadable(sockets, 100, &readable);
+    auto ready = PollReadable(sockets, ExpireWaitingPulls(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     // Drain what is queued, but look at the stop flag now and then.
     for (int i = 0; i < 256 && !stop_requested(); ++i) {
@@ -124,7 +124,11 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         ++counters_.pulls_waited;
         counters_.max_blocked_lead =
             std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
-        waiting_.push_back({std::move(frames), req.clock});
+        const auto now = std::chrono::steady_clock::now();
+        const auto deadline = req.max_wait_ms == 0
+                                  ? std::chrono::steady_clock::time_point::max()
+                                  : now + std::chrono::milliseconds(req.max_wait_ms);
+        waiting_.push_back({std::move(frames), req.clock, now, deadline});
         return;
       }
       ServePull(routing_id);
@@ -201,6 +205,39 @@ void ShardServer::ReleaseWaitingPulls() {
     if (DecodeRequest(body, rules_, &request_).ok()) ServePull(w.frames[0]);
   }
   waiting_ = std::move(still_waiting);
+}
+
+int ShardServer::ExpireWaitingPulls(int cap) {
+  using std::chrono::milliseconds;
+  const auto now = std::chrono::steady_clock::now();
+  auto next = now + milliseconds(cap);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->deadline > now) {
+      next = std::min(next, it->deadline);
+      ++it;
+      continue;
+    }
+    WaitingPull w = std::move(*it);
+    it = waiting_.erase(it);
+    auto h = DecodeHeader({w.frames[1].data(), w.frames[1].size()});
+    if (!h.ok()) continue;  // it was checked on arrival
+    const uint32_t slowest = clocks_.slowest_worker();
+    const auto waited =
+        std::chrono::duration_cast<milliseconds>(now - w.since).count();
+    Status late = DeadlineExceededError(
+        "PULL request " + std::to_string(h->request_id) + " from worker " +
+        std::to_string(h->worker) + " at clock " + std::to_string(w.clock) + " waited " +
+        std::to_string(waited) + " ms on shard " + std::to_string(shard_) +
+        " for the slowest worker: worker " + std::to_string(slowest) + " is at clock " +
+        std::to_string(clocks_.clock(slowest)) + ", and this pull needs every worker at clock >= " +
+        std::to_string(w.clock - bound_) + " (staleness " + std::to_string(bound_) +
+        "); is worker " + std::to_string(slowest) + " alive and still training?");
+    ++counters_.errors;
+    PS_LOG_WARN("shard {}: {}", shard_, late.message());
+    Reply(w.frames[0], MakeErrorHeader(*h, shard_, late));
+  }
+  const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
 }
 
 std::string ShardServer::StatsReport() const {

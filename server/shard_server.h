@@ -83,6 +83,10 @@ class ShardServer {
   void ServePull(Frame& routing_id);
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
+  // Answers DeadlineExceeded, naming the slowest worker, to every waiting
+  // pull past its max_wait_ms. Returns milliseconds until the next deadline
+  // (at most `cap`).
+  int ExpireWaitingPulls(int cap);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
   // Sends [routing id][header] to the requester.
   void Reply(Frame& routing_id, const MessageHeader& header);
@@ -108,6 +112,8 @@ class ShardServer {
   struct WaitingPull {
     std::vector<Frame> frames;
     int64_t clock;
+    std::chrono::steady_clock::time_point since;
+    std::chrono::steady_clock::time_point deadline;  // max(): none
   };
   std::deque<WaitingPull> waiting_;
   std::chrono::steady_clock::time_point started_;

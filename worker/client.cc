@@ -105,6 +105,11 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   h.request_id = rid;
   h.worker = worker_;
   h.clock = clock_;
+  if (op == Op::kPull) {
+    // The shard gives up on a waiting pull a little before this client
+    // would, so the error that arrives names the worker everyone waits for.
+    h.max_wait_ms = static_cast<uint32_t>(timeout_.count() - std::min<int64_t>(timeout_.count() / 10, 200));
+  }
   h.table = table;
   h.count = count;
   h.dim = dim;

@@ -50,6 +50,33 @@ TEST(ConsistencyTest, BspPullAheadOfTheSlowestWaitsForItsClock) {
   EXPECT_EQ(fast->min_clock(1), 1);
 }
 
+TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
+  JobOptions job = Job(ConsistencyMode::kSsp, 1, 3);
+  job.client.request_timeout_ms = 2000;  // the shard gives up after 1800 ms
+  InProcessCluster shards(job);
+  auto w0 = Client::Create(job, 0, shards.endpoints()).value();
+  auto w2 = Client::Create(job, 2, shards.endpoints()).value();
+  for (int c = 0; c < 2; ++c) {
+    ASSERT_TRUE(w0->Wait(*w0->Clock()).ok());
+    ASSERT_TRUE(w2->Wait(*w2->Clock()).ok());
+  }
+  // Worker 1 never reports a clock: a pull at clock 2 under ssp 1 needs it at 1.
+  std::vector<float> out(3);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = w0->Wait(*w0->PullDense(0, out.data()));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("the slowest worker: worker 1 is at clock 0"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("needs every worker at clock >= 1 (staleness 1)"), std::string::npos)
+      << s.ToString();
+  EXPECT_GE(took, milliseconds(1700));
+  EXPECT_LT(took, milliseconds(10000));  // an answer, not a hang
+  shards.Stop();
+  EXPECT_EQ(shards.server(0).waiting_pulls(), 0u);
+  EXPECT_EQ(shards.server(1).waiting_pulls(), 0u);
+}
+
 TEST(ConsistencyTest, AspPullsNeverWait) {
   const JobOptions job = Job(ConsistencyMode::kAsp, 0, 2);
   InProcessCluster shards(job);
