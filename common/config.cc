@@ -602,7 +602,8 @@ class JobParser {
   Status ParseClient(const Value& value, ClientOptions* client) const {
     PS_ASSIGN_OR_RETURN(
         Map map,
-        ReadMap(value, {"request_timeout_ms", "max_in_flight", "io_threads", "push_part_bytes"},
+        ReadMap(value, {"request_timeout_ms", "max_in_flight", "io_threads", "push_part_bytes",
+                        "cache"},
                 "a map of client settings"));
     if (const Value* v = map.Find("request_timeout_ms")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &client->request_timeout_ms));
@@ -612,6 +613,9 @@ class JobParser {
     }
     if (const Value* v = map.Find("push_part_bytes")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &client->push_part_bytes));
+    }
+    if (const Value* v = map.Find("cache")) {
+      PS_RETURN_IF_ERROR(ReadBool(*v, &client->cache));
     }
     if (const Value* v = map.Find("io_threads")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &client->io_threads));

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "common/key_range.h"
+#include "common/update_rule.h"
 
 namespace ps {
 
@@ -26,15 +27,6 @@ uint64_t Mix(uint64_t x) {
 
 // Uniform in (0, 1), from the top 24 bits.
 float Unit(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f); }
-
-// value[i] op= lr * g[i] over a contiguous run. The loops are kept plain so
-// the compiler vectorizes them; `w` and `g` never alias (g is a receive buffer).
-[[gnu::target_clones("avx2", "default")]] void SgdRun(float* __restrict w, const float* __restrict g, size_t n, float lr) {
-  for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-}
-[[gnu::target_clones("avx2", "default")]] void AddRun(float* __restrict w, const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) w[i] += g[i];
-}
 
 }  // namespace
 
@@ -112,13 +104,7 @@ void ShardStore::ApplyPush(const Request& request) {
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   const float* g = request.values.data();
-  auto apply = [&](float* w, const float* grad, size_t n) {
-    if (t.optimizer.kind == OptimizerKind::kAdd) {
-      AddRun(w, grad, n);
-    } else {
-      SgdRun(w, grad, n, t.optimizer.lr);
-    }
-  };
+  auto apply = [&](float* w, const float* grad, size_t n) { ApplyUpdate(t.optimizer, w, grad, n); };
   if (request.header.dense()) {
     uint64_t row = request.header.first_row - t.layout.owned.begin;
     const uint64_t end = row + request.header.count;

@@ -46,6 +46,9 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
   std::unique_ptr<Client> client(new Client(job, worker));
+  if (job.client.cache && job.consistency.Bound() != kUnboundedStaleness) {
+    client->cache_ = std::make_unique<ParamCache>(job);
+  }
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
   for (size_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
@@ -138,6 +141,15 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   part.positions = std::move(positions);
   part.view = view;
   part.view_offset = view_offset;
+  part.first_row = first_row;
+  if (op == Op::kPull && cache_ != nullptr && view == nullptr) {
+    part.cache_insert = true;
+    if (has_keys) {
+      // frames[1] is the keys frame; it is read before Send takes it.
+      part.cache_rows.resize(count);
+      std::memcpy(part.cache_rows.data(), frames[1].data(), count * sizeof(uint64_t));
+    }
+  }
   Status sent = shards_[shard].socket->Send(std::span<Frame>(begin, n));
   if (!sent.ok()) {
     FailTicket(ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
@@ -174,15 +186,39 @@ void Client::FinishPart(uint64_t request_id, const Status& status) {
   auto it = parts_.find(request_id);
   if (it == parts_.end()) return;
   const Ticket ticket = it->second.ticket;
+  if (!status.ok() && it->second.op == Op::kPush && cache_ != nullptr) {
+    // The push may or may not have been applied: the cached rows it
+    // changed can no longer be trusted.
+    cache_->Invalidate(it->second.table);
+  }
   --shards_[it->second.shard].in_flight;
   parts_.erase(it);
   Release(ticket, status);
 }
 
+Status Client::CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const {
+  PS_RETURN_IF_ERROR(CheckTable(table));
+  const TableOptions& t = job_.tables[table];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= t.rows) {
+      return InvalidArgumentError(OpName(op) + " to table '" + t.name + "': row " +
+                                  std::to_string(rows[i]) + " (index " + std::to_string(i) +
+                                  ") is out of range [0, " + std::to_string(t.rows) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Ticket Client::CompletedTicket(Callback done) {
+  const Ticket ticket = NewTicket(std::move(done));
+  Release(ticket, Status::Ok());
+  return ticket;
+}
+
 StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
                                const SharedFloats* values, float* out, PulledValues* view,
-                               Callback done) {
-  PS_RETURN_IF_ERROR(CheckTable(table));
+                               Callback done, std::span<const uint64_t> out_index) {
+  PS_RETURN_IF_ERROR(CheckRows(op, table, rows));
   const TableOptions& t = job_.tables[table];
   const uint32_t dim = t.dim;
   const uint64_t n = dense ? t.rows : rows.size();
@@ -205,11 +241,6 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
   if (!dense) {
     owner.resize(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] >= t.rows) {
-        return InvalidArgumentError(OpName(op) + " to table '" + t.name + "': row " +
-                                    std::to_string(rows[i]) + " (index " + std::to_string(i) +
-                                    ") is out of range [0, " + std::to_string(t.rows) + ")");
-      }
       owner[i] = num_shards == 1 ? 0 : ShardOfRow(t.rows, num_shards, rows[i]);
       if (i > 0 && owner[i] < owner[i - 1]) grouped = false;
     }
@@ -247,9 +278,12 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
       while (j < rows.size() && owner[j] == owner[i]) ++j;
       for (size_t b = i; b < j; b += chunk) {
         const size_t c = std::min<size_t>(chunk, j - b);
+        std::vector<uint64_t> positions;
+        if (!out_index.empty()) positions.assign(out_index.begin() + b, out_index.begin() + b + c);
+        float* dst = out == nullptr ? nullptr : positions.empty() ? out + b * dim : out;
         SendPart(ticket, owner[i], op, table, c, 0,
-                 Frame::CopyOf(rows.data() + b, c * sizeof(uint64_t)), value_slice(b, c),
-                 out != nullptr ? out + b * dim : nullptr, {}, dim);
+                 Frame::CopyOf(rows.data() + b, c * sizeof(uint64_t)), value_slice(b, c), dst,
+                 std::move(positions), dim);
       }
       i = j;
     }
@@ -283,7 +317,11 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
           vals = std::move(*vf);
         }
         std::vector<uint64_t> positions;
-        if (op == Op::kPull) positions.assign(idx.begin() + b, idx.begin() + b + c);
+        if (op == Op::kPull) {
+          for (size_t x = b; x < b + c; ++x) {
+            positions.push_back(out_index.empty() ? idx[x] : out_index[idx[x]]);
+          }
+        }
         SendPart(ticket, s, op, table, c, 0, std::move(*kf), std::move(vals), out,
                  std::move(positions), dim);
       }
@@ -295,19 +333,59 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
 
 StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                               Callback done) {
-  return Issue(Op::kPush, table, rows, false, &values, nullptr, nullptr, std::move(done));
+  auto ticket = Issue(Op::kPush, table, rows, false, &values, nullptr, nullptr, std::move(done));
+  if (ticket.ok() && cache_ != nullptr) {
+    cache_->ApplyPush(table, 0, rows.data(), rows.size(), values.data());
+  }
+  return ticket;
 }
 
 StatusOr<Ticket> Client::PushDense(uint32_t table, SharedFloats values, Callback done) {
-  return Issue(Op::kPush, table, {}, true, &values, nullptr, nullptr, std::move(done));
+  auto ticket = Issue(Op::kPush, table, {}, true, &values, nullptr, nullptr, std::move(done));
+  if (ticket.ok() && cache_ != nullptr) {
+    cache_->ApplyPush(table, 0, nullptr, job_.tables[table].rows, values.data());
+  }
+  return ticket;
 }
 
 StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
                               Callback done) {
-  return Issue(Op::kPull, table, rows, false, nullptr, out, nullptr, std::move(done));
+  if (cache_ == nullptr || out == nullptr) {
+    return Issue(Op::kPull, table, rows, false, nullptr, out, nullptr, std::move(done));
+  }
+  PS_RETURN_IF_ERROR(CheckRows(Op::kPull, table, rows));
+  const uint32_t dim = job_.tables[table].dim;
+  const int64_t needed = clock_ - bound_;
+  std::vector<uint64_t> missing, index;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!cache_->Read(table, rows[i], needed, out + i * dim)) {
+      missing.push_back(rows[i]);
+      index.push_back(i);
+    }
+  }
+  const uint64_t hits = rows.size() - missing.size();
+  counters_.cache_hits += hits;
+  counters_.cache_misses += missing.size();
+  counters_.cache_bytes_saved += hits * dim * sizeof(float);
+  if (missing.empty()) return CompletedTicket(std::move(done));
+  if (missing.size() == rows.size()) {
+    return Issue(Op::kPull, table, rows, false, nullptr, out, nullptr, std::move(done));
+  }
+  return Issue(Op::kPull, table, missing, false, nullptr, out, nullptr, std::move(done), index);
 }
 
 StatusOr<Ticket> Client::PullDense(uint32_t table, float* out, Callback done) {
+  if (cache_ != nullptr && out != nullptr) {
+    PS_RETURN_IF_ERROR(CheckTable(table));
+    const TableOptions& t = job_.tables[table];
+    if (cache_->AllFresh(table, clock_ - bound_)) {
+      cache_->ReadAll(table, out);
+      counters_.cache_hits += t.rows;
+      counters_.cache_bytes_saved += t.rows * t.dim * sizeof(float);
+      return CompletedTicket(std::move(done));
+    }
+    counters_.cache_misses += t.rows;
+  }
   return Issue(Op::kPull, table, {}, true, nullptr, out, nullptr, std::move(done));
 }
 
@@ -383,10 +461,19 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
         p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
       } else if (p.positions.empty()) {
         std::memcpy(p.out + row * p.dim, frames[i].data(), frames[i].size());
+        if (p.cache_insert) {
+          cache_->Insert(p.table, p.first_row + row,
+                         p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
+                         p.out + row * p.dim, h.min_clock);
+        }
       } else {
         const auto* src = reinterpret_cast<const std::byte*>(frames[i].data());
         for (uint64_t x = 0; x < rows; ++x) {
           std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
+        }
+        if (p.cache_insert) {
+          cache_->Insert(p.table, 0, p.cache_rows.data() + row, rows,
+                         reinterpret_cast<const float*>(src), h.min_clock);
         }
       }
       row += rows;

@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "worker/param_cache.h"
 
 namespace ps {
 
@@ -107,6 +108,9 @@ struct ClientCounters {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t bound_violations = 0;  // pull replies older than the staleness bound (a bug)
+  uint64_t cache_hits = 0;        // rows read from the parameter cache
+  uint64_t cache_misses = 0;      // rows pulled from the shards (cache on)
+  uint64_t cache_bytes_saved = 0; // value bytes the cache kept off the network
 };
 
 class Client {
@@ -204,14 +208,22 @@ class Client {
     float* out = nullptr;                // PULL: destination of row 0 (contiguous case)
     PulledValues* view = nullptr;        // PULL into a PulledValues: keep the frames
     uint64_t view_offset = 0;            // ... at this float offset
+    uint64_t first_row = 0;              // dense parts: the first row
+    bool cache_insert = false;           // PULL: store the reply in the cache
+    std::vector<uint64_t> cache_rows;    // ... the row ids (sparse parts)
     std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
     SteadyClock::time_point deadline;
   };
   Client(const JobOptions& job, uint32_t worker);
   Status CheckTable(uint32_t table) const;
+  // Splits and sends a request. `out_index` (pulls only, may be empty):
+  // row i of `rows` goes to out + out_index[i] * dim instead of out + i * dim.
   StatusOr<Ticket> Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
                          const SharedFloats* values, float* out, PulledValues* view,
-                         Callback done);
+                         Callback done, std::span<const uint64_t> out_index = {});
+  Status CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const;
+  // A ticket with nothing to send: completes at once.
+  Ticket CompletedTicket(Callback done);
   Ticket NewTicket(Callback done);
   // Sends one part; on failure records the error on the ticket.
   void SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
@@ -235,6 +247,7 @@ class Client {
   const std::chrono::milliseconds timeout_;
   const int64_t bound_;  // staleness bound of the job's consistency mode
   int64_t clock_ = 0;
+  std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
   uint64_t max_rows_per_part_cap_;  // from the server's request limits
   std::unique_ptr<Context> context_;
   std::vector<Shard> shards_;

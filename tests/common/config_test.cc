@@ -192,7 +192,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
       " io_threads: 64, reject_non_finite: false }\n"
       "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2,"
-      " push_part_bytes: 4096 }\n"
+      " push_part_bytes: 4096, cache: false }\n"
       "train: { table: w, features: 8, samples_per_worker: 100,"
       " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
@@ -215,6 +215,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
   EXPECT_EQ(job->client.request_timeout_ms, 5u);
   EXPECT_EQ(job->client.max_in_flight, 6u);
   EXPECT_EQ(job->client.push_part_bytes, 4096u);
+  EXPECT_FALSE(job->client.cache);
   EXPECT_EQ(job->client.io_threads, 2u);
   EXPECT_EQ(job->train.table, "w");
   EXPECT_EQ(job->train.features, 8u);

@@ -1,0 +1,149 @@
+// The client's parameter cache against real shards: reads are served from
+// the cache without network traffic exactly while the staleness bound
+// allows, they include the worker's own pushes, and asp never caches.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/util/in_process_cluster.h"
+#include "worker/client.h"
+
+namespace ps {
+namespace {
+
+JobOptions Job(ConsistencyMode mode, uint32_t staleness) {
+  JobOptions job;
+  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  job.cluster.workers = 1;
+  job.consistency.mode = mode;
+  job.consistency.staleness = staleness;
+  TableOptions t;
+  t.name = "t";
+  t.rows = 1000000;
+  t.dim = 2;
+  t.init.kind = InitKind::kUniform;
+  t.init.value = 1.0f;
+  t.optimizer.kind = OptimizerKind::kAdd;
+  job.tables = {t};
+  return job;
+}
+
+class ParamCacheTest : public ::testing::Test {
+ protected:
+  void Start(const JobOptions& job) {
+    cluster_ = std::make_unique<InProcessCluster>(job);
+    client_ = Client::Create(job, 0, cluster_->endpoints()).value();
+  }
+  std::vector<float> Pull(std::vector<uint64_t> rows) {
+    std::vector<float> out(rows.size() * 2);
+    EXPECT_TRUE(client_->PullSync(0, rows, out.data()).ok());
+    return out;
+  }
+  void Tick() { ASSERT_TRUE(client_->Wait(*client_->Clock()).ok()); }
+  uint64_t requests() const { return client_->counters().requests; }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ParamCacheTest, SspServesReadsFromTheCacheWhileTheBoundAllows) {
+  Start(Job(ConsistencyMode::kSsp, 2));
+  const std::vector<float> first = Pull({1, 2});  // clock 0: pulled with min clock 0
+  const uint64_t sent = requests();
+  Tick();
+  Tick();  // clock 2: a row pulled at min clock 0 is still fresh (0 >= 2 - 2)
+  const uint64_t after_ticks = requests();
+  EXPECT_EQ(Pull({2, 1}), (std::vector<float>{first[2], first[3], first[0], first[1]}));
+  EXPECT_EQ(requests(), after_ticks) << "the read must not touch the network";
+  EXPECT_EQ(client_->counters().cache_hits, 2u);
+  EXPECT_EQ(client_->counters().cache_bytes_saved, 16u);
+  Tick();  // clock 3: needs min clock >= 1
+  Pull({1});
+  EXPECT_GT(requests(), after_ticks + 2);
+  EXPECT_GT(sent, 0u);
+}
+
+TEST_F(ParamCacheTest, BspRefreshesAtEveryClock) {
+  Start(Job(ConsistencyMode::kBsp, 0));
+  Pull({5});
+  const uint64_t sent = requests();
+  Pull({5});  // same clock: the cached row is exact
+  EXPECT_EQ(requests(), sent);
+  Tick();
+  const uint64_t ticked = requests();
+  Pull({5});
+  EXPECT_EQ(requests(), ticked + 1) << "a new clock must pull again";
+}
+
+TEST_F(ParamCacheTest, AspNeverCaches) {
+  Start(Job(ConsistencyMode::kAsp, 0));
+  Pull({5});
+  const uint64_t sent = requests();
+  Pull({5});
+  EXPECT_EQ(requests(), sent + 1);
+  EXPECT_EQ(client_->counters().cache_hits, 0u);
+}
+
+TEST_F(ParamCacheTest, CachedReadsIncludeTheWorkersOwnPushes) {
+  Start(Job(ConsistencyMode::kSsp, 3));
+  const std::vector<float> before = Pull({7, 999999});
+  std::vector<uint64_t> row = {999999};
+  ASSERT_TRUE(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})).ok());
+  const uint64_t sent = requests();
+  const std::vector<float> cached = Pull({7, 999999});
+  EXPECT_EQ(requests(), sent);
+  EXPECT_EQ(cached, (std::vector<float>{before[0], before[1], before[2] + 5.0f, before[3] - 1.0f}));
+  // And the shard agrees.
+  JobOptions fresh = Job(ConsistencyMode::kAsp, 0);
+  auto other = Client::Create(fresh, 0, cluster_->endpoints()).value();
+  std::vector<float> server(4);
+  std::vector<uint64_t> rows = {7, 999999};
+  ASSERT_TRUE(other->PullSync(0, rows, server.data()).ok());
+  EXPECT_EQ(server, cached);
+}
+
+TEST_F(ParamCacheTest, PartialHitsPullOnlyTheMissingRowsInOrder) {
+  Start(Job(ConsistencyMode::kSsp, 1));
+  const std::vector<float> a = Pull({1, 2});
+  const uint64_t sent = requests();
+  // 900000 lives on shard 1 and 3 on shard 0: two requests, for 2 rows.
+  const std::vector<float> b = Pull({900000, 1, 3, 2});
+  EXPECT_EQ(requests(), sent + 2);
+  EXPECT_EQ(client_->counters().cache_hits, 2u);
+  EXPECT_EQ(b[2], a[0]);
+  EXPECT_EQ(b[3], a[1]);
+  EXPECT_EQ(b[6], a[2]);
+  EXPECT_EQ(b[7], a[3]);
+  const std::vector<float> again = Pull({3, 900000});
+  EXPECT_EQ(again, (std::vector<float>{b[4], b[5], b[0], b[1]}));
+  EXPECT_EQ(requests(), sent + 2);
+}
+
+TEST_F(ParamCacheTest, DensePullsAreServedWholeFromTheCache) {
+  JobOptions job = Job(ConsistencyMode::kSsp, 1);
+  job.tables[0].rows = 1000;
+  Start(job);
+  std::vector<float> first(2000), second(2000);
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, first.data())).ok());
+  const uint64_t sent = requests();
+  Tick();
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, second.data())).ok());
+  EXPECT_EQ(requests(), sent + 2) << "only the two CLOCK requests";
+  EXPECT_EQ(second, first);
+  Tick();
+  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, second.data())).ok());
+  EXPECT_EQ(requests(), sent + 6);  // two CLOCKs, then a pull per shard
+}
+
+TEST_F(ParamCacheTest, CacheCanBeTurnedOff) {
+  JobOptions job = Job(ConsistencyMode::kSsp, 3);
+  job.client.cache = false;
+  Start(job);
+  Pull({5});
+  const uint64_t sent = requests();
+  Pull({5});
+  EXPECT_EQ(requests(), sent + 1);
+}
+
+}  // namespace
+}  // namespace ps
