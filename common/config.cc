@@ -27,7 +27,7 @@ namespace ps {
 namespace {
 
 constexpr std::string_view kTopLevelKeys =
-    "cluster, tables, consistency, optimizer, server, client, train";
+    "cluster, tables, consistency, liveness, optimizer, server, client, train";
 
 // A node of the document with the YAML path that leads to it
 // ("tables[0].init.type") and where it is in the text.
@@ -161,8 +161,8 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map top,
         ReadMap(document,
-                {"cluster", "tables", "consistency", "optimizer", "server",
-                 "client", "train"},
+                {"cluster", "tables", "consistency", "liveness", "optimizer",
+                 "server", "client", "train"},
                 "a map with keys " + std::string(kTopLevelKeys)));
 
     PS_ASSIGN_OR_RETURN(
@@ -194,6 +194,9 @@ class JobParser {
 
     if (const Value* consistency = top.Find("consistency")) {
       PS_RETURN_IF_ERROR(ParseConsistency(*consistency, &job->consistency));
+    }
+    if (const Value* liveness = top.Find("liveness")) {
+      PS_RETURN_IF_ERROR(ParseLiveness(*liveness, &job->liveness));
     }
     if (const Value* server = top.Find("server")) {
       PS_RETURN_IF_ERROR(ParseServer(*server, &job->server));
@@ -574,6 +577,22 @@ class JobParser {
     } else if (staleness != nullptr) {
       return Error(*staleness, "not used by mode " + std::string(index == 0 ? "bsp" : "asp"),
                    "staleness only with mode ssp (bsp is staleness 0, asp is unbounded)");
+    }
+    return Status::Ok();
+  }
+
+  Status ParseLiveness(const Value& value, LivenessOptions* l) const {
+    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"heartbeat_ms", "timeout_ms", "on_dead_worker"},
+                                         "a map with heartbeat_ms, timeout_ms, on_dead_worker"));
+    if (const Value* v = map.Find("heartbeat_ms")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &l->heartbeat_ms));
+    }
+    if (const Value* v = map.Find("timeout_ms")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &l->timeout_ms));
+    }
+    if (const Value* v = map.Find("on_dead_worker")) {
+      PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*v, {"fail", "drop"}));
+      l->on_dead_worker = static_cast<DeadWorkerPolicy>(index);
     }
     return Status::Ok();
   }

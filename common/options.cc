@@ -335,6 +335,15 @@ Status ValidateConsistency(const std::string& source, const ConsistencyOptions& 
   return Status::Ok();
 }
 
+Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
+  if (l.heartbeat_ms != 0 && l.timeout_ms < 2ull * l.heartbeat_ms) {
+    return Invalid(source, "liveness.timeout_ms", "got " + std::to_string(l.timeout_ms),
+                   "at least twice liveness.heartbeat_ms (" + std::to_string(l.heartbeat_ms) +
+                       "), so one late heartbeat does not kill a worker");
+  }
+  return Status::Ok();
+}
+
 Status ValidateClient(const std::string& source, const ClientOptions& client) {
   if (client.request_timeout_ms < 1) {
     return Invalid(source, "client.request_timeout_ms",
@@ -417,6 +426,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
   PS_RETURN_IF_ERROR(ValidateTables(source, tables));
   PS_RETURN_IF_ERROR(ValidateConsistency(source, consistency));
+  PS_RETURN_IF_ERROR(ValidateLiveness(source, liveness));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
   return ValidateTrain(source, *this);

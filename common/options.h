@@ -91,6 +91,25 @@ struct ConsistencyOptions {
 // "bsp", "ssp 3", "asp".
 std::string ConsistencyName(const ConsistencyOptions& consistency);
 
+enum class DeadWorkerPolicy { kFail, kDrop };
+
+// How shards notice workers that died (DESIGN.md section 5: a slow or dead
+// worker never freezes the job without a clear message).
+struct LivenessOptions {
+  // Each worker sends a heartbeat to every shard this often, from a thread
+  // of its own, milliseconds. 0 turns heartbeats and dead-worker detection
+  // off. Default 500.
+  uint32_t heartbeat_ms = 500;
+  // A shard that hears nothing from a worker (no request, no heartbeat) for
+  // this long marks it dead and logs who and since when. Milliseconds,
+  // >= 2 * heartbeat_ms. Default 10000.
+  uint32_t timeout_ms = 10000;
+  // kFail: the job fails: every request gets an error naming the dead
+  // worker. kDrop: the dead worker no longer holds the minimum clock back,
+  // the others go on, and the worker may rejoin (Client::Join). Default kFail.
+  DeadWorkerPolicy on_dead_worker = DeadWorkerPolicy::kFail;
+};
+
 // Limits and behaviour of each ps_server process.
 struct ServerOptions {
   // Largest request a shard accepts, all frames together, in bytes; larger
@@ -155,6 +174,7 @@ struct JobOptions {
   ClusterOptions cluster;
   std::vector<TableOptions> tables;
   ConsistencyOptions consistency;
+  LivenessOptions liveness;
   ServerOptions server;
   ClientOptions client;
   TrainOptions train;

@@ -142,8 +142,9 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   MessageHeader& h = *parsed;
 
   const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown;
-  if (h.op != Op::kPush && h.op != Op::kPull && h.op != Op::kClock && !control_op) {
-    if (h.op == Op::kHeartbeat || h.op == Op::kCheckpoint) {
+  const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat;
+  if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op) {
+    if (h.op == Op::kCheckpoint) {
       return UnimplementedError(Where(h) + ": op " + OpName(h.op) +
                                 " is not supported by this server version");
     }
@@ -158,7 +159,11 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
                                 " is outside [0, 2^62]");
   }
-  if (control_op || h.op == Op::kClock) {
+  if (control_op || worker_op) {
+    const uint32_t allowed_flags = h.op == Op::kHeartbeat ? kFlagLeaving : 0;
+    if ((h.flags & ~allowed_flags) != 0) {
+      return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
+    }
     if (frames.size() != 1) {
       return InvalidArgumentError(Where(h) + ": expected 1 frame (header), got " +
                                   std::to_string(frames.size()));

@@ -53,6 +53,9 @@ Op ReplyOp(Op request);
 // Header flag: the rows are the dense range [first_row, first_row + count)
 // and there is no keys frame.
 inline constexpr uint32_t kFlagDenseRange = 1u;
+// HEARTBEAT flag: the worker is done and leaves the job (it is no longer
+// waited for, and never reported dead).
+inline constexpr uint32_t kFlagLeaving = 2u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.

@@ -4,22 +4,51 @@
 
 namespace ps {
 
-ClockTable::ClockTable(uint32_t num_workers) : clocks_(num_workers, 0) {}
+ClockTable::ClockTable(uint32_t num_workers)
+    : clocks_(num_workers, 0), counted_(num_workers, true) {}
 
 bool ClockTable::Finish(uint32_t worker, int64_t finished) {
   int64_t& c = clocks_[worker];
   if (finished + 1 <= c) return false;
-  const bool was_min = c == min_;
+  const bool was_min = c == min_ && counted_[worker];
   c = finished + 1;
-  if (!was_min) return false;
-  const int64_t new_min = *std::min_element(clocks_.begin(), clocks_.end());
-  const bool advanced = new_min > min_;
-  min_ = new_min;
-  return advanced;
+  return was_min && Recompute();
+}
+
+bool ClockTable::Recompute() {
+  bool any = false;
+  int64_t m = 0;
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (!counted_[w]) continue;
+    m = any ? std::min(m, clocks_[w]) : clocks_[w];
+    any = true;
+  }
+  if (!any || m <= min_) return false;
+  min_ = m;
+  return true;
+}
+
+bool ClockTable::Exclude(uint32_t worker) {
+  if (!counted_[worker]) return false;
+  counted_[worker] = false;
+  return Recompute();
+}
+
+void ClockTable::Include(uint32_t worker) {
+  if (counted_[worker]) return;
+  clocks_[worker] = std::max(clocks_[worker], min_);
+  counted_[worker] = true;
 }
 
 uint32_t ClockTable::slowest_worker() const {
-  return static_cast<uint32_t>(std::min_element(clocks_.begin(), clocks_.end()) - clocks_.begin());
+  uint32_t slowest = 0;
+  bool any = false;
+  for (uint32_t w = 0; w < clocks_.size(); ++w) {
+    if (!counted_[w]) continue;
+    if (!any || clocks_[w] < clocks_[slowest]) slowest = w;
+    any = true;
+  }
+  return slowest;
 }
 
 }  // namespace ps

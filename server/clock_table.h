@@ -23,9 +23,20 @@ class ClockTable {
   bool Finish(uint32_t worker, int64_t finished);
 
   int64_t clock(uint32_t worker) const { return clocks_[worker]; }
+  // The minimum over the workers that count (all, unless some were left
+  // out); with none left it stays where it was.
   int64_t min_clock() const { return min_; }
-  // The worker with the smallest clock (the lowest rank among ties).
+  // The counted worker with the smallest clock (the lowest rank among
+  // ties); worker 0 when none counts.
   uint32_t slowest_worker() const;
+
+  // Leaves `worker` out of the minimum (it finished, or is dead and the job
+  // goes on without it). Returns true if the minimum advanced.
+  bool Exclude(uint32_t worker);
+  // Counts `worker` again, at no less than the current minimum (a worker
+  // rejoining after a restart resumes there).
+  void Include(uint32_t worker);
+  bool counted(uint32_t worker) const { return counted_[worker]; }
   uint32_t num_workers() const { return static_cast<uint32_t>(clocks_.size()); }
 
   // True when a pull from a worker at clock `clock` may be answered under
@@ -35,7 +46,11 @@ class ClockTable {
   }
 
  private:
+  // Recomputes min_; returns true if it advanced.
+  bool Recompute();
+
   std::vector<int64_t> clocks_;
+  std::vector<bool> counted_;
   int64_t min_ = 0;
 };
 

@@ -12,8 +12,12 @@ std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_p
 
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
     : shard_(shard), num_workers_(job.cluster.workers), options_(job.server),
-      bound_(job.consistency.Bound()), clocks_(job.cluster.workers),
-      started_(std::chrono::steady_clock::now()) {}
+      bound_(job.consistency.Bound()), clocks_(job.cluster.workers), liveness_(job.liveness),
+      dead_(job.cluster.workers, false), left_(job.cluster.workers, false),
+      started_(std::chrono::steady_clock::now()) {
+  // A worker that never shows up counts as silent since the shard started.
+  last_seen_.assign(job.cluster.workers, started_);
+}
 
 ShardServer::~ShardServer() = default;
 
@@ -58,7 +62,7 @@ Status ShardServer::Run() {
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
   while (!stop_requested()) {
-    auto ready = PollReadable(sockets, ExpireWaitingPulls(100), &readable);
+    auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     // Drain what is queued, but look at the stop flag now and then.
     for (int i = 0; i < 256 && !stop_requested(); ++i) {
@@ -107,6 +111,14 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     return;
   }
   const MessageHeader& req = request_.header;
+  if (req.worker != kControlWorker) {
+    Touch(req.worker);
+    if (!failed_.ok()) {
+      ++counters_.errors;
+      Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
+      return;
+    }
+  }
   MessageHeader reply = ReplyHeader(req);
   switch (req.op) {
     case Op::kPush:
@@ -136,6 +148,20 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     case Op::kClock: {
       ++counters_.clocks;
       const bool advanced = clocks_.Finish(req.worker, req.clock);
+      reply.min_clock = clocks_.min_clock();
+      Reply(routing_id, reply);
+      if (advanced) ReleaseWaitingPulls();
+      return;
+    }
+    case Op::kHeartbeat: {
+      bool advanced = false;
+      if (req.flags & kFlagLeaving) {
+        left_[req.worker] = true;
+        advanced = clocks_.Exclude(req.worker);
+        PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
+                    clocks_.clock(req.worker));
+      }
+      reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
       if (advanced) ReleaseWaitingPulls();
@@ -207,13 +233,21 @@ void ShardServer::ReleaseWaitingPulls() {
   waiting_ = std::move(still_waiting);
 }
 
-int ShardServer::ExpireWaitingPulls(int cap) {
+int ShardServer::Tick(int cap) {
   using std::chrono::milliseconds;
   const auto now = std::chrono::steady_clock::now();
+  ExpireWaitingPulls(now);
+  CheckLiveness(now);
   auto next = now + milliseconds(cap);
+  for (const WaitingPull& w : waiting_) next = std::min(next, w.deadline);
+  const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
+}
+
+void ShardServer::ExpireWaitingPulls(std::chrono::steady_clock::time_point now) {
+  using std::chrono::milliseconds;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (it->deadline > now) {
-      next = std::min(next, it->deadline);
       ++it;
       continue;
     }
@@ -222,8 +256,7 @@ int ShardServer::ExpireWaitingPulls(int cap) {
     auto h = DecodeHeader({w.frames[1].data(), w.frames[1].size()});
     if (!h.ok()) continue;  // it was checked on arrival
     const uint32_t slowest = clocks_.slowest_worker();
-    const auto waited =
-        std::chrono::duration_cast<milliseconds>(now - w.since).count();
+    const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
     Status late = DeadlineExceededError(
         "PULL request " + std::to_string(h->request_id) + " from worker " +
         std::to_string(h->worker) + " at clock " + std::to_string(w.clock) + " waited " +
@@ -236,8 +269,60 @@ int ShardServer::ExpireWaitingPulls(int cap) {
     PS_LOG_WARN("shard {}: {}", shard_, late.message());
     Reply(w.frames[0], MakeErrorHeader(*h, shard_, late));
   }
-  const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
+}
+
+void ShardServer::CheckLiveness(std::chrono::steady_clock::time_point now) {
+  if (liveness_.heartbeat_ms == 0) return;
+  const auto timeout = std::chrono::milliseconds(liveness_.timeout_ms);
+  for (uint32_t w = 0; w < num_workers_; ++w) {
+    if (dead_[w] || left_[w] || now - last_seen_[w] < timeout) continue;
+    dead_[w] = true;
+    const auto silent =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - last_seen_[w]).count();
+    const bool never = last_seen_[w] == started_;
+    const std::string who = "worker " + std::to_string(w) + " is dead: nothing heard from it " +
+                            (never ? "since shard " + std::to_string(shard_) + " started"
+                                   : "for " + std::to_string(silent) + " ms") +
+                            " (liveness.timeout_ms " + std::to_string(liveness_.timeout_ms) +
+                            "), at clock " + std::to_string(clocks_.clock(w));
+    if (liveness_.on_dead_worker == DeadWorkerPolicy::kDrop) {
+      PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
+                  shard_, who);
+      if (clocks_.Exclude(w)) ReleaseWaitingPulls();
+      continue;
+    }
+    PS_LOG_ERROR("shard {}: {}; the job fails (liveness.on_dead_worker: fail)", shard_, who);
+    if (failed_.ok()) {
+      failed_ = AbortedError("shard " + std::to_string(shard_) + ": " + who +
+                             "; the job stops (liveness.on_dead_worker: fail). Find out why it "
+                             "died, then restart the job, or set on_dead_worker: drop to go on "
+                             "without it");
+      FailWaitingPulls(failed_);
+    }
+  }
+}
+
+void ShardServer::Touch(uint32_t worker) {
+  last_seen_[worker] = std::chrono::steady_clock::now();
+  if (!dead_[worker] && !left_[worker]) return;
+  if (dead_[worker] && !failed_.ok()) return;  // the job has failed for good
+  const bool was_dead = dead_[worker];
+  dead_[worker] = false;
+  left_[worker] = false;
+  clocks_.Include(worker);
+  PS_LOG_INFO("shard {}: worker {} {} at clock {}", shard_, worker,
+              was_dead ? "is back and rejoins" : "rejoins", clocks_.clock(worker));
+}
+
+void ShardServer::FailWaitingPulls(const Status& status) {
+  while (!waiting_.empty()) {
+    WaitingPull w = std::move(waiting_.front());
+    waiting_.pop_front();
+    auto h = DecodeHeader({w.frames[1].data(), w.frames[1].size()});
+    if (!h.ok()) continue;
+    ++counters_.errors;
+    Reply(w.frames[0], MakeErrorHeader(*h, shard_, status));
+  }
 }
 
 std::string ShardServer::StatsReport() const {
@@ -255,6 +340,16 @@ std::string ShardServer::StatsReport() const {
   os << "worker_clocks";
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
   os << "\n";
+  os << "dead_workers";
+  for (uint32_t w = 0; w < num_workers_; ++w) {
+    if (dead_[w]) os << " " << w;
+  }
+  os << "\nleft_workers";
+  for (uint32_t w = 0; w < num_workers_; ++w) {
+    if (left_[w]) os << " " << w;
+  }
+  os << "\n";
+  if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
   for (const TableLayout& t : store_->layouts()) {
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned.begin << ", " << t.owned.end << ")\n";

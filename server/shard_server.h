@@ -13,6 +13,12 @@
 // that is released as CLOCKs advance the minimum. Every reply carries the
 // minimum clock.
 //
+// Liveness: any request or HEARTBEAT from a worker shows it alive. A worker
+// silent for liveness.timeout_ms is dead: under policy fail every later
+// request of any worker gets Aborted naming it; under drop it stops holding
+// the minimum back until it speaks again (a restarted worker rejoins at the
+// minimum clock). A HEARTBEAT with kFlagLeaving says goodbye.
+//
 // Thread safety: Run() must be called from one thread; Stop() and
 // stop_requested() are safe from any thread and from a signal handler.
 #ifndef PS_SERVER_SHARD_SERVER_H_
@@ -75,6 +81,7 @@ class ShardServer {
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
   size_t waiting_pulls() const { return waiting_.size(); }
+  bool worker_dead(uint32_t worker) const { return dead_[worker]; }
 
  private:
   ShardServer(uint32_t shard, const JobOptions& job);
@@ -84,9 +91,15 @@ class ShardServer {
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
-  // pull past its max_wait_ms. Returns milliseconds until the next deadline
-  // (at most `cap`).
-  int ExpireWaitingPulls(int cap);
+  // pull past its max_wait_ms, and marks silent workers dead. Returns
+  // milliseconds until the next deadline (at most `cap`).
+  int Tick(int cap);
+  void ExpireWaitingPulls(std::chrono::steady_clock::time_point now);
+  void CheckLiveness(std::chrono::steady_clock::time_point now);
+  // `worker` spoke: it is alive (and rejoins if it was dropped or had left).
+  void Touch(uint32_t worker);
+  // Answers every waiting pull with `status`.
+  void FailWaitingPulls(const Status& status);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
   // Sends [routing id][header] to the requester.
   void Reply(Frame& routing_id, const MessageHeader& header);
@@ -116,6 +129,11 @@ class ShardServer {
     std::chrono::steady_clock::time_point deadline;  // max(): none
   };
   std::deque<WaitingPull> waiting_;
+  const LivenessOptions liveness_;
+  std::vector<std::chrono::steady_clock::time_point> last_seen_;
+  std::vector<bool> dead_;
+  std::vector<bool> left_;
+  Status failed_;  // set under policy fail once a worker died
   std::chrono::steady_clock::time_point started_;
 };
 

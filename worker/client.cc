@@ -59,6 +59,13 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     client->poll_sockets_.push_back(shard.socket.get());
     client->shards_.push_back(std::move(shard));
   }
+  if (worker != kControlWorker && job.liveness.heartbeat_ms > 0) {
+    std::vector<std::string> eps;
+    for (const Shard& shard : client->shards_) eps.push_back(shard.endpoint);
+    PS_ASSIGN_OR_RETURN(client->heartbeat_,
+                        HeartbeatSender::Start(eps, worker,
+                                               std::chrono::milliseconds(job.liveness.heartbeat_ms)));
+  }
   return client;
 }
 
@@ -96,7 +103,7 @@ Status Client::WaitUntilSlot(uint32_t shard) {
 void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
                       uint64_t first_row, Frame keys, Frame values, float* out,
                       std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
-                      uint64_t view_offset) {
+                      uint64_t view_offset, uint32_t flags) {
   Status slot = WaitUntilSlot(shard);
   if (!slot.ok()) {
     FailTicket(ticket, slot);
@@ -117,6 +124,7 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
   h.count = count;
   h.dim = dim;
   h.first_row = first_row;
+  h.flags = flags;
   const bool has_keys = keys.size() > 0;
   if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
   Frame frames[3] = {EncodeHeader(h), std::move(keys), std::move(values)};
@@ -478,7 +486,7 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
       }
       row += rows;
     }
-  } else if (p.op == Op::kStats || p.op == Op::kShutdown) {
+  } else if (p.op == Op::kStats || p.op == Op::kShutdown || p.op == Op::kHeartbeat) {
     control_replies_[h.request_id] = h;
   }
   FinishPart(h.request_id, Status::Ok());
@@ -576,18 +584,46 @@ StatusOr<Ticket> Client::Clock(Callback done) {
     SendPart(ticket, s, Op::kClock, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0);
   }
   ++clock_;
+  if (heartbeat_ != nullptr) heartbeat_->set_clock(clock_);
   Release(ticket, Status::Ok());  // the issuing hold
   return ticket;
 }
 
-StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op) {
+Status Client::Join() {
+  if (worker_ == kControlWorker) return FailedPreconditionError("a control client cannot join");
+  int64_t resume = 0;
+  for (uint32_t s = 0; s < num_shards(); ++s) {
+    PS_ASSIGN_OR_RETURN(MessageHeader h, Control(s, Op::kHeartbeat));
+    resume = std::max(resume, h.clock);
+  }
+  if (resume != clock_) {
+    PS_LOG_INFO("worker {} joins at clock {}", worker_, resume);
+    clock_ = resume;
+    if (heartbeat_ != nullptr) heartbeat_->set_clock(clock_);
+  }
+  return Status::Ok();
+}
+
+Status Client::Leave() {
+  if (worker_ == kControlWorker) return FailedPreconditionError("a control client cannot leave");
+  // No heartbeat may follow the goodbye: it would bring the worker back.
+  if (heartbeat_ != nullptr) heartbeat_->Stop();
+  Status first;
+  for (uint32_t s = 0; s < num_shards(); ++s) {
+    auto h = Control(s, Op::kHeartbeat, kFlagLeaving);
+    if (!h.ok() && first.ok()) first = h.status();
+  }
+  return first;
+}
+
+StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags) {
   if (shard >= shards_.size()) {
     return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(shards_.size()) + " servers");
   }
   const Ticket ticket = NewTicket(nullptr);
   const uint64_t rid = next_request_id_;
-  SendPart(ticket, shard, op, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0);
+  SendPart(ticket, shard, op, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0, nullptr, 0, flags);
   Release(ticket, Status::Ok());  // the issuing hold
   Status s = Wait(ticket);
   auto reply = control_replies_.find(rid);

@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "worker/heartbeat.h"
 #include "worker/param_cache.h"
 
 namespace ps {
@@ -152,8 +153,18 @@ class Client {
   // issued before reach each shard before this report. The ticket completes
   // when every shard acknowledged.
   StatusOr<Ticket> Clock(Callback done = nullptr);
-  // This worker's clock: the number of Clock() calls so far.
+  // This worker's clock: the number of Clock() calls so far (or where
+  // Join() resumed).
   int64_t clock() const { return clock_; }
+
+  // Announces this worker to every shard and takes up the clock the shards
+  // hold for it: 0 in a new job, the current minimum clock for a worker
+  // restarted after it was dropped as dead (liveness.on_dead_worker: drop).
+  // Call once before training.
+  Status Join();
+  // Tells every shard this worker is done: it is no longer waited for and
+  // never reported dead. Stops the heartbeats. Call after the last push.
+  Status Leave();
   // The newest minimum clock a reply of `shard` carried.
   int64_t min_clock(uint32_t shard) const { return shards_[shard].min_clock; }
 
@@ -229,7 +240,7 @@ class Client {
   void SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
                 uint64_t first_row, Frame keys, Frame values, float* out,
                 std::vector<uint64_t> positions, uint32_t dim, PulledValues* view = nullptr,
-                uint64_t view_offset = 0);
+                uint64_t view_offset = 0, uint32_t flags = 0);
   void FailTicket(Ticket ticket, const Status& status);
   // Drops one hold on the ticket (a part, or the issuing hold) and completes
   // it when none is left.
@@ -239,7 +250,7 @@ class Client {
   void ExpireDeadlines();
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
-  StatusOr<MessageHeader> Control(uint32_t shard, Op op);
+  StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0);
   std::string Describe(const Part& part, uint64_t request_id) const;
 
   const JobOptions job_;
@@ -248,6 +259,7 @@ class Client {
   const int64_t bound_;  // staleness bound of the job's consistency mode
   int64_t clock_ = 0;
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
+  std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   uint64_t max_rows_per_part_cap_;  // from the server's request limits
   std::unique_ptr<Context> context_;
   std::vector<Shard> shards_;

@@ -69,7 +69,12 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
   uint64_t cursor = 0;
-  for (uint32_t step = 0; step < train.iterations; ++step) {
+  // A worker that rejoined a running job resumes at its clock.
+  const int64_t first_step = client->clock();
+  if (first_step > 0) {
+    PS_LOG_INFO("worker {} resumes at step {} of {}", rank, first_step, train.iterations);
+  }
+  for (int64_t step = first_step; step < train.iterations; ++step) {
     // Pushes before this pull on the same connection are applied before it
     // is answered, so the pull sees this worker's own last update; the shard
     // answers once the slowest worker is within the job's staleness bound.
@@ -87,13 +92,13 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
                                      std::to_string(loss) + " at step " + std::to_string(step) +
                                      "; lower the table's optimizer.lr");
     }
-    if (step == 0) result.first_loss = loss;
+    if (step == first_step) result.first_loss = loss;
     const bool last = step + 1 == train.iterations;
-    if (step == 0 || last || (train.log_every != 0 && step % train.log_every == 0)) {
+    if (step == first_step || last || (train.log_every != 0 && step % train.log_every == 0)) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       PS_LOG_INFO("worker {} step {:5d} loss {:.6f} ({:.1f} steps/s)", rank, step, loss,
-                  secs > 0 ? (step + 1) / secs : 0.0);
+                  secs > 0 ? static_cast<double>(step + 1 - first_step) / secs : 0.0);
     }
     PS_ASSIGN_OR_RETURN(Ticket push, client->PushDense(table, SharedFloats::Of(grads[step % 2])));
     // The step is done: its clock goes to every shard after its push.

@@ -60,10 +60,17 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", client.status().ToString());
     return 1;
   }
+  if (ps::Status joined = (*client)->Join(); !joined.ok()) {
+    PS_LOG_ERROR("cannot join the job: {}", joined.ToString());
+    return 1;
+  }
   auto result = ps::TrainLinearRegression(*job, *rank, client->get());
   if (!result.ok()) {
     PS_LOG_ERROR("training failed: {}", result.status().ToString());
     return 1;
+  }
+  if (ps::Status left = (*client)->Leave(); !left.ok()) {
+    PS_LOG_WARN("could not say goodbye to every shard: {}", left.ToString());
   }
   PS_LOG_INFO("worker {} done: first loss {:.6f}, final loss {:.6f}, |w - w*|/|w*| = {:.4f}",
               *rank, result->first_loss, result->final_loss, result->weight_error);

@@ -393,7 +393,8 @@ TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
   EXPECT_TRUE(
       BadFileRejected("bad_unknown_top_level_key.yaml",
                       {"consistancy: unknown key",
-                       "cluster, tables, consistency, optimizer, server, client, train"}));
+                       "cluster, tables, consistency, liveness, optimizer, server, client, "
+                       "train"}));
 }
 
 TEST(ConfigTest, DuplicateKeyIsRejected) {
@@ -635,6 +636,22 @@ TEST(ConfigTest, StalenessWithBspIsRejected) {
 
 TEST(ConfigTest, ConsistencyWithoutModeIsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_consistency_missing_mode.yaml", {"consistency.mode"}));
+}
+
+TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  auto job = LoadJobString(
+      head + "liveness: { heartbeat_ms: 100, timeout_ms: 250, on_dead_worker: drop }\n", "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->liveness.heartbeat_ms, 100u);
+  EXPECT_EQ(job->liveness.timeout_ms, 250u);
+  EXPECT_EQ(job->liveness.on_dead_worker, DeadWorkerPolicy::kDrop);
+  EXPECT_TRUE(BadFileRejected("bad_liveness_timeout_below_two_heartbeats.yaml",
+                              {"liveness.timeout_ms: got 150", "twice liveness.heartbeat_ms (100)"}));
+  EXPECT_TRUE(BadFileRejected("bad_liveness_policy.yaml",
+                              {"liveness.on_dead_worker: got \"ignore\"", "fail", "drop"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

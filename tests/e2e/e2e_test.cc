@@ -356,6 +356,62 @@ TEST_F(E2eTest, BinariesRejectABadConfigNamingFileAndPath) {
   }
 }
 
+class WorkerDeathTest : public E2eTest {
+ protected:
+  // Starts 2 servers and 3 workers (bsp, heartbeats every 100 ms, dead
+  // after 1 s), kills worker 2 with SIGKILL once it trains, and returns the
+  // other two workers' {wait status, output}.
+  std::vector<std::pair<int, std::string>> KillWorker2(const std::string& policy) {
+    const std::string path = WriteJob(
+        2, 3,
+        "tables:\n"
+        "  - { name: weights, rows: 32, dim: 1, optimizer: { type: sgd, lr: 0.05 } }\n"
+        "consistency: { mode: bsp }\n"
+        "liveness: { heartbeat_ms: 100, timeout_ms: 1000, on_dead_worker: " + policy + " }\n"
+        "train: { table: weights, features: 32, samples_per_worker: 2048, batch_size: 32,\n"
+        "         iterations: 3000, log_every: 10 }\n");
+    StartServer(path, 0);
+    StartServer(path, 1);
+    Subprocess* workers[3];
+    for (int r = 0; r < 3; ++r) {
+      workers[r] = Start({kWorker, "--config", path, "--rank", std::to_string(r)}, true);
+    }
+    // Wait until worker 2 trains, then kill it.
+    LineReader reader;
+    std::vector<std::string> lines;
+    bool training = false;
+    const auto deadline = Steady::now() + milliseconds(20000);
+    while (!training && Steady::now() < deadline) {
+      pollfd pfd{workers[2]->output_fd(), POLLIN, 0};
+      poll(&pfd, 1, 100);
+      auto r = reader.ReadFrom(workers[2]->output_fd(), &lines);
+      if (!r.ok() || *r) break;
+      for (const auto& l : lines) training |= l.find("step    10") != std::string::npos;
+      lines.clear();
+    }
+    EXPECT_TRUE(training) << "worker 2 never started training";
+    EXPECT_TRUE(workers[2]->Signal(SIGKILL).ok());
+    std::vector<std::pair<int, std::string>> results;
+    for (int r = 0; r < 2; ++r) results.push_back(Finish(workers[r], milliseconds(60000)));
+    return results;
+  }
+};
+
+TEST_F(WorkerDeathTest, UnderPolicyFailTheOthersStopNamingTheDeadWorker) {
+  for (auto& [status, out] : KillWorker2("fail")) {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << DescribeWaitStatus(status) << out;
+    EXPECT_NE(out.find("worker 2 is dead: nothing heard from it for"), std::string::npos) << out;
+    EXPECT_NE(out.find("on_dead_worker: fail"), std::string::npos) << out;
+  }
+}
+
+TEST_F(WorkerDeathTest, UnderPolicyDropTheOthersFinishTraining) {
+  for (auto& [status, out] : KillWorker2("drop")) {
+    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << out;
+    EXPECT_NE(out.find("step  2999"), std::string::npos) << out;
+  }
+}
+
 TEST_F(E2eTest, ServerRejectsAShardOutsideTheJob) {
   const std::string path = WriteJob(2, 1, "tables:\n  - { name: w, rows: 10 }\n");
   Subprocess* p = Start({kServer, "--config", path, "--shard", "2"}, true);

@@ -42,3 +42,36 @@ TEST(ClockTableTest, PullReadinessFollowsTheBound) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(ClockTableTest, ExcludedWorkersDoNotHoldTheMinimumBack) {
+  ClockTable t(3);
+  t.Finish(0, 4);
+  t.Finish(1, 2);  // clocks 5, 3, 0
+  EXPECT_EQ(t.slowest_worker(), 2u);
+  EXPECT_TRUE(t.Exclude(2));
+  EXPECT_EQ(t.min_clock(), 3);
+  EXPECT_EQ(t.slowest_worker(), 1u);
+  EXPECT_FALSE(t.Exclude(2));
+  // Back at the minimum, never behind it.
+  t.Include(2);
+  EXPECT_EQ(t.clock(2), 3);
+  EXPECT_EQ(t.min_clock(), 3);
+  EXPECT_TRUE(t.counted(2));
+}
+
+TEST(ClockTableTest, MinimumNeverGoesBackWhenEveryWorkerLeaves) {
+  ClockTable t(2);
+  t.Finish(0, 1);
+  t.Finish(1, 3);
+  EXPECT_EQ(t.min_clock(), 2);
+  EXPECT_TRUE(t.Exclude(0));
+  EXPECT_EQ(t.min_clock(), 4);
+  EXPECT_FALSE(t.Exclude(1));
+  EXPECT_EQ(t.min_clock(), 4);
+}
+
+}  // namespace
+}  // namespace ps

@@ -327,8 +327,22 @@ std::vector<BadCase> BadCases() {
          return Msg(H(Op::kPush, 1, 514, 2), List(K(keys), Frame::CopyOf(v.data(), v.size() * 4)));
        },
        StatusCode::kInvalidArgument, "contain NaN or Inf"},
-      {"HeartbeatNotYetSupported", [] { return Msg(H(Op::kHeartbeat, 0, 0, 0)); },
-       StatusCode::kUnimplemented, "op HEARTBEAT is not supported"},
+      {"CheckpointNotYetSupported", [] { return Msg(H(Op::kCheckpoint, 0, 0, 0)); },
+       StatusCode::kUnimplemented, "op CHECKPOINT is not supported"},
+      {"HeartbeatWithUnknownFlags",
+       [] {
+         MessageHeader h = H(Op::kHeartbeat, 0, 0, 0);
+         h.flags = kFlagDenseRange;
+         return Msg(h);
+       },
+       StatusCode::kInvalidArgument, "unknown header flags 1"},
+      {"ControlClientMayNotHeartbeat",
+       [] {
+         MessageHeader h = H(Op::kHeartbeat, 0, 0, 0);
+         h.worker = kControlWorker;
+         return Msg(h);
+       },
+       StatusCode::kPermissionDenied, "unknown worker"},
       {"NegativeClock",
        [] {
          MessageHeader h = H(Op::kClock, 0, 0, 0);

@@ -1,0 +1,62 @@
+// A worker's heartbeats: a thread of its own, with its own sockets, that
+// tells every shard "this worker is alive, at clock c" every interval, so a
+// long compute step (or a blocked pull) never reads as a dead worker.
+//
+// Thread-safe: set_clock() may be called from any thread while it runs.
+#ifndef PS_WORKER_HEARTBEAT_H_
+#define PS_WORKER_HEARTBEAT_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/transport.h"
+
+namespace ps {
+
+class HeartbeatSender {
+ public:
+  // Connects to `endpoints` (one per shard) and starts the thread, which
+  // sends a HEARTBEAT from `worker` to every shard every `interval`.
+  static StatusOr<std::unique_ptr<HeartbeatSender>> Start(const std::vector<std::string>& endpoints,
+                                                          uint32_t worker,
+                                                          std::chrono::milliseconds interval);
+  // Stops and joins the thread (unsent heartbeats are dropped).
+  ~HeartbeatSender();
+  HeartbeatSender(const HeartbeatSender&) = delete;
+  HeartbeatSender& operator=(const HeartbeatSender&) = delete;
+
+  // The clock the next heartbeats report.
+  void set_clock(int64_t clock) { clock_.store(clock, std::memory_order_relaxed); }
+  // Heartbeats sent so far (to all shards together).
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  // Stops the thread now; no heartbeat leaves after this returns.
+  void Stop();
+
+ private:
+  HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval)
+      : worker_(worker), interval_(interval) {}
+  void Run();
+
+  const uint32_t worker_;
+  const std::chrono::milliseconds interval_;
+  std::unique_ptr<Context> context_;
+  std::vector<std::unique_ptr<Socket>> sockets_;  // used only by the thread
+  std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> sent_{0};
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_HEARTBEAT_H_
