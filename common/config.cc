@@ -27,7 +27,7 @@ namespace ps {
 namespace {
 
 constexpr std::string_view kTopLevelKeys =
-    "cluster, tables, consistency, liveness, optimizer, server, client, train";
+    "cluster, tables, consistency, liveness, stragglers, optimizer, server, client, train";
 
 // A node of the document with the YAML path that leads to it
 // ("tables[0].init.type") and where it is in the text.
@@ -161,8 +161,8 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map top,
         ReadMap(document,
-                {"cluster", "tables", "consistency", "liveness", "optimizer",
-                 "server", "client", "train"},
+                {"cluster", "tables", "consistency", "liveness", "stragglers",
+                 "optimizer", "server", "client", "train"},
                 "a map with keys " + std::string(kTopLevelKeys)));
 
     PS_ASSIGN_OR_RETURN(
@@ -197,6 +197,9 @@ class JobParser {
     }
     if (const Value* liveness = top.Find("liveness")) {
       PS_RETURN_IF_ERROR(ParseLiveness(*liveness, &job->liveness));
+    }
+    if (const Value* stragglers = top.Find("stragglers")) {
+      PS_RETURN_IF_ERROR(ParseStragglers(*stragglers, &job->stragglers));
     }
     if (const Value* server = top.Find("server")) {
       PS_RETURN_IF_ERROR(ParseServer(*server, &job->server));
@@ -593,6 +596,43 @@ class JobParser {
     if (const Value* v = map.Find("on_dead_worker")) {
       PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*v, {"fail", "drop"}));
       l->on_dead_worker = static_cast<DeadWorkerPolicy>(index);
+    }
+    return Status::Ok();
+  }
+
+  Status ParseStragglers(const Value& value, StragglerOptions* st) const {
+    PS_ASSIGN_OR_RETURN(
+        Map map, ReadMap(value,
+                         {"slow_worker", "slow_factor", "pause_probability", "pause_steps", "seed"},
+                         "a map with slow_worker, slow_factor, pause_probability, pause_steps, "
+                         "seed"));
+    if (const Value* v = map.Find("slow_worker")) {
+      uint32_t rank = 0;
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &rank));
+      st->slow_worker = rank;
+    }
+    if (const Value* v = map.Find("slow_factor")) {
+      float f = 0;
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &f));
+      st->slow_factor = f;
+    }
+    if (const Value* v = map.Find("pause_probability")) {
+      float p = 0;
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &p));
+      st->pause_probability = p;
+    }
+    if (const Value* v = map.Find("pause_steps")) {
+      PS_ASSIGN_OR_RETURN(std::vector<Value> items,
+                          ReadList(*v, "a list [min, max] of whole steps"));
+      if (items.size() != 2) {
+        return Error(*v, "got " + std::to_string(items.size()) + " items",
+                     "a list [min, max] of whole steps");
+      }
+      PS_RETURN_IF_ERROR(ReadUnsigned(items[0], &st->pause_min_steps));
+      PS_RETURN_IF_ERROR(ReadUnsigned(items[1], &st->pause_max_steps));
+    }
+    if (const Value* v = map.Find("seed")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &st->seed));
     }
     return Status::Ok();
   }

@@ -344,6 +344,30 @@ Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
   return Status::Ok();
 }
 
+Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
+                          uint32_t workers) {
+  if (st.slow_worker >= static_cast<int64_t>(workers) || st.slow_worker < -1) {
+    return Invalid(source, "stragglers.slow_worker", "got " + std::to_string(st.slow_worker),
+                   "a worker rank in 0.." + std::to_string(workers - 1));
+  }
+  if (!(st.slow_factor >= 1.0) || !std::isfinite(st.slow_factor)) {
+    return Invalid(source, "stragglers.slow_factor", "got " + FloatText(static_cast<float>(st.slow_factor)),
+                   "a finite factor >= 1");
+  }
+  if (!(st.pause_probability >= 0.0 && st.pause_probability <= 1.0)) {
+    return Invalid(source, "stragglers.pause_probability",
+                   "got " + FloatText(static_cast<float>(st.pause_probability)),
+                   "a probability in [0, 1]");
+  }
+  if (st.pause_min_steps < 1 || st.pause_max_steps < st.pause_min_steps) {
+    return Invalid(source, "stragglers.pause_steps",
+                   "got [" + std::to_string(st.pause_min_steps) + ", " +
+                       std::to_string(st.pause_max_steps) + "]",
+                   "[min, max] with 1 <= min <= max");
+  }
+  return Status::Ok();
+}
+
 Status ValidateClient(const std::string& source, const ClientOptions& client) {
   if (client.request_timeout_ms < 1) {
     return Invalid(source, "client.request_timeout_ms",
@@ -427,6 +451,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateTables(source, tables));
   PS_RETURN_IF_ERROR(ValidateConsistency(source, consistency));
   PS_RETURN_IF_ERROR(ValidateLiveness(source, liveness));
+  PS_RETURN_IF_ERROR(ValidateStragglers(source, stragglers, cluster.workers));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
   return ValidateTrain(source, *this);

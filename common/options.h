@@ -110,6 +110,28 @@ struct LivenessOptions {
   DeadWorkerPolicy on_dead_worker = DeadWorkerPolicy::kFail;
 };
 
+// Artificial stragglers, for tests and benchmarks of the consistency modes.
+// Delays are in units of the worker's own step time, so they scale with the
+// machine.
+struct StragglerOptions {
+  // Rank of a worker slowed down by `slow_factor` (its steps take that many
+  // times as long); -1: none. Default -1.
+  int64_t slow_worker = -1;
+  // >= 1. Default 1.
+  double slow_factor = 1.0;
+  // Every worker, after each step, pauses with this probability, in [0, 1].
+  // Default 0.
+  double pause_probability = 0.0;
+  // A pause lasts a whole number of the worker's step times, uniform in
+  // [pause_min_steps, pause_max_steps]. 1 <= min <= max. Default 1..3.
+  uint32_t pause_min_steps = 1;
+  uint32_t pause_max_steps = 3;
+  // Seed of the pauses (each worker draws from seed + rank).
+  uint64_t seed = 1;
+
+  bool any() const { return slow_worker >= 0 || pause_probability > 0; }
+};
+
 // Limits and behaviour of each ps_server process.
 struct ServerOptions {
   // Largest request a shard accepts, all frames together, in bytes; larger
@@ -175,6 +197,7 @@ struct JobOptions {
   std::vector<TableOptions> tables;
   ConsistencyOptions consistency;
   LivenessOptions liveness;
+  StragglerOptions stragglers;
   ServerOptions server;
   ClientOptions client;
   TrainOptions train;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "worker/straggler.h"
 
 namespace ps {
 
@@ -67,6 +68,7 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
   // Per gradient buffer: its push and the CLOCK after it, still in flight.
   std::vector<Ticket> in_flight[2];
   TrainResult result;
+  StragglerInjector stragglers(job.stragglers, rank);
   const auto start = std::chrono::steady_clock::now();
   uint64_t cursor = 0;
   // A worker that rejoined a running job resumes at its clock.
@@ -85,8 +87,10 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
     for (Ticket t : in_flight[step % 2]) PS_RETURN_IF_ERROR(client->Wait(t));
     in_flight[step % 2].clear();
     if (cursor + train.batch_size > data.samples) cursor = 0;
+    const auto compute_start = std::chrono::steady_clock::now();
     const double loss = RegressionLoss(data, w.data(), cursor, cursor + train.batch_size, grad.data());
     cursor += train.batch_size;
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
     if (!std::isfinite(loss)) {
       return FailedPreconditionError("worker " + std::to_string(rank) + ": loss became " +
                                      std::to_string(loss) + " at step " + std::to_string(step) +

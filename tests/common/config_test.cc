@@ -393,8 +393,8 @@ TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
   EXPECT_TRUE(
       BadFileRejected("bad_unknown_top_level_key.yaml",
                       {"consistancy: unknown key",
-                       "cluster, tables, consistency, liveness, optimizer, server, client, "
-                       "train"}));
+                       "cluster, tables, consistency, liveness, stragglers, optimizer, server, "
+                       "client, train"}));
 }
 
 TEST(ConfigTest, DuplicateKeyIsRejected) {
@@ -652,6 +652,25 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
                               {"liveness.timeout_ms: got 150", "twice liveness.heartbeat_ms (100)"}));
   EXPECT_TRUE(BadFileRejected("bad_liveness_policy.yaml",
                               {"liveness.on_dead_worker: got \"ignore\"", "fail", "drop"}));
+}
+
+TEST(ConfigTest, StragglersLoadAndAreChecked) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 4 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  auto job = LoadJobString(head + "stragglers: { slow_worker: 3, slow_factor: 3, "
+                                  "pause_probability: 0.05, pause_steps: [1, 3], seed: 7 }\n",
+                           "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->stragglers.slow_worker, 3);
+  EXPECT_EQ(job->stragglers.slow_factor, 3.0);
+  EXPECT_FLOAT_EQ(static_cast<float>(job->stragglers.pause_probability), 0.05f);
+  EXPECT_EQ(job->stragglers.pause_max_steps, 3u);
+  EXPECT_EQ(job->stragglers.seed, 7u);
+  EXPECT_TRUE(BadFileRejected("bad_stragglers_slow_worker.yaml",
+                              {"stragglers.slow_worker: got 2", "a worker rank in 0..1"}));
+  EXPECT_TRUE(BadFileRejected("bad_stragglers_pause_steps.yaml",
+                              {"stragglers.pause_steps: got [3, 1]", "1 <= min <= max"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

@@ -1,0 +1,53 @@
+#include "worker/straggler.h"
+
+#include <gtest/gtest.h>
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+TEST(StragglerInjectorTest, TheSlowWorkerTakesFactorTimesItsStep) {
+  StragglerOptions o;
+  o.slow_worker = 2;
+  o.slow_factor = 3.0;
+  StragglerInjector slow(o, 2), normal(o, 1);
+  EXPECT_EQ(slow.DelayAfter(milliseconds(10)), milliseconds(20));
+  EXPECT_EQ(normal.DelayAfter(milliseconds(10)), nanoseconds(0));
+  EXPECT_TRUE(slow.active());
+  EXPECT_FALSE(normal.active());
+}
+
+TEST(StragglerInjectorTest, PausesAreWholeStepsWithTheGivenProbability) {
+  StragglerOptions o;
+  o.pause_probability = 0.25;
+  o.pause_min_steps = 1;
+  o.pause_max_steps = 3;
+  StragglerInjector inj(o, 0);
+  int pauses = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const auto d = inj.DelayAfter(milliseconds(2));
+    if (d.count() == 0) continue;
+    ++pauses;
+    EXPECT_TRUE(d == milliseconds(2) || d == milliseconds(4) || d == milliseconds(6)) << d.count();
+  }
+  EXPECT_GT(pauses, 850);   // 1000 expected
+  EXPECT_LT(pauses, 1150);
+}
+
+TEST(StragglerInjectorTest, SameSeedAndRankGiveTheSamePauses) {
+  StragglerOptions o;
+  o.pause_probability = 0.5;
+  StragglerInjector a(o, 3), b(o, 3), c(o, 4);
+  bool differs = false;
+  for (int i = 0; i < 100; ++i) {
+    const auto x = a.DelayAfter(milliseconds(1));
+    EXPECT_EQ(x, b.DelayAfter(milliseconds(1)));
+    differs |= x != c.DelayAfter(milliseconds(1));
+  }
+  EXPECT_TRUE(differs);
+}
+
+}  // namespace
+}  // namespace ps
