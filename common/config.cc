@@ -562,13 +562,16 @@ class JobParser {
   }
 
   Status ParseConsistency(const Value& value, ConsistencyOptions* c) const {
-    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"mode", "staleness"},
+    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"mode", "staleness", "aggregate"},
                                          "a map with mode (bsp, ssp, asp) and, for ssp, "
                                          "staleness"));
     PS_ASSIGN_OR_RETURN(const Value* mode,
                         Required(map, "mode", "one of \"bsp\", \"ssp\", \"asp\""));
     PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*mode, {"bsp", "ssp", "asp"}));
     c->mode = static_cast<ConsistencyMode>(index);
+    if (const Value* aggregate = map.Find("aggregate")) {
+      PS_RETURN_IF_ERROR(ReadBool(*aggregate, &c->aggregate));
+    }
     const Value* staleness = map.Find("staleness");
     if (c->mode == ConsistencyMode::kSsp) {
       constexpr std::string_view kExpected =

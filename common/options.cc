@@ -328,6 +328,10 @@ Status ValidateConsistency(const std::string& source, const ConsistencyOptions& 
     return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
                    "a staleness >= 1 for mode ssp (bsp is staleness 0)");
   }
+  if (c.aggregate && c.mode != ConsistencyMode::kBsp) {
+    return Invalid(source, "consistency.aggregate", "true with mode " + ConsistencyName(c),
+                   "aggregate only with mode bsp (a clock's pushes are summed once all are in)");
+  }
   if (c.mode != ConsistencyMode::kSsp && c.staleness != 0) {
     return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
                    "no staleness for mode " + ConsistencyName(c) + " (only ssp takes one)");

@@ -76,6 +76,12 @@ struct ConsistencyOptions {
   ConsistencyMode mode = ConsistencyMode::kAsp;
   // ssp only, >= 1; bsp and asp take no staleness.
   uint32_t staleness = 0;
+  // bsp only: each shard sums every worker's pushes of a clock and applies
+  // their mean once, when the last worker finishes that clock (a true
+  // global batch), instead of applying each push as it arrives. A worker's
+  // own pushes then show in its reads from the next clock on. Turns the
+  // parameter cache off. Default false.
+  bool aggregate = false;
 
   // 0 for bsp, staleness for ssp, kUnboundedStaleness for asp.
   int64_t Bound() const {

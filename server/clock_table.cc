@@ -40,6 +40,10 @@ void ClockTable::Include(uint32_t worker) {
   counted_[worker] = true;
 }
 
+uint32_t ClockTable::num_counted() const {
+  return static_cast<uint32_t>(std::count(counted_.begin(), counted_.end(), true));
+}
+
 uint32_t ClockTable::slowest_worker() const {
   uint32_t slowest = 0;
   bool any = false;

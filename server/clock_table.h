@@ -37,6 +37,8 @@ class ClockTable {
   // rejoining after a restart resumes there).
   void Include(uint32_t worker);
   bool counted(uint32_t worker) const { return counted_[worker]; }
+  // Workers that count toward the minimum.
+  uint32_t num_counted() const;
   uint32_t num_workers() const { return static_cast<uint32_t>(clocks_.size()); }
 
   // True when a pull from a worker at clock `clock` may be answered under

@@ -12,7 +12,8 @@ std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_p
 
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
     : shard_(shard), num_workers_(job.cluster.workers), options_(job.server),
-      bound_(job.consistency.Bound()), clocks_(job.cluster.workers), liveness_(job.liveness),
+      bound_(job.consistency.Bound()), aggregate_(job.consistency.aggregate),
+      clocks_(job.cluster.workers), liveness_(job.liveness),
       dead_(job.cluster.workers, false), left_(job.cluster.workers, false),
       started_(std::chrono::steady_clock::now()) {
   // A worker that never shows up counts as silent since the shard started.
@@ -128,7 +129,13 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       // request, so no reader can see the state without it. The worker's
       // next message travels while the apply runs.
       Reply(routing_id, reply);
-      store_->ApplyPush(request_);
+      if (aggregate_) {
+        // Summed into its clock (never one already applied) and applied
+        // with the others' when the last worker finishes that clock.
+        store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
+      } else {
+        store_->ApplyPush(request_);
+      }
       return;
     case Op::kPull:
       if (!clocks_.PullReady(req.clock, bound_)) {
@@ -150,7 +157,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       const bool advanced = clocks_.Finish(req.worker, req.clock);
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
-      if (advanced) ReleaseWaitingPulls();
+      if (advanced) MinClockAdvanced();
       return;
     }
     case Op::kHeartbeat: {
@@ -164,7 +171,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
-      if (advanced) ReleaseWaitingPulls();
+      if (advanced) MinClockAdvanced();
       return;
     }
     case Op::kStats:
@@ -213,6 +220,15 @@ void ShardServer::ServePull(Frame& routing_id) {
     return;
   }
   SendReply(reply);
+}
+
+void ShardServer::MinClockAdvanced() {
+  if (aggregate_) {
+    // The mean over the workers the clock waited for.
+    const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
+    store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
+  }
+  ReleaseWaitingPulls();
 }
 
 void ShardServer::ReleaseWaitingPulls() {
@@ -288,7 +304,7 @@ void ShardServer::CheckLiveness(std::chrono::steady_clock::time_point now) {
     if (liveness_.on_dead_worker == DeadWorkerPolicy::kDrop) {
       PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
                   shard_, who);
-      if (clocks_.Exclude(w)) ReleaseWaitingPulls();
+      if (clocks_.Exclude(w)) MinClockAdvanced();
       continue;
     }
     PS_LOG_ERROR("shard {}: {}; the job fails (liveness.on_dead_worker: fail)", shard_, who);

@@ -88,6 +88,9 @@ class ShardServer {
   void Handle(std::vector<Frame>& frames);
   // Answers the PULL in request_ (decoded from `routing_id`'s message).
   void ServePull(Frame& routing_id);
+  // The minimum clock advanced: applies the finished clocks' sums
+  // (aggregation), then answers every waiting pull it allows.
+  void MinClockAdvanced();
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
@@ -120,6 +123,7 @@ class ShardServer {
   std::atomic<bool> stop_{false};
   ShardServerCounters counters_;
   const int64_t bound_;  // staleness bound of the job's consistency mode
+  const bool aggregate_;  // consistency.aggregate
   ClockTable clocks_;
   // A pull waiting for slower workers: the whole message, routing id first.
   struct WaitingPull {

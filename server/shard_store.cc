@@ -130,6 +130,54 @@ void ShardStore::ApplyPush(const Request& request) {
   }
 }
 
+void ShardStore::Accumulate(const Request& request, int64_t clock) {
+  std::vector<TableSum>& clock_sums = sums_[clock];
+  if (clock_sums.empty()) clock_sums.resize(tables_.size());
+  const Table& t = tables_[request.header.table];
+  TableSum& sum = clock_sums[request.header.table];
+  const uint32_t dim = t.layout.dim;
+  if (sum.values.empty()) {
+    sum.values.assign(t.layout.owned.size() * dim, 0.0f);
+    sum.touched.assign(t.blocks.size(), false);
+  }
+  const OptimizerOptions add{OptimizerKind::kAdd, 0.0f};
+  const float* g = request.values.data();
+  if (request.header.dense()) {
+    const uint64_t first = request.header.first_row - t.layout.owned.begin;
+    ApplyUpdate(add, sum.values.data() + first * dim, g, request.header.count * dim);
+    const uint64_t last = first + request.header.count - 1;
+    for (uint64_t b = first / t.rows_per_block; b <= last / t.rows_per_block; ++b) {
+      sum.touched[b] = true;
+    }
+    return;
+  }
+  for (size_t i = 0; i < request.keys.size(); ++i) {
+    const uint64_t row = request.keys[i] - t.layout.owned.begin;
+    ApplyUpdate(add, sum.values.data() + row * dim, g + i * dim, dim);
+    sum.touched[row / t.rows_per_block] = true;
+  }
+}
+
+void ShardStore::ApplyAccumulated(int64_t below, float scale) {
+  while (!sums_.empty() && sums_.begin()->first < below) {
+    std::vector<TableSum>& clock_sums = sums_.begin()->second;
+    for (size_t ti = 0; ti < clock_sums.size(); ++ti) {
+      TableSum& sum = clock_sums[ti];
+      if (sum.values.empty()) continue;
+      Table& t = tables_[ti];
+      const uint64_t block_floats = t.rows_per_block * t.layout.dim;
+      for (uint64_t b = 0; b < t.blocks.size(); ++b) {
+        if (!sum.touched[b]) continue;
+        float* g = sum.values.data() + b * block_floats;
+        const size_t n = t.blocks[b]->values.size();
+        for (size_t i = 0; i < n; ++i) g[i] *= scale;
+        ApplyUpdate(t.optimizer, Writable(t, b), g, n);
+      }
+    }
+    sums_.erase(sums_.begin());
+  }
+}
+
 Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) {
   const Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;

@@ -14,6 +14,7 @@
 #define PS_SERVER_SHARD_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -38,6 +39,17 @@ class ShardStore {
   // Applies a PUSH with the table's update rule, reading the values in place.
   // REQUIRES: `request` passed DecodeRequest against layouts(). Never fails.
   void ApplyPush(const Request& request);
+
+  // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
+  // to the running sum of clock `clock` instead of applying them.
+  // REQUIRES: as ApplyPush.
+  void Accumulate(const Request& request, int64_t clock);
+  // Applies, in clock order, the sum of every clock < `below` scaled by
+  // `scale` (1 / workers: their mean) with each table's rule, and forgets
+  // those sums. Only the blocks that received pushes are touched.
+  void ApplyAccumulated(int64_t below, float scale);
+  // Clocks with a sum not yet applied.
+  size_t pending_sums() const { return sums_.size(); }
 
   // Appends the values a PULL asks for to *frames, row-major in request
   // order: a dense range as frames that share the store's blocks (no copy,
@@ -68,9 +80,17 @@ class ShardStore {
   // shares them.
   float* Writable(Table& table, uint64_t block);
 
+  // One clock's sums: per table, owned rows x dim floats (allocated on the
+  // first push to the table) and which blocks they touch.
+  struct TableSum {
+    std::vector<float> values;
+    std::vector<bool> touched;  // per block
+  };
+
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
   uint64_t copy_on_write_count_ = 0;
+  std::map<int64_t, std::vector<TableSum>> sums_;  // by clock
 };
 
 // The initial value of element `col` of `row` under `init` (deterministic).

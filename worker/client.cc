@@ -46,7 +46,10 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
   std::unique_ptr<Client> client(new Client(job, worker));
-  if (job.client.cache && job.consistency.Bound() != kUnboundedStaleness) {
+  // Aggregation applies a clock's mean, not each push: the cache could not
+  // mirror the worker's own pushes, so it stays off.
+  if (job.client.cache && job.consistency.Bound() != kUnboundedStaleness &&
+      !job.consistency.aggregate) {
     client->cache_ = std::make_unique<ParamCache>(job);
   }
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));

@@ -634,6 +634,18 @@ TEST(ConfigTest, StalenessWithBspIsRejected) {
                               {"consistency.staleness: not used by mode bsp", "only with mode ssp"}));
 }
 
+TEST(ConfigTest, AggregateIsOnlyForBsp) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "consistency: { mode: bsp, aggregate: true }\n",
+      "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->consistency.aggregate);
+  EXPECT_TRUE(BadFileRejected("bad_consistency_aggregate_with_ssp.yaml",
+                              {"consistency.aggregate: true with mode ssp 2", "only with mode bsp"}));
+}
+
 TEST(ConfigTest, ConsistencyWithoutModeIsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_consistency_missing_mode.yaml", {"consistency.mode"}));
 }

@@ -1,0 +1,103 @@
+// BSP with aggregation is one step per global batch: 4 workers on 2 shards
+// end with the parameters of a sequential run over the same global batches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "tests/util/in_process_cluster.h"
+#include "worker/client.h"
+#include "worker/linear_regression.h"
+
+namespace ps {
+namespace {
+
+JobOptions Job() {
+  JobOptions job;
+  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  job.cluster.workers = 4;
+  job.consistency.mode = ConsistencyMode::kBsp;
+  job.consistency.aggregate = true;
+  TableOptions w;
+  w.name = "weights";
+  w.rows = 16;
+  w.dim = 1;
+  w.optimizer = {OptimizerKind::kSgd, 0.1f};
+  job.tables = {w};
+  job.train.table = "weights";
+  job.train.features = 16;
+  job.train.samples_per_worker = 512;
+  job.train.batch_size = 32;
+  job.train.iterations = 60;
+  job.train.log_every = 0;
+  job.client.request_timeout_ms = 20000;
+  return job;
+}
+
+TEST(AggregationTest, BspWithAggregationEqualsASequentialRunOverTheGlobalBatches) {
+  const JobOptions job = Job();
+  InProcessCluster cluster(job);
+  std::vector<std::thread> workers;
+  std::vector<Status> results(4);
+  for (uint32_t r = 0; r < 4; ++r) {
+    workers.emplace_back([&, r] {
+      auto client = Client::Create(job, r, cluster.endpoints()).value();
+      auto result = TrainLinearRegression(job, r, client.get());
+      results[r] = result.status();
+      if (result.ok()) results[r] = client->Leave();
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto reader = Client::Create(job, 0, cluster.endpoints()).value();
+  std::vector<float> distributed(16);
+  ASSERT_TRUE(reader->Wait(*reader->PullDense(0, distributed.data())).ok());
+
+  // The same steps in one process: each worker's minibatch gradient at the
+  // current weights, their mean, one SGD step.
+  std::vector<RegressionData> data;
+  for (uint32_t r = 0; r < 4; ++r) data.push_back(GenerateRegressionData(job.train, r));
+  std::vector<float> w(16, 0.0f), sum(16), g(16);
+  uint64_t cursor = 0;
+  for (uint32_t step = 0; step < job.train.iterations; ++step) {
+    if (cursor + job.train.batch_size > job.train.samples_per_worker) cursor = 0;
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (uint32_t r = 0; r < 4; ++r) {
+      RegressionLoss(data[r], w.data(), cursor, cursor + job.train.batch_size, g.data());
+      for (size_t j = 0; j < 16; ++j) sum[j] += g[j];
+    }
+    for (size_t j = 0; j < 16; ++j) w[j] -= 0.1f * (sum[j] * 0.25f);
+    cursor += job.train.batch_size;
+  }
+  double diff = 0, norm = 0;
+  for (size_t j = 0; j < 16; ++j) {
+    diff += (distributed[j] - w[j]) * (distributed[j] - w[j]);
+    norm += w[j] * w[j];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "relative distance to the sequential run";
+  EXPECT_GT(norm, 1.0);  // it did train
+  cluster.Stop();
+  EXPECT_EQ(cluster.server(0).clocks().min_clock(), 60);
+}
+
+TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
+  JobOptions job = Job();
+  job.cluster.workers = 2;
+  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  InProcessCluster cluster(job);
+  auto a = Client::Create(job, 0, cluster.endpoints()).value();
+  auto b = Client::Create(job, 1, cluster.endpoints()).value();
+  std::vector<uint64_t> row = {3};
+  ASSERT_TRUE(a->PushSync(0, row, SharedFloats::Take({4.0f})).ok());
+  ASSERT_TRUE(b->PushSync(0, row, SharedFloats::Take({2.0f})).ok());
+  std::vector<float> out(1);
+  ASSERT_TRUE(a->PullSync(0, row, out.data()).ok());
+  EXPECT_EQ(out[0], 0.0f) << "not applied before the clock ends";
+  ASSERT_TRUE(a->Wait(*a->Clock()).ok());
+  ASSERT_TRUE(b->Wait(*b->Clock()).ok());
+  ASSERT_TRUE(a->PullSync(0, row, out.data()).ok());
+  EXPECT_EQ(out[0], 3.0f) << "the mean of 4 and 2";
+}
+
+}  // namespace
+}  // namespace ps
