@@ -52,6 +52,8 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_min_clock(h.min_clock);
   p.set_shard(h.shard);
   p.set_max_wait_ms(h.max_wait_ms);
+  p.set_cache_hits(h.cache_hits);
+  p.set_cache_misses(h.cache_misses);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -85,6 +87,8 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.min_clock = p.min_clock();
   h.shard = p.shard();
   h.max_wait_ms = p.max_wait_ms();
+  h.cache_hits = p.cache_hits();
+  h.cache_misses = p.cache_misses();
   return h;
 }
 

@@ -76,6 +76,8 @@ struct MessageHeader {
   int64_t min_clock = 0;
   uint32_t shard = 0;       // replies: the answering shard
   uint32_t max_wait_ms = 0; // PULL: longest wait for slower workers; 0: no limit
+  uint64_t cache_hits = 0;   // HEARTBEAT: the worker's cache statistics
+  uint64_t cache_misses = 0;
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

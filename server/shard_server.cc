@@ -18,6 +18,8 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
       started_(std::chrono::steady_clock::now()) {
   // A worker that never shows up counts as silent since the shard started.
   last_seen_.assign(job.cluster.workers, started_);
+  cache_stats_.assign(job.cluster.workers, {0, 0});
+  rate_sampled_ = started_;
 }
 
 ShardServer::~ShardServer() = default;
@@ -168,6 +170,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
                     clocks_.clock(req.worker));
       }
+      cache_stats_[req.worker] = {req.cache_hits, req.cache_misses};
       reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
@@ -254,6 +257,13 @@ int ShardServer::Tick(int cap) {
   const auto now = std::chrono::steady_clock::now();
   ExpireWaitingPulls(now);
   CheckLiveness(now);
+  if (const double secs = std::chrono::duration<double>(now - rate_sampled_).count(); secs >= 1.0) {
+    pushes_per_s_ = static_cast<double>(counters_.pushes - rate_pushes_) / secs;
+    pulls_per_s_ = static_cast<double>(counters_.pulls - rate_pulls_) / secs;
+    rate_pushes_ = counters_.pushes;
+    rate_pulls_ = counters_.pulls;
+    rate_sampled_ = now;
+  }
   auto next = now + milliseconds(cap);
   for (const WaitingPull& w : waiting_) next = std::min(next, w.deadline);
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
@@ -355,6 +365,18 @@ std::string ShardServer::StatsReport() const {
      << " max_blocked_lead " << counters_.max_blocked_lead << "\n";
   os << "worker_clocks";
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
+  os << "\n";
+  os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
+  os << "cache_hit_rate";
+  for (uint32_t w = 0; w < num_workers_; ++w) {
+    const auto [hits, misses] = cache_stats_[w];
+    os << " " << w << ":";
+    if (hits + misses == 0) {
+      os << "-";
+    } else {
+      os << static_cast<double>(hits) / static_cast<double>(hits + misses);
+    }
+  }
   os << "\n";
   os << "dead_workers";
   for (uint32_t w = 0; w < num_workers_; ++w) {

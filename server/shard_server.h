@@ -138,6 +138,12 @@ class ShardServer {
   std::vector<bool> dead_;
   std::vector<bool> left_;
   Status failed_;  // set under policy fail once a worker died
+  // Per worker: the parameter-cache counts its last heartbeat reported.
+  std::vector<std::pair<uint64_t, uint64_t>> cache_stats_;
+  // Request rates over the last full second (Tick samples the counters).
+  std::chrono::steady_clock::time_point rate_sampled_;
+  uint64_t rate_pushes_ = 0, rate_pulls_ = 0;  // counters at rate_sampled_
+  double pushes_per_s_ = 0, pulls_per_s_ = 0;
   std::chrono::steady_clock::time_point started_;
 };
 

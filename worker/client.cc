@@ -587,7 +587,10 @@ StatusOr<Ticket> Client::Clock(Callback done) {
     SendPart(ticket, s, Op::kClock, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0);
   }
   ++clock_;
-  if (heartbeat_ != nullptr) heartbeat_->set_clock(clock_);
+  if (heartbeat_ != nullptr) {
+    heartbeat_->set_clock(clock_);
+    heartbeat_->set_cache_stats(counters_.cache_hits, counters_.cache_misses);
+  }
   Release(ticket, Status::Ok());  // the issuing hold
   return ticket;
 }

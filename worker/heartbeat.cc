@@ -49,6 +49,8 @@ void HeartbeatSender::Run() {
       h.request_id = ++id;
       h.worker = worker_;
       h.clock = clock_.load(std::memory_order_relaxed);
+      h.cache_hits = cache_hits_.load(std::memory_order_relaxed);
+      h.cache_misses = cache_misses_.load(std::memory_order_relaxed);
       Frame frame = EncodeHeader(h);
       // A full queue means the shard is not reading: skip this beat.
       if (socket->Send(std::span<Frame>(&frame, 1)).ok()) {

@@ -35,6 +35,11 @@ class HeartbeatSender {
 
   // The clock the next heartbeats report.
   void set_clock(int64_t clock) { clock_.store(clock, std::memory_order_relaxed); }
+  // The parameter-cache counts the next heartbeats report (ps_ctl status).
+  void set_cache_stats(uint64_t hits, uint64_t misses) {
+    cache_hits_.store(hits, std::memory_order_relaxed);
+    cache_misses_.store(misses, std::memory_order_relaxed);
+  }
   // Heartbeats sent so far (to all shards together).
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
   // Stops the thread now; no heartbeat leaves after this returns.
@@ -50,6 +55,8 @@ class HeartbeatSender {
   std::unique_ptr<Context> context_;
   std::vector<std::unique_ptr<Socket>> sockets_;  // used only by the thread
   std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> cache_hits_{0};
+  std::atomic<uint64_t> cache_misses_{0};
   std::atomic<uint64_t> sent_{0};
   std::mutex mu_;
   std::condition_variable wake_;

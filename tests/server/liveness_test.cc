@@ -124,3 +124,36 @@ TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
+  JobOptions job = Job(DeadWorkerPolicy::kDrop, 3);
+  job.consistency.mode = ConsistencyMode::kSsp;
+  job.consistency.staleness = 2;
+  InProcessCluster cluster(job);
+  auto w0 = Worker(job, 0, cluster);
+  auto w1 = Worker(job, 1, cluster);
+  std::vector<float> out(8);
+  for (int c = 0; c < 3; ++c) {
+    for (Client* w : {w0.get(), w1.get()}) {
+      ASSERT_TRUE(w->Wait(*w->PullDense(0, out.data())).ok());  // pulled
+      ASSERT_TRUE(w->Wait(*w->PullDense(0, out.data())).ok());  // from the cache
+      ASSERT_TRUE(w->Wait(*w->Clock()).ok());
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(600));  // worker 2 is declared dead; heartbeats report
+  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto stats = control->Stats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_NE(stats->find("worker_clocks 3 3 0"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("min_clock 3 slowest_worker 0"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("dead_workers 2\n"), std::string::npos) << *stats;
+  // Under ssp 2 only the first pull missed: 5 of 6 reads came from the cache.
+  EXPECT_NE(stats->find("cache_hit_rate 0:0.833333 1:0.833333 2:-"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("pushes_per_s"), std::string::npos) << *stats;
+}
+
+}  // namespace
+}  // namespace ps
