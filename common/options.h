@@ -165,8 +165,8 @@ struct ClientOptions {
   // so a shard applies one part while the next is on the wire and no
   // receive buffer is huge. >= 4096. Default 1 MiB.
   uint64_t push_part_bytes = 1ull << 20;
-  // Keep pulled rows in a parameter cache and serve reads from it while the
-  // staleness bound allows (bsp, ssp; asp never caches). Default true.
+  // Under ssp, keep pulled rows in a parameter cache and serve reads from it
+  // while the staleness bound allows (bsp and asp never cache). Default true.
   bool cache = true;
   // ZeroMQ I/O threads of the client's context, 1..64. Default 1.
   uint32_t io_threads = 1;

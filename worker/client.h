@@ -163,7 +163,8 @@ class Client {
   // Call once before training.
   Status Join();
   // Tells every shard this worker is done: it is no longer waited for and
-  // never reported dead. Stops the heartbeats. Call after the last push.
+  // never reported dead. Stops the heartbeats. Call after the last push;
+  // any later request makes the shards count the worker again.
   Status Leave();
   // The newest minimum clock a reply of `shard` carried.
   int64_t min_clock(uint32_t shard) const { return shards_[shard].min_clock; }

@@ -43,10 +43,15 @@ void ParamCache::Insert(uint32_t table, uint64_t first_row, const uint64_t* rows
     t.values.assign(t.rows * t.dim, 0.0f);
     t.clock.assign(t.rows, -1);
   }
+  if (rows == nullptr) {  // a dense run: one copy
+    std::memcpy(t.values.data() + first_row * t.dim, values, count * t.dim * sizeof(float));
+    std::fill(t.clock.begin() + static_cast<std::ptrdiff_t>(first_row),
+              t.clock.begin() + static_cast<std::ptrdiff_t>(first_row + count), clock);
+    return;
+  }
   for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t row = rows == nullptr ? first_row + i : rows[i];
-    std::memcpy(t.values.data() + row * t.dim, values + i * t.dim, t.dim * sizeof(float));
-    t.clock[row] = clock;
+    std::memcpy(t.values.data() + rows[i] * t.dim, values + i * t.dim, t.dim * sizeof(float));
+    t.clock[rows[i]] = clock;
   }
 }
 
@@ -54,12 +59,26 @@ void ParamCache::ApplyPush(uint32_t table, uint64_t first_row, const uint64_t* r
                            uint64_t count, const float* values) {
   Table& t = tables_[table];
   if (t.clock.empty()) return;
+  // The shard's arithmetic, exactly (common/update_rule.h).
+  if (rows == nullptr) {
+    // A dense run: one update per run of cached rows.
+    uint64_t i = 0;
+    while (i < count) {
+      if (t.clock[first_row + i] < 0) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < count && t.clock[first_row + j] >= 0) ++j;
+      ApplyUpdate(t.optimizer, t.values.data() + (first_row + i) * t.dim, values + i * t.dim,
+                  (j - i) * t.dim);
+      i = j;
+    }
+    return;
+  }
   for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t row = rows == nullptr ? first_row + i : rows[i];
-    if (t.clock[row] < 0) continue;
-    float* w = t.values.data() + row * t.dim;
-    const float* g = values + i * t.dim;
-    ApplyUpdate(t.optimizer, w, g, t.dim);  // the shard's arithmetic, exactly
+    if (t.clock[rows[i]] < 0) continue;
+    ApplyUpdate(t.optimizer, t.values.data() + rows[i] * t.dim, values + i * t.dim, t.dim);
   }
 }
 

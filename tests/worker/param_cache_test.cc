@@ -63,16 +63,17 @@ TEST_F(ParamCacheTest, SspServesReadsFromTheCacheWhileTheBoundAllows) {
   EXPECT_GT(sent, 0u);
 }
 
-TEST_F(ParamCacheTest, BspRefreshesAtEveryClock) {
+TEST_F(ParamCacheTest, BspNeverCaches) {
   Start(Job(ConsistencyMode::kBsp, 0));
   Pull({5});
   const uint64_t sent = requests();
-  Pull({5});  // same clock: the cached row is exact
-  EXPECT_EQ(requests(), sent);
+  Pull({5});
+  EXPECT_EQ(requests(), sent + 1);
   Tick();
   const uint64_t ticked = requests();
   Pull({5});
   EXPECT_EQ(requests(), ticked + 1) << "a new clock must pull again";
+  EXPECT_EQ(client_->counters().cache_hits, 0u);
 }
 
 TEST_F(ParamCacheTest, AspNeverCaches) {
