@@ -78,6 +78,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "benchmarks/machine.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
@@ -390,24 +391,6 @@ StatusOr<Cell> RunCell(const ConsistencyOptions& consistency, Setting setting, i
   return cell;
 }
 
-std::string CpuModel() {
-  FILE* f = std::fopen("/proc/cpuinfo", "r");
-  if (f == nullptr) return "unknown";
-  char line[512];
-  std::string model = "unknown";
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    if (std::strncmp(line, "model name", 10) == 0) {
-      const char* colon = std::strchr(line, ':');
-      if (colon != nullptr) {
-        model = colon + 2;
-        while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
-      }
-      break;
-    }
-  }
-  std::fclose(f);
-  return model;
-}
 
 struct Config {
   double seconds = 3.0;

@@ -68,6 +68,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "benchmarks/machine.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
@@ -576,24 +577,6 @@ struct Config {
   bool pull_into_buffer = false;  // --pull-into buffer
 };
 
-std::string CpuModel() {
-  FILE* f = std::fopen("/proc/cpuinfo", "r");
-  if (f == nullptr) return "unknown";
-  char line[512];
-  std::string model = "unknown";
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    if (std::strncmp(line, "model name", 10) == 0) {
-      const char* colon = std::strchr(line, ':');
-      if (colon != nullptr) {
-        model = colon + 2;
-        while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
-      }
-      break;
-    }
-  }
-  std::fclose(f);
-  return model;
-}
 
 Status RunAll(const Config& cfg) {
   const uint64_t max_bytes = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());

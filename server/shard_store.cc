@@ -106,15 +106,11 @@ void ShardStore::ApplyPush(const Request& request) {
   const float* g = request.values.data();
   auto apply = [&](float* w, const float* grad, size_t n) { ApplyUpdate(t.optimizer, w, grad, n); };
   if (request.header.dense()) {
-    uint64_t row = request.header.first_row - t.layout.owned.begin;
-    const uint64_t end = row + request.header.count;
-    while (row < end) {
-      const uint64_t block = row / rpb, in_block = row % rpb;
-      const uint64_t n = std::min(rpb - in_block, end - row);
-      apply(Writable(t, block) + in_block * dim, g, n * dim);
-      g += n * dim;
-      row += n;
-    }
+    ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
+                    [&](uint64_t block, uint64_t in_block, uint64_t n) {
+                      apply(Writable(t, block) + in_block * dim, g, n * dim);
+                      g += n * dim;
+                    });
     return;
   }
   uint64_t last_block = ~0ull;
@@ -183,16 +179,13 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) 
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   if (request.header.dense()) {
-    uint64_t row = request.header.first_row - t.layout.owned.begin;
-    const uint64_t end = row + request.header.count;
-    while (row < end) {
-      const uint64_t block = row / rpb, in_block = row % rpb;
-      const uint64_t n = std::min(rpb - in_block, end - row);
-      const std::shared_ptr<Block>& b = t.blocks[block];
-      frames->push_back(Frame::Share(b->values.data() + in_block * dim, n * dim * sizeof(float),
-                                     std::shared_ptr<const void>(b)));
-      row += n;
-    }
+    ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
+                    [&](uint64_t block, uint64_t in_block, uint64_t n) {
+                      const std::shared_ptr<Block>& b = t.blocks[block];
+                      frames->push_back(Frame::Share(b->values.data() + in_block * dim,
+                                                     n * dim * sizeof(float),
+                                                     std::shared_ptr<const void>(b)));
+                    });
     return Status::Ok();
   }
   PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * sizeof(float)));

@@ -13,6 +13,7 @@
 #ifndef PS_SERVER_SHARD_STORE_H_
 #define PS_SERVER_SHARD_STORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -79,6 +80,18 @@ class ShardStore {
   // The block's values, made private to the store first if a reply still
   // shares them.
   float* Writable(Table& table, uint64_t block);
+  // Calls fn(block, first row in the block, rows) for each block-sized run
+  // of the dense range of `count` rows from the shard-local row `first`.
+  template <typename Fn>
+  static void ForEachBlockRun(const Table& table, uint64_t first, uint64_t count, Fn fn) {
+    const uint64_t end = first + count;
+    for (uint64_t row = first; row < end;) {
+      const uint64_t block = row / table.rows_per_block, in_block = row % table.rows_per_block;
+      const uint64_t n = std::min(table.rows_per_block - in_block, end - row);
+      fn(block, in_block, n);
+      row += n;
+    }
+  }
 
   // One clock's sums: per table, owned rows x dim floats (allocated on the
   // first push to the table) and which blocks they touch.
