@@ -11,6 +11,8 @@ PACKAGES=(
   librocksdb-dev
   libyaml-cpp-dev
   libopenblas-dev
+  zlib1g-dev libssl-dev
+  dataset-fashion-mnist
   libspdlog-dev libfmt-dev
   libcli11-dev
   googletest libgtest-dev libgmock-dev
