@@ -1,0 +1,393 @@
+// Parity tests for every Backend op against a float64 reference computed
+// here on the host, run for each backend; the CUDA cases skip where no
+// device is present. Inputs are fresh random numbers on each run; the seed
+// is in the failure message to reproduce one.
+#include "worker/backend.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/cpu_backend.h"
+
+namespace ps {
+namespace {
+
+using Matrix = std::vector<double>;
+
+// max |got - want| / max |want|: a normwise relative error, which stays
+// meaningful where single elements cancel to near zero.
+double RelativeError(const std::vector<float>& got, const Matrix& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+std::string KindName(const ::testing::TestParamInfo<BackendKind>& info) {
+  return info.param == BackendKind::kCpu ? "Cpu" : "Cuda";
+}
+
+class BackendTest : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == BackendKind::kCuda && CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device";
+    }
+    auto backend = CreateBackend(GetParam());
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    backend_ = std::move(backend).value();
+    tolerance_ = GetParam() == BackendKind::kCpu ? 1e-5 : 1e-4;
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+
+  std::vector<float> Random(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+
+  std::unique_ptr<DeviceBuffer> Put(const std::vector<float>& host) {
+    auto buffer = backend_->Allocate(host.size());
+    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+    if (!buffer.ok()) return nullptr;
+    EXPECT_TRUE(backend_->Upload(host.data(), host.size(), buffer->get()).ok());
+    return std::move(buffer).value();
+  }
+
+  std::vector<float> Get(const DeviceBuffer& buffer, size_t n) {
+    std::vector<float> host(n);
+    Status st = backend_->Download(buffer, host.data(), n);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return host;
+  }
+
+  std::string Trace() const { return backend_->name() + " seed " + std::to_string(seed_); }
+
+  std::unique_ptr<Backend> backend_;
+  double tolerance_ = 0;
+  unsigned seed_ = 0;
+  std::mt19937 rng_;
+};
+
+// Row-major element (r, c) of a matrix stored rows x cols, read transposed or not.
+double At(const std::vector<float>& m, bool trans, size_t r, size_t c, size_t stored_cols) {
+  return trans ? m[c * stored_cols + r] : m[r * stored_cols + c];
+}
+
+TEST_P(BackendTest, GemmMatchesReferenceForAllTransposes) {
+  SCOPED_TRACE(Trace());
+  struct Shape {
+    size_t m, n, k;
+  };
+  for (Shape s : {Shape{1, 1, 1}, Shape{7, 5, 3}, Shape{33, 17, 65}, Shape{64, 128, 257},
+                  Shape{3, 1, 300}, Shape{1, 129, 2}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, -0.3f}) {
+          SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                                          << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+          const float alpha = 0.7f;
+          auto a = Random(s.m * s.k);
+          auto b = Random(s.k * s.n);
+          auto c = Random(s.m * s.n);
+          // beta == 0 must ignore C, even NaN.
+          if (beta == 0.0f) std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+          Matrix want(s.m * s.n);
+          for (size_t i = 0; i < s.m; ++i) {
+            for (size_t j = 0; j < s.n; ++j) {
+              double sum = 0;
+              for (size_t p = 0; p < s.k; ++p) {
+                sum += At(a, ta, i, p, ta ? s.m : s.k) * At(b, tb, p, j, tb ? s.k : s.n);
+              }
+              want[i * s.n + j] =
+                  alpha * sum + (beta == 0.0f ? 0.0 : double{beta} * c[i * s.n + j]);
+            }
+          }
+          auto da = Put(a), db = Put(b), dc = Put(c);
+          ASSERT_TRUE(backend_
+                          ->Gemm(ta ? Transpose::kYes : Transpose::kNo,
+                                 tb ? Transpose::kYes : Transpose::kNo, s.m, s.n, s.k, alpha, *da,
+                                 *db, beta, dc.get())
+                          .ok());
+          EXPECT_LT(RelativeError(Get(*dc, s.m * s.n), want), tolerance_);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, GemvMatchesReferenceBothWays) {
+  SCOPED_TRACE(Trace());
+  for (auto [rows, cols] : {std::pair<size_t, size_t>{1, 1}, {7, 13}, {129, 65}, {1, 300}}) {
+    for (bool t : {false, true}) {
+      for (float beta : {0.0f, 0.5f}) {
+        SCOPED_TRACE(testing::Message() << rows << "x" << cols << " t=" << t << " beta=" << beta);
+        const size_t in = t ? rows : cols, out = t ? cols : rows;
+        auto a = Random(rows * cols), x = Random(in), y = Random(out);
+        if (beta == 0.0f) std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+        Matrix want(out);
+        for (size_t i = 0; i < out; ++i) {
+          double sum = 0;
+          for (size_t p = 0; p < in; ++p) sum += At(a, t, i, p, cols) * x[p];
+          want[i] = -1.5 * sum + (beta == 0.0f ? 0.0 : double{beta} * y[i]);
+        }
+        auto da = Put(a), dx = Put(x), dy = Put(y);
+        ASSERT_TRUE(backend_
+                        ->Gemv(t ? Transpose::kYes : Transpose::kNo, rows, cols, -1.5f, *da, *dx,
+                               beta, dy.get())
+                        .ok());
+        EXPECT_LT(RelativeError(Get(*dy, out), want), tolerance_);
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, AxpyAndScaleMatchReference) {
+  SCOPED_TRACE(Trace());
+  for (size_t n : {1u, 31u, 1000u, 4099u}) {
+    auto x = Random(n), y = Random(n);
+    Matrix want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = -0.25 * (double{y[i]} + 1.75 * x[i]);
+    auto dx = Put(x), dy = Put(y);
+    ASSERT_TRUE(backend_->Axpy(n, 1.75f, *dx, dy.get()).ok());
+    ASSERT_TRUE(backend_->Scale(n, -0.25f, dy.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dy, n), want), tolerance_) << "n=" << n;
+  }
+}
+
+TEST_P(BackendTest, AddBiasAddsTheRowVectorToEveryRow) {
+  SCOPED_TRACE(Trace());
+  for (auto [rows, cols] : {std::pair<size_t, size_t>{1, 1}, {5, 3}, {130, 33}}) {
+    auto x = Random(rows * cols), bias = Random(cols);
+    Matrix want(rows * cols);
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) want[r * cols + c] = double{x[r * cols + c]} + bias[c];
+    }
+    auto dx = Put(x), db = Put(bias);
+    ASSERT_TRUE(backend_->AddBias(rows, cols, *db, dx.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dx, rows * cols), want), tolerance_) << rows << "x" << cols;
+  }
+}
+
+TEST_P(BackendTest, ReluAndReluBackwardMatchReference) {
+  SCOPED_TRACE(Trace());
+  for (size_t n : {1u, 257u, 5000u}) {
+    auto x = Random(n), grad = Random(n);
+    x[0] = 0.0f;  // the boundary: relu'(0) is taken as 0
+    Matrix want_act(n), want_grad(n);
+    for (size_t i = 0; i < n; ++i) {
+      want_act[i] = std::max(0.0, double{x[i]});
+      want_grad[i] = want_act[i] > 0 ? grad[i] : 0.0;
+    }
+    auto dx = Put(x), dg = Put(grad);
+    ASSERT_TRUE(backend_->Relu(n, dx.get()).ok());
+    ASSERT_TRUE(backend_->ReluBackward(n, *dx, dg.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dx, n), want_act), tolerance_) << "n=" << n;
+    EXPECT_LT(RelativeError(Get(*dg, n), want_grad), tolerance_) << "n=" << n;
+  }
+}
+
+TEST_P(BackendTest, SumRowsGivesColumnSums) {
+  SCOPED_TRACE(Trace());
+  for (auto [rows, cols] : {std::pair<size_t, size_t>{1, 1}, {9, 4}, {300, 17}, {2, 1030}}) {
+    auto x = Random(rows * cols);
+    Matrix want(cols, 0.0);
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) want[c] += x[r * cols + c];
+    }
+    auto dx = Put(x);
+    auto dout = Put(Random(cols));  // overwritten, not accumulated into
+    ASSERT_TRUE(backend_->SumRows(rows, cols, *dx, dout.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dout, cols), want), tolerance_) << rows << "x" << cols;
+  }
+}
+
+// The float64 reference of SoftmaxCrossEntropy.
+void ReferenceSoftmax(size_t rows, size_t classes, const std::vector<float>& logits,
+                      const std::vector<int32_t>& labels, Matrix* probs, Matrix* grad,
+                      double* loss) {
+  probs->assign(rows * classes, 0);
+  grad->assign(rows * classes, 0);
+  *loss = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    double max = -std::numeric_limits<double>::infinity();
+    for (size_t c = 0; c < classes; ++c) max = std::max(max, double{logits[r * classes + c]});
+    double sum = 0;
+    for (size_t c = 0; c < classes; ++c) sum += std::exp(logits[r * classes + c] - max);
+    for (size_t c = 0; c < classes; ++c) {
+      const double p = std::exp(logits[r * classes + c] - max) / sum;
+      (*probs)[r * classes + c] = p;
+      (*grad)[r * classes + c] = (p - (static_cast<int32_t>(c) == labels[r] ? 1 : 0)) / rows;
+    }
+    *loss -= std::log((*probs)[r * classes + static_cast<size_t>(labels[r])]);
+  }
+  *loss /= static_cast<double>(rows);
+}
+
+TEST_P(BackendTest, SoftmaxCrossEntropyMatchesReference) {
+  SCOPED_TRACE(Trace());
+  for (auto [rows, cols] :
+       {std::pair<size_t, size_t>{1, 1}, {1, 10}, {7, 3}, {128, 10}, {5, 100}, {3, 1000}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    auto logits = Random(rows * cols, -8.0f, 8.0f);
+    std::vector<int32_t> labels(rows);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(cols) - 1);
+    for (int32_t& l : labels) l = pick(rng_);
+    Matrix want_probs, want_grad;
+    double want_loss = 0;
+    ReferenceSoftmax(rows, cols, logits, labels, &want_probs, &want_grad, &want_loss);
+
+    auto dl = Put(logits);
+    auto dp = Put(Random(rows * cols)), dg = Put(Random(rows * cols));
+    float loss = -1;
+    ASSERT_TRUE(
+        backend_->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), dg.get(), &loss)
+            .ok());
+    EXPECT_LT(RelativeError(Get(*dp, rows * cols), want_probs), tolerance_);
+    EXPECT_LT(RelativeError(Get(*dg, rows * cols), want_grad), tolerance_);
+    EXPECT_LE(std::abs(loss - want_loss), tolerance_ * std::max(1.0, std::abs(want_loss)));
+
+    // In place (probs over the logits) and without a gradient gives the same.
+    float loss2 = -1;
+    ASSERT_TRUE(
+        backend_->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dl.get(), nullptr, &loss2)
+            .ok());
+    EXPECT_LT(RelativeError(Get(*dl, rows * cols), want_probs), tolerance_);
+    EXPECT_FLOAT_EQ(loss2, loss);
+  }
+}
+
+TEST_P(BackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
+  SCOPED_TRACE(Trace());
+  std::vector<float> logits = {1000.0f, -1000.0f, 0.0f, 88.0f, 89.0f, 90.0f};
+  std::vector<int32_t> labels = {1, 0};
+  Matrix want_probs, want_grad;
+  double want_loss = 0;
+  ReferenceSoftmax(2, 3, logits, labels, &want_probs, &want_grad, &want_loss);
+  auto dl = Put(logits), dp = Put(logits), dg = Put(logits);
+  float loss = 0;
+  ASSERT_TRUE(
+      backend_->SoftmaxCrossEntropy(2, 3, *dl, labels.data(), dp.get(), dg.get(), &loss).ok());
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
+  EXPECT_LT(RelativeError(Get(*dp, 6), want_probs), tolerance_);
+}
+
+// The backend's gradient against central differences of the backend's own
+// loss: this checks the contract (gradient of the mean loss), not only
+// agreement with the reference formula.
+TEST_P(BackendTest, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
+  SCOPED_TRACE(Trace());
+  const size_t rows = 4, cols = 5;
+  auto logits = Random(rows * cols, -2.0f, 2.0f);
+  std::vector<int32_t> labels = {0, 4, 2, 2};
+  auto dl = Put(logits), dp = Put(logits), dg = Put(logits);
+  float loss = 0;
+  ASSERT_TRUE(
+      backend_->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), dg.get(), &loss)
+          .ok());
+  const auto grad = Get(*dg, rows * cols);
+  const float h = 1e-2f;
+  for (size_t i = 0; i < rows * cols; ++i) {
+    float loss_plus = 0, loss_minus = 0;
+    auto perturbed = logits;
+    perturbed[i] = logits[i] + h;
+    ASSERT_TRUE(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()).ok());
+    ASSERT_TRUE(
+        backend_->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), nullptr, &loss_plus)
+            .ok());
+    perturbed[i] = logits[i] - h;
+    ASSERT_TRUE(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()).ok());
+    ASSERT_TRUE(
+        backend_
+            ->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), nullptr, &loss_minus)
+            .ok());
+    const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
+    EXPECT_NEAR(grad[i], numeric, 2e-3) << "element " << i;
+  }
+}
+
+TEST_P(BackendTest, RejectsWrongSizesForeignBuffersAndBadLabels) {
+  SCOPED_TRACE(Trace());
+  auto small = Put(Random(4));
+  auto big = Put(Random(64));
+  // Too small for 3x3.
+  Status st =
+      backend_->Gemm(Transpose::kNo, Transpose::kNo, 3, 3, 3, 1.0f, *small, *big, 0.0f, big.get());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("Gemm: A"), std::string::npos) << st.message();
+  EXPECT_EQ(
+      backend_->Gemm(Transpose::kNo, Transpose::kNo, 0, 3, 3, 1.0f, *big, *big, 0.0f, big.get())
+          .code(),
+      StatusCode::kInvalidArgument);
+  float host[8] = {};
+  EXPECT_EQ(backend_->Upload(host, 8, small.get()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Download(*small, host, 8).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Allocate(0).status().code(), StatusCode::kInvalidArgument);
+
+  // A buffer of another backend instance.
+  auto other = CreateCpuBackend();
+  auto foreign = other->Allocate(64);
+  ASSERT_TRUE(foreign.ok());
+  st = backend_->Axpy(4, 1.0f, **foreign, big.get());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("another backend"), std::string::npos) << st.message();
+
+  std::vector<int32_t> labels = {0, 3};
+  float loss = 0;
+  st = backend_->SoftmaxCrossEntropy(2, 3, *big, labels.data(), big.get(), nullptr, &loss);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("label 3 of row 1"), std::string::npos) << st.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
+                         ::testing::Values(BackendKind::kCpu, BackendKind::kCuda), KindName);
+
+TEST(BackendFactoryTest, CpuWorks) {
+  auto backend = CreateBackend(BackendKind::kCpu);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  EXPECT_EQ((*backend)->name().rfind("cpu", 0), 0u) << (*backend)->name();
+}
+
+TEST(BackendFactoryTest, AutoPicksCudaOnlyWhenADeviceIsPresent) {
+  auto backend = CreateBackend(BackendKind::kAuto);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  const std::string expected = CudaDeviceCount() > 0 ? "cuda" : "cpu";
+  EXPECT_EQ((*backend)->name().rfind(expected, 0), 0u) << (*backend)->name();
+}
+
+TEST(BackendFactoryTest, CudaWithoutDeviceIsFailedPreconditionSayingWhy) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
+  auto backend = CreateBackend(BackendKind::kCuda);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& msg = backend.status().message();
+  EXPECT_NE(msg.find("no CUDA device"), std::string::npos) << msg;
+  // The reason itself follows: a driver error or "not built".
+  EXPECT_GT(msg.size(), std::string("no CUDA device is usable: ").size() + 30) << msg;
+}
+
+TEST(BackendFactoryTest, ParsesDeviceNames) {
+  for (BackendKind kind : {BackendKind::kAuto, BackendKind::kCpu, BackendKind::kCuda}) {
+    auto parsed = ParseBackendKind(BackendKindName(kind));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, kind);
+  }
+  EXPECT_EQ(ParseBackendKind("gpu").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps

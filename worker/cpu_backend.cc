@@ -1,0 +1,190 @@
+#include "worker/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace ps {
+namespace {
+
+class HostBuffer : public DeviceBuffer {
+ public:
+  HostBuffer(const Backend* owner, std::unique_ptr<float[]> data, size_t size)
+      : DeviceBuffer(owner, data.get(), size), storage_(std::move(data)) {}
+
+ private:
+  std::unique_ptr<float[]> storage_;
+};
+
+// cblas takes int dimensions (OpenBLAS built without 64-bit interface).
+bool FitsBlasInt(size_t v) { return v <= static_cast<size_t>(std::numeric_limits<blasint>::max()); }
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu (OpenBLAS)"; }
+
+  StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t floats) override {
+    if (floats == 0) return InvalidArgumentError("cpu Allocate: 0 floats requested");
+    std::unique_ptr<float[]> data(new (std::nothrow) float[floats]);
+    if (data == nullptr) {
+      return ResourceExhaustedError("cpu Allocate: out of host memory for " +
+                                    std::to_string(floats) + " floats");
+    }
+    return std::unique_ptr<DeviceBuffer>(
+        std::make_unique<HostBuffer>(this, std::move(data), floats));
+  }
+
+  Status Upload(const float* host, size_t n, DeviceBuffer* buffer) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(buffer, n, "Upload", "buffer"));
+    if (n > 0) std::memcpy(buffer->data(), host, n * sizeof(float));
+    return Status::Ok();
+  }
+
+  Status Download(const DeviceBuffer& buffer, float* host, size_t n) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&buffer, n, "Download", "buffer"));
+    if (n > 0) std::memcpy(host, buffer.data(), n * sizeof(float));
+    return Status::Ok();
+  }
+
+  Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
+              const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
+    if (m == 0 || n == 0 || k == 0)
+      return InvalidArgumentError("cpu Gemm: m, n and k must be >= 1");
+    if (!FitsBlasInt(m) || !FitsBlasInt(n) || !FitsBlasInt(k)) {
+      return InvalidArgumentError("cpu Gemm: dimensions exceed the BLAS int range");
+    }
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * k, "Gemm", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&b, k * n, "Gemm", "B"));
+    PS_RETURN_IF_ERROR(CheckBuffer(c, m * n, "Gemm", "C"));
+    const bool ta = trans_a == Transpose::kYes;
+    const bool tb = trans_b == Transpose::kYes;
+    // beta == 0 promises to ignore C, which may hold NaN garbage; BLAS
+    // implementations differ on whether 0 * NaN is computed, so clear it.
+    if (beta == 0.0f) std::fill_n(c->data(), m * n, 0.0f);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                a.data(), static_cast<blasint>(ta ? m : k), b.data(),
+                static_cast<blasint>(tb ? k : n), beta, c->data(), static_cast<blasint>(n));
+    return Status::Ok();
+  }
+
+  Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
+              const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
+    if (rows == 0 || cols == 0) return InvalidArgumentError("cpu Gemv: rows and cols must be >= 1");
+    if (!FitsBlasInt(rows) || !FitsBlasInt(cols)) {
+      return InvalidArgumentError("cpu Gemv: dimensions exceed the BLAS int range");
+    }
+    const bool t = trans == Transpose::kYes;
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, rows * cols, "Gemv", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "Gemv", "x"));
+    PS_RETURN_IF_ERROR(CheckBuffer(y, t ? cols : rows, "Gemv", "y"));
+    if (beta == 0.0f) std::fill_n(y->data(), t ? cols : rows, 0.0f);
+    cblas_sgemv(CblasRowMajor, t ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
+                static_cast<blasint>(cols), alpha, a.data(), static_cast<blasint>(cols), x.data(),
+                1, beta, y->data(), 1);
+    return Status::Ok();
+  }
+
+  Status Axpy(size_t n, float alpha, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, n, "Axpy", "x"));
+    PS_RETURN_IF_ERROR(CheckBuffer(y, n, "Axpy", "y"));
+    const float* xs = x.data();
+    float* ys = y->data();
+    for (size_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
+    return Status::Ok();
+  }
+
+  Status Scale(size_t n, float alpha, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Scale", "x"));
+    float* xs = x->data();
+    for (size_t i = 0; i < n; ++i) xs[i] *= alpha;
+    return Status::Ok();
+  }
+
+  Status AddBias(size_t rows, size_t cols, const DeviceBuffer& bias, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&bias, cols, "AddBias", "bias"));
+    PS_RETURN_IF_ERROR(CheckBuffer(x, rows * cols, "AddBias", "X"));
+    const float* b = bias.data();
+    float* xs = x->data();
+    for (size_t r = 0; r < rows; ++r) {
+      float* row = xs + r * cols;
+      for (size_t c = 0; c < cols; ++c) row[c] += b[c];
+    }
+    return Status::Ok();
+  }
+
+  Status Relu(size_t n, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Relu", "x"));
+    float* xs = x->data();
+    for (size_t i = 0; i < n; ++i) xs[i] = xs[i] > 0.0f ? xs[i] : 0.0f;
+    return Status::Ok();
+  }
+
+  Status ReluBackward(size_t n, const DeviceBuffer& activations, DeviceBuffer* grad) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&activations, n, "ReluBackward", "activations"));
+    PS_RETURN_IF_ERROR(CheckBuffer(grad, n, "ReluBackward", "grad"));
+    const float* act = activations.data();
+    float* g = grad->data();
+    for (size_t i = 0; i < n; ++i) {
+      if (act[i] <= 0.0f) g[i] = 0.0f;
+    }
+    return Status::Ok();
+  }
+
+  Status SumRows(size_t rows, size_t cols, const DeviceBuffer& x, DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, rows * cols, "SumRows", "X"));
+    PS_RETURN_IF_ERROR(CheckBuffer(out, cols, "SumRows", "out"));
+    const float* xs = x.data();
+    float* o = out->data();
+    std::fill_n(o, cols, 0.0f);
+    // Row by row so the inner loop is contiguous.
+    for (size_t r = 0; r < rows; ++r) {
+      const float* row = xs + r * cols;
+      for (size_t c = 0; c < cols; ++c) o[c] += row[c];
+    }
+    return Status::Ok();
+  }
+
+  Status SoftmaxCrossEntropy(size_t rows, size_t classes, const DeviceBuffer& logits,
+                             const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
+                             float* loss) override {
+    PS_RETURN_IF_ERROR(CheckSoftmaxArgs(rows, classes, logits, labels, probs, grad, loss));
+    const float inv_rows = 1.0f / static_cast<float>(rows);
+    double total = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* in = logits.data() + r * classes;
+      float* p = probs->data() + r * classes;
+      // Subtracting the row maximum keeps exp() finite; the loss uses the
+      // log-sum-exp form so a tiny probability does not become log(0).
+      float max = in[0];
+      for (size_t c = 1; c < classes; ++c) max = std::max(max, in[c]);
+      double sum = 0;
+      for (size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(in[c] - max));
+      const auto label = static_cast<size_t>(labels[r]);
+      total += std::log(sum) - static_cast<double>(in[label] - max);
+      const double inv_sum = 1.0 / sum;
+      // `in` may alias p or the grad row: each element is read before it is written.
+      for (size_t c = 0; c < classes; ++c) {
+        const auto pc = static_cast<float>(std::exp(static_cast<double>(in[c] - max)) * inv_sum);
+        if (grad != nullptr) {
+          grad->data()[r * classes + c] = (pc - (c == label ? 1.0f : 0.0f)) * inv_rows;
+        }
+        p[c] = pc;
+      }
+    }
+    *loss = static_cast<float>(total / static_cast<double>(rows));
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ps

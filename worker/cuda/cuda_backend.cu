@@ -1,0 +1,348 @@
+// The CUDA backend. Row-major matrices are passed to column-major cuBLAS by
+// computing the transpose: a row-major X is the column-major X^T with the
+// same leading dimension, so row-major C = op(A) op(B) is column-major
+// C^T = op(B)^T op(A)^T, i.e. cuBLAS with the operands swapped.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/cuda/cuda_backend.h"
+
+namespace ps::cuda {
+namespace {
+
+// The one place that turns CUDA and cuBLAS errors into a ps::Status; `what`
+// names the call that failed.
+Status ToStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  // Clear a non-sticky error so it does not resurface from the next call.
+  (void)cudaGetLastError();
+  std::string msg = std::string("CUDA ") + what + " failed: " + cudaGetErrorName(err) + " (" +
+                    cudaGetErrorString(err) + ")";
+  if (err == cudaErrorMemoryAllocation) {
+    return ResourceExhaustedError(msg + "; use a smaller batch or model");
+  }
+  return InternalError(msg);
+}
+
+Status ToStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  std::string msg = std::string("cuBLAS ") + what + " failed: " + cublasGetStatusName(st) + " (" +
+                    cublasGetStatusString(st) + ")";
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhaustedError(msg);
+  return InternalError(msg);
+}
+
+struct CudaFree {
+  void operator()(void* p) const {
+    // A destructor cannot report; a failing cudaFree means the context is
+    // already broken, which the next op reports.
+    (void)cudaFree(p);
+  }
+};
+using DeviceMemory = std::unique_ptr<void, CudaFree>;
+
+Status AllocateDevice(size_t bytes, DeviceMemory* out) {
+  void* p = nullptr;
+  PS_RETURN_IF_ERROR(ToStatus(cudaMalloc(&p, bytes), "cudaMalloc"));
+  out->reset(p);
+  return Status::Ok();
+}
+
+class CudaBuffer : public DeviceBuffer {
+ public:
+  CudaBuffer(const Backend* owner, DeviceMemory memory, size_t size)
+      : DeviceBuffer(owner, static_cast<float*>(memory.get()), size), memory_(std::move(memory)) {}
+
+ private:
+  DeviceMemory memory_;
+};
+
+constexpr int kThreads = 256;
+
+int Blocks(size_t n) {
+  // Grid-stride loops cover the rest, so the grid can be capped.
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 ? (blocks == 0 ? 1 : blocks) : 65535);
+}
+
+__global__ void AddBiasKernel(size_t rows, size_t cols, const float* bias, float* x) {
+  const size_t n = rows * cols;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    x[i] += bias[i % cols];
+  }
+}
+
+__global__ void ReluKernel(size_t n, float* x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    x[i] = fmaxf(x[i], 0.0f);
+  }
+}
+
+__global__ void ReluBackwardKernel(size_t n, const float* act, float* grad) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (act[i] <= 0.0f) grad[i] = 0.0f;
+  }
+}
+
+// One thread per column, walking down the rows: neighbouring threads read
+// neighbouring addresses, so every row is one coalesced read.
+__global__ void SumRowsKernel(size_t rows, size_t cols, const float* x, float* out) {
+  for (size_t c = blockIdx.x * size_t{blockDim.x} + threadIdx.x; c < cols;
+       c += size_t{gridDim.x} * blockDim.x) {
+    float sum = 0.0f;
+    for (size_t r = 0; r < rows; ++r) sum += x[r * cols + c];
+    out[c] = sum;
+  }
+}
+
+__device__ float WarpMax(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+__device__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One warp per row: max, sum of exponentials, then probabilities, gradient
+// and the row's loss. The row test is uniform across a warp, so every lane
+// takes part in the shuffles. Each element is read before it is written in
+// the last pass, so probs or grad may alias logits.
+__global__ void SoftmaxCrossEntropyKernel(size_t rows, size_t classes, const float* logits,
+                                          const int32_t* labels, float* probs, float* grad,
+                                          float* row_loss) {
+  const size_t row = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* in = logits + row * classes;
+  float max = -INFINITY;
+  for (size_t c = lane; c < classes; c += 32) max = fmaxf(max, in[c]);
+  max = WarpMax(max);
+  float sum = 0.0f;
+  for (size_t c = lane; c < classes; c += 32) sum += expf(in[c] - max);
+  sum = WarpSum(sum);
+  const auto label = static_cast<size_t>(labels[row]);
+  if (lane == 0) row_loss[row] = logf(sum) - (in[label] - max);
+  __syncwarp();
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  for (size_t c = lane; c < classes; c += 32) {
+    const float p = expf(in[c] - max) / sum;
+    if (grad != nullptr) grad[row * classes + c] = (p - (c == label ? 1.0f : 0.0f)) * inv_rows;
+    probs[row * classes + c] = p;
+  }
+}
+
+bool FitsInt(size_t v) { return v <= static_cast<size_t>(INT_MAX); }
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(int device, std::string device_name, cublasHandle_t handle)
+      : device_(device), device_name_(std::move(device_name)), handle_(handle) {}
+  ~CudaBackend() override { (void)cublasDestroy(handle_); }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override {
+    return "cuda (" + device_name_ + ", device " + std::to_string(device_) + ")";
+  }
+
+  StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t floats) override {
+    if (floats == 0) return InvalidArgumentError("cuda Allocate: 0 floats requested");
+    DeviceMemory memory;
+    PS_RETURN_IF_ERROR(AllocateDevice(floats * sizeof(float), &memory));
+    return std::unique_ptr<DeviceBuffer>(
+        std::make_unique<CudaBuffer>(this, std::move(memory), floats));
+  }
+
+  Status Upload(const float* host, size_t n, DeviceBuffer* buffer) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(buffer, n, "Upload", "buffer"));
+    if (n == 0) return Status::Ok();
+    return ToStatus(cudaMemcpy(buffer->data(), host, n * sizeof(float), cudaMemcpyHostToDevice),
+                    "cudaMemcpy (upload)");
+  }
+
+  Status Download(const DeviceBuffer& buffer, float* host, size_t n) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&buffer, n, "Download", "buffer"));
+    if (n == 0) return ToStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    // A blocking copy on the default stream waits for every earlier op.
+    return ToStatus(cudaMemcpy(host, buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
+                    "cudaMemcpy (download)");
+  }
+
+  Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
+              const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
+    if (m == 0 || n == 0 || k == 0)
+      return InvalidArgumentError("cuda Gemm: m, n and k must be >= 1");
+    if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k)) {
+      return InvalidArgumentError("cuda Gemm: dimensions exceed cuBLAS's int range");
+    }
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * k, "Gemm", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&b, k * n, "Gemm", "B"));
+    PS_RETURN_IF_ERROR(CheckBuffer(c, m * n, "Gemm", "C"));
+    const bool ta = trans_a == Transpose::kYes;
+    const bool tb = trans_b == Transpose::kYes;
+    // Column-major C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
+    return ToStatus(
+        cublasSgemm(handle_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b.data(),
+                    static_cast<int>(tb ? k : n), a.data(), static_cast<int>(ta ? m : k), &beta,
+                    c->data(), static_cast<int>(n)),
+        "cublasSgemm");
+  }
+
+  Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
+              const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
+    if (rows == 0 || cols == 0)
+      return InvalidArgumentError("cuda Gemv: rows and cols must be >= 1");
+    if (!FitsInt(rows) || !FitsInt(cols)) {
+      return InvalidArgumentError("cuda Gemv: dimensions exceed cuBLAS's int range");
+    }
+    const bool t = trans == Transpose::kYes;
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, rows * cols, "Gemv", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "Gemv", "x"));
+    PS_RETURN_IF_ERROR(CheckBuffer(y, t ? cols : rows, "Gemv", "y"));
+    // Row-major A (rows x cols) is column-major A^T (cols x rows), so A x is
+    // a transposed product in cuBLAS's terms and A^T x a plain one.
+    return ToStatus(cublasSgemv(handle_, t ? CUBLAS_OP_N : CUBLAS_OP_T, static_cast<int>(cols),
+                                static_cast<int>(rows), &alpha, a.data(), static_cast<int>(cols),
+                                x.data(), 1, &beta, y->data(), 1),
+                    "cublasSgemv");
+  }
+
+  Status Axpy(size_t n, float alpha, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, n, "Axpy", "x"));
+    PS_RETURN_IF_ERROR(CheckBuffer(y, n, "Axpy", "y"));
+    if (!FitsInt(n)) return InvalidArgumentError("cuda Axpy: n exceeds cuBLAS's int range");
+    if (n == 0) return Status::Ok();
+    return ToStatus(cublasSaxpy(handle_, static_cast<int>(n), &alpha, x.data(), 1, y->data(), 1),
+                    "cublasSaxpy");
+  }
+
+  Status Scale(size_t n, float alpha, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Scale", "x"));
+    if (!FitsInt(n)) return InvalidArgumentError("cuda Scale: n exceeds cuBLAS's int range");
+    if (n == 0) return Status::Ok();
+    return ToStatus(cublasSscal(handle_, static_cast<int>(n), &alpha, x->data(), 1), "cublasSscal");
+  }
+
+  Status AddBias(size_t rows, size_t cols, const DeviceBuffer& bias, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&bias, cols, "AddBias", "bias"));
+    PS_RETURN_IF_ERROR(CheckBuffer(x, rows * cols, "AddBias", "X"));
+    if (rows == 0 || cols == 0) return Status::Ok();
+    AddBiasKernel<<<Blocks(rows * cols), kThreads>>>(rows, cols, bias.data(), x->data());
+    return ToStatus(cudaGetLastError(), "AddBias kernel launch");
+  }
+
+  Status Relu(size_t n, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Relu", "x"));
+    if (n == 0) return Status::Ok();
+    ReluKernel<<<Blocks(n), kThreads>>>(n, x->data());
+    return ToStatus(cudaGetLastError(), "Relu kernel launch");
+  }
+
+  Status ReluBackward(size_t n, const DeviceBuffer& activations, DeviceBuffer* grad) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&activations, n, "ReluBackward", "activations"));
+    PS_RETURN_IF_ERROR(CheckBuffer(grad, n, "ReluBackward", "grad"));
+    if (n == 0) return Status::Ok();
+    ReluBackwardKernel<<<Blocks(n), kThreads>>>(n, activations.data(), grad->data());
+    return ToStatus(cudaGetLastError(), "ReluBackward kernel launch");
+  }
+
+  Status SumRows(size_t rows, size_t cols, const DeviceBuffer& x, DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, rows * cols, "SumRows", "X"));
+    PS_RETURN_IF_ERROR(CheckBuffer(out, cols, "SumRows", "out"));
+    if (cols == 0) return Status::Ok();
+    SumRowsKernel<<<Blocks(cols), kThreads>>>(rows, cols, x.data(), out->data());
+    return ToStatus(cudaGetLastError(), "SumRows kernel launch");
+  }
+
+  Status SoftmaxCrossEntropy(size_t rows, size_t classes, const DeviceBuffer& logits,
+                             const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
+                             float* loss) override {
+    PS_RETURN_IF_ERROR(CheckSoftmaxArgs(rows, classes, logits, labels, probs, grad, loss));
+    PS_RETURN_IF_ERROR(Reserve(rows));
+    PS_RETURN_IF_ERROR(
+        ToStatus(cudaMemcpy(labels_.get(), labels, rows * sizeof(int32_t), cudaMemcpyHostToDevice),
+                 "cudaMemcpy (labels)"));
+    const size_t threads = rows * 32;
+    const size_t blocks = (threads + kThreads - 1) / kThreads;
+    if (blocks > static_cast<size_t>(INT_MAX)) {
+      return InvalidArgumentError("cuda SoftmaxCrossEntropy: too many rows");
+    }
+    SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(blocks), kThreads>>>(
+        rows, classes, logits.data(), static_cast<const int32_t*>(labels_.get()), probs->data(),
+        grad == nullptr ? nullptr : grad->data(), static_cast<float*>(row_loss_.get()));
+    PS_RETURN_IF_ERROR(ToStatus(cudaGetLastError(), "SoftmaxCrossEntropy kernel launch"));
+    // The mean is taken on the host in double: rows is a batch, so the copy is small.
+    host_loss_.resize(rows);
+    PS_RETURN_IF_ERROR(ToStatus(cudaMemcpy(host_loss_.data(), row_loss_.get(), rows * sizeof(float),
+                                           cudaMemcpyDeviceToHost),
+                                "cudaMemcpy (row losses)"));
+    double total = 0;
+    for (float l : host_loss_) total += l;
+    *loss = static_cast<float>(total / static_cast<double>(rows));
+    return Status::Ok();
+  }
+
+ private:
+  // Grows the per-row scratch of SoftmaxCrossEntropy to at least `rows`.
+  Status Reserve(size_t rows) {
+    if (rows <= scratch_rows_) return Status::Ok();
+    PS_RETURN_IF_ERROR(AllocateDevice(rows * sizeof(int32_t), &labels_));
+    PS_RETURN_IF_ERROR(AllocateDevice(rows * sizeof(float), &row_loss_));
+    scratch_rows_ = rows;
+    return Status::Ok();
+  }
+
+  const int device_;
+  const std::string device_name_;
+  const cublasHandle_t handle_;
+  size_t scratch_rows_ = 0;
+  DeviceMemory labels_;    // scratch_rows_ int32 labels
+  DeviceMemory row_loss_;  // scratch_rows_ per-row losses
+  std::vector<float> host_loss_;
+};
+
+}  // namespace
+
+int DeviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
+           cudaGetErrorString(err) + ")";
+    return 0;
+  }
+  if (count == 0) *why = "the CUDA driver reports no device";
+  return count;
+}
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  PS_RETURN_IF_ERROR(ToStatus(cudaSetDevice(device), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  PS_RETURN_IF_ERROR(ToStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  cublasHandle_t handle = nullptr;
+  PS_RETURN_IF_ERROR(ToStatus(cublasCreate(&handle), "cublasCreate"));
+  // Full FP32 products: TF32 would break the parity the tests hold to.
+  Status st = ToStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  if (!st.ok()) {
+    (void)cublasDestroy(handle);
+    return st;
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device, prop.name, handle));
+}
+
+}  // namespace ps::cuda

@@ -1,0 +1,33 @@
+// CudaBackend: the Backend on an NVIDIA GPU, with cuBLAS for the matrix
+// products and small kernels for the element-wise ops and the softmax
+// cross-entropy. Device memory is owned by the DeviceBuffers; all work runs
+// on the default stream, so a Download sees every earlier op.
+//
+// This header includes no CUDA header, so host code built without the
+// toolkit's include path can call it; cuda_backend.cu is the only file that
+// includes cuda_runtime.h and cublas_v2.h, and it converts every
+// cudaError_t and cublasStatus_t into a ps::Status in one place.
+// Thread-compatible, like every Backend.
+#ifndef PS_WORKER_CUDA_CUDA_BACKEND_H_
+#define PS_WORKER_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "worker/backend.h"
+
+namespace ps::cuda {
+
+// Number of CUDA devices visible to this process. Returns 0, with `*why`
+// saying why (no driver, driver too old, no device, ...), instead of failing.
+// REQUIRES: why != nullptr.
+int DeviceCount(std::string* why);
+
+// A backend on `device`. Internal when the device cannot be selected or
+// cuBLAS cannot be initialised; the message carries the CUDA error.
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+}  // namespace ps::cuda
+
+#endif  // PS_WORKER_CUDA_CUDA_BACKEND_H_
