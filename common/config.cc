@@ -27,7 +27,8 @@ namespace ps {
 namespace {
 
 constexpr std::string_view kTopLevelKeys =
-    "cluster, tables, consistency, liveness, stragglers, optimizer, server, client, train";
+    "cluster, tables, consistency, liveness, stragglers, optimizer, server, client, worker, "
+    "train";
 
 // A node of the document with the YAML path that leads to it
 // ("tables[0].init.type") and where it is in the text.
@@ -162,7 +163,7 @@ class JobParser {
         Map top,
         ReadMap(document,
                 {"cluster", "tables", "consistency", "liveness", "stragglers",
-                 "optimizer", "server", "client", "train"},
+                 "optimizer", "server", "client", "worker", "train"},
                 "a map with keys " + std::string(kTopLevelKeys)));
 
     PS_ASSIGN_OR_RETURN(
@@ -206,6 +207,13 @@ class JobParser {
     }
     if (const Value* client = top.Find("client")) {
       PS_RETURN_IF_ERROR(ParseClient(*client, &job->client));
+    }
+    if (const Value* worker = top.Find("worker")) {
+      PS_ASSIGN_OR_RETURN(Map map, ReadMap(*worker, {"device"}, "a map with device"));
+      if (const Value* device = map.Find("device")) {
+        PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*device, {"auto", "cpu", "cuda"}));
+        job->worker.device = static_cast<DeviceKind>(index);
+      }
     }
     if (const Value* train = top.Find("train")) {
       PS_RETURN_IF_ERROR(ParseTrain(*train, &job->train));

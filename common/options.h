@@ -138,6 +138,17 @@ struct StragglerOptions {
   bool any() const { return slow_worker >= 0 || pause_probability > 0; }
 };
 
+// Where a worker computes (worker/backend.h).
+enum class DeviceKind { kAuto, kCpu, kCuda };
+
+// The worker process.
+struct WorkerOptions {
+  // auto: CUDA when the CUDA backend was built and a device is present,
+  // else the CPU (the worker logs which and why); cpu; cuda: an error where
+  // no device is usable. Default auto.
+  DeviceKind device = DeviceKind::kAuto;
+};
+
 // Limits and behaviour of each ps_server process.
 struct ServerOptions {
   // Largest request a shard accepts, all frames together, in bytes; larger
@@ -204,6 +215,7 @@ struct JobOptions {
   ConsistencyOptions consistency;
   LivenessOptions liveness;
   StragglerOptions stragglers;
+  WorkerOptions worker;
   ServerOptions server;
   ClientOptions client;
   TrainOptions train;

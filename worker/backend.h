@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/options.h"
 #include "common/status.h"
 
 namespace ps {
@@ -175,9 +176,9 @@ class Backend {
   }
 };
 
-// worker.device: auto picks CUDA when the CUDA backend was built and a
-// device is present, else the CPU.
-enum class BackendKind { kAuto, kCpu, kCuda };
+// worker.device (common/options.h): auto picks CUDA when the CUDA backend
+// was built and a device is present, else the CPU.
+using BackendKind = DeviceKind;
 
 // "auto", "cpu", "cuda".
 std::string BackendKindName(BackendKind kind);

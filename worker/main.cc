@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/rank.h"
+#include "worker/backend.h"
 #include "worker/client.h"
 #include "worker/linear_regression.h"
 
@@ -53,6 +54,13 @@ int main(int argc, char** argv) {
   if (job->train.features == 0) {
     PS_LOG_ERROR("{}: the job has no train section (train.features); nothing to run",
                  config_path);
+    return 2;
+  }
+  // The compute backend (worker.device); asking for cuda where no device is
+  // usable is a configuration error, reported before anything starts.
+  auto backend = ps::CreateBackend(job->worker.device);
+  if (!backend.ok()) {
+    PS_LOG_ERROR("{}: worker.device: {}", config_path, backend.status().ToString());
     return 2;
   }
   auto client = ps::Client::Create(*job, *rank);

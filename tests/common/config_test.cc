@@ -394,7 +394,7 @@ TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
       BadFileRejected("bad_unknown_top_level_key.yaml",
                       {"consistancy: unknown key",
                        "cluster, tables, consistency, liveness, stragglers, optimizer, server, "
-                       "client, train"}));
+                       "client, worker, train"}));
 }
 
 TEST(ConfigTest, DuplicateKeyIsRejected) {
@@ -683,6 +683,18 @@ TEST(ConfigTest, StragglersLoadAndAreChecked) {
                               {"stragglers.slow_worker: got 2", "a worker rank in 0..1"}));
   EXPECT_TRUE(BadFileRejected("bad_stragglers_pause_steps.yaml",
                               {"stragglers.pause_steps: got [3, 1]", "1 <= min <= max"}));
+}
+
+TEST(ConfigTest, WorkerDeviceLoadsAndUnknownDevicesAreRejected) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "worker: { device: cuda }\n",
+      "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker.device, DeviceKind::kCuda);
+  EXPECT_TRUE(BadFileRejected("bad_worker_device.yaml",
+                              {"worker.device: got \"gpu\"", "auto", "cpu", "cuda"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

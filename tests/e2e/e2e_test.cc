@@ -20,6 +20,7 @@
 
 #include "common/config.h"
 #include "common/subprocess.h"
+#include "worker/backend.h"
 #include "worker/client.h"
 
 namespace ps {
@@ -410,6 +411,16 @@ TEST_F(WorkerDeathTest, UnderPolicyDropTheOthersFinishTraining) {
     EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << out;
     EXPECT_NE(out.find("step  2999"), std::string::npos) << out;
   }
+}
+
+TEST_F(E2eTest, WorkerAskedForCudaWithoutADeviceSaysSo) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  const std::string path = WriteJob(1, 1, TrainJob(10) + "worker: { device: cuda }\n");
+  Subprocess* p = Start({kWorker, "--config", path, "--rank", "0"}, true);
+  auto [status, out] = Finish(p, milliseconds(10000));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
+  EXPECT_NE(out.find("worker.device"), std::string::npos) << out;
+  EXPECT_NE(out.find("no CUDA device is usable"), std::string::npos) << out;
 }
 
 TEST_F(E2eTest, ServerRejectsAShardOutsideTheJob) {
