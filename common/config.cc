@@ -514,21 +514,43 @@ class JobParser {
   // With `check_values`, also rejects what Validate() would reject.
   Status ParseOptimizer(const Value& value, bool check_values,
                         OptimizerOptions* optimizer) const {
+    const std::string_view kSchedule[] = {"warmup_clocks", "decay", "decay_every", "decay_gamma",
+                                          "decay_clocks"};
     PS_ASSIGN_OR_RETURN(
-        Map map, ReadMap(value, {"type", "lr"},
-                         "a map with type (sgd, add) and its parameters"));
+        Map map, ReadMap(value,
+                         {"type", "lr", "momentum", "beta1", "beta2", "epsilon", "warmup_clocks",
+                          "decay", "decay_every", "decay_gamma", "decay_clocks"},
+                         "a map with type (sgd, add, adagrad, adam) and its parameters"));
     *optimizer = OptimizerOptions();
     std::string_view type = "sgd";
     if (const Value* type_value = map.Find("type")) {
-      PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*type_value, {"sgd", "add"}));
-      optimizer->kind = index == 0 ? OptimizerKind::kSgd : OptimizerKind::kAdd;
-      type = index == 0 ? "sgd" : "add";
+      PS_ASSIGN_OR_RETURN(size_t index,
+                          ReadEnum(*type_value, {"sgd", "add", "adagrad", "adam"}));
+      const OptimizerKind kinds[] = {OptimizerKind::kSgd, OptimizerKind::kAdd,
+                                     OptimizerKind::kAdagrad, OptimizerKind::kAdam};
+      const std::string_view names[] = {"sgd", "add", "adagrad", "adam"};
+      optimizer->kind = kinds[index];
+      type = names[index];
     }
-    if (optimizer->kind == OptimizerKind::kSgd) {
-      PS_RETURN_IF_ERROR(
-          CheckKeysForType(map, "optimizer", type, {"type", "lr"}));
-    } else {
-      PS_RETURN_IF_ERROR(CheckKeysForType(map, "optimizer", type, {"type"}));
+    std::vector<std::string_view> allowed = {"type"};
+    if (optimizer->kind != OptimizerKind::kAdd) {
+      allowed.push_back("lr");
+      allowed.insert(allowed.end(), std::begin(kSchedule), std::end(kSchedule));
+    }
+    if (optimizer->kind == OptimizerKind::kSgd) allowed.push_back("momentum");
+    if (optimizer->kind == OptimizerKind::kAdagrad || optimizer->kind == OptimizerKind::kAdam) {
+      allowed.push_back("epsilon");
+    }
+    if (optimizer->kind == OptimizerKind::kAdam) {
+      allowed.push_back("beta1");
+      allowed.push_back("beta2");
+    }
+    for (const auto& [key, entry] : map.entries()) {
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        std::string keys;
+        for (std::string_view k : allowed) keys.append(keys.empty() ? "" : ", ").append(k);
+        return Error(entry, "not used by optimizer type " + std::string(type), "only the keys " + keys);
+      }
     }
     if (const Value* lr = map.Find("lr")) {
       PS_RETURN_IF_ERROR(ReadFloat(*lr, &optimizer->lr));
@@ -537,6 +559,26 @@ class JobParser {
         return Error(*lr, "got " + FloatText(optimizer->lr),
                      "a finite learning rate > 0");
       }
+    }
+    if (const Value* v = map.Find("momentum")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->momentum));
+    if (const Value* v = map.Find("beta1")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->beta1));
+    if (const Value* v = map.Find("beta2")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->beta2));
+    if (const Value* v = map.Find("epsilon")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->epsilon));
+    if (const Value* v = map.Find("warmup_clocks")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &optimizer->warmup_clocks));
+    }
+    if (const Value* v = map.Find("decay")) {
+      PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*v, {"none", "step", "cosine"}));
+      optimizer->decay = static_cast<LrDecay>(index);
+    }
+    if (const Value* v = map.Find("decay_every")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &optimizer->decay_every));
+    }
+    if (const Value* v = map.Find("decay_gamma")) {
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->decay_gamma));
+    }
+    if (const Value* v = map.Find("decay_clocks")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &optimizer->decay_clocks));
     }
     return Status::Ok();
   }

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -235,21 +236,48 @@ Status ValidateInit(const std::string& source, size_t index,
 
 Status ValidateOptimizer(const std::string& source, size_t index,
                          const OptimizerOptions& optimizer) {
+  auto in01 = [](float v) { return v >= 0.0f && v < 1.0f; };
+  if (optimizer.kind != OptimizerKind::kAdd &&
+      (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f))) {
+    return Invalid(source, TablePath(index, "optimizer.lr"), "got " + FloatText(optimizer.lr),
+                   "a finite learning rate > 0");
+  }
+  if (!in01(optimizer.momentum)) {
+    return Invalid(source, TablePath(index, "optimizer.momentum"),
+                   "got " + FloatText(optimizer.momentum), "a momentum in [0, 1)");
+  }
+  if (!in01(optimizer.beta1) || !in01(optimizer.beta2)) {
+    return Invalid(source, TablePath(index, "optimizer.beta1/beta2"),
+                   "got " + FloatText(optimizer.beta1) + ", " + FloatText(optimizer.beta2),
+                   "decay rates in [0, 1)");
+  }
+  if (!(optimizer.epsilon > 0.0f) || !std::isfinite(optimizer.epsilon)) {
+    return Invalid(source, TablePath(index, "optimizer.epsilon"),
+                   "got " + FloatText(optimizer.epsilon), "a finite epsilon > 0");
+  }
+  if (optimizer.decay == LrDecay::kStep &&
+      (optimizer.decay_every < 1 || !(optimizer.decay_gamma > 0.0f && optimizer.decay_gamma <= 1.0f))) {
+    return Invalid(source, TablePath(index, "optimizer.decay"),
+                   "step decay every " + std::to_string(optimizer.decay_every) + " clocks by " +
+                       FloatText(optimizer.decay_gamma),
+                   "decay_every >= 1 and decay_gamma in (0, 1]");
+  }
+  if (optimizer.decay == LrDecay::kCosine && optimizer.decay_clocks < 1) {
+    return Invalid(source, TablePath(index, "optimizer.decay_clocks"),
+                   "got " + std::to_string(optimizer.decay_clocks),
+                   "decay_clocks >= 1 for cosine decay");
+  }
   switch (optimizer.kind) {
     case OptimizerKind::kSgd:
-      if (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f)) {
-        return Invalid(source, TablePath(index, "optimizer.lr"),
-                       "got " + FloatText(optimizer.lr),
-                       "a finite learning rate > 0");
-      }
-      return Status::Ok();
     case OptimizerKind::kAdd:
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kAdam:
       return Status::Ok();
   }
   return Invalid(source, TablePath(index, "optimizer.type"),
                  "unknown optimizer kind " +
                      std::to_string(static_cast<int>(optimizer.kind)),
-                 "one of sgd, add");
+                 "one of sgd, add, adagrad, adam");
 }
 
 Status ValidateTables(const std::string& source,
@@ -440,6 +468,24 @@ Status ValidateTrain(const std::string& source, const JobOptions& job) {
 }
 
 }  // namespace
+
+float OptimizerOptions::LearningRate(int64_t clock) const {
+  const double c = static_cast<double>(std::max<int64_t>(clock, 0));
+  double rate = lr;
+  if (warmup_clocks > 0 && c < warmup_clocks) return static_cast<float>(lr * (c + 1) / warmup_clocks);
+  const double after = c - warmup_clocks;
+  switch (decay) {
+    case LrDecay::kNone:
+      break;
+    case LrDecay::kStep:
+      rate *= std::pow(static_cast<double>(decay_gamma), std::floor(after / decay_every));
+      break;
+    case LrDecay::kCosine:
+      rate *= after >= decay_clocks ? 0.0 : 0.5 * (1.0 + std::cos(3.141592653589793 * after / decay_clocks));
+      break;
+  }
+  return static_cast<float>(rate);
+}
 
 std::string ConsistencyName(const ConsistencyOptions& c) {
   switch (c.mode) {

@@ -39,14 +39,55 @@ struct InitOptions {
 };
 
 enum class OptimizerKind {
-  kSgd,  // value -= lr * pushed
-  kAdd,  // value += pushed (accumulators, counters, exact-sum tests)
+  kSgd,      // v = momentum * v + g; value -= lr * v (plain sgd when momentum is 0)
+  kAdd,      // value += pushed (accumulators, counters, exact-sum tests)
+  kAdagrad,  // s += g^2; value -= lr * g / (sqrt(s) + epsilon)
+  kAdam,     // Kingma & Ba, with bias correction; t counts this shard's pushes to the table
 };
 
+enum class LrDecay { kNone, kStep, kCosine };
+
+// A table's update rule, applied by the shard that owns each row. Its state
+// (momentum, squared-gradient sums, Adam moments) lives beside the values.
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
-  // Learning rate for kSgd; > 0 and finite. Default 0.01.
+  // Learning rate (sgd, adagrad, adam); > 0 and finite. Default 0.01.
   float lr = 0.01f;
+  // sgd: momentum in [0, 1). Default 0 (plain sgd, no state).
+  float momentum = 0.0f;
+  // adam: moment decay rates in [0, 1). Defaults 0.9, 0.999.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  // adagrad, adam: added to the denominator; > 0. Default 1e-8.
+  float epsilon = 1e-8f;
+  // Learning-rate schedule over the shard's minimum clock c: linear warm-up
+  // from lr / warmup_clocks to lr over the first warmup_clocks clocks, then
+  // step (lr * gamma^floor(c / decay_every)) or cosine (to 0 at
+  // decay_clocks) decay. Defaults: no warm-up, no decay.
+  uint32_t warmup_clocks = 0;
+  LrDecay decay = LrDecay::kNone;
+  uint32_t decay_every = 0;   // step: clocks per step, >= 1
+  float decay_gamma = 0.1f;   // step: factor per step, in (0, 1]
+  uint32_t decay_clocks = 0;  // cosine: clocks to reach 0, >= 1
+
+  // Arrays of state per value: 0 (plain sgd, add), 1 (momentum, adagrad),
+  // 2 (adam).
+  uint32_t Slots() const {
+    switch (kind) {
+      case OptimizerKind::kSgd: return momentum > 0.0f ? 1 : 0;
+      case OptimizerKind::kAdd: return 0;
+      case OptimizerKind::kAdagrad: return 1;
+      case OptimizerKind::kAdam: return 2;
+    }
+    return 0;
+  }
+  // The learning rate at minimum clock `clock` under the schedule.
+  float LearningRate(int64_t clock) const;
+  // True when a worker can reproduce the shard's update of its own push
+  // exactly (no state, no schedule): the parameter cache mirrors only these.
+  bool Stateless() const {
+    return Slots() == 0 && warmup_clocks == 0 && decay == LrDecay::kNone;
+  }
 };
 
 // One key-value table of the model (DESIGN.md section 3).

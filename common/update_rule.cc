@@ -1,11 +1,13 @@
 #include "common/update_rule.h"
 
+#include <cmath>
+
 namespace ps {
 
 namespace {
 
 // Plain loops so the compiler vectorizes them, built for AVX2 and baseline
-// x86-64 (the loader picks); `w` and `g` never alias.
+// x86-64 (the loader picks); the arrays never alias.
 [[gnu::target_clones("avx2", "default")]] void SgdRun(float* __restrict w,
                                                       const float* __restrict g, size_t n,
                                                       float lr) {
@@ -17,17 +19,71 @@ namespace {
   for (size_t i = 0; i < n; ++i) w[i] += g[i];
 }
 
+[[gnu::target_clones("avx2", "default")]] void MomentumRun(float* __restrict w,
+                                                           float* __restrict v,
+                                                           const float* __restrict g, size_t n,
+                                                           float lr, float momentum) {
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = momentum * v[i] + g[i];
+    w[i] -= lr * v[i];
+  }
+}
+
+[[gnu::target_clones("avx2", "default")]] void AdagradRun(float* __restrict w,
+                                                          float* __restrict s,
+                                                          const float* __restrict g, size_t n,
+                                                          float lr, float epsilon) {
+  for (size_t i = 0; i < n; ++i) {
+    s[i] += g[i] * g[i];
+    w[i] -= lr * g[i] / (std::sqrt(s[i]) + epsilon);
+  }
+}
+
+[[gnu::target_clones("avx2", "default")]] void AdamRun(float* __restrict w, float* __restrict m,
+                                                       float* __restrict v,
+                                                       const float* __restrict g, size_t n,
+                                                       float step_size, float beta1, float beta2,
+                                                       float epsilon_hat) {
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+    w[i] -= step_size * m[i] / (std::sqrt(v[i]) + epsilon_hat);
+  }
+}
+
 }  // namespace
 
-void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n) {
+void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, float* slot1,
+                    const float* g, size_t n, float lr, int64_t step) {
   switch (optimizer.kind) {
     case OptimizerKind::kAdd:
       AddRun(w, g, n);
       return;
     case OptimizerKind::kSgd:
-      SgdRun(w, g, n, optimizer.lr);
+      if (optimizer.momentum > 0.0f) {
+        MomentumRun(w, slot0, g, n, lr, optimizer.momentum);
+      } else {
+        SgdRun(w, g, n, lr);
+      }
       return;
+    case OptimizerKind::kAdagrad:
+      AdagradRun(w, slot0, g, n, lr, optimizer.epsilon);
+      return;
+    case OptimizerKind::kAdam: {
+      // Bias correction folded into the step size (Kingma & Ba, section 2):
+      // lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), epsilon scaled alike.
+      const double t = static_cast<double>(step < 1 ? 1 : step);
+      const double c1 = 1.0 - std::pow(static_cast<double>(optimizer.beta1), t);
+      const double c2 = std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t));
+      AdamRun(w, slot0, slot1, g, n, static_cast<float>(lr * c2 / c1), optimizer.beta1,
+              optimizer.beta2, static_cast<float>(optimizer.epsilon * c2));
+      return;
+    }
   }
+}
+
+void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n) {
+  ApplyOptimizer(optimizer, w, nullptr, nullptr, g, n, optimizer.lr, 1);
 }
 
 }  // namespace ps

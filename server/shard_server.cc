@@ -136,7 +136,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         // with the others' when the last worker finishes that clock.
         store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
       } else {
-        store_->ApplyPush(request_);
+        store_->ApplyPush(request_, clocks_.min_clock());
       }
       return;
     case Op::kPull:

@@ -64,6 +64,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
         const uint64_t rows = std::min(table.rows_per_block, owned - first);
         auto block = std::make_shared<Block>();
         block->values.resize(rows * t.dim);
+        for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) block->slots[k].assign(rows * t.dim, 0.0f);
         if (t.init.kind != InitKind::kZeros) {
           for (uint64_t r = 0; r < rows; ++r) {
             for (uint32_t c = 0; c < t.dim; ++c) {
@@ -85,7 +86,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   return store;
 }
 
-float* ShardStore::Writable(Table& table, uint64_t block) {
+ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
   std::shared_ptr<Block>& b = table.blocks[block];
   if (b.use_count() > 1) {
     // A reply still holds this block: leave it to the reply, write a copy.
@@ -96,25 +97,34 @@ float* ShardStore::Writable(Table& table, uint64_t block) {
     // block before writing over them.
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  return b->values.data();
+  return b.get();
 }
 
-void ShardStore::ApplyPush(const Request& request) {
+void ShardStore::Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
+                        float lr) {
+  const uint32_t slots = table.optimizer.Slots();
+  ApplyOptimizer(table.optimizer, block->values.data() + offset,
+                 slots > 0 ? block->slots[0].data() + offset : nullptr,
+                 slots > 1 ? block->slots[1].data() + offset : nullptr, g, n, lr, table.steps);
+}
+
+void ShardStore::ApplyPush(const Request& request, int64_t clock) {
   Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   const float* g = request.values.data();
-  auto apply = [&](float* w, const float* grad, size_t n) { ApplyUpdate(t.optimizer, w, grad, n); };
+  const float lr = t.optimizer.LearningRate(clock);
+  ++t.steps;
   if (request.header.dense()) {
     ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
                     [&](uint64_t block, uint64_t in_block, uint64_t n) {
-                      apply(Writable(t, block) + in_block * dim, g, n * dim);
+                      Update(t, Writable(t, block), in_block * dim, g, n * dim, lr);
                       g += n * dim;
                     });
     return;
   }
   uint64_t last_block = ~0ull;
-  float* base = nullptr;
+  Block* base = nullptr;
   for (size_t i = 0; i < request.keys.size(); ++i) {
     const uint64_t row = request.keys[i] - t.layout.owned.begin;
     const uint64_t block = row / rpb;
@@ -122,7 +132,7 @@ void ShardStore::ApplyPush(const Request& request) {
       base = Writable(t, block);
       last_block = block;
     }
-    apply(base + (row % rpb) * dim, g + i * dim, dim);
+    Update(t, base, (row % rpb) * dim, g + i * dim, dim, lr);
   }
 }
 
@@ -156,18 +166,20 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
 
 void ShardStore::ApplyAccumulated(int64_t below, float scale) {
   while (!sums_.empty() && sums_.begin()->first < below) {
+    const int64_t clock = sums_.begin()->first;
     std::vector<TableSum>& clock_sums = sums_.begin()->second;
     for (size_t ti = 0; ti < clock_sums.size(); ++ti) {
       TableSum& sum = clock_sums[ti];
       if (sum.values.empty()) continue;
       Table& t = tables_[ti];
+      ++t.steps;
       const uint64_t block_floats = t.rows_per_block * t.layout.dim;
       for (uint64_t b = 0; b < t.blocks.size(); ++b) {
         if (!sum.touched[b]) continue;
         float* g = sum.values.data() + b * block_floats;
         const size_t n = t.blocks[b]->values.size();
         for (size_t i = 0; i < n; ++i) g[i] *= scale;
-        ApplyUpdate(t.optimizer, Writable(t, b), g, n);
+        Update(t, Writable(t, b), 0, g, n, t.optimizer.LearningRate(clock));
       }
     }
     sums_.erase(sums_.begin());
@@ -197,6 +209,14 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) 
   }
   frames->push_back(std::move(out));
   return Status::Ok();
+}
+
+std::vector<float> ShardStore::CopySlot(uint32_t table, uint32_t slot) const {
+  std::vector<float> all;
+  for (const auto& b : tables_[table].blocks) {
+    all.insert(all.end(), b->slots[slot].begin(), b->slots[slot].end());
+  }
+  return all;
 }
 
 std::vector<float> ShardStore::CopyValues(uint32_t table) const {

@@ -37,17 +37,19 @@ class ShardStore {
   // Per-table layout (rows, dim, owned range) for DecodeRequest.
   std::span<const TableLayout> layouts() const { return layouts_; }
 
-  // Applies a PUSH with the table's update rule, reading the values in place.
+  // Applies a PUSH with the table's optimizer, reading the values in place,
+  // at the learning rate its schedule gives for minimum clock `clock`.
   // REQUIRES: `request` passed DecodeRequest against layouts(). Never fails.
-  void ApplyPush(const Request& request);
+  void ApplyPush(const Request& request, int64_t clock);
 
   // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
   // to the running sum of clock `clock` instead of applying them.
   // REQUIRES: as ApplyPush.
   void Accumulate(const Request& request, int64_t clock);
   // Applies, in clock order, the sum of every clock < `below` scaled by
-  // `scale` (1 / workers: their mean) with each table's rule, and forgets
-  // those sums. Only the blocks that received pushes are touched.
+  // `scale` (1 / workers: their mean) with each table's optimizer (at the
+  // learning rate of that clock), and forgets those sums. Only the blocks
+  // that received pushes are touched.
   void ApplyAccumulated(int64_t below, float scale);
   // Clocks with a sum not yet applied.
   size_t pending_sums() const { return sums_.size(); }
@@ -62,6 +64,9 @@ class ShardStore {
   // A copy of table `table`'s values on this shard (owned rows x dim), for
   // tests and checkpoints. REQUIRES: table < layouts().size().
   std::vector<float> CopyValues(uint32_t table) const;
+  // A copy of optimizer state array `slot` (< the optimizer's Slots()) of
+  // `table`, laid out like CopyValues.
+  std::vector<float> CopySlot(uint32_t table, uint32_t slot) const;
 
   // Blocks copied because a push met a block still shared with a reply.
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
@@ -69,17 +74,21 @@ class ShardStore {
  private:
   struct Block {
     std::vector<float> values;  // rows_per_block x dim (the last block may be shorter)
+    std::vector<float> slots[2];  // optimizer state, like values (only Slots() of them)
   };
   struct Table {
     TableLayout layout;
     OptimizerOptions optimizer;
     uint64_t rows_per_block = 1;
+    int64_t steps = 0;  // updates applied (adam's t)
     std::vector<std::shared_ptr<Block>> blocks;
   };
   ShardStore() = default;
-  // The block's values, made private to the store first if a reply still
-  // shares them.
-  float* Writable(Table& table, uint64_t block);
+  // The block, made private to the store first if a reply still shares it.
+  Block* Writable(Table& table, uint64_t block);
+  // One optimizer step on elements [offset, offset + n) of a block.
+  static void Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
+                     float lr);
   // Calls fn(block, first row in the block, rows) for each block-sized run
   // of the dense range of `count` rows from the shard-local row `first`.
   template <typename Fn>

@@ -59,6 +59,12 @@ void ParamCache::ApplyPush(uint32_t table, uint64_t first_row, const uint64_t* r
                            uint64_t count, const float* values) {
   Table& t = tables_[table];
   if (t.clock.empty()) return;
+  if (!t.optimizer.Stateless()) {
+    // The shard's update depends on state or a schedule the worker does not
+    // have: the pushed rows are stale now and must be pulled again.
+    for (uint64_t i = 0; i < count; ++i) t.clock[rows == nullptr ? first_row + i : rows[i]] = -1;
+    return;
+  }
   // The shard's arithmetic, exactly (common/update_rule.h).
   if (rows == nullptr) {
     // A dense run: one update per run of cached rows.

@@ -37,7 +37,9 @@ class ParamCache {
               const float* values, int64_t clock);
 
   // The worker pushed `count` rows (`rows` as in Insert) of `values`:
-  // cached ones get the same update the shard applies.
+  // cached ones get the same update the shard applies, or are dropped when
+  // the table's optimizer has state or a schedule (OptimizerOptions::
+  // Stateless) the worker cannot reproduce.
   void ApplyPush(uint32_t table, uint64_t first_row, const uint64_t* rows, uint64_t count,
                  const float* values);
   // Forgets every row of `table` (after a push that may not have applied).

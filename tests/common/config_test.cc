@@ -477,7 +477,7 @@ TEST(ConfigTest, EmptyValueIsRejectedNotDefaulted) {
 TEST(ConfigTest, UnknownOptimizerTypeListsTheAllowedTypes) {
   EXPECT_TRUE(BadFileRejected(
       "bad_unknown_enum.yaml",
-      {"tables[0].optimizer.type", "\"adam\"", "one of sgd, add"}));
+      {"tables[0].optimizer.type", "\"rmsprop\"", "one of sgd, add, adagrad, adam"}));
 }
 
 TEST(ConfigTest, UnknownInitTypeListsTheAllowedTypes) {
@@ -695,6 +695,32 @@ TEST(ConfigTest, WorkerDeviceLoadsAndUnknownDevicesAreRejected) {
   EXPECT_EQ(job->worker.device, DeviceKind::kCuda);
   EXPECT_TRUE(BadFileRejected("bad_worker_device.yaml",
                               {"worker.device: got \"gpu\"", "auto", "cpu", "cuda"}));
+}
+
+TEST(ConfigTest, OptimizersAndSchedulesLoad) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables:\n"
+      "  - { name: a, rows: 4, optimizer: { type: sgd, lr: 0.1, momentum: 0.9 } }\n"
+      "  - { name: b, rows: 4, optimizer: { type: adagrad, lr: 0.5, epsilon: 0.001 } }\n"
+      "  - { name: c, rows: 4, optimizer: { type: adam, lr: 0.001, beta1: 0.8, beta2: 0.99,\n"
+      "                                       warmup_clocks: 10, decay: cosine, decay_clocks: 1000 } }\n"
+      "  - { name: d, rows: 4, optimizer: { type: sgd, lr: 1, decay: step, decay_every: 5,\n"
+      "                                       decay_gamma: 0.5 } }\n",
+      "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.momentum, 0.9f);
+  EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(job->tables[1].optimizer.epsilon, 0.001f);
+  EXPECT_EQ(job->tables[2].optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(job->tables[2].optimizer.beta2, 0.99f);
+  EXPECT_EQ(job->tables[2].optimizer.decay, LrDecay::kCosine);
+  EXPECT_EQ(job->tables[2].optimizer.decay_clocks, 1000u);
+  EXPECT_EQ(job->tables[3].optimizer.decay_every, 5u);
+  EXPECT_TRUE(BadFileRejected("bad_optimizer_key_for_type.yaml",
+                              {"tables[0].optimizer.momentum", "not used by optimizer type adam"}));
+  EXPECT_TRUE(BadFileRejected("bad_optimizer_momentum.yaml",
+                              {"tables[0].optimizer.momentum: got 1.5", "[0, 1)"}));
 }
 
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {

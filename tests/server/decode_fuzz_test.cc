@@ -142,7 +142,7 @@ TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
     }
     if (h.op == Op::kPush) {
       ASSERT_EQ(request.values.size(), h.count * h.dim);
-      (*store)->ApplyPush(request);
+      (*store)->ApplyPush(request, 0);
     } else if (h.op == Op::kPull) {
       std::vector<Frame> out;
       ASSERT_TRUE((*store)->ReadRows(request, &out).ok());

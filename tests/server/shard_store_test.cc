@@ -72,7 +72,7 @@ TEST(ShardStoreTest, SgdAndAddRulesApplyToTheNamedRows) {
     r.header.dim = 3;
     r.keys = keys;
     r.values = vals;
-    (*store)->ApplyPush(r);
+    (*store)->ApplyPush(r, 0);
   }
   auto sgd = (*store)->CopyValues(0);
   auto add = (*store)->CopyValues(1);
@@ -116,7 +116,7 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   // the old values, the store gets the new ones, only the 3 shared blocks
   // were copied.
   std::vector<float> ones(1000 * 1024, 1.0f);
-  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones));
+  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0);
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (const Frame& f : frames) {
     const auto* v = reinterpret_cast<const float*>(f.data());
@@ -126,7 +126,7 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
 
   // Once the reply is gone, pushes write in place.
   frames.clear();
-  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones));
+  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0);
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
 }
@@ -151,6 +151,67 @@ TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
     EXPECT_EQ(v[3 + c], all[c]);
     EXPECT_EQ(v[6 + c], all[36 * 3 + c]);
   }
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(ShardStoreOptimizerTest, StateLivesBesideTheValuesAndSurvivesCopyOnWrite) {
+  JobOptions job = Job(1, InitKind::kZeros);
+  job.tables[0].rows = 4;
+  job.tables[0].dim = 1;
+  job.tables[0].optimizer.kind = OptimizerKind::kAdam;
+  job.tables[0].optimizer.lr = 0.1f;
+  auto store = ShardStore::Create(job, 0).value();
+  std::vector<float> g = {1, -1, 0, 2};
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.count = 4;
+  r.header.dim = 1;
+  r.header.flags = kFlagDenseRange;
+  r.values = g;
+  // A pull holds the block while the push arrives: the copy keeps the state.
+  std::vector<Frame> held;
+  Request pull = r;
+  pull.header.op = Op::kPull;
+  ASSERT_TRUE(store->ReadRows(pull, &held).ok());
+  store->ApplyPush(r, 0);
+  EXPECT_EQ(store->copy_on_write_count(), 1u);
+  const auto w = store->CopyValues(0), m = store->CopySlot(0, 0), v = store->CopySlot(0, 1);
+  // Adam's first step moves each weight by lr against the gradient's sign.
+  EXPECT_NEAR(w[0], -0.1f, 1e-6f);
+  EXPECT_NEAR(w[1], 0.1f, 1e-6f);
+  EXPECT_EQ(w[2], 0.0f);
+  EXPECT_NEAR(m[3], 0.2f, 1e-7f);
+  EXPECT_NEAR(v[3], 0.004f, 1e-4f * 0.004f);
+  store->ApplyPush(r, 0);
+  const auto m2 = store->CopySlot(0, 0);
+  EXPECT_NEAR(m2[3], 0.9f * 0.2f + 0.2f, 1e-6f);
+}
+
+TEST(ShardStoreOptimizerTest, ScheduleFollowsTheClockGiven) {
+  JobOptions job = Job(1, InitKind::kZeros);
+  job.tables[0].rows = 1;
+  job.tables[0].dim = 1;
+  job.tables[0].optimizer.lr = 1.0f;
+  job.tables[0].optimizer.decay = LrDecay::kStep;
+  job.tables[0].optimizer.decay_every = 10;
+  job.tables[0].optimizer.decay_gamma = 0.5f;
+  auto store = ShardStore::Create(job, 0).value();
+  std::vector<float> g = {1};
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.count = 1;
+  r.header.dim = 1;
+  r.header.flags = kFlagDenseRange;
+  r.values = g;
+  store->ApplyPush(r, 0);   // lr 1
+  store->ApplyPush(r, 10);  // lr 0.5
+  store->ApplyPush(r, 25);  // lr 0.25
+  EXPECT_FLOAT_EQ(store->CopyValues(0)[0], -1.75f);
 }
 
 }  // namespace

@@ -103,6 +103,21 @@ TEST_F(ParamCacheTest, CachedReadsIncludeTheWorkersOwnPushes) {
   EXPECT_EQ(server, cached);
 }
 
+TEST_F(ParamCacheTest, PushesToAStatefulTableDropTheCachedRows) {
+  JobOptions job = Job(ConsistencyMode::kSsp, 3);
+  job.tables[0].optimizer = OptimizerOptions{};
+  job.tables[0].optimizer.kind = OptimizerKind::kAdam;
+  Start(job);
+  Pull({7, 8});
+  std::vector<uint64_t> row = {7};
+  ASSERT_TRUE(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})).ok());
+  const uint64_t sent = requests();
+  Pull({8});  // untouched: still cached
+  EXPECT_EQ(requests(), sent);
+  Pull({7});  // pushed: the shard's Adam step cannot be mirrored, so pulled again
+  EXPECT_EQ(requests(), sent + 1);
+}
+
 TEST_F(ParamCacheTest, PartialHitsPullOnlyTheMissingRowsInOrder) {
   Start(Job(ConsistencyMode::kSsp, 1));
   const std::vector<float> a = Pull({1, 2});
