@@ -739,21 +739,40 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map map,
         ReadMap(value,
-                {"table", "features", "samples_per_worker", "batch_size",
-                 "iterations", "noise", "seed", "log_every"},
+                {"program", "table", "features", "layers", "eval_every", "data_dir",
+                 "samples_per_worker", "batch_size", "iterations", "noise", "seed", "log_every"},
                 "a map with the training program's settings"));
+    // A train section is what makes a job a training job.
+    train->program = TrainProgram::kLinearRegression;
+    if (const Value* v = map.Find("program")) {
+      PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*v, {"linear_regression", "mlp"}));
+      train->program = index == 0 ? TrainProgram::kLinearRegression : TrainProgram::kMlp;
+    }
     if (const Value* v = map.Find("table")) {
       PS_RETURN_IF_ERROR(ReadString(*v, "a table name", &train->table));
     }
-    // A train section is what makes a job a training job, and features == 0
-    // means "no training" to Validate(), so here it must be given and >= 1.
-    constexpr std::string_view kFeatures =
-        "the number of features, >= 1 and equal to the rows of train.table "
-        "(omit the train section for a job without training)";
-    PS_ASSIGN_OR_RETURN(const Value* features,
-                        Required(map, "features", kFeatures));
-    PS_RETURN_IF_ERROR(ReadUnsigned(*features, &train->features));
-    if (train->features == 0) return Error(*features, "got 0", kFeatures);
+    if (train->program == TrainProgram::kLinearRegression) {
+      constexpr std::string_view kFeatures =
+          "the number of features, >= 1 and equal to the rows of train.table "
+          "(omit the train section for a job without training)";
+      PS_ASSIGN_OR_RETURN(const Value* features, Required(map, "features", kFeatures));
+      PS_RETURN_IF_ERROR(ReadUnsigned(*features, &train->features));
+      if (train->features == 0) return Error(*features, "got 0", kFeatures);
+    } else {
+      constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
+      PS_ASSIGN_OR_RETURN(const Value* layers, Required(map, "layers", kLayers));
+      PS_ASSIGN_OR_RETURN(std::vector<Value> items, ReadList(*layers, kLayers));
+      train->layers.resize(items.size());
+      for (size_t i = 0; i < items.size(); ++i) {
+        PS_RETURN_IF_ERROR(ReadUnsigned(items[i], &train->layers[i]));
+      }
+    }
+    if (const Value* v = map.Find("eval_every")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->eval_every));
+    }
+    if (const Value* v = map.Find("data_dir")) {
+      PS_RETURN_IF_ERROR(ReadString(*v, "a folder", &train->data_dir));
+    }
     if (const Value* v = map.Find("samples_per_worker")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->samples_per_worker));
     }

@@ -419,7 +419,7 @@ Status ValidateClient(const std::string& source, const ClientOptions& client) {
 
 Status ValidateTrain(const std::string& source, const JobOptions& job) {
   const TrainOptions& train = job.train;
-  if (train.features == 0) return Status::Ok();  // not a training job
+  if (train.program == TrainProgram::kNone) return Status::Ok();  // not a training job
 
   StatusOr<uint32_t> id = job.TableId(train.table);
   if (!id.ok()) {
@@ -439,7 +439,24 @@ Status ValidateTrain(const std::string& source, const JobOptions& job) {
         "table " + Quote(table.name) + " has dim " + std::to_string(table.dim),
         "a table with dim 1 (one weight per feature)");
   }
-  if (train.features != table.rows) {
+  if (train.program == TrainProgram::kMlp) {
+    if (train.layers.size() < 2 || train.layers.front() != 784 || train.layers.back() != 10 ||
+        std::find(train.layers.begin(), train.layers.end(), 0u) != train.layers.end()) {
+      return Invalid(source, "train.layers", "got " + std::to_string(train.layers.size()) + " sizes",
+                     "layer sizes from 784 (Fashion-MNIST pixels) to 10 (classes), each >= 1, "
+                     "e.g. [784, 100, 10]");
+    }
+    uint64_t params = 0;
+    for (size_t l = 1; l < train.layers.size(); ++l) {
+      params += uint64_t{train.layers[l - 1]} * train.layers[l] + train.layers[l];
+    }
+    if (params != table.rows) {
+      return Invalid(source, "train.table",
+                     "table " + Quote(table.name) + " has " + std::to_string(table.rows) +
+                         " rows but the MLP has " + std::to_string(params) + " parameters",
+                     "rows equal to the parameter count (" + std::to_string(params) + ")");
+    }
+  } else if (train.features != table.rows) {
     return Invalid(source, "train.features",
                    "got " + std::to_string(train.features) + " but table " +
                        Quote(table.name) + " has " +

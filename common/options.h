@@ -227,12 +227,28 @@ struct ClientOptions {
 // The small end-to-end training program that ps_worker runs: linear
 // regression y = x.w* + noise on generated data with a known w*, each worker
 // on its own partition (DESIGN.md section 8 grows this into real models).
+enum class TrainProgram {
+  kNone,              // no train section: the job has no training program
+  kLinearRegression,  // generated data with known weights (the default)
+  kMlp,               // an MLP (or softmax regression) on Fashion-MNIST
+};
+
 struct TrainOptions {
-  // Name of the table that holds the weight vector (dim 1, rows = features).
+  // What ps_worker trains. Default (with a train section): linear_regression.
+  TrainProgram program = TrainProgram::kNone;
+  // Name of the table that holds the parameters: dim 1, rows = features
+  // (linear_regression) or the MLP's parameter count (mlp).
   std::string table = "weights";
-  // Features of the generated data; must equal that table's rows. 0 (the
-  // default, no `train` section) means the job has no training program and
-  // Validate() skips the checks below.
+  // mlp: layer sizes, 784 inputs first, 10 classes last, e.g. [784, 100, 10];
+  // [784, 10] is softmax regression.
+  std::vector<uint32_t> layers;
+  // mlp: worker 0 measures test accuracy every this many steps (0: only at
+  // the end). Default 0.
+  uint32_t eval_every = 0;
+  // mlp: folder of the Fashion-MNIST IDX files.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // linear_regression: features of the generated data; must equal that
+  // table's rows.
   uint64_t features = 0;
   // Samples generated per worker. Default 4096.
   uint64_t samples_per_worker = 4096;

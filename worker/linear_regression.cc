@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "worker/straggler.h"
+#include "worker/training.h"
 
 namespace ps {
 
@@ -91,11 +92,7 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
     const double loss = RegressionLoss(data, w.data(), cursor, cursor + train.batch_size, grad.data());
     cursor += train.batch_size;
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
-    if (!std::isfinite(loss)) {
-      return FailedPreconditionError("worker " + std::to_string(rank) + ": loss became " +
-                                     std::to_string(loss) + " at step " + std::to_string(step) +
-                                     "; lower the table's optimizer.lr");
-    }
+    PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     if (step == first_step) result.first_loss = loss;
     const bool last = step + 1 == train.iterations;
     if (step == first_step || last || (train.log_every != 0 && step % train.log_every == 0)) {

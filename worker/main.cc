@@ -17,6 +17,7 @@
 #include "worker/backend.h"
 #include "worker/client.h"
 #include "worker/linear_regression.h"
+#include "worker/mlp_training.h"
 
 namespace {
 // Relative distance to the generating weights below which a run counts as
@@ -51,8 +52,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   ps::InitLogging("worker " + std::to_string(*rank), log_level).IgnoreError();
-  if (job->train.features == 0) {
-    PS_LOG_ERROR("{}: the job has no train section (train.features); nothing to run",
+  if (job->train.program == ps::TrainProgram::kNone) {
+    PS_LOG_ERROR("{}: the job has no train section; nothing to run",
                  config_path);
     return 2;
   }
@@ -71,6 +72,26 @@ int main(int argc, char** argv) {
   if (ps::Status joined = (*client)->Join(); !joined.ok()) {
     PS_LOG_ERROR("cannot join the job: {}", joined.ToString());
     return 1;
+  }
+  if (job->train.program == ps::TrainProgram::kMlp) {
+    auto result = ps::TrainMlp(*job, *rank, client->get(), backend->get());
+    if (!result.ok()) {
+      PS_LOG_ERROR("training failed: {}", result.status().ToString());
+      return 1;
+    }
+    if (ps::Status left = (*client)->Leave(); !left.ok()) {
+      PS_LOG_WARN("could not say goodbye to every shard: {}", left.ToString());
+    }
+    PS_LOG_INFO("worker {} done: first loss {:.4f}, last loss {:.4f}{}", *rank, result->first_loss,
+                result->last_loss,
+                result->test_accuracy >= 0
+                    ? fmt::format(", test accuracy {:.4f}", result->test_accuracy)
+                    : std::string());
+    if (!(result->last_loss < result->first_loss)) {
+      PS_LOG_ERROR("the loss did not go down; check the table's optimizer.lr");
+      return 1;
+    }
+    return 0;
   }
   auto result = ps::TrainLinearRegression(*job, *rank, client->get());
   if (!result.ok()) {

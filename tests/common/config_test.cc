@@ -723,6 +723,26 @@ TEST(ConfigTest, OptimizersAndSchedulesLoad) {
                               {"tables[0].optimizer.momentum: got 1.5", "[0, 1)"}));
 }
 
+TEST(ConfigTest, MlpTrainingLoadsAndChecksItsTable) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: mlp, rows: 79510 } ]\n";
+  auto job = LoadJobString(head + "train: { program: mlp, table: mlp, layers: [784, 100, 10],"
+                                  " eval_every: 100 }\n",
+                           "mem");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->train.program, TrainProgram::kMlp);
+  EXPECT_EQ(job->train.layers, (std::vector<uint32_t>{784, 100, 10}));
+  auto wrong = LoadJobString(head + "train: { program: mlp, table: mlp, layers: [784, 50, 10] }\n",
+                             "mem");
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("the MLP has 39760 parameters"), std::string::npos)
+      << wrong.status().ToString();
+  auto bad_layers = LoadJobString(head + "train: { program: mlp, table: mlp, layers: [100, 10] }\n",
+                                  "mem");
+  EXPECT_NE(bad_layers.status().message().find("train.layers"), std::string::npos);
+}
+
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_zero_timeout.yaml",
                               {"client.request_timeout_ms: got 0"}));
@@ -970,6 +990,7 @@ TEST(OptionsValidateTest, TrainChecksAreSkippedWhenFeaturesIsZero) {
 
 TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
   JobOptions job = ValidJob();
+  job.train.program = TrainProgram::kLinearRegression;
   job.train.features = 64;
   job.train.samples_per_worker = 100;
   job.train.batch_size = 100;
@@ -983,6 +1004,7 @@ TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
 
 TEST(OptionsValidateTest, TrainNoiseMustBeFiniteAndNonNegative) {
   JobOptions job = ValidJob();
+  job.train.program = TrainProgram::kLinearRegression;
   job.train.features = 64;
   job.train.noise = -0.5f;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"train.noise"}));

@@ -296,6 +296,26 @@ TEST_F(E2eTest, LaunchTrainsLinearRegressionAndTheLossGoesDown) {
   EXPECT_EQ(finished, 2) << out;
 }
 
+TEST_F(E2eTest, LaunchTrainsAnMlpOnFashionMnist) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  const std::string path = WriteJob(
+      2, 2,
+      "tables: [ { name: mlp, rows: 79510, init: { type: uniform, scale: 0.05 },\n"
+      "            optimizer: { type: sgd, lr: 0.02, momentum: 0.9 } } ]\n"
+      "consistency: { mode: ssp, staleness: 2 }\n"
+      "train: { program: mlp, table: mlp, layers: [784, 100, 10], batch_size: 64,\n"
+      "         iterations: 400, log_every: 100 }\n");
+  Subprocess* launch = Start({kLaunch, "--config", path}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0 done: .* test accuracy ([0-9.]+))")))
+      << out;
+  EXPECT_GT(std::stod(m[1]), 0.75) << out;  // under one epoch per worker
+}
+
 TEST_F(E2eTest, LaunchStopsTheJobWhenAServerCannotStart) {
   const std::string path = WriteJob(2, 2, TrainJob(100000));
   // Hold server 1's port so that ps_server 1 fails to bind.
