@@ -147,6 +147,37 @@ class Backend {
     return Status::Ok();
   }
 
+  // The argument checks of Gemm and Gemv, shared by every backend: sizes
+  // >= 1 and <= `max_dim` (the library's integer range), buffers large
+  // enough for the shapes.
+  Status CheckGemmArgs(size_t m, size_t n, size_t k, const DeviceBuffer& a, const DeviceBuffer& b,
+                       const DeviceBuffer* c, size_t max_dim) const {
+    if (m == 0 || n == 0 || k == 0) {
+      return InvalidArgumentError(std::string(name()) + " Gemm: m, n and k must be >= 1");
+    }
+    if (m > max_dim || n > max_dim || k > max_dim) {
+      return InvalidArgumentError(std::string(name()) + " Gemm: dimensions exceed " +
+                                  std::to_string(max_dim) + ", the library's int range");
+    }
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * k, "Gemm", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&b, k * n, "Gemm", "B"));
+    return CheckBuffer(c, m * n, "Gemm", "C");
+  }
+  Status CheckGemvArgs(Transpose trans, size_t rows, size_t cols, const DeviceBuffer& a,
+                       const DeviceBuffer& x, const DeviceBuffer* y, size_t max_dim) const {
+    if (rows == 0 || cols == 0) {
+      return InvalidArgumentError(std::string(name()) + " Gemv: rows and cols must be >= 1");
+    }
+    if (rows > max_dim || cols > max_dim) {
+      return InvalidArgumentError(std::string(name()) + " Gemv: dimensions exceed " +
+                                  std::to_string(max_dim) + ", the library's int range");
+    }
+    const bool t = trans == Transpose::kYes;
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, rows * cols, "Gemv", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "Gemv", "x"));
+    return CheckBuffer(y, t ? cols : rows, "Gemv", "y");
+  }
+
   // The argument check of SoftmaxCrossEntropy, shared by every backend:
   // shapes, buffers, and every label inside [0, classes) (checked on the
   // host, where an error can still be returned).

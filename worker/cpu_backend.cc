@@ -23,7 +23,7 @@ class HostBuffer : public DeviceBuffer {
 };
 
 // cblas takes int dimensions (OpenBLAS built without 64-bit interface).
-bool FitsBlasInt(size_t v) { return v <= static_cast<size_t>(std::numeric_limits<blasint>::max()); }
+constexpr size_t kMaxBlasDim = static_cast<size_t>(std::numeric_limits<blasint>::max());
 
 class CpuBackend : public Backend {
  public:
@@ -54,14 +54,7 @@ class CpuBackend : public Backend {
 
   Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
               const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
-    if (m == 0 || n == 0 || k == 0)
-      return InvalidArgumentError("cpu Gemm: m, n and k must be >= 1");
-    if (!FitsBlasInt(m) || !FitsBlasInt(n) || !FitsBlasInt(k)) {
-      return InvalidArgumentError("cpu Gemm: dimensions exceed the BLAS int range");
-    }
-    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * k, "Gemm", "A"));
-    PS_RETURN_IF_ERROR(CheckBuffer(&b, k * n, "Gemm", "B"));
-    PS_RETURN_IF_ERROR(CheckBuffer(c, m * n, "Gemm", "C"));
+    PS_RETURN_IF_ERROR(CheckGemmArgs(m, n, k, a, b, c, kMaxBlasDim));
     const bool ta = trans_a == Transpose::kYes;
     const bool tb = trans_b == Transpose::kYes;
     // beta == 0 promises to ignore C, which may hold NaN garbage; BLAS
@@ -76,14 +69,8 @@ class CpuBackend : public Backend {
 
   Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
               const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
-    if (rows == 0 || cols == 0) return InvalidArgumentError("cpu Gemv: rows and cols must be >= 1");
-    if (!FitsBlasInt(rows) || !FitsBlasInt(cols)) {
-      return InvalidArgumentError("cpu Gemv: dimensions exceed the BLAS int range");
-    }
+    PS_RETURN_IF_ERROR(CheckGemvArgs(trans, rows, cols, a, x, y, kMaxBlasDim));
     const bool t = trans == Transpose::kYes;
-    PS_RETURN_IF_ERROR(CheckBuffer(&a, rows * cols, "Gemv", "A"));
-    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "Gemv", "x"));
-    PS_RETURN_IF_ERROR(CheckBuffer(y, t ? cols : rows, "Gemv", "y"));
     if (beta == 0.0f) std::fill_n(y->data(), t ? cols : rows, 0.0f);
     cblas_sgemv(CblasRowMajor, t ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
                 static_cast<blasint>(cols), alpha, a.data(), static_cast<blasint>(cols), x.data(),

@@ -144,7 +144,7 @@ __global__ void SoftmaxCrossEntropyKernel(size_t rows, size_t classes, const flo
   }
 }
 
-bool FitsInt(size_t v) { return v <= static_cast<size_t>(INT_MAX); }
+constexpr size_t kMaxCublasDim = static_cast<size_t>(INT_MAX);
 
 class CudaBackend : public Backend {
  public:
@@ -183,14 +183,7 @@ class CudaBackend : public Backend {
 
   Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
               const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
-    if (m == 0 || n == 0 || k == 0)
-      return InvalidArgumentError("cuda Gemm: m, n and k must be >= 1");
-    if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k)) {
-      return InvalidArgumentError("cuda Gemm: dimensions exceed cuBLAS's int range");
-    }
-    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * k, "Gemm", "A"));
-    PS_RETURN_IF_ERROR(CheckBuffer(&b, k * n, "Gemm", "B"));
-    PS_RETURN_IF_ERROR(CheckBuffer(c, m * n, "Gemm", "C"));
+    PS_RETURN_IF_ERROR(CheckGemmArgs(m, n, k, a, b, c, kMaxCublasDim));
     const bool ta = trans_a == Transpose::kYes;
     const bool tb = trans_b == Transpose::kYes;
     // Column-major C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
@@ -204,15 +197,8 @@ class CudaBackend : public Backend {
 
   Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
               const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
-    if (rows == 0 || cols == 0)
-      return InvalidArgumentError("cuda Gemv: rows and cols must be >= 1");
-    if (!FitsInt(rows) || !FitsInt(cols)) {
-      return InvalidArgumentError("cuda Gemv: dimensions exceed cuBLAS's int range");
-    }
+    PS_RETURN_IF_ERROR(CheckGemvArgs(trans, rows, cols, a, x, y, kMaxCublasDim));
     const bool t = trans == Transpose::kYes;
-    PS_RETURN_IF_ERROR(CheckBuffer(&a, rows * cols, "Gemv", "A"));
-    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "Gemv", "x"));
-    PS_RETURN_IF_ERROR(CheckBuffer(y, t ? cols : rows, "Gemv", "y"));
     // Row-major A (rows x cols) is column-major A^T (cols x rows), so A x is
     // a transposed product in cuBLAS's terms and A^T x a plain one.
     return ToStatus(cublasSgemv(handle_, t ? CUBLAS_OP_N : CUBLAS_OP_T, static_cast<int>(cols),
@@ -224,7 +210,7 @@ class CudaBackend : public Backend {
   Status Axpy(size_t n, float alpha, const DeviceBuffer& x, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&x, n, "Axpy", "x"));
     PS_RETURN_IF_ERROR(CheckBuffer(y, n, "Axpy", "y"));
-    if (!FitsInt(n)) return InvalidArgumentError("cuda Axpy: n exceeds cuBLAS's int range");
+    if (n > kMaxCublasDim) return InvalidArgumentError("cuda Axpy: n exceeds cuBLAS's int range");
     if (n == 0) return Status::Ok();
     return ToStatus(cublasSaxpy(handle_, static_cast<int>(n), &alpha, x.data(), 1, y->data(), 1),
                     "cublasSaxpy");
@@ -232,7 +218,7 @@ class CudaBackend : public Backend {
 
   Status Scale(size_t n, float alpha, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Scale", "x"));
-    if (!FitsInt(n)) return InvalidArgumentError("cuda Scale: n exceeds cuBLAS's int range");
+    if (n > kMaxCublasDim) return InvalidArgumentError("cuda Scale: n exceeds cuBLAS's int range");
     if (n == 0) return Status::Ok();
     return ToStatus(cublasSscal(handle_, static_cast<int>(n), &alpha, x->data(), 1), "cublasSscal");
   }
