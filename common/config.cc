@@ -519,7 +519,7 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map map, ReadMap(value,
                          {"type", "lr", "momentum", "beta1", "beta2", "epsilon", "warmup_clocks",
-                          "decay", "decay_every", "decay_gamma", "decay_clocks"},
+                          "decay", "decay_every", "decay_gamma", "decay_clocks", "l1", "l2"},
                          "a map with type (sgd, add, adagrad, adam) and its parameters"));
     *optimizer = OptimizerOptions();
     std::string_view type = "sgd";
@@ -540,6 +540,10 @@ class JobParser {
     if (optimizer->kind == OptimizerKind::kSgd) allowed.push_back("momentum");
     if (optimizer->kind == OptimizerKind::kAdagrad || optimizer->kind == OptimizerKind::kAdam) {
       allowed.push_back("epsilon");
+    }
+    if (optimizer->kind != OptimizerKind::kAdd) allowed.push_back("l2");
+    if (optimizer->kind == OptimizerKind::kSgd || optimizer->kind == OptimizerKind::kAdagrad) {
+      allowed.push_back("l1");
     }
     if (optimizer->kind == OptimizerKind::kAdam) {
       allowed.push_back("beta1");
@@ -580,6 +584,8 @@ class JobParser {
     if (const Value* v = map.Find("decay_clocks")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &optimizer->decay_clocks));
     }
+    if (const Value* v = map.Find("l1")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->l1));
+    if (const Value* v = map.Find("l2")) PS_RETURN_IF_ERROR(ReadFloat(*v, &optimizer->l2));
     return Status::Ok();
   }
 
@@ -739,19 +745,37 @@ class JobParser {
     PS_ASSIGN_OR_RETURN(
         Map map,
         ReadMap(value,
-                {"program", "table", "features", "layers", "eval_every", "data_dir",
-                 "samples_per_worker", "batch_size", "iterations", "noise", "seed", "log_every"},
+                {"program", "table", "user_table", "item_table", "features", "layers",
+                 "eval_every", "data_dir", "samples_per_worker", "test_samples",
+                 "observe_probability", "test_fraction", "batch_size", "iterations", "noise",
+                 "seed", "log_every", "metrics_csv"},
                 "a map with the training program's settings"));
     // A train section is what makes a job a training job.
     train->program = TrainProgram::kLinearRegression;
     if (const Value* v = map.Find("program")) {
-      PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*v, {"linear_regression", "mlp"}));
-      train->program = index == 0 ? TrainProgram::kLinearRegression : TrainProgram::kMlp;
+      PS_ASSIGN_OR_RETURN(size_t index,
+                          ReadEnum(*v, {"linear_regression", "mlp", "sparse_logistic_regression",
+                                        "matrix_factorization"}));
+      const TrainProgram programs[] = {TrainProgram::kLinearRegression, TrainProgram::kMlp,
+                                       TrainProgram::kSparseLogisticRegression,
+                                       TrainProgram::kMatrixFactorization};
+      train->program = programs[index];
     }
     if (const Value* v = map.Find("table")) {
       PS_RETURN_IF_ERROR(ReadString(*v, "a table name", &train->table));
     }
-    if (train->program == TrainProgram::kLinearRegression) {
+    if (const Value* v = map.Find("user_table")) {
+      PS_RETURN_IF_ERROR(ReadString(*v, "a table name", &train->user_table));
+    }
+    if (const Value* v = map.Find("item_table")) {
+      PS_RETURN_IF_ERROR(ReadString(*v, "a table name", &train->item_table));
+    }
+    if (train->program == TrainProgram::kSparseLogisticRegression ||
+        train->program == TrainProgram::kMatrixFactorization) {
+      if (const Value* v = map.Find("features")) {
+        PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->features));
+      }
+    } else if (train->program == TrainProgram::kLinearRegression) {
       constexpr std::string_view kFeatures =
           "the number of features, >= 1 and equal to the rows of train.table "
           "(omit the train section for a job without training)";
@@ -775,6 +799,22 @@ class JobParser {
     }
     if (const Value* v = map.Find("samples_per_worker")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->samples_per_worker));
+    }
+    if (const Value* v = map.Find("test_samples")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->test_samples));
+    }
+    if (const Value* v = map.Find("observe_probability")) {
+      float p = 0;
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &p));
+      train->observe_probability = p;
+    }
+    if (const Value* v = map.Find("test_fraction")) {
+      float f = 0;
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &f));
+      train->test_fraction = f;
+    }
+    if (const Value* v = map.Find("metrics_csv")) {
+      PS_RETURN_IF_ERROR(ReadString(*v, "a file path", &train->metrics_csv));
     }
     if (const Value* v = map.Find("batch_size")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &train->batch_size));

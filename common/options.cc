@@ -262,6 +262,22 @@ Status ValidateOptimizer(const std::string& source, size_t index,
                        FloatText(optimizer.decay_gamma),
                    "decay_every >= 1 and decay_gamma in (0, 1]");
   }
+  if (!(optimizer.l1 >= 0.0f) || !std::isfinite(optimizer.l1)) {
+    return Invalid(source, TablePath(index, "optimizer.l1"), "got " + FloatText(optimizer.l1),
+                   "a finite L1 weight >= 0");
+  }
+  if (!(optimizer.l2 >= 0.0f) || !std::isfinite(optimizer.l2)) {
+    return Invalid(source, TablePath(index, "optimizer.l2"), "got " + FloatText(optimizer.l2),
+                   "a finite L2 weight >= 0");
+  }
+  if (optimizer.kind == OptimizerKind::kAdd && (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f)) {
+    return Invalid(source, TablePath(index, "optimizer.l1/l2"), "regularization on type add",
+                   "l1 and l2 only with sgd, adagrad or adam");
+  }
+  if (optimizer.kind == OptimizerKind::kAdam && optimizer.l1 > 0.0f) {
+    return Invalid(source, TablePath(index, "optimizer.l1"), "l1 on type adam",
+                   "l1 only with sgd or adagrad (use l2 with adam)");
+  }
   if (optimizer.decay == LrDecay::kCosine && optimizer.decay_clocks < 1) {
     return Invalid(source, TablePath(index, "optimizer.decay_clocks"),
                    "got " + std::to_string(optimizer.decay_clocks),
@@ -417,22 +433,79 @@ Status ValidateClient(const std::string& source, const ClientOptions& client) {
   return ValidateIoThreads(source, "client.io_threads", client.io_threads);
 }
 
-Status ValidateTrain(const std::string& source, const JobOptions& job) {
-  const TrainOptions& train = job.train;
-  if (train.program == TrainProgram::kNone) return Status::Ok();  // not a training job
-
-  StatusOr<uint32_t> id = job.TableId(train.table);
+// The table `name` that train.<key> names, or InvalidArgument listing the job's tables.
+StatusOr<const TableOptions*> TrainTable(const std::string& source, const JobOptions& job,
+                                         const char* key, const std::string& name) {
+  StatusOr<uint32_t> id = job.TableId(name);
   if (!id.ok()) {
     std::string names;
     for (const TableOptions& table : job.tables) {
       if (!names.empty()) names.append(", ");
       names.append(table.name);
     }
-    return Invalid(source, "train.table",
-                   "no table named " + Quote(train.table),
+    return Invalid(source, std::string("train.") + key, "no table named " + Quote(name),
                    "the name of one of the job's tables (" + names + ")");
   }
-  const TableOptions& table = job.tables[*id];
+  return &job.tables[*id];
+}
+
+Status ValidateMatrixFactorization(const std::string& source, const JobOptions& job) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(const TableOptions* users,
+                      TrainTable(source, job, "user_table", train.user_table));
+  PS_ASSIGN_OR_RETURN(const TableOptions* items,
+                      TrainTable(source, job, "item_table", train.item_table));
+  if (users == items) {
+    return Invalid(source, "train.item_table", "the same table as train.user_table",
+                   "two different tables for user and item factors");
+  }
+  if (users->dim != items->dim) {
+    return Invalid(source, "train.item_table",
+                   "table " + Quote(items->name) + " has dim " + std::to_string(items->dim) +
+                       " but user table " + Quote(users->name) + " has dim " +
+                       std::to_string(users->dim),
+                   "the same dim (the factorization's rank) for both tables");
+  }
+  if (users->rows < job.cluster.workers) {
+    return Invalid(source, "train.user_table",
+                   "table " + Quote(users->name) + " has " + std::to_string(users->rows) +
+                       " rows for " + std::to_string(job.cluster.workers) + " workers",
+                   "at least one user per worker");
+  }
+  if (!(train.observe_probability > 0.0 && train.observe_probability <= 1.0)) {
+    return Invalid(source, "train.observe_probability",
+                   "got " + FloatText(static_cast<float>(train.observe_probability)),
+                   "a probability in (0, 1]");
+  }
+  if (!(train.test_fraction >= 0.0 && train.test_fraction < 1.0)) {
+    return Invalid(source, "train.test_fraction",
+                   "got " + FloatText(static_cast<float>(train.test_fraction)),
+                   "a fraction in [0, 1)");
+  }
+  return Status::Ok();
+}
+
+Status ValidateTrain(const std::string& source, const JobOptions& job) {
+  const TrainOptions& train = job.train;
+  if (train.program == TrainProgram::kNone) return Status::Ok();  // not a training job
+  if (train.batch_size < 1) {
+    return Invalid(source, "train.batch_size", "got 0", "a minibatch size >= 1");
+  }
+  if (train.iterations < 1) {
+    return Invalid(source, "train.iterations",
+                   "got " + std::to_string(train.iterations), ">= 1");
+  }
+  if (!std::isfinite(train.noise) || train.noise < 0.0f) {
+    return Invalid(source, "train.noise", "got " + FloatText(train.noise),
+                   "a finite stddev >= 0");
+  }
+  if (train.program == TrainProgram::kMatrixFactorization) {
+    return ValidateMatrixFactorization(source, job);
+  }
+
+  PS_ASSIGN_OR_RETURN(const TableOptions* table_options,
+                      TrainTable(source, job, "table", train.table));
+  const TableOptions& table = *table_options;
   if (table.dim != 1) {
     return Invalid(
         source, "train.table",
@@ -456,6 +529,23 @@ Status ValidateTrain(const std::string& source, const JobOptions& job) {
                          " rows but the MLP has " + std::to_string(params) + " parameters",
                      "rows equal to the parameter count (" + std::to_string(params) + ")");
     }
+  } else if (train.program == TrainProgram::kSparseLogisticRegression) {
+    if (train.features != 0 && train.features != table.rows) {
+      return Invalid(source, "train.features",
+                     "got " + std::to_string(train.features) + " but table " +
+                         Quote(table.name) + " has " + std::to_string(table.rows) + " rows",
+                     "features equal to the rows of train.table (or omit it)");
+    }
+    // A sample holds up to 50 distinct features, at most half of them all.
+    if (table.rows < 100) {
+      return Invalid(source, "train.table",
+                     "table " + Quote(table.name) + " has " + std::to_string(table.rows) +
+                         " rows",
+                     "at least 100 features (rows) for the click-like data");
+    }
+    if (train.test_samples < 1) {
+      return Invalid(source, "train.test_samples", "got 0", "held-out samples >= 1");
+    }
   } else if (train.features != table.rows) {
     return Invalid(source, "train.features",
                    "got " + std::to_string(train.features) + " but table " +
@@ -472,14 +562,6 @@ Status ValidateTrain(const std::string& source, const JobOptions& job) {
                    "got " + std::to_string(train.batch_size),
                    "1 <= batch_size <= samples_per_worker (" +
                        std::to_string(train.samples_per_worker) + ")");
-  }
-  if (train.iterations < 1) {
-    return Invalid(source, "train.iterations",
-                   "got " + std::to_string(train.iterations), ">= 1");
-  }
-  if (!std::isfinite(train.noise) || train.noise < 0.0f) {
-    return Invalid(source, "train.noise", "got " + FloatText(train.noise),
-                   "a finite stddev >= 0");
   }
   return Status::Ok();
 }
@@ -502,6 +584,17 @@ float OptimizerOptions::LearningRate(int64_t clock) const {
       break;
   }
   return static_cast<float>(rate);
+}
+
+std::string TrainProgramName(TrainProgram program) {
+  switch (program) {
+    case TrainProgram::kNone: return "none";
+    case TrainProgram::kLinearRegression: return "linear_regression";
+    case TrainProgram::kMlp: return "mlp";
+    case TrainProgram::kSparseLogisticRegression: return "sparse_logistic_regression";
+    case TrainProgram::kMatrixFactorization: return "matrix_factorization";
+  }
+  return "unknown";
 }
 
 std::string ConsistencyName(const ConsistencyOptions& c) {

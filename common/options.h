@@ -69,6 +69,14 @@ struct OptimizerOptions {
   uint32_t decay_every = 0;   // step: clocks per step, >= 1
   float decay_gamma = 0.1f;   // step: factor per step, in (0, 1]
   uint32_t decay_clocks = 0;  // cosine: clocks to reach 0, >= 1
+  // Regularization applied by the rule to every value a push touches
+  // (lazily: rows no push touches are not decayed). l2: the gradient
+  // becomes g + l2 * w (sgd, adagrad, adam). l1: after the step, w moves
+  // toward 0 by l1 times the step's learning rate and stops at 0 (a
+  // proximal step; sgd and adagrad, where it yields exact zeros). >= 0,
+  // finite. Defaults 0.
+  float l1 = 0.0f;
+  float l2 = 0.0f;
 
   // Arrays of state per value: 0 (plain sgd, add), 1 (momentum, adagrad),
   // 2 (adam).
@@ -86,7 +94,8 @@ struct OptimizerOptions {
   // True when a worker can reproduce the shard's update of its own push
   // exactly (no state, no schedule): the parameter cache mirrors only these.
   bool Stateless() const {
-    return Slots() == 0 && warmup_clocks == 0 && decay == LrDecay::kNone;
+    return Slots() == 0 && warmup_clocks == 0 && decay == LrDecay::kNone && l1 == 0.0f &&
+           l2 == 0.0f;
   }
 };
 
@@ -224,44 +233,71 @@ struct ClientOptions {
   uint32_t io_threads = 1;
 };
 
-// The small end-to-end training program that ps_worker runs: linear
-// regression y = x.w* + noise on generated data with a known w*, each worker
-// on its own partition (DESIGN.md section 8 grows this into real models).
+// The training program that ps_worker runs, each worker on its own
+// partition of the data (DESIGN.md section 8).
 enum class TrainProgram {
-  kNone,              // no train section: the job has no training program
-  kLinearRegression,  // generated data with known weights (the default)
-  kMlp,               // an MLP (or softmax regression) on Fashion-MNIST
+  kNone,                      // no train section: the job has no training program
+  kLinearRegression,          // generated data with known weights (the default)
+  kMlp,                       // an MLP (or softmax regression) on Fashion-MNIST
+  kSparseLogisticRegression,  // generated click-like data, sparse pulls
+  kMatrixFactorization,       // generated low-rank ratings, user and item factor tables
 };
+
+// "linear_regression", "mlp", "sparse_logistic_regression",
+// "matrix_factorization" (the YAML names); "none".
+std::string TrainProgramName(TrainProgram program);
 
 struct TrainOptions {
   // What ps_worker trains. Default (with a train section): linear_regression.
   TrainProgram program = TrainProgram::kNone;
   // Name of the table that holds the parameters: dim 1, rows = features
-  // (linear_regression) or the MLP's parameter count (mlp).
+  // (linear_regression, sparse_logistic_regression) or the MLP's parameter
+  // count (mlp). Not used by matrix_factorization.
   std::string table = "weights";
+  // matrix_factorization: the user and item factor tables (rows = users,
+  // items; dim = the factorization's rank, the same for both).
+  std::string user_table = "users";
+  std::string item_table = "items";
   // mlp: layer sizes, 784 inputs first, 10 classes last, e.g. [784, 100, 10];
   // [784, 10] is softmax regression.
   std::vector<uint32_t> layers;
-  // mlp: worker 0 measures test accuracy every this many steps (0: only at
-  // the end). Default 0.
+  // Worker 0 evaluates the model on held-out data every this many steps
+  // (0: only at the end): test accuracy (mlp), log-loss (sparse logistic
+  // regression), RMSE (matrix factorization). Default 0.
   uint32_t eval_every = 0;
   // mlp: folder of the Fashion-MNIST IDX files.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   // linear_regression: features of the generated data; must equal that
-  // table's rows.
+  // table's rows. sparse_logistic_regression: 0 or the table's rows.
   uint64_t features = 0;
-  // Samples generated per worker. Default 4096.
+  // Samples generated per worker (linear and sparse logistic regression).
+  // Default 4096.
   uint64_t samples_per_worker = 4096;
+  // sparse_logistic_regression: held-out samples worker 0 evaluates on
+  // (fresh draws from the same weights). >= 1. Default 10000.
+  uint64_t test_samples = 10000;
+  // matrix_factorization: probability that a (user, item) rating is
+  // observed, in (0, 1]. Default 0.05.
+  double observe_probability = 0.05;
+  // matrix_factorization: fraction of the ratings held out for the test
+  // RMSE, in [0, 1). Default 0.1.
+  double test_fraction = 0.1;
   // Minibatch size; 1 <= batch_size <= samples_per_worker. Default 64.
   uint32_t batch_size = 64;
   // Steps (pull, gradient, push) per worker. Default 200.
   uint32_t iterations = 200;
-  // Stddev of the label noise; finite, >= 0. Default 0.01.
+  // Stddev of the label noise (linear regression) or the rating noise
+  // (matrix factorization); finite, >= 0. Default 0.01.
   float noise = 0.01f;
   // Seed of the true weights and the data.
   uint64_t seed = 42;
   // Print the loss every this many iterations (0: only first and last).
   uint32_t log_every = 20;
+  // When set, every worker appends a row per progress line to this CSV
+  // (time_s, clock, worker, epoch, loss, metric_name, metric,
+  // samples_per_s, staleness_wait_s); the file is created with its header
+  // when missing. Default empty: none.
+  std::string metrics_csv;
 };
 
 struct JobOptions {

@@ -51,6 +51,51 @@ namespace {
   }
 }
 
+// The regularized rules (optimizer.l1 / l2 > 0): the gradient becomes
+// g + l2 * w, and after the step an L1 proximal step moves w toward 0 by l1
+// times the coordinate's step size, stopping at 0. Kept apart from the
+// plain loops above so those stay as lean as y += a * x.
+inline float ShrinkTowardZero(float w, float t) {
+  return w > t ? w - t : (w < -t ? w + t : 0.0f);
+}
+
+[[gnu::target_clones("avx2", "default")]] void SgdRegularizedRun(
+    float* __restrict w, float* __restrict v, const float* __restrict g, size_t n, float lr,
+    float momentum, float l1, float l2) {
+  for (size_t i = 0; i < n; ++i) {
+    float step = g[i] + l2 * w[i];
+    if (v != nullptr) {
+      v[i] = momentum * v[i] + step;
+      step = v[i];
+    }
+    w[i] = ShrinkTowardZero(w[i] - lr * step, lr * l1);
+  }
+}
+
+[[gnu::target_clones("avx2", "default")]] void AdagradRegularizedRun(
+    float* __restrict w, float* __restrict s, const float* __restrict g, size_t n, float lr,
+    float epsilon, float l1, float l2) {
+  for (size_t i = 0; i < n; ++i) {
+    const float grad = g[i] + l2 * w[i];
+    s[i] += grad * grad;
+    const float rate = lr / (std::sqrt(s[i]) + epsilon);
+    w[i] = ShrinkTowardZero(w[i] - rate * grad, rate * l1);
+  }
+}
+
+[[gnu::target_clones("avx2", "default")]] void AdamL2Run(float* __restrict w, float* __restrict m,
+                                                         float* __restrict v,
+                                                         const float* __restrict g, size_t n,
+                                                         float step_size, float beta1, float beta2,
+                                                         float epsilon_hat, float l2) {
+  for (size_t i = 0; i < n; ++i) {
+    const float grad = g[i] + l2 * w[i];
+    m[i] = beta1 * m[i] + (1.0f - beta1) * grad;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+    w[i] -= step_size * m[i] / (std::sqrt(v[i]) + epsilon_hat);
+  }
+}
+
 }  // namespace
 
 void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, float* slot1,
@@ -60,13 +105,20 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
       AddRun(w, g, n);
       return;
     case OptimizerKind::kSgd:
-      if (optimizer.momentum > 0.0f) {
+      if (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f) {
+        SgdRegularizedRun(w, optimizer.momentum > 0.0f ? slot0 : nullptr, g, n, lr,
+                          optimizer.momentum, optimizer.l1, optimizer.l2);
+      } else if (optimizer.momentum > 0.0f) {
         MomentumRun(w, slot0, g, n, lr, optimizer.momentum);
       } else {
         SgdRun(w, g, n, lr);
       }
       return;
     case OptimizerKind::kAdagrad:
+      if (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f) {
+        AdagradRegularizedRun(w, slot0, g, n, lr, optimizer.epsilon, optimizer.l1, optimizer.l2);
+        return;
+      }
       AdagradRun(w, slot0, g, n, lr, optimizer.epsilon);
       return;
     case OptimizerKind::kAdam: {
@@ -75,8 +127,14 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
       const double t = static_cast<double>(step < 1 ? 1 : step);
       const double c1 = 1.0 - std::pow(static_cast<double>(optimizer.beta1), t);
       const double c2 = std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t));
-      AdamRun(w, slot0, slot1, g, n, static_cast<float>(lr * c2 / c1), optimizer.beta1,
-              optimizer.beta2, static_cast<float>(optimizer.epsilon * c2));
+      const auto step_size = static_cast<float>(lr * c2 / c1);
+      const auto epsilon_hat = static_cast<float>(optimizer.epsilon * c2);
+      if (optimizer.l2 > 0.0f) {
+        AdamL2Run(w, slot0, slot1, g, n, step_size, optimizer.beta1, optimizer.beta2,
+                  epsilon_hat, optimizer.l2);
+        return;
+      }
+      AdamRun(w, slot0, slot1, g, n, step_size, optimizer.beta1, optimizer.beta2, epsilon_hat);
       return;
     }
   }

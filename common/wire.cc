@@ -54,6 +54,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_max_wait_ms(h.max_wait_ms);
   p.set_cache_hits(h.cache_hits);
   p.set_cache_misses(h.cache_misses);
+  p.set_waited_us(h.waited_us);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -89,6 +90,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.max_wait_ms = p.max_wait_ms();
   h.cache_hits = p.cache_hits();
   h.cache_misses = p.cache_misses();
+  h.waited_us = p.waited_us();
   return h;
 }
 

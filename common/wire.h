@@ -78,6 +78,7 @@ struct MessageHeader {
   uint32_t max_wait_ms = 0; // PULL: longest wait for slower workers; 0: no limit
   uint64_t cache_hits = 0;   // HEARTBEAT: the worker's cache statistics
   uint64_t cache_misses = 0;
+  uint64_t waited_us = 0;    // PULL_OK: time held back by the staleness bound
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

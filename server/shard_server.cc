@@ -209,10 +209,12 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
   return reply;
 }
 
-void ShardServer::ServePull(Frame& routing_id) {
+void ShardServer::ServePull(Frame& routing_id, std::chrono::steady_clock::duration waited) {
   ++counters_.pulls;
   const MessageHeader& req = request_.header;
-  const MessageHeader reply = ReplyHeader(req);
+  MessageHeader reply = ReplyHeader(req);
+  reply.waited_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
   reply_.clear();
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(reply));
@@ -247,7 +249,9 @@ void ShardServer::ReleaseWaitingPulls() {
     std::span<Frame> body(w.frames.data() + 1, w.frames.size() - 1);
     // Checked when it arrived and the layout does not change, so this
     // decodes again only to point request_ at the kept frames.
-    if (DecodeRequest(body, rules_, &request_).ok()) ServePull(w.frames[0]);
+    if (DecodeRequest(body, rules_, &request_).ok()) {
+      ServePull(w.frames[0], std::chrono::steady_clock::now() - w.since);
+    }
   }
   waiting_ = std::move(still_waiting);
 }

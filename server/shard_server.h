@@ -86,8 +86,10 @@ class ShardServer {
  private:
   ShardServer(uint32_t shard, const JobOptions& job);
   void Handle(std::vector<Frame>& frames);
-  // Answers the PULL in request_ (decoded from `routing_id`'s message).
-  void ServePull(Frame& routing_id);
+  // Answers the PULL in request_ (decoded from `routing_id`'s message);
+  // `waited` is how long it waited for slower workers (told to the client).
+  void ServePull(Frame& routing_id,
+                 std::chrono::steady_clock::duration waited = std::chrono::steady_clock::duration::zero());
   // The minimum clock advanced: applies the finished clocks' sums
   // (aggregation), then answers every waiting pull it allows.
   void MinClockAdvanced();

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/subprocess.h"
+#include "worker/progress.h"
 
 namespace ps {
 namespace {
@@ -208,6 +209,15 @@ std::vector<std::string> JobRun::CommandFor(bool is_server,
 }
 
 Status JobRun::StartAll() {
+  // Each run starts a new metrics file; the previous run's is kept aside.
+  if (!job_.train.metrics_csv.empty()) {
+    StatusOr<bool> moved = MetricsCsv::SetAside(job_.train.metrics_csv);
+    if (!moved.ok()) return moved.status();
+    if (*moved) {
+      Say("metrics: moved the previous run's " + job_.train.metrics_csv + " to " +
+          job_.train.metrics_csv + ".prev");
+    }
+  }
   const auto servers = static_cast<uint32_t>(job_.cluster.servers.size());
   const uint32_t total = servers + job_.cluster.workers;
   children_.reserve(total);

@@ -185,7 +185,8 @@ void Client::Release(Ticket ticket, const Status& status) {
   FailTicket(ticket, status);
   auto t = tickets_.find(ticket);
   if (t == tickets_.end()) return;
-  if (--t->second.remaining == 0 && t->second.done) {
+  if (--t->second.remaining == 0) counters_.staleness_wait_us += t->second.waited_us;
+  if (t->second.remaining == 0 && t->second.done) {
     // Erase first: the callback may issue new requests.
     Callback done = std::move(t->second.done);
     Status result = t->second.status;
@@ -445,6 +446,12 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
     return;
   }
   if (p.op == Op::kPull) {
+    if (h.waited_us > 0) {
+      // The shards of one pull wait side by side: the pull waited the longest of them.
+      if (auto t = tickets_.find(p.ticket); t != tickets_.end()) {
+        t->second.waited_us = std::max(t->second.waited_us, h.waited_us);
+      }
+    }
     // Values come as one or more frames of whole rows, in row order.
     const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
     const uint64_t expected = p.count * row_bytes;

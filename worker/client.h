@@ -112,6 +112,9 @@ struct ClientCounters {
   uint64_t cache_hits = 0;        // rows read from the parameter cache
   uint64_t cache_misses = 0;      // rows pulled from the shards (cache on)
   uint64_t cache_bytes_saved = 0; // value bytes the cache kept off the network
+  // Time pulls spent held back at the shards by the staleness bound
+  // (waiting for slower workers), summed over pulls, microseconds.
+  uint64_t staleness_wait_us = 0;
 };
 
 class Client {
@@ -207,6 +210,7 @@ class Client {
     Status status;
     uint32_t remaining = 0;
     Callback done;
+    uint64_t waited_us = 0;  // pulls: the longest wait a shard reported
   };
   // One request to one shard.
   struct Part {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -756,6 +757,56 @@ TEST(ConfigTest, TrainTableMustExist) {
 TEST(ConfigTest, TrainTableMustHaveDimOne) {
   EXPECT_TRUE(
       BadFileRejected("bad_train_table_dim.yaml", {"train.table", "dim 4"}));
+}
+
+TEST(ConfigTest, RegularizationIsCheckedPerOptimizer) {
+  EXPECT_TRUE(BadFileRejected("bad_optimizer_l1_with_adam.yaml",
+                              {"tables[0].optimizer.l1", "not used by optimizer type adam", "l2"}));
+  EXPECT_TRUE(BadFileRejected("bad_optimizer_negative_l2.yaml",
+                              {"tables[0].optimizer.l2", "-0.5", ">= 0"}));
+}
+
+TEST(ConfigTest, MatrixFactorizationNeedsTwoTablesOfOneRank) {
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_dim_mismatch.yaml",
+                              {"train.item_table", "dim 4", "dim 8"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_same_table.yaml",
+                              {"train.item_table", "two different tables"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_observe_probability.yaml",
+                              {"train.observe_probability", "1.5", "(0, 1]"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_missing_item_table.yaml",
+                              {"train.item_table", "no table named \"items\"", "users"}));
+}
+
+TEST(ConfigTest, SparseLogisticRegressionAndProgramNames) {
+  EXPECT_TRUE(BadFileRejected("bad_train_sparse_lr_too_few_features.yaml",
+                              {"train.table", "50 rows", "at least 100"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_unknown_program.yaml",
+                              {"train.program", "word2vec", "sparse_logistic_regression",
+                               "matrix_factorization"}));
+}
+
+TEST(ConfigTest, NewTrainingKeysLoad) {
+  const std::string path = ::testing::TempDir() + "/train_keys.yaml";
+  {
+    std::ofstream out(path);
+    out << "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+           "tables:\n"
+           "  - { name: u, rows: 100, dim: 4, optimizer: { type: adagrad, lr: 0.1, l1: 0.01, l2: 0.001 } }\n"
+           "  - { name: v, rows: 50, dim: 4 }\n"
+           "train: { program: matrix_factorization, user_table: u, item_table: v,\n"
+           "         observe_probability: 0.2, test_fraction: 0.25, metrics_csv: run.csv }\n";
+  }
+  StatusOr<JobOptions> job = LoadJobFile(path);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->train.program, TrainProgram::kMatrixFactorization);
+  EXPECT_EQ(job->train.user_table, "u");
+  EXPECT_EQ(job->train.item_table, "v");
+  EXPECT_FLOAT_EQ(static_cast<float>(job->train.observe_probability), 0.2f);
+  EXPECT_FLOAT_EQ(static_cast<float>(job->train.test_fraction), 0.25f);
+  EXPECT_EQ(job->train.metrics_csv, "run.csv");
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.l1, 0.01f);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.l2, 0.001f);
+  EXPECT_EQ(TrainProgramName(job->train.program), "matrix_factorization");
 }
 
 TEST(ConfigTest, TrainFeaturesMustEqualTableRows) {

@@ -94,6 +94,62 @@ TEST(UpdateRuleTest, OnlyPlainRulesAreStateless) {
   EXPECT_FALSE(o.Stateless());
   o.kind = OptimizerKind::kAdam;
   EXPECT_EQ(o.Slots(), 2u);
+  OptimizerOptions regularized;
+  regularized.l2 = 0.1f;
+  EXPECT_FALSE(regularized.Stateless());  // the step depends on the value it meets
+}
+
+TEST(UpdateRuleTest, SgdL2AddsTheWeightToTheGradient) {
+  OptimizerOptions o;
+  o.l2 = 0.5f;
+  float w[2] = {2.0f, -4.0f};
+  const float g[2] = {1.0f, 0.0f};
+  ApplyOptimizer(o, w, nullptr, nullptr, g, 2, 0.1f, 1);
+  EXPECT_FLOAT_EQ(w[0], 2.0f - 0.1f * (1.0f + 0.5f * 2.0f));   // 1.8
+  EXPECT_FLOAT_EQ(w[1], -4.0f - 0.1f * (0.0f + 0.5f * -4.0f)); // -3.8
+}
+
+TEST(UpdateRuleTest, SgdL1ShrinksTowardZeroAndStopsThere) {
+  OptimizerOptions o;
+  o.l1 = 1.0f;
+  float w[3] = {0.5f, 0.05f, -0.5f};
+  const float g[3] = {0.0f, 0.0f, 1.0f};
+  ApplyOptimizer(o, w, nullptr, nullptr, g, 3, 0.1f, 1);
+  EXPECT_FLOAT_EQ(w[0], 0.4f);                 // 0.5 - 0.1 * 1
+  EXPECT_EQ(w[1], 0.0f);                       // |0.05| < 0.1: exactly zero
+  EXPECT_FLOAT_EQ(w[2], -0.6f + 0.1f);         // -0.5 - 0.1 * 1 = -0.6, then shrink by 0.1
+  // With momentum the shrink follows the velocity step.
+  o.momentum = 0.5f;
+  float wm[1] = {1.0f}, v[1] = {0.2f};
+  const float gm[1] = {0.4f};
+  ApplyOptimizer(o, wm, v, nullptr, gm, 1, 0.1f, 1);
+  EXPECT_FLOAT_EQ(v[0], 0.5f * 0.2f + 0.4f);   // 0.5
+  EXPECT_FLOAT_EQ(wm[0], 1.0f - 0.05f - 0.1f); // step, then shrink by lr * l1
+}
+
+TEST(UpdateRuleTest, AdagradL1UsesThePerCoordinateStep) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdagrad;
+  o.l1 = 0.5f;
+  o.l2 = 0.25f;
+  float w[1] = {2.0f}, s[1] = {0.0f};
+  const float g[1] = {2.5f};
+  ApplyOptimizer(o, w, s, nullptr, g, 1, 1.0f, 1);
+  // grad = 2.5 + 0.25 * 2 = 3; s = 9; rate = 1/3; w = 2 - 1 = 1; shrink by 0.5/3.
+  EXPECT_FLOAT_EQ(s[0], 9.0f);
+  EXPECT_NEAR(w[0], 1.0f - 0.5f / 3.0f, 1e-6f);
+}
+
+TEST(UpdateRuleTest, AdamL2RegularizesTheGradientItAverages) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.l2 = 0.5f;
+  float w[1] = {2.0f}, m[1] = {0}, v[1] = {0};
+  const float g[1] = {0.0f};
+  ApplyOptimizer(o, w, m, v, g, 1, 0.01f, 1);
+  // grad = 0 + 0.5 * 2 = 1: the first bias-corrected Adam step is lr * sign(grad).
+  EXPECT_NEAR(m[0], 0.1f, 1e-7f);
+  EXPECT_NEAR(w[0], 2.0f - 0.01f, 1e-6f);
 }
 
 }  // namespace

@@ -96,6 +96,10 @@ std::vector<float> TrueWeights(const SparseClickOptions& o) {
 Status SparseClickOptions::Validate() const {
   constexpr char kName[] = "SparseClickOptions";
   if (num_features == 0) return BadField(kName, "num_features", "0", "must be >= 1");
+  if (first_sample > UINT64_MAX - num_samples) {
+    return BadField(kName, "first_sample", std::to_string(first_sample),
+                    "first_sample + num_samples must not exceed 2^64 - 1");
+  }
   if (!(zipf_exponent > 0) || !std::isfinite(zipf_exponent)) {
     return BadField(kName, "zipf_exponent", std::to_string(zipf_exponent),
                     "must be finite and > 0");
@@ -138,7 +142,8 @@ StatusOr<SparseClickData> GenerateSparseClicks(const SparseClickOptions& options
 
   SparseClickData data;
   data.true_weights = TrueWeights(options);
-  data.range = ShardRows(options.num_samples, num_ranks, rank);
+  const RowRange local = ShardRows(options.num_samples, num_ranks, rank);
+  data.range = {options.first_sample + local.begin, options.first_sample + local.end};
   data.row_offsets.reserve(data.range.size() + 1);
   data.row_offsets.push_back(0);
   data.labels.reserve(data.range.size());
@@ -239,6 +244,21 @@ StatusOr<LowRankRatingsData> GenerateLowRankRatings(const LowRankRatingsOptions&
     }
   }
   return data;
+}
+
+void SplitRatings(const std::vector<Rating>& all, double test_fraction, uint64_t seed,
+                  std::vector<Rating>* train, std::vector<Rating>* test) {
+  // A tag well apart from the StreamTag values, so the split is independent
+  // of the generated ratings even under the generator's own seed.
+  constexpr uint64_t kSplitTag = 0x5011'7000;
+  train->clear();
+  test->clear();
+  for (const Rating& r : all) {
+    // Mix is a bijection, so Mix(user + kGolden) ^ item differs between
+    // (user, item) pairs except for rare 64-bit coincidences.
+    Stream s(seed, kSplitTag, Mix(r.user + kGolden) ^ r.item);
+    (s.Uniform() < test_fraction ? test : train)->push_back(r);
+  }
 }
 
 }  // namespace ps

@@ -5,9 +5,9 @@
 // through a counter-based hash (SplitMix64), never of a standard-library
 // distribution, so output does not depend on the rank count, the compiler or
 // the standard library (only on libm's exp/log/cos, which agree on glibc). Partition: rank r of M
-// gets the CONTIGUOUS block ShardRows(N, M, r) (common/key_range.h) of samples (clicks) or users
-// (ratings); the blocks of all ranks concatenated equal the M = 1 data
-// exactly. All functions are thread-safe (no shared state).
+// gets the CONTIGUOUS block ShardRows(N, M, r) (common/key_range.h) of samples (clicks, shifted
+// by SparseClickOptions::first_sample) or users (ratings); the blocks of all ranks concatenated
+// equal the M = 1 data exactly. All functions are thread-safe (no shared state).
 #ifndef PS_WORKER_DATA_GENERATORS_H_
 #define PS_WORKER_DATA_GENERATORS_H_
 
@@ -24,6 +24,12 @@ struct SparseClickOptions {
   uint64_t num_features = 1'000'000;
   // Samples in the whole data set (all ranks together).
   uint64_t num_samples = 100'000;
+  // Global index of the data set's sample 0: the set holds samples
+  // [first_sample, first_sample + num_samples). A sample is a pure function
+  // of (seed, global index), so a held-out test set with the same true weights
+  // is these options with first_sample = the training set's num_samples (fresh
+  // draws). first_sample + num_samples must not exceed 2^64 - 1.
+  uint64_t first_sample = 0;
   // Feature popularity ~ 1 / (popularity_rank + 1)^zipf_exponent. > 0.
   double zipf_exponent = 1.1;
   // Each sample holds a uniform number of distinct features in
@@ -56,13 +62,15 @@ struct SparseClickData {
   std::vector<int32_t> labels;
   // The generating weights, dense, num_features long (identical on all ranks).
   std::vector<float> true_weights;
-  // Global indices of the samples held here.
+  // Global indices of the samples held here (they include
+  // options.first_sample): local sample i is global sample range.begin + i.
   RowRange range;
 
   size_t num_samples() const { return labels.size(); }
 };
 
-// Generates rank `rank`'s share of the data set described by `options`.
+// Generates rank `rank`'s share of the data set described by `options`: the
+// samples first_sample + ShardRows(num_samples, num_ranks, rank).
 // InvalidArgument when options.Validate() fails or rank >= num_ranks or
 // num_ranks == 0.
 StatusOr<SparseClickData> GenerateSparseClicks(const SparseClickOptions& options, uint32_t rank,
@@ -114,6 +122,16 @@ struct LowRankRatingsData {
 // fails or rank >= num_ranks or num_ranks == 0.
 StatusOr<LowRankRatingsData> GenerateLowRankRatings(const LowRankRatingsOptions& options,
                                                     uint32_t rank, uint32_t num_ranks);
+
+// A deterministic held-out split: rating (user, item) goes to `test` when a
+// hash of (seed, user, item) mapped to [0, 1) falls below test_fraction, else
+// to `train`. The choice for a rating depends only on (seed, user, item), not
+// on its position or the rank count, so splitting each rank's share and
+// concatenating equals splitting the whole. Both outputs keep the input order;
+// they are cleared first. REQUIRES: test_fraction in [0, 1), train and test
+// non-null and distinct from `all`.
+void SplitRatings(const std::vector<Rating>& all, double test_fraction, uint64_t seed,
+                  std::vector<Rating>* train, std::vector<Rating>* test);
 
 }  // namespace ps
 

@@ -1,0 +1,162 @@
+// The two parameter stores a training program runs on: the in-process
+// LocalParamStore must train exactly the model the servers train, and the
+// remote store reports time spent waiting on the staleness bound.
+#include "worker/param_store.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/util/in_process_cluster.h"
+
+namespace ps {
+namespace {
+
+JobOptions TwoTableJob(uint32_t workers, ConsistencyMode mode) {
+  JobOptions job;
+  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  job.cluster.workers = workers;
+  TableOptions dense;
+  dense.name = "dense";
+  dense.rows = 3000;
+  dense.init = {InitKind::kUniform, 0.1f, 3};
+  dense.optimizer.kind = OptimizerKind::kAdagrad;
+  dense.optimizer.lr = 0.1f;
+  dense.optimizer.l2 = 0.01f;
+  TableOptions sparse;
+  sparse.name = "sparse";
+  sparse.rows = 5000;
+  sparse.dim = 4;
+  sparse.init = {InitKind::kNormal, 0.5f, 4};
+  sparse.optimizer.momentum = 0.9f;
+  sparse.optimizer.lr = 0.05f;
+  sparse.optimizer.l1 = 0.01f;
+  sparse.optimizer.warmup_clocks = 3;
+  job.tables = {dense, sparse};
+  job.consistency.mode = mode;
+  job.liveness.heartbeat_ms = 0;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  return job;
+}
+
+// Ten steps of random sparse and dense pushes, the same on any store.
+void Train(ParamStore* store, const JobOptions& job) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int step = 0; step < 10; ++step) {
+    std::vector<uint64_t> rows;
+    for (int i = 0; i < 300; ++i) rows.push_back(rng() % job.tables[1].rows);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    std::vector<float> pulled(rows.size() * 4);
+    ASSERT_TRUE(store->Pull(1, rows, pulled.data()).ok());
+    std::vector<float> sparse_grad(rows.size() * 4);
+    for (float& g : sparse_grad) g = normal(rng);
+    std::vector<float> dense_grad(job.tables[0].rows);
+    for (float& g : dense_grad) g = normal(rng);
+    ASSERT_TRUE(store->Push(1, rows, SharedFloats::Take(std::move(sparse_grad))).ok());
+    ASSERT_TRUE(store->PushDense(0, SharedFloats::Take(std::move(dense_grad))).ok());
+    ASSERT_TRUE(store->EndStep().ok());
+    EXPECT_EQ(store->clock(), step + 1);
+  }
+}
+
+std::vector<float> ReadAll(ParamStore* store, const JobOptions& job, uint32_t table) {
+  std::vector<float> all(job.tables[table].rows * job.tables[table].dim);
+  EXPECT_TRUE(store->PullDense(table, all.data()).ok());
+  return all;
+}
+
+TEST(ParamStoreTest, LocalStoreTrainsExactlyWhatTheServersTrain) {
+  const JobOptions job = TwoTableJob(1, ConsistencyMode::kBsp);
+  InProcessCluster cluster(job);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  ASSERT_TRUE(client->Join().ok());
+  RemoteParamStore remote(job, client.get());
+  auto local = LocalParamStore::Create(job).value();
+  Train(&remote, job);
+  Train(local.get(), job);
+  for (uint32_t table = 0; table < 2; ++table) {
+    const std::vector<float> a = ReadAll(&remote, job, table);
+    const std::vector<float> b = ReadAll(local.get(), job, table);
+    ASSERT_EQ(a.size(), b.size());
+    // Bit for bit: the same initial values and the same update code.
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "table " << table;
+  }
+  // The L1 step left exact zeros in the sparse table (it is doing something).
+  const std::vector<float> sparse = ReadAll(local.get(), job, 1);
+  EXPECT_GT(std::count(sparse.begin(), sparse.end(), 0.0f), 0);
+  EXPECT_EQ(local->Describe(), "in-process, no parameter server");
+  EXPECT_EQ(remote.Describe(), "2 shards, bsp");
+}
+
+TEST(ParamStoreTest, LocalPullFollowsTheOrderOfTheRows) {
+  const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
+  auto local = LocalParamStore::Create(job).value();
+  const std::vector<float> all = ReadAll(local.get(), job, 1);
+  const std::vector<uint64_t> rows = {4999, 0, 17, 17};
+  std::vector<float> out(rows.size() * 4);
+  ASSERT_TRUE(local->Pull(1, rows, out.data()).ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(out[i * 4 + d], all[rows[i] * 4 + d]);
+  }
+}
+
+TEST(ParamStoreTest, LocalStoreRejectsBadRequestsAndChangesNothing) {
+  const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
+  auto local = LocalParamStore::Create(job).value();
+  const std::vector<float> before = ReadAll(local.get(), job, 1);
+  std::vector<float> out(8);
+  const std::vector<uint64_t> bad_row = {1, 5000};
+  Status s = local->Pull(1, bad_row, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row 5000 is out of range"), std::string::npos) << s.ToString();
+  s = local->Pull(7, bad_row, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("no table 7"), std::string::npos) << s.ToString();
+  const std::vector<uint64_t> rows = {1, 2};
+  s = local->Push(1, rows, SharedFloats::Take(std::vector<float>(7, 1.0f)));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("7 values for 2 rows of dim 4"), std::string::npos) << s.ToString();
+  s = local->Push(1, bad_row, SharedFloats::Take(std::vector<float>(8, 1.0f)));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  s = local->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadAll(local.get(), job, 1), before);
+}
+
+TEST(ParamStoreTest, RemoteStoreReportsTimeHeldBackByTheStalenessBound) {
+  const JobOptions job = TwoTableJob(2, ConsistencyMode::kBsp);
+  InProcessCluster cluster(job);
+  auto fast = Client::Create(job, 0, cluster.endpoints()).value();
+  auto slow = Client::Create(job, 1, cluster.endpoints()).value();
+  ASSERT_TRUE(fast->Join().ok());
+  ASSERT_TRUE(slow->Join().ok());
+  RemoteParamStore store(job, fast.get());
+  std::vector<float> row(4);
+  const std::vector<uint64_t> rows = {3};
+  ASSERT_TRUE(store.Pull(1, rows, row.data()).ok());  // clock 0: never waits
+  EXPECT_EQ(store.staleness_wait_seconds(), 0.0);
+  ASSERT_TRUE(store.EndStep().ok());
+  // At clock 1 under bsp the pull waits until the slow worker finishes
+  // clock 0, which it does after at least 200 ms.
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(slow->Wait(*slow->Clock()).ok());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(store.Pull(1, rows, row.data()).ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  finisher.join();
+  // The shards measured the wait; it cannot exceed what the caller saw.
+  EXPECT_GE(store.staleness_wait_seconds(), 0.15);
+  EXPECT_LE(store.staleness_wait_seconds(), waited + 0.01);
+}
+
+}  // namespace
+}  // namespace ps

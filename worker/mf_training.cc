@@ -1,0 +1,125 @@
+#include "worker/mf_training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/logging.h"
+#include "worker/models/matrix_factorization.h"
+#include "worker/straggler.h"
+#include "worker/training.h"
+
+namespace ps {
+
+LowRankRatingsOptions RatingsDataOptions(const JobOptions& job) {
+  const TableOptions& users = job.tables[job.TableId(job.train.user_table).value()];
+  const TableOptions& items = job.tables[job.TableId(job.train.item_table).value()];
+  LowRankRatingsOptions options;
+  options.num_users = users.rows;
+  options.num_items = items.rows;
+  options.rank = users.dim;
+  options.observe_probability = job.train.observe_probability;
+  options.noise_stddev = job.train.noise;
+  options.seed = job.train.seed;
+  return options;
+}
+
+namespace {
+
+// The rows `ratings` touch, pulled from both tables.
+struct PulledRows {
+  std::vector<uint64_t> users, items;
+  std::vector<float> user_factors, item_factors;
+
+  Status Pull(ParamStore* store, uint32_t user_table, uint32_t item_table, uint32_t k,
+              std::span<const Rating> ratings) {
+    BatchRows(ratings, &users, &items);
+    user_factors.resize(users.size() * k);
+    item_factors.resize(items.size() * k);
+    PS_RETURN_IF_ERROR(store->Pull(user_table, users, user_factors.data()));
+    return store->Pull(item_table, items, item_factors.data());
+  }
+};
+
+}  // namespace
+
+StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t rank,
+                                                ParamStore* store) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(uint32_t user_table, job.TableId(train.user_table));
+  PS_ASSIGN_OR_RETURN(uint32_t item_table, job.TableId(train.item_table));
+  const LowRankRatingsOptions options = RatingsDataOptions(job);
+  const uint32_t k = options.rank;
+  std::vector<Rating> ratings, held_out;
+  {
+    PS_ASSIGN_OR_RETURN(LowRankRatingsData mine,
+                        GenerateLowRankRatings(options, rank, job.cluster.workers));
+    SplitRatings(mine.ratings, train.test_fraction, train.seed, &ratings, &held_out);
+  }
+  if (ratings.size() < train.batch_size) {
+    return InvalidArgumentError(
+        "worker " + std::to_string(rank) + " has " + std::to_string(ratings.size()) +
+        " training ratings, fewer than train.batch_size (" + std::to_string(train.batch_size) +
+        "); raise train.observe_probability or the user table's rows, or lower batch_size");
+  }
+  // Generated in (user, item) order: shuffled once so that a minibatch
+  // mixes users and items.
+  std::mt19937_64 shuffle(train.seed * 1000003 + rank);
+  std::shuffle(ratings.begin(), ratings.end(), shuffle);
+
+  // Worker 0 evaluates on the held-out ratings of every user.
+  std::vector<Rating> test;
+  PulledRows test_rows;
+  if (rank == 0) {
+    PS_ASSIGN_OR_RETURN(LowRankRatingsData all, GenerateLowRankRatings(options, 0, 1));
+    std::vector<Rating> unused;
+    SplitRatings(all.ratings, train.test_fraction, train.seed, &unused, &test);
+    if (test.empty()) {
+      PS_LOG_WARN("worker 0: no held-out ratings (train.test_fraction {}): the test RMSE is "
+                  "measured on the training ratings", train.test_fraction);
+      test = std::move(unused);
+    }
+  }
+  const uint32_t batch = train.batch_size;
+  PS_LOG_INFO("worker {}: matrix factorization rank {}, {} users x {} items, {} training ratings, "
+              "batch {}, {} steps ({})",
+              rank, k, options.num_users, options.num_items, ratings.size(), batch,
+              train.iterations, store->Describe());
+  PS_ASSIGN_OR_RETURN(auto progress,
+                      TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size()));
+  const auto evaluate = [&]() -> StatusOr<double> {
+    PS_RETURN_IF_ERROR(test_rows.Pull(store, user_table, item_table, k, test));
+    return MfRmse(test, k, test_rows.users, test_rows.user_factors, test_rows.items,
+                  test_rows.item_factors);
+  };
+
+  PulledRows rows;
+  auto user_grad = std::make_shared<std::vector<float>>();
+  auto item_grad = std::make_shared<std::vector<float>>();
+  StragglerInjector stragglers(job.stragglers, rank);
+  size_t cursor = 0;
+  for (int64_t step = store->clock(); step < train.iterations; ++step) {
+    if (cursor + batch > ratings.size()) cursor = 0;
+    const std::span<const Rating> minibatch(ratings.data() + cursor, batch);
+    cursor += batch;
+    PS_RETURN_IF_ERROR(rows.Pull(store, user_table, item_table, k, minibatch));
+    const auto compute_start = std::chrono::steady_clock::now();
+    user_grad->resize(rows.user_factors.size());
+    item_grad->resize(rows.item_factors.size());
+    PS_ASSIGN_OR_RETURN(double loss,
+                        MfLossAndGradient(minibatch, k, rows.users, rows.user_factors, rows.items,
+                                          rows.item_factors, 0.0f, *user_grad, *item_grad));
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
+    PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
+    progress->AddStep(loss, batch);
+    PS_RETURN_IF_ERROR(store->Push(user_table, rows.users, SharedFloats::Of(user_grad)));
+    PS_RETURN_IF_ERROR(store->Push(item_table, rows.items, SharedFloats::Of(item_grad)));
+    PS_RETURN_IF_ERROR(store->EndStep());
+    PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
+  }
+  return progress->summary();
+}
+
+}  // namespace ps

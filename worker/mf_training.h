@@ -1,0 +1,33 @@
+// The matrix factorization program of ps_worker (train.program:
+// matrix_factorization) on generated low-rank ratings
+// (worker/data/generators.h): train.user_table and train.item_table hold
+// the factor rows (dim = the rank k). Each worker trains on the ratings of
+// its block of users; each step pulls only the user and item rows its
+// minibatch touches and pushes their gradient (regularization, if any, is
+// the tables' optimizer.l2). A fraction train.test_fraction of the ratings
+// is held out; worker 0 evaluates the RMSE on all of them.
+#ifndef PS_WORKER_MF_TRAINING_H_
+#define PS_WORKER_MF_TRAINING_H_
+
+#include <cstdint>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "worker/data/generators.h"
+#include "worker/param_store.h"
+#include "worker/progress.h"
+
+namespace ps {
+
+// The ratings of a job: users and items from the tables' rows, rank from
+// their dim, train.observe_probability, train.noise, train.seed.
+LowRankRatingsOptions RatingsDataOptions(const JobOptions& job);
+
+// REQUIRES: job.train.program == kMatrixFactorization, job.Validate().ok();
+// `store` outlives the call.
+StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t rank,
+                                                ParamStore* store);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_MF_TRAINING_H_

@@ -1,0 +1,169 @@
+#include "worker/param_store.h"
+
+#include <cstring>
+#include <utility>
+
+#include "common/wire.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+// ---------------------------------------------------------------------------
+// RemoteParamStore
+
+RemoteParamStore::RemoteParamStore(const JobOptions& job, Client* client)
+    : client_(client),
+      description_(std::to_string(job.cluster.servers.size()) +
+                   (job.cluster.servers.size() == 1 ? " shard, " : " shards, ") +
+                   ConsistencyName(job.consistency)) {}
+
+Status RemoteParamStore::PullDense(uint32_t table, float* out) {
+  PS_ASSIGN_OR_RETURN(Ticket pull, client_->PullDense(table, out));
+  return client_->Wait(pull);
+}
+
+Status RemoteParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, float* out) {
+  PS_ASSIGN_OR_RETURN(Ticket pull, client_->Pull(table, rows, out));
+  return client_->Wait(pull);
+}
+
+Status RemoteParamStore::PushDense(uint32_t table, SharedFloats gradient) {
+  PS_ASSIGN_OR_RETURN(Ticket push, client_->PushDense(table, std::move(gradient)));
+  pushes_.push_back(push);
+  return Status::Ok();
+}
+
+Status RemoteParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
+                              SharedFloats gradient) {
+  PS_ASSIGN_OR_RETURN(Ticket push, client_->Push(table, rows, std::move(gradient)));
+  pushes_.push_back(push);
+  return Status::Ok();
+}
+
+Status RemoteParamStore::EndStep() {
+  // The clock report follows the pushes on each shard's connection, so it
+  // is sent at once; the step ends when all of them are acknowledged.
+  StatusOr<Ticket> clock = client_->Clock();
+  Status first;
+  for (Ticket push : pushes_) {
+    Status s = client_->Wait(push);
+    if (first.ok() && !s.ok()) first = std::move(s);
+  }
+  pushes_.clear();
+  if (!clock.ok()) return clock.status();
+  Status clocked = client_->Wait(*clock);
+  return first.ok() ? clocked : first;
+}
+
+double RemoteParamStore::staleness_wait_seconds() const {
+  return static_cast<double>(client_->counters().staleness_wait_us) * 1e-6;
+}
+
+// ---------------------------------------------------------------------------
+// LocalParamStore
+
+LocalParamStore::LocalParamStore(std::vector<TableOptions> tables,
+                                 std::unique_ptr<ShardStore> store)
+    : tables_(std::move(tables)), store_(std::move(store)) {}
+
+LocalParamStore::~LocalParamStore() = default;
+
+StatusOr<std::unique_ptr<LocalParamStore>> LocalParamStore::Create(const JobOptions& job) {
+  // One shard that owns every row: the servers' code, without the servers.
+  JobOptions one = job;
+  one.cluster.servers.resize(1);
+  one.cluster.workers = 1;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Create(one, 0));
+  return std::unique_ptr<LocalParamStore>(new LocalParamStore(job.tables, std::move(store)));
+}
+
+Status LocalParamStore::Check(const char* op, uint32_t table, std::span<const uint64_t> rows,
+                              bool dense, size_t values) const {
+  if (table >= tables_.size()) {
+    return InvalidArgumentError(std::string(op) + ": no table " + std::to_string(table) +
+                                " (the job has " + std::to_string(tables_.size()) + ")");
+  }
+  const TableOptions& t = tables_[table];
+  const uint64_t count = dense ? t.rows : rows.size();
+  for (uint64_t row : rows) {
+    if (row >= t.rows) {
+      return InvalidArgumentError(std::string(op) + " " + t.name + ": row " + std::to_string(row) +
+                                  " is out of range (the table has " + std::to_string(t.rows) +
+                                  " rows)");
+    }
+  }
+  if (values != SIZE_MAX && values != count * t.dim) {
+    return InvalidArgumentError(std::string(op) + " " + t.name + ": " + std::to_string(values) +
+                                " values for " + std::to_string(count) + " rows of dim " +
+                                std::to_string(t.dim));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A request as a shard would decode it, for the in-process store.
+Request LocalRequest(Op op, uint32_t table, const TableOptions& t, std::span<const uint64_t> rows,
+                     bool dense, std::span<const float> values) {
+  Request request;
+  request.header.op = op;
+  request.header.table = table;
+  request.header.dim = t.dim;
+  request.header.count = dense ? t.rows : rows.size();
+  if (dense) {
+    request.header.flags = kFlagDenseRange;
+    request.header.first_row = 0;
+  } else {
+    request.keys = rows;
+  }
+  request.values = values;
+  return request;
+}
+
+}  // namespace
+
+Status LocalParamStore::Read(uint32_t table, std::span<const uint64_t> rows, bool dense,
+                             float* out) {
+  PS_RETURN_IF_ERROR(Check("PULL", table, rows, dense, SIZE_MAX));
+  const Request request = LocalRequest(Op::kPull, table, tables_[table], rows, dense, {});
+  std::vector<Frame> frames;
+  PS_RETURN_IF_ERROR(store_->ReadRows(request, &frames));
+  auto* dst = reinterpret_cast<std::byte*>(out);
+  for (const Frame& f : frames) {
+    std::memcpy(dst, f.data(), f.size());
+    dst += f.size();
+  }
+  return Status::Ok();
+}
+
+Status LocalParamStore::PullDense(uint32_t table, float* out) {
+  return Read(table, {}, true, out);
+}
+
+Status LocalParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, float* out) {
+  return Read(table, rows, false, out);
+}
+
+Status LocalParamStore::PushDense(uint32_t table, SharedFloats gradient) {
+  PS_RETURN_IF_ERROR(Check("PUSH", table, {}, true, gradient.size()));
+  store_->ApplyPush(LocalRequest(Op::kPush, table, tables_[table], {}, true,
+                                 {gradient.data(), gradient.size()}),
+                    clock_);
+  return Status::Ok();
+}
+
+Status LocalParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
+                             SharedFloats gradient) {
+  PS_RETURN_IF_ERROR(Check("PUSH", table, rows, false, gradient.size()));
+  store_->ApplyPush(LocalRequest(Op::kPush, table, tables_[table], rows, false,
+                                 {gradient.data(), gradient.size()}),
+                    clock_);
+  return Status::Ok();
+}
+
+Status LocalParamStore::EndStep() {
+  ++clock_;
+  return Status::Ok();
+}
+
+}  // namespace ps

@@ -1,0 +1,110 @@
+// Where a training program reads and updates the model: the parameter
+// servers of the job (RemoteParamStore, through a Client), or the same
+// shard code inside the worker process with no servers and no network
+// (LocalParamStore: the single-process reference that benchmarks and
+// accuracy comparisons measure the distributed runs against).
+//
+// A training step is: Pull / PullDense the rows it needs, compute, Push /
+// PushDense gradients, EndStep. Pushes are applied with each table's
+// optimizer (common/update_rule.h) in both stores, so one program trains the
+// same model either way.
+//
+// Not thread-safe: one store belongs to one training thread.
+#ifndef PS_WORKER_PARAM_STORE_H_
+#define PS_WORKER_PARAM_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "worker/client.h"
+
+namespace ps {
+
+class ShardStore;
+
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+
+  // Steps finished so far (the worker's clock).
+  virtual int64_t clock() const = 0;
+  // Reads the whole table into out[0 .. rows * dim).
+  virtual Status PullDense(uint32_t table, float* out) = 0;
+  // Reads `rows` (sorted rows avoid a copy on the remote store) into
+  // out[0 .. rows.size() * dim), row-major in the order of `rows`.
+  virtual Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) = 0;
+  // Sends the gradient of the whole table. The contents of `gradient` must
+  // not change until EndStep returns.
+  virtual Status PushDense(uint32_t table, SharedFloats gradient) = 0;
+  // Sends the gradient of `rows` (rows.size() x dim). `rows` may be reused
+  // at once; the contents of `gradient` must not change until EndStep.
+  virtual Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) = 0;
+  // Ends the step: every push of the step is applied (remote: acknowledged)
+  // and the clock advances.
+  virtual Status EndStep() = 0;
+  // Seconds pulls spent held back by the staleness bound, waiting for
+  // slower workers (0 for the local store).
+  virtual double staleness_wait_seconds() const = 0;
+  // "2 shards, ssp 2" or "in-process, no parameter server", for progress lines.
+  virtual std::string Describe() const = 0;
+};
+
+// The job's parameter servers, through `client` (which must have joined and
+// must outlive the store).
+class RemoteParamStore final : public ParamStore {
+ public:
+  RemoteParamStore(const JobOptions& job, Client* client);
+  int64_t clock() const override { return client_->clock(); }
+  Status PullDense(uint32_t table, float* out) override;
+  Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
+  Status PushDense(uint32_t table, SharedFloats gradient) override;
+  Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
+  Status EndStep() override;
+  double staleness_wait_seconds() const override;
+  std::string Describe() const override { return description_; }
+
+ private:
+  Client* const client_;
+  const std::string description_;
+  std::vector<Ticket> pushes_;  // of the current step
+};
+
+// Every table of the job in this process, held by one ShardStore that owns
+// all rows: the same initial values and update rules as the servers, with
+// no network. Its clock is the schedule's minimum clock.
+class LocalParamStore final : public ParamStore {
+ public:
+  // ResourceExhausted when the tables do not fit in memory.
+  // REQUIRES: job.Validate().ok().
+  static StatusOr<std::unique_ptr<LocalParamStore>> Create(const JobOptions& job);
+  ~LocalParamStore() override;
+
+  int64_t clock() const override { return clock_; }
+  Status PullDense(uint32_t table, float* out) override;
+  Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
+  Status PushDense(uint32_t table, SharedFloats gradient) override;
+  Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
+  Status EndStep() override;
+  double staleness_wait_seconds() const override { return 0.0; }
+  std::string Describe() const override { return "in-process, no parameter server"; }
+
+ private:
+  LocalParamStore(std::vector<TableOptions> tables, std::unique_ptr<ShardStore> store);
+  // InvalidArgument for an unknown table, a row out of range or a size mismatch.
+  Status Check(const char* op, uint32_t table, std::span<const uint64_t> rows, bool dense,
+               size_t values) const;
+  Status Read(uint32_t table, std::span<const uint64_t> rows, bool dense, float* out);
+
+  const std::vector<TableOptions> tables_;
+  std::unique_ptr<ShardStore> store_;
+  int64_t clock_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_PARAM_STORE_H_

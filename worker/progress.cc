@@ -1,0 +1,226 @@
+#include "worker/progress.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/logging.h"
+
+namespace ps {
+
+namespace {
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// Writes all of `text` to `fd`; false on an error (errno set).
+bool WriteAll(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Creates `path` holding exactly `header` + "\n" unless it exists: the
+// header is written to a temporary file that link() then puts in place,
+// which fails instead of replacing an existing file.
+Status CreateWithHeader(const std::string& path, const std::string& header) {
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    return InvalidArgumentError("train.metrics_csv: cannot create a file beside " + path + ": " +
+                                ErrnoText(errno) + "; check that the folder exists and is writable");
+  }
+  const bool written = WriteAll(fd, header + "\n") && ::fsync(fd) == 0;
+  const int write_errno = errno;
+  ::close(fd);
+  Status result;
+  if (!written) {
+    result = InternalError("train.metrics_csv: cannot write " + tmp + ": " + ErrnoText(write_errno));
+  } else if (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+    result = InvalidArgumentError("train.metrics_csv: cannot create " + path + ": " +
+                                  ErrnoText(errno));
+  }
+  ::unlink(tmp.c_str());
+  return result;
+}
+
+std::string Number(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  return fmt::format("{:.6g}", v);
+}
+
+}  // namespace
+
+namespace {
+
+// InvalidArgument unless the file open at `fd` starts with the header line.
+Status CheckHeader(int fd, const std::string& path) {
+  const std::string expected = std::string(MetricsCsv::kHeader) + "\n";
+  std::string head(expected.size(), '\0');
+  const ssize_t n = ::pread(fd, head.data(), head.size(), 0);
+  if (n != static_cast<ssize_t>(head.size()) || head != expected) {
+    return InvalidArgumentError("train.metrics_csv: " + path +
+                                " exists and is not a metrics CSV (its first line is not \"" +
+                                MetricsCsv::kHeader + "\"); remove it or choose another path");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MetricsCsv>> MetricsCsv::Open(const std::string& path) {
+  if (path.empty()) return InvalidArgumentError("train.metrics_csv: empty path");
+  PS_RETURN_IF_ERROR(CreateWithHeader(path, kHeader));
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) {
+    return InvalidArgumentError("train.metrics_csv: cannot open " + path + ": " +
+                                ErrnoText(errno));
+  }
+  // An existing file must be a metrics CSV: appending rows to anything else
+  // would damage it.
+  if (Status header = CheckHeader(fd, path); !header.ok()) {
+    ::close(fd);
+    return header;
+  }
+  return std::unique_ptr<MetricsCsv>(new MetricsCsv(path, fd));
+}
+
+StatusOr<bool> MetricsCsv::SetAside(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    return InvalidArgumentError("train.metrics_csv: cannot read " + path + ": " +
+                                ErrnoText(errno));
+  }
+  Status header = CheckHeader(fd, path);
+  ::close(fd);
+  PS_RETURN_IF_ERROR(header);
+  const std::string prev = path + ".prev";
+  if (::rename(path.c_str(), prev.c_str()) != 0) {
+    return InvalidArgumentError("train.metrics_csv: cannot move " + path + " to " + prev + ": " +
+                                ErrnoText(errno));
+  }
+  return true;
+}
+
+MetricsCsv::~MetricsCsv() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status MetricsCsv::Append(const Row& row) {
+  const std::string line = fmt::format(
+      "{:.3f},{},{},{:.4f},{},{},{},{:.1f},{:.3f}\n", row.time_s, row.clock, row.worker, row.epoch,
+      Number(row.loss), row.metric ? row.metric_name : std::string(),
+      row.metric ? Number(*row.metric) : std::string(), row.samples_per_s, row.staleness_wait_s);
+  // One write() per row: with O_APPEND, rows of several processes never interleave.
+  if (!WriteAll(fd_, line)) {
+    return InternalError("train.metrics_csv: cannot append to " + path_ + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+double TrainSummary::TailMean(size_t n) const {
+  if (metrics.empty() || n == 0) return std::numeric_limits<double>::quiet_NaN();
+  const size_t k = std::min(n, metrics.size());
+  double sum = 0;
+  for (size_t i = metrics.size() - k; i < metrics.size(); ++i) sum += metrics[i];
+  return sum / static_cast<double>(k);
+}
+
+StatusOr<std::unique_ptr<TrainingProgress>> TrainingProgress::Create(
+    const JobOptions& job, uint32_t rank, const ParamStore* store, std::string metric_name,
+    uint64_t samples_per_epoch) {
+  std::unique_ptr<MetricsCsv> csv;
+  if (!job.train.metrics_csv.empty()) {
+    PS_ASSIGN_OR_RETURN(csv, MetricsCsv::Open(job.train.metrics_csv));
+  }
+  return std::unique_ptr<TrainingProgress>(new TrainingProgress(
+      job, rank, store, std::move(metric_name), samples_per_epoch, std::move(csv)));
+}
+
+TrainingProgress::TrainingProgress(const JobOptions& job, uint32_t rank, const ParamStore* store,
+                                   std::string metric_name, uint64_t samples_per_epoch,
+                                   std::unique_ptr<MetricsCsv> csv)
+    : rank_(rank),
+      log_every_(job.train.log_every),
+      eval_every_(job.train.eval_every),
+      store_(store),
+      samples_per_epoch_(std::max<uint64_t>(samples_per_epoch, 1)),
+      csv_(std::move(csv)),
+      start_(SteadyClock::now()) {
+  summary_.metric_name = std::move(metric_name);
+}
+
+double TrainingProgress::TrainingSeconds() const {
+  return std::chrono::duration<double>(SteadyClock::now() - start_ - evaluating_).count();
+}
+
+void TrainingProgress::AddStep(double loss, uint64_t samples) {
+  if (first_step_) {
+    summary_.first_loss = loss;
+    first_step_ = false;
+  }
+  interval_loss_ += loss;
+  ++interval_steps_;
+  samples_ += samples;
+}
+
+Status TrainingProgress::StepDone(int64_t done, int64_t total,
+                                  const std::function<StatusOr<double>()>& evaluate) {
+  const bool last = done >= total;
+  const bool log = last || (log_every_ != 0 && done % log_every_ == 0);
+  const bool eval = rank_ == 0 && evaluate &&
+                    (last || (eval_every_ != 0 && done % eval_every_ == 0));
+  if (!log && !eval) return Status::Ok();
+
+  std::optional<double> metric;
+  if (eval) {
+    const auto eval_start = SteadyClock::now();
+    PS_ASSIGN_OR_RETURN(double value, evaluate());
+    evaluating_ += SteadyClock::now() - eval_start;
+    metric = value;
+    summary_.metrics.push_back(value);
+  }
+  const double secs = TrainingSeconds();
+  summary_.samples_per_s = secs > 0 ? static_cast<double>(samples_) / secs : 0.0;
+  summary_.staleness_wait_s = store_->staleness_wait_seconds();
+  if (interval_steps_ > 0) summary_.last_loss = interval_loss_ / static_cast<double>(interval_steps_);
+  const double epoch = static_cast<double>(samples_) / static_cast<double>(samples_per_epoch_);
+  const double wall = std::chrono::duration<double>(SteadyClock::now() - start_).count();
+  PS_LOG_INFO("worker {} clock {:6d} epoch {:6.2f} loss {:.4f}{} | {:.0f} samples/s, waited "
+              "{:.2f} s on staleness ({:.0f}%)",
+              rank_, done, epoch, summary_.last_loss,
+              metric ? fmt::format(" {} {:.4f}", summary_.metric_name, *metric) : std::string(),
+              summary_.samples_per_s, summary_.staleness_wait_s,
+              wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0);
+  if (csv_ != nullptr) {
+    MetricsCsv::Row row;
+    row.time_s = wall;
+    row.clock = done;
+    row.worker = rank_;
+    row.epoch = epoch;
+    row.loss = summary_.last_loss;
+    row.metric_name = summary_.metric_name;
+    row.metric = metric;
+    row.samples_per_s = summary_.samples_per_s;
+    row.staleness_wait_s = summary_.staleness_wait_s;
+    PS_RETURN_IF_ERROR(csv_->Append(row));
+  }
+  interval_loss_ = 0;
+  interval_steps_ = 0;
+  return Status::Ok();
+}
+
+}  // namespace ps

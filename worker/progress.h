@@ -1,0 +1,119 @@
+// Progress of one worker's training program: a line per interval (epoch,
+// clock, loss, test metric, samples/s, time spent waiting on the staleness
+// bound) and, when train.metrics_csv is set, the same as a CSV row that the
+// convergence benchmarks plot.
+#ifndef PS_WORKER_PROGRESS_H_
+#define PS_WORKER_PROGRESS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "worker/param_store.h"
+
+namespace ps {
+
+// Rows of a metrics CSV shared by every worker of a run. The file is
+// created with its header line when missing (atomically: a half-written
+// header is never seen) and each row is one append, so the workers'
+// processes may write to the same file at once.
+class MetricsCsv {
+ public:
+  static constexpr const char* kHeader =
+      "time_s,clock,worker,epoch,loss,metric_name,metric,samples_per_s,staleness_wait_s";
+  // Opens (creating when missing) `path`. InvalidArgument naming the path
+  // when it cannot be created or is not a metrics CSV (another header).
+  static StatusOr<std::unique_ptr<MetricsCsv>> Open(const std::string& path);
+  // Before a new run: renames an existing metrics CSV at `path` to
+  // `path`.prev (replacing an older one) and returns true; false when there
+  // is none. InvalidArgument when `path` exists but is not a metrics CSV
+  // (it is left alone).
+  static StatusOr<bool> SetAside(const std::string& path);
+  ~MetricsCsv();
+  MetricsCsv(const MetricsCsv&) = delete;
+  MetricsCsv& operator=(const MetricsCsv&) = delete;
+
+  struct Row {
+    double time_s = 0;
+    int64_t clock = 0;
+    uint32_t worker = 0;
+    double epoch = 0;
+    double loss = 0;
+    std::string metric_name;        // empty when no evaluation
+    std::optional<double> metric;
+    double samples_per_s = 0;
+    double staleness_wait_s = 0;
+  };
+  // One line; Internal naming the path when the write fails (disk full).
+  Status Append(const Row& row);
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsCsv(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_ = -1;
+};
+
+// What a training program reports when it is done.
+struct TrainSummary {
+  double first_loss = 0;  // minibatch loss of the first step
+  double last_loss = 0;   // mean minibatch loss of the last interval
+  std::string metric_name;  // "test accuracy", "test log-loss", "test RMSE"; empty: none
+  std::vector<double> metrics;  // every evaluation, in order (worker 0 only)
+  double samples_per_s = 0;     // over the whole run, evaluations excluded
+  double staleness_wait_s = 0;
+
+  // Mean of the last `n` evaluations (fewer if there are fewer); NaN when none.
+  double TailMean(size_t n) const;
+};
+
+class TrainingProgress {
+ public:
+  // `metric_name` names what the program's evaluation measures;
+  // `samples_per_epoch` is this worker's data size. Opens train.metrics_csv.
+  static StatusOr<std::unique_ptr<TrainingProgress>> Create(const JobOptions& job, uint32_t rank,
+                                                            const ParamStore* store,
+                                                            std::string metric_name,
+                                                            uint64_t samples_per_epoch);
+
+  // Records one step's minibatch loss and size.
+  void AddStep(double loss, uint64_t samples);
+  // After `done` steps of `total`: prints a line when an interval ends
+  // (train.log_every, and the last step) and, on worker 0 when an
+  // evaluation is due (train.eval_every, and the last step), first runs
+  // `evaluate`, whose time does not count as training time.
+  Status StepDone(int64_t done, int64_t total, const std::function<StatusOr<double>()>& evaluate);
+
+  const TrainSummary& summary() const { return summary_; }
+
+ private:
+  using SteadyClock = std::chrono::steady_clock;
+  TrainingProgress(const JobOptions& job, uint32_t rank, const ParamStore* store,
+                   std::string metric_name, uint64_t samples_per_epoch,
+                   std::unique_ptr<MetricsCsv> csv);
+  double TrainingSeconds() const;
+
+  const uint32_t rank_;
+  const uint32_t log_every_;
+  const uint32_t eval_every_;
+  const ParamStore* const store_;
+  const uint64_t samples_per_epoch_;
+  std::unique_ptr<MetricsCsv> csv_;
+  const SteadyClock::time_point start_;
+  SteadyClock::duration evaluating_{};  // time spent in evaluations
+  uint64_t samples_ = 0;                // since the start
+  bool first_step_ = true;
+  double interval_loss_ = 0;
+  uint64_t interval_steps_ = 0;
+  TrainSummary summary_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_PROGRESS_H_

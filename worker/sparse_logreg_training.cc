@@ -1,0 +1,84 @@
+#include "worker/sparse_logreg_training.h"
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "common/logging.h"
+#include "worker/models/sparse_logreg.h"
+#include "worker/straggler.h"
+#include "worker/training.h"
+
+namespace ps {
+
+SparseClickOptions ClickDataOptions(const JobOptions& job) {
+  SparseClickOptions options;
+  const uint32_t table = job.TableId(job.train.table).value();
+  options.num_features = job.tables[table].rows;
+  options.num_samples = job.train.samples_per_worker * job.cluster.workers;
+  options.seed = job.train.seed;
+  return options;
+}
+
+StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
+                                                     ParamStore* store) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
+  const SparseClickOptions options = ClickDataOptions(job);
+  PS_ASSIGN_OR_RETURN(SparseClickData data,
+                      GenerateSparseClicks(options, rank, job.cluster.workers));
+  SparseClickData test;
+  std::vector<uint64_t> test_ids;
+  std::vector<float> test_weights;
+  if (rank == 0) {
+    SparseClickOptions held_out = options;
+    held_out.first_sample = options.num_samples;  // fresh draws, same weights
+    held_out.num_samples = train.test_samples;
+    PS_ASSIGN_OR_RETURN(test, GenerateSparseClicks(held_out, 0, 1));
+    BatchFeatures(test, 0, test.num_samples(), &test_ids);
+    test_weights.resize(test_ids.size());
+    for (size_t i = 0; i < test_ids.size(); ++i) test_weights[i] = test.true_weights[test_ids[i]];
+    PS_ASSIGN_OR_RETURN(double best, SparseLogLoss(test, test_ids, test_weights));
+    PS_LOG_INFO("worker 0: {} held-out samples; their log-loss at the generating weights is "
+                "{:.4f} (no model does better on average)",
+                test.num_samples(), best);
+  }
+  const uint32_t batch = train.batch_size;
+  PS_LOG_INFO("worker {}: sparse logistic regression, {} features, {} training samples, batch {}, "
+              "{} steps ({})",
+              rank, options.num_features, data.num_samples(), batch, train.iterations,
+              store->Describe());
+  PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
+                                                              data.num_samples()));
+  const auto evaluate = [&]() -> StatusOr<double> {
+    PS_RETURN_IF_ERROR(store->Pull(table, test_ids, test_weights.data()));
+    return SparseLogLoss(test, test_ids, test_weights);
+  };
+
+  std::vector<uint64_t> ids;
+  std::vector<float> weights;
+  auto grads = std::make_shared<std::vector<float>>();
+  StragglerInjector stragglers(job.stragglers, rank);
+  size_t cursor = 0;
+  for (int64_t step = store->clock(); step < train.iterations; ++step) {
+    if (cursor + batch > data.num_samples()) cursor = 0;
+    // Only the rows this minibatch touches travel.
+    BatchFeatures(data, cursor, batch, &ids);
+    weights.resize(ids.size());
+    PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
+    const auto compute_start = std::chrono::steady_clock::now();
+    grads->resize(ids.size());
+    PS_ASSIGN_OR_RETURN(double loss,
+                        SparseLogRegLossAndGradient(data, cursor, batch, ids, weights, *grads));
+    cursor += batch;
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
+    PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
+    progress->AddStep(loss, batch);
+    PS_RETURN_IF_ERROR(store->Push(table, ids, SharedFloats::Of(grads)));
+    PS_RETURN_IF_ERROR(store->EndStep());
+    PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
+  }
+  return progress->summary();
+}
+
+}  // namespace ps

@@ -1,0 +1,33 @@
+// The sparse logistic regression program of ps_worker (train.program:
+// sparse_logistic_regression) on generated click-like data
+// (worker/data/generators.h): train.table holds one weight per feature
+// (dim 1, rows = features, about 10^6), and each step pulls only the rows
+// its minibatch touches and pushes their gradient. Regularization (L2,
+// optional L1) is the table's optimizer.l2 / l1, applied by the shards.
+// Worker 0 evaluates the mean log-loss on train.test_samples held-out
+// samples (fresh draws from the same generating weights).
+#ifndef PS_WORKER_SPARSE_LOGREG_TRAINING_H_
+#define PS_WORKER_SPARSE_LOGREG_TRAINING_H_
+
+#include <cstdint>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "worker/data/generators.h"
+#include "worker/param_store.h"
+#include "worker/progress.h"
+
+namespace ps {
+
+// The click data of a job: every worker's samples together
+// (samples_per_worker x workers, seed train.seed) over the table's rows.
+SparseClickOptions ClickDataOptions(const JobOptions& job);
+
+// REQUIRES: job.train.program == kSparseLogisticRegression,
+// job.Validate().ok(); `store` outlives the call.
+StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
+                                                     ParamStore* store);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_SPARSE_LOGREG_TRAINING_H_
