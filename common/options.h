@@ -42,7 +42,7 @@ enum class OptimizerKind {
   kSgd,      // v = momentum * v + g; value -= lr * v (plain sgd when momentum is 0)
   kAdd,      // value += pushed (accumulators, counters, exact-sum tests)
   kAdagrad,  // s += g^2; value -= lr * g / (sqrt(s) + epsilon)
-  kAdam,     // Kingma & Ba, with bias correction; t counts this shard's pushes to the table
+  kAdam,     // Kingma & Ba, with bias correction at step t = minimum clock + 1
 };
 
 enum class LrDecay { kNone, kStep, kCosine };

@@ -17,6 +17,7 @@ PACKAGES=(
   libcli11-dev
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
+  python3
 )
 
 missing=()

@@ -101,11 +101,15 @@ ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
 }
 
 void ShardStore::Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
-                        float lr) {
+                        int64_t clock) {
   const uint32_t slots = table.optimizer.Slots();
+  // Adam's step t is the job's step, clock + 1: the same for every part of
+  // a push and for every worker's push of one clock, and known again from
+  // the clock alone after a restart.
   ApplyOptimizer(table.optimizer, block->values.data() + offset,
                  slots > 0 ? block->slots[0].data() + offset : nullptr,
-                 slots > 1 ? block->slots[1].data() + offset : nullptr, g, n, lr, table.steps);
+                 slots > 1 ? block->slots[1].data() + offset : nullptr, g, n,
+                 table.optimizer.LearningRate(clock), clock + 1);
 }
 
 void ShardStore::ApplyPush(const Request& request, int64_t clock) {
@@ -113,12 +117,10 @@ void ShardStore::ApplyPush(const Request& request, int64_t clock) {
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   const float* g = request.values.data();
-  const float lr = t.optimizer.LearningRate(clock);
-  ++t.steps;
   if (request.header.dense()) {
     ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
                     [&](uint64_t block, uint64_t in_block, uint64_t n) {
-                      Update(t, Writable(t, block), in_block * dim, g, n * dim, lr);
+                      Update(t, Writable(t, block), in_block * dim, g, n * dim, clock);
                       g += n * dim;
                     });
     return;
@@ -132,7 +134,7 @@ void ShardStore::ApplyPush(const Request& request, int64_t clock) {
       base = Writable(t, block);
       last_block = block;
     }
-    Update(t, base, (row % rpb) * dim, g + i * dim, dim, lr);
+    Update(t, base, (row % rpb) * dim, g + i * dim, dim, clock);
   }
 }
 
@@ -172,14 +174,13 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
       TableSum& sum = clock_sums[ti];
       if (sum.values.empty()) continue;
       Table& t = tables_[ti];
-      ++t.steps;
       const uint64_t block_floats = t.rows_per_block * t.layout.dim;
       for (uint64_t b = 0; b < t.blocks.size(); ++b) {
         if (!sum.touched[b]) continue;
         float* g = sum.values.data() + b * block_floats;
         const size_t n = t.blocks[b]->values.size();
         for (size_t i = 0; i < n; ++i) g[i] *= scale;
-        Update(t, Writable(t, b), 0, g, n, t.optimizer.LearningRate(clock));
+        Update(t, Writable(t, b), 0, g, n, clock);
       }
     }
     sums_.erase(sums_.begin());

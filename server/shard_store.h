@@ -80,15 +80,15 @@ class ShardStore {
     TableLayout layout;
     OptimizerOptions optimizer;
     uint64_t rows_per_block = 1;
-    int64_t steps = 0;  // updates applied (adam's t)
     std::vector<std::shared_ptr<Block>> blocks;
   };
   ShardStore() = default;
   // The block, made private to the store first if a reply still shares it.
   Block* Writable(Table& table, uint64_t block);
-  // One optimizer step on elements [offset, offset + n) of a block.
+  // One optimizer step on elements [offset, offset + n) of a block, at the
+  // learning rate and Adam step of minimum clock `clock`.
   static void Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
-                     float lr);
+                     int64_t clock);
   // Calls fn(block, first row in the block, rows) for each block-sized run
   // of the dense range of `count` rows from the shard-local row `first`.
   template <typename Fn>

@@ -38,8 +38,9 @@ struct PulledRows {
     BatchRows(ratings, &users, &items);
     user_factors.resize(users.size() * k);
     item_factors.resize(items.size() * k);
-    PS_RETURN_IF_ERROR(store->Pull(user_table, users, user_factors.data()));
-    return store->Pull(item_table, items, item_factors.data());
+    const RowsToPull pulls[] = {{user_table, users, user_factors.data()},
+                                {item_table, items, item_factors.data()}};
+    return store->PullMany(pulls);
   }
 };
 

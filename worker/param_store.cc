@@ -27,6 +27,25 @@ Status RemoteParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, fl
   return client_->Wait(pull);
 }
 
+Status RemoteParamStore::PullMany(std::span<const RowsToPull> pulls) {
+  std::vector<Ticket> tickets;
+  Status first;
+  for (const RowsToPull& p : pulls) {
+    StatusOr<Ticket> t = client_->Pull(p.table, p.rows, p.out);
+    if (!t.ok()) {
+      first = t.status();
+      break;
+    }
+    tickets.push_back(*t);
+  }
+  // Every issued pull is waited for: `out` must not be written after return.
+  for (Ticket t : tickets) {
+    Status s = client_->Wait(t);
+    if (first.ok() && !s.ok()) first = std::move(s);
+  }
+  return first;
+}
+
 Status RemoteParamStore::PushDense(uint32_t table, SharedFloats gradient) {
   PS_ASSIGN_OR_RETURN(Ticket push, client_->PushDense(table, std::move(gradient)));
   pushes_.push_back(push);

@@ -27,6 +27,13 @@ namespace ps {
 
 class ShardStore;
 
+// One table's rows to read: rows.size() x dim floats into out, row-major.
+struct RowsToPull {
+  uint32_t table = 0;
+  std::span<const uint64_t> rows;
+  float* out = nullptr;
+};
+
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
@@ -38,6 +45,12 @@ class ParamStore {
   // Reads `rows` (sorted rows avoid a copy on the remote store) into
   // out[0 .. rows.size() * dim), row-major in the order of `rows`.
   virtual Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) = 0;
+  // Several Pulls at once (the remote store has them in flight together);
+  // the first error.
+  virtual Status PullMany(std::span<const RowsToPull> pulls) {
+    for (const RowsToPull& p : pulls) PS_RETURN_IF_ERROR(Pull(p.table, p.rows, p.out));
+    return Status::Ok();
+  }
   // Sends the gradient of the whole table. The contents of `gradient` must
   // not change until EndStep returns.
   virtual Status PushDense(uint32_t table, SharedFloats gradient) = 0;
@@ -62,6 +75,7 @@ class RemoteParamStore final : public ParamStore {
   int64_t clock() const override { return client_->clock(); }
   Status PullDense(uint32_t table, float* out) override;
   Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
+  Status PullMany(std::span<const RowsToPull> pulls) override;
   Status PushDense(uint32_t table, SharedFloats gradient) override;
   Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
   Status EndStep() override;

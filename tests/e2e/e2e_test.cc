@@ -16,12 +16,14 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "common/config.h"
 #include "common/subprocess.h"
 #include "worker/backend.h"
 #include "worker/client.h"
+#include "worker/progress.h"
 
 namespace ps {
 namespace {
@@ -314,6 +316,85 @@ TEST_F(E2eTest, LaunchTrainsAnMlpOnFashionMnist) {
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0 done: .* test accuracy ([0-9.]+))")))
       << out;
   EXPECT_GT(std::stod(m[1]), 0.75) << out;  // under one epoch per worker
+}
+
+// The mean of the last evaluations worker 0 printed in its "done" line.
+double TailMetric(const std::string& out, const std::string& metric) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("worker 0 done: .* " + metric +
+                                            R"( [0-9.]+ \(mean of the last \d+: ([0-9.]+)\))"))) {
+    ADD_FAILURE() << "no final " << metric << " in:\n" << out;
+    return -1;
+  }
+  return std::stod(m[1]);
+}
+
+// Trains `job` with ps_launch (its workers writing metrics.csv), then the
+// same job with ps_worker --standalone; returns both tail metrics.
+TEST_F(E2eTest, SparseLogisticRegressionMatchesTheSingleProcessRun) {
+  const std::string job = WriteJob(
+      2, 2,
+      "tables: [ { name: weights, rows: 200000,\n"
+      "            optimizer: { type: adagrad, lr: 0.05, l2: 0.0001 } } ]\n"
+      "consistency: { mode: ssp, staleness: 3 }\n"
+      "train: { program: sparse_logistic_regression, samples_per_worker: 20000,\n"
+      "         test_samples: 5000, batch_size: 200, iterations: 300, eval_every: 100,\n"
+      "         log_every: 100, metrics_csv: " + (dir_ / "metrics.csv").string() + " }\n");
+  Subprocess* launch = Start({kLaunch, "--config", job}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  const double distributed = TailMetric(out, "test log-loss");
+  // Every worker wrote its progress rows; worker 0 also its evaluations.
+  std::ifstream csv(dir_ / "metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, MetricsCsv::kHeader);
+  int rows[2] = {0, 0}, evaluations = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream fields(line);
+    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
+    ASSERT_GE(cells.size(), 6u) << line;
+    ++rows[std::stoi(cells[2])];
+    if (cells[5] == "test log-loss") ++evaluations;
+  }
+  EXPECT_EQ(rows[0], 3);
+  EXPECT_EQ(rows[1], 3);
+  EXPECT_EQ(evaluations, 3);
+
+  Subprocess* alone = Start({kWorker, "--config", job, "--standalone"}, true);
+  auto [alone_status, alone_out] = Finish(alone, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(alone_status)) << alone_out;
+  const double sequential = TailMetric(alone_out, "test log-loss");
+  EXPECT_NE(alone_out.find("600 steps over all the data"), std::string::npos) << alone_out;
+  // Well below log 2 (no model), and as good as one process within 2%.
+  EXPECT_LT(sequential, 0.65) << alone_out;
+  EXPECT_LT(distributed, sequential * 1.02) << out << alone_out;
+}
+
+TEST_F(E2eTest, MatrixFactorizationMatchesTheSingleProcessRunUnderBsp) {
+  const std::string job = WriteJob(
+      2, 2,
+      "tables:\n"
+      "  - { name: users, rows: 1000, dim: 4, init: { type: normal, stddev: 0.1, seed: 3 },\n"
+      "      optimizer: { type: sgd, lr: 8 } }\n"
+      "  - { name: items, rows: 500, dim: 4, init: { type: normal, stddev: 0.1, seed: 4 },\n"
+      "      optimizer: { type: sgd, lr: 8 } }\n"
+      "consistency: { mode: bsp }\n"
+      "train: { program: matrix_factorization, observe_probability: 0.1, noise: 0.1,\n"
+      "         batch_size: 100, iterations: 4500, eval_every: 500, log_every: 1500 }\n");
+  Subprocess* launch = Start({kLaunch, "--config", job}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  const double distributed = TailMetric(out, "test RMSE");
+  Subprocess* alone = Start({kWorker, "--config", job, "--standalone"}, true);
+  auto [alone_status, alone_out] = Finish(alone, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(alone_status)) << alone_out;
+  const double sequential = TailMetric(alone_out, "test RMSE");
+  // Near the noise level (0.1; predicting 0 scores about 0.5) and within 5%
+  // of one process.
+  EXPECT_LT(sequential, 0.15) << alone_out;
+  EXPECT_LT(distributed, sequential * 1.05) << out << alone_out;
 }
 
 TEST_F(E2eTest, LaunchStopsTheJobWhenAServerCannotStart) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/key_range.h"
 
 namespace ps {
@@ -190,6 +192,43 @@ TEST(ShardStoreOptimizerTest, StateLivesBesideTheValuesAndSurvivesCopyOnWrite) {
   store->ApplyPush(r, 0);
   const auto m2 = store->CopySlot(0, 0);
   EXPECT_NEAR(m2[3], 0.9f * 0.2f + 0.2f, 1e-6f);
+}
+
+TEST(ShardStoreOptimizerTest, AdamStepIsTheClockNotThePushCount) {
+  // A push that arrives in two parts, and a second push of the same clock,
+  // update every value as if it came whole: Adam's t is clock + 1.
+  JobOptions job = Job(1, InitKind::kZeros);
+  job.tables[0].rows = 4;
+  job.tables[0].dim = 1;
+  job.tables[0].optimizer.kind = OptimizerKind::kAdam;
+  job.tables[0].optimizer.lr = 0.1f;
+  auto whole = ShardStore::Create(job, 0).value();
+  auto parts = ShardStore::Create(job, 0).value();
+  const std::vector<float> g = {1, -1, 0.5f, 2};
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.count = 4;
+  r.header.dim = 1;
+  r.header.flags = kFlagDenseRange;
+  r.values = g;
+  whole->ApplyPush(r, 0);
+  for (uint64_t first : {0u, 2u}) {
+    Request p = r;
+    p.header.first_row = first;
+    p.header.count = 2;
+    p.values = std::span<const float>(g).subspan(first, 2);
+    parts->ApplyPush(p, 0);
+  }
+  EXPECT_EQ(whole->CopyValues(0), parts->CopyValues(0));
+  // The first step at clock 0 is bias-corrected with t = 1: lr * sign(g).
+  EXPECT_NEAR(parts->CopyValues(0)[2], -0.1f, 1e-6f);
+  whole->ApplyPush(r, 5);
+  const float m = 0.9f * 0.1f * 2 + 0.1f * 2;       // slot 0 of row 3 after two steps
+  const float v = 0.999f * 0.001f * 4 + 0.001f * 4;  // slot 1
+  const double t = 6;                                // clock 5 + 1
+  const double step = 0.1 * (m / (1 - std::pow(0.9, t))) /
+                      (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-8);
+  EXPECT_NEAR(whole->CopyValues(0)[3], -0.1 - step, 1e-5);
 }
 
 TEST(ShardStoreOptimizerTest, ScheduleFollowsTheClockGiven) {

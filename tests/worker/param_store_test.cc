@@ -95,6 +95,30 @@ TEST(ParamStoreTest, LocalStoreTrainsExactlyWhatTheServersTrain) {
   EXPECT_EQ(remote.Describe(), "2 shards, bsp");
 }
 
+TEST(ParamStoreTest, PullManyReadsWhatSeparatePullsRead) {
+  const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
+  InProcessCluster cluster(job);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  ASSERT_TRUE(client->Join().ok());
+  RemoteParamStore remote(job, client.get());
+  auto local = LocalParamStore::Create(job).value();
+  const std::vector<uint64_t> dense_rows = {2999, 5, 1500};
+  const std::vector<uint64_t> sparse_rows = {0, 4999, 2500};
+  for (ParamStore* store : {static_cast<ParamStore*>(&remote), static_cast<ParamStore*>(local.get())}) {
+    std::vector<float> a(3), b(12), a1(3), b1(12);
+    const RowsToPull pulls[] = {{0, dense_rows, a.data()}, {1, sparse_rows, b.data()}};
+    ASSERT_TRUE(store->PullMany(pulls).ok());
+    ASSERT_TRUE(store->Pull(0, dense_rows, a1.data()).ok());
+    ASSERT_TRUE(store->Pull(1, sparse_rows, b1.data()).ok());
+    EXPECT_EQ(a, a1);
+    EXPECT_EQ(b, b1);
+    // A bad pull among them is reported, and the good ones still finish.
+    const std::vector<uint64_t> bad = {5000};
+    const RowsToPull mixed[] = {{0, dense_rows, a.data()}, {1, bad, b.data()}};
+    EXPECT_EQ(store->PullMany(mixed).code(), StatusCode::kInvalidArgument) << store->Describe();
+  }
+}
+
 TEST(ParamStoreTest, LocalPullFollowsTheOrderOfTheRows) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
   auto local = LocalParamStore::Create(job).value();
