@@ -16,6 +16,7 @@
 #ifndef PS_WORKER_BACKEND_H_
 #define PS_WORKER_BACKEND_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,8 @@ class DeviceBuffer {
   const size_t size_;
 };
 
-// Whether an operand of Gemm/Gemv is used as stored or transposed.
+// Whether an operand of Gemm/Gemv (or the sparse matrix of CsrMatVec) is
+// used as stored or transposed.
 enum class Transpose { kNo, kYes };
 
 class Backend {
@@ -128,20 +130,77 @@ class Backend {
                                      const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
                                      float* loss) = 0;
 
+  // The sparse ops below take index arrays in host memory (a device backend
+  // copies them over); every index is checked on the host before anything
+  // runs, so an index out of range is InvalidArgument and nothing is written.
+
+  // out[i][:] = table[index[i]][:] for i in [0, m): gathers m rows of the
+  // table (rows x cols) into out (m x cols); an index may repeat.
+  // REQUIRES: index has m entries, each < rows; out does not overlap table.
+  virtual Status GatherRows(size_t rows, size_t cols, const DeviceBuffer& table,
+                            const uint32_t* index, size_t m, DeviceBuffer* out) = 0;
+
+  // table[index[i]][:] += src[i][:] for i in [0, m), for src m x cols and
+  // table rows x cols. A repeated index receives the sum of its source rows
+  // (added in an unspecified order on a device, so the last bits may differ
+  // between runs there).
+  // REQUIRES: index has m entries, each < rows; src does not overlap table.
+  virtual Status ScatterAddRows(size_t m, size_t cols, const DeviceBuffer& src,
+                                const uint32_t* index, size_t rows, DeviceBuffer* table) = 0;
+
+  // out[i] = dot(A[i][:], B[i][:]) for A and B m x cols (row-wise dot
+  // products). Overwrites out[0, m).
+  // REQUIRES: out does not overlap A or B.
+  virtual Status RowDots(size_t m, size_t cols, const DeviceBuffer& a, const DeviceBuffer& b,
+                         DeviceBuffer* out) = 0;
+
+  // X[i][:] *= scale[i] for X m x cols.
+  // REQUIRES: scale does not overlap X.
+  virtual Status ScaleRows(size_t m, size_t cols, const DeviceBuffer& scale, DeviceBuffer* x) = 0;
+
+  // x[0, n) = value.
+  virtual Status Fill(size_t n, float value, DeviceBuffer* x) = 0;
+
+  // y = op(S) x for a binary sparse matrix S (rows x cols, every stored
+  // value 1) in CSR form: row r stores the columns
+  // col_index[row_offsets[r] .. row_offsets[r + 1]), and a column stored
+  // twice in a row counts twice. kNo: y[r] = sum of x[c] over the columns c
+  // stored in row r (x has cols elements; overwrites y[0, rows)). kYes:
+  // y[c] = sum of x[r] over the rows r that store column c (x has rows
+  // elements; overwrites y[0, cols)).
+  // REQUIRES: row_offsets has rows + 1 entries, starts at 0 and never
+  // decreases; col_index has row_offsets[rows] entries, each < cols; y does
+  // not overlap x. A violation is InvalidArgument and nothing is written.
+  virtual Status CsrMatVec(Transpose trans, size_t rows, size_t cols, const uint64_t* row_offsets,
+                           const uint32_t* col_index, const DeviceBuffer& x, DeviceBuffer* y) = 0;
+
+  // Mean logistic loss of n logits z with labels y (host memory, each 0 or
+  // 1): *loss = mean over i of log(1 + exp(-z_i)) for y_i = 1 and
+  // log(1 + exp(z_i)) for y_i = 0, computed without overflow for any z. If
+  // grad is not null, grad[i] = (sigmoid(z_i) - y_i) / n, the gradient of
+  // *loss with respect to the logits; grad may be the logits buffer itself.
+  // A label other than 0 or 1 is InvalidArgument and nothing is written.
+  // REQUIRES: n >= 1; loss != nullptr.
+  virtual Status LogisticLoss(size_t n, const DeviceBuffer& logits, const int32_t* labels,
+                              DeviceBuffer* grad, float* loss) = 0;
+
  protected:
   // The shared argument check of every op: InvalidArgument unless `buffer`
   // is not null, was allocated by this backend and holds at least `needed`
   // floats. `op` and `arg` name the call and argument in the message.
   Status CheckBuffer(const DeviceBuffer* buffer, size_t needed, std::string_view op,
                      std::string_view arg) const {
-    std::string where = std::string(name()) + " " + std::string(op) + ": " + std::string(arg);
-    if (buffer == nullptr) return InvalidArgumentError(where + " is null");
+    // The message is built only on failure: these checks run on every op.
+    const auto where = [&] {
+      return std::string(name()) + " " + std::string(op) + ": " + std::string(arg);
+    };
+    if (buffer == nullptr) return InvalidArgumentError(where() + " is null");
     if (buffer->owner() != this) {
-      return InvalidArgumentError(where +
+      return InvalidArgumentError(where() +
                                   " was allocated by another backend; allocate it with this one");
     }
     if (buffer->size() < needed) {
-      return InvalidArgumentError(where + " holds " + std::to_string(buffer->size()) +
+      return InvalidArgumentError(where() + " holds " + std::to_string(buffer->size()) +
                                   " floats but the shape needs " + std::to_string(needed));
     }
     return Status::Ok();
@@ -184,12 +243,12 @@ class Backend {
   Status CheckSoftmaxArgs(size_t rows, size_t classes, const DeviceBuffer& logits,
                           const int32_t* labels, const DeviceBuffer* probs,
                           const DeviceBuffer* grad, const float* loss) const {
-    const std::string where = std::string(name()) + " SoftmaxCrossEntropy: ";
+    const auto where = [&] { return std::string(name()) + " SoftmaxCrossEntropy: "; };
     if (rows == 0 || classes == 0) {
-      return InvalidArgumentError(where + "rows and classes must be >= 1");
+      return InvalidArgumentError(where() + "rows and classes must be >= 1");
     }
     if (labels == nullptr || loss == nullptr) {
-      return InvalidArgumentError(where + "labels and loss must not be null");
+      return InvalidArgumentError(where() + "labels and loss must not be null");
     }
     PS_RETURN_IF_ERROR(CheckBuffer(&logits, rows * classes, "SoftmaxCrossEntropy", "logits"));
     PS_RETURN_IF_ERROR(CheckBuffer(probs, rows * classes, "SoftmaxCrossEntropy", "probs"));
@@ -198,14 +257,104 @@ class Backend {
     }
     for (size_t r = 0; r < rows; ++r) {
       if (labels[r] < 0 || static_cast<size_t>(labels[r]) >= classes) {
-        return InvalidArgumentError(where + "label " + std::to_string(labels[r]) + " of row " +
+        return InvalidArgumentError(where() + "label " + std::to_string(labels[r]) + " of row " +
                                     std::to_string(r) + " is outside [0, " +
                                     std::to_string(classes) + ")");
       }
     }
     return Status::Ok();
   }
+
+  // The argument check of GatherRows and ScatterAddRows, shared by every
+  // backend: `table` holds rows x cols floats, `batch` (out or src, named
+  // `batch_arg`) m x cols, and each of the m indices is below rows.
+  Status CheckIndexedRowsArgs(std::string_view op, size_t rows, size_t cols,
+                              const DeviceBuffer* table, const uint32_t* index, size_t m,
+                              const DeviceBuffer* batch, std::string_view batch_arg) const {
+    PS_RETURN_IF_ERROR(CheckBuffer(table, rows * cols, op, "table"));
+    PS_RETURN_IF_ERROR(CheckBuffer(batch, m * cols, op, batch_arg));
+    const auto where = [&] { return std::string(name()) + " " + std::string(op) + ": "; };
+    if (m > 0 && index == nullptr) return InvalidArgumentError(where() + "index is null");
+    for (size_t i = 0; i < m; ++i) {
+      if (index[i] >= rows) {
+        return InvalidArgumentError(
+            where() + "index[" + std::to_string(i) + "] = " + std::to_string(index[i]) +
+            " is outside the table's rows [0, " + std::to_string(rows) + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The argument check of CsrMatVec, shared by every backend: x and y large
+  // enough, row_offsets starting at 0 and never decreasing, and every column
+  // index below cols (all checked on the host).
+  Status CheckCsrArgs(Transpose trans, size_t rows, size_t cols, const uint64_t* row_offsets,
+                      const uint32_t* col_index, const DeviceBuffer& x,
+                      const DeviceBuffer* y) const {
+    const bool t = trans == Transpose::kYes;
+    PS_RETURN_IF_ERROR(CheckBuffer(&x, t ? rows : cols, "CsrMatVec", "x"));
+    PS_RETURN_IF_ERROR(CheckBuffer(y, t ? cols : rows, "CsrMatVec", "y"));
+    const auto where = [&] { return std::string(name()) + " CsrMatVec: "; };
+    if (row_offsets == nullptr) return InvalidArgumentError(where() + "row_offsets is null");
+    if (row_offsets[0] != 0) {
+      return InvalidArgumentError(where() + "row_offsets[0] is " + std::to_string(row_offsets[0]) +
+                                  "; it must be 0");
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      if (row_offsets[r + 1] < row_offsets[r]) {
+        return InvalidArgumentError(where() + "row_offsets decrease at row " + std::to_string(r) +
+                                    " (" + std::to_string(row_offsets[r]) + " then " +
+                                    std::to_string(row_offsets[r + 1]) + ")");
+      }
+    }
+    if (row_offsets[rows] > 0 && col_index == nullptr) {
+      return InvalidArgumentError(where() + "col_index is null");
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      for (uint64_t j = row_offsets[r]; j < row_offsets[r + 1]; ++j) {
+        if (col_index[j] >= cols) {
+          return InvalidArgumentError(
+              where() + "col_index[" + std::to_string(j) + "] = " + std::to_string(col_index[j]) +
+              " (row " + std::to_string(r) + ") is outside [0, " + std::to_string(cols) + ")");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The argument check of LogisticLoss, shared by every backend: shapes,
+  // buffers, and every label 0 or 1 (checked on the host).
+  Status CheckLogisticArgs(size_t n, const DeviceBuffer& logits, const int32_t* labels,
+                           const DeviceBuffer* grad, const float* loss) const {
+    const auto where = [&] { return std::string(name()) + " LogisticLoss: "; };
+    if (n == 0) return InvalidArgumentError(where() + "n must be >= 1");
+    if (labels == nullptr || loss == nullptr) {
+      return InvalidArgumentError(where() + "labels and loss must not be null");
+    }
+    PS_RETURN_IF_ERROR(CheckBuffer(&logits, n, "LogisticLoss", "logits"));
+    if (grad != nullptr) PS_RETURN_IF_ERROR(CheckBuffer(grad, n, "LogisticLoss", "grad"));
+    for (size_t i = 0; i < n; ++i) {
+      if (labels[i] != 0 && labels[i] != 1) {
+        return InvalidArgumentError(where() + "label " + std::to_string(labels[i]) +
+                                    " of element " + std::to_string(i) + " is neither 0 nor 1");
+      }
+    }
+    return Status::Ok();
+  }
 };
+
+// Makes *buffer hold at least `floats` floats (at least one), allocating a
+// new one from `backend` when it is null or smaller; a new buffer's contents
+// are unspecified (the old ones are not kept). Grows by at least half its
+// size so that a sequence of slowly rising sizes allocates a few times only.
+inline Status GrowBuffer(Backend* backend, size_t floats, std::unique_ptr<DeviceBuffer>* buffer) {
+  const size_t old = *buffer == nullptr ? 0 : (*buffer)->size();
+  if (old >= floats && old > 0) return Status::Ok();
+  const size_t want = std::max({floats, old + old / 2, size_t{1}});
+  buffer->reset();  // the old one is freed before the new one is allocated
+  PS_ASSIGN_OR_RETURN(*buffer, backend->Allocate(want));
+  return Status::Ok();
+}
 
 // worker.device (common/options.h): auto picks CUDA when the CUDA backend
 // was built and a device is present, else the CPU.

@@ -168,6 +168,107 @@ class CpuBackend : public Backend {
     *loss = static_cast<float>(total / static_cast<double>(rows));
     return Status::Ok();
   }
+
+  Status GatherRows(size_t rows, size_t cols, const DeviceBuffer& table, const uint32_t* index,
+                    size_t m, DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(
+        CheckIndexedRowsArgs("GatherRows", rows, cols, &table, index, m, out, "out"));
+    // A plain loop rather than a memcpy per row: rows are often a few floats.
+    for (size_t i = 0; i < m; ++i) {
+      const float* from = table.data() + size_t{index[i]} * cols;
+      float* to = out->data() + i * cols;
+      for (size_t c = 0; c < cols; ++c) to[c] = from[c];
+    }
+    return Status::Ok();
+  }
+
+  Status ScatterAddRows(size_t m, size_t cols, const DeviceBuffer& src, const uint32_t* index,
+                        size_t rows, DeviceBuffer* table) override {
+    PS_RETURN_IF_ERROR(
+        CheckIndexedRowsArgs("ScatterAddRows", rows, cols, table, index, m, &src, "src"));
+    for (size_t i = 0; i < m; ++i) {
+      const float* from = src.data() + i * cols;
+      float* to = table->data() + size_t{index[i]} * cols;
+      for (size_t c = 0; c < cols; ++c) to[c] += from[c];
+    }
+    return Status::Ok();
+  }
+
+  Status RowDots(size_t m, size_t cols, const DeviceBuffer& a, const DeviceBuffer& b,
+                 DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * cols, "RowDots", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&b, m * cols, "RowDots", "B"));
+    PS_RETURN_IF_ERROR(CheckBuffer(out, m, "RowDots", "out"));
+    for (size_t i = 0; i < m; ++i) {
+      const float* x = a.data() + i * cols;
+      const float* y = b.data() + i * cols;
+      // Rows are short (factor rows): a double sum costs nothing here.
+      double dot = 0;
+      for (size_t c = 0; c < cols; ++c) dot += double{x[c]} * y[c];
+      out->data()[i] = static_cast<float>(dot);
+    }
+    return Status::Ok();
+  }
+
+  Status ScaleRows(size_t m, size_t cols, const DeviceBuffer& scale, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&scale, m, "ScaleRows", "scale"));
+    PS_RETURN_IF_ERROR(CheckBuffer(x, m * cols, "ScaleRows", "X"));
+    for (size_t i = 0; i < m; ++i) {
+      const float s = scale.data()[i];
+      float* row = x->data() + i * cols;
+      for (size_t c = 0; c < cols; ++c) row[c] *= s;
+    }
+    return Status::Ok();
+  }
+
+  Status Fill(size_t n, float value, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Fill", "x"));
+    std::fill_n(x->data(), n, value);
+    return Status::Ok();
+  }
+
+  Status CsrMatVec(Transpose trans, size_t rows, size_t cols, const uint64_t* row_offsets,
+                   const uint32_t* col_index, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckCsrArgs(trans, rows, cols, row_offsets, col_index, x, y));
+    const float* xs = x.data();
+    float* ys = y->data();
+    if (trans == Transpose::kNo) {
+      for (size_t r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (uint64_t j = row_offsets[r]; j < row_offsets[r + 1]; ++j) sum += xs[col_index[j]];
+        ys[r] = static_cast<float>(sum);
+      }
+    } else {
+      std::fill_n(ys, cols, 0.0f);
+      for (size_t r = 0; r < rows; ++r) {
+        const float v = xs[r];
+        for (uint64_t j = row_offsets[r]; j < row_offsets[r + 1]; ++j) ys[col_index[j]] += v;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status LogisticLoss(size_t n, const DeviceBuffer& logits, const int32_t* labels,
+                      DeviceBuffer* grad, float* loss) override {
+    PS_RETURN_IF_ERROR(CheckLogisticArgs(n, logits, labels, grad, loss));
+    const double inv_n = 1.0 / static_cast<double>(n);
+    double total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      // `logits` may be the grad buffer: z is read before grad[i] is written.
+      const double z = logits.data()[i];
+      const bool positive = labels[i] == 1;
+      // log(1 + exp(-m)) for the margin m, without overflow for any m.
+      const double m = positive ? z : -z;
+      total += std::log1p(std::exp(-std::abs(m))) + std::max(-m, 0.0);
+      if (grad != nullptr) {
+        const double e = std::exp(-std::abs(z));
+        const double sigmoid = z >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        grad->data()[i] = static_cast<float>((sigmoid - (positive ? 1.0 : 0.0)) * inv_n);
+      }
+    }
+    *loss = static_cast<float>(total * inv_n);
+    return Status::Ok();
+  }
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CpuBackend: the Backend on host memory, with OpenBLAS (cblas) for the
-// matrix products and plain loops for the element-wise ops. The only file
+// matrix products and plain loops for the element-wise and sparse ops
+// (gathers, scatter-adds, CSR products, losses). The only file
 // that includes <cblas.h> is cpu_backend.cc.
 // Thread-compatible, like every Backend.
 #ifndef PS_WORKER_CPU_BACKEND_H_

@@ -61,9 +61,9 @@ ps::StatusOr<ps::TrainSummary> RunProgram(const ps::JobOptions& job, uint32_t ra
     case ps::TrainProgram::kMlp:
       return ps::TrainMlp(job, rank, store, backend);
     case ps::TrainProgram::kSparseLogisticRegression:
-      return ps::TrainSparseLogisticRegression(job, rank, store);
+      return ps::TrainSparseLogisticRegression(job, rank, store, backend);
     case ps::TrainProgram::kMatrixFactorization:
-      return ps::TrainMatrixFactorization(job, rank, store);
+      return ps::TrainMatrixFactorization(job, rank, store, backend);
     default:
       break;
   }

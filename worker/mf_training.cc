@@ -47,12 +47,13 @@ struct PulledRows {
 }  // namespace
 
 StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t rank,
-                                                ParamStore* store) {
+                                                ParamStore* store, Backend* backend) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t user_table, job.TableId(train.user_table));
   PS_ASSIGN_OR_RETURN(uint32_t item_table, job.TableId(train.item_table));
   const LowRankRatingsOptions options = RatingsDataOptions(job);
   const uint32_t k = options.rank;
+  PS_ASSIGN_OR_RETURN(auto model, MatrixFactorization::Create(backend, k));
   std::vector<Rating> ratings, held_out;
   {
     PS_ASSIGN_OR_RETURN(LowRankRatingsData mine,
@@ -92,16 +93,22 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t 
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size()));
   const auto evaluate = [&]() -> StatusOr<double> {
     PS_RETURN_IF_ERROR(test_rows.Pull(store, user_table, item_table, k, test));
-    return MfRmse(test, k, test_rows.users, test_rows.user_factors, test_rows.items,
-                  test_rows.item_factors);
+    return model->Rmse(test, test_rows.users, test_rows.user_factors, test_rows.items,
+                       test_rows.item_factors);
   };
 
   PulledRows rows;
-  auto user_grad = std::make_shared<std::vector<float>>();
-  auto item_grad = std::make_shared<std::vector<float>>();
+  // Two sets of gradient buffers: one may still be on its way to the
+  // servers (EndStepAsync) while the next step fills the other.
+  std::shared_ptr<std::vector<float>> user_grads[2] = {std::make_shared<std::vector<float>>(),
+                                                       std::make_shared<std::vector<float>>()};
+  std::shared_ptr<std::vector<float>> item_grads[2] = {std::make_shared<std::vector<float>>(),
+                                                       std::make_shared<std::vector<float>>()};
   StragglerInjector stragglers(job.stragglers, rank);
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
+    const std::shared_ptr<std::vector<float>>& user_grad = user_grads[step % 2];
+    const std::shared_ptr<std::vector<float>>& item_grad = item_grads[step % 2];
     if (cursor + batch > ratings.size()) cursor = 0;
     const std::span<const Rating> minibatch(ratings.data() + cursor, batch);
     cursor += batch;
@@ -110,16 +117,17 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t 
     user_grad->resize(rows.user_factors.size());
     item_grad->resize(rows.item_factors.size());
     PS_ASSIGN_OR_RETURN(double loss,
-                        MfLossAndGradient(minibatch, k, rows.users, rows.user_factors, rows.items,
-                                          rows.item_factors, 0.0f, *user_grad, *item_grad));
+                        model->LossAndGradient(minibatch, rows.users, rows.user_factors, rows.items,
+                                               rows.item_factors, 0.0f, *user_grad, *item_grad));
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     progress->AddStep(loss, batch);
     PS_RETURN_IF_ERROR(store->Push(user_table, rows.users, SharedFloats::Of(user_grad)));
     PS_RETURN_IF_ERROR(store->Push(item_table, rows.items, SharedFloats::Of(item_grad)));
-    PS_RETURN_IF_ERROR(store->EndStep());
+    PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
+  PS_RETURN_IF_ERROR(store->Flush());
   return progress->summary();
 }
 

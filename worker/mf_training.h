@@ -5,7 +5,8 @@
 // its block of users; each step pulls only the user and item rows its
 // minibatch touches and pushes their gradient (regularization, if any, is
 // the tables' optimizer.l2). A fraction train.test_fraction of the ratings
-// is held out; worker 0 evaluates the RMSE on all of them.
+// is held out; worker 0 evaluates the RMSE on all of them. The model's
+// forward and backward passes run on the compute backend.
 #ifndef PS_WORKER_MF_TRAINING_H_
 #define PS_WORKER_MF_TRAINING_H_
 
@@ -13,6 +14,7 @@
 
 #include "common/options.h"
 #include "common/status.h"
+#include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
@@ -24,9 +26,9 @@ namespace ps {
 LowRankRatingsOptions RatingsDataOptions(const JobOptions& job);
 
 // REQUIRES: job.train.program == kMatrixFactorization, job.Validate().ok();
-// `store` outlives the call.
+// `store` and `backend` outlive the call.
 StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t rank,
-                                                ParamStore* store);
+                                                ParamStore* store, Backend* backend);
 
 }  // namespace ps
 

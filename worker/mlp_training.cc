@@ -53,13 +53,19 @@ StatusOr<TrainSummary> TrainMlp(const JobOptions& job, uint32_t rank, ParamStore
                                                               data.num_samples()));
 
   std::vector<float> params(model->num_parameters());
-  auto grads = std::make_shared<std::vector<float>>(model->num_parameters());
+  // Two gradient buffers: one may still be on its way to the servers
+  // (EndStepAsync) while the next step fills the other.
+  std::shared_ptr<std::vector<float>> gradients[2] = {
+      std::make_shared<std::vector<float>>(model->num_parameters()),
+      std::make_shared<std::vector<float>>(model->num_parameters())};
   StragglerInjector stragglers(job.stragglers, rank);
   const auto evaluate = [&]() -> StatusOr<double> {
     return TestAccuracy(model.get(), test, 1000);
   };
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
+    const std::shared_ptr<std::vector<float>>& grads = gradients[step % 2];
+    // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
     PS_RETURN_IF_ERROR(model->SetParameters(params));
     if (cursor + batch > data.num_samples()) cursor = 0;
@@ -73,12 +79,13 @@ StatusOr<TrainSummary> TrainMlp(const JobOptions& job, uint32_t rank, ParamStore
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     progress->AddStep(loss, batch);
-    // The gradient buffer is pushed zero-copy: EndStep waits for the push
-    // before the next step writes it again.
+    // Pushed zero-copy; the push completes during the next step, which
+    // fills the other buffer.
     PS_RETURN_IF_ERROR(store->PushDense(table, SharedFloats::Of(grads)));
-    PS_RETURN_IF_ERROR(store->EndStep());
+    PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
+  PS_RETURN_IF_ERROR(store->Flush());
   return progress->summary();
 }
 

@@ -59,20 +59,35 @@ Status RemoteParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
   return Status::Ok();
 }
 
-Status RemoteParamStore::EndStep() {
-  // The clock report follows the pushes on each shard's connection, so it
-  // is sent at once; the step ends when all of them are acknowledged.
-  StatusOr<Ticket> clock = client_->Clock();
+Status RemoteParamStore::WaitFor(std::vector<Ticket>* tickets) {
   Status first;
-  for (Ticket push : pushes_) {
-    Status s = client_->Wait(push);
+  for (Ticket t : *tickets) {
+    Status s = client_->Wait(t);
     if (first.ok() && !s.ok()) first = std::move(s);
   }
-  pushes_.clear();
-  if (!clock.ok()) return clock.status();
-  Status clocked = client_->Wait(*clock);
-  return first.ok() ? clocked : first;
+  tickets->clear();
+  return first;
 }
+
+Status RemoteParamStore::EndStepAsync() {
+  // The clock report follows the pushes on each shard's connection, so it
+  // is sent at once.
+  StatusOr<Ticket> clock = client_->Clock();
+  Status before = WaitFor(&in_flight_);
+  in_flight_ = std::move(pushes_);
+  pushes_.clear();
+  if (clock.ok()) in_flight_.push_back(*clock);
+  if (!before.ok()) return before;
+  return clock.status();
+}
+
+Status RemoteParamStore::EndStep() {
+  Status sent = EndStepAsync();
+  Status done = Flush();
+  return sent.ok() ? done : sent;
+}
+
+Status RemoteParamStore::Flush() { return WaitFor(&in_flight_); }
 
 double RemoteParamStore::staleness_wait_seconds() const {
   return static_cast<double>(client_->counters().staleness_wait_us) * 1e-6;

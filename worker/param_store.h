@@ -60,6 +60,16 @@ class ParamStore {
   // Ends the step: every push of the step is applied (remote: acknowledged)
   // and the clock advances.
   virtual Status EndStep() = 0;
+  // Ends the step without waiting for its pushes: the clock advances at
+  // once and the pushes and clock report complete while the next step
+  // computes (the next pull still sees them: a shard handles one
+  // connection's requests in order). Waits for the step before. The
+  // gradients of this step must not change until the next EndStep,
+  // EndStepAsync or Flush returns (alternate two buffers). An error of this
+  // step surfaces from that call.
+  virtual Status EndStepAsync() { return EndStep(); }
+  // Waits for every push and clock report still in flight.
+  virtual Status Flush() { return Status::Ok(); }
   // Seconds pulls spent held back by the staleness bound, waiting for
   // slower workers (0 for the local store).
   virtual double staleness_wait_seconds() const = 0;
@@ -79,13 +89,19 @@ class RemoteParamStore final : public ParamStore {
   Status PushDense(uint32_t table, SharedFloats gradient) override;
   Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
   Status EndStep() override;
+  Status EndStepAsync() override;
+  Status Flush() override;
   double staleness_wait_seconds() const override;
   std::string Describe() const override { return description_; }
 
  private:
+  // Waits for `tickets` (all of them); the first error.
+  Status WaitFor(std::vector<Ticket>* tickets);
+
   Client* const client_;
   const std::string description_;
-  std::vector<Ticket> pushes_;  // of the current step
+  std::vector<Ticket> pushes_;     // of the current step
+  std::vector<Ticket> in_flight_;  // pushes and clock of the step before (EndStepAsync)
 };
 
 // Every table of the job in this process, held by one ShardStore that owns

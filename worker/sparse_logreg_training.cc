@@ -21,12 +21,13 @@ SparseClickOptions ClickDataOptions(const JobOptions& job) {
 }
 
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
-                                                     ParamStore* store) {
+                                                     ParamStore* store, Backend* backend) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
   const SparseClickOptions options = ClickDataOptions(job);
   PS_ASSIGN_OR_RETURN(SparseClickData data,
                       GenerateSparseClicks(options, rank, job.cluster.workers));
+  PS_ASSIGN_OR_RETURN(auto model, SparseLogReg::Create(backend));
   SparseClickData test;
   std::vector<uint64_t> test_ids;
   std::vector<float> test_weights;
@@ -38,7 +39,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint
     BatchFeatures(test, 0, test.num_samples(), &test_ids);
     test_weights.resize(test_ids.size());
     for (size_t i = 0; i < test_ids.size(); ++i) test_weights[i] = test.true_weights[test_ids[i]];
-    PS_ASSIGN_OR_RETURN(double best, SparseLogLoss(test, test_ids, test_weights));
+    PS_ASSIGN_OR_RETURN(float best, model->LogLoss(test, test_ids, test_weights));
     PS_LOG_INFO("worker 0: {} held-out samples; their log-loss at the generating weights is "
                 "{:.4f} (no model does better on average)",
                 test.num_samples(), best);
@@ -52,15 +53,20 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint
                                                               data.num_samples()));
   const auto evaluate = [&]() -> StatusOr<double> {
     PS_RETURN_IF_ERROR(store->Pull(table, test_ids, test_weights.data()));
-    return SparseLogLoss(test, test_ids, test_weights);
+    PS_ASSIGN_OR_RETURN(float loss, model->LogLoss(test, test_ids, test_weights));
+    return loss;
   };
 
   std::vector<uint64_t> ids;
   std::vector<float> weights;
-  auto grads = std::make_shared<std::vector<float>>();
+  // Two gradient buffers: one may still be on its way to the servers
+  // (EndStepAsync) while the next step fills the other.
+  std::shared_ptr<std::vector<float>> gradients[2] = {std::make_shared<std::vector<float>>(),
+                                                      std::make_shared<std::vector<float>>()};
   StragglerInjector stragglers(job.stragglers, rank);
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
+    const std::shared_ptr<std::vector<float>>& grads = gradients[step % 2];
     if (cursor + batch > data.num_samples()) cursor = 0;
     // Only the rows this minibatch touches travel.
     BatchFeatures(data, cursor, batch, &ids);
@@ -68,16 +74,17 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint
     PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
     const auto compute_start = std::chrono::steady_clock::now();
     grads->resize(ids.size());
-    PS_ASSIGN_OR_RETURN(double loss,
-                        SparseLogRegLossAndGradient(data, cursor, batch, ids, weights, *grads));
+    PS_ASSIGN_OR_RETURN(float loss,
+                        model->LossAndGradient(data, cursor, batch, ids, weights, *grads));
     cursor += batch;
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     progress->AddStep(loss, batch);
     PS_RETURN_IF_ERROR(store->Push(table, ids, SharedFloats::Of(grads)));
-    PS_RETURN_IF_ERROR(store->EndStep());
+    PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
+  PS_RETURN_IF_ERROR(store->Flush());
   return progress->summary();
 }
 

@@ -5,7 +5,8 @@
 // its minibatch touches and pushes their gradient. Regularization (L2,
 // optional L1) is the table's optimizer.l2 / l1, applied by the shards.
 // Worker 0 evaluates the mean log-loss on train.test_samples held-out
-// samples (fresh draws from the same generating weights).
+// samples (fresh draws from the same generating weights). The model's
+// forward and backward passes run on the compute backend.
 #ifndef PS_WORKER_SPARSE_LOGREG_TRAINING_H_
 #define PS_WORKER_SPARSE_LOGREG_TRAINING_H_
 
@@ -13,6 +14,7 @@
 
 #include "common/options.h"
 #include "common/status.h"
+#include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
@@ -24,9 +26,9 @@ namespace ps {
 SparseClickOptions ClickDataOptions(const JobOptions& job);
 
 // REQUIRES: job.train.program == kSparseLogisticRegression,
-// job.Validate().ok(); `store` outlives the call.
+// job.Validate().ok(); `store` and `backend` outlive the call.
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
-                                                     ParamStore* store);
+                                                     ParamStore* store, Backend* backend);
 
 }  // namespace ps
 

@@ -22,13 +22,20 @@ namespace {
 
 using Matrix = std::vector<double>;
 
+// |got - want|, infinite where got is NaN (std::max would skip a NaN, so a
+// NaN left in an output would pass unseen).
+double AbsDiff(float got, double want) {
+  const double d = std::abs(static_cast<double>(got) - want);
+  return std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+}
+
 // max |got - want| / max |want|: a normwise relative error, which stays
 // meaningful where single elements cancel to near zero.
 double RelativeError(const std::vector<float>& got, const Matrix& want) {
   EXPECT_EQ(got.size(), want.size());
   double diff = 0, scale = 0;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    diff = std::max(diff, AbsDiff(got[i], want[i]));
     scale = std::max(scale, std::abs(want[i]));
   }
   return diff / std::max(scale, 1e-30);
@@ -41,7 +48,7 @@ double RelativeError(const std::vector<float>& got, const Matrix& want, const Ma
   EXPECT_EQ(got.size(), want.size());
   double diff = 0, scale = 0;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    diff = std::max(diff, AbsDiff(got[i], want[i]));
     scale = std::max(scale, magnitude[i]);
   }
   return diff / std::max(scale, 1e-30);
@@ -85,6 +92,28 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
     Status st = backend_->Download(buffer, host.data(), n);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return host;
+  }
+
+  // m random row indices into a table of `rows` rows (repeats likely).
+  std::vector<uint32_t> RandomIndex(size_t m, size_t rows) {
+    std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(rows - 1));
+    std::vector<uint32_t> index(m);
+    for (uint32_t& i : index) i = pick(rng_);
+    return index;
+  }
+
+  // A random binary CSR matrix of `rows` rows over `cols` columns with 0 to
+  // max_per_row entries per row (columns may repeat within a row).
+  void RandomCsr(size_t rows, size_t cols, size_t max_per_row, std::vector<uint64_t>* offsets,
+                 std::vector<uint32_t>* col_index) {
+    std::uniform_int_distribution<size_t> count(0, max_per_row);
+    offsets->assign(1, 0);
+    col_index->clear();
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t n = count(rng_);
+      for (uint32_t c : RandomIndex(n, cols)) col_index->push_back(c);
+      offsets->push_back(col_index->size());
+    }
   }
 
   std::string Trace() const { return backend_->name() + " seed " + std::to_string(seed_); }
@@ -349,6 +378,299 @@ TEST_P(BackendTest, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
     const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
     EXPECT_NEAR(grad[i], numeric, 2e-3) << "element " << i;
   }
+}
+
+TEST_P(BackendTest, GatherRowsAndScatterAddRowsMatchReference) {
+  SCOPED_TRACE(Trace());
+  struct Shape {
+    size_t rows, cols, m;
+  };
+  // m > rows forces repeated indices; cols 1 and 129 cross a warp's width.
+  for (Shape s : {Shape{1, 1, 1}, Shape{10, 5, 7}, Shape{300, 17, 1000}, Shape{5, 129, 40},
+                  Shape{2000, 1, 3}}) {
+    SCOPED_TRACE(testing::Message() << "rows=" << s.rows << " cols=" << s.cols << " m=" << s.m);
+    auto table = Random(s.rows * s.cols), src = Random(s.m * s.cols);
+    const auto index = RandomIndex(s.m, s.rows);
+    Matrix want_gather(s.m * s.cols);
+    Matrix want_table(table.begin(), table.end()), mag(s.rows * s.cols);
+    for (size_t i = 0; i < s.rows * s.cols; ++i) mag[i] = std::abs(double{table[i]});
+    for (size_t i = 0; i < s.m; ++i) {
+      for (size_t c = 0; c < s.cols; ++c) {
+        want_gather[i * s.cols + c] = table[index[i] * s.cols + c];
+        want_table[index[i] * s.cols + c] += src[i * s.cols + c];
+        mag[index[i] * s.cols + c] += std::abs(double{src[i * s.cols + c]});
+      }
+    }
+    auto dtable = Put(table), dsrc = Put(src);
+    auto dout = Put(Random(s.m * s.cols));
+    ASSERT_TRUE(backend_->GatherRows(s.rows, s.cols, *dtable, index.data(), s.m, dout.get()).ok());
+    // A gather copies: exact.
+    EXPECT_EQ(RelativeError(Get(*dout, s.m * s.cols), want_gather), 0.0);
+    ASSERT_TRUE(
+        backend_->ScatterAddRows(s.m, s.cols, *dsrc, index.data(), s.rows, dtable.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dtable, s.rows * s.cols), want_table, mag), tolerance_);
+  }
+}
+
+TEST_P(BackendTest, RowDotsScaleRowsAndFillMatchReference) {
+  SCOPED_TRACE(Trace());
+  for (auto [m, cols] :
+       {std::pair<size_t, size_t>{1, 1}, {7, 5}, {100, 33}, {3, 1000}, {2049, 2}}) {
+    SCOPED_TRACE(testing::Message() << m << "x" << cols);
+    auto a = Random(m * cols), b = Random(m * cols), scale = Random(m, -2.0f, 2.0f);
+    Matrix want_dots(m), mag_dots(m), want_scaled(m * cols);
+    for (size_t i = 0; i < m; ++i) {
+      for (size_t c = 0; c < cols; ++c) {
+        want_dots[i] += double{a[i * cols + c]} * b[i * cols + c];
+        mag_dots[i] += std::abs(double{a[i * cols + c]} * b[i * cols + c]);
+        want_scaled[i * cols + c] = double{a[i * cols + c]} * scale[i];
+      }
+    }
+    auto da = Put(a), db = Put(b), dscale = Put(scale);
+    auto dout = Put(std::vector<float>(m, std::numeric_limits<float>::quiet_NaN()));
+    ASSERT_TRUE(backend_->RowDots(m, cols, *da, *db, dout.get()).ok());
+    EXPECT_LT(RelativeError(Get(*dout, m), want_dots, mag_dots), tolerance_);
+    ASSERT_TRUE(backend_->ScaleRows(m, cols, *dscale, da.get()).ok());
+    EXPECT_LT(RelativeError(Get(*da, m * cols), want_scaled), tolerance_);
+    ASSERT_TRUE(backend_->Fill(m * cols, -0.375f, db.get()).ok());
+    EXPECT_EQ(RelativeError(Get(*db, m * cols), Matrix(m * cols, -0.375)), 0.0);
+  }
+}
+
+TEST_P(BackendTest, CsrMatVecMatchesReferenceBothWays) {
+  SCOPED_TRACE(Trace());
+  struct Shape {
+    size_t rows, cols, max_per_row;
+  };
+  // Empty rows, columns no row stores, rows longer than a warp, and the
+  // shape of a click batch (500 samples of up to 50 of 10^4 pulled ids).
+  for (Shape s : {Shape{1, 1, 1}, Shape{9, 4, 6}, Shape{40, 300, 3}, Shape{7, 5, 100},
+                  Shape{500, 10000, 50}, Shape{3, 1, 0}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "rows=" << s.rows << " cols=" << s.cols << " max_per_row=" << s.max_per_row);
+    std::vector<uint64_t> offsets;
+    std::vector<uint32_t> col_index;
+    RandomCsr(s.rows, s.cols, s.max_per_row, &offsets, &col_index);
+    for (bool t : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "t=" << t);
+      const size_t in = t ? s.rows : s.cols, out = t ? s.cols : s.rows;
+      auto x = Random(in);
+      Matrix want(out, 0.0), mag(out, 0.0);
+      for (size_t r = 0; r < s.rows; ++r) {
+        for (uint64_t j = offsets[r]; j < offsets[r + 1]; ++j) {
+          const size_t from = t ? r : col_index[j], to = t ? col_index[j] : r;
+          want[to] += x[from];
+          mag[to] += std::abs(double{x[from]});
+        }
+      }
+      auto dx = Put(x);
+      // y is overwritten, not accumulated into: NaN must not survive.
+      auto dy = Put(std::vector<float>(out, std::numeric_limits<float>::quiet_NaN()));
+      ASSERT_TRUE(backend_
+                      ->CsrMatVec(t ? Transpose::kYes : Transpose::kNo, s.rows, s.cols,
+                                  offsets.data(), col_index.data(), *dx, dy.get())
+                      .ok());
+      EXPECT_LT(RelativeError(Get(*dy, out), want, mag), tolerance_);
+    }
+  }
+}
+
+// The float64 reference of LogisticLoss.
+void ReferenceLogistic(const std::vector<float>& logits, const std::vector<int32_t>& labels,
+                       Matrix* grad, double* loss) {
+  const size_t n = logits.size();
+  grad->assign(n, 0);
+  *loss = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double z = logits[i];
+    const double m = labels[i] == 1 ? z : -z;
+    *loss += std::log1p(std::exp(-std::abs(m))) + std::max(-m, 0.0);
+    const double p = z >= 0 ? 1.0 / (1.0 + std::exp(-z)) : std::exp(z) / (1.0 + std::exp(z));
+    (*grad)[i] = (p - labels[i]) / static_cast<double>(n);
+  }
+  *loss /= static_cast<double>(n);
+}
+
+TEST_P(BackendTest, LogisticLossMatchesReference) {
+  SCOPED_TRACE(Trace());
+  for (size_t n : {1u, 7u, 500u, 4099u}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    auto logits = Random(n, -8.0f, 8.0f);
+    std::vector<int32_t> labels(n);
+    std::bernoulli_distribution coin(0.5);
+    for (int32_t& l : labels) l = coin(rng_) ? 1 : 0;
+    Matrix want_grad;
+    double want_loss = 0;
+    ReferenceLogistic(logits, labels, &want_grad, &want_loss);
+
+    auto dl = Put(logits), dg = Put(Random(n));
+    float loss = -1;
+    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss).ok());
+    EXPECT_LT(RelativeError(Get(*dg, n), want_grad), tolerance_);
+    EXPECT_LE(std::abs(loss - want_loss), tolerance_ * std::max(1.0, want_loss));
+
+    // Without a gradient, and with the gradient over the logits, the same.
+    float loss2 = -1, loss3 = -1;
+    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss2).ok());
+    EXPECT_FLOAT_EQ(loss2, loss);
+    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dl.get(), &loss3).ok());
+    EXPECT_FLOAT_EQ(loss3, loss);
+    EXPECT_LT(RelativeError(Get(*dl, n), want_grad), tolerance_);
+  }
+}
+
+TEST_P(BackendTest, LogisticLossIsStableForHugeLogits) {
+  SCOPED_TRACE(Trace());
+  const std::vector<float> logits = {1000.0f, -1000.0f, 1000.0f, -1000.0f, 90.0f, -90.0f, 0.0f};
+  const std::vector<int32_t> labels = {1, 0, 0, 1, 1, 1, 0};
+  Matrix want_grad;
+  double want_loss = 0;
+  ReferenceLogistic(logits, labels, &want_grad, &want_loss);
+  auto dl = Put(logits), dg = Put(logits);
+  float loss = 0;
+  ASSERT_TRUE(backend_->LogisticLoss(logits.size(), *dl, labels.data(), dg.get(), &loss).ok());
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
+  const auto grad = Get(*dg, logits.size());
+  for (float g : grad) EXPECT_TRUE(std::isfinite(g));
+  EXPECT_LT(RelativeError(grad, want_grad), tolerance_);
+}
+
+// The backend's gradient against central differences of its own loss.
+TEST_P(BackendTest, LogisticLossGradientMatchesFiniteDifferences) {
+  SCOPED_TRACE(Trace());
+  const size_t n = 6;
+  auto logits = Random(n, -3.0f, 3.0f);
+  const std::vector<int32_t> labels = {0, 1, 1, 0, 1, 0};
+  auto dl = Put(logits), dg = Put(logits);
+  float loss = 0;
+  ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss).ok());
+  const auto grad = Get(*dg, n);
+  const float h = 1e-2f;
+  for (size_t i = 0; i < n; ++i) {
+    float loss_plus = 0, loss_minus = 0;
+    auto perturbed = logits;
+    perturbed[i] = logits[i] + h;
+    ASSERT_TRUE(backend_->Upload(perturbed.data(), n, dl.get()).ok());
+    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_plus).ok());
+    perturbed[i] = logits[i] - h;
+    ASSERT_TRUE(backend_->Upload(perturbed.data(), n, dl.get()).ok());
+    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_minus).ok());
+    const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
+    EXPECT_NEAR(grad[i], numeric, 2e-4) << "element " << i;
+  }
+}
+
+// Every sparse op refuses a bad index, offset or label, a short buffer and a
+// foreign one, before it writes anything.
+TEST_P(BackendTest, SparseOpsRejectBadIndicesSizesAndForeignBuffers) {
+  SCOPED_TRACE(Trace());
+  const size_t rows = 6, cols = 3;
+  const auto table = Random(rows * cols), src = Random(4 * cols);
+  auto dtable = Put(table), dsrc = Put(src), dout = Put(src);
+  auto small = Put(Random(2));
+  // The bad index is the last one, so a backend that wrote while checking
+  // would already have changed the table.
+  const std::vector<uint32_t> bad_index = {0, 5, 1, 6};
+  Status st = backend_->ScatterAddRows(4, cols, *dsrc, bad_index.data(), rows, dtable.get());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("index[3] = 6"), std::string::npos) << st.message();
+  EXPECT_EQ(Get(*dtable, rows * cols), table);
+  st = backend_->GatherRows(rows, cols, *dtable, bad_index.data(), 4, dout.get());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(Get(*dout, 4 * cols), src);
+  EXPECT_EQ(backend_->GatherRows(rows, cols, *dtable, nullptr, 4, dout.get()).code(),
+            StatusCode::kInvalidArgument);
+  // Too small: the table for its rows, out for m rows.
+  const std::vector<uint32_t> index = {0, 5, 1, 2};
+  st = backend_->GatherRows(rows + 1, cols, *dtable, index.data(), 4, dout.get());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("GatherRows: table"), std::string::npos) << st.message();
+  EXPECT_EQ(backend_->GatherRows(rows, cols, *dtable, index.data(), 4, small.get()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->ScatterAddRows(4, cols, *small, index.data(), rows, dtable.get()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->RowDots(4, cols, *dsrc, *dsrc, small.get()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->RowDots(4, cols, *dsrc, *small, dout.get()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->ScaleRows(4, cols, *small, dout.get()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->ScaleRows(4, cols, *dsrc, small.get()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Fill(3, 1.0f, small.get()).code(), StatusCode::kInvalidArgument);
+
+  // A buffer of another backend instance, for each sparse op.
+  auto other = CreateCpuBackend();
+  auto foreign = std::move(other->Allocate(64)).value();
+  const std::string kForeign = "another backend";
+  st = backend_->GatherRows(rows, cols, *foreign, index.data(), 4, dout.get());
+  EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+  st = backend_->ScatterAddRows(4, cols, *dsrc, index.data(), rows, foreign.get());
+  EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+  st = backend_->RowDots(4, cols, *foreign, *dsrc, dout.get());
+  EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+  st = backend_->ScaleRows(4, cols, *dsrc, foreign.get());
+  EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+  st = backend_->Fill(4, 0.0f, foreign.get());
+  EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+
+  // CSR: 2 rows over 3 columns.
+  const std::vector<uint64_t> offsets = {0, 2, 3};
+  const std::vector<uint32_t> col_index = {0, 2, 1};
+  const std::vector<uint32_t> bad_cols = {0, 2, 3};
+  const std::vector<uint64_t> not_from_zero = {1, 2, 3}, decreasing = {0, 2, 1};
+  auto dx = Put(Random(3));
+  auto dy = Put(std::vector<float>(3, 7.0f));
+  ASSERT_TRUE(
+      backend_->CsrMatVec(Transpose::kNo, 2, 3, offsets.data(), col_index.data(), *dx, dy.get())
+          .ok());
+  const auto y_before = Get(*dy, 3);
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    st = backend_->CsrMatVec(t, 2, 3, offsets.data(), bad_cols.data(), *dx, dy.get());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("col_index[2] = 3 (row 1)"), std::string::npos) << st.message();
+    st = backend_->CsrMatVec(t, 2, 3, not_from_zero.data(), col_index.data(), *dx, dy.get());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    st = backend_->CsrMatVec(t, 2, 3, decreasing.data(), col_index.data(), *dx, dy.get());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("decrease at row 1"), std::string::npos) << st.message();
+    EXPECT_EQ(backend_->CsrMatVec(t, 2, 3, nullptr, col_index.data(), *dx, dy.get()).code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(backend_->CsrMatVec(t, 2, 3, offsets.data(), nullptr, *dx, dy.get()).code(),
+              StatusCode::kInvalidArgument);
+    // y (kNo: 2, kYes: 3 floats) or x (kNo: 3, kYes: 2) too small.
+    EXPECT_EQ(
+        backend_->CsrMatVec(t, 2, 3, offsets.data(), col_index.data(), *dx, small.get()).code(),
+        t == Transpose::kYes ? StatusCode::kInvalidArgument : StatusCode::kOk);
+    EXPECT_EQ(
+        backend_->CsrMatVec(t, 2, 3, offsets.data(), col_index.data(), *small, dy.get()).code(),
+        t == Transpose::kNo ? StatusCode::kInvalidArgument : StatusCode::kOk);
+    st = backend_->CsrMatVec(t, 2, 3, offsets.data(), col_index.data(), *foreign, dy.get());
+    EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
+    // Put y back: the kOk calls above wrote it.
+    ASSERT_TRUE(backend_->Upload(y_before.data(), 3, dy.get()).ok());
+  }
+  EXPECT_EQ(Get(*dy, 3), y_before);
+
+  // LogisticLoss: labels other than 0 and 1, n == 0, short or foreign grad.
+  const std::vector<int32_t> labels = {1, 0, 2};
+  auto dz = Put(Random(3));
+  const auto z_before = Get(*dz, 3);
+  float loss = -1;
+  st = backend_->LogisticLoss(3, *dz, labels.data(), dz.get(), &loss);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("label 2 of element 2"), std::string::npos) << st.message();
+  EXPECT_EQ(Get(*dz, 3), z_before);
+  EXPECT_EQ(loss, -1.0f);
+  EXPECT_EQ(backend_->LogisticLoss(0, *dz, labels.data(), nullptr, &loss).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->LogisticLoss(2, *dz, labels.data(), small.get(), &loss).code(),
+            StatusCode::kOk);
+  EXPECT_EQ(backend_->LogisticLoss(3, *dz, labels.data(), small.get(), &loss).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->LogisticLoss(2, *dz, labels.data(), foreign.get(), &loss).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->LogisticLoss(2, *dz, nullptr, nullptr, &loss).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_P(BackendTest, RejectsWrongSizesForeignBuffersAndBadLabels) {

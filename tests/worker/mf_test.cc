@@ -2,7 +2,8 @@
 // matches finite differences of the regularized objective, the true factors
 // reach the noise floor, the held-out split is deterministic and
 // partition-independent, and plain minibatch SGD recovers the ratings to near
-// the noise level.
+// the noise level. The model's cases run on every available backend; the
+// CUDA cases skip without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/models/matrix_factorization.h"
 
@@ -31,12 +33,29 @@ bool SameRatings(const std::vector<Rating>& a, const std::vector<Rating>& b) {
   });
 }
 
-// The regularized objective MfLossAndGradient differentiates, computed here
+class MatrixFactorizationTest : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == BackendKind::kCuda && CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device";
+    }
+    backend_ = CreateBackend(GetParam()).value();
+  }
+
+  std::unique_ptr<MatrixFactorization> Model(uint32_t k) {
+    return MatrixFactorization::Create(backend_.get(), k).value();
+  }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+// The regularized objective LossAndGradient differentiates, computed here
 // independently of the model code (except for its returned data loss).
-double Objective(std::span<const Rating> batch, uint32_t k, std::span<const uint64_t> users,
-                 std::span<const float> uf, std::span<const uint64_t> items,
-                 std::span<const float> vf, float l2) {
-  const double data = MfLossAndGradient(batch, k, users, uf, items, vf, l2, {}, {}).value();
+double Objective(MatrixFactorization* model, std::span<const Rating> batch,
+                 std::span<const uint64_t> users, std::span<const float> uf,
+                 std::span<const uint64_t> items, std::span<const float> vf, float l2) {
+  const uint32_t k = model->k();
+  const double data = model->LossAndGradient(batch, users, uf, items, vf, l2, {}, {}).value();
   double reg = 0;
   for (const Rating& r : batch) {
     const size_t ui = std::lower_bound(users.begin(), users.end(), r.user) - users.begin();
@@ -48,9 +67,9 @@ double Objective(std::span<const Rating> batch, uint32_t k, std::span<const uint
   return data + 0.5 * l2 * reg / static_cast<double>(batch.size());
 }
 
-TEST(MatrixFactorizationTest, GradientMatchesFiniteDifferences) {
+TEST_P(MatrixFactorizationTest, GradientMatchesFiniteDifferences) {
   constexpr uint32_t kK = 4;
-  constexpr float kL2 = 0.3f;
+  auto model = Model(kK);
   // Users 3 and 10 and items 7 and 8 repeat; user 42 and item 99 are pulled
   // but absent from the batch, so their gradient is zero.
   const std::vector<Rating> batch = {
@@ -64,50 +83,72 @@ TEST(MatrixFactorizationTest, GradientMatchesFiniteDifferences) {
   std::vector<float> uf(users.size() * kK), vf(items.size() * kK);
   for (float& x : uf) x = n(gen);
   for (float& x : vf) x = n(gen);
-  std::vector<float> ug(uf.size(), -1.0f), vg(vf.size(), -1.0f);
-  auto loss = MfLossAndGradient(batch, kK, users, uf, items, vf, kL2, ug, vg);
-  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
-  EXPECT_GT(*loss, 0.0);
+  // With L2 and without (the training programs' case, which the model
+  // computes in place of the gathered rows).
+  for (const float l2 : {0.3f, 0.0f}) {
+    SCOPED_TRACE(testing::Message() << "l2 " << l2);
+    std::vector<float> ug(uf.size(), -1.0f), vg(vf.size(), -1.0f);
+    auto loss = model->LossAndGradient(batch, users, uf, items, vf, l2, ug, vg);
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    EXPECT_GT(*loss, 0.0);
 
-  // The objective is quadratic in any one coordinate, so central differences
-  // are exact up to rounding; eps is a power of two so x +- eps is exact in
-  // float for these magnitudes.
-  const float eps = 1.0f / 64;
-  auto check = [&](std::vector<float>& params, const std::vector<float>& grad, const char* what) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      const float saved = params[i];
-      params[i] = saved + eps;
-      const double up = Objective(batch, kK, users, uf, items, vf, kL2);
-      params[i] = saved - eps;
-      const double down = Objective(batch, kK, users, uf, items, vf, kL2);
-      params[i] = saved;
-      const double numeric = (up - down) / (2.0 * eps);
-      EXPECT_NEAR(grad[i], numeric, 1e-5 + 1e-5 * std::abs(numeric)) << what << " " << i;
+    // The objective is quadratic in any one coordinate, so central
+    // differences are exact up to rounding, whatever the step: a wide one
+    // (1/8) keeps the rounding of the float errors u . v - r (~1e-7 of a loss
+    // of a few units) small in the quotient. The quotient divides by the
+    // perturbed values' actual difference, so a rounded x +- eps costs
+    // nothing.
+    const float eps = 1.0f / 8;
+    auto check = [&](std::vector<float>& params, const std::vector<float>& grad, const char* what) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        const float saved = params[i];
+        params[i] = saved + eps;
+        const double x_up = params[i];
+        const double up = Objective(model.get(), batch, users, uf, items, vf, l2);
+        params[i] = saved - eps;
+        const double x_down = params[i];
+        const double down = Objective(model.get(), batch, users, uf, items, vf, l2);
+        params[i] = saved;
+        const double numeric = (up - down) / (x_up - x_down);
+        EXPECT_NEAR(grad[i], numeric, 1e-5 + 1e-5 * std::abs(numeric)) << what << " " << i;
+      }
+    };
+    check(uf, ug, "user factor");
+    check(vf, vg, "item factor");
+    for (uint32_t d = 0; d < kK; ++d) {
+      EXPECT_EQ(ug[3 * kK + d], 0.0f);  // user 42
+      EXPECT_EQ(vg[3 * kK + d], 0.0f);  // item 99
     }
-  };
-  check(uf, ug, "user factor");
-  check(vf, vg, "item factor");
-  for (uint32_t d = 0; d < kK; ++d) {
-    EXPECT_EQ(ug[3 * kK + d], 0.0f);  // user 42
-    EXPECT_EQ(vg[3 * kK + d], 0.0f);  // item 99
+    // Loss only: the same value.
+    auto loss_only = model->LossAndGradient(batch, users, uf, items, vf, l2, {}, {});
+    ASSERT_TRUE(loss_only.ok());
+    EXPECT_EQ(*loss_only, *loss);
   }
-  // Loss only: the same value.
-  auto loss_only = MfLossAndGradient(batch, kK, users, uf, items, vf, kL2, {}, {});
-  ASSERT_TRUE(loss_only.ok());
-  EXPECT_EQ(*loss_only, *loss);
 }
 
-TEST(MatrixFactorizationTest, LossAndRmseMatchTheHandComputedValues) {
+TEST_P(MatrixFactorizationTest, LossAndRmseMatchTheHandComputedValues) {
+  auto model = Model(2);
   // k = 2: predictions 1*3 + 2*4 = 11 and 1*5 + 2*6 = 17.
   const std::vector<Rating> batch = {{0, 0, 10.0f}, {0, 1, 20.0f}};
   const std::vector<uint64_t> users = {0}, items = {0, 1};
   const std::vector<float> uf = {1, 2}, vf = {3, 4, 5, 6};
   // Errors 1 and -3: mean 0.5 * e^2 = (0.5 + 4.5) / 2.
-  EXPECT_DOUBLE_EQ(MfLossAndGradient(batch, 2, users, uf, items, vf, 0, {}, {}).value(), 2.5);
-  EXPECT_DOUBLE_EQ(MfRmse(batch, 2, users, uf, items, vf).value(), std::sqrt(5.0));
+  EXPECT_DOUBLE_EQ(model->LossAndGradient(batch, users, uf, items, vf, 0, {}, {}).value(), 2.5);
+  EXPECT_DOUBLE_EQ(model->Rmse(batch, users, uf, items, vf).value(), std::sqrt(5.0));
+  // The gradient by hand: errors e = (1, -3), mean over 2 ratings, l2 = 0.5
+  // per occurrence. User 0: (1 * (3, 4) - 3 * (5, 6)) / 2 + 0.5 * 2 * (1, 2) / 2;
+  // item 0: 1 * (1, 2) / 2 + 0.5 * (3, 4) / 2; item 1: -3 * (1, 2) / 2 + 0.5 * (5, 6) / 2.
+  std::vector<float> ug(2), vg(4);
+  ASSERT_TRUE(model->LossAndGradient(batch, users, uf, items, vf, 0.5f, ug, vg).ok());
+  EXPECT_EQ(ug, (std::vector<float>{-5.5f, -6.0f}));
+  EXPECT_EQ(vg, (std::vector<float>{1.25f, 2.0f, -0.25f, -1.5f}));
+  // Without L2: user 0 (-12, -14) / 2, item 0 (1, 2) / 2, item 1 (-3, -6) / 2.
+  ASSERT_TRUE(model->LossAndGradient(batch, users, uf, items, vf, 0.0f, ug, vg).ok());
+  EXPECT_EQ(ug, (std::vector<float>{-6.0f, -7.0f}));
+  EXPECT_EQ(vg, (std::vector<float>{0.5f, 1.0f, -1.5f, -3.0f}));
 }
 
-TEST(MatrixFactorizationTest, TrueFactorsReachTheNoiseFloor) {
+TEST_P(MatrixFactorizationTest, TrueFactorsReachTheNoiseFloor) {
   LowRankRatingsOptions o;
   o.num_users = 1000;
   o.num_items = 500;
@@ -121,17 +162,18 @@ TEST(MatrixFactorizationTest, TrueFactorsReachTheNoiseFloor) {
   ASSERT_GT(d->ratings.size(), 5000u);
   const auto users = Iota(d->users.begin, d->users.end);
   const auto items = Iota(0, o.num_items);
-  auto loss = MfLossAndGradient(d->ratings, o.rank, users, d->user_factors, items, d->item_factors,
-                                0, {}, {});
+  auto model = Model(o.rank);
+  auto loss =
+      model->LossAndGradient(d->ratings, users, d->user_factors, items, d->item_factors, 0, {}, {});
   ASSERT_TRUE(loss.ok()) << loss.status().ToString();
   const double half_var = 0.5 * o.noise_stddev * o.noise_stddev;
   EXPECT_NEAR(*loss, half_var, 0.1 * half_var);
-  auto rmse = MfRmse(d->ratings, o.rank, users, d->user_factors, items, d->item_factors);
+  auto rmse = model->Rmse(d->ratings, users, d->user_factors, items, d->item_factors);
   ASSERT_TRUE(rmse.ok());
   EXPECT_NEAR(*rmse, o.noise_stddev, 0.05 * o.noise_stddev);
 }
 
-TEST(MatrixFactorizationTest, BatchRowsAreSortedAndDistinct) {
+TEST(BatchRowsTest, AreSortedAndDistinct) {
   const std::vector<Rating> batch = {{9, 4, 0}, {2, 4, 0}, {9, 1, 0}, {5, 7, 0}, {2, 1, 0}};
   std::vector<uint64_t> users = {100}, items = {100};  // replaced, not appended to
   BatchRows(batch, &users, &items);
@@ -142,38 +184,47 @@ TEST(MatrixFactorizationTest, BatchRowsAreSortedAndDistinct) {
   EXPECT_TRUE(items.empty());
 }
 
-TEST(MatrixFactorizationTest, RejectsBadArguments) {
+TEST_P(MatrixFactorizationTest, RejectsBadArguments) {
+  auto model = Model(2);
+  auto* m = model.get();
   const std::vector<Rating> batch = {{1, 2, 1.0f}, {3, 2, 0.5f}};
   const std::vector<uint64_t> users = {1, 3}, items = {2};
   const std::vector<float> uf(4, 0.5f), vf(2, 0.5f);
   std::vector<float> ug(4), vg(2);
   auto code = [](const StatusOr<double>& s) { return s.status().code(); };
   const auto kBad = StatusCode::kInvalidArgument;
-  ASSERT_TRUE(MfLossAndGradient(batch, 2, users, uf, items, vf, 0.1f, ug, vg).ok());
+  ASSERT_TRUE(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg).ok());
 
-  EXPECT_EQ(code(MfLossAndGradient({}, 2, users, uf, items, vf, 0, ug, vg)), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 0, users, {}, items, {}, 0, {}, {})), kBad);
+  EXPECT_EQ(code(m->LossAndGradient({}, users, uf, items, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(MatrixFactorization::Create(backend_.get(), 0).status().code(), kBad);
+  EXPECT_EQ(MatrixFactorization::Create(nullptr, 2).status().code(), kBad);
   // An id of the batch that was not pulled.
   const std::vector<uint64_t> missing_user = {1, 4}, missing_item = {3};
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, missing_user, uf, items, vf, 0, ug, vg)), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, uf, missing_item, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, missing_user, uf, items, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, uf, missing_item, vf, 0, ug, vg)), kBad);
   // Ids out of order or repeated.
   const std::vector<uint64_t> unsorted = {3, 1}, repeated = {1, 1};
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, unsorted, uf, items, vf, 0, ug, vg)), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, repeated, uf, items, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, unsorted, uf, items, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, repeated, uf, items, vf, 0, ug, vg)), kBad);
   // Size mismatches: factors, then gradients (one empty, one short).
   const std::vector<float> short_uf(3, 0.5f);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, short_uf, items, vf, 0, ug, vg)), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, uf, items, uf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, short_uf, items, vf, 0, ug, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, uf, items, uf, 0, ug, vg)), kBad);
   std::vector<float> short_grad(3);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, uf, items, vf, 0, ug, {})), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, uf, items, vf, 0, {}, vg)), kBad);
-  EXPECT_EQ(code(MfLossAndGradient(batch, 2, users, uf, items, vf, 0, short_grad, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, uf, items, vf, 0, ug, {})), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, uf, items, vf, 0, {}, vg)), kBad);
+  EXPECT_EQ(code(m->LossAndGradient(batch, users, uf, items, vf, 0, short_grad, vg)), kBad);
 
-  EXPECT_EQ(code(MfRmse({}, 2, users, uf, items, vf)), kBad);
-  EXPECT_EQ(code(MfRmse(batch, 0, users, uf, items, vf)), kBad);
-  EXPECT_EQ(code(MfRmse(batch, 2, missing_user, uf, items, vf)), kBad);
-  EXPECT_EQ(code(MfRmse(batch, 2, users, short_uf, items, vf)), kBad);
+  EXPECT_EQ(code(m->Rmse({}, users, uf, items, vf)), kBad);
+  // The layout of a rank-2 model does not fit a rank-1 one.
+  EXPECT_EQ(code(MatrixFactorization::Create(backend_.get(), 1)
+                     .value()
+                     ->Rmse(batch, users, uf, items, vf)),
+            kBad);
+  EXPECT_EQ(code(m->Rmse(batch, missing_user, uf, items, vf)), kBad);
+  EXPECT_EQ(code(m->Rmse(batch, users, short_uf, items, vf)), kBad);
+  // The model still works after all these refusals.
+  EXPECT_TRUE(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg).ok());
 }
 
 LowRankRatingsOptions SplitData() {
@@ -251,7 +302,7 @@ TEST(SplitRatingsTest, IndependentOfTheRankPartitionAndOrder) {
 // Plain minibatch SGD on dense local factor arrays, the way a worker would
 // use the model with pulled rows: gather the batch's rows, take the gradient,
 // apply it to those rows.
-TEST(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
+TEST_P(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
   LowRankRatingsOptions o;
   o.num_users = 2000;
   o.num_items = 1000;
@@ -282,6 +333,7 @@ TEST(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
   for (float& x : vf) x = init(gen);
   const auto all_users = Iota(0, o.num_users), all_items = Iota(0, o.num_items);
 
+  auto model = Model(k);
   std::vector<uint64_t> users, items;
   std::vector<float> bu, bv, gu, gv;
   for (int epoch = 0; epoch < epochs; ++epoch) {
@@ -300,7 +352,7 @@ TEST(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
       for (size_t i = 0; i < items.size(); ++i) {
         std::copy_n(vf.data() + items[i] * k, k, bv.data() + i * k);
       }
-      ASSERT_TRUE(MfLossAndGradient(batch, k, users, bu, items, bv, l2, gu, gv).ok());
+      ASSERT_TRUE(model->LossAndGradient(batch, users, bu, items, bv, l2, gu, gv).ok());
       for (size_t i = 0; i < users.size(); ++i) {
         for (uint32_t c = 0; c < k; ++c) uf[users[i] * k + c] -= lr * gu[i * k + c];
       }
@@ -309,7 +361,7 @@ TEST(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
       }
     }
   }
-  const double rmse = MfRmse(test, k, all_users, uf, all_items, vf).value();
+  const double rmse = model->Rmse(test, all_users, uf, all_items, vf).value();
   // Predicting 0 everywhere: the RMS of the held-out ratings.
   double sum_sq = 0;
   for (const Rating& r : test) sum_sq += double{r.value} * r.value;
@@ -321,6 +373,13 @@ TEST(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
   EXPECT_LT(rmse, 1.5 * o.noise_stddev);
   EXPECT_LT(rmse, 0.3 * zero_rmse);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, MatrixFactorizationTest,
+                         ::testing::Values(BackendKind::kCpu, BackendKind::kCuda),
+                         [](const ::testing::TestParamInfo<BackendKind>& param_info) {
+                           return param_info.param == BackendKind::kCpu ? std::string("Cpu")
+                                                                        : std::string("Cuda");
+                         });
 
 }  // namespace
 }  // namespace ps

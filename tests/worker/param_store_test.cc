@@ -44,8 +44,10 @@ JobOptions TwoTableJob(uint32_t workers, ConsistencyMode mode) {
   return job;
 }
 
-// Ten steps of random sparse and dense pushes, the same on any store.
-void Train(ParamStore* store, const JobOptions& job) {
+// Ten steps of random sparse and dense pushes, the same on any store;
+// `async`: each step ends with EndStepAsync (the pushes complete during the
+// next step).
+void Train(ParamStore* store, const JobOptions& job, bool async = false) {
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int step = 0; step < 10; ++step) {
@@ -61,9 +63,10 @@ void Train(ParamStore* store, const JobOptions& job) {
     for (float& g : dense_grad) g = normal(rng);
     ASSERT_TRUE(store->Push(1, rows, SharedFloats::Take(std::move(sparse_grad))).ok());
     ASSERT_TRUE(store->PushDense(0, SharedFloats::Take(std::move(dense_grad))).ok());
-    ASSERT_TRUE(store->EndStep().ok());
+    ASSERT_TRUE((async ? store->EndStepAsync() : store->EndStep()).ok());
     EXPECT_EQ(store->clock(), step + 1);
   }
+  ASSERT_TRUE(store->Flush().ok());
 }
 
 std::vector<float> ReadAll(ParamStore* store, const JobOptions& job, uint32_t table) {
@@ -72,14 +75,19 @@ std::vector<float> ReadAll(ParamStore* store, const JobOptions& job, uint32_t ta
   return all;
 }
 
-TEST(ParamStoreTest, LocalStoreTrainsExactlyWhatTheServersTrain) {
+class ParamStoreSteps : public ::testing::TestWithParam<bool> {};
+
+// With EndStep, and with EndStepAsync (each pull sees the pushes before it
+// although nobody waited for them).
+TEST_P(ParamStoreSteps, LocalStoreTrainsExactlyWhatTheServersTrain) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kBsp);
   InProcessCluster cluster(job);
   auto client = Client::Create(job, 0, cluster.endpoints()).value();
   ASSERT_TRUE(client->Join().ok());
   RemoteParamStore remote(job, client.get());
   auto local = LocalParamStore::Create(job).value();
-  Train(&remote, job);
+  Train(&remote, job, /*async=*/GetParam());
+  EXPECT_EQ(client->in_flight(), 0u);
   Train(local.get(), job);
   for (uint32_t table = 0; table < 2; ++table) {
     const std::vector<float> a = ReadAll(&remote, job, table);
@@ -94,6 +102,11 @@ TEST(ParamStoreTest, LocalStoreTrainsExactlyWhatTheServersTrain) {
   EXPECT_EQ(local->Describe(), "in-process, no parameter server");
   EXPECT_EQ(remote.Describe(), "2 shards, bsp");
 }
+
+INSTANTIATE_TEST_SUITE_P(EndStepKinds, ParamStoreSteps, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param_info) {
+                           return std::string(param_info.param ? "Async" : "Waiting");
+                         });
 
 TEST(ParamStoreTest, PullManyReadsWhatSeparatePullsRead) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);

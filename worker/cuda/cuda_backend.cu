@@ -144,6 +144,135 @@ __global__ void SoftmaxCrossEntropyKernel(size_t rows, size_t classes, const flo
   }
 }
 
+// Warp-per-row kernels: the warp's index and the number of warps in the
+// grid. Every lane of a warp gets the same row, so the loops over rows are
+// uniform across the warp and every lane takes part in the shuffles.
+__device__ size_t WarpIndex() { return (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; }
+__device__ size_t WarpCount() { return size_t{gridDim.x} * blockDim.x / 32; }
+
+__global__ void GatherRowsKernel(size_t m, size_t cols, const float* table, const uint32_t* index,
+                                 float* out) {
+  const size_t n = m * cols;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = table[size_t{index[i / cols]} * cols + i % cols];
+  }
+}
+
+// Repeated indices meet in atomicAdd, which makes the order of the sum
+// (and so its last bits) depend on scheduling.
+__global__ void ScatterAddRowsKernel(size_t m, size_t cols, const float* src, const uint32_t* index,
+                                     float* table) {
+  const size_t n = m * cols;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    atomicAdd(&table[size_t{index[i / cols]} * cols + i % cols], src[i]);
+  }
+}
+
+// One warp per row: lanes take strided elements, then a shuffle sum.
+__global__ void RowDotsKernel(size_t m, size_t cols, const float* a, const float* b, float* out) {
+  const unsigned lane = threadIdx.x % 32;
+  for (size_t row = WarpIndex(); row < m; row += WarpCount()) {
+    float sum = 0.0f;
+    for (size_t c = lane; c < cols; c += 32) sum += a[row * cols + c] * b[row * cols + c];
+    sum = WarpSum(sum);
+    if (lane == 0) out[row] = sum;
+  }
+}
+
+__global__ void ScaleRowsKernel(size_t m, size_t cols, const float* scale, float* x) {
+  const size_t n = m * cols;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    x[i] *= scale[i / cols];
+  }
+}
+
+__global__ void FillKernel(size_t n, float value, float* x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    x[i] = value;
+  }
+}
+
+// y[r] = sum of x over row r's columns: one warp per row, in a fixed order.
+__global__ void CsrRowSumsKernel(size_t rows, const uint64_t* offsets, const uint32_t* cols,
+                                 const float* x, float* y) {
+  const unsigned lane = threadIdx.x % 32;
+  for (size_t row = WarpIndex(); row < rows; row += WarpCount()) {
+    float sum = 0.0f;
+    for (uint64_t j = offsets[row] + lane; j < offsets[row + 1]; j += 32) sum += x[cols[j]];
+    sum = WarpSum(sum);
+    if (lane == 0) y[row] = sum;
+  }
+}
+
+// y[c] += x[r] for every stored (r, c), y cleared beforehand: one warp per
+// row; columns shared by rows meet in atomicAdd.
+__global__ void CsrColumnSumsKernel(size_t rows, const uint64_t* offsets, const uint32_t* cols,
+                                    const float* x, float* y) {
+  const unsigned lane = threadIdx.x % 32;
+  for (size_t row = WarpIndex(); row < rows; row += WarpCount()) {
+    const float v = x[row];
+    for (uint64_t j = offsets[row] + lane; j < offsets[row + 1]; j += 32) atomicAdd(&y[cols[j]], v);
+  }
+}
+
+// Per element: the loss log(1 + exp(-m)) of the margin m = z (label 1) or
+// -z (label 0) in a form that cannot overflow, and (sigmoid(z) - y) / n.
+// z is read before grad[i] is written, so grad may alias logits.
+__global__ void LogisticLossKernel(size_t n, const float* logits, const int32_t* labels,
+                                   float* grad, float* loss) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float z = logits[i];
+    const bool positive = labels[i] == 1;
+    const float m = positive ? z : -z;
+    loss[i] = log1pf(expf(-fabsf(m))) + fmaxf(-m, 0.0f);
+    if (grad != nullptr) {
+      const float e = expf(-fabsf(z));
+      const float sigmoid = z >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+      grad[i] = (sigmoid - (positive ? 1.0f : 0.0f)) * inv_n;
+    }
+  }
+}
+
+// Device memory for what an op brings from the host (indices, labels) or
+// keeps per element (losses): it grows to the largest request and is reused.
+// Reuse is safe because every op runs on the default stream: a copy into it
+// waits for the kernels launched before, which may still read it.
+class Scratch {
+ public:
+  // At least `bytes` of device memory; the contents are not kept when it grows.
+  StatusOr<void*> Get(size_t bytes) {
+    if (bytes > bytes_) {
+      memory_.reset();  // cudaFree waits for the device, so no kernel still reads it
+      bytes_ = 0;
+      PS_RETURN_IF_ERROR(AllocateDevice(bytes, &memory_));
+      bytes_ = bytes;
+    }
+    return memory_.get();
+  }
+
+  // Copies `count` elements from host memory into the scratch and returns
+  // their device address; `what` names them in an error.
+  template <typename T>
+  StatusOr<const T*> Put(const T* host, size_t count, const char* what) {
+    PS_ASSIGN_OR_RETURN(void* device, Get(count * sizeof(T)));
+    if (count > 0) {
+      PS_RETURN_IF_ERROR(
+          ToStatus(cudaMemcpy(device, host, count * sizeof(T), cudaMemcpyHostToDevice), what));
+    }
+    return static_cast<const T*>(device);
+  }
+
+ private:
+  DeviceMemory memory_;
+  size_t bytes_ = 0;
+};
+
 constexpr size_t kMaxCublasDim = static_cast<size_t>(INT_MAX);
 
 class CudaBackend : public Backend {
@@ -258,46 +387,133 @@ class CudaBackend : public Backend {
                              const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
                              float* loss) override {
     PS_RETURN_IF_ERROR(CheckSoftmaxArgs(rows, classes, logits, labels, probs, grad, loss));
-    PS_RETURN_IF_ERROR(Reserve(rows));
-    PS_RETURN_IF_ERROR(
-        ToStatus(cudaMemcpy(labels_.get(), labels, rows * sizeof(int32_t), cudaMemcpyHostToDevice),
-                 "cudaMemcpy (labels)"));
+    PS_ASSIGN_OR_RETURN(const int32_t* device_labels,
+                        labels_.Put(labels, rows, "cudaMemcpy (labels)"));
+    PS_ASSIGN_OR_RETURN(void* row_loss, losses_.Get(rows * sizeof(float)));
     const size_t threads = rows * 32;
     const size_t blocks = (threads + kThreads - 1) / kThreads;
     if (blocks > static_cast<size_t>(INT_MAX)) {
       return InvalidArgumentError("cuda SoftmaxCrossEntropy: too many rows");
     }
     SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(blocks), kThreads>>>(
-        rows, classes, logits.data(), static_cast<const int32_t*>(labels_.get()), probs->data(),
-        grad == nullptr ? nullptr : grad->data(), static_cast<float*>(row_loss_.get()));
+        rows, classes, logits.data(), device_labels, probs->data(),
+        grad == nullptr ? nullptr : grad->data(), static_cast<float*>(row_loss));
     PS_RETURN_IF_ERROR(ToStatus(cudaGetLastError(), "SoftmaxCrossEntropy kernel launch"));
-    // The mean is taken on the host in double: rows is a batch, so the copy is small.
-    host_loss_.resize(rows);
-    PS_RETURN_IF_ERROR(ToStatus(cudaMemcpy(host_loss_.data(), row_loss_.get(), rows * sizeof(float),
-                                           cudaMemcpyDeviceToHost),
-                                "cudaMemcpy (row losses)"));
-    double total = 0;
-    for (float l : host_loss_) total += l;
-    *loss = static_cast<float>(total / static_cast<double>(rows));
-    return Status::Ok();
+    return MeanOnHost(row_loss, rows, loss);
+  }
+
+  Status GatherRows(size_t rows, size_t cols, const DeviceBuffer& table, const uint32_t* index,
+                    size_t m, DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(
+        CheckIndexedRowsArgs("GatherRows", rows, cols, &table, index, m, out, "out"));
+    if (m == 0 || cols == 0) return Status::Ok();
+    PS_ASSIGN_OR_RETURN(const uint32_t* device_index,
+                        index_.Put(index, m, "cudaMemcpy (GatherRows index)"));
+    GatherRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, table.data(), device_index,
+                                                     out->data());
+    return ToStatus(cudaGetLastError(), "GatherRows kernel launch");
+  }
+
+  Status ScatterAddRows(size_t m, size_t cols, const DeviceBuffer& src, const uint32_t* index,
+                        size_t rows, DeviceBuffer* table) override {
+    PS_RETURN_IF_ERROR(
+        CheckIndexedRowsArgs("ScatterAddRows", rows, cols, table, index, m, &src, "src"));
+    if (m == 0 || cols == 0) return Status::Ok();
+    PS_ASSIGN_OR_RETURN(const uint32_t* device_index,
+                        index_.Put(index, m, "cudaMemcpy (ScatterAddRows index)"));
+    ScatterAddRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, src.data(), device_index,
+                                                         table->data());
+    return ToStatus(cudaGetLastError(), "ScatterAddRows kernel launch");
+  }
+
+  Status RowDots(size_t m, size_t cols, const DeviceBuffer& a, const DeviceBuffer& b,
+                 DeviceBuffer* out) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&a, m * cols, "RowDots", "A"));
+    PS_RETURN_IF_ERROR(CheckBuffer(&b, m * cols, "RowDots", "B"));
+    PS_RETURN_IF_ERROR(CheckBuffer(out, m, "RowDots", "out"));
+    if (m == 0) return Status::Ok();
+    RowDotsKernel<<<Blocks(m * 32), kThreads>>>(m, cols, a.data(), b.data(), out->data());
+    return ToStatus(cudaGetLastError(), "RowDots kernel launch");
+  }
+
+  Status ScaleRows(size_t m, size_t cols, const DeviceBuffer& scale, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&scale, m, "ScaleRows", "scale"));
+    PS_RETURN_IF_ERROR(CheckBuffer(x, m * cols, "ScaleRows", "X"));
+    if (m == 0 || cols == 0) return Status::Ok();
+    ScaleRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, scale.data(), x->data());
+    return ToStatus(cudaGetLastError(), "ScaleRows kernel launch");
+  }
+
+  Status Fill(size_t n, float value, DeviceBuffer* x) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Fill", "x"));
+    if (n == 0) return Status::Ok();
+    FillKernel<<<Blocks(n), kThreads>>>(n, value, x->data());
+    return ToStatus(cudaGetLastError(), "Fill kernel launch");
+  }
+
+  Status CsrMatVec(Transpose trans, size_t rows, size_t cols, const uint64_t* row_offsets,
+                   const uint32_t* col_index, const DeviceBuffer& x, DeviceBuffer* y) override {
+    PS_RETURN_IF_ERROR(CheckCsrArgs(trans, rows, cols, row_offsets, col_index, x, y));
+    const bool t = trans == Transpose::kYes;
+    if (t && cols > 0) {
+      // The column sums accumulate into y, so it starts at zero (all-zero
+      // bytes are 0.0f).
+      PS_RETURN_IF_ERROR(ToStatus(cudaMemsetAsync(y->data(), 0, cols * sizeof(float), 0),
+                                  "cudaMemsetAsync (CsrMatVec y)"));
+    }
+    if (rows == 0) return Status::Ok();
+    const uint64_t nnz = row_offsets[rows];
+    PS_ASSIGN_OR_RETURN(const uint64_t* device_offsets,
+                        offsets_.Put(row_offsets, rows + 1, "cudaMemcpy (CsrMatVec row_offsets)"));
+    PS_ASSIGN_OR_RETURN(
+        const uint32_t* device_cols,
+        index_.Put(col_index, static_cast<size_t>(nnz), "cudaMemcpy (CsrMatVec col_index)"));
+    if (t) {
+      if (nnz == 0) return Status::Ok();
+      CsrColumnSumsKernel<<<Blocks(rows * 32), kThreads>>>(rows, device_offsets, device_cols,
+                                                           x.data(), y->data());
+      return ToStatus(cudaGetLastError(), "CsrMatVec (transposed) kernel launch");
+    }
+    CsrRowSumsKernel<<<Blocks(rows * 32), kThreads>>>(rows, device_offsets, device_cols, x.data(),
+                                                      y->data());
+    return ToStatus(cudaGetLastError(), "CsrMatVec kernel launch");
+  }
+
+  Status LogisticLoss(size_t n, const DeviceBuffer& logits, const int32_t* labels,
+                      DeviceBuffer* grad, float* loss) override {
+    PS_RETURN_IF_ERROR(CheckLogisticArgs(n, logits, labels, grad, loss));
+    PS_ASSIGN_OR_RETURN(const int32_t* device_labels,
+                        labels_.Put(labels, n, "cudaMemcpy (labels)"));
+    PS_ASSIGN_OR_RETURN(void* element_loss, losses_.Get(n * sizeof(float)));
+    LogisticLossKernel<<<Blocks(n), kThreads>>>(n, logits.data(), device_labels,
+                                                grad == nullptr ? nullptr : grad->data(),
+                                                static_cast<float*>(element_loss));
+    PS_RETURN_IF_ERROR(ToStatus(cudaGetLastError(), "LogisticLoss kernel launch"));
+    return MeanOnHost(element_loss, n, loss);
   }
 
  private:
-  // Grows the per-row scratch of SoftmaxCrossEntropy to at least `rows`.
-  Status Reserve(size_t rows) {
-    if (rows <= scratch_rows_) return Status::Ok();
-    PS_RETURN_IF_ERROR(AllocateDevice(rows * sizeof(int32_t), &labels_));
-    PS_RETURN_IF_ERROR(AllocateDevice(rows * sizeof(float), &row_loss_));
-    scratch_rows_ = rows;
+  // *mean = the mean of `n` floats at `device`, taken on the host in double:
+  // n is a batch, so the copy is small. The blocking copy waits for the
+  // kernel that wrote them.
+  Status MeanOnHost(const void* device, size_t n, float* mean) {
+    host_loss_.resize(n);
+    PS_RETURN_IF_ERROR(
+        ToStatus(cudaMemcpy(host_loss_.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (losses)"));
+    double total = 0;
+    for (float l : host_loss_) total += l;
+    *mean = static_cast<float>(total / static_cast<double>(n));
     return Status::Ok();
   }
 
   const int device_;
   const std::string device_name_;
   const cublasHandle_t handle_;
-  size_t scratch_rows_ = 0;
-  DeviceMemory labels_;    // scratch_rows_ int32 labels
-  DeviceMemory row_loss_;  // scratch_rows_ per-row losses
+  Scratch labels_;   // int32 labels of SoftmaxCrossEntropy and LogisticLoss
+  Scratch losses_;   // per-row (per-element) losses before their mean
+  Scratch index_;    // uint32 row indices, CSR column indices
+  Scratch offsets_;  // uint64 CSR row offsets
   std::vector<float> host_loss_;
 };
 

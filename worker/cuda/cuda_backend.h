@@ -1,7 +1,10 @@
 // CudaBackend: the Backend on an NVIDIA GPU, with cuBLAS for the matrix
-// products and small kernels for the element-wise ops and the softmax
-// cross-entropy. Device memory is owned by the DeviceBuffers; all work runs
-// on the default stream, so a Download sees every earlier op.
+// products and small kernels for the element-wise ops, the row gathers and
+// scatter-adds, the sparse (CSR) products and the losses; scatter-adds and
+// transposed CSR products add with atomicAdd. Device memory is owned by the
+// DeviceBuffers, except for scratch the backend keeps for what ops bring
+// from the host (indices, labels) and grows to the largest request. All work
+// runs on the default stream, so a Download sees every earlier op.
 //
 // This header includes no CUDA header, so host code built without the
 // toolkit's include path can call it; cuda_backend.cu is the only file that

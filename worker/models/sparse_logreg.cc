@@ -1,7 +1,7 @@
 #include "worker/models/sparse_logreg.h"
 
 #include <algorithm>
-#include <cmath>
+#include <limits>
 #include <string>
 
 namespace ps {
@@ -9,16 +9,6 @@ namespace {
 
 Status BadBatch(const std::string& what) {
   return InvalidArgumentError("sparse logistic regression: " + what);
-}
-
-// log(1 + exp(-m)) without overflow for any margin m.
-double LogLossOfMargin(double m) { return std::log1p(std::exp(-std::abs(m))) + std::max(-m, 0.0); }
-
-// sigmoid(z) without overflow for any z.
-double Sigmoid(double z) {
-  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
 }
 
 }  // namespace
@@ -35,10 +25,14 @@ void BatchFeatures(const SparseClickData& data, size_t first, size_t rows,
   ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
 }
 
-StatusOr<double> SparseLogRegLossAndGradient(const SparseClickData& data, size_t first, size_t rows,
-                                             std::span<const uint64_t> ids,
-                                             std::span<const float> weights,
-                                             std::span<float> grad) {
+StatusOr<std::unique_ptr<SparseLogReg>> SparseLogReg::Create(Backend* backend) {
+  if (backend == nullptr) return BadBatch("the backend is null");
+  return std::unique_ptr<SparseLogReg>(new SparseLogReg(backend));
+}
+
+Status SparseLogReg::BuildBatch(const SparseClickData& data, size_t first, size_t rows,
+                                std::span<const uint64_t> ids, std::span<const float> weights,
+                                std::span<float> grad) {
   const size_t n = data.num_samples();
   if (rows == 0) return BadBatch("empty batch (rows == 0)");
   if (first > n || rows > n - first) {
@@ -58,6 +52,9 @@ StatusOr<double> SparseLogRegLossAndGradient(const SparseClickData& data, size_t
     return BadBatch("gradient of " + std::to_string(grad.size()) + " entries for " +
                     std::to_string(ids.size()) + " ids; pass one entry per id or none");
   }
+  if (ids.size() > std::numeric_limits<uint32_t>::max()) {
+    return BadBatch(std::to_string(ids.size()) + " ids; at most 2^32 - 1 fit a batch");
+  }
   for (size_t i = 1; i < ids.size(); ++i) {
     if (ids[i - 1] >= ids[i]) {
       return BadBatch("ids are not sorted and distinct: ids[" + std::to_string(i - 1) +
@@ -69,19 +66,16 @@ StatusOr<double> SparseLogRegLossAndGradient(const SparseClickData& data, size_t
   // dense weight vector, looked up directly.
   const bool dense = !ids.empty() && ids.front() == 0 && ids.back() == ids.size() - 1;
 
-  const bool want_grad = !grad.empty();
-  std::vector<double> g(want_grad ? ids.size() : 0, 0.0);
-  std::vector<size_t> pos;  // positions in ids of the current sample's features
-  double loss = 0;
+  const uint64_t base = data.row_offsets[first];
+  offsets_.resize(rows + 1);
+  columns_.resize(data.row_offsets[first + rows] - base);
+  offsets_[0] = 0;
   for (size_t s = first; s < first + rows; ++s) {
-    pos.clear();
-    double z = 0;
     for (uint64_t k = data.row_offsets[s]; k < data.row_offsets[s + 1]; ++k) {
       const uint64_t id = data.feature_ids[k];
       size_t i;
       if (dense) {
-        i = static_cast<size_t>(id);
-        if (id >= ids.size()) i = ids.size();
+        i = id < ids.size() ? static_cast<size_t>(id) : ids.size();
       } else {
         i = static_cast<size_t>(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
         if (i < ids.size() && ids[i] != id) i = ids.size();
@@ -91,25 +85,44 @@ StatusOr<double> SparseLogRegLossAndGradient(const SparseClickData& data, size_t
                         std::to_string(data.range.begin + s) +
                         " is missing from ids; pull every id of BatchFeatures");
       }
-      z += weights[i];
-      if (want_grad) pos.push_back(i);
+      columns_[k - base] = static_cast<uint32_t>(i);
     }
-    const bool positive = data.labels[s] == 1;
-    loss += LogLossOfMargin(positive ? z : -z);
-    if (want_grad) {
-      const double dz = Sigmoid(z) - (positive ? 1.0 : 0.0);  // d(loss) / dz
-      for (size_t i : pos) g[i] += dz;
-    }
+    offsets_[s - first + 1] = data.row_offsets[s + 1] - base;
   }
-  const double inv_rows = 1.0 / static_cast<double>(rows);
-  for (size_t i = 0; i < g.size(); ++i) grad[i] = static_cast<float>(g[i] * inv_rows);
-  return loss * inv_rows;
+  return Status::Ok();
 }
 
-StatusOr<double> SparseLogLoss(const SparseClickData& data, std::span<const uint64_t> ids,
-                               std::span<const float> weights) {
+StatusOr<float> SparseLogReg::LossAndGradient(const SparseClickData& data, size_t first,
+                                              size_t rows, std::span<const uint64_t> ids,
+                                              std::span<const float> weights,
+                                              std::span<float> grad) {
+  PS_RETURN_IF_ERROR(BuildBatch(data, first, rows, ids, weights, grad));
+  const size_t num_ids = ids.size();
+  PS_RETURN_IF_ERROR(GrowBuffer(backend_, num_ids, &weights_));
+  PS_RETURN_IF_ERROR(GrowBuffer(backend_, rows, &logits_));
+  PS_RETURN_IF_ERROR(backend_->Upload(weights.data(), num_ids, weights_.get()));
+  // z = X w, one logit per sample.
+  PS_RETURN_IF_ERROR(backend_->CsrMatVec(Transpose::kNo, rows, num_ids, offsets_.data(),
+                                         columns_.data(), *weights_, logits_.get()));
+  const bool want_grad = !grad.empty();
+  float loss = 0;
+  // dz = (sigmoid(z) - y) / rows overwrites z.
+  PS_RETURN_IF_ERROR(backend_->LogisticLoss(rows, *logits_, data.labels.data() + first,
+                                            want_grad ? logits_.get() : nullptr, &loss));
+  if (!want_grad) return loss;
+  // d(loss) / dw = X^T dz: each pulled weight sums the dz of the samples
+  // that use it (0 for ids outside the batch).
+  PS_RETURN_IF_ERROR(GrowBuffer(backend_, num_ids, &grad_));
+  PS_RETURN_IF_ERROR(backend_->CsrMatVec(Transpose::kYes, rows, num_ids, offsets_.data(),
+                                         columns_.data(), *logits_, grad_.get()));
+  PS_RETURN_IF_ERROR(backend_->Download(*grad_, grad.data(), num_ids));
+  return loss;
+}
+
+StatusOr<float> SparseLogReg::LogLoss(const SparseClickData& data, std::span<const uint64_t> ids,
+                                      std::span<const float> weights) {
   if (data.num_samples() == 0) return BadBatch("no samples to evaluate");
-  return SparseLogRegLossAndGradient(data, 0, data.num_samples(), ids, weights, {});
+  return LossAndGradient(data, 0, data.num_samples(), ids, weights, {});
 }
 
 }  // namespace ps
