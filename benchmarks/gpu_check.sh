@@ -9,7 +9,8 @@
 #    if the CUDA toolkit was not found (the backend would be missing).
 # 3. nvidia-smi: GPU, driver, memory.
 # 4. The CUDA parity tests: backend_test --gtest_filter='*Cuda*:BackendFactoryTest.*',
-#    and an MLP's and softmax regression's training steps on the GPU (mlp_test)
+#    and every model's gradient checks and training steps on the GPU
+#    (mlp_test, sparse_logreg_test, mf_test)
 #    (every op against a float64 reference, relative error < 1e-4); a
 #    skipped CUDA case counts as a failure here.
 # 5. gemm_bench: SGEMM GFLOP/s for 1024/2048/4096 on cpu and cuda.
@@ -51,8 +52,8 @@ timeout "$(left)" cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$LOG_
   { tail -30 "$LOG_DIR/configure.log"; fail "cmake configure failed (log above)"; }
 grep -q 'CUDA toolkit found' "$LOG_DIR/configure.log" ||
   fail "cmake did not find the CUDA toolkit (nvcc on PATH?), so the CUDA backend would not be built"
-# Only the two programs this check runs: the full tree takes longer than the budget allows.
-timeout "$(left)" cmake --build "$BUILD_DIR" -j "$(nproc)" --target backend_test mlp_test gemm_bench \
+# Only the programs this check runs: the full tree takes longer than the budget allows.
+timeout "$(left)" cmake --build "$BUILD_DIR" -j "$(nproc)" --target backend_test mlp_test sparse_logreg_test mf_test gemm_bench \
   > "$LOG_DIR/build.log" 2>&1 ||
   { tail -40 "$LOG_DIR/build.log"; fail "build failed (log above)"; }
 [[ -f "$BUILD_DIR/worker/cuda/libps_cuda_backend.a" ]] ||
@@ -66,9 +67,12 @@ echo "== CUDA parity tests"
 parity_rc=0
 timeout "$(left)" "$BUILD_DIR/bin/backend_test" --gtest_filter='*Cuda*:BackendFactoryTest.*' \
   --gtest_color=no 2>&1 | tee "$LOG_DIR/parity.log" || parity_rc=1
-# Models' training steps on the GPU: gradient checks and SGD (softmax regression, MLP).
-timeout "$(left)" "$BUILD_DIR/bin/mlp_test" --gtest_filter='*Cuda*' \
-  --gtest_color=no 2>&1 | tee -a "$LOG_DIR/parity.log" || parity_rc=1
+# Models' training steps on the GPU: gradient checks and SGD (softmax
+# regression, MLP, sparse logistic regression, matrix factorization).
+for model_test in mlp_test sparse_logreg_test mf_test; do
+  timeout "$(left)" "$BUILD_DIR/bin/$model_test" --gtest_filter='*Cuda*' \
+    --gtest_color=no 2>&1 | tee -a "$LOG_DIR/parity.log" || parity_rc=1
+done
 passed=$(grep -c '^\[       OK \]' "$LOG_DIR/parity.log")
 failed=$(grep -c '^\[  FAILED  \] .*(' "$LOG_DIR/parity.log")
 skipped=$(grep -c '^\[  SKIPPED \] .*(' "$LOG_DIR/parity.log")
