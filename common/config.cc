@@ -28,7 +28,7 @@ namespace {
 
 constexpr std::string_view kTopLevelKeys =
     "cluster, tables, consistency, liveness, stragglers, optimizer, server, client, worker, "
-    "train";
+    "train, checkpoint";
 
 // A node of the document with the YAML path that leads to it
 // ("tables[0].init.type") and where it is in the text.
@@ -163,7 +163,7 @@ class JobParser {
         Map top,
         ReadMap(document,
                 {"cluster", "tables", "consistency", "liveness", "stragglers",
-                 "optimizer", "server", "client", "worker", "train"},
+                 "optimizer", "server", "client", "worker", "train", "checkpoint"},
                 "a map with keys " + std::string(kTopLevelKeys)));
 
     PS_ASSIGN_OR_RETURN(
@@ -217,6 +217,9 @@ class JobParser {
     }
     if (const Value* train = top.Find("train")) {
       PS_RETURN_IF_ERROR(ParseTrain(*train, &job->train));
+    }
+    if (const Value* checkpoint = top.Find("checkpoint")) {
+      PS_RETURN_IF_ERROR(ParseCheckpoint(*checkpoint, &job->checkpoint));
     }
     return Status::Ok();
   }
@@ -692,6 +695,25 @@ class JobParser {
     }
     if (const Value* v = map.Find("seed")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &st->seed));
+    }
+    return Status::Ok();
+  }
+
+  Status ParseCheckpoint(const Value& value, CheckpointOptions* checkpoint) const {
+    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"dir", "every_clocks", "keep", "sync", "restore"},
+                                         "a map with dir and, optionally, every_clocks, keep, "
+                                         "sync, restore"));
+    PS_ASSIGN_OR_RETURN(const Value* dir,
+                        Required(map, "dir", "the folder of the checkpoints"));
+    PS_RETURN_IF_ERROR(ReadString(*dir, "a folder", &checkpoint->dir));
+    if (checkpoint->dir.empty()) return Error(*dir, "an empty path", "a folder");
+    if (const Value* v = map.Find("every_clocks")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &checkpoint->every_clocks));
+    }
+    if (const Value* v = map.Find("keep")) PS_RETURN_IF_ERROR(ReadUnsigned(*v, &checkpoint->keep));
+    if (const Value* v = map.Find("sync")) PS_RETURN_IF_ERROR(ReadBool(*v, &checkpoint->sync));
+    if (const Value* v = map.Find("restore")) {
+      PS_RETURN_IF_ERROR(ReadBool(*v, &checkpoint->restore));
     }
     return Status::Ok();
   }

@@ -14,6 +14,8 @@
 #include <system_error>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 namespace ps {
 namespace {
 
@@ -586,6 +588,32 @@ float OptimizerOptions::LearningRate(int64_t clock) const {
   return static_cast<float>(rate);
 }
 
+std::string OptimizerDescription(const OptimizerOptions& o) {
+  static const char* kKinds[] = {"sgd", "add", "adagrad", "adam"};
+  static const char* kDecays[] = {"none", "step", "cosine"};
+  return fmt::format(
+      "{} lr={} momentum={} beta1={} beta2={} epsilon={} warmup_clocks={} decay={} "
+      "decay_every={} decay_gamma={} decay_clocks={} l1={} l2={}",
+      kKinds[static_cast<int>(o.kind)], o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
+      o.warmup_clocks, kDecays[static_cast<int>(o.decay)], o.decay_every, o.decay_gamma,
+      o.decay_clocks, o.l1, o.l2);
+}
+
+std::string JobOptions::Fingerprint() const {
+  // FNV-1a over a canonical text of the model's layout.
+  std::string text = "shards=" + std::to_string(cluster.servers.size()) + "\n";
+  for (const TableOptions& t : tables) {
+    text += t.name + " rows=" + std::to_string(t.rows) + " dim=" + std::to_string(t.dim) + " " +
+            OptimizerDescription(t.optimizer) + "\n";
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 std::string TrainProgramName(TrainProgram program) {
   switch (program) {
     case TrainProgram::kNone: return "none";
@@ -606,6 +634,21 @@ std::string ConsistencyName(const ConsistencyOptions& c) {
   return "unknown";
 }
 
+namespace {
+
+Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c) {
+  if (c.dir.empty()) return Status::Ok();
+  if (c.every_clocks < 1) {
+    return Invalid(source, "checkpoint.every_clocks", "got 0", "clocks between checkpoints, >= 1");
+  }
+  if (c.keep < 1) {
+    return Invalid(source, "checkpoint.keep", "got 0", "generations to keep, >= 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
   PS_RETURN_IF_ERROR(ValidateTables(source, tables));
@@ -614,6 +657,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateStragglers(source, stragglers, cluster.workers));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
+  PS_RETURN_IF_ERROR(ValidateCheckpoint(source, checkpoint));
   return ValidateTrain(source, *this);
 }
 

@@ -147,6 +147,10 @@ struct ConsistencyOptions {
 // "bsp", "ssp 3", "asp".
 std::string ConsistencyName(const ConsistencyOptions& consistency);
 
+// Every setting of an optimizer as one line of text ("sgd lr=0.01 ..."), to
+// compare a checkpoint's optimizer with the job's.
+std::string OptimizerDescription(const OptimizerOptions& optimizer);
+
 enum class DeadWorkerPolicy { kFail, kDrop };
 
 // How shards notice workers that died (DESIGN.md section 5: a slow or dead
@@ -233,6 +237,27 @@ struct ClientOptions {
   uint32_t io_threads = 1;
 };
 
+// Checkpoints of every shard's tables in RocksDB (DESIGN.md section 7,
+// server/checkpoint.h).
+struct CheckpointOptions {
+  // Folder of the checkpoints; shard i keeps its generations in
+  // dir/shard-<i>/. Empty (default): no checkpoints.
+  std::string dir;
+  // Each shard writes a generation whenever its minimum clock reaches a
+  // multiple of this (in the background: serving pauses only for an
+  // in-memory copy of the shard). >= 1. Default 1000.
+  uint32_t every_clocks = 1000;
+  // Generations kept per shard, >= 1. Default 3.
+  uint32_t keep = 3;
+  // fsync each generation's files and folders before it becomes visible,
+  // so a power loss cannot lose or tear it. Default true; false trades that
+  // for speed (a process crash still cannot tear a generation).
+  bool sync = true;
+  // On start, a shard whose folder holds generations restores the newest
+  // (ps_server --restore-clock picks another). Default true.
+  bool restore = true;
+};
+
 // The training program that ps_worker runs, each worker on its own
 // partition of the data (DESIGN.md section 8).
 enum class TrainProgram {
@@ -312,6 +337,7 @@ struct JobOptions {
   ServerOptions server;
   ClientOptions client;
   TrainOptions train;
+  CheckpointOptions checkpoint;
 
   // Checks every field; returns InvalidArgument naming the YAML path
   // ("<source>: tables[1].rows: ...") of the first problem.
@@ -319,6 +345,11 @@ struct JobOptions {
 
   // Index of the table called `name`, or NotFound.
   StatusOr<uint32_t> TableId(const std::string& name) const;
+
+  // A fingerprint (16 hex digits) of what a checkpoint must match to be
+  // restored into this job: the number of shards and every table's name,
+  // rows, dim and optimizer (not the addresses, the workers or the limits).
+  std::string Fingerprint() const;
 };
 
 // Worker id used by tools (ps_ctl) that are not one of the job's workers.

@@ -15,6 +15,11 @@ bool ClockTable::Finish(uint32_t worker, int64_t finished) {
   return was_min && Recompute();
 }
 
+void ClockTable::StartAt(int64_t clock) {
+  for (int64_t& c : clocks_) c = std::max(c, clock);
+  min_ = std::max(min_, clock);
+}
+
 bool ClockTable::Recompute() {
   bool any = false;
   int64_t m = 0;

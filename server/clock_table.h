@@ -30,6 +30,10 @@ class ClockTable {
   // ties); worker 0 when none counts.
   uint32_t slowest_worker() const;
 
+  // Every worker's clock (and the minimum) becomes at least `clock`: the
+  // state of a shard restored from a checkpoint taken at that clock.
+  void StartAt(int64_t clock);
+
   // Leaves `worker` out of the minimum (it finished, or is dead and the job
   // goes on without it). Returns true if the minimum advanced.
   bool Exclude(uint32_t worker);

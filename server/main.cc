@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--bind", bind,
                  "endpoint to bind instead of the config's address, e.g. tcp://0.0.0.0:7000");
+  int64_t restore_clock = -1;
+  app.add_option("--restore-clock", restore_clock,
+                 "with checkpoint.dir: restore the generation of this clock instead of the newest")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   ps::Status logging = ps::InitLogging("server", log_level);
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ps::InitLogging("server " + std::to_string(*shard), log_level).IgnoreError();
-  auto server = ps::ShardServer::Create(*job, *shard, bind);
+  auto server = ps::ShardServer::Create(*job, *shard, bind, restore_clock);
   if (!server.ok()) {
     PS_LOG_ERROR("{}", server.status().ToString());
     return 1;

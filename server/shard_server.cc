@@ -11,7 +11,7 @@ namespace ps {
 std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
-    : shard_(shard), num_workers_(job.cluster.workers), options_(job.server),
+    : shard_(shard), job_(job), num_workers_(job.cluster.workers), options_(job.server),
       bound_(job.consistency.Bound()), aggregate_(job.consistency.aggregate),
       clocks_(job.cluster.workers), liveness_(job.liveness),
       dead_(job.cluster.workers, false), left_(job.cluster.workers, false),
@@ -22,16 +22,24 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
   rate_sampled_ = started_;
 }
 
-ShardServer::~ShardServer() = default;
+ShardServer::~ShardServer() { JoinCheckpointWriter(); }
 
 StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
-                                                          const std::string& bind_endpoint) {
+                                                          const std::string& bind_endpoint,
+                                                          int64_t restore_clock) {
   if (shard >= job.cluster.servers.size()) {
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
   std::unique_ptr<ShardServer> server(new ShardServer(shard, job));
   PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard));
+  if (!job.checkpoint.dir.empty()) {
+    PS_ASSIGN_OR_RETURN(server->checkpoints_,
+                        CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(shard)));
+    if (job.checkpoint.restore) PS_RETURN_IF_ERROR(server->RestoreCheckpoint(restore_clock));
+  } else if (restore_clock >= 0) {
+    return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
+  }
   PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
@@ -75,6 +83,7 @@ Status ShardServer::Run() {
       Handle(frames);
     }
   }
+  JoinCheckpointWriter();  // a generation being written is finished, not torn
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
               counters_.pulls, counters_.errors);
   return Status::Ok();
@@ -233,7 +242,101 @@ void ShardServer::MinClockAdvanced() {
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
     store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
   }
+  // Every update of the clocks below the minimum is in the store now.
+  MaybeCheckpoint();
   ReleaseWaitingPulls();
+}
+
+Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
+  PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, checkpoints_->Generations());
+  if (generations.empty()) {
+    if (restore_clock >= 0) {
+      return NotFoundError("shard " + std::to_string(shard_) + ": no checkpoint in " +
+                           checkpoints_->path() + " to restore clock " +
+                           std::to_string(restore_clock) + " from");
+    }
+    PS_LOG_INFO("shard {}: no checkpoint in {} yet; starting from the tables' initial values",
+                shard_, checkpoints_->path());
+    return Status::Ok();
+  }
+  int64_t clock = generations.back();
+  if (restore_clock >= 0) {
+    if (std::find(generations.begin(), generations.end(), restore_clock) == generations.end()) {
+      std::string have;
+      for (int64_t g : generations) have += (have.empty() ? "" : ", ") + std::to_string(g);
+      return NotFoundError("shard " + std::to_string(shard_) + ": " + checkpoints_->path() +
+                           " has no generation of clock " + std::to_string(restore_clock) +
+                           "; it has " + have);
+    }
+    clock = restore_clock;
+  }
+  const std::string where = checkpoints_->path() + "/gen-" + std::to_string(clock);
+  PS_ASSIGN_OR_RETURN(ShardSnapshot saved, checkpoints_->Read(clock));
+  PS_RETURN_IF_ERROR(CheckRestorable(saved, store_->Layout(job_, shard_, clock), where));
+  store_->Restore(saved);
+  clocks_.StartAt(saved.clock);
+  last_checkpoint_clock_ = saved.clock;
+  PS_LOG_INFO("shard {}: restored {} ({} tables): workers resume at clock {}", shard_, where,
+              saved.tables.size(), saved.clock);
+  return Status::Ok();
+}
+
+void ShardServer::MaybeCheckpoint() {
+  if (checkpoints_ == nullptr) return;
+  const int64_t clock = clocks_.min_clock();
+  const int64_t every = job_.checkpoint.every_clocks;
+  if (clock / every <= last_checkpoint_clock_ / every) return;
+  // Every boundary gets its generation: a write still running is waited
+  // for (serving pauses), and the wait is reported.
+  if (checkpoint_writing_.load(std::memory_order_acquire)) {
+    const auto wait_start = std::chrono::steady_clock::now();
+    JoinCheckpointWriter();
+    PS_LOG_WARN("shard {}: serving paused {:.0f} ms for the previous checkpoint to finish before "
+                "the one of clock {} (raise checkpoint.every_clocks, or set checkpoint.sync: "
+                "false)",
+                shard_,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          wait_start)
+                    .count(),
+                clock);
+  }
+  last_checkpoint_clock_ = clock;
+  const auto copy_start = std::chrono::steady_clock::now();
+  StatusOr<ShardSnapshot> snapshot = store_->Snapshot(job_, shard_, clock);
+  if (!snapshot.ok()) {
+    PS_LOG_ERROR("shard {}: checkpoint of clock {} not taken: {}", shard_, clock,
+                 snapshot.status().ToString());
+    return;
+  }
+  const double copy_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - copy_start)
+          .count();
+  JoinCheckpointWriter();  // finished (not writing): reap its thread
+  checkpoint_writing_.store(true, std::memory_order_release);
+  CheckpointWriteOptions options;
+  options.sync = job_.checkpoint.sync;
+  options.keep = job_.checkpoint.keep;
+  checkpoint_writer_ = std::thread(
+      [this, options, copy_ms, snapshot = std::move(*snapshot)]() mutable {
+        const auto start = std::chrono::steady_clock::now();
+        Status written = checkpoints_->Write(snapshot, options);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (written.ok()) {
+          PS_LOG_INFO("shard {}: checkpoint of clock {} written to {}/gen-{} in {:.2f} s "
+                      "(serving paused {:.1f} ms for the copy)",
+                      shard_, snapshot.clock, checkpoints_->path(), snapshot.clock, secs, copy_ms);
+        } else {
+          PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
+                       "are intact",
+                       shard_, snapshot.clock, written.ToString());
+        }
+        checkpoint_writing_.store(false, std::memory_order_release);
+      });
+}
+
+void ShardServer::JoinCheckpointWriter() {
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
 }
 
 void ShardServer::ReleaseWaitingPulls() {
@@ -371,6 +474,10 @@ std::string ShardServer::StatsReport() const {
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
   os << "\n";
   os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
+  if (checkpoints_ != nullptr) {
+    os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
+       << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
+  }
   os << "cache_hit_rate";
   for (uint32_t w = 0; w < num_workers_; ++w) {
     const auto [hits, misses] = cache_stats_[w];

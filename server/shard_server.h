@@ -30,6 +30,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/options.h"
@@ -60,9 +61,15 @@ class ShardServer {
   // `bind_endpoint` when not empty (tests bind "tcp://127.0.0.1:*").
   // Unavailable when the address is in use; ResourceExhausted when the
   // tables do not fit in memory.
+  // With job.checkpoint.dir set, opens the shard's checkpoint folder and
+  // (checkpoint.restore) restores generation `restore_clock`, or the newest
+  // when it is -1; FailedPrecondition when a generation was written for
+  // another model, NotFound for a `restore_clock` that does not exist
+  // (listing those that do), DataLoss for a corrupt one.
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
   static StatusOr<std::unique_ptr<ShardServer>> Create(const JobOptions& job, uint32_t shard,
-                                                      const std::string& bind_endpoint = "");
+                                                      const std::string& bind_endpoint = "",
+                                                      int64_t restore_clock = -1);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
@@ -93,6 +100,14 @@ class ShardServer {
   // The minimum clock advanced: applies the finished clocks' sums
   // (aggregation), then answers every waiting pull it allows.
   void MinClockAdvanced();
+  // Restores a generation at start (see Create).
+  Status RestoreCheckpoint(int64_t restore_clock);
+  // When the minimum clock crossed a multiple of checkpoint.every_clocks:
+  // copies the tables and writes them on a background thread (first
+  // waiting, with a log line, for a previous write still running).
+  void MaybeCheckpoint();
+  // Waits for a checkpoint write in progress.
+  void JoinCheckpointWriter();
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
@@ -113,6 +128,7 @@ class ShardServer {
   std::string StatsReport() const;
 
   const uint32_t shard_;
+  const JobOptions job_;
   const uint32_t num_workers_;
   const ServerOptions options_;
   std::unique_ptr<ShardStore> store_;
@@ -140,6 +156,11 @@ class ShardServer {
   std::vector<bool> dead_;
   std::vector<bool> left_;
   Status failed_;  // set under policy fail once a worker died
+  // Checkpoints (null without checkpoint.dir).
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
+  std::thread checkpoint_writer_;
+  std::atomic<bool> checkpoint_writing_{false};
   // Per worker: the parameter-cache counts its last heartbeat reported.
   std::vector<std::pair<uint64_t, uint64_t>> cache_stats_;
   // Request rates over the last full second (Tick samples the counters).

@@ -227,6 +227,59 @@ std::vector<float> ShardStore::CopySlot(uint32_t table, uint32_t slot) const {
   return all;
 }
 
+ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {
+  ShardSnapshot snapshot;
+  snapshot.shard = shard;
+  snapshot.num_shards = static_cast<uint32_t>(job.cluster.servers.size());
+  snapshot.clock = clock;
+  snapshot.fingerprint = job.Fingerprint();
+  for (const Table& t : tables_) {
+    TableSnapshot ts;
+    ts.name = t.layout.name;
+    ts.rows = t.layout.rows;
+    ts.dim = t.layout.dim;
+    ts.owned = t.layout.owned;
+    ts.optimizer = OptimizerDescription(t.optimizer);
+    ts.slots.resize(t.optimizer.Slots());
+    snapshot.tables.push_back(std::move(ts));
+  }
+  return snapshot;
+}
+
+StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t shard,
+                                             int64_t clock) const {
+  ShardSnapshot snapshot = Layout(job, shard, clock);
+  try {
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      const auto table = static_cast<uint32_t>(i);
+      TableSnapshot& ts = snapshot.tables[i];
+      ts.values = CopyValues(table);
+      for (uint32_t slot = 0; slot < ts.slots.size(); ++slot) ts.slots[slot] = CopySlot(table, slot);
+    }
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("shard " + std::to_string(shard) +
+                                  ": not enough memory for a checkpoint's copy of the tables");
+  }
+  return snapshot;
+}
+
+void ShardStore::Restore(const ShardSnapshot& snapshot) {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Table& t = tables_[i];
+    const TableSnapshot& ts = snapshot.tables[i];
+    size_t offset = 0;
+    for (uint64_t b = 0; b < t.blocks.size(); ++b) {
+      Block* block = Writable(t, b);
+      const size_t n = block->values.size();
+      std::copy_n(ts.values.data() + offset, n, block->values.data());
+      for (size_t slot = 0; slot < ts.slots.size(); ++slot) {
+        std::copy_n(ts.slots[slot].data() + offset, n, block->slots[slot].data());
+      }
+      offset += n;
+    }
+  }
+}
+
 std::vector<float> ShardStore::CopyValues(uint32_t table) const {
   std::vector<float> all;
   all.reserve(tables_[table].layout.owned.size() * tables_[table].layout.dim);

@@ -23,6 +23,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/wire.h"
+#include "server/checkpoint.h"
 
 namespace ps {
 
@@ -70,6 +71,17 @@ class ShardStore {
 
   // Blocks copied because a push met a block still shared with a reply.
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
+
+  // The tables' layout as a checkpoint records it (no values): what a
+  // generation must match to be restored here (CheckRestorable).
+  ShardSnapshot Layout(const JobOptions& job, uint32_t shard, int64_t clock) const;
+  // Layout() plus a copy of every value and optimizer state array: the
+  // state a checkpoint writes. Costs one copy of the shard's memory.
+  // ResourceExhausted if the copy cannot be allocated.
+  StatusOr<ShardSnapshot> Snapshot(const JobOptions& job, uint32_t shard, int64_t clock) const;
+  // Replaces every value and optimizer state array with the snapshot's.
+  // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK.
+  void Restore(const ShardSnapshot& snapshot);
 
  private:
   struct Block {

@@ -785,6 +785,13 @@ TEST(ConfigTest, SparseLogisticRegressionAndProgramNames) {
                                "matrix_factorization"}));
 }
 
+TEST(ConfigTest, CheckpointNeedsADirAndAPeriod) {
+  EXPECT_TRUE(BadFileRejected("bad_checkpoint_zero_every.yaml",
+                              {"checkpoint.every_clocks", "got 0", ">= 1"}));
+  EXPECT_TRUE(BadFileRejected("bad_checkpoint_missing_dir.yaml",
+                              {"checkpoint", "dir", "the folder of the checkpoints"}));
+}
+
 TEST(ConfigTest, NewTrainingKeysLoad) {
   const std::string path = ::testing::TempDir() + "/train_keys.yaml";
   {
@@ -794,7 +801,8 @@ TEST(ConfigTest, NewTrainingKeysLoad) {
            "  - { name: u, rows: 100, dim: 4, optimizer: { type: adagrad, lr: 0.1, l1: 0.01, l2: 0.001 } }\n"
            "  - { name: v, rows: 50, dim: 4 }\n"
            "train: { program: matrix_factorization, user_table: u, item_table: v,\n"
-           "         observe_probability: 0.2, test_fraction: 0.25, metrics_csv: run.csv }\n";
+           "         observe_probability: 0.2, test_fraction: 0.25, metrics_csv: run.csv }\n"
+           "checkpoint: { dir: ckpt, every_clocks: 50, keep: 2, sync: false, restore: false }\n";
   }
   StatusOr<JobOptions> job = LoadJobFile(path);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -807,6 +815,17 @@ TEST(ConfigTest, NewTrainingKeysLoad) {
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.l1, 0.01f);
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.l2, 0.001f);
   EXPECT_EQ(TrainProgramName(job->train.program), "matrix_factorization");
+  EXPECT_EQ(job->checkpoint.dir, "ckpt");
+  EXPECT_EQ(job->checkpoint.every_clocks, 50u);
+  EXPECT_EQ(job->checkpoint.keep, 2u);
+  EXPECT_FALSE(job->checkpoint.sync);
+  EXPECT_FALSE(job->checkpoint.restore);
+  // The fingerprint follows the model, not the addresses.
+  JobOptions moved = *job;
+  moved.cluster.servers = {"127.0.0.1:7999"};
+  EXPECT_EQ(moved.Fingerprint(), job->Fingerprint());
+  moved.tables[0].dim = 8;
+  EXPECT_NE(moved.Fingerprint(), job->Fingerprint());
 }
 
 TEST(ConfigTest, TrainFeaturesMustEqualTableRows) {

@@ -1,0 +1,881 @@
+// Checkpoint generations in RocksDB (see checkpoint.h for the folder layout).
+//
+// A generation gen-<clock>/ is one RocksDB database (default column family,
+// bytewise key order, no compression) holding two kinds of records:
+//
+//   key "meta"   the shard's layout, in this binary format (all integers
+//                little-endian; str = u32 byte length, then the bytes):
+//                  char[4] "PSCK"
+//                  u32     format version (kFormatVersion, 1)
+//                  u32     shard
+//                  u32     num_shards
+//                  i64     clock
+//                  str     fingerprint
+//                  u32     table count
+//                  per table:
+//                    str   name
+//                    u64   rows (of the whole table)
+//                    u32   dim
+//                    u64   owned.begin
+//                    u64   owned.end
+//                    str   optimizer (its text)
+//                    u32   slots (0, 1 or 2)
+//                Nothing may follow the last table.
+//
+//   key 'r' + table index (u32 big-endian) + row (u64 big-endian, the row's
+//                index in the whole table, owned.begin <= row < owned.end)
+//                one record per owned row; its value is the row's dim values
+//                followed by dim floats of each slot, in slot order, as
+//                little-endian IEEE float32: (1 + slots) * dim * 4 bytes.
+//                Big-endian keys sort by table, then row, so a read fills
+//                each table in order with one pass of an iterator.
+//
+// RocksDB checksums every block (verified on every read here), so the
+// records carry no checksum of their own. The layout of the values is tied
+// to the format version: a change to either record means a new version.
+//
+// Writing: the database is created in gen-<clock>.tmp/ with the write-ahead
+// log disabled, filled with write batches of about 1 MiB, flushed and
+// closed (RocksDB's own syncs are skipped: the folder is not visible yet);
+// with sync every file in it and the folder itself are then fsynced;
+// then it is renamed to gen-<clock> and the parent folder fsynced. Reading
+// opens it read-only (no file in it is created or changed).
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <new>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include "common/logging.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little,
+              "checkpoint records store floats as little-endian float32 by memcpy");
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
+constexpr const char* kMetaKey = "meta";
+constexpr char kRowTag = 'r';
+constexpr size_t kRowKeySize = 1 + 4 + 8;
+constexpr size_t kBatchBytes = size_t{1} << 20;
+constexpr uint32_t kMaxSlots = 2;
+constexpr const char* kGenPrefix = "gen-";
+constexpr const char* kTmpSuffix = ".tmp";
+
+// RocksDB's informational log goes nowhere: without one, a read-only open
+// would create a LOG file inside the generation. Errors come back as Status.
+class NullLogger : public rocksdb::Logger {
+ public:
+  NullLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::FATAL_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+  void Logv(const rocksdb::InfoLogLevel /*level*/, const char* /*format*/,
+            va_list /*ap*/) override {}
+};
+
+const std::shared_ptr<rocksdb::Logger>& SharedNullLogger() {
+  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<NullLogger>();
+  return logger;
+}
+
+// RocksDB syncs its files as it writes them (each SST file, the manifest,
+// the folder). A generation is not visible until it is renamed, so those
+// syncs buy nothing: writes go through this file system, which drops them,
+// and with options.sync every file is fsynced once after the database is
+// closed (SyncFolder). So sync: false never waits for the disk.
+class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  using rocksdb::FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus RangeSync(uint64_t, uint64_t, const rocksdb::IOOptions&,
+                              rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+};
+
+class UnsyncedDirectory : public rocksdb::FSDirectoryWrapper {
+ public:
+  using rocksdb::FSDirectoryWrapper::FSDirectoryWrapper;
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus FsyncWithDirOptions(const rocksdb::IOOptions&, rocksdb::IODebugContext*,
+                                        const rocksdb::DirFsyncOptions&) override {
+    return rocksdb::IOStatus::OK();
+  }
+};
+
+class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  UnsyncedFileSystem() : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "PsCheckpointUnsyncedFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->NewWritableFile(name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->ReopenWritableFile(name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string& old_name,
+                                      const rocksdb::FileOptions& options,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                      rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->ReuseWritableFile(name, old_name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& options,
+                                 std::unique_ptr<rocksdb::FSDirectory>* result,
+                                 rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewDirectory(name, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<UnsyncedDirectory>(std::move(*result));
+    return s;
+  }
+
+ private:
+  static rocksdb::IOStatus Wrap(rocksdb::IOStatus s,
+                                std::unique_ptr<rocksdb::FSWritableFile>* result) {
+    if (s.ok()) *result = std::make_unique<UnsyncedWritableFile>(std::move(*result));
+    return s;
+  }
+};
+
+// The Env of every database write: the default one on UnsyncedFileSystem.
+// Never destroyed: RocksDB's background threads may outlive static
+// destructors.
+rocksdb::Env* UnsyncedEnv() {
+  static rocksdb::Env* const env =
+      rocksdb::NewCompositeEnv(std::make_shared<UnsyncedFileSystem>()).release();
+  return env;
+}
+
+std::string GenName(int64_t clock) { return kGenPrefix + std::to_string(clock); }
+
+// The clock of a complete generation's folder name "gen-<digits>" (no sign,
+// no leading zero but for "gen-0"), or -1 for any other name.
+int64_t ParseGenName(const std::string& name) {
+  const size_t prefix = std::strlen(kGenPrefix);
+  if (name.size() <= prefix || name.compare(0, prefix, kGenPrefix) != 0) return -1;
+  const char* first = name.data() + prefix;
+  const char* last = name.data() + name.size();
+  if (*first < '0' || *first > '9') return -1;
+  if (*first == '0' && last - first > 1) return -1;
+  int64_t clock = -1;
+  const auto [ptr, ec] = std::from_chars(first, last, clock);
+  if (ec != std::errc() || ptr != last) return -1;
+  return clock;
+}
+
+bool IsTmpName(const std::string& name) {
+  const size_t prefix = std::strlen(kGenPrefix), suffix = std::strlen(kTmpSuffix);
+  return name.size() > prefix + suffix && name.compare(0, prefix, kGenPrefix) == 0 &&
+         name.compare(name.size() - suffix, suffix, kTmpSuffix) == 0;
+}
+
+// The status code of a failed system call on a checkpoint's files.
+StatusCode CodeOfErrno(int err, StatusCode fallback) {
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return StatusCode::kPermissionDenied;
+    case ENOSPC:
+    case EDQUOT:
+      return StatusCode::kResourceExhausted;
+    default:
+      return fallback;
+  }
+}
+
+Status FsError(const std::error_code& ec, const std::string& what, StatusCode fallback) {
+  const StatusCode code =
+      ec.category() == std::generic_category() || ec.category() == std::system_category()
+          ? CodeOfErrno(ec.value(), fallback)
+          : fallback;
+  return Status(code, what + ": " + ec.message());
+}
+
+Status ErrnoError(int err, const std::string& what, StatusCode fallback) {
+  return FsError(std::error_code(err, std::generic_category()), what, fallback);
+}
+
+// A RocksDB error as a Status whose message starts with `what`.
+Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode fallback) {
+  StatusCode code = fallback;
+  if (s.IsNoSpace()) {
+    code = StatusCode::kResourceExhausted;
+  } else if (s.IsIOError() && s.ToString().find("Permission denied") != std::string::npos) {
+    code = StatusCode::kPermissionDenied;
+  }
+  return Status(code, what + ": " + s.ToString());
+}
+
+// fsyncs one file or folder.
+Status SyncPath(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) {
+    return ErrnoError(errno, "cannot open " + path + " to sync it", StatusCode::kInternal);
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoError(err, "cannot sync " + path, StatusCode::kInternal);
+  return Status::Ok();
+}
+
+// fsyncs every file in `dir` (a RocksDB folder is flat), then `dir`.
+Status SyncFolder(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) PS_RETURN_IF_ERROR(SyncPath(it->path().string(), false));
+  }
+  if (ec) return FsError(ec, "cannot list " + dir + " to sync it", StatusCode::kInternal);
+  return SyncPath(dir, true);
+}
+
+// Little-endian encoding of the meta record.
+class MetaWriter {
+ public:
+  void Bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void U32(uint32_t v) { Bytes(&v, sizeof v); }
+  void U64(uint64_t v) { Bytes(&v, sizeof v); }
+  void I64(int64_t v) { Bytes(&v, sizeof v); }
+  void Str(const std::string& s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class MetaReader {
+ public:
+  explicit MetaReader(std::string_view in) : in_(in) {}
+  bool Bytes(void* p, size_t n) {
+    if (in_.size() < n) return false;
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool U32(uint32_t* v) { return Bytes(v, sizeof *v); }
+  bool U64(uint64_t* v) { return Bytes(v, sizeof *v); }
+  bool I64(int64_t* v) { return Bytes(v, sizeof *v); }
+  bool Str(std::string* s) {
+    uint32_t n = 0;
+    if (!U32(&n) || in_.size() < n) return false;
+    s->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  size_t remaining() const { return in_.size(); }
+
+ private:
+  std::string_view in_;
+};
+
+std::string EncodeMeta(const ShardSnapshot& s) {
+  MetaWriter w;
+  w.Bytes(kMagic, sizeof kMagic);
+  w.U32(kFormatVersion);
+  w.U32(s.shard);
+  w.U32(s.num_shards);
+  w.I64(s.clock);
+  w.Str(s.fingerprint);
+  w.U32(static_cast<uint32_t>(s.tables.size()));
+  for (const TableSnapshot& t : s.tables) {
+    w.Str(t.name);
+    w.U64(t.rows);
+    w.U32(t.dim);
+    w.U64(t.owned.begin);
+    w.U64(t.owned.end);
+    w.Str(t.optimizer);
+    w.U32(static_cast<uint32_t>(t.slots.size()));
+  }
+  return w.Take();
+}
+
+// Fills everything of *s but the tables' values and slots (their counts are
+// returned in *slot_counts). `where` names the generation in errors.
+Status DecodeMeta(std::string_view in, const std::string& where, ShardSnapshot* s,
+                  std::vector<uint32_t>* slot_counts) {
+  MetaReader r(in);
+  const auto corrupt = [&](const std::string& what) {
+    return DataLossError(where + ": the meta record is corrupt: " + what);
+  };
+  char magic[sizeof kMagic];
+  if (!r.Bytes(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0) {
+    return corrupt("it does not start with \"PSCK\"");
+  }
+  uint32_t version = 0;
+  if (!r.U32(&version)) return corrupt("it ends before the format version");
+  if (version != kFormatVersion) {
+    return FailedPreconditionError(where + ": checkpoint format version " +
+                                   std::to_string(version) + ", but this build reads version " +
+                                   std::to_string(kFormatVersion));
+  }
+  uint32_t table_count = 0;
+  if (!r.U32(&s->shard) || !r.U32(&s->num_shards) || !r.I64(&s->clock) || !r.Str(&s->fingerprint) ||
+      !r.U32(&table_count)) {
+    return corrupt("it ends inside the shard fields");
+  }
+  // Each table takes at least kMinTableBytes: do not trust a count the
+  // record cannot hold.
+  constexpr size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4;
+  if (table_count > r.remaining() / kMinTableBytes) {
+    return corrupt("it lists " + std::to_string(table_count) + " tables in " +
+                   std::to_string(r.remaining()) + " bytes");
+  }
+  s->tables.resize(table_count);
+  slot_counts->assign(table_count, 0);
+  for (uint32_t i = 0; i < table_count; ++i) {
+    TableSnapshot& t = s->tables[i];
+    if (!r.Str(&t.name) || !r.U64(&t.rows) || !r.U32(&t.dim) || !r.U64(&t.owned.begin) ||
+        !r.U64(&t.owned.end) || !r.Str(&t.optimizer) || !r.U32(&(*slot_counts)[i])) {
+      return corrupt("it ends inside table " + std::to_string(i));
+    }
+    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
+      return corrupt("table '" + t.name + "' owns rows [" + std::to_string(t.owned.begin) + ", " +
+                     std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
+    }
+    if ((*slot_counts)[i] > kMaxSlots) {
+      return corrupt("table '" + t.name + "' has " + std::to_string((*slot_counts)[i]) +
+                     " optimizer slots");
+    }
+  }
+  if (r.remaining() != 0) {
+    return corrupt(std::to_string(r.remaining()) + " bytes follow the last table");
+  }
+  return Status::Ok();
+}
+
+void PutBigEndian(char* out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+}
+
+uint64_t GetBigEndian(const char* in, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+void RowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
+  out[0] = kRowTag;
+  PutBigEndian(out + 1, table, 4);
+  PutBigEndian(out + 5, row, 8);
+}
+
+std::string Hex(std::string_view bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes.substr(0, 32)) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  if (bytes.size() > 32) out += "...";
+  return out;
+}
+
+// Elements of owned.size() x dim, or nullopt when that does not fit a size_t.
+std::optional<size_t> Elements(const TableSnapshot& t) {
+  const Uint128 n = Uint128{t.owned.size()} * t.dim;
+  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxSlots + 1)) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(n);
+}
+
+Status ValidateForWrite(const ShardSnapshot& s, const CheckpointWriteOptions& options,
+                        const std::string& where) {
+  if (options.keep < 1) return InvalidArgumentError(where + ": keep must be at least 1");
+  if (s.clock < 0) {
+    return InvalidArgumentError(where + ": clock " + std::to_string(s.clock) + " is negative");
+  }
+  if (s.num_shards < 1 || s.shard >= s.num_shards) {
+    return InvalidArgumentError(where + ": shard " + std::to_string(s.shard) + " of " +
+                                std::to_string(s.num_shards));
+  }
+  if (s.tables.size() > std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgumentError(where + ": too many tables");
+  }
+  for (const TableSnapshot& t : s.tables) {
+    const std::string table = where + ": table '" + t.name + "'";
+    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
+      return InvalidArgumentError(table + " owns rows [" + std::to_string(t.owned.begin) + ", " +
+                                  std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
+    }
+    const std::optional<size_t> n = Elements(t);
+    if (!n || t.values.size() != *n) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
+                                  " values for " + std::to_string(t.owned.size()) +
+                                  " rows of dim " + std::to_string(t.dim));
+    }
+    if (t.slots.size() > kMaxSlots) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
+                                  " optimizer slots (at most " + std::to_string(kMaxSlots) + ")");
+    }
+    for (size_t k = 0; k < t.slots.size(); ++k) {
+      if (t.slots[k].size() != *n) {
+        return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
+                                    std::to_string(t.slots[k].size()) + " floats, not " +
+                                    std::to_string(*n));
+      }
+    }
+    if (t.name.size() > std::numeric_limits<uint32_t>::max() ||
+        t.optimizer.size() > std::numeric_limits<uint32_t>::max()) {
+      return InvalidArgumentError(table + ": name or optimizer text too long");
+    }
+  }
+  return Status::Ok();
+}
+
+rocksdb::Options CommonOptions() {
+  rocksdb::Options o;
+  o.info_log = SharedNullLogger();
+  o.paranoid_checks = true;
+  // Floats of trained models hardly compress; storing them raw keeps writes
+  // and reads at disk speed.
+  o.compression = rocksdb::kNoCompression;
+  o.stats_dump_period_sec = 0;
+  o.stats_persist_period_sec = 0;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 64 << 10;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
+// Writes every record of `s` into a new database at `path` and closes it.
+Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
+  rocksdb::Options o = CommonOptions();
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  // Keys arrive in order and the database is written once: compactions
+  // would only rewrite it.
+  o.disable_auto_compactions = true;
+  o.env = UnsyncedEnv();
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
+  if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);
+  std::unique_ptr<rocksdb::DB> db(raw);
+
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  rocksdb::WriteBatch batch;
+  const auto commit = [&]() -> Status {
+    rocksdb::Status ws = db->Write(wo, &batch);
+    batch.Clear();
+    if (!ws.ok()) return RocksError(ws, "cannot write to " + path, StatusCode::kInternal);
+    return Status::Ok();
+  };
+  rs = batch.Put(kMetaKey, EncodeMeta(s));
+  if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+
+  char key[kRowKeySize];
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
+    const TableSnapshot& t = s.tables[ti];
+    const size_t row_bytes = size_t{t.dim} * sizeof(float);
+    rocksdb::Slice parts[1 + kMaxSlots];
+    const int nparts = static_cast<int>(1 + t.slots.size());
+    for (uint64_t i = 0; i < t.owned.size(); ++i) {
+      RowKey(static_cast<uint32_t>(ti), t.owned.begin + i, key);
+      const size_t offset = static_cast<size_t>(i) * t.dim;
+      parts[0] = rocksdb::Slice(reinterpret_cast<const char*>(t.values.data() + offset), row_bytes);
+      for (size_t k = 0; k < t.slots.size(); ++k) {
+        parts[1 + k] =
+            rocksdb::Slice(reinterpret_cast<const char*>(t.slots[k].data() + offset), row_bytes);
+      }
+      const rocksdb::Slice key_slice(key, kRowKeySize);
+      rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
+      if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+      if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
+    }
+  }
+  if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
+
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  rs = db->Flush(fo);
+  if (!rs.ok()) return RocksError(rs, "cannot flush " + path, StatusCode::kInternal);
+  rs = db->Close();
+  if (!rs.ok()) return RocksError(rs, "cannot close " + path, StatusCode::kInternal);
+  return Status::Ok();
+}
+
+// Removes `path` and everything in it; a missing path is fine.
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) return FsError(ec, "cannot remove " + path, StatusCode::kInternal);
+  return Status::Ok();
+}
+
+// Removes a replaced generation (under a .tmp name: a failure leaves it to
+// the next Write, the new generation is already visible).
+void RemoveOld(const std::string& path) {
+  const Status removed = RemoveTree(path);
+  if (!removed.ok()) PS_LOG_WARN("checkpoint: {}", removed.ToString());
+}
+
+// Makes the complete database at `tmp` visible as `final_path`, replacing
+// a generation already there in one step where the file system allows.
+Status Publish(const std::string& tmp, const std::string& final_path) {
+  if (::rename(tmp.c_str(), final_path.c_str()) == 0) return Status::Ok();
+  const int err = errno;
+  if (err != ENOTEMPTY && err != EEXIST) {
+    return ErrnoError(err, "cannot rename " + tmp + " to " + final_path, StatusCode::kInternal);
+  }
+  // A generation of the same clock exists: swap the two atomically, then
+  // remove the old one (now under the .tmp name, so never read).
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
+    RemoveOld(tmp);
+    return Status::Ok();
+  }
+  const int xerr = errno;
+  if (xerr != EINVAL && xerr != ENOSYS && xerr != ENOTSUP) {
+    return ErrnoError(xerr, "cannot exchange " + tmp + " and " + final_path, StatusCode::kInternal);
+  }
+  // No atomic exchange on this file system: move the old one aside first. A
+  // crash in between leaves neither (the older generations stay intact).
+  const std::string old = final_path + ".old" + kTmpSuffix;
+  PS_RETURN_IF_ERROR(RemoveTree(old));
+  if (::rename(final_path.c_str(), old.c_str()) != 0) {
+    return ErrnoError(errno, "cannot rename " + final_path + " to " + old, StatusCode::kInternal);
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const int rename_err = errno;
+    if (::rename(old.c_str(), final_path.c_str()) != 0) {
+      PS_LOG_WARN("checkpoint: cannot move {} back to {}: {}", old, final_path,
+                  std::strerror(errno));
+    }
+    return ErrnoError(rename_err, "cannot rename " + tmp + " to " + final_path,
+                      StatusCode::kInternal);
+  }
+  RemoveOld(old);
+  return Status::Ok();
+}
+
+StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
+  rocksdb::Options o = CommonOptions();
+  o.create_if_missing = false;
+  o.skip_checking_sst_file_sizes_on_db_open = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs = rocksdb::DB::OpenForReadOnly(o, path, &raw);
+  if (!rs.ok()) return RocksError(rs, path + ": cannot open the generation", StatusCode::kDataLoss);
+  std::unique_ptr<rocksdb::DB> db(raw);
+
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  ro.readahead_size = 2 << 20;
+
+  std::string meta;
+  rs = db->Get(ro, kMetaKey, &meta);
+  if (rs.IsNotFound()) return DataLossError(path + ": the meta record is missing");
+  if (!rs.ok()) {
+    return RocksError(rs, path + ": cannot read the meta record", StatusCode::kDataLoss);
+  }
+  ShardSnapshot s;
+  std::vector<uint32_t> slot_counts;
+  PS_RETURN_IF_ERROR(DecodeMeta(meta, path, &s, &slot_counts));
+
+  // The values are stored uncompressed, so the files hold at least as many
+  // bytes as the meta record promises: never allocate more than that.
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  Uint128 file_bytes = 0, promised = 0;
+  for (const auto& f : files) file_bytes += f.size;
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
+    TableSnapshot& t = s.tables[ti];
+    const std::optional<size_t> n = Elements(t);
+    if (!n) {
+      return DataLossError(path + ": the meta record is corrupt: table '" + t.name +
+                           "' is too large");
+    }
+    promised += Uint128{*n} * sizeof(float) * (1 + slot_counts[ti]);
+  }
+  if (promised > file_bytes) {
+    return DataLossError(path + ": the meta record promises more row data than the files hold");
+  }
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
+    TableSnapshot& t = s.tables[ti];
+    const size_t n = *Elements(t);
+    t.values.resize(n);
+    t.slots.assign(slot_counts[ti], std::vector<float>(n));
+  }
+
+  // One pass over the records in key order: table by table, row by row.
+  size_t cur_table = 0;
+  uint64_t next_row = s.tables.empty() ? 0 : s.tables[0].owned.begin;
+  const auto skip_full_tables = [&] {
+    while (cur_table < s.tables.size() && next_row == s.tables[cur_table].owned.end) {
+      ++cur_table;
+      if (cur_table < s.tables.size()) next_row = s.tables[cur_table].owned.begin;
+    }
+  };
+  const auto missing = [&] {
+    return DataLossError(path + ": table '" + s.tables[cur_table].name + "' row " +
+                         std::to_string(next_row) + " is missing");
+  };
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key == rocksdb::Slice(kMetaKey)) continue;
+    if (key.size() != kRowKeySize || key[0] != kRowTag) {
+      return DataLossError(path + ": unexpected record with key " + Hex(key.ToStringView()));
+    }
+    const uint64_t ti = GetBigEndian(key.data() + 1, 4);
+    const uint64_t row = GetBigEndian(key.data() + 5, 8);
+    if (ti >= s.tables.size()) {
+      return DataLossError(path + ": a record of table index " + std::to_string(ti) +
+                           ", but the meta record lists " + std::to_string(s.tables.size()) +
+                           " tables");
+    }
+    TableSnapshot& t = s.tables[ti];
+    skip_full_tables();
+    if (ti != cur_table || row != next_row) {
+      if (ti >= cur_table && t.owned.Contains(row)) return missing();
+      return DataLossError(path + ": table '" + t.name + "' has a record of row " +
+                           std::to_string(row) + ", outside its rows [" +
+                           std::to_string(t.owned.begin) + ", " + std::to_string(t.owned.end) +
+                           ")");
+    }
+    const size_t row_bytes = size_t{t.dim} * sizeof(float);
+    const rocksdb::Slice value = it->value();
+    if (value.size() != row_bytes * (1 + t.slots.size())) {
+      return DataLossError(path + ": table '" + t.name + "' row " + std::to_string(row) + " has " +
+                           std::to_string(value.size()) + " bytes, not " +
+                           std::to_string(row_bytes * (1 + t.slots.size())));
+    }
+    const size_t offset = static_cast<size_t>(row - t.owned.begin) * t.dim;
+    if (row_bytes > 0) {
+      std::memcpy(t.values.data() + offset, value.data(), row_bytes);
+      for (size_t k = 0; k < t.slots.size(); ++k) {
+        std::memcpy(t.slots[k].data() + offset, value.data() + (1 + k) * row_bytes, row_bytes);
+      }
+    }
+    ++next_row;
+  }
+  if (!it->status().ok()) {
+    return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);
+  }
+  skip_full_tables();
+  if (cur_table < s.tables.size()) return missing();
+  return s;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
+  if (dir.empty()) return InvalidArgumentError("the checkpoint folder name is empty");
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return InvalidArgumentError(dir + ": cannot use it as the checkpoint folder: " + ec.message());
+  }
+  if (fs::exists(st) && !fs::is_directory(st)) {
+    return InvalidArgumentError(dir + ": cannot use it as the checkpoint folder: not a folder");
+  }
+  if (!fs::exists(st)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return InvalidArgumentError(dir + ": cannot create the checkpoint folder: " + ec.message());
+    }
+  }
+  return std::unique_ptr<CheckpointDir>(new CheckpointDir(dir));
+}
+
+StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
+  std::vector<int64_t> clocks;
+  std::error_code ec;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t clock = ParseGenName(it->path().filename().string());
+    if (clock < 0) continue;
+    std::error_code type_ec;
+    if (it->is_directory(type_ec)) clocks.push_back(clock);
+  }
+  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
+  std::sort(clocks.begin(), clocks.end());
+  return clocks;
+}
+
+Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
+  const std::string final_path = (fs::path(path_) / GenName(snapshot.clock)).string();
+  PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, options, final_path));
+  const std::string tmp = final_path + kTmpSuffix;
+
+  // Torn writes of earlier attempts (of any clock) first.
+  std::error_code ec;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (IsTmpName(it->path().filename().string())) {
+      PS_RETURN_IF_ERROR(RemoveTree(it->path().string()));
+    }
+  }
+  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
+
+  Status written;
+  try {
+    written = WriteDatabase(snapshot, tmp);
+    if (written.ok() && options.sync) written = SyncFolder(tmp);
+    if (written.ok()) written = Publish(tmp, final_path);
+    if (written.ok() && options.sync) written = SyncPath(path_, true);
+  } catch (const std::bad_alloc&) {
+    written = ResourceExhaustedError("out of memory writing " + tmp);
+  }
+  if (!written.ok()) {
+    RemoveTree(tmp).IgnoreError();
+    return written;
+  }
+
+  // Older generations beyond `keep`: each is renamed to a .tmp name first,
+  // so a crash while removing it never leaves a partial gen-<clock>.
+  StatusOr<std::vector<int64_t>> clocks = Generations();
+  Status pruned = clocks.status();
+  if (clocks.ok() && clocks->size() > options.keep) {
+    const size_t drop = clocks->size() - options.keep;
+    for (size_t i = 0; i < drop && pruned.ok(); ++i) {
+      const std::string old = (fs::path(path_) / GenName((*clocks)[i])).string();
+      const std::string doomed = old + kTmpSuffix;
+      if (::rename(old.c_str(), doomed.c_str()) != 0) {
+        pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
+      } else {
+        pruned = RemoveTree(doomed);
+      }
+    }
+    if (pruned.ok() && options.sync) pruned = SyncPath(path_, true);
+  }
+  if (!pruned.ok()) {
+    // The new generation is complete and visible; the next Write tries again.
+    PS_LOG_WARN("checkpoint {} written, but removing older generations failed: {}", final_path,
+                pruned.ToString());
+  }
+  return Status::Ok();
+}
+
+StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock) const {
+  const std::string path = (fs::path(path_) / GenName(clock < 0 ? 0 : clock)).string();
+  if (clock < 0) {
+    return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
+  }
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return FsError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
+  }
+  if (!fs::is_directory(st)) return NotFoundError(path + ": no such generation");
+  StatusOr<ShardSnapshot> s = [&]() -> StatusOr<ShardSnapshot> {
+    try {
+      return ReadDatabase(path);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhaustedError(path + ": out of memory reading the generation");
+    }
+  }();
+  if (!s.ok()) return s;
+  if (s->clock != clock) {
+    return DataLossError(path + ": the meta record says clock " + std::to_string(s->clock));
+  }
+  return s;
+}
+
+namespace {
+
+// The first difference of layout (shard, shard count, tables) as
+// "<what> <a> in the checkpoint but <b> in the job", or "" when none.
+std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& expected) {
+  const auto differ = [](const std::string& what, const std::string& in_saved,
+                         const std::string& in_job) {
+    return what + " " + in_saved + " in the checkpoint but " + in_job + " in the job";
+  };
+  if (saved.num_shards != expected.num_shards) {
+    return differ("the shard count is", std::to_string(saved.num_shards),
+                  std::to_string(expected.num_shards));
+  }
+  if (saved.shard != expected.shard) {
+    return differ("the shard is", std::to_string(saved.shard), std::to_string(expected.shard));
+  }
+  if (saved.tables.size() != expected.tables.size()) {
+    return differ("the table count is", std::to_string(saved.tables.size()),
+                  std::to_string(expected.tables.size()));
+  }
+  for (size_t i = 0; i < saved.tables.size(); ++i) {
+    const TableSnapshot& a = saved.tables[i];
+    const TableSnapshot& b = expected.tables[i];
+    if (a.name != b.name) {
+      return differ("table " + std::to_string(i) + " is", "'" + a.name + "'", "'" + b.name + "'");
+    }
+    const std::string table = "table '" + a.name + "' has";
+    if (a.rows != b.rows) {
+      return differ(table, std::to_string(a.rows) + " rows", std::to_string(b.rows));
+    }
+    if (a.dim != b.dim) {
+      return differ(table, "dim " + std::to_string(a.dim), std::to_string(b.dim));
+    }
+    if (a.owned != b.owned) {
+      const auto range = [](const RowRange& r) {
+        return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+      };
+      return differ(table, "owned rows " + range(a.owned), range(b.owned));
+    }
+    if (a.optimizer != b.optimizer) {
+      return differ(table, "optimizer \"" + a.optimizer + "\"", "\"" + b.optimizer + "\"");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                       const std::string& where) {
+  static const std::string kHint =
+      "; start the job with the config it was written with, or a new checkpoint.dir";
+  const std::string layout = LayoutDifference(saved, expected);
+  if (saved.fingerprint != expected.fingerprint) {
+    // The fingerprint covers the layout: name the concrete difference first
+    // when there is one.
+    const std::string fingerprints = "the model's fingerprint is \"" + saved.fingerprint +
+                                     "\" in the checkpoint but \"" + expected.fingerprint +
+                                     "\" in the job";
+    return FailedPreconditionError(
+        where + ": " + (layout.empty() ? fingerprints : layout + " (" + fingerprints + ")") +
+        kHint);
+  }
+  if (!layout.empty()) return FailedPreconditionError(where + ": " + layout + kHint);
+  return Status::Ok();
+}
+
+}  // namespace ps

@@ -1,0 +1,106 @@
+// Checkpoints of one shard in RocksDB (DESIGN.md section 7).
+//
+// Layout on disk, under `dir` (checkpoint.dir/shard-<i>/):
+//   gen-<clock>/        a complete generation: a RocksDB database holding
+//                       one meta record and one record per row (its values
+//                       and optimizer state), for the state after every
+//                       update of the clocks < <clock>.
+//   gen-<clock>.tmp/    a generation being written (or torn by a crash):
+//                       never read, removed by the next Write.
+// A generation becomes visible atomically: it is written and synced as
+// gen-<clock>.tmp, then renamed to gen-<clock> (and the folder synced), so a
+// crash at any point leaves the previous generations intact and never a
+// half-written gen-<clock>. After a successful write only the newest
+// `keep` generations remain.
+//
+// Not thread-safe: one writer thread per CheckpointDir.
+#ifndef PS_SERVER_CHECKPOINT_H_
+#define PS_SERVER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/key_range.h"
+#include "common/status.h"
+
+namespace ps {
+
+// One table of a shard: its layout, and (when taken from a store) a copy of
+// its values and optimizer state.
+struct TableSnapshot {
+  std::string name;
+  uint64_t rows = 0;     // rows of the whole table
+  uint32_t dim = 0;
+  RowRange owned;        // the rows this shard holds
+  // The optimizer's settings as text (OptimizerDescription in
+  // common/options.h); a restore refuses a different one.
+  std::string optimizer;
+  // owned.size() x dim floats, row-major.
+  std::vector<float> values;
+  // The optimizer's state arrays (0, 1 or 2), each laid out like values.
+  std::vector<std::vector<float>> slots;
+};
+
+// The state of one shard at a clock boundary.
+struct ShardSnapshot {
+  uint32_t shard = 0;
+  uint32_t num_shards = 0;
+  // The shard's minimum clock: the snapshot holds every update of every
+  // clock < clock (and, under ssp or asp, possibly some later ones).
+  int64_t clock = 0;
+  // A fingerprint of the job's model (JobFingerprint in common/options.h):
+  // a restore refuses a generation written for another model.
+  std::string fingerprint;
+  std::vector<TableSnapshot> tables;
+};
+
+struct CheckpointWriteOptions {
+  // fsync the generation's files and folders before it becomes visible.
+  bool sync = true;
+  // Generations kept after a write, >= 1.
+  uint32_t keep = 3;
+};
+
+class CheckpointDir {
+ public:
+  // Opens (creating it and its parents when missing) the folder of one
+  // shard's generations. InvalidArgument naming the path when it cannot be
+  // created or is not a folder.
+  static StatusOr<std::unique_ptr<CheckpointDir>> Open(const std::string& dir);
+
+  const std::string& path() const { return path_; }
+
+  // Writes `snapshot` as generation gen-<snapshot.clock> (replacing a torn
+  // .tmp of any clock; an existing complete generation of the same clock is
+  // replaced atomically), then removes all but the newest `keep`
+  // generations. On an error (disk full, permissions) nothing visible
+  // changes and the error names the path.
+  Status Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options);
+
+  // Clocks of the complete generations, ascending.
+  StatusOr<std::vector<int64_t>> Generations() const;
+
+  // Reads generation gen-<clock> completely (every row of every table).
+  // NotFound when there is no such complete generation; DataLoss naming the
+  // path and what is wrong when its files are corrupt, a record is missing
+  // or has the wrong size.
+  StatusOr<ShardSnapshot> Read(int64_t clock) const;
+
+ private:
+  explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// OK when `saved` (read from disk) can be restored into a shard whose
+// layout is `expected` (same shard and shard count, fingerprint, tables
+// with the same names, rows, dim, owned rows and optimizer). Otherwise
+// FailedPrecondition naming `where` (the generation's path), the first
+// difference, and both values.
+Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                       const std::string& where);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_H_

@@ -1,0 +1,542 @@
+#include "server/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Random bit patterns (NaNs and infinities included): a round trip must
+// keep every bit.
+std::vector<float> RandomFloats(size_t n, std::mt19937* rng) {
+  std::vector<float> out(n);
+  for (float& f : out) {
+    const uint32_t bits = (*rng)();
+    std::memcpy(&f, &bits, sizeof f);
+  }
+  return out;
+}
+
+TableSnapshot Table(const std::string& name, uint64_t rows, uint32_t dim, RowRange owned,
+                    size_t slots, std::mt19937* rng) {
+  TableSnapshot t;
+  t.name = name;
+  t.rows = rows;
+  t.dim = dim;
+  t.owned = owned;
+  t.optimizer = "adam lr=0.01 beta1=0.9\nslots=" + std::to_string(slots);
+  t.values = RandomFloats(owned.size() * dim, rng);
+  for (size_t k = 0; k < slots; ++k) t.slots.push_back(RandomFloats(owned.size() * dim, rng));
+  return t;
+}
+
+ShardSnapshot Snapshot(int64_t clock, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  ShardSnapshot s;
+  s.shard = 1;
+  s.num_shards = 4;
+  s.clock = clock;
+  s.fingerprint = "model-fingerprint-0123456789abcdef";
+  s.tables.push_back(Table("emb", 1000, 16, {250, 500}, 2, &rng));
+  s.tables.push_back(Table("w", 10, 1, {3, 7}, 0, &rng));
+  s.tables.push_back(Table("bias", 7, 4, {0, 7}, 1, &rng));
+  s.tables.push_back(Table("none_here", 2, 3, {2, 2}, 2, &rng));  // owns no rows
+  return s;
+}
+
+// About 4.8 MB of rows: several write batches and data blocks.
+ShardSnapshot BigSnapshot(int64_t clock) {
+  std::mt19937 rng(7);
+  ShardSnapshot s;
+  s.shard = 0;
+  s.num_shards = 1;
+  s.clock = clock;
+  s.tables.push_back(Table("big", 100000, 4, {0, 100000}, 2, &rng));
+  // The smallest table record: empty name and optimizer text.
+  s.tables.push_back(Table("", 3, 1, {0, 3}, 0, &rng));
+  s.tables.back().optimizer.clear();
+  return s;
+}
+
+// Inverts 16 bytes at `fraction` of the file's length.
+void FlipBytes(const fs::path& file, double fraction) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(static_cast<double>(fs::file_size(file)) * fraction);
+  char bytes[16];
+  f.seekg(at);
+  f.read(bytes, sizeof bytes);
+  for (char& c : bytes) c = static_cast<char>(~c);
+  f.seekp(at);
+  f.write(bytes, sizeof bytes);
+}
+
+void ExpectSameTable(const TableSnapshot& a, const TableSnapshot& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.owned, b.owned);
+  EXPECT_EQ(a.optimizer, b.optimizer);
+  ASSERT_EQ(a.values.size(), b.values.size()) << a.name;
+  EXPECT_EQ(std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(float)), 0)
+      << a.name;
+  ASSERT_EQ(a.slots.size(), b.slots.size()) << a.name;
+  for (size_t k = 0; k < a.slots.size(); ++k) {
+    ASSERT_EQ(a.slots[k].size(), b.slots[k].size()) << a.name << " slot " << k;
+    EXPECT_EQ(std::memcmp(a.slots[k].data(), b.slots[k].data(), a.slots[k].size() * sizeof(float)),
+              0)
+        << a.name << " slot " << k;
+  }
+}
+
+void ExpectSame(const ShardSnapshot& a, const ShardSnapshot& b) {
+  EXPECT_EQ(a.shard, b.shard);
+  EXPECT_EQ(a.num_shards, b.num_shards);
+  EXPECT_EQ(a.clock, b.clock);
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  ASSERT_EQ(a.tables.size(), b.tables.size());
+  for (size_t i = 0; i < a.tables.size(); ++i) ExpectSameTable(a.tables[i], b.tables[i]);
+}
+
+std::set<std::string> Names(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+std::vector<fs::path> SstFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".sst") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ps_checkpoint_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    auto opened = CheckpointDir::Open((dir_ / "shard-1").string());
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    ckpt_ = std::move(*opened);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+
+  fs::path Gen(int64_t clock) const {
+    return fs::path(ckpt_->path()) / ("gen-" + std::to_string(clock));
+  }
+
+  std::vector<int64_t> Generations() const {
+    auto g = ckpt_->Generations();
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    return g.ok() ? *g : std::vector<int64_t>{};
+  }
+
+  // Opens generation `clock` with RocksDB directly, to damage its records.
+  std::unique_ptr<rocksdb::DB> OpenRaw(int64_t clock) const {
+    rocksdb::Options o;
+    o.compression = rocksdb::kNoCompression;
+    o.disable_auto_compactions = true;
+    rocksdb::DB* db = nullptr;
+    const rocksdb::Status s = rocksdb::DB::Open(o, Gen(clock).string(), &db);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return std::unique_ptr<rocksdb::DB>(db);
+  }
+  static void CloseRaw(std::unique_ptr<rocksdb::DB> db) {
+    ASSERT_TRUE(db->Flush(rocksdb::FlushOptions()).ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+
+  // Expects Read(clock) to fail with `code`, naming the generation and
+  // containing `text`.
+  void ExpectReadFails(int64_t clock, StatusCode code, const std::string& text) const {
+    auto r = ckpt_->Read(clock);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(Gen(clock).string()), std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().ToString();
+  }
+
+  fs::path dir_;
+  std::unique_ptr<CheckpointDir> ckpt_;
+};
+
+TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
+  const ShardSnapshot s = Snapshot(12);
+  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  EXPECT_EQ(Generations(), std::vector<int64_t>{12});
+  const std::set<std::string> files = Names(Gen(12));
+  auto r = ckpt_->Read(12);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, s);
+  // A read changes nothing in the generation (no log file, no lock).
+  EXPECT_EQ(Names(Gen(12)), files);
+  EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-12"});
+}
+
+TEST_F(CheckpointTest, RoundTripOfSeveralBatchesWithoutSync) {
+  const ShardSnapshot s = BigSnapshot(0);
+  ASSERT_TRUE(ckpt_->Write(s, {.sync = false, .keep = 1}).ok());
+  auto r = ckpt_->Read(0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, s);
+}
+
+TEST_F(CheckpointTest, KeepsTheNewestGenerations) {
+  for (int64_t clock : {10, 20, 30}) {
+    ASSERT_TRUE(ckpt_->Write(Snapshot(clock, static_cast<uint32_t>(clock)), {.keep = 2}).ok());
+  }
+  EXPECT_EQ(Generations(), (std::vector<int64_t>{20, 30}));
+  EXPECT_EQ(Names(ckpt_->path()), (std::set<std::string>{"gen-20", "gen-30"}));
+  EXPECT_EQ(ckpt_->Read(10).status().code(), StatusCode::kNotFound);
+  auto r = ckpt_->Read(20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, Snapshot(20, 20));
+  // An older clock written later is pruned at once as the oldest.
+  ASSERT_TRUE(ckpt_->Write(Snapshot(5), {.keep = 2}).ok());
+  EXPECT_EQ(Generations(), (std::vector<int64_t>{20, 30}));
+}
+
+TEST_F(CheckpointTest, ListsOnlyCompleteGenerationFolders) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(3), {}).ok());
+  const fs::path dir = ckpt_->path();
+  fs::create_directories(dir / "gen-9.tmp");
+  std::ofstream(dir / "gen-9.tmp" / "CURRENT") << "junk";
+  for (const char* name : {"gen-abc", "gen-007", "gen--1", "gen-", "gen-4x", "other"}) {
+    fs::create_directories(dir / name);
+  }
+  std::ofstream(dir / "gen-8") << "a file, not a folder";
+  std::ofstream(dir / "notes.txt") << "kept";
+  EXPECT_EQ(Generations(), std::vector<int64_t>{3});
+  EXPECT_EQ(ckpt_->Read(9).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ckpt_->Read(8).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ckpt_->Read(-1).status().code(), StatusCode::kNotFound);
+
+  ASSERT_TRUE(ckpt_->Write(Snapshot(4), {}).ok());
+  EXPECT_FALSE(fs::exists(dir / "gen-9.tmp"));
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dir / "gen-abc"));
+  EXPECT_EQ(Generations(), (std::vector<int64_t>{3, 4}));
+}
+
+TEST_F(CheckpointTest, RewritingTheSameClockReplacesIt) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(7, 1), {}).ok());
+  ASSERT_TRUE(ckpt_->Write(Snapshot(7, 2), {}).ok());
+  EXPECT_EQ(Generations(), std::vector<int64_t>{7});
+  EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-7"});
+  auto r = ckpt_->Read(7);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, Snapshot(7, 2));
+}
+
+TEST_F(CheckpointTest, TornWriteIsNeverListedAndIsRemoved) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(10), {}).ok());
+  // A crash while writing generation 20: a copy of a database, cut short.
+  const fs::path torn = fs::path(ckpt_->path()) / "gen-20.tmp";
+  fs::copy(Gen(10), torn);
+  const std::vector<fs::path> ssts = SstFiles(torn);
+  ASSERT_FALSE(ssts.empty());
+  fs::resize_file(ssts[0], fs::file_size(ssts[0]) / 2);
+
+  EXPECT_EQ(Generations(), std::vector<int64_t>{10});
+  EXPECT_EQ(ckpt_->Read(20).status().code(), StatusCode::kNotFound);
+  auto r = ckpt_->Read(10);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, Snapshot(10));
+
+  ASSERT_TRUE(ckpt_->Write(Snapshot(30), {}).ok());
+  EXPECT_FALSE(fs::exists(torn));
+  EXPECT_EQ(Generations(), (std::vector<int64_t>{10, 30}));
+}
+
+TEST_F(CheckpointTest, FlippedBytesInAnSstFileAreDataLoss) {
+  // In the block that holds the meta record.
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  std::vector<fs::path> ssts = SstFiles(Gen(1));
+  ASSERT_FALSE(ssts.empty());
+  FlipBytes(ssts[0], 0.3);
+  ExpectReadFails(1, StatusCode::kDataLoss, "checksum mismatch");
+
+  // In a block of rows in the middle of a large file.
+  ASSERT_TRUE(ckpt_->Write(BigSnapshot(2), {}).ok());
+  ssts = SstFiles(Gen(2));
+  ASSERT_FALSE(ssts.empty());
+  const fs::path largest = *std::max_element(
+      ssts.begin(), ssts.end(),
+      [](const fs::path& a, const fs::path& b) { return fs::file_size(a) < fs::file_size(b); });
+  FlipBytes(largest, 0.5);
+  ExpectReadFails(2, StatusCode::kDataLoss, "cannot read the records");
+}
+
+TEST_F(CheckpointTest, TruncatedSstFileIsDataLoss) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  const std::vector<fs::path> ssts = SstFiles(Gen(1));
+  ASSERT_FALSE(ssts.empty());
+  fs::resize_file(ssts[0], fs::file_size(ssts[0]) - 100);
+  ExpectReadFails(1, StatusCode::kDataLoss, "");
+  fs::resize_file(ssts[0], 0);
+  ExpectReadFails(1, StatusCode::kDataLoss, "");
+}
+
+TEST_F(CheckpointTest, MissingDatabaseFilesAreDataLoss) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_TRUE(ckpt_->Write(Snapshot(2), {}).ok());
+  fs::remove(Gen(1) / "CURRENT");
+  ExpectReadFails(1, StatusCode::kDataLoss, "");
+  for (const fs::path& sst : SstFiles(Gen(2))) fs::remove(sst);
+  ExpectReadFails(2, StatusCode::kDataLoss, "");
+}
+
+TEST_F(CheckpointTest, MissingOrBadMetaRecordIsDataLoss) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  auto db = OpenRaw(1);
+  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), "meta").ok());
+  CloseRaw(std::move(db));
+  ExpectReadFails(1, StatusCode::kDataLoss, "the meta record is missing");
+
+  for (const std::string& junk : {std::string("PSCK"), std::string("junk"), std::string()}) {
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", junk).ok());
+    CloseRaw(std::move(db));
+    ExpectReadFails(1, StatusCode::kDataLoss, "the meta record is corrupt");
+  }
+}
+
+TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  auto db = OpenRaw(1);
+  std::string meta;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "meta", &meta).ok());
+  meta[4] = 2;  // the format version follows the 4-byte magic
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", meta).ok());
+  CloseRaw(std::move(db));
+  ExpectReadFails(1, StatusCode::kFailedPrecondition, "format version 2");
+}
+
+TEST_F(CheckpointTest, MissingExtraOrWrongSizedRowsAreDataLoss) {
+  const ShardSnapshot s = Snapshot(1);
+  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  const auto key = [](uint32_t table, uint64_t row) {
+    std::string k(13, '\0');
+    k[0] = 'r';
+    for (int i = 0; i < 4; ++i) k[1 + i] = static_cast<char>(table >> (8 * (3 - i)));
+    for (int i = 0; i < 8; ++i) k[5 + i] = static_cast<char>(row >> (8 * (7 - i)));
+    return k;
+  };
+
+  // Row 300 of "emb" (table 0) missing.
+  auto db = OpenRaw(1);
+  std::string saved;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key(0, 300), &saved).ok());
+  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key(0, 300)).ok());
+  CloseRaw(std::move(db));
+  ExpectReadFails(1, StatusCode::kDataLoss, "table 'emb' row 300 is missing");
+
+  // The last row of the last table with rows missing.
+  db = OpenRaw(1);
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(0, 300), saved).ok());
+  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key(2, 6)).ok());
+  CloseRaw(std::move(db));
+  ExpectReadFails(1, StatusCode::kDataLoss, "table 'bias' row 6 is missing");
+
+  // A row outside the owned range, a table the meta record does not list,
+  // a key of another shape.
+  struct Extra {
+    std::string key, text;
+  };
+  for (const Extra& extra :
+       {Extra{key(1, 8), "table 'w' has a record of row 8"},
+        Extra{key(1, 2), "table 'w' has a record of row 2"}, Extra{key(9, 0), "table index 9"},
+        Extra{"zzz", "unexpected record"}}) {
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(2, 6), std::string(4 * 4 * 2, 'x')).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), extra.key, "v").ok());
+    CloseRaw(std::move(db));
+    ExpectReadFails(1, StatusCode::kDataLoss, extra.text);
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), extra.key).ok());
+    CloseRaw(std::move(db));
+  }
+  // After the loop every row is back.
+  ASSERT_TRUE(ckpt_->Read(1).ok());
+
+  // A value one float short.
+  db = OpenRaw(1);
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(2, 6), std::string(4 * 4 * 2 - 4, 'x')).ok());
+  CloseRaw(std::move(db));
+  ExpectReadFails(1, StatusCode::kDataLoss, "table 'bias' row 6 has 28 bytes, not 32");
+}
+
+TEST_F(CheckpointTest, InvalidSnapshotsAreRefusedAndChangeNothing) {
+  ShardSnapshot s = Snapshot(1);
+  s.tables[0].values.pop_back();
+  Status w = ckpt_->Write(s, {});
+  EXPECT_EQ(w.code(), StatusCode::kInvalidArgument) << w.ToString();
+  s = Snapshot(1);
+  s.tables[1].slots.push_back({1.0f});
+  EXPECT_EQ(ckpt_->Write(s, {}).code(), StatusCode::kInvalidArgument);
+  s = Snapshot(1);
+  s.tables[1].owned = {5, 11};
+  EXPECT_EQ(ckpt_->Write(s, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ckpt_->Write(Snapshot(-1), {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ckpt_->Write(Snapshot(1), {.keep = 0}).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Names(ckpt_->path()).empty());
+}
+
+TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
+  const ShardSnapshot saved = Snapshot(5);
+  const std::string where = "/ckpt/shard-1/gen-5";
+  EXPECT_TRUE(CheckRestorable(saved, saved, where).ok());
+
+  struct Case {
+    std::string what;
+    void (*change)(ShardSnapshot*);
+    std::vector<std::string> texts;
+  };
+  const std::vector<Case> cases = {
+      {"fingerprint",
+       [](ShardSnapshot* s) { s->fingerprint = "other"; },
+       {"the model's fingerprint is \"model-fingerprint-0123456789abcdef\" in the checkpoint "
+        "but \"other\" in the job"}},
+      // A job with another model has another fingerprint too: the concrete
+      // difference comes first.
+      {"fingerprint and dim",
+       [](ShardSnapshot* s) {
+         s->fingerprint = "other";
+         s->tables[0].dim = 8;
+       },
+       {"table 'emb' has dim 16 in the checkpoint but 8 in the job (the model's fingerprint is "
+        "\"model-fingerprint-0123456789abcdef\" in the checkpoint but \"other\" in the job)"}},
+      {"shard count",
+       [](ShardSnapshot* s) { s->num_shards = 2; },
+       {"shard count is 4 in the checkpoint but 2 in the job"}},
+      {"shard",
+       [](ShardSnapshot* s) { s->shard = 3; },
+       {"shard is 1 in the checkpoint but 3 in the job"}},
+      {"table count",
+       [](ShardSnapshot* s) { s->tables.pop_back(); },
+       {"table count is 4 in the checkpoint but 3 in the job"}},
+      {"table name",
+       [](ShardSnapshot* s) { s->tables[1].name = "weights"; },
+       {"table 1 is 'w' in the checkpoint but 'weights' in the job"}},
+      {"rows",
+       [](ShardSnapshot* s) { s->tables[0].rows = 2000; },
+       {"table 'emb' has 1000 rows in the checkpoint but 2000 in the job"}},
+      {"dim",
+       [](ShardSnapshot* s) { s->tables[0].dim = 8; },
+       {"table 'emb' has dim 16 in the checkpoint but 8 in the job"}},
+      {"owned",
+       [](ShardSnapshot* s) {
+         s->tables[2].owned = {0, 3};
+       },
+       {"table 'bias' has owned rows [0, 7) in the checkpoint but [0, 3) in the job"}},
+      {"optimizer",
+       [](ShardSnapshot* s) { s->tables[1].optimizer = "sgd lr=0.1"; },
+       {"table 'w' has optimizer", "\"adam lr=0.01 beta1=0.9\nslots=0\"", "\"sgd lr=0.1\""}},
+  };
+  for (const Case& c : cases) {
+    ShardSnapshot expected = saved;
+    c.change(&expected);
+    const Status s = CheckRestorable(saved, expected, where);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << c.what << ": " << s.ToString();
+    EXPECT_EQ(s.message().rfind(where + ": ", 0), 0u) << s.ToString();
+    EXPECT_NE(s.message().find("start the job with the config it was written with, or a new "
+                               "checkpoint.dir"),
+              std::string::npos)
+        << s.ToString();
+    for (const std::string& text : c.texts) {
+      EXPECT_NE(s.message().find(text), std::string::npos) << c.what << ": " << s.ToString();
+    }
+  }
+  // The clock and the values are not part of the layout.
+  ShardSnapshot later = Snapshot(9, 3);
+  EXPECT_TRUE(CheckRestorable(saved, later, where).ok());
+}
+
+TEST(CheckpointDirTest, OpenRefusesARegularFile) {
+  const fs::path file =
+      fs::temp_directory_path() / ("ps_checkpoint_file_" + std::to_string(::getpid()));
+  std::ofstream(file) << "not a folder";
+  auto opened = CheckpointDir::Open(file.string());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(opened.status().message().find(file.string()), std::string::npos)
+      << opened.status().ToString();
+  // A folder below a file cannot be created either.
+  auto below = CheckpointDir::Open((file / "shard-0").string());
+  ASSERT_FALSE(below.ok());
+  EXPECT_EQ(below.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(below.status().message().find(file.string()), std::string::npos);
+  fs::remove(file);
+}
+
+TEST_F(CheckpointTest, OpenCreatesParentsAndReopens) {
+  const fs::path deep = dir_ / "a" / "b" / "shard-0";
+  auto opened = CheckpointDir::Open(deep.string());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_TRUE(fs::is_directory(deep));
+  ASSERT_TRUE((*opened)->Write(Snapshot(2), {}).ok());
+  auto again = CheckpointDir::Open(deep.string());
+  ASSERT_TRUE(again.ok());
+  auto g = (*again)->Generations();
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, std::vector<int64_t>{2});
+}
+
+TEST_F(CheckpointTest, FolderRemovedAfterOpenIsAnError) {
+  fs::remove_all(ckpt_->path());
+  auto g = ckpt_->Generations();
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find(ckpt_->path()), std::string::npos);
+  const Status w = ckpt_->Write(Snapshot(1), {});
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.message().find(ckpt_->path()), std::string::npos) << w.ToString();
+  EXPECT_EQ(ckpt_->Read(1).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, UnwritableFoldersAreErrorsNamingThem) {
+  if (::geteuid() == 0) {
+    GTEST_SKIP() << "running as root: file permissions do not stop root";
+  }
+  const fs::path locked = dir_ / "locked";
+  fs::create_directories(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  auto opened = CheckpointDir::Open((locked / "shard-0").string());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(opened.status().message().find((locked / "shard-0").string()), std::string::npos);
+
+  // A folder that can be read but not written: Write fails naming it, and
+  // the generation already there still reads.
+  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  fs::permissions(ckpt_->path(), fs::perms::owner_read | fs::perms::owner_exec);
+  const Status w = ckpt_->Write(Snapshot(2), {});
+  EXPECT_FALSE(w.ok());
+  EXPECT_NE(w.message().find(ckpt_->path()), std::string::npos) << w.ToString();
+  EXPECT_EQ(Generations(), std::vector<int64_t>{1});
+  EXPECT_TRUE(ckpt_->Read(1).ok());
+  fs::permissions(ckpt_->path(), fs::perms::owner_all);
+}
+
+}  // namespace
+}  // namespace ps

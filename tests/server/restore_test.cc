@@ -1,0 +1,186 @@
+// Shards write checkpoints at clock boundaries while workers train, and a
+// shard started on a checkpoint folder restores them exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "tests/util/in_process_cluster.h"
+#include "worker/client.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("restore_test_" + name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// 2 shards, 2 workers under bsp; `acc` sums pushes (add), `m` has momentum
+// state; checkpoints every `every` clocks.
+JobOptions Job(const std::string& dir, uint32_t every) {
+  JobOptions job;
+  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
+  job.cluster.workers = 2;
+  job.consistency.mode = ConsistencyMode::kBsp;
+  job.liveness.heartbeat_ms = 0;
+  TableOptions acc;
+  acc.name = "acc";
+  acc.rows = 1000;
+  acc.dim = 2;
+  acc.init = {InitKind::kConstant, 0.5f, 5};  // sums of whole deltas stay exact in float
+  acc.optimizer.kind = OptimizerKind::kAdd;
+  TableOptions m;
+  m.name = "m";
+  m.rows = 300;
+  m.optimizer.momentum = 0.9f;
+  m.optimizer.lr = 0.1f;
+  job.tables = {acc, m};
+  job.checkpoint.dir = dir;
+  job.checkpoint.every_clocks = every;
+  job.checkpoint.keep = 3;
+  job.checkpoint.sync = false;
+  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  return job;
+}
+
+// What worker `w` pushes to row `row` of `acc` at clock `c` (both columns).
+float Delta(uint32_t w, int64_t c, uint64_t row) {
+  return static_cast<float>((w + 1) * 1000 + c * 10 + static_cast<int64_t>(row % 7));
+}
+
+// Each worker: pull both tables, push to every row, end the clock;
+// `clocks` times.
+void Train(const JobOptions& job, const std::vector<std::string>& endpoints, int64_t clocks) {
+  std::vector<std::thread> workers;
+  for (uint32_t w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      auto client = Client::Create(job, w, endpoints).value();
+      ASSERT_TRUE(client->Join().ok());
+      std::vector<float> acc(2000), m(300);
+      for (int64_t c = client->clock(); c < clocks; ++c) {
+        ASSERT_TRUE(client->Wait(*client->PullDense(0, acc.data())).ok());
+        ASSERT_TRUE(client->Wait(*client->PullDense(1, m.data())).ok());
+        std::vector<float> push(2000), grad(300);
+        for (uint64_t r = 0; r < 1000; ++r) push[2 * r] = push[2 * r + 1] = Delta(w, c, r);
+        for (uint64_t r = 0; r < 300; ++r) grad[r] = 0.01f * static_cast<float>(r % 5) - m[r];
+        ASSERT_TRUE(client->Wait(*client->PushDense(0, SharedFloats::Take(std::move(push)))).ok());
+        ASSERT_TRUE(client->Wait(*client->PushDense(1, SharedFloats::Take(std::move(grad)))).ok());
+        ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+      }
+      ASSERT_TRUE(client->Leave().ok());
+    });
+  }
+  for (auto& t : workers) t.join();
+}
+
+TEST(RestoreTest, ARestartedJobRestoresEveryValueAndSlotAndItsClock) {
+  const JobOptions job = Job(FreshDir("round_trip"), 5);
+  std::vector<std::vector<float>> values[2], slots[2];
+  {
+    InProcessCluster cluster(job);
+    Train(job, cluster.endpoints(), 10);
+    cluster.Stop();  // waits for a checkpoint being written
+    for (uint32_t s = 0; s < 2; ++s) {
+      for (uint32_t t = 0; t < 2; ++t) {
+        values[s].push_back(cluster.server(s).store().CopyValues(t));
+      }
+      slots[s].push_back(cluster.server(s).store().CopySlot(1, 0));
+      auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)).value();
+      EXPECT_EQ(dir->Generations().value(), (std::vector<int64_t>{5, 10})) << "shard " << s;
+    }
+  }
+  // A new set of shards on the same folder: the state of clock 10 (the
+  // final state: nothing was pushed after it), bit for bit.
+  InProcessCluster restarted(job);
+  auto client = Client::Create(job, 1, restarted.endpoints()).value();
+  ASSERT_TRUE(client->Join().ok());
+  EXPECT_EQ(client->clock(), 10);  // workers resume where the checkpoint is
+  restarted.Stop();
+  for (uint32_t s = 0; s < 2; ++s) {
+    const ShardStore& store = restarted.server(s).store();
+    for (uint32_t t = 0; t < 2; ++t) {
+      const std::vector<float> got = store.CopyValues(t);
+      ASSERT_EQ(got.size(), values[s][t].size());
+      EXPECT_EQ(std::memcmp(got.data(), values[s][t].data(), got.size() * 4), 0)
+          << "shard " << s << " table " << t;
+    }
+    const std::vector<float> slot = store.CopySlot(1, 0);
+    EXPECT_EQ(std::memcmp(slot.data(), slots[s][0].data(), slot.size() * 4), 0) << "shard " << s;
+    EXPECT_EQ(restarted.server(s).clocks().min_clock(), 10);
+  }
+}
+
+TEST(RestoreTest, ACheckpointTakenWhilePushesContinueIsTheStateAtItsClock) {
+  const JobOptions job = Job(FreshDir("consistent"), 4);
+  {
+    InProcessCluster cluster(job);
+    Train(job, cluster.endpoints(), 11);  // generations 4 and 8, then 3 more clocks
+  }
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*", /*restore_clock=*/8);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    // Under bsp the generation of clock 8 holds exactly the pushes of
+    // clocks 0..7 of both workers.
+    auto fresh = ShardStore::Create(job, s).value();
+    const std::vector<float> init = fresh->CopyValues(0);
+    const std::vector<float> got = (*server)->store().CopyValues(0);
+    const RowRange owned = ShardRows(1000, 2, s);
+    for (uint64_t i = 0; i < owned.size(); ++i) {
+      double want = init[2 * i];
+      for (int64_t c = 0; c < 8; ++c) want += Delta(0, c, owned.begin + i) + Delta(1, c, owned.begin + i);
+      ASSERT_EQ(got[2 * i], static_cast<float>(want)) << "shard " << s << " row " << owned.begin + i;
+    }
+  }
+}
+
+TEST(RestoreTest, AnotherModelOrAMissingClockIsRefusedAndNothingIsOverwritten) {
+  const JobOptions job = Job(FreshDir("mismatch"), 3);
+  {
+    InProcessCluster cluster(job);
+    Train(job, cluster.endpoints(), 3);
+  }
+  JobOptions other = job;
+  other.tables[0].dim = 3;
+  auto refused = ShardServer::Create(other, 0, "tcp://127.0.0.1:*");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  const std::string message = refused.status().message();
+  EXPECT_NE(message.find("gen-3"), std::string::npos) << message;
+  EXPECT_NE(message.find("fingerprint"), std::string::npos) << message;
+
+  auto missing = ShardServer::Create(job, 0, "tcp://127.0.0.1:*", /*restore_clock=*/7);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("it has 3"), std::string::npos)
+      << missing.status().message();
+
+  // The generation is still there and restores into the right model.
+  auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-0").value();
+  EXPECT_EQ(dir->Generations().value(), std::vector<int64_t>{3});
+  auto restored = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ((*restored)->clocks().min_clock(), 3);
+}
+
+TEST(RestoreTest, RestoreCanBeTurnedOff) {
+  JobOptions job = Job(FreshDir("off"), 2);
+  {
+    InProcessCluster cluster(job);
+    Train(job, cluster.endpoints(), 2);
+  }
+  job.checkpoint.restore = false;
+  auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ((*server)->clocks().min_clock(), 0);
+  auto fresh = ShardStore::Create(job, 0).value();
+  EXPECT_EQ((*server)->store().CopyValues(0), fresh->CopyValues(0));
+}
+
+}  // namespace
+}  // namespace ps
