@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/subprocess.h"
+#include "server/checkpoint.h"
 #include "worker/progress.h"
 
 namespace ps {
@@ -171,6 +172,7 @@ class JobRun {
   const LauncherOptions& options_;
 
   std::vector<Child> children_;
+  int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
@@ -205,10 +207,19 @@ std::vector<std::string> JobRun::CommandFor(bool is_server,
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
   }
+  if (is_server && restore_clock_ >= 0) {
+    argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
+  }
   return argv;
 }
 
 Status JobRun::StartAll() {
+  // Every shard restores the same generation: the newest one they all have.
+  PS_ASSIGN_OR_RETURN(restore_clock_, CommonRestoreClock(job_));
+  if (restore_clock_ >= 0) {
+    Say("checkpoint: every shard restores clock " + std::to_string(restore_clock_) + " from " +
+        job_.checkpoint.dir);
+  }
   // Each run starts a new metrics file; the previous run's is kept aside.
   if (!job_.train.metrics_csv.empty()) {
     StatusOr<bool> moved = MetricsCsv::SetAside(job_.train.metrics_csv);
@@ -447,6 +458,37 @@ Launcher::Launcher(JobOptions job, std::string config_path,
 StatusOr<int> Launcher::Run() {
   JobRun run(job_, config_path_, options_);
   return run.Run();
+}
+
+StatusOr<int64_t> CommonRestoreClock(const JobOptions& job) {
+  if (job.checkpoint.dir.empty() || !job.checkpoint.restore) return -1;
+  std::vector<std::vector<int64_t>> per_shard;
+  bool any = false;
+  for (size_t s = 0; s < job.cluster.servers.size(); ++s) {
+    PS_ASSIGN_OR_RETURN(auto dir,
+                        CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)));
+    PS_ASSIGN_OR_RETURN(std::vector<int64_t> clocks, dir->Generations());
+    any = any || !clocks.empty();
+    per_shard.push_back(std::move(clocks));
+  }
+  if (!any) return -1;  // a new job
+  for (auto it = per_shard[0].rbegin(); it != per_shard[0].rend(); ++it) {
+    bool everywhere = true;
+    for (const auto& clocks : per_shard) {
+      everywhere = everywhere && std::binary_search(clocks.begin(), clocks.end(), *it);
+    }
+    if (everywhere) return *it;
+  }
+  std::string have;
+  for (size_t s = 0; s < per_shard.size(); ++s) {
+    have += "; shard " + std::to_string(s) + ":";
+    if (per_shard[s].empty()) have += " none";
+    for (int64_t c : per_shard[s]) have += " " + std::to_string(c);
+  }
+  return FailedPreconditionError(
+      "checkpoint.dir " + job.checkpoint.dir +
+      ": no checkpoint clock is held by every shard, so the job cannot resume consistently" + have +
+      "; move the folder aside to start the job afresh");
 }
 
 }  // namespace ps

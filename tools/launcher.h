@@ -11,6 +11,8 @@
 //  - a worker or server exits non-zero or by a signal first: the launcher
 //    says which and how ("[launch] worker 1 exited with code 3; stopping the
 //    job") and stops all others the same way; exit code 1;
+//  - with checkpoints, every server is started with --restore-clock set to
+//    the newest generation all shards hold (CommonRestoreClock);
 //  - SIGINT or SIGTERM reaches the launcher: it stops all children the same
 //    way; exit code 130 or 143. A second signal SIGKILLs them at once.
 //
@@ -64,11 +66,19 @@ struct LauncherOptions {
 };
 
 // Thread-compatible; Run() may be called again after it returns.
+// With checkpoint.dir and checkpoint.restore: the newest generation clock
+// that every shard's folder holds (the launcher passes it to every server as
+// --restore-clock, so the shards resume consistently); -1 when no shard has
+// a generation (a new job). FailedPrecondition, listing each shard's
+// generations, when some do but no clock is common to all.
+StatusOr<int64_t> CommonRestoreClock(const JobOptions& job);
+
 class Launcher {
  public:
   // `job` is assumed validated (LoadJobFile does it); the launcher reads
-  // only cluster.servers and cluster.workers. `config_path` is the file the
-  // children are given with --config.
+  // only cluster.servers, cluster.workers, checkpoint and
+  // train.metrics_csv. `config_path` is the file the children are given
+  // with --config.
   Launcher(JobOptions job, std::string config_path, LauncherOptions options);
 
   // Runs the job to its end (see the file comment) and returns the exit code

@@ -21,6 +21,7 @@
 
 #include "common/config.h"
 #include "common/subprocess.h"
+#include "server/checkpoint.h"
 #include "worker/backend.h"
 #include "worker/client.h"
 #include "worker/progress.h"
@@ -395,6 +396,45 @@ TEST_F(E2eTest, MatrixFactorizationMatchesTheSingleProcessRunUnderBsp) {
   // of one process.
   EXPECT_LT(sequential, 0.15) << alone_out;
   EXPECT_LT(distributed, sequential * 1.05) << out << alone_out;
+}
+
+TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  auto job = [&](int iterations) {
+    return WriteJob(2, 2, TrainJob(iterations) + "checkpoint: { dir: " + ckpt +
+                              ", every_clocks: 20, sync: false }\n");
+  };
+  {
+    Subprocess* launch = Start({kLaunch, "--config", job(50)}, true);
+    auto [status, out] = Finish(launch, milliseconds(60000));
+    ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+    EXPECT_NE(out.find("checkpoint of clock 40 written"), std::string::npos) << out;
+  }
+  // Shard 1 lost its newest generation (say it crashed while writing it):
+  // the job resumes from clock 20, which both shards hold.
+  fs::remove_all(fs::path(ckpt) / "shard-1" / "gen-40");
+  Subprocess* launch = Start({kLaunch, "--config", job(100)}, true);
+  auto [status, out] = Finish(launch, milliseconds(60000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  EXPECT_NE(out.find("every shard restores clock 20"), std::string::npos) << out;
+  EXPECT_NE(out.find("restored " + ckpt + "/shard-0/gen-20"), std::string::npos) << out;
+  EXPECT_NE(out.find("restored " + ckpt + "/shard-1/gen-20"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 0 joins at clock 20"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 resumes at step 20"), std::string::npos) << out;
+
+  // No clock common to every shard: the launcher refuses before starting anything.
+  for (const char* gen : {"gen-20", "gen-40", "gen-60", "gen-80", "gen-100"}) {
+    fs::remove_all(fs::path(ckpt) / "shard-0" / gen);
+  }
+  fs::create_directories(fs::path(ckpt) / "shard-0");
+  auto dir = CheckpointDir::Open((fs::path(ckpt) / "shard-1").string()).value();
+  ASSERT_FALSE(dir->Generations().value().empty());
+  Subprocess* refused = Start({kLaunch, "--config", job(100)}, true);
+  auto [refused_status, refused_out] = Finish(refused, milliseconds(30000));
+  EXPECT_FALSE(ExitedSuccessfully(refused_status)) << refused_out;
+  EXPECT_NE(refused_out.find("no checkpoint clock is held by every shard"), std::string::npos)
+      << refused_out;
+  EXPECT_NE(refused_out.find("shard 0: none"), std::string::npos) << refused_out;
 }
 
 TEST_F(E2eTest, LaunchStopsTheJobWhenAServerCannotStart) {
