@@ -147,13 +147,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
 
-  const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown;
+  const bool control_op =
+      h.op == Op::kStats || h.op == Op::kShutdown || h.op == Op::kCheckpoint;
   const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat;
   if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op) {
-    if (h.op == Op::kCheckpoint) {
-      return UnimplementedError(Where(h) + ": op " + OpName(h.op) +
-                                " is not supported by this server version");
-    }
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }
   if (h.worker >= rules.num_workers && !(control_op && h.worker == kControlWorker)) {
@@ -166,7 +163,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                 " is outside [0, 2^62]");
   }
   if (control_op || worker_op) {
-    const uint32_t allowed_flags = h.op == Op::kHeartbeat ? kFlagLeaving : 0;
+    const uint32_t allowed_flags = h.op == Op::kHeartbeat ? (kFlagLeaving | kFlagBeat) : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
     }

@@ -56,6 +56,11 @@ inline constexpr uint32_t kFlagDenseRange = 1u;
 // HEARTBEAT flag: the worker is done and leaves the job (it is no longer
 // waited for, and never reported dead).
 inline constexpr uint32_t kFlagLeaving = 2u;
+// HEARTBEAT flag: a periodic beat of the worker's heartbeat thread. It
+// keeps the worker alive but never brings back a worker that left: beats
+// travel on their own connection, so one sent just before the goodbye may
+// arrive after it.
+inline constexpr uint32_t kFlagBeat = 4u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.

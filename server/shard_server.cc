@@ -124,7 +124,15 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
   }
   const MessageHeader& req = request_.header;
   if (req.worker != kControlWorker) {
-    Touch(req.worker);
+    // A beat of the heartbeat thread may overtake the worker's goodbye on
+    // its way here: it never brings back a worker that left.
+    const bool stale_beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0 &&
+                            left_[req.worker];
+    if (stale_beat) {
+      last_seen_[req.worker] = std::chrono::steady_clock::now();
+    } else {
+      Touch(req.worker);
+    }
     if (!failed_.ok()) {
       ++counters_.errors;
       Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
@@ -190,6 +198,29 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       reply.text = StatsReport();
       Reply(routing_id, reply);
       return;
+    case Op::kCheckpoint: {
+      if (checkpoints_ == nullptr) {
+        ++counters_.errors;
+        Reply(routing_id,
+              MakeErrorHeader(req, shard_,
+                              FailedPreconditionError("shard " + std::to_string(shard_) +
+                                                      ": this job has no checkpoint.dir; add a "
+                                                      "checkpoint section to its config")));
+        return;
+      }
+      const int64_t clock = clocks_.min_clock();
+      PS_LOG_INFO("shard {}: checkpoint of clock {} requested", shard_, clock);
+      Status started = StartCheckpoint(clock);
+      if (!started.ok()) {
+        ++counters_.errors;
+        Reply(routing_id, MakeErrorHeader(req, shard_, started));
+        return;
+      }
+      reply.clock = clock;
+      reply.text = checkpoints_->path() + "/gen-" + std::to_string(clock);
+      Reply(routing_id, reply);
+      return;
+    }
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
                   req.worker == kControlWorker ? std::string("a control client")
@@ -286,6 +317,14 @@ void ShardServer::MaybeCheckpoint() {
   const int64_t clock = clocks_.min_clock();
   const int64_t every = job_.checkpoint.every_clocks;
   if (clock / every <= last_checkpoint_clock_ / every) return;
+  Status started = StartCheckpoint(clock);
+  if (!started.ok()) {
+    PS_LOG_ERROR("shard {}: checkpoint of clock {} not taken: {}", shard_, clock,
+                 started.ToString());
+  }
+}
+
+Status ShardServer::StartCheckpoint(int64_t clock) {
   // Every boundary gets its generation: a write still running is waited
   // for (serving pauses), and the wait is reported.
   if (checkpoint_writing_.load(std::memory_order_acquire)) {
@@ -302,12 +341,7 @@ void ShardServer::MaybeCheckpoint() {
   }
   last_checkpoint_clock_ = clock;
   const auto copy_start = std::chrono::steady_clock::now();
-  StatusOr<ShardSnapshot> snapshot = store_->Snapshot(job_, shard_, clock);
-  if (!snapshot.ok()) {
-    PS_LOG_ERROR("shard {}: checkpoint of clock {} not taken: {}", shard_, clock,
-                 snapshot.status().ToString());
-    return;
-  }
+  PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, store_->Snapshot(job_, shard_, clock));
   const double copy_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - copy_start)
           .count();
@@ -317,7 +351,7 @@ void ShardServer::MaybeCheckpoint() {
   options.sync = job_.checkpoint.sync;
   options.keep = job_.checkpoint.keep;
   checkpoint_writer_ = std::thread(
-      [this, options, copy_ms, snapshot = std::move(*snapshot)]() mutable {
+      [this, options, copy_ms, snapshot = std::move(snapshot)]() mutable {
         const auto start = std::chrono::steady_clock::now();
         Status written = checkpoints_->Write(snapshot, options);
         const double secs =
@@ -333,6 +367,7 @@ void ShardServer::MaybeCheckpoint() {
         }
         checkpoint_writing_.store(false, std::memory_order_release);
       });
+  return Status::Ok();
 }
 
 void ShardServer::JoinCheckpointWriter() {

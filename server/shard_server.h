@@ -106,6 +106,9 @@ class ShardServer {
   // copies the tables and writes them on a background thread (first
   // waiting, with a log line, for a previous write still running).
   void MaybeCheckpoint();
+  // Copies the tables as generation `clock` and starts writing it (after a
+  // previous write finished); ResourceExhausted when the copy does not fit.
+  Status StartCheckpoint(int64_t clock);
   // Waits for a checkpoint write in progress.
   void JoinCheckpointWriter();
   // Answers every waiting pull the current minimum clock allows.

@@ -497,7 +497,8 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
       }
       row += rows;
     }
-  } else if (p.op == Op::kStats || p.op == Op::kShutdown || p.op == Op::kHeartbeat) {
+  } else if (p.op == Op::kStats || p.op == Op::kShutdown || p.op == Op::kHeartbeat ||
+             p.op == Op::kCheckpoint) {
     control_replies_[h.request_id] = h;
   }
   FinishPart(h.request_id, Status::Ok());
@@ -654,6 +655,15 @@ StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags) {
 StatusOr<std::string> Client::Stats(uint32_t shard) {
   PS_ASSIGN_OR_RETURN(MessageHeader h, Control(shard, Op::kStats));
   return h.text;
+}
+
+StatusOr<std::vector<std::string>> Client::CheckpointServers() {
+  std::vector<std::string> generations;
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    PS_ASSIGN_OR_RETURN(MessageHeader h, Control(s, Op::kCheckpoint));
+    generations.push_back(h.text);
+  }
+  return generations;
 }
 
 Status Client::ShutdownServers() {

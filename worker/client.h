@@ -193,6 +193,11 @@ class Client {
   StatusOr<std::string> Stats(uint32_t shard);
   // Asks every shard to shut down; returns after all acknowledged.
   Status ShutdownServers();
+  // Asks every shard to write a checkpoint of its current state now (the
+  // write runs in the background; STATS shows when it is done). Returns
+  // the generation each shard started ("<dir>/shard-<i>/gen-<clock>").
+  // FailedPrecondition when the job has no checkpoint.dir.
+  StatusOr<std::vector<std::string>> CheckpointServers();
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }

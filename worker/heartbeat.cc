@@ -48,6 +48,7 @@ void HeartbeatSender::Run() {
       h.op = Op::kHeartbeat;
       h.request_id = ++id;
       h.worker = worker_;
+      h.flags = kFlagBeat;  // alive, but never a rejoin (see wire.h)
       h.clock = clock_.load(std::memory_order_relaxed);
       h.cache_hits = cache_hits_.load(std::memory_order_relaxed);
       h.cache_misses = cache_misses_.load(std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 
 #include "tests/util/in_process_cluster.h"
 #include "worker/client.h"
+#include "worker/heartbeat.h"
 
 namespace ps {
 namespace {
@@ -105,6 +106,32 @@ TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(1));
   EXPECT_FALSE(cluster.server(1).worker_dead(1));
+}
+
+TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
+  const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
+  InProcessCluster cluster(job);
+  auto w0 = Worker(job, 0, cluster);
+  {
+    auto w1 = Worker(job, 1, cluster);
+    ASSERT_TRUE(Step(*w1).ok());
+    ASSERT_TRUE(w1->Leave().ok());
+  }
+  // Beats of worker 1's heartbeat thread arriving after its goodbye (they
+  // travel on their own connection).
+  {
+    auto beats = HeartbeatSender::Start(cluster.endpoints(), 1, milliseconds(20)).value();
+    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_GT(beats->sent(), 0u);
+  }
+  for (int c = 0; c < 3; ++c) ASSERT_TRUE(Step(*w0).ok());  // not waited for
+  std::this_thread::sleep_for(milliseconds(600));           // past the liveness timeout
+  ASSERT_TRUE(Step(*w0).ok());
+  cluster.Stop();
+  for (uint32_t s = 0; s < 2; ++s) {
+    EXPECT_FALSE(cluster.server(s).clocks().counted(1)) << "shard " << s;
+    EXPECT_FALSE(cluster.server(s).worker_dead(1)) << "shard " << s;
+  }
 }
 
 TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {

@@ -168,6 +168,36 @@ TEST(RestoreTest, AnotherModelOrAMissingClockIsRefusedAndNothingIsOverwritten) {
   EXPECT_EQ((*restored)->clocks().min_clock(), 3);
 }
 
+TEST(RestoreTest, ACheckpointCanBeAskedForAtAnyClock) {
+  const JobOptions job = Job(FreshDir("on_request"), 1000);
+  InProcessCluster cluster(job);
+  Train(job, cluster.endpoints(), 3);
+  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto generations = control->CheckpointServers();
+  ASSERT_TRUE(generations.ok()) << generations.status().ToString();
+  ASSERT_EQ(generations->size(), 2u);
+  EXPECT_EQ((*generations)[1], job.checkpoint.dir + "/shard-1/gen-3");
+  cluster.Stop();  // the writes finish
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)).value();
+    EXPECT_EQ(dir->Generations().value(), std::vector<int64_t>{3});
+    const ShardSnapshot saved = dir->Read(3).value();
+    EXPECT_EQ(saved.tables[0].values, cluster.server(s).store().CopyValues(0));
+  }
+
+  // A job without checkpoint.dir says so.
+  JobOptions plain = job;
+  plain.checkpoint = CheckpointOptions();
+  InProcessCluster no_checkpoints(plain);
+  auto asked = Client::Create(plain, kControlWorker, no_checkpoints.endpoints())
+                   .value()
+                   ->CheckpointServers();
+  ASSERT_FALSE(asked.ok());
+  EXPECT_EQ(asked.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(asked.status().message().find("no checkpoint.dir"), std::string::npos)
+      << asked.status().ToString();
+}
+
 TEST(RestoreTest, RestoreCanBeTurnedOff) {
   JobOptions job = Job(FreshDir("off"), 2);
   {

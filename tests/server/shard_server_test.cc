@@ -327,8 +327,8 @@ std::vector<BadCase> BadCases() {
          return Msg(H(Op::kPush, 1, 514, 2), List(K(keys), Frame::CopyOf(v.data(), v.size() * 4)));
        },
        StatusCode::kInvalidArgument, "contain NaN or Inf"},
-      {"CheckpointNotYetSupported", [] { return Msg(H(Op::kCheckpoint, 0, 0, 0)); },
-       StatusCode::kUnimplemented, "op CHECKPOINT is not supported"},
+      {"CheckpointWithoutACheckpointDir", [] { return Msg(H(Op::kCheckpoint, 0, 0, 0)); },
+       StatusCode::kFailedPrecondition, "no checkpoint.dir"},
       {"HeartbeatWithUnknownFlags",
        [] {
          MessageHeader h = H(Op::kHeartbeat, 0, 0, 0);
