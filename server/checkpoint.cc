@@ -6,7 +6,7 @@
 //   key "meta"   the shard's layout, in this binary format (all integers
 //                little-endian; str = u32 byte length, then the bytes):
 //                  char[4] "PSCK"
-//                  u32     format version (kFormatVersion, 1)
+//                  u32     format version (kFormatVersion, 2)
 //                  u32     shard
 //                  u32     num_shards
 //                  i64     clock
@@ -22,13 +22,26 @@
 //                    u32   slots (0, 1 or 2)
 //                Nothing may follow the last table.
 //
-//   key 'r' + table index (u32 big-endian) + row (u64 big-endian, the row's
-//                index in the whole table, owned.begin <= row < owned.end)
-//                one record per owned row; its value is the row's dim values
-//                followed by dim floats of each slot, in slot order, as
-//                little-endian IEEE float32: (1 + slots) * dim * 4 bytes.
+//   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
+//                row's index in the whole table)
+//                one record per run of consecutive owned rows. A table's
+//                runs start at owned.begin and every n rows after it, with
+//                n = max(1, floor(16384 / dim)) (16384 floats = 64 KiB of
+//                values; a row of more than 16384 floats is a run of its
+//                own); the last run of a table holds the rest of its rows
+//                (1 to n). A table that owns no rows has no record. The
+//                value is the run's values (its n rows, row-major: n * dim
+//                floats), then each slot's n * dim floats laid out the same,
+//                in slot order, as little-endian IEEE float32:
+//                (1 + slots) * n * dim * 4 bytes. So a record copies from
+//                and to the snapshot's arrays in 1 + slots pieces.
 //                Big-endian keys sort by table, then row, so a read fills
-//                each table in order with one pass of an iterator.
+//                each table in order with one pass of an iterator, and a
+//                missing, extra, overlapping, short or long record shows as
+//                a key or a size other than the next one expected.
+//
+// Version 1 (never released) held one record per row, its values followed
+// by its slots; this build refuses it (FailedPrecondition).
 //
 // RocksDB checksums every block (verified on every read here), so the
 // records carry no checksum of their own. The layout of the values is tied
@@ -75,11 +88,13 @@ namespace fs = std::filesystem;
 static_assert(std::endian::native == std::endian::little,
               "checkpoint records store floats as little-endian float32 by memcpy");
 
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
 constexpr const char* kMetaKey = "meta";
 constexpr char kRowTag = 'r';
 constexpr size_t kRowKeySize = 1 + 4 + 8;
+// Floats of values per run record (64 KiB): see RowsPerRun.
+constexpr uint64_t kRunFloats = 16384;
 constexpr size_t kBatchBytes = size_t{1} << 20;
 constexpr uint32_t kMaxSlots = 2;
 constexpr const char* kGenPrefix = "gen-";
@@ -342,9 +357,10 @@ Status DecodeMeta(std::string_view in, const std::string& where, ShardSnapshot* 
   uint32_t version = 0;
   if (!r.U32(&version)) return corrupt("it ends before the format version");
   if (version != kFormatVersion) {
-    return FailedPreconditionError(where + ": checkpoint format version " +
-                                   std::to_string(version) + ", but this build reads version " +
-                                   std::to_string(kFormatVersion));
+    return FailedPreconditionError(
+        where + ": checkpoint format version " + std::to_string(version) +
+        ", but this build reads only version " + std::to_string(kFormatVersion) +
+        " (the record format changed); start the job with a new checkpoint.dir");
   }
   uint32_t table_count = 0;
   if (!r.U32(&s->shard) || !r.U32(&s->num_shards) || !r.I64(&s->clock) || !r.Str(&s->fingerprint) ||
@@ -398,6 +414,16 @@ void RowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
   out[0] = kRowTag;
   PutBigEndian(out + 1, table, 4);
   PutBigEndian(out + 5, row, 8);
+}
+
+// Rows per run record of a table of `dim` (see the format above).
+uint64_t RowsPerRun(uint32_t dim) {
+  return dim == 0 ? kRunFloats : std::max<uint64_t>(1, kRunFloats / dim);
+}
+
+// "[first, end)"
+std::string Rows(uint64_t first, uint64_t end) {
+  return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
 }
 
 std::string Hex(std::string_view bytes) {
@@ -508,17 +534,20 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
   char key[kRowKeySize];
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
-    const size_t row_bytes = size_t{t.dim} * sizeof(float);
+    const uint64_t per_run = RowsPerRun(t.dim);
     rocksdb::Slice parts[1 + kMaxSlots];
     const int nparts = static_cast<int>(1 + t.slots.size());
-    for (uint64_t i = 0; i < t.owned.size(); ++i) {
-      RowKey(static_cast<uint32_t>(ti), t.owned.begin + i, key);
-      const size_t offset = static_cast<size_t>(i) * t.dim;
-      parts[0] = rocksdb::Slice(reinterpret_cast<const char*>(t.values.data() + offset), row_bytes);
-      for (size_t k = 0; k < t.slots.size(); ++k) {
-        parts[1 + k] =
-            rocksdb::Slice(reinterpret_cast<const char*>(t.slots[k].data() + offset), row_bytes);
-      }
+    const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
+      return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
+                            floats * sizeof(float));
+    };
+    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
+      const uint64_t n = std::min(per_run, t.owned.size() - first);
+      RowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
+      const size_t offset = static_cast<size_t>(first) * t.dim;
+      const size_t floats = static_cast<size_t>(n) * t.dim;
+      parts[0] = piece(t.values, offset, floats);
+      for (size_t k = 0; k < t.slots.size(); ++k) parts[1 + k] = piece(t.slots[k], offset, floats);
       const rocksdb::Slice key_slice(key, kRowKeySize);
       rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
@@ -638,18 +667,26 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
     t.slots.assign(slot_counts[ti], std::vector<float>(n));
   }
 
-  // One pass over the records in key order: table by table, row by row.
+  // One pass over the records in key order: table by table, run by run.
+  // The next record expected starts at row next_row of table cur_table;
+  // [last_first, last_end) are the rows of the last record read.
   size_t cur_table = 0;
   uint64_t next_row = s.tables.empty() ? 0 : s.tables[0].owned.begin;
+  uint64_t last_first = 0, last_end = 0;
   const auto skip_full_tables = [&] {
     while (cur_table < s.tables.size() && next_row == s.tables[cur_table].owned.end) {
       ++cur_table;
       if (cur_table < s.tables.size()) next_row = s.tables[cur_table].owned.begin;
     }
   };
+  // The rows of the record expected at next_row of cur_table.
+  const auto run_end = [&] {
+    const TableSnapshot& t = s.tables[cur_table];
+    return next_row + std::min(RowsPerRun(t.dim), t.owned.end - next_row);
+  };
   const auto missing = [&] {
-    return DataLossError(path + ": table '" + s.tables[cur_table].name + "' row " +
-                         std::to_string(next_row) + " is missing");
+    return DataLossError(path + ": the record of table '" + s.tables[cur_table].name + "' rows " +
+                         Rows(next_row, run_end()) + " is missing");
   };
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -668,27 +705,36 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
     TableSnapshot& t = s.tables[ti];
     skip_full_tables();
     if (ti != cur_table || row != next_row) {
-      if (ti >= cur_table && t.owned.Contains(row)) return missing();
-      return DataLossError(path + ": table '" + t.name + "' has a record of row " +
-                           std::to_string(row) + ", outside its rows [" +
-                           std::to_string(t.owned.begin) + ", " + std::to_string(t.owned.end) +
-                           ")");
+      if (!t.owned.Contains(row)) {
+        return DataLossError(path + ": table '" + t.name + "' has a record of rows from " +
+                             std::to_string(row) + ", outside its rows " +
+                             Rows(t.owned.begin, t.owned.end));
+      }
+      // Keys come in order: an owned row after the expected one means the
+      // expected record is missing; before it, the row was already read.
+      if (ti > cur_table || (ti == cur_table && row > next_row)) return missing();
+      return DataLossError(path + ": table '" + t.name + "' has a record of rows from " +
+                           std::to_string(row) + ", inside the record of rows " +
+                           Rows(last_first, last_end) + " before it");
     }
-    const size_t row_bytes = size_t{t.dim} * sizeof(float);
+    const uint64_t end = run_end();
+    const size_t floats = static_cast<size_t>(end - row) * t.dim;
+    const size_t bytes = floats * sizeof(float);
     const rocksdb::Slice value = it->value();
-    if (value.size() != row_bytes * (1 + t.slots.size())) {
-      return DataLossError(path + ": table '" + t.name + "' row " + std::to_string(row) + " has " +
-                           std::to_string(value.size()) + " bytes, not " +
-                           std::to_string(row_bytes * (1 + t.slots.size())));
+    if (value.size() != bytes * (1 + t.slots.size())) {
+      return DataLossError(path + ": the record of table '" + t.name + "' rows " +
+                           Rows(row, end) + " has " + std::to_string(value.size()) +
+                           " bytes, not " + std::to_string(bytes * (1 + t.slots.size())));
     }
     const size_t offset = static_cast<size_t>(row - t.owned.begin) * t.dim;
-    if (row_bytes > 0) {
-      std::memcpy(t.values.data() + offset, value.data(), row_bytes);
+    if (bytes > 0) {
+      std::memcpy(t.values.data() + offset, value.data(), bytes);
       for (size_t k = 0; k < t.slots.size(); ++k) {
-        std::memcpy(t.slots[k].data() + offset, value.data() + (1 + k) * row_bytes, row_bytes);
+        std::memcpy(t.slots[k].data() + offset, value.data() + (1 + k) * bytes, bytes);
       }
     }
-    ++next_row;
+    last_first = row;
+    last_end = next_row = end;
   }
   if (!it->status().ok()) {
     return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);

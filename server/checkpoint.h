@@ -2,9 +2,10 @@
 //
 // Layout on disk, under `dir` (checkpoint.dir/shard-<i>/):
 //   gen-<clock>/        a complete generation: a RocksDB database holding
-//                       one meta record and one record per row (its values
-//                       and optimizer state), for the state after every
-//                       update of the clocks < <clock>.
+//                       one meta record and one record per run of about
+//                       64 KiB of consecutive rows (their values and
+//                       optimizer state; format in checkpoint.cc), for the
+//                       state after every update of the clocks < <clock>.
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
 // A generation becomes visible atomically: it is written and synced as
@@ -84,8 +85,9 @@ class CheckpointDir {
 
   // Reads generation gen-<clock> completely (every row of every table).
   // NotFound when there is no such complete generation; DataLoss naming the
-  // path and what is wrong when its files are corrupt, a record is missing
-  // or has the wrong size.
+  // path and what is wrong when its files are corrupt, or a record is
+  // missing, extra, overlaps another or has the wrong size (naming the
+  // table and rows).
   StatusOr<ShardSnapshot> Read(int64_t clock) const;
 
  private:

@@ -52,8 +52,23 @@ ShardSnapshot Snapshot(int64_t clock, uint32_t seed = 1) {
   s.tables.push_back(Table("emb", 1000, 16, {250, 500}, 2, &rng));
   s.tables.push_back(Table("w", 10, 1, {3, 7}, 0, &rng));
   s.tables.push_back(Table("bias", 7, 4, {0, 7}, 1, &rng));
+  // Records hold runs of 16384 floats of values (64 KiB): dim 1 splits
+  // these 34000 rows into runs [1000, 17384), [17384, 33768) and a shorter
+  // last one [33768, 35000); a row of more than 16384 floats is a run of
+  // its own.
+  s.tables.push_back(Table("long", 40000, 1, {1000, 35000}, 2, &rng));
+  s.tables.push_back(Table("wide", 5, 16385, {1, 4}, 1, &rng));
   s.tables.push_back(Table("none_here", 2, 3, {2, 2}, 2, &rng));  // owns no rows
   return s;
+}
+
+// The key of the run record of `table` starting at `row`.
+std::string RunKey(uint32_t table, uint64_t row) {
+  std::string k(13, '\0');
+  k[0] = 'r';
+  for (int i = 0; i < 4; ++i) k[1 + i] = static_cast<char>(table >> (8 * (3 - i)));
+  for (int i = 0; i < 8; ++i) k[5 + i] = static_cast<char>(row >> (8 * (7 - i)));
+  return k;
 }
 
 // About 4.8 MB of rows: several write batches and data blocks.
@@ -327,64 +342,149 @@ TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
   auto db = OpenRaw(1);
   std::string meta;
   ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "meta", &meta).ok());
-  meta[4] = 2;  // the format version follows the 4-byte magic
-  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", meta).ok());
   CloseRaw(std::move(db));
-  ExpectReadFails(1, StatusCode::kFailedPrecondition, "format version 2");
+  // The format version follows the 4-byte magic: 1 (one record per row,
+  // never released) and a later one are refused.
+  for (int version : {1, 3}) {
+    meta[4] = static_cast<char>(version);
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", meta).ok());
+    CloseRaw(std::move(db));
+    ExpectReadFails(1, StatusCode::kFailedPrecondition,
+                    "format version " + std::to_string(version) +
+                        ", but this build reads only version 2 (the record format changed)");
+  }
 }
 
-TEST_F(CheckpointTest, MissingExtraOrWrongSizedRowsAreDataLoss) {
+TEST_F(CheckpointTest, RecordsAreRunsOf64KiBOfValues) {
   const ShardSnapshot s = Snapshot(1);
   ASSERT_TRUE(ckpt_->Write(s, {}).ok());
-  const auto key = [](uint32_t table, uint64_t row) {
-    std::string k(13, '\0');
-    k[0] = 'r';
-    for (int i = 0; i < 4; ++i) k[1 + i] = static_cast<char>(table >> (8 * (3 - i)));
-    for (int i = 0; i < 8; ++i) k[5 + i] = static_cast<char>(row >> (8 * (7 - i)));
-    return k;
+  // Every record but the meta one, in key order: its key and value size.
+  std::vector<std::pair<std::string, size_t>> records;
+  auto db = OpenRaw(1);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key() != rocksdb::Slice("meta")) records.emplace_back(it->key().ToString(), it->value().size());
+  }
+  ASSERT_TRUE(it->status().ok());
+  it.reset();
+  std::string emb;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), RunKey(0, 250), &emb).ok());
+  CloseRaw(std::move(db));
+  // Bytes of a run of `rows` rows of `dim` with `slots` optimizer slots.
+  const auto bytes = [](size_t rows, size_t dim, size_t slots) {
+    return rows * dim * sizeof(float) * (1 + slots);
+  };
+  const std::vector<std::pair<std::string, size_t>> want = {
+      {RunKey(0, 250), bytes(250, 16, 2)},    // emb: 250 rows of 16 < 16384 floats
+      {RunKey(1, 3), bytes(4, 1, 0)},         // w
+      {RunKey(2, 0), bytes(7, 4, 1)},         // bias
+      {RunKey(3, 1000), bytes(16384, 1, 2)},  // long: 16384 rows of dim 1 = 64 KiB of values
+      {RunKey(3, 17384), bytes(16384, 1, 2)},
+      {RunKey(3, 33768), bytes(1232, 1, 2)},  // the rest
+      {RunKey(4, 1), bytes(1, 16385, 1)},     // wide: one row per run
+      {RunKey(4, 2), bytes(1, 16385, 1)},
+      {RunKey(4, 3), bytes(1, 16385, 1)},
+  };  // none_here owns no rows: no record
+  EXPECT_EQ(records, want);
+  // A run's value: its rows' values, then each slot's, little-endian float32.
+  ASSERT_EQ(emb.size(), bytes(250, 16, 2));
+  const size_t part = 250 * 16 * sizeof(float);
+  EXPECT_EQ(std::memcmp(emb.data(), s.tables[0].values.data(), part), 0);
+  EXPECT_EQ(std::memcmp(emb.data() + part, s.tables[0].slots[0].data(), part), 0);
+  EXPECT_EQ(std::memcmp(emb.data() + 2 * part, s.tables[0].slots[1].data(), part), 0);
+}
+
+TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
+  const ShardSnapshot s = Snapshot(1);
+  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  std::unique_ptr<rocksdb::DB> db;
+  // Deletes the record at `key` (keeping its value in *saved), or puts it back.
+  const auto remove = [&](const std::string& key, std::string* saved) {
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key, saved).ok());
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key).ok());
+    CloseRaw(std::move(db));
+  };
+  const auto put = [&](const std::string& key, const std::string& value) {
+    db = OpenRaw(1);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, value).ok());
+    CloseRaw(std::move(db));
   };
 
-  // Row 300 of "emb" (table 0) missing.
-  auto db = OpenRaw(1);
-  std::string saved;
-  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key(0, 300), &saved).ok());
-  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key(0, 300)).ok());
-  CloseRaw(std::move(db));
-  ExpectReadFails(1, StatusCode::kDataLoss, "table 'emb' row 300 is missing");
+  // A missing run: the only one of "emb" (table 0), the middle one of
+  // "long", the first one of "wide".
+  struct Missing {
+    std::string key, text;
+  };
+  for (const Missing& m :
+       {Missing{RunKey(0, 250), "the record of table 'emb' rows [250, 500) is missing"},
+        Missing{RunKey(3, 17384), "the record of table 'long' rows [17384, 33768) is missing"},
+        Missing{RunKey(3, 1000), "the record of table 'long' rows [1000, 17384) is missing"},
+        Missing{RunKey(4, 1), "the record of table 'wide' rows [1, 2) is missing"},
+        // The last run of the last table with rows.
+        Missing{RunKey(4, 3), "the record of table 'wide' rows [3, 4) is missing"}}) {
+    std::string saved;
+    remove(m.key, &saved);
+    ExpectReadFails(1, StatusCode::kDataLoss, m.text);
+    put(m.key, saved);
+  }
+  ASSERT_TRUE(ckpt_->Read(1).ok());
 
-  // The last row of the last table with rows missing.
-  db = OpenRaw(1);
-  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(0, 300), saved).ok());
-  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key(2, 6)).ok());
-  CloseRaw(std::move(db));
-  ExpectReadFails(1, StatusCode::kDataLoss, "table 'bias' row 6 is missing");
-
-  // A row outside the owned range, a table the meta record does not list,
-  // a key of another shape.
+  // A record outside the owned rows, overlapping a run, of a table the meta
+  // record does not list, with a key of another shape.
   struct Extra {
     std::string key, text;
   };
   for (const Extra& extra :
-       {Extra{key(1, 8), "table 'w' has a record of row 8"},
-        Extra{key(1, 2), "table 'w' has a record of row 2"}, Extra{key(9, 0), "table index 9"},
-        Extra{"zzz", "unexpected record"}}) {
-    db = OpenRaw(1);
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(2, 6), std::string(4 * 4 * 2, 'x')).ok());
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), extra.key, "v").ok());
-    CloseRaw(std::move(db));
+       {Extra{RunKey(1, 8), "table 'w' has a record of rows from 8, outside its rows [3, 7)"},
+        Extra{RunKey(1, 2), "table 'w' has a record of rows from 2, outside its rows [3, 7)"},
+        Extra{RunKey(5, 0), "table 'none_here' has a record of rows from 0, outside its rows "
+                            "[2, 2)"},
+        Extra{RunKey(0, 300), "table 'emb' has a record of rows from 300, inside the record of "
+                              "rows [250, 500) before it"},
+        Extra{RunKey(3, 17385), "table 'long' has a record of rows from 17385, inside the record "
+                                "of rows [17384, 33768) before it"},
+        Extra{RunKey(3, 34999), "table 'long' has a record of rows from 34999, inside the record "
+                                "of rows [33768, 35000) before it"},
+        Extra{RunKey(9, 0), "table index 9"}, Extra{"zzz", "unexpected record"}}) {
+    put(extra.key, "v");
     ExpectReadFails(1, StatusCode::kDataLoss, extra.text);
     db = OpenRaw(1);
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), extra.key).ok());
     CloseRaw(std::move(db));
   }
-  // After the loop every row is back.
+  // After the loop every record is back.
   ASSERT_TRUE(ckpt_->Read(1).ok());
 
-  // A value one float short.
-  db = OpenRaw(1);
-  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key(2, 6), std::string(4 * 4 * 2 - 4, 'x')).ok());
-  CloseRaw(std::move(db));
-  ExpectReadFails(1, StatusCode::kDataLoss, "table 'bias' row 6 has 28 bytes, not 32");
+  // A run one float short or long: a whole run, the shorter last run of a
+  // table, a one-row run.
+  struct Size {
+    std::string key;
+    int delta;
+    std::string text;
+  };
+  for (const Size& c :
+       {Size{RunKey(2, 0), -4, "the record of table 'bias' rows [0, 7) has 220 bytes, not 224"},
+        Size{RunKey(3, 1000), 4,
+             "the record of table 'long' rows [1000, 17384) has 196612 bytes, not 196608"},
+        Size{RunKey(3, 33768), -4,
+             "the record of table 'long' rows [33768, 35000) has 14780 bytes, not 14784"},
+        Size{RunKey(3, 33768), 4,
+             "the record of table 'long' rows [33768, 35000) has 14788 bytes, not 14784"},
+        Size{RunKey(4, 2), -4, "the record of table 'wide' rows [2, 3) has 131076 bytes, not "
+                               "131080"}}) {
+    std::string saved;
+    remove(c.key, &saved);
+    std::string changed = saved;
+    changed.resize(saved.size() + c.delta, 'x');
+    put(c.key, changed);
+    ExpectReadFails(1, StatusCode::kDataLoss, c.text);
+    put(c.key, saved);
+  }
+  auto r = ckpt_->Read(1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSame(*r, s);
 }
 
 TEST_F(CheckpointTest, InvalidSnapshotsAreRefusedAndChangeNothing) {
@@ -435,7 +535,7 @@ TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
        {"shard is 1 in the checkpoint but 3 in the job"}},
       {"table count",
        [](ShardSnapshot* s) { s->tables.pop_back(); },
-       {"table count is 4 in the checkpoint but 3 in the job"}},
+       {"table count is 6 in the checkpoint but 5 in the job"}},
       {"table name",
        [](ShardSnapshot* s) { s->tables[1].name = "weights"; },
        {"table 1 is 'w' in the checkpoint but 'weights' in the job"}},
