@@ -437,6 +437,39 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
   EXPECT_NE(refused_out.find("shard 0: none"), std::string::npos) << refused_out;
 }
 
+TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string path = WriteJob(
+      2, 1,
+      "tables: [ { name: w, rows: 5000, dim: 4, init: { type: normal, stddev: 1 },\n"
+      "            optimizer: { type: adam, lr: 0.01 } } ]\n"
+      "checkpoint: { dir: " + ckpt + " }\n");
+  Subprocess* servers[] = {StartServer(path, 0), StartServer(path, 1)};
+  auto [status, out] =
+      Finish(Start({kCtl, "checkpoint", "--config", path}, true), milliseconds(30000));
+  EXPECT_TRUE(ExitedSuccessfully(status)) << out;
+  EXPECT_NE(out.find("writing " + ckpt + "/shard-1/gen-0"), std::string::npos) << out;
+  EXPECT_NE(out.find("all 2 checkpoints written"), std::string::npos) << out;
+  for (int s = 0; s < 2; ++s) {
+    auto dir = CheckpointDir::Open(ckpt + "/shard-" + std::to_string(s)).value();
+    auto saved = dir->Read(0);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    EXPECT_EQ(saved->tables[0].slots.size(), 2u);  // Adam's moments are saved too
+  }
+  auto [sd_status, sd_out] =
+      Finish(Start({kCtl, "shutdown", "--config", path}, true), milliseconds(10000));
+  EXPECT_TRUE(ExitedSuccessfully(sd_status)) << sd_out;
+  for (Subprocess* s : servers) ASSERT_TRUE(s->WaitFor(milliseconds(5000)).ok());
+
+  // A job without checkpoint.dir: ps_ctl says what to add.
+  const std::string plain = WriteJob(1, 1, "tables: [ { name: w, rows: 10 } ]\n");
+  StartServer(plain, 0);
+  auto [no_status, no_out] =
+      Finish(Start({kCtl, "checkpoint", "--config", plain}, true), milliseconds(10000));
+  EXPECT_TRUE(WIFEXITED(no_status) && WEXITSTATUS(no_status) == 1) << no_out;
+  EXPECT_NE(no_out.find("no checkpoint.dir"), std::string::npos) << no_out;
+}
+
 TEST_F(E2eTest, LaunchStopsTheJobWhenAServerCannotStart) {
   const std::string path = WriteJob(2, 2, TrainJob(100000));
   // Hold server 1's port so that ps_server 1 fails to bind.
