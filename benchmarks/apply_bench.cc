@@ -126,21 +126,6 @@ std::vector<Case> Cases() {
   for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Seconds fn() takes.
-template <typename Fn>
-double Time(Fn fn) {
-  const auto t0 = SteadyClock::now();
-  fn();
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
-
 float Gradient(uint64_t i) {
   const uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull;
   return static_cast<float>(static_cast<int64_t>((h >> 40) % 2001) - 1000) / 1000.0f;

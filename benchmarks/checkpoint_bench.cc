@@ -85,20 +85,6 @@ struct Config {
   std::string dir;  // parent of the benchmark's own folder
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-template <typename Fn>
-double Time(Fn fn) {
-  const auto t0 = SteadyClock::now();
-  fn();
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
-
 // Drops the page cache; false when not allowed.
 bool DropCaches() {
   return std::system("sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null") == 0;

@@ -328,13 +328,6 @@ StatusOr<RepResult> RunRep(const ConsistencyOptions& consistency, Setting settin
   return rep;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Cell {
   Setting setting;
   std::string mode;

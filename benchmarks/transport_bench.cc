@@ -520,13 +520,6 @@ class Ours {
 // ---------------------------------------------------------------------------
 // Statistics and printing.
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Nearest-rank percentile; sorts `v`.
 double Percentile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;

@@ -96,9 +96,7 @@ double RemoteParamStore::staleness_wait_seconds() const {
 // ---------------------------------------------------------------------------
 // LocalParamStore
 
-LocalParamStore::LocalParamStore(std::vector<TableOptions> tables,
-                                 std::unique_ptr<ShardStore> store)
-    : tables_(std::move(tables)), store_(std::move(store)) {}
+LocalParamStore::LocalParamStore(std::unique_ptr<ShardStore> store) : store_(std::move(store)) {}
 
 LocalParamStore::~LocalParamStore() = default;
 
@@ -108,16 +106,17 @@ StatusOr<std::unique_ptr<LocalParamStore>> LocalParamStore::Create(const JobOpti
   one.cluster.servers.resize(1);
   one.cluster.workers = 1;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Create(one, 0));
-  return std::unique_ptr<LocalParamStore>(new LocalParamStore(job.tables, std::move(store)));
+  return std::unique_ptr<LocalParamStore>(new LocalParamStore(std::move(store)));
 }
 
 Status LocalParamStore::Check(const char* op, uint32_t table, std::span<const uint64_t> rows,
                               bool dense, size_t values) const {
-  if (table >= tables_.size()) {
+  const std::span<const TableLayout> tables = store_->layouts();
+  if (table >= tables.size()) {
     return InvalidArgumentError(std::string(op) + ": no table " + std::to_string(table) +
-                                " (the job has " + std::to_string(tables_.size()) + ")");
+                                " (the job has " + std::to_string(tables.size()) + ")");
   }
-  const TableOptions& t = tables_[table];
+  const TableLayout& t = tables[table];
   const uint64_t count = dense ? t.rows : rows.size();
   for (uint64_t row : rows) {
     if (row >= t.rows) {
@@ -137,7 +136,7 @@ Status LocalParamStore::Check(const char* op, uint32_t table, std::span<const ui
 namespace {
 
 // A request as a shard would decode it, for the in-process store.
-Request LocalRequest(Op op, uint32_t table, const TableOptions& t, std::span<const uint64_t> rows,
+Request LocalRequest(Op op, uint32_t table, const TableLayout& t, std::span<const uint64_t> rows,
                      bool dense, std::span<const float> values) {
   Request request;
   request.header.op = op;
@@ -159,7 +158,7 @@ Request LocalRequest(Op op, uint32_t table, const TableOptions& t, std::span<con
 Status LocalParamStore::Read(uint32_t table, std::span<const uint64_t> rows, bool dense,
                              float* out) {
   PS_RETURN_IF_ERROR(Check("PULL", table, rows, dense, SIZE_MAX));
-  const Request request = LocalRequest(Op::kPull, table, tables_[table], rows, dense, {});
+  const Request request = LocalRequest(Op::kPull, table, store_->layouts()[table], rows, dense, {});
   std::vector<Frame> frames;
   PS_RETURN_IF_ERROR(store_->ReadRows(request, &frames));
   auto* dst = reinterpret_cast<std::byte*>(out);
@@ -180,7 +179,7 @@ Status LocalParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, flo
 
 Status LocalParamStore::PushDense(uint32_t table, SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, {}, true, gradient.size()));
-  store_->ApplyPush(LocalRequest(Op::kPush, table, tables_[table], {}, true,
+  store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], {}, true,
                                  {gradient.data(), gradient.size()}),
                     clock_);
   return Status::Ok();
@@ -189,7 +188,7 @@ Status LocalParamStore::PushDense(uint32_t table, SharedFloats gradient) {
 Status LocalParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
                              SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, rows, false, gradient.size()));
-  store_->ApplyPush(LocalRequest(Op::kPush, table, tables_[table], rows, false,
+  store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], rows, false,
                                  {gradient.data(), gradient.size()}),
                     clock_);
   return Status::Ok();

@@ -124,13 +124,12 @@ class LocalParamStore final : public ParamStore {
   std::string Describe() const override { return "in-process, no parameter server"; }
 
  private:
-  LocalParamStore(std::vector<TableOptions> tables, std::unique_ptr<ShardStore> store);
+  explicit LocalParamStore(std::unique_ptr<ShardStore> store);
   // InvalidArgument for an unknown table, a row out of range or a size mismatch.
   Status Check(const char* op, uint32_t table, std::span<const uint64_t> rows, bool dense,
                size_t values) const;
   Status Read(uint32_t table, std::span<const uint64_t> rows, bool dense, float* out);
 
-  const std::vector<TableOptions> tables_;
   std::unique_ptr<ShardStore> store_;
   int64_t clock_ = 0;
 };
