@@ -98,17 +98,12 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t 
   };
 
   PulledRows rows;
-  // Two sets of gradient buffers: one may still be on its way to the
-  // servers (EndStepAsync) while the next step fills the other.
-  std::shared_ptr<std::vector<float>> user_grads[2] = {std::make_shared<std::vector<float>>(),
-                                                       std::make_shared<std::vector<float>>()};
-  std::shared_ptr<std::vector<float>> item_grads[2] = {std::make_shared<std::vector<float>>(),
-                                                       std::make_shared<std::vector<float>>()};
+  AlternatingBuffers user_grads, item_grads;
   StragglerInjector stragglers(job.stragglers, rank);
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& user_grad = user_grads[step % 2];
-    const std::shared_ptr<std::vector<float>>& item_grad = item_grads[step % 2];
+    const std::shared_ptr<std::vector<float>>& user_grad = user_grads.For(step);
+    const std::shared_ptr<std::vector<float>>& item_grad = item_grads.For(step);
     if (cursor + batch > ratings.size()) cursor = 0;
     const std::span<const Rating> minibatch(ratings.data() + cursor, batch);
     cursor += batch;

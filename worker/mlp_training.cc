@@ -53,18 +53,14 @@ StatusOr<TrainSummary> TrainMlp(const JobOptions& job, uint32_t rank, ParamStore
                                                               data.num_samples()));
 
   std::vector<float> params(model->num_parameters());
-  // Two gradient buffers: one may still be on its way to the servers
-  // (EndStepAsync) while the next step fills the other.
-  std::shared_ptr<std::vector<float>> gradients[2] = {
-      std::make_shared<std::vector<float>>(model->num_parameters()),
-      std::make_shared<std::vector<float>>(model->num_parameters())};
+  AlternatingBuffers gradients(model->num_parameters());
   StragglerInjector stragglers(job.stragglers, rank);
   const auto evaluate = [&]() -> StatusOr<double> {
     return TestAccuracy(model.get(), test, 1000);
   };
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& grads = gradients[step % 2];
+    const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
     // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
     PS_RETURN_IF_ERROR(model->SetParameters(params));

@@ -59,14 +59,11 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint
 
   std::vector<uint64_t> ids;
   std::vector<float> weights;
-  // Two gradient buffers: one may still be on its way to the servers
-  // (EndStepAsync) while the next step fills the other.
-  std::shared_ptr<std::vector<float>> gradients[2] = {std::make_shared<std::vector<float>>(),
-                                                      std::make_shared<std::vector<float>>()};
+  AlternatingBuffers gradients;
   StragglerInjector stragglers(job.stragglers, rank);
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& grads = gradients[step % 2];
+    const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
     if (cursor + batch > data.num_samples()) cursor = 0;
     // Only the rows this minibatch touches travel.
     BatchFeatures(data, cursor, batch, &ids);

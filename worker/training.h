@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/options.h"
 #include "common/status.h"
@@ -20,6 +22,21 @@ inline Status CheckLossFinite(double loss, uint32_t rank, int64_t step) {
                                  std::to_string(loss) + " at step " + std::to_string(step) +
                                  "; lower the table's optimizer.lr");
 }
+
+// Two gradient buffers used in turn, for steps that end with
+// ParamStore::EndStepAsync: one may still be on its way to the servers while
+// the next step fills the other.
+class AlternatingBuffers {
+ public:
+  explicit AlternatingBuffers(size_t floats = 0)
+      : buffers_{std::make_shared<std::vector<float>>(floats),
+                 std::make_shared<std::vector<float>>(floats)} {}
+  // The buffer of step `step`.
+  const std::shared_ptr<std::vector<float>>& For(int64_t step) const { return buffers_[step % 2]; }
+
+ private:
+  std::shared_ptr<std::vector<float>> buffers_[2];
+};
 
 // The job as one process trains it with no parameter server (ps_worker
 // --standalone, the reference of accuracy and speed comparisons): one
