@@ -647,8 +647,18 @@ class JobParser {
   }
 
   Status ParseLiveness(const Value& value, LivenessOptions* l) const {
-    PS_ASSIGN_OR_RETURN(Map map, ReadMap(value, {"heartbeat_ms", "timeout_ms", "on_dead_worker"},
-                                         "a map with heartbeat_ms, timeout_ms, on_dead_worker"));
+    PS_ASSIGN_OR_RETURN(
+        Map map, ReadMap(value,
+                         {"heartbeat_ms", "timeout_ms", "on_dead_worker", "server_restarts",
+                          "server_down_timeout_ms"},
+                         "a map with heartbeat_ms, timeout_ms, on_dead_worker, server_restarts, "
+                         "server_down_timeout_ms"));
+    if (const Value* v = map.Find("server_restarts")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &l->server_restarts));
+    }
+    if (const Value* v = map.Find("server_down_timeout_ms")) {
+      PS_RETURN_IF_ERROR(ReadUnsigned(*v, &l->server_down_timeout_ms));
+    }
     if (const Value* v = map.Find("heartbeat_ms")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &l->heartbeat_ms));
     }

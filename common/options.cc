@@ -391,6 +391,10 @@ Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
                    "at least twice liveness.heartbeat_ms (" + std::to_string(l.heartbeat_ms) +
                        "), so one late heartbeat does not kill a worker");
   }
+  if (l.server_down_timeout_ms < 1) {
+    return Invalid(source, "liveness.server_down_timeout_ms", "got 0",
+                   "at least 1 ms (how long workers wait for a server that went away)");
+  }
   return Status::Ok();
 }
 

@@ -168,6 +168,17 @@ struct LivenessOptions {
   // worker. kDrop: the dead worker no longer holds the minimum clock back,
   // the others go on, and the worker may rejoin (Client::Join). Default kFail.
   DeadWorkerPolicy on_dead_worker = DeadWorkerPolicy::kFail;
+  // Servers (DESIGN.md section 7): ps_launch restarts a server that dies by
+  // a signal (a crash, the out-of-memory killer, kill -9) at most this many
+  // times per shard over the job; the new process restores the shard's
+  // newest checkpoint generation and the workers go on. Needs
+  // checkpoint.dir (without it a restarted shard would serve its initial
+  // values, so the job stops instead). 0: never restart. Default 10.
+  uint32_t server_restarts = 10;
+  // A worker whose connection to a server drops waits this long for the
+  // server to come back (its requests are sent again when it does) before
+  // they fail naming the server. Milliseconds, >= 1. Default 60000.
+  uint32_t server_down_timeout_ms = 60000;
 };
 
 // Artificial stragglers, for tests and benchmarks of the consistency modes.

@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +82,13 @@ Frame Frame::CopyOf(const void* data, size_t size) {
   return std::move(f).value();
 }
 
+Frame Frame::Clone() const {
+  Frame f;
+  // zmq_msg_copy only adds a reference; it takes a non-const source.
+  if (zmq_msg_copy(AsMsg(f.msg()), const_cast<zmq_msg_t*>(AsMsg(msg()))) != 0) std::abort();
+  return f;
+}
+
 Frame Frame::Share(const void* data, size_t size, std::shared_ptr<const void> owner) {
   Frame f;
   if (size == 0) return f;
@@ -124,8 +132,15 @@ Context::~Context() {
 
 StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType type,
                                                   const SocketOptions& options) {
-  int zmq_type = type == SocketType::kDealer ? ZMQ_DEALER : ZMQ_ROUTER;
-  const char* name = type == SocketType::kDealer ? "DEALER" : "ROUTER";
+  int zmq_type = ZMQ_DEALER;
+  const char* name = "DEALER";
+  if (type == SocketType::kRouter) {
+    zmq_type = ZMQ_ROUTER;
+    name = "ROUTER";
+  } else if (type == SocketType::kPair) {
+    zmq_type = ZMQ_PAIR;
+    name = "PAIR";
+  }
   void* s = zmq_socket(context->ctx_, zmq_type);
   if (s == nullptr) return ZmqError(std::string("creating a ") + name + " socket");
   std::unique_ptr<Socket> socket(new Socket(s, name));
@@ -244,6 +259,43 @@ StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
     }
   }
   return n;
+}
+
+StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Create(Context* context,
+                                                                     Socket* watched) {
+  // One inproc address per monitor in the process.
+  static std::atomic<uint64_t> next{0};
+  const std::string address = "inproc://ps-connection-monitor-" + std::to_string(next++);
+  if (zmq_socket_monitor(watched->socket_, address.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    return ZmqError("monitoring the connections of a " + watched->description_);
+  }
+  auto events = Socket::Create(context, SocketType::kPair, SocketOptions{});
+  if (!events.ok()) {
+    zmq_socket_monitor(watched->socket_, nullptr, 0);
+    return events.status();
+  }
+  if (zmq_connect((*events)->socket_, address.c_str()) != 0) {
+    Status s = ZmqError("connecting to the connection monitor " + address);
+    zmq_socket_monitor(watched->socket_, nullptr, 0);
+    return s;
+  }
+  return std::unique_ptr<ConnectionMonitor>(new ConnectionMonitor(watched, std::move(*events)));
+}
+
+ConnectionMonitor::~ConnectionMonitor() { zmq_socket_monitor(watched_->socket_, nullptr, 0); }
+
+StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
+  while (true) {
+    PS_ASSIGN_OR_RETURN(bool got, events_->TryRecv(&frames_));
+    if (!got) return std::optional<ConnectionEvent>();
+    // Frame 1: uint16 event, uint32 value (native byte order); frame 2: the endpoint.
+    if (frames_.empty() || frames_[0].size() < sizeof(uint16_t)) continue;
+    uint16_t event = 0;
+    std::memcpy(&event, frames_[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_CONNECTED) return std::optional(ConnectionEvent::kConnected);
+    if (event == ZMQ_EVENT_DISCONNECTED) return std::optional(ConnectionEvent::kDisconnected);
+  }
 }
 
 std::string ZmqVersion() {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,10 @@ class Frame {
   // ZeroMQ I/O thread. The bytes must not change until the message is sent.
   static Frame Share(const void* data, size_t size, std::shared_ptr<const void> owner);
 
+  // Another frame with the same bytes: large frames share them (reference
+  // counted by libzmq), small ones are copied. Used to keep a request that
+  // may have to be sent again. The bytes must not change afterwards.
+  Frame Clone() const;
   const std::byte* data() const;
   std::byte* mutable_data();
   size_t size() const;
@@ -69,7 +74,8 @@ class Context {
   void* const ctx_;
 };
 
-enum class SocketType { kDealer, kRouter };
+// kPair: the receiving end of a ConnectionMonitor.
+enum class SocketType { kDealer, kRouter, kPair };
 
 struct SocketOptions {
   // Frames larger than this are refused by ZeroMQ, which drops the
@@ -111,11 +117,43 @@ class Socket {
   StatusOr<bool> TryRecv(std::vector<Frame>* frames);
 
  private:
+  friend class ConnectionMonitor;
   friend StatusOr<size_t> PollReadable(std::span<Socket* const>, int, std::vector<bool>*);
   Socket(void* socket, std::string description) : socket_(socket), description_(std::move(description)) {}
   void* const socket_;
   std::string description_;  // "DEALER", "ROUTER"; for error messages
   std::string last_endpoint_;
+};
+
+// A change in the connections of a socket.
+enum class ConnectionEvent {
+  kConnected,     // a connection to the peer was made (again)
+  kDisconnected,  // the connection to the peer was lost (the peer closed,
+                  // crashed or became unreachable); ZeroMQ reconnects
+};
+
+// Watches the connections of one socket (zmq_socket_monitor), so that its
+// owner learns at once that a peer went away and when it is back, instead
+// of waiting for a request deadline. Used from the thread that uses the
+// watched socket. Must be destroyed before the socket it watches.
+class ConnectionMonitor {
+ public:
+  static StatusOr<std::unique_ptr<ConnectionMonitor>> Create(Context* context, Socket* watched);
+  ~ConnectionMonitor();
+  ConnectionMonitor(const ConnectionMonitor&) = delete;
+  ConnectionMonitor& operator=(const ConnectionMonitor&) = delete;
+
+  // Readable (PollReadable) when an event is waiting.
+  Socket* socket() { return events_.get(); }
+  // The next event, or nullopt when none is waiting (never blocks).
+  StatusOr<std::optional<ConnectionEvent>> TryNext();
+
+ private:
+  ConnectionMonitor(Socket* watched, std::unique_ptr<Socket> events)
+      : watched_(watched), events_(std::move(events)) {}
+  Socket* const watched_;
+  std::unique_ptr<Socket> events_;
+  std::vector<Frame> frames_;
 };
 
 // Waits up to `timeout_ms` (-1: forever, 0: just check) until at least one

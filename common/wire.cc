@@ -55,6 +55,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_cache_hits(h.cache_hits);
   p.set_cache_misses(h.cache_misses);
   p.set_waited_us(h.waited_us);
+  p.set_session(h.session);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -91,6 +92,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.cache_hits = p.cache_hits();
   h.cache_misses = p.cache_misses();
   h.waited_us = p.waited_us();
+  h.session = p.session();
   return h;
 }
 
@@ -163,7 +165,8 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                 " is outside [0, 2^62]");
   }
   if (control_op || worker_op) {
-    const uint32_t allowed_flags = h.op == Op::kHeartbeat ? (kFlagLeaving | kFlagBeat) : 0;
+    const uint32_t allowed_flags =
+        h.op == Op::kHeartbeat ? (kFlagLeaving | kFlagBeat | kFlagResume) : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
     }

@@ -61,6 +61,11 @@ inline constexpr uint32_t kFlagLeaving = 2u;
 // travel on their own connection, so one sent just before the goodbye may
 // arrive after it.
 inline constexpr uint32_t kFlagBeat = 4u;
+// HEARTBEAT flag: the worker is at clock `clock` (it finished every clock
+// below it). A client sends it when its connection to a shard comes back,
+// so that a shard restarted from a checkpoint learns where the workers are
+// instead of waiting for clocks that already passed.
+inline constexpr uint32_t kFlagResume = 8u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.
@@ -84,6 +89,10 @@ struct MessageHeader {
   uint64_t cache_hits = 0;   // HEARTBEAT: the worker's cache statistics
   uint64_t cache_misses = 0;
   uint64_t waited_us = 0;    // PULL_OK: time held back by the staleness bound
+  // Requests: the sending client's session (random, non-zero; 0: none). A
+  // PUSH repeating the (worker, session, request_id) of one the shard
+  // applied lately is acknowledged and not applied again.
+  uint64_t session = 0;
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

@@ -69,13 +69,17 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "common/logging.h"
@@ -209,6 +213,86 @@ int64_t ParseGenName(const std::string& name) {
   const auto [ptr, ec] = std::from_chars(first, last, clock);
   if (ec != std::errc() || ptr != last) return -1;
   return clock;
+}
+
+// The crash-point hook PS_CHECKPOINT_TEST_STALL=<stage>:<clock> (see
+// checkpoint.h): a test freezes a Write at one of these points and kills the
+// process there, to check that no crash point leaves a torn generation that
+// a restore would pick.
+enum class StallStage { kNone, kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
+
+constexpr std::pair<StallStage, std::string_view> kStallStageNames[] = {
+    {StallStage::kCreated, "created"},     {StallStage::kRecords, "records"},
+    {StallStage::kFlushed, "flushed"},     {StallStage::kSynced, "synced"},
+    {StallStage::kPublished, "published"}, {StallStage::kPruning, "pruning"},
+};
+
+std::string_view StallStageName(StallStage stage) {
+  for (const auto& [s, name] : kStallStageNames) {
+    if (s == stage) return name;
+  }
+  return "none";
+}
+
+struct StallPoint {
+  StallStage stage = StallStage::kNone;
+  int64_t clock = 0;  // writes of generations of this clock and later stall
+};
+
+// Unset or empty: no stall. A value that does not parse is reported and
+// ignored, so a typo cannot freeze a real job.
+StallPoint ParseStallPoint(const char* value) {
+  if (value == nullptr || *value == '\0') return {};
+  const std::string_view text(value);
+  const auto ignored = [&](const std::string& why) {
+    PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL=\"{}\" ignored: {}", text, why);
+    return StallPoint{};
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    return ignored("expected <stage>:<clock>, e.g. records:4");
+  }
+  const std::string_view name = text.substr(0, colon);
+  const std::string_view number = text.substr(colon + 1);
+  StallPoint point;
+  for (const auto& [stage, stage_name] : kStallStageNames) {
+    if (name == stage_name) point.stage = stage;
+  }
+  if (point.stage == StallStage::kNone) {
+    return ignored("unknown stage \"" + std::string(name) +
+                   "\"; expected created, records, flushed, synced, published or pruning");
+  }
+  const char* last = number.data() + number.size();
+  const auto [ptr, ec] = std::from_chars(number.data(), last, point.clock);
+  if (number.empty() || ec != std::errc() || ptr != last || point.clock < 0) {
+    return ignored("the clock \"" + std::string(number) + "\" is not an integer >= 0");
+  }
+  PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL is set: a write of a generation of clock "
+              ">= {} will stall at {} until the process is killed (a test hook)",
+              point.clock, name);
+  return point;
+}
+
+// Read once: the environment of a running server does not change, and the
+// checks on the write path stay a load and a compare.
+const StallPoint& TestStallPoint() {
+  static const StallPoint point = ParseStallPoint(std::getenv("PS_CHECKPOINT_TEST_STALL"));
+  return point;
+}
+
+bool StallsAt(StallStage stage, int64_t clock) {
+  const StallPoint& point = TestStallPoint();
+  return point.stage == stage && clock >= point.clock;
+}
+
+// When the hook names `stage` for generation `clock`: says so in one line,
+// then never returns (the test kills the process). `tmp` is the folder
+// being written.
+void MaybeStall(StallStage stage, int64_t clock, const std::string& tmp) {
+  if (!StallsAt(stage, clock)) return;
+  PS_LOG_WARN("checkpoint: stalled at {} writing gen-{} in {} (PS_CHECKPOINT_TEST_STALL)",
+              StallStageName(stage), clock, fs::path(tmp).parent_path().string());
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 bool IsTmpName(const std::string& name) {
@@ -518,6 +602,18 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
   rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
   if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);
   std::unique_ptr<rocksdb::DB> db(raw);
+  MaybeStall(StallStage::kCreated, s.clock, path);
+  // The hook's `records` point: once about half of the run records are
+  // committed. Counted only when the hook asks for it.
+  uint64_t stall_after_runs = std::numeric_limits<uint64_t>::max();
+  if (StallsAt(StallStage::kRecords, s.clock)) {
+    uint64_t runs = 0;
+    for (const TableSnapshot& t : s.tables) {
+      runs += (t.owned.size() + RowsPerRun(t.dim) - 1) / RowsPerRun(t.dim);
+    }
+    stall_after_runs = std::max<uint64_t>(1, runs / 2);
+  }
+  uint64_t runs_written = 0;
 
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
@@ -552,6 +648,10 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
       rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
       if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
+      if (++runs_written == stall_after_runs) {
+        if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
+        MaybeStall(StallStage::kRecords, s.clock, path);
+      }
     }
   }
   if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
@@ -796,9 +896,12 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   Status written;
   try {
     written = WriteDatabase(snapshot, tmp);
+    if (written.ok()) MaybeStall(StallStage::kFlushed, snapshot.clock, tmp);
     if (written.ok() && options.sync) written = SyncFolder(tmp);
+    if (written.ok()) MaybeStall(StallStage::kSynced, snapshot.clock, tmp);
     if (written.ok()) written = Publish(tmp, final_path);
     if (written.ok() && options.sync) written = SyncPath(path_, true);
+    if (written.ok()) MaybeStall(StallStage::kPublished, snapshot.clock, tmp);
   } catch (const std::bad_alloc&) {
     written = ResourceExhaustedError("out of memory writing " + tmp);
   }
@@ -819,6 +922,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
       if (::rename(old.c_str(), doomed.c_str()) != 0) {
         pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
       } else {
+        MaybeStall(StallStage::kPruning, snapshot.clock, tmp);
         pruned = RemoveTree(doomed);
       }
     }

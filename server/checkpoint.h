@@ -14,6 +14,24 @@
 // half-written gen-<clock>. After a successful write only the newest
 // `keep` generations remain.
 //
+// Test hook: with the environment variable
+// PS_CHECKPOINT_TEST_STALL=<stage>:<clock>, a Write of a generation of clock
+// >= <clock> that reaches <stage> logs one line to stderr
+// ("checkpoint: stalled at <stage> writing gen-<clock> in <dir>
+// (PS_CHECKPOINT_TEST_STALL)") and then never returns, so a test can kill
+// the process at that point (tests/server/checkpoint_crash_test.cc). The
+// stages, in the order a Write reaches them:
+//   created    the database exists in gen-<clock>.tmp, nothing written;
+//   records    about half of the run records written and committed;
+//   flushed    the database flushed and closed, before the fsync;
+//   synced     after the fsync (skipped with sync: false), before the rename;
+//   published  renamed to gen-<clock> and the folder synced, before pruning;
+//   pruning    an older generation renamed to .tmp, before its removal
+//              (reached only when more than `keep` generations exist).
+// The variable is read once per process; an unknown stage or a malformed
+// value is logged as a warning and ignored. Never set it for a real job: a
+// stalled write also blocks the shard's next checkpoint and its shutdown.
+//
 // Not thread-safe: one writer thread per CheckpointDir.
 #ifndef PS_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_H_

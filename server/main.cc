@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -37,6 +38,11 @@ int main(int argc, char** argv) {
   app.add_option("--restore-clock", restore_clock,
                  "with checkpoint.dir: restore the generation of this clock instead of the newest")
       ->check(CLI::NonNegativeNumber);
+  std::vector<uint32_t> left_workers;
+  app.add_option("--left-workers", left_workers,
+                 "ranks of workers that already finished the job (a shard restarted while the "
+                 "job runs does not wait for them); ps_launch passes them")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   ps::Status logging = ps::InitLogging("server", log_level);
@@ -60,6 +66,14 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     PS_LOG_ERROR("{}", server.status().ToString());
     return 1;
+  }
+  for (uint32_t w : left_workers) {
+    if (w >= job->cluster.workers) {
+      PS_LOG_ERROR("--left-workers: worker {} is not in this job ({} workers: ranks 0..{})", w,
+                   job->cluster.workers, job->cluster.workers - 1);
+      return 2;
+    }
+    (*server)->WorkerLeft(w);
   }
   g_server = server->get();
   std::signal(SIGTERM, OnSignal);

@@ -15,7 +15,10 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
       bound_(job.consistency.Bound()), aggregate_(job.consistency.aggregate),
       clocks_(job.cluster.workers), liveness_(job.liveness),
       dead_(job.cluster.workers, false), left_(job.cluster.workers, false),
-      started_(std::chrono::steady_clock::now()) {
+      // Requests are sent again oldest first and at most max_in_flight are
+      // in flight per shard: four times that covers every repeat.
+      recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
+      heard_clock_(job.cluster.workers, false), started_(std::chrono::steady_clock::now()) {
   // A worker that never shows up counts as silent since the shard started.
   last_seen_.assign(job.cluster.workers, started_);
   cache_stats_.assign(job.cluster.workers, {0, 0});
@@ -143,6 +146,15 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
   switch (req.op) {
     case Op::kPush:
       ++counters_.pushes;
+      if (!recent_pushes_.Insert(req.worker, req.session, req.request_id)) {
+        // Sent again after a dropped connection; the first copy was applied.
+        ++counters_.repeated_pushes;
+        PS_LOG_DEBUG("shard {}: PUSH request {} from worker {} came again; acknowledged, not "
+                     "applied twice",
+                     shard_, req.request_id, req.worker);
+        Reply(routing_id, reply);
+        return;
+      }
       // Acknowledge first, then apply: the push was fully checked, applying
       // cannot fail, and this thread applies it before reading any later
       // request, so no reader can see the state without it. The worker's
@@ -173,6 +185,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       return;
     case Op::kClock: {
       ++counters_.clocks;
+      HeardClock(req.worker, req.clock);
       const bool advanced = clocks_.Finish(req.worker, req.clock);
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
@@ -181,6 +194,12 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     }
     case Op::kHeartbeat: {
       bool advanced = false;
+      if (req.flags & kFlagResume) {
+        // The worker's connection came back: it is at clock req.clock.
+        ++counters_.resumes;
+        HeardClock(req.worker, req.clock);
+        if (req.clock > 0) advanced = clocks_.Finish(req.worker, req.clock - 1);
+      }
       if (req.flags & kFlagLeaving) {
         left_[req.worker] = true;
         advanced = clocks_.Exclude(req.worker);
@@ -306,6 +325,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
   PS_RETURN_IF_ERROR(CheckRestorable(saved, store_->Layout(job_, shard_, clock), where));
   store_->Restore(saved);
   clocks_.StartAt(saved.clock);
+  started_clock_ = saved.clock;
   last_checkpoint_clock_ = saved.clock;
   PS_LOG_INFO("shard {}: restored {} ({} tables): workers resume at clock {}", shard_, where,
               saved.tables.size(), saved.clock);
@@ -482,6 +502,23 @@ void ShardServer::Touch(uint32_t worker) {
               was_dead ? "is back and rejoins" : "rejoins", clocks_.clock(worker));
 }
 
+void ShardServer::WorkerLeft(uint32_t worker) {
+  left_[worker] = true;
+  clocks_.Exclude(worker);
+  PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
+}
+
+void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
+  if (heard_clock_[worker]) return;
+  heard_clock_[worker] = true;
+  if (clock <= started_clock_) return;
+  const int64_t lost = clock - started_clock_;
+  lost_clocks_ = std::max(lost_clocks_, lost);
+  PS_LOG_WARN("shard {}: worker {} is at clock {} and this shard started at clock {}: the "
+              "worker's updates of clocks {}..{} ({} clocks) to this shard are lost",
+              shard_, worker, clock, started_clock_, started_clock_, clock - 1, lost);
+}
+
 void ShardServer::FailWaitingPulls(const Status& status) {
   while (!waiting_.empty()) {
     WaitingPull w = std::move(waiting_.front());
@@ -509,6 +546,9 @@ std::string ShardServer::StatsReport() const {
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
   os << "\n";
   os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
+  os << "recovery started_clock " << started_clock_ << " lost_clocks " << lost_clocks_
+     << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
+     << "\n";
   if (checkpoints_ != nullptr) {
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
        << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";

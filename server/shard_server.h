@@ -19,6 +19,12 @@
 // the minimum back until it speaks again (a restarted worker rejoins at the
 // minimum clock). A HEARTBEAT with kFlagLeaving says goodbye.
 //
+// Recovery (DESIGN.md section 7): a shard restarted from a checkpoint
+// learns where the workers are from their HEARTBEATs with kFlagResume (and
+// CLOCKs), logs how many clocks of updates it lost, and acknowledges a push
+// it already applied (same worker, session and request id: a client sending
+// it again after its connection dropped) without applying it twice.
+//
 // Thread safety: Run() must be called from one thread; Stop() and
 // stop_requested() are safe from any thread and from a signal handler.
 #ifndef PS_SERVER_SHARD_SERVER_H_
@@ -38,6 +44,7 @@
 #include "common/transport.h"
 #include "common/wire.h"
 #include "server/clock_table.h"
+#include "server/recent_pushes.h"
 #include "server/shard_store.h"
 
 namespace ps {
@@ -53,6 +60,8 @@ struct ShardServerCounters {
   uint64_t errors = 0;     // requests answered with ERROR
   uint64_t bytes_in = 0;   // request bytes, all frames
   uint64_t bytes_out = 0;  // reply bytes, all frames
+  uint64_t repeated_pushes = 0;  // pushes acknowledged but not applied again
+  uint64_t resumes = 0;          // HEARTBEATs with kFlagResume
 };
 
 class ShardServer {
@@ -89,6 +98,15 @@ class ShardServer {
   const ClockTable& clocks() const { return clocks_; }
   size_t waiting_pulls() const { return waiting_.size(); }
   bool worker_dead(uint32_t worker) const { return dead_[worker]; }
+  // Clocks of updates this shard lost: the most, over workers, between the
+  // clock it started at (restored or 0) and the first clock it heard from
+  // the worker (REQUIRES: as store()).
+  int64_t lost_clocks() const { return lost_clocks_; }
+
+  // Before Run(): `worker` already left the job (it finished while this
+  // shard was down); it is not waited for and never reported dead.
+  // REQUIRES: worker < the job's workers.
+  void WorkerLeft(uint32_t worker);
 
  private:
   ShardServer(uint32_t shard, const JobOptions& job);
@@ -121,6 +139,10 @@ class ShardServer {
   void CheckLiveness(std::chrono::steady_clock::time_point now);
   // `worker` spoke: it is alive (and rejoins if it was dropped or had left).
   void Touch(uint32_t worker);
+  // The first CLOCK or resume this process hears from `worker`: it carries
+  // clock `clock`; the worker's updates of clocks [started_clock_, clock)
+  // never reached this process (a restart from a checkpoint lost them).
+  void HeardClock(uint32_t worker, int64_t clock);
   // Answers every waiting pull with `status`.
   void FailWaitingPulls(const Status& status);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
@@ -159,6 +181,12 @@ class ShardServer {
   std::vector<bool> dead_;
   std::vector<bool> left_;
   Status failed_;  // set under policy fail once a worker died
+  // Recovery: pushes applied lately, the clock this process started at,
+  // whether each worker's clock was heard since, and the updates lost.
+  RecentPushes recent_pushes_;
+  int64_t started_clock_ = 0;
+  std::vector<bool> heard_clock_;
+  int64_t lost_clocks_ = 0;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored

@@ -134,6 +134,8 @@ std::string JoinArgv(const std::vector<std::string>& argv) {
 struct Child {
   std::string name;  // "server 0", "worker 1"
   bool is_server = false;
+  uint32_t index = 0;     // shard or rank
+  uint32_t restarts = 0;  // servers: times restarted after a crash
   std::unique_ptr<Subprocess> process;
   LineReader reader;
   bool output_open = true;
@@ -156,8 +158,14 @@ class JobRun {
   void Emit(std::string_view line);
   void Say(const std::string& message) { Emit("[launch] " + message); }
 
-  std::vector<std::string> CommandFor(bool is_server, uint32_t index) const;
+  // `restart`: a server restarted while the job runs (it restores its own
+  // newest generation and is told which workers already finished).
+  std::vector<std::string> CommandFor(bool is_server, uint32_t index, bool restart = false) const;
   Status StartAll();
+  // A server died by a signal while the job runs: starts it again when the
+  // job allows (checkpoints, liveness.server_restarts). False when it
+  // cannot be restarted; `why_not` says why.
+  bool MaybeRestart(Child& child, const std::string& how, std::string* why_not);
   void Loop(SignalCatcher* catcher);
 
   void PumpOutput(Child& child, size_t max_bytes);
@@ -176,6 +184,7 @@ class JobRun {
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
+  std::vector<uint32_t> finished_workers_;  // ranks that exited with code 0
   bool stopping_ = false;
   bool killed_all_ = false;
   Clock::time_point deadline_;
@@ -191,8 +200,8 @@ void JobRun::Emit(std::string_view line) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> JobRun::CommandFor(bool is_server,
-                                            uint32_t index) const {
+std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
+                                            bool restart) const {
   const std::vector<std::string>& prefix =
       is_server ? options_.server_command : options_.worker_command;
   std::vector<std::string> argv = prefix;
@@ -207,8 +216,13 @@ std::vector<std::string> JobRun::CommandFor(bool is_server,
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
   }
-  if (is_server && restore_clock_ >= 0) {
+  if (is_server && restore_clock_ >= 0 && !restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
+  }
+  if (restart && !finished_workers_.empty()) {
+    std::string ranks;
+    for (uint32_t r : finished_workers_) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    argv.insert(argv.end(), {"--left-workers", ranks});
   }
   return argv;
 }
@@ -249,6 +263,7 @@ Status JobRun::StartAll() {
     Child& child = children_.emplace_back();
     child.name = std::move(name);
     child.is_server = is_server;
+    child.index = index;
     child.process = std::move(process).value();
   }
   return Status::Ok();
@@ -296,13 +311,53 @@ void JobRun::KillAll(const std::string& why) {
   }
 }
 
+bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
+  if (job_.checkpoint.dir.empty() || !job_.checkpoint.restore) {
+    *why_not = "it cannot be restarted without checkpoints (set checkpoint.dir, and "
+               "checkpoint.restore: true, to let ps_launch restart a crashed server)";
+    return false;
+  }
+  const uint32_t limit = job_.liveness.server_restarts;
+  if (child.restarts >= limit) {
+    *why_not = limit == 0 ? "restarts are off (liveness.server_restarts: 0)"
+                          : "it was restarted " + std::to_string(child.restarts) +
+                                " times already (liveness.server_restarts)";
+    return false;
+  }
+  SubprocessOptions spawn;
+  spawn.argv = CommandFor(true, child.index, /*restart=*/true);
+  spawn.capture_output = true;
+  StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+  if (!process.ok()) {
+    *why_not = "restarting it failed: " + process.status().ToString();
+    return false;
+  }
+  ++child.restarts;
+  Say(how + "; restarted it (restart " + std::to_string(child.restarts) + " of " +
+      std::to_string(limit) + ", pid " + std::to_string((*process)->pid()) +
+      "): it restores its newest checkpoint and the workers go on: " + JoinArgv(spawn.argv));
+  child.process = std::move(process).value();
+  child.output_open = true;
+  child.exited = false;
+  child.killed = false;
+  return true;
+}
+
 void JobRun::HandleExit(Child& child, int wait_status) {
   child.exited = true;
   const std::string how = child.name + " " + DescribeWaitStatus(wait_status);
   const bool success = ExitedSuccessfully(wait_status);
   if (!stopping_) {
+    // A server that died by a signal crashed (or was killed): it comes back
+    // from its checkpoint. One that exited with an error code found a
+    // problem a restart would meet again.
+    std::string why_not;
+    if (child.is_server && WIFSIGNALED(wait_status)) {
+      if (MaybeRestart(child, how, &why_not)) return;
+      why_not = "; " + why_not;
+    }
     if (!success) {
-      Say(how + "; stopping the job");
+      Say(how + why_not + "; stopping the job");
       outcome_ = Outcome::kFailed;
       exit_code_ = 1;
       BeginStop();
@@ -310,6 +365,7 @@ void JobRun::HandleExit(Child& child, int wait_status) {
       Say(how + " while workers are still running");
     } else {
       Say(how);
+      finished_workers_.push_back(child.index);
       if (++workers_succeeded_ == job_.cluster.workers) {
         Say("all " + std::to_string(workers_succeeded_) +
             " workers finished; stopping the servers");

@@ -13,6 +13,13 @@
 //    job") and stops all others the same way; exit code 1;
 //  - with checkpoints, every server is started with --restore-clock set to
 //    the newest generation all shards hold (CommonRestoreClock);
+//  - a server that dies by a signal while workers run (a crash, the
+//    out-of-memory killer, kill -9) is started again, when the job has
+//    checkpoint.dir, at most liveness.server_restarts times per shard: it
+//    restores its own newest generation, is told (--left-workers) which
+//    workers already finished, and the workers go on (worker/client.h sends
+//    their unanswered requests again). Without checkpoints, or past the
+//    limit, the job stops as for any failure;
 //  - SIGINT or SIGTERM reaches the launcher: it stops all children the same
 //    way; exit code 130 or 143. A second signal SIGKILLs them at once.
 //
@@ -76,8 +83,8 @@ StatusOr<int64_t> CommonRestoreClock(const JobOptions& job);
 class Launcher {
  public:
   // `job` is assumed validated (LoadJobFile does it); the launcher reads
-  // only cluster.servers, cluster.workers, checkpoint and
-  // train.metrics_csv. `config_path` is the file the children are given
+  // only cluster.servers, cluster.workers, checkpoint,
+  // liveness.server_restarts and train.metrics_csv. `config_path` is the file the children are given
   // with --config.
   Launcher(JobOptions job, std::string config_path, LauncherOptions options);
 

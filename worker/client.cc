@@ -2,12 +2,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "common/key_range.h"
 #include "common/logging.h"
 
 namespace ps {
+namespace {
+
+// A request is sent again at most this often (each time its server's
+// connection came back); a connection that drops every time it is sent
+// (e.g. a frame over the server's transport limit) fails it instead.
+constexpr uint32_t kMaxResends = 8;
+
+uint64_t NewSession() {
+  std::random_device device;
+  uint64_t session = 0;
+  while (session == 0) session = (uint64_t{device()} << 32) ^ device();
+  return session;
+}
+
+double MillisSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
 
 SharedFloats SharedFloats::Take(std::vector<float>&& values) {
   auto owner = std::make_shared<const std::vector<float>>(std::move(values));
@@ -26,7 +46,8 @@ void PulledValues::CopyTo(float* out) const {
 
 Client::Client(const JobOptions& job, uint32_t worker)
     : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms),
-      bound_(job.consistency.Bound()) {
+      down_timeout_(job.liveness.server_down_timeout_ms), bound_(job.consistency.Bound()),
+      session_(NewSession()) {
   // Keep every request comfortably under the server's byte and key limits.
   max_rows_per_part_cap_ = job.server.max_keys_per_request;
 }
@@ -59,10 +80,16 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     shard.endpoint = endpoints.empty() ? "tcp://" + job.cluster.servers[s] : endpoints[s];
     PS_ASSIGN_OR_RETURN(shard.socket,
                         Socket::Create(client->context_.get(), SocketType::kDealer, SocketOptions{}));
+    // Watched from before the first connection, so a reconnect is never
+    // mistaken for it.
+    PS_ASSIGN_OR_RETURN(shard.monitor,
+                        ConnectionMonitor::Create(client->context_.get(), shard.socket.get()));
     PS_RETURN_IF_ERROR(shard.socket->Connect(shard.endpoint));
-    client->poll_sockets_.push_back(shard.socket.get());
     client->shards_.push_back(std::move(shard));
   }
+  // Replies of every shard, then the connection events of every shard.
+  for (Shard& shard : client->shards_) client->poll_sockets_.push_back(shard.socket.get());
+  for (Shard& shard : client->shards_) client->poll_sockets_.push_back(shard.monitor->socket());
   if (worker != kControlWorker && job.liveness.heartbeat_ms > 0) {
     std::vector<std::string> eps;
     for (const Shard& shard : client->shards_) eps.push_back(shard.endpoint);
@@ -104,19 +131,28 @@ Status Client::WaitUntilSlot(uint32_t shard) {
   return Status::Ok();
 }
 
-void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
-                      uint64_t first_row, Frame keys, Frame values, float* out,
-                      std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
-                      uint64_t view_offset, uint32_t flags) {
+uint64_t Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                          uint64_t first_row, Frame keys, Frame values, float* out,
+                          std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
+                          uint64_t view_offset, uint32_t flags) {
   Status slot = WaitUntilSlot(shard);
   if (!slot.ok()) {
     FailTicket(ticket, slot);
-    return;
+    return 0;
   }
+  return SendPartNow(ticket, shard, op, table, count, first_row, std::move(keys),
+                     std::move(values), out, std::move(positions), dim, view, view_offset, flags);
+}
+
+uint64_t Client::SendPartNow(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                             uint64_t first_row, Frame keys, Frame values, float* out,
+                             std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
+                             uint64_t view_offset, uint32_t flags) {
   const uint64_t rid = next_request_id_++;
   MessageHeader h;
   h.op = op;
   h.request_id = rid;
+  h.session = session_;
   h.worker = worker_;
   h.clock = clock_;
   if (op == Op::kPull) {
@@ -162,18 +198,26 @@ void Client::SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint
       std::memcpy(part.cache_rows.data(), frames[1].data(), count * sizeof(uint64_t));
     }
   }
+  // Kept (the bytes shared, not copied) in case it must be sent again.
+  part.message.reserve(n);
+  for (size_t i = 0; i < n; ++i) part.message.push_back(begin[i].Clone());
   Status sent = shards_[shard].socket->Send(std::span<Frame>(begin, n));
   if (!sent.ok()) {
     FailTicket(ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
-    return;
+    return 0;
   }
   ++counters_.requests;
   counters_.bytes_sent += bytes;
-  part.deadline = SteadyClock::now() + timeout_;
-  deadlines_.emplace_back(part.deadline, rid);
+  ArmDeadline(rid, part);
   ++shards_[shard].in_flight;
   ++tickets_[ticket].remaining;
   parts_.emplace(rid, std::move(part));
+  return rid;
+}
+
+void Client::ArmDeadline(uint64_t request_id, Part& part) {
+  part.deadline = SteadyClock::now() + timeout_;
+  deadlines_.emplace(part.deadline, request_id);
 }
 
 void Client::FailTicket(Ticket ticket, const Status& status) {
@@ -497,8 +541,7 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
       }
       row += rows;
     }
-  } else if (p.op == Op::kStats || p.op == Op::kShutdown || p.op == Op::kHeartbeat ||
-             p.op == Op::kCheckpoint) {
+  } else if (p.control) {
     control_replies_[h.request_id] = h;
   }
   FinishPart(h.request_id, Status::Ok());
@@ -506,15 +549,32 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
 
 void Client::ExpireDeadlines() {
   const auto now = SteadyClock::now();
-  while (!deadlines_.empty()) {
-    auto [deadline, rid] = deadlines_.front();
+  while (!deadlines_.empty() && deadlines_.top().first <= now) {
+    const auto [deadline, rid] = deadlines_.top();
+    deadlines_.pop();
     auto it = parts_.find(rid);
-    if (it == parts_.end()) {
-      deadlines_.pop_front();
+    // Answered, or given a new deadline since.
+    if (it == parts_.end() || it->second.deadline != deadline) continue;
+    Part& p = it->second;
+    const Shard& shard = shards_[p.shard];
+    if (shard.down) {
+      // The server went away: its requests wait for it to come back.
+      const auto give_up = shard.down_since + down_timeout_;
+      if (give_up > now) {
+        p.deadline = give_up;
+        deadlines_.emplace(give_up, rid);
+        continue;
+      }
+      ++counters_.timeouts;
+      FinishPart(rid, UnavailableError(
+                          Describe(p, rid) + " failed: the connection to the server dropped " +
+                          std::to_string(static_cast<int64_t>(MillisSince(shard.down_since))) +
+                          " ms ago and it did not come back within " +
+                          std::to_string(down_timeout_.count()) +
+                          " ms (liveness.server_down_timeout_ms); is it running? ps_launch "
+                          "restarts a crashed server when the job has checkpoint.dir"));
       continue;
     }
-    if (deadline > now) break;
-    deadlines_.pop_front();
     ++counters_.timeouts;
     FinishPart(rid, DeadlineExceededError(
                         Describe(it->second, rid) + " got no reply within " +
@@ -528,7 +588,7 @@ Status Client::Poll(int timeout_ms) {
   ExpireDeadlines();
   if (!deadlines_.empty()) {
     auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     deadlines_.front().first - SteadyClock::now()).count() + 1;
+                     deadlines_.top().first - SteadyClock::now()).count() + 1;
     timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
   }
   auto ready = PollReadable(poll_sockets_, timeout_ms, &readable_);
@@ -543,9 +603,99 @@ Status Client::Poll(int timeout_ms) {
         HandleReply(s, frames_);
       }
     }
+    // After the replies: those that arrived before a connection dropped
+    // are answers, not requests to send again.
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      if (readable_[shards_.size() + s]) PS_RETURN_IF_ERROR(HandleConnectionEvents(s));
+    }
   }
   ExpireDeadlines();
   return Status::Ok();
+}
+
+Status Client::HandleConnectionEvents(uint32_t s) {
+  Shard& shard = shards_[s];
+  while (true) {
+    PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.monitor->TryNext());
+    if (!event) return Status::Ok();
+    if (*event == ConnectionEvent::kDisconnected) {
+      if (shard.down) continue;
+      shard.down = true;
+      shard.down_since = SteadyClock::now();
+      ++counters_.disconnects;
+      PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
+                  "to {} ms (liveness.server_down_timeout_ms) for it to come back",
+                  s, shard.endpoint, shard.in_flight, down_timeout_.count());
+      continue;
+    }
+    const bool again = shard.connected_once;
+    shard.connected_once = true;
+    if (again) Reconnected(s);
+    shard.down = false;
+  }
+}
+
+void Client::Reconnected(uint32_t s) {
+  Shard& shard = shards_[s];
+  ++counters_.reconnects;
+  std::vector<uint64_t> rids;
+  for (const auto& [rid, part] : parts_) {
+    if (part.shard == s) rids.push_back(rid);
+  }
+  std::sort(rids.begin(), rids.end());  // oldest first, as they were sent
+  const std::string clock =
+      worker_ == kControlWorker ? "" : " and this worker's clock " + std::to_string(clock_);
+  if (shard.down) {
+    PS_LOG_INFO("server {} at {} is back after {:.0f} ms; sending its {} unanswered requests "
+                "again{}",
+                s, shard.endpoint, MillisSince(shard.down_since), rids.size(), clock);
+  } else {
+    PS_LOG_INFO("reconnected to server {} at {}; sending its {} unanswered requests again{}", s,
+                shard.endpoint, rids.size(), clock);
+  }
+  std::vector<Frame> copy;
+  for (uint64_t rid : rids) {
+    auto it = parts_.find(rid);
+    if (it == parts_.end()) continue;  // a callback of an earlier one finished it
+    Part& p = it->second;
+    if (++p.resends > kMaxResends) {
+      FinishPart(rid, UnavailableError(Describe(p, rid) + " was sent " +
+                                       std::to_string(kMaxResends + 1) +
+                                       " times and each time the connection to the server "
+                                       "dropped before it answered; giving up"));
+      continue;
+    }
+    copy.clear();
+    uint64_t bytes = 0;
+    for (const Frame& f : p.message) {
+      copy.push_back(f.Clone());
+      bytes += f.size();
+    }
+    Status sent = shard.socket->Send(copy);
+    if (!sent.ok()) {
+      FinishPart(rid, sent.WithContext(Describe(p, rid) + " could not be sent again"));
+      continue;
+    }
+    ++counters_.resent;
+    ++counters_.requests;
+    counters_.bytes_sent += bytes;
+    ArmDeadline(rid, p);
+  }
+  // A restarted server went back to its checkpoint: cached rows may be
+  // newer than what it serves now.
+  if (cache_ != nullptr) {
+    for (uint32_t t = 0; t < job_.tables.size(); ++t) cache_->Invalidate(t);
+  }
+  if (worker_ != kControlWorker) {
+    // A server restarted from a checkpoint would otherwise wait for this
+    // worker's clocks that already passed. Sent after the requests above,
+    // on the same connection, so it arrives after them. No slot wait: this
+    // runs inside Poll.
+    const Ticket ticket = NewTicket([](const Status&) {});
+    SendPartNow(ticket, s, Op::kHeartbeat, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0, nullptr, 0,
+                kFlagResume);
+    Release(ticket, Status::Ok());
+  }
 }
 
 Status Client::Wait(Ticket ticket) {
@@ -637,8 +787,9 @@ StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags) {
                                 std::to_string(shards_.size()) + " servers");
   }
   const Ticket ticket = NewTicket(nullptr);
-  const uint64_t rid = next_request_id_;
-  SendPart(ticket, shard, op, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0, nullptr, 0, flags);
+  const uint64_t rid =
+      SendPart(ticket, shard, op, 0, 0, 0, Frame(), Frame(), nullptr, {}, 0, nullptr, 0, flags);
+  if (auto part = parts_.find(rid); part != parts_.end()) part->second.control = true;
   Release(ticket, Status::Ok());  // the issuing hold
   Status s = Wait(ticket);
   auto reply = control_replies_.find(rid);

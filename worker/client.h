@@ -8,6 +8,16 @@
 // (client.request_timeout_ms): a server that does not answer in time turns
 // into DeadlineExceeded naming the server, never a hang.
 //
+// Recovery (DESIGN.md section 7): the client watches its connection to each
+// server. When one drops (the server died), its requests wait up to
+// liveness.server_down_timeout_ms for the server to come back (a launcher
+// restarts it from its newest checkpoint); when the connection is made
+// again, every request still unanswered is sent again, oldest first, and
+// the worker tells the server its clock (a HEARTBEAT with kFlagResume). A
+// request may therefore reach a server twice: requests carry this client's
+// random session id, and a server applies a push with the same (worker,
+// session, request id) at most once.
+//
 // Consistency (DESIGN.md section 5): the client keeps this worker's clock.
 // Pulls carry it, and a shard answers them only within the job's staleness
 // bound; Clock() reports the clock finished to every shard (after the pushes
@@ -26,6 +36,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <queue>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -115,6 +126,9 @@ struct ClientCounters {
   // Time pulls spent held back at the shards by the staleness bound
   // (waiting for slower workers), summed over pulls, microseconds.
   uint64_t staleness_wait_us = 0;
+  uint64_t disconnects = 0;   // connections to a server that dropped
+  uint64_t reconnects = 0;    // ... and were made again
+  uint64_t resent = 0;        // requests sent again after a reconnect
 };
 
 class Client {
@@ -208,8 +222,13 @@ class Client {
   struct Shard {
     std::string endpoint;
     std::unique_ptr<Socket> socket;
+    // Declared after `socket`: destroyed before the socket it watches.
+    std::unique_ptr<ConnectionMonitor> monitor;
     uint32_t in_flight = 0;
     int64_t min_clock = 0;
+    bool connected_once = false;  // a connection was made at least once
+    bool down = false;            // the connection dropped and is not back yet
+    SteadyClock::time_point down_since;
   };
   struct TicketState {
     Status status;
@@ -234,6 +253,9 @@ class Client {
     std::vector<uint64_t> cache_rows;    // ... the row ids (sparse parts)
     std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
     SteadyClock::time_point deadline;
+    std::vector<Frame> message;          // what was sent (shared, not copied), to send it again
+    uint32_t resends = 0;                // times it was sent again
+    bool control = false;                // Control() waits for its reply header
   };
   Client(const JobOptions& job, uint32_t worker);
   Status CheckTable(uint32_t table) const;
@@ -246,11 +268,23 @@ class Client {
   // A ticket with nothing to send: completes at once.
   Ticket CompletedTicket(Callback done);
   Ticket NewTicket(Callback done);
-  // Sends one part; on failure records the error on the ticket.
-  void SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
-                uint64_t first_row, Frame keys, Frame values, float* out,
-                std::vector<uint64_t> positions, uint32_t dim, PulledValues* view = nullptr,
-                uint64_t view_offset = 0, uint32_t flags = 0);
+  // Sends one part (after waiting for a free slot to `shard`); on failure
+  // records the error on the ticket. Returns its request id, 0 if not sent.
+  uint64_t SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                    uint64_t first_row, Frame keys, Frame values, float* out,
+                    std::vector<uint64_t> positions, uint32_t dim, PulledValues* view = nullptr,
+                    uint64_t view_offset = 0, uint32_t flags = 0);
+  // SendPart without waiting for a slot.
+  uint64_t SendPartNow(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
+                       uint64_t first_row, Frame keys, Frame values, float* out,
+                       std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
+                       uint64_t view_offset, uint32_t flags);
+  void ArmDeadline(uint64_t request_id, Part& part);
+  // Connection events of every shard's socket.
+  Status HandleConnectionEvents(uint32_t shard);
+  // The connection to `shard` is back: sends its unanswered requests again
+  // and this worker's clock.
+  void Reconnected(uint32_t shard);
   void FailTicket(Ticket ticket, const Status& status);
   // Drops one hold on the ticket (a part, or the issuing hold) and completes
   // it when none is left.
@@ -266,6 +300,7 @@ class Client {
   const JobOptions job_;
   const uint32_t worker_;
   const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds down_timeout_;  // liveness.server_down_timeout_ms
   const int64_t bound_;  // staleness bound of the job's consistency mode
   int64_t clock_ = 0;
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
@@ -277,11 +312,17 @@ class Client {
   std::vector<bool> readable_;
   std::vector<Frame> frames_;
 
+  const uint64_t session_;  // random, non-zero: names this client's requests
   uint64_t next_request_id_ = 1;
   Ticket next_ticket_ = 1;
   std::unordered_map<uint64_t, Part> parts_;
   std::unordered_map<Ticket, TicketState> tickets_;
-  std::deque<std::pair<SteadyClock::time_point, uint64_t>> deadlines_;  // send order
+  // (deadline, request id), earliest first. An entry whose part has since
+  // been given a new deadline (sent again, or waiting for a server that
+  // went away) is skipped.
+  std::priority_queue<std::pair<SteadyClock::time_point, uint64_t>,
+                      std::vector<std::pair<SteadyClock::time_point, uint64_t>>, std::greater<>>
+      deadlines_;
   std::unordered_map<uint64_t, MessageHeader> control_replies_;
   ClientCounters counters_;
 };

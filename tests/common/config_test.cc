@@ -656,8 +656,12 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
       "tables: [ { name: w, rows: 4 } ]\n";
   auto job = LoadJobString(
-      head + "liveness: { heartbeat_ms: 100, timeout_ms: 250, on_dead_worker: drop }\n", "mem");
+      head + "liveness: { heartbeat_ms: 100, timeout_ms: 250, on_dead_worker: drop,\n"
+             "            server_restarts: 3, server_down_timeout_ms: 4000 }\n",
+      "mem");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->liveness.server_restarts, 3u);
+  EXPECT_EQ(job->liveness.server_down_timeout_ms, 4000u);
   EXPECT_EQ(job->liveness.heartbeat_ms, 100u);
   EXPECT_EQ(job->liveness.timeout_ms, 250u);
   EXPECT_EQ(job->liveness.on_dead_worker, DeadWorkerPolicy::kDrop);
@@ -665,6 +669,8 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
                               {"liveness.timeout_ms: got 150", "twice liveness.heartbeat_ms (100)"}));
   EXPECT_TRUE(BadFileRejected("bad_liveness_policy.yaml",
                               {"liveness.on_dead_worker: got \"ignore\"", "fail", "drop"}));
+  EXPECT_TRUE(BadFileRejected("bad_liveness_server_down_timeout.yaml",
+                              {"liveness.server_down_timeout_ms: got 0", "at least 1 ms"}));
 }
 
 TEST(ConfigTest, StragglersLoadAndAreChecked) {

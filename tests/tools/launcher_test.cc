@@ -85,15 +85,17 @@ class Lines {
     });
   }
 
-  // Pids from the "[launch] started <name> (pid <pid>): ..." lines.
+  // Pids from the "[launch] started <name> (pid <pid>): ..." and
+  // "[launch] ...; restarted it (restart <n> of <m>, pid <pid>): ..." lines.
   std::vector<pid_t> Pids() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<pid_t> pids;
     for (const std::string& line : lines_) {
-      if (line.rfind("[launch] started ", 0) != 0) continue;
-      size_t at = line.find("(pid ");
-      if (at != std::string::npos) {
-        pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + at + 5)));
+      if (line.rfind("[launch] ", 0) != 0) continue;
+      size_t at = line.rfind("pid ", line.find("): "));
+      if (at != std::string::npos && (line.rfind("[launch] started ", 0) == 0 ||
+                                      line.find("restarted it (") != std::string::npos)) {
+        pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + at + 4)));
       }
     }
     return pids;
@@ -295,9 +297,90 @@ fi
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 1);
   EXPECT_TRUE(lines_.Contains(
-      "[launch] server 1 killed by signal 9 (Killed); stopping the job"))
+      "[launch] server 1 killed by signal 9 (Killed); it cannot be restarted without "
+      "checkpoints (set checkpoint.dir, and checkpoint.restore: true, to let ps_launch restart a "
+      "crashed server); stopping the job"))
       << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[server 0] stopping on TERM")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+// With checkpoints, a server that dies by a signal comes back with the
+// same flags (but no --restore-clock: it takes its own newest generation),
+// told which workers already finished; the job goes on and succeeds.
+TEST_F(LauncherTest, CrashedServerIsRestartedAndTheJobGoesOn) {
+  // Server 1 kills itself once worker 0 has finished and been reaped (its
+  // /proc entry is gone), so the restart knows worker 0 left.
+  const std::string server = R"sh(
+if [ "$4" = 1 ] && [ ! -e "@DIR@/crashed" ]; then
+  touch "@DIR@/crashed"
+  while [ ! -e "@DIR@/worker_0_pid" ]; do sleep 0.01; done
+  while [ -e "/proc/$(cat "@DIR@/worker_0_pid")" ]; do sleep 0.01; done
+  kill -9 $$
+fi
+if [ -e "@DIR@/crashed" ] && [ "$4" = 1 ]; then echo "restarted with: $*"; touch "@DIR@/back"; fi
+)sh" + std::string(kServer);
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+if [ "$4" = 0 ]; then echo $$ > "@DIR@/worker_0_pid.tmp"; mv "@DIR@/worker_0_pid.tmp" "@DIR@/worker_0_pid"; exit 0; fi
+while [ ! -e "@DIR@/back" ]; do sleep 0.01; done
+echo "rank $4 saw server 1 back"
+)";
+  JobOptions job = Job(2, 2);
+  job.checkpoint.dir = dir_ + "/ckpt";
+  Launcher launcher(job, config_, Options(server, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  bool restarted = false;
+  for (const std::string& line : lines_.Get()) {
+    if (line.rfind("[launch] server 1 killed by signal 9 (Killed); restarted it (restart 1 of 10, "
+                   "pid ", 0) == 0) {
+      restarted = true;
+      EXPECT_NE(line.find("it restores its newest checkpoint"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(restarted) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 1] restarted with: --config " + config_ +
+                              " --shard 1 --log-level info --left-workers 0"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 saw server 1 back")) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] all 2 workers finished; stopping the servers"))
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+// liveness.server_restarts bounds the restarts; an error exit is never
+// restarted (the server found a problem a restart would meet again).
+TEST_F(LauncherTest, ServerRestartsAreBoundedAndErrorExitsStopTheJob) {
+  const std::string crashing = R"(
+while [ ! -e "@DIR@/server_0" ] && [ "$4" = 1 ]; do sleep 0.01; done
+if [ "$4" = 1 ]; then kill -9 $$; fi
+)" + std::string(kServer);
+  JobOptions job = Job(2, 1);
+  job.checkpoint.dir = dir_ + "/ckpt";
+  job.liveness.server_restarts = 2;
+  {
+    Launcher launcher(job, config_, Options(crashing, kWaitingWorker));
+    StatusOr<int> code = launcher.Run();
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 1) << lines_.Dump();
+    EXPECT_TRUE(lines_.Contains(
+        "[launch] server 1 killed by signal 9 (Killed); it was restarted 2 times already "
+        "(liveness.server_restarts); stopping the job"))
+        << lines_.Dump();
+    ExpectNoLeftovers(lines_.Pids());
+  }
+  const std::string failing = R"(
+while [ ! -e "@DIR@/server_0" ] && [ "$4" = 1 ]; do sleep 0.01; done
+if [ "$4" = 1 ]; then exit 1; fi
+)" + std::string(kServer);
+  Launcher launcher(job, config_, Options(failing, kWaitingWorker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 1) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] server 1 exited with code 1; stopping the job"))
+      << lines_.Dump();
   ExpectNoLeftovers(lines_.Pids());
 }
 
