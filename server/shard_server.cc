@@ -515,8 +515,9 @@ void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
   const int64_t lost = clock - started_clock_;
   lost_clocks_ = std::max(lost_clocks_, lost);
   PS_LOG_WARN("shard {}: worker {} is at clock {} and this shard started at clock {}: the "
-              "worker's updates of clocks {}..{} ({} clocks) to this shard are lost",
-              shard_, worker, clock, started_clock_, started_clock_, clock - 1, lost);
+              "worker's updates of clocks {}..{} ({} clock{}) to this shard are lost",
+              shard_, worker, clock, started_clock_, started_clock_, clock - 1, lost,
+              lost == 1 ? "" : "s");
 }
 
 void ShardServer::FailWaitingPulls(const Status& status) {

@@ -42,8 +42,11 @@ JobOptions TwoShardJob() {
 // Shard 0 of TwoShardJob owns rows [0, 50) of "dense" and [0, 500) of "sparse".
 class ShardServerTest : public ::testing::Test {
  protected:
+  // Lets a derived fixture change the job before the shard is made.
+  virtual void Adjust(JobOptions* /*job*/) {}
   void SetUp() override {
     job_ = TwoShardJob();
+    Adjust(&job_);
     auto server = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
@@ -66,6 +69,11 @@ class ShardServerTest : public ::testing::Test {
   // Sends `frames` and returns the reply (fails the test after 5 s).
   std::vector<Frame> Exchange(std::vector<Frame> frames) {
     EXPECT_TRUE(sock_->Send(frames).ok());
+    return Receive();
+  }
+
+  // The next reply (fails the test after 5 s).
+  std::vector<Frame> Receive() {
     std::vector<Frame> reply;
     std::vector<bool> readable;
     Socket* socks[] = {sock_.get()};
@@ -427,6 +435,105 @@ TEST(ShardServerCreateTest, AddressInUseIsAClearError) {
 TEST(ShardServerCreateTest, UnknownShardIsRejected) {
   auto s = ShardServer::Create(TwoShardJob(), 2, "tcp://127.0.0.1:*");
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+}
+
+// A push sent again (same worker, session and request id: a client that
+// lost its connection) is acknowledged but applied once; without a session
+// (0) every push is applied.
+TEST_F(ShardServerTest, RepeatedPushOfASessionIsAcknowledgedButAppliedOnce) {
+  auto push = [&](uint64_t session, uint64_t request_id) {
+    MessageHeader h = Header(Op::kPush, 0, 1, 4);
+    h.session = session;
+    h.request_id = request_id;
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    req.push_back(Keys({5}));
+    req.push_back(Values({1, 1, 1, 1}));
+    auto reply = Exchange(std::move(req));
+    EXPECT_EQ(reply.size(), 1u);
+    auto rh = DecodeHeader({reply[0].data(), reply[0].size()});
+    EXPECT_TRUE(rh.ok());
+    EXPECT_EQ(rh->op, Op::kPushOk);
+    EXPECT_EQ(rh->request_id, request_id);
+  };
+  const std::vector<float> before = Snapshot();
+  push(42, 1);
+  push(42, 1);  // the same push again
+  push(42, 2);  // the next one of the session
+  push(43, 1);  // another session's request 1
+  push(0, 9);   // no session: never a repeat
+  push(0, 9);
+  const std::vector<float> after = Snapshot();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    // Five of the six pushes of 1 to row 5 applied ("add"); nothing else changed.
+    const float want = i / 4 == 5 ? before[i] + 5.0f : before[i];
+    ASSERT_EQ(after[i], want) << "float " << i;
+  }
+  server_->Stop();
+  thread_.join();
+  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
+  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+}
+
+class BspShardServerTest : public ShardServerTest {
+ protected:
+  void Adjust(JobOptions* job) override { job->consistency.mode = ConsistencyMode::kBsp; }
+};
+
+// A worker whose connection came back tells its clock (kFlagResume): the
+// shard takes it up, and a pull that waited for it is answered.
+TEST_F(BspShardServerTest, ResumeHeartbeatSetsTheWorkersClockAndReleasesWaitingPulls) {
+  MessageHeader resume = Header(Op::kHeartbeat, 0, 0, 0);
+  resume.flags = kFlagResume;
+  resume.worker = 0;
+  resume.clock = 7;
+  std::vector<Frame> req;
+  req.push_back(EncodeHeader(resume));
+  auto reply = Exchange(std::move(req));
+  ASSERT_EQ(reply.size(), 1u);
+  auto h = DecodeHeader({reply[0].data(), reply[0].size()});
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->op, Op::kHeartbeatOk);
+  EXPECT_EQ(h->clock, 7);
+  EXPECT_EQ(h->min_clock, 0);  // worker 1 is still at 0
+
+  // Worker 0 pulls at clock 7: under bsp it waits for worker 1.
+  MessageHeader pull = Header(Op::kPull, 0, 1, 4);
+  pull.worker = 0;
+  pull.clock = 7;
+  req.clear();
+  req.push_back(EncodeHeader(pull));
+  req.push_back(Keys({3}));
+  ASSERT_TRUE(sock_->Send(req).ok());
+  for (int i = 0; i < 100 && server_->waiting_pulls() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Worker 1 resumes at 7 too: the minimum is 7 and the pull is answered.
+  resume.worker = 1;
+  req.clear();
+  req.push_back(EncodeHeader(resume));
+  ASSERT_TRUE(sock_->Send(req).ok());
+  bool pulled = false, resumed = false;
+  for (int i = 0; i < 2; ++i) {
+    reply = Receive();
+    ASSERT_FALSE(reply.empty());
+    h = DecodeHeader({reply[0].data(), reply[0].size()});
+    ASSERT_TRUE(h.ok());
+    if (h->op == Op::kPullOk) pulled = true;
+    if (h->op == Op::kHeartbeatOk) {
+      resumed = true;
+      EXPECT_EQ(h->min_clock, 7);
+    }
+  }
+  EXPECT_TRUE(pulled);
+  EXPECT_TRUE(resumed);
+  server_->Stop();
+  thread_.join();
+  // A shard that started at clock 0 lost the updates of clocks 0..6.
+  EXPECT_EQ(server_->lost_clocks(), 7);
+  EXPECT_EQ(server_->counters().resumes, 2u);
+  thread_ = std::thread([this] { run_status_ = server_->Run(); });
 }
 
 }  // namespace

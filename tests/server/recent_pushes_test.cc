@@ -1,0 +1,37 @@
+#include "server/recent_pushes.h"
+
+#include <gtest/gtest.h>
+
+namespace ps {
+namespace {
+
+TEST(RecentPushesTest, ARepeatIsSeenPerWorkerAndSession) {
+  RecentPushes recent(2, 8);
+  EXPECT_TRUE(recent.Insert(0, 5, 1));
+  EXPECT_FALSE(recent.Insert(0, 5, 1));  // sent again
+  EXPECT_TRUE(recent.Insert(1, 5, 1));   // another worker
+  EXPECT_TRUE(recent.Insert(0, 6, 1));   // another session of worker 0
+  EXPECT_TRUE(recent.Insert(0, 5, 2));
+  EXPECT_EQ(recent.repeats(), 1u);
+}
+
+TEST(RecentPushesTest, WithoutASessionNothingIsARepeat) {
+  RecentPushes recent(1, 8);
+  EXPECT_TRUE(recent.Insert(0, 0, 3));
+  EXPECT_TRUE(recent.Insert(0, 0, 3));
+  EXPECT_EQ(recent.repeats(), 0u);
+}
+
+TEST(RecentPushesTest, KeepsTheLastPushesOfEachWorker) {
+  RecentPushes recent(2, 4);
+  for (uint64_t id = 1; id <= 6; ++id) EXPECT_TRUE(recent.Insert(0, 9, id));
+  for (uint64_t id = 1; id <= 6; ++id) EXPECT_TRUE(recent.Insert(1, 9, id));
+  // Worker 0 remembers 3..6; 1 and 2 have left the window.
+  EXPECT_FALSE(recent.Insert(0, 9, 6));
+  EXPECT_FALSE(recent.Insert(0, 9, 3));
+  EXPECT_TRUE(recent.Insert(0, 9, 2));
+  EXPECT_EQ(recent.repeats(), 2u);
+}
+
+}  // namespace
+}  // namespace ps
