@@ -229,7 +229,22 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
 
 Status JobRun::StartAll() {
   // Every shard restores the same generation: the newest one they all have.
+  if (options_.resume) {
+    if (job_.checkpoint.dir.empty()) {
+      return FailedPreconditionError("--resume: the job in '" + config_path_ +
+                                     "' has no checkpoint.dir, so there is nothing to resume from");
+    }
+    if (!job_.checkpoint.restore) {
+      return FailedPreconditionError("--resume: checkpoint.restore is false in '" + config_path_ +
+                                     "'; set it to true to resume");
+    }
+  }
   PS_ASSIGN_OR_RETURN(restore_clock_, CommonRestoreClock(job_));
+  if (options_.resume && restore_clock_ < 0) {
+    return FailedPreconditionError("--resume: " + job_.checkpoint.dir +
+                                   " holds no checkpoint generation; run without --resume to "
+                                   "start the job afresh");
+  }
   if (restore_clock_ >= 0) {
     Say("checkpoint: every shard restores clock " + std::to_string(restore_clock_) + " from " +
         job_.checkpoint.dir);

@@ -62,6 +62,12 @@ struct LauncherOptions {
   // Same for workers, with "--config <file> --rank <r>".
   // Empty (default): {bin_dir + "/ps_worker"}.
   std::vector<std::string> worker_command;
+  // The job must resume from a checkpoint: Run() fails with
+  // FailedPrecondition, starting nothing, when the job has no
+  // checkpoint.dir, has checkpoint.restore: false, or no generation is held
+  // by every shard. Default false (resume when there is something to
+  // resume from, else start afresh).
+  bool resume = false;
   // Catch SIGINT and SIGTERM (process-wide handlers) while Run() is in
   // progress and stop the job on them; the previous handlers are restored
   // when Run() returns. Only one Run() at a time may do this. Default true.
@@ -96,6 +102,7 @@ class Launcher {
   //   InvalidArgument: no servers, no workers, empty config path, negative
   //     grace;
   //   FailedPrecondition: handle_signals and another Run() is handling them;
+  //     `resume` and nothing to resume from;
   //   NotFound / PermissionDenied / ...: a child could not be started (from
   //     Subprocess::Spawn; the message names the binary).
   StatusOr<int> Run();

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   std::string bin_dir;
   int64_t grace_ms = 5000;
   std::string log_level = "info";
+  bool resume = false;
 
   CLI::App app{
       "Runs a parameter-server job (servers and workers) on this "
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
                  "Log level of the launcher and its children: trace, debug, "
                  "info, warn, error, off")
       ->capture_default_str();
+  app.add_flag("--resume", resume,
+               "Resume from the newest checkpoint every shard holds, and fail if there is none "
+               "(without it a job resumes when checkpoint.dir holds generations, else starts "
+               "afresh)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
   options.bin_dir = bin_dir.empty() ? OwnDirectory() : bin_dir;
   options.grace = std::chrono::milliseconds(grace_ms);
   options.log_level = log_level;
+  options.resume = resume;
   ps::Launcher launcher(std::move(job).value(), config_path, options);
   ps::StatusOr<int> code = launcher.Run();
   if (!code.ok()) {

@@ -480,7 +480,7 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
   // Shard 1 lost its newest generation (say it crashed while writing it):
   // the job resumes from clock 20, which both shards hold.
   fs::remove_all(fs::path(ckpt) / "shard-1" / "gen-40");
-  Subprocess* launch = Start({kLaunch, "--config", job(100)}, true);
+  Subprocess* launch = Start({kLaunch, "--config", job(100), "--resume"}, true);
   auto [status, out] = Finish(launch, milliseconds(60000));
   ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
   EXPECT_NE(out.find("every shard restores clock 20"), std::string::npos) << out;

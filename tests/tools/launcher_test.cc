@@ -350,6 +350,48 @@ echo "rank $4 saw server 1 back"
   ExpectNoLeftovers(lines_.Pids());
 }
 
+// --resume refuses, starting nothing, when there is nothing to resume from;
+// with a generation every shard holds, every server gets its clock.
+TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
+  JobOptions job = Job(2, 1);
+  LauncherOptions options = Options(kServer, kWorker);
+  options.resume = true;
+  {
+    Launcher launcher(job, config_, options);
+    StatusOr<int> code = launcher.Run();
+    ASSERT_FALSE(code.ok());
+    EXPECT_EQ(code.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(code.status().message().find("has no checkpoint.dir"), std::string::npos)
+        << code.status().ToString();
+  }
+  job.checkpoint.dir = dir_ + "/ckpt";
+  {
+    Launcher launcher(job, config_, options);
+    StatusOr<int> code = launcher.Run();
+    ASSERT_FALSE(code.ok());
+    EXPECT_NE(code.status().message().find(dir_ + "/ckpt holds no checkpoint generation"),
+              std::string::npos)
+        << code.status().ToString();
+  }
+  EXPECT_TRUE(lines_.Pids().empty()) << lines_.Dump();  // nothing was started
+  // Generations are folders gen-<clock>; 20 is the newest both shards hold.
+  for (const char* gen : {"shard-0/gen-10", "shard-0/gen-20", "shard-1/gen-20", "shard-1/gen-30"}) {
+    std::filesystem::create_directories(dir_ + "/ckpt/" + gen);
+  }
+  const std::string server = R"(echo "args: $*"
+)" + std::string(kServer);
+  LauncherOptions resuming = Options(server, kWorker);
+  resuming.resume = true;
+  Launcher launcher(job, config_, resuming);
+  StatusOr<int> code = launcher.Run();
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 1] args: --config " + config_ +
+                              " --shard 1 --log-level info --restore-clock 20"))
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
 // liveness.server_restarts bounds the restarts; an error exit is never
 // restarted (the server found a problem a restart would meet again).
 TEST_F(LauncherTest, ServerRestartsAreBoundedAndErrorExitsStopTheJob) {
