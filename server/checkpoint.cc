@@ -718,7 +718,9 @@ Status Publish(const std::string& tmp, const std::string& final_path) {
   return Status::Ok();
 }
 
-StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
+// Reads the database at `path` into `sink` (see RowSink); returns the meta
+// record's clock.
+StatusOr<int64_t> ReadDatabase(const std::string& path, RowSink* sink) {
   rocksdb::Options o = CommonOptions();
   o.create_if_missing = false;
   o.skip_checking_sst_file_sizes_on_db_open = false;
@@ -760,12 +762,9 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
   if (promised > file_bytes) {
     return DataLossError(path + ": the meta record promises more row data than the files hold");
   }
-  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
-    TableSnapshot& t = s.tables[ti];
-    const size_t n = *Elements(t);
-    t.values.resize(n);
-    t.slots.assign(slot_counts[ti], std::vector<float>(n));
-  }
+  // The layout for the sink: slot arrays present (their count) but empty.
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) s.tables[ti].slots.resize(slot_counts[ti]);
+  PS_RETURN_IF_ERROR(sink->Begin(s));
 
   // One pass over the records in key order: table by table, run by run.
   // The next record expected starts at row next_row of table cur_table;
@@ -802,7 +801,8 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
                            ", but the meta record lists " + std::to_string(s.tables.size()) +
                            " tables");
     }
-    TableSnapshot& t = s.tables[ti];
+    const TableSnapshot& t = s.tables[ti];
+    const size_t num_slots = slot_counts[ti];
     skip_full_tables();
     if (ti != cur_table || row != next_row) {
       if (!t.owned.Contains(row)) {
@@ -821,17 +821,17 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
     const size_t floats = static_cast<size_t>(end - row) * t.dim;
     const size_t bytes = floats * sizeof(float);
     const rocksdb::Slice value = it->value();
-    if (value.size() != bytes * (1 + t.slots.size())) {
+    if (value.size() != bytes * (1 + num_slots)) {
       return DataLossError(path + ": the record of table '" + t.name + "' rows " +
                            Rows(row, end) + " has " + std::to_string(value.size()) +
-                           " bytes, not " + std::to_string(bytes * (1 + t.slots.size())));
+                           " bytes, not " + std::to_string(bytes * (1 + num_slots)));
     }
-    const size_t offset = static_cast<size_t>(row - t.owned.begin) * t.dim;
     if (bytes > 0) {
-      std::memcpy(t.values.data() + offset, value.data(), bytes);
-      for (size_t k = 0; k < t.slots.size(); ++k) {
-        std::memcpy(t.slots[k].data() + offset, value.data() + (1 + k) * bytes, bytes);
-      }
+      const auto* data = reinterpret_cast<const std::byte*>(value.data());
+      const std::byte* slots[kMaxSlots];
+      for (size_t k = 0; k < num_slots; ++k) slots[k] = data + (1 + k) * bytes;
+      sink->Rows(static_cast<uint32_t>(ti), row, end - row, data,
+                 std::span<const std::byte* const>(slots, num_slots));
     }
     last_first = row;
     last_end = next_row = end;
@@ -841,8 +841,36 @@ StatusOr<ShardSnapshot> ReadDatabase(const std::string& path) {
   }
   skip_full_tables();
   if (cur_table < s.tables.size()) return missing();
-  return s;
+  return s.clock;
 }
+
+// Collects a generation into a ShardSnapshot (CheckpointDir::Read).
+class SnapshotSink : public RowSink {
+ public:
+  explicit SnapshotSink(ShardSnapshot* out) : out_(out) {}
+  Status Begin(const ShardSnapshot& layout) override {
+    *out_ = layout;
+    for (TableSnapshot& t : out_->tables) {
+      const size_t n = *Elements(t);  // checked by ReadDatabase
+      t.values.resize(n);
+      for (std::vector<float>& slot : t.slots) slot.resize(n);
+    }
+    return Status::Ok();
+  }
+  void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+            std::span<const std::byte* const> slots) override {
+    TableSnapshot& t = out_->tables[table];
+    const size_t offset = static_cast<size_t>(first - t.owned.begin) * t.dim;
+    const size_t bytes = static_cast<size_t>(count) * t.dim * sizeof(float);
+    std::memcpy(t.values.data() + offset, values, bytes);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      std::memcpy(t.slots[k].data() + offset, slots[k], bytes);
+    }
+  }
+
+ private:
+  ShardSnapshot* out_;
+};
 
 }  // namespace
 
@@ -936,7 +964,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   return Status::Ok();
 }
 
-StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock) const {
+Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
   const std::string path = (fs::path(path_) / GenName(clock < 0 ? 0 : clock)).string();
   if (clock < 0) {
     return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
@@ -947,18 +975,25 @@ StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock) const {
     return FsError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
   }
   if (!fs::is_directory(st)) return NotFoundError(path + ": no such generation");
-  StatusOr<ShardSnapshot> s = [&]() -> StatusOr<ShardSnapshot> {
+  StatusOr<int64_t> read = [&]() -> StatusOr<int64_t> {
     try {
-      return ReadDatabase(path);
+      return ReadDatabase(path, sink);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError(path + ": out of memory reading the generation");
     }
   }();
-  if (!s.ok()) return s;
-  if (s->clock != clock) {
-    return DataLossError(path + ": the meta record says clock " + std::to_string(s->clock));
+  if (!read.ok()) return read.status();
+  if (*read != clock) {
+    return DataLossError(path + ": the meta record says clock " + std::to_string(*read));
   }
-  return s;
+  return Status::Ok();
+}
+
+StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock) const {
+  ShardSnapshot snapshot;
+  SnapshotSink sink(&snapshot);
+  PS_RETURN_IF_ERROR(ReadInto(clock, &sink));
+  return snapshot;
 }
 
 namespace {

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,21 @@ struct CheckpointWriteOptions {
   uint32_t keep = 3;
 };
 
+// Where CheckpointDir::ReadInto puts a generation, record by record, so a
+// restore can copy the rows straight into their final place.
+class RowSink {
+ public:
+  virtual ~RowSink() = default;
+  // The generation's meta record (every table's layout; no values), before
+  // any row. An error stops the read and is returned by ReadInto.
+  virtual Status Begin(const ShardSnapshot& layout) = 0;
+  // Rows [first, first + count) of table `table` (global row ids inside its
+  // owned range; each row arrives exactly once): `values` and each of
+  // `slots` hold count x dim floats, row-major, possibly unaligned.
+  virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+                    std::span<const std::byte* const> slots) = 0;
+};
+
 class CheckpointDir {
  public:
   // Opens (creating it and its parents when missing) the folder of one
@@ -107,6 +123,11 @@ class CheckpointDir {
   // missing, extra, overlaps another or has the wrong size (naming the
   // table and rows).
   StatusOr<ShardSnapshot> Read(int64_t clock) const;
+  // Reads generation gen-<clock> into `sink` without holding it in memory:
+  // the meta record to sink->Begin, then every record to sink->Rows. The
+  // same checks and errors as Read; a DataLoss may come after some rows
+  // were handed over (the caller then discards what it got).
+  Status ReadInto(int64_t clock, RowSink* sink) const;
 
  private:
   explicit CheckpointDir(std::string path) : path_(std::move(path)) {}

@@ -50,7 +50,8 @@ float InitialValue(const InitOptions& init, uint64_t row, uint32_t col) {
   return 0.0f;
 }
 
-StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, uint32_t shard) {
+StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, uint32_t shard,
+                                                        bool initialize) {
   std::unique_ptr<ShardStore> store(new ShardStore());
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
   for (const TableOptions& t : job.tables) {
@@ -65,7 +66,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
         auto block = std::make_shared<Block>();
         block->values.resize(rows * t.dim);
         for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) block->slots[k].assign(rows * t.dim, 0.0f);
-        if (t.init.kind != InitKind::kZeros) {
+        if (initialize && t.init.kind != InitKind::kZeros) {
           for (uint64_t r = 0; r < rows; ++r) {
             for (uint32_t c = 0; c < t.dim; ++c) {
               block->values[r * t.dim + c] =
@@ -265,19 +266,58 @@ StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t sha
 
 void ShardStore::Restore(const ShardSnapshot& snapshot) {
   for (size_t i = 0; i < tables_.size(); ++i) {
-    Table& t = tables_[i];
     const TableSnapshot& ts = snapshot.tables[i];
-    size_t offset = 0;
-    for (uint64_t b = 0; b < t.blocks.size(); ++b) {
-      Block* block = Writable(t, b);
-      const size_t n = block->values.size();
-      std::copy_n(ts.values.data() + offset, n, block->values.data());
-      for (size_t slot = 0; slot < ts.slots.size(); ++slot) {
-        std::copy_n(ts.slots[slot].data() + offset, n, block->slots[slot].data());
-      }
-      offset += n;
+    std::vector<const std::byte*> slots;
+    for (const std::vector<float>& slot : ts.slots) {
+      slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
     }
+    RestoreRows(static_cast<uint32_t>(i), ts.owned.begin, ts.owned.size(),
+                reinterpret_cast<const std::byte*>(ts.values.data()), slots);
   }
+}
+
+StatusOr<size_t> ShardStore::RestoreFrom(const CheckpointDir& dir, int64_t clock,
+                                         const JobOptions& job, uint32_t shard) {
+  class StoreSink : public RowSink {
+   public:
+    StoreSink(ShardStore* store, ShardSnapshot expected, std::string where)
+        : store_(store), expected_(std::move(expected)), where_(std::move(where)) {}
+    Status Begin(const ShardSnapshot& layout) override {
+      tables = layout.tables.size();
+      return CheckRestorable(layout, expected_, where_);
+    }
+    void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+              std::span<const std::byte* const> slots) override {
+      store_->RestoreRows(table, first, count, values, slots);
+    }
+    size_t tables = 0;
+
+   private:
+    ShardStore* store_;
+    const ShardSnapshot expected_;
+    const std::string where_;
+  };
+  StoreSink sink(this, Layout(job, shard, clock), dir.path() + "/gen-" + std::to_string(clock));
+  PS_RETURN_IF_ERROR(dir.ReadInto(clock, &sink));
+  return sink.tables;
+}
+
+void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
+                             const std::byte* values, std::span<const std::byte* const> slots) {
+  Table& t = tables_[table];
+  const size_t row_bytes = size_t{t.layout.dim} * sizeof(float);
+  size_t done = 0;  // bytes of each array consumed
+  ForEachBlockRun(t, first - t.layout.owned.begin, count,
+                  [&](uint64_t block, uint64_t in_block, uint64_t n) {
+                    Block* b = Writable(t, block);
+                    const size_t offset = static_cast<size_t>(in_block) * t.layout.dim;
+                    const size_t bytes = static_cast<size_t>(n) * row_bytes;
+                    std::memcpy(b->values.data() + offset, values + done, bytes);
+                    for (size_t k = 0; k < slots.size(); ++k) {
+                      std::memcpy(b->slots[k].data() + offset, slots[k] + done, bytes);
+                    }
+                    done += bytes;
+                  });
 }
 
 std::vector<float> ShardStore::CopyValues(uint32_t table) const {

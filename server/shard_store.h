@@ -31,9 +31,12 @@ class ShardStore {
  public:
   // Allocates and initializes the rows of `shard` for every table of `job`.
   // A row's initial values depend only on (table init seed, row), never on
-  // the number of shards. ResourceExhausted if the memory cannot be had.
+  // the number of shards. With `initialize` false every value starts at 0
+  // instead (a store about to be restored from a checkpoint: computing the
+  // init would be thrown away). ResourceExhausted if the memory cannot be had.
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
-  static StatusOr<std::unique_ptr<ShardStore>> Create(const JobOptions& job, uint32_t shard);
+  static StatusOr<std::unique_ptr<ShardStore>> Create(const JobOptions& job, uint32_t shard,
+                                                      bool initialize = true);
 
   // Per-table layout (rows, dim, owned range) for DecodeRequest.
   std::span<const TableLayout> layouts() const { return layouts_; }
@@ -82,6 +85,21 @@ class ShardStore {
   // Replaces every value and optimizer state array with the snapshot's.
   // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK.
   void Restore(const ShardSnapshot& snapshot);
+  // Restores generation `clock` of `dir` straight into the store's blocks,
+  // record by record (no second copy of the shard in memory): what a
+  // restarting server does. FailedPrecondition (CheckRestorable) when the
+  // generation was written for another model than Layout(job, shard, ..);
+  // the errors of CheckpointDir::ReadInto. On an error the store holds a
+  // mix of old and restored rows. Returns the number of tables restored.
+  StatusOr<size_t> RestoreFrom(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
+                               uint32_t shard);
+  // Restore a run of rows at a time (as CheckpointDir::ReadInto delivers
+  // them): rows [first, first + count) of `table` (global row ids inside its
+  // owned range) take `values` and the optimizer state arrays `slots`
+  // (count x dim floats each, row-major, possibly unaligned).
+  // REQUIRES: the generation passed CheckRestorable against Layout().
+  void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+                   std::span<const std::byte* const> slots);
 
  private:
   struct Block {

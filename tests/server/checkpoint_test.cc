@@ -209,6 +209,57 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-12"});
 }
 
+// ReadInto hands over the layout first (slot counts, no values), then every
+// owned row exactly once; an error from Begin stops the read before any row.
+TEST_F(CheckpointTest, ReadIntoGivesTheLayoutThenEveryRowOnce) {
+  const ShardSnapshot s = Snapshot(5);
+  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  class Recorder : public RowSink {
+   public:
+    Status Begin(const ShardSnapshot& layout) override {
+      ++begins;
+      for (const TableSnapshot& t : layout.tables) {
+        EXPECT_TRUE(t.values.empty());
+        for (const auto& slot : t.slots) EXPECT_TRUE(slot.empty());
+      }
+      got = layout;
+      for (TableSnapshot& t : got.tables) {
+        t.values.assign(t.owned.size() * t.dim, 0.0f);
+        for (auto& slot : t.slots) slot.assign(t.owned.size() * t.dim, 0.0f);
+        seen.emplace_back(t.owned.size(), 0);
+      }
+      return refuse;
+    }
+    void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+              std::span<const std::byte* const> slots) override {
+      TableSnapshot& t = got.tables[table];
+      ASSERT_EQ(slots.size(), t.slots.size());
+      const size_t at = (first - t.owned.begin) * t.dim, bytes = count * t.dim * sizeof(float);
+      std::memcpy(t.values.data() + at, values, bytes);
+      for (size_t k = 0; k < slots.size(); ++k) std::memcpy(t.slots[k].data() + at, slots[k], bytes);
+      for (uint64_t r = 0; r < count; ++r) ++seen[table][first - t.owned.begin + r];
+    }
+    Status refuse;
+    int begins = 0;
+    ShardSnapshot got;
+    std::vector<std::vector<int>> seen;
+  };
+  Recorder recorder;
+  ASSERT_TRUE(ckpt_->ReadInto(5, &recorder).ok());
+  EXPECT_EQ(recorder.begins, 1);
+  ExpectSame(recorder.got, s);
+  for (const auto& rows : recorder.seen) {
+    for (int n : rows) ASSERT_EQ(n, 1);
+  }
+  Recorder refusing;
+  refusing.refuse = FailedPreconditionError("not this model");
+  const Status refused = ckpt_->ReadInto(5, &refusing);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  for (const auto& rows : refusing.seen) {
+    for (int n : rows) ASSERT_EQ(n, 0);
+  }
+}
+
 TEST_F(CheckpointTest, RoundTripOfSeveralBatchesWithoutSync) {
   const ShardSnapshot s = BigSnapshot(0);
   ASSERT_TRUE(ckpt_->Write(s, {.sync = false, .keep = 1}).ok());
