@@ -380,7 +380,11 @@ TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
   }
   const std::string server = R"(echo "args: $*"
 )" + std::string(kServer);
-  LauncherOptions resuming = Options(server, kWorker);
+  // Waits for both servers, so neither is stopped before it says its args.
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ] || [ ! -e "@DIR@/server_1" ]; do sleep 0.01; done
+)";
+  LauncherOptions resuming = Options(server, worker);
   resuming.resume = true;
   Launcher launcher(job, config_, resuming);
   StatusOr<int> code = launcher.Run();
