@@ -6,7 +6,9 @@
 Trains the Fashion-MNIST MLP 784-100-10 (2 shards, 2 workers, bsp, checkpoints
 every --every clocks) twice with ps_launch: once untouched, once while a
 killer sends SIGKILL to a random shard at random times, --kills times in all
-(each time after the previous victim is serving again). ps_launch restarts
+(each time after the previous victim is serving again), at random points of
+the training progress (clocks, so the schedule does not depend on the
+machine's speed). ps_launch restarts
 each killed shard from its newest checkpoint and the workers go on. Reports
 both runs' final test accuracy (worker 0's last evaluation, on the 10,000
 test images), their run times, the clocks of updates each kill cost (from the
@@ -45,11 +47,16 @@ LOST = re.compile(r"^\[server (\d+)\] .*worker \d+ is at clock (\d+) and this sh
                   r"at clock (\d+).*\((\d+) clocks?\)")
 BACK = re.compile(r"^\[worker \d+\] .*server \d+ at \S+ is back after (\d+) ms")
 DONE = re.compile(r"^\[worker \d+\] .*done")
+PROGRESS = re.compile(r"^\[worker \d+\] .*worker \d+ clock\s+(\d+) ")
+WORKERS = 2
 
 
 def job_yaml(steps, evals, metrics_csv, checkpoint_dir, every, kills):
     w = training_bench.WORKLOADS["mlp"]
-    text = training_bench.job_yaml(w, 2, "{ mode: bsp }", steps, evals, metrics_csv, False)
+    text = training_bench.job_yaml(w, WORKERS, "{ mode: bsp }", steps, evals, metrics_csv, False)
+    # A progress line every 1% of the steps: the killer follows the clocks.
+    text = re.sub(r"  log_every: \d+\n",
+                  "  log_every: %d\n" % max(1, steps // WORKERS // 100), text)
     text = text.replace("liveness: { heartbeat_ms: 500, timeout_ms: 60000 }",
                         "liveness: { heartbeat_ms: 500, timeout_ms: 60000, "
                         "server_restarts: %d }" % max(10, kills))
@@ -68,6 +75,7 @@ class Job:
         self.lost = {}        # (shard, restart) -> most clocks lost of any worker
         self.back_ms = []     # each worker's wait for a killed shard to be back
         self.done = False
+        self.clock = 0        # the highest clock of any worker's progress line
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([os.path.join(bin_dir, "ps_launch"), "--config", config],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -100,6 +108,9 @@ class Job:
                 m = BACK.match(line)
                 if m:
                     self.back_ms.append(int(m.group(1)))
+                m = PROGRESS.match(line)
+                if m:
+                    self.clock = max(self.clock, int(m.group(1)))
                 if DONE.match(line):
                     self.done = True
                 self.lock.notify_all()
@@ -112,6 +123,13 @@ class Job:
         self.reader.join()
         self.log.close()
         return code
+
+    def wait_for_clock(self, clock, timeout):
+        """Waits until some worker reported `clock`; False when the job ended first."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: self.done or self.clock >= clock, timeout):
+                raise RuntimeError("no worker reached clock %d within %d s" % (clock, timeout))
+            return not self.done
 
     def kill_random_shard(self, rng, timeout):
         """SIGKILLs a random serving shard and waits until its new process
@@ -146,7 +164,7 @@ def final_accuracy(metrics_csv):
     return evaluations[-1], sum(tail) / len(tail)
 
 
-def run(args, name, kills, expected_seconds):
+def run(args, name, kills):
     out = os.path.join(args.out, name)
     os.makedirs(out, exist_ok=True)
     checkpoints = os.path.join(out, "checkpoints")
@@ -163,16 +181,18 @@ def run(args, name, kills, expected_seconds):
     recoveries = []
     try:
         rng = random.Random(args.seed)
-        for i in range(kills):
-            # Spread the kills over the run: a random pause around an even share of it.
-            share = expected_seconds / (kills + 1)
-            time.sleep(rng.uniform(0.5, 1.5) * share)
+        # Random points between 5% and 90% of each worker's steps.
+        per_worker = args.steps // WORKERS
+        targets = sorted(int(rng.uniform(0.05, 0.9) * per_worker) for _ in range(kills))
+        for i, target in enumerate(targets):
+            if not job.wait_for_clock(target, timeout=300):
+                break
             took = job.kill_random_shard(rng, timeout=120)
             if took is None:
                 break
             recoveries.append(took)
-            print("%s: kill %d: shard serving again after %.2f s" % (name, i + 1, took),
-                  file=sys.stderr)
+            print("%s: kill %d at clock %d: shard serving again after %.2f s" %
+                  (name, i + 1, target, took), file=sys.stderr)
     except BaseException:
         job.proc.send_signal(signal.SIGTERM)  # ps_launch stops every process of the job
         job.wait()
@@ -211,10 +231,10 @@ def main():
               "skipped", file=sys.stderr)
         return 77
     try:
-        calm = run(args, "uninterrupted", 0, 0)
+        calm = run(args, "uninterrupted", 0)
         print("uninterrupted: final accuracy %.4f (last 3: %.4f), %.1f s" %
               (calm["final"], calm["tail"], calm["seconds"]), file=sys.stderr)
-        hit = run(args, "killed", args.kills, calm["seconds"])
+        hit = run(args, "killed", args.kills)
     except RuntimeError as e:
         print("kill_restart_bench: %s" % e, file=sys.stderr)
         return 1
