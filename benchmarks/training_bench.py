@@ -24,6 +24,7 @@ build/training_bench). Exit code 1 when a run fails or misses its target.
 import argparse
 import csv
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -110,18 +111,34 @@ def free_port():
         return s.getsockname()[1]
 
 
-def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick):
-    """The YAML of `w` for `workers` workers, each running steps / workers."""
+def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
+             stragglers=None, shards=2):
+    """The YAML of `w` for `workers` workers, each running steps / workers.
+
+    seed: None keeps the workload's seeds; an integer s moves every table's
+    init seed from N to N + 1000 * s and sets train.seed (generated data and
+    minibatch order where the program uses them) and stragglers.seed to s.
+    stragglers: None, or the YAML flow map of the `stragglers` section
+    without its braces (e.g. "slow_worker: 3, slow_factor: 3").
+    """
     per_worker = max(1, steps // workers)
     every = max(1, per_worker // evals)
-    servers = ", ".join('"127.0.0.1:%d"' % free_port() for _ in range(2))
+    servers = ", ".join('"127.0.0.1:%d"' % free_port() for _ in range(shards))
     tables = w["tables"].replace("DECAY", str(per_worker))
     train = w["train"].replace("{samples_per_worker}",
                                str(max(1000, w.get("samples", 0) // workers)))
+    if seed is not None:
+        tables = re.sub(r"seed: (\d+)", lambda m: "seed: %d" % (int(m.group(1)) + 1000 * seed),
+                        tables)
+        train += "  seed: %d\n" % seed
+    sections = ""
+    if stragglers or seed is not None:
+        parts = [p for p in (stragglers, None if seed is None else "seed: %d" % seed) if p]
+        sections = "stragglers: { %s }\n" % ", ".join(parts)
     return ("cluster: { servers: [%s], workers: %d }\n" % (servers, workers) +
             "tables:\n" + tables +
             "consistency: %s\n" % consistency +
-            "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" +
+            "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" + sections +
             "train:\n" + train +
             "  iterations: %d\n  eval_every: %d\n  log_every: %d\n" % (per_worker, every, every) +
             "  metrics_csv: %s\n" % metrics_csv)
@@ -138,8 +155,12 @@ def read_metrics(path):
     return evaluations, last_rate
 
 
-def run(bin_dir, out_dir, name, yaml_text, standalone):
-    """Runs one job; returns (tail mean of the metric, samples/s of all workers, seconds)."""
+def run(bin_dir, out_dir, name, yaml_text, standalone, timeout=None):
+    """Runs one job; returns (tail mean of the metric, samples/s of all workers, seconds).
+
+    timeout: seconds, or None for no limit. A run past it gets SIGTERM (ps_launch
+    then stops its servers and workers), SIGKILL 15 s later, and raises.
+    """
     os.makedirs(out_dir, exist_ok=True)
     config = os.path.join(out_dir, name + ".yaml")
     with open(config, "w") as f:
@@ -154,7 +175,17 @@ def run(bin_dir, out_dir, name, yaml_text, standalone):
         cmd = [os.path.join(bin_dir, "ps_launch"), "--config", config]
     start = time.monotonic()
     with open(os.path.join(out_dir, name + ".log"), "w") as log:
-        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        with subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT) as proc:
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise RuntimeError("%s ran past %.0f s and was stopped; see %s.log" %
+                                   (" ".join(cmd), timeout, os.path.join(out_dir, name)))
     seconds = time.monotonic() - start
     if code != 0:
         raise RuntimeError("%s exited with %d; see %s.log" % (" ".join(cmd), code,

@@ -18,6 +18,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
   python3
+  python3-matplotlib python3-yaml
 )
 
 missing=()
