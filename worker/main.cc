@@ -71,7 +71,10 @@ ps::StatusOr<ps::TrainSummary> RunProgram(const ps::JobOptions& job, uint32_t ra
                                   " needs the servers (it cannot run with --standalone)");
 }
 
-// Logs the outcome; 0 when the loss went down.
+// Logs the outcome; 0 unless training failed or the loss grew to more than
+// twice its first value (a diverging run). A loss that merely did not go
+// down is a warning: under asp a worker that starts late meets a model the
+// others already trained, so its first minibatch loss can be its lowest.
 int Finish(const ps::StatusOr<ps::TrainSummary>& result, uint32_t rank, const ps::JobOptions& job) {
   if (!result.ok()) {
     PS_LOG_ERROR("training failed: {}", result.status().ToString());
@@ -87,9 +90,16 @@ int Finish(const ps::StatusOr<ps::TrainSummary>& result, uint32_t rank, const ps
                                               std::min<size_t>(3, s.metrics.size()), s.TailMean(3)),
               job.train.metrics_csv.empty() ? std::string()
                                             : ", metrics in " + job.train.metrics_csv);
-  if (!(s.last_loss < s.first_loss)) {
-    PS_LOG_ERROR("the loss did not go down; check the table's optimizer.lr");
+  if (!(s.last_loss <= 2 * s.first_loss)) {
+    PS_LOG_ERROR("the loss grew from {:.4f} to {:.4f}: training diverges; lower the table's "
+                 "optimizer.lr",
+                 s.first_loss, s.last_loss);
     return 1;
+  }
+  if (!(s.last_loss < s.first_loss)) {
+    PS_LOG_WARN("the loss did not go down ({:.4f} to {:.4f}); if this worker started with the "
+                "job's initial model, check the table's optimizer.lr",
+                s.first_loss, s.last_loss);
   }
   return 0;
 }
