@@ -1082,11 +1082,10 @@ def main(argv):
                   (name, args.suite, ", ".join(names)), file=sys.stderr)
             return EXIT_USAGE
     if not args.report_only:
-        for b in BINARIES:
-            if not os.access(os.path.join(args.bin, b), os.X_OK):
-                print("convergence_suite: %s not found in %s; build first (./ps build, or "
-                      "cmake --build build) or pass --bin" % (b, args.bin), file=sys.stderr)
-                return EXIT_USAGE
+        missing = tb.missing_binaries("convergence_suite", args.bin)
+        if missing:
+            print(missing, file=sys.stderr)
+            return EXIT_USAGE
         problem = check_data(suite, args.only)
         if problem:
             print("convergence_suite: skipped: " + problem, file=sys.stderr)

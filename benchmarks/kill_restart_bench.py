@@ -221,11 +221,10 @@ def main():
     p.add_argument("--out", default=os.path.join(training_bench.ROOT, "build",
                                                   "kill_restart_bench"))
     args = p.parse_args()
-    for b in ("ps_launch", "ps_worker", "ps_server"):
-        if not os.access(os.path.join(args.bin, b), os.X_OK):
-            print("kill_restart_bench: %s not found in %s; run ./ps build" % (b, args.bin),
-                  file=sys.stderr)
-            return 2
+    missing = training_bench.missing_binaries("kill_restart_bench", args.bin)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         print("kill_restart_bench: dataset-fashion-mnist is not installed (./ps setup); "
               "skipped", file=sys.stderr)

@@ -111,6 +111,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def missing_binaries(tool, bin_dir):
+    """None when ps_launch, ps_worker and ps_server are in bin_dir, else the
+    message `tool` prints before it exits with 2."""
+    for b in ("ps_launch", "ps_worker", "ps_server"):
+        if not os.access(os.path.join(bin_dir, b), os.X_OK):
+            return ("%s: %s not found in %s; build first (./ps build, or cmake --build build) "
+                    "or pass --bin" % (tool, b, bin_dir))
+    return None
+
+
 def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
              stragglers=None, shards=2):
     """The YAML of `w` for `workers` workers, each running steps / workers.
@@ -289,11 +299,10 @@ def main():
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--out", default=os.path.join(ROOT, "build", "training_bench"))
     args = p.parse_args()
-    for b in ("ps_launch", "ps_worker", "ps_server"):
-        if not os.access(os.path.join(args.bin, b), os.X_OK):
-            print("training_bench: %s not found in %s; run ./ps build" % (b, args.bin),
-                  file=sys.stderr)
-            return 2
+    missing = missing_binaries("training_bench", args.bin)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     return accuracy(args) if args.what == "accuracy" else speed(args)
 
 
