@@ -199,8 +199,8 @@ uint64_t Client::SendPartNow(Ticket ticket, uint32_t shard, Op op, uint32_t tabl
     }
   }
   // Kept (the bytes shared, not copied) in case it must be sent again.
-  part.message.reserve(n);
-  for (size_t i = 0; i < n; ++i) part.message.push_back(begin[i].Clone());
+  for (size_t i = 0; i < n; ++i) part.message[i] = begin[i].Clone();
+  part.message_frames = static_cast<uint8_t>(n);
   Status sent = shards_[shard].socket->Send(std::span<Frame>(begin, n));
   if (!sent.ok()) {
     FailTicket(ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
@@ -667,9 +667,9 @@ void Client::Reconnected(uint32_t s) {
     }
     copy.clear();
     uint64_t bytes = 0;
-    for (const Frame& f : p.message) {
-      copy.push_back(f.Clone());
-      bytes += f.size();
+    for (size_t i = 0; i < p.message_frames; ++i) {
+      copy.push_back(p.message[i].Clone());
+      bytes += p.message[i].size();
     }
     Status sent = shard.socket->Send(copy);
     if (!sent.ok()) {

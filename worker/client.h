@@ -31,6 +31,7 @@
 #ifndef PS_WORKER_CLIENT_H_
 #define PS_WORKER_CLIENT_H_
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -253,7 +254,10 @@ class Client {
     std::vector<uint64_t> cache_rows;    // ... the row ids (sparse parts)
     std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
     SteadyClock::time_point deadline;
-    std::vector<Frame> message;          // what was sent (shared, not copied), to send it again
+    // What was sent (header, keys, values; the bytes shared, not copied),
+    // to send it again; no allocation per request.
+    std::array<Frame, 3> message;
+    uint8_t message_frames = 0;
     uint32_t resends = 0;                // times it was sent again
     bool control = false;                // Control() waits for its reply header
   };
