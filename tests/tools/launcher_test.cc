@@ -50,6 +50,14 @@ echo "rank $4 done"
 printf 'last line without newline'
 )";
 
+// kWorker for jobs of two servers: waits for both, so neither is stopped at
+// the end of the job before it said it is up (and set its TERM trap).
+constexpr char kWorkerOfTwoServers[] =
+    R"(while [ ! -e "@DIR@/server_0" ] || [ ! -e "@DIR@/server_1" ]; do sleep 0.01; done
+echo "rank $4 done"
+printf 'last line without newline'
+)";
+
 // A worker that runs until stopped, once server 0 is up.
 constexpr char kWaitingWorker[] =
     R"(while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
@@ -198,7 +206,7 @@ class LauncherTest : public ::testing::Test {
 };
 
 TEST_F(LauncherTest, PrefixesEveryLineWithItsProcess) {
-  Launcher launcher(Job(2, 2), config_, Options(kServer, kWorker));
+  Launcher launcher(Job(2, 2), config_, Options(kServer, kWorkerOfTwoServers));
   StatusOr<int> code = launcher.Run();
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0) << lines_.Dump();
@@ -242,7 +250,7 @@ TEST_F(LauncherTest, StartsServersFirstWithTheirFlags) {
 
 TEST_F(LauncherTest,
        AllWorkersSucceedingStopsServersWithSigtermAndReturnsZero) {
-  Launcher launcher(Job(2, 3), config_, Options(kServer, kWorker));
+  Launcher launcher(Job(2, 3), config_, Options(kServer, kWorkerOfTwoServers));
   const auto start = Clock::now();
   StatusOr<int> code = launcher.Run();
   ASSERT_TRUE(code.ok()) << code.status().ToString();
@@ -380,11 +388,7 @@ TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
   }
   const std::string server = R"(echo "args: $*"
 )" + std::string(kServer);
-  // Waits for both servers, so neither is stopped before it says its args.
-  const std::string worker = R"(
-while [ ! -e "@DIR@/server_0" ] || [ ! -e "@DIR@/server_1" ]; do sleep 0.01; done
-)";
-  LauncherOptions resuming = Options(server, worker);
+  LauncherOptions resuming = Options(server, kWorkerOfTwoServers);
   resuming.resume = true;
   Launcher launcher(job, config_, resuming);
   StatusOr<int> code = launcher.Run();
