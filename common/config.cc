@@ -209,10 +209,14 @@ class JobParser {
       PS_RETURN_IF_ERROR(ParseClient(*client, &job->client));
     }
     if (const Value* worker = top.Find("worker")) {
-      PS_ASSIGN_OR_RETURN(Map map, ReadMap(*worker, {"device"}, "a map with device"));
+      PS_ASSIGN_OR_RETURN(Map map, ReadMap(*worker, {"device", "cpu_threads"},
+                                           "a map with device, cpu_threads"));
       if (const Value* device = map.Find("device")) {
         PS_ASSIGN_OR_RETURN(size_t index, ReadEnum(*device, {"auto", "cpu", "cuda"}));
         job->worker.device = static_cast<DeviceKind>(index);
+      }
+      if (const Value* v = map.Find("cpu_threads")) {
+        PS_RETURN_IF_ERROR(ReadUnsigned(*v, &job->worker.cpu_threads));
       }
     }
     if (const Value* train = top.Find("train")) {
@@ -675,9 +679,10 @@ class JobParser {
   Status ParseStragglers(const Value& value, StragglerOptions* st) const {
     PS_ASSIGN_OR_RETURN(
         Map map, ReadMap(value,
-                         {"slow_worker", "slow_factor", "pause_probability", "pause_steps", "seed"},
+                         {"slow_worker", "slow_factor", "pause_probability", "pause_steps", "seed",
+                          "step_ms"},
                          "a map with slow_worker, slow_factor, pause_probability, pause_steps, "
-                         "seed"));
+                         "seed, step_ms"));
     if (const Value* v = map.Find("slow_worker")) {
       uint32_t rank = 0;
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &rank));
@@ -705,6 +710,11 @@ class JobParser {
     }
     if (const Value* v = map.Find("seed")) {
       PS_RETURN_IF_ERROR(ReadUnsigned(*v, &st->seed));
+    }
+    if (const Value* v = map.Find("step_ms")) {
+      float ms = 0;
+      PS_RETURN_IF_ERROR(ReadFloat(*v, &ms));
+      st->step_ms = ms;
     }
     return Status::Ok();
   }

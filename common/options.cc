@@ -21,6 +21,7 @@ namespace {
 
 // Most I/O threads a ZeroMQ context may be given; more never helps one node.
 constexpr uint32_t kMaxIoThreads = 64;
+constexpr uint32_t kMaxCpuThreads = 1024;
 // Smallest max_request_bytes: below this not even a header fits.
 constexpr uint64_t kMinRequestBytes = 1024;
 
@@ -355,6 +356,14 @@ Status ValidateIoThreads(const std::string& source, std::string_view path,
   return Status::Ok();
 }
 
+Status ValidateWorker(const std::string& source, const WorkerOptions& worker) {
+  if (worker.cpu_threads > kMaxCpuThreads) {
+    return Invalid(source, "worker.cpu_threads", "got " + std::to_string(worker.cpu_threads),
+                   "0 (auto).." + std::to_string(kMaxCpuThreads));
+  }
+  return Status::Ok();
+}
+
 Status ValidateServer(const std::string& source, const ServerOptions& server) {
   if (server.max_request_bytes < kMinRequestBytes) {
     return Invalid(source, "server.max_request_bytes",
@@ -412,6 +421,10 @@ Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
     return Invalid(source, "stragglers.pause_probability",
                    "got " + FloatText(static_cast<float>(st.pause_probability)),
                    "a probability in [0, 1]");
+  }
+  if (!(st.step_ms >= 0.0) || !std::isfinite(st.step_ms)) {
+    return Invalid(source, "stragglers.step_ms", "got " + FloatText(static_cast<float>(st.step_ms)),
+                   "milliseconds >= 0 (0: each step's own compute time)");
   }
   if (st.pause_min_steps < 1 || st.pause_max_steps < st.pause_min_steps) {
     return Invalid(source, "stragglers.pause_steps",
@@ -660,6 +673,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateLiveness(source, liveness));
   PS_RETURN_IF_ERROR(ValidateStragglers(source, stragglers, cluster.workers));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
+  PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
   PS_RETURN_IF_ERROR(ValidateCheckpoint(source, checkpoint));
   return ValidateTrain(source, *this);

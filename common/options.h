@@ -182,11 +182,11 @@ struct LivenessOptions {
 };
 
 // Artificial stragglers, for tests and benchmarks of the consistency modes.
-// Delays are in units of the worker's own step time, so they scale with the
-// machine.
+// Delays are in units of a step: `step_ms` when set, else the worker's own
+// compute time of the step, so they scale with the machine.
 struct StragglerOptions {
-  // Rank of a worker slowed down by `slow_factor` (its steps take that many
-  // times as long); -1: none. Default -1.
+  // Rank of a worker slowed down by `slow_factor`: after each step it waits
+  // (slow_factor - 1) steps; -1: none. Default -1.
   int64_t slow_worker = -1;
   // >= 1. Default 1.
   double slow_factor = 1.0;
@@ -199,6 +199,12 @@ struct StragglerOptions {
   uint32_t pause_max_steps = 3;
   // Seed of the pauses (each worker draws from seed + rank).
   uint64_t seed = 1;
+  // The step, in milliseconds, >= 0. 0 (default): the worker's own compute
+  // time of each step, which leaves out its pulls, pushes and waits. Set it
+  // to a whole step of the job (e.g. its per-clock time under bsp without
+  // stragglers) for a worker that is slow as a whole, with the same delay
+  // in every consistency mode.
+  double step_ms = 0.0;
 
   bool any() const { return slow_worker >= 0 || pause_probability > 0; }
 };
@@ -212,6 +218,12 @@ struct WorkerOptions {
   // else the CPU (the worker logs which and why); cpu; cuda: an error where
   // no device is usable. Default auto.
   DeviceKind device = DeviceKind::kAuto;
+  // Threads of the CPU backend's BLAS (OpenBLAS), 0..1024. 0 (default):
+  // ps_launch, which starts every worker on one host, gives each worker
+  // its share of the host's cores (at least 1); a worker started on its
+  // own uses OpenBLAS's default (OPENBLAS_NUM_THREADS, else every core).
+  // Several workers on one host with all cores each oversubscribe it.
+  uint32_t cpu_threads = 0;
 };
 
 // Limits and behaviour of each ps_server process.

@@ -216,6 +216,11 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
   }
+  // Every worker runs on this host: each gets its share of the cores for
+  // its BLAS, not all of them (worker.cpu_threads 0 = auto).
+  if (!is_server && job_.worker.cpu_threads == 0) {
+    argv.insert(argv.end(), {"--cpu-threads", std::to_string(WorkerCpuShare(job_.cluster.workers))});
+  }
   if (is_server && restore_clock_ >= 0 && !restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
   }
@@ -519,6 +524,10 @@ StatusOr<int> JobRun::Run() {
 }
 
 }  // namespace
+
+uint32_t WorkerCpuShare(uint32_t workers, unsigned hardware_threads) {
+  return std::max<uint32_t>(1, std::max(hardware_threads, 1u) / std::max(workers, 1u));
+}
 
 Launcher::Launcher(JobOptions job, std::string config_path,
                    LauncherOptions options)

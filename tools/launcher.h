@@ -37,6 +37,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/options.h"
@@ -78,7 +79,6 @@ struct LauncherOptions {
   std::function<void(std::string_view line)> output;
 };
 
-// Thread-compatible; Run() may be called again after it returns.
 // With checkpoint.dir and checkpoint.restore: the newest generation clock
 // that every shard's folder holds (the launcher passes it to every server as
 // --restore-clock, so the shards resume consistently); -1 when no shard has
@@ -86,6 +86,14 @@ struct LauncherOptions {
 // generations, when some do but no clock is common to all.
 StatusOr<int64_t> CommonRestoreClock(const JobOptions& job);
 
+// BLAS threads of each of `workers` workers sharing a host with
+// `hardware_threads` hardware threads: an equal share, at least 1 (0
+// hardware threads, unknown, counts as 1). ps_launch passes it as
+// ps_worker --cpu-threads when worker.cpu_threads is 0 (auto).
+uint32_t WorkerCpuShare(uint32_t workers,
+                        unsigned hardware_threads = std::thread::hardware_concurrency());
+
+// Thread-compatible; Run() may be called again after it returns.
 class Launcher {
  public:
   // `job` is assumed validated (LoadJobFile does it); the launcher reads

@@ -56,11 +56,11 @@ int CudaDeviceCount() {
   return CountCudaDevices(&why);
 }
 
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind) {
+StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, uint32_t cpu_threads) {
   std::string why;
   switch (kind) {
     case BackendKind::kCpu: {
-      auto backend = CreateCpuBackend();
+      auto backend = CreateCpuBackend(cpu_threads);
       PS_LOG_INFO("compute backend: {} (requested cpu)", backend->name());
       return backend;
     }
@@ -81,7 +81,7 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind) {
                     backend->name(), devices);
         return backend;
       }
-      auto backend = CreateCpuBackend();
+      auto backend = CreateCpuBackend(cpu_threads);
       PS_LOG_INFO("compute backend: {} (auto: no CUDA device: {})", backend->name(), why);
       return backend;
     }

@@ -372,7 +372,8 @@ int CudaDeviceCount();
 // Creates a backend and logs which one and why. kCuda without a usable
 // device (or in a build without the CUDA backend) is FailedPrecondition
 // naming the reason; a CUDA initialisation failure is Internal.
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind);
+// cpu_threads: the CPU backend's BLAS threads (CreateCpuBackend).
+StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, uint32_t cpu_threads = 0);
 
 }  // namespace ps
 

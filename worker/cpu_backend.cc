@@ -27,7 +27,10 @@ constexpr size_t kMaxBlasDim = static_cast<size_t>(std::numeric_limits<blasint>:
 
 class CpuBackend : public Backend {
  public:
-  std::string name() const override { return "cpu (OpenBLAS)"; }
+  std::string name() const override {
+    const int threads = openblas_get_num_threads();
+    return "cpu (OpenBLAS, " + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+  }
 
   StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t floats) override {
     if (floats == 0) return InvalidArgumentError("cpu Allocate: 0 floats requested");
@@ -273,6 +276,9 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend(uint32_t threads) {
+  if (threads > 0) openblas_set_num_threads(static_cast<int>(threads));
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace ps

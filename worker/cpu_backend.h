@@ -6,6 +6,7 @@
 #ifndef PS_WORKER_CPU_BACKEND_H_
 #define PS_WORKER_CPU_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "worker/backend.h"
@@ -13,7 +14,9 @@
 namespace ps {
 
 // Never fails; a unique_ptr<Backend> so callers hold every backend alike.
-std::unique_ptr<Backend> CreateCpuBackend();
+// threads > 0 sets OpenBLAS's thread count (process-wide: OpenBLAS has one
+// pool); 0 leaves it as it is (OPENBLAS_NUM_THREADS, else every core).
+std::unique_ptr<Backend> CreateCpuBackend(uint32_t threads = 0);
 
 }  // namespace ps
 

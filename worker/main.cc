@@ -118,6 +118,11 @@ int main(int argc, char** argv) {
   app.add_flag("--standalone", standalone,
                "train the job's model in this process with no servers: one worker with all the "
                "workers' data and steps (the single-process reference)");
+  std::optional<uint32_t> cpu_threads;
+  app.add_option("--cpu-threads", cpu_threads,
+                 "BLAS threads of the CPU backend (overrides worker.cpu_threads; ps_launch "
+                 "passes each worker its share of the host's cores)")
+      ->check(CLI::Range(1u, 1024u));
   std::string metrics_csv;
   app.add_option("--metrics-csv", metrics_csv, "append progress rows to this CSV (overrides "
                  "train.metrics_csv)");
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!metrics_csv.empty()) job->train.metrics_csv = metrics_csv;
+  if (cpu_threads) job->worker.cpu_threads = *cpu_threads;
   if (standalone) {
     if (rank_flag && *rank_flag != 0) {
       PS_LOG_ERROR("--standalone runs the whole job as worker 0; drop --rank {}", *rank_flag);
@@ -156,7 +162,7 @@ int main(int argc, char** argv) {
   }
   // The compute backend (worker.device); asking for cuda where no device is
   // usable is a configuration error, reported before anything starts.
-  auto backend = ps::CreateBackend(job->worker.device);
+  auto backend = ps::CreateBackend(job->worker.device, job->worker.cpu_threads);
   if (!backend.ok()) {
     PS_LOG_ERROR("{}: worker.device: {}", config_path, backend.status().ToString());
     return 2;

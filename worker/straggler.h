@@ -1,7 +1,8 @@
 // Artificial stragglers (the job's `stragglers` options): after each step a
 // worker may be held back, by a constant factor for the configured slow
-// worker and by random pauses of whole steps for every worker. Used to test
-// and benchmark the consistency modes. Not thread-safe.
+// worker and by random pauses of whole steps for every worker. A step is
+// `step_ms` when set, else the step's own compute time. Used to test and
+// benchmark the consistency modes. Not thread-safe.
 #ifndef PS_WORKER_STRAGGLER_H_
 #define PS_WORKER_STRAGGLER_H_
 
@@ -17,12 +18,13 @@ class StragglerInjector {
  public:
   StragglerInjector(const StragglerOptions& options, uint32_t rank);
 
-  // The extra time to wait after a step that took `step`: (factor - 1) x
-  // step for the slow worker, plus k x step (k uniform in the configured
-  // range) with the pause probability. Deterministic for a seed and rank.
-  std::chrono::nanoseconds DelayAfter(std::chrono::nanoseconds step);
-  // Sleeps DelayAfter(step); returns how long.
-  std::chrono::nanoseconds HoldBack(std::chrono::nanoseconds step);
+  // The extra time to wait after a step whose compute took `compute`, with
+  // step = step_ms if set, else `compute`: (factor - 1) x step for the slow
+  // worker, plus k x step (k uniform in the configured range) with the
+  // pause probability. Deterministic for a seed and rank.
+  std::chrono::nanoseconds DelayAfter(std::chrono::nanoseconds compute);
+  // Sleeps DelayAfter(compute); returns how long.
+  std::chrono::nanoseconds HoldBack(std::chrono::nanoseconds compute);
 
   bool active() const { return active_; }
 

@@ -678,7 +678,8 @@ TEST(ConfigTest, StragglersLoadAndAreChecked) {
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 4 }\n"
       "tables: [ { name: w, rows: 4 } ]\n";
   auto job = LoadJobString(head + "stragglers: { slow_worker: 3, slow_factor: 3, "
-                                  "pause_probability: 0.05, pause_steps: [1, 3], seed: 7 }\n",
+                                  "pause_probability: 0.05, pause_steps: [1, 3], seed: 7, "
+                                  "step_ms: 2.5 }\n",
                            "mem");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->stragglers.slow_worker, 3);
@@ -686,22 +687,28 @@ TEST(ConfigTest, StragglersLoadAndAreChecked) {
   EXPECT_FLOAT_EQ(static_cast<float>(job->stragglers.pause_probability), 0.05f);
   EXPECT_EQ(job->stragglers.pause_max_steps, 3u);
   EXPECT_EQ(job->stragglers.seed, 7u);
+  EXPECT_EQ(job->stragglers.step_ms, 2.5);
   EXPECT_TRUE(BadFileRejected("bad_stragglers_slow_worker.yaml",
                               {"stragglers.slow_worker: got 2", "a worker rank in 0..1"}));
   EXPECT_TRUE(BadFileRejected("bad_stragglers_pause_steps.yaml",
                               {"stragglers.pause_steps: got [3, 1]", "1 <= min <= max"}));
+  EXPECT_TRUE(BadFileRejected("bad_stragglers_step_ms.yaml",
+                              {"stragglers.step_ms: got -2", "milliseconds >= 0"}));
 }
 
 TEST(ConfigTest, WorkerDeviceLoadsAndUnknownDevicesAreRejected) {
   auto job = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
       "tables: [ { name: w, rows: 4 } ]\n"
-      "worker: { device: cuda }\n",
+      "worker: { device: cuda, cpu_threads: 3 }\n",
       "mem");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->worker.device, DeviceKind::kCuda);
+  EXPECT_EQ(job->worker.cpu_threads, 3u);
   EXPECT_TRUE(BadFileRejected("bad_worker_device.yaml",
                               {"worker.device: got \"gpu\"", "auto", "cpu", "cuda"}));
+  EXPECT_TRUE(BadFileRejected("bad_worker_cpu_threads.yaml",
+                              {"worker.cpu_threads: got 5000", "0 (auto)..1024"}));
 }
 
 TEST(ConfigTest, OptimizersAndSchedulesLoad) {

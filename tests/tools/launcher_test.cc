@@ -245,7 +245,21 @@ TEST_F(LauncherTest, StartsServersFirstWithTheirFlags) {
       started[2].find("--config " + config_ + " --rank 0 --log-level info"),
       std::string::npos)
       << started[2];
+  // worker.cpu_threads 0 (auto): the worker gets its share of this host.
+  EXPECT_NE(started[2].find(" --cpu-threads " + std::to_string(WorkerCpuShare(1))),
+            std::string::npos)
+      << started[2];
+  EXPECT_EQ(started[1].find("--cpu-threads"), std::string::npos) << started[1];
   ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST(WorkerCpuShareTest, EqualShareOfTheHostAtLeastOne) {
+  EXPECT_EQ(WorkerCpuShare(1, 16), 16u);
+  EXPECT_EQ(WorkerCpuShare(4, 16), 4u);
+  EXPECT_EQ(WorkerCpuShare(3, 16), 5u);
+  EXPECT_EQ(WorkerCpuShare(4, 2), 1u);
+  EXPECT_EQ(WorkerCpuShare(4, 0), 1u);  // unknown hardware
+  EXPECT_EQ(WorkerCpuShare(0, 8), 8u);
 }
 
 TEST_F(LauncherTest,

@@ -715,6 +715,12 @@ TEST(BackendFactoryTest, CpuWorks) {
   EXPECT_EQ((*backend)->name().rfind("cpu", 0), 0u) << (*backend)->name();
 }
 
+TEST(BackendFactoryTest, CpuThreadsAreSetAndNamed) {
+  auto backend = CreateBackend(BackendKind::kCpu, 1);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  EXPECT_EQ((*backend)->name(), "cpu (OpenBLAS, 1 thread)");
+}
+
 TEST(BackendFactoryTest, AutoPicksCudaOnlyWhenADeviceIsPresent) {
   auto backend = CreateBackend(BackendKind::kAuto);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();

@@ -19,6 +19,22 @@ TEST(StragglerInjectorTest, TheSlowWorkerTakesFactorTimesItsStep) {
   EXPECT_FALSE(normal.active());
 }
 
+TEST(StragglerInjectorTest, AGivenStepReplacesTheComputeTime) {
+  StragglerOptions o;
+  o.slow_worker = 1;
+  o.slow_factor = 3.0;
+  o.step_ms = 4.0;
+  StragglerInjector slow(o, 1), normal(o, 0);
+  EXPECT_EQ(slow.DelayAfter(milliseconds(1)), milliseconds(8));
+  EXPECT_EQ(slow.DelayAfter(milliseconds(50)), milliseconds(8));
+  EXPECT_EQ(normal.DelayAfter(milliseconds(1)), nanoseconds(0));
+  o.slow_worker = -1;
+  o.pause_probability = 1.0;
+  o.pause_min_steps = o.pause_max_steps = 2;
+  StragglerInjector pauses(o, 0);
+  EXPECT_EQ(pauses.DelayAfter(milliseconds(1)), milliseconds(8));
+}
+
 TEST(StragglerInjectorTest, PausesAreWholeStepsWithTheGivenProbability) {
   StragglerOptions o;
   o.pause_probability = 0.25;
