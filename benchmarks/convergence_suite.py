@@ -44,6 +44,14 @@ Definitions:
   targets          at_least X / at_most X: an absolute metric value;
                    within_of_reference R: within R (relative) of the final
                    metric of the reference run with the same seed.
+  straggler step   the suite's `straggler_step`. bsp (the default): the
+                   step that slow_factor and pause_steps count in is the
+                   per-clock time of the same workload and seed under bsp
+                   without stragglers (the median over workers 1.. of
+                   training time / clocks), passed as stragglers.step_ms,
+                   so a 3x worker is slow as a whole and every mode gets
+                   the same delays. compute: each step's own compute time
+                   (stragglers.step_ms unset).
   seeds            seed S sets every table's init seed N to N + 1000 S,
                    train.seed to S (the generated data and minibatch order
                    of the sparse logistic regression and the matrix
@@ -286,7 +294,8 @@ def check_number(value, where, low, high, low_open=False, high_open=False):
 def parse_suite(doc):
     """Checks a loaded suite document; returns a Suite or raises SuiteError."""
     top = check_map(doc, "the top level",
-                    ("workers", "shards", "seeds", "quick", "modes", "stragglers", "workloads"),
+                    ("workers", "shards", "seeds", "quick", "modes", "stragglers",
+                     "straggler_step", "workloads"),
                     ("modes", "workloads"))
     s = Suite()
     s.workers = check_int(top.get("workers", 4), "workers", 1)
@@ -368,6 +377,19 @@ def parse_suite(doc):
                 raise SuiteError("%s.pause_steps: got %s; expected [min, max] with "
                                  "1 <= min <= max" % (where, describe(p)))
         s.stragglers.append(Straggler(name, dict(spec)))
+    # Runs without stragglers first: with straggler_step bsp they set the step.
+    s.stragglers.sort(key=lambda st: bool(st.spec))
+    s.straggler_step = top.get("straggler_step", "bsp")
+    if s.straggler_step not in ("bsp", "compute"):
+        raise SuiteError("straggler_step: got %s; expected bsp (a step is the per-clock time "
+                         "under bsp without stragglers) or compute (each step's own compute "
+                         "time)" % describe(s.straggler_step))
+    if s.straggler_step == "bsp" and any(st.spec for st in s.stragglers):
+        if not any(m.spec == {"mode": "bsp"} for m in s.modes) or \
+                not any(not st.spec for st in s.stragglers):
+            raise SuiteError("straggler_step: bsp times the stragglers' step by the run under "
+                             "{ mode: bsp } with no stragglers; add that mode and a setting "
+                             "such as none: {} to stragglers, or set straggler_step: compute")
 
     workloads = top["workloads"]
     if not isinstance(workloads, dict) or not workloads:
@@ -472,6 +494,8 @@ class Run:
         # so it starts last; under asp the others train meanwhile.
         self.start_offset_s = None
         self.reused = False
+        # stragglers.step_ms (straggler_step bsp); None: the compute time.
+        self.step_ms = None
 
     @property
     def is_reference(self):
@@ -489,7 +513,8 @@ class Run:
                 "train": self.workload.train, "steps": steps, "evals": evals,
                 "seed": self.seed, "workers": suite.workers, "shards": suite.shards,
                 "mode": None if self.is_reference else self.mode.spec,
-                "stragglers": None if self.is_reference else self.straggler.spec}
+                "stragglers": None if self.is_reference else self.straggler.spec,
+                "step_ms": self.step_ms}
 
     def read(self):
         """Reads worker 0's evaluations and every worker's last row from the CSV,
@@ -530,6 +555,15 @@ class Run:
     def final(self):
         return self.evals[-1][2] if self.evals else None
 
+    def per_clock_ms(self, steps):
+        """Median over workers 1.. (worker 0 also evaluates) of training time per
+        clock, in ms; None when the CSV had no rows of those workers."""
+        clocks = steps // self.workers
+        times = [t for w, t in self.last_time_s.items() if w != 0 or self.workers == 1]
+        if not times or clocks < 1:
+            return None
+        return 1000.0 * statistics.median(times) / clocks
+
     def first_reaching(self, threshold):
         """(time_s, clock) of worker 0's first evaluation meeting the threshold, or None."""
         if threshold is None:
@@ -556,6 +590,35 @@ def plan(suite, args):
                 for m in suite.modes:
                     runs.append(Run(w, seed, m, st, args.out, suite.workers))
     return runs
+
+
+def step_base(run, runs, suite):
+    """The run whose per-clock time is `run`'s straggler step (straggler_step
+    bsp): the same workload and seed under bsp without stragglers; None when
+    `run` has no stragglers or counts in compute time."""
+    if run.is_reference or not run.straggler.spec or suite.straggler_step != "bsp":
+        return None
+    for r in runs:
+        if (r.workload is run.workload and r.seed == run.seed and not r.is_reference and
+                r.mode.spec == {"mode": "bsp"} and not r.straggler.spec):
+            return r
+    return None
+
+
+def assign_step(run, runs, suite, args):
+    """Sets run.step_ms from its step base (which must have finished); False,
+    with run.error set, when that base failed."""
+    base = step_base(run, runs, suite)
+    if base is None:
+        return True
+    steps = run_settings(base, suite, args)[0]
+    ms = None if base.error or not base.evals else base.per_clock_ms(steps)
+    if ms is None:
+        run.error = ("no straggler step: the run it is timed by (%s) failed or measured "
+                     "nothing" % base.describe())
+        return False
+    run.step_ms = round(ms, 4)
+    return True
 
 
 def run_settings(run, suite, args):
@@ -594,8 +657,11 @@ def execute(run, suite, args):
             text = tb.job_yaml(job, 1, "{ mode: bsp }", steps, evals, run.csv, args.quick,
                                seed=run.seed, shards=suite.shards)
         else:
+            flow = run.straggler.flow
+            if run.step_ms is not None:
+                flow += ", step_ms: %s" % yaml_scalar(run.step_ms)
             text = tb.job_yaml(job, suite.workers, run.mode.flow, steps, evals, run.csv,
-                               args.quick, seed=run.seed, stragglers=run.straggler.flow,
+                               args.quick, seed=run.seed, stragglers=flow,
                                shards=suite.shards)
         _, _, run.wall_s = tb.run(args.bin, run.dir, run.tag, text, run.is_reference,
                                   timeout=args.run_timeout)
@@ -744,7 +810,8 @@ def write_runs_csv(path, runs):
         out.writerow(["workload", "mode", "stragglers", "seed", "status", "target_value",
                       "reached", "time_to_target_s", "clocks_to_target", "final_metric",
                       "evaluations", "wall_s", "worker0_time_s", "slowest_worker_time_s",
-                      "worker0_staleness_wait_s", "worker0_start_offset_s", "csv", "error"])
+                      "worker0_staleness_wait_s", "worker0_start_offset_s", "straggler_step_ms",
+                      "csv", "error"])
         for r in runs:
             reached = None if r.error else r.first_reaching(r.threshold)
             out.writerow([r.workload.name, "reference" if r.is_reference else r.mode.name,
@@ -755,7 +822,7 @@ def write_runs_csv(path, runs):
                           num(r.final()) if not r.error else "", len(r.evals),
                           num(r.wall_s), num(r.last_time_s.get(0)),
                           num(max(r.last_time_s.values())) if r.last_time_s else "",
-                          num(r.w0_wait_s), num(r.start_offset_s),
+                          num(r.w0_wait_s), num(r.start_offset_s), num(r.step_ms),
                           os.path.relpath(r.csv, os.path.dirname(path)),
                           r.error or ""])
 
@@ -769,6 +836,12 @@ def write_summary(suite, runs, out, quick):
         suite.workers, suite.shards, ", ".join(map(str, seeds)), " (--quick)" if quick else "",
         ", ".join(m.label for m in suite.modes),
         "; ".join("%s = %s" % (st.name, st.describe) for st in suite.stragglers)))
+    md.append("")
+    md.append("Straggler step (what slow_factor and pause_steps count in): %s." % (
+        "the per-clock time of the same workload and seed under bsp without stragglers "
+        "(stragglers.step_ms; a slow worker is slow as a whole, and every mode gets the same "
+        "delays)" if suite.straggler_step == "bsp" else
+        "each step's own compute time (a slow worker's pulls and pushes are not slowed)"))
     md.append("")
     md.append("Time to target: seconds from the first worker's start of training to worker "
               "0's first evaluation meeting the target (no interpolation between evaluations). "
@@ -785,11 +858,13 @@ def write_summary(suite, runs, out, quick):
         target = w.describe_target()
         if thresholds and w.target_kind == "within_of_reference":
             target += ": %s" % spread(thresholds, "%.4f")
+        steps_ms = [r.step_ms for r in runs if r.workload is w and r.step_ms is not None]
         md += ["", "## %s: %s" % (w.name, w.what), "",
-               "%s, target %s; %d steps (%d per worker), %d evaluations per run." %
+               "%s, target %s; %d steps (%d per worker), %d evaluations per run%s." %
                (w.metric, target, w.quick_steps if quick else w.steps,
                 (w.quick_steps if quick else w.steps) // suite.workers,
-                suite.quick_evals if quick else w.evals), ""]
+                suite.quick_evals if quick else w.evals,
+                "; straggler step %s ms" % spread(steps_ms, "%.2f") if steps_ms else ""), ""]
         # Median time to target at a glance.
         md.append("| time to target (s), median | " +
                   " | ".join(st.name for st in suite.stragglers) + " |")
@@ -1110,7 +1185,14 @@ def main(argv):
            len(suite.stragglers), ", quick" if args.quick else "", args.out), flush=True)
     reused = []
     if args.resume or args.report_only:
-        reused = [r for r in runs if reuse(r, suite, args)]
+        for r in runs:  # plan order: a straggler step's base before the runs it times
+            base = step_base(r, runs, suite)
+            if base is not None:
+                if not base.reused:
+                    continue  # rerun with the base's new step
+                assign_step(r, runs, suite, args)
+            if reuse(r, suite, args):
+                reused.append(r)
         for r in runs:
             if args.report_only and not r.reused:
                 r.error = "no finished run in %s (--report-only runs nothing)" % r.dir
@@ -1132,15 +1214,22 @@ def main(argv):
 
     executor = ThreadPoolExecutor(max_workers=args.jobs)
     try:
+        def execute_timed(run):
+            if assign_step(run, runs, suite, args):
+                execute(run, suite, args)
+
         if args.jobs == 1:
             for run in todo:
-                execute(run, suite, args)
+                execute_timed(run)
                 after(run)
         else:
-            futures = {executor.submit(execute, run, suite, args): run for run in todo}
-            for fut in as_completed(futures):
-                fut.result()
-                after(futures[fut])
+            # Runs timed by a straggler step go after the runs that set it.
+            for phase in (False, True):
+                batch = [r for r in todo if (step_base(r, runs, suite) is not None) == phase]
+                futures = {executor.submit(execute_timed, run): run for run in batch}
+                for fut in as_completed(futures):
+                    fut.result()
+                    after(futures[fut])
     except KeyboardInterrupt:
         executor.shutdown(wait=False, cancel_futures=True)
         print("convergence_suite: interrupted; --resume keeps the finished runs",
