@@ -557,9 +557,11 @@ class Run:
 
     def per_clock_ms(self, steps):
         """Median over workers 1.. (worker 0 also evaluates) of training time per
-        clock, in ms; None when the CSV had no rows of those workers."""
+        clock, in ms (the reference: its time per steps / workers, evaluations
+        included); None when the CSV had no rows of those workers."""
         clocks = steps // self.workers
-        times = [t for w, t in self.last_time_s.items() if w != 0 or self.workers == 1]
+        times = [t for w, t in self.last_time_s.items()
+                 if w != 0 or self.workers == 1 or self.is_reference]
         if not times or clocks < 1:
             return None
         return 1000.0 * statistics.median(times) / clocks
@@ -846,6 +848,8 @@ def write_summary(suite, runs, out, quick):
     md.append("Time to target: seconds from the first worker's start of training to worker "
               "0's first evaluation meeting the target (no interpolation between evaluations). "
               "Clocks to target: worker 0's clock there (the reference: its steps / %d). "
+              "ms per clock: training time per clock, the median over workers 1.. (worker 0 "
+              "also evaluates). "
               "Final: worker 0's last evaluation. Cells: median [min-max] over " % suite.workers +
               "seeds; n.r. = not reached; 'vs %s' = median of the per-seed ratios of time to "
               "target to %s under the same stragglers (seeds where both reached)." %
@@ -877,25 +881,29 @@ def write_summary(suite, runs, out, quick):
                 spread([grid[(m.name, st.name)].median_time()]
                        if grid[(m.name, st.name)].times else [], "%.2f")
                 for st in suite.stragglers)))
+        steps = w.quick_steps if quick else w.steps
         md += ["", "| mode | stragglers | reached | time to target s | vs %s | clocks to target "
-               "| final %s | run s |" % (suite.modes[0].label, w.metric),
-               "|---|---|---:|---:|---:|---:|---:|---:|"]
+               "| ms per clock | final %s | run s |" % (suite.modes[0].label, w.metric),
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         cells = [ref] + [grid[(m.name, st.name)] for st in suite.stragglers for m in suite.modes]
         for c in cells:
             base = None if c.mode is None else grid[(suite.modes[0].name, c.straggler.name)]
             ratios = paired_ratios(c, base) if base is not None else []
             failed = len(c.runs) - len(c.ok)
-            md.append("| %s | %s | %d/%d%s | %s | %s | %s | %s | %s |" % (
+            per_clock = [v for v in (r.per_clock_ms(steps) for r in c.ok) if v is not None]
+            md.append("| %s | %s | %d/%d%s | %s | %s | %s | %s | %s | %s |" % (
                 c.label, "none" if c.straggler is None else c.straggler.name, c.reached,
                 len(c.ok), " (%d failed)" % failed if failed else "",
                 spread(c.times, "%.2f"), spread(ratios, "%.2f") if ratios else "-",
-                spread(c.clocks, "%.0f"), spread(c.finals, "%.4f"), spread(c.walls, "%.1f")))
+                spread(c.clocks, "%.0f"), spread(per_clock, "%.2f"), spread(c.finals, "%.4f"),
+                spread(c.walls, "%.1f")))
             rows.append([w.name, "reference" if c.mode is None else c.mode.name,
                          "" if c.straggler is None else c.straggler.name, w.metric,
                          w.describe_target(), len(c.runs), len(c.ok), c.reached] +
                         [num(f(v)) if v else "" for v in (c.times, c.clocks, c.finals)
                          for f in (statistics.median, min, max)] +
                         [num(statistics.median(ratios)) if ratios else "",
+                         num(statistics.median(per_clock)) if per_clock else "",
                          num(statistics.median(c.walls)) if c.walls else ""])
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         writer = csv.writer(f)
@@ -905,7 +913,8 @@ def write_summary(suite, runs, out, quick):
                          "time_to_target_s_max", "clocks_to_target_median",
                          "clocks_to_target_min", "clocks_to_target_max", "final_metric_median",
                          "final_metric_min", "final_metric_max",
-                         "time_to_target_vs_first_mode_median_ratio", "run_wall_s_median"])
+                         "time_to_target_vs_first_mode_median_ratio", "ms_per_clock_median",
+                         "run_wall_s_median"])
         writer.writerows(rows)
     text = "\n".join(md) + "\n"
     with open(os.path.join(out, "summary.md"), "w") as f:
