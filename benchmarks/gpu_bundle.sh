@@ -13,22 +13,27 @@
 #   benchmarks/gpu_check.sh --bundle DIR
 #
 # 1. Configures and builds build-gpu (Release, CUDA architecture 90 for the
-#    H100/H200) with the CUDA backend; only backend_test, mlp_test,
-#    sparse_logreg_test, mf_test and gemm_bench. Fails if the CUDA toolkit
-#    was not found (the backend would be missing).
-# 2. DIR/bin: those five programs, stripped. DIR/lib: real copies (no links)
-#    of every shared library they need per ldd, glibc (libc, libm, libpthread,
+#    H100/H200) with the CUDA backend; only the programs below. Fails if the
+#    CUDA toolkit was not found (the backend would be missing).
+# 2. DIR/bin: backend_test, mlp_test, sparse_logreg_test, mf_test and
+#    gemm_bench (the CUDA checks) and ps_launch, ps_server, ps_worker (the
+#    end-to-end training job), stripped. DIR/lib: real copies (no links) of
+#    every shared library they need per ldd, glibc (libc, libm, libpthread,
 #    libdl, librt), libstdc++, libgcc_s and the dynamic loader
 #    ld-linux-x86-64.so.2 included. Left out, since they must match the GPU
 #    machine's driver and come from there: libcuda*, libcublas*, libcudart*,
 #    libnvidia*, anything else under the CUDA toolkit, and linux-vdso.
-#    Libraries of 8 MiB or more (OpenBLAS, RocksDB: 46 MiB of the 61) are
-#    stored gzipped as DIR/lib/NAME.gz, to be unpacked into a folder UNPACKED
-#    before a run (gpu_check.sh --bundle does it). A program then runs as
-#      DIR/lib/ld-linux-x86-64.so.2 --library-path DIR/lib:UNPACKED:CUDA_DIRS DIR/bin/NAME ...
+#    DIR/data/fashion-mnist: the four gzipped Fashion-MNIST IDX files, as
+#    they are (from FASHION_MNIST_DIR, default /usr/share/datasets/fashion-mnist).
+#    Every program and library of 64 KiB or more but the loader is stored
+#    compressed, as NAME.xz (xz -9 with the x86 filter; NAME.gz, gzip -9,
+#    where this machine has no xz), to be unpacked into a folder UNPACKED
+#    (UNPACKED/bin, UNPACKED/lib) before a run; gpu_check.sh --bundle does it
+#    with xz or gzip, else python3's lzma or gzip module. A program then runs as
+#      DIR/lib/ld-linux-x86-64.so.2 --library-path DIR/lib:UNPACKED/lib:CUDA_DIRS UNPACKED/bin/NAME ...
 #    DIR/MANIFEST says what was packed, from where, and with which CUDA.
 # 3. Checks that each program's non-CUDA libraries all resolve inside DIR/lib
-#    (or UNPACKED) through the bundled loader, and that each starts (test
+#    (or UNPACKED/lib) through the bundled loader, and that each starts (test
 #    listing / --help).
 # 4. Fails if DIR is over 60 MiB (the device machine takes at most 64 MiB of
 #    working tree and carried paths together); prints its size.
@@ -37,7 +42,8 @@
 set -euo pipefail
 
 readonly BUILD_DIR=build-gpu
-readonly PROGRAMS=(backend_test mlp_test sparse_logreg_test mf_test gemm_bench)
+readonly PROGRAMS=(backend_test mlp_test sparse_logreg_test mf_test gemm_bench
+  ps_launch ps_server ps_worker)
 readonly MAX_MIB=60
 # Libraries that must come from the GPU machine (its driver and CUDA).
 readonly CUDA_LIB_RE='^(libcuda|libcublas|libcudart|libnvidia|linux-vdso)'
@@ -46,8 +52,13 @@ readonly CUDA_LIB_RE='^(libcuda|libcublas|libcudart|libnvidia|linux-vdso)'
 readonly RUNTIME_LIBS=(libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1
   libstdc++.so.6 libgcc_s.so.1)
 readonly LOADER=ld-linux-x86-64.so.2
-# Libraries at least this big are stored gzipped (lib/NAME.gz).
-readonly GZIP_MIB=8
+# Programs and libraries (but the loader) at least this big are stored
+# compressed (NAME.xz, or NAME.gz without xz).
+readonly PACK_KIB=64
+# The Fashion-MNIST files of the end-to-end job (train.data_dir).
+readonly DATA_FILES=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
+  t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
+DATA_SRC=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 
 fail() {
   echo "gpu_bundle: FAIL: $1" >&2
@@ -77,6 +88,23 @@ if [[ -e $BUNDLE ]]; then
   fi
 fi
 
+for f in "${DATA_FILES[@]}"; do
+  [[ -f $DATA_SRC/$f ]] ||
+    fail "$DATA_SRC/$f missing: the Fashion-MNIST files (Debian package dataset-fashion-mnist, or set FASHION_MNIST_DIR)" 2
+done
+
+# How the big files are stored: xz -9 with the x86 filter (code shrinks
+# further), else gzip -9.
+if command -v xz > /dev/null 2>&1; then
+  PACK_EXT=xz
+  pack() { xz -T1 --x86 --lzma2=preset=9 "$1"; }
+  unpack() { xz -dc "$1"; }
+else
+  PACK_EXT=gz
+  pack() { gzip -9n "$1"; }
+  unpack() { gzip -dc "$1"; }
+fi
+
 LOG_DIR=$(mktemp -d)
 readonly LOG_DIR
 trap 'rm -rf "$LOG_DIR"' EXIT
@@ -102,12 +130,15 @@ cmake --build "$BUILD_DIR" -j2 --target "${PROGRAMS[@]}" > "$LOG_DIR/build.log" 
 
 echo "== bundle ($BUNDLE)"
 rm -rf "$BUNDLE"
-mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/data/fashion-mnist"
 
 for p in "${PROGRAMS[@]}"; do
   [[ -x "$BUILD_DIR/bin/$p" ]] || fail "$BUILD_DIR/bin/$p was not built"
   cp -L "$BUILD_DIR/bin/$p" "$BUNDLE/bin/$p"
   strip "$BUNDLE/bin/$p"
+done
+for f in "${DATA_FILES[@]}"; do
+  cp -L "$DATA_SRC/$f" "$BUNDLE/data/fashion-mnist/$f"
 done
 
 # Every library the programs load, by the name they ask for (the soname),
@@ -154,13 +185,37 @@ chmod 755 "$BUNDLE/lib/$LOADER"
 for name in "${!lib_path[@]}"; do
   cp -L "${lib_path[$name]}" "$BUNDLE/lib/$name"
 done
-gzipped=()
-for name in "${!lib_path[@]}"; do
-  if (($(stat -c %s "$BUNDLE/lib/$name") >= GZIP_MIB * 1048576)); then
-    gzip -9n "$BUNDLE/lib/$name"
-    gzipped+=("$name")
+# Compress the big ones (two at a time: xz -9 takes a while on OpenBLAS).
+lib_names=("${!lib_path[@]}")
+packed=()
+for f in "${PROGRAMS[@]/#/bin/}" "${lib_names[@]/#/lib/}"; do
+  if (($(stat -c %s "$BUNDLE/$f") >= PACK_KIB * 1024)); then
+    packed+=("$f")
   fi
 done
+pids=()
+for f in ${packed[@]+"${packed[@]}"}; do
+  if ((${#pids[@]} >= 2)); then
+    wait "${pids[0]}" || fail "could not compress a file of $BUNDLE"
+    pids=("${pids[@]:1}")
+  fi
+  pack "$BUNDLE/$f" &
+  pids+=($!)
+done
+for pid in ${pids[@]+"${pids[@]}"}; do
+  wait "$pid" || fail "could not compress a file of $BUNDLE"
+done
+for f in ${packed[@]+"${packed[@]}"}; do
+  [[ -f $BUNDLE/$f.$PACK_EXT && ! -e $BUNDLE/$f ]] || fail "compressing $BUNDLE/$f failed"
+done
+# Stored name: NAME or NAME.xz / NAME.gz.
+stored() {
+  if [[ -f $BUNDLE/$1.$PACK_EXT ]]; then
+    echo "${1##*/}.$PACK_EXT ($PACK_EXT; unpack before a run)"
+  else
+    echo "${1##*/}"
+  fi
+}
 
 glibc_version=$(getconf GNU_LIBC_VERSION 2> /dev/null | awk '{ print $2 }')
 {
@@ -169,50 +224,56 @@ glibc_version=$(getconf GNU_LIBC_VERSION 2> /dev/null | awk '{ print $2 }')
   echo "commit: $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- 2> /dev/null || echo ' (working tree changed)')"
   echo "cuda: built with toolkit $cuda_version, architecture 90; the GPU machine must provide libcudart.so.13, libcublas.so.13, libcublasLt.so.13 (>= $cuda_version) and libcuda.so.1"
   echo "bin:"
-  for p in "${PROGRAMS[@]}"; do echo "  $p"; done
+  for p in "${PROGRAMS[@]}"; do echo "  $(stored "bin/$p")"; done
   echo "lib:"
   echo "  $LOADER <- $loader_path"
   for name in "${!lib_path[@]}"; do
-    if [[ -f $BUNDLE/lib/$name.gz ]]; then
-      echo "  $name.gz (gzipped; gunzip before a run) <- ${lib_path[$name]}"
-    else
-      echo "  $name <- ${lib_path[$name]}"
-    fi
+    echo "  $(stored "lib/$name") <- ${lib_path[$name]}"
   done | sort
+  echo "data:"
+  for f in "${DATA_FILES[@]}"; do echo "  fashion-mnist/$f <- $DATA_SRC/$f"; done
   echo "left out (from the GPU machine):"
   for name in "${!left_out[@]}"; do echo "  $name (here: ${left_out[$name]})"; done | sort
 } > "$BUNDLE/MANIFEST"
 
 echo "== check the bundle"
-# With the CUDA libraries of this machine, if any (only to let ldd list them):
-# every other library must resolve inside the bundle.
+# Unpacked as gpu_check.sh does it: UNPACKED/bin holds every program.
 bundle_abs=$(cd "$BUNDLE" && pwd)
 unpacked=$LOG_DIR/unpacked
-mkdir -p "$unpacked"
-for name in ${gzipped[@]+"${gzipped[@]}"}; do
-  gzip -dc "$bundle_abs/lib/$name.gz" > "$unpacked/$name"
+mkdir -p "$unpacked/bin" "$unpacked/lib"
+for f in ${packed[@]+"${packed[@]}"}; do
+  unpack "$bundle_abs/$f.$PACK_EXT" > "$unpacked/$f" || fail "could not unpack $BUNDLE/$f.$PACK_EXT"
+  if [[ $f == lib/* ]]; then
+    cmp -s "$unpacked/$f" "${lib_path[${f#lib/}]}" ||
+      fail "$BUNDLE/$f.$PACK_EXT does not unpack to a copy of ${lib_path[${f#lib/}]}"
+  fi
 done
-libpath=$bundle_abs/lib:$unpacked
+for p in "${PROGRAMS[@]}"; do
+  [[ -f $unpacked/bin/$p ]] || ln -s "$bundle_abs/bin/$p" "$unpacked/bin/$p"
+done
+# With the CUDA libraries of this machine, if any (only to let ldd list them):
+# every other library must resolve inside the bundle.
+libpath=$bundle_abs/lib:$unpacked/lib
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $d ]] && libpath+=:$d
 done
 for p in "${PROGRAMS[@]}"; do
-  env -i "$bundle_abs/lib/$LOADER" --list --library-path "$libpath" "$bundle_abs/bin/$p" \
+  env -i "$bundle_abs/lib/$LOADER" --list --library-path "$libpath" "$unpacked/bin/$p" \
     > "$LOG_DIR/list.txt" 2>&1 || { cat "$LOG_DIR/list.txt"; fail "the bundled loader cannot load bin/$p"; }
   mapfile -t listed < "$LOG_DIR/list.txt"
   for line in "${listed[@]}"; do
     read -r name arrow path _ <<< "$line"
     [[ $arrow == '=>' ]] || continue
     [[ $name =~ $CUDA_LIB_RE ]] && continue
-    [[ $path == "$bundle_abs/lib/"* || $path == "$unpacked/"* ]] ||
+    [[ $path == "$bundle_abs/lib/"* || $path == "$unpacked/lib/"* ]] ||
       { printf '%s\n' "${listed[@]}"; fail "bin/$p: $name resolves to $path, outside $BUNDLE/lib"; }
   done
 done
-# Each program starts: GoogleTest lists its tests, gemm_bench prints its help.
+# Each program starts: GoogleTest lists its tests, the others print their help.
 if [[ -e /usr/local/cuda/lib64/libcublas.so.13 ]]; then
   for p in "${PROGRAMS[@]}"; do
-    if [[ $p == gemm_bench ]]; then args=(--help); else args=(--gtest_list_tests); fi
-    env -i "$bundle_abs/lib/$LOADER" --library-path "$libpath" "$bundle_abs/bin/$p" "${args[@]}" \
+    if [[ $p == *_test ]]; then args=(--gtest_list_tests); else args=(--help); fi
+    env -i "$bundle_abs/lib/$LOADER" --library-path "$libpath" "$unpacked/bin/$p" "${args[@]}" \
       > "$LOG_DIR/start.txt" 2>&1 || { cat "$LOG_DIR/start.txt"; fail "bin/$p does not start through the bundled loader"; }
   done
 else
@@ -236,6 +297,6 @@ if git rev-parse --is-inside-work-tree > /dev/null 2>&1 && [[ $BUNDLE != /* ]] &
 fi
 
 echo
-echo "gpu_bundle: OK: $BUNDLE is $size_mib MiB (${#PROGRAMS[@]} programs, $((${#lib_path[@]} + 1)) libraries with the loader, ${#gzipped[@]} of them gzipped; CUDA $cuda_version)"
+echo "gpu_bundle: OK: $BUNDLE is $size_mib MiB (${#PROGRAMS[@]} programs, $((${#lib_path[@]} + 1)) libraries with the loader, ${#packed[@]} files stored as .$PACK_EXT, Fashion-MNIST $(du -sh "$BUNDLE/data" | cut -f1); CUDA $cuda_version)"
 echo "left out, to come from the GPU machine: $(printf '%s ' "${!left_out[@]}" | tr ' ' '\n' | grep -v '^linux-vdso' | sort | tr '\n' ' ')"
 echo "on the GPU machine, from the repository root: benchmarks/gpu_check.sh --bundle $BUNDLE"
