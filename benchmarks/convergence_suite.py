@@ -291,6 +291,19 @@ def check_number(value, where, low, high, low_open=False, high_open=False):
     return value
 
 
+def named_entries(value, key, expected):
+    """(name, spec, path) of each entry of the map `value` under `key`, whose
+    names name files; SuiteError when it is not a non-empty map or a name
+    is not letters, digits and _."""
+    if not isinstance(value, dict) or not value:
+        raise SuiteError("%s: got %s; expected %s" % (key, describe(value), expected))
+    for name, spec in value.items():
+        if not isinstance(name, str) or not NAME.match(name):
+            raise SuiteError("%s: the name %r is not letters, digits and _ (it names "
+                             "files)" % (key, name))
+        yield name, spec, "%s.%s" % (key, name)
+
+
 def parse_suite(doc):
     """Checks a loaded suite document; returns a Suite or raises SuiteError."""
     top = check_map(doc, "the top level",
@@ -342,17 +355,11 @@ def parse_suite(doc):
             raise SuiteError("%s: mode %s is listed twice" % (where, mode.label))
         s.modes.append(mode)
 
-    stragglers = top.get("stragglers", {"none": {}})
-    if not isinstance(stragglers, dict) or not stragglers:
-        raise SuiteError("stragglers: got %s; expected a map of name -> { slow_worker, "
-                         "slow_factor, pause_probability, pause_steps } with at least one "
-                         "entry, e.g. none: {}" % describe(stragglers))
     s.stragglers = []
-    for name, spec in stragglers.items():
-        where = "stragglers.%s" % name
-        if not isinstance(name, str) or not NAME.match(name):
-            raise SuiteError("stragglers: the name %r is not letters, digits and _ (it names "
-                             "files)" % (name,))
+    for name, spec, where in named_entries(
+            top.get("stragglers", {"none": {}}), "stragglers",
+            "a map of name -> { slow_worker, slow_factor, pause_probability, pause_steps } "
+            "with at least one entry, e.g. none: {}"):
         if spec is None:
             spec = {}
         if isinstance(spec, dict) and "seed" in spec:
@@ -391,16 +398,10 @@ def parse_suite(doc):
                              "{ mode: bsp } with no stragglers; add that mode and a setting "
                              "such as none: {} to stragglers, or set straggler_step: compute")
 
-    workloads = top["workloads"]
-    if not isinstance(workloads, dict) or not workloads:
-        raise SuiteError("workloads: got %s; expected a map of workload name -> { target, "
-                         "steps, evals, ... }" % describe(top["workloads"]))
     s.workloads = []
-    for name, spec in workloads.items():
-        where = "workloads.%s" % name
-        if not isinstance(name, str) or not NAME.match(name):
-            raise SuiteError("workloads: the name %r is not letters, digits and _ (it names "
-                             "files)" % (name,))
+    for name, spec, where in named_entries(
+            top["workloads"], "workloads",
+            "a map of workload name -> { target, steps, evals, ... }"):
         check_map(spec, where, ("base", "target", "steps", "evals", "quick_steps", "train"),
                   ("target",))
         base_name = spec.get("base", name)
