@@ -72,7 +72,7 @@
 #include "common/status.h"
 #include "common/update_rule.h"
 #include "common/wire.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 namespace ps {
 namespace {
@@ -292,8 +292,9 @@ StatusOr<Row> RunCase(const Case& c, const Config& cfg) {
     h.first_row = first;
     std::vector<Frame> frames;
     frames.push_back(EncodeHeader(h));
-    frames.push_back(Frame::Share(g.data() + first, count * sizeof(float),
-                                  std::shared_ptr<const void>()));
+    frames.push_back(
+        Frame::Share(g.data() + first, count * sizeof(float), std::shared_ptr<const void>())
+            .value());
     return frames;
   };
   std::vector<Frame> whole = push_frames(0, n);

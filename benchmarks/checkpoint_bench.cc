@@ -22,7 +22,7 @@
 //   read, cold      page cache dropped (sync; echo 3 > drop_caches), then
 //                   CheckpointDir::Read (its arrays are allocated fresh)
 //                   and ShardStore::Restore into the second store; then,
-//                   the cache dropped again, ShardStore::RestoreFrom (the
+//                   the cache dropped again, RestoreStore (server/restore.h; the
 //                   records straight into the blocks of a third store,
 //                   created without init beforehand: what a restarting
 //                   server does), "in place"
@@ -71,7 +71,8 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "server/checkpoint.h"
-#include "server/shard_store.h"
+#include "server/restore.h"
+#include "store/shard_store.h"
 
 namespace ps {
 namespace {
@@ -296,7 +297,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
       PS_RETURN_IF_ERROR(fresh.status());
       if (cold && !DropCaches()) return PermissionDeniedError("cannot drop the page cache");
       StatusOr<size_t> tables = InternalError("not restored");
-      const double ips = Time([&] { tables = (*fresh)->RestoreFrom(*ckpt, clock, job, 0); });
+      const double ips = Time([&] { tables = RestoreStore(*ckpt, clock, job, 0, fresh->get()); });
       PS_RETURN_IF_ERROR(tables.status());
       PS_RETURN_IF_ERROR(CheckStore(**fresh, *snap, "the store restored in place"));
       (cold ? ipc_s : ipw_s).push_back(ips);
@@ -398,7 +399,7 @@ Status RunAll(const Config& cfg) {
   }
   std::printf(
       "\nRead = CheckpointDir::Read (records into new arrays); restore = ShardStore::Restore "
-      "(into the store's blocks); in place = ShardStore::RestoreFrom (records straight into the "
+      "(into the store's blocks); in place = RestoreStore (server/restore.h) (records straight into the "
       "store's blocks: what a restarting server does); MB/s and ratios of in place. Cold: page "
       "cache dropped first.\n\n");
   std::printf(

@@ -79,11 +79,11 @@
 #include <CLI/CLI.hpp>
 
 #include "benchmarks/machine.h"
+#include "client/client.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "server/shard_server.h"
-#include "worker/client.h"
 #include "worker/straggler.h"
 
 namespace ps {

@@ -93,13 +93,13 @@
 #include <CLI/CLI.hpp>
 
 #include "benchmarks/machine.h"
+#include "client/client.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/subprocess.h"
-#include "server/shard_store.h"
-#include "worker/client.h"
+#include "store/shard_store.h"
 
 namespace ps {
 namespace {

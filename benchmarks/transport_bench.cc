@@ -69,12 +69,12 @@
 #include <CLI/CLI.hpp>
 
 #include "benchmarks/machine.h"
+#include "client/client.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "server/shard_server.h"
-#include "worker/client.h"
 
 namespace ps {
 namespace {
@@ -229,7 +229,7 @@ class RawServer {
             return InvalidArgumentError("raw server: pull of " + std::to_string(n) +
                                         " bytes exceeds its buffer");
           }
-          reply[1] = Frame::Share(buffer_->data(), n, buffer_);
+          PS_ASSIGN_OR_RETURN(reply[1], Frame::Share(buffer_->data(), n, buffer_));
         } else {
           const uint64_t ack = frames[1].size();
           reply[1] = Frame::CopyOf(&ack, sizeof(ack));
@@ -286,7 +286,7 @@ class RawClient {
       if (pull) {
         f = Frame::CopyOf(&bytes, sizeof(bytes));
       } else {
-        f = Frame::Share(buffer_->data(), bytes, buffer_);
+        PS_ASSIGN_OR_RETURN(f, Frame::Share(buffer_->data(), bytes, buffer_));
       }
       return socket_->Send(std::span<Frame>(&f, 1)).WithContext("raw client");
     };
@@ -343,7 +343,7 @@ class RawClient {
   // Sends `count` frames of `bytes` as fast as the send queue accepts them.
   Status SendOneWay(uint64_t bytes, uint64_t count) {
     for (uint64_t i = 0; i < count; ++i) {
-      Frame f = Frame::Share(buffer_->data(), bytes, buffer_);
+      PS_ASSIGN_OR_RETURN(Frame f, Frame::Share(buffer_->data(), bytes, buffer_));
       const Clock::time_point start = Clock::now();
       while (true) {
         Status s = socket_->Send(std::span<Frame>(&f, 1));

@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace ps {
 
 std::string StatusCodeName(StatusCode code) {
@@ -63,5 +66,15 @@ Status DataLossError(std::string_view m) { return {StatusCode::kDataLoss, m}; }
 Status CancelledError(std::string_view m) { return {StatusCode::kCancelled, m}; }
 Status AbortedError(std::string_view m) { return {StatusCode::kAborted, m}; }
 Status PermissionDeniedError(std::string_view m) { return {StatusCode::kPermissionDenied, m}; }
+
+namespace internal {
+
+void DieOnErrorValue(const Status& status, const char* what) {
+  std::fprintf(stderr, "%s on an error status: %s\n", what, status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace ps

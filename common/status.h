@@ -87,6 +87,12 @@ Status CancelledError(std::string_view message);
 Status AbortedError(std::string_view message);
 Status PermissionDeniedError(std::string_view message);
 
+namespace internal {
+// Prints "<what> on an error status: <status>" to stderr and aborts: reading
+// the value of a StatusOr that holds an error is a programmer bug.
+[[noreturn]] void DieOnErrorValue(const Status& status, const char* what);
+}  // namespace internal
+
 // Holds either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -102,16 +108,26 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  // REQUIRES: ok().
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // REQUIRES: ok(). On an error each of these aborts the process with the
+  // status text on stderr.
+  T& value() & { return Checked("StatusOr::value()"); }
+  const T& value() const& { return Checked("StatusOr::value()"); }
+  T&& value() && { return std::move(Checked("StatusOr::value()")); }
+  T& operator*() & { return Checked("StatusOr::operator*"); }
+  const T& operator*() const& { return Checked("StatusOr::operator*"); }
+  T* operator->() { return &Checked("StatusOr::operator->"); }
+  const T* operator->() const { return &Checked("StatusOr::operator->"); }
 
  private:
+  T& Checked(const char* what) {
+    if (!value_.has_value()) [[unlikely]] internal::DieOnErrorValue(status_, what);
+    return *value_;
+  }
+  const T& Checked(const char* what) const {
+    if (!value_.has_value()) [[unlikely]] internal::DieOnErrorValue(status_, what);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -89,18 +89,19 @@ Frame Frame::Clone() const {
   return f;
 }
 
-Frame Frame::Share(const void* data, size_t size, std::shared_ptr<const void> owner) {
+StatusOr<Frame> Frame::Share(const void* data, size_t size, std::shared_ptr<const void> owner) {
   Frame f;
   if (size == 0) return f;
   auto hint = std::make_unique<std::shared_ptr<const void>>(std::move(owner));
   zmq_msg_close(AsMsg(f.msg()));
   // libzmq takes a non-const pointer but only reads the bytes of a sent message.
   if (zmq_msg_init_data(AsMsg(f.msg()), const_cast<void*>(data), size, &ReleaseOwner,
-                        hint.get()) == 0) {
-    hint.release();  // now owned by libzmq until ReleaseOwner runs
-  } else {
+                        hint.get()) != 0) {
+    const int err = zmq_errno();
     zmq_msg_init(AsMsg(f.msg()));
+    return ZmqError("sharing a frame of " + std::to_string(size) + " bytes", err);
   }
+  hint.release();  // now owned by libzmq until ReleaseOwner runs
   return f;
 }
 

@@ -39,7 +39,9 @@ class Frame {
   // `owner` keeps the bytes alive and is released when ZeroMQ no longer needs
   // them (after sending, or when the message is dropped), possibly on a
   // ZeroMQ I/O thread. The bytes must not change until the message is sent.
-  static Frame Share(const void* data, size_t size, std::shared_ptr<const void> owner);
+  // ResourceExhausted when ZeroMQ cannot take the bytes (it allocates a
+  // small record per shared frame); `owner` is then released at once.
+  static StatusOr<Frame> Share(const void* data, size_t size, std::shared_ptr<const void> owner);
 
   // Another frame with the same bytes: large frames share them (reference
   // counted by libzmq), small ones are copied. Used to keep a request that

@@ -42,39 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "common/key_range.h"
 #include "common/status.h"
+#include "store/snapshot.h"
 
 namespace ps {
-
-// One table of a shard: its layout, and (when taken from a store) a copy of
-// its values and optimizer state.
-struct TableSnapshot {
-  std::string name;
-  uint64_t rows = 0;     // rows of the whole table
-  uint32_t dim = 0;
-  RowRange owned;        // the rows this shard holds
-  // The optimizer's settings as text (OptimizerDescription in
-  // common/options.h); a restore refuses a different one.
-  std::string optimizer;
-  // owned.size() x dim floats, row-major.
-  std::vector<float> values;
-  // The optimizer's state arrays (0, 1 or 2), each laid out like values.
-  std::vector<std::vector<float>> slots;
-};
-
-// The state of one shard at a clock boundary.
-struct ShardSnapshot {
-  uint32_t shard = 0;
-  uint32_t num_shards = 0;
-  // The shard's minimum clock: the snapshot holds every update of every
-  // clock < clock (and, under ssp or asp, possibly some later ones).
-  int64_t clock = 0;
-  // A fingerprint of the job's model (JobFingerprint in common/options.h):
-  // a restore refuses a generation written for another model.
-  std::string fingerprint;
-  std::vector<TableSnapshot> tables;
-};
 
 struct CheckpointWriteOptions {
   // fsync the generation's files and folders before it becomes visible.
@@ -133,14 +104,6 @@ class CheckpointDir {
   explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
   std::string path_;
 };
-
-// OK when `saved` (read from disk) can be restored into a shard whose
-// layout is `expected` (same shard and shard count, fingerprint, tables
-// with the same names, rows, dim, owned rows and optimizer). Otherwise
-// FailedPrecondition naming `where` (the generation's path), the first
-// difference, and both values.
-Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
-                       const std::string& where);
 
 }  // namespace ps
 

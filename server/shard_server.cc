@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "server/restore.h"
 
 namespace ps {
 
@@ -334,7 +335,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
   const auto start = std::chrono::steady_clock::now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
-  PS_ASSIGN_OR_RETURN(const size_t tables, store_->RestoreFrom(*checkpoints_, clock, job_, shard_));
+  PS_ASSIGN_OR_RETURN(const size_t tables, RestoreStore(*checkpoints_, clock, job_, shard_, store_.get()));
   // ReadInto checked that the generation is of this clock.
   clocks_.StartAt(clock);
   started_clock_ = clock;

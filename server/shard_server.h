@@ -43,9 +43,10 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "server/checkpoint.h"
 #include "server/clock_table.h"
 #include "server/recent_pushes.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 namespace ps {
 

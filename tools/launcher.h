@@ -17,7 +17,7 @@
 //    out-of-memory killer, kill -9) is started again, when the job has
 //    checkpoint.dir, at most liveness.server_restarts times per shard: it
 //    restores its own newest generation, is told (--left-workers) which
-//    workers already finished, and the workers go on (worker/client.h sends
+//    workers already finished, and the workers go on (client/client.h sends
 //    their unanswered requests again). Without checkpoints, or past the
 //    limit, the job stops as for any failure;
 //  - SIGINT or SIGTERM reaches the launcher: it stops all children the same

@@ -12,9 +12,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "client/client.h"
 #include "common/config.h"
 #include "common/logging.h"
-#include "worker/client.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job"};

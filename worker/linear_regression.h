@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "client/client.h"
 #include "common/options.h"
 #include "common/status.h"
-#include "worker/client.h"
 
 namespace ps {
 

@@ -13,15 +13,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "client/client.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/rank.h"
 #include "worker/backend.h"
-#include "worker/client.h"
 #include "worker/linear_regression.h"
+#include "worker/mf_training.h"
 #include "worker/mlp_training.h"
 #include "worker/param_store.h"
-#include "worker/mf_training.h"
 #include "worker/progress.h"
 #include "worker/sparse_logreg_training.h"
 #include "worker/training.h"

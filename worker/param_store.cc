@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/wire.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 namespace ps {
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"
 #include "common/options.h"
 #include "common/status.h"
-#include "worker/client.h"
 
 namespace ps {
 

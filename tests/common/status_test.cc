@@ -51,6 +51,16 @@ TEST(StatusTest, StatusOrFromOkStatusIsAnInternalError) {
   EXPECT_EQ(v.status().code(), StatusCode::kInternal);
 }
 
+TEST(StatusDeathTest, ValueOfAnErrorAbortsWithTheStatusText) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  StatusOr<int> odd = Half(3);
+  EXPECT_DEATH((void)odd.value(), "StatusOr::value\\(\\) on an error status: InvalidArgument: 3 is odd");
+  EXPECT_DEATH((void)*odd, "operator\\* on an error status: InvalidArgument: 3 is odd");
+  StatusOr<std::string> missing = NotFoundError("no such table 'w'");
+  EXPECT_DEATH((void)missing->size(), "operator-> on an error status: NotFound: no such table 'w'");
+  EXPECT_DEATH((void)std::move(missing).value(), "NotFound: no such table 'w'");
+}
+
 TEST(RankTest, FlagWinsAndIsRangeChecked) {
   EXPECT_EQ(*ResolveRank(2, 0, 3, "rank"), 2u);
   auto bad = ResolveRank(3, 0, 3, "rank");

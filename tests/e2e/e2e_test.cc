@@ -19,12 +19,12 @@
 #include <sstream>
 #include <thread>
 
+#include "client/client.h"
 #include "common/config.h"
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
-#include "worker/backend.h"
 #include "tests/util/free_port.h"
-#include "worker/client.h"
+#include "worker/backend.h"
 #include "worker/progress.h"
 
 namespace ps {

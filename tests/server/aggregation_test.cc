@@ -5,8 +5,8 @@
 #include <cmath>
 #include <thread>
 
+#include "client/client.h"
 #include "tests/util/in_process_cluster.h"
-#include "worker/client.h"
 #include "worker/linear_regression.h"
 
 namespace ps {

@@ -32,11 +32,11 @@
 #include <utility>
 #include <vector>
 
+#include "client/client.h"
 #include "common/config.h"
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
 #include "tests/util/free_port.h"
-#include "worker/client.h"
 
 namespace ps {
 namespace {

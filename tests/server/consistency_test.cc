@@ -7,9 +7,9 @@
 #include <random>
 #include <thread>
 
+#include "client/client.h"
 #include "server/shard_server.h"
 #include "tests/util/in_process_cluster.h"
-#include "worker/client.h"
 
 namespace ps {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/options.h"
 #include "common/wire.h"
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 namespace ps {
 namespace {

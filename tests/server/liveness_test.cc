@@ -6,9 +6,9 @@
 #include <chrono>
 #include <thread>
 
+#include "client/client.h"
+#include "client/heartbeat.h"
 #include "tests/util/in_process_cluster.h"
-#include "worker/client.h"
-#include "worker/heartbeat.h"
 
 namespace ps {
 namespace {

@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "client/client.h"
 #include "tests/util/in_process_cluster.h"
-#include "worker/client.h"
 
 namespace ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/heartbeat.h"
+#include "client/heartbeat.h"
 
 #include "common/wire.h"
 

@@ -7,8 +7,8 @@
 // Rows are held in one lazily allocated array per table (rows x dim), so a
 // table costs its full size on the worker once any row of it is cached.
 // Not thread-safe: owned by one Client.
-#ifndef PS_WORKER_PARAM_CACHE_H_
-#define PS_WORKER_PARAM_CACHE_H_
+#ifndef PS_CLIENT_PARAM_CACHE_H_
+#define PS_CLIENT_PARAM_CACHE_H_
 
 #include <cstdint>
 #include <vector>
@@ -58,4 +58,4 @@ class ParamCache {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_PARAM_CACHE_H_
+#endif  // PS_CLIENT_PARAM_CACHE_H_

@@ -1,4 +1,4 @@
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 #include <algorithm>
 #include <atomic>
@@ -200,14 +200,21 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) 
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   if (request.header.dense()) {
+    Status shared;
     ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
                     [&](uint64_t block, uint64_t in_block, uint64_t n) {
+                      if (!shared.ok()) return;
                       const std::shared_ptr<Block>& b = t.blocks[block];
-                      frames->push_back(Frame::Share(b->values.data() + in_block * dim,
-                                                     n * dim * sizeof(float),
-                                                     std::shared_ptr<const void>(b)));
+                      StatusOr<Frame> f = Frame::Share(b->values.data() + in_block * dim,
+                                                       n * dim * sizeof(float),
+                                                       std::shared_ptr<const void>(b));
+                      if (f.ok()) {
+                        frames->push_back(std::move(f).value());
+                      } else {
+                        shared = f.status();
+                      }
                     });
-    return Status::Ok();
+    return shared;
   }
   PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * sizeof(float)));
   auto* dst = reinterpret_cast<float*>(out.mutable_data());
@@ -274,32 +281,6 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
     RestoreRows(static_cast<uint32_t>(i), ts.owned.begin, ts.owned.size(),
                 reinterpret_cast<const std::byte*>(ts.values.data()), slots);
   }
-}
-
-StatusOr<size_t> ShardStore::RestoreFrom(const CheckpointDir& dir, int64_t clock,
-                                         const JobOptions& job, uint32_t shard) {
-  class StoreSink : public RowSink {
-   public:
-    StoreSink(ShardStore* store, ShardSnapshot expected, std::string where)
-        : store_(store), expected_(std::move(expected)), where_(std::move(where)) {}
-    Status Begin(const ShardSnapshot& layout) override {
-      tables = layout.tables.size();
-      return CheckRestorable(layout, expected_, where_);
-    }
-    void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-              std::span<const std::byte* const> slots) override {
-      store_->RestoreRows(table, first, count, values, slots);
-    }
-    size_t tables = 0;
-
-   private:
-    ShardStore* store_;
-    const ShardSnapshot expected_;
-    const std::string where_;
-  };
-  StoreSink sink(this, Layout(job, shard, clock), dir.path() + "/gen-" + std::to_string(clock));
-  PS_RETURN_IF_ERROR(dir.ReadInto(clock, &sink));
-  return sink.tables;
 }
 
 void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,

@@ -10,8 +10,8 @@
 //
 // Not thread-safe: one ShardServer thread owns it. The transport's I/O
 // thread only drops its references to shared blocks.
-#ifndef PS_SERVER_SHARD_STORE_H_
-#define PS_SERVER_SHARD_STORE_H_
+#ifndef PS_STORE_SHARD_STORE_H_
+#define PS_STORE_SHARD_STORE_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/wire.h"
-#include "server/checkpoint.h"
+#include "store/snapshot.h"
 
 namespace ps {
 
@@ -55,8 +55,6 @@ class ShardStore {
   // learning rate of that clock), and forgets those sums. Only the blocks
   // that received pushes are touched.
   void ApplyAccumulated(int64_t below, float scale);
-  // Clocks with a sum not yet applied.
-  size_t pending_sums() const { return sums_.size(); }
 
   // Appends the values a PULL asks for to *frames, row-major in request
   // order: a dense range as frames that share the store's blocks (no copy,
@@ -85,16 +83,8 @@ class ShardStore {
   // Replaces every value and optimizer state array with the snapshot's.
   // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK.
   void Restore(const ShardSnapshot& snapshot);
-  // Restores generation `clock` of `dir` straight into the store's blocks,
-  // record by record (no second copy of the shard in memory): what a
-  // restarting server does. FailedPrecondition (CheckRestorable) when the
-  // generation was written for another model than Layout(job, shard, ..);
-  // the errors of CheckpointDir::ReadInto. On an error the store holds a
-  // mix of old and restored rows. Returns the number of tables restored.
-  StatusOr<size_t> RestoreFrom(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
-                               uint32_t shard);
-  // Restore a run of rows at a time (as CheckpointDir::ReadInto delivers
-  // them): rows [first, first + count) of `table` (global row ids inside its
+  // Restore a run of rows at a time (as a checkpoint read delivers them,
+  // server/restore.h): rows [first, first + count) of `table` (global row ids inside its
   // owned range) take `values` and the optimizer state arrays `slots`
   // (count x dim floats each, row-major, possibly unaligned).
   // REQUIRES: the generation passed CheckRestorable against Layout().
@@ -150,4 +140,4 @@ float InitialValue(const InitOptions& init, uint64_t row, uint32_t col);
 
 }  // namespace ps
 
-#endif  // PS_SERVER_SHARD_STORE_H_
+#endif  // PS_STORE_SHARD_STORE_H_

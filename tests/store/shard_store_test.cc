@@ -1,4 +1,4 @@
-#include "server/shard_store.h"
+#include "store/shard_store.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The client against real ShardServers on loopback (in this process, on
 // threads): routing by key range, zero-copy and gathered pushes, chunking
 // under the server's limits, many requests in flight, errors and deadlines.
-#include "worker/client.h"
+#include "client/client.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "worker/client.h"
+#include "client/client.h"
 
 #include <algorithm>
 #include <cstring>
@@ -315,7 +315,7 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
   chunk = std::max<uint64_t>(chunk, 1);
 
   const Ticket ticket = NewTicket(std::move(done));
-  auto value_slice = [&](uint64_t first, uint64_t count) {
+  auto value_slice = [&](uint64_t first, uint64_t count) -> StatusOr<Frame> {
     if (values == nullptr) return Frame();
     return Frame::Share(values->data() + first * dim, count * dim * sizeof(float), values->owner());
   };
@@ -324,7 +324,12 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
       RowRange r = ShardRows(t.rows, num_shards, s);
       for (uint64_t b = r.begin; b < r.end; b += chunk) {
         const uint64_t c = std::min(chunk, r.end - b);
-        SendPart(ticket, s, op, table, c, b, Frame(), value_slice(b, c),
+        StatusOr<Frame> slice = value_slice(b, c);
+        if (!slice.ok()) {
+          FailTicket(ticket, slice.status());
+          continue;
+        }
+        SendPart(ticket, s, op, table, c, b, Frame(), std::move(slice).value(),
                  out != nullptr ? out + b * dim : nullptr, {}, dim, view, b * dim);
       }
     }
@@ -338,9 +343,14 @@ StatusOr<Ticket> Client::Issue(Op op, uint32_t table, std::span<const uint64_t> 
         std::vector<uint64_t> positions;
         if (!out_index.empty()) positions.assign(out_index.begin() + b, out_index.begin() + b + c);
         float* dst = out == nullptr ? nullptr : positions.empty() ? out + b * dim : out;
+        StatusOr<Frame> slice = value_slice(b, c);
+        if (!slice.ok()) {
+          FailTicket(ticket, slice.status());
+          continue;
+        }
         SendPart(ticket, owner[i], op, table, c, 0,
-                 Frame::CopyOf(rows.data() + b, c * sizeof(uint64_t)), value_slice(b, c), dst,
-                 std::move(positions), dim);
+                 Frame::CopyOf(rows.data() + b, c * sizeof(uint64_t)), std::move(slice).value(),
+                 dst, std::move(positions), dim);
       }
       i = j;
     }

@@ -1,4 +1,4 @@
-#include "worker/param_cache.h"
+#include "client/param_cache.h"
 
 #include <algorithm>
 #include <cstring>

@@ -3,8 +3,8 @@
 // long compute step (or a blocked pull) never reads as a dead worker.
 //
 // Thread-safe: set_clock() may be called from any thread while it runs.
-#ifndef PS_WORKER_HEARTBEAT_H_
-#define PS_WORKER_HEARTBEAT_H_
+#ifndef PS_CLIENT_HEARTBEAT_H_
+#define PS_CLIENT_HEARTBEAT_H_
 
 #include <atomic>
 #include <chrono>
@@ -66,4 +66,4 @@ class HeartbeatSender {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_HEARTBEAT_H_
+#endif  // PS_CLIENT_HEARTBEAT_H_

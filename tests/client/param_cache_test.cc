@@ -5,8 +5,8 @@
 
 #include <vector>
 
+#include "client/client.h"
 #include "tests/util/in_process_cluster.h"
-#include "worker/client.h"
 
 namespace ps {
 namespace {

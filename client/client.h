@@ -28,8 +28,8 @@
 // Thread safety: not thread-safe. One Client belongs to one thread (it
 // drives its sockets from the caller's thread, so a reply is handled with no
 // thread hop). Use one Client per thread.
-#ifndef PS_WORKER_CLIENT_H_
-#define PS_WORKER_CLIENT_H_
+#ifndef PS_CLIENT_CLIENT_H_
+#define PS_CLIENT_CLIENT_H_
 
 #include <array>
 #include <chrono>
@@ -43,12 +43,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/heartbeat.h"
+#include "client/param_cache.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
-#include "worker/heartbeat.h"
-#include "worker/param_cache.h"
 
 namespace ps {
 
@@ -333,4 +333,4 @@ class Client {
 
 }  // namespace ps
 
-#endif  // PS_WORKER_CLIENT_H_
+#endif  // PS_CLIENT_CLIENT_H_

@@ -1,0 +1,72 @@
+#include "store/snapshot.h"
+
+namespace ps {
+
+namespace {
+
+// The first difference of layout (shard, shard count, tables) as
+// "<what> <a> in the checkpoint but <b> in the job", or "" when none.
+std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& expected) {
+  const auto differ = [](const std::string& what, const std::string& in_saved,
+                         const std::string& in_job) {
+    return what + " " + in_saved + " in the checkpoint but " + in_job + " in the job";
+  };
+  if (saved.num_shards != expected.num_shards) {
+    return differ("the shard count is", std::to_string(saved.num_shards),
+                  std::to_string(expected.num_shards));
+  }
+  if (saved.shard != expected.shard) {
+    return differ("the shard is", std::to_string(saved.shard), std::to_string(expected.shard));
+  }
+  if (saved.tables.size() != expected.tables.size()) {
+    return differ("the table count is", std::to_string(saved.tables.size()),
+                  std::to_string(expected.tables.size()));
+  }
+  for (size_t i = 0; i < saved.tables.size(); ++i) {
+    const TableSnapshot& a = saved.tables[i];
+    const TableSnapshot& b = expected.tables[i];
+    if (a.name != b.name) {
+      return differ("table " + std::to_string(i) + " is", "'" + a.name + "'", "'" + b.name + "'");
+    }
+    const std::string table = "table '" + a.name + "' has";
+    if (a.rows != b.rows) {
+      return differ(table, std::to_string(a.rows) + " rows", std::to_string(b.rows));
+    }
+    if (a.dim != b.dim) {
+      return differ(table, "dim " + std::to_string(a.dim), std::to_string(b.dim));
+    }
+    if (a.owned != b.owned) {
+      const auto range = [](const RowRange& r) {
+        return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+      };
+      return differ(table, "owned rows " + range(a.owned), range(b.owned));
+    }
+    if (a.optimizer != b.optimizer) {
+      return differ(table, "optimizer \"" + a.optimizer + "\"", "\"" + b.optimizer + "\"");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                       const std::string& where) {
+  static const std::string kHint =
+      "; start the job with the config it was written with, or a new checkpoint.dir";
+  const std::string layout = LayoutDifference(saved, expected);
+  if (saved.fingerprint != expected.fingerprint) {
+    // The fingerprint covers the layout: name the concrete difference first
+    // when there is one.
+    const std::string fingerprints = "the model's fingerprint is \"" + saved.fingerprint +
+                                     "\" in the checkpoint but \"" + expected.fingerprint +
+                                     "\" in the job";
+    return FailedPreconditionError(
+        where + ": " + (layout.empty() ? fingerprints : layout + " (" + fingerprints + ")") +
+        kHint);
+  }
+  if (!layout.empty()) return FailedPreconditionError(where + ": " + layout + kHint);
+  return Status::Ok();
+}
+
+}  // namespace ps
