@@ -37,7 +37,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import training_bench  # noqa: E402  (the workloads and job YAML)
+from psbench import workloads  # noqa: E402  (the workloads, job YAML and metrics CSV)
 
 STARTED = re.compile(r"^\[launch\] started server (\d+) \(pid (\d+)\)")
 RESTARTED = re.compile(r"^\[launch\] server (\d+) killed by signal 9 .*restarted it "
@@ -52,8 +52,8 @@ WORKERS = 2
 
 
 def job_yaml(steps, evals, metrics_csv, checkpoint_dir, every, kills):
-    w = training_bench.WORKLOADS["mlp"]
-    text = training_bench.job_yaml(w, WORKERS, "{ mode: bsp }", steps, evals, metrics_csv, False)
+    w = workloads.WORKLOADS["mlp"]
+    text = workloads.job_yaml(w, WORKERS, "{ mode: bsp }", steps, evals, metrics_csv, False)
     # A progress line every 1% of the steps: the killer follows the clocks.
     text = re.sub(r"  log_every: \d+\n",
                   "  log_every: %d\n" % max(1, steps // WORKERS // 100), text)
@@ -157,11 +157,8 @@ class Job:
 
 
 def final_accuracy(metrics_csv):
-    evaluations, _ = training_bench.read_metrics(metrics_csv)
-    if not evaluations:
-        raise RuntimeError("no evaluations in " + metrics_csv)
-    tail = evaluations[-3:]
-    return evaluations[-1], sum(tail) / len(tail)
+    evaluations, _ = workloads.read_metrics(metrics_csv)
+    return evaluations[-1], workloads.tail_mean(evaluations)
 
 
 def run(args, name, kills):
@@ -170,9 +167,7 @@ def run(args, name, kills):
     checkpoints = os.path.join(out, "checkpoints")
     subprocess.call(["rm", "-rf", checkpoints])
     metrics = os.path.join(out, "metrics.csv")
-    for p in (metrics, metrics + ".prev"):
-        if os.path.exists(p):
-            os.remove(p)
+    workloads.clear_metrics(metrics)
     config = os.path.join(out, "job.yaml")
     with open(config, "w") as f:
         f.write(job_yaml(args.steps, args.evals, metrics, checkpoints, args.every, kills))
@@ -217,15 +212,14 @@ def main():
     p.add_argument("--tolerance", type=float, default=0.005,
                    help="largest accuracy difference to the uninterrupted run")
     p.add_argument("--seed", type=int, default=1, help="seed of the kill times and victims")
-    p.add_argument("--bin", default=os.path.join(training_bench.ROOT, "build", "bin"))
-    p.add_argument("--out", default=os.path.join(training_bench.ROOT, "build",
-                                                  "kill_restart_bench"))
+    p.add_argument("--bin", default=os.path.join(workloads.ROOT, "build", "bin"))
+    p.add_argument("--out", default=os.path.join(workloads.ROOT, "build", "kill_restart_bench"))
     args = p.parse_args()
-    missing = training_bench.missing_binaries("kill_restart_bench", args.bin)
+    missing = workloads.missing_binaries("kill_restart_bench", args.bin)
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+    if not os.path.isdir(workloads.FASHION_MNIST_DIR):
         print("kill_restart_bench: dataset-fashion-mnist is not installed (./ps setup); "
               "skipped", file=sys.stderr)
         return 77
