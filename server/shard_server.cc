@@ -11,31 +11,29 @@ namespace ps {
 
 std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
-ShardServer::ShardServer(uint32_t shard, const JobOptions& job)
-    : shard_(shard), job_(job), num_workers_(job.cluster.workers), options_(job.server),
-      bound_(job.consistency.Bound()), aggregate_(job.consistency.aggregate),
-      clocks_(job.cluster.workers), liveness_(job.liveness),
-      dead_(job.cluster.workers, false), left_(job.cluster.workers, false),
+ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock)
+    : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
+      bound_(job.consistency.Bound()), clocks_(job.cluster.workers),
+      workers_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
-      heard_clock_(job.cluster.workers, false), started_(std::chrono::steady_clock::now()) {
+      rate_sampled_(clock_->Now()), started_(rate_sampled_) {
   // A worker that never shows up counts as silent since the shard started.
-  last_seen_.assign(job.cluster.workers, started_);
-  cache_stats_.assign(job.cluster.workers, {0, 0});
-  rate_sampled_ = started_;
+  for (WorkerState& w : workers_) w.last_seen = started_;
 }
 
 ShardServer::~ShardServer() { JoinCheckpointWriter(); }
 
 StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
                                                           const std::string& bind_endpoint,
-                                                          int64_t restore_clock) {
+                                                          int64_t restore_clock,
+                                                          const Clock* clock) {
   if (shard >= job.cluster.servers.size()) {
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
-  std::unique_ptr<ShardServer> server(new ShardServer(shard, job));
+  std::unique_ptr<ShardServer> server(new ShardServer(shard, job, clock));
   if (job.checkpoint.dir.empty() && restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
@@ -80,7 +78,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
 
 Status ShardServer::Run() {
   PS_LOG_INFO("shard {} serving {} tables on {} ({} workers, {})", shard_,
-              store_->layouts().size(), endpoint_, num_workers_,
+              store_->layouts().size(), endpoint_, job_.cluster.workers,
               bound_ == kUnboundedStaleness ? std::string("asp")
                                             : "staleness " + std::to_string(bound_));
   std::vector<Frame> frames;
@@ -141,9 +139,10 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     // A beat of the heartbeat thread may overtake the worker's goodbye on
     // its way here: it never brings back a worker that left.
     const bool stale_beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0 &&
-                            left_[req.worker];
+                            workers_[req.worker].left;
     if (stale_beat) {
-      last_seen_[req.worker] = std::chrono::steady_clock::now();
+      workers_[req.worker].last_seen = clock_->Now();
+      workers_[req.worker].heard = true;
     } else {
       Touch(req.worker);
     }
@@ -171,7 +170,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       // request, so no reader can see the state without it. The worker's
       // next message travels while the apply runs.
       Reply(routing_id, reply);
-      if (aggregate_) {
+      if (job_.consistency.aggregate) {
         // Summed into its clock (never one already applied) and applied
         // with the others' when the last worker finishes that clock.
         store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
@@ -185,14 +184,17 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         ++counters_.pulls_waited;
         counters_.max_blocked_lead =
             std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
-        const auto now = std::chrono::steady_clock::now();
-        const auto deadline = req.max_wait_ms == 0
-                                  ? std::chrono::steady_clock::time_point::max()
-                                  : now + std::chrono::milliseconds(req.max_wait_ms);
-        waiting_.push_back({std::move(frames), req.clock, now, deadline});
+        const Clock::TimePoint now = clock_->Now();
+        const Clock::TimePoint deadline = req.max_wait_ms == 0
+                                              ? Clock::TimePoint::max()
+                                              : now + std::chrono::milliseconds(req.max_wait_ms);
+        // Moving the vector keeps its frames where they are, so the decoded
+        // request's spans stay valid; request_ gets fresh scratch buffers.
+        waiting_.push_back({std::move(frames), std::move(request_), now, deadline});
+        request_ = Request();
         return;
       }
-      ServePull(routing_id);
+      ServePull(routing_id, request_);
       return;
     case Op::kClock: {
       ++counters_.clocks;
@@ -212,12 +214,13 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         if (req.clock > 0) advanced = clocks_.Finish(req.worker, req.clock - 1);
       }
       if (req.flags & kFlagLeaving) {
-        left_[req.worker] = true;
+        workers_[req.worker].left = true;
         advanced = clocks_.Exclude(req.worker);
         PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
                     clocks_.clock(req.worker));
       }
-      cache_stats_[req.worker] = {req.cache_hits, req.cache_misses};
+      workers_[req.worker].cache_hits = req.cache_hits;
+      workers_[req.worker].cache_misses = req.cache_misses;
       reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
@@ -279,16 +282,16 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
   return reply;
 }
 
-void ShardServer::ServePull(Frame& routing_id, std::chrono::steady_clock::duration waited) {
+void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Duration waited) {
   ++counters_.pulls;
-  const MessageHeader& req = request_.header;
+  const MessageHeader& req = pull.header;
   MessageHeader reply = ReplyHeader(req);
   reply.waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
   reply_.clear();
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(reply));
-  if (Status read = store_->ReadRows(request_, &reply_); !read.ok()) {
+  if (Status read = store_->ReadRows(pull, &reply_); !read.ok()) {
     ++counters_.errors;
     Frame id = std::move(reply_[0]);
     Reply(id, MakeErrorHeader(req, shard_, read));
@@ -298,7 +301,7 @@ void ShardServer::ServePull(Frame& routing_id, std::chrono::steady_clock::durati
 }
 
 void ShardServer::MinClockAdvanced() {
-  if (aggregate_) {
+  if (job_.consistency.aggregate) {
     // The mean over the workers the clock waited for.
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
     store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
@@ -415,23 +418,18 @@ void ShardServer::ReleaseWaitingPulls() {
   while (!waiting_.empty()) {
     WaitingPull w = std::move(waiting_.front());
     waiting_.pop_front();
-    if (!clocks_.PullReady(w.clock, bound_)) {
+    if (!clocks_.PullReady(w.request.header.clock, bound_)) {
       still_waiting.push_back(std::move(w));
       continue;
     }
-    std::span<Frame> body(w.frames.data() + 1, w.frames.size() - 1);
-    // Checked when it arrived and the layout does not change, so this
-    // decodes again only to point request_ at the kept frames.
-    if (DecodeRequest(body, rules_, &request_).ok()) {
-      ServePull(w.frames[0], std::chrono::steady_clock::now() - w.since);
-    }
+    ServePull(w.frames[0], w.request, clock_->Now() - w.since);
   }
   waiting_ = std::move(still_waiting);
 }
 
 int ShardServer::Tick(int cap) {
   using std::chrono::milliseconds;
-  const auto now = std::chrono::steady_clock::now();
+  const Clock::TimePoint now = clock_->Now();
   ExpireWaitingPulls(now);
   CheckLiveness(now);
   if (const double secs = std::chrono::duration<double>(now - rate_sampled_).count(); secs >= 1.0) {
@@ -444,10 +442,11 @@ int ShardServer::Tick(int cap) {
   auto next = now + milliseconds(cap);
   for (const WaitingPull& w : waiting_) next = std::min(next, w.deadline);
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
+  rounds_.fetch_add(1, std::memory_order_release);
   return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
 }
 
-void ShardServer::ExpireWaitingPulls(std::chrono::steady_clock::time_point now) {
+void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
   using std::chrono::milliseconds;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (it->deadline > now) {
@@ -456,17 +455,16 @@ void ShardServer::ExpireWaitingPulls(std::chrono::steady_clock::time_point now) 
     }
     WaitingPull w = std::move(*it);
     it = waiting_.erase(it);
-    auto h = DecodeHeader({w.frames[1].data(), w.frames[1].size()});
-    if (!h.ok()) continue;  // it was checked on arrival
+    const MessageHeader* h = &w.request.header;
     const uint32_t slowest = clocks_.slowest_worker();
     const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
     Status late = DeadlineExceededError(
         "PULL request " + std::to_string(h->request_id) + " from worker " +
-        std::to_string(h->worker) + " at clock " + std::to_string(w.clock) + " waited " +
+        std::to_string(h->worker) + " at clock " + std::to_string(h->clock) + " waited " +
         std::to_string(waited) + " ms on shard " + std::to_string(shard_) +
         " for the slowest worker: worker " + std::to_string(slowest) + " is at clock " +
         std::to_string(clocks_.clock(slowest)) + ", and this pull needs every worker at clock >= " +
-        std::to_string(w.clock - bound_) + " (staleness " + std::to_string(bound_) +
+        std::to_string(h->clock - bound_) + " (staleness " + std::to_string(bound_) +
         "); is worker " + std::to_string(slowest) + " alive and still training?");
     ++counters_.errors;
     PS_LOG_WARN("shard {}: {}", shard_, late.message());
@@ -474,21 +472,23 @@ void ShardServer::ExpireWaitingPulls(std::chrono::steady_clock::time_point now) 
   }
 }
 
-void ShardServer::CheckLiveness(std::chrono::steady_clock::time_point now) {
-  if (liveness_.heartbeat_ms == 0) return;
-  const auto timeout = std::chrono::milliseconds(liveness_.timeout_ms);
-  for (uint32_t w = 0; w < num_workers_; ++w) {
-    if (dead_[w] || left_[w] || now - last_seen_[w] < timeout) continue;
-    dead_[w] = true;
+void ShardServer::CheckLiveness(Clock::TimePoint now) {
+  const LivenessOptions& liveness = job_.liveness;
+  if (liveness.heartbeat_ms == 0) return;
+  const auto timeout = std::chrono::milliseconds(liveness.timeout_ms);
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    WorkerState& worker = workers_[w];
+    if (worker.dead || worker.left || now - worker.last_seen < timeout) continue;
+    worker.dead = true;
     const auto silent =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - last_seen_[w]).count();
-    const bool never = last_seen_[w] == started_;
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - worker.last_seen).count();
+    const bool never = !worker.heard;
     const std::string who = "worker " + std::to_string(w) + " is dead: nothing heard from it " +
                             (never ? "since shard " + std::to_string(shard_) + " started"
                                    : "for " + std::to_string(silent) + " ms") +
-                            " (liveness.timeout_ms " + std::to_string(liveness_.timeout_ms) +
+                            " (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) +
                             "), at clock " + std::to_string(clocks_.clock(w));
-    if (liveness_.on_dead_worker == DeadWorkerPolicy::kDrop) {
+    if (liveness.on_dead_worker == DeadWorkerPolicy::kDrop) {
       PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
                   shard_, who);
       if (clocks_.Exclude(w)) MinClockAdvanced();
@@ -506,26 +506,28 @@ void ShardServer::CheckLiveness(std::chrono::steady_clock::time_point now) {
 }
 
 void ShardServer::Touch(uint32_t worker) {
-  last_seen_[worker] = std::chrono::steady_clock::now();
-  if (!dead_[worker] && !left_[worker]) return;
-  if (dead_[worker] && !failed_.ok()) return;  // the job has failed for good
-  const bool was_dead = dead_[worker];
-  dead_[worker] = false;
-  left_[worker] = false;
+  WorkerState& w = workers_[worker];
+  w.last_seen = clock_->Now();
+  w.heard = true;
+  if (!w.dead && !w.left) return;
+  if (w.dead && !failed_.ok()) return;  // the job has failed for good
+  const bool was_dead = w.dead;
+  w.dead = false;
+  w.left = false;
   clocks_.Include(worker);
   PS_LOG_INFO("shard {}: worker {} {} at clock {}", shard_, worker,
               was_dead ? "is back and rejoins" : "rejoins", clocks_.clock(worker));
 }
 
 void ShardServer::WorkerLeft(uint32_t worker) {
-  left_[worker] = true;
+  workers_[worker].left = true;
   clocks_.Exclude(worker);
   PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
 }
 
 void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
-  if (heard_clock_[worker]) return;
-  heard_clock_[worker] = true;
+  if (workers_[worker].heard_clock) return;
+  workers_[worker].heard_clock = true;
   if (clock <= started_clock_) return;
   const int64_t lost = clock - started_clock_;
   lost_clocks_ = std::max(lost_clocks_, lost);
@@ -539,16 +541,15 @@ void ShardServer::FailWaitingPulls(const Status& status) {
   while (!waiting_.empty()) {
     WaitingPull w = std::move(waiting_.front());
     waiting_.pop_front();
-    auto h = DecodeHeader({w.frames[1].data(), w.frames[1].size()});
-    if (!h.ok()) continue;
     ++counters_.errors;
-    Reply(w.frames[0], MakeErrorHeader(*h, shard_, status));
+    Reply(w.frames[0], MakeErrorHeader(w.request.header, shard_, status));
   }
 }
 
 std::string ShardServer::StatsReport() const {
   std::ostringstream os;
-  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const Clock::TimePoint now = clock_->Now();
+  const double up = std::chrono::duration<double>(now - started_).count();
   os << "shard " << shard_ << " endpoint " << endpoint_ << " uptime_s " << up << "\n";
   os << "pushes " << counters_.pushes << " pulls " << counters_.pulls << " errors "
      << counters_.errors << " bytes_in " << counters_.bytes_in << " bytes_out "
@@ -561,6 +562,11 @@ std::string ShardServer::StatsReport() const {
   os << "worker_clocks";
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
   os << "\n";
+  os << "worker_silent_ms";
+  for (const WorkerState& w : workers_) {
+    os << " " << std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count();
+  }
+  os << "\n";
   os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
   os << "recovery started_clock " << started_clock_ << " lost_clocks " << lost_clocks_
      << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
@@ -570,8 +576,8 @@ std::string ShardServer::StatsReport() const {
        << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
   }
   os << "cache_hit_rate";
-  for (uint32_t w = 0; w < num_workers_; ++w) {
-    const auto [hits, misses] = cache_stats_[w];
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    const uint64_t hits = workers_[w].cache_hits, misses = workers_[w].cache_misses;
     os << " " << w << ":";
     if (hits + misses == 0) {
       os << "-";
@@ -581,12 +587,12 @@ std::string ShardServer::StatsReport() const {
   }
   os << "\n";
   os << "dead_workers";
-  for (uint32_t w = 0; w < num_workers_; ++w) {
-    if (dead_[w]) os << " " << w;
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    if (workers_[w].dead) os << " " << w;
   }
   os << "\nleft_workers";
-  for (uint32_t w = 0; w < num_workers_; ++w) {
-    if (left_[w]) os << " " << w;
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    if (workers_[w].left) os << " " << w;
   }
   os << "\n";
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -76,10 +77,14 @@ class ShardServer {
   // when it is -1; FailedPrecondition when a generation was written for
   // another model, NotFound for a `restore_clock` that does not exist
   // (listing those that do), DataLoss for a corrupt one.
+  // `clock` measures liveness, pull deadlines, waits and rates (the
+  // process's steady clock when null; tests pass a FakeClock); it must
+  // outlive the server.
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
   static StatusOr<std::unique_ptr<ShardServer>> Create(const JobOptions& job, uint32_t shard,
                                                       const std::string& bind_endpoint = "",
-                                                      int64_t restore_clock = -1);
+                                                      int64_t restore_clock = -1,
+                                                      const Clock* clock = nullptr);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
@@ -98,7 +103,11 @@ class ShardServer {
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
   size_t waiting_pulls() const { return waiting_.size(); }
-  bool worker_dead(uint32_t worker) const { return dead_[worker]; }
+  bool worker_dead(uint32_t worker) const { return workers_[worker].dead; }
+  // Rounds of the loop's housekeeping (pull deadlines, liveness, rates), each
+  // at the clock's time when it ran. Safe from any thread: after moving a
+  // FakeClock, a test waits for two more rounds to know one saw the new time.
+  uint64_t housekeeping_rounds() const { return rounds_.load(std::memory_order_acquire); }
   // Clocks of updates this shard lost: the most, over workers, between the
   // clock it started at (restored or 0) and the first clock it heard from
   // the worker (REQUIRES: as store()).
@@ -110,12 +119,12 @@ class ShardServer {
   void WorkerLeft(uint32_t worker);
 
  private:
-  ShardServer(uint32_t shard, const JobOptions& job);
+  ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock);
   void Handle(std::vector<Frame>& frames);
-  // Answers the PULL in request_ (decoded from `routing_id`'s message);
-  // `waited` is how long it waited for slower workers (told to the client).
-  void ServePull(Frame& routing_id,
-                 std::chrono::steady_clock::duration waited = std::chrono::steady_clock::duration::zero());
+  // Answers `pull` (decoded from `routing_id`'s message); `waited` is how
+  // long it waited for slower workers (told to the client).
+  void ServePull(Frame& routing_id, const Request& pull,
+                 Clock::Duration waited = Clock::Duration::zero());
   // The minimum clock advanced: applies the finished clocks' sums
   // (aggregation), then answers every waiting pull it allows.
   void MinClockAdvanced();
@@ -136,8 +145,8 @@ class ShardServer {
   // pull past its max_wait_ms, and marks silent workers dead. Returns
   // milliseconds until the next deadline (at most `cap`).
   int Tick(int cap);
-  void ExpireWaitingPulls(std::chrono::steady_clock::time_point now);
-  void CheckLiveness(std::chrono::steady_clock::time_point now);
+  void ExpireWaitingPulls(Clock::TimePoint now);
+  void CheckLiveness(Clock::TimePoint now);
   // `worker` spoke: it is alive (and rejoins if it was dropped or had left).
   void Touch(uint32_t worker);
   // The first CLOCK or resume this process hears from `worker`: it carries
@@ -153,10 +162,32 @@ class ShardServer {
   void SendReply(const MessageHeader& header);
   std::string StatsReport() const;
 
+  // What the shard knows of one worker besides its clock (clocks_).
+  struct WorkerState {
+    Clock::TimePoint last_seen;  // its last request or heartbeat (start: the shard's start)
+    bool heard = false;          // a request or heartbeat arrived since the shard started
+    bool dead = false;           // silent for liveness.timeout_ms
+    bool left = false;           // said goodbye (or finished while the shard was down)
+    bool heard_clock = false;    // a CLOCK or resume told this process its clock
+    // The parameter-cache counts its last heartbeat reported.
+    uint64_t cache_hits = 0;
+    uint64_t cache_misses = 0;
+  };
+  // A pull waiting for slower workers: the whole message, routing id first,
+  // and the request decoded from it on arrival (its spans point into
+  // `frames`, whose elements never move while the vector is moved).
+  struct WaitingPull {
+    std::vector<Frame> frames;
+    Request request;
+    Clock::TimePoint since;
+    Clock::TimePoint deadline;  // max(): none
+  };
+
   const uint32_t shard_;
   const JobOptions job_;
-  const uint32_t num_workers_;
-  const ServerOptions options_;
+  const SteadyClock steady_clock_;
+  const Clock* const clock_;  // steady_clock_ unless Create was given one
+  const int64_t bound_;       // staleness bound of the job's consistency mode
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<Socket> socket_;
@@ -165,41 +196,27 @@ class ShardServer {
   Request request_;            // reused across requests to keep its scratch buffers
   std::vector<Frame> reply_;   // reused across replies
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> rounds_{0};
   ShardServerCounters counters_;
-  const int64_t bound_;  // staleness bound of the job's consistency mode
-  const bool aggregate_;  // consistency.aggregate
   ClockTable clocks_;
-  // A pull waiting for slower workers: the whole message, routing id first.
-  struct WaitingPull {
-    std::vector<Frame> frames;
-    int64_t clock;
-    std::chrono::steady_clock::time_point since;
-    std::chrono::steady_clock::time_point deadline;  // max(): none
-  };
+  std::vector<WorkerState> workers_;  // by rank
   std::deque<WaitingPull> waiting_;
-  const LivenessOptions liveness_;
-  std::vector<std::chrono::steady_clock::time_point> last_seen_;
-  std::vector<bool> dead_;
-  std::vector<bool> left_;
   Status failed_;  // set under policy fail once a worker died
-  // Recovery: pushes applied lately, the clock this process started at,
-  // whether each worker's clock was heard since, and the updates lost.
+  // Recovery: pushes applied lately, the clock this process started at, and
+  // the updates lost.
   RecentPushes recent_pushes_;
   int64_t started_clock_ = 0;
-  std::vector<bool> heard_clock_;
   int64_t lost_clocks_ = 0;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
   std::thread checkpoint_writer_;
   std::atomic<bool> checkpoint_writing_{false};
-  // Per worker: the parameter-cache counts its last heartbeat reported.
-  std::vector<std::pair<uint64_t, uint64_t>> cache_stats_;
   // Request rates over the last full second (Tick samples the counters).
-  std::chrono::steady_clock::time_point rate_sampled_;
+  Clock::TimePoint rate_sampled_;
   uint64_t rate_pushes_ = 0, rate_pulls_ = 0;  // counters at rate_sampled_
   double pushes_per_s_ = 0, pulls_per_s_ = 0;
-  std::chrono::steady_clock::time_point started_;
+  const Clock::TimePoint started_;
 };
 
 // "tcp://host:port" for a cluster.servers entry ("host:port" or "[v6]:port").

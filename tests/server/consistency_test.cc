@@ -9,6 +9,7 @@
 
 #include "client/client.h"
 #include "server/shard_server.h"
+#include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
 
 namespace ps {
@@ -53,7 +54,9 @@ TEST(ConsistencyTest, BspPullAheadOfTheSlowestWaitsForItsClock) {
 TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   JobOptions job = Job(ConsistencyMode::kSsp, 1, 3);
   job.client.request_timeout_ms = 2000;  // the shard gives up after 1800 ms
-  InProcessCluster shards(job);
+  job.liveness.heartbeat_ms = 0;         // only the pull's deadline counts here
+  FakeClock clock;  // the shards' time, moved by hand
+  InProcessCluster shards(job, &clock);
   auto w0 = Client::Create(job, 0, shards.endpoints()).value();
   auto w2 = Client::Create(job, 2, shards.endpoints()).value();
   for (int c = 0; c < 2; ++c) {
@@ -62,9 +65,22 @@ TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   }
   // Worker 1 never reports a clock: a pull at clock 2 under ssp 1 needs it at 1.
   std::vector<float> out(3);
-  const auto start = std::chrono::steady_clock::now();
-  Status s = w0->Wait(*w0->PullDense(0, out.data()));
-  const auto took = std::chrono::steady_clock::now() - start;
+  const auto start = clock.Now();
+  Ticket pull = *w0->PullDense(0, out.data());
+  // Once both shards hold the pull, the shards' time passes its deadline.
+  auto control = Client::Create(job, kControlWorker, shards.endpoints()).value();
+  for (uint32_t shard = 0; shard < 2; ++shard) {
+    for (int i = 0;; ++i) {
+      ASSERT_LT(i, 5000) << "shard " << shard << " never held the pull";
+      auto stats = control->Stats(shard);
+      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      if (stats->find("waiting_pulls 1 ") != std::string::npos) break;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  clock.Advance(milliseconds(1801));
+  Status s = w0->Wait(pull);
+  const auto took = clock.Now() - start;
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
   EXPECT_NE(s.message().find("the slowest worker: worker 1 is at clock 0"), std::string::npos)
       << s.ToString();

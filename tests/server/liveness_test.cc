@@ -1,13 +1,20 @@
 // Dead, departed and returning workers, through real shards and clients on
 // loopback: a silent worker is found within liveness.timeout_ms, and the
 // job then fails naming it (policy fail) or goes on without it (drop).
+//
+// The shards run on a FakeClock: a test moves time past the timeout by
+// hand instead of sleeping. The workers' heartbeat threads still beat every
+// 50 ms of real time; a live worker's beats reach the shards between two
+// moves of the clock, each shorter than the timeout (AwaitHeard).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "client/client.h"
 #include "client/heartbeat.h"
+#include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
 
 namespace ps {
@@ -43,15 +50,58 @@ Status Step(Client& client) {
   return client.Wait(*client.Clock());
 }
 
+// Each worker's silence on a shard, from its STATS line "worker_silent_ms".
+std::vector<int64_t> SilentMs(const std::string& stats) {
+  std::vector<int64_t> ms;
+  const size_t at = stats.find("worker_silent_ms");
+  if (at == std::string::npos) return ms;
+  std::istringstream line(stats.substr(at + 16, stats.find('\n', at) - at - 16));
+  for (int64_t v; line >> v;) ms.push_back(v);
+  return ms;
+}
+
+// Moves the shards' clock by `by`, then waits (real time, at most 10 s)
+// until every shard has heard from each of `alive` since the move: their
+// heartbeats keep them alive across it. REQUIRES: `by` < the timeout.
+void MoveClockKeeping(FakeClock& clock, milliseconds by, const std::vector<uint32_t>& alive,
+                      const JobOptions& job, InProcessCluster& cluster) {
+  clock.Advance(by);
+  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (uint32_t s = 0; s < cluster.endpoints().size(); ++s) {
+    while (true) {
+      auto stats = control->Stats(s);
+      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      const std::vector<int64_t> silent = SilentMs(*stats);
+      ASSERT_EQ(silent.size(), job.cluster.workers) << *stats;
+      bool heard = true;
+      for (uint32_t w : alive) heard = heard && silent[w] < by.count();
+      if (heard) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+          << "shard " << s << " heard no beat of the live workers after the clock moved:\n"
+          << *stats;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  cluster.AwaitHousekeeping();
+}
+
 TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 3);
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   ASSERT_TRUE(Step(*w0).ok());
   ASSERT_TRUE(Step(*w1).ok());
   const auto start = std::chrono::steady_clock::now();
-  Status s = Step(*w0);  // at clock 1 under bsp: waits for worker 2
+  std::vector<float> out(8);
+  Ticket pull = *w0->PullDense(0, out.data());  // at clock 1 under bsp: waits for worker 2
+  ASSERT_TRUE(w0->Poll(20).ok());
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  EXPECT_GT(w0->in_flight(), 0u) << "worker 2 is not dead yet: the pull waits";
+  clock.Advance(milliseconds(200));  // worker 2 silent for 500 ms, the others < 400
+  Status s = w0->Wait(pull);
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
   EXPECT_NE(s.message().find("worker 2 is dead: nothing heard from it since shard"),
             std::string::npos) << s.ToString();
@@ -63,13 +113,17 @@ TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
 
 TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
   const JobOptions job = Job(DeadWorkerPolicy::kDrop, 3);
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   {
     auto w2 = Worker(job, 2, cluster);
     ASSERT_TRUE(Step(*w2).ok());
   }  // worker 2 dies: no goodbye, no more heartbeats
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  clock.Advance(milliseconds(200));  // worker 2 silent for 500 ms, the others < 400
+  cluster.AwaitHousekeeping();
   for (int c = 0; c < 5; ++c) {
     ASSERT_TRUE(Step(*w0).ok()) << "clock " << c;
     ASSERT_TRUE(Step(*w1).ok()) << "clock " << c;
@@ -93,7 +147,8 @@ TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
 
 TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   {
     auto w1 = Worker(job, 1, cluster);
@@ -101,7 +156,9 @@ TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
     ASSERT_TRUE(w1->Leave().ok());
   }
   for (int c = 0; c < 4; ++c) ASSERT_TRUE(Step(*w0).ok());
-  std::this_thread::sleep_for(milliseconds(600));  // past the liveness timeout
+  // Past the liveness timeout.
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
   ASSERT_TRUE(Step(*w0).ok());
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(1));
@@ -110,7 +167,8 @@ TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
 
 TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   {
     auto w1 = Worker(job, 1, cluster);
@@ -121,11 +179,13 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   // travel on their own connection).
   {
     auto beats = HeartbeatSender::Start(cluster.endpoints(), 1, milliseconds(20)).value();
-    std::this_thread::sleep_for(milliseconds(100));
+    ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(100), {1}, job, cluster));
     EXPECT_GT(beats->sent(), 0u);
   }
   for (int c = 0; c < 3; ++c) ASSERT_TRUE(Step(*w0).ok());  // not waited for
-  std::this_thread::sleep_for(milliseconds(600));           // past the liveness timeout
+  // Past the liveness timeout.
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
   ASSERT_TRUE(Step(*w0).ok());
   cluster.Stop();
   for (uint32_t s = 0; s < 2; ++s) {
@@ -136,13 +196,16 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
 
 TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   ASSERT_TRUE(Step(*w0).ok());
   ASSERT_TRUE(Step(*w1).ok());
   // Worker 1 "computes" for longer than the timeout, sending nothing itself.
-  std::this_thread::sleep_for(milliseconds(900));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  }
   ASSERT_TRUE(Step(*w1).ok());
   ASSERT_TRUE(Step(*w0).ok());
   cluster.Stop();
@@ -159,7 +222,8 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
   JobOptions job = Job(DeadWorkerPolicy::kDrop, 3);
   job.consistency.mode = ConsistencyMode::kSsp;
   job.consistency.staleness = 2;
-  InProcessCluster cluster(job);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   std::vector<float> out(8);
@@ -170,7 +234,9 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
       ASSERT_TRUE(w->Wait(*w->Clock()).ok());
     }
   }
-  std::this_thread::sleep_for(milliseconds(600));  // worker 2 is declared dead; heartbeats report
+  // Worker 2 is declared dead; the others' heartbeats report their caches.
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
   auto stats = control->Stats(0);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();

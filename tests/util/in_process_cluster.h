@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,9 +18,11 @@ namespace ps {
 
 class InProcessCluster {
  public:
-  explicit InProcessCluster(const JobOptions& job) {
+  // `clock` (null: the steady clock) is every shard's; it must outlive the
+  // cluster.
+  explicit InProcessCluster(const JobOptions& job, const Clock* clock = nullptr) {
     for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*");
+      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*", -1, clock);
       EXPECT_TRUE(server.ok()) << server.status().ToString();
       if (!server.ok()) continue;
       endpoints_.push_back((*server)->endpoint());
@@ -37,6 +40,26 @@ class InProcessCluster {
     for (auto& s : servers_) s->Stop();
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
+    }
+  }
+  // Returns once every shard ran its housekeeping (liveness, pull
+  // deadlines) at least once after this call began: after moving a
+  // FakeClock, the shards have seen the new time. A round starts at least
+  // every 100 ms; fails the test after 10 s.
+  void AwaitHousekeeping() {
+    std::vector<uint64_t> from;
+    for (auto& s : servers_) from.push_back(s->housekeeping_rounds());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      // The round under way may have read the time before the call: wait
+      // for the one after it.
+      while (servers_[i]->housekeeping_rounds() < from[i] + 2) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          ADD_FAILURE() << "shard " << i << " ran no housekeeping round in 10 s";
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
   }
   // "tcp://127.0.0.1:<port>" per shard, for Client::Create.
