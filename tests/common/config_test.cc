@@ -15,6 +15,7 @@
 
 #include "common/options.h"
 #include "common/status.h"
+#include "tests/util/status_matchers.h"
 
 namespace ps {
 namespace {
@@ -105,9 +106,9 @@ TEST(ConfigTest, EveryExampleInConfigDirectoryLoadsAndValidates) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     StatusOr<JobOptions> job = LoadJobFile(entry.path().string());
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    ASSERT_OK(job);
     EXPECT_EQ(job->source, entry.path().string());
-    EXPECT_TRUE(job->Validate().ok());
+    EXPECT_OK(job->Validate());
     ++loaded;
   }
   EXPECT_GE(loaded, 3) << "expected local_demo, two_shards and single";
@@ -115,7 +116,7 @@ TEST(ConfigTest, EveryExampleInConfigDirectoryLoadsAndValidates) {
 
 TEST(ConfigTest, LocalDemoIsTwoShardLinearRegressionJob) {
   StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/local_demo.yaml");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->cluster.servers,
             (std::vector<std::string>{"127.0.0.1:7100", "127.0.0.1:7101"}));
   EXPECT_EQ(job->cluster.workers, 2u);
@@ -131,11 +132,11 @@ TEST(ConfigTest, LocalDemoIsTwoShardLinearRegressionJob) {
 
 TEST(ConfigTest, TwoShardsHasLargeSparseTableAndNoTraining) {
   StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/two_shards.yaml");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->cluster.servers.size(), 2u);
   EXPECT_EQ(job->train.features, 0u);
   StatusOr<uint32_t> id = job->TableId("embeddings");
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_OK(id);
   EXPECT_EQ(job->tables[*id].rows, 1000000u);
   EXPECT_EQ(job->tables[*id].dim, 16u);
   EXPECT_EQ(job->tables[*id].init.kind, InitKind::kNormal);
@@ -143,7 +144,7 @@ TEST(ConfigTest, TwoShardsHasLargeSparseTableAndNoTraining) {
 
 TEST(ConfigTest, SingleHasOneServerAndOneWorker) {
   StatusOr<JobOptions> job = LoadJobFile(kConfigDir + "/single.yaml");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->cluster.servers.size(), 1u);
   EXPECT_EQ(job->cluster.workers, 1u);
 }
@@ -153,7 +154,7 @@ TEST(ConfigTest, SingleHasOneServerAndOneWorker) {
 
 TEST(ConfigTest, OmittedKeysTakeTheDefaultsOfOptionsH) {
   StatusOr<JobOptions> job = LoadJobString(JobYaml(), "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   const TableOptions table_defaults;
   const ServerOptions server_defaults;
   const ClientOptions client_defaults;
@@ -197,7 +198,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "train: { table: w, features: 8, samples_per_worker: 100,"
       " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->cluster.servers[1], "[::1]:7001");
   EXPECT_EQ(job->cluster.workers, 3u);
   EXPECT_EQ(job->tables[0].init.kind, InitKind::kUniform);
@@ -233,7 +234,7 @@ TEST(ConfigTest, NormalInitStddevFillsValue) {
       JobYamlWithTable("name: w, rows: 4,"
                        " init: { type: normal, stddev: 0.125, seed: 3 }"),
       "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->tables[0].init.kind, InitKind::kNormal);
   EXPECT_FLOAT_EQ(job->tables[0].init.value, 0.125f);
   EXPECT_EQ(job->tables[0].init.seed, 3u);
@@ -247,7 +248,7 @@ TEST(ConfigTest, JobWideOptimizerAppliesToTablesWithoutTheirOwn) {
       "  - { name: a, rows: 4 }\n"
       "  - { name: b, rows: 4, optimizer: { type: add } }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->tables[0].optimizer.kind, OptimizerKind::kSgd);
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, 0.25f);
   EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdd);
@@ -260,7 +261,7 @@ TEST(ConfigTest, TableOptimizerReplacesJobWideOneAsAWhole) {
       "tables:\n"
       "  - { name: a, rows: 4, optimizer: { type: sgd } }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, OptimizerOptions().lr);
 }
 
@@ -270,7 +271,7 @@ TEST(ConfigTest, AcceptsYamlCoreNumberForms) {
                                      " init: { type: constant, value: -.5 },"
                                      " optimizer: { lr: 1e-3 }"),
                     "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->tables[0].rows, 64u);
   EXPECT_EQ(job->tables[0].dim, 2u);
   EXPECT_FLOAT_EQ(job->tables[0].init.value, -0.5f);
@@ -314,7 +315,7 @@ TEST(ConfigTest, NumericKeyValuesAreAcceptedAsStrings) {
   // A table name or a host that YAML reads as a number is still a string.
   StatusOr<JobOptions> job =
       LoadJobString(JobYamlWithTable("name: 123, rows: 4"), "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->tables[0].name, "123");
 }
 
@@ -336,7 +337,7 @@ TEST(ConfigTest, NonScalarKeyIsRejected) {
 TEST(ConfigTest, LoadJobFileSetsSourceToThePath) {
   const std::string path = kConfigDir + "/single.yaml";
   StatusOr<JobOptions> job = LoadJobFile(path);
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->source, path);
 }
 
@@ -601,17 +602,17 @@ TEST(ConfigTest, ConsistencyModesLoadWithTheirBounds) {
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
       "tables: [ { name: w, rows: 4 } ]\n";
   auto bsp = LoadJobString(head + "consistency: { mode: bsp }\n", "mem");
-  ASSERT_TRUE(bsp.ok()) << bsp.status().ToString();
+  ASSERT_OK(bsp);
   EXPECT_EQ(bsp->consistency.Bound(), 0);
   auto ssp = LoadJobString(head + "consistency: { mode: ssp, staleness: 3 }\n", "mem");
-  ASSERT_TRUE(ssp.ok()) << ssp.status().ToString();
+  ASSERT_OK(ssp);
   EXPECT_EQ(ssp->consistency.Bound(), 3);
   EXPECT_EQ(ConsistencyName(ssp->consistency), "ssp 3");
   auto asp = LoadJobString(head + "consistency: { mode: asp }\n", "mem");
-  ASSERT_TRUE(asp.ok());
+  ASSERT_OK(asp);
   EXPECT_EQ(asp->consistency.Bound(), kUnboundedStaleness);
   auto absent = LoadJobString(head, "mem");
-  ASSERT_TRUE(absent.ok());
+  ASSERT_OK(absent);
   EXPECT_EQ(absent->consistency.mode, ConsistencyMode::kAsp);
 }
 
@@ -641,7 +642,7 @@ TEST(ConfigTest, AggregateIsOnlyForBsp) {
       "tables: [ { name: w, rows: 4 } ]\n"
       "consistency: { mode: bsp, aggregate: true }\n",
       "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_TRUE(job->consistency.aggregate);
   EXPECT_TRUE(BadFileRejected("bad_consistency_aggregate_with_ssp.yaml",
                               {"consistency.aggregate: true with mode ssp 2", "only with mode bsp"}));
@@ -659,7 +660,7 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
       head + "liveness: { heartbeat_ms: 100, timeout_ms: 250, on_dead_worker: drop,\n"
              "            server_restarts: 3, server_down_timeout_ms: 4000 }\n",
       "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->liveness.server_restarts, 3u);
   EXPECT_EQ(job->liveness.server_down_timeout_ms, 4000u);
   EXPECT_EQ(job->liveness.heartbeat_ms, 100u);
@@ -681,7 +682,7 @@ TEST(ConfigTest, StragglersLoadAndAreChecked) {
                                   "pause_probability: 0.05, pause_steps: [1, 3], seed: 7, "
                                   "step_ms: 2.5 }\n",
                            "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->stragglers.slow_worker, 3);
   EXPECT_EQ(job->stragglers.slow_factor, 3.0);
   EXPECT_FLOAT_EQ(static_cast<float>(job->stragglers.pause_probability), 0.05f);
@@ -702,7 +703,7 @@ TEST(ConfigTest, WorkerDeviceLoadsAndUnknownDevicesAreRejected) {
       "tables: [ { name: w, rows: 4 } ]\n"
       "worker: { device: cuda, cpu_threads: 3 }\n",
       "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->worker.device, DeviceKind::kCuda);
   EXPECT_EQ(job->worker.cpu_threads, 3u);
   EXPECT_TRUE(BadFileRejected("bad_worker_device.yaml",
@@ -722,7 +723,7 @@ TEST(ConfigTest, OptimizersAndSchedulesLoad) {
       "  - { name: d, rows: 4, optimizer: { type: sgd, lr: 1, decay: step, decay_every: 5,\n"
       "                                       decay_gamma: 0.5 } }\n",
       "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.momentum, 0.9f);
   EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(job->tables[1].optimizer.epsilon, 0.001f);
@@ -744,7 +745,7 @@ TEST(ConfigTest, MlpTrainingLoadsAndChecksItsTable) {
   auto job = LoadJobString(head + "train: { program: mlp, table: mlp, layers: [784, 100, 10],"
                                   " eval_every: 100 }\n",
                            "mem");
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->train.program, TrainProgram::kMlp);
   EXPECT_EQ(job->train.layers, (std::vector<uint32_t>{784, 100, 10}));
   auto wrong = LoadJobString(head + "train: { program: mlp, table: mlp, layers: [784, 50, 10] }\n",
@@ -818,7 +819,7 @@ TEST(ConfigTest, NewTrainingKeysLoad) {
            "checkpoint: { dir: ckpt, every_clocks: 50, keep: 2, sync: false, restore: false }\n";
   }
   StatusOr<JobOptions> job = LoadJobFile(path);
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   EXPECT_EQ(job->train.program, TrainProgram::kMatrixFactorization);
   EXPECT_EQ(job->train.user_table, "u");
   EXPECT_EQ(job->train.item_table, "v");
@@ -891,7 +892,7 @@ TEST(ConfigTest, TwoDocumentsAreRejected) {
 // JobOptions::Validate() on structs built in code
 
 TEST(OptionsValidateTest, ValidJobPasses) {
-  EXPECT_TRUE(ValidJob().Validate().ok());
+  EXPECT_OK(ValidJob().Validate());
 }
 
 TEST(OptionsValidateTest, MessageStartsWithSourceAndYamlPath) {
@@ -919,7 +920,7 @@ TEST(OptionsValidateTest, AcceptsWellFormedLoopbackEndpoints) {
     JobOptions job = ValidJob();
     job.cluster.servers = {server};
     const Status status = job.Validate();
-    EXPECT_TRUE(status.ok()) << server << ": " << status.ToString();
+    EXPECT_OK(status) << server << ": " << status.ToString();
   }
 }
 
@@ -947,7 +948,7 @@ TEST(OptionsValidateTest, NonLoopbackHostsNeedAllowRemote) {
         InvalidWith(job.Validate(), {"cluster.servers[0]", "allow_remote"}))
         << server;
     job.cluster.allow_remote = true;
-    EXPECT_TRUE(job.Validate().ok()) << server;
+    EXPECT_OK(job.Validate()) << server;
   }
 }
 
@@ -962,7 +963,7 @@ TEST(OptionsValidateTest, SameEndpointSpelledDifferentlyIsDuplicate) {
 TEST(OptionsValidateTest, SameHostOnDifferentPortsIsFine) {
   JobOptions job = ValidJob();
   job.cluster.servers = {"127.0.0.1:7000", "127.0.0.1:7001", "[::1]:7000"};
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
 }
 
 TEST(OptionsValidateTest, ZeroWorkersIsRejected) {
@@ -974,7 +975,7 @@ TEST(OptionsValidateTest, ZeroWorkersIsRejected) {
 TEST(OptionsValidateTest, TableNamesAllowLettersDigitsUnderscoreDotDash) {
   JobOptions job = ValidJob();
   job.tables[0].name = "Emb_9.v-2";
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   for (const char* name : {"", "a b", "a/b", "w\xc3\xa9", "a:b"}) {
     job.tables[0].name = name;
     EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].name"}))
@@ -988,7 +989,7 @@ TEST(OptionsValidateTest, RowsTimesDimMustFitIn64BitBytes) {
   const uint64_t max_rows =
       std::numeric_limits<uint64_t>::max() / 16 / sizeof(float);
   job.tables[0].rows = max_rows;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.tables[0].rows = max_rows + 1;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0]: ", "overflow"}));
 }
@@ -1006,14 +1007,14 @@ TEST(OptionsValidateTest, AddOptimizerIgnoresLearningRate) {
   JobOptions job = ValidJob();
   job.tables[0].optimizer.kind = OptimizerKind::kAdd;
   job.tables[0].optimizer.lr = 0.0f;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
 }
 
 TEST(OptionsValidateTest, ConstantInitMayBeNegativeButMustBeFinite) {
   JobOptions job = ValidJob();
   job.tables[0].init.kind = InitKind::kConstant;
   job.tables[0].init.value = -3.0f;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.tables[0].init.value = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].init.value"}));
 }
@@ -1022,7 +1023,7 @@ TEST(OptionsValidateTest, RandomInitScaleMustBeFiniteAndNonNegative) {
   JobOptions job = ValidJob();
   job.tables[0].init.kind = InitKind::kUniform;
   job.tables[0].init.value = 0.0f;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.tables[0].init.value = -0.1f;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].init.scale"}));
   job.tables[0].init.kind = InitKind::kNormal;
@@ -1035,7 +1036,7 @@ TEST(OptionsValidateTest, ServerLimitBoundaries) {
   job.server.max_request_bytes = 1024;
   job.server.max_keys_per_request = 1;
   job.server.io_threads = 64;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.server.max_request_bytes = 1023;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"server.max_request_bytes"}));
   job = ValidJob();
@@ -1053,7 +1054,7 @@ TEST(OptionsValidateTest, ClientLimitBoundaries) {
   job.client.request_timeout_ms = 1;
   job.client.max_in_flight = 1;
   job.client.io_threads = 1;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.client.request_timeout_ms = 0;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"client.request_timeout_ms"}));
   job = ValidJob();
@@ -1068,7 +1069,7 @@ TEST(OptionsValidateTest, TrainChecksAreSkippedWhenFeaturesIsZero) {
   JobOptions job = ValidJob();
   job.train.table = "no_such_table";
   job.train.batch_size = 0;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
 }
 
 TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
@@ -1077,7 +1078,7 @@ TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
   job.train.features = 64;
   job.train.samples_per_worker = 100;
   job.train.batch_size = 100;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   job.train.batch_size = 0;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"train.batch_size"}));
   job.train.batch_size = 1;
@@ -1102,7 +1103,7 @@ TEST(OptionsValidateTest, TableIdIsTheIndexOrNotFound) {
   bias.rows = 1;
   job.tables.push_back(bias);
   StatusOr<uint32_t> id = job.TableId("bias");
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_OK(id);
   EXPECT_EQ(*id, 1u);
   StatusOr<uint32_t> missing = job.TableId("nope");
   ASSERT_FALSE(missing.ok());

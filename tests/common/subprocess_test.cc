@@ -1,4 +1,5 @@
 #include "common/subprocess.h"
+#include "tests/util/status_matchers.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -30,7 +31,7 @@ std::unique_ptr<Subprocess> SpawnOrDie(std::vector<std::string> argv,
   options.argv = std::move(argv);
   options.capture_output = capture;
   StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(options);
-  EXPECT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_OK(child);
   return child.ok() ? std::move(child).value() : nullptr;
 }
 
@@ -46,7 +47,7 @@ std::vector<std::string> ReadLines(Subprocess& child,
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     StatusOr<bool> eof = reader.ReadFrom(child.output_fd(), &lines);
-    EXPECT_TRUE(eof.ok()) << eof.status().ToString();
+    EXPECT_OK(eof);
     if (!eof.ok() || *eof) return lines;
     pollfd pfd{child.output_fd(), POLLIN, 0};
     ::poll(&pfd, 1, 50);
@@ -102,7 +103,7 @@ TEST(SubprocessTest, CapturesOutputOfEcho) {
   EXPECT_GT(child->pid(), 0);
   EXPECT_EQ(ReadLines(*child), std::vector<std::string>{"hello world"});
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  ASSERT_OK(status);
   EXPECT_TRUE(ExitedSuccessfully(*status));
   EXPECT_EQ(DescribeWaitStatus(*status), "exited with code 0");
 }
@@ -118,7 +119,7 @@ TEST(SubprocessTest, ReportsExitCode) {
   auto child = Shell("exit 3");
   ASSERT_NE(child, nullptr);
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  ASSERT_OK(status);
   ASSERT_TRUE(WIFEXITED(*status));
   EXPECT_EQ(WEXITSTATUS(*status), 3);
   EXPECT_FALSE(ExitedSuccessfully(*status));
@@ -131,7 +132,7 @@ TEST(SubprocessTest, AddsEnvironmentVariables) {
   options.env = {{"PS_SUBPROCESS_TEST_VAR", "forty two"}};
   options.capture_output = true;
   auto child = Subprocess::Spawn(options);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_OK(child);
   EXPECT_EQ(ReadLines(**child), std::vector<std::string>{"forty two"});
 }
 
@@ -180,9 +181,9 @@ TEST(SubprocessTest, NonExecutableFileFailsInSpawn) {
 TEST(SubprocessTest, SignalTerminatesChild) {
   auto child = SpawnOrDie({"/bin/sleep", "10"});
   ASSERT_NE(child, nullptr);
-  ASSERT_TRUE(child->Signal(SIGTERM).ok());
+  ASSERT_OK(child->Signal(SIGTERM));
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  ASSERT_OK(status);
   ASSERT_TRUE(WIFSIGNALED(*status));
   EXPECT_EQ(WTERMSIG(*status), SIGTERM);
   EXPECT_EQ(DescribeWaitStatus(*status), "killed by signal 15 (Terminated)");
@@ -192,7 +193,7 @@ TEST(SubprocessTest, TryWaitReturnsNulloptWhileRunningThenTheSameStatus) {
   auto child = Shell("read line; exit 4");  // stdin is /dev/null: EOF
   ASSERT_NE(child, nullptr);
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok());
+  ASSERT_OK(status);
   EXPECT_EQ(child->TryWait(), *status);
   EXPECT_EQ(child->TryWait(), *status);
   EXPECT_EQ(child->wait_status(), *status);
@@ -203,7 +204,7 @@ TEST(SubprocessTest, TryWaitReturnsNulloptWhileRunningThenTheSameStatus) {
   EXPECT_EQ(sleeper->TryWait(), std::nullopt);
   EXPECT_EQ(sleeper->wait_status(), std::nullopt);
   // Signalling a reaped child is a harmless no-op.
-  EXPECT_TRUE(child->Signal(SIGKILL).ok());
+  EXPECT_OK(child->Signal(SIGKILL));
 }
 
 TEST(SubprocessTest, WaitForTimesOutWhileChildRuns) {
@@ -277,7 +278,7 @@ TEST(SubprocessTest, GrandchildrenLeftInTheGroupAreKilledAtReap) {
   auto child = Shell("sleep 10 & echo $!");
   ASSERT_NE(child, nullptr);
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok());
+  ASSERT_OK(status);
   EXPECT_TRUE(ExitedSuccessfully(*status));
   // EOF comes only because reaping killed `sleep`, which held the pipe.
   std::vector<std::string> lines = ReadLines(*child);
@@ -310,9 +311,9 @@ TEST(SubprocessTest, ChildStartsWithDefaultSignalsEvenIfParentIgnoresThem) {
   auto child = SpawnOrDie({"/bin/sleep", "10"});
   ::sigaction(SIGTERM, &saved, nullptr);
   ASSERT_NE(child, nullptr);
-  ASSERT_TRUE(child->Signal(SIGTERM).ok());
+  ASSERT_OK(child->Signal(SIGTERM));
   StatusOr<int> status = child->WaitFor(milliseconds(2000));
-  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  ASSERT_OK(status);
   EXPECT_TRUE(WIFSIGNALED(*status));
 }
 
@@ -396,16 +397,16 @@ TEST(LineReaderTest, ReadFromFlushesTailAtEof) {
   LineReader reader;
   std::vector<std::string> lines;
   StatusOr<bool> eof = reader.ReadFrom(fds[0], &lines);
-  ASSERT_TRUE(eof.ok());
+  ASSERT_OK(eof);
   EXPECT_FALSE(*eof);  // nothing there yet: would block
   ASSERT_EQ(::write(fds[1], "a\nb\nc", 5), 5);
   eof = reader.ReadFrom(fds[0], &lines);
-  ASSERT_TRUE(eof.ok());
+  ASSERT_OK(eof);
   EXPECT_FALSE(*eof);
   EXPECT_EQ(lines, (std::vector<std::string>{"a", "b"}));
   ::close(fds[1]);
   eof = reader.ReadFrom(fds[0], &lines);
-  ASSERT_TRUE(eof.ok());
+  ASSERT_OK(eof);
   EXPECT_TRUE(*eof);
   EXPECT_EQ(lines, (std::vector<std::string>{"a", "b", "c"}));
   ::close(fds[0]);

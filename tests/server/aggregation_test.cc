@@ -7,23 +7,18 @@
 
 #include "client/client.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 #include "worker/linear_regression.h"
 
 namespace ps {
 namespace {
 
 JobOptions Job() {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 4;
-  job.consistency.mode = ConsistencyMode::kBsp;
-  job.consistency.aggregate = true;
-  TableOptions w;
-  w.name = "weights";
-  w.rows = 16;
-  w.dim = 1;
+  TableOptions w = TestTable("weights", 16);
   w.optimizer = {OptimizerKind::kSgd, 0.1f};
-  job.tables = {w};
+  JobOptions job = TestJob().Servers(2).Workers(4).Bsp().Table(w).Build();
+  job.consistency.aggregate = true;
   job.train.table = "weights";
   job.train.features = 16;
   job.train.samples_per_worker = 512;
@@ -48,10 +43,10 @@ TEST(AggregationTest, BspWithAggregationEqualsASequentialRunOverTheGlobalBatches
     });
   }
   for (auto& t : workers) t.join();
-  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : results) ASSERT_OK(s);
   auto reader = Client::Create(job, 0, cluster.endpoints()).value();
   std::vector<float> distributed(16);
-  ASSERT_TRUE(reader->Wait(*reader->PullDense(0, distributed.data())).ok());
+  ASSERT_OK(reader->Wait(*reader->PullDense(0, distributed.data())));
 
   // The same steps in one process: each worker's minibatch gradient at the
   // current weights, their mean, one SGD step.
@@ -88,14 +83,14 @@ TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
   auto a = Client::Create(job, 0, cluster.endpoints()).value();
   auto b = Client::Create(job, 1, cluster.endpoints()).value();
   std::vector<uint64_t> row = {3};
-  ASSERT_TRUE(a->PushSync(0, row, SharedFloats::Take({4.0f})).ok());
-  ASSERT_TRUE(b->PushSync(0, row, SharedFloats::Take({2.0f})).ok());
+  ASSERT_OK(a->PushSync(0, row, SharedFloats::Take({4.0f})));
+  ASSERT_OK(b->PushSync(0, row, SharedFloats::Take({2.0f})));
   std::vector<float> out(1);
-  ASSERT_TRUE(a->PullSync(0, row, out.data()).ok());
+  ASSERT_OK(a->PullSync(0, row, out.data()));
   EXPECT_EQ(out[0], 0.0f) << "not applied before the clock ends";
-  ASSERT_TRUE(a->Wait(*a->Clock()).ok());
-  ASSERT_TRUE(b->Wait(*b->Clock()).ok());
-  ASSERT_TRUE(a->PullSync(0, row, out.data()).ok());
+  ASSERT_OK(a->Wait(*a->Clock()));
+  ASSERT_OK(b->Wait(*b->Clock()));
+  ASSERT_OK(a->PullSync(0, row, out.data()));
   EXPECT_EQ(out[0], 3.0f) << "the mean of 4 and 2";
 }
 

@@ -11,6 +11,8 @@
 #include "server/shard_server.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -18,19 +20,13 @@ namespace {
 using std::chrono::milliseconds;
 
 JobOptions Job(ConsistencyMode mode, uint32_t staleness, uint32_t workers) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = workers;
-  job.consistency.mode = mode;
-  job.consistency.staleness = staleness;
-  TableOptions counts;  // row w counts worker w's pushes
-  counts.name = "counts";
-  counts.rows = workers;
-  counts.dim = 1;
-  counts.optimizer.kind = OptimizerKind::kAdd;
-  job.tables = {counts};
-  job.client.request_timeout_ms = 20000;
-  return job;
+  return TestJob()
+      .Servers(2)
+      .Workers(workers)
+      .Mode(mode, staleness)
+      .Table("counts", workers, 1, OptimizerKind::kAdd)  // row w counts worker w's pushes
+      .RequestTimeoutMs(20000)
+      .Build();
 }
 
 
@@ -39,14 +35,14 @@ TEST(ConsistencyTest, BspPullAheadOfTheSlowestWaitsForItsClock) {
   InProcessCluster shards(job);
   auto fast = Client::Create(job, 0, shards.endpoints()).value();
   auto slow = Client::Create(job, 1, shards.endpoints()).value();
-  ASSERT_TRUE(fast->Wait(*fast->Clock()).ok());  // fast at clock 1, slow at 0
+  ASSERT_OK(fast->Wait(*fast->Clock()));  // fast at clock 1, slow at 0
   std::vector<float> out(2);
   Ticket pull = *fast->PullDense(0, out.data());
-  ASSERT_TRUE(fast->Poll(300).ok());
-  ASSERT_TRUE(fast->Poll(0).ok());
+  ASSERT_OK(fast->Poll(300));
+  ASSERT_OK(fast->Poll(0));
   EXPECT_EQ(fast->in_flight(), 2u) << "the pull must wait for worker 1";
-  ASSERT_TRUE(slow->Wait(*slow->Clock()).ok());
-  ASSERT_TRUE(fast->Wait(pull).ok());
+  ASSERT_OK(slow->Wait(*slow->Clock()));
+  ASSERT_OK(fast->Wait(pull));
   EXPECT_EQ(fast->min_clock(0), 1);
   EXPECT_EQ(fast->min_clock(1), 1);
 }
@@ -60,8 +56,8 @@ TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   auto w0 = Client::Create(job, 0, shards.endpoints()).value();
   auto w2 = Client::Create(job, 2, shards.endpoints()).value();
   for (int c = 0; c < 2; ++c) {
-    ASSERT_TRUE(w0->Wait(*w0->Clock()).ok());
-    ASSERT_TRUE(w2->Wait(*w2->Clock()).ok());
+    ASSERT_OK(w0->Wait(*w0->Clock()));
+    ASSERT_OK(w2->Wait(*w2->Clock()));
   }
   // Worker 1 never reports a clock: a pull at clock 2 under ssp 1 needs it at 1.
   std::vector<float> out(3);
@@ -73,7 +69,7 @@ TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
     for (int i = 0;; ++i) {
       ASSERT_LT(i, 5000) << "shard " << shard << " never held the pull";
       auto stats = control->Stats(shard);
-      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      ASSERT_OK(stats);
       if (stats->find("waiting_pulls 1 ") != std::string::npos) break;
       std::this_thread::sleep_for(milliseconds(2));
     }
@@ -97,9 +93,9 @@ TEST(ConsistencyTest, AspPullsNeverWait) {
   const JobOptions job = Job(ConsistencyMode::kAsp, 0, 2);
   InProcessCluster shards(job);
   auto client = Client::Create(job, 0, shards.endpoints()).value();
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+  for (int i = 0; i < 50; ++i) ASSERT_OK(client->Wait(*client->Clock()));
   std::vector<float> out(2);
-  ASSERT_TRUE(client->Wait(*client->PullDense(0, out.data())).ok());
+  ASSERT_OK(client->Wait(*client->PullDense(0, out.data())));
   shards.Stop();
   EXPECT_EQ(shards.server(0).counters().pulls_waited, 0u);
   EXPECT_EQ(shards.server(0).clocks().clock(0), 50);
@@ -131,7 +127,7 @@ TEST_P(StalenessPropertyTest, EveryReadKeepsTheBoundAndReadsItsOwnWrites) {
     for (int c = 0; c < kClocks; ++c) {
       // Several reads per clock: every one must keep the bound.
       for (int r = 0; r < 8; ++r) {
-        ASSERT_TRUE(client->Wait(*client->PullDense(0, counts.data())).ok());
+        ASSERT_OK(client->Wait(*client->PullDense(0, counts.data())));
         ++reads;
         for (uint32_t v = 0; v < kWorkers; ++v) {
           if (v == w) {
@@ -144,8 +140,8 @@ TEST_P(StalenessPropertyTest, EveryReadKeepsTheBoundAndReadsItsOwnWrites) {
         }
       }
       std::vector<uint64_t> row = {w};
-      ASSERT_TRUE(client->Push(0, row, SharedFloats::Take({1.0f})).ok());
-      ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+      ASSERT_OK(client->Push(0, row, SharedFloats::Take({1.0f})));
+      ASSERT_OK(client->Wait(*client->Clock()));
       // Worker 3 is the straggler; the others pause at random.
       const int pause_us = w == 3 ? 3000 : static_cast<int>(gen() % 1000);
       std::this_thread::sleep_for(std::chrono::microseconds(pause_us));

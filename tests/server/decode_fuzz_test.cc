@@ -11,26 +11,16 @@
 #include "common/options.h"
 #include "common/wire.h"
 #include "store/shard_store.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions FuzzJob() {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 3;
-  TableOptions a;
-  a.name = "a";
-  a.rows = 64;
-  a.dim = 3;
-  a.optimizer.kind = OptimizerKind::kAdd;
-  TableOptions b;
-  b.name = "b";
-  b.rows = 1000;
-  b.dim = 1;
+  TableOptions b = TestTable("b", 1000, 1);
   b.optimizer.lr = 0.5f;
-  job.tables = {a, b};
-  return job;
+  return TestJob().Servers(2).Workers(3).Table("a", 64, 3, OptimizerKind::kAdd).Table(b).Build();
 }
 
 std::vector<Frame> ValidRequest(std::mt19937_64& gen) {
@@ -111,7 +101,7 @@ void Mutate(std::mt19937_64& gen, std::vector<Frame>& frames) {
 TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
   const JobOptions job = FuzzJob();
   auto store = ShardStore::Create(job, 0);
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
   RequestRules rules{0, (*store)->layouts(), 3, 4096, 64, true};
   std::mt19937_64 gen(20261129);
   int refused = 0, accepted = 0;
@@ -145,7 +135,7 @@ TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
       (*store)->ApplyPush(request, 0);
     } else if (h.op == Op::kPull) {
       std::vector<Frame> out;
-      ASSERT_TRUE((*store)->ReadRows(request, &out).ok());
+      ASSERT_OK((*store)->ReadRows(request, &out));
       uint64_t bytes = 0;
       for (const Frame& f : out) bytes += f.size();
       ASSERT_EQ(bytes, h.count * h.dim * 4);

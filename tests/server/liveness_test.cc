@@ -16,6 +16,8 @@
 #include "client/heartbeat.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -23,24 +25,21 @@ namespace {
 using std::chrono::milliseconds;
 
 JobOptions Job(DeadWorkerPolicy policy, uint32_t workers) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = workers;
-  job.consistency.mode = ConsistencyMode::kBsp;
-  job.liveness.heartbeat_ms = 50;
-  job.liveness.timeout_ms = 400;
+  JobOptions job = TestJob()
+                       .Servers(2)
+                       .Workers(workers)
+                       .Bsp()
+                       .Liveness(50, 400)
+                       .Table("t", 8)
+                       .RequestTimeoutMs(10000)
+                       .Build();
   job.liveness.on_dead_worker = policy;
-  TableOptions t;
-  t.name = "t";
-  t.rows = 8;
-  job.tables = {t};
-  job.client.request_timeout_ms = 10000;
   return job;
 }
 
 std::unique_ptr<Client> Worker(const JobOptions& job, uint32_t rank, const InProcessCluster& c) {
   auto client = Client::Create(job, rank, c.endpoints()).value();
-  EXPECT_TRUE(client->Join().ok());
+  EXPECT_OK(client->Join());
   return client;
 }
 
@@ -71,7 +70,7 @@ void MoveClockKeeping(FakeClock& clock, milliseconds by, const std::vector<uint3
   for (uint32_t s = 0; s < cluster.endpoints().size(); ++s) {
     while (true) {
       auto stats = control->Stats(s);
-      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      ASSERT_OK(stats);
       const std::vector<int64_t> silent = SilentMs(*stats);
       ASSERT_EQ(silent.size(), job.cluster.workers) << *stats;
       bool heard = true;
@@ -92,12 +91,12 @@ TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
   InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
-  ASSERT_TRUE(Step(*w0).ok());
-  ASSERT_TRUE(Step(*w1).ok());
+  ASSERT_OK(Step(*w0));
+  ASSERT_OK(Step(*w1));
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> out(8);
   Ticket pull = *w0->PullDense(0, out.data());  // at clock 1 under bsp: waits for worker 2
-  ASSERT_TRUE(w0->Poll(20).ok());
+  ASSERT_OK(w0->Poll(20));
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   EXPECT_GT(w0->in_flight(), 0u) << "worker 2 is not dead yet: the pull waits";
   clock.Advance(milliseconds(200));  // worker 2 silent for 500 ms, the others < 400
@@ -119,27 +118,27 @@ TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
   auto w1 = Worker(job, 1, cluster);
   {
     auto w2 = Worker(job, 2, cluster);
-    ASSERT_TRUE(Step(*w2).ok());
+    ASSERT_OK(Step(*w2));
   }  // worker 2 dies: no goodbye, no more heartbeats
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   clock.Advance(milliseconds(200));  // worker 2 silent for 500 ms, the others < 400
   cluster.AwaitHousekeeping();
   for (int c = 0; c < 5; ++c) {
-    ASSERT_TRUE(Step(*w0).ok()) << "clock " << c;
-    ASSERT_TRUE(Step(*w1).ok()) << "clock " << c;
+    ASSERT_OK(Step(*w0)) << "clock " << c;
+    ASSERT_OK(Step(*w1)) << "clock " << c;
   }
   EXPECT_EQ(w0->clock(), 5);
   // A restarted worker 2 resumes at the minimum clock and is waited for again.
   auto back = Worker(job, 2, cluster);
   EXPECT_EQ(back->clock(), 5);
-  ASSERT_TRUE(Step(*w0).ok());  // pulls at clock 5 need min >= 5: all are there
-  ASSERT_TRUE(Step(*w1).ok());
+  ASSERT_OK(Step(*w0));  // pulls at clock 5 need min >= 5: all are there
+  ASSERT_OK(Step(*w1));
   std::vector<float> out(8);
   Ticket pull = *w0->PullDense(0, out.data());  // clock 6: needs worker 2's clock 5
-  ASSERT_TRUE(w0->Poll(200).ok());
+  ASSERT_OK(w0->Poll(200));
   EXPECT_GT(w0->in_flight(), 0u) << "the rejoined worker must be waited for";
-  ASSERT_TRUE(Step(*back).ok());
-  ASSERT_TRUE(w0->Wait(pull).ok());
+  ASSERT_OK(Step(*back));
+  ASSERT_OK(w0->Wait(pull));
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(2));
   EXPECT_TRUE(cluster.server(0).clocks().counted(2));
@@ -152,14 +151,14 @@ TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
   auto w0 = Worker(job, 0, cluster);
   {
     auto w1 = Worker(job, 1, cluster);
-    ASSERT_TRUE(Step(*w1).ok());
-    ASSERT_TRUE(w1->Leave().ok());
+    ASSERT_OK(Step(*w1));
+    ASSERT_OK(w1->Leave());
   }
-  for (int c = 0; c < 4; ++c) ASSERT_TRUE(Step(*w0).ok());
+  for (int c = 0; c < 4; ++c) ASSERT_OK(Step(*w0));
   // Past the liveness timeout.
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
-  ASSERT_TRUE(Step(*w0).ok());
+  ASSERT_OK(Step(*w0));
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(1));
   EXPECT_FALSE(cluster.server(1).worker_dead(1));
@@ -172,8 +171,8 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   auto w0 = Worker(job, 0, cluster);
   {
     auto w1 = Worker(job, 1, cluster);
-    ASSERT_TRUE(Step(*w1).ok());
-    ASSERT_TRUE(w1->Leave().ok());
+    ASSERT_OK(Step(*w1));
+    ASSERT_OK(w1->Leave());
   }
   // Beats of worker 1's heartbeat thread arriving after its goodbye (they
   // travel on their own connection).
@@ -182,11 +181,11 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
     ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(100), {1}, job, cluster));
     EXPECT_GT(beats->sent(), 0u);
   }
-  for (int c = 0; c < 3; ++c) ASSERT_TRUE(Step(*w0).ok());  // not waited for
+  for (int c = 0; c < 3; ++c) ASSERT_OK(Step(*w0));  // not waited for
   // Past the liveness timeout.
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
-  ASSERT_TRUE(Step(*w0).ok());
+  ASSERT_OK(Step(*w0));
   cluster.Stop();
   for (uint32_t s = 0; s < 2; ++s) {
     EXPECT_FALSE(cluster.server(s).clocks().counted(1)) << "shard " << s;
@@ -200,14 +199,14 @@ TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {
   InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
-  ASSERT_TRUE(Step(*w0).ok());
-  ASSERT_TRUE(Step(*w1).ok());
+  ASSERT_OK(Step(*w0));
+  ASSERT_OK(Step(*w1));
   // Worker 1 "computes" for longer than the timeout, sending nothing itself.
   for (int i = 0; i < 3; ++i) {
     ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   }
-  ASSERT_TRUE(Step(*w1).ok());
-  ASSERT_TRUE(Step(*w0).ok());
+  ASSERT_OK(Step(*w1));
+  ASSERT_OK(Step(*w0));
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(1));
 }
@@ -229,9 +228,9 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
   std::vector<float> out(8);
   for (int c = 0; c < 3; ++c) {
     for (Client* w : {w0.get(), w1.get()}) {
-      ASSERT_TRUE(w->Wait(*w->PullDense(0, out.data())).ok());  // pulled
-      ASSERT_TRUE(w->Wait(*w->PullDense(0, out.data())).ok());  // from the cache
-      ASSERT_TRUE(w->Wait(*w->Clock()).ok());
+      ASSERT_OK(w->Wait(*w->PullDense(0, out.data())));  // pulled
+      ASSERT_OK(w->Wait(*w->PullDense(0, out.data())));  // from the cache
+      ASSERT_OK(w->Wait(*w->Clock()));
     }
   }
   // Worker 2 is declared dead; the others' heartbeats report their caches.
@@ -239,7 +238,7 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
   auto stats = control->Stats(0);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_NE(stats->find("worker_clocks 3 3 0"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("min_clock 3 slowest_worker 0"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("dead_workers 2\n"), std::string::npos) << *stats;

@@ -9,6 +9,8 @@
 
 #include "client/client.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -24,28 +26,17 @@ std::string FreshDir(const std::string& name) {
 // 2 shards, 2 workers under bsp; `acc` sums pushes (add), `m` has momentum
 // state; checkpoints every `every` clocks.
 JobOptions Job(const std::string& dir, uint32_t every) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 2;
-  job.consistency.mode = ConsistencyMode::kBsp;
-  job.liveness.heartbeat_ms = 0;
-  TableOptions acc;
-  acc.name = "acc";
-  acc.rows = 1000;
-  acc.dim = 2;
+  TableOptions acc = TestTable("acc", 1000, 2, OptimizerKind::kAdd);
   acc.init = {InitKind::kConstant, 0.5f, 5};  // sums of whole deltas stay exact in float
-  acc.optimizer.kind = OptimizerKind::kAdd;
-  TableOptions m;
-  m.name = "m";
-  m.rows = 300;
+  TableOptions m = TestTable("m", 300);
   m.optimizer.momentum = 0.9f;
   m.optimizer.lr = 0.1f;
-  job.tables = {acc, m};
+  JobOptions job = TestJob().Servers(2).Workers(2).Bsp().Liveness(0).Table(acc).Table(m).Build();
   job.checkpoint.dir = dir;
   job.checkpoint.every_clocks = every;
   job.checkpoint.keep = 3;
   job.checkpoint.sync = false;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  EXPECT_OK(job.Validate());
   return job;
 }
 
@@ -61,19 +52,19 @@ void Train(const JobOptions& job, const std::vector<std::string>& endpoints, int
   for (uint32_t w = 0; w < 2; ++w) {
     workers.emplace_back([&, w] {
       auto client = Client::Create(job, w, endpoints).value();
-      ASSERT_TRUE(client->Join().ok());
+      ASSERT_OK(client->Join());
       std::vector<float> acc(2000), m(300);
       for (int64_t c = client->clock(); c < clocks; ++c) {
-        ASSERT_TRUE(client->Wait(*client->PullDense(0, acc.data())).ok());
-        ASSERT_TRUE(client->Wait(*client->PullDense(1, m.data())).ok());
+        ASSERT_OK(client->Wait(*client->PullDense(0, acc.data())));
+        ASSERT_OK(client->Wait(*client->PullDense(1, m.data())));
         std::vector<float> push(2000), grad(300);
         for (uint64_t r = 0; r < 1000; ++r) push[2 * r] = push[2 * r + 1] = Delta(w, c, r);
         for (uint64_t r = 0; r < 300; ++r) grad[r] = 0.01f * static_cast<float>(r % 5) - m[r];
-        ASSERT_TRUE(client->Wait(*client->PushDense(0, SharedFloats::Take(std::move(push)))).ok());
-        ASSERT_TRUE(client->Wait(*client->PushDense(1, SharedFloats::Take(std::move(grad)))).ok());
-        ASSERT_TRUE(client->Wait(*client->Clock()).ok());
+        ASSERT_OK(client->Wait(*client->PushDense(0, SharedFloats::Take(std::move(push)))));
+        ASSERT_OK(client->Wait(*client->PushDense(1, SharedFloats::Take(std::move(grad)))));
+        ASSERT_OK(client->Wait(*client->Clock()));
       }
-      ASSERT_TRUE(client->Leave().ok());
+      ASSERT_OK(client->Leave());
     });
   }
   for (auto& t : workers) t.join();
@@ -99,7 +90,7 @@ TEST(RestoreTest, ARestartedJobRestoresEveryValueAndSlotAndItsClock) {
   // final state: nothing was pushed after it), bit for bit.
   InProcessCluster restarted(job);
   auto client = Client::Create(job, 1, restarted.endpoints()).value();
-  ASSERT_TRUE(client->Join().ok());
+  ASSERT_OK(client->Join());
   EXPECT_EQ(client->clock(), 10);  // workers resume where the checkpoint is
   restarted.Stop();
   for (uint32_t s = 0; s < 2; ++s) {
@@ -124,7 +115,7 @@ TEST(RestoreTest, ACheckpointTakenWhilePushesContinueIsTheStateAtItsClock) {
   }
   for (uint32_t s = 0; s < 2; ++s) {
     auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*", /*restore_clock=*/8);
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_OK(server);
     // Under bsp the generation of clock 8 holds exactly the pushes of
     // clocks 0..7 of both workers.
     auto fresh = ShardStore::Create(job, s).value();
@@ -164,7 +155,7 @@ TEST(RestoreTest, AnotherModelOrAMissingClockIsRefusedAndNothingIsOverwritten) {
   auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-0").value();
   EXPECT_EQ(dir->Generations().value(), std::vector<int64_t>{3});
   auto restored = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
-  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_OK(restored);
   EXPECT_EQ((*restored)->clocks().min_clock(), 3);
 }
 
@@ -174,7 +165,7 @@ TEST(RestoreTest, ACheckpointCanBeAskedForAtAnyClock) {
   Train(job, cluster.endpoints(), 3);
   auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
   auto generations = control->CheckpointServers();
-  ASSERT_TRUE(generations.ok()) << generations.status().ToString();
+  ASSERT_OK(generations);
   ASSERT_EQ(generations->size(), 2u);
   EXPECT_EQ((*generations)[1], job.checkpoint.dir + "/shard-1/gen-3");
   cluster.Stop();  // the writes finish
@@ -206,7 +197,7 @@ TEST(RestoreTest, RestoreCanBeTurnedOff) {
   }
   job.checkpoint.restore = false;
   auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_OK(server);
   EXPECT_EQ((*server)->clocks().min_clock(), 0);
   auto fresh = ShardStore::Create(job, 0).value();
   EXPECT_EQ((*server)->store().CopyValues(0), fresh->CopyValues(0));

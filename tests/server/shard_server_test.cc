@@ -12,28 +12,19 @@
 #include "common/options.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions TwoShardJob() {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 2;
-  TableOptions dense;
-  dense.name = "dense";
-  dense.rows = 100;
-  dense.dim = 4;
+  TableOptions dense = TestTable("dense", 100, 4, OptimizerKind::kAdd);
   dense.init.kind = InitKind::kUniform;
   dense.init.value = 1.0f;
-  dense.optimizer.kind = OptimizerKind::kAdd;
-  TableOptions sparse;
-  sparse.name = "sparse";
-  sparse.rows = 1000;
-  sparse.dim = 2;
-  sparse.optimizer.kind = OptimizerKind::kSgd;
+  TableOptions sparse = TestTable("sparse", 1000, 2, OptimizerKind::kSgd);
   sparse.optimizer.lr = 0.5f;
-  job.tables = {dense, sparse};
+  JobOptions job = TestJob().Servers(2).Workers(2).Table(dense).Table(sparse).Build();
   job.server.max_request_bytes = 64 * 1024;
   job.server.max_keys_per_request = 1000;
   return job;
@@ -48,27 +39,27 @@ class ShardServerTest : public ::testing::Test {
     job_ = TwoShardJob();
     Adjust(&job_);
     auto server = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_OK(server);
     server_ = std::move(*server);
     thread_ = std::thread([this] { run_status_ = server_->Run(); });
     auto ctx = Context::Create(1);
-    ASSERT_TRUE(ctx.ok());
+    ASSERT_OK(ctx);
     ctx_ = std::move(*ctx);
     auto sock = Socket::Create(ctx_.get(), SocketType::kDealer, SocketOptions{});
-    ASSERT_TRUE(sock.ok());
+    ASSERT_OK(sock);
     sock_ = std::move(*sock);
-    ASSERT_TRUE(sock_->Connect(server_->endpoint()).ok());
+    ASSERT_OK(sock_->Connect(server_->endpoint()));
   }
   void TearDown() override {
     sock_.reset();
     server_->Stop();
     thread_.join();
-    EXPECT_TRUE(run_status_.ok()) << run_status_.ToString();
+    EXPECT_OK(run_status_);
   }
 
   // Sends `frames` and returns the reply (fails the test after 5 s).
   std::vector<Frame> Exchange(std::vector<Frame> frames) {
-    EXPECT_TRUE(sock_->Send(frames).ok());
+    EXPECT_OK(sock_->Send(frames));
     return Receive();
   }
 
@@ -79,9 +70,9 @@ class ShardServerTest : public ::testing::Test {
     Socket* socks[] = {sock_.get()};
     for (int i = 0; i < 50; ++i) {
       auto n = PollReadable(socks, 100, &readable);
-      EXPECT_TRUE(n.ok());
+      EXPECT_OK(n);
       auto got = sock_->TryRecv(&reply);
-      EXPECT_TRUE(got.ok());
+      EXPECT_OK(got);
       if (*got) return reply;
     }
     ADD_FAILURE() << "no reply within 5 s";
@@ -115,7 +106,7 @@ class ShardServerTest : public ::testing::Test {
       EXPECT_EQ(reply.size(), 2u);
       if (reply.size() != 2) return all;
       auto rh = DecodeHeader({reply[0].data(), reply[0].size()});
-      EXPECT_TRUE(rh.ok());
+      EXPECT_OK(rh);
       EXPECT_EQ(rh->op, Op::kPullOk);
       const auto* f = reinterpret_cast<const float*>(reply[1].data());
       all.insert(all.end(), f, f + reply[1].size() / 4);
@@ -139,7 +130,7 @@ TEST_F(ShardServerTest, SparsePushAppliesSgdAndPullReadsRowsInRequestOrder) {
   auto reply = Exchange(std::move(push));
   ASSERT_EQ(reply.size(), 1u);
   auto h = DecodeHeader({reply[0].data(), reply[0].size()});
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->op, Op::kPushOk);
   EXPECT_EQ(h->request_id, 77u);
 
@@ -186,7 +177,7 @@ TEST_F(ShardServerTest, StatsReportsCounters) {
   auto reply = Exchange(std::move(req));
   ASSERT_EQ(reply.size(), 1u);
   auto rh = DecodeHeader({reply[0].data(), reply[0].size()});
-  ASSERT_TRUE(rh.ok());
+  ASSERT_OK(rh);
   EXPECT_EQ(rh->op, Op::kStatsOk);
   EXPECT_NE(rh->text.find("table dense rows 100 dim 4 owned [0, 50)"), std::string::npos)
       << rh->text;
@@ -394,7 +385,7 @@ TEST_P(MalformedRequestTest, GetsErrorReplyAndLeavesStateUnchanged) {
   auto reply = Exchange(c.build());
   ASSERT_EQ(reply.size(), 1u);
   auto h = DecodeHeader({reply[0].data(), reply[0].size()});
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->op, Op::kError);
   EXPECT_EQ(h->code, c.code) << h->text;
   EXPECT_NE(h->text.find(c.says), std::string::npos) << h->text;
@@ -411,11 +402,11 @@ TEST_F(ShardServerTest, FrameFarOverTheLimitIsCutOffAndServingGoesOn) {
   // 160 KB frame: more than twice max_request_bytes, so ZeroMQ drops the
   // connection before buffering it; no reply comes.
   std::vector<Frame> huge = Msg(H(Op::kPush, 1, 1, 2), List(K({1}), V(40000)));
-  ASSERT_TRUE(sock_->Send(huge).ok());
+  ASSERT_OK(sock_->Send(huge));
   std::vector<bool> readable;
   Socket* socks[] = {sock_.get()};
   auto n = PollReadable(socks, 300, &readable);
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 0u);
   // The socket reconnects by itself and the state is intact.
   EXPECT_EQ(Snapshot(), before);
@@ -424,7 +415,7 @@ TEST_F(ShardServerTest, FrameFarOverTheLimitIsCutOffAndServingGoesOn) {
 TEST(ShardServerCreateTest, AddressInUseIsAClearError) {
   JobOptions job = TwoShardJob();
   auto first = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   auto second = ShardServer::Create(job, 0, (*first)->endpoint());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
@@ -452,7 +443,7 @@ TEST_F(ShardServerTest, RepeatedPushOfASessionIsAcknowledgedButAppliedOnce) {
     auto reply = Exchange(std::move(req));
     EXPECT_EQ(reply.size(), 1u);
     auto rh = DecodeHeader({reply[0].data(), reply[0].size()});
-    EXPECT_TRUE(rh.ok());
+    EXPECT_OK(rh);
     EXPECT_EQ(rh->op, Op::kPushOk);
     EXPECT_EQ(rh->request_id, request_id);
   };
@@ -493,7 +484,7 @@ TEST_F(BspShardServerTest, ResumeHeartbeatSetsTheWorkersClockAndReleasesWaitingP
   auto reply = Exchange(std::move(req));
   ASSERT_EQ(reply.size(), 1u);
   auto h = DecodeHeader({reply[0].data(), reply[0].size()});
-  ASSERT_TRUE(h.ok());
+  ASSERT_OK(h);
   EXPECT_EQ(h->op, Op::kHeartbeatOk);
   EXPECT_EQ(h->clock, 7);
   EXPECT_EQ(h->min_clock, 0);  // worker 1 is still at 0
@@ -505,7 +496,7 @@ TEST_F(BspShardServerTest, ResumeHeartbeatSetsTheWorkersClockAndReleasesWaitingP
   req.clear();
   req.push_back(EncodeHeader(pull));
   req.push_back(Keys({3}));
-  ASSERT_TRUE(sock_->Send(req).ok());
+  ASSERT_OK(sock_->Send(req));
   for (int i = 0; i < 100 && server_->waiting_pulls() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -513,13 +504,13 @@ TEST_F(BspShardServerTest, ResumeHeartbeatSetsTheWorkersClockAndReleasesWaitingP
   resume.worker = 1;
   req.clear();
   req.push_back(EncodeHeader(resume));
-  ASSERT_TRUE(sock_->Send(req).ok());
+  ASSERT_OK(sock_->Send(req));
   bool pulled = false, resumed = false;
   for (int i = 0; i < 2; ++i) {
     reply = Receive();
     ASSERT_FALSE(reply.empty());
     h = DecodeHeader({reply[0].data(), reply[0].size()});
-    ASSERT_TRUE(h.ok());
+    ASSERT_OK(h);
     if (h->op == Op::kPullOk) pulled = true;
     if (h->op == Op::kHeartbeatOk) {
       resumed = true;

@@ -5,35 +5,30 @@
 #include <cmath>
 
 #include "common/key_range.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions Job(uint32_t shards, InitKind kind) {
-  JobOptions job;
-  for (uint32_t i = 0; i < shards; ++i) job.cluster.servers.push_back("127.0.0.1:" + std::to_string(7000 + i));
-  job.cluster.workers = 1;
-  TableOptions t;
-  t.name = "t";
-  t.rows = 37;
-  t.dim = 3;
+  TableOptions t = TestTable("t", 37, 3);
   t.init.kind = kind;
   t.init.value = 0.5f;
   t.init.seed = 9;
-  job.tables = {t};
-  return job;
+  return TestJob().Servers(shards, 7000).Table(t).Build();
 }
 
 TEST(ShardStoreTest, InitialValuesDoNotDependOnTheShardCount) {
   for (InitKind kind : {InitKind::kUniform, InitKind::kNormal, InitKind::kConstant}) {
     std::vector<float> whole;
     auto one = ShardStore::Create(Job(1, kind), 0);
-    ASSERT_TRUE(one.ok());
+    ASSERT_OK(one);
     auto v1 = (*one)->CopyValues(0);
     std::vector<float> joined;
     for (uint32_t s = 0; s < 3; ++s) {
       auto part = ShardStore::Create(Job(3, kind), s);
-      ASSERT_TRUE(part.ok());
+      ASSERT_OK(part);
       auto v = (*part)->CopyValues(0);
       EXPECT_EQ(v.size(), ShardRows(37, 3, s).size() * 3);
       joined.insert(joined.end(), v.begin(), v.end());
@@ -45,7 +40,7 @@ TEST(ShardStoreTest, InitialValuesDoNotDependOnTheShardCount) {
 
 TEST(ShardStoreTest, UniformInitStaysInsideItsScale) {
   auto store = ShardStore::Create(Job(1, InitKind::kUniform), 0);
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
   bool varied = false;
   const std::vector<float> values = (*store)->CopyValues(0);
   for (float v : values) {
@@ -63,7 +58,7 @@ TEST(ShardStoreTest, SgdAndAddRulesApplyToTheNamedRows) {
   acc.optimizer = {OptimizerKind::kAdd, 0.0f};
   job.tables.push_back(acc);
   auto store = ShardStore::Create(job, 1);  // rows [18, 37)
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
   std::vector<uint64_t> keys = {20, 18, 20};
   std::vector<float> vals = {4, 4, 4, 8, 8, 8, 1, 2, 3};
   for (uint32_t t = 0; t < 2; ++t) {
@@ -104,11 +99,11 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   job.tables[0].dim = 1024;
   job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
   auto store = ShardStore::Create(job, 0);
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
 
   // Rows 200..599 touch blocks 0, 1 and 2: three frames of whole rows.
   std::vector<Frame> frames;
-  ASSERT_TRUE((*store)->ReadRows(DenseRequest(Op::kPull, 200, 400, {}), &frames).ok());
+  ASSERT_OK((*store)->ReadRows(DenseRequest(Op::kPull, 200, 400, {}), &frames));
   ASSERT_EQ(frames.size(), 3u);
   EXPECT_EQ(frames[0].size(), 56u * 1024 * 4);
   EXPECT_EQ(frames[1].size(), 256u * 1024 * 4);
@@ -136,7 +131,7 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
 TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
   JobOptions job = Job(1, InitKind::kUniform);
   auto store = ShardStore::Create(job, 0);
-  ASSERT_TRUE(store.ok());
+  ASSERT_OK(store);
   std::vector<uint64_t> keys = {36, 0, 36};
   Request r;
   r.header.op = Op::kPull;
@@ -144,7 +139,7 @@ TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
   r.header.dim = 3;
   r.keys = keys;
   std::vector<Frame> frames;
-  ASSERT_TRUE((*store)->ReadRows(r, &frames).ok());
+  ASSERT_OK((*store)->ReadRows(r, &frames));
   ASSERT_EQ(frames.size(), 1u);
   const auto* v = reinterpret_cast<const float*>(frames[0].data());
   const std::vector<float> all = (*store)->CopyValues(0);
@@ -179,7 +174,7 @@ TEST(ShardStoreOptimizerTest, StateLivesBesideTheValuesAndSurvivesCopyOnWrite) {
   std::vector<Frame> held;
   Request pull = r;
   pull.header.op = Op::kPull;
-  ASSERT_TRUE(store->ReadRows(pull, &held).ok());
+  ASSERT_OK(store->ReadRows(pull, &held));
   store->ApplyPush(r, 0);
   EXPECT_EQ(store->copy_on_write_count(), 1u);
   const auto w = store->CopyValues(0), m = store->CopySlot(0, 0), v = store->CopySlot(0, 1);

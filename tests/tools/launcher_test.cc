@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -174,12 +176,7 @@ class LauncherTest : public ::testing::Test {
   }
 
   static JobOptions Job(int servers, uint32_t workers) {
-    JobOptions job;
-    for (int i = 0; i < servers; ++i) {
-      job.cluster.servers.push_back("127.0.0.1:" + std::to_string(5000 + i));
-    }
-    job.cluster.workers = workers;
-    return job;
+    return TestJob().Servers(static_cast<uint32_t>(servers), 5000).Workers(workers).Build();
   }
 
   std::vector<std::string> Sh(std::string script) const {
@@ -208,7 +205,7 @@ class LauncherTest : public ::testing::Test {
 TEST_F(LauncherTest, PrefixesEveryLineWithItsProcess) {
   Launcher launcher(Job(2, 2), config_, Options(kServer, kWorkerOfTwoServers));
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 0) << lines_.Dump();
   for (const std::string shard : {"0", "1"}) {
     EXPECT_TRUE(lines_.Contains("[server " + shard + "] up shard=" + shard +
@@ -228,7 +225,7 @@ TEST_F(LauncherTest, PrefixesEveryLineWithItsProcess) {
 TEST_F(LauncherTest, StartsServersFirstWithTheirFlags) {
   Launcher launcher(Job(2, 1), config_, Options(kServer, kWorker));
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   std::vector<std::string> started;
   for (const std::string& line : lines_.Get()) {
     if (line.rfind("[launch] started ", 0) == 0) started.push_back(line);
@@ -267,7 +264,7 @@ TEST_F(LauncherTest,
   Launcher launcher(Job(2, 3), config_, Options(kServer, kWorkerOfTwoServers));
   const auto start = Clock::now();
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 0) << lines_.Dump();
   EXPECT_LT(Clock::now() - start, milliseconds(2000));  // no grace expired
   EXPECT_TRUE(
@@ -293,7 +290,7 @@ sleep 10
   Launcher launcher(Job(1, 3), config_, Options(kServer, worker));
   const auto start = Clock::now();
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 1);
   EXPECT_LT(Clock::now() - start, milliseconds(2000));
   EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 failing")) << lines_.Dump();
@@ -316,7 +313,7 @@ fi
 )" + std::string(kServer);
   Launcher launcher(Job(2, 2), config_, Options(server, kWaitingWorker));
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 1);
   EXPECT_TRUE(lines_.Contains(
       "[launch] server 1 killed by signal 9 (Killed); it cannot be restarted without "
@@ -352,7 +349,7 @@ echo "rank $4 saw server 1 back"
   job.checkpoint.dir = dir_ + "/ckpt";
   Launcher launcher(job, config_, Options(server, worker));
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 0) << lines_.Dump();
   bool restarted = false;
   for (const std::string& line : lines_.Get()) {
@@ -406,7 +403,7 @@ TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
   resuming.resume = true;
   Launcher launcher(job, config_, resuming);
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 0) << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[server 1] args: --config " + config_ +
                               " --shard 1 --log-level info --restore-clock 20"))
@@ -427,7 +424,7 @@ if [ "$4" = 1 ]; then kill -9 $$; fi
   {
     Launcher launcher(job, config_, Options(crashing, kWaitingWorker));
     StatusOr<int> code = launcher.Run();
-    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    ASSERT_OK(code);
     EXPECT_EQ(*code, 1) << lines_.Dump();
     EXPECT_TRUE(lines_.Contains(
         "[launch] server 1 killed by signal 9 (Killed); it was restarted 2 times already "
@@ -441,7 +438,7 @@ if [ "$4" = 1 ]; then exit 1; fi
 )" + std::string(kServer);
   Launcher launcher(job, config_, Options(failing, kWaitingWorker));
   StatusOr<int> code = launcher.Run();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 1) << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[launch] server 1 exited with code 1; stopping the job"))
       << lines_.Dump();
@@ -460,7 +457,7 @@ sleep 10
   const auto start = Clock::now();
   StatusOr<int> code = launcher.Run();
   const auto elapsed = Clock::now() - start;
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 1);
   EXPECT_GE(elapsed, milliseconds(200));
   EXPECT_LT(elapsed, milliseconds(2000));
@@ -516,7 +513,7 @@ TEST_F(LauncherTest, SigintToLauncherInAThreadStopsTheJobWith130) {
   if (!done) ::kill(::getpid(), SIGINT);
   runner.join();
   ASSERT_TRUE(ready) << lines_.Dump();
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 130);
   EXPECT_TRUE(lines_.Contains("[launch] received SIGINT; stopping the job"))
       << lines_.Dump();
@@ -547,7 +544,7 @@ sleep 10
   runner.join();
   ASSERT_TRUE(ready && stopping) << lines_.Dump();
   EXPECT_LT(Clock::now() - start, milliseconds(5000));  // well before grace
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  ASSERT_OK(code);
   EXPECT_EQ(*code, 130);
   EXPECT_TRUE(lines_.Contains("[launch] received SIGINT while stopping"))
       << lines_.Dump();

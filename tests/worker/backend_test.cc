@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/util/status_matchers.h"
 #include "worker/cpu_backend.h"
 
 namespace ps {
@@ -65,7 +66,7 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
       GTEST_SKIP() << "no CUDA device";
     }
     auto backend = CreateBackend(GetParam());
-    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    ASSERT_OK(backend);
     backend_ = std::move(backend).value();
     tolerance_ = GetParam() == BackendKind::kCpu ? 1e-5 : 1e-4;
     seed_ = std::random_device{}();
@@ -81,16 +82,16 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
 
   std::unique_ptr<DeviceBuffer> Put(const std::vector<float>& host) {
     auto buffer = backend_->Allocate(host.size());
-    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+    EXPECT_OK(buffer);
     if (!buffer.ok()) return nullptr;
-    EXPECT_TRUE(backend_->Upload(host.data(), host.size(), buffer->get()).ok());
+    EXPECT_OK(backend_->Upload(host.data(), host.size(), buffer->get()));
     return std::move(buffer).value();
   }
 
   std::vector<float> Get(const DeviceBuffer& buffer, size_t n) {
     std::vector<float> host(n);
     Status st = backend_->Download(buffer, host.data(), n);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_OK(st);
     return host;
   }
 
@@ -216,8 +217,8 @@ TEST_P(BackendTest, AxpyAndScaleMatchReference) {
       mag[i] = 0.25 * (std::abs(double{y[i]}) + 1.75 * std::abs(double{x[i]}));
     }
     auto dx = Put(x), dy = Put(y);
-    ASSERT_TRUE(backend_->Axpy(n, 1.75f, *dx, dy.get()).ok());
-    ASSERT_TRUE(backend_->Scale(n, -0.25f, dy.get()).ok());
+    ASSERT_OK(backend_->Axpy(n, 1.75f, *dx, dy.get()));
+    ASSERT_OK(backend_->Scale(n, -0.25f, dy.get()));
     EXPECT_LT(RelativeError(Get(*dy, n), want, mag), tolerance_) << "n=" << n;
   }
 }
@@ -234,7 +235,7 @@ TEST_P(BackendTest, AddBiasAddsTheRowVectorToEveryRow) {
       }
     }
     auto dx = Put(x), db = Put(bias);
-    ASSERT_TRUE(backend_->AddBias(rows, cols, *db, dx.get()).ok());
+    ASSERT_OK(backend_->AddBias(rows, cols, *db, dx.get()));
     EXPECT_LT(RelativeError(Get(*dx, rows * cols), want, mag), tolerance_) << rows << "x" << cols;
   }
 }
@@ -250,8 +251,8 @@ TEST_P(BackendTest, ReluAndReluBackwardMatchReference) {
       want_grad[i] = want_act[i] > 0 ? grad[i] : 0.0;
     }
     auto dx = Put(x), dg = Put(grad);
-    ASSERT_TRUE(backend_->Relu(n, dx.get()).ok());
-    ASSERT_TRUE(backend_->ReluBackward(n, *dx, dg.get()).ok());
+    ASSERT_OK(backend_->Relu(n, dx.get()));
+    ASSERT_OK(backend_->ReluBackward(n, *dx, dg.get()));
     EXPECT_LT(RelativeError(Get(*dx, n), want_act), tolerance_) << "n=" << n;
     EXPECT_LT(RelativeError(Get(*dg, n), want_grad), tolerance_) << "n=" << n;
   }
@@ -270,7 +271,7 @@ TEST_P(BackendTest, SumRowsGivesColumnSums) {
     }
     auto dx = Put(x);
     auto dout = Put(Random(cols));  // overwritten, not accumulated into
-    ASSERT_TRUE(backend_->SumRows(rows, cols, *dx, dout.get()).ok());
+    ASSERT_OK(backend_->SumRows(rows, cols, *dx, dout.get()));
     EXPECT_LT(RelativeError(Get(*dout, cols), want, mag), tolerance_) << rows << "x" << cols;
   }
 }
@@ -339,8 +340,7 @@ TEST_P(BackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   ReferenceSoftmax(2, 3, logits, labels, &want_probs, &want_grad, &want_loss);
   auto dl = Put(logits), dp = Put(logits), dg = Put(logits);
   float loss = 0;
-  ASSERT_TRUE(
-      backend_->SoftmaxCrossEntropy(2, 3, *dl, labels.data(), dp.get(), dg.get(), &loss).ok());
+  ASSERT_OK(backend_->SoftmaxCrossEntropy(2, 3, *dl, labels.data(), dp.get(), dg.get(), &loss));
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
   EXPECT_LT(RelativeError(Get(*dp, 6), want_probs), tolerance_);
@@ -365,12 +365,12 @@ TEST_P(BackendTest, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
     float loss_plus = 0, loss_minus = 0;
     auto perturbed = logits;
     perturbed[i] = logits[i] + h;
-    ASSERT_TRUE(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()).ok());
+    ASSERT_OK(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()));
     ASSERT_TRUE(
         backend_->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), nullptr, &loss_plus)
             .ok());
     perturbed[i] = logits[i] - h;
-    ASSERT_TRUE(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()).ok());
+    ASSERT_OK(backend_->Upload(perturbed.data(), perturbed.size(), dl.get()));
     ASSERT_TRUE(
         backend_
             ->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), nullptr, &loss_minus)
@@ -403,11 +403,10 @@ TEST_P(BackendTest, GatherRowsAndScatterAddRowsMatchReference) {
     }
     auto dtable = Put(table), dsrc = Put(src);
     auto dout = Put(Random(s.m * s.cols));
-    ASSERT_TRUE(backend_->GatherRows(s.rows, s.cols, *dtable, index.data(), s.m, dout.get()).ok());
+    ASSERT_OK(backend_->GatherRows(s.rows, s.cols, *dtable, index.data(), s.m, dout.get()));
     // A gather copies: exact.
     EXPECT_EQ(RelativeError(Get(*dout, s.m * s.cols), want_gather), 0.0);
-    ASSERT_TRUE(
-        backend_->ScatterAddRows(s.m, s.cols, *dsrc, index.data(), s.rows, dtable.get()).ok());
+    ASSERT_OK(backend_->ScatterAddRows(s.m, s.cols, *dsrc, index.data(), s.rows, dtable.get()));
     EXPECT_LT(RelativeError(Get(*dtable, s.rows * s.cols), want_table, mag), tolerance_);
   }
 }
@@ -428,11 +427,11 @@ TEST_P(BackendTest, RowDotsScaleRowsAndFillMatchReference) {
     }
     auto da = Put(a), db = Put(b), dscale = Put(scale);
     auto dout = Put(std::vector<float>(m, std::numeric_limits<float>::quiet_NaN()));
-    ASSERT_TRUE(backend_->RowDots(m, cols, *da, *db, dout.get()).ok());
+    ASSERT_OK(backend_->RowDots(m, cols, *da, *db, dout.get()));
     EXPECT_LT(RelativeError(Get(*dout, m), want_dots, mag_dots), tolerance_);
-    ASSERT_TRUE(backend_->ScaleRows(m, cols, *dscale, da.get()).ok());
+    ASSERT_OK(backend_->ScaleRows(m, cols, *dscale, da.get()));
     EXPECT_LT(RelativeError(Get(*da, m * cols), want_scaled), tolerance_);
-    ASSERT_TRUE(backend_->Fill(m * cols, -0.375f, db.get()).ok());
+    ASSERT_OK(backend_->Fill(m * cols, -0.375f, db.get()));
     EXPECT_EQ(RelativeError(Get(*db, m * cols), Matrix(m * cols, -0.375)), 0.0);
   }
 }
@@ -505,15 +504,15 @@ TEST_P(BackendTest, LogisticLossMatchesReference) {
 
     auto dl = Put(logits), dg = Put(Random(n));
     float loss = -1;
-    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss).ok());
+    ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss));
     EXPECT_LT(RelativeError(Get(*dg, n), want_grad), tolerance_);
     EXPECT_LE(std::abs(loss - want_loss), tolerance_ * std::max(1.0, want_loss));
 
     // Without a gradient, and with the gradient over the logits, the same.
     float loss2 = -1, loss3 = -1;
-    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss2).ok());
+    ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss2));
     EXPECT_FLOAT_EQ(loss2, loss);
-    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dl.get(), &loss3).ok());
+    ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), dl.get(), &loss3));
     EXPECT_FLOAT_EQ(loss3, loss);
     EXPECT_LT(RelativeError(Get(*dl, n), want_grad), tolerance_);
   }
@@ -528,7 +527,7 @@ TEST_P(BackendTest, LogisticLossIsStableForHugeLogits) {
   ReferenceLogistic(logits, labels, &want_grad, &want_loss);
   auto dl = Put(logits), dg = Put(logits);
   float loss = 0;
-  ASSERT_TRUE(backend_->LogisticLoss(logits.size(), *dl, labels.data(), dg.get(), &loss).ok());
+  ASSERT_OK(backend_->LogisticLoss(logits.size(), *dl, labels.data(), dg.get(), &loss));
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
   const auto grad = Get(*dg, logits.size());
@@ -544,18 +543,18 @@ TEST_P(BackendTest, LogisticLossGradientMatchesFiniteDifferences) {
   const std::vector<int32_t> labels = {0, 1, 1, 0, 1, 0};
   auto dl = Put(logits), dg = Put(logits);
   float loss = 0;
-  ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss).ok());
+  ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), dg.get(), &loss));
   const auto grad = Get(*dg, n);
   const float h = 1e-2f;
   for (size_t i = 0; i < n; ++i) {
     float loss_plus = 0, loss_minus = 0;
     auto perturbed = logits;
     perturbed[i] = logits[i] + h;
-    ASSERT_TRUE(backend_->Upload(perturbed.data(), n, dl.get()).ok());
-    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_plus).ok());
+    ASSERT_OK(backend_->Upload(perturbed.data(), n, dl.get()));
+    ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_plus));
     perturbed[i] = logits[i] - h;
-    ASSERT_TRUE(backend_->Upload(perturbed.data(), n, dl.get()).ok());
-    ASSERT_TRUE(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_minus).ok());
+    ASSERT_OK(backend_->Upload(perturbed.data(), n, dl.get()));
+    ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_minus));
     const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
     EXPECT_NEAR(grad[i], numeric, 2e-4) << "element " << i;
   }
@@ -647,7 +646,7 @@ TEST_P(BackendTest, SparseOpsRejectBadIndicesSizesAndForeignBuffers) {
     st = backend_->CsrMatVec(t, 2, 3, offsets.data(), col_index.data(), *foreign, dy.get());
     EXPECT_NE(st.message().find(kForeign), std::string::npos) << st.ToString();
     // Put y back: the kOk calls above wrote it.
-    ASSERT_TRUE(backend_->Upload(y_before.data(), 3, dy.get()).ok());
+    ASSERT_OK(backend_->Upload(y_before.data(), 3, dy.get()));
   }
   EXPECT_EQ(Get(*dy, 3), y_before);
 
@@ -694,7 +693,7 @@ TEST_P(BackendTest, RejectsWrongSizesForeignBuffersAndBadLabels) {
   // A buffer of another backend instance.
   auto other = CreateCpuBackend();
   auto foreign = other->Allocate(64);
-  ASSERT_TRUE(foreign.ok());
+  ASSERT_OK(foreign);
   st = backend_->Axpy(4, 1.0f, **foreign, big.get());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("another backend"), std::string::npos) << st.message();
@@ -711,19 +710,19 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
 
 TEST(BackendFactoryTest, CpuWorks) {
   auto backend = CreateBackend(BackendKind::kCpu);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  ASSERT_OK(backend);
   EXPECT_EQ((*backend)->name().rfind("cpu", 0), 0u) << (*backend)->name();
 }
 
 TEST(BackendFactoryTest, CpuThreadsAreSetAndNamed) {
   auto backend = CreateBackend(BackendKind::kCpu, 1);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  ASSERT_OK(backend);
   EXPECT_EQ((*backend)->name(), "cpu (OpenBLAS, 1 thread)");
 }
 
 TEST(BackendFactoryTest, AutoPicksCudaOnlyWhenADeviceIsPresent) {
   auto backend = CreateBackend(BackendKind::kAuto);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  ASSERT_OK(backend);
   const std::string expected = CudaDeviceCount() > 0 ? "cuda" : "cpu";
   EXPECT_EQ((*backend)->name().rfind(expected, 0), 0u) << (*backend)->name();
 }
@@ -742,7 +741,7 @@ TEST(BackendFactoryTest, CudaWithoutDeviceIsFailedPreconditionSayingWhy) {
 TEST(BackendFactoryTest, ParsesDeviceNames) {
   for (BackendKind kind : {BackendKind::kAuto, BackendKind::kCpu, BackendKind::kCuda}) {
     auto parsed = ParseBackendKind(BackendKindName(kind));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, kind);
   }
   EXPECT_EQ(ParseBackendKind("gpu").status().code(), StatusCode::kInvalidArgument);

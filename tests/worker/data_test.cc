@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/util/status_matchers.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/generators.h"
 
@@ -37,7 +38,7 @@ bool HaveFashionMnist() { return fs::exists(kDefaultFashionMnistDir); }
 TEST(FashionMnistTest, TrainSplitHasShapesBalancedLabelsAndUnitPixels) {
   SKIP_WITHOUT_FASHION_MNIST();
   auto ds = LoadFashionMnist(kDefaultFashionMnistDir, FashionMnistSplit::kTrain, 0, 1);
-  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_OK(ds);
   EXPECT_EQ(ds->num_samples(), 60000u);
   EXPECT_EQ(ds->split_size, 60000u);
   EXPECT_EQ(ds->range, (RowRange{0, 60000}));
@@ -61,7 +62,7 @@ TEST(FashionMnistTest, TrainSplitHasShapesBalancedLabelsAndUnitPixels) {
 TEST(FashionMnistTest, TestSplitHasTenThousandBalancedSamples) {
   SKIP_WITHOUT_FASHION_MNIST();
   auto ds = LoadFashionMnist(kDefaultFashionMnistDir, FashionMnistSplit::kTest, 0, 1);
-  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_OK(ds);
   EXPECT_EQ(ds->num_samples(), 10000u);
   EXPECT_EQ(ds->images.size(), 10000u * 784u);
   std::array<int, 10> histogram{};
@@ -73,12 +74,12 @@ TEST(FashionMnistTest, PartitionsOfOneTwoFourRanksAreDisjointAndCoverEverySample
   SKIP_WITHOUT_FASHION_MNIST();
   for (FashionMnistSplit split : {FashionMnistSplit::kTest, FashionMnistSplit::kTrain}) {
     auto whole = LoadFashionMnist(kDefaultFashionMnistDir, split, 0, 1);
-    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    ASSERT_OK(whole);
     for (uint32_t m : {2u, 4u}) {
       uint64_t next = 0;  // contiguous blocks: each starts where the last ended
       for (uint32_t r = 0; r < m; ++r) {
         auto part = LoadFashionMnist(kDefaultFashionMnistDir, split, r, m);
-        ASSERT_TRUE(part.ok()) << part.status().ToString();
+        ASSERT_OK(part);
         EXPECT_EQ(part->range.begin, next) << "rank " << r << " of " << m;
         EXPECT_EQ(part->num_samples(), part->range.size());
         next = part->range.end;
@@ -167,7 +168,7 @@ TEST_F(IdxReaderTest, ReadsSmallFileWithoutMd5Check) {
   expect.magic = 2051;
   expect.dims = {3, 2, 2};
   auto idx = ReadIdxGz(path, expect);
-  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  ASSERT_OK(idx);
   EXPECT_EQ(idx->magic, 2051u);
   EXPECT_EQ(idx->dims, (std::vector<uint32_t>{3, 2, 2}));
   EXPECT_EQ(idx->data, Ramp(12));
@@ -177,10 +178,10 @@ TEST_F(IdxReaderTest, Md5OfUncompressedContentsIsCheckedWhenGiven) {
   const std::vector<uint8_t> bytes = IdxBytes(0x08, {5}, Ramp(5));
   const std::string path = WriteGz("labels.gz", bytes);
   auto md5 = Md5Hex(bytes);
-  ASSERT_TRUE(md5.ok()) << md5.status().ToString();
+  ASSERT_OK(md5);
   IdxExpectation expect;
   expect.md5_hex = *md5;
-  EXPECT_TRUE(ReadIdxGz(path, expect).ok());
+  EXPECT_OK(ReadIdxGz(path, expect));
 
   expect.md5_hex = "00000000000000000000000000000000";
   expect.remedy = "reinstall the thing";
@@ -193,7 +194,7 @@ TEST_F(IdxReaderTest, Md5OfUncompressedContentsIsCheckedWhenGiven) {
 TEST_F(IdxReaderTest, Md5HexMatchesKnownDigest) {
   const std::string abc = "abc";
   auto md5 = Md5Hex(std::vector<uint8_t>(abc.begin(), abc.end()));
-  ASSERT_TRUE(md5.ok());
+  ASSERT_OK(md5);
   EXPECT_EQ(*md5, "900150983cd24fb0d6963f7d28e17f72");  // RFC 1321 test suite
 }
 
@@ -290,8 +291,8 @@ SparseClickOptions SmallClicks() {
 TEST(SparseClickGeneratorTest, SameSeedGivesSameDataOtherSeedDiffers) {
   auto a = GenerateSparseClicks(SmallClicks(), 0, 1);
   auto b = GenerateSparseClicks(SmallClicks(), 0, 1);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_EQ(a->feature_ids, b->feature_ids);
   EXPECT_EQ(a->row_offsets, b->row_offsets);
   EXPECT_EQ(a->labels, b->labels);
@@ -299,20 +300,20 @@ TEST(SparseClickGeneratorTest, SameSeedGivesSameDataOtherSeedDiffers) {
   SparseClickOptions other = SmallClicks();
   other.seed = 43;
   auto c = GenerateSparseClicks(other, 0, 1);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_NE(a->feature_ids, c->feature_ids);
   EXPECT_NE(a->true_weights, c->true_weights);
 }
 
 TEST(SparseClickGeneratorTest, RankPartitionsAreDisjointAndConcatenateToWhole) {
   auto whole = GenerateSparseClicks(SmallClicks(), 0, 1);
-  ASSERT_TRUE(whole.ok());
+  ASSERT_OK(whole);
   std::vector<uint64_t> ids;
   std::vector<int32_t> labels;
   uint64_t next = 0;
   for (uint32_t r = 0; r < 3; ++r) {
     auto part = GenerateSparseClicks(SmallClicks(), r, 3);
-    ASSERT_TRUE(part.ok());
+    ASSERT_OK(part);
     EXPECT_EQ(part->range.begin, next);
     next = part->range.end;
     EXPECT_EQ(part->true_weights, whole->true_weights);
@@ -327,7 +328,7 @@ TEST(SparseClickGeneratorTest, RankPartitionsAreDisjointAndConcatenateToWhole) {
 TEST(SparseClickGeneratorTest, SamplesHoldSortedDistinctIdsInConfiguredCount) {
   const SparseClickOptions o = SmallClicks();
   auto d = GenerateSparseClicks(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   ASSERT_EQ(d->row_offsets.size(), d->num_samples() + 1);
   for (size_t i = 0; i < d->num_samples(); ++i) {
     const uint64_t n = d->row_offsets[i + 1] - d->row_offsets[i];
@@ -343,7 +344,7 @@ TEST(SparseClickGeneratorTest, SamplesHoldSortedDistinctIdsInConfiguredCount) {
 TEST(SparseClickGeneratorTest, FeatureFrequenciesFallWithPopularityRank) {
   const SparseClickOptions o = SmallClicks();
   auto d = GenerateSparseClicks(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   std::vector<uint64_t> count(o.num_features, 0);
   for (uint64_t id : d->feature_ids) ++count[id];
   // Mean count per feature over popularity-rank bands [0,1), [1,2), [2,10),
@@ -392,7 +393,7 @@ double MeanLogLoss(const SparseClickData& d, bool use_true_weights) {
 
 TEST(SparseClickGeneratorTest, LabelsFollowTrueWeights) {
   auto d = GenerateSparseClicks(SmallClicks(), 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   const double zero = MeanLogLoss(*d, false);
   const double truth = MeanLogLoss(*d, true);
   EXPECT_NEAR(zero, std::log(2.0), 1e-9);
@@ -404,7 +405,7 @@ TEST(SparseClickGeneratorTest, DenseWeightsAndDefaultsWork) {
   o.num_samples = 1000;
   o.weight_density = 1.0;
   auto d = GenerateSparseClicks(o, 1, 2);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->true_weights.size(), 1'000'000u);
   EXPECT_EQ(d->num_samples(), 500u);
   EXPECT_EQ(std::count(d->true_weights.begin(), d->true_weights.end(), 0.0f), 0);
@@ -449,8 +450,8 @@ bool SameRatings(const std::vector<Rating>& a, const std::vector<Rating>& b) {
 TEST(LowRankRatingsGeneratorTest, SameSeedGivesSameRatingsAndPartitionsConcatenate) {
   auto whole = GenerateLowRankRatings(SmallRatings(), 0, 1);
   auto again = GenerateLowRankRatings(SmallRatings(), 0, 1);
-  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(whole);
+  ASSERT_OK(again);
   EXPECT_TRUE(SameRatings(whole->ratings, again->ratings));
 
   std::vector<Rating> joined;
@@ -458,7 +459,7 @@ TEST(LowRankRatingsGeneratorTest, SameSeedGivesSameRatingsAndPartitionsConcatena
   uint64_t next = 0;
   for (uint32_t r = 0; r < 4; ++r) {
     auto part = GenerateLowRankRatings(SmallRatings(), r, 4);
-    ASSERT_TRUE(part.ok());
+    ASSERT_OK(part);
     EXPECT_EQ(part->users.begin, next);
     next = part->users.end;
     EXPECT_EQ(part->item_factors, whole->item_factors);
@@ -475,14 +476,14 @@ TEST(LowRankRatingsGeneratorTest, SameSeedGivesSameRatingsAndPartitionsConcatena
   LowRankRatingsOptions other = SmallRatings();
   other.seed = 8;
   auto c = GenerateLowRankRatings(other, 0, 1);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_FALSE(SameRatings(c->ratings, whole->ratings));
 }
 
 TEST(LowRankRatingsGeneratorTest, ObservedFractionMatchesProbabilityAndIsSorted) {
   const LowRankRatingsOptions o = SmallRatings();
   auto d = GenerateLowRankRatings(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   const double expected = o.observe_probability * static_cast<double>(o.num_users * o.num_items);
   // 100000 expected; binomial sd ~ 308.
   EXPECT_NEAR(static_cast<double>(d->ratings.size()), expected, 0.02 * expected);
@@ -497,7 +498,7 @@ TEST(LowRankRatingsGeneratorTest, ObservedFractionMatchesProbabilityAndIsSorted)
 TEST(LowRankRatingsGeneratorTest, ResidualsHaveConfiguredNoiseLevel) {
   const LowRankRatingsOptions o = SmallRatings();
   auto d = GenerateLowRankRatings(o, 1, 2);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   double sum = 0, sum_sq = 0, signal_sq = 0;
   for (const Rating& x : d->ratings) {
     double dot = 0;
@@ -525,7 +526,7 @@ TEST(LowRankRatingsGeneratorTest, FullObservationAndImpossibleOptions) {
   o.num_items = 5;
   o.observe_probability = 1.0;
   auto d = GenerateLowRankRatings(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->ratings.size(), 15u);
   o.rank = 0;
   auto bad = GenerateLowRankRatings(o, 0, 1);

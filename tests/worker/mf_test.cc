@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/util/status_matchers.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/models/matrix_factorization.h"
@@ -89,7 +90,7 @@ TEST_P(MatrixFactorizationTest, GradientMatchesFiniteDifferences) {
     SCOPED_TRACE(testing::Message() << "l2 " << l2);
     std::vector<float> ug(uf.size(), -1.0f), vg(vf.size(), -1.0f);
     auto loss = model->LossAndGradient(batch, users, uf, items, vf, l2, ug, vg);
-    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    ASSERT_OK(loss);
     EXPECT_GT(*loss, 0.0);
 
     // The objective is quadratic in any one coordinate, so central
@@ -121,7 +122,7 @@ TEST_P(MatrixFactorizationTest, GradientMatchesFiniteDifferences) {
     }
     // Loss only: the same value.
     auto loss_only = model->LossAndGradient(batch, users, uf, items, vf, l2, {}, {});
-    ASSERT_TRUE(loss_only.ok());
+    ASSERT_OK(loss_only);
     EXPECT_EQ(*loss_only, *loss);
   }
 }
@@ -139,11 +140,11 @@ TEST_P(MatrixFactorizationTest, LossAndRmseMatchTheHandComputedValues) {
   // per occurrence. User 0: (1 * (3, 4) - 3 * (5, 6)) / 2 + 0.5 * 2 * (1, 2) / 2;
   // item 0: 1 * (1, 2) / 2 + 0.5 * (3, 4) / 2; item 1: -3 * (1, 2) / 2 + 0.5 * (5, 6) / 2.
   std::vector<float> ug(2), vg(4);
-  ASSERT_TRUE(model->LossAndGradient(batch, users, uf, items, vf, 0.5f, ug, vg).ok());
+  ASSERT_OK(model->LossAndGradient(batch, users, uf, items, vf, 0.5f, ug, vg));
   EXPECT_EQ(ug, (std::vector<float>{-5.5f, -6.0f}));
   EXPECT_EQ(vg, (std::vector<float>{1.25f, 2.0f, -0.25f, -1.5f}));
   // Without L2: user 0 (-12, -14) / 2, item 0 (1, 2) / 2, item 1 (-3, -6) / 2.
-  ASSERT_TRUE(model->LossAndGradient(batch, users, uf, items, vf, 0.0f, ug, vg).ok());
+  ASSERT_OK(model->LossAndGradient(batch, users, uf, items, vf, 0.0f, ug, vg));
   EXPECT_EQ(ug, (std::vector<float>{-6.0f, -7.0f}));
   EXPECT_EQ(vg, (std::vector<float>{0.5f, 1.0f, -1.5f, -3.0f}));
 }
@@ -158,18 +159,18 @@ TEST_P(MatrixFactorizationTest, TrueFactorsReachTheNoiseFloor) {
   o.seed = 3;
   // A middle rank's share: user ids do not start at 0.
   auto d = GenerateLowRankRatings(o, 1, 3);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   ASSERT_GT(d->ratings.size(), 5000u);
   const auto users = Iota(d->users.begin, d->users.end);
   const auto items = Iota(0, o.num_items);
   auto model = Model(o.rank);
   auto loss =
       model->LossAndGradient(d->ratings, users, d->user_factors, items, d->item_factors, 0, {}, {});
-  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  ASSERT_OK(loss);
   const double half_var = 0.5 * o.noise_stddev * o.noise_stddev;
   EXPECT_NEAR(*loss, half_var, 0.1 * half_var);
   auto rmse = model->Rmse(d->ratings, users, d->user_factors, items, d->item_factors);
-  ASSERT_TRUE(rmse.ok());
+  ASSERT_OK(rmse);
   EXPECT_NEAR(*rmse, o.noise_stddev, 0.05 * o.noise_stddev);
 }
 
@@ -193,7 +194,7 @@ TEST_P(MatrixFactorizationTest, RejectsBadArguments) {
   std::vector<float> ug(4), vg(2);
   auto code = [](const StatusOr<double>& s) { return s.status().code(); };
   const auto kBad = StatusCode::kInvalidArgument;
-  ASSERT_TRUE(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg).ok());
+  ASSERT_OK(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg));
 
   EXPECT_EQ(code(m->LossAndGradient({}, users, uf, items, vf, 0, ug, vg)), kBad);
   EXPECT_EQ(MatrixFactorization::Create(backend_.get(), 0).status().code(), kBad);
@@ -224,7 +225,7 @@ TEST_P(MatrixFactorizationTest, RejectsBadArguments) {
   EXPECT_EQ(code(m->Rmse(batch, missing_user, uf, items, vf)), kBad);
   EXPECT_EQ(code(m->Rmse(batch, users, short_uf, items, vf)), kBad);
   // The model still works after all these refusals.
-  EXPECT_TRUE(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg).ok());
+  EXPECT_OK(m->LossAndGradient(batch, users, uf, items, vf, 0.1f, ug, vg));
 }
 
 LowRankRatingsOptions SplitData() {
@@ -239,7 +240,7 @@ LowRankRatingsOptions SplitData() {
 
 TEST(SplitRatingsTest, DeterministicWithTheRequestedFractionAndCoversTheInput) {
   auto d = GenerateLowRankRatings(SplitData(), 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   const std::vector<Rating>& all = d->ratings;
   std::vector<Rating> train, test, train2, test2;
   SplitRatings(all, 0.2, 5, &train, &test);
@@ -274,14 +275,14 @@ TEST(SplitRatingsTest, DeterministicWithTheRequestedFractionAndCoversTheInput) {
 
 TEST(SplitRatingsTest, IndependentOfTheRankPartitionAndOrder) {
   auto whole = GenerateLowRankRatings(SplitData(), 0, 1);
-  ASSERT_TRUE(whole.ok());
+  ASSERT_OK(whole);
   std::vector<Rating> train, test;
   SplitRatings(whole->ratings, 0.1, 9, &train, &test);
 
   std::vector<Rating> joined_train, joined_test, part_train, part_test;
   for (uint32_t r = 0; r < 3; ++r) {
     auto part = GenerateLowRankRatings(SplitData(), r, 3);
-    ASSERT_TRUE(part.ok());
+    ASSERT_OK(part);
     SplitRatings(part->ratings, 0.1, 9, &part_train, &part_test);
     joined_train.insert(joined_train.end(), part_train.begin(), part_train.end());
     joined_test.insert(joined_test.end(), part_test.begin(), part_test.end());
@@ -322,7 +323,7 @@ TEST_P(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
 
   const auto start = std::chrono::steady_clock::now();
   auto d = GenerateLowRankRatings(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   std::vector<Rating> train, test;
   SplitRatings(d->ratings, 0.1, 1, &train, &test);
 
@@ -352,7 +353,7 @@ TEST_P(MatrixFactorizationTest, SgdRecoversTheRatingsToNearTheNoiseLevel) {
       for (size_t i = 0; i < items.size(); ++i) {
         std::copy_n(vf.data() + items[i] * k, k, bv.data() + i * k);
       }
-      ASSERT_TRUE(model->LossAndGradient(batch, users, bu, items, bv, l2, gu, gv).ok());
+      ASSERT_OK(model->LossAndGradient(batch, users, bu, items, bv, l2, gu, gv));
       for (size_t i = 0; i < users.size(); ++i) {
         for (uint32_t c = 0; c < k; ++c) uf[users[i] * k + c] -= lr * gu[i * k + c];
       }

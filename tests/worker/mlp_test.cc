@@ -1,6 +1,7 @@
 // The MLP (and softmax regression, its one-layer case) on every available
 // backend: gradients match finite differences of its own loss, and SGD
 // learns a separable problem. CUDA cases skip without a device.
+#include "tests/util/status_matchers.h"
 #include "worker/models/mlp.h"
 
 #include <gtest/gtest.h>
@@ -33,16 +34,16 @@ class MlpTest : public ::testing::TestWithParam<BackendKind> {
     for (auto& p : params) p = 0.5f * n(gen);
     for (auto& v : x) v = n(gen);
     for (auto& l : labels) l = static_cast<int32_t>(gen() % layers.back());
-    ASSERT_TRUE(model->SetParameters(params).ok());
-    ASSERT_TRUE(model->LossAndGradient(x, labels, grad).ok());
+    ASSERT_OK(model->SetParameters(params));
+    ASSERT_OK(model->LossAndGradient(x, labels, grad));
     const float eps = 1e-2f;
     for (size_t i = 0; i < params.size(); ++i) {
       std::vector<float> p = params;
       p[i] += eps;
-      ASSERT_TRUE(model->SetParameters(p).ok());
+      ASSERT_OK(model->SetParameters(p));
       const float up = *model->LossAndGradient(x, labels, {});
       p[i] -= 2 * eps;
-      ASSERT_TRUE(model->SetParameters(p).ok());
+      ASSERT_OK(model->SetParameters(p));
       const float down = *model->LossAndGradient(x, labels, {});
       const float numeric = (up - down) / (2 * eps);
       EXPECT_NEAR(grad[i], numeric, 2e-3f + 2e-2f * std::abs(numeric)) << "parameter " << i;
@@ -75,11 +76,11 @@ TEST_P(MlpTest, SgdLearnsASeparableProblem) {
     for (auto& p : params) p = init(gen);
     float last = 0;
     for (int step = 0; step < 200; ++step) {
-      ASSERT_TRUE(model->SetParameters(params).ok());
+      ASSERT_OK(model->SetParameters(params));
       last = *model->LossAndGradient(x, labels, grad);
       for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.3f * grad[i];
     }
-    ASSERT_TRUE(model->SetParameters(params).ok());
+    ASSERT_OK(model->SetParameters(params));
     EXPECT_LT(last, 0.1f) << layers.size() << " layers";
     EXPECT_EQ(*model->Accuracy(x, labels), 1.0);
   }

@@ -13,34 +13,32 @@
 #include <vector>
 
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions TwoTableJob(uint32_t workers, ConsistencyMode mode) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = workers;
-  TableOptions dense;
-  dense.name = "dense";
-  dense.rows = 3000;
+  TableOptions dense = TestTable("dense", 3000, 1, OptimizerKind::kAdagrad);
   dense.init = {InitKind::kUniform, 0.1f, 3};
-  dense.optimizer.kind = OptimizerKind::kAdagrad;
   dense.optimizer.lr = 0.1f;
   dense.optimizer.l2 = 0.01f;
-  TableOptions sparse;
-  sparse.name = "sparse";
-  sparse.rows = 5000;
-  sparse.dim = 4;
+  TableOptions sparse = TestTable("sparse", 5000, 4);
   sparse.init = {InitKind::kNormal, 0.5f, 4};
   sparse.optimizer.momentum = 0.9f;
   sparse.optimizer.lr = 0.05f;
   sparse.optimizer.l1 = 0.01f;
   sparse.optimizer.warmup_clocks = 3;
-  job.tables = {dense, sparse};
-  job.consistency.mode = mode;
-  job.liveness.heartbeat_ms = 0;
-  EXPECT_TRUE(job.Validate().ok()) << job.Validate().ToString();
+  JobOptions job = TestJob()
+                       .Servers(2)
+                       .Workers(workers)
+                       .Mode(mode, 0)
+                       .Liveness(0)
+                       .Table(dense)
+                       .Table(sparse)
+                       .Build();
+  EXPECT_OK(job.Validate());
   return job;
 }
 
@@ -56,22 +54,22 @@ void Train(ParamStore* store, const JobOptions& job, bool async = false) {
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     std::vector<float> pulled(rows.size() * 4);
-    ASSERT_TRUE(store->Pull(1, rows, pulled.data()).ok());
+    ASSERT_OK(store->Pull(1, rows, pulled.data()));
     std::vector<float> sparse_grad(rows.size() * 4);
     for (float& g : sparse_grad) g = normal(rng);
     std::vector<float> dense_grad(job.tables[0].rows);
     for (float& g : dense_grad) g = normal(rng);
-    ASSERT_TRUE(store->Push(1, rows, SharedFloats::Take(std::move(sparse_grad))).ok());
-    ASSERT_TRUE(store->PushDense(0, SharedFloats::Take(std::move(dense_grad))).ok());
+    ASSERT_OK(store->Push(1, rows, SharedFloats::Take(std::move(sparse_grad))));
+    ASSERT_OK(store->PushDense(0, SharedFloats::Take(std::move(dense_grad))));
     ASSERT_TRUE((async ? store->EndStepAsync() : store->EndStep()).ok());
     EXPECT_EQ(store->clock(), step + 1);
   }
-  ASSERT_TRUE(store->Flush().ok());
+  ASSERT_OK(store->Flush());
 }
 
 std::vector<float> ReadAll(ParamStore* store, const JobOptions& job, uint32_t table) {
   std::vector<float> all(job.tables[table].rows * job.tables[table].dim);
-  EXPECT_TRUE(store->PullDense(table, all.data()).ok());
+  EXPECT_OK(store->PullDense(table, all.data()));
   return all;
 }
 
@@ -83,7 +81,7 @@ TEST_P(ParamStoreSteps, LocalStoreTrainsExactlyWhatTheServersTrain) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kBsp);
   InProcessCluster cluster(job);
   auto client = Client::Create(job, 0, cluster.endpoints()).value();
-  ASSERT_TRUE(client->Join().ok());
+  ASSERT_OK(client->Join());
   RemoteParamStore remote(job, client.get());
   auto local = LocalParamStore::Create(job).value();
   Train(&remote, job, /*async=*/GetParam());
@@ -112,7 +110,7 @@ TEST(ParamStoreTest, PullManyReadsWhatSeparatePullsRead) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
   InProcessCluster cluster(job);
   auto client = Client::Create(job, 0, cluster.endpoints()).value();
-  ASSERT_TRUE(client->Join().ok());
+  ASSERT_OK(client->Join());
   RemoteParamStore remote(job, client.get());
   auto local = LocalParamStore::Create(job).value();
   const std::vector<uint64_t> dense_rows = {2999, 5, 1500};
@@ -120,9 +118,9 @@ TEST(ParamStoreTest, PullManyReadsWhatSeparatePullsRead) {
   for (ParamStore* store : {static_cast<ParamStore*>(&remote), static_cast<ParamStore*>(local.get())}) {
     std::vector<float> a(3), b(12), a1(3), b1(12);
     const RowsToPull pulls[] = {{0, dense_rows, a.data()}, {1, sparse_rows, b.data()}};
-    ASSERT_TRUE(store->PullMany(pulls).ok());
-    ASSERT_TRUE(store->Pull(0, dense_rows, a1.data()).ok());
-    ASSERT_TRUE(store->Pull(1, sparse_rows, b1.data()).ok());
+    ASSERT_OK(store->PullMany(pulls));
+    ASSERT_OK(store->Pull(0, dense_rows, a1.data()));
+    ASSERT_OK(store->Pull(1, sparse_rows, b1.data()));
     EXPECT_EQ(a, a1);
     EXPECT_EQ(b, b1);
     // A bad pull among them is reported, and the good ones still finish.
@@ -138,7 +136,7 @@ TEST(ParamStoreTest, LocalPullFollowsTheOrderOfTheRows) {
   const std::vector<float> all = ReadAll(local.get(), job, 1);
   const std::vector<uint64_t> rows = {4999, 0, 17, 17};
   std::vector<float> out(rows.size() * 4);
-  ASSERT_TRUE(local->Pull(1, rows, out.data()).ok());
+  ASSERT_OK(local->Pull(1, rows, out.data()));
   for (size_t i = 0; i < rows.size(); ++i) {
     for (int d = 0; d < 4; ++d) EXPECT_EQ(out[i * 4 + d], all[rows[i] * 4 + d]);
   }
@@ -172,22 +170,22 @@ TEST(ParamStoreTest, RemoteStoreReportsTimeHeldBackByTheStalenessBound) {
   InProcessCluster cluster(job);
   auto fast = Client::Create(job, 0, cluster.endpoints()).value();
   auto slow = Client::Create(job, 1, cluster.endpoints()).value();
-  ASSERT_TRUE(fast->Join().ok());
-  ASSERT_TRUE(slow->Join().ok());
+  ASSERT_OK(fast->Join());
+  ASSERT_OK(slow->Join());
   RemoteParamStore store(job, fast.get());
   std::vector<float> row(4);
   const std::vector<uint64_t> rows = {3};
-  ASSERT_TRUE(store.Pull(1, rows, row.data()).ok());  // clock 0: never waits
+  ASSERT_OK(store.Pull(1, rows, row.data()));  // clock 0: never waits
   EXPECT_EQ(store.staleness_wait_seconds(), 0.0);
-  ASSERT_TRUE(store.EndStep().ok());
+  ASSERT_OK(store.EndStep());
   // At clock 1 under bsp the pull waits until the slow worker finishes
   // clock 0, which it does after at least 200 ms.
   std::thread finisher([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    EXPECT_TRUE(slow->Wait(*slow->Clock()).ok());
+    EXPECT_OK(slow->Wait(*slow->Clock()));
   });
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(store.Pull(1, rows, row.data()).ok());
+  ASSERT_OK(store.Pull(1, rows, row.data()));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   finisher.join();
   // The shards measured the wait; it cannot exceed what the caller saw.

@@ -1,4 +1,6 @@
 // Progress lines and the metrics CSV of the training programs.
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 #include "worker/progress.h"
 
 #include <gtest/gtest.h>
@@ -32,9 +34,9 @@ std::string FreshPath(const std::string& name) {
 TEST(MetricsCsvTest, WritersShareOneFileWithOneHeader) {
   const std::string path = FreshPath("shared.csv");
   auto a = MetricsCsv::Open(path);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_OK(a);
   auto b = MetricsCsv::Open(path);  // a second worker: appends, no second header
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_OK(b);
   MetricsCsv::Row row;
   row.time_s = 1.5;
   row.clock = 10;
@@ -45,10 +47,10 @@ TEST(MetricsCsvTest, WritersShareOneFileWithOneHeader) {
   row.metric = 0.8125;
   row.samples_per_s = 1000;
   row.staleness_wait_s = 0.5;
-  ASSERT_TRUE((*a)->Append(row).ok());
+  ASSERT_OK((*a)->Append(row));
   row.worker = 1;
   row.metric.reset();
-  ASSERT_TRUE((*b)->Append(row).ok());
+  ASSERT_OK((*b)->Append(row));
   const std::vector<std::string> lines = Lines(path);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], MetricsCsv::kHeader);
@@ -82,7 +84,7 @@ TEST(MetricsCsvTest, SetAsideKeepsThePreviousRun) {
   EXPECT_FALSE(MetricsCsv::SetAside(path).value());  // nothing there yet
   {
     auto csv = MetricsCsv::Open(path).value();
-    ASSERT_TRUE(csv->Append(MetricsCsv::Row()).ok());
+    ASSERT_OK(csv->Append(MetricsCsv::Row()));
   }
   EXPECT_TRUE(MetricsCsv::SetAside(path).value());
   EXPECT_FALSE(std::filesystem::exists(path));
@@ -90,13 +92,7 @@ TEST(MetricsCsvTest, SetAsideKeepsThePreviousRun) {
 }
 
 JobOptions LocalJob(const std::string& csv) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1"};
-  job.cluster.workers = 1;
-  TableOptions t;
-  t.name = "w";
-  t.rows = 4;
-  job.tables = {t};
+  JobOptions job = TestJob().Table("w", 4).Build();
   job.train.program = TrainProgram::kLinearRegression;
   job.train.log_every = 2;
   job.train.eval_every = 3;

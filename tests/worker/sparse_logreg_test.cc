@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/util/status_matchers.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
 
@@ -68,7 +69,7 @@ class SparseLogRegTest : public ::testing::TestWithParam<BackendKind> {
 
 TEST_P(SparseLogRegTest, GradientMatchesFiniteDifferences) {
   auto d = GenerateSparseClicks(Clicks(2000, 200, 3), 0, 1);
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   const size_t first = 17, rows = 13;
   std::vector<uint64_t> ids;
   BatchFeatures(*d, first, rows, &ids);
@@ -86,7 +87,7 @@ TEST_P(SparseLogRegTest, GradientMatchesFiniteDifferences) {
   for (float& v : w) v = normal(gen);
   std::vector<float> grad(ids.size(), 123.0f);
   auto loss = model_->LossAndGradient(*d, first, rows, ids, w, grad);
-  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  ASSERT_OK(loss);
   EXPECT_GT(*loss, 0.0);
 
   // The loss is a float: its rounding (~3e-8 at ~0.7) divided by the step
@@ -110,13 +111,13 @@ TEST_P(SparseLogRegTest, GradientMatchesFiniteDifferences) {
 
 TEST_P(SparseLogRegTest, StableForHugeMargins) {
   auto d = GenerateSparseClicks(Clicks(1000, 50, 4), 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   const std::vector<uint64_t> ids = AllIds(1000);
   for (float big : {1e4f, -1e4f}) {
     const std::vector<float> w(ids.size(), big);
     std::vector<float> grad(ids.size());
     auto loss = model_->LossAndGradient(*d, 0, 50, ids, w, grad);
-    ASSERT_TRUE(loss.ok());
+    ASSERT_OK(loss);
     EXPECT_TRUE(std::isfinite(*loss));
     EXPECT_GT(*loss, 1e3);  // every wrong label costs ~|z|
     for (float g : grad) ASSERT_TRUE(std::isfinite(g));
@@ -126,7 +127,7 @@ TEST_P(SparseLogRegTest, StableForHugeMargins) {
 TEST_P(SparseLogRegTest, TrueWeightsLossIsNearBernoulliEntropy) {
   const SparseClickOptions o = Clicks(10'000, 30'000, 5);
   auto d = GenerateSparseClicks(o, 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   const std::vector<uint64_t> ids = AllIds(o.num_features);
   const std::vector<float> zero(ids.size(), 0.0f);
   auto at_zero = model_->LogLoss(*d, ids, zero);
@@ -157,13 +158,13 @@ TEST_P(SparseLogRegTest, TrueWeightsLossIsNearBernoulliEntropy) {
   std::vector<uint64_t> batch_ids;
   BatchFeatures(*d, 0, d->num_samples(), &batch_ids);
   auto sparse = model_->LogLoss(*d, batch_ids, Gather(d->true_weights, batch_ids));
-  ASSERT_TRUE(sparse.ok());
+  ASSERT_OK(sparse);
   EXPECT_FLOAT_EQ(*sparse, *at_truth);
 }
 
 TEST(SparseLogRegDataTest, BatchFeaturesAreSortedDistinctAndExact) {
   auto d = GenerateSparseClicks(Clicks(100'000, 5000, 6), 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   std::vector<uint64_t> ids = {99, 1, 7};  // replaced, not appended to
   const size_t first = 1234, rows = 1000;
   BatchFeatures(*d, first, rows, &ids);
@@ -188,12 +189,12 @@ TEST(SparseLogRegDataTest, BatchFeaturesAreSortedDistinctAndExact) {
 
 TEST_P(SparseLogRegTest, BadArgumentsAreInvalidArgument) {
   auto d = GenerateSparseClicks(Clicks(1000, 100, 7), 0, 1);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   std::vector<uint64_t> ids;
   BatchFeatures(*d, 10, 5, &ids);
   const std::vector<float> w(ids.size(), 0.1f);
   std::vector<float> grad(ids.size());
-  ASSERT_TRUE(model_->LossAndGradient(*d, 10, 5, ids, w, grad).ok());
+  ASSERT_OK(model_->LossAndGradient(*d, 10, 5, ids, w, grad));
 
   ExpectInvalid(model_->LossAndGradient(*d, 10, 0, ids, w, grad).status(), "rows == 0");
   ExpectInvalid(model_->LossAndGradient(*d, 98, 5, ids, w, grad).status(), "reaches past");
@@ -234,7 +235,7 @@ TEST_P(SparseLogRegTest, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(SparseLogReg::Create(nullptr).status().code(), StatusCode::kInvalidArgument);
   // The model still works after all these refusals.
   auto loss = model_->LossAndGradient(*d, 10, 5, ids, w, grad);
-  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  ASSERT_OK(loss);
   EXPECT_GT(*loss, 0.0f);
 }
 
@@ -264,7 +265,7 @@ TEST(SparseLogRegDataTest, FirstSampleGivesTheTailOfALongerSetAndRanksPartitionI
   uint64_t next = n;
   for (uint32_t r = 0; r < 3; ++r) {
     auto part = GenerateSparseClicks(tail_options, r, 3);
-    ASSERT_TRUE(part.ok());
+    ASSERT_OK(part);
     EXPECT_EQ(part->range.begin, next);
     EXPECT_EQ(part->range.size(), part->num_samples());
     next = part->range.end;
@@ -309,7 +310,7 @@ TEST_P(SparseLogRegTest, MinibatchSgdApproachesTheTrueModelOnHeldOutData) {
       BatchFeatures(*train, first, rows, &ids);
       pulled = Gather(w, ids);
       grad.assign(ids.size(), 0.0f);
-      ASSERT_TRUE(model_->LossAndGradient(*train, first, rows, ids, pulled, grad).ok());
+      ASSERT_OK(model_->LossAndGradient(*train, first, rows, ids, pulled, grad));
       for (size_t i = 0; i < ids.size(); ++i) w[ids[i]] -= lr * grad[i];
     }
     test_loss = *model_->LogLoss(*test, all, w);

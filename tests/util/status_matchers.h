@@ -1,0 +1,30 @@
+// Test helper: ASSERT_OK / EXPECT_OK for a Status or a StatusOr<T>. On
+// failure the message is the status text, and more can be streamed in:
+//   ASSERT_OK(client->Wait(ticket)) << "pull of clock " << c;
+#ifndef PS_TESTS_UTIL_STATUS_MATCHERS_H_
+#define PS_TESTS_UTIL_STATUS_MATCHERS_H_
+
+#include <gtest/gtest.h>
+
+#include "common/status.h"
+
+namespace ps::status_matchers {
+
+inline const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const StatusOr<T>& s) {
+  return s.status();
+}
+
+template <typename S>
+::testing::AssertionResult IsOk(const char* expr, const S& s) {
+  if (StatusOf(s).ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << expr << " is " << StatusOf(s).ToString();
+}
+
+}  // namespace ps::status_matchers
+
+#define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::ps::status_matchers::IsOk, expr)
+#define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::ps::status_matchers::IsOk, expr)
+
+#endif  // PS_TESTS_UTIL_STATUS_MATCHERS_H_
