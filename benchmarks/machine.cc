@@ -1,6 +1,13 @@
 #include "benchmarks/machine.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -30,6 +37,81 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string OwnDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+StatusOr<int> FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    return InternalError("cannot find a free loopback port: " + err);
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+Status DropCaches() {
+  ::sync();
+  const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::write(fd, "3", 1) != 1) {
+    const std::string err = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return PermissionDeniedError("cannot write 3 to /proc/sys/vm/drop_caches (" + err +
+                                 "): it needs root; run with --no-drop-caches");
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+char ProcessState(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return '?';
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  const std::string stat(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>* buffer) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    const std::string path = it->path().string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return InternalError("cannot open " + path + ": " + std::strerror(errno));
+    while (true) {
+      const ssize_t r = ::read(fd, buffer->data(), buffer->size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const std::string err = std::strerror(errno);
+        ::close(fd);
+        return InternalError("cannot read " + path + ": " + err);
+      }
+      if (r == 0) break;
+      total += static_cast<uint64_t>(r);
+    }
+    ::close(fd);
+  }
+  if (ec) return InternalError("cannot list " + dir.string() + ": " + ec.message());
+  return total;
 }
 
 }  // namespace ps

@@ -1,11 +1,18 @@
 // Shared by the benchmarks: what they print about the machine they ran on,
-// and the statistics they report.
+// the statistics they report, and what they need of it (free ports, the
+// page cache, scratch folders, child process state).
 #ifndef PS_BENCHMARKS_MACHINE_H_
 #define PS_BENCHMARKS_MACHINE_H_
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace ps {
 
@@ -22,6 +29,39 @@ double Time(Fn fn) {
   fn();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The folder of this executable ("." when it cannot be read).
+std::string OwnDir();
+
+// A loopback TCP port that was free a moment ago.
+StatusOr<int> FreePort();
+
+// sync, then drops the page cache. PermissionDenied (it needs root) naming
+// what to pass instead.
+Status DropCaches();
+
+// The state letter of /proc/<pid>/stat ('T' once stopped), or '?'.
+char ProcessState(pid_t pid);
+
+// Reads every regular file under `dir` with read() calls of buffer->size()
+// bytes into `buffer`. Returns the bytes read.
+StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>* buffer);
+
+// Removes a folder (and what is in it) when it goes out of scope.
+class ScratchDir {
+ public:
+  explicit ScratchDir(std::filesystem::path path) : path_(std::move(path)) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  const std::filesystem::path path_;
+};
 
 }  // namespace ps
 
