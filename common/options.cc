@@ -41,6 +41,17 @@ Status Invalid(const std::string& source, std::string_view path,
 
 
 
+// "a, b, c": the names of an enum's table.
+template <typename Enum, size_t N>
+std::string NameList(const EnumName<Enum> (&table)[N]) {
+  std::string out;
+  for (const EnumName<Enum>& entry : table) {
+    if (!out.empty()) out.append(", ");
+    out.append(entry.name);
+  }
+  return out;
+}
+
 std::string TablePath(size_t index, std::string_view field = {}) {
   std::string path = "tables[" + std::to_string(index) + "]";
   if (!field.empty()) path.append(".").append(field);
@@ -234,7 +245,7 @@ Status ValidateInit(const std::string& source, size_t index,
   return Invalid(
       source, TablePath(index, "init.type"),
       "unknown init kind " + std::to_string(static_cast<int>(init.kind)),
-      "one of zeros, constant, uniform, normal");
+      "one of " + NameList(kInitKindNames));
 }
 
 Status ValidateOptimizer(const std::string& source, size_t index,
@@ -296,7 +307,7 @@ Status ValidateOptimizer(const std::string& source, size_t index,
   return Invalid(source, TablePath(index, "optimizer.type"),
                  "unknown optimizer kind " +
                      std::to_string(static_cast<int>(optimizer.kind)),
-                 "one of sgd, add, adagrad, adam");
+                 "one of " + NameList(kOptimizerKindNames));
 }
 
 Status ValidateTables(const std::string& source,
@@ -606,13 +617,11 @@ float OptimizerOptions::LearningRate(int64_t clock) const {
 }
 
 std::string OptimizerDescription(const OptimizerOptions& o) {
-  static const char* kKinds[] = {"sgd", "add", "adagrad", "adam"};
-  static const char* kDecays[] = {"none", "step", "cosine"};
   return fmt::format(
       "{} lr={} momentum={} beta1={} beta2={} epsilon={} warmup_clocks={} decay={} "
       "decay_every={} decay_gamma={} decay_clocks={} l1={} l2={}",
-      kKinds[static_cast<int>(o.kind)], o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
-      o.warmup_clocks, kDecays[static_cast<int>(o.decay)], o.decay_every, o.decay_gamma,
+      NameOf(kOptimizerKindNames, o.kind), o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
+      o.warmup_clocks, NameOf(kLrDecayNames, o.decay), o.decay_every, o.decay_gamma,
       o.decay_clocks, o.l1, o.l2);
 }
 
@@ -632,23 +641,14 @@ std::string JobOptions::Fingerprint() const {
 }
 
 std::string TrainProgramName(TrainProgram program) {
-  switch (program) {
-    case TrainProgram::kNone: return "none";
-    case TrainProgram::kLinearRegression: return "linear_regression";
-    case TrainProgram::kMlp: return "mlp";
-    case TrainProgram::kSparseLogisticRegression: return "sparse_logistic_regression";
-    case TrainProgram::kMatrixFactorization: return "matrix_factorization";
-  }
-  return "unknown";
+  if (program == TrainProgram::kNone) return "none";
+  return std::string(NameOf(kTrainProgramNames, program));
 }
 
 std::string ConsistencyName(const ConsistencyOptions& c) {
-  switch (c.mode) {
-    case ConsistencyMode::kBsp: return "bsp";
-    case ConsistencyMode::kSsp: return "ssp " + std::to_string(c.staleness);
-    case ConsistencyMode::kAsp: return "asp";
-  }
-  return "unknown";
+  std::string name(NameOf(kConsistencyModeNames, c.mode));
+  if (c.mode == ConsistencyMode::kSsp) name += " " + std::to_string(c.staleness);
+  return name;
 }
 
 namespace {
