@@ -153,15 +153,22 @@ class YamlReader {
 template <typename Options>
 struct YamlField {
   std::string_view key;
+  // Reads the value of the key, when the map has it.
   std::function<Status(const YamlReader&, const YamlValue&, Options*)> read;
   // Non-empty for a required key: the "expected" text when it is missing.
   std::string_view required = {};
+  // Set instead of `read` for a key whose rules depend on keys read before
+  // it (required or ignored by the section's type): called whether or not
+  // the map has the key, with `value` null when it does not.
+  std::function<Status(const YamlReader&, const YamlMap&, const YamlValue* value, Options*)>
+      read_any = {};
 };
 
 // Reads the section map `value` with the keys of `fields`: checks the keys
 // (`expected` describes the map when the value is not one; empty: "a map
 // with <the keys>"), then reads each present key, in the order of `fields`,
 // failing at the first missing required key or bad value.
+// REQUIRES: each field has `read` or `read_any`.
 template <typename Options>
 Status ReadSection(const YamlReader& reader, const YamlValue& value,
                    const std::vector<YamlField<Options>>& fields, std::string_view expected,
@@ -173,6 +180,10 @@ Status ReadSection(const YamlReader& reader, const YamlValue& value,
   PS_ASSIGN_OR_RETURN(YamlMap map, reader.ReadMap(value, keys, described));
   for (const YamlField<Options>& field : fields) {
     const YamlValue* entry = map.Find(field.key);
+    if (field.read_any) {
+      PS_RETURN_IF_ERROR(field.read_any(reader, map, entry, out));
+      continue;
+    }
     if (entry == nullptr && !field.required.empty()) {
       PS_ASSIGN_OR_RETURN(entry, reader.Required(map, field.key, field.required));
     }
