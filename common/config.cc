@@ -206,16 +206,6 @@ Status ParsePauseSteps(const YamlReader& r, const YamlValue& value, StragglerOpt
   return r.ReadUnsigned(items[1], &st->pause_max_steps);
 }
 
-// A double option read through a float.
-YamlField<StragglerOptions> FloatToDouble(std::string_view key, double StragglerOptions::*member) {
-  return {key, [member](const YamlReader& r, const YamlValue& v, StragglerOptions* o) {
-            float f = 0;
-            PS_RETURN_IF_ERROR(r.ReadFloat(v, &f));
-            o->*member = f;
-            return Status::Ok();
-          }};
-}
-
 Status ParseStragglers(const YamlReader& r, const YamlValue& value, StragglerOptions* st) {
   using S = StragglerOptions;
   const std::vector<YamlField<S>> fields = {
@@ -227,11 +217,11 @@ Status ParseStragglers(const YamlReader& r, const YamlValue& value, StragglerOpt
          s->slow_worker = rank;
          return Status::Ok();
        }},
-      FloatToDouble("slow_factor", &S::slow_factor),
-      FloatToDouble("pause_probability", &S::pause_probability),
+      DoubleField("slow_factor", &S::slow_factor),
+      DoubleField("pause_probability", &S::pause_probability),
       {"pause_steps", ParsePauseSteps},
       UnsignedField("seed", &S::seed),
-      FloatToDouble("step_ms", &S::step_ms),
+      DoubleField("step_ms", &S::step_ms),
   };
   return ReadSection(r, value, fields, "", st);
 }
@@ -324,15 +314,6 @@ Status ParseLayers(const YamlReader& r, const YamlMap& map, const YamlValue* val
   return Status::Ok();
 }
 
-YamlField<TrainOptions> TrainFloatToDouble(std::string_view key, double TrainOptions::*member) {
-  return {key, [member](const YamlReader& r, const YamlValue& v, TrainOptions* o) {
-            float f = 0;
-            PS_RETURN_IF_ERROR(r.ReadFloat(v, &f));
-            o->*member = f;
-            return Status::Ok();
-          }};
-}
-
 Status ParseTrain(const YamlReader& r, const YamlValue& value, TrainOptions* train) {
   using T = TrainOptions;
   const std::vector<YamlField<T>> fields = {
@@ -346,8 +327,8 @@ Status ParseTrain(const YamlReader& r, const YamlValue& value, TrainOptions* tra
       StringField("data_dir", &T::data_dir, "a folder"),
       UnsignedField("samples_per_worker", &T::samples_per_worker),
       UnsignedField("test_samples", &T::test_samples),
-      TrainFloatToDouble("observe_probability", &T::observe_probability),
-      TrainFloatToDouble("test_fraction", &T::test_fraction),
+      DoubleField("observe_probability", &T::observe_probability),
+      DoubleField("test_fraction", &T::test_fraction),
       UnsignedField("batch_size", &T::batch_size),
       UnsignedField("iterations", &T::iterations),
       FloatField("noise", &T::noise),

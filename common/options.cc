@@ -41,6 +41,14 @@ Status Invalid(const std::string& source, std::string_view path,
 
 
 
+// Shortest text that reads back as the same double ("0.05", "1e+300").
+std::string DoubleText(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return "?";
+  return std::string(buffer, end);
+}
+
 // "a, b, c": the names of an enum's table.
 template <typename Enum, size_t N>
 std::string NameList(const EnumName<Enum> (&table)[N]) {
@@ -425,16 +433,16 @@ Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
                    "a worker rank in 0.." + std::to_string(workers - 1));
   }
   if (!(st.slow_factor >= 1.0) || !std::isfinite(st.slow_factor)) {
-    return Invalid(source, "stragglers.slow_factor", "got " + FloatText(static_cast<float>(st.slow_factor)),
+    return Invalid(source, "stragglers.slow_factor", "got " + DoubleText(st.slow_factor),
                    "a finite factor >= 1");
   }
   if (!(st.pause_probability >= 0.0 && st.pause_probability <= 1.0)) {
     return Invalid(source, "stragglers.pause_probability",
-                   "got " + FloatText(static_cast<float>(st.pause_probability)),
+                   "got " + DoubleText(st.pause_probability),
                    "a probability in [0, 1]");
   }
   if (!(st.step_ms >= 0.0) || !std::isfinite(st.step_ms)) {
-    return Invalid(source, "stragglers.step_ms", "got " + FloatText(static_cast<float>(st.step_ms)),
+    return Invalid(source, "stragglers.step_ms", "got " + DoubleText(st.step_ms),
                    "milliseconds >= 0 (0: each step's own compute time)");
   }
   if (st.pause_min_steps < 1 || st.pause_max_steps < st.pause_min_steps) {
@@ -504,12 +512,12 @@ Status ValidateMatrixFactorization(const std::string& source, const JobOptions& 
   }
   if (!(train.observe_probability > 0.0 && train.observe_probability <= 1.0)) {
     return Invalid(source, "train.observe_probability",
-                   "got " + FloatText(static_cast<float>(train.observe_probability)),
+                   "got " + DoubleText(train.observe_probability),
                    "a probability in (0, 1]");
   }
   if (!(train.test_fraction >= 0.0 && train.test_fraction < 1.0)) {
     return Invalid(source, "train.test_fraction",
-                   "got " + FloatText(static_cast<float>(train.test_fraction)),
+                   "got " + DoubleText(train.test_fraction),
                    "a fraction in [0, 1)");
   }
   return Status::Ok();

@@ -697,6 +697,25 @@ TEST(ConfigTest, StragglersLoadAndAreChecked) {
                               {"stragglers.step_ms: got -2", "milliseconds >= 0"}));
 }
 
+TEST(ConfigTest, DoubleOptionsKeepTheirDoublePrecision) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+      "tables: [ { name: u, rows: 100, dim: 4 }, { name: v, rows: 50, dim: 4 } ]\n"
+      "stragglers: { slow_factor: 1.1, pause_probability: 0.1, step_ms: 0.3 }\n"
+      "train: { program: matrix_factorization, user_table: u, item_table: v,\n"
+      "         observe_probability: 0.2, test_fraction: 0.3 }\n",
+      "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->stragglers.slow_factor, 1.1);
+  EXPECT_EQ(job->stragglers.pause_probability, 0.1);
+  EXPECT_EQ(job->stragglers.step_ms, 0.3);
+  EXPECT_EQ(job->train.observe_probability, 0.2);
+  EXPECT_EQ(job->train.test_fraction, 0.3);
+  auto tiny = LoadJobString(JobYaml("[\"127.0.0.1:7000\"]", "stragglers: { slow_factor: 1e-300 }\n"),
+                            "mem");
+  EXPECT_TRUE(InvalidWith(tiny.status(), {"stragglers.slow_factor: got 1e-300", ">= 1"}));
+}
+
 TEST(ConfigTest, WorkerDeviceLoadsAndUnknownDevicesAreRejected) {
   auto job = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
