@@ -175,6 +175,8 @@ Status ParseConsistency(const YamlReader& r, const YamlValue& value, Consistency
         "a staleness >= 1 for mode ssp: how many clocks a worker may run ahead of the slowest";
     PS_ASSIGN_OR_RETURN(staleness, r.Required(map, "staleness", kExpected));
     PS_RETURN_IF_ERROR(r.ReadUnsigned(*staleness, &c->staleness));
+    // Also in Validate(), for options built in code; here the message can
+    // name the line and column of the value.
     if (c->staleness < 1) return r.Error(*staleness, "got 0", kExpected);
   } else if (staleness != nullptr) {
     return r.Error(*staleness,
@@ -292,6 +294,9 @@ Status ParseFeatures(const YamlReader& r, const YamlMap& map, const YamlValue* v
           "(omit the train section for a job without training)";
       PS_ASSIGN_OR_RETURN(value, r.Required(map, "features", kFeatures));
       PS_RETURN_IF_ERROR(r.ReadUnsigned(*value, &train->features));
+      // Validate() finds 0 too (features must equal the table's rows), but
+      // this message names the line and column and says how to have no
+      // training.
       if (train->features == 0) return r.Error(*value, "got 0", kFeatures);
       return Status::Ok();
     }
