@@ -1,9 +1,9 @@
 // Loading a job from YAML (config/README.md documents every key).
 //
-// This is the only part of the project that sees yaml-cpp: it turns a YAML
-// document into JobOptions, rejects anything it does not understand, runs
-// JobOptions::Validate(), and converts every yaml-cpp exception into a
-// Status. Nothing here throws.
+// Turns a YAML document (read by common/yaml_tree.h, the only part of the
+// project that sees yaml-cpp, with the checked reads of
+// common/yaml_reader.h) into JobOptions, rejects anything it does not
+// understand, and runs JobOptions::Validate(). Nothing here throws.
 //
 // Every InvalidArgument message has the form
 //   "<source>: <yaml.path>: <what is wrong>; expected <what is allowed>"

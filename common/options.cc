@@ -1,4 +1,6 @@
 #include "common/options.h"
+
+#include "common/options_internal.h"
 #include "common/text.h"
 
 #include <arpa/inet.h>
@@ -17,6 +19,23 @@
 #include <fmt/format.h>
 
 namespace ps {
+
+Status InvalidOption(const std::string& source, std::string_view path,
+               std::string_view problem, std::string_view expected) {
+  std::string message;
+  if (!source.empty()) message.append(source).append(": ");
+  message.append(path).append(": ").append(problem);
+  message.append("; expected ").append(expected);
+  return InvalidArgumentError(message);
+}
+
+std::string DoubleText(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return "?";
+  return std::string(buffer, end);
+}
+
 namespace {
 
 // Most I/O threads a ZeroMQ context may be given; more never helps one node.
@@ -29,17 +48,16 @@ constexpr std::string_view kEndpointForm =
     "\"host:port\" with a non-empty host and port 1..65535, e.g. "
     "\"127.0.0.1:7000\" or \"[::1]:7000\"";
 
-// Builds "<source>: <path>: <problem>; expected <expected>".
-Status Invalid(const std::string& source, std::string_view path,
-               std::string_view problem, std::string_view expected) {
-  std::string message;
-  if (!source.empty()) message.append(source).append(": ");
-  message.append(path).append(": ").append(problem);
-  message.append("; expected ").append(expected);
-  return InvalidArgumentError(message);
+// "a, b, c": the names of an enum's table.
+template <typename Enum, size_t N>
+std::string NameList(const EnumName<Enum> (&table)[N]) {
+  std::string out;
+  for (const EnumName<Enum>& entry : table) {
+    if (!out.empty()) out.append(", ");
+    out.append(entry.name);
+  }
+  return out;
 }
-
-
 
 std::string TablePath(size_t index, std::string_view field = {}) {
   std::string path = "tables[" + std::to_string(index) + "]";
@@ -171,7 +189,7 @@ bool IsValidTableName(std::string_view name) {
 Status ValidateCluster(const std::string& source,
                        const ClusterOptions& cluster) {
   if (cluster.servers.empty()) {
-    return Invalid(source, "cluster.servers", "no servers",
+    return InvalidOption(source, "cluster.servers", "no servers",
                    "a list of at least one " + std::string(kEndpointForm));
   }
   // canonical endpoint -> index of the first server that uses it
@@ -181,18 +199,18 @@ Status ValidateCluster(const std::string& source,
     Endpoint endpoint;
     std::string problem;
     if (!ParseEndpoint(cluster.servers[i], &endpoint, &problem)) {
-      return Invalid(source, path, problem, kEndpointForm);
+      return InvalidOption(source, path, problem, kEndpointForm);
     }
     auto [it, inserted] = seen.emplace(endpoint.canonical, i);
     if (!inserted) {
-      return Invalid(source, path,
+      return InvalidOption(source, path,
                      Quote(cluster.servers[i]) + " is the same endpoint as " +
                          "cluster.servers[" + std::to_string(it->second) +
                          "] (" + Quote(cluster.servers[it->second]) + ")",
                      "a distinct host:port for every shard");
     }
     if (!endpoint.loopback && !cluster.allow_remote) {
-      return Invalid(
+      return InvalidOption(
           source, path,
           Quote(cluster.servers[i]) +
               " is not a loopback address, and plain TCP off this machine "
@@ -202,7 +220,7 @@ Status ValidateCluster(const std::string& source,
     }
   }
   if (cluster.workers < 1) {
-    return Invalid(source, "cluster.workers",
+    return InvalidOption(source, "cluster.workers",
                    "got " + std::to_string(cluster.workers),
                    "a worker count >= 1");
   }
@@ -216,7 +234,7 @@ Status ValidateInit(const std::string& source, size_t index,
       return Status::Ok();
     case InitKind::kConstant:
       if (!std::isfinite(init.value)) {
-        return Invalid(source, TablePath(index, "init.value"),
+        return InvalidOption(source, TablePath(index, "init.value"),
                        "got " + FloatText(init.value), "a finite number");
       }
       return Status::Ok();
@@ -225,16 +243,16 @@ Status ValidateInit(const std::string& source, size_t index,
       const char* field =
           init.kind == InitKind::kUniform ? "init.scale" : "init.stddev";
       if (!std::isfinite(init.value) || init.value < 0.0f) {
-        return Invalid(source, TablePath(index, field),
+        return InvalidOption(source, TablePath(index, field),
                        "got " + FloatText(init.value), "a finite number >= 0");
       }
       return Status::Ok();
     }
   }
-  return Invalid(
+  return InvalidOption(
       source, TablePath(index, "init.type"),
       "unknown init kind " + std::to_string(static_cast<int>(init.kind)),
-      "one of zeros, constant, uniform, normal");
+      "one of " + NameList(kInitKindNames));
 }
 
 Status ValidateOptimizer(const std::string& source, size_t index,
@@ -242,47 +260,47 @@ Status ValidateOptimizer(const std::string& source, size_t index,
   auto in01 = [](float v) { return v >= 0.0f && v < 1.0f; };
   if (optimizer.kind != OptimizerKind::kAdd &&
       (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f))) {
-    return Invalid(source, TablePath(index, "optimizer.lr"), "got " + FloatText(optimizer.lr),
+    return InvalidOption(source, TablePath(index, "optimizer.lr"), "got " + FloatText(optimizer.lr),
                    "a finite learning rate > 0");
   }
   if (!in01(optimizer.momentum)) {
-    return Invalid(source, TablePath(index, "optimizer.momentum"),
+    return InvalidOption(source, TablePath(index, "optimizer.momentum"),
                    "got " + FloatText(optimizer.momentum), "a momentum in [0, 1)");
   }
   if (!in01(optimizer.beta1) || !in01(optimizer.beta2)) {
-    return Invalid(source, TablePath(index, "optimizer.beta1/beta2"),
+    return InvalidOption(source, TablePath(index, "optimizer.beta1/beta2"),
                    "got " + FloatText(optimizer.beta1) + ", " + FloatText(optimizer.beta2),
                    "decay rates in [0, 1)");
   }
   if (!(optimizer.epsilon > 0.0f) || !std::isfinite(optimizer.epsilon)) {
-    return Invalid(source, TablePath(index, "optimizer.epsilon"),
+    return InvalidOption(source, TablePath(index, "optimizer.epsilon"),
                    "got " + FloatText(optimizer.epsilon), "a finite epsilon > 0");
   }
   if (optimizer.decay == LrDecay::kStep &&
       (optimizer.decay_every < 1 || !(optimizer.decay_gamma > 0.0f && optimizer.decay_gamma <= 1.0f))) {
-    return Invalid(source, TablePath(index, "optimizer.decay"),
+    return InvalidOption(source, TablePath(index, "optimizer.decay"),
                    "step decay every " + std::to_string(optimizer.decay_every) + " clocks by " +
                        FloatText(optimizer.decay_gamma),
                    "decay_every >= 1 and decay_gamma in (0, 1]");
   }
   if (!(optimizer.l1 >= 0.0f) || !std::isfinite(optimizer.l1)) {
-    return Invalid(source, TablePath(index, "optimizer.l1"), "got " + FloatText(optimizer.l1),
+    return InvalidOption(source, TablePath(index, "optimizer.l1"), "got " + FloatText(optimizer.l1),
                    "a finite L1 weight >= 0");
   }
   if (!(optimizer.l2 >= 0.0f) || !std::isfinite(optimizer.l2)) {
-    return Invalid(source, TablePath(index, "optimizer.l2"), "got " + FloatText(optimizer.l2),
+    return InvalidOption(source, TablePath(index, "optimizer.l2"), "got " + FloatText(optimizer.l2),
                    "a finite L2 weight >= 0");
   }
   if (optimizer.kind == OptimizerKind::kAdd && (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f)) {
-    return Invalid(source, TablePath(index, "optimizer.l1/l2"), "regularization on type add",
+    return InvalidOption(source, TablePath(index, "optimizer.l1/l2"), "regularization on type add",
                    "l1 and l2 only with sgd, adagrad or adam");
   }
   if (optimizer.kind == OptimizerKind::kAdam && optimizer.l1 > 0.0f) {
-    return Invalid(source, TablePath(index, "optimizer.l1"), "l1 on type adam",
+    return InvalidOption(source, TablePath(index, "optimizer.l1"), "l1 on type adam",
                    "l1 only with sgd or adagrad (use l2 with adam)");
   }
   if (optimizer.decay == LrDecay::kCosine && optimizer.decay_clocks < 1) {
-    return Invalid(source, TablePath(index, "optimizer.decay_clocks"),
+    return InvalidOption(source, TablePath(index, "optimizer.decay_clocks"),
                    "got " + std::to_string(optimizer.decay_clocks),
                    "decay_clocks >= 1 for cosine decay");
   }
@@ -293,16 +311,16 @@ Status ValidateOptimizer(const std::string& source, size_t index,
     case OptimizerKind::kAdam:
       return Status::Ok();
   }
-  return Invalid(source, TablePath(index, "optimizer.type"),
+  return InvalidOption(source, TablePath(index, "optimizer.type"),
                  "unknown optimizer kind " +
                      std::to_string(static_cast<int>(optimizer.kind)),
-                 "one of sgd, add, adagrad, adam");
+                 "one of " + NameList(kOptimizerKindNames));
 }
 
 Status ValidateTables(const std::string& source,
                       const std::vector<TableOptions>& tables) {
   if (tables.empty()) {
-    return Invalid(source, "tables", "no tables",
+    return InvalidOption(source, "tables", "no tables",
                    "a list of at least one table");
   }
   // name -> index of the table that has it
@@ -310,24 +328,24 @@ Status ValidateTables(const std::string& source,
   for (size_t i = 0; i < tables.size(); ++i) {
     const TableOptions& table = tables[i];
     if (!IsValidTableName(table.name)) {
-      return Invalid(
+      return InvalidOption(
           source, TablePath(i, "name"),
           table.name.empty() ? "empty name" : "got " + Quote(table.name),
           "a non-empty name of letters, digits, '_', '.', '-'");
     }
     auto [it, inserted] = names.emplace(table.name, i);
     if (!inserted) {
-      return Invalid(source, TablePath(i, "name"),
+      return InvalidOption(source, TablePath(i, "name"),
                      Quote(table.name) + " is already the name of " +
                          TablePath(it->second),
                      "unique table names");
     }
     if (table.rows < 1) {
-      return Invalid(source, TablePath(i, "rows"),
+      return InvalidOption(source, TablePath(i, "rows"),
                      "got " + std::to_string(table.rows), "a row count >= 1");
     }
     if (table.dim < 1) {
-      return Invalid(source, TablePath(i, "dim"),
+      return InvalidOption(source, TablePath(i, "dim"),
                      "got " + std::to_string(table.dim),
                      "a dim (floats per row) >= 1");
     }
@@ -335,7 +353,7 @@ Status ValidateTables(const std::string& source,
     // in bytes.
     constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
     if (table.rows > kMax / table.dim / sizeof(float)) {
-      return Invalid(source, TablePath(i),
+      return InvalidOption(source, TablePath(i),
                      "rows (" + std::to_string(table.rows) + ") * dim (" +
                          std::to_string(table.dim) +
                          ") floats overflow a 64-bit byte count",
@@ -350,7 +368,7 @@ Status ValidateTables(const std::string& source,
 Status ValidateIoThreads(const std::string& source, std::string_view path,
                          uint32_t io_threads) {
   if (io_threads < 1 || io_threads > kMaxIoThreads) {
-    return Invalid(source, path, "got " + std::to_string(io_threads),
+    return InvalidOption(source, path, "got " + std::to_string(io_threads),
                    "1.." + std::to_string(kMaxIoThreads));
   }
   return Status::Ok();
@@ -358,7 +376,7 @@ Status ValidateIoThreads(const std::string& source, std::string_view path,
 
 Status ValidateWorker(const std::string& source, const WorkerOptions& worker) {
   if (worker.cpu_threads > kMaxCpuThreads) {
-    return Invalid(source, "worker.cpu_threads", "got " + std::to_string(worker.cpu_threads),
+    return InvalidOption(source, "worker.cpu_threads", "got " + std::to_string(worker.cpu_threads),
                    "0 (auto).." + std::to_string(kMaxCpuThreads));
   }
   return Status::Ok();
@@ -366,12 +384,12 @@ Status ValidateWorker(const std::string& source, const WorkerOptions& worker) {
 
 Status ValidateServer(const std::string& source, const ServerOptions& server) {
   if (server.max_request_bytes < kMinRequestBytes) {
-    return Invalid(source, "server.max_request_bytes",
+    return InvalidOption(source, "server.max_request_bytes",
                    "got " + std::to_string(server.max_request_bytes),
                    "a byte count >= " + std::to_string(kMinRequestBytes));
   }
   if (server.max_keys_per_request < 1) {
-    return Invalid(source, "server.max_keys_per_request",
+    return InvalidOption(source, "server.max_keys_per_request",
                    "got " + std::to_string(server.max_keys_per_request),
                    ">= 1");
   }
@@ -380,15 +398,15 @@ Status ValidateServer(const std::string& source, const ServerOptions& server) {
 
 Status ValidateConsistency(const std::string& source, const ConsistencyOptions& c) {
   if (c.mode == ConsistencyMode::kSsp && c.staleness < 1) {
-    return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
+    return InvalidOption(source, "consistency.staleness", "got " + std::to_string(c.staleness),
                    "a staleness >= 1 for mode ssp (bsp is staleness 0)");
   }
   if (c.aggregate && c.mode != ConsistencyMode::kBsp) {
-    return Invalid(source, "consistency.aggregate", "true with mode " + ConsistencyName(c),
+    return InvalidOption(source, "consistency.aggregate", "true with mode " + ConsistencyName(c),
                    "aggregate only with mode bsp (a clock's pushes are summed once all are in)");
   }
   if (c.mode != ConsistencyMode::kSsp && c.staleness != 0) {
-    return Invalid(source, "consistency.staleness", "got " + std::to_string(c.staleness),
+    return InvalidOption(source, "consistency.staleness", "got " + std::to_string(c.staleness),
                    "no staleness for mode " + ConsistencyName(c) + " (only ssp takes one)");
   }
   return Status::Ok();
@@ -396,12 +414,12 @@ Status ValidateConsistency(const std::string& source, const ConsistencyOptions& 
 
 Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
   if (l.heartbeat_ms != 0 && l.timeout_ms < 2ull * l.heartbeat_ms) {
-    return Invalid(source, "liveness.timeout_ms", "got " + std::to_string(l.timeout_ms),
+    return InvalidOption(source, "liveness.timeout_ms", "got " + std::to_string(l.timeout_ms),
                    "at least twice liveness.heartbeat_ms (" + std::to_string(l.heartbeat_ms) +
                        "), so one late heartbeat does not kill a worker");
   }
   if (l.server_down_timeout_ms < 1) {
-    return Invalid(source, "liveness.server_down_timeout_ms", "got 0",
+    return InvalidOption(source, "liveness.server_down_timeout_ms", "got 0",
                    "at least 1 ms (how long workers wait for a server that went away)");
   }
   return Status::Ok();
@@ -410,24 +428,24 @@ Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
 Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
                           uint32_t workers) {
   if (st.slow_worker >= static_cast<int64_t>(workers) || st.slow_worker < -1) {
-    return Invalid(source, "stragglers.slow_worker", "got " + std::to_string(st.slow_worker),
+    return InvalidOption(source, "stragglers.slow_worker", "got " + std::to_string(st.slow_worker),
                    "a worker rank in 0.." + std::to_string(workers - 1));
   }
   if (!(st.slow_factor >= 1.0) || !std::isfinite(st.slow_factor)) {
-    return Invalid(source, "stragglers.slow_factor", "got " + FloatText(static_cast<float>(st.slow_factor)),
+    return InvalidOption(source, "stragglers.slow_factor", "got " + DoubleText(st.slow_factor),
                    "a finite factor >= 1");
   }
   if (!(st.pause_probability >= 0.0 && st.pause_probability <= 1.0)) {
-    return Invalid(source, "stragglers.pause_probability",
-                   "got " + FloatText(static_cast<float>(st.pause_probability)),
+    return InvalidOption(source, "stragglers.pause_probability",
+                   "got " + DoubleText(st.pause_probability),
                    "a probability in [0, 1]");
   }
   if (!(st.step_ms >= 0.0) || !std::isfinite(st.step_ms)) {
-    return Invalid(source, "stragglers.step_ms", "got " + FloatText(static_cast<float>(st.step_ms)),
+    return InvalidOption(source, "stragglers.step_ms", "got " + DoubleText(st.step_ms),
                    "milliseconds >= 0 (0: each step's own compute time)");
   }
   if (st.pause_min_steps < 1 || st.pause_max_steps < st.pause_min_steps) {
-    return Invalid(source, "stragglers.pause_steps",
+    return InvalidOption(source, "stragglers.pause_steps",
                    "got [" + std::to_string(st.pause_min_steps) + ", " +
                        std::to_string(st.pause_max_steps) + "]",
                    "[min, max] with 1 <= min <= max");
@@ -437,152 +455,19 @@ Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
 
 Status ValidateClient(const std::string& source, const ClientOptions& client) {
   if (client.request_timeout_ms < 1) {
-    return Invalid(source, "client.request_timeout_ms",
+    return InvalidOption(source, "client.request_timeout_ms",
                    "got " + std::to_string(client.request_timeout_ms),
                    "a timeout in milliseconds >= 1");
   }
   if (client.max_in_flight < 1) {
-    return Invalid(source, "client.max_in_flight",
+    return InvalidOption(source, "client.max_in_flight",
                    "got " + std::to_string(client.max_in_flight), ">= 1");
   }
   if (client.push_part_bytes < 4096) {
-    return Invalid(source, "client.push_part_bytes",
+    return InvalidOption(source, "client.push_part_bytes",
                    "got " + std::to_string(client.push_part_bytes), "a byte count >= 4096");
   }
   return ValidateIoThreads(source, "client.io_threads", client.io_threads);
-}
-
-// The table `name` that train.<key> names, or InvalidArgument listing the job's tables.
-StatusOr<const TableOptions*> TrainTable(const std::string& source, const JobOptions& job,
-                                         const char* key, const std::string& name) {
-  StatusOr<uint32_t> id = job.TableId(name);
-  if (!id.ok()) {
-    std::string names;
-    for (const TableOptions& table : job.tables) {
-      if (!names.empty()) names.append(", ");
-      names.append(table.name);
-    }
-    return Invalid(source, std::string("train.") + key, "no table named " + Quote(name),
-                   "the name of one of the job's tables (" + names + ")");
-  }
-  return &job.tables[*id];
-}
-
-Status ValidateMatrixFactorization(const std::string& source, const JobOptions& job) {
-  const TrainOptions& train = job.train;
-  PS_ASSIGN_OR_RETURN(const TableOptions* users,
-                      TrainTable(source, job, "user_table", train.user_table));
-  PS_ASSIGN_OR_RETURN(const TableOptions* items,
-                      TrainTable(source, job, "item_table", train.item_table));
-  if (users == items) {
-    return Invalid(source, "train.item_table", "the same table as train.user_table",
-                   "two different tables for user and item factors");
-  }
-  if (users->dim != items->dim) {
-    return Invalid(source, "train.item_table",
-                   "table " + Quote(items->name) + " has dim " + std::to_string(items->dim) +
-                       " but user table " + Quote(users->name) + " has dim " +
-                       std::to_string(users->dim),
-                   "the same dim (the factorization's rank) for both tables");
-  }
-  if (users->rows < job.cluster.workers) {
-    return Invalid(source, "train.user_table",
-                   "table " + Quote(users->name) + " has " + std::to_string(users->rows) +
-                       " rows for " + std::to_string(job.cluster.workers) + " workers",
-                   "at least one user per worker");
-  }
-  if (!(train.observe_probability > 0.0 && train.observe_probability <= 1.0)) {
-    return Invalid(source, "train.observe_probability",
-                   "got " + FloatText(static_cast<float>(train.observe_probability)),
-                   "a probability in (0, 1]");
-  }
-  if (!(train.test_fraction >= 0.0 && train.test_fraction < 1.0)) {
-    return Invalid(source, "train.test_fraction",
-                   "got " + FloatText(static_cast<float>(train.test_fraction)),
-                   "a fraction in [0, 1)");
-  }
-  return Status::Ok();
-}
-
-Status ValidateTrain(const std::string& source, const JobOptions& job) {
-  const TrainOptions& train = job.train;
-  if (train.program == TrainProgram::kNone) return Status::Ok();  // not a training job
-  if (train.batch_size < 1) {
-    return Invalid(source, "train.batch_size", "got 0", "a minibatch size >= 1");
-  }
-  if (train.iterations < 1) {
-    return Invalid(source, "train.iterations",
-                   "got " + std::to_string(train.iterations), ">= 1");
-  }
-  if (!std::isfinite(train.noise) || train.noise < 0.0f) {
-    return Invalid(source, "train.noise", "got " + FloatText(train.noise),
-                   "a finite stddev >= 0");
-  }
-  if (train.program == TrainProgram::kMatrixFactorization) {
-    return ValidateMatrixFactorization(source, job);
-  }
-
-  PS_ASSIGN_OR_RETURN(const TableOptions* table_options,
-                      TrainTable(source, job, "table", train.table));
-  const TableOptions& table = *table_options;
-  if (table.dim != 1) {
-    return Invalid(
-        source, "train.table",
-        "table " + Quote(table.name) + " has dim " + std::to_string(table.dim),
-        "a table with dim 1 (one weight per feature)");
-  }
-  if (train.program == TrainProgram::kMlp) {
-    if (train.layers.size() < 2 || train.layers.front() != 784 || train.layers.back() != 10 ||
-        std::find(train.layers.begin(), train.layers.end(), 0u) != train.layers.end()) {
-      return Invalid(source, "train.layers", "got " + std::to_string(train.layers.size()) + " sizes",
-                     "layer sizes from 784 (Fashion-MNIST pixels) to 10 (classes), each >= 1, "
-                     "e.g. [784, 100, 10]");
-    }
-    uint64_t params = 0;
-    for (size_t l = 1; l < train.layers.size(); ++l) {
-      params += uint64_t{train.layers[l - 1]} * train.layers[l] + train.layers[l];
-    }
-    if (params != table.rows) {
-      return Invalid(source, "train.table",
-                     "table " + Quote(table.name) + " has " + std::to_string(table.rows) +
-                         " rows but the MLP has " + std::to_string(params) + " parameters",
-                     "rows equal to the parameter count (" + std::to_string(params) + ")");
-    }
-  } else if (train.program == TrainProgram::kSparseLogisticRegression) {
-    if (train.features != 0 && train.features != table.rows) {
-      return Invalid(source, "train.features",
-                     "got " + std::to_string(train.features) + " but table " +
-                         Quote(table.name) + " has " + std::to_string(table.rows) + " rows",
-                     "features equal to the rows of train.table (or omit it)");
-    }
-    // A sample holds up to 50 distinct features, at most half of them all.
-    if (table.rows < 100) {
-      return Invalid(source, "train.table",
-                     "table " + Quote(table.name) + " has " + std::to_string(table.rows) +
-                         " rows",
-                     "at least 100 features (rows) for the click-like data");
-    }
-    if (train.test_samples < 1) {
-      return Invalid(source, "train.test_samples", "got 0", "held-out samples >= 1");
-    }
-  } else if (train.features != table.rows) {
-    return Invalid(source, "train.features",
-                   "got " + std::to_string(train.features) + " but table " +
-                       Quote(table.name) + " has " +
-                       std::to_string(table.rows) + " rows",
-                   "features equal to the rows of train.table");
-  }
-  if (train.samples_per_worker < 1) {
-    return Invalid(source, "train.samples_per_worker",
-                   "got " + std::to_string(train.samples_per_worker), ">= 1");
-  }
-  if (train.batch_size < 1 || train.batch_size > train.samples_per_worker) {
-    return Invalid(source, "train.batch_size",
-                   "got " + std::to_string(train.batch_size),
-                   "1 <= batch_size <= samples_per_worker (" +
-                       std::to_string(train.samples_per_worker) + ")");
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -606,13 +491,11 @@ float OptimizerOptions::LearningRate(int64_t clock) const {
 }
 
 std::string OptimizerDescription(const OptimizerOptions& o) {
-  static const char* kKinds[] = {"sgd", "add", "adagrad", "adam"};
-  static const char* kDecays[] = {"none", "step", "cosine"};
   return fmt::format(
       "{} lr={} momentum={} beta1={} beta2={} epsilon={} warmup_clocks={} decay={} "
       "decay_every={} decay_gamma={} decay_clocks={} l1={} l2={}",
-      kKinds[static_cast<int>(o.kind)], o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
-      o.warmup_clocks, kDecays[static_cast<int>(o.decay)], o.decay_every, o.decay_gamma,
+      NameOf(kOptimizerKindNames, o.kind), o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
+      o.warmup_clocks, NameOf(kLrDecayNames, o.decay), o.decay_every, o.decay_gamma,
       o.decay_clocks, o.l1, o.l2);
 }
 
@@ -632,23 +515,14 @@ std::string JobOptions::Fingerprint() const {
 }
 
 std::string TrainProgramName(TrainProgram program) {
-  switch (program) {
-    case TrainProgram::kNone: return "none";
-    case TrainProgram::kLinearRegression: return "linear_regression";
-    case TrainProgram::kMlp: return "mlp";
-    case TrainProgram::kSparseLogisticRegression: return "sparse_logistic_regression";
-    case TrainProgram::kMatrixFactorization: return "matrix_factorization";
-  }
-  return "unknown";
+  if (program == TrainProgram::kNone) return "none";
+  return std::string(NameOf(kTrainProgramNames, program));
 }
 
 std::string ConsistencyName(const ConsistencyOptions& c) {
-  switch (c.mode) {
-    case ConsistencyMode::kBsp: return "bsp";
-    case ConsistencyMode::kSsp: return "ssp " + std::to_string(c.staleness);
-    case ConsistencyMode::kAsp: return "asp";
-  }
-  return "unknown";
+  std::string name(NameOf(kConsistencyModeNames, c.mode));
+  if (c.mode == ConsistencyMode::kSsp) name += " " + std::to_string(c.staleness);
+  return name;
 }
 
 namespace {
@@ -656,10 +530,10 @@ namespace {
 Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c) {
   if (c.dir.empty()) return Status::Ok();
   if (c.every_clocks < 1) {
-    return Invalid(source, "checkpoint.every_clocks", "got 0", "clocks between checkpoints, >= 1");
+    return InvalidOption(source, "checkpoint.every_clocks", "got 0", "clocks between checkpoints, >= 1");
   }
   if (c.keep < 1) {
-    return Invalid(source, "checkpoint.keep", "got 0", "generations to keep, >= 1");
+    return InvalidOption(source, "checkpoint.keep", "got 0", "generations to keep, >= 1");
   }
   return Status::Ok();
 }

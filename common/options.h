@@ -7,11 +7,30 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
 namespace ps {
+
+// The name of an enum value as job files and logs spell it. Each enum below
+// has one table of these, in the order messages list them; the loader reads
+// names from it and the name functions print from it.
+template <typename Enum>
+struct EnumName {
+  std::string_view name;
+  Enum value;
+};
+
+// The name of `value` in `table`, or "unknown" when it has none.
+template <typename Enum, size_t N>
+constexpr std::string_view NameOf(const EnumName<Enum> (&table)[N], Enum value) {
+  for (const EnumName<Enum>& entry : table) {
+    if (entry.value == value) return entry.name;
+  }
+  return "unknown";
+}
 
 // Where the servers listen and how many workers the job has.
 struct ClusterOptions {
@@ -27,6 +46,13 @@ struct ClusterOptions {
 };
 
 enum class InitKind { kZeros, kConstant, kUniform, kNormal };
+
+inline constexpr EnumName<InitKind> kInitKindNames[] = {
+    {"zeros", InitKind::kZeros},
+    {"constant", InitKind::kConstant},
+    {"uniform", InitKind::kUniform},
+    {"normal", InitKind::kNormal},
+};
 
 // Initial values of a table's rows.
 struct InitOptions {
@@ -45,7 +71,20 @@ enum class OptimizerKind {
   kAdam,     // Kingma & Ba, with bias correction at step t = minimum clock + 1
 };
 
+inline constexpr EnumName<OptimizerKind> kOptimizerKindNames[] = {
+    {"sgd", OptimizerKind::kSgd},
+    {"add", OptimizerKind::kAdd},
+    {"adagrad", OptimizerKind::kAdagrad},
+    {"adam", OptimizerKind::kAdam},
+};
+
 enum class LrDecay { kNone, kStep, kCosine };
+
+inline constexpr EnumName<LrDecay> kLrDecayNames[] = {
+    {"none", LrDecay::kNone},
+    {"step", LrDecay::kStep},
+    {"cosine", LrDecay::kCosine},
+};
 
 // A table's update rule, applied by the shard that owns each row. Its state
 // (momentum, squared-gradient sums, Adam moments) lives beside the values.
@@ -113,6 +152,12 @@ struct TableOptions {
 
 enum class ConsistencyMode { kBsp, kSsp, kAsp };
 
+inline constexpr EnumName<ConsistencyMode> kConsistencyModeNames[] = {
+    {"bsp", ConsistencyMode::kBsp},
+    {"ssp", ConsistencyMode::kSsp},
+    {"asp", ConsistencyMode::kAsp},
+};
+
 // The staleness bound of asp: pulls never wait.
 inline constexpr int64_t kUnboundedStaleness = std::numeric_limits<int64_t>::max();
 
@@ -152,6 +197,11 @@ std::string ConsistencyName(const ConsistencyOptions& consistency);
 std::string OptimizerDescription(const OptimizerOptions& optimizer);
 
 enum class DeadWorkerPolicy { kFail, kDrop };
+
+inline constexpr EnumName<DeadWorkerPolicy> kDeadWorkerPolicyNames[] = {
+    {"fail", DeadWorkerPolicy::kFail},
+    {"drop", DeadWorkerPolicy::kDrop},
+};
 
 // How shards notice workers that died (DESIGN.md section 5: a slow or dead
 // worker never freezes the job without a clear message).
@@ -211,6 +261,12 @@ struct StragglerOptions {
 
 // Where a worker computes (worker/backend.h).
 enum class DeviceKind { kAuto, kCpu, kCuda };
+
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {
+    {"auto", DeviceKind::kAuto},
+    {"cpu", DeviceKind::kCpu},
+    {"cuda", DeviceKind::kCuda},
+};
 
 // The worker process.
 struct WorkerOptions {
@@ -291,8 +347,15 @@ enum class TrainProgram {
   kMatrixFactorization,       // generated low-rank ratings, user and item factor tables
 };
 
-// "linear_regression", "mlp", "sparse_logistic_regression",
-// "matrix_factorization" (the YAML names); "none".
+// The YAML names of train.program; kNone has none (no train section).
+inline constexpr EnumName<TrainProgram> kTrainProgramNames[] = {
+    {"linear_regression", TrainProgram::kLinearRegression},
+    {"mlp", TrainProgram::kMlp},
+    {"sparse_logistic_regression", TrainProgram::kSparseLogisticRegression},
+    {"matrix_factorization", TrainProgram::kMatrixFactorization},
+};
+
+// The YAML name of `program` (kTrainProgramNames); "none" for kNone.
 std::string TrainProgramName(TrainProgram program);
 
 struct TrainOptions {

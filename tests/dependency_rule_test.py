@@ -42,7 +42,7 @@ FILE_RULES = {
 ADAPTERS = [
     (re.compile(r"^zmq\.h(pp)?$"), {"common/transport.cc"}),
     (re.compile(r"^rocksdb/"), {"server/checkpoint.cc"}),
-    (re.compile(r"^yaml-cpp/"), {"common/config.cc"}),
+    (re.compile(r"^yaml-cpp/"), {"common/yaml_tree.cc"}),
     (re.compile(r"(^|/)ps\.pb\.h$"), {"common/wire.cc"}),
     (re.compile(r"^(cublas.*|cuda_runtime.*|cuda\.h)$"), {"worker/cuda/cuda_backend.cu"}),
 ]
