@@ -874,6 +874,14 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
+std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard) {
+  return checkpoint_dir + "/shard-" + std::to_string(shard);
+}
+
+std::string CheckpointDir::GenerationPath(int64_t clock) const {
+  return (fs::path(path_) / GenName(clock)).string();
+}
+
 StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
   if (dir.empty()) return InvalidArgumentError("the checkpoint folder name is empty");
   std::error_code ec;
@@ -908,7 +916,7 @@ StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
-  const std::string final_path = (fs::path(path_) / GenName(snapshot.clock)).string();
+  const std::string final_path = GenerationPath(snapshot.clock);
   PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, options, final_path));
   const std::string tmp = final_path + kTmpSuffix;
 
@@ -945,7 +953,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   if (clocks.ok() && clocks->size() > options.keep) {
     const size_t drop = clocks->size() - options.keep;
     for (size_t i = 0; i < drop && pruned.ok(); ++i) {
-      const std::string old = (fs::path(path_) / GenName((*clocks)[i])).string();
+      const std::string old = GenerationPath((*clocks)[i]);
       const std::string doomed = old + kTmpSuffix;
       if (::rename(old.c_str(), doomed.c_str()) != 0) {
         pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
@@ -965,7 +973,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
 }
 
 Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
-  const std::string path = (fs::path(path_) / GenName(clock < 0 ? 0 : clock)).string();
+  const std::string path = GenerationPath(clock < 0 ? 0 : clock);
   if (clock < 0) {
     return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
   }

@@ -1,6 +1,6 @@
 // Checkpoints of one shard in RocksDB (DESIGN.md section 7).
 //
-// Layout on disk, under `dir` (checkpoint.dir/shard-<i>/):
+// Layout on disk, under `dir` (ShardCheckpointDir: checkpoint.dir/shard-<i>/):
 //   gen-<clock>/        a complete generation: a RocksDB database holding
 //                       one meta record and one record per run of about
 //                       64 KiB of consecutive rows (their values and
@@ -47,6 +47,11 @@
 
 namespace ps {
 
+// The folder of shard `shard`'s generations under the job's checkpoint.dir
+// `checkpoint_dir`: "<checkpoint_dir>/shard-<shard>". The one place that
+// names it; the server, the launcher and tests build it here. Pure.
+std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard);
+
 struct CheckpointWriteOptions {
   // fsync the generation's files and folders before it becomes visible.
   bool sync = true;
@@ -77,6 +82,9 @@ class CheckpointDir {
   static StatusOr<std::unique_ptr<CheckpointDir>> Open(const std::string& dir);
 
   const std::string& path() const { return path_; }
+  // The folder of generation gen-<clock> under path() (whether or not it
+  // exists): what Write creates, Read reads and log lines name.
+  std::string GenerationPath(int64_t clock) const;
 
   // Writes `snapshot` as generation gen-<snapshot.clock> (replacing a torn
   // .tmp of any clock; an existing complete generation of the same clock is

@@ -42,7 +42,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   bool restoring = false;
   if (!job.checkpoint.dir.empty()) {
     PS_ASSIGN_OR_RETURN(server->checkpoints_,
-                        CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(shard)));
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
     if (job.checkpoint.restore) {
       PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, server->checkpoints_->Generations());
       restoring = !generations.empty();
@@ -247,7 +247,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         return;
       }
       reply.clock = clock;
-      reply.text = checkpoints_->path() + "/gen-" + std::to_string(clock);
+      reply.text = checkpoints_->GenerationPath(clock);
       Reply(routing_id, reply);
       return;
     }
@@ -331,7 +331,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
     }
     clock = restore_clock;
   }
-  const std::string where = checkpoints_->path() + "/gen-" + std::to_string(clock);
+  const std::string where = checkpoints_->GenerationPath(clock);
   const auto start = std::chrono::steady_clock::now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
@@ -392,9 +392,10 @@ Status ShardServer::StartCheckpoint(int64_t clock) {
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (written.ok()) {
-          PS_LOG_INFO("shard {}: checkpoint of clock {} written to {}/gen-{} in {:.2f} s "
+          PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
                       "(serving paused {:.1f} ms for the copy)",
-                      shard_, snapshot.clock, checkpoints_->path(), snapshot.clock, secs, copy_ms);
+                      shard_, snapshot.clock, checkpoints_->GenerationPath(snapshot.clock), secs,
+                      copy_ms);
         } else {
           PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
                        "are intact",

@@ -215,7 +215,7 @@ class CheckpointCrashTest : public ::testing::Test {
            ("ps_checkpoint_crash_" + std::to_string(getpid()) + "_" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    shard_dir_ = (dir_ / "ckpt" / "shard-0").string();
+    shard_dir_ = ShardCheckpointDir((dir_ / "ckpt").string(), 0);
   }
   void TearDown() override {
     // Kept for a look when the test failed.

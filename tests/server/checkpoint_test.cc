@@ -146,7 +146,7 @@ class CheckpointTest : public ::testing::Test {
            ("ps_checkpoint_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    auto opened = CheckpointDir::Open((dir_ / "shard-1").string());
+    auto opened = CheckpointDir::Open(ShardCheckpointDir(dir_.string(), 1));
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     ckpt_ = std::move(*opened);
   }
@@ -156,9 +156,7 @@ class CheckpointTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  fs::path Gen(int64_t clock) const {
-    return fs::path(ckpt_->path()) / ("gen-" + std::to_string(clock));
-  }
+  fs::path Gen(int64_t clock) const { return ckpt_->GenerationPath(clock); }
 
   std::vector<int64_t> Generations() const {
     auto g = ckpt_->Generations();
@@ -622,6 +620,19 @@ TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
   // The clock and the values are not part of the layout.
   ShardSnapshot later = Snapshot(9, 3);
   EXPECT_TRUE(CheckRestorable(saved, later, where).ok());
+}
+
+// The names are part of the on-disk layout that launchers and people rely on.
+TEST(CheckpointDirTest, NamesShardAndGenerationFolders) {
+  EXPECT_EQ(ShardCheckpointDir("/ckpt", 0), "/ckpt/shard-0");
+  EXPECT_EQ(ShardCheckpointDir("run/ckpt", 12), "run/ckpt/shard-12");
+  const fs::path dir = fs::temp_directory_path() /
+                       ("ps_checkpoint_names_" + std::to_string(::getpid()));
+  auto opened = CheckpointDir::Open(ShardCheckpointDir(dir.string(), 3));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ((*opened)->path(), dir.string() + "/shard-3");
+  EXPECT_EQ((*opened)->GenerationPath(40), dir.string() + "/shard-3/gen-40");
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointDirTest, OpenRefusesARegularFile) {
