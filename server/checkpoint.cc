@@ -69,9 +69,7 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -79,7 +77,6 @@
 #include <optional>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 
 #include "common/logging.h"
@@ -213,86 +210,6 @@ int64_t ParseGenName(const std::string& name) {
   const auto [ptr, ec] = std::from_chars(first, last, clock);
   if (ec != std::errc() || ptr != last) return -1;
   return clock;
-}
-
-// The crash-point hook PS_CHECKPOINT_TEST_STALL=<stage>:<clock> (see
-// checkpoint.h): a test freezes a Write at one of these points and kills the
-// process there, to check that no crash point leaves a torn generation that
-// a restore would pick.
-enum class StallStage { kNone, kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
-
-constexpr std::pair<StallStage, std::string_view> kStallStageNames[] = {
-    {StallStage::kCreated, "created"},     {StallStage::kRecords, "records"},
-    {StallStage::kFlushed, "flushed"},     {StallStage::kSynced, "synced"},
-    {StallStage::kPublished, "published"}, {StallStage::kPruning, "pruning"},
-};
-
-std::string_view StallStageName(StallStage stage) {
-  for (const auto& [s, name] : kStallStageNames) {
-    if (s == stage) return name;
-  }
-  return "none";
-}
-
-struct StallPoint {
-  StallStage stage = StallStage::kNone;
-  int64_t clock = 0;  // writes of generations of this clock and later stall
-};
-
-// Unset or empty: no stall. A value that does not parse is reported and
-// ignored, so a typo cannot freeze a real job.
-StallPoint ParseStallPoint(const char* value) {
-  if (value == nullptr || *value == '\0') return {};
-  const std::string_view text(value);
-  const auto ignored = [&](const std::string& why) {
-    PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL=\"{}\" ignored: {}", text, why);
-    return StallPoint{};
-  };
-  const size_t colon = text.find(':');
-  if (colon == std::string_view::npos) {
-    return ignored("expected <stage>:<clock>, e.g. records:4");
-  }
-  const std::string_view name = text.substr(0, colon);
-  const std::string_view number = text.substr(colon + 1);
-  StallPoint point;
-  for (const auto& [stage, stage_name] : kStallStageNames) {
-    if (name == stage_name) point.stage = stage;
-  }
-  if (point.stage == StallStage::kNone) {
-    return ignored("unknown stage \"" + std::string(name) +
-                   "\"; expected created, records, flushed, synced, published or pruning");
-  }
-  const char* last = number.data() + number.size();
-  const auto [ptr, ec] = std::from_chars(number.data(), last, point.clock);
-  if (number.empty() || ec != std::errc() || ptr != last || point.clock < 0) {
-    return ignored("the clock \"" + std::string(number) + "\" is not an integer >= 0");
-  }
-  PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL is set: a write of a generation of clock "
-              ">= {} will stall at {} until the process is killed (a test hook)",
-              point.clock, name);
-  return point;
-}
-
-// Read once: the environment of a running server does not change, and the
-// checks on the write path stay a load and a compare.
-const StallPoint& TestStallPoint() {
-  static const StallPoint point = ParseStallPoint(std::getenv("PS_CHECKPOINT_TEST_STALL"));
-  return point;
-}
-
-bool StallsAt(StallStage stage, int64_t clock) {
-  const StallPoint& point = TestStallPoint();
-  return point.stage == stage && clock >= point.clock;
-}
-
-// When the hook names `stage` for generation `clock`: says so in one line,
-// then never returns (the test kills the process). `tmp` is the folder
-// being written.
-void MaybeStall(StallStage stage, int64_t clock, const std::string& tmp) {
-  if (!StallsAt(stage, clock)) return;
-  PS_LOG_WARN("checkpoint: stalled at {} writing gen-{} in {} (PS_CHECKPOINT_TEST_STALL)",
-              StallStageName(stage), clock, fs::path(tmp).parent_path().string());
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 bool IsTmpName(const std::string& name) {
@@ -590,7 +507,8 @@ rocksdb::Options CommonOptions() {
 }
 
 // Writes every record of `s` into a new database at `path` and closes it.
-Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
+Status WriteDatabase(const ShardSnapshot& s, const std::string& path,
+                     const CheckpointStageHook& at_stage) {
   rocksdb::Options o = CommonOptions();
   o.create_if_missing = true;
   o.error_if_exists = true;
@@ -602,11 +520,11 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
   rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
   if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);
   std::unique_ptr<rocksdb::DB> db(raw);
-  MaybeStall(StallStage::kCreated, s.clock, path);
+  if (at_stage) at_stage(CheckpointStage::kCreated, s.clock, path);
   // The hook's `records` point: once about half of the run records are
-  // committed. Counted only when the hook asks for it.
+  // committed. Counted only when there is a hook.
   uint64_t stall_after_runs = std::numeric_limits<uint64_t>::max();
-  if (StallsAt(StallStage::kRecords, s.clock)) {
+  if (at_stage) {
     uint64_t runs = 0;
     for (const TableSnapshot& t : s.tables) {
       runs += (t.owned.size() + RowsPerRun(t.dim) - 1) / RowsPerRun(t.dim);
@@ -650,7 +568,7 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
       if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
       if (++runs_written == stall_after_runs) {
         if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
-        MaybeStall(StallStage::kRecords, s.clock, path);
+        at_stage(CheckpointStage::kRecords, s.clock, path);
       }
     }
   }
@@ -874,6 +792,24 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
+std::string_view CheckpointStageName(CheckpointStage stage) {
+  switch (stage) {
+    case CheckpointStage::kCreated:
+      return "created";
+    case CheckpointStage::kRecords:
+      return "records";
+    case CheckpointStage::kFlushed:
+      return "flushed";
+    case CheckpointStage::kSynced:
+      return "synced";
+    case CheckpointStage::kPublished:
+      return "published";
+    case CheckpointStage::kPruning:
+      return "pruning";
+  }
+  return "unknown";
+}
+
 std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard) {
   return checkpoint_dir + "/shard-" + std::to_string(shard);
 }
@@ -929,15 +865,18 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   }
   if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
 
+  const auto stage = [&](CheckpointStage s) {
+    if (options.at_stage) options.at_stage(s, snapshot.clock, tmp);
+  };
   Status written;
   try {
-    written = WriteDatabase(snapshot, tmp);
-    if (written.ok()) MaybeStall(StallStage::kFlushed, snapshot.clock, tmp);
+    written = WriteDatabase(snapshot, tmp, options.at_stage);
+    if (written.ok()) stage(CheckpointStage::kFlushed);
     if (written.ok() && options.sync) written = SyncFolder(tmp);
-    if (written.ok()) MaybeStall(StallStage::kSynced, snapshot.clock, tmp);
+    if (written.ok()) stage(CheckpointStage::kSynced);
     if (written.ok()) written = Publish(tmp, final_path);
     if (written.ok() && options.sync) written = SyncPath(path_, true);
-    if (written.ok()) MaybeStall(StallStage::kPublished, snapshot.clock, tmp);
+    if (written.ok()) stage(CheckpointStage::kPublished);
   } catch (const std::bad_alloc&) {
     written = ResourceExhaustedError("out of memory writing " + tmp);
   }
@@ -958,7 +897,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
       if (::rename(old.c_str(), doomed.c_str()) != 0) {
         pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
       } else {
-        MaybeStall(StallStage::kPruning, snapshot.clock, tmp);
+        stage(CheckpointStage::kPruning);
         pruned = RemoveTree(doomed);
       }
     }

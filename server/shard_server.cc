@@ -30,12 +30,14 @@ ShardServer::~ShardServer() { JoinCheckpointWriter(); }
 
 StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
                                                           const std::string& bind_endpoint,
-                                                          int64_t restore_clock) {
+                                                          int64_t restore_clock,
+                                                          CheckpointStageHook checkpoint_stage_hook) {
   if (shard >= job.cluster.servers.size()) {
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
   std::unique_ptr<ShardServer> server(new ShardServer(shard, job));
+  server->checkpoint_stage_hook_ = std::move(checkpoint_stage_hook);
   if (job.checkpoint.dir.empty() && restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
@@ -385,6 +387,7 @@ Status ShardServer::StartCheckpoint(int64_t clock) {
   CheckpointWriteOptions options;
   options.sync = job_.checkpoint.sync;
   options.keep = job_.checkpoint.keep;
+  options.at_stage = checkpoint_stage_hook_;
   checkpoint_writer_ = std::thread(
       [this, options, copy_ms, snapshot = std::move(snapshot)]() mutable {
         const auto start = std::chrono::steady_clock::now();

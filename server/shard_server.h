@@ -76,10 +76,12 @@ class ShardServer {
   // when it is -1; FailedPrecondition when a generation was written for
   // another model, NotFound for a `restore_clock` that does not exist
   // (listing those that do), DataLoss for a corrupt one.
+  // `checkpoint_stage_hook` (when set) is passed to every checkpoint write as
+  // CheckpointWriteOptions::at_stage (ps_server's crash-point test hook).
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
-  static StatusOr<std::unique_ptr<ShardServer>> Create(const JobOptions& job, uint32_t shard,
-                                                      const std::string& bind_endpoint = "",
-                                                      int64_t restore_clock = -1);
+  static StatusOr<std::unique_ptr<ShardServer>> Create(
+      const JobOptions& job, uint32_t shard, const std::string& bind_endpoint = "",
+      int64_t restore_clock = -1, CheckpointStageHook checkpoint_stage_hook = nullptr);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
@@ -190,6 +192,7 @@ class ShardServer {
   int64_t lost_clocks_ = 0;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
+  CheckpointStageHook checkpoint_stage_hook_;  // set once by Create
   int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
   std::thread checkpoint_writer_;
   std::atomic<bool> checkpoint_writing_{false};
