@@ -51,11 +51,10 @@
 // log disabled, filled with write batches of about 1 MiB, flushed and
 // closed (RocksDB's own syncs are skipped: the folder is not visible yet);
 // with sync every file in it and the folder itself are then fsynced;
-// then it is renamed to gen-<clock> and the parent folder fsynced. Reading
-// opens it read-only (no file in it is created or changed).
+// then it is published (durable_dir.h). Reading opens it read-only (no file
+// in it is created or changed).
 #include "server/checkpoint.h"
 
-#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
@@ -63,12 +62,9 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -80,6 +76,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "server/durable_dir.h"
 
 namespace ps {
 namespace {
@@ -98,8 +95,6 @@ constexpr size_t kRowKeySize = 1 + 4 + 8;
 constexpr uint64_t kRunFloats = 16384;
 constexpr size_t kBatchBytes = size_t{1} << 20;
 constexpr uint32_t kMaxSlots = 2;
-constexpr const char* kGenPrefix = "gen-";
-constexpr const char* kTmpSuffix = ".tmp";
 
 // RocksDB's informational log goes nowhere: without one, a read-only open
 // would create a LOG file inside the generation. Errors come back as Status.
@@ -195,56 +190,6 @@ rocksdb::Env* UnsyncedEnv() {
   return env;
 }
 
-std::string GenName(int64_t clock) { return kGenPrefix + std::to_string(clock); }
-
-// The clock of a complete generation's folder name "gen-<digits>" (no sign,
-// no leading zero but for "gen-0"), or -1 for any other name.
-int64_t ParseGenName(const std::string& name) {
-  const size_t prefix = std::strlen(kGenPrefix);
-  if (name.size() <= prefix || name.compare(0, prefix, kGenPrefix) != 0) return -1;
-  const char* first = name.data() + prefix;
-  const char* last = name.data() + name.size();
-  if (*first < '0' || *first > '9') return -1;
-  if (*first == '0' && last - first > 1) return -1;
-  int64_t clock = -1;
-  const auto [ptr, ec] = std::from_chars(first, last, clock);
-  if (ec != std::errc() || ptr != last) return -1;
-  return clock;
-}
-
-bool IsTmpName(const std::string& name) {
-  const size_t prefix = std::strlen(kGenPrefix), suffix = std::strlen(kTmpSuffix);
-  return name.size() > prefix + suffix && name.compare(0, prefix, kGenPrefix) == 0 &&
-         name.compare(name.size() - suffix, suffix, kTmpSuffix) == 0;
-}
-
-// The status code of a failed system call on a checkpoint's files.
-StatusCode CodeOfErrno(int err, StatusCode fallback) {
-  switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return StatusCode::kPermissionDenied;
-    case ENOSPC:
-    case EDQUOT:
-      return StatusCode::kResourceExhausted;
-    default:
-      return fallback;
-  }
-}
-
-Status FsError(const std::error_code& ec, const std::string& what, StatusCode fallback) {
-  const StatusCode code =
-      ec.category() == std::generic_category() || ec.category() == std::system_category()
-          ? CodeOfErrno(ec.value(), fallback)
-          : fallback;
-  return Status(code, what + ": " + ec.message());
-}
-
-Status ErrnoError(int err, const std::string& what, StatusCode fallback) {
-  return FsError(std::error_code(err, std::generic_category()), what, fallback);
-}
-
 // A RocksDB error as a Status whose message starts with `what`.
 Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode fallback) {
   StatusCode code = fallback;
@@ -254,30 +199,6 @@ Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode 
     code = StatusCode::kPermissionDenied;
   }
   return Status(code, what + ": " + s.ToString());
-}
-
-// fsyncs one file or folder.
-Status SyncPath(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) {
-    return ErrnoError(errno, "cannot open " + path + " to sync it", StatusCode::kInternal);
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoError(err, "cannot sync " + path, StatusCode::kInternal);
-  return Status::Ok();
-}
-
-// fsyncs every file in `dir` (a RocksDB folder is flat), then `dir`.
-Status SyncFolder(const std::string& dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec)) PS_RETURN_IF_ERROR(SyncPath(it->path().string(), false));
-  }
-  if (ec) return FsError(ec, "cannot list " + dir + " to sync it", StatusCode::kInternal);
-  return SyncPath(dir, true);
 }
 
 // Little-endian encoding of the meta record.
@@ -583,59 +504,6 @@ Status WriteDatabase(const ShardSnapshot& s, const std::string& path,
   return Status::Ok();
 }
 
-// Removes `path` and everything in it; a missing path is fine.
-Status RemoveTree(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-  if (ec) return FsError(ec, "cannot remove " + path, StatusCode::kInternal);
-  return Status::Ok();
-}
-
-// Removes a replaced generation (under a .tmp name: a failure leaves it to
-// the next Write, the new generation is already visible).
-void RemoveOld(const std::string& path) {
-  const Status removed = RemoveTree(path);
-  if (!removed.ok()) PS_LOG_WARN("checkpoint: {}", removed.ToString());
-}
-
-// Makes the complete database at `tmp` visible as `final_path`, replacing
-// a generation already there in one step where the file system allows.
-Status Publish(const std::string& tmp, const std::string& final_path) {
-  if (::rename(tmp.c_str(), final_path.c_str()) == 0) return Status::Ok();
-  const int err = errno;
-  if (err != ENOTEMPTY && err != EEXIST) {
-    return ErrnoError(err, "cannot rename " + tmp + " to " + final_path, StatusCode::kInternal);
-  }
-  // A generation of the same clock exists: swap the two atomically, then
-  // remove the old one (now under the .tmp name, so never read).
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
-    RemoveOld(tmp);
-    return Status::Ok();
-  }
-  const int xerr = errno;
-  if (xerr != EINVAL && xerr != ENOSYS && xerr != ENOTSUP) {
-    return ErrnoError(xerr, "cannot exchange " + tmp + " and " + final_path, StatusCode::kInternal);
-  }
-  // No atomic exchange on this file system: move the old one aside first. A
-  // crash in between leaves neither (the older generations stay intact).
-  const std::string old = final_path + ".old" + kTmpSuffix;
-  PS_RETURN_IF_ERROR(RemoveTree(old));
-  if (::rename(final_path.c_str(), old.c_str()) != 0) {
-    return ErrnoError(errno, "cannot rename " + final_path + " to " + old, StatusCode::kInternal);
-  }
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int rename_err = errno;
-    if (::rename(old.c_str(), final_path.c_str()) != 0) {
-      PS_LOG_WARN("checkpoint: cannot move {} back to {}: {}", old, final_path,
-                  std::strerror(errno));
-    }
-    return ErrnoError(rename_err, "cannot rename " + tmp + " to " + final_path,
-                      StatusCode::kInternal);
-  }
-  RemoveOld(old);
-  return Status::Ok();
-}
-
 // Reads the database at `path` into `sink` (see RowSink); returns the meta
 // record's clock.
 StatusOr<int64_t> ReadDatabase(const std::string& path, RowSink* sink) {
@@ -815,7 +683,7 @@ std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard
 }
 
 std::string CheckpointDir::GenerationPath(int64_t clock) const {
-  return (fs::path(path_) / GenName(clock)).string();
+  return (fs::path(path_) / GenerationName(clock)).string();
 }
 
 StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
@@ -838,44 +706,27 @@ StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& 
 }
 
 StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
-  std::vector<int64_t> clocks;
-  std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    const int64_t clock = ParseGenName(it->path().filename().string());
-    if (clock < 0) continue;
-    std::error_code type_ec;
-    if (it->is_directory(type_ec)) clocks.push_back(clock);
-  }
-  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
-  std::sort(clocks.begin(), clocks.end());
-  return clocks;
+  return ListGenerations(path_);
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
   const std::string final_path = GenerationPath(snapshot.clock);
   PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, options, final_path));
-  const std::string tmp = final_path + kTmpSuffix;
-
-  // Torn writes of earlier attempts (of any clock) first.
-  std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    if (IsTmpName(it->path().filename().string())) {
-      PS_RETURN_IF_ERROR(RemoveTree(it->path().string()));
-    }
-  }
-  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
-
+  const std::string tmp = TmpName(final_path);
   const auto stage = [&](CheckpointStage s) {
     if (options.at_stage) options.at_stage(s, snapshot.clock, tmp);
   };
+
+  // Torn writes of earlier attempts (of any clock) first.
+  PS_RETURN_IF_ERROR(RemoveTornGenerations(path_));
+
   Status written;
   try {
     written = WriteDatabase(snapshot, tmp, options.at_stage);
     if (written.ok()) stage(CheckpointStage::kFlushed);
-    if (written.ok() && options.sync) written = SyncFolder(tmp);
+    if (written.ok() && options.sync) written = SyncFlatFolder(tmp);
     if (written.ok()) stage(CheckpointStage::kSynced);
-    if (written.ok()) written = Publish(tmp, final_path);
-    if (written.ok() && options.sync) written = SyncPath(path_, true);
+    if (written.ok()) written = PublishGeneration(tmp, final_path, options.sync);
     if (written.ok()) stage(CheckpointStage::kPublished);
   } catch (const std::bad_alloc&) {
     written = ResourceExhaustedError("out of memory writing " + tmp);
@@ -885,24 +736,9 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
     return written;
   }
 
-  // Older generations beyond `keep`: each is renamed to a .tmp name first,
-  // so a crash while removing it never leaves a partial gen-<clock>.
-  StatusOr<std::vector<int64_t>> clocks = Generations();
-  Status pruned = clocks.status();
-  if (clocks.ok() && clocks->size() > options.keep) {
-    const size_t drop = clocks->size() - options.keep;
-    for (size_t i = 0; i < drop && pruned.ok(); ++i) {
-      const std::string old = GenerationPath((*clocks)[i]);
-      const std::string doomed = old + kTmpSuffix;
-      if (::rename(old.c_str(), doomed.c_str()) != 0) {
-        pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
-      } else {
-        stage(CheckpointStage::kPruning);
-        pruned = RemoveTree(doomed);
-      }
-    }
-    if (pruned.ok() && options.sync) pruned = SyncPath(path_, true);
-  }
+  const Status pruned =
+      PruneGenerations(path_, options.keep, options.sync,
+                       [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); });
   if (!pruned.ok()) {
     // The new generation is complete and visible; the next Write tries again.
     PS_LOG_WARN("checkpoint {} written, but removing older generations failed: {}", final_path,
@@ -919,7 +755,7 @@ Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    return FsError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
+    return FileSystemError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
   }
   if (!fs::is_directory(st)) return NotFoundError(path + ": no such generation");
   StatusOr<int64_t> read = [&]() -> StatusOr<int64_t> {
