@@ -4,15 +4,21 @@
 //   gen-<clock>/        a complete generation: a RocksDB database holding
 //                       one meta record and one record per run of about
 //                       64 KiB of consecutive rows (their values and
-//                       optimizer state; format in checkpoint.cc), for the
-//                       state after every update of the clocks < <clock>.
+//                       optimizer state; format in server/checkpoint_format.h),
+//                       for the state after every update of the clocks
+//                       < <clock>.
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
 // A generation becomes visible atomically: it is written and synced as
 // gen-<clock>.tmp, then renamed to gen-<clock> (and the folder synced), so a
 // crash at any point leaves the previous generations intact and never a
-// half-written gen-<clock>. After a successful write only the newest `keep`
-// generations remain.
+// half-written gen-<clock> (server/durable_dir.h). After a successful write
+// only the newest `keep` generations remain.
+//
+// The parts: checkpoint_format.h (the records as bytes, and their checks),
+// durable_dir.h (fsync, publish by rename, torn and old generations),
+// checkpoint_db.h (the records in RocksDB, the only user of RocksDB), and
+// CheckpointDir here, which puts them together.
 //
 // Not thread-safe: one thread at a time per CheckpointDir (a server's
 // writer thread); path() and GenerationPath() are safe from any thread.
@@ -102,8 +108,9 @@ class CheckpointDir {
   // Writes `snapshot` as generation gen-<snapshot.clock> (replacing a torn
   // .tmp of any clock; an existing complete generation of the same clock is
   // replaced atomically), then removes all but the newest `keep`
-  // generations. InvalidArgument for keep 0 or an inconsistent snapshot
-  // (sizes that do not match its layout), before anything is touched. On another error (disk full: ResourceExhausted;
+  // generations. InvalidArgument for keep 0 or a snapshot that
+  // ValidateForWrite (server/checkpoint_format.h) refuses, before anything
+  // is touched. On another error (disk full: ResourceExhausted;
   // permissions: PermissionDenied; Internal) nothing visible changes and the
   // error names the path. A failure to prune is logged, not returned (the
   // new generation is complete; the next Write prunes again).
