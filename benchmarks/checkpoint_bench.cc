@@ -236,7 +236,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
   row.bytes = rows * dim * sizeof(float) * (1 + t.optimizer.Slots());
   row.cold = cfg.cold;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointDir> ckpt,
-                      CheckpointDir::Open((dir / "shard-0").string()));
+                      CheckpointDir::Open(ShardCheckpointDir(dir.string(), 0)));
   const std::string plain = (dir / "plain.bin").string();
   std::vector<char> buffer(row.bytes);
   std::memset(buffer.data(), 1, buffer.size());
@@ -246,7 +246,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
   std::vector<double> w_ratio, rc_ratio, rw_ratio;
   const auto remove_generations = [&]() -> Status {
     PS_ASSIGN_OR_RETURN(std::vector<int64_t> gens, ckpt->Generations());
-    for (int64_t g : gens) fs::remove_all(fs::path(ckpt->path()) / ("gen-" + std::to_string(g)));
+    for (int64_t g : gens) fs::remove_all(ckpt->GenerationPath(g));
     return Status::Ok();
   };
   for (int r = 0; r < cfg.reps; ++r) {
@@ -265,7 +265,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
         ::sync();
         wsync_s.push_back(Time([&] { st = ckpt->Write(*snap, {.sync = true, .keep = 1}); }));
         PS_RETURN_IF_ERROR(st);
-        row.disk_bytes = DiskBytes(fs::path(ckpt->path()) / ("gen-" + std::to_string(clock)));
+        row.disk_bytes = DiskBytes(ckpt->GenerationPath(clock));
       } else {
         fs::remove(plain);
         ::sync();

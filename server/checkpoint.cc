@@ -1,848 +1,24 @@
-// Checkpoint generations in RocksDB (see checkpoint.h for the folder layout).
-//
-// A generation gen-<clock>/ is one RocksDB database (default column family,
-// bytewise key order, no compression) holding two kinds of records:
-//
-//   key "meta"   the shard's layout, in this binary format (all integers
-//                little-endian; str = u32 byte length, then the bytes):
-//                  char[4] "PSCK"
-//                  u32     format version (kFormatVersion, 2)
-//                  u32     shard
-//                  u32     num_shards
-//                  i64     clock
-//                  str     fingerprint
-//                  u32     table count
-//                  per table:
-//                    str   name
-//                    u64   rows (of the whole table)
-//                    u32   dim
-//                    u64   owned.begin
-//                    u64   owned.end
-//                    str   optimizer (its text)
-//                    u32   slots (0, 1 or 2)
-//                Nothing may follow the last table.
-//
-//   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
-//                row's index in the whole table)
-//                one record per run of consecutive owned rows. A table's
-//                runs start at owned.begin and every n rows after it, with
-//                n = max(1, floor(16384 / dim)) (16384 floats = 64 KiB of
-//                values; a row of more than 16384 floats is a run of its
-//                own); the last run of a table holds the rest of its rows
-//                (1 to n). A table that owns no rows has no record. The
-//                value is the run's values (its n rows, row-major: n * dim
-//                floats), then each slot's n * dim floats laid out the same,
-//                in slot order, as little-endian IEEE float32:
-//                (1 + slots) * n * dim * 4 bytes. So a record copies from
-//                and to the snapshot's arrays in 1 + slots pieces.
-//                Big-endian keys sort by table, then row, so a read fills
-//                each table in order with one pass of an iterator, and a
-//                missing, extra, overlapping, short or long record shows as
-//                a key or a size other than the next one expected.
-//
-// Version 1 (never released) held one record per row, its values followed
-// by its slots; this build refuses it (FailedPrecondition).
-//
-// RocksDB checksums every block (verified on every read here), so the
-// records carry no checksum of their own. The layout of the values is tied
-// to the format version: a change to either record means a new version.
-//
-// Writing: the database is created in gen-<clock>.tmp/ with the write-ahead
-// log disabled, filled with write batches of about 1 MiB, flushed and
-// closed (RocksDB's own syncs are skipped: the folder is not visible yet);
-// with sync every file in it and the folder itself are then fsynced;
-// then it is renamed to gen-<clock> and the parent folder fsynced. Reading
-// opens it read-only (no file in it is created or changed).
+// CheckpointDir: a generation's records (checkpoint_format.h) written into a
+// database (checkpoint_db.h) under a .tmp name and made durable and visible
+// (durable_dir.h).
 #include "server/checkpoint.h"
 
-#include <fcntl.h>
-#include <rocksdb/db.h>
-#include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
-#include <rocksdb/iterator.h>
-#include <rocksdb/options.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <bit>
-#include <cerrno>
-#include <charconv>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <new>
 #include <optional>
-#include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 
 #include "common/logging.h"
+#include "server/checkpoint_db.h"
+#include "server/checkpoint_format.h"
+#include "server/durable_dir.h"
 
 namespace ps {
 namespace {
 
 namespace fs = std::filesystem;
-
-static_assert(std::endian::native == std::endian::little,
-              "checkpoint records store floats as little-endian float32 by memcpy");
-
-constexpr uint32_t kFormatVersion = 2;
-constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
-constexpr const char* kMetaKey = "meta";
-constexpr char kRowTag = 'r';
-constexpr size_t kRowKeySize = 1 + 4 + 8;
-// Floats of values per run record (64 KiB): see RowsPerRun.
-constexpr uint64_t kRunFloats = 16384;
-constexpr size_t kBatchBytes = size_t{1} << 20;
-constexpr uint32_t kMaxSlots = 2;
-constexpr const char* kGenPrefix = "gen-";
-constexpr const char* kTmpSuffix = ".tmp";
-
-// RocksDB's informational log goes nowhere: without one, a read-only open
-// would create a LOG file inside the generation. Errors come back as Status.
-class NullLogger : public rocksdb::Logger {
- public:
-  NullLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::FATAL_LEVEL) {}
-  using rocksdb::Logger::Logv;
-  void Logv(const char* /*format*/, va_list /*ap*/) override {}
-  void Logv(const rocksdb::InfoLogLevel /*level*/, const char* /*format*/,
-            va_list /*ap*/) override {}
-};
-
-const std::shared_ptr<rocksdb::Logger>& SharedNullLogger() {
-  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<NullLogger>();
-  return logger;
-}
-
-// RocksDB syncs its files as it writes them (each SST file, the manifest,
-// the folder). A generation is not visible until it is renamed, so those
-// syncs buy nothing: writes go through this file system, which drops them,
-// and with options.sync every file is fsynced once after the database is
-// closed (SyncFolder). So sync: false never waits for the disk.
-class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
- public:
-  using rocksdb::FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
-  rocksdb::IOStatus Sync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
-    return rocksdb::IOStatus::OK();
-  }
-  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
-    return rocksdb::IOStatus::OK();
-  }
-  rocksdb::IOStatus RangeSync(uint64_t, uint64_t, const rocksdb::IOOptions&,
-                              rocksdb::IODebugContext*) override {
-    return rocksdb::IOStatus::OK();
-  }
-};
-
-class UnsyncedDirectory : public rocksdb::FSDirectoryWrapper {
- public:
-  using rocksdb::FSDirectoryWrapper::FSDirectoryWrapper;
-  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
-    return rocksdb::IOStatus::OK();
-  }
-  rocksdb::IOStatus FsyncWithDirOptions(const rocksdb::IOOptions&, rocksdb::IODebugContext*,
-                                        const rocksdb::DirFsyncOptions&) override {
-    return rocksdb::IOStatus::OK();
-  }
-};
-
-class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  UnsyncedFileSystem() : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "PsCheckpointUnsyncedFileSystem"; }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                    rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->NewWritableFile(name, options, result, dbg), result);
-  }
-  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
-                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                       rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->ReopenWritableFile(name, options, result, dbg), result);
-  }
-  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string& old_name,
-                                      const rocksdb::FileOptions& options,
-                                      std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                      rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->ReuseWritableFile(name, old_name, options, result, dbg), result);
-  }
-  rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& options,
-                                 std::unique_ptr<rocksdb::FSDirectory>* result,
-                                 rocksdb::IODebugContext* dbg) override {
-    rocksdb::IOStatus s = target()->NewDirectory(name, options, result, dbg);
-    if (s.ok()) *result = std::make_unique<UnsyncedDirectory>(std::move(*result));
-    return s;
-  }
-
- private:
-  static rocksdb::IOStatus Wrap(rocksdb::IOStatus s,
-                                std::unique_ptr<rocksdb::FSWritableFile>* result) {
-    if (s.ok()) *result = std::make_unique<UnsyncedWritableFile>(std::move(*result));
-    return s;
-  }
-};
-
-// The Env of every database write: the default one on UnsyncedFileSystem.
-// Never destroyed: RocksDB's background threads may outlive static
-// destructors.
-rocksdb::Env* UnsyncedEnv() {
-  static rocksdb::Env* const env =
-      rocksdb::NewCompositeEnv(std::make_shared<UnsyncedFileSystem>()).release();
-  return env;
-}
-
-std::string GenName(int64_t clock) { return kGenPrefix + std::to_string(clock); }
-
-// The clock of a complete generation's folder name "gen-<digits>" (no sign,
-// no leading zero but for "gen-0"), or -1 for any other name.
-int64_t ParseGenName(const std::string& name) {
-  const size_t prefix = std::strlen(kGenPrefix);
-  if (name.size() <= prefix || name.compare(0, prefix, kGenPrefix) != 0) return -1;
-  const char* first = name.data() + prefix;
-  const char* last = name.data() + name.size();
-  if (*first < '0' || *first > '9') return -1;
-  if (*first == '0' && last - first > 1) return -1;
-  int64_t clock = -1;
-  const auto [ptr, ec] = std::from_chars(first, last, clock);
-  if (ec != std::errc() || ptr != last) return -1;
-  return clock;
-}
-
-// The crash-point hook PS_CHECKPOINT_TEST_STALL=<stage>:<clock> (see
-// checkpoint.h): a test freezes a Write at one of these points and kills the
-// process there, to check that no crash point leaves a torn generation that
-// a restore would pick.
-enum class StallStage { kNone, kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
-
-constexpr std::pair<StallStage, std::string_view> kStallStageNames[] = {
-    {StallStage::kCreated, "created"},     {StallStage::kRecords, "records"},
-    {StallStage::kFlushed, "flushed"},     {StallStage::kSynced, "synced"},
-    {StallStage::kPublished, "published"}, {StallStage::kPruning, "pruning"},
-};
-
-std::string_view StallStageName(StallStage stage) {
-  for (const auto& [s, name] : kStallStageNames) {
-    if (s == stage) return name;
-  }
-  return "none";
-}
-
-struct StallPoint {
-  StallStage stage = StallStage::kNone;
-  int64_t clock = 0;  // writes of generations of this clock and later stall
-};
-
-// Unset or empty: no stall. A value that does not parse is reported and
-// ignored, so a typo cannot freeze a real job.
-StallPoint ParseStallPoint(const char* value) {
-  if (value == nullptr || *value == '\0') return {};
-  const std::string_view text(value);
-  const auto ignored = [&](const std::string& why) {
-    PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL=\"{}\" ignored: {}", text, why);
-    return StallPoint{};
-  };
-  const size_t colon = text.find(':');
-  if (colon == std::string_view::npos) {
-    return ignored("expected <stage>:<clock>, e.g. records:4");
-  }
-  const std::string_view name = text.substr(0, colon);
-  const std::string_view number = text.substr(colon + 1);
-  StallPoint point;
-  for (const auto& [stage, stage_name] : kStallStageNames) {
-    if (name == stage_name) point.stage = stage;
-  }
-  if (point.stage == StallStage::kNone) {
-    return ignored("unknown stage \"" + std::string(name) +
-                   "\"; expected created, records, flushed, synced, published or pruning");
-  }
-  const char* last = number.data() + number.size();
-  const auto [ptr, ec] = std::from_chars(number.data(), last, point.clock);
-  if (number.empty() || ec != std::errc() || ptr != last || point.clock < 0) {
-    return ignored("the clock \"" + std::string(number) + "\" is not an integer >= 0");
-  }
-  PS_LOG_WARN("checkpoint: PS_CHECKPOINT_TEST_STALL is set: a write of a generation of clock "
-              ">= {} will stall at {} until the process is killed (a test hook)",
-              point.clock, name);
-  return point;
-}
-
-// Read once: the environment of a running server does not change, and the
-// checks on the write path stay a load and a compare.
-const StallPoint& TestStallPoint() {
-  static const StallPoint point = ParseStallPoint(std::getenv("PS_CHECKPOINT_TEST_STALL"));
-  return point;
-}
-
-bool StallsAt(StallStage stage, int64_t clock) {
-  const StallPoint& point = TestStallPoint();
-  return point.stage == stage && clock >= point.clock;
-}
-
-// When the hook names `stage` for generation `clock`: says so in one line,
-// then never returns (the test kills the process). `tmp` is the folder
-// being written.
-void MaybeStall(StallStage stage, int64_t clock, const std::string& tmp) {
-  if (!StallsAt(stage, clock)) return;
-  PS_LOG_WARN("checkpoint: stalled at {} writing gen-{} in {} (PS_CHECKPOINT_TEST_STALL)",
-              StallStageName(stage), clock, fs::path(tmp).parent_path().string());
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-bool IsTmpName(const std::string& name) {
-  const size_t prefix = std::strlen(kGenPrefix), suffix = std::strlen(kTmpSuffix);
-  return name.size() > prefix + suffix && name.compare(0, prefix, kGenPrefix) == 0 &&
-         name.compare(name.size() - suffix, suffix, kTmpSuffix) == 0;
-}
-
-// The status code of a failed system call on a checkpoint's files.
-StatusCode CodeOfErrno(int err, StatusCode fallback) {
-  switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return StatusCode::kPermissionDenied;
-    case ENOSPC:
-    case EDQUOT:
-      return StatusCode::kResourceExhausted;
-    default:
-      return fallback;
-  }
-}
-
-Status FsError(const std::error_code& ec, const std::string& what, StatusCode fallback) {
-  const StatusCode code =
-      ec.category() == std::generic_category() || ec.category() == std::system_category()
-          ? CodeOfErrno(ec.value(), fallback)
-          : fallback;
-  return Status(code, what + ": " + ec.message());
-}
-
-Status ErrnoError(int err, const std::string& what, StatusCode fallback) {
-  return FsError(std::error_code(err, std::generic_category()), what, fallback);
-}
-
-// A RocksDB error as a Status whose message starts with `what`.
-Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode fallback) {
-  StatusCode code = fallback;
-  if (s.IsNoSpace()) {
-    code = StatusCode::kResourceExhausted;
-  } else if (s.IsIOError() && s.ToString().find("Permission denied") != std::string::npos) {
-    code = StatusCode::kPermissionDenied;
-  }
-  return Status(code, what + ": " + s.ToString());
-}
-
-// fsyncs one file or folder.
-Status SyncPath(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) {
-    return ErrnoError(errno, "cannot open " + path + " to sync it", StatusCode::kInternal);
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoError(err, "cannot sync " + path, StatusCode::kInternal);
-  return Status::Ok();
-}
-
-// fsyncs every file in `dir` (a RocksDB folder is flat), then `dir`.
-Status SyncFolder(const std::string& dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec)) PS_RETURN_IF_ERROR(SyncPath(it->path().string(), false));
-  }
-  if (ec) return FsError(ec, "cannot list " + dir + " to sync it", StatusCode::kInternal);
-  return SyncPath(dir, true);
-}
-
-// Little-endian encoding of the meta record.
-class MetaWriter {
- public:
-  void Bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  void U32(uint32_t v) { Bytes(&v, sizeof v); }
-  void U64(uint64_t v) { Bytes(&v, sizeof v); }
-  void I64(int64_t v) { Bytes(&v, sizeof v); }
-  void Str(const std::string& s) {
-    U32(static_cast<uint32_t>(s.size()));
-    Bytes(s.data(), s.size());
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class MetaReader {
- public:
-  explicit MetaReader(std::string_view in) : in_(in) {}
-  bool Bytes(void* p, size_t n) {
-    if (in_.size() < n) return false;
-    std::memcpy(p, in_.data(), n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  bool U32(uint32_t* v) { return Bytes(v, sizeof *v); }
-  bool U64(uint64_t* v) { return Bytes(v, sizeof *v); }
-  bool I64(int64_t* v) { return Bytes(v, sizeof *v); }
-  bool Str(std::string* s) {
-    uint32_t n = 0;
-    if (!U32(&n) || in_.size() < n) return false;
-    s->assign(in_.data(), n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  size_t remaining() const { return in_.size(); }
-
- private:
-  std::string_view in_;
-};
-
-std::string EncodeMeta(const ShardSnapshot& s) {
-  MetaWriter w;
-  w.Bytes(kMagic, sizeof kMagic);
-  w.U32(kFormatVersion);
-  w.U32(s.shard);
-  w.U32(s.num_shards);
-  w.I64(s.clock);
-  w.Str(s.fingerprint);
-  w.U32(static_cast<uint32_t>(s.tables.size()));
-  for (const TableSnapshot& t : s.tables) {
-    w.Str(t.name);
-    w.U64(t.rows);
-    w.U32(t.dim);
-    w.U64(t.owned.begin);
-    w.U64(t.owned.end);
-    w.Str(t.optimizer);
-    w.U32(static_cast<uint32_t>(t.slots.size()));
-  }
-  return w.Take();
-}
-
-// Fills everything of *s but the tables' values and slots (their counts are
-// returned in *slot_counts). `where` names the generation in errors.
-Status DecodeMeta(std::string_view in, const std::string& where, ShardSnapshot* s,
-                  std::vector<uint32_t>* slot_counts) {
-  MetaReader r(in);
-  const auto corrupt = [&](const std::string& what) {
-    return DataLossError(where + ": the meta record is corrupt: " + what);
-  };
-  char magic[sizeof kMagic];
-  if (!r.Bytes(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0) {
-    return corrupt("it does not start with \"PSCK\"");
-  }
-  uint32_t version = 0;
-  if (!r.U32(&version)) return corrupt("it ends before the format version");
-  if (version != kFormatVersion) {
-    return FailedPreconditionError(
-        where + ": checkpoint format version " + std::to_string(version) +
-        ", but this build reads only version " + std::to_string(kFormatVersion) +
-        " (the record format changed); start the job with a new checkpoint.dir");
-  }
-  uint32_t table_count = 0;
-  if (!r.U32(&s->shard) || !r.U32(&s->num_shards) || !r.I64(&s->clock) || !r.Str(&s->fingerprint) ||
-      !r.U32(&table_count)) {
-    return corrupt("it ends inside the shard fields");
-  }
-  // Each table takes at least kMinTableBytes: do not trust a count the
-  // record cannot hold.
-  constexpr size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4;
-  if (table_count > r.remaining() / kMinTableBytes) {
-    return corrupt("it lists " + std::to_string(table_count) + " tables in " +
-                   std::to_string(r.remaining()) + " bytes");
-  }
-  s->tables.resize(table_count);
-  slot_counts->assign(table_count, 0);
-  for (uint32_t i = 0; i < table_count; ++i) {
-    TableSnapshot& t = s->tables[i];
-    if (!r.Str(&t.name) || !r.U64(&t.rows) || !r.U32(&t.dim) || !r.U64(&t.owned.begin) ||
-        !r.U64(&t.owned.end) || !r.Str(&t.optimizer) || !r.U32(&(*slot_counts)[i])) {
-      return corrupt("it ends inside table " + std::to_string(i));
-    }
-    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
-      return corrupt("table '" + t.name + "' owns rows [" + std::to_string(t.owned.begin) + ", " +
-                     std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
-    }
-    if ((*slot_counts)[i] > kMaxSlots) {
-      return corrupt("table '" + t.name + "' has " + std::to_string((*slot_counts)[i]) +
-                     " optimizer slots");
-    }
-  }
-  if (r.remaining() != 0) {
-    return corrupt(std::to_string(r.remaining()) + " bytes follow the last table");
-  }
-  return Status::Ok();
-}
-
-void PutBigEndian(char* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-}
-
-uint64_t GetBigEndian(const char* in, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return v;
-}
-
-void RowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
-  out[0] = kRowTag;
-  PutBigEndian(out + 1, table, 4);
-  PutBigEndian(out + 5, row, 8);
-}
-
-// Rows per run record of a table of `dim` (see the format above).
-uint64_t RowsPerRun(uint32_t dim) {
-  return dim == 0 ? kRunFloats : std::max<uint64_t>(1, kRunFloats / dim);
-}
-
-// "[first, end)"
-std::string Rows(uint64_t first, uint64_t end) {
-  return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
-}
-
-std::string Hex(std::string_view bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes.substr(0, 32)) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  if (bytes.size() > 32) out += "...";
-  return out;
-}
-
-// Elements of owned.size() x dim, or nullopt when that does not fit a size_t.
-std::optional<size_t> Elements(const TableSnapshot& t) {
-  const Uint128 n = Uint128{t.owned.size()} * t.dim;
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxSlots + 1)) {
-    return std::nullopt;
-  }
-  return static_cast<size_t>(n);
-}
-
-Status ValidateForWrite(const ShardSnapshot& s, const CheckpointWriteOptions& options,
-                        const std::string& where) {
-  if (options.keep < 1) return InvalidArgumentError(where + ": keep must be at least 1");
-  if (s.clock < 0) {
-    return InvalidArgumentError(where + ": clock " + std::to_string(s.clock) + " is negative");
-  }
-  if (s.num_shards < 1 || s.shard >= s.num_shards) {
-    return InvalidArgumentError(where + ": shard " + std::to_string(s.shard) + " of " +
-                                std::to_string(s.num_shards));
-  }
-  if (s.tables.size() > std::numeric_limits<uint32_t>::max()) {
-    return InvalidArgumentError(where + ": too many tables");
-  }
-  for (const TableSnapshot& t : s.tables) {
-    const std::string table = where + ": table '" + t.name + "'";
-    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
-      return InvalidArgumentError(table + " owns rows [" + std::to_string(t.owned.begin) + ", " +
-                                  std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
-    }
-    const std::optional<size_t> n = Elements(t);
-    if (!n || t.values.size() != *n) {
-      return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
-                                  " values for " + std::to_string(t.owned.size()) +
-                                  " rows of dim " + std::to_string(t.dim));
-    }
-    if (t.slots.size() > kMaxSlots) {
-      return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
-                                  " optimizer slots (at most " + std::to_string(kMaxSlots) + ")");
-    }
-    for (size_t k = 0; k < t.slots.size(); ++k) {
-      if (t.slots[k].size() != *n) {
-        return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
-                                    std::to_string(t.slots[k].size()) + " floats, not " +
-                                    std::to_string(*n));
-      }
-    }
-    if (t.name.size() > std::numeric_limits<uint32_t>::max() ||
-        t.optimizer.size() > std::numeric_limits<uint32_t>::max()) {
-      return InvalidArgumentError(table + ": name or optimizer text too long");
-    }
-  }
-  return Status::Ok();
-}
-
-rocksdb::Options CommonOptions() {
-  rocksdb::Options o;
-  o.info_log = SharedNullLogger();
-  o.paranoid_checks = true;
-  // Floats of trained models hardly compress; storing them raw keeps writes
-  // and reads at disk speed.
-  o.compression = rocksdb::kNoCompression;
-  o.stats_dump_period_sec = 0;
-  o.stats_persist_period_sec = 0;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_size = 64 << 10;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  return o;
-}
-
-// Writes every record of `s` into a new database at `path` and closes it.
-Status WriteDatabase(const ShardSnapshot& s, const std::string& path) {
-  rocksdb::Options o = CommonOptions();
-  o.create_if_missing = true;
-  o.error_if_exists = true;
-  // Keys arrive in order and the database is written once: compactions
-  // would only rewrite it.
-  o.disable_auto_compactions = true;
-  o.env = UnsyncedEnv();
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
-  if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);
-  std::unique_ptr<rocksdb::DB> db(raw);
-  MaybeStall(StallStage::kCreated, s.clock, path);
-  // The hook's `records` point: once about half of the run records are
-  // committed. Counted only when the hook asks for it.
-  uint64_t stall_after_runs = std::numeric_limits<uint64_t>::max();
-  if (StallsAt(StallStage::kRecords, s.clock)) {
-    uint64_t runs = 0;
-    for (const TableSnapshot& t : s.tables) {
-      runs += (t.owned.size() + RowsPerRun(t.dim) - 1) / RowsPerRun(t.dim);
-    }
-    stall_after_runs = std::max<uint64_t>(1, runs / 2);
-  }
-  uint64_t runs_written = 0;
-
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;
-  rocksdb::WriteBatch batch;
-  const auto commit = [&]() -> Status {
-    rocksdb::Status ws = db->Write(wo, &batch);
-    batch.Clear();
-    if (!ws.ok()) return RocksError(ws, "cannot write to " + path, StatusCode::kInternal);
-    return Status::Ok();
-  };
-  rs = batch.Put(kMetaKey, EncodeMeta(s));
-  if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
-
-  char key[kRowKeySize];
-  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
-    const TableSnapshot& t = s.tables[ti];
-    const uint64_t per_run = RowsPerRun(t.dim);
-    rocksdb::Slice parts[1 + kMaxSlots];
-    const int nparts = static_cast<int>(1 + t.slots.size());
-    const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
-      return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
-                            floats * sizeof(float));
-    };
-    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
-      const uint64_t n = std::min(per_run, t.owned.size() - first);
-      RowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
-      const size_t offset = static_cast<size_t>(first) * t.dim;
-      const size_t floats = static_cast<size_t>(n) * t.dim;
-      parts[0] = piece(t.values, offset, floats);
-      for (size_t k = 0; k < t.slots.size(); ++k) parts[1 + k] = piece(t.slots[k], offset, floats);
-      const rocksdb::Slice key_slice(key, kRowKeySize);
-      rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
-      if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
-      if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
-      if (++runs_written == stall_after_runs) {
-        if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
-        MaybeStall(StallStage::kRecords, s.clock, path);
-      }
-    }
-  }
-  if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
-
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  rs = db->Flush(fo);
-  if (!rs.ok()) return RocksError(rs, "cannot flush " + path, StatusCode::kInternal);
-  rs = db->Close();
-  if (!rs.ok()) return RocksError(rs, "cannot close " + path, StatusCode::kInternal);
-  return Status::Ok();
-}
-
-// Removes `path` and everything in it; a missing path is fine.
-Status RemoveTree(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-  if (ec) return FsError(ec, "cannot remove " + path, StatusCode::kInternal);
-  return Status::Ok();
-}
-
-// Removes a replaced generation (under a .tmp name: a failure leaves it to
-// the next Write, the new generation is already visible).
-void RemoveOld(const std::string& path) {
-  const Status removed = RemoveTree(path);
-  if (!removed.ok()) PS_LOG_WARN("checkpoint: {}", removed.ToString());
-}
-
-// Makes the complete database at `tmp` visible as `final_path`, replacing
-// a generation already there in one step where the file system allows.
-Status Publish(const std::string& tmp, const std::string& final_path) {
-  if (::rename(tmp.c_str(), final_path.c_str()) == 0) return Status::Ok();
-  const int err = errno;
-  if (err != ENOTEMPTY && err != EEXIST) {
-    return ErrnoError(err, "cannot rename " + tmp + " to " + final_path, StatusCode::kInternal);
-  }
-  // A generation of the same clock exists: swap the two atomically, then
-  // remove the old one (now under the .tmp name, so never read).
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
-    RemoveOld(tmp);
-    return Status::Ok();
-  }
-  const int xerr = errno;
-  if (xerr != EINVAL && xerr != ENOSYS && xerr != ENOTSUP) {
-    return ErrnoError(xerr, "cannot exchange " + tmp + " and " + final_path, StatusCode::kInternal);
-  }
-  // No atomic exchange on this file system: move the old one aside first. A
-  // crash in between leaves neither (the older generations stay intact).
-  const std::string old = final_path + ".old" + kTmpSuffix;
-  PS_RETURN_IF_ERROR(RemoveTree(old));
-  if (::rename(final_path.c_str(), old.c_str()) != 0) {
-    return ErrnoError(errno, "cannot rename " + final_path + " to " + old, StatusCode::kInternal);
-  }
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int rename_err = errno;
-    if (::rename(old.c_str(), final_path.c_str()) != 0) {
-      PS_LOG_WARN("checkpoint: cannot move {} back to {}: {}", old, final_path,
-                  std::strerror(errno));
-    }
-    return ErrnoError(rename_err, "cannot rename " + tmp + " to " + final_path,
-                      StatusCode::kInternal);
-  }
-  RemoveOld(old);
-  return Status::Ok();
-}
-
-// Reads the database at `path` into `sink` (see RowSink); returns the meta
-// record's clock.
-StatusOr<int64_t> ReadDatabase(const std::string& path, RowSink* sink) {
-  rocksdb::Options o = CommonOptions();
-  o.create_if_missing = false;
-  o.skip_checking_sst_file_sizes_on_db_open = false;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status rs = rocksdb::DB::OpenForReadOnly(o, path, &raw);
-  if (!rs.ok()) return RocksError(rs, path + ": cannot open the generation", StatusCode::kDataLoss);
-  std::unique_ptr<rocksdb::DB> db(raw);
-
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = false;
-  ro.readahead_size = 2 << 20;
-
-  std::string meta;
-  rs = db->Get(ro, kMetaKey, &meta);
-  if (rs.IsNotFound()) return DataLossError(path + ": the meta record is missing");
-  if (!rs.ok()) {
-    return RocksError(rs, path + ": cannot read the meta record", StatusCode::kDataLoss);
-  }
-  ShardSnapshot s;
-  std::vector<uint32_t> slot_counts;
-  PS_RETURN_IF_ERROR(DecodeMeta(meta, path, &s, &slot_counts));
-
-  // The values are stored uncompressed, so the files hold at least as many
-  // bytes as the meta record promises: never allocate more than that.
-  std::vector<rocksdb::LiveFileMetaData> files;
-  db->GetLiveFilesMetaData(&files);
-  Uint128 file_bytes = 0, promised = 0;
-  for (const auto& f : files) file_bytes += f.size;
-  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
-    TableSnapshot& t = s.tables[ti];
-    const std::optional<size_t> n = Elements(t);
-    if (!n) {
-      return DataLossError(path + ": the meta record is corrupt: table '" + t.name +
-                           "' is too large");
-    }
-    promised += Uint128{*n} * sizeof(float) * (1 + slot_counts[ti]);
-  }
-  if (promised > file_bytes) {
-    return DataLossError(path + ": the meta record promises more row data than the files hold");
-  }
-  // The layout for the sink: slot arrays present (their count) but empty.
-  for (size_t ti = 0; ti < s.tables.size(); ++ti) s.tables[ti].slots.resize(slot_counts[ti]);
-  PS_RETURN_IF_ERROR(sink->Begin(s));
-
-  // One pass over the records in key order: table by table, run by run.
-  // The next record expected starts at row next_row of table cur_table;
-  // [last_first, last_end) are the rows of the last record read.
-  size_t cur_table = 0;
-  uint64_t next_row = s.tables.empty() ? 0 : s.tables[0].owned.begin;
-  uint64_t last_first = 0, last_end = 0;
-  const auto skip_full_tables = [&] {
-    while (cur_table < s.tables.size() && next_row == s.tables[cur_table].owned.end) {
-      ++cur_table;
-      if (cur_table < s.tables.size()) next_row = s.tables[cur_table].owned.begin;
-    }
-  };
-  // The rows of the record expected at next_row of cur_table.
-  const auto run_end = [&] {
-    const TableSnapshot& t = s.tables[cur_table];
-    return next_row + std::min(RowsPerRun(t.dim), t.owned.end - next_row);
-  };
-  const auto missing = [&] {
-    return DataLossError(path + ": the record of table '" + s.tables[cur_table].name + "' rows " +
-                         Rows(next_row, run_end()) + " is missing");
-  };
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    if (key == rocksdb::Slice(kMetaKey)) continue;
-    if (key.size() != kRowKeySize || key[0] != kRowTag) {
-      return DataLossError(path + ": unexpected record with key " + Hex(key.ToStringView()));
-    }
-    const uint64_t ti = GetBigEndian(key.data() + 1, 4);
-    const uint64_t row = GetBigEndian(key.data() + 5, 8);
-    if (ti >= s.tables.size()) {
-      return DataLossError(path + ": a record of table index " + std::to_string(ti) +
-                           ", but the meta record lists " + std::to_string(s.tables.size()) +
-                           " tables");
-    }
-    const TableSnapshot& t = s.tables[ti];
-    const size_t num_slots = slot_counts[ti];
-    skip_full_tables();
-    if (ti != cur_table || row != next_row) {
-      if (!t.owned.Contains(row)) {
-        return DataLossError(path + ": table '" + t.name + "' has a record of rows from " +
-                             std::to_string(row) + ", outside its rows " +
-                             Rows(t.owned.begin, t.owned.end));
-      }
-      // Keys come in order: an owned row after the expected one means the
-      // expected record is missing; before it, the row was already read.
-      if (ti > cur_table || (ti == cur_table && row > next_row)) return missing();
-      return DataLossError(path + ": table '" + t.name + "' has a record of rows from " +
-                           std::to_string(row) + ", inside the record of rows " +
-                           Rows(last_first, last_end) + " before it");
-    }
-    const uint64_t end = run_end();
-    const size_t floats = static_cast<size_t>(end - row) * t.dim;
-    const size_t bytes = floats * sizeof(float);
-    const rocksdb::Slice value = it->value();
-    if (value.size() != bytes * (1 + num_slots)) {
-      return DataLossError(path + ": the record of table '" + t.name + "' rows " +
-                           Rows(row, end) + " has " + std::to_string(value.size()) +
-                           " bytes, not " + std::to_string(bytes * (1 + num_slots)));
-    }
-    if (bytes > 0) {
-      const auto* data = reinterpret_cast<const std::byte*>(value.data());
-      const std::byte* slots[kMaxSlots];
-      for (size_t k = 0; k < num_slots; ++k) slots[k] = data + (1 + k) * bytes;
-      sink->Rows(static_cast<uint32_t>(ti), row, end - row, data,
-                 std::span<const std::byte* const>(slots, num_slots));
-    }
-    last_first = row;
-    last_end = next_row = end;
-  }
-  if (!it->status().ok()) {
-    return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);
-  }
-  skip_full_tables();
-  if (cur_table < s.tables.size()) return missing();
-  return s.clock;
-}
 
 // Collects a generation into a ShardSnapshot (CheckpointDir::Read).
 class SnapshotSink : public RowSink {
@@ -851,7 +27,7 @@ class SnapshotSink : public RowSink {
   Status Begin(const ShardSnapshot& layout) override {
     *out_ = layout;
     for (TableSnapshot& t : out_->tables) {
-      const size_t n = *Elements(t);  // checked by ReadDatabase
+      const size_t n = *TableElements(t);  // checked by ReadGenerationDatabase
       t.values.resize(n);
       for (std::vector<float>& slot : t.slots) slot.resize(n);
     }
@@ -874,6 +50,32 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
+std::string_view CheckpointStageName(CheckpointStage stage) {
+  switch (stage) {
+    case CheckpointStage::kCreated:
+      return "created";
+    case CheckpointStage::kRecords:
+      return "records";
+    case CheckpointStage::kFlushed:
+      return "flushed";
+    case CheckpointStage::kSynced:
+      return "synced";
+    case CheckpointStage::kPublished:
+      return "published";
+    case CheckpointStage::kPruning:
+      return "pruning";
+  }
+  return "unknown";
+}
+
+std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard) {
+  return checkpoint_dir + "/shard-" + std::to_string(shard);
+}
+
+std::string CheckpointDir::GenerationPath(int64_t clock) const {
+  return (fs::path(path_) / GenerationName(clock)).string();
+}
+
 StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
   if (dir.empty()) return InvalidArgumentError("the checkpoint folder name is empty");
   std::error_code ec;
@@ -894,42 +96,29 @@ StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& 
 }
 
 StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
-  std::vector<int64_t> clocks;
-  std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    const int64_t clock = ParseGenName(it->path().filename().string());
-    if (clock < 0) continue;
-    std::error_code type_ec;
-    if (it->is_directory(type_ec)) clocks.push_back(clock);
-  }
-  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
-  std::sort(clocks.begin(), clocks.end());
-  return clocks;
+  return ListGenerations(path_);
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
-  const std::string final_path = (fs::path(path_) / GenName(snapshot.clock)).string();
-  PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, options, final_path));
-  const std::string tmp = final_path + kTmpSuffix;
+  const std::string final_path = GenerationPath(snapshot.clock);
+  if (options.keep < 1) return InvalidArgumentError(final_path + ": keep must be at least 1");
+  PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, final_path));
+  const std::string tmp = TmpName(final_path);
+  const auto stage = [&](CheckpointStage s) {
+    if (options.at_stage) options.at_stage(s, snapshot.clock, tmp);
+  };
 
   // Torn writes of earlier attempts (of any clock) first.
-  std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    if (IsTmpName(it->path().filename().string())) {
-      PS_RETURN_IF_ERROR(RemoveTree(it->path().string()));
-    }
-  }
-  if (ec) return FsError(ec, "cannot list the checkpoint folder " + path_, StatusCode::kInternal);
+  PS_RETURN_IF_ERROR(RemoveTornGenerations(path_));
 
   Status written;
   try {
-    written = WriteDatabase(snapshot, tmp);
-    if (written.ok()) MaybeStall(StallStage::kFlushed, snapshot.clock, tmp);
-    if (written.ok() && options.sync) written = SyncFolder(tmp);
-    if (written.ok()) MaybeStall(StallStage::kSynced, snapshot.clock, tmp);
-    if (written.ok()) written = Publish(tmp, final_path);
-    if (written.ok() && options.sync) written = SyncPath(path_, true);
-    if (written.ok()) MaybeStall(StallStage::kPublished, snapshot.clock, tmp);
+    written = WriteGenerationDatabase(snapshot, tmp, options.at_stage);
+    if (written.ok()) stage(CheckpointStage::kFlushed);
+    if (written.ok() && options.sync) written = SyncFlatFolder(tmp);
+    if (written.ok()) stage(CheckpointStage::kSynced);
+    if (written.ok()) written = PublishGeneration(tmp, final_path, options.sync);
+    if (written.ok()) stage(CheckpointStage::kPublished);
   } catch (const std::bad_alloc&) {
     written = ResourceExhaustedError("out of memory writing " + tmp);
   }
@@ -938,24 +127,9 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
     return written;
   }
 
-  // Older generations beyond `keep`: each is renamed to a .tmp name first,
-  // so a crash while removing it never leaves a partial gen-<clock>.
-  StatusOr<std::vector<int64_t>> clocks = Generations();
-  Status pruned = clocks.status();
-  if (clocks.ok() && clocks->size() > options.keep) {
-    const size_t drop = clocks->size() - options.keep;
-    for (size_t i = 0; i < drop && pruned.ok(); ++i) {
-      const std::string old = (fs::path(path_) / GenName((*clocks)[i])).string();
-      const std::string doomed = old + kTmpSuffix;
-      if (::rename(old.c_str(), doomed.c_str()) != 0) {
-        pruned = ErrnoError(errno, "cannot rename " + old + " to " + doomed, StatusCode::kInternal);
-      } else {
-        MaybeStall(StallStage::kPruning, snapshot.clock, tmp);
-        pruned = RemoveTree(doomed);
-      }
-    }
-    if (pruned.ok() && options.sync) pruned = SyncPath(path_, true);
-  }
+  const Status pruned =
+      PruneGenerations(path_, options.keep, options.sync,
+                       [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); });
   if (!pruned.ok()) {
     // The new generation is complete and visible; the next Write tries again.
     PS_LOG_WARN("checkpoint {} written, but removing older generations failed: {}", final_path,
@@ -965,19 +139,19 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
 }
 
 Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
-  const std::string path = (fs::path(path_) / GenName(clock < 0 ? 0 : clock)).string();
+  const std::string path = GenerationPath(clock < 0 ? 0 : clock);
   if (clock < 0) {
     return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
   }
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    return FsError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
+    return FileSystemError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
   }
   if (!fs::is_directory(st)) return NotFoundError(path + ": no such generation");
   StatusOr<int64_t> read = [&]() -> StatusOr<int64_t> {
     try {
-      return ReadDatabase(path, sink);
+      return ReadGenerationDatabase(path, sink);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError(path + ": out of memory reading the generation");
     }

@@ -1,45 +1,36 @@
-// Checkpoints of one shard in RocksDB (DESIGN.md section 7).
+// Checkpoints of one shard (DESIGN.md section 7).
 //
-// Layout on disk, under `dir` (checkpoint.dir/shard-<i>/):
+// Layout on disk, under `dir` (ShardCheckpointDir: checkpoint.dir/shard-<i>/):
 //   gen-<clock>/        a complete generation: a RocksDB database holding
 //                       one meta record and one record per run of about
 //                       64 KiB of consecutive rows (their values and
-//                       optimizer state; format in checkpoint.cc), for the
-//                       state after every update of the clocks < <clock>.
+//                       optimizer state; format in server/checkpoint_format.h),
+//                       for the state after every update of the clocks
+//                       < <clock>.
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
 // A generation becomes visible atomically: it is written and synced as
 // gen-<clock>.tmp, then renamed to gen-<clock> (and the folder synced), so a
 // crash at any point leaves the previous generations intact and never a
-// half-written gen-<clock>. After a successful write only the newest
-// `keep` generations remain.
+// half-written gen-<clock> (server/durable_dir.h). After a successful write
+// only the newest `keep` generations remain.
 //
-// Test hook: with the environment variable
-// PS_CHECKPOINT_TEST_STALL=<stage>:<clock>, a Write of a generation of clock
-// >= <clock> that reaches <stage> logs one line to stderr
-// ("checkpoint: stalled at <stage> writing gen-<clock> in <dir>
-// (PS_CHECKPOINT_TEST_STALL)") and then never returns, so a test can kill
-// the process at that point (tests/server/checkpoint_crash_test.cc). The
-// stages, in the order a Write reaches them:
-//   created    the database exists in gen-<clock>.tmp, nothing written;
-//   records    about half of the run records written and committed;
-//   flushed    the database flushed and closed, before the fsync;
-//   synced     after the fsync (skipped with sync: false), before the rename;
-//   published  renamed to gen-<clock> and the folder synced, before pruning;
-//   pruning    an older generation renamed to .tmp, before its removal
-//              (reached only when more than `keep` generations exist).
-// The variable is read once per process; an unknown stage or a malformed
-// value is logged as a warning and ignored. Never set it for a real job: a
-// stalled write also blocks the shard's next checkpoint and its shutdown.
+// The parts: checkpoint_format.h (the records as bytes, and their checks),
+// durable_dir.h (fsync, publish by rename, torn and old generations),
+// checkpoint_db.h (the records in RocksDB, the only user of RocksDB), and
+// CheckpointDir here, which puts them together.
 //
-// Not thread-safe: one writer thread per CheckpointDir.
+// Not thread-safe: one thread at a time per CheckpointDir (a server's
+// writer thread); path() and GenerationPath() are safe from any thread.
 #ifndef PS_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -47,11 +38,43 @@
 
 namespace ps {
 
+// The folder of shard `shard`'s generations under the job's checkpoint.dir
+// `checkpoint_dir`: "<checkpoint_dir>/shard-<shard>". The one place that
+// names it; the server, the launcher and tests build it here. Pure.
+std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard);
+
+// The points a Write passes, in order, where CheckpointWriteOptions::at_stage
+// is called:
+//   kCreated    the database exists in gen-<clock>.tmp, nothing written;
+//   kRecords    about half of the run records written and committed;
+//   kFlushed    the database flushed and closed, before the fsync;
+//   kSynced     after the fsync (skipped with sync: false), before the rename;
+//   kPublished  renamed to gen-<clock> and the folder synced, before pruning;
+//   kPruning    an older generation renamed to .tmp, before its removal
+//               (reached only when more than `keep` generations exist; once
+//               per generation removed).
+enum class CheckpointStage { kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
+inline constexpr CheckpointStage kCheckpointStages[] = {
+    CheckpointStage::kCreated, CheckpointStage::kRecords,   CheckpointStage::kFlushed,
+    CheckpointStage::kSynced,  CheckpointStage::kPublished, CheckpointStage::kPruning};
+// "created", "records", "flushed", "synced", "published", "pruning".
+std::string_view CheckpointStageName(CheckpointStage stage);
+
+// Called on the writing thread at each stage of a Write of generation
+// `clock`; `tmp` is the folder being written (gen-<clock>.tmp). What it
+// does happens inside the Write (a test hook may stall it there for good:
+// server/checkpoint_stall.h).
+using CheckpointStageHook =
+    std::function<void(CheckpointStage stage, int64_t clock, const std::string& tmp)>;
+
 struct CheckpointWriteOptions {
   // fsync the generation's files and folders before it becomes visible.
   bool sync = true;
   // Generations kept after a write, >= 1.
   uint32_t keep = 3;
+  // Called at each CheckpointStage when set (default: not set; a real job
+  // never sets it).
+  CheckpointStageHook at_stage = nullptr;
 };
 
 // Where CheckpointDir::ReadInto puts a generation, record by record, so a
@@ -59,8 +82,9 @@ struct CheckpointWriteOptions {
 class RowSink {
  public:
   virtual ~RowSink() = default;
-  // The generation's meta record (every table's layout; no values), before
-  // any row. An error stops the read and is returned by ReadInto.
+  // The generation's meta record (every table's layout, and as many empty
+  // slot arrays as it has slots; no values), before any row. An error stops
+  // the read and is returned by ReadInto.
   virtual Status Begin(const ShardSnapshot& layout) = 0;
   // Rows [first, first + count) of table `table` (global row ids inside its
   // owned range; each row arrives exactly once): `values` and each of
@@ -77,12 +101,19 @@ class CheckpointDir {
   static StatusOr<std::unique_ptr<CheckpointDir>> Open(const std::string& dir);
 
   const std::string& path() const { return path_; }
+  // The folder of generation gen-<clock> under path() (whether or not it
+  // exists): what Write creates, Read reads and log lines name.
+  std::string GenerationPath(int64_t clock) const;
 
   // Writes `snapshot` as generation gen-<snapshot.clock> (replacing a torn
   // .tmp of any clock; an existing complete generation of the same clock is
   // replaced atomically), then removes all but the newest `keep`
-  // generations. On an error (disk full, permissions) nothing visible
-  // changes and the error names the path.
+  // generations. InvalidArgument for keep 0 or a snapshot that
+  // ValidateForWrite (server/checkpoint_format.h) refuses, before anything
+  // is touched. On another error (disk full: ResourceExhausted;
+  // permissions: PermissionDenied; Internal) nothing visible changes and the
+  // error names the path. A failure to prune is logged, not returned (the
+  // new generation is complete; the next Write prunes again).
   Status Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options);
 
   // Clocks of the complete generations, ascending.
@@ -92,17 +123,20 @@ class CheckpointDir {
   // NotFound when there is no such complete generation; DataLoss naming the
   // path and what is wrong when its files are corrupt, or a record is
   // missing, extra, overlaps another or has the wrong size (naming the
-  // table and rows).
+  // table and rows), or its meta record names another clock;
+  // FailedPrecondition for another format version; ResourceExhausted when
+  // it does not fit in memory.
   StatusOr<ShardSnapshot> Read(int64_t clock) const;
   // Reads generation gen-<clock> into `sink` without holding it in memory:
   // the meta record to sink->Begin, then every record to sink->Rows. The
-  // same checks and errors as Read; a DataLoss may come after some rows
-  // were handed over (the caller then discards what it got).
+  // same checks and errors as Read, and the error of sink->Begin; a DataLoss
+  // may come after some rows were handed over (the caller then discards
+  // what it got).
   Status ReadInto(int64_t clock, RowSink* sink) const;
 
  private:
   explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
+  const std::string path_;
 };
 
 }  // namespace ps

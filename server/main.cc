@@ -3,8 +3,15 @@
 // The shard index may also come from mpirun/Slurm (see common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
 // when serving fails.
+//
+// Test hook: with the environment variable PS_CHECKPOINT_TEST_STALL set to
+// "<stage>:<clock>", every checkpoint write of a generation of clock >=
+// <clock> stalls for good at <stage> (server/checkpoint_stall.h), so
+// tests/server/checkpoint_crash_test.cc can kill the server there. Never
+// set it for a real job.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -13,6 +20,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/rank.h"
+#include "server/checkpoint_stall.h"
 #include "server/shard_server.h"
 
 namespace {
@@ -62,7 +70,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   ps::InitLogging("server " + std::to_string(*shard), log_level).IgnoreError();
-  auto server = ps::ShardServer::Create(*job, *shard, bind, restore_clock);
+  const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
+  auto server =
+      ps::ShardServer::Create(*job, *shard, bind, restore_clock, /*clock=*/nullptr,
+                              ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
+                                                stall == nullptr ? "" : stall));
   if (!server.ok()) {
     PS_LOG_ERROR("{}", server.status().ToString());
     return 1;

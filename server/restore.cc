@@ -29,8 +29,7 @@ StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const Job
     const ShardSnapshot expected_;
     const std::string where_;
   };
-  StoreSink sink(store, store->Layout(job, shard, clock),
-                 dir.path() + "/gen-" + std::to_string(clock));
+  StoreSink sink(store, store->Layout(job, shard, clock), dir.GenerationPath(clock));
   PS_RETURN_IF_ERROR(dir.ReadInto(clock, &sink));
   return sink.tables;
 }

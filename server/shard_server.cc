@@ -28,19 +28,21 @@ ShardServer::~ShardServer() { JoinCheckpointWriter(); }
 StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
                                                           const std::string& bind_endpoint,
                                                           int64_t restore_clock,
-                                                          const Clock* clock) {
+                                                          const Clock* clock,
+                                                          CheckpointStageHook checkpoint_stage_hook) {
   if (shard >= job.cluster.servers.size()) {
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
   std::unique_ptr<ShardServer> server(new ShardServer(shard, job, clock));
+  server->checkpoint_stage_hook_ = std::move(checkpoint_stage_hook);
   if (job.checkpoint.dir.empty() && restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
   bool restoring = false;
   if (!job.checkpoint.dir.empty()) {
     PS_ASSIGN_OR_RETURN(server->checkpoints_,
-                        CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(shard)));
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
     if (job.checkpoint.restore) {
       PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, server->checkpoints_->Generations());
       restoring = !generations.empty();
@@ -250,7 +252,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         return;
       }
       reply.clock = clock;
-      reply.text = checkpoints_->path() + "/gen-" + std::to_string(clock);
+      reply.text = checkpoints_->GenerationPath(clock);
       Reply(routing_id, reply);
       return;
     }
@@ -334,7 +336,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
     }
     clock = restore_clock;
   }
-  const std::string where = checkpoints_->path() + "/gen-" + std::to_string(clock);
+  const std::string where = checkpoints_->GenerationPath(clock);
   const auto start = std::chrono::steady_clock::now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
@@ -388,6 +390,7 @@ Status ShardServer::StartCheckpoint(int64_t clock) {
   CheckpointWriteOptions options;
   options.sync = job_.checkpoint.sync;
   options.keep = job_.checkpoint.keep;
+  options.at_stage = checkpoint_stage_hook_;
   checkpoint_writer_ = std::thread(
       [this, options, copy_ms, snapshot = std::move(snapshot)]() mutable {
         const auto start = std::chrono::steady_clock::now();
@@ -395,9 +398,10 @@ Status ShardServer::StartCheckpoint(int64_t clock) {
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (written.ok()) {
-          PS_LOG_INFO("shard {}: checkpoint of clock {} written to {}/gen-{} in {:.2f} s "
+          PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
                       "(serving paused {:.1f} ms for the copy)",
-                      shard_, snapshot.clock, checkpoints_->path(), snapshot.clock, secs, copy_ms);
+                      shard_, snapshot.clock, checkpoints_->GenerationPath(snapshot.clock), secs,
+                      copy_ms);
         } else {
           PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
                        "are intact",

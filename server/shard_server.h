@@ -79,12 +79,14 @@ class ShardServer {
   // (listing those that do), DataLoss for a corrupt one.
   // `clock` measures liveness, pull deadlines, waits and rates (the
   // process's steady clock when null; tests pass a FakeClock); it must
-  // outlive the server.
+  // outlive the server. `checkpoint_stage_hook` (when set) is passed to
+  // every checkpoint write as CheckpointWriteOptions::at_stage (ps_server's
+  // crash-point test hook).
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
-  static StatusOr<std::unique_ptr<ShardServer>> Create(const JobOptions& job, uint32_t shard,
-                                                      const std::string& bind_endpoint = "",
-                                                      int64_t restore_clock = -1,
-                                                      const Clock* clock = nullptr);
+  static StatusOr<std::unique_ptr<ShardServer>> Create(
+      const JobOptions& job, uint32_t shard, const std::string& bind_endpoint = "",
+      int64_t restore_clock = -1, const Clock* clock = nullptr,
+      CheckpointStageHook checkpoint_stage_hook = nullptr);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
@@ -209,6 +211,7 @@ class ShardServer {
   int64_t lost_clocks_ = 0;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
+  CheckpointStageHook checkpoint_stage_hook_;  // set once by Create
   int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
   std::thread checkpoint_writer_;
   std::atomic<bool> checkpoint_writing_{false};

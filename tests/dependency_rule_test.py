@@ -41,7 +41,7 @@ FILE_RULES = {
 # Third-party headers (by pattern) and the only files that may include them.
 ADAPTERS = [
     (re.compile(r"^zmq\.h(pp)?$"), {"common/transport.cc"}),
-    (re.compile(r"^rocksdb/"), {"server/checkpoint.cc"}),
+    (re.compile(r"^rocksdb/"), {"server/checkpoint_db.cc"}),
     (re.compile(r"^yaml-cpp/"), {"common/yaml_tree.cc"}),
     (re.compile(r"(^|/)ps\.pb\.h$"), {"common/wire.cc"}),
     (re.compile(r"^(cublas.*|cuda_runtime.*|cuda\.h)$"), {"worker/cuda/cuda_backend.cu"}),

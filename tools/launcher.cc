@@ -546,7 +546,8 @@ StatusOr<int64_t> CommonRestoreClock(const JobOptions& job) {
   bool any = false;
   for (size_t s = 0; s < job.cluster.servers.size(); ++s) {
     PS_ASSIGN_OR_RETURN(auto dir,
-                        CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)));
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir,
+                                                               static_cast<uint32_t>(s))));
     PS_ASSIGN_OR_RETURN(std::vector<int64_t> clocks, dir->Generations());
     any = any || !clocks.empty();
     per_shard.push_back(std::move(clocks));

@@ -284,7 +284,7 @@ TEST_F(E2eTest, KilledServerRestartedFromItsCheckpointServesTheWorkerAgain) {
     ASSERT_TRUE(c.Wait(*c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)))).ok());
     ASSERT_TRUE(c.Wait(*c.Clock()).ok());
   }
-  const auto gen10 = fs::path(ckpt) / "shard-1" / "gen-10";
+  const auto gen10 = fs::path(ShardCheckpointDir(ckpt, 1)) / "gen-10";
   for (int i = 0; i < 100 && !fs::exists(gen10); ++i) std::this_thread::sleep_for(milliseconds(50));
   ASSERT_TRUE(fs::exists(gen10));
   ASSERT_TRUE(victim->Signal(SIGKILL).ok());
@@ -479,7 +479,7 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
   }
   // Shard 1 lost its newest generation (say it crashed while writing it):
   // the job resumes from clock 20, which both shards hold.
-  fs::remove_all(fs::path(ckpt) / "shard-1" / "gen-40");
+  fs::remove_all(fs::path(ShardCheckpointDir(ckpt, 1)) / "gen-40");
   Subprocess* launch = Start({kLaunch, "--config", job(100), "--resume"}, true);
   auto [status, out] = Finish(launch, milliseconds(60000));
   ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
@@ -491,10 +491,10 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
 
   // No clock common to every shard: the launcher refuses before starting anything.
   for (const char* gen : {"gen-20", "gen-40", "gen-60", "gen-80", "gen-100"}) {
-    fs::remove_all(fs::path(ckpt) / "shard-0" / gen);
+    fs::remove_all(fs::path(ShardCheckpointDir(ckpt, 0)) / gen);
   }
-  fs::create_directories(fs::path(ckpt) / "shard-0");
-  auto dir = CheckpointDir::Open((fs::path(ckpt) / "shard-1").string()).value();
+  fs::create_directories(ShardCheckpointDir(ckpt, 0));
+  auto dir = CheckpointDir::Open(ShardCheckpointDir(ckpt, 1)).value();
   ASSERT_FALSE(dir->Generations().value().empty());
   Subprocess* refused = Start({kLaunch, "--config", job(100)}, true);
   auto [refused_status, refused_out] = Finish(refused, milliseconds(30000));
@@ -518,7 +518,7 @@ TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
   EXPECT_NE(out.find("writing " + ckpt + "/shard-1/gen-0"), std::string::npos) << out;
   EXPECT_NE(out.find("all 2 checkpoints written"), std::string::npos) << out;
   for (int s = 0; s < 2; ++s) {
-    auto dir = CheckpointDir::Open(ckpt + "/shard-" + std::to_string(s)).value();
+    auto dir = CheckpointDir::Open(ShardCheckpointDir(ckpt, static_cast<uint32_t>(s))).value();
     auto saved = dir->Read(0);
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
     EXPECT_EQ(saved->tables[0].slots.size(), 2u);  // Adam's moments are saved too

@@ -1,6 +1,7 @@
 // A real ps_server is killed with SIGKILL while it writes a checkpoint
-// generation, at each point of CheckpointDir::Write that the test hook
-// PS_CHECKPOINT_TEST_STALL names (server/checkpoint.h). After the kill the
+// generation, at each point of CheckpointDir::Write (CheckpointStage,
+// server/checkpoint.h) that ps_server's test hook PS_CHECKPOINT_TEST_STALL
+// names (server/checkpoint_stall.h). After the kill the
 // folder must show only complete generations (a torn one only ever under a
 // .tmp name), and a restarted ps_server must restore the newest generation
 // that was published before the kill, bit for bit, Adam's moments included;
@@ -215,7 +216,7 @@ class CheckpointCrashTest : public ::testing::Test {
            ("ps_checkpoint_crash_" + std::to_string(getpid()) + "_" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    shard_dir_ = (dir_ / "ckpt" / "shard-0").string();
+    shard_dir_ = ShardCheckpointDir((dir_ / "ckpt").string(), 0);
   }
   void TearDown() override {
     // Kept for a look when the test failed.

@@ -82,7 +82,7 @@ TEST(RestoreTest, ARestartedJobRestoresEveryValueAndSlotAndItsClock) {
         values[s].push_back(cluster.server(s).store().CopyValues(t));
       }
       slots[s].push_back(cluster.server(s).store().CopySlot(1, 0));
-      auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)).value();
+      auto dir = CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, s)).value();
       EXPECT_EQ(dir->Generations().value(), (std::vector<int64_t>{5, 10})) << "shard " << s;
     }
   }
@@ -170,7 +170,7 @@ TEST(RestoreTest, ACheckpointCanBeAskedForAtAnyClock) {
   EXPECT_EQ((*generations)[1], job.checkpoint.dir + "/shard-1/gen-3");
   cluster.Stop();  // the writes finish
   for (uint32_t s = 0; s < 2; ++s) {
-    auto dir = CheckpointDir::Open(job.checkpoint.dir + "/shard-" + std::to_string(s)).value();
+    auto dir = CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, s)).value();
     EXPECT_EQ(dir->Generations().value(), std::vector<int64_t>{3});
     const ShardSnapshot saved = dir->Read(3).value();
     EXPECT_EQ(saved.tables[0].values, cluster.server(s).store().CopyValues(0));

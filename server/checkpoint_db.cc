@@ -1,0 +1,278 @@
+// Writing: the database is created with the write-ahead log disabled,
+// filled with write batches of about 1 MiB in key order, flushed and closed,
+// on a file system whose syncs do nothing (the folder is not visible yet;
+// the caller fsyncs every file once afterwards). Reading opens it read-only.
+#include "server/checkpoint_db.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "server/checkpoint_format.h"
+
+namespace ps {
+namespace {
+
+constexpr size_t kBatchBytes = size_t{1} << 20;
+
+// RocksDB's informational log goes nowhere: without one, a read-only open
+// would create a LOG file inside the generation. Errors come back as Status.
+class NullLogger : public rocksdb::Logger {
+ public:
+  NullLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::FATAL_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+  void Logv(const rocksdb::InfoLogLevel /*level*/, const char* /*format*/,
+            va_list /*ap*/) override {}
+};
+
+const std::shared_ptr<rocksdb::Logger>& SharedNullLogger() {
+  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<NullLogger>();
+  return logger;
+}
+
+// RocksDB syncs its files as it writes them (each SST file, the manifest,
+// the folder). A generation is not visible until it is renamed, so those
+// syncs buy nothing: writes go through this file system, which drops them,
+// and with CheckpointWriteOptions::sync every file is fsynced once after
+// the database is closed (SyncFlatFolder). So sync: false never waits for
+// the disk.
+class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  using rocksdb::FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus RangeSync(uint64_t, uint64_t, const rocksdb::IOOptions&,
+                              rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+};
+
+class UnsyncedDirectory : public rocksdb::FSDirectoryWrapper {
+ public:
+  using rocksdb::FSDirectoryWrapper::FSDirectoryWrapper;
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();
+  }
+  rocksdb::IOStatus FsyncWithDirOptions(const rocksdb::IOOptions&, rocksdb::IODebugContext*,
+                                        const rocksdb::DirFsyncOptions&) override {
+    return rocksdb::IOStatus::OK();
+  }
+};
+
+class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  UnsyncedFileSystem() : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "PsCheckpointUnsyncedFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->NewWritableFile(name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->ReopenWritableFile(name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string& old_name,
+                                      const rocksdb::FileOptions& options,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                      rocksdb::IODebugContext* dbg) override {
+    return Wrap(target()->ReuseWritableFile(name, old_name, options, result, dbg), result);
+  }
+  rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& options,
+                                 std::unique_ptr<rocksdb::FSDirectory>* result,
+                                 rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewDirectory(name, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<UnsyncedDirectory>(std::move(*result));
+    return s;
+  }
+
+ private:
+  static rocksdb::IOStatus Wrap(rocksdb::IOStatus s,
+                                std::unique_ptr<rocksdb::FSWritableFile>* result) {
+    if (s.ok()) *result = std::make_unique<UnsyncedWritableFile>(std::move(*result));
+    return s;
+  }
+};
+
+// The Env of every database write: the default one on UnsyncedFileSystem.
+// Never destroyed: RocksDB's background threads may outlive static
+// destructors.
+rocksdb::Env* UnsyncedEnv() {
+  static rocksdb::Env* const env =
+      rocksdb::NewCompositeEnv(std::make_shared<UnsyncedFileSystem>()).release();
+  return env;
+}
+
+// A RocksDB error as a Status whose message starts with `what`.
+Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode fallback) {
+  StatusCode code = fallback;
+  if (s.IsNoSpace()) {
+    code = StatusCode::kResourceExhausted;
+  } else if (s.IsIOError() && s.ToString().find("Permission denied") != std::string::npos) {
+    code = StatusCode::kPermissionDenied;
+  }
+  return Status(code, what + ": " + s.ToString());
+}
+
+rocksdb::Options CommonOptions() {
+  rocksdb::Options o;
+  o.info_log = SharedNullLogger();
+  o.paranoid_checks = true;
+  // Floats of trained models hardly compress; storing them raw keeps writes
+  // and reads at disk speed.
+  o.compression = rocksdb::kNoCompression;
+  o.stats_dump_period_sec = 0;
+  o.stats_persist_period_sec = 0;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 64 << 10;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
+rocksdb::Slice AsSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+
+}  // namespace
+
+Status WriteGenerationDatabase(const ShardSnapshot& s, const std::string& path,
+                               const CheckpointStageHook& at_stage) {
+  rocksdb::Options o = CommonOptions();
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  // Keys arrive in order and the database is written once: compactions
+  // would only rewrite it.
+  o.disable_auto_compactions = true;
+  o.env = UnsyncedEnv();
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
+  if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);
+  std::unique_ptr<rocksdb::DB> db(raw);
+  if (at_stage) at_stage(CheckpointStage::kCreated, s.clock, path);
+  // The hook's `records` point: once about half of the run records are
+  // committed. Counted only when there is a hook.
+  const uint64_t stall_after_runs =
+      at_stage ? std::max<uint64_t>(1, RunCount(s) / 2) : std::numeric_limits<uint64_t>::max();
+  uint64_t runs_written = 0;
+
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  rocksdb::WriteBatch batch;
+  const auto commit = [&]() -> Status {
+    rocksdb::Status ws = db->Write(wo, &batch);
+    batch.Clear();
+    if (!ws.ok()) return RocksError(ws, "cannot write to " + path, StatusCode::kInternal);
+    return Status::Ok();
+  };
+  rs = batch.Put(AsSlice(kMetaKey), EncodeMeta(s));
+  if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+
+  char key[kRowKeySize];
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
+    const TableSnapshot& t = s.tables[ti];
+    const uint64_t per_run = RowsPerRun(t.dim);
+    rocksdb::Slice parts[1 + kMaxSlots];
+    const int nparts = static_cast<int>(1 + t.slots.size());
+    const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
+      return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
+                            floats * sizeof(float));
+    };
+    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
+      const uint64_t n = std::min(per_run, t.owned.size() - first);
+      EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
+      const size_t offset = static_cast<size_t>(first) * t.dim;
+      const size_t floats = static_cast<size_t>(n) * t.dim;
+      parts[0] = piece(t.values, offset, floats);
+      for (size_t k = 0; k < t.slots.size(); ++k) parts[1 + k] = piece(t.slots[k], offset, floats);
+      const rocksdb::Slice key_slice(key, kRowKeySize);
+      rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
+      if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+      if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
+      if (++runs_written == stall_after_runs) {
+        if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
+        at_stage(CheckpointStage::kRecords, s.clock, path);
+      }
+    }
+  }
+  if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());
+
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  rs = db->Flush(fo);
+  if (!rs.ok()) return RocksError(rs, "cannot flush " + path, StatusCode::kInternal);
+  rs = db->Close();
+  if (!rs.ok()) return RocksError(rs, "cannot close " + path, StatusCode::kInternal);
+  return Status::Ok();
+}
+
+StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink) {
+  rocksdb::Options o = CommonOptions();
+  o.create_if_missing = false;
+  o.skip_checking_sst_file_sizes_on_db_open = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status rs = rocksdb::DB::OpenForReadOnly(o, path, &raw);
+  if (!rs.ok()) return RocksError(rs, path + ": cannot open the generation", StatusCode::kDataLoss);
+  std::unique_ptr<rocksdb::DB> db(raw);
+
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  ro.readahead_size = 2 << 20;
+
+  std::string meta;
+  rs = db->Get(ro, AsSlice(kMetaKey), &meta);
+  if (rs.IsNotFound()) return DataLossError(path + ": the meta record is missing");
+  if (!rs.ok()) {
+    return RocksError(rs, path + ": cannot read the meta record", StatusCode::kDataLoss);
+  }
+  PS_ASSIGN_OR_RETURN(const ShardSnapshot layout, DecodeMeta(meta, path));
+
+  // The values are stored uncompressed, so the files hold at least as many
+  // bytes as the meta record promises: never allocate more than that.
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  Uint128 file_bytes = 0;
+  for (const auto& f : files) file_bytes += f.size;
+  PS_ASSIGN_OR_RETURN(const Uint128 promised, RowDataBytes(layout, path));
+  if (promised > file_bytes) {
+    return DataLossError(path + ": the meta record promises more row data than the files hold");
+  }
+  PS_RETURN_IF_ERROR(sink->Begin(layout));
+
+  // One pass over the records in key order: table by table, run by run.
+  RunChecker checker(layout, path);
+  RunRecord run;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key == AsSlice(kMetaKey)) continue;
+    PS_RETURN_IF_ERROR(checker.Next(key.ToStringView(), it->value().ToStringView(), &run));
+    if (run.piece_bytes > 0) {
+      sink->Rows(run.table, run.first, run.count, run.values,
+                 std::span<const std::byte* const>(run.slots, run.num_slots));
+    }
+  }
+  if (!it->status().ok()) {
+    return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);
+  }
+  PS_RETURN_IF_ERROR(checker.Finish());
+  return layout.clock;
+}
+
+}  // namespace ps

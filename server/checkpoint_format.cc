@@ -1,0 +1,337 @@
+#include "server/checkpoint_format.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace ps {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "checkpoint records store integers and floats little-endian by memcpy");
+
+constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
+constexpr char kRowTag = 'r';
+
+// Little-endian encoding of the meta record.
+class MetaWriter {
+ public:
+  void Bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void U32(uint32_t v) { Bytes(&v, sizeof v); }
+  void U64(uint64_t v) { Bytes(&v, sizeof v); }
+  void I64(int64_t v) { Bytes(&v, sizeof v); }
+  void Str(const std::string& s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class MetaReader {
+ public:
+  explicit MetaReader(std::string_view in) : in_(in) {}
+  bool Bytes(void* p, size_t n) {
+    if (in_.size() < n) return false;
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool U32(uint32_t* v) { return Bytes(v, sizeof *v); }
+  bool U64(uint64_t* v) { return Bytes(v, sizeof *v); }
+  bool I64(int64_t* v) { return Bytes(v, sizeof *v); }
+  bool Str(std::string* s) {
+    uint32_t n = 0;
+    if (!U32(&n) || in_.size() < n) return false;
+    s->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  size_t remaining() const { return in_.size(); }
+
+ private:
+  std::string_view in_;
+};
+
+void PutBigEndian(char* out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+}
+
+uint64_t GetBigEndian(const char* in, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+// The first 32 bytes of `bytes` in hex, for a key in an error message.
+std::string Hex(std::string_view bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes.substr(0, 32)) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  if (bytes.size() > 32) out += "...";
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeMeta(const ShardSnapshot& s) {
+  MetaWriter w;
+  w.Bytes(kMagic, sizeof kMagic);
+  w.U32(kCheckpointFormatVersion);
+  w.U32(s.shard);
+  w.U32(s.num_shards);
+  w.I64(s.clock);
+  w.Str(s.fingerprint);
+  w.U32(static_cast<uint32_t>(s.tables.size()));
+  for (const TableSnapshot& t : s.tables) {
+    w.Str(t.name);
+    w.U64(t.rows);
+    w.U32(t.dim);
+    w.U64(t.owned.begin);
+    w.U64(t.owned.end);
+    w.Str(t.optimizer);
+    w.U32(static_cast<uint32_t>(t.slots.size()));
+  }
+  return w.Take();
+}
+
+StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where) {
+  MetaReader r(record);
+  const auto corrupt = [&](const std::string& what) {
+    return DataLossError(where + ": the meta record is corrupt: " + what);
+  };
+  char magic[sizeof kMagic];
+  if (!r.Bytes(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0) {
+    return corrupt("it does not start with \"PSCK\"");
+  }
+  uint32_t version = 0;
+  if (!r.U32(&version)) return corrupt("it ends before the format version");
+  if (version != kCheckpointFormatVersion) {
+    return FailedPreconditionError(
+        where + ": checkpoint format version " + std::to_string(version) +
+        ", but this build reads only version " + std::to_string(kCheckpointFormatVersion) +
+        " (the record format changed); start the job with a new checkpoint.dir");
+  }
+  ShardSnapshot s;
+  uint32_t table_count = 0;
+  if (!r.U32(&s.shard) || !r.U32(&s.num_shards) || !r.I64(&s.clock) || !r.Str(&s.fingerprint) ||
+      !r.U32(&table_count)) {
+    return corrupt("it ends inside the shard fields");
+  }
+  // Each table takes at least kMinTableBytes: do not trust a count the
+  // record cannot hold.
+  constexpr size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4;
+  if (table_count > r.remaining() / kMinTableBytes) {
+    return corrupt("it lists " + std::to_string(table_count) + " tables in " +
+                   std::to_string(r.remaining()) + " bytes");
+  }
+  s.tables.resize(table_count);
+  for (uint32_t i = 0; i < table_count; ++i) {
+    TableSnapshot& t = s.tables[i];
+    uint32_t slots = 0;
+    if (!r.Str(&t.name) || !r.U64(&t.rows) || !r.U32(&t.dim) || !r.U64(&t.owned.begin) ||
+        !r.U64(&t.owned.end) || !r.Str(&t.optimizer) || !r.U32(&slots)) {
+      return corrupt("it ends inside table " + std::to_string(i));
+    }
+    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
+      return corrupt("table '" + t.name + "' owns rows [" + std::to_string(t.owned.begin) + ", " +
+                     std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
+    }
+    if (slots > kMaxSlots) {
+      return corrupt("table '" + t.name + "' has " + std::to_string(slots) + " optimizer slots");
+    }
+    t.slots.resize(slots);
+  }
+  if (r.remaining() != 0) {
+    return corrupt(std::to_string(r.remaining()) + " bytes follow the last table");
+  }
+  return s;
+}
+
+void EncodeRowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
+  out[0] = kRowTag;
+  PutBigEndian(out + 1, table, 4);
+  PutBigEndian(out + 5, row, 8);
+}
+
+std::string RowKey(uint32_t table, uint64_t row) {
+  std::string key(kRowKeySize, '\0');
+  EncodeRowKey(table, row, key.data());
+  return key;
+}
+
+bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row) {
+  if (key.size() != kRowKeySize || key[0] != kRowTag) return false;
+  *table = static_cast<uint32_t>(GetBigEndian(key.data() + 1, 4));
+  *row = GetBigEndian(key.data() + 5, 8);
+  return true;
+}
+
+uint64_t RowsPerRun(uint32_t dim) {
+  return dim == 0 ? kRunFloats : std::max<uint64_t>(1, kRunFloats / dim);
+}
+
+uint64_t RunCount(uint64_t rows, uint32_t dim) {
+  const uint64_t per_run = RowsPerRun(dim);
+  return rows / per_run + (rows % per_run != 0 ? 1 : 0);
+}
+
+uint64_t RunCount(const ShardSnapshot& s) {
+  uint64_t runs = 0;
+  for (const TableSnapshot& t : s.tables) runs += RunCount(t.owned.size(), t.dim);
+  return runs;
+}
+
+std::optional<size_t> TableElements(const TableSnapshot& t) {
+  const Uint128 n = Uint128{t.owned.size()} * t.dim;
+  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxSlots + 1)) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(n);
+}
+
+StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& where) {
+  Uint128 bytes = 0;
+  for (const TableSnapshot& t : layout.tables) {
+    const std::optional<size_t> n = TableElements(t);
+    if (!n) {
+      return DataLossError(where + ": the meta record is corrupt: table '" + t.name +
+                           "' is too large");
+    }
+    bytes += Uint128{*n} * sizeof(float) * (1 + t.slots.size());
+  }
+  return bytes;
+}
+
+Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
+  if (s.clock < 0) {
+    return InvalidArgumentError(where + ": clock " + std::to_string(s.clock) + " is negative");
+  }
+  if (s.num_shards < 1 || s.shard >= s.num_shards) {
+    return InvalidArgumentError(where + ": shard " + std::to_string(s.shard) + " of " +
+                                std::to_string(s.num_shards));
+  }
+  if (s.tables.size() > std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgumentError(where + ": too many tables");
+  }
+  for (const TableSnapshot& t : s.tables) {
+    const std::string table = where + ": table '" + t.name + "'";
+    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
+      return InvalidArgumentError(table + " owns rows [" + std::to_string(t.owned.begin) + ", " +
+                                  std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
+    }
+    const std::optional<size_t> n = TableElements(t);
+    if (!n || t.values.size() != *n) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
+                                  " values for " + std::to_string(t.owned.size()) +
+                                  " rows of dim " + std::to_string(t.dim));
+    }
+    if (t.slots.size() > kMaxSlots) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
+                                  " optimizer slots (at most " + std::to_string(kMaxSlots) + ")");
+    }
+    for (size_t k = 0; k < t.slots.size(); ++k) {
+      if (t.slots[k].size() != *n) {
+        return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
+                                    std::to_string(t.slots[k].size()) + " floats, not " +
+                                    std::to_string(*n));
+      }
+    }
+    if (t.name.size() > std::numeric_limits<uint32_t>::max() ||
+        t.optimizer.size() > std::numeric_limits<uint32_t>::max()) {
+      return InvalidArgumentError(table + ": name or optimizer text too long");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string RowsText(uint64_t first, uint64_t end) {
+  return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
+}
+
+RunChecker::RunChecker(const ShardSnapshot& layout, std::string where)
+    : layout_(layout),
+      where_(std::move(where)),
+      next_row_(layout.tables.empty() ? 0 : layout.tables[0].owned.begin) {}
+
+void RunChecker::SkipFullTables() {
+  while (cur_ < layout_.tables.size() && next_row_ == layout_.tables[cur_].owned.end) {
+    ++cur_;
+    if (cur_ < layout_.tables.size()) next_row_ = layout_.tables[cur_].owned.begin;
+  }
+}
+
+uint64_t RunChecker::ExpectedEnd() const {
+  const TableSnapshot& t = layout_.tables[cur_];
+  return next_row_ + std::min(RowsPerRun(t.dim), t.owned.end - next_row_);
+}
+
+Status RunChecker::Missing() const {
+  return DataLossError(where_ + ": the record of table '" + layout_.tables[cur_].name +
+                       "' rows " + RowsText(next_row_, ExpectedEnd()) + " is missing");
+}
+
+Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord* run) {
+  uint32_t ti = 0;
+  uint64_t row = 0;
+  if (!DecodeRowKey(key, &ti, &row)) {
+    return DataLossError(where_ + ": unexpected record with key " + Hex(key));
+  }
+  if (ti >= layout_.tables.size()) {
+    return DataLossError(where_ + ": a record of table index " + std::to_string(ti) +
+                         ", but the meta record lists " + std::to_string(layout_.tables.size()) +
+                         " tables");
+  }
+  const TableSnapshot& t = layout_.tables[ti];
+  SkipFullTables();
+  if (ti != cur_ || row != next_row_) {
+    if (!t.owned.Contains(row)) {
+      return DataLossError(where_ + ": table '" + t.name + "' has a record of rows from " +
+                           std::to_string(row) + ", outside its rows " +
+                           RowsText(t.owned.begin, t.owned.end));
+    }
+    // Keys come in order: an owned row after the expected one means the
+    // expected record is missing; before it, the row was already read.
+    if (ti > cur_ || (ti == cur_ && row > next_row_)) return Missing();
+    return DataLossError(where_ + ": table '" + t.name + "' has a record of rows from " +
+                         std::to_string(row) + ", inside the record of rows " +
+                         RowsText(last_first_, last_end_) + " before it");
+  }
+  const uint64_t end = ExpectedEnd();
+  const size_t num_slots = t.slots.size();
+  const size_t bytes = static_cast<size_t>(end - row) * t.dim * sizeof(float);
+  if (value.size() != bytes * (1 + num_slots)) {
+    return DataLossError(where_ + ": the record of table '" + t.name + "' rows " +
+                         RowsText(row, end) + " has " + std::to_string(value.size()) +
+                         " bytes, not " + std::to_string(bytes * (1 + num_slots)));
+  }
+  const auto* data = reinterpret_cast<const std::byte*>(value.data());
+  run->table = ti;
+  run->first = row;
+  run->count = end - row;
+  run->piece_bytes = bytes;
+  run->values = data;
+  run->num_slots = num_slots;
+  for (size_t k = 0; k < num_slots; ++k) run->slots[k] = data + (1 + k) * bytes;
+  last_first_ = row;
+  last_end_ = next_row_ = end;
+  return Status::Ok();
+}
+
+Status RunChecker::Finish() {
+  SkipFullTables();
+  if (cur_ < layout_.tables.size()) return Missing();
+  return Status::Ok();
+}
+
+}  // namespace ps

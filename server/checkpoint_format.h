@@ -1,0 +1,185 @@
+// The records of a checkpoint generation, as bytes: what a generation's
+// database holds (server/checkpoint.h), without the database. Pure
+// functions and one small checker; no I/O.
+//
+// A generation is one key-value database (bytewise key order) holding two
+// kinds of records:
+//
+//   key "meta"   the shard's layout, in this binary format (all integers
+//                little-endian; str = u32 byte length, then the bytes):
+//                  char[4] "PSCK"
+//                  u32     format version (kCheckpointFormatVersion, 2)
+//                  u32     shard
+//                  u32     num_shards
+//                  i64     clock
+//                  str     fingerprint
+//                  u32     table count
+//                  per table:
+//                    str   name
+//                    u64   rows (of the whole table)
+//                    u32   dim
+//                    u64   owned.begin
+//                    u64   owned.end
+//                    str   optimizer (its text)
+//                    u32   slots (0, 1 or 2)
+//                Nothing may follow the last table.
+//
+//   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
+//                row's index in the whole table)
+//                one record per run of consecutive owned rows. A table's
+//                runs start at owned.begin and every n rows after it, with
+//                n = RowsPerRun(dim) = max(1, floor(16384 / dim)) (16384
+//                floats = 64 KiB of values; a row of more than 16384 floats
+//                is a run of its own); the last run of a table holds the
+//                rest of its rows (1 to n). A table that owns no rows has no
+//                record. The value is the run's values (its n rows,
+//                row-major: n * dim floats), then each slot's n * dim floats
+//                laid out the same, in slot order, as little-endian IEEE
+//                float32: (1 + slots) * n * dim * 4 bytes. So a record
+//                copies from and to the snapshot's arrays in 1 + slots
+//                pieces. Big-endian keys sort by table, then row, so a read
+//                fills each table in order with one pass in key order, and a
+//                missing, extra, overlapping, short or long record shows as
+//                a key or a size other than the next one expected
+//                (RunChecker).
+//
+// Version 1 (never released) held one record per row, its values followed
+// by its slots; DecodeMeta refuses it (FailedPrecondition).
+//
+// The database checksums its blocks, so the records carry no checksum of
+// their own. The layout of the values is tied to the format version: a
+// change to either record means a new version.
+//
+// Thread safety: the functions are pure; a RunChecker is used by one thread.
+#ifndef PS_SERVER_CHECKPOINT_FORMAT_H_
+#define PS_SERVER_CHECKPOINT_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "store/snapshot.h"
+
+namespace ps {
+
+inline constexpr uint32_t kCheckpointFormatVersion = 2;
+// The key of the meta record.
+inline constexpr std::string_view kMetaKey = "meta";
+// Bytes of a run record's key: tag, table index, first row.
+inline constexpr size_t kRowKeySize = 1 + 4 + 8;
+// Floats of values per run record (64 KiB): see RowsPerRun.
+inline constexpr uint64_t kRunFloats = 16384;
+// Optimizer slot arrays per table, at most.
+inline constexpr uint32_t kMaxSlots = 2;
+
+// The meta record of `s` (its layout; values and slots are not read, only
+// the number of slot arrays). REQUIRES: ValidateForWrite(s, ..).ok().
+std::string EncodeMeta(const ShardSnapshot& s);
+
+// The layout a meta record describes: every field of the snapshot, and each
+// table's `slots` holding as many empty arrays as the table has slots (no
+// values). `where` (the generation's path) starts every error message.
+// DataLoss "<where>: the meta record is corrupt: <what>" when it does not
+// start with "PSCK", ends early (inside the shard fields or a table), lists
+// more tables than its bytes can hold, has a table whose owned rows do not
+// lie inside its rows or with more than kMaxSlots slots, or has bytes after
+// the last table. FailedPrecondition naming both versions when its format
+// version is not kCheckpointFormatVersion. The sizes are not checked
+// against memory: see TableElements.
+StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where);
+
+// The key of the run record of table index `table` starting at (global) row
+// `row`, written into `out`.
+void EncodeRowKey(uint32_t table, uint64_t row, char out[kRowKeySize]);
+// The same as a string.
+std::string RowKey(uint32_t table, uint64_t row);
+// The table index and first row of a run record's key; false when `key` is
+// not of that shape (size or tag).
+bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row);
+
+// Rows per run record of a table of `dim` (see the format above); >= 1.
+uint64_t RowsPerRun(uint32_t dim);
+// Run records of a table owning `rows` rows of `dim`: ceil(rows / RowsPerRun).
+uint64_t RunCount(uint64_t rows, uint32_t dim);
+// Run records of every table of `s`.
+uint64_t RunCount(const ShardSnapshot& s);
+
+// owned.size() x dim of `t`, or nullopt when that many floats, times
+// 1 + kMaxSlots arrays, would not fit a size_t of bytes.
+std::optional<size_t> TableElements(const TableSnapshot& t);
+// Bytes of row data the run records of `layout` (from DecodeMeta) hold in
+// all: values and slots of every owned row. DataLoss "<where>: the meta
+// record is corrupt: table '<t>' is too large" when a table is too large
+// for TableElements.
+StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& where);
+
+// OK when `s` can be written: clock >= 0, shard < num_shards, owned rows
+// inside each table's rows, values and every slot of owned.size() x dim
+// floats, at most kMaxSlots slots, a table count and table names and
+// optimizer texts that fit a u32.
+// Otherwise InvalidArgument "<where>: ..." naming the table and what is
+// wrong.
+Status ValidateForWrite(const ShardSnapshot& s, const std::string& where);
+
+// "[first, end)", as errors print row ranges.
+std::string RowsText(uint64_t first, uint64_t end);
+
+// One run record, as RunChecker::Next found it.
+struct RunRecord {
+  uint32_t table = 0;
+  uint64_t first = 0;  // global row id
+  uint64_t count = 0;  // rows
+  // Bytes of each piece (count x dim floats); 0 for a table of dim 0.
+  size_t piece_bytes = 0;
+  // The values, then each slot's piece, pointing into the record's value.
+  const std::byte* values = nullptr;
+  const std::byte* slots[kMaxSlots] = {};
+  size_t num_slots = 0;
+};
+
+// Checks the run records of one generation, handed over in key order (the
+// meta record left out), against its layout: each must be the next run
+// expected, of exactly the size expected. Every error is DataLoss starting
+// with `where` and naming the table and rows:
+//   "unexpected record with key <hex>"            a key of another shape;
+//   "a record of table index <i>, but the meta record lists <n> tables";
+//   "table '<t>' has a record of rows from <r>, outside its rows [b, e)";
+//   "table '<t>' has a record of rows from <r>, inside the record of rows
+//    [b, e) before it"                            an overlap or a repeat;
+//   "the record of table '<t>' rows [b, e) is missing";
+//   "the record of table '<t>' rows [b, e) has <n> bytes, not <m>".
+// Not thread-safe.
+class RunChecker {
+ public:
+  // REQUIRES: `layout` comes from DecodeMeta and outlives the checker.
+  RunChecker(const ShardSnapshot& layout, std::string where);
+
+  // The next record in key order. On OK, *run describes its rows and points
+  // into `value` (which must outlive the use of *run).
+  Status Next(std::string_view key, std::string_view value, RunRecord* run);
+  // After the last record: the missing-record error when rows remain.
+  Status Finish();
+
+ private:
+  // Moves past tables whose every run was seen.
+  void SkipFullTables();
+  // The end row of the run expected at next_row_ of table cur_;
+  // REQUIRES: cur_ < tables.
+  uint64_t ExpectedEnd() const;
+  Status Missing() const;
+
+  const ShardSnapshot& layout_;
+  const std::string where_;
+  // The next record expected starts at row next_row_ of table cur_;
+  // [last_first_, last_end_) are the rows of the last record accepted.
+  size_t cur_ = 0;
+  uint64_t next_row_ = 0;
+  uint64_t last_first_ = 0, last_end_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_FORMAT_H_

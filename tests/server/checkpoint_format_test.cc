@@ -1,0 +1,361 @@
+// The record format of a checkpoint generation, without a database.
+#include "server/checkpoint_format.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ps {
+namespace {
+
+TableSnapshot Table(const std::string& name, uint64_t rows, uint32_t dim, RowRange owned,
+                    size_t slots) {
+  TableSnapshot t;
+  t.name = name;
+  t.rows = rows;
+  t.dim = dim;
+  t.owned = owned;
+  t.optimizer = "adam lr=0.01\nslots=" + std::to_string(slots);
+  t.values.assign(owned.size() * dim, 1.5f);
+  for (size_t k = 0; k < slots; ++k) t.slots.emplace_back(owned.size() * dim, 2.5f + k);
+  return t;
+}
+
+ShardSnapshot Snapshot() {
+  ShardSnapshot s;
+  s.shard = 1;
+  s.num_shards = 4;
+  s.clock = 12;
+  s.fingerprint = "fingerprint";
+  s.tables.push_back(Table("emb", 1000, 16, {250, 500}, 2));
+  s.tables.push_back(Table("w", 10, 1, {3, 7}, 0));
+  s.tables.push_back(Table("long", 40000, 1, {1000, 35000}, 1));
+  s.tables.push_back(Table("none_here", 2, 3, {2, 2}, 2));
+  s.tables.push_back(Table("", 3, 1, {0, 3}, 0));
+  s.tables.back().optimizer.clear();
+  return s;
+}
+
+const std::string kWhere = "/ckpt/shard-1/gen-12";
+
+void ExpectDataLoss(const StatusOr<ShardSnapshot>& got, const std::string& text) {
+  ASSERT_FALSE(got.ok()) << text;
+  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << got.status().ToString();
+  EXPECT_EQ(got.status().message().rfind(kWhere + ": the meta record is corrupt: ", 0), 0u)
+      << got.status().ToString();
+  EXPECT_NE(got.status().message().find(text), std::string::npos) << got.status().ToString();
+}
+
+TEST(CheckpointFormatTest, MetaRoundTripKeepsTheLayoutAndSlotCounts) {
+  const ShardSnapshot s = Snapshot();
+  auto got = DecodeMeta(EncodeMeta(s), kWhere);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->shard, s.shard);
+  EXPECT_EQ(got->num_shards, s.num_shards);
+  EXPECT_EQ(got->clock, s.clock);
+  EXPECT_EQ(got->fingerprint, s.fingerprint);
+  ASSERT_EQ(got->tables.size(), s.tables.size());
+  for (size_t i = 0; i < s.tables.size(); ++i) {
+    const TableSnapshot& a = got->tables[i];
+    const TableSnapshot& b = s.tables[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.rows, b.rows);
+    EXPECT_EQ(a.dim, b.dim);
+    EXPECT_EQ(a.owned, b.owned);
+    EXPECT_EQ(a.optimizer, b.optimizer);
+    EXPECT_TRUE(a.values.empty());
+    ASSERT_EQ(a.slots.size(), b.slots.size()) << b.name;
+    for (const auto& slot : a.slots) EXPECT_TRUE(slot.empty());
+  }
+  EXPECT_TRUE(CheckRestorable(*got, s, kWhere).ok());
+}
+
+TEST(CheckpointFormatTest, MetaStartsWithMagicAndVersionLittleEndian) {
+  ShardSnapshot s;
+  s.shard = 0;
+  s.num_shards = 1;
+  s.clock = 0x0102030405060708;
+  const std::string meta = EncodeMeta(s);
+  // magic, version, shard, num_shards, clock, fingerprint "", table count 0.
+  ASSERT_EQ(meta.size(), 4u + 4 + 4 + 4 + 8 + 4 + 4);
+  EXPECT_EQ(meta.substr(0, 4), "PSCK");
+  EXPECT_EQ(meta.substr(4, 4), std::string("\x02\0\0\0", 4));
+  EXPECT_EQ(meta.substr(12, 4), std::string("\x01\0\0\0", 4));
+  EXPECT_EQ(meta.substr(16, 8), "\x08\x07\x06\x05\x04\x03\x02\x01");
+}
+
+TEST(CheckpointFormatTest, EveryTruncatedMetaIsRefused) {
+  const std::string meta = EncodeMeta(Snapshot());
+  for (size_t n = 0; n < meta.size(); ++n) {
+    SCOPED_TRACE("first " + std::to_string(n) + " bytes");
+    const std::string cut = meta.substr(0, n);
+    ExpectDataLoss(DecodeMeta(cut, kWhere),
+                   n < 4 ? "does not start with \"PSCK\""
+                   : n < 8 ? "ends before the format version"
+                           : "");
+  }
+}
+
+TEST(CheckpointFormatTest, BadMagicOrTrailingBytesAreRefused) {
+  std::string meta = EncodeMeta(Snapshot());
+  std::string bad = meta;
+  bad[3] = 'X';
+  ExpectDataLoss(DecodeMeta(bad, kWhere), "it does not start with \"PSCK\"");
+  ExpectDataLoss(DecodeMeta("", kWhere), "it does not start with \"PSCK\"");
+  ExpectDataLoss(DecodeMeta(meta + "xyz", kWhere), "3 bytes follow the last table");
+}
+
+TEST(CheckpointFormatTest, OtherFormatVersionsAreFailedPrecondition) {
+  std::string meta = EncodeMeta(Snapshot());
+  for (int version : {0, 1, 3, 255}) {
+    meta[4] = static_cast<char>(version);
+    auto got = DecodeMeta(meta, kWhere);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status().ToString();
+    EXPECT_NE(got.status().message().find(
+                  kWhere + ": checkpoint format version " + std::to_string(version) +
+                  ", but this build reads only version 2 (the record format changed); start the "
+                  "job with a new checkpoint.dir"),
+              std::string::npos)
+        << got.status().ToString();
+  }
+}
+
+TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
+  ShardSnapshot one;
+  one.shard = 0;
+  one.num_shards = 1;
+  one.fingerprint = "fp";
+  one.tables.push_back(Table("t", 10, 2, {0, 10}, 1));
+  const std::string meta = EncodeMeta(one);
+  // Offsets: 24 = fingerprint length, 30 = table count, 34 = the table.
+  const size_t fingerprint_at = 24, count_at = 30, table_at = 34;
+  const auto put32 = [](std::string* m, size_t at, uint32_t v) { std::memcpy(m->data() + at, &v, 4); };
+  const auto put64 = [](std::string* m, size_t at, uint64_t v) { std::memcpy(m->data() + at, &v, 8); };
+
+  std::string m = meta;
+  put32(&m, count_at, 0xffffffffu);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 4294967295 tables in ");
+  m = meta;
+  put32(&m, count_at, 2);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 2 tables in 61 bytes");
+  // Enough bytes for two tables' least size, but the second is cut short.
+  m += std::string(39, '\0');
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 1");
+  m = meta;
+  put32(&m, fingerprint_at, 0xfffffff0u);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside the shard fields");
+  // The table: name (4 + 1), rows (8), dim (4), owned.begin (8), owned.end
+  // (8), optimizer (4 + n), slots (4).
+  const size_t rows_at = table_at + 5, begin_at = rows_at + 12, end_at = begin_at + 8;
+  const size_t slots_at = meta.size() - 4;
+  m = meta;
+  put32(&m, table_at, 0xffffffffu);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 0");
+  m = meta;
+  put64(&m, end_at, 11);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' owns rows [0, 11) of 10");
+  m = meta;
+  put64(&m, begin_at, 5);
+  put64(&m, end_at, 4);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' owns rows [5, 4) of 10");
+  m = meta;
+  put32(&m, slots_at, 3);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' has 3 optimizer slots");
+  ASSERT_TRUE(DecodeMeta(meta, kWhere).ok());
+
+  // A table too large for memory is refused when its row data is counted.
+  m = meta;
+  put64(&m, rows_at, ~uint64_t{0});
+  put64(&m, end_at, ~uint64_t{0});
+  auto huge = DecodeMeta(m, kWhere);
+  ASSERT_TRUE(huge.ok()) << huge.status().ToString();
+  auto bytes = RowDataBytes(*huge, kWhere);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bytes.status().message().find("table 't' is too large"), std::string::npos);
+  auto fine = DecodeMeta(meta, kWhere);
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(RowDataBytes(*fine, kWhere).value(), Uint128{10 * 2 * 4 * 2});
+}
+
+TEST(CheckpointFormatTest, RowKeysRoundTripAndSortByTableThenRow) {
+  const std::vector<std::pair<uint32_t, uint64_t>> ordered = {
+      {0, 0}, {0, 1}, {0, 255}, {0, 256}, {0, uint64_t{1} << 32}, {0, ~uint64_t{0}},
+      {1, 0}, {1, 7}, {256, 0}, {0xffffffffu, 3}};
+  std::vector<std::string> keys;
+  for (const auto& [table, row] : ordered) {
+    keys.push_back(RowKey(table, row));
+    ASSERT_EQ(keys.back().size(), kRowKeySize);
+    EXPECT_EQ(keys.back()[0], 'r');
+    uint32_t t = 0;
+    uint64_t r = 0;
+    ASSERT_TRUE(DecodeRowKey(keys.back(), &t, &r));
+    EXPECT_EQ(t, table);
+    EXPECT_EQ(r, row);
+  }
+  // Bytewise order (the database's) is the order of (table, row).
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+  EXPECT_EQ(RowKey(2, 0x0102), std::string("r\0\0\0\x02\0\0\0\0\0\0\x01\x02", 13));
+  uint32_t t = 0;
+  uint64_t r = 0;
+  EXPECT_FALSE(DecodeRowKey(kMetaKey, &t, &r));
+  EXPECT_FALSE(DecodeRowKey(keys[0].substr(0, 12), &t, &r));
+  EXPECT_FALSE(DecodeRowKey("s" + keys[0].substr(1), &t, &r));
+}
+
+TEST(CheckpointFormatTest, RunsHold64KiBOfValues) {
+  EXPECT_EQ(RowsPerRun(0), 16384u);
+  EXPECT_EQ(RowsPerRun(1), 16384u);
+  EXPECT_EQ(RowsPerRun(3), 5461u);
+  EXPECT_EQ(RowsPerRun(16), 1024u);
+  EXPECT_EQ(RowsPerRun(16384), 1u);
+  EXPECT_EQ(RowsPerRun(16385), 1u);
+  EXPECT_EQ(RunCount(0, 16), 0u);
+  EXPECT_EQ(RunCount(1024, 16), 1u);
+  EXPECT_EQ(RunCount(1025, 16), 2u);
+  EXPECT_EQ(RunCount(34000, 1), 3u);
+  EXPECT_EQ(RunCount(3, 16385), 3u);
+  // emb 1, w 1, long 3, none_here 0, "" 1.
+  EXPECT_EQ(RunCount(Snapshot()), 6u);
+}
+
+TEST(CheckpointFormatTest, InvalidSnapshotsAreRefusedForWriting) {
+  EXPECT_TRUE(ValidateForWrite(Snapshot(), kWhere).ok());
+  struct Case {
+    const char* text;
+    void (*change)(ShardSnapshot*);
+  };
+  const Case cases[] = {
+      {"clock -1 is negative", [](ShardSnapshot* s) { s->clock = -1; }},
+      {"shard 4 of 4", [](ShardSnapshot* s) { s->shard = 4; }},
+      {"shard 0 of 0",
+       [](ShardSnapshot* s) {
+         s->shard = 0;
+         s->num_shards = 0;
+       }},
+      {"table 'w' owns rows [5, 11) of 10", [](ShardSnapshot* s) { s->tables[1].owned = {5, 11}; }},
+      {"table 'emb' has 3999 values for 250 rows of dim 16",
+       [](ShardSnapshot* s) { s->tables[0].values.pop_back(); }},
+      {"table 'w' has 3 optimizer slots (at most 2)",
+       [](ShardSnapshot* s) { s->tables[1].slots.assign(3, std::vector<float>(4)); }},
+      {"table 'emb' slot 1 has 1 floats, not 4000",
+       [](ShardSnapshot* s) { s->tables[0].slots[1] = {1.0f}; }},
+  };
+  for (const Case& c : cases) {
+    ShardSnapshot s = Snapshot();
+    c.change(&s);
+    const Status st = ValidateForWrite(s, kWhere);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.text << ": " << st.ToString();
+    EXPECT_EQ(st.message().rfind(kWhere + ": ", 0), 0u) << st.ToString();
+    EXPECT_NE(st.message().find(c.text), std::string::npos) << st.ToString();
+  }
+}
+
+// The records of `s` as a writer makes them: (key, value) in key order.
+std::vector<std::pair<std::string, std::string>> Records(const ShardSnapshot& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t ti = 0; ti < s.tables.size(); ++ti) {
+    const TableSnapshot& t = s.tables[ti];
+    const uint64_t per_run = RowsPerRun(t.dim);
+    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
+      const uint64_t n = std::min(per_run, t.owned.size() - first);
+      std::string value;
+      const auto append = [&](const std::vector<float>& a) {
+        value.append(reinterpret_cast<const char*>(a.data() + first * t.dim), n * t.dim * 4);
+      };
+      append(t.values);
+      for (const auto& slot : t.slots) append(slot);
+      out.emplace_back(RowKey(static_cast<uint32_t>(ti), t.owned.begin + first), value);
+    }
+  }
+  return out;
+}
+
+// Runs every record through a RunChecker: the first error, or OK.
+Status Check(const ShardSnapshot& layout,
+             const std::vector<std::pair<std::string, std::string>>& records,
+             std::vector<RunRecord>* runs = nullptr) {
+  RunChecker checker(layout, kWhere);
+  for (const auto& [key, value] : records) {
+    RunRecord run;
+    PS_RETURN_IF_ERROR(checker.Next(key, value, &run));
+    if (runs != nullptr) runs->push_back(run);
+  }
+  return checker.Finish();
+}
+
+TEST(RunCheckerTest, AcceptsEveryRunInOrderAndPointsAtItsPieces) {
+  ShardSnapshot s = Snapshot();
+  for (size_t k = 0; k < s.tables[0].values.size(); ++k) s.tables[0].values[k] = float(k);
+  const auto records = Records(s);
+  const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
+  std::vector<RunRecord> runs;
+  ASSERT_TRUE(Check(layout, records, &runs).ok());
+  ASSERT_EQ(runs.size(), 6u);
+  EXPECT_EQ(runs[0].table, 0u);
+  EXPECT_EQ(runs[0].first, 250u);
+  EXPECT_EQ(runs[0].count, 250u);
+  EXPECT_EQ(runs[0].piece_bytes, 250u * 16 * 4);
+  ASSERT_EQ(runs[0].num_slots, 2u);
+  EXPECT_EQ(std::memcmp(runs[0].values, s.tables[0].values.data(), runs[0].piece_bytes), 0);
+  EXPECT_EQ(std::memcmp(runs[0].slots[1], s.tables[0].slots[1].data(), runs[0].piece_bytes), 0);
+  EXPECT_EQ(runs[3].first, 17384u);  // long's second run
+  EXPECT_EQ(runs[4].count, 1232u);   // long's last run: the rest
+  EXPECT_EQ(runs[5].table, 4u);      // none_here has no record
+}
+
+TEST(RunCheckerTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
+  const ShardSnapshot s = Snapshot();
+  const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
+  const auto records = Records(s);
+  const auto expect = [&](const std::vector<std::pair<std::string, std::string>>& changed,
+                          const std::string& text) {
+    const Status st = Check(layout, changed);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << text << ": " << st.ToString();
+    EXPECT_EQ(st.message().rfind(kWhere + ": ", 0), 0u) << st.ToString();
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
+  };
+  const auto without = [&](size_t i) {
+    auto r = records;
+    r.erase(r.begin() + static_cast<std::ptrdiff_t>(i));
+    return r;
+  };
+  const auto with = [&](const std::string& key, const std::string& value) {
+    auto r = records;
+    r.emplace_back(key, value);
+    std::sort(r.begin(), r.end());
+    return r;
+  };
+  expect(without(0), "the record of table 'emb' rows [250, 500) is missing");
+  expect(without(3), "the record of table 'long' rows [17384, 33768) is missing");
+  expect(without(4), "the record of table 'long' rows [33768, 35000) is missing");
+  expect(without(5), "the record of table '' rows [0, 3) is missing");  // found by Finish
+  expect(with(RowKey(1, 8), "v"), "table 'w' has a record of rows from 8, outside its rows [3, 7)");
+  expect(with(RowKey(3, 0), "v"),
+         "table 'none_here' has a record of rows from 0, outside its rows [2, 2)");
+  expect(with(RowKey(0, 300), "v"),
+         "table 'emb' has a record of rows from 300, inside the record of rows [250, 500) before "
+         "it");
+  expect(with(RowKey(9, 0), "v"), "a record of table index 9, but the meta record lists 5 tables");
+  expect(with("zzz", "v"), "unexpected record with key 7a7a7a");
+  auto repeated = records;
+  repeated.insert(repeated.begin() + 1, records[0]);
+  expect(repeated,
+         "table 'emb' has a record of rows from 250, inside the record of rows [250, 500) before "
+         "it");
+  auto short_run = records;
+  short_run[1].second.pop_back();
+  expect(short_run, "the record of table 'w' rows [3, 7) has 15 bytes, not 16");
+  auto long_run = records;
+  long_run[4].second += "abcd";
+  expect(long_run, "the record of table 'long' rows [33768, 35000) has 9860 bytes, not 9856");
+  expect({}, "the record of table 'emb' rows [250, 500) is missing");
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,189 @@
+// The durable-folder steps of checkpoint generations, on real folders (no
+// crash: tests/server/checkpoint_crash_test.cc kills a writer between them).
+#include "server/durable_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::set<std::string> Names(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// The first line of `file` (the tests write one).
+std::string Slurp(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+class DurableDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ps_durable_dir_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A folder `name` holding one file "data" with `text`.
+  fs::path Folder(const std::string& name, const std::string& text) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "data") << text;
+    return dir_ / name;
+  }
+
+  fs::path dir_;
+};
+
+TEST(GenerationNameTest, OnlyCanonicalDecimalNamesAreGenerations) {
+  EXPECT_EQ(GenerationName(0), "gen-0");
+  EXPECT_EQ(GenerationName(40), "gen-40");
+  EXPECT_EQ(ParseGenerationName("gen-0"), 0);
+  EXPECT_EQ(ParseGenerationName("gen-40"), 40);
+  EXPECT_EQ(ParseGenerationName("gen-9223372036854775807"), 9223372036854775807);
+  for (const char* name : {"gen-", "gen-007", "gen--1", "gen-+1", "gen-4x", "gen-abc",
+                           "gen-4.tmp", "gen-9223372036854775808", "Gen-4", "other", ""}) {
+    EXPECT_EQ(ParseGenerationName(name), -1) << name;
+  }
+  EXPECT_TRUE(IsTmpGenerationName("gen-4.tmp"));
+  EXPECT_TRUE(IsTmpGenerationName("gen-4.old.tmp"));
+  EXPECT_FALSE(IsTmpGenerationName("gen-.tmp"));
+  EXPECT_FALSE(IsTmpGenerationName("gen-4"));
+  EXPECT_FALSE(IsTmpGenerationName("other.tmp"));
+  EXPECT_EQ(TmpName("/a/gen-4"), "/a/gen-4.tmp");
+}
+
+TEST_F(DurableDirTest, ListsOnlyCompleteGenerationFoldersInClockOrder) {
+  for (const char* name : {"gen-10", "gen-9", "gen-100", "gen-9.tmp", "gen-007", "other"}) {
+    fs::create_directories(dir_ / name);
+  }
+  std::ofstream(dir_ / "gen-8") << "a file, not a folder";
+  auto clocks = ListGenerations(dir_.string());
+  ASSERT_TRUE(clocks.ok()) << clocks.status().ToString();
+  EXPECT_EQ(*clocks, (std::vector<int64_t>{9, 10, 100}));
+
+  auto missing = ListGenerations((dir_ / "gone").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cannot list the checkpoint folder " +
+                                            (dir_ / "gone").string()),
+            std::string::npos)
+      << missing.status().ToString();
+}
+
+TEST_F(DurableDirTest, RemovesTornGenerationsOnly) {
+  Folder("gen-3", "complete");
+  Folder("gen-4.tmp", "torn");
+  Folder("gen-2.old.tmp", "replaced");
+  std::ofstream(dir_ / "gen-5.tmp") << "a torn file";
+  Folder("notes.tmp", "not a generation name");
+  ASSERT_TRUE(RemoveTornGenerations(dir_.string()).ok());
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-3", "notes.tmp"}));
+  EXPECT_FALSE(RemoveTornGenerations((dir_ / "gone").string()).ok());
+}
+
+TEST_F(DurableDirTest, PublishRenamesOrReplacesAtomically) {
+  Folder("gen-1.tmp", "first");
+  ASSERT_TRUE(PublishGeneration((dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), true)
+                  .ok());
+  EXPECT_EQ(Names(dir_), std::set<std::string>{"gen-1"});
+  EXPECT_EQ(Slurp(dir_ / "gen-1" / "data"), "first");
+
+  // The same clock again: the new folder replaces the old one, which leaves
+  // no trace.
+  Folder("gen-1.tmp", "second");
+  ASSERT_TRUE(PublishGeneration((dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), false)
+                  .ok());
+  EXPECT_EQ(Names(dir_), std::set<std::string>{"gen-1"});
+  EXPECT_EQ(Slurp(dir_ / "gen-1" / "data"), "second");
+
+  // Nothing to publish: an error naming both paths; the generation stays.
+  const Status missing =
+      PublishGeneration((dir_ / "gen-2.tmp").string(), (dir_ / "gen-2").string(), true);
+  EXPECT_EQ(missing.code(), StatusCode::kInternal) << missing.ToString();
+  EXPECT_NE(missing.message().find("cannot rename " + (dir_ / "gen-2.tmp").string() + " to " +
+                                   (dir_ / "gen-2").string()),
+            std::string::npos)
+      << missing.ToString();
+  EXPECT_EQ(Names(dir_), std::set<std::string>{"gen-1"});
+}
+
+TEST_F(DurableDirTest, PruneKeepsTheNewestAndRenamesEachBeforeRemovingIt) {
+  for (const char* name : {"gen-5", "gen-10", "gen-20", "gen-30"}) Folder(name, name);
+  Folder("other", "kept");
+  std::vector<std::string> renamed;
+  const auto record = [&](const std::string& doomed) {
+    // At the call the generation is only under its .tmp name.
+    EXPECT_TRUE(fs::exists(doomed)) << doomed;
+    EXPECT_FALSE(fs::exists(doomed.substr(0, doomed.size() - 4))) << doomed;
+    renamed.push_back(fs::path(doomed).filename().string());
+  };
+  ASSERT_TRUE(PruneGenerations(dir_.string(), 2, true, record).ok());
+  EXPECT_EQ(renamed, (std::vector<std::string>{"gen-5.tmp", "gen-10.tmp"}));
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
+
+  // Nothing beyond `keep`: nothing happens (and no hook is needed).
+  ASSERT_TRUE(PruneGenerations(dir_.string(), 2, false, nullptr).ok());
+  ASSERT_TRUE(PruneGenerations(dir_.string(), 5, false, nullptr).ok());
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
+  ASSERT_TRUE(PruneGenerations(dir_.string(), 1, false, nullptr).ok());
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-30", "other"}));
+  EXPECT_FALSE(PruneGenerations((dir_ / "gone").string(), 1, false, nullptr).ok());
+}
+
+TEST_F(DurableDirTest, SyncsFilesAndFoldersAndNamesWhatIsMissing) {
+  const fs::path folder = Folder("gen-1.tmp", "data");
+  std::ofstream(folder / "more") << "more";
+  fs::create_directories(folder / "sub");
+  EXPECT_TRUE(SyncFile((folder / "data").string()).ok());
+  EXPECT_TRUE(SyncDir(folder.string()).ok());
+  EXPECT_TRUE(SyncFlatFolder(folder.string()).ok());
+
+  const std::string gone = (dir_ / "gone").string();
+  for (const Status& s : {SyncFile(gone), SyncDir(gone), SyncFlatFolder(gone)}) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(gone), std::string::npos) << s.ToString();
+  }
+  const Status file_as_dir = SyncDir((folder / "data").string());
+  EXPECT_FALSE(file_as_dir.ok());
+  EXPECT_NE(file_as_dir.message().find("cannot open " + (folder / "data").string() + " to sync it"),
+            std::string::npos)
+      << file_as_dir.ToString();
+}
+
+TEST(FileSystemErrorTest, MapsErrnoToStatusCodes) {
+  const auto code = [](int err) {
+    return FileSystemError(std::error_code(err, std::generic_category()), "x", StatusCode::kInternal)
+        .code();
+  };
+  EXPECT_EQ(code(EACCES), StatusCode::kPermissionDenied);
+  EXPECT_EQ(code(EPERM), StatusCode::kPermissionDenied);
+  EXPECT_EQ(code(EROFS), StatusCode::kPermissionDenied);
+  EXPECT_EQ(code(ENOSPC), StatusCode::kResourceExhausted);
+  EXPECT_EQ(code(EDQUOT), StatusCode::kResourceExhausted);
+  EXPECT_EQ(code(EIO), StatusCode::kInternal);
+  const Status s =
+      FileSystemError(std::error_code(ENOSPC, std::generic_category()), "cannot write /a", StatusCode::kDataLoss);
+  EXPECT_EQ(s.message().rfind("cannot write /a: ", 0), 0u) << s.ToString();
+  EXPECT_EQ(FileSystemError(std::error_code(EIO, std::generic_category()), "x", StatusCode::kDataLoss)
+                .code(),
+            StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace ps

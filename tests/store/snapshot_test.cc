@@ -1,0 +1,123 @@
+// The layout comparison that decides whether a saved shard state fits a
+// shard (store/snapshot.h).
+#include "store/snapshot.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ps {
+namespace {
+
+TableSnapshot Table(const std::string& name, uint64_t rows, uint32_t dim, RowRange owned,
+                    size_t slots, uint32_t seed) {
+  TableSnapshot t;
+  t.name = name;
+  t.rows = rows;
+  t.dim = dim;
+  t.owned = owned;
+  t.optimizer = "adam lr=0.01 beta1=0.9\nslots=" + std::to_string(slots);
+  t.values.assign(owned.size() * dim, static_cast<float>(seed));
+  for (size_t k = 0; k < slots; ++k) t.slots.emplace_back(owned.size() * dim, 0.5f * seed);
+  return t;
+}
+
+// The layout of shard 1 of 4 with six tables; `seed` changes the values.
+ShardSnapshot Snapshot(int64_t clock, uint32_t seed = 1) {
+  ShardSnapshot s;
+  s.shard = 1;
+  s.num_shards = 4;
+  s.clock = clock;
+  s.fingerprint = "model-fingerprint-0123456789abcdef";
+  s.tables.push_back(Table("emb", 1000, 16, {250, 500}, 2, seed));
+  s.tables.push_back(Table("w", 10, 1, {3, 7}, 0, seed));
+  s.tables.push_back(Table("bias", 7, 4, {0, 7}, 1, seed));
+  s.tables.push_back(Table("long", 40000, 1, {1000, 35000}, 2, seed));
+  s.tables.push_back(Table("wide", 5, 16385, {1, 4}, 1, seed));
+  s.tables.push_back(Table("none_here", 2, 3, {2, 2}, 2, seed));
+  return s;
+}
+
+TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
+  const ShardSnapshot saved = Snapshot(5);
+  const std::string where = "/ckpt/shard-1/gen-5";
+  EXPECT_TRUE(CheckRestorable(saved, saved, where).ok());
+
+  struct Case {
+    std::string what;
+    void (*change)(ShardSnapshot*);
+    std::vector<std::string> texts;
+  };
+  const std::vector<Case> cases = {
+      {"fingerprint",
+       [](ShardSnapshot* s) { s->fingerprint = "other"; },
+       {"the model's fingerprint is \"model-fingerprint-0123456789abcdef\" in the checkpoint "
+        "but \"other\" in the job"}},
+      // A job with another model has another fingerprint too: the concrete
+      // difference comes first.
+      {"fingerprint and dim",
+       [](ShardSnapshot* s) {
+         s->fingerprint = "other";
+         s->tables[0].dim = 8;
+       },
+       {"table 'emb' has dim 16 in the checkpoint but 8 in the job (the model's fingerprint is "
+        "\"model-fingerprint-0123456789abcdef\" in the checkpoint but \"other\" in the job)"}},
+      {"shard count",
+       [](ShardSnapshot* s) { s->num_shards = 2; },
+       {"shard count is 4 in the checkpoint but 2 in the job"}},
+      {"shard",
+       [](ShardSnapshot* s) { s->shard = 3; },
+       {"shard is 1 in the checkpoint but 3 in the job"}},
+      {"table count",
+       [](ShardSnapshot* s) { s->tables.pop_back(); },
+       {"table count is 6 in the checkpoint but 5 in the job"}},
+      {"table name",
+       [](ShardSnapshot* s) { s->tables[1].name = "weights"; },
+       {"table 1 is 'w' in the checkpoint but 'weights' in the job"}},
+      {"rows",
+       [](ShardSnapshot* s) { s->tables[0].rows = 2000; },
+       {"table 'emb' has 1000 rows in the checkpoint but 2000 in the job"}},
+      {"dim",
+       [](ShardSnapshot* s) { s->tables[0].dim = 8; },
+       {"table 'emb' has dim 16 in the checkpoint but 8 in the job"}},
+      {"owned",
+       [](ShardSnapshot* s) {
+         s->tables[2].owned = {0, 3};
+       },
+       {"table 'bias' has owned rows [0, 7) in the checkpoint but [0, 3) in the job"}},
+      {"optimizer",
+       [](ShardSnapshot* s) { s->tables[1].optimizer = "sgd lr=0.1"; },
+       {"table 'w' has optimizer", "\"adam lr=0.01 beta1=0.9\nslots=0\"", "\"sgd lr=0.1\""}},
+  };
+  for (const Case& c : cases) {
+    ShardSnapshot expected = saved;
+    c.change(&expected);
+    const Status s = CheckRestorable(saved, expected, where);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << c.what << ": " << s.ToString();
+    EXPECT_EQ(s.message().rfind(where + ": ", 0), 0u) << s.ToString();
+    EXPECT_NE(s.message().find("start the job with the config it was written with, or a new "
+                               "checkpoint.dir"),
+              std::string::npos)
+        << s.ToString();
+    for (const std::string& text : c.texts) {
+      EXPECT_NE(s.message().find(text), std::string::npos) << c.what << ": " << s.ToString();
+    }
+  }
+  // The clock and the values are not part of the layout.
+  ShardSnapshot later = Snapshot(9, 3);
+  EXPECT_TRUE(CheckRestorable(saved, later, where).ok());
+}
+
+TEST(CheckRestorableTest, EqualLayoutsWithDifferentValuesAndClocksAreRestorable) {
+  ShardSnapshot saved = Snapshot(5);
+  ShardSnapshot expected = Snapshot(7, 2);
+  expected.tables[0].values.clear();  // a layout without values
+  EXPECT_TRUE(CheckRestorable(saved, expected, "/x").ok());
+  // An empty shard fits an empty shard.
+  ShardSnapshot empty;
+  EXPECT_TRUE(CheckRestorable(empty, empty, "/x").ok());
+}
+
+}  // namespace
+}  // namespace ps
