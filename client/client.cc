@@ -50,6 +50,13 @@ Client::Client(const JobOptions& job, uint32_t worker)
       session_(NewSession()) {
   // Keep every request comfortably under the server's byte and key limits.
   max_rows_per_part_cap_ = job.server.max_keys_per_request;
+  expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
+    auto it = parts_.find(request_id);
+    if (it == parts_.end()) return std::nullopt;
+    const Part& p = it->second;
+    return ReplyExpectation{.request = p.op, .shard = p.shard, .count = p.count, .dim = p.dim,
+                            .clock = p.clock, .bound = bound_};
+  };
 }
 
 Client::~Client() = default;
@@ -463,40 +470,28 @@ StatusOr<Ticket> Client::PullDense(uint32_t table, PulledValues* out, Callback d
 
 void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
   for (const Frame& f : frames) counters_.bytes_received += f.size();
-  if (frames.empty()) return;
-  auto header = DecodeHeader({frames[0].data(), frames[0].size()});
-  if (!header.ok()) {
+  Reply reply;
+  const Status checked = DecodeReply(frames, shard, expectation_, &reply);
+  if (reply.fault == ReplyFault::kUnreadable) {
     PS_LOG_WARN("server {} at {} sent an unreadable reply: {}", shard, shards_[shard].endpoint,
-                header.status().ToString());
+                checked.ToString());
     return;  // the request it answered will expire with a clear error
   }
-  const MessageHeader& h = *header;
-  auto it = parts_.find(h.request_id);
-  if (it == parts_.end() || it->second.shard != shard) {
+  if (reply.fault == ReplyFault::kUnmatched) {
     ++counters_.late_replies;
     return;
   }
-  Part& p = it->second;
+  const MessageHeader& h = reply.header;
+  Part& p = parts_.find(h.request_id)->second;
   ++counters_.replies;
   shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
-  if (h.op == Op::kError) {
-    ++counters_.errors;
-    FinishPart(h.request_id, StatusFromErrorHeader(h).WithContext(
-                                 Describe(p, h.request_id) + " was rejected"));
-    return;
-  }
-  if (h.op != ReplyOp(p.op)) {
-    FinishPart(h.request_id, InternalError(Describe(p, h.request_id) + ": got a " + OpName(h.op) +
-                                           " reply"));
-    return;
-  }
-  if (p.op == Op::kPull && p.clock > bound_ && h.min_clock < p.clock - bound_) {
-    ++counters_.bound_violations;
-    FinishPart(h.request_id,
-               InternalError(Describe(p, h.request_id) + ": staleness bound violated: pulled at "
-                             "clock " + std::to_string(p.clock) + " with bound " +
-                             std::to_string(bound_) + " but the shard's minimum clock was " +
-                             std::to_string(h.min_clock)));
+  if (!checked.ok()) {
+    if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
+    if (reply.fault == ReplyFault::kStale) ++counters_.bound_violations;
+    const std::string what = Describe(p, h.request_id);
+    FinishPart(h.request_id, checked.WithContext(reply.fault == ReplyFault::kRejected
+                                                     ? what + " was rejected"
+                                                     : what));
     return;
   }
   if (p.op == Op::kPull) {
@@ -506,55 +501,45 @@ void Client::HandleReply(uint32_t shard, std::vector<Frame>& frames) {
         t->second.waited_us = std::max(t->second.waited_us, h.waited_us);
       }
     }
-    // Values come as one or more frames of whole rows, in row order.
-    const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
-    const uint64_t expected = p.count * row_bytes;
-    uint64_t got = 0;
-    bool whole_rows = true;
-    for (size_t i = 1; i < frames.size(); ++i) {
-      got += frames[i].size();
-      whole_rows &= frames[i].size() % row_bytes == 0;
-    }
-    if (frames.size() < 2 || got != expected || !whole_rows) {
-      FinishPart(h.request_id,
-                 DataLossError(Describe(p, h.request_id) + ": reply has " + std::to_string(got) +
-                               " value bytes in " + std::to_string(frames.size() - 1) +
-                               " frames, expected " + std::to_string(expected) +
-                               " in frames of whole rows"));
-      return;
-    }
-    uint64_t row = 0;  // first row of the current frame within this part
-    for (size_t i = 1; i < frames.size(); ++i) {
-      const uint64_t rows = frames[i].size() / row_bytes;
-      if (p.view != nullptr) {
-        Frame f = std::move(frames[i]);
-        if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
-          f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
-        }
-        p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
-      } else if (p.positions.empty()) {
-        std::memcpy(p.out + row * p.dim, frames[i].data(), frames[i].size());
-        if (p.cache_insert) {
-          cache_->Insert(p.table, p.first_row + row,
-                         p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
-                         p.out + row * p.dim, h.min_clock);
-        }
-      } else {
-        const auto* src = reinterpret_cast<const std::byte*>(frames[i].data());
-        for (uint64_t x = 0; x < rows; ++x) {
-          std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
-        }
-        if (p.cache_insert) {
-          cache_->Insert(p.table, 0, p.cache_rows.data() + row, rows,
-                         reinterpret_cast<const float*>(src), h.min_clock);
-        }
-      }
-      row += rows;
-    }
+    DeliverPull(p, reply);
   } else if (p.control) {
     control_replies_[h.request_id] = h;
   }
   FinishPart(h.request_id, Status::Ok());
+}
+
+void Client::DeliverPull(Part& p, Reply& reply) {
+  // Values come as one or more frames of whole rows, in row order (DecodeReply).
+  const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
+  const int64_t min_clock = reply.header.min_clock;
+  uint64_t row = 0;  // first row of the current frame within this part
+  for (Frame& frame : reply.values) {
+    const uint64_t rows = frame.size() / row_bytes;
+    if (p.view != nullptr) {
+      Frame f = std::move(frame);
+      if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
+        f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
+      }
+      p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
+    } else if (p.positions.empty()) {
+      std::memcpy(p.out + row * p.dim, frame.data(), frame.size());
+      if (p.cache_insert) {
+        cache_->Insert(p.table, p.first_row + row,
+                       p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
+                       p.out + row * p.dim, min_clock);
+      }
+    } else {
+      const auto* src = reinterpret_cast<const std::byte*>(frame.data());
+      for (uint64_t x = 0; x < rows; ++x) {
+        std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
+      }
+      if (p.cache_insert) {
+        cache_->Insert(p.table, 0, p.cache_rows.data() + row, rows,
+                       reinterpret_cast<const float*>(src), min_clock);
+      }
+    }
+    row += rows;
+  }
 }
 
 void Client::ExpireDeadlines() {

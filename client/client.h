@@ -294,7 +294,10 @@ class Client {
   // it when none is left.
   void Release(Ticket ticket, const Status& status);
   void FinishPart(uint64_t request_id, const Status& status);
+  // Checks a reply (DecodeReply) and completes the part it answers.
   void HandleReply(uint32_t shard, std::vector<Frame>& frames);
+  // Copies, scatters or keeps a checked PULL_OK reply's values.
+  void DeliverPull(Part& part, Reply& reply);
   void ExpireDeadlines();
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
@@ -328,6 +331,7 @@ class Client {
                       std::vector<std::pair<SteadyClock::time_point, uint64_t>>, std::greater<>>
       deadlines_;
   std::unordered_map<uint64_t, MessageHeader> control_replies_;
+  ReplyLookup expectation_;  // what the part a reply answers asked for
   ClientCounters counters_;
 };
 
