@@ -5,7 +5,6 @@
 #include <random>
 #include <utility>
 
-#include "common/key_range.h"
 #include "common/logging.h"
 
 namespace ps {
@@ -35,13 +34,14 @@ void PulledValues::CopyTo(float* out) const {
   for (const Piece& p : pieces_) std::memcpy(out + p.offset, p.frame.data(), p.frame.size());
 }
 
-Client::Client(const JobOptions& job, uint32_t worker)
-    : job_(job), worker_(worker), timeout_(job.client.request_timeout_ms),
+Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
+    : job_(job), worker_(worker), control_(worker == kControlWorker),
+      timeout_(job.client.request_timeout_ms),
       down_timeout_(job.liveness.server_down_timeout_ms), bound_(job.consistency.Bound()),
       limits_{.max_request_bytes = job.server.max_request_bytes,
               .max_keys = job.server.max_keys_per_request,
               .push_part_bytes = job.client.push_part_bytes},
-      session_(NewSession()), time_(&steady_clock_),
+      session_(NewSession()), time_(clock != nullptr ? clock : &steady_clock_),
       tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())) {
   expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
     const Part* p = tracker_.Find(request_id);
@@ -54,7 +54,8 @@ Client::Client(const JobOptions& job, uint32_t worker)
 Client::~Client() = default;
 
 StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
-                                                 std::vector<std::string> endpoints) {
+                                                 std::vector<std::string> endpoints,
+                                                 ClientEnv env) {
   if (worker >= job.cluster.workers && worker != kControlWorker) {
     return InvalidArgumentError("worker rank " + std::to_string(worker) + " is not in this job (" +
                                 std::to_string(job.cluster.workers) + " workers: ranks 0.." +
@@ -65,7 +66,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                 " endpoints for a job with " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
-  std::unique_ptr<Client> client(new Client(job, worker));
+  std::unique_ptr<Client> client(new Client(job, worker, env.clock));
   // Only ssp can reuse a pulled row at a later clock: under bsp a read at
   // clock c + 1 needs a pull answered at clock c + 1, and asp has no bound
   // to make a copy fresh enough. (Measured: keeping the cache under bsp
@@ -74,22 +75,24 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     client->cache_ = std::make_unique<ParamCache>(job);
   }
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
-  for (size_t s = 0; s < job.cluster.servers.size(); ++s) {
+  const ChannelFactory connect =
+      env.channels != nullptr ? std::move(env.channels)
+                              : [](Context* context, uint32_t, const std::string& endpoint) {
+                                  return ZmqChannel::Connect(context, endpoint);
+                                };
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
     shard.endpoint = endpoints.empty() ? "tcp://" + job.cluster.servers[s] : endpoints[s];
-    PS_ASSIGN_OR_RETURN(shard.socket,
-                        Socket::Create(client->context_.get(), SocketType::kDealer, SocketOptions{}));
-    // Watched from before the first connection, so a reconnect is never
-    // mistaken for it.
-    PS_ASSIGN_OR_RETURN(shard.monitor,
-                        ConnectionMonitor::Create(client->context_.get(), shard.socket.get()));
-    PS_RETURN_IF_ERROR(shard.socket->Connect(shard.endpoint));
+    PS_ASSIGN_OR_RETURN(shard.channel, connect(client->context_.get(), s, shard.endpoint));
     client->shards_.push_back(std::move(shard));
   }
-  // Replies of every shard, then the connection events of every shard.
-  for (Shard& shard : client->shards_) client->poll_sockets_.push_back(shard.socket.get());
-  for (Shard& shard : client->shards_) client->poll_sockets_.push_back(shard.monitor->socket());
-  if (worker != kControlWorker && job.liveness.heartbeat_ms > 0) {
+  for (Shard& shard : client->shards_) {
+    client->poll_sockets_.push_back(shard.channel->poll_sockets().messages);
+  }
+  for (Shard& shard : client->shards_) {
+    client->poll_sockets_.push_back(shard.channel->poll_sockets().events);
+  }
+  if (!client->control_ && job.liveness.heartbeat_ms > 0) {
     std::vector<std::string> eps;
     for (const Shard& shard : client->shards_) eps.push_back(shard.endpoint);
     PS_ASSIGN_OR_RETURN(client->heartbeat_,
@@ -97,6 +100,13 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                                std::chrono::milliseconds(job.liveness.heartbeat_ms)));
   }
   return client;
+}
+
+Status Client::WorkerOnly(std::string_view call) const {
+  if (!control_) return Status::Ok();
+  return FailedPreconditionError(std::string(call) +
+                                 " is for workers; a control client has no clock and is not "
+                                 "counted among the job's workers");
 }
 
 Status Client::CheckTable(uint32_t table) const {
@@ -173,7 +183,7 @@ uint64_t Client::SendPartNow(Part part, Frame keys, Frame values) {
   // Kept (the bytes shared, not copied) in case it must be sent again.
   for (size_t i = 0; i < n; ++i) part.message[i] = frames[i].Clone();
   part.message_frames = static_cast<uint8_t>(n);
-  Status sent = shards_[part.shard].socket->Send(std::span<Frame>(frames, n));
+  Status sent = shards_[part.shard].channel->Send(std::span<Frame>(frames, n));
   if (!sent.ok()) {
     tracker_.Fail(part.ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));
     return 0;
@@ -356,219 +366,6 @@ StatusOr<Ticket> Client::PullDense(uint32_t table, PulledValues* out, Callback d
   return Issue({.op = Op::kPull, .table = table, .dense = true, .view = out}, std::move(done));
 }
 
-void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
-  for (const Frame& f : frames) counters_.bytes_received += f.size();
-  Reply reply;
-  const Status checked = DecodeReply(frames, shard, expectation_, &reply);
-  if (reply.fault == ReplyFault::kUnreadable) {
-    PS_LOG_WARN("server {} at {} sent an unreadable reply: {}", shard, shards_[shard].endpoint,
-                checked.ToString());
-    return;  // the request it answered will expire with a clear error
-  }
-  if (reply.fault == ReplyFault::kUnmatched) {
-    ++counters_.late_replies;
-    return;
-  }
-  const MessageHeader& h = reply.header;
-  Part& p = *tracker_.Find(h.request_id);  // matched by DecodeReply
-  ++counters_.replies;
-  shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
-  if (!checked.ok()) {
-    if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
-    if (reply.fault == ReplyFault::kStale) ++counters_.bound_violations;
-    const std::string what = Describe(p, h.request_id);
-    FinishPart(h.request_id, checked.WithContext(reply.fault == ReplyFault::kRejected
-                                                     ? what + " was rejected"
-                                                     : what));
-    return;
-  }
-  if (p.op == Op::kPull) {
-    // The shards of one pull wait side by side: the pull waited the longest of them.
-    if (h.waited_us > 0) tracker_.NoteWait(p.ticket, h.waited_us);
-    DeliverPull(p, reply);
-  } else if (p.control) {
-    control_replies_[h.request_id] = h;
-  }
-  FinishPart(h.request_id, Status::Ok());
-}
-
-void Client::DeliverPull(Part& p, Reply& reply) {
-  // Values come as one or more frames of whole rows, in row order (DecodeReply).
-  const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
-  const int64_t min_clock = reply.header.min_clock;
-  uint64_t row = 0;  // first row of the current frame within this part
-  for (Frame& frame : reply.values) {
-    const uint64_t rows = frame.size() / row_bytes;
-    if (p.view != nullptr) {
-      Frame f = std::move(frame);
-      if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
-        f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
-      }
-      p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
-    } else if (p.positions.empty()) {
-      std::memcpy(p.out + row * p.dim, frame.data(), frame.size());
-      if (p.cache_insert) {
-        cache_->Insert(p.table, p.first_row + row,
-                       p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
-                       p.out + row * p.dim, min_clock);
-      }
-    } else {
-      const auto* src = reinterpret_cast<const std::byte*>(frame.data());
-      for (uint64_t x = 0; x < rows; ++x) {
-        std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
-      }
-      if (p.cache_insert) {
-        cache_->Insert(p.table, 0, p.cache_rows.data() + row, rows,
-                       reinterpret_cast<const float*>(src), min_clock);
-      }
-    }
-    row += rows;
-  }
-}
-
-double Client::MillisSince(ps::Clock::TimePoint t) const {
-  return std::chrono::duration<double, std::milli>(time_->Now() - t).count();
-}
-
-void Client::ExpireDeadlines() {
-  const auto now = time_->Now();
-  while (const uint64_t rid = tracker_.PopExpired(now)) {
-    Part& p = *tracker_.Find(rid);
-    const Shard& shard = shards_[p.shard];
-    if (shard.down) {
-      // The server went away: its requests wait for it to come back.
-      const auto give_up = shard.down_since + down_timeout_;
-      if (give_up > now) {
-        tracker_.Extend(rid, p, give_up);
-        continue;
-      }
-      ++counters_.timeouts;
-      FinishPart(rid, UnavailableError(
-                          Describe(p, rid) + " failed: the connection to the server dropped " +
-                          std::to_string(static_cast<int64_t>(MillisSince(shard.down_since))) +
-                          " ms ago and it did not come back within " +
-                          std::to_string(down_timeout_.count()) +
-                          " ms (liveness.server_down_timeout_ms); is it running? ps_launch "
-                          "restarts a crashed server when the job has checkpoint.dir"));
-      continue;
-    }
-    ++counters_.timeouts;
-    FinishPart(rid, DeadlineExceededError(
-                        Describe(p, rid) + " got no reply within " +
-                        std::to_string(timeout_.count()) +
-                        " ms (client.request_timeout_ms); the server may be down, overloaded "
-                        "or unreachable"));
-  }
-}
-
-Status Client::Poll(int timeout_ms) {
-  ExpireDeadlines();
-  if (auto next = tracker_.NextDeadline()) {
-    auto until =
-        std::chrono::duration_cast<std::chrono::milliseconds>(*next - time_->Now()).count() + 1;
-    timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
-  }
-  auto ready = PollReadable(poll_sockets_, timeout_ms, &readable_);
-  if (!ready.ok()) return ready.status();
-  if (*ready > 0) {
-    for (uint32_t s = 0; s < shards_.size(); ++s) {
-      if (!readable_[s]) continue;
-      while (true) {
-        auto got = shards_[s].socket->TryRecv(&frames_);
-        if (!got.ok()) return got.status();
-        if (!*got) break;
-        HandleReply(s, frames_);
-      }
-    }
-    // After the replies: those that arrived before a connection dropped
-    // are answers, not requests to send again.
-    for (uint32_t s = 0; s < shards_.size(); ++s) {
-      if (readable_[shards_.size() + s]) PS_RETURN_IF_ERROR(HandleConnectionEvents(s));
-    }
-  }
-  ExpireDeadlines();
-  return Status::Ok();
-}
-
-Status Client::HandleConnectionEvents(uint32_t s) {
-  Shard& shard = shards_[s];
-  while (true) {
-    PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.monitor->TryNext());
-    if (!event) return Status::Ok();
-    if (*event == ConnectionEvent::kDisconnected) {
-      if (shard.down) continue;
-      shard.down = true;
-      shard.down_since = time_->Now();
-      ++counters_.disconnects;
-      PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
-                  "to {} ms (liveness.server_down_timeout_ms) for it to come back",
-                  s, shard.endpoint, tracker_.in_flight(s), down_timeout_.count());
-      continue;
-    }
-    const bool again = shard.connected_once;
-    shard.connected_once = true;
-    if (again) Reconnected(s);
-    shard.down = false;
-  }
-}
-
-void Client::Reconnected(uint32_t s) {
-  Shard& shard = shards_[s];
-  ++counters_.reconnects;
-  const std::vector<uint64_t> rids = tracker_.InFlightTo(s);  // oldest first
-  const std::string clock =
-      worker_ == kControlWorker ? "" : " and this worker's clock " + std::to_string(clock_);
-  if (shard.down) {
-    PS_LOG_INFO("server {} at {} is back after {:.0f} ms; sending its {} unanswered requests "
-                "again{}",
-                s, shard.endpoint, MillisSince(shard.down_since), rids.size(), clock);
-  } else {
-    PS_LOG_INFO("reconnected to server {} at {}; sending its {} unanswered requests again{}", s,
-                shard.endpoint, rids.size(), clock);
-  }
-  std::vector<Frame> copy;
-  for (uint64_t rid : rids) {
-    Part* p = tracker_.Find(rid);
-    if (p == nullptr) continue;  // a callback of an earlier one finished it
-    if (!tracker_.Resent(rid, *p)) {
-      FinishPart(rid, UnavailableError(Describe(*p, rid) + " was sent " +
-                                       std::to_string(RequestTracker::kMaxResends + 1) +
-                                       " times and each time the connection to the server "
-                                       "dropped before it answered; giving up"));
-      continue;
-    }
-    copy.clear();
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < p->message_frames; ++i) {
-      copy.push_back(p->message[i].Clone());
-      bytes += p->message[i].size();
-    }
-    Status sent = shard.socket->Send(copy);
-    if (!sent.ok()) {
-      FinishPart(rid, sent.WithContext(Describe(*p, rid) + " could not be sent again"));
-      continue;
-    }
-    ++counters_.resent;
-    ++counters_.requests;
-    counters_.bytes_sent += bytes;
-  }
-  // A restarted server went back to its checkpoint: cached rows may be
-  // newer than what it serves now.
-  if (cache_ != nullptr) {
-    for (uint32_t t = 0; t < job_.tables.size(); ++t) cache_->Invalidate(t);
-  }
-  if (worker_ != kControlWorker) {
-    // A server restarted from a checkpoint would otherwise wait for this
-    // worker's clocks that already passed. Sent after the requests above,
-    // on the same connection, so it arrives after them. No slot wait: this
-    // runs inside Poll.
-    const Ticket ticket = tracker_.NewTicket([](const Status&) {});
-    SendPartNow({.ticket = ticket, .shard = s, .op = Op::kHeartbeat, .flags = kFlagResume},
-                Frame(), Frame());
-    tracker_.Release(ticket, Status::Ok());
-  }
-}
-
 Status Client::Wait(Ticket ticket) {
   PS_RETURN_IF_ERROR(tracker_.CheckWaitable(ticket));
   while (!tracker_.Done(ticket)) PS_RETURN_IF_ERROR(Poll(1000));
@@ -597,9 +394,7 @@ Status Client::PullSync(uint32_t table, std::span<const uint64_t> rows, float* o
 }
 
 StatusOr<Ticket> Client::Clock(Callback done) {
-  if (worker_ == kControlWorker) {
-    return FailedPreconditionError("a control client has no clock; only workers call Clock()");
-  }
+  PS_RETURN_IF_ERROR(WorkerOnly("Clock()"));
   const Ticket ticket = tracker_.NewTicket(std::move(done));
   for (uint32_t s = 0; s < num_shards(); ++s) {
     SendPart({.ticket = ticket, .shard = s, .op = Op::kClock}, Frame(), Frame());
@@ -614,7 +409,7 @@ StatusOr<Ticket> Client::Clock(Callback done) {
 }
 
 Status Client::Join() {
-  if (worker_ == kControlWorker) return FailedPreconditionError("a control client cannot join");
+  PS_RETURN_IF_ERROR(WorkerOnly("Join()"));
   int64_t resume = 0;
   for (uint32_t s = 0; s < num_shards(); ++s) {
     PS_ASSIGN_OR_RETURN(MessageHeader h, Control(s, Op::kHeartbeat));
@@ -629,7 +424,7 @@ Status Client::Join() {
 }
 
 Status Client::Leave() {
-  if (worker_ == kControlWorker) return FailedPreconditionError("a control client cannot leave");
+  PS_RETURN_IF_ERROR(WorkerOnly("Leave()"));
   // No heartbeat may follow the goodbye: it would bring the worker back.
   if (heartbeat_ != nullptr) heartbeat_->Stop();
   Status first;

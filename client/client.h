@@ -36,9 +36,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "client/channel.h"
 #include "client/heartbeat.h"
 #include "client/param_cache.h"
 #include "client/partition.h"
@@ -127,16 +129,28 @@ struct ClientCounters {
   uint64_t resent = 0;        // requests sent again after a reconnect
 };
 
+// What a Client runs on; the defaults are the real ones.
+struct ClientEnv {
+  // Deadlines, and how long a server has been away, are measured on it.
+  // Null: the process's steady clock. Must outlive the client.
+  const Clock* clock = nullptr;
+  // Makes the channel to each shard. Null: ZmqChannel::Connect.
+  ChannelFactory channels = nullptr;
+};
+
 class Client {
  public:
-  // Connects one DEALER to every server of `job` (or to `endpoints`, one
-  // "tcp://host:port" per shard, when not empty). `worker` is this worker's
-  // rank, or kControlWorker for tools (which may only ask Stats/Shutdown).
-  // Connecting does not wait for the servers: a server that is not up yet
-  // is reached when it starts, within the request deadline.
+  // Connects a channel (a DEALER) to every server of `job` (or to
+  // `endpoints`, one "tcp://host:port" per shard, when not empty).
+  // `worker` is this worker's rank, or kControlWorker for a ControlClient
+  // (client/control_client.h), which may only ask STATS, CHECKPOINT and
+  // SHUTDOWN. Connecting does not wait for the servers: a server that is
+  // not up yet is reached when it starts, within the request deadline.
+  // InvalidArgument for a rank outside the job or a wrong endpoint count.
   // REQUIRES: job.Validate().ok().
   static StatusOr<std::unique_ptr<Client>> Create(const JobOptions& job, uint32_t worker,
-                                                  std::vector<std::string> endpoints = {});
+                                                  std::vector<std::string> endpoints = {},
+                                                  ClientEnv env = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -164,7 +178,8 @@ class Client {
   // Reports this worker's current clock c as finished to every shard and
   // advances the clock to c + 1 (at once: later pulls carry c + 1). Pushes
   // issued before reach each shard before this report. The ticket completes
-  // when every shard acknowledged.
+  // when every shard acknowledged. FailedPrecondition for a control client
+  // (as Join and Leave).
   StatusOr<Ticket> Clock(Callback done = nullptr);
   // This worker's clock: the number of Clock() calls so far (or where
   // Join() resumed).
@@ -190,7 +205,8 @@ class Client {
   // without a callback (all of them are consumed).
   Status WaitAll();
   // Handles replies that arrive within `timeout_ms` (0: only those already
-  // here) and expires requests past their deadline.
+  // here) and expires requests past their deadline (without waiting when
+  // one expired at once).
   Status Poll(int timeout_ms = 0);
   // Per-shard requests sent and not yet answered or expired.
   size_t in_flight() const { return tracker_.size(); }
@@ -199,7 +215,8 @@ class Client {
   Status PushSync(uint32_t table, std::span<const uint64_t> rows, SharedFloats values);
   Status PullSync(uint32_t table, std::span<const uint64_t> rows, float* out);
 
-  // The text report of a shard (STATS).
+  // The text report of a shard (STATS). InvalidArgument for a shard the
+  // job does not have. (ControlClient asks the same as the control worker.)
   StatusOr<std::string> Stats(uint32_t shard);
   // Asks every shard to shut down; returns after all acknowledged.
   Status ShutdownServers();
@@ -211,14 +228,13 @@ class Client {
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }
+  // A snapshot of the counters.
   ClientCounters counters() const;
 
  private:
   struct Shard {
     std::string endpoint;
-    std::unique_ptr<Socket> socket;
-    // Declared after `socket`: destroyed before the socket it watches.
-    std::unique_ptr<ConnectionMonitor> monitor;
+    std::unique_ptr<Channel> channel;
     int64_t min_clock = 0;
     bool connected_once = false;  // a connection was made at least once
     bool down = false;            // the connection dropped and is not back yet
@@ -237,7 +253,10 @@ class Client {
     // instead of out + i * dim.
     std::span<const uint64_t> out_index = {};
   };
-  Client(const JobOptions& job, uint32_t worker);
+  Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock);
+  // FailedPrecondition when this is a control client: `call` is for
+  // workers only.
+  Status WorkerOnly(std::string_view call) const;
   Status CheckTable(uint32_t table) const;
   Status CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const;
   // Splits a call into parts (Partition) and sends them.
@@ -252,7 +271,9 @@ class Client {
   uint64_t SendPart(Part part, Frame keys, Frame values);
   // SendPart without waiting for a slot.
   uint64_t SendPartNow(Part part, Frame keys, Frame values);
-  // Connection events of every shard's socket.
+  // Every message waiting on the channel of `shard`.
+  Status ReceiveReplies(uint32_t shard);
+  // The connection events of the channel of `shard`.
   Status HandleConnectionEvents(uint32_t shard);
   // The connection to `shard` is back: sends its unanswered requests again
   // and this worker's clock.
@@ -263,7 +284,8 @@ class Client {
   void HandleReply(uint32_t shard, std::span<Frame> frames);
   // Copies, scatters or keeps a checked PULL_OK reply's values.
   void DeliverPull(Part& part, Reply& reply);
-  void ExpireDeadlines();
+  // Ends the parts past their deadline; returns how many ended.
+  size_t ExpireDeadlines();
   double MillisSince(ps::Clock::TimePoint t) const;
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
@@ -272,6 +294,10 @@ class Client {
 
   const JobOptions job_;
   const uint32_t worker_;
+  // This is the control worker (kControlWorker): no clock, no heartbeats,
+  // no clock sent after a reconnect, only control requests. The only
+  // differences from a worker, each decided on this flag.
+  const bool control_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds down_timeout_;  // liveness.server_down_timeout_ms
   const int64_t bound_;  // staleness bound of the job's consistency mode
@@ -284,7 +310,7 @@ class Client {
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;
   std::vector<Shard> shards_;
-  std::vector<Socket*> poll_sockets_;
+  std::vector<Socket*> poll_sockets_;  // every channel's messages, then every one's events
   std::vector<bool> readable_;
   std::vector<Frame> frames_;
 

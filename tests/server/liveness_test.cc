@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "client/heartbeat.h"
 #include "tests/util/in_process_cluster.h"
 
@@ -171,7 +172,7 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
     }
   }
   std::this_thread::sleep_for(milliseconds(600));  // worker 2 is declared dead; heartbeats report
-  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto control = ControlClient::Create(job, cluster.endpoints()).value();
   auto stats = control->Stats(0);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_NE(stats->find("worker_clocks 3 3 0"), std::string::npos) << *stats;
