@@ -25,6 +25,14 @@
 // reply is checked against the bound; a violation fails the pull with
 // Internal (it would be a bug in the shard).
 //
+// Parts: a request is laid out over the shards by Partition
+// (client/partition.h), its parts and tickets are kept by RequestTracker
+// (client/request_tracker.h), each reply is checked by DecodeReply
+// (common/wire.h) before any value is read, and messages travel through one
+// Channel per shard (client/channel.h). The clock and the channels come from
+// ClientEnv, so tests run the client on a fake clock and through faulty
+// channels.
+//
 // Thread safety: not thread-safe. One Client belongs to one thread (it
 // drives its sockets from the caller's thread, so a reply is handled with no
 // thread hop). Use one Client per thread.
@@ -114,7 +122,7 @@ struct ClientCounters {
   uint64_t replies = 0;        // replies matched to a request
   uint64_t errors = 0;         // ERROR replies
   uint64_t timeouts = 0;       // requests that passed their deadline
-  uint64_t late_replies = 0;   // replies after their request timed out (dropped)
+  uint64_t late_replies = 0;   // replies to no request in flight (it timed out, or a copy): dropped
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t bound_violations = 0;  // pull replies older than the staleness bound (a bug)
