@@ -69,12 +69,10 @@ void Partition::SplitGathered(const PartitionRequest& request, uint64_t chunk) {
   for (size_t i = 0; i < n; ++i) ++starts_[owner_[i] + 1];
   for (uint32_t s = 0; s < num_shards; ++s) starts_[s + 1] += starts_[s];
   gather_.resize(n);
-  {
-    // starts_[s] moves through shard s's entries, then is set back.
-    for (size_t i = 0; i < n; ++i) gather_[starts_[owner_[i]]++] = i;
-    for (uint32_t s = num_shards; s > 0; --s) starts_[s] = starts_[s - 1];
-    starts_[0] = 0;
-  }
+  // starts_[s] moves through shard s's entries, then is set back.
+  for (size_t i = 0; i < n; ++i) gather_[starts_[owner_[i]]++] = i;
+  for (uint32_t s = num_shards; s > 0; --s) starts_[s] = starts_[s - 1];
+  starts_[0] = 0;
   const bool pull = request.op == Op::kPull;
   if (pull) {
     positions_.resize(n);

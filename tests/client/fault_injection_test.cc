@@ -24,9 +24,9 @@ constexpr uint64_t kDenseRows = 1001;
 constexpr uint32_t kDenseDim = 3;
 constexpr uint64_t kSparseRows = 1000000;
 constexpr uint32_t kSparseDim = 4;
-// Bounds the loops that wait for a message to arrive: 200 polls of at most
-// 20 ms each.
-constexpr int kMaxPolls = 200;
+// Bounds the loops that wait for a message to arrive: 500 polls of at most
+// 20 ms each (each loop ends as soon as the message is there).
+constexpr int kMaxPolls = 500;
 
 JobOptions Job() {
   JobOptions job;
