@@ -25,26 +25,35 @@
 // reply is checked against the bound; a violation fails the pull with
 // Internal (it would be a bug in the shard).
 //
+// Parts: a request is laid out over the shards by Partition
+// (client/partition.h), its parts and tickets are kept by RequestTracker
+// (client/request_tracker.h), each reply is checked by DecodeReply
+// (common/wire.h) before any value is read, and messages travel through one
+// Channel per shard (client/channel.h). The clock and the channels come from
+// ClientEnv, so tests run the client on a fake clock and through faulty
+// channels.
+//
 // Thread safety: not thread-safe. One Client belongs to one thread (it
 // drives its sockets from the caller's thread, so a reply is handled with no
 // thread hop). Use one Client per thread.
 #ifndef PS_CLIENT_CLIENT_H_
 #define PS_CLIENT_CLIENT_H_
 
-#include <array>
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <queue>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "client/channel.h"
 #include "client/heartbeat.h"
 #include "client/param_cache.h"
+#include "client/partition.h"
+#include "client/request_tracker.h"
+#include "common/clock.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -108,16 +117,12 @@ class PulledValues {
   size_t size_ = 0;
 };
 
-using Ticket = uint64_t;
-// Runs inside Wait/WaitAll/Poll when a ticket completes.
-using Callback = std::function<void(const Status&)>;
-
 struct ClientCounters {
   uint64_t requests = 0;       // per-shard requests sent
   uint64_t replies = 0;        // replies matched to a request
   uint64_t errors = 0;         // ERROR replies
   uint64_t timeouts = 0;       // requests that passed their deadline
-  uint64_t late_replies = 0;   // replies after their request timed out (dropped)
+  uint64_t late_replies = 0;   // replies to no request in flight (it timed out, or a copy): dropped
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t bound_violations = 0;  // pull replies older than the staleness bound (a bug)
@@ -132,16 +137,28 @@ struct ClientCounters {
   uint64_t resent = 0;        // requests sent again after a reconnect
 };
 
+// What a Client runs on; the defaults are the real ones.
+struct ClientEnv {
+  // Deadlines, and how long a server has been away, are measured on it.
+  // Null: the process's steady clock. Must outlive the client.
+  const Clock* clock = nullptr;
+  // Makes the channel to each shard. Null: ZmqChannel::Connect.
+  ChannelFactory channels = nullptr;
+};
+
 class Client {
  public:
-  // Connects one DEALER to every server of `job` (or to `endpoints`, one
-  // "tcp://host:port" per shard, when not empty). `worker` is this worker's
-  // rank, or kControlWorker for tools (which may only ask Stats/Shutdown).
-  // Connecting does not wait for the servers: a server that is not up yet
-  // is reached when it starts, within the request deadline.
+  // Connects a channel (a DEALER) to every server of `job` (or to
+  // `endpoints`, one "tcp://host:port" per shard, when not empty).
+  // `worker` is this worker's rank, or kControlWorker for a ControlClient
+  // (client/control_client.h), which may only ask STATS, CHECKPOINT and
+  // SHUTDOWN. Connecting does not wait for the servers: a server that is
+  // not up yet is reached when it starts, within the request deadline.
+  // InvalidArgument for a rank outside the job or a wrong endpoint count.
   // REQUIRES: job.Validate().ok().
   static StatusOr<std::unique_ptr<Client>> Create(const JobOptions& job, uint32_t worker,
-                                                  std::vector<std::string> endpoints = {});
+                                                  std::vector<std::string> endpoints = {},
+                                                  ClientEnv env = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -169,7 +186,8 @@ class Client {
   // Reports this worker's current clock c as finished to every shard and
   // advances the clock to c + 1 (at once: later pulls carry c + 1). Pushes
   // issued before reach each shard before this report. The ticket completes
-  // when every shard acknowledged.
+  // when every shard acknowledged. FailedPrecondition for a control client
+  // (as Join and Leave).
   StatusOr<Ticket> Clock(Callback done = nullptr);
   // This worker's clock: the number of Clock() calls so far (or where
   // Join() resumed).
@@ -195,16 +213,18 @@ class Client {
   // without a callback (all of them are consumed).
   Status WaitAll();
   // Handles replies that arrive within `timeout_ms` (0: only those already
-  // here) and expires requests past their deadline.
+  // here) and expires requests past their deadline (without waiting when
+  // one expired at once).
   Status Poll(int timeout_ms = 0);
   // Per-shard requests sent and not yet answered or expired.
-  size_t in_flight() const { return parts_.size(); }
+  size_t in_flight() const { return tracker_.size(); }
 
   // Blocking conveniences.
   Status PushSync(uint32_t table, std::span<const uint64_t> rows, SharedFloats values);
   Status PullSync(uint32_t table, std::span<const uint64_t> rows, float* out);
 
-  // The text report of a shard (STATS).
+  // The text report of a shard (STATS). InvalidArgument for a shard the
+  // job does not have. (ControlClient asks the same as the control worker.)
   StatusOr<std::string> Stats(uint32_t shard);
   // Asks every shard to shut down; returns after all acknowledged.
   Status ShutdownServers();
@@ -216,86 +236,65 @@ class Client {
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }
-  const ClientCounters& counters() const { return counters_; }
+  // A snapshot of the counters.
+  ClientCounters counters() const;
 
  private:
-  using SteadyClock = std::chrono::steady_clock;
   struct Shard {
     std::string endpoint;
-    std::unique_ptr<Socket> socket;
-    // Declared after `socket`: destroyed before the socket it watches.
-    std::unique_ptr<ConnectionMonitor> monitor;
-    uint32_t in_flight = 0;
+    std::unique_ptr<Channel> channel;
     int64_t min_clock = 0;
     bool connected_once = false;  // a connection was made at least once
     bool down = false;            // the connection dropped and is not back yet
-    SteadyClock::time_point down_since;
+    ps::Clock::TimePoint down_since;
   };
-  struct TicketState {
-    Status status;
-    uint32_t remaining = 0;
-    Callback done;
-    uint64_t waited_us = 0;  // pulls: the longest wait a shard reported
-  };
-  // One request to one shard.
-  struct Part {
-    Ticket ticket = 0;
-    uint32_t shard = 0;
+  // One Push or Pull as the caller asked for it.
+  struct Call {
     Op op = Op::kUnknown;
     uint32_t table = 0;
-    uint64_t count = 0;
-    uint32_t dim = 0;
-    int64_t clock = 0;                   // the worker's clock when it was sent
-    float* out = nullptr;                // PULL: destination of row 0 (contiguous case)
-    PulledValues* view = nullptr;        // PULL into a PulledValues: keep the frames
-    uint64_t view_offset = 0;            // ... at this float offset
-    uint64_t first_row = 0;              // dense parts: the first row
-    bool cache_insert = false;           // PULL: store the reply in the cache
-    std::vector<uint64_t> cache_rows;    // ... the row ids (sparse parts)
-    std::vector<uint64_t> positions;     // PULL: destination row of each reply row (gather case)
-    SteadyClock::time_point deadline;
-    // What was sent (header, keys, values; the bytes shared, not copied),
-    // to send it again; no allocation per request.
-    std::array<Frame, 3> message;
-    uint8_t message_frames = 0;
-    uint32_t resends = 0;                // times it was sent again
-    bool control = false;                // Control() waits for its reply header
+    std::span<const uint64_t> rows = {};  // sparse: the row ids
+    bool dense = false;              // the whole table
+    const SharedFloats* values = nullptr;  // PUSH
+    float* out = nullptr;                  // PULL into a buffer
+    PulledValues* view = nullptr;          // PULL into a PulledValues
+    // PULL (may be empty): row i of `rows` lands at out + out_index[i] * dim
+    // instead of out + i * dim.
+    std::span<const uint64_t> out_index = {};
   };
-  Client(const JobOptions& job, uint32_t worker);
+  Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock);
+  // FailedPrecondition when this is a control client: `call` is for
+  // workers only.
+  Status WorkerOnly(std::string_view call) const;
   Status CheckTable(uint32_t table) const;
-  // Splits and sends a request. `out_index` (pulls only, may be empty):
-  // row i of `rows` goes to out + out_index[i] * dim instead of out + i * dim.
-  StatusOr<Ticket> Issue(Op op, uint32_t table, std::span<const uint64_t> rows, bool dense,
-                         const SharedFloats* values, float* out, PulledValues* view,
-                         Callback done, std::span<const uint64_t> out_index = {});
   Status CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const;
+  // Splits a call into parts (Partition) and sends them.
+  StatusOr<Ticket> Issue(const Call& call, Callback done);
+  // Builds and sends the frames of one part of `call`.
+  void SendSpec(Ticket ticket, const Call& call, const PartSpec& spec);
   // A ticket with nothing to send: completes at once.
   Ticket CompletedTicket(Callback done);
-  Ticket NewTicket(Callback done);
-  // Sends one part (after waiting for a free slot to `shard`); on failure
-  // records the error on the ticket. Returns its request id, 0 if not sent.
-  uint64_t SendPart(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
-                    uint64_t first_row, Frame keys, Frame values, float* out,
-                    std::vector<uint64_t> positions, uint32_t dim, PulledValues* view = nullptr,
-                    uint64_t view_offset = 0, uint32_t flags = 0);
+  // Sends one part with its keys and values frames (either may be empty),
+  // after waiting for a free slot to its shard; on failure records the
+  // error on the ticket. Returns its request id, 0 if not sent.
+  uint64_t SendPart(Part part, Frame keys, Frame values);
   // SendPart without waiting for a slot.
-  uint64_t SendPartNow(Ticket ticket, uint32_t shard, Op op, uint32_t table, uint64_t count,
-                       uint64_t first_row, Frame keys, Frame values, float* out,
-                       std::vector<uint64_t> positions, uint32_t dim, PulledValues* view,
-                       uint64_t view_offset, uint32_t flags);
-  void ArmDeadline(uint64_t request_id, Part& part);
-  // Connection events of every shard's socket.
+  uint64_t SendPartNow(Part part, Frame keys, Frame values);
+  // Every message waiting on the channel of `shard`.
+  Status ReceiveReplies(uint32_t shard);
+  // The connection events of the channel of `shard`.
   Status HandleConnectionEvents(uint32_t shard);
   // The connection to `shard` is back: sends its unanswered requests again
   // and this worker's clock.
   void Reconnected(uint32_t shard);
-  void FailTicket(Ticket ticket, const Status& status);
-  // Drops one hold on the ticket (a part, or the issuing hold) and completes
-  // it when none is left.
-  void Release(Ticket ticket, const Status& status);
+  // Forgets a part and completes it with `status` on its ticket.
   void FinishPart(uint64_t request_id, const Status& status);
-  void HandleReply(uint32_t shard, std::vector<Frame>& frames);
-  void ExpireDeadlines();
+  // Checks a reply (DecodeReply) and completes the part it answers.
+  void HandleReply(uint32_t shard, std::span<Frame> frames);
+  // Copies, scatters or keeps a checked PULL_OK reply's values.
+  void DeliverPull(Part& part, Reply& reply);
+  // Ends the parts past their deadline; returns how many ended.
+  size_t ExpireDeadlines();
+  double MillisSince(ps::Clock::TimePoint t) const;
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
   StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0);
@@ -303,30 +302,32 @@ class Client {
 
   const JobOptions job_;
   const uint32_t worker_;
+  // This is the control worker (kControlWorker): no clock, no heartbeats,
+  // no clock sent after a reconnect, only control requests. The only
+  // differences from a worker, each decided on this flag.
+  const bool control_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds down_timeout_;  // liveness.server_down_timeout_ms
   const int64_t bound_;  // staleness bound of the job's consistency mode
-  int64_t clock_ = 0;
+  const PartLimits limits_;
+  const uint64_t session_;  // random, non-zero: names this client's requests
+  SteadyClock steady_clock_;
+  const ps::Clock* const time_;  // deadlines and waits are measured on it
+  int64_t clock_ = 0;            // this worker's clock
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
-  uint64_t max_rows_per_part_cap_;  // from the server's request limits
   std::unique_ptr<Context> context_;
   std::vector<Shard> shards_;
-  std::vector<Socket*> poll_sockets_;
+  std::vector<Socket*> poll_sockets_;  // every channel's messages, then every one's events
   std::vector<bool> readable_;
   std::vector<Frame> frames_;
 
-  const uint64_t session_;  // random, non-zero: names this client's requests
   uint64_t next_request_id_ = 1;
-  Ticket next_ticket_ = 1;
-  std::unordered_map<uint64_t, Part> parts_;
-  std::unordered_map<Ticket, TicketState> tickets_;
-  // (deadline, request id), earliest first. An entry whose part has since
-  // been given a new deadline (sent again, or waiting for a server that
-  // went away) is skipped.
-  std::priority_queue<std::pair<SteadyClock::time_point, uint64_t>,
-                      std::vector<std::pair<SteadyClock::time_point, uint64_t>>, std::greater<>>
-      deadlines_;
+  RequestTracker tracker_;
+  // Kept between calls so that splitting a request allocates nothing; a
+  // call issued from a callback while another is being sent gets its own.
+  Partition partition_;
+  ReplyLookup expectation_;  // what the part a reply answers asked for
   std::unordered_map<uint64_t, MessageHeader> control_replies_;
   ClientCounters counters_;
 };

@@ -259,6 +259,66 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   return Status::Ok();
 }
 
+Status DecodeReply(std::span<Frame> frames, uint32_t shard, const ReplyLookup& lookup,
+                   Reply* out) {
+  out->values = {};
+  out->fault = ReplyFault::kUnreadable;
+  if (frames.empty()) return InvalidArgumentError("empty reply: expected a header frame");
+  auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
+  if (!parsed.ok()) return parsed.status();
+  out->header = std::move(*parsed);
+  const MessageHeader& h = out->header;
+  const std::optional<ReplyExpectation> expect = lookup(h.request_id);
+  if (!expect || expect->shard != shard) {
+    out->fault = ReplyFault::kUnmatched;
+    return NotFoundError(OpName(h.op) + " reply to request " + std::to_string(h.request_id) +
+                         " from server " + std::to_string(shard) +
+                         " answers no request in flight to it");
+  }
+  if (h.op == Op::kError) {
+    out->fault = ReplyFault::kRejected;
+    return StatusFromErrorHeader(h);
+  }
+  if (h.op != ReplyOp(expect->request)) {
+    out->fault = ReplyFault::kWrongOp;
+    return InternalError("got a " + OpName(h.op) + " reply");
+  }
+  if (expect->request != Op::kPull) {
+    if (frames.size() != 1) {
+      out->fault = ReplyFault::kBadValues;
+      return DataLossError(OpName(h.op) + " reply has " + std::to_string(frames.size()) +
+                           " frames, expected 1 (header)");
+    }
+    out->fault = ReplyFault::kNone;
+    return Status::Ok();
+  }
+  if (expect->clock > expect->bound && h.min_clock < expect->clock - expect->bound) {
+    out->fault = ReplyFault::kStale;
+    return InternalError("staleness bound violated: pulled at clock " +
+                         std::to_string(expect->clock) + " with bound " +
+                         std::to_string(expect->bound) + " but the shard's minimum clock was " +
+                         std::to_string(h.min_clock));
+  }
+  // count and dim come from the client's own checked request.
+  const uint64_t row_bytes = uint64_t{expect->dim} * sizeof(float);
+  const uint64_t expected = expect->count * row_bytes;
+  uint64_t got = 0;
+  bool whole_rows = row_bytes > 0;
+  for (size_t i = 1; i < frames.size(); ++i) {
+    got += frames[i].size();
+    whole_rows = whole_rows && frames[i].size() % row_bytes == 0;
+  }
+  if (frames.size() < 2 || got != expected || !whole_rows) {
+    out->fault = ReplyFault::kBadValues;
+    return DataLossError("reply has " + std::to_string(got) + " value bytes in " +
+                         std::to_string(frames.size() - 1) + " frames, expected " +
+                         std::to_string(expected) + " in frames of whole rows");
+  }
+  out->values = frames.subspan(1);
+  out->fault = ReplyFault::kNone;
+  return Status::Ok();
+}
+
 MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, const Status& status) {
   MessageHeader h;
   h.op = Op::kError;

@@ -6,12 +6,16 @@
 // generated ps.pb.h is wire.cc; everything else sees MessageHeader.
 //
 // DecodeRequest is the single gate between the network and a shard's state:
-// it checks every frame of a request before anything reads it.
+// it checks every frame of a request before anything reads it. DecodeReply
+// is its counterpart on the client: it checks every frame of a reply against
+// the request it answers before the client reads any value.
 #ifndef PS_COMMON_WIRE_H_
 #define PS_COMMON_WIRE_H_
 
 #include <bit>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -148,6 +152,54 @@ MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, cons
 
 // Reads a Status back from an ERROR reply.
 Status StatusFromErrorHeader(const MessageHeader& header);
+
+// What the request a reply answers asked for, to check the reply against.
+struct ReplyExpectation {
+  Op request = Op::kUnknown;  // the request's op
+  uint32_t shard = 0;         // the shard it was sent to
+  uint64_t count = 0;         // PULL: rows asked for
+  uint32_t dim = 0;           // PULL: floats per row
+  int64_t clock = 0;          // PULL: the worker's clock when it was sent
+  int64_t bound = 0;          // PULL: the job's staleness bound
+};
+
+// The request in flight with this request id, or nullopt when none is (it
+// was answered or expired).
+using ReplyLookup = std::function<std::optional<ReplyExpectation>(uint64_t request_id)>;
+
+// Which check a reply failed (kNone: it passed).
+enum class ReplyFault {
+  kNone,
+  kUnreadable,  // no frames, or the header does not parse; not matched to a request
+  kUnmatched,   // answers no request in flight to that shard (e.g. one that expired)
+  kRejected,    // an ERROR reply: the shard refused the request
+  kWrongOp,     // a reply op that does not answer the request's op
+  kStale,       // PULL_OK older than the staleness bound allows (a bug in the shard)
+  kBadValues,   // frames that do not carry what the request asked for
+};
+
+// A reply that passed DecodeReply. `values` (PULL_OK only) are the frames
+// after the header, each of whole rows, in row order, together exactly the
+// rows asked for; they stay in the frames given to DecodeReply (no copy).
+struct Reply {
+  MessageHeader header;  // set unless fault is kUnreadable
+  std::span<Frame> values;
+  ReplyFault fault = ReplyFault::kNone;
+};
+
+// Checks one reply (`frames` as a DEALER receives them) that arrived from
+// `shard`: header parse; a request in flight to that shard with the
+// header's request id (`lookup`); an ERROR reply; the reply op against the
+// request's; for PULL_OK the staleness bound (the shard's minimum clock is
+// at least clock - bound) and the values frames (at least one, each of
+// whole rows, count*dim*4 bytes in all); for every other reply no frame
+// after the header. Fills *out (out->fault says which check failed, and
+// out->header is set whenever the header parsed) and returns OK, or the
+// error without the request's description: InvalidArgument (kUnreadable),
+// NotFound (kUnmatched), the shard's own code and text (kRejected),
+// Internal (kWrongOp, kStale), DataLoss (kBadValues).
+Status DecodeReply(std::span<Frame> frames, uint32_t shard, const ReplyLookup& lookup,
+                   Reply* out);
 
 // Reinterprets a frame as an array of T, in place when the frame is aligned
 // for T, else via a copy into *scratch. REQUIRES: size is a multiple of sizeof(T).

@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "client/client.h"
+#include "client/control_client.h"
 #include "common/config.h"
 #include "common/logging.h"
 
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   job->client.request_timeout_ms = timeout_ms;
-  auto client = ps::Client::Create(*job, ps::kControlWorker);
+  auto client = ps::ControlClient::Create(*job);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", client.status().ToString().c_str());
     return 1;

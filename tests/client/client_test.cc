@@ -13,8 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "client/control_client.h"
 #include "common/key_range.h"
 #include "server/shard_server.h"
+#include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
 
 namespace ps {
@@ -42,10 +44,10 @@ JobOptions Job(uint32_t shards) {
 
 class ClientTest : public ::testing::Test {
  protected:
-  void Start(JobOptions job) {
+  void Start(JobOptions job, ClientEnv env = {}) {
     job_ = std::move(job);
     cluster_ = std::make_unique<InProcessCluster>(job_);
-    auto c = Client::Create(job_, 0, cluster_->endpoints());
+    auto c = Client::Create(job_, 0, cluster_->endpoints(), std::move(env));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(*c);
   }
@@ -218,11 +220,18 @@ TEST_F(ClientTest, ServerErrorsNameTheServer) {
 TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
   JobOptions job = Job(2);
   job.client.request_timeout_ms = 300;
-  Start(job);
+  FakeClock clock;
+  Start(job, {.clock = &clock});
   cluster_->Stop();  // server 0 and 1 stop answering; their ports stay bound
   std::vector<float> out(1001 * 3);
   const auto start = std::chrono::steady_clock::now();
-  Status s = client_->Wait(*client_->PullDense(0, out.data()));
+  auto pull = client_->PullDense(0, out.data());
+  ASSERT_TRUE(pull.ok());
+  clock.Advance(std::chrono::milliseconds(299));
+  ASSERT_TRUE(client_->Poll(0).ok());
+  EXPECT_EQ(client_->in_flight(), 2u);  // not yet
+  clock.Advance(std::chrono::milliseconds(1));
+  Status s = client_->Wait(*pull);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
   EXPECT_NE(s.message().find("to server 0 at " + cluster_->endpoints()[0]), std::string::npos)
@@ -234,7 +243,7 @@ TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
 
 TEST_F(ClientTest, StatsAndShutdownReachEveryShard) {
   Start(Job(2));
-  auto control = Client::Create(job_, kControlWorker, cluster_->endpoints());
+  auto control = ControlClient::Create(job_, cluster_->endpoints());
   ASSERT_TRUE(control.ok());
   auto stats = (*control)->Stats(1);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
@@ -305,13 +314,24 @@ MessageHeader ReplyTo(const MessageHeader& req, Op op) {
   return h;
 }
 
-Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000) {
+// With `clock`: waits until the reply arrived, then moves the clock past
+// the request's deadline.
+Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000, FakeClock* clock = nullptr) {
   JobOptions job = Job(1);
   job.client.request_timeout_ms = timeout_ms;
-  auto client = Client::Create(job, 0, {fake.endpoint()});
+  auto client = Client::Create(job, 0, {fake.endpoint()}, {.clock = clock});
   EXPECT_TRUE(client.ok());
   std::vector<float> out(1001 * 3);
-  return (*client)->Wait(*(*client)->PullDense(0, out.data()));
+  auto pull = (*client)->PullDense(0, out.data());
+  EXPECT_TRUE(pull.ok());
+  if (clock != nullptr) {
+    for (int i = 0; i < 200 && (*client)->counters().bytes_received == 0; ++i) {
+      EXPECT_TRUE((*client)->Poll(20).ok());
+    }
+    EXPECT_GT((*client)->counters().bytes_received, 0u);
+    clock->Advance(std::chrono::milliseconds(timeout_ms));
+  }
+  return (*client)->Wait(*pull);
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {
@@ -344,7 +364,8 @@ TEST(ClientBadReplyTest, UnreadableReplyLeavesTheRequestToItsDeadline) {
     r.push_back(Frame::CopyOf(std::string_view("\xff\xff\xff")));
     return r;
   });
-  Status s = PullThrough(fake, 300);
+  FakeClock clock;
+  Status s = PullThrough(fake, 300, &clock);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
 }
 

@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/options.h"
 
@@ -133,6 +136,146 @@ TEST(WireTest, EmptyMessageIsRejected) {
   RequestRules rules;
   Request r;
   EXPECT_EQ(DecodeRequest({}, rules, &r).code(), StatusCode::kInvalidArgument);
+}
+
+// A client's view of one request in flight: PULL request 7 of 4 rows x 3
+// floats to shard 1, sent at clock 5 under a staleness bound of 2.
+class DecodeReplyTest : public ::testing::Test {
+ protected:
+  DecodeReplyTest() {
+    lookup_ = [this](uint64_t id) -> std::optional<ReplyExpectation> {
+      if (id != 7) return std::nullopt;
+      return expect_;
+    };
+  }
+  MessageHeader Header(Op op) const {
+    MessageHeader h;
+    h.op = op;
+    h.request_id = 7;
+    h.shard = 1;
+    h.count = 4;
+    h.dim = 3;
+    h.min_clock = 3;
+    return h;
+  }
+  // A reply of `header` and value frames of `sizes` bytes.
+  static std::vector<Frame> Message(const MessageHeader& header, std::vector<size_t> sizes) {
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(header));
+    for (size_t size : sizes) frames.push_back(Frame::CopyOf(std::string(size, '\0')));
+    return frames;
+  }
+  Status Decode(std::vector<Frame>& frames, uint32_t shard = 1) {
+    return DecodeReply(frames, shard, lookup_, &reply_);
+  }
+  ReplyExpectation expect_{.request = Op::kPull, .shard = 1, .count = 4, .dim = 3, .clock = 5,
+                           .bound = 2};
+  ReplyLookup lookup_;
+  Reply reply_;
+};
+
+TEST_F(DecodeReplyTest, PullReplyInSeveralFramesOfWholeRowsPasses) {
+  std::vector<Frame> frames = Message(Header(Op::kPullOk), {12, 36});
+  Status s = Decode(frames);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(reply_.fault, ReplyFault::kNone);
+  EXPECT_EQ(reply_.header.request_id, 7u);
+  ASSERT_EQ(reply_.values.size(), 2u);
+  EXPECT_EQ(reply_.values[0].size(), 12u);
+  EXPECT_EQ(reply_.values[1].data(), frames[2].data());  // the frames themselves, not copies
+}
+
+TEST_F(DecodeReplyTest, ControlReplyWithOnlyAHeaderPasses) {
+  expect_ = {.request = Op::kStats, .shard = 1};
+  MessageHeader h = Header(Op::kStatsOk);
+  h.text = "report";
+  std::vector<Frame> frames = Message(h, {});
+  ASSERT_TRUE(Decode(frames).ok());
+  EXPECT_EQ(reply_.header.text, "report");
+  EXPECT_TRUE(reply_.values.empty());
+}
+
+TEST_F(DecodeReplyTest, EmptyOrUnreadableRepliesAreUnreadable) {
+  std::vector<Frame> none;
+  EXPECT_EQ(Decode(none).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reply_.fault, ReplyFault::kUnreadable);
+  std::vector<Frame> garbage;
+  garbage.push_back(Frame::CopyOf(std::string_view("\xff\xff\xff")));
+  EXPECT_EQ(Decode(garbage).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reply_.fault, ReplyFault::kUnreadable);
+}
+
+TEST_F(DecodeReplyTest, ReplyToNoRequestInFlightOrFromAnotherShardIsUnmatched) {
+  MessageHeader h = Header(Op::kPullOk);
+  h.request_id = 8;
+  std::vector<Frame> unknown = Message(h, {48});
+  Status s = Decode(unknown);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(reply_.fault, ReplyFault::kUnmatched);
+  EXPECT_NE(s.message().find("request 8 from server 1"), std::string::npos) << s.ToString();
+  std::vector<Frame> elsewhere = Message(Header(Op::kPullOk), {48});
+  EXPECT_EQ(Decode(elsewhere, /*shard=*/0).code(), StatusCode::kNotFound);
+  EXPECT_EQ(reply_.fault, ReplyFault::kUnmatched);
+}
+
+TEST_F(DecodeReplyTest, ErrorReplyCarriesTheShardsCodeAndText) {
+  std::vector<Frame> frames;
+  frames.push_back(
+      EncodeHeader(MakeErrorHeader(Header(Op::kPull), 1, ResourceExhaustedError("too big"))));
+  Status s = Decode(frames);
+  EXPECT_EQ(s, ResourceExhaustedError("too big"));
+  EXPECT_EQ(reply_.fault, ReplyFault::kRejected);
+  EXPECT_EQ(reply_.header.request_id, 7u);
+}
+
+TEST_F(DecodeReplyTest, ReplyOpThatDoesNotAnswerTheRequestIsInternal) {
+  std::vector<Frame> frames = Message(Header(Op::kPushOk), {});
+  Status s = Decode(frames);
+  EXPECT_EQ(s, InternalError("got a PUSH_OK reply"));
+  EXPECT_EQ(reply_.fault, ReplyFault::kWrongOp);
+}
+
+TEST_F(DecodeReplyTest, PullOlderThanTheStalenessBoundIsInternal) {
+  MessageHeader h = Header(Op::kPullOk);
+  h.min_clock = 2;  // clock 5 with bound 2 needs at least 3
+  std::vector<Frame> frames = Message(h, {48});
+  Status s = Decode(frames);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(reply_.fault, ReplyFault::kStale);
+  EXPECT_NE(s.message().find("pulled at clock 5 with bound 2 but the shard's minimum clock was 2"),
+            std::string::npos)
+      << s.ToString();
+  // An unbounded mode never checks.
+  expect_.bound = kMaxClock;
+  EXPECT_TRUE(Decode(frames).ok());
+}
+
+TEST_F(DecodeReplyTest, ValuesThatAreNotTheRowsAskedForAreDataLoss) {
+  struct Case {
+    std::vector<size_t> sizes;
+    const char* what;
+  };
+  const Case cases[] = {
+      {{}, "reply has 0 value bytes in 0 frames, expected 48"},
+      {{12}, "reply has 12 value bytes in 1 frames, expected 48"},
+      {{60}, "reply has 60 value bytes in 1 frames, expected 48"},
+      {{20, 28}, "reply has 48 value bytes in 2 frames, expected 48 in frames of whole rows"},
+  };
+  for (const Case& c : cases) {
+    std::vector<Frame> frames = Message(Header(Op::kPullOk), c.sizes);
+    Status s = Decode(frames);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << c.what;
+    EXPECT_EQ(reply_.fault, ReplyFault::kBadValues) << c.what;
+    EXPECT_NE(s.message().find(c.what), std::string::npos) << s.ToString();
+  }
+}
+
+TEST_F(DecodeReplyTest, ControlReplyWithExtraFramesIsDataLoss) {
+  expect_ = {.request = Op::kClock, .shard = 1};
+  std::vector<Frame> frames = Message(Header(Op::kClockOk), {8});
+  Status s = Decode(frames);
+  EXPECT_EQ(s, DataLossError("CLOCK_OK reply has 2 frames, expected 1 (header)"));
+  EXPECT_EQ(reply_.fault, ReplyFault::kBadValues);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "server/shard_server.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
@@ -64,7 +65,7 @@ TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   const auto start = clock.Now();
   Ticket pull = *w0->PullDense(0, out.data());
   // Once both shards hold the pull, the shards' time passes its deadline.
-  auto control = Client::Create(job, kControlWorker, shards.endpoints()).value();
+  auto control = ControlClient::Create(job, shards.endpoints()).value();
   for (uint32_t shard = 0; shard < 2; ++shard) {
     for (int i = 0;; ++i) {
       ASSERT_LT(i, 5000) << "shard " << shard << " never held the pull";

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "client/heartbeat.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
@@ -65,7 +66,7 @@ std::vector<int64_t> SilentMs(const std::string& stats) {
 void MoveClockKeeping(FakeClock& clock, milliseconds by, const std::vector<uint32_t>& alive,
                       const JobOptions& job, InProcessCluster& cluster) {
   clock.Advance(by);
-  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto control = ControlClient::Create(job, cluster.endpoints()).value();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (uint32_t s = 0; s < cluster.endpoints().size(); ++s) {
     while (true) {
@@ -236,7 +237,7 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
   // Worker 2 is declared dead; the others' heartbeats report their caches.
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
   ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
-  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto control = ControlClient::Create(job, cluster.endpoints()).value();
   auto stats = control->Stats(0);
   ASSERT_OK(stats);
   EXPECT_NE(stats->find("worker_clocks 3 3 0"), std::string::npos) << *stats;

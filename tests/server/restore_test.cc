@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
@@ -163,7 +164,7 @@ TEST(RestoreTest, ACheckpointCanBeAskedForAtAnyClock) {
   const JobOptions job = Job(FreshDir("on_request"), 1000);
   InProcessCluster cluster(job);
   Train(job, cluster.endpoints(), 3);
-  auto control = Client::Create(job, kControlWorker, cluster.endpoints()).value();
+  auto control = ControlClient::Create(job, cluster.endpoints()).value();
   auto generations = control->CheckpointServers();
   ASSERT_OK(generations);
   ASSERT_EQ(generations->size(), 2u);
@@ -180,7 +181,7 @@ TEST(RestoreTest, ACheckpointCanBeAskedForAtAnyClock) {
   JobOptions plain = job;
   plain.checkpoint = CheckpointOptions();
   InProcessCluster no_checkpoints(plain);
-  auto asked = Client::Create(plain, kControlWorker, no_checkpoints.endpoints())
+  auto asked = ControlClient::Create(plain, no_checkpoints.endpoints())
                    .value()
                    ->CheckpointServers();
   ASSERT_FALSE(asked.ok());

@@ -1,0 +1,240 @@
+// Client::Poll and what it handles: replies (checked by DecodeReply, then
+// delivered), deadlines, and the connection events of each shard, with the
+// resend of unanswered requests when a connection comes back.
+#include "client/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/logging.h"
+
+namespace ps {
+
+void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
+  for (const Frame& f : frames) counters_.bytes_received += f.size();
+  Reply reply;
+  const Status checked = DecodeReply(frames, shard, expectation_, &reply);
+  if (reply.fault == ReplyFault::kUnreadable) {
+    PS_LOG_WARN("server {} at {} sent an unreadable reply: {}", shard, shards_[shard].endpoint,
+                checked.ToString());
+    return;  // the request it answered will expire with a clear error
+  }
+  if (reply.fault == ReplyFault::kUnmatched) {
+    ++counters_.late_replies;
+    return;
+  }
+  const MessageHeader& h = reply.header;
+  Part& p = *tracker_.Find(h.request_id);  // matched by DecodeReply
+  ++counters_.replies;
+  shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
+  if (!checked.ok()) {
+    if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
+    if (reply.fault == ReplyFault::kStale) ++counters_.bound_violations;
+    const std::string what = Describe(p, h.request_id);
+    FinishPart(h.request_id, checked.WithContext(reply.fault == ReplyFault::kRejected
+                                                     ? what + " was rejected"
+                                                     : what));
+    return;
+  }
+  if (p.op == Op::kPull) {
+    // The shards of one pull wait side by side: the pull waited the longest of them.
+    if (h.waited_us > 0) tracker_.NoteWait(p.ticket, h.waited_us);
+    DeliverPull(p, reply);
+  } else if (p.control) {
+    control_replies_[h.request_id] = h;
+  }
+  FinishPart(h.request_id, Status::Ok());
+}
+
+void Client::DeliverPull(Part& p, Reply& reply) {
+  // Values come as one or more frames of whole rows, in row order (DecodeReply).
+  const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
+  const int64_t min_clock = reply.header.min_clock;
+  uint64_t row = 0;  // first row of the current frame within this part
+  for (Frame& frame : reply.values) {
+    const uint64_t rows = frame.size() / row_bytes;
+    if (p.view != nullptr) {
+      Frame f = std::move(frame);
+      if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
+        f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
+      }
+      p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
+    } else if (p.positions.empty()) {
+      std::memcpy(p.out + row * p.dim, frame.data(), frame.size());
+      if (p.cache_insert) {
+        cache_->Insert(p.table, p.first_row + row,
+                       p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
+                       p.out + row * p.dim, min_clock);
+      }
+    } else {
+      const auto* src = reinterpret_cast<const std::byte*>(frame.data());
+      for (uint64_t x = 0; x < rows; ++x) {
+        std::memcpy(p.out + p.positions[row + x] * p.dim, src + x * row_bytes, row_bytes);
+      }
+      if (p.cache_insert) {
+        cache_->Insert(p.table, 0, p.cache_rows.data() + row, rows,
+                       reinterpret_cast<const float*>(src), min_clock);
+      }
+    }
+    row += rows;
+  }
+}
+
+double Client::MillisSince(ps::Clock::TimePoint t) const {
+  return std::chrono::duration<double, std::milli>(time_->Now() - t).count();
+}
+
+size_t Client::ExpireDeadlines() {
+  const auto now = time_->Now();
+  size_t expired = 0;
+  while (const uint64_t rid = tracker_.PopExpired(now)) {
+    ++expired;
+    Part& p = *tracker_.Find(rid);
+    const Shard& shard = shards_[p.shard];
+    if (shard.down) {
+      // The server went away: its requests wait for it to come back.
+      const auto give_up = shard.down_since + down_timeout_;
+      if (give_up > now) {
+        tracker_.Extend(rid, p, give_up);
+        continue;
+      }
+      ++counters_.timeouts;
+      FinishPart(rid, UnavailableError(
+                          Describe(p, rid) + " failed: the connection to the server dropped " +
+                          std::to_string(static_cast<int64_t>(MillisSince(shard.down_since))) +
+                          " ms ago and it did not come back within " +
+                          std::to_string(down_timeout_.count()) +
+                          " ms (liveness.server_down_timeout_ms); is it running? ps_launch "
+                          "restarts a crashed server when the job has checkpoint.dir"));
+      continue;
+    }
+    ++counters_.timeouts;
+    FinishPart(rid, DeadlineExceededError(
+                        Describe(p, rid) + " got no reply within " +
+                        std::to_string(timeout_.count()) +
+                        " ms (client.request_timeout_ms); the server may be down, overloaded "
+                        "or unreachable"));
+  }
+  return expired;
+}
+
+Status Client::Poll(int timeout_ms) {
+  // Requests that just ended may be what the caller waits for: return
+  // without waiting.
+  if (ExpireDeadlines() > 0) timeout_ms = 0;
+  if (auto next = tracker_.NextDeadline()) {
+    auto until =
+        std::chrono::duration_cast<std::chrono::milliseconds>(*next - time_->Now()).count() + 1;
+    timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
+  }
+  bool buffered = false;  // a channel holds messages of its own (a test's)
+  for (const Shard& shard : shards_) buffered = buffered || shard.channel->HasBuffered();
+  if (buffered) timeout_ms = 0;
+  auto ready = PollReadable(poll_sockets_, timeout_ms, &readable_);
+  if (!ready.ok()) return ready.status();
+  if (*ready > 0 || buffered) {
+    const size_t n = shards_.size();
+    for (uint32_t s = 0; s < n; ++s) {
+      if (readable_[s] || buffered) PS_RETURN_IF_ERROR(ReceiveReplies(s));
+    }
+    // After the replies: those that arrived before a connection dropped
+    // are answers, not requests to send again.
+    for (uint32_t s = 0; s < n; ++s) {
+      if (readable_[n + s] || buffered) PS_RETURN_IF_ERROR(HandleConnectionEvents(s));
+    }
+  }
+  ExpireDeadlines();
+  return Status::Ok();
+}
+
+Status Client::ReceiveReplies(uint32_t s) {
+  while (true) {
+    PS_ASSIGN_OR_RETURN(bool got, shards_[s].channel->TryRecv(&frames_));
+    if (!got) return Status::Ok();
+    HandleReply(s, frames_);
+  }
+}
+
+Status Client::HandleConnectionEvents(uint32_t s) {
+  Shard& shard = shards_[s];
+  while (true) {
+    PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.channel->TryNextEvent());
+    if (!event) return Status::Ok();
+    if (*event == ConnectionEvent::kDisconnected) {
+      if (shard.down) continue;
+      shard.down = true;
+      shard.down_since = time_->Now();
+      ++counters_.disconnects;
+      PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
+                  "to {} ms (liveness.server_down_timeout_ms) for it to come back",
+                  s, shard.endpoint, tracker_.in_flight(s), down_timeout_.count());
+      continue;
+    }
+    const bool again = shard.connected_once;
+    shard.connected_once = true;
+    if (again) Reconnected(s);
+    shard.down = false;
+  }
+}
+
+void Client::Reconnected(uint32_t s) {
+  Shard& shard = shards_[s];
+  ++counters_.reconnects;
+  const std::vector<uint64_t> rids = tracker_.InFlightTo(s);  // oldest first
+  const std::string clock =
+      control_ ? "" : " and this worker's clock " + std::to_string(clock_);
+  if (shard.down) {
+    PS_LOG_INFO("server {} at {} is back after {:.0f} ms; sending its {} unanswered requests "
+                "again{}",
+                s, shard.endpoint, MillisSince(shard.down_since), rids.size(), clock);
+  } else {
+    PS_LOG_INFO("reconnected to server {} at {}; sending its {} unanswered requests again{}", s,
+                shard.endpoint, rids.size(), clock);
+  }
+  std::vector<Frame> copy;
+  for (uint64_t rid : rids) {
+    Part* p = tracker_.Find(rid);
+    if (p == nullptr) continue;  // a callback of an earlier one finished it
+    if (!tracker_.Resent(rid, *p)) {
+      FinishPart(rid, UnavailableError(Describe(*p, rid) + " was sent " +
+                                       std::to_string(RequestTracker::kMaxResends + 1) +
+                                       " times and each time the connection to the server "
+                                       "dropped before it answered; giving up"));
+      continue;
+    }
+    copy.clear();
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < p->message_frames; ++i) {
+      copy.push_back(p->message[i].Clone());
+      bytes += p->message[i].size();
+    }
+    Status sent = shard.channel->Send(copy);
+    if (!sent.ok()) {
+      FinishPart(rid, sent.WithContext(Describe(*p, rid) + " could not be sent again"));
+      continue;
+    }
+    ++counters_.resent;
+    ++counters_.requests;
+    counters_.bytes_sent += bytes;
+  }
+  // A restarted server went back to its checkpoint: cached rows may be
+  // newer than what it serves now.
+  if (cache_ != nullptr) {
+    for (uint32_t t = 0; t < job_.tables.size(); ++t) cache_->Invalidate(t);
+  }
+  if (!control_) {
+    // A server restarted from a checkpoint would otherwise wait for this
+    // worker's clocks that already passed. Sent after the requests above,
+    // on the same connection, so it arrives after them. No slot wait: this
+    // runs inside Poll.
+    const Ticket ticket = tracker_.NewTicket([](const Status&) {});
+    SendPartNow({.ticket = ticket, .shard = s, .op = Op::kHeartbeat, .flags = kFlagResume},
+                Frame(), Frame());
+    tracker_.Release(ticket, Status::Ok());
+  }
+}
+
+}  // namespace ps

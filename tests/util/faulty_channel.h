@@ -1,0 +1,223 @@
+// Test helper: a Channel around the real one that drops, holds back
+// (delays), duplicates or reorders messages and cuts the connection, on the
+// test's command. Faults are chosen by direction and by the op in the
+// message's header, so a test says "duplicate the next PUSH" or "hold the
+// next three PULL_OK replies".
+//
+// A cut is what the client sees when a server goes away: a kDisconnected
+// event, then every message either way is lost, until Restore() reports
+// kConnected again (and the client sends its unanswered requests again).
+// The server itself keeps its connection.
+//
+// Not thread-safe: used by the thread that drives the client, as the
+// client uses it.
+#ifndef PS_TESTS_UTIL_FAULTY_CHANNEL_H_
+#define PS_TESTS_UTIL_FAULTY_CHANNEL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/channel.h"
+#include "common/wire.h"
+
+namespace ps {
+
+class FaultyChannel final : public Channel {
+ public:
+  enum class Direction { kToServer = 0, kFromServer = 1 };
+  enum class Fault {
+    kDrop,       // lost
+    kDuplicate,  // delivered twice
+    kHold,       // kept until ReleaseHeld (delayed, and reordered when released newest first)
+  };
+
+  explicit FaultyChannel(std::unique_ptr<Channel> inner) : inner_(std::move(inner)) {}
+
+  // The next `times` messages going `direction` whose header op is `op`
+  // (Op::kUnknown: any op) get `fault`. Rules apply in the order given.
+  void Inject(Direction direction, Op op, Fault fault, int times = 1) {
+    rules_.push_back({direction, op, fault, times});
+  }
+  // Delivers the messages held going `direction`: to the server at once,
+  // to the client by the next TryRecv calls. Oldest first, or newest first
+  // to reorder them.
+  Status ReleaseHeld(Direction direction, bool newest_first = false) {
+    std::deque<std::vector<Frame>>& held = held_[static_cast<int>(direction)];
+    while (!held.empty()) {
+      std::vector<Frame> message = std::move(newest_first ? held.back() : held.front());
+      if (newest_first) {
+        held.pop_back();
+      } else {
+        held.pop_front();
+      }
+      if (direction == Direction::kToServer) {
+        Status sent = inner_->Send(message);
+        if (!sent.ok()) return sent;
+      } else {
+        ready_.push_back(std::move(message));
+      }
+    }
+    return Status::Ok();
+  }
+  size_t held(Direction direction) const { return held_[static_cast<int>(direction)].size(); }
+
+  // Cuts the connection (see the top of this file).
+  void Cut() {
+    TakeInnerEvents();  // a real event not yet seen comes before the cut
+    cut_ = true;
+    events_.push_back(ConnectionEvent::kDisconnected);
+  }
+  void Restore() {
+    cut_ = false;
+    events_.push_back(ConnectionEvent::kConnected);
+  }
+
+  uint64_t dropped() const { return dropped_; }      // by kDrop or a cut
+  uint64_t duplicated() const { return duplicated_; }
+
+  Status Send(std::span<Frame> frames) override {
+    if (cut_) return Discard(frames);
+    const std::optional<Fault> fault = Match(Direction::kToServer, frames);
+    if (!fault) return inner_->Send(frames);
+    switch (*fault) {
+      case Fault::kDrop:
+        return Discard(frames);
+      case Fault::kHold:
+        held_[0].push_back(Take(frames));
+        return Status::Ok();
+      case Fault::kDuplicate: {
+        std::vector<Frame> copy = Clone(frames);
+        Status first = inner_->Send(copy);
+        if (!first.ok()) return first;
+        ++duplicated_;
+        return inner_->Send(frames);
+      }
+    }
+    return inner_->Send(frames);
+  }
+
+  StatusOr<bool> TryRecv(std::vector<Frame>* frames) override {
+    if (!ready_.empty()) {
+      *frames = std::move(ready_.front());
+      ready_.pop_front();
+      return true;
+    }
+    while (true) {
+      PS_ASSIGN_OR_RETURN(bool got, inner_->TryRecv(frames));
+      if (!got) return false;
+      if (cut_) {
+        ++dropped_;
+        continue;
+      }
+      const std::optional<Fault> fault = Match(Direction::kFromServer, *frames);
+      if (!fault) return true;
+      switch (*fault) {
+        case Fault::kDrop:
+          ++dropped_;
+          continue;
+        case Fault::kHold:
+          held_[1].push_back(std::move(*frames));
+          continue;
+        case Fault::kDuplicate:
+          ready_.push_back(Clone(*frames));
+          ++duplicated_;
+          return true;
+      }
+    }
+  }
+
+  StatusOr<std::optional<ConnectionEvent>> TryNextEvent() override {
+    TakeInnerEvents();
+    if (events_.empty()) return std::optional<ConnectionEvent>();
+    const ConnectionEvent event = events_.front();
+    events_.pop_front();
+    return std::optional(event);
+  }
+
+  PollSockets poll_sockets() override { return inner_->poll_sockets(); }
+  bool HasBuffered() const override { return !ready_.empty() || !events_.empty(); }
+
+ private:
+  struct Rule {
+    Direction direction;
+    Op op;
+    Fault fault;
+    int times;
+  };
+
+  std::optional<Fault> Match(Direction direction, std::span<const Frame> frames) {
+    if (frames.empty()) return std::nullopt;
+    auto header = DecodeHeader({frames[0].data(), frames[0].size()});
+    for (auto it = rules_.begin(); it != rules_.end(); ++it) {
+      if (it->direction != direction) continue;
+      if (it->op != Op::kUnknown && (!header.ok() || header->op != it->op)) continue;
+      const Fault fault = it->fault;
+      if (--it->times <= 0) rules_.erase(it);
+      return fault;
+    }
+    return std::nullopt;
+  }
+  // Real connection events, in order; lost while the connection is cut.
+  void TakeInnerEvents() {
+    while (true) {
+      auto event = inner_->TryNextEvent();
+      if (!event.ok() || !*event) return;
+      if (!cut_) events_.push_back(**event);
+    }
+  }
+  Status Discard(std::span<Frame> frames) {
+    Take(frames);
+    ++dropped_;
+    return Status::Ok();
+  }
+  static std::vector<Frame> Take(std::span<Frame> frames) {
+    std::vector<Frame> message;
+    for (Frame& f : frames) message.push_back(std::move(f));
+    return message;
+  }
+  static std::vector<Frame> Clone(std::span<const Frame> frames) {
+    std::vector<Frame> message;
+    for (const Frame& f : frames) message.push_back(f.Clone());
+    return message;
+  }
+
+  std::unique_ptr<Channel> inner_;
+  std::vector<Rule> rules_;
+  std::deque<std::vector<Frame>> held_[2];    // by Direction
+  std::deque<std::vector<Frame>> ready_;      // for the client, before the inner channel's
+  std::deque<ConnectionEvent> events_;
+  bool cut_ = false;
+  uint64_t dropped_ = 0;
+  uint64_t duplicated_ = 0;
+};
+
+// A ChannelFactory of FaultyChannels around ZmqChannels; the client owns
+// the channels, `channels` gives the test a handle on each (by shard), valid
+// while the client lives.
+class FaultyChannels {
+ public:
+  ChannelFactory Factory() {
+    return [this](Context* context, uint32_t shard,
+                  const std::string& endpoint) -> StatusOr<std::unique_ptr<Channel>> {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<Channel> inner, ZmqChannel::Connect(context, endpoint));
+      auto channel = std::make_unique<FaultyChannel>(std::move(inner));
+      if (channels_.size() <= shard) channels_.resize(shard + 1, nullptr);
+      channels_[shard] = channel.get();
+      return std::unique_ptr<Channel>(std::move(channel));
+    };
+  }
+  FaultyChannel& operator[](uint32_t shard) { return *channels_.at(shard); }
+
+ private:
+  std::vector<FaultyChannel*> channels_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TESTS_UTIL_FAULTY_CHANNEL_H_
