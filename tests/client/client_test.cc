@@ -18,27 +18,20 @@
 #include "server/shard_server.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions Job(uint32_t shards) {
-  JobOptions job;
-  for (uint32_t i = 0; i < shards; ++i) job.cluster.servers.push_back("127.0.0.1:" + std::to_string(1 + i));
-  job.cluster.workers = 2;
-  TableOptions dense;
-  dense.name = "dense";
-  dense.rows = 1001;
-  dense.dim = 3;
-  dense.optimizer.kind = OptimizerKind::kAdd;
-  TableOptions sparse;
-  sparse.name = "sparse";
-  sparse.rows = 1000000;
-  sparse.dim = 4;
-  sparse.optimizer.kind = OptimizerKind::kAdd;
-  job.tables = {dense, sparse};
-  job.client.request_timeout_ms = 5000;
-  return job;
+  return TestJob()
+      .Servers(shards)
+      .Workers(2)
+      .Table("dense", 1001, 3, OptimizerKind::kAdd)
+      .Table("sparse", 1000000, 4, OptimizerKind::kAdd)
+      .RequestTimeoutMs(5000)
+      .Build();
 }
 
 
@@ -48,7 +41,7 @@ class ClientTest : public ::testing::Test {
     job_ = std::move(job);
     cluster_ = std::make_unique<InProcessCluster>(job_);
     auto c = Client::Create(job_, 0, cluster_->endpoints(), std::move(env));
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(*c);
   }
   JobOptions job_;
@@ -60,9 +53,9 @@ TEST_F(ClientTest, DensePushIsSplitByShardAndPullReadsItBack) {
   Start(Job(3));
   std::vector<float> v(1001 * 3);
   std::iota(v.begin(), v.end(), 1.0f);
-  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  ASSERT_OK(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))));
   std::vector<float> out(v.size(), -1.0f);
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, out.data())));
   EXPECT_EQ(out, v);
   EXPECT_EQ(client_->counters().requests, 6u);  // one push and one pull per shard
 }
@@ -78,9 +71,9 @@ TEST_F(ClientTest, PullIntoPulledValuesKeepsTheReceivedBlocks) {
   job.tables.push_back(big);
   Start(job);
   std::vector<float> expected(200000 * 4);
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(2, expected.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(2, expected.data())));
   PulledValues view;
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(2, &view)).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(2, &view)));
   EXPECT_EQ(view.size(), expected.size());
   EXPECT_EQ(view.num_pieces(), 4u);
   size_t covered = 0;
@@ -102,10 +95,10 @@ TEST_F(ClientTest, UnsortedRowsWithDuplicatesAreGatheredAndScattered) {
   std::vector<uint64_t> rows = {999999, 3, 500000, 3, 499999, 12};
   std::vector<float> vals(rows.size() * 4);
   for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
-  ASSERT_TRUE(client_->PushSync(1, rows, SharedFloats::Take(std::vector<float>(vals))).ok());
+  ASSERT_OK(client_->PushSync(1, rows, SharedFloats::Take(std::vector<float>(vals))));
   std::vector<uint64_t> ask = {3, 12, 999999, 500000, 499999, 7};
   std::vector<float> out(ask.size() * 4);
-  ASSERT_TRUE(client_->PullSync(1, ask, out.data()).ok());
+  ASSERT_OK(client_->PullSync(1, ask, out.data()));
   auto expect_row = [&](size_t pos, std::vector<size_t> from) {
     for (int c = 0; c < 4; ++c) {
       float sum = 0;
@@ -136,15 +129,15 @@ TEST_F(ClientTest, ManyRequestsInFlightAllComplete) {
       expected[rows[k / 4] * 4 + k % 4] += vals[k];
     }
     auto t = client_->Push(1, rows, SharedFloats::Take(std::move(vals)));
-    ASSERT_TRUE(t.ok());
+    ASSERT_OK(t);
     tickets.push_back(*t);
   }
   EXPECT_GT(client_->in_flight(), 1u);
-  ASSERT_TRUE(client_->WaitAll().ok());
+  ASSERT_OK(client_->WaitAll());
   std::vector<uint64_t> all(1000000);
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> out(all.size() * 4);
-  ASSERT_TRUE(client_->PullSync(1, all, out.data()).ok());
+  ASSERT_OK(client_->PullSync(1, all, out.data()));
   EXPECT_EQ(out, expected);
 }
 
@@ -153,9 +146,9 @@ TEST_F(ClientTest, RequestsAreChunkedUnderTheServerByteLimit) {
   job.server.max_request_bytes = 8192;
   Start(job);
   std::vector<float> v(1001 * 3, 2.0f);
-  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  ASSERT_OK(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))));
   std::vector<float> out(v.size());
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, out.data())));
   EXPECT_EQ(out, v);
   EXPECT_GT(client_->counters().requests, 4u);
   EXPECT_EQ(client_->counters().errors, 0u);
@@ -167,10 +160,10 @@ TEST_F(ClientTest, PushesAreSentInPartsOfPushPartBytes) {
   Start(job);
   std::vector<float> v(1001 * 3);
   std::iota(v.begin(), v.end(), 0.0f);
-  ASSERT_TRUE(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))).ok());
+  ASSERT_OK(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(v)))));
   EXPECT_EQ(client_->counters().requests, 4u);  // 500 and 501 rows: 2 parts each
   std::vector<float> out(v.size());
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, out.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, out.data())));
   EXPECT_EQ(out, v);
   EXPECT_EQ(client_->counters().requests, 6u);  // pulls are not split
 }
@@ -183,7 +176,7 @@ TEST_F(ClientTest, CallbacksRunWhenTicketsComplete) {
     EXPECT_TRUE(s.ok());
     ++calls;
   }).ok());
-  ASSERT_TRUE(client_->WaitAll().ok());
+  ASSERT_OK(client_->WaitAll());
   EXPECT_EQ(calls, 1);
 }
 
@@ -208,7 +201,7 @@ TEST_F(ClientTest, ServerErrorsNameTheServer) {
   JobOptions wrong = job_;
   wrong.tables[1].rows = 3000000;
   auto c = Client::Create(wrong, 1, cluster_->endpoints());
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   std::vector<uint64_t> rows = {2999999};
   std::vector<float> out(4);
   Status s = (*c)->PullSync(1, rows, out.data());
@@ -226,9 +219,9 @@ TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
   std::vector<float> out(1001 * 3);
   const auto start = std::chrono::steady_clock::now();
   auto pull = client_->PullDense(0, out.data());
-  ASSERT_TRUE(pull.ok());
+  ASSERT_OK(pull);
   clock.Advance(std::chrono::milliseconds(299));
-  ASSERT_TRUE(client_->Poll(0).ok());
+  ASSERT_OK(client_->Poll(0));
   EXPECT_EQ(client_->in_flight(), 2u);  // not yet
   clock.Advance(std::chrono::milliseconds(1));
   Status s = client_->Wait(*pull);
@@ -244,12 +237,12 @@ TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
 TEST_F(ClientTest, StatsAndShutdownReachEveryShard) {
   Start(Job(2));
   auto control = ControlClient::Create(job_, cluster_->endpoints());
-  ASSERT_TRUE(control.ok());
+  ASSERT_OK(control);
   auto stats = (*control)->Stats(1);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_NE(stats->find("shard 1"), std::string::npos);
   EXPECT_EQ((*control)->Stats(2).status().code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE((*control)->ShutdownServers().ok());
+  ASSERT_OK((*control)->ShutdownServers());
   EXPECT_TRUE(cluster_->server(0).stop_requested());
   EXPECT_TRUE(cluster_->server(1).stop_requested());
 }
@@ -273,7 +266,7 @@ class FakeServer {
   explicit FakeServer(MakeReply make_reply) : make_reply_(std::move(make_reply)) {
     ctx_ = Context::Create(1).value();
     sock_ = Socket::Create(ctx_.get(), SocketType::kRouter, SocketOptions{}).value();
-    EXPECT_TRUE(sock_->Bind("tcp://127.0.0.1:*").ok());
+    EXPECT_OK(sock_->Bind("tcp://127.0.0.1:*"));
     endpoint_ = *sock_->LastEndpoint();
     thread_ = std::thread([this] { Serve(); });
   }
@@ -320,13 +313,13 @@ Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000, FakeClock* cloc
   JobOptions job = Job(1);
   job.client.request_timeout_ms = timeout_ms;
   auto client = Client::Create(job, 0, {fake.endpoint()}, {.clock = clock});
-  EXPECT_TRUE(client.ok());
+  EXPECT_OK(client);
   std::vector<float> out(1001 * 3);
   auto pull = (*client)->PullDense(0, out.data());
-  EXPECT_TRUE(pull.ok());
+  EXPECT_OK(pull);
   if (clock != nullptr) {
     for (int i = 0; i < 200 && (*client)->counters().bytes_received == 0; ++i) {
-      EXPECT_TRUE((*client)->Poll(20).ok());
+      EXPECT_OK((*client)->Poll(20));
     }
     EXPECT_GT((*client)->counters().bytes_received, 0u);
     clock->Advance(std::chrono::milliseconds(timeout_ms));

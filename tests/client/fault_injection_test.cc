@@ -12,6 +12,8 @@
 #include "tests/util/fake_clock.h"
 #include "tests/util/faulty_channel.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -29,22 +31,12 @@ constexpr uint32_t kSparseDim = 4;
 constexpr int kMaxPolls = 500;
 
 JobOptions Job() {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 1;
-  TableOptions dense;
-  dense.name = "dense";
-  dense.rows = kDenseRows;
-  dense.dim = kDenseDim;
-  dense.optimizer.kind = OptimizerKind::kAdd;
-  TableOptions sparse;
-  sparse.name = "sparse";
-  sparse.rows = kSparseRows;
-  sparse.dim = kSparseDim;
-  sparse.optimizer.kind = OptimizerKind::kAdd;
-  job.tables = {dense, sparse};
-  job.client.request_timeout_ms = 5000;
-  return job;
+  return TestJob()
+      .Servers(2)
+      .Table("dense", kDenseRows, kDenseDim, OptimizerKind::kAdd)
+      .Table("sparse", kSparseRows, kSparseDim, OptimizerKind::kAdd)
+      .RequestTimeoutMs(5000)
+      .Build();
 }
 
 class FaultInjectionTest : public ::testing::Test {
@@ -54,18 +46,18 @@ class FaultInjectionTest : public ::testing::Test {
     cluster_ = std::make_unique<InProcessCluster>(job_);
     auto c = Client::Create(job_, 0, cluster_->endpoints(),
                             {.clock = clock, .channels = channels_.Factory()});
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK(c);
     client_ = std::move(*c);
   }
   // Polls until `done` holds (at most kMaxPolls times).
   template <typename Done>
   void PollUntil(Done done) {
-    for (int i = 0; i < kMaxPolls && !done(); ++i) ASSERT_TRUE(client_->Poll(20).ok());
+    for (int i = 0; i < kMaxPolls && !done(); ++i) ASSERT_OK(client_->Poll(20));
   }
   std::vector<float> PullDense(uint32_t table) {
     std::vector<float> out(job_.tables[table].rows * job_.tables[table].dim, -1.0f);
     Status s = client_->Wait(*client_->PullDense(table, out.data()));
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_OK(s);
     return out;
   }
 
@@ -81,7 +73,7 @@ TEST_F(FaultInjectionTest, RequestLostInACutConnectionIsSentAgainWhenItComesBack
   channels_[1].Cut();
   const std::vector<float> ones(kDenseRows * kDenseDim, 1.0f);
   auto push = client_->PushDense(0, SharedFloats::Take(std::vector<float>(ones)));
-  ASSERT_TRUE(push.ok()) << push.status().ToString();
+  ASSERT_OK(push);
   // Shard 0 answers; shard 1's part was lost and waits for its server.
   PollUntil([&] { return client_->counters().disconnects == 1 && client_->in_flight() == 1; });
   ASSERT_EQ(client_->counters().disconnects, 1u);
@@ -89,7 +81,7 @@ TEST_F(FaultInjectionTest, RequestLostInACutConnectionIsSentAgainWhenItComesBack
   EXPECT_EQ(channels_[1].dropped(), 1u);
   channels_[1].Restore();
   Status pushed = client_->Wait(*push);
-  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  ASSERT_OK(pushed);
   EXPECT_EQ(client_->counters().reconnects, 1u);
   EXPECT_EQ(client_->counters().resent, 1u);
   EXPECT_EQ(PullDense(0), ones);
@@ -118,11 +110,11 @@ TEST_F(FaultInjectionTest, DroppedReplyEndsInDeadlineExceededNamingTheServer) {
   channels_[1].Inject(Direction::kFromServer, Op::kPullOk, Fault::kDrop);
   std::vector<float> out(kDenseRows * kDenseDim);
   auto pull = client_->PullDense(0, out.data());
-  ASSERT_TRUE(pull.ok());
+  ASSERT_OK(pull);
   PollUntil([&] { return channels_[1].dropped() == 1 && client_->in_flight() == 1; });
   ASSERT_EQ(client_->in_flight(), 1u);
   clock.Advance(milliseconds(299));
-  ASSERT_TRUE(client_->Poll(0).ok());
+  ASSERT_OK(client_->Poll(0));
   EXPECT_EQ(client_->in_flight(), 1u);  // not yet
   clock.Advance(milliseconds(1));
   Status s = client_->Wait(*pull);
@@ -138,12 +130,11 @@ TEST_F(FaultInjectionTest, ReorderedRepliesAndRequestsKeepPullResultsCorrect) {
   Start(Job());
   std::vector<float> dense(kDenseRows * kDenseDim);
   std::iota(dense.begin(), dense.end(), 1.0f);
-  ASSERT_TRUE(
-      client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(dense)))).ok());
+  ASSERT_OK(client_->Wait(*client_->PushDense(0, SharedFloats::Take(std::vector<float>(dense)))));
   const std::vector<uint64_t> rows = {7, 499999, 500000, 999999};  // two rows on each shard
   std::vector<float> sparse(rows.size() * kSparseDim);
   std::iota(sparse.begin(), sparse.end(), 100.0f);
-  ASSERT_TRUE(client_->PushSync(1, rows, SharedFloats::Take(std::vector<float>(sparse))).ok());
+  ASSERT_OK(client_->PushSync(1, rows, SharedFloats::Take(std::vector<float>(sparse))));
 
   // Three pulls whose replies from shard 1 are held and handed over newest first.
   channels_[1].Inject(Direction::kFromServer, Op::kPullOk, Fault::kHold, 3);
@@ -154,10 +145,10 @@ TEST_F(FaultInjectionTest, ReorderedRepliesAndRequestsKeepPullResultsCorrect) {
   ASSERT_TRUE(ta.ok() && tb.ok() && tc.ok());
   PollUntil([&] { return channels_[1].held(Direction::kFromServer) == 3; });
   ASSERT_EQ(channels_[1].held(Direction::kFromServer), 3u);
-  ASSERT_TRUE(channels_[1].ReleaseHeld(Direction::kFromServer, /*newest_first=*/true).ok());
-  ASSERT_TRUE(client_->Wait(*ta).ok());
-  ASSERT_TRUE(client_->Wait(*tb).ok());
-  ASSERT_TRUE(client_->Wait(*tc).ok());
+  ASSERT_OK(channels_[1].ReleaseHeld(Direction::kFromServer, /*newest_first=*/true));
+  ASSERT_OK(client_->Wait(*ta));
+  ASSERT_OK(client_->Wait(*tb));
+  ASSERT_OK(client_->Wait(*tc));
   EXPECT_EQ(a, dense);
   EXPECT_EQ(b, sparse);
   EXPECT_EQ(c, dense);
@@ -169,9 +160,9 @@ TEST_F(FaultInjectionTest, ReorderedRepliesAndRequestsKeepPullResultsCorrect) {
   auto te = client_->Pull(1, rows, e.data());
   ASSERT_TRUE(td.ok() && te.ok());
   ASSERT_EQ(channels_[0].held(Direction::kToServer), 2u);
-  ASSERT_TRUE(channels_[0].ReleaseHeld(Direction::kToServer, /*newest_first=*/true).ok());
-  ASSERT_TRUE(client_->Wait(*td).ok());
-  ASSERT_TRUE(client_->Wait(*te).ok());
+  ASSERT_OK(channels_[0].ReleaseHeld(Direction::kToServer, /*newest_first=*/true));
+  ASSERT_OK(client_->Wait(*td));
+  ASSERT_OK(client_->Wait(*te));
   EXPECT_EQ(d, dense);
   EXPECT_EQ(e, sparse);
   EXPECT_EQ(client_->counters().late_replies, 0u);

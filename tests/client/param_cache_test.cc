@@ -7,25 +7,17 @@
 
 #include "client/client.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
 
 JobOptions Job(ConsistencyMode mode, uint32_t staleness) {
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:1", "127.0.0.1:2"};
-  job.cluster.workers = 1;
-  job.consistency.mode = mode;
-  job.consistency.staleness = staleness;
-  TableOptions t;
-  t.name = "t";
-  t.rows = 1000000;
-  t.dim = 2;
+  TableOptions t = TestTable("t", 1000000, 2, OptimizerKind::kAdd);
   t.init.kind = InitKind::kUniform;
   t.init.value = 1.0f;
-  t.optimizer.kind = OptimizerKind::kAdd;
-  job.tables = {t};
-  return job;
+  return TestJob().Servers(2).Mode(mode, staleness).Table(t).Build();
 }
 
 class ParamCacheTest : public ::testing::Test {
@@ -36,10 +28,10 @@ class ParamCacheTest : public ::testing::Test {
   }
   std::vector<float> Pull(std::vector<uint64_t> rows) {
     std::vector<float> out(rows.size() * 2);
-    EXPECT_TRUE(client_->PullSync(0, rows, out.data()).ok());
+    EXPECT_OK(client_->PullSync(0, rows, out.data()));
     return out;
   }
-  void Tick() { ASSERT_TRUE(client_->Wait(*client_->Clock()).ok()); }
+  void Tick() { ASSERT_OK(client_->Wait(*client_->Clock())); }
   uint64_t requests() const { return client_->counters().requests; }
 
   std::unique_ptr<InProcessCluster> cluster_;
@@ -89,7 +81,7 @@ TEST_F(ParamCacheTest, CachedReadsIncludeTheWorkersOwnPushes) {
   Start(Job(ConsistencyMode::kSsp, 3));
   const std::vector<float> before = Pull({7, 999999});
   std::vector<uint64_t> row = {999999};
-  ASSERT_TRUE(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})).ok());
+  ASSERT_OK(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})));
   const uint64_t sent = requests();
   const std::vector<float> cached = Pull({7, 999999});
   EXPECT_EQ(requests(), sent);
@@ -99,7 +91,7 @@ TEST_F(ParamCacheTest, CachedReadsIncludeTheWorkersOwnPushes) {
   auto other = Client::Create(fresh, 0, cluster_->endpoints()).value();
   std::vector<float> server(4);
   std::vector<uint64_t> rows = {7, 999999};
-  ASSERT_TRUE(other->PullSync(0, rows, server.data()).ok());
+  ASSERT_OK(other->PullSync(0, rows, server.data()));
   EXPECT_EQ(server, cached);
 }
 
@@ -110,7 +102,7 @@ TEST_F(ParamCacheTest, PushesToAStatefulTableDropTheCachedRows) {
   Start(job);
   Pull({7, 8});
   std::vector<uint64_t> row = {7};
-  ASSERT_TRUE(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})).ok());
+  ASSERT_OK(client_->PushSync(0, row, SharedFloats::Take({5.0f, -1.0f})));
   const uint64_t sent = requests();
   Pull({8});  // untouched: still cached
   EXPECT_EQ(requests(), sent);
@@ -140,14 +132,14 @@ TEST_F(ParamCacheTest, DensePullsAreServedWholeFromTheCache) {
   job.tables[0].rows = 1000;
   Start(job);
   std::vector<float> first(2000), second(2000);
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, first.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, first.data())));
   const uint64_t sent = requests();
   Tick();
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, second.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, second.data())));
   EXPECT_EQ(requests(), sent + 2) << "only the two CLOCK requests";
   EXPECT_EQ(second, first);
   Tick();
-  ASSERT_TRUE(client_->Wait(*client_->PullDense(0, second.data())).ok());
+  ASSERT_OK(client_->Wait(*client_->PullDense(0, second.data())));
   EXPECT_EQ(requests(), sent + 6);  // two CLOCKs, then a pull per shard
 }
 

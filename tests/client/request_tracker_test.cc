@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/util/fake_clock.h"
+#include "tests/util/status_matchers.h"
 
 namespace ps {
 namespace {
@@ -31,8 +32,8 @@ TEST_F(RequestTrackerTest, TicketCompletesWhenItsPartsAndItsIssuerAreDone) {
   EXPECT_FALSE(tracker_.Done(t));  // the issuer still holds it
   tracker_.Release(t, Status::Ok());
   EXPECT_TRUE(tracker_.Done(t));
-  ASSERT_TRUE(tracker_.CheckWaitable(t).ok());
-  EXPECT_TRUE(tracker_.Take(t).ok());
+  ASSERT_OK(tracker_.CheckWaitable(t));
+  EXPECT_OK(tracker_.Take(t));
   EXPECT_EQ(tracker_.CheckWaitable(t).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tracker_.size(), 0u);
   EXPECT_EQ(tracker_.in_flight(0), 0u);

@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -42,14 +43,8 @@ bool StartsWith(const std::string& text, const std::string& prefix) {
 
 // A valid job: one loopback server, one worker, one 64 x 1 table.
 JobOptions ValidJob() {
-  JobOptions job;
+  JobOptions job = TestJob().Servers(1, 7000).Table("weights", 64).Build();
   job.source = "job.yaml";
-  job.cluster.servers = {"127.0.0.1:7000"};
-  job.cluster.workers = 1;
-  TableOptions table;
-  table.name = "weights";
-  table.rows = 64;
-  job.tables.push_back(table);
   return job;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "tests/util/status_matchers.h"
 
 namespace ps {
 namespace {
@@ -30,7 +31,7 @@ TEST(WireTest, HeaderRoundTripsEveryField) {
   h.shard = 4;
   Frame f = EncodeHeader(h);
   auto back = DecodeHeader({f.data(), f.size()});
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_OK(back);
   EXPECT_EQ(back->op, h.op);
   EXPECT_EQ(back->request_id, h.request_id);
   EXPECT_EQ(back->worker, h.worker);
@@ -91,7 +92,7 @@ TEST(WireTest, DecodeRequestAcceptsAValidSparsePush) {
   frames.push_back(Frame::CopyOf(keys.data(), 16));
   frames.push_back(Frame::CopyOf(vals.data(), 16));
   Request r;
-  ASSERT_TRUE(DecodeRequest(frames, rules, &r).ok());
+  ASSERT_OK(DecodeRequest(frames, rules, &r));
   EXPECT_EQ(std::vector<uint64_t>(r.keys.begin(), r.keys.end()), keys);
   EXPECT_EQ(std::vector<float>(r.values.begin(), r.values.end()), vals);
   // The same request aimed at the other shard's rows is refused.
@@ -119,7 +120,7 @@ TEST(WireTest, NonFiniteValuesAreRefusedUnlessAllowed) {
     rules.reject_non_finite = true;
     EXPECT_EQ(DecodeRequest(frames, rules, &r).code(), StatusCode::kInvalidArgument) << bad;
     rules.reject_non_finite = false;
-    EXPECT_TRUE(DecodeRequest(frames, rules, &r).ok()) << bad;
+    EXPECT_OK(DecodeRequest(frames, rules, &r)) << bad;
   }
   // Largest finite values, zeros and denormals pass.
   std::vector<float> ok = {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
@@ -129,7 +130,7 @@ TEST(WireTest, NonFiniteValuesAreRefusedUnlessAllowed) {
   frames.push_back(Frame::CopyOf(ok.data(), 40));
   Request r;
   rules.reject_non_finite = true;
-  EXPECT_TRUE(DecodeRequest(frames, rules, &r).ok());
+  EXPECT_OK(DecodeRequest(frames, rules, &r));
 }
 
 TEST(WireTest, EmptyMessageIsRejected) {
@@ -177,7 +178,7 @@ class DecodeReplyTest : public ::testing::Test {
 TEST_F(DecodeReplyTest, PullReplyInSeveralFramesOfWholeRowsPasses) {
   std::vector<Frame> frames = Message(Header(Op::kPullOk), {12, 36});
   Status s = Decode(frames);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_EQ(reply_.fault, ReplyFault::kNone);
   EXPECT_EQ(reply_.header.request_id, 7u);
   ASSERT_EQ(reply_.values.size(), 2u);
@@ -190,7 +191,7 @@ TEST_F(DecodeReplyTest, ControlReplyWithOnlyAHeaderPasses) {
   MessageHeader h = Header(Op::kStatsOk);
   h.text = "report";
   std::vector<Frame> frames = Message(h, {});
-  ASSERT_TRUE(Decode(frames).ok());
+  ASSERT_OK(Decode(frames));
   EXPECT_EQ(reply_.header.text, "report");
   EXPECT_TRUE(reply_.values.empty());
 }
@@ -247,7 +248,7 @@ TEST_F(DecodeReplyTest, PullOlderThanTheStalenessBoundIsInternal) {
       << s.ToString();
   // An unbounded mode never checks.
   expect_.bound = kMaxClock;
-  EXPECT_TRUE(Decode(frames).ok());
+  EXPECT_OK(Decode(frames));
 }
 
 TEST_F(DecodeReplyTest, ValuesThatAreNotTheRowsAskedForAreDataLoss) {

@@ -24,6 +24,7 @@
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
 #include "tests/util/free_port.h"
+#include "tests/util/status_matchers.h"
 #include "worker/backend.h"
 #include "worker/progress.h"
 
@@ -71,7 +72,7 @@ class E2eTest : public ::testing::Test {
     o.argv = std::move(argv);
     o.capture_output = capture;
     auto p = Subprocess::Spawn(o);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_OK(p);
     if (!p.ok()) return nullptr;
     procs_.push_back(std::move(*p));
     return procs_.back().get();
@@ -125,7 +126,7 @@ constexpr char kSumTables[] =
 TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   const std::string path = WriteJob(2, 2, kSumTables);
   auto job = LoadJobFile(path);
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   Subprocess* servers[2] = {StartServer(path, 0), StartServer(path, 1)};
 
   // Each worker pushes integer-valued updates, up to 8 tickets in flight;
@@ -134,7 +135,7 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   std::mutex mu;
   auto worker = [&](uint32_t rank) {
     auto client = Client::Create(*job, rank);
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_OK(client);
     std::mt19937 gen(100 + rank);
     std::vector<double> acc(10000, 0.0);
     std::map<uint64_t, std::vector<double>> emb;
@@ -146,7 +147,7 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
         acc[i] += dense[i];
       }
       auto t1 = (*client)->PushDense(0, SharedFloats::Take(std::move(dense)));
-      ASSERT_TRUE(t1.ok());
+      ASSERT_OK(t1);
       in_flight.push_back(*t1);
       std::vector<uint64_t> rows(64);  // unsorted, may repeat, both shards
       std::vector<float> vals(64 * 8);
@@ -160,14 +161,14 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
         }
       }
       auto t2 = (*client)->Push(1, rows, SharedFloats::Take(std::move(vals)));
-      ASSERT_TRUE(t2.ok());
+      ASSERT_OK(t2);
       in_flight.push_back(*t2);
       while (in_flight.size() > 8) {
-        ASSERT_TRUE((*client)->Wait(in_flight.front()).ok());
+        ASSERT_OK((*client)->Wait(in_flight.front()));
         in_flight.pop_front();
       }
     }
-    for (Ticket t : in_flight) ASSERT_TRUE((*client)->Wait(t).ok());
+    for (Ticket t : in_flight) ASSERT_OK((*client)->Wait(t));
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < acc.size(); ++i) expect_acc[i] += acc[i];
     for (auto& [row, e] : emb) {
@@ -179,10 +180,10 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   w1.join();
 
   auto reader = Client::Create(*job, 0);
-  ASSERT_TRUE(reader.ok());
+  ASSERT_OK(reader);
   std::vector<float> acc(10000), emb(1000000 * 8);
-  ASSERT_TRUE((*reader)->Wait(*(*reader)->PullDense(0, acc.data())).ok());
-  ASSERT_TRUE((*reader)->Wait(*(*reader)->PullDense(1, emb.data())).ok());
+  ASSERT_OK((*reader)->Wait(*(*reader)->PullDense(0, acc.data())));
+  ASSERT_OK((*reader)->Wait(*(*reader)->PullDense(1, emb.data())));
   for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], expect_acc[i]) << "acc row " << i;
   size_t nonzero = 0;
   for (size_t i = 0; i < emb.size(); ++i) {
@@ -202,7 +203,7 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   EXPECT_TRUE(ExitedSuccessfully(sd_status)) << sd_out;
   for (Subprocess* s : servers) {
     auto st = s->WaitFor(milliseconds(5000));
-    ASSERT_TRUE(st.ok());
+    ASSERT_OK(st);
     EXPECT_TRUE(ExitedSuccessfully(*st)) << DescribeWaitStatus(*st);
   }
   // With the servers gone, ps_ctl names the one that does not answer.
@@ -219,11 +220,11 @@ TEST_F(E2eTest, KilledServerThatStaysDownFailsNamingItWithinTheDownTimeout) {
                                     "client: { request_timeout_ms: 1000 }\n"
                                     "liveness: { server_down_timeout_ms: 1500 }\n");
   auto job = LoadJobFile(path);
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   StartServer(path, 0);
   Subprocess* victim = StartServer(path, 1);
   auto client = Client::Create(*job, 0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   std::vector<float> w(4000), g(4000, 0.5f);
   // Servers may still be starting: the first pull waits for them (queued by
   // the transport), within the deadline.
@@ -231,12 +232,12 @@ TEST_F(E2eTest, KilledServerThatStaysDownFailsNamingItWithinTheDownTimeout) {
   for (int i = 0; i < 20 && !first.ok(); ++i) {
     first = (*client)->Wait(*(*client)->PullDense(0, w.data()));
   }
-  ASSERT_TRUE(first.ok()) << first.ToString();
+  ASSERT_OK(first);
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE((*client)->Wait(*(*client)->PushDense(0, SharedFloats::Take(std::vector<float>(g)))).ok());
+    ASSERT_OK((*client)->Wait(*(*client)->PushDense(0, SharedFloats::Take(std::vector<float>(g)))));
   }
-  ASSERT_TRUE(victim->Signal(SIGKILL).ok());
-  ASSERT_TRUE(victim->WaitFor(milliseconds(5000)).ok());
+  ASSERT_OK(victim->Signal(SIGKILL));
+  ASSERT_OK(victim->WaitFor(milliseconds(5000)));
 
   const auto start = Steady::now();
   Status s = (*client)->Wait(*(*client)->PullDense(0, w.data()));
@@ -254,7 +255,7 @@ TEST_F(E2eTest, KilledServerThatStaysDownFailsNamingItWithinTheDownTimeout) {
   // The surviving shard still serves its own rows.
   std::vector<uint64_t> rows = {0, 1, 2};
   std::vector<float> out(12);
-  EXPECT_TRUE((*client)->PullSync(0, rows, out.data()).ok());
+  EXPECT_OK((*client)->PullSync(0, rows, out.data()));
 }
 
 // A shard killed with SIGKILL and started again (as ps_launch does) comes
@@ -270,38 +271,38 @@ TEST_F(E2eTest, KilledServerRestartedFromItsCheckpointServesTheWorkerAgain) {
       "liveness: { server_down_timeout_ms: 30000 }\n"
       "checkpoint: { dir: " + ckpt + ", every_clocks: 5, sync: false }\n");
   auto job = LoadJobFile(path);
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_OK(job);
   StartServer(path, 0);
   Subprocess* victim = StartServer(path, 1);
   auto client = Client::Create(*job, 0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   Client& c = **client;
-  ASSERT_TRUE(c.Join().ok());
+  ASSERT_OK(c.Join());
   const std::vector<float> ones(1000, 1.0f);
   std::vector<float> w(1000);
   // Clocks 0..12: every row gets 1 per clock; gen-10 holds 10 per row.
   for (int clock = 0; clock < 13; ++clock) {
-    ASSERT_TRUE(c.Wait(*c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)))).ok());
-    ASSERT_TRUE(c.Wait(*c.Clock()).ok());
+    ASSERT_OK(c.Wait(*c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)))));
+    ASSERT_OK(c.Wait(*c.Clock()));
   }
   const auto gen10 = fs::path(ShardCheckpointDir(ckpt, 1)) / "gen-10";
   for (int i = 0; i < 100 && !fs::exists(gen10); ++i) std::this_thread::sleep_for(milliseconds(50));
   ASSERT_TRUE(fs::exists(gen10));
-  ASSERT_TRUE(victim->Signal(SIGKILL).ok());
-  ASSERT_TRUE(victim->WaitFor(milliseconds(5000)).ok());
+  ASSERT_OK(victim->Signal(SIGKILL));
+  ASSERT_OK(victim->WaitFor(milliseconds(5000)));
 
   // Clock 13 while shard 1 is down: the requests wait for it.
   auto push = c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)));
   auto clock = c.Clock();
   auto pull = c.PullDense(0, w.data());
   ASSERT_TRUE(push.ok() && clock.ok() && pull.ok());
-  ASSERT_TRUE(c.Poll(300).ok());
+  ASSERT_OK(c.Poll(300));
   EXPECT_EQ(c.counters().disconnects, 1u);
   Subprocess* restarted = Start({kServer, "--config", path, "--shard", "1"}, /*capture=*/true);
-  EXPECT_TRUE(c.Wait(*push).ok());
-  EXPECT_TRUE(c.Wait(*clock).ok());
+  EXPECT_OK(c.Wait(*push));
+  EXPECT_OK(c.Wait(*clock));
   Status pulled = c.Wait(*pull);
-  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
+  ASSERT_OK(pulled);
   EXPECT_EQ(c.counters().reconnects, 1u);
   // Shard 0 kept everything; shard 1 restored clock 10 and got clock 13's
   // push exactly once (it may have arrived twice): the updates of clocks
@@ -312,17 +313,17 @@ TEST_F(E2eTest, KilledServerRestartedFromItsCheckpointServesTheWorkerAgain) {
     ASSERT_EQ(w[row], want) << "row " << row;
   }
   auto stats = c.Stats(1);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_NE(stats->find("recovery started_clock 10 lost_clocks 3"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("worker_clocks 14"), std::string::npos) << *stats;
   // Training goes on.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(c.Wait(*c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)))).ok());
-    ASSERT_TRUE(c.Wait(*c.Clock()).ok());
+    ASSERT_OK(c.Wait(*c.PushDense(0, SharedFloats::Take(std::vector<float>(ones)))));
+    ASSERT_OK(c.Wait(*c.Clock()));
   }
-  ASSERT_TRUE(c.Wait(*c.PullDense(0, w.data())).ok());
+  ASSERT_OK(c.Wait(*c.PullDense(0, w.data())));
   EXPECT_EQ(w[r1.begin], 14.0f);
-  ASSERT_TRUE(c.ShutdownServers().ok());
+  ASSERT_OK(c.ShutdownServers());
   auto [status, out] = Finish(restarted, milliseconds(10000));
   EXPECT_TRUE(ExitedSuccessfully(status)) << out;
   EXPECT_NE(out.find("restored " + ckpt + "/shard-1/gen-10"), std::string::npos) << out;
@@ -520,13 +521,13 @@ TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
   for (int s = 0; s < 2; ++s) {
     auto dir = CheckpointDir::Open(ShardCheckpointDir(ckpt, static_cast<uint32_t>(s))).value();
     auto saved = dir->Read(0);
-    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    ASSERT_OK(saved);
     EXPECT_EQ(saved->tables[0].slots.size(), 2u);  // Adam's moments are saved too
   }
   auto [sd_status, sd_out] =
       Finish(Start({kCtl, "shutdown", "--config", path}, true), milliseconds(10000));
   EXPECT_TRUE(ExitedSuccessfully(sd_status)) << sd_out;
-  for (Subprocess* s : servers) ASSERT_TRUE(s->WaitFor(milliseconds(5000)).ok());
+  for (Subprocess* s : servers) ASSERT_OK(s->WaitFor(milliseconds(5000)));
 
   // A job without checkpoint.dir: ps_ctl says what to add.
   const std::string plain = WriteJob(1, 1, "tables: [ { name: w, rows: 10 } ]\n");
@@ -562,7 +563,7 @@ TEST_F(E2eTest, CtrlCStopsEveryProcessOfTheJob) {
   auto [status, out] = Finish(launch, milliseconds(30000), [&](const std::string& line) {
     if (!signalled && line.find("[worker 1]") != std::string::npos &&
         line.find("step") != std::string::npos) {
-      EXPECT_TRUE(launch->Signal(SIGINT).ok());
+      EXPECT_OK(launch->Signal(SIGINT));
       signalled = true;
     }
   });
@@ -632,7 +633,7 @@ class WorkerDeathTest : public E2eTest {
       lines.clear();
     }
     EXPECT_TRUE(training) << "worker 2 never started training";
-    EXPECT_TRUE(workers[2]->Signal(SIGKILL).ok());
+    EXPECT_OK(workers[2]->Signal(SIGKILL));
     std::vector<std::pair<int, std::string>> results;
     for (int r = 0; r < 2; ++r) results.push_back(Finish(workers[r], milliseconds(60000)));
     return results;

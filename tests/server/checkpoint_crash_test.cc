@@ -38,6 +38,7 @@
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
 #include "tests/util/free_port.h"
+#include "tests/util/status_matchers.h"
 
 namespace ps {
 namespace {
@@ -70,7 +71,7 @@ class ServerProcess {
     o.env = {{"PS_CHECKPOINT_TEST_STALL", stall}};
     o.capture_output = true;
     auto p = Subprocess::Spawn(o);
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_OK(p);
     if (!p.ok()) return nullptr;
     return std::unique_ptr<ServerProcess>(new ServerProcess(std::move(*p)));
   }
@@ -90,9 +91,9 @@ class ServerProcess {
 
   // SIGKILL, then reap. Returns the wait status.
   int Kill() {
-    EXPECT_TRUE(process_->Signal(SIGKILL).ok());
+    EXPECT_OK(process_->Signal(SIGKILL));
     auto status = process_->WaitFor(milliseconds(10000));
-    EXPECT_TRUE(status.ok()) << "ps_server did not die of SIGKILL within 10 s";
+    EXPECT_OK(status) << "ps_server did not die of SIGKILL within 10 s";
     Drain();
     return status.ok() ? *status : -1;
   }
@@ -242,7 +243,7 @@ class CheckpointCrashTest : public ::testing::Test {
         << "client: { request_timeout_ms: 20000 }\n"
         << "checkpoint: { dir: " << (dir_ / "ckpt").string() << ", every_clocks: 2, keep: 2 }\n";
     auto job = LoadJobFile(job_path_);
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    ASSERT_OK(job);
     job_ = *job;
   }
 
@@ -253,7 +254,7 @@ class CheckpointCrashTest : public ::testing::Test {
                     const std::string& when) {
     SCOPED_TRACE(when);
     auto dir = CheckpointDir::Open(shard_dir_);
-    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    ASSERT_OK(dir);
     std::vector<int64_t> seen;
     std::vector<std::string> seen_tmp;
     for (const auto& entry : fs::directory_iterator(shard_dir_)) {
@@ -267,7 +268,7 @@ class CheckpointCrashTest : public ::testing::Test {
       seen.push_back(clock);
       // The visible generation must be whole: a restore would pick it.
       auto read = (*dir)->Read(clock);
-      EXPECT_TRUE(read.ok()) << shard_dir_ << "/" << name
+      EXPECT_OK(read) << shard_dir_ << "/" << name
                              << " is visible but torn: " << read.status().ToString();
     }
     std::sort(seen.begin(), seen.end());
@@ -275,7 +276,7 @@ class CheckpointCrashTest : public ::testing::Test {
     ASSERT_EQ(seen, complete) << "complete generations in " << shard_dir_;
     ASSERT_EQ(seen_tmp, torn) << ".tmp folders in " << shard_dir_;
     auto generations = (*dir)->Generations();
-    ASSERT_TRUE(generations.ok()) << generations.status().ToString();
+    ASSERT_OK(generations);
     ASSERT_EQ(*generations, complete) << "what a restore chooses from";
   }
 
@@ -304,17 +305,17 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
     ASSERT_NE(server, nullptr);
     {
       auto client = Client::Create(job_, 0);
-      ASSERT_TRUE(client.ok()) << client.status().ToString();
+      ASSERT_OK(client);
       Status joined = (*client)->Join();
-      ASSERT_TRUE(joined.ok()) << joined.ToString() << "\n" << server->output();
+      ASSERT_OK(joined) << "\n" << server->output();
       for (int64_t clock = 0; clock <= c.stall_clock + 1; ++clock) {
         ASSERT_EQ((*client)->clock(), clock);
         Status pulled = PullAll(client->get(), &state[clock]);
-        ASSERT_TRUE(pulled.ok()) << "clock " << clock << ": " << pulled.ToString() << "\n"
+        ASSERT_OK(pulled) << "clock " << clock << ": " << pulled.ToString() << "\n"
                                  << server->output();
         if (clock == c.stall_clock + 1) break;
         Status stepped = Step(client->get());
-        ASSERT_TRUE(stepped.ok()) << "clock " << clock << ": " << stepped.ToString() << "\n"
+        ASSERT_OK(stepped) << "clock " << clock << ": " << stepped.ToString() << "\n"
                                   << server->output();
       }
     }
@@ -350,10 +351,10 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
              fs::copy_options::recursive, ec);
     ASSERT_FALSE(ec) << "cannot copy " << name << ": " << ec.message();
     auto copy = CheckpointDir::Open(scratch.string());
-    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    ASSERT_OK(copy);
     auto read = (*copy)->Read(torn_clock);
     if (c.torn_holds_every_record) {
-      ASSERT_TRUE(read.ok()) << name << ": " << read.status().ToString();
+      ASSERT_OK(read) << name << ": " << read.status().ToString();
       EXPECT_TRUE(BitEqual(read->tables[0].values, state.at(torn_clock)))
           << name << ": " << FirstDifference(read->tables[0].values, state.at(torn_clock));
     } else {
@@ -362,7 +363,7 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
     }
   }
   auto saved = CheckpointDir::Open(shard_dir_).value()->Read(c.restored_clock);
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_OK(saved);
   ASSERT_EQ(saved->tables.size(), 1u);
   EXPECT_EQ(saved->tables[0].slots.size(), 2u);  // Adam's two moments
   EXPECT_TRUE(BitEqual(saved->tables[0].values, state.at(c.restored_clock)))
@@ -373,9 +374,9 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   std::unique_ptr<ServerProcess> server = ServerProcess::Start(job_path_, "");
   ASSERT_NE(server, nullptr);
   auto client = Client::Create(job_, 0);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_OK(client);
   Status joined = (*client)->Join();
-  ASSERT_TRUE(joined.ok()) << joined.ToString() << "\n" << server->output();
+  ASSERT_OK(joined) << "\n" << server->output();
   const std::string restored =
       "restored " + shard_dir_ + "/gen-" + std::to_string(c.restored_clock);
   EXPECT_TRUE(server->WaitFor(restored, kLineTimeout))
@@ -383,7 +384,7 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   ASSERT_EQ((*client)->clock(), c.restored_clock) << server->output();
   std::vector<float> values;
   Status pulled = PullAll(client->get(), &values);
-  ASSERT_TRUE(pulled.ok()) << pulled.ToString() << "\n" << server->output();
+  ASSERT_OK(pulled) << "\n" << server->output();
   EXPECT_TRUE(BitEqual(values, state.at(c.restored_clock)))
       << "restored values differ from the job's at clock " << c.restored_clock << ": "
       << FirstDifference(values, state.at(c.restored_clock));
@@ -391,9 +392,9 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   // The same step as in run 1 gives the same values bit for bit only if
   // Adam's moments were restored exactly too.
   Status stepped = Step(client->get());
-  ASSERT_TRUE(stepped.ok()) << stepped.ToString() << "\n" << server->output();
+  ASSERT_OK(stepped) << "\n" << server->output();
   pulled = PullAll(client->get(), &values);
-  ASSERT_TRUE(pulled.ok()) << pulled.ToString() << "\n" << server->output();
+  ASSERT_OK(pulled) << "\n" << server->output();
   EXPECT_TRUE(BitEqual(values, state.at(c.restored_clock + 1)))
       << "one step after the restore the values differ from run 1's at clock "
       << c.restored_clock + 1 << ": " << FirstDifference(values, state.at(c.restored_clock + 1));
@@ -401,7 +402,7 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   // The next boundary writes a generation, and that write removes the
   // leftover .tmp.
   stepped = Step(client->get());
-  ASSERT_TRUE(stepped.ok()) << stepped.ToString() << "\n" << server->output();
+  ASSERT_OK(stepped) << "\n" << server->output();
   const int64_t next = c.restored_clock + 2;
   const std::string written = "checkpoint of clock " + std::to_string(next) + " written";
   ASSERT_TRUE(server->WaitFor(written, kLineTimeout))
@@ -409,9 +410,9 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   ASSERT_NO_FATAL_FAILURE(ExpectFolder({c.restored_clock, next}, {}, "after the next checkpoint"));
 
   Status shutdown = (*client)->ShutdownServers();
-  EXPECT_TRUE(shutdown.ok()) << shutdown.ToString();
+  EXPECT_OK(shutdown);
   auto exited = server->Exit(kLineTimeout);
-  ASSERT_TRUE(exited.ok()) << exited.status().ToString() << "\n" << server->output();
+  ASSERT_OK(exited) << "\n" << server->output();
   EXPECT_TRUE(ExitedSuccessfully(*exited)) << DescribeWaitStatus(*exited) << "\n"
                                            << server->output();
 }
@@ -439,10 +440,10 @@ TEST_P(CheckpointCrashBadValueTest, IsReportedAndIgnored) {
   std::unique_ptr<ServerProcess> server = ServerProcess::Start(job_path_, value);
   ASSERT_NE(server, nullptr);
   auto client = Client::Create(job_, 0);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_OK(client);
   for (int i = 0; i < 4; ++i) {
     Status stepped = Step(client->get());
-    ASSERT_TRUE(stepped.ok()) << stepped.ToString() << "\n" << server->output();
+    ASSERT_OK(stepped) << "\n" << server->output();
   }
   const std::string warning = "PS_CHECKPOINT_TEST_STALL=\"" + value + "\" ignored";
   for (const std::string& line : {warning, std::string("checkpoint of clock 4 written")}) {
@@ -453,9 +454,9 @@ TEST_P(CheckpointCrashBadValueTest, IsReportedAndIgnored) {
   EXPECT_EQ(out.find(warning), out.rfind(warning)) << "reported more than once:\n" << out;
   EXPECT_EQ(out.find("stalled at"), std::string::npos) << out;
   ASSERT_NO_FATAL_FAILURE(ExpectFolder({2, 4}, {}, "after two generations"));
-  EXPECT_TRUE((*client)->ShutdownServers().ok());
+  EXPECT_OK((*client)->ShutdownServers());
   auto exited = server->Exit(kLineTimeout);
-  ASSERT_TRUE(exited.ok()) << exited.status().ToString() << "\n" << server->output();
+  ASSERT_OK(exited) << "\n" << server->output();
   EXPECT_TRUE(ExitedSuccessfully(*exited)) << DescribeWaitStatus(*exited) << "\n" << out;
 }
 

@@ -1,5 +1,6 @@
 // The record format of a checkpoint generation, without a database.
 #include "server/checkpoint_format.h"
+#include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -53,7 +54,7 @@ void ExpectDataLoss(const StatusOr<ShardSnapshot>& got, const std::string& text)
 TEST(CheckpointFormatTest, MetaRoundTripKeepsTheLayoutAndSlotCounts) {
   const ShardSnapshot s = Snapshot();
   auto got = DecodeMeta(EncodeMeta(s), kWhere);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(got->shard, s.shard);
   EXPECT_EQ(got->num_shards, s.num_shards);
   EXPECT_EQ(got->clock, s.clock);
@@ -71,7 +72,7 @@ TEST(CheckpointFormatTest, MetaRoundTripKeepsTheLayoutAndSlotCounts) {
     ASSERT_EQ(a.slots.size(), b.slots.size()) << b.name;
     for (const auto& slot : a.slots) EXPECT_TRUE(slot.empty());
   }
-  EXPECT_TRUE(CheckRestorable(*got, s, kWhere).ok());
+  EXPECT_OK(CheckRestorable(*got, s, kWhere));
 }
 
 TEST(CheckpointFormatTest, MetaStartsWithMagicAndVersionLittleEndian) {
@@ -166,20 +167,20 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   m = meta;
   put32(&m, slots_at, 3);
   ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' has 3 optimizer slots");
-  ASSERT_TRUE(DecodeMeta(meta, kWhere).ok());
+  ASSERT_OK(DecodeMeta(meta, kWhere));
 
   // A table too large for memory is refused when its row data is counted.
   m = meta;
   put64(&m, rows_at, ~uint64_t{0});
   put64(&m, end_at, ~uint64_t{0});
   auto huge = DecodeMeta(m, kWhere);
-  ASSERT_TRUE(huge.ok()) << huge.status().ToString();
+  ASSERT_OK(huge);
   auto bytes = RowDataBytes(*huge, kWhere);
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(bytes.status().message().find("table 't' is too large"), std::string::npos);
   auto fine = DecodeMeta(meta, kWhere);
-  ASSERT_TRUE(fine.ok());
+  ASSERT_OK(fine);
   EXPECT_EQ(RowDataBytes(*fine, kWhere).value(), Uint128{10 * 2 * 4 * 2});
 }
 
@@ -225,7 +226,7 @@ TEST(CheckpointFormatTest, RunsHold64KiBOfValues) {
 }
 
 TEST(CheckpointFormatTest, InvalidSnapshotsAreRefusedForWriting) {
-  EXPECT_TRUE(ValidateForWrite(Snapshot(), kWhere).ok());
+  EXPECT_OK(ValidateForWrite(Snapshot(), kWhere));
   struct Case {
     const char* text;
     void (*change)(ShardSnapshot*);
@@ -295,7 +296,7 @@ TEST(RunCheckerTest, AcceptsEveryRunInOrderAndPointsAtItsPieces) {
   const auto records = Records(s);
   const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
   std::vector<RunRecord> runs;
-  ASSERT_TRUE(Check(layout, records, &runs).ok());
+  ASSERT_OK(Check(layout, records, &runs));
   ASSERT_EQ(runs.size(), 6u);
   EXPECT_EQ(runs[0].table, 0u);
   EXPECT_EQ(runs[0].first, 250u);

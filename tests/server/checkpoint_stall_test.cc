@@ -1,6 +1,7 @@
 // The "<stage>:<clock>" text of ps_server's crash-point test hook. The hook
 // itself stalls a real process: tests/server/checkpoint_crash_test.cc.
 #include "server/checkpoint_stall.h"
+#include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@ TEST(CheckpointStallTest, ParsesEveryStageAndClock) {
   for (const CheckpointStage stage : kCheckpointStages) {
     const std::string text = std::string(CheckpointStageName(stage)) + ":7";
     auto point = ParseStallPoint(text);
-    ASSERT_TRUE(point.ok()) << text << ": " << point.status().ToString();
+    ASSERT_OK(point) << text << ": " << point.status().ToString();
     EXPECT_EQ(point->stage, stage) << text;
     EXPECT_EQ(point->clock, 7) << text;
   }

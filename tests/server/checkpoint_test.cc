@@ -1,4 +1,5 @@
 #include "server/checkpoint.h"
+#include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -147,7 +148,7 @@ class CheckpointTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     auto opened = CheckpointDir::Open(ShardCheckpointDir(dir_.string(), 1));
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    ASSERT_OK(opened);
     ckpt_ = std::move(*opened);
   }
   void TearDown() override {
@@ -160,7 +161,7 @@ class CheckpointTest : public ::testing::Test {
 
   std::vector<int64_t> Generations() const {
     auto g = ckpt_->Generations();
-    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_OK(g);
     return g.ok() ? *g : std::vector<int64_t>{};
   }
 
@@ -171,12 +172,12 @@ class CheckpointTest : public ::testing::Test {
     o.disable_auto_compactions = true;
     rocksdb::DB* db = nullptr;
     const rocksdb::Status s = rocksdb::DB::Open(o, Gen(clock).string(), &db);
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_OK(s);
     return std::unique_ptr<rocksdb::DB>(db);
   }
   static void CloseRaw(std::unique_ptr<rocksdb::DB> db) {
-    ASSERT_TRUE(db->Flush(rocksdb::FlushOptions()).ok());
-    ASSERT_TRUE(db->Close().ok());
+    ASSERT_OK(db->Flush(rocksdb::FlushOptions()));
+    ASSERT_OK(db->Close());
   }
 
   // Expects Read(clock) to fail with `code`, naming the generation and
@@ -196,11 +197,11 @@ class CheckpointTest : public ::testing::Test {
 
 TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   const ShardSnapshot s = Snapshot(12);
-  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  ASSERT_OK(ckpt_->Write(s, {}));
   EXPECT_EQ(Generations(), std::vector<int64_t>{12});
   const std::set<std::string> files = Names(Gen(12));
   auto r = ckpt_->Read(12);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, s);
   // A read changes nothing in the generation (no log file, no lock).
   EXPECT_EQ(Names(Gen(12)), files);
@@ -211,7 +212,7 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
 // owned row exactly once; an error from Begin stops the read before any row.
 TEST_F(CheckpointTest, ReadIntoGivesTheLayoutThenEveryRowOnce) {
   const ShardSnapshot s = Snapshot(5);
-  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  ASSERT_OK(ckpt_->Write(s, {}));
   class Recorder : public RowSink {
    public:
     Status Begin(const ShardSnapshot& layout) override {
@@ -243,7 +244,7 @@ TEST_F(CheckpointTest, ReadIntoGivesTheLayoutThenEveryRowOnce) {
     std::vector<std::vector<int>> seen;
   };
   Recorder recorder;
-  ASSERT_TRUE(ckpt_->ReadInto(5, &recorder).ok());
+  ASSERT_OK(ckpt_->ReadInto(5, &recorder));
   EXPECT_EQ(recorder.begins, 1);
   ExpectSame(recorder.got, s);
   for (const auto& rows : recorder.seen) {
@@ -260,29 +261,29 @@ TEST_F(CheckpointTest, ReadIntoGivesTheLayoutThenEveryRowOnce) {
 
 TEST_F(CheckpointTest, RoundTripOfSeveralBatchesWithoutSync) {
   const ShardSnapshot s = BigSnapshot(0);
-  ASSERT_TRUE(ckpt_->Write(s, {.sync = false, .keep = 1}).ok());
+  ASSERT_OK(ckpt_->Write(s, {.sync = false, .keep = 1}));
   auto r = ckpt_->Read(0);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, s);
 }
 
 TEST_F(CheckpointTest, KeepsTheNewestGenerations) {
   for (int64_t clock : {10, 20, 30}) {
-    ASSERT_TRUE(ckpt_->Write(Snapshot(clock, static_cast<uint32_t>(clock)), {.keep = 2}).ok());
+    ASSERT_OK(ckpt_->Write(Snapshot(clock, static_cast<uint32_t>(clock)), {.keep = 2}));
   }
   EXPECT_EQ(Generations(), (std::vector<int64_t>{20, 30}));
   EXPECT_EQ(Names(ckpt_->path()), (std::set<std::string>{"gen-20", "gen-30"}));
   EXPECT_EQ(ckpt_->Read(10).status().code(), StatusCode::kNotFound);
   auto r = ckpt_->Read(20);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, Snapshot(20, 20));
   // An older clock written later is pruned at once as the oldest.
-  ASSERT_TRUE(ckpt_->Write(Snapshot(5), {.keep = 2}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(5), {.keep = 2}));
   EXPECT_EQ(Generations(), (std::vector<int64_t>{20, 30}));
 }
 
 TEST_F(CheckpointTest, ListsOnlyCompleteGenerationFolders) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(3), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(3), {}));
   const fs::path dir = ckpt_->path();
   fs::create_directories(dir / "gen-9.tmp");
   std::ofstream(dir / "gen-9.tmp" / "CURRENT") << "junk";
@@ -296,7 +297,7 @@ TEST_F(CheckpointTest, ListsOnlyCompleteGenerationFolders) {
   EXPECT_EQ(ckpt_->Read(8).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(ckpt_->Read(-1).status().code(), StatusCode::kNotFound);
 
-  ASSERT_TRUE(ckpt_->Write(Snapshot(4), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(4), {}));
   EXPECT_FALSE(fs::exists(dir / "gen-9.tmp"));
   EXPECT_TRUE(fs::exists(dir / "notes.txt"));
   EXPECT_TRUE(fs::exists(dir / "gen-abc"));
@@ -304,17 +305,17 @@ TEST_F(CheckpointTest, ListsOnlyCompleteGenerationFolders) {
 }
 
 TEST_F(CheckpointTest, RewritingTheSameClockReplacesIt) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(7, 1), {}).ok());
-  ASSERT_TRUE(ckpt_->Write(Snapshot(7, 2), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(7, 1), {}));
+  ASSERT_OK(ckpt_->Write(Snapshot(7, 2), {}));
   EXPECT_EQ(Generations(), std::vector<int64_t>{7});
   EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-7"});
   auto r = ckpt_->Read(7);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, Snapshot(7, 2));
 }
 
 TEST_F(CheckpointTest, TornWriteIsNeverListedAndIsRemoved) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(10), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(10), {}));
   // A crash while writing generation 20: a copy of a database, cut short.
   const fs::path torn = fs::path(ckpt_->path()) / "gen-20.tmp";
   fs::copy(Gen(10), torn);
@@ -325,24 +326,24 @@ TEST_F(CheckpointTest, TornWriteIsNeverListedAndIsRemoved) {
   EXPECT_EQ(Generations(), std::vector<int64_t>{10});
   EXPECT_EQ(ckpt_->Read(20).status().code(), StatusCode::kNotFound);
   auto r = ckpt_->Read(10);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, Snapshot(10));
 
-  ASSERT_TRUE(ckpt_->Write(Snapshot(30), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(30), {}));
   EXPECT_FALSE(fs::exists(torn));
   EXPECT_EQ(Generations(), (std::vector<int64_t>{10, 30}));
 }
 
 TEST_F(CheckpointTest, FlippedBytesInAnSstFileAreDataLoss) {
   // In the block that holds the meta record.
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
   std::vector<fs::path> ssts = SstFiles(Gen(1));
   ASSERT_FALSE(ssts.empty());
   FlipBytes(ssts[0], 0.3);
   ExpectReadFails(1, StatusCode::kDataLoss, "checksum mismatch");
 
   // In a block of rows in the middle of a large file.
-  ASSERT_TRUE(ckpt_->Write(BigSnapshot(2), {}).ok());
+  ASSERT_OK(ckpt_->Write(BigSnapshot(2), {}));
   ssts = SstFiles(Gen(2));
   ASSERT_FALSE(ssts.empty());
   const fs::path largest = *std::max_element(
@@ -353,7 +354,7 @@ TEST_F(CheckpointTest, FlippedBytesInAnSstFileAreDataLoss) {
 }
 
 TEST_F(CheckpointTest, TruncatedSstFileIsDataLoss) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
   const std::vector<fs::path> ssts = SstFiles(Gen(1));
   ASSERT_FALSE(ssts.empty());
   fs::resize_file(ssts[0], fs::file_size(ssts[0]) - 100);
@@ -363,8 +364,8 @@ TEST_F(CheckpointTest, TruncatedSstFileIsDataLoss) {
 }
 
 TEST_F(CheckpointTest, MissingDatabaseFilesAreDataLoss) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
-  ASSERT_TRUE(ckpt_->Write(Snapshot(2), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
+  ASSERT_OK(ckpt_->Write(Snapshot(2), {}));
   fs::remove(Gen(1) / "CURRENT");
   ExpectReadFails(1, StatusCode::kDataLoss, "");
   for (const fs::path& sst : SstFiles(Gen(2))) fs::remove(sst);
@@ -372,32 +373,32 @@ TEST_F(CheckpointTest, MissingDatabaseFilesAreDataLoss) {
 }
 
 TEST_F(CheckpointTest, MissingOrBadMetaRecordIsDataLoss) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
   auto db = OpenRaw(1);
-  ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), "meta").ok());
+  ASSERT_OK(db->Delete(rocksdb::WriteOptions(), "meta"));
   CloseRaw(std::move(db));
   ExpectReadFails(1, StatusCode::kDataLoss, "the meta record is missing");
 
   for (const std::string& junk : {std::string("PSCK"), std::string("junk"), std::string()}) {
     db = OpenRaw(1);
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", junk).ok());
+    ASSERT_OK(db->Put(rocksdb::WriteOptions(), "meta", junk));
     CloseRaw(std::move(db));
     ExpectReadFails(1, StatusCode::kDataLoss, "the meta record is corrupt");
   }
 }
 
 TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
   auto db = OpenRaw(1);
   std::string meta;
-  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "meta", &meta).ok());
+  ASSERT_OK(db->Get(rocksdb::ReadOptions(), "meta", &meta));
   CloseRaw(std::move(db));
   // The format version follows the 4-byte magic: 1 (one record per row,
   // never released) and a later one are refused.
   for (int version : {1, 3}) {
     meta[4] = static_cast<char>(version);
     db = OpenRaw(1);
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta", meta).ok());
+    ASSERT_OK(db->Put(rocksdb::WriteOptions(), "meta", meta));
     CloseRaw(std::move(db));
     ExpectReadFails(1, StatusCode::kFailedPrecondition,
                     "format version " + std::to_string(version) +
@@ -407,7 +408,7 @@ TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
 
 TEST_F(CheckpointTest, RecordsAreRunsOf64KiBOfValues) {
   const ShardSnapshot s = Snapshot(1);
-  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  ASSERT_OK(ckpt_->Write(s, {}));
   // Every record but the meta one, in key order: its key and value size.
   std::vector<std::pair<std::string, size_t>> records;
   auto db = OpenRaw(1);
@@ -415,10 +416,10 @@ TEST_F(CheckpointTest, RecordsAreRunsOf64KiBOfValues) {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->key() != rocksdb::Slice("meta")) records.emplace_back(it->key().ToString(), it->value().size());
   }
-  ASSERT_TRUE(it->status().ok());
+  ASSERT_OK(it->status());
   it.reset();
   std::string emb;
-  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), RunKey(0, 250), &emb).ok());
+  ASSERT_OK(db->Get(rocksdb::ReadOptions(), RunKey(0, 250), &emb));
   CloseRaw(std::move(db));
   // Bytes of a run of `rows` rows of `dim` with `slots` optimizer slots.
   const auto bytes = [](size_t rows, size_t dim, size_t slots) {
@@ -446,18 +447,18 @@ TEST_F(CheckpointTest, RecordsAreRunsOf64KiBOfValues) {
 
 TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
   const ShardSnapshot s = Snapshot(1);
-  ASSERT_TRUE(ckpt_->Write(s, {}).ok());
+  ASSERT_OK(ckpt_->Write(s, {}));
   std::unique_ptr<rocksdb::DB> db;
   // Deletes the record at `key` (keeping its value in *saved), or puts it back.
   const auto remove = [&](const std::string& key, std::string* saved) {
     db = OpenRaw(1);
-    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), key, saved).ok());
-    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key).ok());
+    ASSERT_OK(db->Get(rocksdb::ReadOptions(), key, saved));
+    ASSERT_OK(db->Delete(rocksdb::WriteOptions(), key));
     CloseRaw(std::move(db));
   };
   const auto put = [&](const std::string& key, const std::string& value) {
     db = OpenRaw(1);
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, value).ok());
+    ASSERT_OK(db->Put(rocksdb::WriteOptions(), key, value));
     CloseRaw(std::move(db));
   };
 
@@ -478,7 +479,7 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     ExpectReadFails(1, StatusCode::kDataLoss, m.text);
     put(m.key, saved);
   }
-  ASSERT_TRUE(ckpt_->Read(1).ok());
+  ASSERT_OK(ckpt_->Read(1));
 
   // A record outside the owned rows, overlapping a run, of a table the meta
   // record does not list, with a key of another shape.
@@ -500,11 +501,11 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     put(extra.key, "v");
     ExpectReadFails(1, StatusCode::kDataLoss, extra.text);
     db = OpenRaw(1);
-    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), extra.key).ok());
+    ASSERT_OK(db->Delete(rocksdb::WriteOptions(), extra.key));
     CloseRaw(std::move(db));
   }
   // After the loop every record is back.
-  ASSERT_TRUE(ckpt_->Read(1).ok());
+  ASSERT_OK(ckpt_->Read(1));
 
   // A run one float short or long: a whole run, the shorter last run of a
   // table, a one-row run.
@@ -532,7 +533,7 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     put(c.key, saved);
   }
   auto r = ckpt_->Read(1);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   ExpectSame(*r, s);
 }
 
@@ -559,7 +560,7 @@ TEST(CheckpointDirTest, NamesShardAndGenerationFolders) {
   const fs::path dir = fs::temp_directory_path() /
                        ("ps_checkpoint_names_" + std::to_string(::getpid()));
   auto opened = CheckpointDir::Open(ShardCheckpointDir(dir.string(), 3));
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   EXPECT_EQ((*opened)->path(), dir.string() + "/shard-3");
   EXPECT_EQ((*opened)->GenerationPath(40), dir.string() + "/shard-3/gen-40");
   fs::remove_all(dir);
@@ -585,13 +586,13 @@ TEST(CheckpointDirTest, OpenRefusesARegularFile) {
 TEST_F(CheckpointTest, OpenCreatesParentsAndReopens) {
   const fs::path deep = dir_ / "a" / "b" / "shard-0";
   auto opened = CheckpointDir::Open(deep.string());
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   EXPECT_TRUE(fs::is_directory(deep));
-  ASSERT_TRUE((*opened)->Write(Snapshot(2), {}).ok());
+  ASSERT_OK((*opened)->Write(Snapshot(2), {}));
   auto again = CheckpointDir::Open(deep.string());
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   auto g = (*again)->Generations();
-  ASSERT_TRUE(g.ok());
+  ASSERT_OK(g);
   EXPECT_EQ(*g, std::vector<int64_t>{2});
 }
 
@@ -620,13 +621,13 @@ TEST_F(CheckpointTest, UnwritableFoldersAreErrorsNamingThem) {
 
   // A folder that can be read but not written: Write fails naming it, and
   // the generation already there still reads.
-  ASSERT_TRUE(ckpt_->Write(Snapshot(1), {}).ok());
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
   fs::permissions(ckpt_->path(), fs::perms::owner_read | fs::perms::owner_exec);
   const Status w = ckpt_->Write(Snapshot(2), {});
   EXPECT_FALSE(w.ok());
   EXPECT_NE(w.message().find(ckpt_->path()), std::string::npos) << w.ToString();
   EXPECT_EQ(Generations(), std::vector<int64_t>{1});
-  EXPECT_TRUE(ckpt_->Read(1).ok());
+  EXPECT_OK(ckpt_->Read(1));
   fs::permissions(ckpt_->path(), fs::perms::owner_all);
 }
 

@@ -1,6 +1,7 @@
 // The durable-folder steps of checkpoint generations, on real folders (no
 // crash: tests/server/checkpoint_crash_test.cc kills a writer between them).
 #include "server/durable_dir.h"
+#include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -75,7 +76,7 @@ TEST_F(DurableDirTest, ListsOnlyCompleteGenerationFoldersInClockOrder) {
   }
   std::ofstream(dir_ / "gen-8") << "a file, not a folder";
   auto clocks = ListGenerations(dir_.string());
-  ASSERT_TRUE(clocks.ok()) << clocks.status().ToString();
+  ASSERT_OK(clocks);
   EXPECT_EQ(*clocks, (std::vector<int64_t>{9, 10, 100}));
 
   auto missing = ListGenerations((dir_ / "gone").string());
@@ -92,7 +93,7 @@ TEST_F(DurableDirTest, RemovesTornGenerationsOnly) {
   Folder("gen-2.old.tmp", "replaced");
   std::ofstream(dir_ / "gen-5.tmp") << "a torn file";
   Folder("notes.tmp", "not a generation name");
-  ASSERT_TRUE(RemoveTornGenerations(dir_.string()).ok());
+  ASSERT_OK(RemoveTornGenerations(dir_.string()));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-3", "notes.tmp"}));
   EXPECT_FALSE(RemoveTornGenerations((dir_ / "gone").string()).ok());
 }
@@ -133,15 +134,15 @@ TEST_F(DurableDirTest, PruneKeepsTheNewestAndRenamesEachBeforeRemovingIt) {
     EXPECT_FALSE(fs::exists(doomed.substr(0, doomed.size() - 4))) << doomed;
     renamed.push_back(fs::path(doomed).filename().string());
   };
-  ASSERT_TRUE(PruneGenerations(dir_.string(), 2, true, record).ok());
+  ASSERT_OK(PruneGenerations(dir_.string(), 2, true, record));
   EXPECT_EQ(renamed, (std::vector<std::string>{"gen-5.tmp", "gen-10.tmp"}));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
 
   // Nothing beyond `keep`: nothing happens (and no hook is needed).
-  ASSERT_TRUE(PruneGenerations(dir_.string(), 2, false, nullptr).ok());
-  ASSERT_TRUE(PruneGenerations(dir_.string(), 5, false, nullptr).ok());
+  ASSERT_OK(PruneGenerations(dir_.string(), 2, false, nullptr));
+  ASSERT_OK(PruneGenerations(dir_.string(), 5, false, nullptr));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
-  ASSERT_TRUE(PruneGenerations(dir_.string(), 1, false, nullptr).ok());
+  ASSERT_OK(PruneGenerations(dir_.string(), 1, false, nullptr));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-30", "other"}));
   EXPECT_FALSE(PruneGenerations((dir_ / "gone").string(), 1, false, nullptr).ok());
 }
@@ -150,9 +151,9 @@ TEST_F(DurableDirTest, SyncsFilesAndFoldersAndNamesWhatIsMissing) {
   const fs::path folder = Folder("gen-1.tmp", "data");
   std::ofstream(folder / "more") << "more";
   fs::create_directories(folder / "sub");
-  EXPECT_TRUE(SyncFile((folder / "data").string()).ok());
-  EXPECT_TRUE(SyncDir(folder.string()).ok());
-  EXPECT_TRUE(SyncFlatFolder(folder.string()).ok());
+  EXPECT_OK(SyncFile((folder / "data").string()));
+  EXPECT_OK(SyncDir(folder.string()));
+  EXPECT_OK(SyncFlatFolder(folder.string()));
 
   const std::string gone = (dir_ / "gone").string();
   for (const Status& s : {SyncFile(gone), SyncDir(gone), SyncFlatFolder(gone)}) {

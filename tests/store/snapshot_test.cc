@@ -1,6 +1,7 @@
 // The layout comparison that decides whether a saved shard state fits a
 // shard (store/snapshot.h).
 #include "store/snapshot.h"
+#include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 
@@ -42,7 +43,7 @@ ShardSnapshot Snapshot(int64_t clock, uint32_t seed = 1) {
 TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
   const ShardSnapshot saved = Snapshot(5);
   const std::string where = "/ckpt/shard-1/gen-5";
-  EXPECT_TRUE(CheckRestorable(saved, saved, where).ok());
+  EXPECT_OK(CheckRestorable(saved, saved, where));
 
   struct Case {
     std::string what;
@@ -106,17 +107,17 @@ TEST(CheckRestorableTest, NamesEachDifferenceAndBothValues) {
   }
   // The clock and the values are not part of the layout.
   ShardSnapshot later = Snapshot(9, 3);
-  EXPECT_TRUE(CheckRestorable(saved, later, where).ok());
+  EXPECT_OK(CheckRestorable(saved, later, where));
 }
 
 TEST(CheckRestorableTest, EqualLayoutsWithDifferentValuesAndClocksAreRestorable) {
   ShardSnapshot saved = Snapshot(5);
   ShardSnapshot expected = Snapshot(7, 2);
   expected.tables[0].values.clear();  // a layout without values
-  EXPECT_TRUE(CheckRestorable(saved, expected, "/x").ok());
+  EXPECT_OK(CheckRestorable(saved, expected, "/x"));
   // An empty shard fits an empty shard.
   ShardSnapshot empty;
-  EXPECT_TRUE(CheckRestorable(empty, empty, "/x").ok());
+  EXPECT_OK(CheckRestorable(empty, empty, "/x"));
 }
 
 }  // namespace
