@@ -32,23 +32,6 @@ bool StartsWith(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;
 }
 
-// Checks that `status` is InvalidArgument and its message contains every
-// one of `parts`.
-::testing::AssertionResult InvalidWith(
-    const Status& status, std::initializer_list<std::string> parts) {
-  if (status.code() != StatusCode::kInvalidArgument) {
-    return ::testing::AssertionFailure()
-           << "expected InvalidArgument, got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (!Contains(status.message(), part)) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.message();
-    }
-  }
-  return ::testing::AssertionSuccess() << status.message();
-}
-
 // Loads tests/data/config/<name>; it must fail with InvalidArgument whose
 // message starts with the file's path and contains each of `parts`.
 ::testing::AssertionResult BadFileRejected(

@@ -24,23 +24,6 @@ bool StartsWith(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;
 }
 
-// Checks that `status` is InvalidArgument and its message contains every
-// one of `parts`.
-::testing::AssertionResult InvalidWith(
-    const Status& status, std::initializer_list<std::string> parts) {
-  if (status.code() != StatusCode::kInvalidArgument) {
-    return ::testing::AssertionFailure()
-           << "expected InvalidArgument, got " << status.ToString();
-  }
-  for (const std::string& part : parts) {
-    if (!Contains(status.message(), part)) {
-      return ::testing::AssertionFailure()
-             << "message lacks \"" << part << "\": " << status.message();
-    }
-  }
-  return ::testing::AssertionSuccess() << status.message();
-}
-
 // A valid job: one loopback server, one worker, one 64 x 1 table.
 JobOptions ValidJob() {
   JobOptions job = TestJob().Servers(1, 7000).Table("weights", 64).Build();

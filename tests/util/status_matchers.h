@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <string>
+
 #include "common/status.h"
 
 namespace ps::status_matchers {
@@ -24,6 +27,27 @@ template <typename S>
 }
 
 }  // namespace ps::status_matchers
+
+namespace ps {
+
+// Success when `status` is InvalidArgument and its message contains every
+// one of `parts` (the loader's and Validate()'s errors):
+//   EXPECT_TRUE(InvalidWith(LoadJobString(text), {"tables[0].rows", "line 3"}));
+inline ::testing::AssertionResult InvalidWith(const Status& status,
+                                              std::initializer_list<std::string> parts) {
+  if (status.code() != StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "expected InvalidArgument, got " << status.ToString();
+  }
+  for (const std::string& part : parts) {
+    if (status.message().find(part) == std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "message lacks \"" << part << "\": " << status.message();
+    }
+  }
+  return ::testing::AssertionSuccess() << status.message();
+}
+
+}  // namespace ps
 
 #define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::ps::status_matchers::IsOk, expr)
 #define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::ps::status_matchers::IsOk, expr)
