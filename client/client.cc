@@ -132,7 +132,7 @@ Status Client::WaitUntilSlot(uint32_t shard) {
   return Status::Ok();
 }
 
-uint64_t Client::SendPart(Part part, Frame keys, Frame values) {
+uint64_t Client::SendPart(Part&& part, Frame&& keys, Frame&& values) {
   Status slot = WaitUntilSlot(part.shard);
   if (!slot.ok()) {
     tracker_.Fail(part.ticket, slot);
@@ -141,7 +141,7 @@ uint64_t Client::SendPart(Part part, Frame keys, Frame values) {
   return SendPartNow(std::move(part), std::move(keys), std::move(values));
 }
 
-uint64_t Client::SendPartNow(Part part, Frame keys, Frame values) {
+uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   const uint64_t rid = next_request_id_++;
   const Op op = part.op;
   MessageHeader h;
@@ -162,13 +162,11 @@ uint64_t Client::SendPartNow(Part part, Frame keys, Frame values) {
   h.flags = part.flags;
   const bool has_keys = keys.size() > 0;
   if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
-  Frame frames[3] = {EncodeHeader(h), std::move(keys), std::move(values)};
+  // Header, then the keys (when there are any), then a push's values.
+  Frame frames[3] = {EncodeHeader(h)};
   size_t n = 1;
-  if (has_keys) ++n;
-  if (op == Op::kPush) {
-    if (!has_keys) std::swap(frames[1], frames[2]);
-    ++n;
-  }
+  if (has_keys) frames[n++] = std::move(keys);
+  if (op == Op::kPush) frames[n++] = std::move(values);
   uint64_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += frames[i].size();
   part.clock = clock_;

@@ -275,10 +275,12 @@ class Client {
   Ticket CompletedTicket(Callback done);
   // Sends one part with its keys and values frames (either may be empty),
   // after waiting for a free slot to its shard; on failure records the
-  // error on the ticket. Returns its request id, 0 if not sent.
-  uint64_t SendPart(Part part, Frame keys, Frame values);
+  // error on the ticket. Returns its request id, 0 if not sent. Takes the
+  // part and frames by reference to what the caller gives up: each move of
+  // a part or a frame is a libzmq call on the path of every request.
+  uint64_t SendPart(Part&& part, Frame&& keys, Frame&& values);
   // SendPart without waiting for a slot.
-  uint64_t SendPartNow(Part part, Frame keys, Frame values);
+  uint64_t SendPartNow(Part&& part, Frame&& keys, Frame&& values);
   // Every message waiting on the channel of `shard`.
   Status ReceiveReplies(uint32_t shard);
   // The connection events of the channel of `shard`.

@@ -78,7 +78,7 @@ Status RequestTracker::TakeAll() {
   return first;
 }
 
-Part& RequestTracker::Add(uint64_t request_id, Part part) {
+Part& RequestTracker::Add(uint64_t request_id, Part&& part) {
   part.deadline = clock_->Now() + timeout_;
   deadlines_.emplace(part.deadline, request_id);
   ++in_flight_[part.shard];

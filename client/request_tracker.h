@@ -111,7 +111,7 @@ class RequestTracker {
 
   // Tracks `part` as request `request_id`, sent now: holds its ticket and
   // arms its deadline. Returns the stored part.
-  Part& Add(uint64_t request_id, Part part);
+  Part& Add(uint64_t request_id, Part&& part);
   Part* Find(uint64_t request_id);
   const Part* Find(uint64_t request_id) const;
   // Forgets the part and releases its ticket with `status` (which may run

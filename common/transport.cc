@@ -54,9 +54,13 @@ Frame::Frame() { zmq_msg_init(AsMsg(msg())); }
 
 Frame::~Frame() { zmq_msg_close(AsMsg(msg())); }
 
+// What zmq_msg_move does into a message that holds nothing: take the bytes
+// of `other` (libzmq moves a zmq_msg_t by copying it) and leave `other`
+// empty. Skips initialising and closing an empty message, which is most
+// of a move's cost on the request path.
 Frame::Frame(Frame&& other) noexcept {
-  zmq_msg_init(AsMsg(msg()));
-  zmq_msg_move(AsMsg(msg()), AsMsg(other.msg()));
+  std::memcpy(storage_, other.storage_, sizeof(storage_));
+  zmq_msg_init(AsMsg(other.msg()));
 }
 
 Frame& Frame::operator=(Frame&& other) noexcept {
