@@ -91,10 +91,6 @@ struct Config {
 };
 
 // Drops the page cache; false when not allowed.
-bool DropCaches() {
-  return std::system("sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null") == 0;
-}
-
 uint32_t Bits(uint64_t i, uint64_t k) {
   uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull ^ (k + 1) * 0xc2b2ae3d27d4eb4full;
   h ^= h >> 29;
@@ -278,11 +274,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
     // Reads: cold (when the cache can be dropped), then warm.
     for (const bool cold : {true, false}) {
       if (cold && !cfg.cold) continue;
-      if (cold && !DropCaches()) {
-        return PermissionDeniedError(
-            "cannot drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches needs root); "
-            "run with --no-cold");
-      }
+      if (cold) PS_RETURN_IF_ERROR(DropCaches("--no-cold"));
       StatusOr<ShardSnapshot> read = InternalError("not read");
       const double rs = Time([&] { read = ckpt->Read(clock); });
       PS_RETURN_IF_ERROR(read.status());
@@ -295,7 +287,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
       // init, every value 0.
       StatusOr<std::unique_ptr<ShardStore>> fresh = ShardStore::Create(job, 0, /*initialize=*/false);
       PS_RETURN_IF_ERROR(fresh.status());
-      if (cold && !DropCaches()) return PermissionDeniedError("cannot drop the page cache");
+      if (cold) PS_RETURN_IF_ERROR(DropCaches("--no-cold"));
       StatusOr<size_t> tables = InternalError("not restored");
       const double ips = Time([&] { tables = RestoreStore(*ckpt, clock, job, 0, fresh->get()); });
       PS_RETURN_IF_ERROR(tables.status());
@@ -304,7 +296,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
     }
     for (const bool cold : {true, false}) {
       if (cold && !cfg.cold) continue;
-      if (cold && !DropCaches()) return PermissionDeniedError("cannot drop the page cache");
+      if (cold) PS_RETURN_IF_ERROR(DropCaches("--no-cold"));
       const double ps = Time([&] { st = PlainRead(plain, &buffer); });
       PS_RETURN_IF_ERROR(st);
       (cold ? prc_s : prw_s).push_back(ps);

@@ -63,14 +63,14 @@ StatusOr<int> FreePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
-Status DropCaches() {
+Status DropCaches(std::string_view off_flag) {
   ::sync();
   const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
   if (fd < 0 || ::write(fd, "3", 1) != 1) {
     const std::string err = std::strerror(errno);
     if (fd >= 0) ::close(fd);
     return PermissionDeniedError("cannot write 3 to /proc/sys/vm/drop_caches (" + err +
-                                 "): it needs root; run with --no-drop-caches");
+                                 "): it needs root; run with " + std::string(off_flag));
   }
   ::close(fd);
   return Status::Ok();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -36,9 +37,9 @@ std::string OwnDir();
 // A loopback TCP port that was free a moment ago.
 StatusOr<int> FreePort();
 
-// sync, then drops the page cache. PermissionDenied (it needs root) naming
-// what to pass instead.
-Status DropCaches();
+// sync, then drops the page cache. PermissionDenied (it needs root) that
+// says to run with `off_flag` instead (e.g. "--no-cold").
+Status DropCaches(std::string_view off_flag);
 
 // The state letter of /proc/<pid>/stat ('T' once stopped), or '?'.
 char ProcessState(pid_t pid);

@@ -14,7 +14,7 @@
 // Setup: start ps_server (the binary next to this one, or in --bin-dir) and
 // wait for its "serving" log line; a Client as worker 0 Join()s, pushes
 // one dense gradient (so adam's slots are not zero) and ends clock 0; a
-// control Client asks CheckpointServers() and polls Stats() until the shard
+// control client asks CheckpointServers() and polls Stats() until the shard
 // reports "last_clock 1 writing 0" (the generation gen-1 is written and
 // synced); worker 0 pulls a probe row (the last row) to know its value.
 //
@@ -27,7 +27,7 @@
 //      0 issues a Pull of the probe row from a thread of its own. The
 //      stopped server cannot answer it, so the pull is in flight over the
 //      kill and completes only through the client's reconnect-and-resend.
-//   3. t0: SIGKILL the server. A control Client (from before the kill)
+//   3. t0: SIGKILL the server. A control client (from before the kill)
 //      calls Stats() from another thread at once; the request waits for the
 //      shard like any other.
 //   4. Reap the killed process, then spawn a new ps_server on the same
@@ -63,18 +63,10 @@
 // MB = 10^6 bytes. --quick (100,000 rows, 1 run, no cache dropping) is the
 // ctest smoke test; its numbers mean nothing.
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cinttypes>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -82,7 +74,6 @@
 #include <fstream>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -94,11 +85,12 @@
 
 #include "benchmarks/machine.h"
 #include "client/client.h"
+#include "client/control_client.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
-#include "common/subprocess.h"
+#include "common/watched_process.h"
 #include "store/shard_store.h"
 
 namespace ps {
@@ -126,123 +118,13 @@ struct Config {
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// One ps_server child: its output is read line by line on a thread of this
-// object, echoed to stderr and stamped with the time it arrived. The child
-// is killed and reaped when the object goes away, whatever happened.
-// Not thread-safe, apart from the reader thread it owns.
-class ServerProcess {
- public:
-  static StatusOr<std::unique_ptr<ServerProcess>> Start(const std::string& binary,
-                                                        const std::string& config) {
-    SubprocessOptions o;
-    o.argv = {binary, "--config", config, "--shard", "0"};
-    o.capture_output = true;
-    std::unique_ptr<ServerProcess> p(new ServerProcess());
-    PS_ASSIGN_OR_RETURN(p->proc_, Subprocess::Spawn(o));
-    p->spawned_ = SteadyClock::now();
-    p->reader_ = std::thread([raw = p.get(), fd = p->proc_->output_fd()] { raw->ReadLoop(fd); });
-    return p;
-  }
-
-  ~ServerProcess() {
-    if (!proc_->wait_status()) proc_->Signal(SIGKILL).IgnoreError();
-    stop_.store(true);
-    if (reader_.joinable()) reader_.join();
-    proc_.reset();  // reaps it (SIGKILL again if it is somehow still there)
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-
-  pid_t pid() const { return proc_->pid(); }
-  SteadyClock::time_point spawned() const { return spawned_; }
-  Status Signal(int signo) { return proc_->Signal(signo); }
-  StatusOr<int> WaitFor(milliseconds timeout) { return proc_->WaitFor(timeout); }
-
-  // Waits until a line containing `needle` has arrived; returns when it
-  // arrived, and the line in *line. NotFound if the process's output ended
-  // first, DeadlineExceeded after `timeout`; both carry the output's tail.
-  StatusOr<SteadyClock::time_point> WaitForLine(const std::string& needle,
-                                                SteadyClock::duration timeout,
-                                                std::string* line = nullptr) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = SteadyClock::now() + timeout;
-    size_t seen = 0;
-    while (true) {
-      for (; seen < lines_.size(); ++seen) {
-        if (lines_[seen].second.find(needle) != std::string::npos) {
-          if (line != nullptr) *line = lines_[seen].second;
-          return lines_[seen].first;
-        }
-      }
-      if (eof_) {
-        return NotFoundError("ps_server (pid " + std::to_string(proc_->pid()) +
-                             ") ended its output without a line containing '" + needle +
-                             "'; its last lines:\n" + TailLocked());
-      }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
-          SteadyClock::now() >= deadline) {
-        return DeadlineExceededError("ps_server (pid " + std::to_string(proc_->pid()) +
-                                     ") wrote no line containing '" + needle + "' within " +
-                                     std::to_string(Seconds(timeout)) + " s; its last lines:\n" +
-                                     TailLocked());
-      }
-    }
-  }
-
-  // The first line containing `needle` so far, if any.
-  std::optional<std::string> FindLine(const std::string& needle) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [t, l] : lines_) {
-      if (l.find(needle) != std::string::npos) return l;
-    }
-    return std::nullopt;
-  }
-
- private:
-  ServerProcess() = default;
-
-  void ReadLoop(int fd) {
-    LineReader reader;
-    std::vector<std::string> got;
-    while (true) {
-      pollfd pfd{fd, POLLIN, 0};
-      const int ready = ::poll(&pfd, 1, 100);
-      bool eof = false;
-      if (ready > 0) {
-        StatusOr<bool> r = reader.ReadFrom(fd, &got);
-        eof = !r.ok() || *r;
-      }
-      const auto now = SteadyClock::now();
-      if (!got.empty() || eof) {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (std::string& l : got) {
-          std::fprintf(stderr, "  | %s\n", l.c_str());
-          lines_.emplace_back(now, std::move(l));
-        }
-        got.clear();
-        eof_ = eof_ || eof;
-        cv_.notify_all();
-      }
-      if (eof || (ready == 0 && stop_.load())) return;
-    }
-  }
-
-  std::string TailLocked() const {
-    std::string out;
-    const size_t from = lines_.size() > 12 ? lines_.size() - 12 : 0;
-    for (size_t i = from; i < lines_.size(); ++i) out += "  " + lines_[i].second + "\n";
-    return out;
-  }
-
-  std::unique_ptr<Subprocess> proc_;
-  SteadyClock::time_point spawned_;
-  std::thread reader_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::pair<SteadyClock::time_point, std::string>> lines_;  // guarded by mu_
-  bool eof_ = false;                                                    // guarded by mu_
-};
+// Shard 0 of the job in `config`, its lines echoed to stderr.
+StatusOr<std::unique_ptr<WatchedProcess>> StartServer(const std::string& binary,
+                                                      const std::string& config) {
+  SubprocessOptions options;
+  options.argv = {binary, "--config", config, "--shard", "0"};
+  return WatchedProcess::Start(std::move(options), "  | ");
+}
 
 // Seconds of a " in 1.23 s" (or " in 456 ms") in the server's "restored"
 // line, where a version of the server reports its own restore time.
@@ -280,9 +162,9 @@ struct Setup {
 
 // Restores are measured on the generation this writes: start, push, checkpoint.
 Status Prepare(const std::string& server_bin, const std::string& config_path, const JobOptions& job,
-               std::unique_ptr<ServerProcess>* server, Client* worker, Client* control,
+               std::unique_ptr<WatchedProcess>* server, Client* worker, ControlClient* control,
                std::string* generation, Setup* setup) {
-  PS_ASSIGN_OR_RETURN(*server, ServerProcess::Start(server_bin, config_path));
+  PS_ASSIGN_OR_RETURN(*server, StartServer(server_bin, config_path));
   PS_ASSIGN_OR_RETURN(const SteadyClock::time_point serving,
                       (*server)->WaitForLine(" serving ", kStartTimeout));
   setup->first_start_s = Seconds(serving - (*server)->spawned());
@@ -329,11 +211,11 @@ Status Prepare(const std::string& server_bin, const std::string& config_path, co
 
 StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
                       const std::string& config_path, const std::string& generation,
-                      uint64_t probe_row, float probe_value, std::unique_ptr<ServerProcess>* server,
-                      Client* worker, Client* control, std::vector<char>* buffer) {
+                      uint64_t probe_row, float probe_value, std::unique_ptr<WatchedProcess>* server,
+                      Client* worker, ControlClient* control, std::vector<char>* buffer) {
   Run run;
   run.cold = cfg.drop_caches;
-  if (cfg.drop_caches) PS_RETURN_IF_ERROR(DropCaches());
+  if (cfg.drop_caches) PS_RETURN_IF_ERROR(DropCaches("--no-drop-caches"));
   const uint64_t reconnects_before = worker->counters().reconnects;
   const uint64_t resent_before = worker->counters().resent;
 
@@ -380,7 +262,7 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
   run.reap = Seconds(SteadyClock::now() - t0);
   server->reset();  // reaped: joins its reader
 
-  PS_ASSIGN_OR_RETURN(*server, ServerProcess::Start(server_bin, config_path));
+  PS_ASSIGN_OR_RETURN(*server, StartServer(server_bin, config_path));
   run.spawn = Seconds((*server)->spawned() - t0);
   // The server's lines first: a server that does not come up is reported
   // as such (the joins below then wait for the requests' deadlines).
@@ -426,7 +308,7 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
   }
 
   // The floor: the generation's files read cold, plainly.
-  if (cfg.drop_caches) PS_RETURN_IF_ERROR(DropCaches());
+  if (cfg.drop_caches) PS_RETURN_IF_ERROR(DropCaches("--no-drop-caches"));
   StatusOr<uint64_t> bytes = InternalError("not read");
   run.plain_s = Time([&] { bytes = ReadTree(generation, buffer); });
   PS_RETURN_IF_ERROR(bytes.status());
@@ -481,9 +363,9 @@ Status RunAll(const Config& cfg) {
   }
 
   const auto began = SteadyClock::now();
-  std::unique_ptr<ServerProcess> server;
+  std::unique_ptr<WatchedProcess> server;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> worker, Client::Create(job, 0));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> control, Client::Create(job, kControlWorker));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> control, ControlClient::Create(job));
   std::string generation;
   std::fprintf(stderr, "recovery_bench: starting ps_server, pushing, writing a checkpoint ...\n");
   PS_RETURN_IF_ERROR(Prepare(server_bin, config_path, job, &server, worker.get(), control.get(),

@@ -36,6 +36,7 @@
 #include "client/client.h"
 #include "common/config.h"
 #include "common/subprocess.h"
+#include "common/watched_process.h"
 #include "server/checkpoint.h"
 #include "tests/util/free_port.h"
 #include "tests/util/status_matchers.h"
@@ -66,27 +67,17 @@ class ServerProcess {
   // to `stall` (empty: the hook is off, whatever the test's environment
   // holds).
   static std::unique_ptr<ServerProcess> Start(const std::string& job, const std::string& stall) {
-    SubprocessOptions o;
-    o.argv = {kServer, "--config", job, "--shard", "0"};
-    o.env = {{"PS_CHECKPOINT_TEST_STALL", stall}};
-    o.capture_output = true;
-    auto p = Subprocess::Spawn(o);
+    auto p = WatchedProcess::Start({.argv = {kServer, "--config", job, "--shard", "0"},
+                                    .env = {{"PS_CHECKPOINT_TEST_STALL", stall}}});
     EXPECT_OK(p);
     if (!p.ok()) return nullptr;
     return std::unique_ptr<ServerProcess>(new ServerProcess(std::move(*p)));
   }
 
-  // Reads the output until it holds `needle`, the output ends (the server
+  // Waits until the output holds `needle`, the output ends (the server
   // exited) or `timeout` passes. True when found.
   bool WaitFor(const std::string& needle, milliseconds timeout) {
-    const auto deadline = Steady::now() + timeout;
-    while (output_.find(needle) == std::string::npos) {
-      if (eof_ || Steady::now() >= deadline) return false;
-      pollfd pfd{process_->output_fd(), POLLIN, 0};
-      poll(&pfd, 1, 100);
-      Drain();
-    }
-    return true;
+    return process_->WaitForLine(needle, timeout).ok();
   }
 
   // SIGKILL, then reap. Returns the wait status.
@@ -94,7 +85,7 @@ class ServerProcess {
     EXPECT_OK(process_->Signal(SIGKILL));
     auto status = process_->WaitFor(milliseconds(10000));
     EXPECT_OK(status) << "ps_server did not die of SIGKILL within 10 s";
-    Drain();
+    process_->WaitForEnd(milliseconds(1000));
     return status.ok() ? *status : -1;
   }
 
@@ -102,36 +93,18 @@ class ServerProcess {
   // SHUTDOWN), reading its output to the end. Returns the wait status.
   StatusOr<int> Exit(milliseconds timeout) {
     const auto deadline = Steady::now() + timeout;
-    while (!eof_ && Steady::now() < deadline) {
-      pollfd pfd{process_->output_fd(), POLLIN, 0};
-      poll(&pfd, 1, 100);
-      Drain();
-    }
+    process_->WaitForEnd(timeout);
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
     return process_->WaitFor(std::max(left, milliseconds(0)));
   }
 
   // Everything read so far.
-  const std::string& output() {
-    Drain();
-    return output_;
-  }
+  std::string output() const { return process_->Output(); }
 
  private:
-  explicit ServerProcess(std::unique_ptr<Subprocess> p) : process_(std::move(p)) {}
+  explicit ServerProcess(std::unique_ptr<WatchedProcess> p) : process_(std::move(p)) {}
 
-  void Drain() {
-    if (eof_) return;
-    std::vector<std::string> lines;
-    auto r = reader_.ReadFrom(process_->output_fd(), &lines);
-    for (const auto& l : lines) output_ += l + "\n";
-    eof_ = !r.ok() || *r;
-  }
-
-  std::unique_ptr<Subprocess> process_;
-  LineReader reader_;
-  std::string output_;
-  bool eof_ = false;
+  std::unique_ptr<WatchedProcess> process_;
 };
 
 // The gradient worker 0 pushes at `clock`: varied, small, finite.
