@@ -29,13 +29,6 @@ Status InvalidOption(const std::string& source, std::string_view path,
   return InvalidArgumentError(message);
 }
 
-std::string DoubleText(double value) {
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  if (ec != std::errc()) return "?";
-  return std::string(buffer, end);
-}
-
 namespace {
 
 // Most I/O threads a ZeroMQ context may be given; more never helps one node.

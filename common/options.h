@@ -438,6 +438,13 @@ struct JobOptions {
   std::string Fingerprint() const;
 };
 
+// The InvalidArgument of a bad option, as JobOptions::Validate() and the
+// checks of the layers above word it: "<source>: <path>: <problem>;
+// expected <expected>" (no "<source>: " when `source` is empty), e.g.
+// "job.yaml: tables[1].rows: got 0; expected a row count >= 1".
+Status InvalidOption(const std::string& source, std::string_view path, std::string_view problem,
+                     std::string_view expected);
+
 // Worker id used by tools (ps_ctl) that are not one of the job's workers.
 // Shards accept it for STATS and SHUTDOWN only.
 inline constexpr uint32_t kControlWorker = 0xFFFFFFFFu;

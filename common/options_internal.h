@@ -11,14 +11,6 @@
 
 namespace ps {
 
-// InvalidArgument "<source>: <path>: <problem>; expected <expected>" (no
-// "<source>: " when `source` is empty).
-Status InvalidOption(const std::string& source, std::string_view path, std::string_view problem,
-                     std::string_view expected);
-
-// Shortest text that reads back as the same double ("0.05", "1e+300").
-std::string DoubleText(double value);
-
 // The train section's checks: none without a training program; else the
 // common limits and the program's own checks (its tables, layers, features).
 Status ValidateTrain(const std::string& source, const JobOptions& job);
