@@ -1,6 +1,5 @@
 #include "common/options.h"
 
-#include "common/options_internal.h"
 #include "common/text.h"
 
 #include <arpa/inet.h>
@@ -507,11 +506,6 @@ std::string JobOptions::Fingerprint() const {
   return fmt::format("{:016x}", h);
 }
 
-std::string TrainProgramName(TrainProgram program) {
-  if (program == TrainProgram::kNone) return "none";
-  return std::string(NameOf(kTrainProgramNames, program));
-}
-
 std::string ConsistencyName(const ConsistencyOptions& c) {
   std::string name(NameOf(kConsistencyModeNames, c.mode));
   if (c.mode == ConsistencyMode::kSsp) name += " " + std::to_string(c.staleness);
@@ -542,8 +536,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
-  PS_RETURN_IF_ERROR(ValidateCheckpoint(source, checkpoint));
-  return ValidateTrain(source, *this);
+  return ValidateCheckpoint(source, checkpoint);
 }
 
 StatusOr<uint32_t> JobOptions::TableId(const std::string& name) const {
