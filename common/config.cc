@@ -21,7 +21,8 @@
 namespace ps {
 namespace {
 
-// The top-level keys, in the order messages list them.
+// The top-level keys, in the order messages list them: common's own and
+// those of kJobSectionsOfOtherLayers.
 const std::vector<std::string_view> kTopLevelKeys = {
     "cluster", "tables",  "consistency", "liveness", "stragglers", "optimizer",
     "server",  "client",  "worker",      "train",    "checkpoint"};
@@ -279,76 +280,31 @@ Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOp
                      checkpoint);
 }
 
-// train.features: the feature count of linear_regression (required, >= 1),
-// optional for the sparse programs, not used by mlp.
-Status ParseFeatures(const YamlReader& r, const YamlMap& map, const YamlValue* value,
-                     TrainOptions* train) {
-  switch (train->program) {
-    case TrainProgram::kSparseLogisticRegression:
-    case TrainProgram::kMatrixFactorization:
-      if (value != nullptr) return r.ReadUnsigned(*value, &train->features);
-      return Status::Ok();
-    case TrainProgram::kLinearRegression: {
-      constexpr std::string_view kFeatures =
-          "the number of features, >= 1 and equal to the rows of train.table "
-          "(omit the train section for a job without training)";
-      PS_ASSIGN_OR_RETURN(value, r.Required(map, "features", kFeatures));
-      PS_RETURN_IF_ERROR(r.ReadUnsigned(*value, &train->features));
-      // Validate() finds 0 too (features must equal the table's rows), but
-      // this message names the line and column and says how to have no
-      // training.
-      if (train->features == 0) return r.Error(*value, "got 0", kFeatures);
-      return Status::Ok();
+// InternalError unless each of `sections` reads a different key of
+// kJobSectionsOfOtherLayers.
+Status CheckSections(std::span<const JobSection> sections) {
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const std::string_view key = sections[i].key;
+    if (std::find(std::begin(kJobSectionsOfOtherLayers), std::end(kJobSectionsOfOtherLayers),
+                  key) == std::end(kJobSectionsOfOtherLayers)) {
+      return InternalError("job section " + Quote(key) +
+                           " is not a top-level key that another layer reads; declare it in "
+                           "kJobSectionsOfOtherLayers (common/config.h)");
     }
-    default:
-      return Status::Ok();
-  }
-}
-
-// train.layers: required by mlp, not used by the other programs.
-Status ParseLayers(const YamlReader& r, const YamlMap& map, const YamlValue* value,
-                   TrainOptions* train) {
-  if (train->program != TrainProgram::kMlp) return Status::Ok();
-  constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
-  PS_ASSIGN_OR_RETURN(value, r.Required(map, "layers", kLayers));
-  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(*value, kLayers));
-  train->layers.resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    PS_RETURN_IF_ERROR(r.ReadUnsigned(items[i], &train->layers[i]));
+    for (size_t j = 0; j < i; ++j) {
+      if (sections[j].key == key) {
+        return InternalError("job section " + Quote(key) + " is given two readers");
+      }
+    }
   }
   return Status::Ok();
 }
 
-Status ParseTrain(const YamlReader& r, const YamlValue& value, TrainOptions* train) {
-  using T = TrainOptions;
-  const std::vector<YamlField<T>> fields = {
-      EnumField("program", &T::program, kTrainProgramNames),
-      StringField("table", &T::table, "a table name"),
-      StringField("user_table", &T::user_table, "a table name"),
-      StringField("item_table", &T::item_table, "a table name"),
-      {"features", {}, {}, ParseFeatures},
-      {"layers", {}, {}, ParseLayers},
-      UnsignedField("eval_every", &T::eval_every),
-      StringField("data_dir", &T::data_dir, "a folder"),
-      UnsignedField("samples_per_worker", &T::samples_per_worker),
-      UnsignedField("test_samples", &T::test_samples),
-      DoubleField("observe_probability", &T::observe_probability),
-      DoubleField("test_fraction", &T::test_fraction),
-      UnsignedField("batch_size", &T::batch_size),
-      UnsignedField("iterations", &T::iterations),
-      FloatField("noise", &T::noise),
-      UnsignedField("seed", &T::seed),
-      UnsignedField("log_every", &T::log_every),
-      StringField("metrics_csv", &T::metrics_csv, "a file path"),
-  };
-  // A train section is what makes a job a training job.
-  train->program = TrainProgram::kLinearRegression;
-  return ReadSection(r, value, fields, "a map with the training program's settings", train);
-}
-
-// Turns one YAML document into JobOptions. Knows the schema; leaves the
-// value checks that need no YAML (ranges, cross-references) to Validate().
-Status ParseJobDocument(const YamlReader& r, const YamlNode& root, JobOptions* job) {
+// Turns one YAML document into JobOptions. Knows the schema of common's
+// sections and hands the others to `sections`; leaves the value checks that
+// need no YAML (ranges, cross-references) to Validate().
+Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
+                        std::span<const JobSection> sections, JobOptions* job) {
   PS_ASSIGN_OR_RETURN(
       YamlMap top,
       r.ReadMap(YamlReader::Root(root), kTopLevelKeys, "a map with keys " + JoinNames(kTopLevelKeys)));
@@ -382,12 +338,17 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root, JobOptions* j
   PS_RETURN_IF_ERROR(section("server", ParseServer, &job->server));
   PS_RETURN_IF_ERROR(section("client", ParseClient, &job->client));
   PS_RETURN_IF_ERROR(section("worker", ParseWorker, &job->worker));
-  PS_RETURN_IF_ERROR(section("train", ParseTrain, &job->train));
-  return section("checkpoint", ParseCheckpoint, &job->checkpoint);
+  PS_RETURN_IF_ERROR(section("checkpoint", ParseCheckpoint, &job->checkpoint));
+  // The sections of other layers: read by their layer's reader, or skipped.
+  for (const JobSection& other : sections) {
+    if (const YamlValue* value = top.Find(other.key)) PS_RETURN_IF_ERROR(other.read(r, *value));
+  }
+  return Status::Ok();
 }
 
 // Parses `text` into *job.
-Status ParseJob(const std::string& text, const std::string& source, JobOptions* job) {
+Status ParseJob(const std::string& text, const std::string& source,
+                std::span<const JobSection> sections, JobOptions* job) {
   PS_ASSIGN_OR_RETURN(YamlDocument document, ReadYamlDocument(text, source));
   const YamlReader reader(source);
   if (document.documents() != 1) {
@@ -396,21 +357,22 @@ Status ParseJob(const std::string& text, const std::string& source, JobOptions* 
                                                   : "found more than one YAML document",
                         "one YAML document, a map with keys " + JoinNames(kTopLevelKeys));
   }
-  return ParseJobDocument(reader, document.root(), job);
+  return ParseJobDocument(reader, document.root(), sections, job);
 }
 
 }  // namespace
 
-StatusOr<JobOptions> LoadJobString(const std::string& yaml_text,
-                                   const std::string& source) {
+StatusOr<JobOptions> LoadJobString(const std::string& yaml_text, const std::string& source,
+                                   std::span<const JobSection> sections) {
+  PS_RETURN_IF_ERROR(CheckSections(sections));
   JobOptions job;
-  PS_RETURN_IF_ERROR(ParseJob(yaml_text, source, &job));
+  PS_RETURN_IF_ERROR(ParseJob(yaml_text, source, sections, &job));
   job.source = source;
   PS_RETURN_IF_ERROR(job.Validate());
   return job;
 }
 
-StatusOr<JobOptions> LoadJobFile(const std::string& path) {
+StatusOr<JobOptions> LoadJobFile(const std::string& path, std::span<const JobSection> sections) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (status.type() == std::filesystem::file_type::not_found) {
@@ -441,7 +403,7 @@ StatusOr<JobOptions> LoadJobFile(const std::string& path) {
   if (in.bad()) {
     return InternalError(path + ": read failed: " + std::strerror(errno));
   }
-  return LoadJobString(text.str(), path);
+  return LoadJobString(text.str(), path, sections);
 }
 
 }  // namespace ps

@@ -1,6 +1,5 @@
 #include "common/options.h"
 
-#include "common/options_internal.h"
 #include "common/text.h"
 
 #include <arpa/inet.h>
@@ -27,13 +26,6 @@ Status InvalidOption(const std::string& source, std::string_view path,
   message.append(path).append(": ").append(problem);
   message.append("; expected ").append(expected);
   return InvalidArgumentError(message);
-}
-
-std::string DoubleText(double value) {
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  if (ec != std::errc()) return "?";
-  return std::string(buffer, end);
 }
 
 namespace {
@@ -514,11 +506,6 @@ std::string JobOptions::Fingerprint() const {
   return fmt::format("{:016x}", h);
 }
 
-std::string TrainProgramName(TrainProgram program) {
-  if (program == TrainProgram::kNone) return "none";
-  return std::string(NameOf(kTrainProgramNames, program));
-}
-
 std::string ConsistencyName(const ConsistencyOptions& c) {
   std::string name(NameOf(kConsistencyModeNames, c.mode));
   if (c.mode == ConsistencyMode::kSsp) name += " " + std::to_string(c.staleness);
@@ -549,8 +536,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
-  PS_RETURN_IF_ERROR(ValidateCheckpoint(source, checkpoint));
-  return ValidateTrain(source, *this);
+  return ValidateCheckpoint(source, checkpoint);
 }
 
 StatusOr<uint32_t> JobOptions::TableId(const std::string& name) const {

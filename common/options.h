@@ -1,6 +1,8 @@
 // Plain option structs for a job, filled by the YAML loader (common/config.h)
 // and checked by Validate() before anything starts. Every field has its
 // meaning, unit and default here; config/README.md documents the YAML keys.
+// The train section is not here: the worker reads and checks it
+// (worker/train_options.h).
 #ifndef PS_COMMON_OPTIONS_H_
 #define PS_COMMON_OPTIONS_H_
 
@@ -337,80 +339,8 @@ struct CheckpointOptions {
   bool restore = true;
 };
 
-// The training program that ps_worker runs, each worker on its own
-// partition of the data (DESIGN.md section 8).
-enum class TrainProgram {
-  kNone,                      // no train section: the job has no training program
-  kLinearRegression,          // generated data with known weights (the default)
-  kMlp,                       // an MLP (or softmax regression) on Fashion-MNIST
-  kSparseLogisticRegression,  // generated click-like data, sparse pulls
-  kMatrixFactorization,       // generated low-rank ratings, user and item factor tables
-};
-
-// The YAML names of train.program; kNone has none (no train section).
-inline constexpr EnumName<TrainProgram> kTrainProgramNames[] = {
-    {"linear_regression", TrainProgram::kLinearRegression},
-    {"mlp", TrainProgram::kMlp},
-    {"sparse_logistic_regression", TrainProgram::kSparseLogisticRegression},
-    {"matrix_factorization", TrainProgram::kMatrixFactorization},
-};
-
-// The YAML name of `program` (kTrainProgramNames); "none" for kNone.
-std::string TrainProgramName(TrainProgram program);
-
-struct TrainOptions {
-  // What ps_worker trains. Default (with a train section): linear_regression.
-  TrainProgram program = TrainProgram::kNone;
-  // Name of the table that holds the parameters: dim 1, rows = features
-  // (linear_regression, sparse_logistic_regression) or the MLP's parameter
-  // count (mlp). Not used by matrix_factorization.
-  std::string table = "weights";
-  // matrix_factorization: the user and item factor tables (rows = users,
-  // items; dim = the factorization's rank, the same for both).
-  std::string user_table = "users";
-  std::string item_table = "items";
-  // mlp: layer sizes, 784 inputs first, 10 classes last, e.g. [784, 100, 10];
-  // [784, 10] is softmax regression.
-  std::vector<uint32_t> layers;
-  // Worker 0 evaluates the model on held-out data every this many steps
-  // (0: only at the end): test accuracy (mlp), log-loss (sparse logistic
-  // regression), RMSE (matrix factorization). Default 0.
-  uint32_t eval_every = 0;
-  // mlp: folder of the Fashion-MNIST IDX files.
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  // linear_regression: features of the generated data; must equal that
-  // table's rows. sparse_logistic_regression: 0 or the table's rows.
-  uint64_t features = 0;
-  // Samples generated per worker (linear and sparse logistic regression).
-  // Default 4096.
-  uint64_t samples_per_worker = 4096;
-  // sparse_logistic_regression: held-out samples worker 0 evaluates on
-  // (fresh draws from the same weights). >= 1. Default 10000.
-  uint64_t test_samples = 10000;
-  // matrix_factorization: probability that a (user, item) rating is
-  // observed, in (0, 1]. Default 0.05.
-  double observe_probability = 0.05;
-  // matrix_factorization: fraction of the ratings held out for the test
-  // RMSE, in [0, 1). Default 0.1.
-  double test_fraction = 0.1;
-  // Minibatch size; 1 <= batch_size <= samples_per_worker. Default 64.
-  uint32_t batch_size = 64;
-  // Steps (pull, gradient, push) per worker. Default 200.
-  uint32_t iterations = 200;
-  // Stddev of the label noise (linear regression) or the rating noise
-  // (matrix factorization); finite, >= 0. Default 0.01.
-  float noise = 0.01f;
-  // Seed of the true weights and the data.
-  uint64_t seed = 42;
-  // Print the loss every this many iterations (0: only first and last).
-  uint32_t log_every = 20;
-  // When set, every worker appends a row per progress line to this CSV
-  // (time_s, clock, worker, epoch, loss, metric_name, metric,
-  // samples_per_s, staleness_wait_s); the file is created with its header
-  // when missing. Default empty: none.
-  std::string metrics_csv;
-};
-
+// The job as every process reads it: servers, workers, tables and the
+// limits of each component.
 struct JobOptions {
   // The file the options were loaded from (for error messages); may be empty.
   std::string source;
@@ -422,7 +352,6 @@ struct JobOptions {
   WorkerOptions worker;
   ServerOptions server;
   ClientOptions client;
-  TrainOptions train;
   CheckpointOptions checkpoint;
 
   // Checks every field; returns InvalidArgument naming the YAML path
@@ -437,6 +366,13 @@ struct JobOptions {
   // rows, dim and optimizer (not the addresses, the workers or the limits).
   std::string Fingerprint() const;
 };
+
+// The InvalidArgument of a bad option, as JobOptions::Validate() and the
+// checks of the layers above word it: "<source>: <path>: <problem>;
+// expected <expected>" (no "<source>: " when `source` is empty), e.g.
+// "job.yaml: tables[1].rows: got 0; expected a row count >= 1".
+Status InvalidOption(const std::string& source, std::string_view path, std::string_view problem,
+                     std::string_view expected);
 
 // Worker id used by tools (ps_ctl) that are not one of the job's workers.
 // Shards accept it for STATS and SHUTDOWN only.

@@ -16,11 +16,20 @@ std::string Quote(std::string_view text, size_t max_shown) {
   return quoted;
 }
 
-std::string FloatText(float value) {
+namespace {
+
+template <typename Number>
+std::string ShortestText(Number value) {
   char buffer[64];
   auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
   if (ec != std::errc()) return "?";
   return std::string(buffer, end);
 }
+
+}  // namespace
+
+std::string FloatText(float value) { return ShortestText(value); }
+
+std::string DoubleText(double value) { return ShortestText(value); }
 
 }  // namespace ps

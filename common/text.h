@@ -15,6 +15,9 @@ std::string Quote(std::string_view text, size_t max_shown = 80);
 // Shortest text that reads back as the same float ("0.05", "inf", "nan").
 std::string FloatText(float value);
 
+// Shortest text that reads back as the same double ("0.05", "1e+300").
+std::string DoubleText(double value);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_TEXT_H_

@@ -7,7 +7,9 @@ A library includes only its own headers and those of the layers it stands
 on (store and client do not include each other, nor do server and worker);
 ps_ctl includes only the client library and common. Each third-party
 library with an adapter is included by that adapter alone (zmq.h,
-rocksdb/*, yaml-cpp/*, the generated ps.pb.h, CUDA's headers). The
+rocksdb/*, yaml-cpp/*, the generated ps.pb.h, CUDA's headers). A folder
+does not name what a layer above it owns: common knows that the job file
+has a train section but nothing of its schema (worker/train_options.h). The
 programs' ELF files are checked too: ps_worker and ps_ctl do not load
 RocksDB, ps_ctl and ps_server no BLAS and no CUDA library.
 
@@ -46,6 +48,13 @@ ADAPTERS = [
     (re.compile(r"(^|/)ps\.pb\.h$"), {"common/wire.cc"}),
     (re.compile(r"^(cublas.*|cuda_runtime.*|cuda\.h)$"), {"worker/cuda/cuda_backend.cu"}),
 ]
+# Names a folder's files must not use, in code or comments: what a layer
+# above it owns. (pattern, what it names)
+FORBIDDEN_NAMES = {
+    "common": [(re.compile(r"\bTrain[A-Z]\w*|\bValidateTrain\b|\btrain\.[a-z_]+|"
+                           r"\b(batch_size|samples_per_worker|metrics_csv)\b"),
+                "the train section's schema, which the worker owns (worker/train_options.h)")],
+}
 # Shared libraries a program must not load (a prefix of the DT_NEEDED name).
 FORBIDDEN_LIBS = {
     "ps_worker": ["librocksdb"],
@@ -62,7 +71,7 @@ def rule_text(rel, allowed):
 
 
 def check_includes(root):
-    """Every violation of the include rules under root, as text lines."""
+    """Every violation of the include and name rules under root, as text lines."""
     problems = []
     for layer in sorted(LAYERS):
         top = os.path.join(root, layer)
@@ -75,6 +84,11 @@ def check_includes(root):
                 allowed = FILE_RULES.get(rel, LAYERS[layer] | {layer})
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
+                        for pattern, what in FORBIDDEN_NAMES.get(layer, []):
+                            name = pattern.search(line)
+                            if name:
+                                problems.append("%s:%d: names %s: %s" %
+                                                (rel, number, name.group(0), what))
                         m = INCLUDE.match(line)
                         if not m:
                             continue
@@ -124,10 +138,13 @@ def self_test():
             f.write('#include "client/client.h"\n#include "server/shard_server.h"\n')
         with open(os.path.join(scratch, "tools", "ps_ctl.cc"), "w") as f:
             f.write('#include "client/client.h"\n#include "worker/backend.h"\n')
+        with open(os.path.join(scratch, "common", "z.h"), "w") as f:
+            f.write('// A job has a "train" section.\nstruct TrainOptions;\n')
         found = check_includes(scratch)
         wanted = ["store/x.cc:2: includes client/client.h", "store/x.cc:3: includes zmq.h",
                   "worker/y.cc:2: includes server/shard_server.h",
-                  "tools/ps_ctl.cc:2: includes worker/backend.h"]
+                  "tools/ps_ctl.cc:2: includes worker/backend.h",
+                  "common/z.h:2: names TrainOptions"]
         missing = [w for w in wanted if not any(p.startswith(w) for p in found)]
         if missing or len(found) != len(wanted):
             print("dependency_rule_test: the checker itself is wrong: planted %s, reported %s" %
@@ -152,7 +169,7 @@ def main():
         print("dependency_rule_test: %d violation(s) of the dependency rule "
               "(docs/ARCHITECTURE.md, 'Modules')" % len(problems))
         return 1
-    print("dependency_rule_test: every include and program keeps the dependency rule")
+    print("dependency_rule_test: every include, name and program keeps the dependency rule")
     return 0
 
 

@@ -255,12 +255,12 @@ Status JobRun::StartAll() {
         job_.checkpoint.dir);
   }
   // Each run starts a new metrics file; the previous run's is kept aside.
-  if (!job_.train.metrics_csv.empty()) {
-    StatusOr<bool> moved = MetricsCsv::SetAside(job_.train.metrics_csv);
+  if (!options_.metrics_csv.empty()) {
+    StatusOr<bool> moved = MetricsCsv::SetAside(options_.metrics_csv);
     if (!moved.ok()) return moved.status();
     if (*moved) {
-      Say("metrics: moved the previous run's " + job_.train.metrics_csv + " to " +
-          job_.train.metrics_csv + ".prev");
+      Say("metrics: moved the previous run's " + options_.metrics_csv + " to " +
+          options_.metrics_csv + ".prev");
     }
   }
   const auto servers = static_cast<uint32_t>(job_.cluster.servers.size());

@@ -73,6 +73,10 @@ struct LauncherOptions {
   // progress and stop the job on them; the previous handlers are restored
   // when Run() returns. Only one Run() at a time may do this. Default true.
   bool handle_signals = true;
+  // The job's metrics CSV (train.metrics_csv): a previous run's file there
+  // is moved to <path>.prev before the children start, so that each run
+  // starts a new one. Empty (default): none.
+  std::string metrics_csv;
   // Receives every output line (children's, prefixed, and the launcher's
   // own "[launch] ..."), without '\n', on the thread of Run().
   // Default (empty): written to stdout, flushed per line.
@@ -97,9 +101,9 @@ uint32_t WorkerCpuShare(uint32_t workers,
 class Launcher {
  public:
   // `job` is assumed validated (LoadJobFile does it); the launcher reads
-  // only cluster.servers, cluster.workers, checkpoint,
-  // liveness.server_restarts and train.metrics_csv. `config_path` is the file the children are given
-  // with --config.
+  // only cluster.servers, cluster.workers, checkpoint and
+  // liveness.server_restarts. `config_path` is the file the children are
+  // given with --config.
   Launcher(JobOptions job, std::string config_path, LauncherOptions options);
 
   // Runs the job to its end (see the file comment) and returns the exit code

@@ -18,10 +18,11 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
 
-#include "common/config.h"
 #include "common/logging.h"
 #include "tools/launcher.h"
+#include "worker/train_options.h"
 
 namespace {
 
@@ -81,7 +82,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  ps::StatusOr<ps::JobOptions> job = ps::LoadJobFile(config_path);
+  // With the train section, so that a bad one is refused before any
+  // process starts (the servers skip it).
+  ps::StatusOr<ps::TrainJob> job = ps::LoadTrainJobFile(config_path);
   if (!job.ok()) {
     std::fprintf(stderr, "ps_launch: bad job file: %s\n",
                  job.status().ToString().c_str());
@@ -99,7 +102,10 @@ int main(int argc, char** argv) {
   options.grace = std::chrono::milliseconds(grace_ms);
   options.log_level = log_level;
   options.resume = resume;
-  ps::Launcher launcher(std::move(job).value(), config_path, options);
+  options.metrics_csv = job->train.metrics_csv;
+  // The launcher takes the job's JobOptions part; the train section is the
+  // workers'.
+  ps::Launcher launcher(std::move(*job), config_path, options);
   ps::StatusOr<int> code = launcher.Run();
   if (!code.ok()) {
     std::fprintf(stderr, "ps_launch: %s\n", code.status().ToString().c_str());

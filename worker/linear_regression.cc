@@ -6,10 +6,18 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/text.h"
 #include "worker/straggler.h"
 #include "worker/training.h"
 
 namespace ps {
+namespace {
+
+// Relative distance to the generating weights below which a run counts as
+// converged (the noise floor is far lower: ~noise / sqrt(samples)).
+constexpr double kMaxWeightError = 0.05;
+
+}  // namespace
 
 RegressionData GenerateRegressionData(const TrainOptions& train, uint32_t rank) {
   RegressionData d;
@@ -53,7 +61,7 @@ double RegressionLoss(const RegressionData& d, const float* w, uint64_t begin, u
   return loss * inv;
 }
 
-StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank, Client* client) {
+StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, Client* client) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
   const RegressionData data = GenerateRegressionData(train, rank);
@@ -119,6 +127,51 @@ StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank
   }
   result.weight_error = std::sqrt(num / den);
   return result;
+}
+
+Status ReadLinearRegressionKeys(const YamlReader& r, const YamlMap& section,
+                                TrainOptions* train) {
+  constexpr std::string_view kFeatures =
+      "the number of features, >= 1 and equal to the rows of train.table "
+      "(omit the train section for a job without training)";
+  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "features", kFeatures));
+  PS_RETURN_IF_ERROR(r.ReadUnsigned(*value, &train->features));
+  // CheckLinearRegression finds 0 too (features must equal the table's
+  // rows), but this message names the line and column and says how to have
+  // no training.
+  if (train->features == 0) return r.Error(*value, "got 0", kFeatures);
+  return Status::Ok();
+}
+
+Status CheckLinearRegression(const TrainJob& job) {
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  if (job.train.features != table->rows) {
+    return TrainOptionError(job, "features",
+                            "got " + std::to_string(job.train.features) + " but table " +
+                                Quote(table->name) + " has " + std::to_string(table->rows) +
+                                " rows",
+                            "features equal to the rows of train.table");
+  }
+  return CheckSamplesPerWorker(job);
+}
+
+int RunLinearRegression(const ProgramContext& context) {
+  auto result = TrainLinearRegression(*context.job, context.rank, context.client);
+  if (!result.ok()) {
+    PS_LOG_ERROR("training failed: {}", result.status().ToString());
+    return 1;
+  }
+  LeaveJob(context);
+  PS_LOG_INFO("worker {} done: first loss {:.6f}, final loss {:.6f}, |w - w*|/|w*| = {:.4f}",
+              context.rank, result->first_loss, result->final_loss, result->weight_error);
+  // The data has a known answer: the run succeeded when the weights found it.
+  if (!(result->weight_error < kMaxWeightError)) {
+    PS_LOG_ERROR("the weights did not converge: |w - w*|/|w*| = {:.4f} (needs < {}); raise "
+                 "train.iterations or the table's optimizer.lr",
+                 result->weight_error, kMaxWeightError);
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace ps

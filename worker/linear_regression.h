@@ -2,6 +2,8 @@
 // linear regression y = x.w* + noise, with generated data and a known w*.
 // Each worker generates its own partition; the weights live in a dense table
 // on the servers (sgd update rule), pulled before and pushed after each step.
+// train.program linear_regression (worker/programs.h); it drives the Client
+// itself, to overlap each push with the next pull, so it needs the servers.
 #ifndef PS_WORKER_LINEAR_REGRESSION_H_
 #define PS_WORKER_LINEAR_REGRESSION_H_
 
@@ -9,8 +11,10 @@
 #include <vector>
 
 #include "client/client.h"
-#include "common/options.h"
 #include "common/status.h"
+#include "common/yaml_reader.h"
+#include "worker/programs.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
@@ -41,7 +45,18 @@ struct TrainResult {
 // gradient, push it and advance the worker's clock (the push and the clock
 // overlap the next pull; under bsp or ssp the pull waits for slow workers). Logs the loss every
 // train.log_every steps. Fails on any client error (with the server named).
-StatusOr<TrainResult> TrainLinearRegression(const JobOptions& job, uint32_t rank, Client* client);
+// REQUIRES: ValidateTrain(job).ok(); `client` outlives the call.
+StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, Client* client);
+
+// The program's row (worker/programs.h). Reads train.features, required
+// (>= 1). Checks: train.table has dim 1 and `features` rows, and
+// batch_size fits samples_per_worker.
+Status ReadLinearRegressionKeys(const YamlReader& reader, const YamlMap& section,
+                                TrainOptions* train);
+Status CheckLinearRegression(const TrainJob& job);
+// TrainLinearRegression, then 0 when the weights found the generating ones
+// (relative error under 5%), else 1.
+int RunLinearRegression(const ProgramContext& context);
 
 }  // namespace ps
 

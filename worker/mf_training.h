@@ -12,23 +12,29 @@
 
 #include <cstdint>
 
-#include "common/options.h"
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
 // The ratings of a job: users and items from the tables' rows, rank from
 // their dim, train.observe_probability, train.noise, train.seed.
-LowRankRatingsOptions RatingsDataOptions(const JobOptions& job);
+LowRankRatingsOptions RatingsDataOptions(const TrainJob& job);
 
-// REQUIRES: job.train.program == kMatrixFactorization, job.Validate().ok();
-// `store` and `backend` outlive the call.
-StatusOr<TrainSummary> TrainMatrixFactorization(const JobOptions& job, uint32_t rank,
+// REQUIRES: job.train.program is matrix_factorization,
+// ValidateTrain(job).ok(); `store` and `backend` outlive the call.
+StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
                                                 ParamStore* store, Backend* backend);
+
+// The program's check (its row in worker/programs.h reads train.features
+// when given, and nothing uses it): two different tables of one dim, at
+// least one user per worker, observe_probability in (0, 1], test_fraction
+// in [0, 1).
+Status CheckMatrixFactorization(const TrainJob& job);
 
 }  // namespace ps
 

@@ -1,11 +1,13 @@
 #include "worker/mlp_training.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "common/logging.h"
+#include "common/text.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/models/mlp.h"
 #include "worker/straggler.h"
@@ -33,7 +35,41 @@ StatusOr<double> TestAccuracy(Mlp* model, const FashionMnistDataset& test, uint3
 
 }  // namespace
 
-StatusOr<TrainSummary> TrainMlp(const JobOptions& job, uint32_t rank, ParamStore* store,
+Status ReadMlpKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
+  constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
+  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "layers", kLayers));
+  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(*value, kLayers));
+  train->layers.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    PS_RETURN_IF_ERROR(r.ReadUnsigned(items[i], &train->layers[i]));
+  }
+  return Status::Ok();
+}
+
+Status CheckMlp(const TrainJob& job) {
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  const std::vector<uint32_t>& layers = job.train.layers;
+  if (layers.size() < 2 || layers.front() != 784 || layers.back() != 10 ||
+      std::find(layers.begin(), layers.end(), 0u) != layers.end()) {
+    return TrainOptionError(job, "layers", "got " + std::to_string(layers.size()) + " sizes",
+                            "layer sizes from 784 (Fashion-MNIST pixels) to 10 (classes), each "
+                            ">= 1, e.g. [784, 100, 10]");
+  }
+  uint64_t params = 0;
+  for (size_t l = 1; l < layers.size(); ++l) {
+    params += uint64_t{layers[l - 1]} * layers[l] + layers[l];
+  }
+  if (params != table->rows) {
+    return TrainOptionError(job, "table",
+                            "table " + Quote(table->name) + " has " +
+                                std::to_string(table->rows) + " rows but the MLP has " +
+                                std::to_string(params) + " parameters",
+                            "rows equal to the parameter count (" + std::to_string(params) + ")");
+  }
+  return CheckSamplesPerWorker(job);
+}
+
+StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
                                 Backend* backend) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));

@@ -9,18 +9,25 @@
 
 #include <cstdint>
 
-#include "common/options.h"
 #include "common/status.h"
+#include "common/yaml_reader.h"
 #include "worker/backend.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
-// REQUIRES: job.train.program == kMlp, job.Validate().ok(); `store` and
-// `backend` outlive the call.
-StatusOr<TrainSummary> TrainMlp(const JobOptions& job, uint32_t rank, ParamStore* store,
+// REQUIRES: job.train.program is mlp, ValidateTrain(job).ok(); `store`
+// and `backend` outlive the call.
+StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
                                 Backend* backend);
+
+// The program's row (worker/programs.h). Reads train.layers, required.
+// Checks: layers from 784 to 10, each >= 1; train.table has dim 1 and one
+// row per parameter; batch_size fits samples_per_worker.
+Status ReadMlpKeys(const YamlReader& reader, const YamlMap& section, TrainOptions* train);
+Status CheckMlp(const TrainJob& job);
 
 }  // namespace ps
 

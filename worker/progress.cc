@@ -140,7 +140,7 @@ double TrainSummary::TailMean(size_t n) const {
 }
 
 StatusOr<std::unique_ptr<TrainingProgress>> TrainingProgress::Create(
-    const JobOptions& job, uint32_t rank, const ParamStore* store, std::string metric_name,
+    const TrainJob& job, uint32_t rank, const ParamStore* store, std::string metric_name,
     uint64_t samples_per_epoch) {
   std::unique_ptr<MetricsCsv> csv;
   if (!job.train.metrics_csv.empty()) {
@@ -150,7 +150,7 @@ StatusOr<std::unique_ptr<TrainingProgress>> TrainingProgress::Create(
       job, rank, store, std::move(metric_name), samples_per_epoch, std::move(csv)));
 }
 
-TrainingProgress::TrainingProgress(const JobOptions& job, uint32_t rank, const ParamStore* store,
+TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                                    std::string metric_name, uint64_t samples_per_epoch,
                                    std::unique_ptr<MetricsCsv> csv)
     : rank_(rank),

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "common/options.h"
 #include "common/status.h"
 #include "worker/param_store.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
@@ -77,7 +77,7 @@ class TrainingProgress {
  public:
   // `metric_name` names what the program's evaluation measures;
   // `samples_per_epoch` is this worker's data size. Opens train.metrics_csv.
-  static StatusOr<std::unique_ptr<TrainingProgress>> Create(const JobOptions& job, uint32_t rank,
+  static StatusOr<std::unique_ptr<TrainingProgress>> Create(const TrainJob& job, uint32_t rank,
                                                             const ParamStore* store,
                                                             std::string metric_name,
                                                             uint64_t samples_per_epoch);
@@ -94,7 +94,7 @@ class TrainingProgress {
 
  private:
   using SteadyClock = std::chrono::steady_clock;
-  TrainingProgress(const JobOptions& job, uint32_t rank, const ParamStore* store,
+  TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                    std::string metric_name, uint64_t samples_per_epoch,
                    std::unique_ptr<MetricsCsv> csv);
   double TrainingSeconds() const;

@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/text.h"
 #include "worker/models/sparse_logreg.h"
 #include "worker/straggler.h"
 #include "worker/training.h"
 
 namespace ps {
 
-SparseClickOptions ClickDataOptions(const JobOptions& job) {
+SparseClickOptions ClickDataOptions(const TrainJob& job) {
   SparseClickOptions options;
   const uint32_t table = job.TableId(job.train.table).value();
   options.num_features = job.tables[table].rows;
@@ -20,7 +21,30 @@ SparseClickOptions ClickDataOptions(const JobOptions& job) {
   return options;
 }
 
-StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
+Status CheckSparseLogisticRegression(const TrainJob& job) {
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  const TrainOptions& train = job.train;
+  if (train.features != 0 && train.features != table->rows) {
+    return TrainOptionError(job, "features",
+                            "got " + std::to_string(train.features) + " but table " +
+                                Quote(table->name) + " has " + std::to_string(table->rows) +
+                                " rows",
+                            "features equal to the rows of train.table (or omit it)");
+  }
+  // A sample holds up to 50 distinct features, at most half of them all.
+  if (table->rows < 100) {
+    return TrainOptionError(job, "table",
+                            "table " + Quote(table->name) + " has " +
+                                std::to_string(table->rows) + " rows",
+                            "at least 100 features (rows) for the click-like data");
+  }
+  if (train.test_samples < 1) {
+    return TrainOptionError(job, "test_samples", "got 0", "held-out samples >= 1");
+  }
+  return CheckSamplesPerWorker(job);
+}
+
+StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
                                                      ParamStore* store, Backend* backend) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));

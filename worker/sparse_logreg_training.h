@@ -12,23 +12,28 @@
 
 #include <cstdint>
 
-#include "common/options.h"
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
 // The click data of a job: every worker's samples together
 // (samples_per_worker x workers, seed train.seed) over the table's rows.
-SparseClickOptions ClickDataOptions(const JobOptions& job);
+SparseClickOptions ClickDataOptions(const TrainJob& job);
 
-// REQUIRES: job.train.program == kSparseLogisticRegression,
-// job.Validate().ok(); `store` and `backend` outlive the call.
-StatusOr<TrainSummary> TrainSparseLogisticRegression(const JobOptions& job, uint32_t rank,
+// REQUIRES: job.train.program is sparse_logistic_regression,
+// ValidateTrain(job).ok(); `store` and `backend` outlive the call.
+StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
                                                      ParamStore* store, Backend* backend);
+
+// The program's check (its row in worker/programs.h reads train.features
+// when given): train.table has dim 1 and at least 100 rows, features is 0
+// or its rows, test_samples >= 1, batch_size fits samples_per_worker.
+Status CheckSparseLogisticRegression(const TrainJob& job);
 
 }  // namespace ps
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/options.h"
 #include "common/status.h"
+#include "worker/train_options.h"
 
 namespace ps {
 
@@ -44,8 +44,8 @@ class AlternatingBuffers {
 // times workers; all of Fashion-MNIST) and runs as many steps as they do
 // together (iterations, eval_every and log_every times workers), with no
 // stragglers.
-inline JobOptions SingleProcessJob(const JobOptions& job) {
-  JobOptions one = job;
+inline TrainJob SingleProcessJob(const TrainJob& job) {
+  TrainJob one = job;
   const uint64_t w = job.cluster.workers;
   auto scale = [w](uint32_t v) {
     return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{v} * w, UINT32_MAX));

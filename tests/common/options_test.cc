@@ -1,5 +1,6 @@
 // Tests of JobOptions::Validate() (common/options.h) on structs built in
-// code; the YAML loader's tests are in config_test.cc.
+// code; the YAML loader's tests are in config_test.cc, the train section's
+// in tests/worker/train_options_test.cc.
 #include "common/options.h"
 
 #include <cstdint>
@@ -203,37 +204,6 @@ TEST(OptionsValidateTest, ClientLimitBoundaries) {
   job = ValidJob();
   job.client.io_threads = 0;
   EXPECT_TRUE(InvalidWith(job.Validate(), {"client.io_threads"}));
-}
-
-TEST(OptionsValidateTest, TrainChecksAreSkippedWhenFeaturesIsZero) {
-  JobOptions job = ValidJob();
-  job.train.table = "no_such_table";
-  job.train.batch_size = 0;
-  EXPECT_OK(job.Validate());
-}
-
-TEST(OptionsValidateTest, TrainBatchSizeMayEqualSamplesPerWorker) {
-  JobOptions job = ValidJob();
-  job.train.program = TrainProgram::kLinearRegression;
-  job.train.features = 64;
-  job.train.samples_per_worker = 100;
-  job.train.batch_size = 100;
-  EXPECT_OK(job.Validate());
-  job.train.batch_size = 0;
-  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.batch_size"}));
-  job.train.batch_size = 1;
-  job.train.samples_per_worker = 0;
-  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.samples_per_worker"}));
-}
-
-TEST(OptionsValidateTest, TrainNoiseMustBeFiniteAndNonNegative) {
-  JobOptions job = ValidJob();
-  job.train.program = TrainProgram::kLinearRegression;
-  job.train.features = 64;
-  job.train.noise = -0.5f;
-  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.noise"}));
-  job.train.noise = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(InvalidWith(job.Validate(), {"train.noise"}));
 }
 
 TEST(OptionsValidateTest, TableIdIsTheIndexOrNotFound) {

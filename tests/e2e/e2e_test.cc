@@ -599,6 +599,25 @@ TEST_F(E2eTest, BinariesRejectABadConfigNamingFileAndPath) {
   }
 }
 
+TEST_F(E2eTest, WorkerAndLauncherRejectABadTrainSectionNamingFileAndPath) {
+  // The train section is the workers': ps_server skips it, and ps_launch
+  // reads it, so that a bad one stops the job before any process starts.
+  const std::string path = (dir_ / "bad_train.yaml").string();
+  std::ofstream(path) << "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+                         "tables:\n  - { name: w, rows: 4 }\n"
+                         "train: { table: w, features: 4, batchsize: 8 }\n";
+  for (const std::string& bin : {kWorker, kLaunch}) {
+    std::vector<std::string> argv = {bin, "--config", path};
+    if (bin == kWorker) argv.insert(argv.end(), {"--rank", "0"});
+    Subprocess* p = Start(argv, true);
+    auto [status, out] = Finish(p, milliseconds(10000));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << bin << ": " << out;
+    EXPECT_NE(out.find("bad_train.yaml: train.batchsize: unknown key"), std::string::npos)
+        << bin << ": " << out;
+    EXPECT_EQ(out.find("[server 0]"), std::string::npos) << bin << ": " << out;
+  }
+}
+
 class WorkerDeathTest : public E2eTest {
  protected:
   // Starts 2 servers and 3 workers (bsp, heartbeats every 100 ms, dead

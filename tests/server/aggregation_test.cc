@@ -14,10 +14,10 @@
 namespace ps {
 namespace {
 
-JobOptions Job() {
+TrainJob Job() {
   TableOptions w = TestTable("weights", 16);
   w.optimizer = {OptimizerKind::kSgd, 0.1f};
-  JobOptions job = TestJob().Servers(2).Workers(4).Bsp().Table(w).Build();
+  TrainJob job{TestJob().Servers(2).Workers(4).Bsp().Table(w).Build(), TrainOptions()};
   job.consistency.aggregate = true;
   job.train.table = "weights";
   job.train.features = 16;
@@ -30,7 +30,7 @@ JobOptions Job() {
 }
 
 TEST(AggregationTest, BspWithAggregationEqualsASequentialRunOverTheGlobalBatches) {
-  const JobOptions job = Job();
+  const TrainJob job = Job();
   InProcessCluster cluster(job);
   std::vector<std::thread> workers;
   std::vector<Status> results(4);
@@ -76,7 +76,7 @@ TEST(AggregationTest, BspWithAggregationEqualsASequentialRunOverTheGlobalBatches
 }
 
 TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
-  JobOptions job = Job();
+  TrainJob job = Job();
   job.cluster.workers = 2;
   job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
   InProcessCluster cluster(job);

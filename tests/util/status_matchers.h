@@ -47,6 +47,20 @@ inline ::testing::AssertionResult InvalidWith(const Status& status,
   return ::testing::AssertionSuccess() << status.message();
 }
 
+// Success when loading the job file `path` failed with InvalidArgument
+// whose message starts with the path and contains every one of `parts`:
+//   EXPECT_TRUE(RejectedNamingFile(LoadJobFile(path), path, {"tables[0].rows"}));
+template <typename Job>
+::testing::AssertionResult RejectedNamingFile(const StatusOr<Job>& loaded, const std::string& path,
+                                              std::initializer_list<std::string> parts) {
+  if (loaded.ok()) return ::testing::AssertionFailure() << path << " loaded without error";
+  if (loaded.status().message().rfind(path + ": ", 0) != 0) {
+    return ::testing::AssertionFailure() << "message does not start with \"" << path
+                                         << ": \": " << loaded.status().message();
+  }
+  return InvalidWith(loaded.status(), parts);
+}
+
 }  // namespace ps
 
 #define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::ps::status_matchers::IsOk, expr)

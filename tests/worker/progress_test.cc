@@ -91,9 +91,9 @@ TEST(MetricsCsvTest, SetAsideKeepsThePreviousRun) {
   EXPECT_EQ(Lines(path + ".prev").size(), 2u);
 }
 
-JobOptions LocalJob(const std::string& csv) {
-  JobOptions job = TestJob().Table("w", 4).Build();
-  job.train.program = TrainProgram::kLinearRegression;
+TrainJob LocalJob(const std::string& csv) {
+  TrainJob job{TestJob().Table("w", 4).Build(), TrainOptions()};
+  job.train.program = "linear_regression";
   job.train.log_every = 2;
   job.train.eval_every = 3;
   job.train.metrics_csv = csv;
@@ -102,7 +102,7 @@ JobOptions LocalJob(const std::string& csv) {
 
 TEST(TrainingProgressTest, LogsEveryIntervalAndEvaluatesOnWorkerZero) {
   const std::string path = FreshPath("progress.csv");
-  const JobOptions job = LocalJob(path);
+  const TrainJob job = LocalJob(path);
   auto store = LocalParamStore::Create(job).value();
   for (uint32_t rank : {0u, 1u}) {
     auto progress = TrainingProgress::Create(job, rank, store.get(), "test accuracy", 100).value();

@@ -1,0 +1,294 @@
+// Tests of the train section (worker/train_options.h): its loader on top of
+// common's, and ValidateTrain on jobs built in code. Bad train sections
+// live in tests/data/train/bad_*.yaml; every example job in config/ must
+// load with its train section.
+#include "worker/train_options.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/status.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+const std::string kConfigDir = std::string(PS_SOURCE_DIR) + "/config";
+const std::string kBadDir = std::string(PS_SOURCE_DIR) + "/tests/data/train";
+
+// Loads tests/data/train/<name>; it must fail with InvalidArgument whose
+// message starts with the file's path and contains each of `parts`.
+::testing::AssertionResult BadFileRejected(const std::string& name,
+                                           std::initializer_list<std::string> parts) {
+  const std::string path = kBadDir + "/" + name;
+  return RejectedNamingFile(LoadTrainJobFile(path), path, parts);
+}
+
+// A valid job built in code: one loopback server, one worker, one 64 x 1
+// table "weights", no train section.
+TrainJob ValidJob() {
+  TrainJob job{TestJob().Servers(1, 7000).Table("weights", 64).Build(), TrainOptions()};
+  job.source = "job.yaml";
+  return job;
+}
+
+// Every check of a job with its train section, as the loader runs them.
+Status ValidateAll(const TrainJob& job) {
+  PS_RETURN_IF_ERROR(job.Validate());
+  return ValidateTrain(job);
+}
+
+// A one-worker job with tables `tables` (a flow list's contents) and
+// `train` as its train section.
+std::string JobYaml(const std::string& tables, const std::string& train) {
+  return "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+         "tables: [ " + tables + " ]\n"
+         "train: " + train + "\n";
+}
+
+// ---------------------------------------------------------------------------
+// Examples in config/
+
+TEST(TrainOptionsTest, EveryExampleInConfigDirectoryLoadsWithItsTrainSection) {
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigDir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    StatusOr<TrainJob> job = LoadTrainJobFile(entry.path().string());
+    ASSERT_OK(job);
+    EXPECT_EQ(job->source, entry.path().string());
+    EXPECT_OK(ValidateAll(*job));
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 3) << "expected local_demo, two_shards and single";
+}
+
+TEST(TrainOptionsTest, LocalDemoTrainsLinearRegressionOnItsWeightsTable) {
+  StatusOr<TrainJob> job = LoadTrainJobFile(kConfigDir + "/local_demo.yaml");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, "linear_regression");
+  EXPECT_EQ(job->train.table, "weights");
+  EXPECT_EQ(job->train.features, 512u);
+}
+
+TEST(TrainOptionsTest, TwoShardsHasNoTraining) {
+  StatusOr<TrainJob> job = LoadTrainJobFile(kConfigDir + "/two_shards.yaml");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, "");
+  EXPECT_EQ(job->train.features, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Filling the options
+
+TEST(TrainOptionsTest, OmittedKeysTakeTheDefaultsOfTrainOptionsH) {
+  const TrainOptions train_defaults;
+  StatusOr<TrainJob> none = LoadTrainJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: weights, rows: 64 } ]\n",
+      "mem");
+  ASSERT_OK(none);
+  EXPECT_EQ(none->train.program, "");
+  EXPECT_EQ(none->train.features, 0u);
+  EXPECT_EQ(none->train.batch_size, train_defaults.batch_size);
+  EXPECT_EQ(none->source, "mem");
+  StatusOr<TrainJob> job = LoadTrainJobString(
+      JobYaml("{ name: weights, rows: 64 }", "{ features: 64 }"), "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, kDefaultTrainProgram);
+  EXPECT_EQ(job->train.table, train_defaults.table);
+  EXPECT_EQ(job->train.batch_size, train_defaults.batch_size);
+  EXPECT_EQ(job->train.iterations, train_defaults.iterations);
+  EXPECT_EQ(job->train.samples_per_worker, train_defaults.samples_per_worker);
+}
+
+TEST(TrainOptionsTest, EveryKeyIsReadIntoItsField) {
+  StatusOr<TrainJob> job = LoadTrainJobString(
+      JobYaml("{ name: w, rows: 8 }",
+              "{ table: w, features: 8, samples_per_worker: 100,"
+              " batch_size: 100, iterations: 3, noise: 0, seed: 7, log_every: 0 }"),
+      "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.table, "w");
+  EXPECT_EQ(job->train.features, 8u);
+  EXPECT_EQ(job->train.samples_per_worker, 100u);
+  EXPECT_EQ(job->train.batch_size, 100u);
+  EXPECT_EQ(job->train.iterations, 3u);
+  EXPECT_EQ(job->train.noise, 0.0f);
+  EXPECT_EQ(job->train.seed, 7u);
+  EXPECT_EQ(job->train.log_every, 0u);
+}
+
+TEST(TrainOptionsTest, DoubleOptionsKeepTheirDoublePrecision) {
+  StatusOr<TrainJob> job = LoadTrainJobString(
+      JobYaml("{ name: u, rows: 100, dim: 4 }, { name: v, rows: 50, dim: 4 }",
+              "{ program: matrix_factorization, user_table: u, item_table: v,\n"
+              "         observe_probability: 0.2, test_fraction: 0.3 }"),
+      "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.observe_probability, 0.2);
+  EXPECT_EQ(job->train.test_fraction, 0.3);
+}
+
+TEST(TrainOptionsTest, MatrixFactorizationKeysLoad) {
+  const std::string path = ::testing::TempDir() + "/train_keys.yaml";
+  std::ofstream(path) << JobYaml("{ name: u, rows: 100, dim: 4 }, { name: v, rows: 50, dim: 4 }",
+                                 "{ program: matrix_factorization, user_table: u, item_table: v,\n"
+                                 "         observe_probability: 0.2, test_fraction: 0.25,"
+                                 " metrics_csv: run.csv }");
+  StatusOr<TrainJob> job = LoadTrainJobFile(path);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, "matrix_factorization");
+  EXPECT_EQ(job->train.user_table, "u");
+  EXPECT_EQ(job->train.item_table, "v");
+  EXPECT_FLOAT_EQ(static_cast<float>(job->train.observe_probability), 0.2f);
+  EXPECT_FLOAT_EQ(static_cast<float>(job->train.test_fraction), 0.25f);
+  EXPECT_EQ(job->train.metrics_csv, "run.csv");
+}
+
+TEST(TrainOptionsTest, MlpTrainingLoadsAndChecksItsTable) {
+  const std::string tables = "{ name: mlp, rows: 79510 }";
+  auto job = LoadTrainJobString(
+      JobYaml(tables, "{ program: mlp, table: mlp, layers: [784, 100, 10], eval_every: 100 }"),
+      "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, "mlp");
+  EXPECT_EQ(job->train.layers, (std::vector<uint32_t>{784, 100, 10}));
+  auto wrong =
+      LoadTrainJobString(JobYaml(tables, "{ program: mlp, table: mlp, layers: [784, 50, 10] }"),
+                         "mem");
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("the MLP has 39760 parameters"), std::string::npos)
+      << wrong.status().ToString();
+  auto bad_layers =
+      LoadTrainJobString(JobYaml(tables, "{ program: mlp, table: mlp, layers: [100, 10] }"), "mem");
+  EXPECT_NE(bad_layers.status().message().find("train.layers"), std::string::npos);
+}
+
+TEST(TrainOptionsTest, LoaderErrorsNameTheTrainPathLineAndColumn) {
+  const std::string table = "{ name: weights, rows: 64 }";
+  auto job = LoadTrainJobString(JobYaml(table, "{ features: 64, batchsize: 8 }"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: train.batchsize: unknown key", "batch_size",
+                                         "line 3"}));
+  job = LoadTrainJobString(JobYaml(table, "{ features: 0 }"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: train.features: got 0", "line 3",
+                                         "omit the train section"}));
+  job = LoadTrainJobString(JobYaml(table, "[1]"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: train: got a list",
+                                         "a map with the training program's settings"}));
+}
+
+// ---------------------------------------------------------------------------
+// Bad files, one per error class
+
+TEST(TrainOptionsTest, EveryBadFileIsInvalidArgumentNamingTheFile) {
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kBadDir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("bad_", 0) != 0 || entry.path().extension() != ".yaml") continue;
+    EXPECT_TRUE(BadFileRejected(name, {})) << name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST(TrainOptionsTest, TrainTableMustExist) {
+  EXPECT_TRUE(BadFileRejected("bad_train_unknown_table.yaml",
+                              {"train.table", "\"weight\"", "weights"}));
+}
+
+TEST(TrainOptionsTest, TrainTableMustHaveDimOne) {
+  EXPECT_TRUE(BadFileRejected("bad_train_table_dim.yaml", {"train.table", "dim 4"}));
+}
+
+TEST(TrainOptionsTest, MatrixFactorizationNeedsTwoTablesOfOneRank) {
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_dim_mismatch.yaml",
+                              {"train.item_table", "dim 4", "dim 8"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_same_table.yaml",
+                              {"train.item_table", "two different tables"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_observe_probability.yaml",
+                              {"train.observe_probability", "1.5", "(0, 1]"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_mf_missing_item_table.yaml",
+                              {"train.item_table", "no table named \"items\"", "users"}));
+}
+
+TEST(TrainOptionsTest, SparseLogisticRegressionAndProgramNames) {
+  EXPECT_TRUE(BadFileRejected("bad_train_sparse_lr_too_few_features.yaml",
+                              {"train.table", "50 rows", "at least 100"}));
+  EXPECT_TRUE(BadFileRejected("bad_train_unknown_program.yaml",
+                              {"train.program", "word2vec", "sparse_logistic_regression",
+                               "matrix_factorization"}));
+}
+
+TEST(TrainOptionsTest, TrainFeaturesMustEqualTableRows) {
+  EXPECT_TRUE(BadFileRejected("bad_train_features_mismatch.yaml",
+                              {"train.features: got 32", "64 rows"}));
+}
+
+TEST(TrainOptionsTest, BatchLargerThanSamplesIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_train_batch_size.yaml", {"train.batch_size: got 128", "(100)"}));
+}
+
+TEST(TrainOptionsTest, ZeroIterationsIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_train_zero_iterations.yaml", {"train.iterations: got 0"}));
+}
+
+TEST(TrainOptionsTest, TrainSectionRequiresFeatures) {
+  EXPECT_TRUE(BadFileRejected("bad_train_missing_features.yaml",
+                              {"train.features: missing required key"}));
+}
+
+// ---------------------------------------------------------------------------
+// ValidateTrain on jobs built in code
+
+TEST(ValidateTrainTest, TrainChecksAreSkippedWhenFeaturesIsZero) {
+  TrainJob job = ValidJob();
+  job.train.table = "no_such_table";
+  job.train.batch_size = 0;
+  EXPECT_OK(ValidateAll(job));
+}
+
+TEST(ValidateTrainTest, TrainBatchSizeMayEqualSamplesPerWorker) {
+  TrainJob job = ValidJob();
+  job.train.program = "linear_regression";
+  job.train.features = 64;
+  job.train.samples_per_worker = 100;
+  job.train.batch_size = 100;
+  EXPECT_OK(ValidateAll(job));
+  job.train.batch_size = 0;
+  EXPECT_TRUE(InvalidWith(ValidateAll(job), {"train.batch_size"}));
+  job.train.batch_size = 1;
+  job.train.samples_per_worker = 0;
+  EXPECT_TRUE(InvalidWith(ValidateAll(job), {"train.samples_per_worker"}));
+}
+
+TEST(ValidateTrainTest, TrainNoiseMustBeFiniteAndNonNegative) {
+  TrainJob job = ValidJob();
+  job.train.program = "linear_regression";
+  job.train.features = 64;
+  job.train.noise = -0.5f;
+  EXPECT_TRUE(InvalidWith(ValidateAll(job), {"train.noise"}));
+  job.train.noise = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(InvalidWith(ValidateAll(job), {"train.noise"}));
+}
+
+TEST(ValidateTrainTest, MessageStartsWithSourceAndTrainPath) {
+  TrainJob job = ValidJob();
+  job.train.program = "linear_regression";
+  job.train.features = 32;
+  const Status status = ValidateTrain(job);
+  EXPECT_TRUE(InvalidWith(status, {"job.yaml: train.features: got 32 but table \"weights\" has 64 "
+                                   "rows; expected features equal to the rows of train.table"}));
+  EXPECT_EQ(status.message().rfind("job.yaml: train.features: ", 0), 0u) << status.message();
+}
+
+}  // namespace
+}  // namespace ps
