@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -96,9 +95,7 @@ std::vector<std::string_view> OptimizerKeys(OptimizerKind kind) {
   return keys;
 }
 
-// With `check_values`, also rejects what Validate() would reject.
-Status ParseOptimizer(const YamlReader& r, const YamlValue& value, bool check_values,
-                      OptimizerOptions* optimizer) {
+Status ParseOptimizer(const YamlReader& r, const YamlValue& value, OptimizerOptions* optimizer) {
   using O = OptimizerOptions;
   const std::vector<YamlField<O>> fields = {
       EnumField("type", &O::kind, kOptimizerKindNames),
@@ -129,10 +126,6 @@ Status ParseOptimizer(const YamlReader& r, const YamlValue& value, bool check_va
     const YamlValue* entry = map.Find(fields[i].key);
     if (entry == nullptr) continue;
     PS_RETURN_IF_ERROR(fields[i].read(r, *entry, optimizer));
-    if (check_values && fields[i].key == "lr" &&
-        !(std::isfinite(optimizer->lr) && optimizer->lr > 0)) {
-      return r.Error(*entry, "got " + FloatText(optimizer->lr), "a finite learning rate > 0");
-    }
   }
   return Status::Ok();
 }
@@ -152,7 +145,7 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
        [](const YamlReader& reader, const YamlValue& v, T* t) { return ParseInit(reader, v, &t->init); }},
       {"optimizer",
        [](const YamlReader& reader, const YamlValue& v, T* t) {
-         return ParseOptimizer(reader, v, /*check_values=*/false, &t->optimizer);
+         return ParseOptimizer(reader, v, &t->optimizer);
        }},
   };
   // A table's own optimizer replaces the job-wide one as a whole.
@@ -176,9 +169,6 @@ Status ParseConsistency(const YamlReader& r, const YamlValue& value, Consistency
         "a staleness >= 1 for mode ssp: how many clocks a worker may run ahead of the slowest";
     PS_ASSIGN_OR_RETURN(staleness, r.Required(map, "staleness", kExpected));
     PS_RETURN_IF_ERROR(r.ReadUnsigned(*staleness, &c->staleness));
-    // Also in Validate(), for options built in code; here the message can
-    // name the line and column of the value.
-    if (c->staleness < 1) return r.Error(*staleness, "got 0", kExpected);
   } else if (staleness != nullptr) {
     return r.Error(*staleness,
                    "not used by mode " + std::string(NameOf(kConsistencyModeNames, c->mode)),
@@ -313,18 +303,15 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   PS_RETURN_IF_ERROR(ParseCluster(r, *cluster, &job->cluster));
 
   // The job-wide optimizer is the default of every table, so it comes first.
-  OptimizerOptions default_optimizer;
   if (const YamlValue* optimizer = top.Find("optimizer")) {
-    // Validate() sees only the tables' copies of this one and would name
-    // their paths, so its values are checked here, where they are written.
-    PS_RETURN_IF_ERROR(ParseOptimizer(r, *optimizer, /*check_values=*/true, &default_optimizer));
+    PS_RETURN_IF_ERROR(ParseOptimizer(r, *optimizer, &job->optimizer));
   }
   PS_ASSIGN_OR_RETURN(const YamlValue* tables, r.Required(top, "tables", "a list of tables"));
   PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items,
                       r.ReadList(*tables, "a list of tables, each a map with name and rows"));
   job->tables.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
-    PS_RETURN_IF_ERROR(ParseTable(r, items[i], default_optimizer, &job->tables[i]));
+    PS_RETURN_IF_ERROR(ParseTable(r, items[i], job->optimizer, &job->tables[i]));
   }
 
   // The other sections, each optional, in this order.
@@ -346,10 +333,12 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   return Status::Ok();
 }
 
-// Parses `text` into *job.
-Status ParseJob(const std::string& text, const std::string& source,
-                std::span<const JobSection> sections, JobOptions* job) {
-  PS_ASSIGN_OR_RETURN(YamlDocument document, ReadYamlDocument(text, source));
+}  // namespace
+
+StatusOr<JobOptions> LoadJobString(const std::string& yaml_text, const std::string& source,
+                                   std::span<const JobSection> sections) {
+  PS_RETURN_IF_ERROR(CheckSections(sections));
+  PS_ASSIGN_OR_RETURN(YamlDocument document, ReadYamlDocument(yaml_text, source));
   const YamlReader reader(source);
   if (document.documents() != 1) {
     return reader.Error("", YamlMark(),
@@ -357,18 +346,14 @@ Status ParseJob(const std::string& text, const std::string& source,
                                                   : "found more than one YAML document",
                         "one YAML document, a map with keys " + JoinNames(kTopLevelKeys));
   }
-  return ParseJobDocument(reader, document.root(), sections, job);
-}
-
-}  // namespace
-
-StatusOr<JobOptions> LoadJobString(const std::string& yaml_text, const std::string& source,
-                                   std::span<const JobSection> sections) {
-  PS_RETURN_IF_ERROR(CheckSections(sections));
   JobOptions job;
-  PS_RETURN_IF_ERROR(ParseJob(yaml_text, source, sections, &job));
+  PS_RETURN_IF_ERROR(ParseJobDocument(reader, document.root(), sections, &job));
   job.source = source;
-  PS_RETURN_IF_ERROR(job.Validate());
+  // The checks see options, not YAML: the reader adds where the value is.
+  PS_RETURN_IF_ERROR(reader.WithPosition(job.Validate()));
+  for (const JobSection& other : sections) {
+    if (other.check) PS_RETURN_IF_ERROR(reader.WithPosition(other.check(job)));
+  }
   return job;
 }
 

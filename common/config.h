@@ -9,9 +9,11 @@
 //   "<source>: <yaml.path>: <what is wrong>; expected <what is allowed>"
 // e.g. "job.yaml: tables[0].init.type: got \"gaussian\"; expected one of
 // zeros, constant, uniform, normal (line 7, column 20)". Problems the loader
-// finds in the document carry the line and column where they are; problems
-// found by Validate() name the path only. YAML syntax errors name the line
-// and column instead of a path.
+// finds in the document carry the line and column where they are; so do
+// those that Validate() finds in a value the file wrote (each value is
+// checked in one place: Validate() for common's sections, the owning
+// layer's check for the others). YAML syntax errors name the line and
+// column instead of a path.
 //
 // Sections of other layers. A top-level key may belong to a layer above
 // common, and that layer alone knows its schema: today `train`, the
@@ -39,15 +41,19 @@ namespace ps {
 // The top-level keys whose sections a layer above common reads.
 inline constexpr std::string_view kJobSectionsOfOtherLayers[] = {"train"};
 
-// How a layer above common reads its top-level section of the job file.
-// `read` is called with the section's value when the document has the key,
-// after common's own sections were read (in the order of the sections
-// given) and before JobOptions::Validate(); its error becomes the loader's.
-// `read` runs on the caller's thread and may write to what it captured.
+// How a layer above common reads and checks its top-level section of the
+// job file. `read` is called with the section's value when the document has
+// the key, after common's own sections were read (in the order of the
+// sections given) and before JobOptions::Validate(); `check`, when set,
+// after Validate() passed, with the job read so far. Their errors become
+// the loader's, and an InvalidOption of `check` gets the line and column of
+// the value it names (YamlReader::WithPosition). Both run on the caller's
+// thread and may use what they captured.
 struct JobSection {
   // One of kJobSectionsOfOtherLayers.
   std::string_view key;
   std::function<Status(const YamlReader& reader, const YamlValue& value)> read;
+  std::function<Status(const JobOptions& job)> check = nullptr;
 };
 
 // Reads, parses and validates the job file at `path`; `sections` read the

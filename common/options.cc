@@ -247,52 +247,55 @@ Status ValidateInit(const std::string& source, size_t index,
       "one of " + NameList(kInitKindNames));
 }
 
-Status ValidateOptimizer(const std::string& source, size_t index,
+// `at` is the optimizer's YAML path: "optimizer" (the job-wide one) or
+// "tables[i].optimizer".
+Status ValidateOptimizer(const std::string& source, const std::string& at,
                          const OptimizerOptions& optimizer) {
+  auto path = [&at](std::string_view field) { return at + "." + std::string(field); };
   auto in01 = [](float v) { return v >= 0.0f && v < 1.0f; };
   if (optimizer.kind != OptimizerKind::kAdd &&
       (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f))) {
-    return InvalidOption(source, TablePath(index, "optimizer.lr"), "got " + FloatText(optimizer.lr),
+    return InvalidOption(source, path("lr"), "got " + FloatText(optimizer.lr),
                    "a finite learning rate > 0");
   }
   if (!in01(optimizer.momentum)) {
-    return InvalidOption(source, TablePath(index, "optimizer.momentum"),
+    return InvalidOption(source, path("momentum"),
                    "got " + FloatText(optimizer.momentum), "a momentum in [0, 1)");
   }
   if (!in01(optimizer.beta1) || !in01(optimizer.beta2)) {
-    return InvalidOption(source, TablePath(index, "optimizer.beta1/beta2"),
+    return InvalidOption(source, path("beta1/beta2"),
                    "got " + FloatText(optimizer.beta1) + ", " + FloatText(optimizer.beta2),
                    "decay rates in [0, 1)");
   }
   if (!(optimizer.epsilon > 0.0f) || !std::isfinite(optimizer.epsilon)) {
-    return InvalidOption(source, TablePath(index, "optimizer.epsilon"),
+    return InvalidOption(source, path("epsilon"),
                    "got " + FloatText(optimizer.epsilon), "a finite epsilon > 0");
   }
   if (optimizer.decay == LrDecay::kStep &&
       (optimizer.decay_every < 1 || !(optimizer.decay_gamma > 0.0f && optimizer.decay_gamma <= 1.0f))) {
-    return InvalidOption(source, TablePath(index, "optimizer.decay"),
+    return InvalidOption(source, path("decay"),
                    "step decay every " + std::to_string(optimizer.decay_every) + " clocks by " +
                        FloatText(optimizer.decay_gamma),
                    "decay_every >= 1 and decay_gamma in (0, 1]");
   }
   if (!(optimizer.l1 >= 0.0f) || !std::isfinite(optimizer.l1)) {
-    return InvalidOption(source, TablePath(index, "optimizer.l1"), "got " + FloatText(optimizer.l1),
+    return InvalidOption(source, path("l1"), "got " + FloatText(optimizer.l1),
                    "a finite L1 weight >= 0");
   }
   if (!(optimizer.l2 >= 0.0f) || !std::isfinite(optimizer.l2)) {
-    return InvalidOption(source, TablePath(index, "optimizer.l2"), "got " + FloatText(optimizer.l2),
+    return InvalidOption(source, path("l2"), "got " + FloatText(optimizer.l2),
                    "a finite L2 weight >= 0");
   }
   if (optimizer.kind == OptimizerKind::kAdd && (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f)) {
-    return InvalidOption(source, TablePath(index, "optimizer.l1/l2"), "regularization on type add",
+    return InvalidOption(source, path("l1/l2"), "regularization on type add",
                    "l1 and l2 only with sgd, adagrad or adam");
   }
   if (optimizer.kind == OptimizerKind::kAdam && optimizer.l1 > 0.0f) {
-    return InvalidOption(source, TablePath(index, "optimizer.l1"), "l1 on type adam",
+    return InvalidOption(source, path("l1"), "l1 on type adam",
                    "l1 only with sgd or adagrad (use l2 with adam)");
   }
   if (optimizer.decay == LrDecay::kCosine && optimizer.decay_clocks < 1) {
-    return InvalidOption(source, TablePath(index, "optimizer.decay_clocks"),
+    return InvalidOption(source, path("decay_clocks"),
                    "got " + std::to_string(optimizer.decay_clocks),
                    "decay_clocks >= 1 for cosine decay");
   }
@@ -303,7 +306,7 @@ Status ValidateOptimizer(const std::string& source, size_t index,
     case OptimizerKind::kAdam:
       return Status::Ok();
   }
-  return InvalidOption(source, TablePath(index, "optimizer.type"),
+  return InvalidOption(source, path("type"),
                  "unknown optimizer kind " +
                      std::to_string(static_cast<int>(optimizer.kind)),
                  "one of " + NameList(kOptimizerKindNames));
@@ -352,7 +355,7 @@ Status ValidateTables(const std::string& source,
                      "rows * dim * 4 < 2^64");
     }
     PS_RETURN_IF_ERROR(ValidateInit(source, i, table.init));
-    PS_RETURN_IF_ERROR(ValidateOptimizer(source, i, table.optimizer));
+    PS_RETURN_IF_ERROR(ValidateOptimizer(source, TablePath(i, "optimizer"), table.optimizer));
   }
   return Status::Ok();
 }
@@ -529,6 +532,8 @@ Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c)
 
 Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
+  // The job-wide optimizer before the tables that start from it.
+  PS_RETURN_IF_ERROR(ValidateOptimizer(source, "optimizer", optimizer));
   PS_RETURN_IF_ERROR(ValidateTables(source, tables));
   PS_RETURN_IF_ERROR(ValidateConsistency(source, consistency));
   PS_RETURN_IF_ERROR(ValidateLiveness(source, liveness));

@@ -345,6 +345,10 @@ struct JobOptions {
   // The file the options were loaded from (for error messages); may be empty.
   std::string source;
   ClusterOptions cluster;
+  // The job-wide optimizer (the top-level `optimizer` section): what a table
+  // without an optimizer of its own starts from. Checked by Validate() as
+  // the tables' are.
+  OptimizerOptions optimizer;
   std::vector<TableOptions> tables;
   ConsistencyOptions consistency;
   LivenessOptions liveness;

@@ -100,6 +100,13 @@ Status ReadNumber(const YamlReader& reader, const YamlValue& value, std::string_
   return reader.Error(value, "got " + node.scalar + ", which is out of range", expected);
 }
 
+// " (line L, column C)" for a position, nothing for a null mark.
+std::string PositionText(const YamlMark& mark) {
+  if (mark.is_null()) return "";
+  return " (line " + std::to_string(mark.line + 1) + ", column " +
+         std::to_string(mark.column + 1) + ")";
+}
+
 }  // namespace
 
 const YamlValue* YamlMap::Find(std::string_view key) const {
@@ -125,11 +132,32 @@ Status YamlReader::Error(std::string_view path, const YamlMark& mark, std::strin
   message.append(path.empty() ? std::string_view("(top level)") : path);
   message.append(": ").append(problem);
   message.append("; expected ").append(expected);
-  if (!mark.is_null()) {
-    message.append(" (line " + std::to_string(mark.line + 1) + ", column " +
-                   std::to_string(mark.column + 1) + ")");
-  }
+  message.append(PositionText(mark));
   return InvalidArgumentError(message);
+}
+
+void YamlReader::Remember(const std::string& path, const YamlMark& mark) const {
+  marks_.emplace(path, mark);
+}
+
+YamlMark YamlReader::MarkOf(std::string_view path) const {
+  auto it = marks_.find(path);
+  return it == marks_.end() ? YamlMark() : it->second;
+}
+
+Status YamlReader::WithPosition(const Status& status) const {
+  if (status.code() != StatusCode::kInvalidArgument) return status;
+  std::string_view message = status.message();
+  const std::string prefix = source_.empty() ? std::string() : source_ + ": ";
+  if (message.substr(0, prefix.size()) != prefix) return status;
+  const std::string_view rest = message.substr(prefix.size());
+  const size_t end = rest.find(": ");
+  if (end == std::string_view::npos || message.find(" (line ") != std::string_view::npos) {
+    return status;
+  }
+  const YamlMark mark = MarkOf(rest.substr(0, end));
+  if (mark.is_null()) return status;
+  return InvalidArgumentError(std::string(message) + PositionText(mark));
 }
 
 StatusOr<YamlMap> YamlReader::ReadMap(const YamlValue& value,
@@ -153,7 +181,9 @@ StatusOr<YamlMap> YamlReader::ReadMap(const YamlValue& value,
                    "each key once");
     }
     // An empty value has no position of its own; point at its key.
-    map.Add(name, YamlValue{node, path, node->IsNull() ? key->mark : node->mark});
+    const YamlMark& mark = node->IsNull() ? key->mark : node->mark;
+    Remember(path, mark);
+    map.Add(name, YamlValue{node, path, mark});
   }
   return map;
 }
@@ -175,6 +205,7 @@ StatusOr<std::vector<YamlValue>> YamlReader::ReadList(const YamlValue& value,
     // An empty item has no position of its own; point at the list.
     items.push_back(YamlValue{item, IndexPath(value.path, items.size()),
                               item->IsNull() ? value.mark : item->mark});
+    Remember(items.back().path, items.back().mark);
   }
   return items;
 }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -143,8 +144,24 @@ class YamlReader {
   Status CheckKeysForType(const YamlMap& map, std::string_view what, std::string_view type,
                           const std::vector<std::string_view>& allowed) const;
 
+  // Where the value at `path` is, for a value this reader handed out
+  // (ReadMap, ReadList); a null mark for any other path.
+  YamlMark MarkOf(std::string_view path) const;
+
+  // `status` with the line and column of the value it names: for an
+  // InvalidArgument of the form "<source>: <path>: ..." (InvalidOption's,
+  // from the checks that see options, not YAML) whose path MarkOf knows
+  // and which names no position yet. Any other status is returned as it is.
+  // So a value is checked in one place, and a loaded file's message still
+  // points at the value.
+  Status WithPosition(const Status& status) const;
+
  private:
+  // What ReadMap and ReadList handed out: path -> position.
+  void Remember(const std::string& path, const YamlMark& mark) const;
+
   std::string source_;
+  mutable std::map<std::string, YamlMark, std::less<>> marks_;
 };
 
 // One key of a section map and how its value is read into the section's

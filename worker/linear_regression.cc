@@ -129,21 +129,22 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
   return result;
 }
 
+namespace {
+// What train.features holds for linear regression.
+constexpr std::string_view kFeatures =
+    "the number of features, >= 1 and equal to the rows of train.table "
+    "(omit the train section for a job without training)";
+}  // namespace
+
 Status ReadLinearRegressionKeys(const YamlReader& r, const YamlMap& section,
                                 TrainOptions* train) {
-  constexpr std::string_view kFeatures =
-      "the number of features, >= 1 and equal to the rows of train.table "
-      "(omit the train section for a job without training)";
   PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "features", kFeatures));
-  PS_RETURN_IF_ERROR(r.ReadUnsigned(*value, &train->features));
-  // CheckLinearRegression finds 0 too (features must equal the table's
-  // rows), but this message names the line and column and says how to have
-  // no training.
-  if (train->features == 0) return r.Error(*value, "got 0", kFeatures);
-  return Status::Ok();
+  return r.ReadUnsigned(*value, &train->features);
 }
 
 Status CheckLinearRegression(const TrainJob& job) {
+  // First, as a job without training is most likely what 0 meant.
+  if (job.train.features == 0) return TrainOptionError(job, "features", "got 0", kFeatures);
   PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
   if (job.train.features != table->rows) {
     return TrainOptionError(job, "features",

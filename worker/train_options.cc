@@ -57,16 +57,20 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
   return ReadSection(r, value, fields, "a map with the training program's settings", train);
 }
 
-// The common loader `load` with the train section read into a TrainJob,
-// then the train section's checks.
+// The common loader `load` with the train section read into a TrainJob and
+// checked (ValidateTrain).
 template <typename Load>
 StatusOr<TrainJob> LoadTrainJob(Load load) {
   TrainJob job;
-  const JobSection train[] = {{"train", [&job](const YamlReader& r, const YamlValue& value) {
-                                 return ReadTrainSection(r, value, &job.train);
-                               }}};
+  const JobSection train[] = {
+      {.key = "train",
+       .read = [&job](const YamlReader& r,
+                      const YamlValue& value) { return ReadTrainSection(r, value, &job.train); },
+       // Inside the loader, so that a refused value is named with its line.
+       .check = [&job](const JobOptions& read) {
+         return ValidateTrain(TrainJob{read, job.train});
+       }}};
   PS_ASSIGN_OR_RETURN(static_cast<JobOptions&>(job), load(train));
-  PS_RETURN_IF_ERROR(ValidateTrain(job));
   return job;
 }
 

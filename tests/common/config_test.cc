@@ -18,6 +18,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 namespace ps {
 namespace {
@@ -575,6 +576,31 @@ TEST(ConfigTest, BadJobWideLearningRateNamesTheJobWidePath) {
   const std::string path = kBadDir + "/bad_job_optimizer_lr.yaml";
   EXPECT_TRUE(BadFileRejected("bad_job_optimizer_lr.yaml",
                               {path + ": optimizer.lr: got -0.1", "line 2"}));
+}
+
+TEST(ConfigTest, ValuesValidateRefusesNameTheirLineInALoadedFile) {
+  // Checked once, by Validate(); the loader adds where the value is.
+  EXPECT_TRUE(BadFileRejected("bad_negative_init_scale.yaml",
+                              {"tables[0].init.scale: got -0.5", "(line "}));
+  EXPECT_TRUE(BadFileRejected("bad_consistency_ssp_zero_staleness.yaml",
+                              {"consistency.staleness: got 0", "line 4"}));
+}
+
+TEST(ConfigTest, TheJobWideOptimizerIsCheckedUnderItsOwnPath) {
+  const std::string head = "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n";
+  auto job = LoadJobString(head + "optimizer: { type: sgd, lr: 0.1, momentum: 1.5 }\n"
+                                  "tables: [ { name: w, rows: 4 } ]\n",
+                           "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: optimizer.momentum: got 1.5", "line 2"}));
+  // Refused even where every table has an optimizer of its own.
+  job = LoadJobString(head + "optimizer: { type: sgd, lr: 0 }\n"
+                             "tables: [ { name: w, rows: 4, optimizer: { lr: 0.1 } } ]\n",
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: optimizer.lr: got 0"}));
+  // And in a job built in code.
+  JobOptions built = TestJob().Build();
+  built.optimizer.lr = -1.0f;
+  EXPECT_TRUE(InvalidWith(built.Validate(), {"optimizer.lr: got -1"}));
 }
 
 TEST(ConfigTest, NegativeUniformScaleIsRejected) {

@@ -134,5 +134,34 @@ TEST(YamlReaderTest, MapKeysAreCheckedAndSectionsReadFromTheirTable) {
             "(top level): got a list; expected a map with a, b (line 1, column 1)");
 }
 
+TEST(YamlReaderTest, WithPositionNamesTheLineOfAValueItHandedOut) {
+  const YamlDocument document = Read("a:\n  b: 7\nc: [1, 2]\n");
+  const YamlReader r("mem");
+  StatusOr<YamlMap> top = r.ReadMap(YamlReader::Root(document.root()), {"a", "c"}, "a map");
+  ASSERT_OK(top);
+  ASSERT_OK(r.ReadMap(*top->Find("a"), {"b"}, "a map"));
+  ASSERT_OK(r.ReadList(*top->Find("c"), "a list"));
+  EXPECT_EQ(r.MarkOf("a.b").line, 1);
+  EXPECT_EQ(r.MarkOf("c[1]").column, 7);
+  EXPECT_TRUE(r.MarkOf("a.x").is_null());
+
+  // A check that saw only the value: the reader adds where it is.
+  EXPECT_EQ(r.WithPosition(InvalidArgumentError("mem: a.b: got 7; expected < 5")).message(),
+            "mem: a.b: got 7; expected < 5 (line 2, column 6)");
+  EXPECT_EQ(r.WithPosition(InvalidArgumentError("mem: c[1]: got 2; expected 1")).message(),
+            "mem: c[1]: got 2; expected 1 (line 3, column 8)");
+  // Left as they are: a path it did not hand out, another source, a message
+  // that names its position already, another code, OK.
+  for (const Status& s :
+       {InvalidArgumentError("mem: a.x: got 1; expected 2"),
+        InvalidArgumentError("other: a.b: got 7; expected < 5"),
+        InvalidArgumentError("mem: a.b: got 7; expected < 5 (line 9, column 1)"),
+        InternalError("mem: a.b: broken")}) {
+    EXPECT_EQ(r.WithPosition(s).message(), s.message());
+    EXPECT_EQ(r.WithPosition(s).code(), s.code());
+  }
+  EXPECT_OK(r.WithPosition(Status::Ok()));
+}
+
 }  // namespace
 }  // namespace ps

@@ -181,6 +181,9 @@ TEST(TrainOptionsTest, LoaderErrorsNameTheTrainPathLineAndColumn) {
   job = LoadTrainJobString(JobYaml(table, "{ features: 0 }"), "mem");
   EXPECT_TRUE(InvalidWith(job.status(), {"mem: train.features: got 0", "line 3",
                                          "omit the train section"}));
+  // Found by the program's check, which sees options: still with its line.
+  job = LoadTrainJobString(JobYaml(table, "{ features: 10 }"), "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: train.features: got 10", "line 3"}));
   job = LoadTrainJobString(JobYaml(table, "[1]"), "mem");
   EXPECT_TRUE(InvalidWith(job.status(), {"mem: train: got a list",
                                          "a map with the training program's settings"}));
