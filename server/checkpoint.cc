@@ -50,24 +50,6 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
-std::string_view CheckpointStageName(CheckpointStage stage) {
-  switch (stage) {
-    case CheckpointStage::kCreated:
-      return "created";
-    case CheckpointStage::kRecords:
-      return "records";
-    case CheckpointStage::kFlushed:
-      return "flushed";
-    case CheckpointStage::kSynced:
-      return "synced";
-    case CheckpointStage::kPublished:
-      return "published";
-    case CheckpointStage::kPruning:
-      return "pruning";
-  }
-  return "unknown";
-}
-
 std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard) {
   return checkpoint_dir + "/shard-" + std::to_string(shard);
 }

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/checkpoint_io.h"
 #include "store/snapshot.h"
 
 namespace ps {
@@ -43,30 +44,6 @@ namespace ps {
 // names it; the server, the launcher and tests build it here. Pure.
 std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard);
 
-// The points a Write passes, in order, where CheckpointWriteOptions::at_stage
-// is called:
-//   kCreated    the database exists in gen-<clock>.tmp, nothing written;
-//   kRecords    about half of the run records written and committed;
-//   kFlushed    the database flushed and closed, before the fsync;
-//   kSynced     after the fsync (skipped with sync: false), before the rename;
-//   kPublished  renamed to gen-<clock> and the folder synced, before pruning;
-//   kPruning    an older generation renamed to .tmp, before its removal
-//               (reached only when more than `keep` generations exist; once
-//               per generation removed).
-enum class CheckpointStage { kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
-inline constexpr CheckpointStage kCheckpointStages[] = {
-    CheckpointStage::kCreated, CheckpointStage::kRecords,   CheckpointStage::kFlushed,
-    CheckpointStage::kSynced,  CheckpointStage::kPublished, CheckpointStage::kPruning};
-// "created", "records", "flushed", "synced", "published", "pruning".
-std::string_view CheckpointStageName(CheckpointStage stage);
-
-// Called on the writing thread at each stage of a Write of generation
-// `clock`; `tmp` is the folder being written (gen-<clock>.tmp). What it
-// does happens inside the Write (a test hook may stall it there for good:
-// server/checkpoint_stall.h).
-using CheckpointStageHook =
-    std::function<void(CheckpointStage stage, int64_t clock, const std::string& tmp)>;
-
 struct CheckpointWriteOptions {
   // fsync the generation's files and folders before it becomes visible.
   bool sync = true;
@@ -75,22 +52,6 @@ struct CheckpointWriteOptions {
   // Called at each CheckpointStage when set (default: not set; a real job
   // never sets it).
   CheckpointStageHook at_stage = nullptr;
-};
-
-// Where CheckpointDir::ReadInto puts a generation, record by record, so a
-// restore can copy the rows straight into their final place.
-class RowSink {
- public:
-  virtual ~RowSink() = default;
-  // The generation's meta record (every table's layout, and as many empty
-  // slot arrays as it has slots; no values), before any row. An error stops
-  // the read and is returned by ReadInto.
-  virtual Status Begin(const ShardSnapshot& layout) = 0;
-  // Rows [first, first + count) of table `table` (global row ids inside its
-  // owned range; each row arrives exactly once): `values` and each of
-  // `slots` hold count x dim floats, row-major, possibly unaligned.
-  virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-                    std::span<const std::byte* const> slots) = 0;
 };
 
 class CheckpointDir {

@@ -45,7 +45,7 @@ const std::shared_ptr<rocksdb::Logger>& SharedNullLogger() {
 // RocksDB syncs its files as it writes them (each SST file, the manifest,
 // the folder). A generation is not visible until it is renamed, so those
 // syncs buy nothing: writes go through this file system, which drops them,
-// and with CheckpointWriteOptions::sync every file is fsynced once after
+// and with CheckpointWriteOptions::sync (server/checkpoint.h) every file is fsynced once after
 // the database is closed (SyncFlatFolder). So sync: false never waits for
 // the disk.
 class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {

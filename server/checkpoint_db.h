@@ -15,7 +15,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/checkpoint.h"
+#include "server/checkpoint_io.h"
 #include "store/snapshot.h"
 
 namespace ps {

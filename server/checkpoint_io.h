@@ -1,0 +1,78 @@
+// What a checkpoint generation's files and their callers hand each other
+// (server/checkpoint.h writes and reads generations; server/checkpoint_db.h
+// is the database inside one): the stages a write passes, with the hook
+// called at each, and the sink a read puts rows into.
+#ifndef PS_SERVER_CHECKPOINT_IO_H_
+#define PS_SERVER_CHECKPOINT_IO_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "store/snapshot.h"
+
+namespace ps {
+
+// The points a Write passes, in order, where CheckpointWriteOptions::at_stage
+// is called:
+//   kCreated    the database exists in gen-<clock>.tmp, nothing written;
+//   kRecords    about half of the run records written and committed;
+//   kFlushed    the database flushed and closed, before the fsync;
+//   kSynced     after the fsync (skipped with sync: false), before the rename;
+//   kPublished  renamed to gen-<clock> and the folder synced, before pruning;
+//   kPruning    an older generation renamed to .tmp, before its removal
+//               (reached only when more than `keep` generations exist; once
+//               per generation removed).
+enum class CheckpointStage { kCreated, kRecords, kFlushed, kSynced, kPublished, kPruning };
+inline constexpr CheckpointStage kCheckpointStages[] = {
+    CheckpointStage::kCreated, CheckpointStage::kRecords,   CheckpointStage::kFlushed,
+    CheckpointStage::kSynced,  CheckpointStage::kPublished, CheckpointStage::kPruning};
+// "created", "records", "flushed", "synced", "published", "pruning".
+inline std::string_view CheckpointStageName(CheckpointStage stage) {
+  switch (stage) {
+    case CheckpointStage::kCreated:
+      return "created";
+    case CheckpointStage::kRecords:
+      return "records";
+    case CheckpointStage::kFlushed:
+      return "flushed";
+    case CheckpointStage::kSynced:
+      return "synced";
+    case CheckpointStage::kPublished:
+      return "published";
+    case CheckpointStage::kPruning:
+      return "pruning";
+  }
+  return "unknown";
+}
+
+// Called on the writing thread at each stage of a Write of generation
+// `clock`; `tmp` is the folder being written (gen-<clock>.tmp). What it
+// does happens inside the Write (a test hook may stall it there for good:
+// server/checkpoint_stall.h).
+using CheckpointStageHook =
+    std::function<void(CheckpointStage stage, int64_t clock, const std::string& tmp)>;
+
+// Where CheckpointDir::ReadInto puts a generation, record by record, so a
+// restore can copy the rows straight into their final place.
+class RowSink {
+ public:
+  virtual ~RowSink() = default;
+  // The generation's meta record (every table's layout, and as many empty
+  // slot arrays as it has slots; no values), before any row. An error stops
+  // the read and is returned by ReadInto.
+  virtual Status Begin(const ShardSnapshot& layout) = 0;
+  // Rows [first, first + count) of table `table` (global row ids inside its
+  // owned range; each row arrives exactly once): `values` and each of
+  // `slots` hold count x dim floats, row-major, possibly unaligned.
+  virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+                    std::span<const std::byte* const> slots) = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_IO_H_
