@@ -5,6 +5,7 @@
 #include <random>
 #include <utility>
 
+#include "common/endpoint.h"
 #include "common/logging.h"
 
 namespace ps {
@@ -53,6 +54,27 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
 
 Client::~Client() = default;
 
+namespace {
+
+// Where the client connects for shard `s`: the name of cluster.servers[s]
+// (ZeroMQ resolves it again on each reconnect), once it was seen to resolve
+// now, so that a name that does not is an error naming it at start.
+StatusOr<std::string> ServerEndpoint(const JobOptions& job, uint32_t s) {
+  const std::string entry = "cluster.servers[" + std::to_string(s) + "]";
+  HostPort host_port;
+  std::string problem;
+  if (!ParseHostPort(job.cluster.servers[s], &host_port, &problem)) {
+    return InvalidOption(job.source, entry, problem, "\"host:port\"");
+  }
+  if (StatusOr<std::string> resolved = ResolveHost(host_port); !resolved.ok()) {
+    return InvalidOption(job.source, entry, resolved.status().message(),
+                         "a host name this machine resolves, or an IP address");
+  }
+  return ConnectEndpoint(host_port);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
                                                  std::vector<std::string> endpoints,
                                                  ClientEnv env) {
@@ -82,7 +104,11 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                 };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
-    shard.endpoint = endpoints.empty() ? "tcp://" + job.cluster.servers[s] : endpoints[s];
+    if (endpoints.empty()) {
+      PS_ASSIGN_OR_RETURN(shard.endpoint, ServerEndpoint(job, s));
+    } else {
+      shard.endpoint = endpoints[s];
+    }
     PS_ASSIGN_OR_RETURN(shard.channel, connect(client->context_.get(), s, shard.endpoint));
     client->shards_.push_back(std::move(shard));
   }

@@ -42,6 +42,7 @@ Status ParseCluster(const YamlReader& r, const YamlValue& value, ClusterOptions*
       {"servers", ParseServers, "a list of \"host:port\" strings, one per shard"},
       UnsignedField("workers", &ClusterOptions::workers, "the number of worker processes, >= 1"),
       BoolField("allow_remote", &ClusterOptions::allow_remote),
+      EnumField("bind", &ClusterOptions::bind, kBindModeNames),
   };
   return ReadSection(r, value, fields, "a map with servers and workers", cluster);
 }

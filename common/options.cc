@@ -1,12 +1,9 @@
 #include "common/options.h"
 
+#include "common/endpoint.h"
 #include "common/text.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -57,117 +54,6 @@ std::string TablePath(size_t index, std::string_view field = {}) {
   return path;
 }
 
-// A parsed "host:port". `canonical` names the socket the same way whatever
-// the spelling ("LOCALHOST:07000" and "localhost:7000" are one endpoint).
-struct Endpoint {
-  std::string canonical;
-  bool loopback = false;
-};
-
-bool IsHostnameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
-}
-
-char ToLower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-// Parses "host:port" into *endpoint; on failure returns false and sets
-// *problem to what is wrong with `text`.
-bool ParseEndpoint(std::string_view text, Endpoint* endpoint,
-                   std::string* problem) {
-  const std::string quoted = Quote(text);
-  std::string_view host;
-  std::string_view port;
-  bool bracketed = false;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string_view::npos) {
-      *problem = quoted + " has '[' without a closing ']'";
-      return false;
-    }
-    if (close + 1 >= text.size() || text[close + 1] != ':') {
-      *problem = quoted + " has no \":port\" after the bracketed address";
-      return false;
-    }
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-    bracketed = true;
-  } else {
-    const size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) {
-      *problem = quoted + " has no \":port\"";
-      return false;
-    }
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      *problem = quoted +
-                 " looks like an IPv6 address without brackets (write "
-                 "\"[::1]:7000\")";
-      return false;
-    }
-  }
-  if (host.empty()) {
-    *problem = quoted + " has an empty host";
-    return false;
-  }
-
-  // Port: decimal digits only, 1..65535.
-  uint32_t port_number = 0;
-  const bool port_digits =
-      !port.empty() && port.size() <= 5 &&
-      port.find_first_not_of("0123456789") == std::string_view::npos;
-  if (port_digits) {
-    std::from_chars(port.data(), port.data() + port.size(), port_number);
-  }
-  if (!port_digits || port_number < 1 || port_number > 65535) {
-    *problem = quoted + " has port " + Quote(port) + ", not in 1..65535";
-    return false;
-  }
-
-  const std::string host_string(host);
-  std::string canonical_host;
-  if (bracketed) {
-    in6_addr address6{};
-    if (inet_pton(AF_INET6, host_string.c_str(), &address6) != 1) {
-      *problem = quoted + " has " + Quote(host) +
-                 " in brackets, which is not an IPv6 address";
-      return false;
-    }
-    char buffer[INET6_ADDRSTRLEN];
-    inet_ntop(AF_INET6, &address6, buffer, sizeof(buffer));
-    canonical_host = "[" + std::string(buffer) + "]";
-    // ::1, or an IPv4-mapped address in 127.0.0.0/8 (::ffff:127.0.0.1).
-    endpoint->loopback =
-        IN6_IS_ADDR_LOOPBACK(&address6) ||
-        (IN6_IS_ADDR_V4MAPPED(&address6) && address6.s6_addr[12] == 127);
-  } else {
-    in_addr address4{};
-    if (inet_pton(AF_INET, host_string.c_str(), &address4) == 1) {
-      char buffer[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &address4, buffer, sizeof(buffer));
-      canonical_host = buffer;
-      endpoint->loopback =
-          reinterpret_cast<const unsigned char*>(&address4.s_addr)[0] == 127;
-    } else {
-      for (char c : host) {
-        if (!IsHostnameChar(c)) {
-          *problem = quoted + " has host " + Quote(host) +
-                     ", which is neither an IP address nor a host name "
-                     "(letters, digits, '-', '.', '_')";
-          return false;
-        }
-        canonical_host.push_back(ToLower(c));
-      }
-      endpoint->loopback = canonical_host == "localhost";
-    }
-  }
-  endpoint->canonical = canonical_host + ":" + std::to_string(port_number);
-  return true;
-}
-
 bool IsValidTableName(std::string_view name) {
   if (name.empty()) return false;
   for (char c : name) {
@@ -188,9 +74,9 @@ Status ValidateCluster(const std::string& source,
   std::unordered_map<std::string, size_t> seen;
   for (size_t i = 0; i < cluster.servers.size(); ++i) {
     const std::string path = "cluster.servers[" + std::to_string(i) + "]";
-    Endpoint endpoint;
+    HostPort endpoint;
     std::string problem;
-    if (!ParseEndpoint(cluster.servers[i], &endpoint, &problem)) {
+    if (!ParseHostPort(cluster.servers[i], &endpoint, &problem)) {
       return InvalidOption(source, path, problem, kEndpointForm);
     }
     auto [it, inserted] = seen.emplace(endpoint.canonical, i);
@@ -210,6 +96,12 @@ Status ValidateCluster(const std::string& source,
           "a loopback host (127.0.0.0/8, ::1, localhost), or "
           "cluster.allow_remote: true to serve other machines");
     }
+  }
+  if (cluster.bind == BindMode::kAll && !cluster.allow_remote) {
+    return InvalidOption(source, "cluster.bind",
+                         "all (every interface, so other machines can reach the servers) "
+                         "without cluster.allow_remote",
+                         "bind: address, or cluster.allow_remote: true to serve other machines");
   }
   if (cluster.workers < 1) {
     return InvalidOption(source, "cluster.workers",

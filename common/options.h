@@ -34,12 +34,26 @@ constexpr std::string_view NameOf(const EnumName<Enum> (&table)[N], Enum value) 
   return "unknown";
 }
 
+// What a server binds (cluster.bind).
+enum class BindMode {
+  kAddress,  // the address its cluster.servers host resolves to (the default)
+  kAll,      // every interface, on its port (needs cluster.allow_remote)
+};
+
+inline constexpr EnumName<BindMode> kBindModeNames[] = {
+    {"address", BindMode::kAddress},
+    {"all", BindMode::kAll},
+};
+
 // Where the servers listen and how many workers the job has.
 struct ClusterOptions {
-  // One "host:port" per shard, in shard order. Shard i binds
-  // tcp://<host>:<port> and workers connect there. Required, non-empty,
-  // no duplicates.
+  // One "host:port" per shard, in shard order; a host is an IPv4 address,
+  // an IPv6 address in brackets or a name (common/endpoint.h). Shard i
+  // binds what its host resolves to (or every interface, see `bind`) and
+  // workers connect to the name. Required, non-empty, no duplicates.
   std::vector<std::string> servers;
+  // What each server binds. Default kAddress.
+  BindMode bind = BindMode::kAddress;
   // Number of worker processes (ranks 0..workers-1). Required, >= 1.
   uint32_t workers = 0;
   // Allow server addresses other than loopback (127.0.0.0/8, ::1, localhost).

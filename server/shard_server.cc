@@ -4,7 +4,9 @@
 #include <sstream>
 #include <utility>
 
+#include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/text.h"
 
 namespace ps {
 
@@ -59,13 +61,39 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   // absurd ones are cut off by ZeroMQ before they are buffered.
   so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
   PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
-  const std::string endpoint =
-      bind_endpoint.empty() ? TcpEndpoint(job.cluster.servers[shard]) : bind_endpoint;
+  // The job's own address unless the caller names another (--bind, tests).
+  std::string endpoint = bind_endpoint;
+  const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
+  const std::string& address = job.cluster.servers[shard];
+  if (endpoint.empty()) {
+    HostPort host_port;
+    std::string problem;
+    if (!ParseHostPort(address, &host_port, &problem)) {  // Validate() refused it already
+      return InvalidOption(job.source, entry, problem, "\"host:port\"");
+    }
+    StatusOr<std::string> resolved = BindEndpoint(host_port, job.cluster.bind == BindMode::kAll);
+    if (!resolved.ok()) {
+      return InvalidOption(job.source, entry, resolved.status().message(),
+                           "a host name this machine resolves, or an IP address");
+    }
+    endpoint = *resolved;
+  }
   Status bound = server->socket_->Bind(endpoint);
   if (!bound.ok()) {
+    if (bound.code() == StatusCode::kUnavailable && bind_endpoint.empty()) {
+      // EADDRINUSE: the port is taken on this host (Unavailable: it may
+      // be free again later).
+      return UnavailableError(
+          InvalidOption(job.source, entry,
+                        Quote(address) + ": shard " + std::to_string(shard) +
+                            " cannot listen there (" + bound.message() + ")",
+                        "a port no other program on this host uses: is another ps_server (or "
+                        "program) using it? Stop it or change this entry")
+              .message());
+    }
     return bound.WithContext("shard " + std::to_string(shard) +
                              ": is another ps_server (or program) using this port? Stop it or "
-                             "change cluster.servers");
+                             "change " + (bind_endpoint.empty() ? entry : "the bind endpoint"));
   }
   PS_ASSIGN_OR_RETURN(server->endpoint_, server->socket_->LastEndpoint());
   server->rules_ = RequestRules{shard,

@@ -586,6 +586,26 @@ TEST(ConfigTest, ValuesValidateRefusesNameTheirLineInALoadedFile) {
                               {"consistency.staleness: got 0", "line 4"}));
 }
 
+TEST(ConfigTest, ClusterBindIsAddressOrAllAndAllNeedsAllowRemote) {
+  const std::string tables = "tables: [ { name: w, rows: 4 } ]\n";
+  auto job = LoadJobString("cluster: { servers: [\"localhost:7000\"], workers: 1 }\n" + tables,
+                           "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->cluster.bind, BindMode::kAddress);
+  job = LoadJobString(
+      "cluster: { servers: [\"localhost:7000\"], workers: 1, bind: all }\n" + tables, "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: cluster.bind", "allow_remote", "line 1"}));
+  job = LoadJobString("cluster: { servers: [\"localhost:7000\"], workers: 1, bind: all,\n"
+                      "           allow_remote: true }\n" + tables,
+                      "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->cluster.bind, BindMode::kAll);
+  job = LoadJobString(
+      "cluster: { servers: [\"localhost:7000\"], workers: 1, bind: everywhere }\n" + tables,
+      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"mem: cluster.bind: got \"everywhere\"", "address, all"}));
+}
+
 TEST(ConfigTest, TheJobWideOptimizerIsCheckedUnderItsOwnPath) {
   const std::string head = "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n";
   auto job = LoadJobString(head + "optimizer: { type: sgd, lr: 0.1, momentum: 1.5 }\n"

@@ -1,0 +1,56 @@
+// A server's address as the job names it ("host:port" in cluster.servers):
+// parsing it, resolving its host, and the ZeroMQ endpoints to bind and to
+// connect to.
+//
+// A host is an IPv4 address, an IPv6 address in brackets ("[::1]:7000")
+// or a name (DNS, /etc/hosts: "localhost", "ps-server-0.ps"). A server
+// binds the address its name resolves to (ZeroMQ would read a name as a
+// network interface), or every interface when the job says so; workers
+// connect to the name, which ZeroMQ resolves again on each reconnect.
+//
+// Thread-safe: the functions keep no state.
+#ifndef PS_COMMON_ENDPOINT_H_
+#define PS_COMMON_ENDPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace ps {
+
+struct HostPort {
+  enum class Family { kIpv4, kIpv6, kName };
+  // The host as written, normalised: an IPv4 or IPv6 address in its usual
+  // form (no brackets), or a name in lower case.
+  std::string host;
+  Family family = Family::kName;
+  uint16_t port = 0;
+  // The same socket whatever the spelling ("LOCALHOST:07000" and
+  // "localhost:7000" are one endpoint): "<host>:<port>", an IPv6 host in
+  // brackets.
+  std::string canonical;
+  // 127.0.0.0/8, ::1 (or IPv4-mapped 127.x), or "localhost".
+  bool loopback = false;
+};
+
+// Parses "host:port" into *endpoint; on failure returns false and sets
+// *problem to what is wrong with `text` (quoting it). Resolves nothing.
+bool ParseHostPort(std::string_view text, HostPort* endpoint, std::string* problem);
+
+// The address to use for `endpoint`'s host: an address as it is ("[...]"
+// for IPv6), a name resolved now (its first IPv4 address, else its first
+// IPv6 one). NotFound "host \"x\" does not resolve (<resolver's reason>)".
+StatusOr<std::string> ResolveHost(const HostPort& endpoint);
+
+// The ZeroMQ endpoint a server binds: "tcp://*:<port>" with
+// `all_interfaces`, else "tcp://<ResolveHost>:<port>". Errors: ResolveHost's.
+StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces);
+
+// The ZeroMQ endpoint a worker connects to: "tcp://<canonical>".
+std::string ConnectEndpoint(const HostPort& endpoint);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_ENDPOINT_H_
