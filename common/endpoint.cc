@@ -126,9 +126,25 @@ bool ParseHostPort(std::string_view text, HostPort* endpoint, std::string* probl
   return true;
 }
 
+namespace {
+
+// "localhost" or a name under ".localhost": the loopback address whatever
+// the resolver says (RFC 6761, 6.3); a container or a bare root may have no
+// /etc/hosts that names it.
+bool IsLocalhostName(const HostPort& endpoint) {
+  if (endpoint.family != HostPort::Family::kName) return false;
+  const std::string_view name = endpoint.host;
+  constexpr std::string_view kLocal = ".localhost";
+  return name == "localhost" ||
+         (name.size() > kLocal.size() && name.substr(name.size() - kLocal.size()) == kLocal);
+}
+
+}  // namespace
+
 StatusOr<std::string> ResolveHost(const HostPort& endpoint) {
   if (endpoint.family == HostPort::Family::kIpv4) return endpoint.host;
   if (endpoint.family == HostPort::Family::kIpv6) return "[" + endpoint.host + "]";
+  if (IsLocalhostName(endpoint)) return std::string("127.0.0.1");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -165,6 +181,9 @@ StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces
   return "tcp://" + address + ":" + std::to_string(endpoint.port);
 }
 
-std::string ConnectEndpoint(const HostPort& endpoint) { return "tcp://" + endpoint.canonical; }
+std::string ConnectEndpoint(const HostPort& endpoint) {
+  if (IsLocalhostName(endpoint)) return "tcp://127.0.0.1:" + std::to_string(endpoint.port);
+  return "tcp://" + endpoint.canonical;
+}
 
 }  // namespace ps

@@ -40,15 +40,18 @@ struct HostPort {
 bool ParseHostPort(std::string_view text, HostPort* endpoint, std::string* problem);
 
 // The address to use for `endpoint`'s host: an address as it is ("[...]"
-// for IPv6), a name resolved now (its first IPv4 address, else its first
-// IPv6 one). NotFound "host \"x\" does not resolve (<resolver's reason>)".
+// for IPv6); "localhost" and names under ".localhost" 127.0.0.1 (RFC 6761);
+// another name resolved now (its first IPv4 address, else its first IPv6
+// one). NotFound "host \"x\" does not resolve (<resolver's reason>)".
 StatusOr<std::string> ResolveHost(const HostPort& endpoint);
 
 // The ZeroMQ endpoint a server binds: "tcp://*:<port>" with
 // `all_interfaces`, else "tcp://<ResolveHost>:<port>". Errors: ResolveHost's.
 StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces);
 
-// The ZeroMQ endpoint a worker connects to: "tcp://<canonical>".
+// The ZeroMQ endpoint a worker connects to: "tcp://<canonical>" (the name,
+// which ZeroMQ resolves on each reconnect); "tcp://127.0.0.1:<port>" for a
+// localhost name.
 std::string ConnectEndpoint(const HostPort& endpoint);
 
 }  // namespace ps
