@@ -54,27 +54,6 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
 
 Client::~Client() = default;
 
-namespace {
-
-// Where the client connects for shard `s`: the name of cluster.servers[s]
-// (ZeroMQ resolves it again on each reconnect), once it was seen to resolve
-// now, so that a name that does not is an error naming it at start.
-StatusOr<std::string> ServerEndpoint(const JobOptions& job, uint32_t s) {
-  const std::string entry = "cluster.servers[" + std::to_string(s) + "]";
-  HostPort host_port;
-  std::string problem;
-  if (!ParseHostPort(job.cluster.servers[s], &host_port, &problem)) {
-    return InvalidOption(job.source, entry, problem, "\"host:port\"");
-  }
-  if (StatusOr<std::string> resolved = ResolveHost(host_port); !resolved.ok()) {
-    return InvalidOption(job.source, entry, resolved.status().message(),
-                         "a host name this machine resolves, or an IP address");
-  }
-  return ConnectEndpoint(host_port);
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
                                                  std::vector<std::string> endpoints,
                                                  ClientEnv env) {
@@ -105,7 +84,10 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
     if (endpoints.empty()) {
-      PS_ASSIGN_OR_RETURN(shard.endpoint, ServerEndpoint(job, s));
+      // The name (ZeroMQ resolves it again on each reconnect), once it
+      // was seen to resolve now.
+      PS_ASSIGN_OR_RETURN(const HostPort address, ServerAddress(job, s));
+      shard.endpoint = ConnectEndpoint(address);
     } else {
       shard.endpoint = endpoints[s];
     }

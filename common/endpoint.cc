@@ -175,6 +175,20 @@ StatusOr<std::string> ResolveHost(const HostPort& endpoint) {
   return "[" + std::string(buffer) + "]";
 }
 
+StatusOr<HostPort> ServerAddress(const JobOptions& job, uint32_t shard) {
+  const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
+  HostPort host_port;
+  std::string problem;
+  if (!ParseHostPort(job.cluster.servers[shard], &host_port, &problem)) {
+    return InvalidOption(job.source, entry, problem, "\"host:port\"");
+  }
+  if (StatusOr<std::string> resolved = ResolveHost(host_port); !resolved.ok()) {
+    return InvalidOption(job.source, entry, resolved.status().message(),
+                         "a host name this machine resolves, or an IP address");
+  }
+  return host_port;
+}
+
 StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces) {
   if (all_interfaces) return "tcp://*:" + std::to_string(endpoint.port);
   PS_ASSIGN_OR_RETURN(std::string address, ResolveHost(endpoint));

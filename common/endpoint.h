@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/options.h"
 #include "common/status.h"
 
 namespace ps {
@@ -44,6 +45,12 @@ bool ParseHostPort(std::string_view text, HostPort* endpoint, std::string* probl
 // another name resolved now (its first IPv4 address, else its first IPv6
 // one). NotFound "host \"x\" does not resolve (<resolver's reason>)".
 StatusOr<std::string> ResolveHost(const HostPort& endpoint);
+
+// Shard `shard`'s entry of job.cluster.servers, parsed, once its host was
+// seen to resolve now. InvalidArgument "<source>: cluster.servers[<shard>]:
+// ..." naming the entry (a name that does not resolve, or an entry
+// Validate() would refuse). REQUIRES: shard < job.cluster.servers.size().
+StatusOr<HostPort> ServerAddress(const JobOptions& job, uint32_t shard);
 
 // The ZeroMQ endpoint a server binds: "tcp://*:<port>" with
 // `all_interfaces`, else "tcp://<ResolveHost>:<port>". Errors: ResolveHost's.

@@ -66,17 +66,8 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
   const std::string& address = job.cluster.servers[shard];
   if (endpoint.empty()) {
-    HostPort host_port;
-    std::string problem;
-    if (!ParseHostPort(address, &host_port, &problem)) {  // Validate() refused it already
-      return InvalidOption(job.source, entry, problem, "\"host:port\"");
-    }
-    StatusOr<std::string> resolved = BindEndpoint(host_port, job.cluster.bind == BindMode::kAll);
-    if (!resolved.ok()) {
-      return InvalidOption(job.source, entry, resolved.status().message(),
-                           "a host name this machine resolves, or an IP address");
-    }
-    endpoint = *resolved;
+    PS_ASSIGN_OR_RETURN(const HostPort host_port, ServerAddress(job, shard));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
   }
   Status bound = server->socket_->Bind(endpoint);
   if (!bound.ok()) {
