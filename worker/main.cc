@@ -55,7 +55,17 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", job.status().ToString());
     return 2;
   }
-  if (!metrics_csv.empty()) job->train.metrics_csv = metrics_csv;
+  if (!metrics_csv.empty()) {
+    job->train.metrics_csv = metrics_csv;
+    // The file's own checks ran at load; the flag's program checks now.
+    if (const ps::TrainProgram* p = ps::FindTrainProgram(job->train.program);
+        p != nullptr && p->check != nullptr) {
+      if (ps::Status checked = p->check(*job); !checked.ok()) {
+        PS_LOG_ERROR("--metrics-csv: {}", checked.ToString());
+        return 2;
+      }
+    }
+  }
   if (cpu_threads) job->worker.cpu_threads = *cpu_threads;
   if (standalone) {
     if (rank_flag && *rank_flag != 0) {
@@ -73,8 +83,7 @@ int main(int argc, char** argv) {
   }
   ps::InitLogging("worker " + std::to_string(*rank), log_level).IgnoreError();
   if (job->train.program.empty()) {
-    PS_LOG_ERROR("{}: the job has no train section; nothing to run",
-                 config_path);
+    PS_LOG_ERROR("{}", ps::NoTrainSectionMessage(config_path));
     return 2;
   }
   // Known: LoadTrainJobFile checked the name.
