@@ -1,6 +1,8 @@
 // ps_server: one parameter-server shard.
 //   ps_server --config job.yaml --shard 0
-// The shard index may also come from mpirun/Slurm (see common/rank.h).
+// The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
+// Job, or a StatefulSet pod's name with --shard-from-hostname (see
+// common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
 // when serving fails.
 //
@@ -34,11 +36,12 @@ void OnSignal(int) {
 int main(int argc, char** argv) {
   CLI::App app{"ps_server: one shard of the parameter server"};
   std::string config_path;
-  std::optional<int64_t> shard_flag;
+  ps::RankFlags shard_flags;
   std::string log_level = "info";
   std::string bind;
   app.add_option("--config", config_path, "job YAML file")->required();
-  app.add_option("--shard", shard_flag, "shard index (default: from mpirun/Slurm environment)");
+  ps::AddRankFlags(app, "shard", "from mpirun/srun or JOB_COMPLETION_INDEX", "ps-server-3",
+                   &shard_flags);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--bind", bind,
                  "endpoint to bind instead of the config's address, e.g. tcp://0.0.0.0:7000");
@@ -63,16 +66,17 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", job.status().ToString());
     return 2;
   }
-  auto shard = ps::ResolveRank(shard_flag, 0,
-                               static_cast<uint32_t>(job->cluster.servers.size()), "shard");
-  if (!shard.ok()) {
-    PS_LOG_ERROR("{}", shard.status().ToString());
+  const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
+  auto resolved = ps::ResolveRankFromFlags(shard_flags, 0, num_servers, "shard");
+  if (!resolved.ok()) {
+    PS_LOG_ERROR("{}", resolved.status().ToString());
     return 2;
   }
-  ps::InitLogging("server " + std::to_string(*shard), log_level).IgnoreError();
+  const uint32_t shard = resolved->rank;
+  ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
   const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
   auto server =
-      ps::ShardServer::Create(*job, *shard, bind, restore_clock, /*clock=*/nullptr,
+      ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,
                               ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
                                                 stall == nullptr ? "" : stall));
   if (!server.ok()) {
