@@ -21,6 +21,7 @@ the environment and host name the pod would have:
   - ps_server --check and ps_worker --check accept the job file, and each
     container's command, for each index k of its Job (JOB_COMPLETION_INDEX=k,
     host name "<Job>-<k>"), resolves shard or rank k;
+  - every sh -c script of a container parses (sh -n);
   - the Dockerfile builds FROM debian:12 with scripts/setup.sh and ./ps build
     and puts the build's bin folder on PATH.
 
@@ -316,6 +317,12 @@ class Checker:
                     f"{w}: every container should run the one image, found {images}")
         for c in containers_of(obj):
             cw = f"{w}: container {c.get('name')!r}"
+            words = c.get("command", []) + c.get("args", [])
+            if words[:2] in (["sh", "-c"], ["bash", "-c"]) and len(words) > 2:
+                parsed = subprocess.run([words[0], "-n", "-c", words[2]], capture_output=True,
+                                        text=True)
+                self.expect(parsed.returncode == 0,
+                            f"{cw}: its {words[0]} script does not parse: {parsed.stderr.strip()}")
             for path in config_paths(c):
                 trouble = mounted_config(obj, c, path, self.configmap_name, self.job_key)
                 self.expect(trouble is None, f"{cw}: {trouble}")
@@ -428,6 +435,8 @@ PLANTED = [
      "refused by ps_server --check"),
     ("rank from a flag, not the index", "workers.yaml", '"--cpu-threads", "2"]',
      '"--cpu-threads", "2", "--rank", "0"]', "does not run rank 1 from JOB_COMPLETION_INDEX"),
+    ("init script that does not parse", "servers.yaml", "                sleep 1\n              done",
+     "                sleep 1\n              don", "its sh script does not parse"),
     ("Dockerfile on another base", "Dockerfile", "FROM debian:12", "FROM debian:11",
      "must build FROM debian:12"),
     ("manifest that does not parse", "service.yaml", "clusterIP: None", "clusterIP: [None",
