@@ -1,5 +1,7 @@
 #include "common/transport.h"
 
+#include <netdb.h>
+
 #include <zmq.h>
 
 #include <atomic>
@@ -182,6 +184,29 @@ void EnableIpv6For(void* socket, const std::string& endpoint) {
   int on = endpoint.find('[') != std::string::npos ? 1 : 0;
   zmq_setsockopt(socket, ZMQ_IPV6, &on, sizeof(on));
 }
+
+// True when the host of "tcp://host:port" is a name with IPv6 addresses
+// only: ZeroMQ resolves a name to IPv4 alone unless ZMQ_IPV6 is on. A name
+// with an IPv4 address keeps IPv4, the address its server binds.
+bool NameResolvesToIpv6Only(const std::string& endpoint) {
+  const size_t start = endpoint.find("://");
+  const size_t colon = endpoint.rfind(':');
+  if (start == std::string::npos || colon == std::string::npos || colon <= start + 3) return false;
+  const std::string host = endpoint.substr(start + 3, colon - start - 3);
+  if (host.empty() || host.front() == '[') return false;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool v4 = false, v6 = false;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    v4 = v4 || a->ai_family == AF_INET;
+    v6 = v6 || a->ai_family == AF_INET6;
+  }
+  ::freeaddrinfo(found);
+  return v6 && !v4;
+}
 }  // namespace
 
 Status Socket::Bind(const std::string& endpoint) {
@@ -199,6 +224,10 @@ Status Socket::Bind(const std::string& endpoint) {
 
 Status Socket::Connect(const std::string& endpoint) {
   EnableIpv6For(socket_, endpoint);
+  if (NameResolvesToIpv6Only(endpoint)) {
+    const int on = 1;
+    zmq_setsockopt(socket_, ZMQ_IPV6, &on, sizeof(on));
+  }
   if (zmq_connect(socket_, endpoint.c_str()) != 0) {
     return ZmqError(description_ + " cannot connect to " + endpoint);
   }
