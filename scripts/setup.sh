@@ -19,6 +19,8 @@ PACKAGES=(
   libbenchmark-dev
   python3
   python3-matplotlib python3-yaml
+  openmpi-bin
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
