@@ -469,10 +469,12 @@ Status Client::Leave() {
   if (heartbeat_ != nullptr) heartbeat_->Stop();
   Status first;
   for (uint32_t s = 0; s < num_shards(); ++s) {
+    // It may exit as soon as it answers (server.exit_when_workers_leave),
+    // and its connection may close before Control() returns.
+    shards_[s].closing = true;
     auto h = Control(s, Op::kHeartbeat, kFlagLeaving);
     if (!h.ok() && first.ok()) first = h.status();
-    // It may exit now (server.exit_when_workers_leave).
-    if (h.ok()) shards_[s].closing = true;
+    if (!h.ok()) shards_[s].closing = false;
   }
   return first;
 }
@@ -525,9 +527,10 @@ StatusOr<std::vector<std::string>> Client::CheckpointServers() {
 Status Client::ShutdownServers() {
   Status first;
   for (uint32_t s = 0; s < shards_.size(); ++s) {
+    shards_[s].closing = true;  // it exits as soon as it answers
     auto h = Control(s, Op::kShutdown);
     if (!h.ok() && first.ok()) first = h.status();
-    if (h.ok()) shards_[s].closing = true;
+    if (!h.ok()) shards_[s].closing = false;
   }
   return first;
 }

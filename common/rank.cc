@@ -17,14 +17,16 @@ namespace {
 
 // The environment's sources in precedence order (see the header); `world`:
 // a rank shared by the servers and the workers, which takes the offset.
+// `size`: the variable with the world's process count (world ranks only).
 struct EnvSource {
   const char* var;
   bool world;
+  const char* size;
 };
-constexpr EnvSource kEnvSources[] = {{"OMPI_COMM_WORLD_RANK", true},
-                                     {"PMI_RANK", true},
-                                     {"SLURM_PROCID", true},
-                                     {"JOB_COMPLETION_INDEX", false}};
+constexpr EnvSource kEnvSources[] = {{"OMPI_COMM_WORLD_RANK", true, "OMPI_COMM_WORLD_SIZE"},
+                                     {"PMI_RANK", true, "PMI_SIZE"},
+                                     {"SLURM_PROCID", true, "SLURM_NTASKS"},
+                                     {"JOB_COMPLETION_INDEX", false, nullptr}};
 
 // Decimal digits only: a launcher writes "3", never "+3", " 3" or "-1", so
 // anything else is a mistake worth stopping for.
@@ -86,7 +88,7 @@ StatusOr<ResolvedRank> ResolveRank(const RankSources& sources, uint32_t limit,
     PS_ASSIGN_OR_RETURN(value, HostnameOrdinal(*sources.hostname, limit, what));
     source = "host name " + Quote(*sources.hostname);
   } else {
-    for (const auto& [var, world] : kEnvSources) {
+    for (const auto& [var, world, size_var] : kEnvSources) {
       const char* text = std::getenv(var);
       if (text == nullptr) continue;
       const std::string shown = std::string(var) + "=" + Quote(text);
@@ -96,19 +98,27 @@ StatusOr<ResolvedRank> ResolveRank(const RankSources& sources, uint32_t limit,
                                     " is not a non-negative integer (" + ValidRange(limit, what) +
                                     "); fix or unset it, or " + FlagHint(what));
       }
-      if (world && *parsed < sources.world_offset) {
+      // A launcher that started exactly `limit` processes started this role
+      // alone (e.g. the workers by an mpirun of their own): its world ranks
+      // are this role's, with no servers before them.
+      uint32_t offset = sources.world_offset;
+      const char* size_text = size_var != nullptr ? std::getenv(size_var) : nullptr;
+      if (world && offset != 0 && size_text != nullptr && ParseIndex(size_text) == limit) {
+        offset = 0;
+      }
+      if (world && *parsed < offset) {
         return InvalidArgumentError(
             what + ": environment variable " + shown + " is below the offset " +
-            std::to_string(sources.world_offset) + " (world ranks 0.." +
-            std::to_string(sources.world_offset - 1) +
+            std::to_string(offset) + " (world ranks 0.." + std::to_string(offset - 1) +
             " are the servers'); start the servers first in the launcher's command "
             "(mpirun -np <servers> ps_server : -np <workers> ps_worker), or " +
             FlagHint(what));
       }
-      value = world ? *parsed - sources.world_offset : *parsed;
+      value = world ? *parsed - offset : *parsed;
       source = "environment variable " + shown;
-      if (world && sources.world_offset != 0) {
-        source += " minus offset " + std::to_string(sources.world_offset);
+      if (world && offset != 0) source += " minus offset " + std::to_string(offset);
+      if (world && offset == 0 && sources.world_offset != 0) {
+        source += std::string(" (") + size_var + " is the role's count: no offset)";
       }
       break;
     }

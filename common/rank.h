@@ -10,7 +10,10 @@
 //      ("ps-server-3" -> 3);
 //   3. a world rank: OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, minus the
 //      world offset (under `mpirun -np 2 ps_server : -np 4 ps_worker` the
-//      workers see world ranks 2..5: their offset is the server count);
+//      workers see world ranks 2..5: their offset is the server count),
+//      unless the launcher's world has exactly as many processes as the
+//      role (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS equal to
+//      cluster.workers): then it started the workers alone, ranks 0..W-1;
 //   4. JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod index).
 //
 // Why the host name is never read unless asked for: every host has a name,

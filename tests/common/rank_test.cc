@@ -14,6 +14,8 @@ namespace {
 
 constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
                                      "JOB_COMPLETION_INDEX"};
+// The world sizes, which decide whether a world rank takes the offset.
+constexpr const char* kSizeVars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
 
 // Clears every variable ResolveRank reads and puts back what the process had
 // when the test ends, so a test under mpirun or in a pod sees only what it
@@ -21,6 +23,11 @@ constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_
 class RankTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    for (const char* var : kSizeVars) {
+      const char* value = std::getenv(var);
+      if (value != nullptr) saved_[var] = value;
+      unsetenv(var);
+    }
     for (const char* var : kRankVars) {
       const char* value = std::getenv(var);
       if (value != nullptr) saved_[var] = value;
@@ -28,6 +35,14 @@ class RankTest : public ::testing::Test {
     }
   }
   void TearDown() override {
+    for (const char* var : kSizeVars) {
+      auto it = saved_.find(var);
+      if (it == saved_.end()) {
+        unsetenv(var);
+      } else {
+        setenv(var, it->second.c_str(), 1);
+      }
+    }
     for (const char* var : kRankVars) {
       auto it = saved_.find(var);
       if (it == saved_.end()) {
@@ -186,6 +201,34 @@ TEST_F(RankTest, MalformedHigherPrecedenceVariableIsNotSkipped) {
   Set("PMI_RANK", "oops");
   Set("JOB_COMPLETION_INDEX", "0");
   EXPECT_TRUE(InvalidWith(ResolveRank({}, 2, "rank").status(), {"PMI_RANK=\"oops\""}));
+}
+
+// Workers started by a launcher of their own (mpirun -np 4 ps_worker, after
+// the servers were started otherwise): a world of exactly the worker count
+// holds only workers, and its ranks need no offset.
+TEST_F(RankTest, AWorldOfOnlyThisRolesProcessesTakesNoOffset) {
+  const std::pair<const char*, const char*> vars[] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                                      {"PMI_RANK", "PMI_SIZE"},
+                                                      {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& [rank_var, size_var] : vars) {
+    SCOPED_TRACE(rank_var);
+    Set(rank_var, "1");
+    Set(size_var, "4");  // the job's 4 workers and nothing else
+    auto rank = ResolveRank(Offset(2), 4, "rank");
+    ASSERT_OK(rank);
+    EXPECT_EQ(rank->rank, 1u);
+    EXPECT_EQ(rank->source, std::string("environment variable ") + rank_var + "=\"1\" (" +
+                                size_var + " is the role's count: no offset)");
+    Set(size_var, "6");  // 2 servers + 4 workers: the offset applies
+    rank = ResolveRank(Offset(2), 4, "rank");
+    EXPECT_FALSE(rank.ok());
+    Set(rank_var, "3");
+    rank = ResolveRank(Offset(2), 4, "rank");
+    ASSERT_OK(rank);
+    EXPECT_EQ(rank->rank, 1u);
+    unsetenv(rank_var);
+    unsetenv(size_var);
+  }
 }
 
 TEST_F(RankTest, WorldRankBelowTheOffsetIsAServersRank) {
