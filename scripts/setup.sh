@@ -19,6 +19,7 @@ PACKAGES=(
   libbenchmark-dev
   python3
   python3-matplotlib python3-yaml
+  iproute2 iptables          # the multi-host tests' network namespaces
 )
 
 missing=()

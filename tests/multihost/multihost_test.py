@@ -114,7 +114,9 @@ class MultihostTest(unittest.TestCase):
     def score(self, name):
         evaluations, _ = ps_job.read_metrics(self.csv(name))
         self.assertGreaterEqual(len(evaluations), 3, "too few evaluations in " + self.csv(name))
-        return ps_job.tail_mean(evaluations)
+        score = ps_job.tail_mean(evaluations)
+        print("%s: test accuracy %.4f (mean of the last 3)" % (name, score), file=sys.stderr)
+        return score
 
     def start_job(self, name, sections=None, bind=None):
         config = self.write_job(name, mlp_job(ps_job.host_servers(SHARDS), self.csv(name),
@@ -152,7 +154,6 @@ class MultihostTest(unittest.TestCase):
         job = self.start_job("hosts")
         self.finish(job)
         multi = self.score("hosts")
-        print("test accuracy: one host %.4f, 6 hosts %.4f" % (one_host, multi))
         # Every worker reached the servers by name, from its own host.
         for r in range(WORKERS):
             self.assertIn("worker %d done" % r, job.workers[r].output())

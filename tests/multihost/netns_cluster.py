@@ -204,6 +204,23 @@ def check_prerequisites():
     return None
 
 
+def partition_rules(addresses=None):
+    """The iptables rules that cut a host's eth0 off: every packet, or only
+    those to and from `addresses`."""
+    if not addresses:
+        return [["INPUT", "-i", "eth0", "-j", "DROP"], ["OUTPUT", "-o", "eth0", "-j", "DROP"]]
+    rules = []
+    for a in addresses:
+        rules += [["INPUT", "-i", "eth0", "-s", a, "-j", "DROP"],
+                  ["OUTPUT", "-o", "eth0", "-d", a, "-j", "DROP"]]
+    return rules
+
+
+def change_rule(ns, rule, add, what):
+    """Adds (or deletes) iptables `rule` in namespace `ns`."""
+    run(["ip", "netns", "exec", ns, "iptables", "-w", "5", "-I" if add else "-D"] + rule, what)
+
+
 class Process:
     """A command the cluster started in one of its hosts."""
 
@@ -449,23 +466,16 @@ class Cluster:
         keeps working), or only those to and from the hosts in `peers`."""
         if host in self.partitioned:
             raise RuntimeError("%s is already partitioned" % host)
-        if peers:
-            rules = []
-            for peer in peers:
-                rules += [["INPUT", "-i", "eth0", "-s", self.address(peer), "-j", "DROP"],
-                          ["OUTPUT", "-o", "eth0", "-d", self.address(peer), "-j", "DROP"]]
-        else:
-            rules = [["INPUT", "-i", "eth0", "-j", "DROP"], ["OUTPUT", "-o", "eth0", "-j", "DROP"]]
+        rules = partition_rules([self.address(p) for p in peers] if peers else None)
         self.partitioned[host] = []
         for rule in rules:
-            run(self.command(host, ["iptables", "-w", "5", "-I"] + rule),
-                "partition " + host)
+            change_rule(self.ns(host), rule, True, "partition " + host)
             self.partitioned[host].append(rule)
 
     def heal(self, host):
         """Removes the partition of `host`."""
         for rule in self.partitioned.pop(host, []):
-            run(self.command(host, ["iptables", "-w", "5", "-D"] + rule), "heal " + host)
+            change_rule(self.ns(host), rule, False, "heal " + host)
 
     def kill_host(self, host, sig=signal.SIGKILL):
         """Sends `sig` to every process in `host` (a host lost), reaps the
@@ -479,9 +489,9 @@ class Cluster:
         return pids
 
 
-class _Signalled(BaseException):
-    """Raised in the main thread by SIGTERM or SIGHUP, so that with-blocks
-    (a Cluster's teardown) run as they do for Ctrl-C."""
+class Stopped(BaseException):
+    """Raised in the main thread by SIGTERM or SIGHUP once handle_signals()
+    ran, so that with-blocks (a Cluster's teardown) run as for Ctrl-C."""
 
 
 def handle_signals():
@@ -490,6 +500,6 @@ def handle_signals():
     killed with SIGKILL cannot clean up: the next Cluster's sweep removes
     what it left."""
     def raise_signalled(signum, frame):
-        raise _Signalled("stopped by signal %d" % signum)
+        raise Stopped("stopped by signal %d" % signum)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, raise_signalled)
