@@ -98,6 +98,7 @@ class DistributedJob:
         self.servers = {}   # shard -> its current Process
         self.workers = {}   # rank -> its current Process
         self.restarts = {}  # shard or rank -> how many times started again
+        self.processes = []  # every server and worker started, restarts too
 
     def _log(self, kind, index):
         n = self.restarts.get((kind, index), 0)
@@ -109,6 +110,7 @@ class DistributedJob:
                                [os.path.join(self.bin, "ps_server"), "--config", self.config,
                                 "--shard", str(shard)], log=self._log("server", shard))
         self.servers[shard] = p
+        self.processes.append(p)
         if wait:
             self.cluster.wait_for_output(p, SERVING, SERVE_TIMEOUT_S)
         return p
@@ -123,6 +125,7 @@ class DistributedJob:
                                [os.path.join(self.bin, "ps_worker"), "--config", self.config,
                                 "--rank", str(rank)], log=self._log("worker", rank))
         self.workers[rank] = p
+        self.processes.append(p)
         return p
 
     def restart_worker(self, rank):
@@ -179,7 +182,7 @@ class DistributedJob:
     def logs(self, tail=3000):
         """The end of every log of the job's processes."""
         parts = []
-        for p in self.cluster.processes:
+        for p in self.processes:
             parts.append("--- %s: %s\n%s" % (p.describe(), os.path.basename(p.log),
                                              p.output()[-tail:]))
         return "\n".join(parts)
@@ -187,7 +190,7 @@ class DistributedJob:
     def output(self, kind):
         """Every log of the job's "server" or "worker" processes (restarts
         included), concatenated."""
-        return "\n".join(p.output() for p in self.cluster.processes
+        return "\n".join(p.output() for p in self.processes
                          if os.path.basename(p.argv[0]) == "ps_" + kind)
 
 
