@@ -111,25 +111,32 @@ def run_one(cluster, args, name, mode, consistency, network):
             "ttt": time_to_target(name, metrics, TARGETS[name]), "wall": wall}
 
 
+def unmet_needs(args):
+    """None when this machine can run the benchmark, else (exit code, why)."""
+    missing = workloads.missing_binaries("multihost_bench", args.bin)
+    if missing:
+        return 2, missing
+    problem = netns_cluster.check_prerequisites()
+    if problem is None and "mlp" in args.only and \
+            not os.path.isdir(workloads.FASHION_MNIST_DIR):
+        problem = "no Fashion-MNIST in " + workloads.FASHION_MNIST_DIR
+    return None if problem is None else (EXIT_SKIPPED, "multihost_bench: skipped: " + problem)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="a twentieth of the steps: checks that every run completes")
-    p.add_argument("--only", nargs="+", choices=sorted(TARGETS), help="these workloads")
-    p.add_argument("--bin", default=os.path.join(workloads.ROOT, "build", "bin"))
-    p.add_argument("--out", default=os.path.join(workloads.ROOT, "build", "multihost_bench"))
+    p.add_argument("--only", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS),
+                   help="these workloads")
+    for flag, default in (("--bin", "bin"), ("--out", "multihost_bench")):
+        p.add_argument(flag, default=os.path.join(workloads.ROOT, "build", default))
     args = p.parse_args()
-    missing = workloads.missing_binaries("multihost_bench", args.bin)
-    if missing:
-        print(missing, file=sys.stderr)
-        return 2
-    problem = netns_cluster.check_prerequisites()
-    names = args.only or sorted(TARGETS)
-    if problem is None and "mlp" in names and not os.path.isdir(workloads.FASHION_MNIST_DIR):
-        problem = "no Fashion-MNIST in " + workloads.FASHION_MNIST_DIR
-    if problem:
-        print("multihost_bench: skipped: " + problem, file=sys.stderr)
-        return EXIT_SKIPPED
+    unmet = unmet_needs(args)
+    if unmet:
+        print(unmet[1], file=sys.stderr)
+        return unmet[0]
+    names = args.only
     args.bin = os.path.abspath(args.bin)
     args.out = os.path.abspath(args.out)
     netns_cluster.handle_signals()
