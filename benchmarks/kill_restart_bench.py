@@ -47,7 +47,7 @@ LOST = re.compile(r"^\[server (\d+)\] .*worker \d+ is at clock (\d+) and this sh
                   r"at clock (\d+).*\((\d+) clocks?\)")
 BACK = re.compile(r"^\[worker \d+\] .*server \d+ at \S+ is back after (\d+) ms")
 DONE = re.compile(r"^\[worker \d+\] .*done")
-PROGRESS = re.compile(r"^\[worker \d+\] .*worker \d+ clock\s+(\d+) ")
+PROGRESS = re.compile(r"^\[worker \d+\] .*worker \d+: clock\s+(\d+) ")
 WORKERS = 2
 
 

@@ -7,6 +7,7 @@
 
 #include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/rendezvous.h"
 
 namespace ps {
 namespace {
@@ -42,7 +43,7 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
       limits_{.max_request_bytes = job.server.max_request_bytes,
               .max_keys = job.server.max_keys_per_request,
               .push_part_bytes = job.client.push_part_bytes},
-      session_(NewSession()), time_(clock != nullptr ? clock : &steady_clock_),
+      session_(NewSession()), agreement_(EncodeAgreement(job)), time_(clock != nullptr ? clock : &steady_clock_),
       tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())) {
   expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
     const Part* p = tracker_.Find(request_id);
@@ -168,6 +169,7 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   h.dim = part.dim;
   h.first_row = part.first_row;
   h.flags = part.flags;
+  if (op == Op::kHello) h.text = agreement_;
   const bool has_keys = keys.size() > 0;
   if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
   // Header, then the keys (when there are any), then a push's values.
@@ -416,13 +418,45 @@ StatusOr<Ticket> Client::Clock(Callback done) {
 
 Status Client::Join() {
   PS_RETURN_IF_ERROR(WorkerOnly("Join()"));
-  int64_t resume = 0;
+  // The rendezvous: a HELLO to every server at once, each waiting up to
+  // rendezvous.timeout_ms for its server (a server not up yet gets it
+  // when it starts listening).
+  for (Shard& shard : shards_) shard.closing = false;
+  const auto deadline = time_->Now() + std::chrono::milliseconds(job_.rendezvous.timeout_ms);
+  std::vector<std::pair<Ticket, uint64_t>> hellos;
   for (uint32_t s = 0; s < num_shards(); ++s) {
-    PS_ASSIGN_OR_RETURN(MessageHeader h, Control(s, Op::kHeartbeat));
-    resume = std::max(resume, h.clock);
+    hellos.push_back(SendControl(s, Op::kHello));
+    if (Part* p = tracker_.Find(hellos.back().second); p != nullptr) {
+      tracker_.Extend(hellos.back().second, *p, deadline);
+    }
   }
+  int64_t resume = 0;
+  std::string silent;
+  Status refused;
+  for (uint32_t s = 0; s < num_shards(); ++s) {
+    StatusOr<MessageHeader> h = AwaitControl(hellos[s].first, hellos[s].second);
+    if (h.ok()) {
+      resume = std::max(resume, h->clock);
+    } else if (h.status().code() == StatusCode::kDeadlineExceeded ||
+               h.status().code() == StatusCode::kUnavailable) {
+      silent += (silent.empty() ? "" : ", ") + std::string("server ") + std::to_string(s) + " (" +
+                job_.cluster.servers[s] + ")";
+    } else if (refused.ok()) {
+      refused = h.status();
+    }
+  }
+  PS_RETURN_IF_ERROR(refused);
+  if (!silent.empty()) {
+    return DeadlineExceededError(
+        "worker " + std::to_string(worker_) + ": no answer within rendezvous.timeout_ms (" +
+        std::to_string(job_.rendezvous.timeout_ms) + " ms) from " + silent +
+        ": are they running, and does this host reach them (the name, the port, a firewall)? "
+        "Start them, or raise rendezvous.timeout_ms when they start later");
+  }
+  PS_LOG_INFO("all {} servers answered; job fingerprint {}", num_shards(),
+              AgreementFingerprint(agreement_));
   if (resume != clock_) {
-    PS_LOG_INFO("worker {} joins at clock {}", worker_, resume);
+    PS_LOG_INFO("joins at clock {}", resume);
     clock_ = resume;
     if (heartbeat_ != nullptr) heartbeat_->set_clock(clock_);
   }
@@ -437,6 +471,8 @@ Status Client::Leave() {
   for (uint32_t s = 0; s < num_shards(); ++s) {
     auto h = Control(s, Op::kHeartbeat, kFlagLeaving);
     if (!h.ok() && first.ok()) first = h.status();
+    // It may exit now (server.exit_when_workers_leave).
+    if (h.ok()) shards_[s].closing = true;
   }
   return first;
 }
@@ -446,11 +482,20 @@ StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags) {
     return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(shards_.size()) + " servers");
   }
+  const auto [ticket, rid] = SendControl(shard, op, flags);
+  return AwaitControl(ticket, rid);
+}
+
+std::pair<Ticket, uint64_t> Client::SendControl(uint32_t shard, Op op, uint32_t flags) {
   const Ticket ticket = tracker_.NewTicket(nullptr);
   const uint64_t rid = SendPart(
       {.ticket = ticket, .shard = shard, .op = op, .flags = flags, .control = true}, Frame(),
       Frame());
   tracker_.Release(ticket, Status::Ok());  // the issuing hold
+  return {ticket, rid};
+}
+
+StatusOr<MessageHeader> Client::AwaitControl(Ticket ticket, uint64_t rid) {
   Status s = Wait(ticket);
   auto reply = control_replies_.find(rid);
   if (!s.ok()) {
@@ -482,6 +527,7 @@ Status Client::ShutdownServers() {
   for (uint32_t s = 0; s < shards_.size(); ++s) {
     auto h = Control(s, Op::kShutdown);
     if (!h.ok() && first.ok()) first = h.status();
+    if (h.ok()) shards_[s].closing = true;
   }
   return first;
 }

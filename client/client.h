@@ -193,10 +193,14 @@ class Client {
   // Join() resumed).
   int64_t clock() const { return clock_; }
 
-  // Announces this worker to every shard and takes up the clock the shards
-  // hold for it: 0 in a new job, the current minimum clock for a worker
-  // restarted after it was dropped as dead (liveness.on_dead_worker: drop).
-  // Call once before training.
+  // The start-up rendezvous (common/rendezvous.h): sends every shard this
+  // worker's view of the job and waits up to rendezvous.timeout_ms for all
+  // of them, then takes up the clock the shards hold for it: 0 in a new
+  // job, the current minimum clock for a worker restarted after it was
+  // dropped as dead (liveness.on_dead_worker: drop). Call once before
+  // training. DeadlineExceeded naming every server (index and
+  // cluster.servers entry) that did not answer in time; FailedPrecondition
+  // from a server whose job differs, naming the field and both values.
   Status Join();
   // Tells every shard this worker is done: it is no longer waited for and
   // never reported dead. Stops the heartbeats. Call after the last push;
@@ -246,6 +250,7 @@ class Client {
     int64_t min_clock = 0;
     bool connected_once = false;  // a connection was made at least once
     bool down = false;            // the connection dropped and is not back yet
+    bool closing = false;         // it acknowledged SHUTDOWN or this worker's goodbye
     ps::Clock::TimePoint down_since;
   };
   // One Push or Pull as the caller asked for it.
@@ -300,6 +305,12 @@ class Client {
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
   StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0);
+  // Control in two halves, to have requests to several shards in flight:
+  // sends one (returns its ticket and request id, 0 when it could not be
+  // sent: the ticket then holds the error) ...
+  std::pair<Ticket, uint64_t> SendControl(uint32_t shard, Op op, uint32_t flags = 0);
+  // ... and waits for its reply header.
+  StatusOr<MessageHeader> AwaitControl(Ticket ticket, uint64_t rid);
   std::string Describe(const Part& part, uint64_t request_id) const;
 
   const JobOptions job_;
@@ -313,6 +324,7 @@ class Client {
   const int64_t bound_;  // staleness bound of the job's consistency mode
   const PartLimits limits_;
   const uint64_t session_;  // random, non-zero: names this client's requests
+  const std::string agreement_;  // the job as the rendezvous compares it (HELLO)
   SteadyClock steady_clock_;
   const ps::Clock* const time_;  // deadlines and waits are measured on it
   int64_t clock_ = 0;            // this worker's clock

@@ -164,6 +164,12 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.channel->TryNextEvent());
     if (!event) return Status::Ok();
     if (*event == ConnectionEvent::kDisconnected) {
+      if (shard.closing) {
+        // It acknowledged a SHUTDOWN or this worker's goodbye: a server
+        // exits then, and nothing is waiting for it.
+        PS_LOG_DEBUG("server {} at {} closed the connection", s, shard.endpoint);
+        continue;
+      }
       if (shard.down) continue;
       shard.down = true;
       shard.down_since = time_->Now();

@@ -23,8 +23,8 @@ namespace {
 // The top-level keys, in the order messages list them: common's own and
 // those of kJobSectionsOfOtherLayers.
 const std::vector<std::string_view> kTopLevelKeys = {
-    "cluster", "tables",  "consistency", "liveness", "stragglers", "optimizer",
-    "server",  "client",  "worker",      "train",    "checkpoint"};
+    "cluster", "tables",  "consistency", "liveness", "rendezvous", "stragglers",
+    "optimizer", "server", "client",     "worker",   "train",      "checkpoint"};
 
 Status ParseServers(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
   PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items,
@@ -185,9 +185,17 @@ Status ParseLiveness(const YamlReader& r, const YamlValue& value, LivenessOption
       UnsignedField("timeout_ms", &L::timeout_ms),
       EnumField("on_dead_worker", &L::on_dead_worker, kDeadWorkerPolicyNames),
       UnsignedField("server_restarts", &L::server_restarts),
+      UnsignedField("worker_restarts", &L::worker_restarts),
       UnsignedField("server_down_timeout_ms", &L::server_down_timeout_ms),
   };
   return ReadSection(r, value, fields, "", liveness);
+}
+
+Status ParseRendezvous(const YamlReader& r, const YamlValue& value, RendezvousOptions* rv) {
+  const std::vector<YamlField<RendezvousOptions>> fields = {
+      UnsignedField("timeout_ms", &RendezvousOptions::timeout_ms),
+  };
+  return ReadSection(r, value, fields, "", rv);
 }
 
 Status ParsePauseSteps(const YamlReader& r, const YamlValue& value, StragglerOptions* st) {
@@ -235,6 +243,7 @@ Status ParseServer(const YamlReader& r, const YamlValue& value, ServerOptions* s
       UnsignedField("max_keys_per_request", &S::max_keys_per_request),
       UnsignedField("io_threads", &S::io_threads),
       BoolField("reject_non_finite", &S::reject_non_finite),
+      BoolField("exit_when_workers_leave", &S::exit_when_workers_leave),
   };
   return ReadSection(r, value, fields, "a map of server limits", server);
 }
@@ -322,6 +331,7 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   };
   PS_RETURN_IF_ERROR(section("consistency", ParseConsistency, &job->consistency));
   PS_RETURN_IF_ERROR(section("liveness", ParseLiveness, &job->liveness));
+  PS_RETURN_IF_ERROR(section("rendezvous", ParseRendezvous, &job->rendezvous));
   PS_RETURN_IF_ERROR(section("stragglers", ParseStragglers, &job->stragglers));
   PS_RETURN_IF_ERROR(section("server", ParseServer, &job->server));
   PS_RETURN_IF_ERROR(section("client", ParseClient, &job->client));

@@ -1,6 +1,7 @@
 #include "common/options.h"
 
 #include "common/endpoint.h"
+#include "common/rendezvous.h"
 #include "common/text.h"
 
 #include <algorithm>
@@ -387,18 +388,14 @@ std::string OptimizerDescription(const OptimizerOptions& o) {
 }
 
 std::string JobOptions::Fingerprint() const {
-  // FNV-1a over a canonical text of the model's layout.
+  // A canonical text of the model's layout, hashed as the rendezvous hashes
+  // its agreement.
   std::string text = "shards=" + std::to_string(cluster.servers.size()) + "\n";
   for (const TableOptions& t : tables) {
     text += t.name + " rows=" + std::to_string(t.rows) + " dim=" + std::to_string(t.dim) + " " +
             OptimizerDescription(t.optimizer) + "\n";
   }
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("{:016x}", h);
+  return AgreementFingerprint(text);
 }
 
 std::string ConsistencyName(const ConsistencyOptions& c) {
@@ -420,6 +417,31 @@ Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c)
   return Status::Ok();
 }
 
+// Timeouts of different sections that must fit together.
+Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
+  if (job.rendezvous.timeout_ms < 1) {
+    return InvalidOption(source, "rendezvous.timeout_ms", "got 0",
+                         "at least 1 ms (how long processes wait for each other at start-up)");
+  }
+  // A pull waiting for a worker that died gives up a little before
+  // client.request_timeout_ms; the shard notices the death
+  // liveness.timeout_ms after the worker's last sign of life, and only then
+  // (under drop) lets the others go on. A pull deadline that ends first
+  // turns every dead worker into a failed job.
+  const uint64_t needed = uint64_t{job.liveness.timeout_ms} + 1000;
+  if (job.liveness.heartbeat_ms != 0 && job.consistency.Bound() != kUnboundedStaleness &&
+      job.client.request_timeout_ms < needed) {
+    return InvalidOption(
+        source, "client.request_timeout_ms",
+        "got " + std::to_string(job.client.request_timeout_ms) + " with liveness.timeout_ms " +
+            std::to_string(job.liveness.timeout_ms) +
+            ": a pull waiting for a dead worker would fail before the shard notices the death",
+        "at least liveness.timeout_ms + 1000 (" + std::to_string(needed) +
+            "): raise client.request_timeout_ms or lower liveness.timeout_ms");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status JobOptions::Validate() const {
@@ -433,6 +455,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
+  PS_RETURN_IF_ERROR(ValidateTimeouts(source, *this));
   return ValidateCheckpoint(source, checkpoint);
 }
 

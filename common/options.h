@@ -227,9 +227,12 @@ struct LivenessOptions {
   // off. Default 500.
   uint32_t heartbeat_ms = 500;
   // A shard that hears nothing from a worker (no request, no heartbeat) for
-  // this long marks it dead and logs who and since when. Milliseconds,
-  // >= 2 * heartbeat_ms. Default 10000.
-  uint32_t timeout_ms = 10000;
+  // this long marks it dead and logs who and since when (a worker that
+  // never spoke: this long after the start-up grace period,
+  // rendezvous.timeout_ms). Milliseconds, >= 2 * heartbeat_ms, and under
+  // bsp and ssp at most client.request_timeout_ms - 1000 (a pull waiting
+  // for a dead worker must outlive this). Default 8000.
+  uint32_t timeout_ms = 8000;
   // kFail: the job fails: every request gets an error naming the dead
   // worker. kDrop: the dead worker no longer holds the minimum clock back,
   // the others go on, and the worker may rejoin (Client::Join). Default kFail.
@@ -241,10 +244,29 @@ struct LivenessOptions {
   // checkpoint.dir (without it a restarted shard would serve its initial
   // values, so the job stops instead). 0: never restart. Default 10.
   uint32_t server_restarts = 10;
+  // Workers, under on_dead_worker kDrop: ps_launch starts a worker that
+  // failed (an exit code or a signal) again at most this many times per
+  // rank; it rejoins at the clock the servers hold for it. Past the limit
+  // (or with 0) the job goes on without it. Under kFail a failed worker
+  // stops the job. Default 3.
+  uint32_t worker_restarts = 3;
   // A worker whose connection to a server drops waits this long for the
   // server to come back (its requests are sent again when it does) before
   // they fail naming the server. Milliseconds, >= 1. Default 60000.
   uint32_t server_down_timeout_ms = 60000;
+};
+
+// The start-up check of a job (common/rendezvous.h, DESIGN.md section 12).
+struct RendezvousOptions {
+  // Before clock 0 each worker waits this long for every server to answer
+  // and agree on the job (the model, the shard and worker counts, the
+  // consistency model); a server that does not answer in time is named and
+  // the worker exits. A shard, in turn, counts a worker that never spoke as
+  // silent only from this long after the shard started (a start-up grace
+  // period for liveness.timeout_ms), so processes started by a launcher
+  // (or by hand) in any order, seconds apart, find each other.
+  // Milliseconds, >= 1. Default 60000.
+  uint32_t timeout_ms = 60000;
 };
 
 // Artificial stragglers, for tests and benchmarks of the consistency modes.
@@ -312,6 +334,12 @@ struct ServerOptions {
   // applied), so one bad gradient cannot poison the model. Costs one
   // vectorized pass over the pushed values. Default true.
   bool reject_non_finite = true;
+  // Exit (code 0) once every worker has left the job: said goodbye when it
+  // finished, or was dropped as dead (liveness.on_dead_worker: drop), so
+  // that a job under mpirun, srun or a Kubernetes Job ends when its workers
+  // do. false: keep serving until SHUTDOWN or a signal (for ps_ctl status
+  // after the job, or workers that come in waves). Default true.
+  bool exit_when_workers_leave = true;
 };
 
 // Behaviour of the worker-side client library.
@@ -366,6 +394,7 @@ struct JobOptions {
   std::vector<TableOptions> tables;
   ConsistencyOptions consistency;
   LivenessOptions liveness;
+  RendezvousOptions rendezvous;
   StragglerOptions stragglers;
   WorkerOptions worker;
   ServerOptions server;

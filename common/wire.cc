@@ -18,6 +18,7 @@ std::string OpName(Op op) {
     case Op::kStats: return "STATS";
     case Op::kCheckpoint: return "CHECKPOINT";
     case Op::kShutdown: return "SHUTDOWN";
+    case Op::kHello: return "HELLO";
     case Op::kPushOk: return "PUSH_OK";
     case Op::kPullOk: return "PULL_OK";
     case Op::kClockOk: return "CLOCK_OK";
@@ -25,6 +26,7 @@ std::string OpName(Op op) {
     case Op::kStatsOk: return "STATS_OK";
     case Op::kCheckpointOk: return "CHECKPOINT_OK";
     case Op::kShutdownOk: return "SHUTDOWN_OK";
+    case Op::kHelloOk: return "HELLO_OK";
     case Op::kError: return "ERROR";
   }
   return "OP(" + std::to_string(static_cast<int>(op)) + ")";
@@ -32,7 +34,7 @@ std::string OpName(Op op) {
 
 Op ReplyOp(Op request) {
   int v = static_cast<int>(request);
-  if (v >= 1 && v <= 7) return static_cast<Op>(v + 100);
+  if (v >= 1 && v <= 8) return static_cast<Op>(v + 100);
   return Op::kError;
 }
 
@@ -151,7 +153,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
 
   const bool control_op =
       h.op == Op::kStats || h.op == Op::kShutdown || h.op == Op::kCheckpoint;
-  const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat;
+  const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kHello;
   if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }

@@ -39,6 +39,7 @@ enum class Op : int {
   kStats = 5,
   kCheckpoint = 6,
   kShutdown = 7,
+  kHello = 8,  // start-up rendezvous (common/rendezvous.h)
   kPushOk = 101,
   kPullOk = 102,
   kClockOk = 103,
@@ -46,6 +47,7 @@ enum class Op : int {
   kStatsOk = 105,
   kCheckpointOk = 106,
   kShutdownOk = 107,
+  kHelloOk = 108,
   kError = 200,
 };
 
@@ -86,7 +88,7 @@ struct MessageHeader {
   uint32_t flags = 0;
   uint64_t first_row = 0;   // dense ranges only
   StatusCode code = StatusCode::kOk;  // ERROR replies
-  std::string text;         // ERROR replies: message; STATS_OK: report
+  std::string text;         // ERROR replies: message; STATS_OK: report; HELLO: the job
   int64_t min_clock = 0;
   uint32_t shard = 0;       // replies: the answering shard
   uint32_t max_wait_ms = 0; // PULL: longest wait for slower workers; 0: no limit

@@ -1,8 +1,14 @@
 // ps_server: one parameter-server shard.
 //   ps_server --config job.yaml --shard 0
-// The shard index may also come from mpirun/Slurm (see common/rank.h).
+//   ps_server --config job.yaml --check     (what it would serve, then exit)
+// The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
+// Job, or a StatefulSet pod's name with --shard-from-hostname (see
+// common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
-// when serving fails.
+// when serving fails. --check exits 0 after one line on stdout naming the
+// shard and its address; it resolves no name and opens no socket, so it
+// runs where the cluster's names do not resolve (a build machine, an
+// image build, the manifests' offline test).
 //
 // Test hook: with the environment variable PS_CHECKPOINT_TEST_STALL set to
 // "<stage>:<clock>", every checkpoint write of a generation of clock >=
@@ -18,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/config.h"
+#include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/rank.h"
 #include "server/checkpoint_stall.h"
@@ -34,11 +41,16 @@ void OnSignal(int) {
 int main(int argc, char** argv) {
   CLI::App app{"ps_server: one shard of the parameter server"};
   std::string config_path;
-  std::optional<int64_t> shard_flag;
+  ps::RankFlags shard_flags;
   std::string log_level = "info";
   std::string bind;
   app.add_option("--config", config_path, "job YAML file")->required();
-  app.add_option("--shard", shard_flag, "shard index (default: from mpirun/Slurm environment)");
+  ps::AddRankFlags(app, "shard", "from mpirun/srun or JOB_COMPLETION_INDEX", "ps-server-3",
+                   &shard_flags);
+  bool check = false;
+  app.add_flag("--check", check,
+               "check the flags and the job file, resolve the shard, print what would run and "
+               "exit 0 (resolves no host name, opens no socket)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--bind", bind,
                  "endpoint to bind instead of the config's address, e.g. tcp://0.0.0.0:7000");
@@ -51,7 +63,13 @@ int main(int argc, char** argv) {
                  "ranks of workers that already finished the job (a shard restarted while the "
                  "job runs does not wait for them); ps_launch passes them")
       ->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a refused flag exits 2, as a bad config does (CLI11's
+    // own codes would tell a launcher nothing).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   ps::Status logging = ps::InitLogging("server", log_level);
   if (!logging.ok()) {
@@ -63,30 +81,46 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", job.status().ToString());
     return 2;
   }
-  auto shard = ps::ResolveRank(shard_flag, 0,
-                               static_cast<uint32_t>(job->cluster.servers.size()), "shard");
-  if (!shard.ok()) {
-    PS_LOG_ERROR("{}", shard.status().ToString());
+  const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
+  auto resolved = ps::ResolveRankFromFlags(shard_flags, 0, num_servers, "shard");
+  if (!resolved.ok()) {
+    PS_LOG_ERROR("{}", resolved.status().ToString());
     return 2;
   }
-  ps::InitLogging("server " + std::to_string(*shard), log_level).IgnoreError();
-  const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
-  auto server =
-      ps::ShardServer::Create(*job, *shard, bind, restore_clock, /*clock=*/nullptr,
-                              ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
-                                                stall == nullptr ? "" : stall));
-  if (!server.ok()) {
-    PS_LOG_ERROR("{}", server.status().ToString());
-    return 1;
-  }
+  const uint32_t shard = resolved->rank;
   for (uint32_t w : left_workers) {
     if (w >= job->cluster.workers) {
       PS_LOG_ERROR("--left-workers: worker {} is not in this job ({} workers: ranks 0..{})", w,
                    job->cluster.workers, job->cluster.workers - 1);
       return 2;
     }
-    (*server)->WorkerLeft(w);
   }
+  if (check) {
+    // Parsed, not resolved: Validate() has parsed every entry already.
+    ps::HostPort address;
+    std::string problem;
+    (void)ps::ParseHostPort(job->cluster.servers[shard], &address, &problem);
+    const std::string binds =
+        !bind.empty() ? bind + " (--bind)"
+        : job->cluster.bind == ps::BindMode::kAll
+            ? "tcp://*:" + std::to_string(address.port) + " (cluster.bind: all)"
+            : "the address " + address.host + " resolves to, port " +
+                  std::to_string(address.port);
+    std::printf("ps_server: shard %u of %u (from %s), listens on %s, binds %s\n", shard,
+                num_servers, resolved->source.c_str(), address.canonical.c_str(), binds.c_str());
+    return 0;
+  }
+  ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
+  const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
+  auto server =
+      ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,
+                              ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
+                                                stall == nullptr ? "" : stall));
+  if (!server.ok()) {
+    PS_LOG_ERROR("{}", server.status().ToString());
+    return 1;
+  }
+  for (uint32_t w : left_workers) (*server)->WorkerLeft(w);
   g_server = server->get();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);

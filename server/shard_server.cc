@@ -6,6 +6,7 @@
 
 #include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/rendezvous.h"
 #include "common/text.h"
 
 namespace ps {
@@ -19,9 +20,11 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
-      rate_sampled_(clock_->Now()), started_(rate_sampled_) {
-  // A worker that never shows up counts as silent since the shard started.
-  for (WorkerState& w : workers_) w.last_seen = started_;
+      agreement_(EncodeAgreement(job)), rate_sampled_(clock_->Now()), started_(rate_sampled_) {
+  // A worker that never spoke counts as silent only from the end of the
+  // start-up grace period: processes may start in any order.
+  const auto grace = std::chrono::milliseconds(job.rendezvous.timeout_ms);
+  for (WorkerState& w : workers_) w.last_seen = started_ + grace;
 }
 
 ShardServer::~ShardServer() { JoinCheckpointWriter(); }
@@ -60,6 +63,10 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
   // absurd ones are cut off by ZeroMQ before they are buffered.
   so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  // The last replies (a goodbye's, SHUTDOWN_OK) still reach their workers
+  // when the shard exits right after sending them; bounded, so a stuck peer
+  // cannot hold the exit.
+  so.linger_ms = 1000;
   PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
   // The job's own address unless the caller names another (--bind, tests).
   std::string endpoint = bind_endpoint;
@@ -97,10 +104,11 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
 }
 
 Status ShardServer::Run() {
-  PS_LOG_INFO("shard {} serving {} tables on {} ({} workers, {})", shard_,
+  PS_LOG_INFO("shard {} serving {} tables on {} ({} workers, {}; job fingerprint {})", shard_,
               store_->layouts().size(), endpoint_, job_.cluster.workers,
               bound_ == kUnboundedStaleness ? std::string("asp")
-                                            : "staleness " + std::to_string(bound_));
+                                            : "staleness " + std::to_string(bound_),
+              AgreementFingerprint(agreement_));
   std::vector<Frame> frames;
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
@@ -118,7 +126,7 @@ Status ShardServer::Run() {
   JoinCheckpointWriter();  // a generation being written is finished, not torn
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
               counters_.pulls, counters_.errors);
-  return Status::Ok();
+  return exit_status_;
 }
 
 void ShardServer::Reply(Frame& routing_id, const MessageHeader& header) {
@@ -155,6 +163,22 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     return;
   }
   const MessageHeader& req = request_.header;
+  if (req.op == Op::kHello) {
+    // A worker of another job (or another version of this one) is refused
+    // before it counts as one of this job's workers.
+    Status agreed = CompareAgreement(
+        agreement_, req.text, "shard " + std::to_string(shard_) + " (" + job_.cluster.servers[shard_] + ")",
+        "worker " + std::to_string(req.worker));
+    if (!agreed.ok()) {
+      ++counters_.errors;
+      if (!workers_[req.worker].refused) {
+        workers_[req.worker].refused = true;
+        PS_LOG_ERROR("shard {}: refused worker {}: {}", shard_, req.worker, agreed.message());
+      }
+      Reply(routing_id, MakeErrorHeader(req, shard_, agreed));
+      return;
+    }
+  }
   if (req.worker != kControlWorker) {
     // A beat of the heartbeat thread may overtake the worker's goodbye on
     // its way here: it never brings back a worker that left.
@@ -238,6 +262,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         advanced = clocks_.Exclude(req.worker);
         PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
                     clocks_.clock(req.worker));
+        StopWhenWorkersGone();
       }
       workers_[req.worker].cache_hits = req.cache_hits;
       workers_[req.worker].cache_misses = req.cache_misses;
@@ -247,6 +272,13 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       if (advanced) MinClockAdvanced();
       return;
     }
+    case Op::kHello:
+      // The rendezvous: the worker resumes at the clock this shard holds
+      // for it (0 in a new job, the minimum for a dropped worker).
+      reply.clock = clocks_.clock(req.worker);
+      reply.min_clock = clocks_.min_clock();
+      Reply(routing_id, reply);
+      return;
     case Op::kStats:
       reply.text = StatsReport();
       Reply(routing_id, reply);
@@ -401,16 +433,24 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
     worker.dead = true;
     const auto silent =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - worker.last_seen).count();
-    const bool never = !worker.heard;
-    const std::string who = "worker " + std::to_string(w) + " is dead: nothing heard from it " +
-                            (never ? "since shard " + std::to_string(shard_) + " started"
-                                   : "for " + std::to_string(silent) + " ms") +
-                            " (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) +
-                            "), at clock " + std::to_string(clocks_.clock(w));
+    const auto up =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
+    const std::string who =
+        "worker " + std::to_string(w) + " is dead: " +
+        (worker.heard ? "nothing heard from it for " + std::to_string(silent) +
+                            " ms (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) + ")"
+                      : "it never connected in the " + std::to_string(up) + " ms since shard " +
+                            std::to_string(shard_) + " started (rendezvous.timeout_ms " +
+                            std::to_string(job_.rendezvous.timeout_ms) +
+                            " + liveness.timeout_ms " + std::to_string(liveness.timeout_ms) +
+                            "): is it running, and can it reach " + job_.cluster.servers[shard_] +
+                            "?") +
+        ", at clock " + std::to_string(clocks_.clock(w));
     if (liveness.on_dead_worker == DeadWorkerPolicy::kDrop) {
       PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
                   shard_, who);
       if (clocks_.Exclude(w)) MinClockAdvanced();
+      StopWhenWorkersGone();
       continue;
     }
     PS_LOG_ERROR("shard {}: {}; the job fails (liveness.on_dead_worker: fail)", shard_, who);
@@ -421,6 +461,7 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
                              "without it");
       FailWaitingPulls(failed_);
     }
+    StopWhenWorkersGone();
   }
 }
 
@@ -442,6 +483,22 @@ void ShardServer::WorkerLeft(uint32_t worker) {
   workers_[worker].left = true;
   clocks_.Exclude(worker);
   PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
+  StopWhenWorkersGone();
+}
+
+void ShardServer::StopWhenWorkersGone() {
+  if (!job_.server.exit_when_workers_leave) return;
+  std::string dropped;
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    if (!workers_[w].left && !workers_[w].dead) return;
+    if (workers_[w].dead) dropped += (dropped.empty() ? "" : ", ") + std::to_string(w);
+  }
+  PS_LOG_INFO("shard {}: every worker has left the job{}; the shard exits "
+              "(server.exit_when_workers_leave: false keeps it serving)",
+              shard_, dropped.empty() ? "" : " (dead: " + dropped + ")");
+  // Under policy fail a dead worker failed the job: the exit says so.
+  exit_status_ = failed_;
+  Stop();
 }
 
 void ShardServer::HeardClock(uint32_t worker, int64_t clock) {

@@ -13,8 +13,13 @@
 // that is released as CLOCKs advance the minimum. Every reply carries the
 // minimum clock.
 //
+// Rendezvous (common/rendezvous.h): a HELLO carries the worker's view of
+// the job; a worker whose job differs gets FailedPrecondition naming the
+// field and both values, and does not count as one of this job's workers.
+//
 // Liveness: any request or HEARTBEAT from a worker shows it alive. A worker
-// silent for liveness.timeout_ms is dead: under policy fail every later
+// silent for liveness.timeout_ms is dead (one that never spoke: counted
+// from rendezvous.timeout_ms after the shard started): under policy fail every later
 // request of any worker gets Aborted naming it; under drop it stops holding
 // the minimum back until it speaks again (a restarted worker rejoins at the
 // minimum clock). A HEARTBEAT with kFlagLeaving says goodbye.
@@ -89,8 +94,11 @@ class ShardServer {
       CheckpointStageHook checkpoint_stage_hook = nullptr);
   ~ShardServer();
 
-  // Serves requests until a SHUTDOWN request or Stop(). Returns OK on a clean
-  // stop, or the transport error that ended the loop.
+  // Serves requests until a SHUTDOWN request, Stop(), or (with
+  // server.exit_when_workers_leave) every worker has left or is dead.
+  // Returns OK on a clean stop; Aborted naming the dead worker when the
+  // workers are gone and one of them failed the job (policy fail); or the
+  // transport error that ended the loop.
   Status Run();
   // Makes Run() return within ~100 ms. Async-signal-safe.
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
@@ -149,6 +157,10 @@ class ShardServer {
   int Tick(int cap);
   void ExpireWaitingPulls(Clock::TimePoint now);
   void CheckLiveness(Clock::TimePoint now);
+  // With server.exit_when_workers_leave, stops Run() once every worker has
+  // left or is dead; under policy fail a dead worker failed the job and
+  // Run() returns that error.
+  void StopWhenWorkersGone();
   // `worker` spoke: it is alive (and rejoins if it was dropped or had left).
   void Touch(uint32_t worker);
   // The first CLOCK or resume this process hears from `worker`: it carries
@@ -171,6 +183,7 @@ class ShardServer {
     bool dead = false;           // silent for liveness.timeout_ms
     bool left = false;           // said goodbye (or finished while the shard was down)
     bool heard_clock = false;    // a CLOCK or resume told this process its clock
+    bool refused = false;        // a HELLO of another job was refused (logged once)
     // The parameter-cache counts its last heartbeat reported.
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
@@ -204,11 +217,14 @@ class ShardServer {
   std::vector<WorkerState> workers_;  // by rank
   std::deque<WaitingPull> waiting_;
   Status failed_;  // set under policy fail once a worker died
+  Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and
   // the updates lost.
   RecentPushes recent_pushes_;
   int64_t started_clock_ = 0;
   int64_t lost_clocks_ = 0;
+  // The job as the rendezvous compares it (EncodeAgreement).
+  const std::string agreement_;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   CheckpointStageHook checkpoint_stage_hook_;  // set once by Create

@@ -135,7 +135,7 @@ struct Child {
   std::string name;  // "server 0", "worker 1"
   bool is_server = false;
   uint32_t index = 0;     // shard or rank
-  uint32_t restarts = 0;  // servers: times restarted after a crash
+  uint32_t restarts = 0;  // times restarted (a server after a crash, a worker under drop)
   std::unique_ptr<Subprocess> process;
   LineReader reader;
   bool output_open = true;
@@ -166,6 +166,18 @@ class JobRun {
   // job allows (checkpoints, liveness.server_restarts). False when it
   // cannot be restarted; `why_not` says why.
   bool MaybeRestart(Child& child, const std::string& how, std::string* why_not);
+  // Starts `child` again unless it was restarted `limit` times already
+  // (`setting` names the limit); says so with `then`, what happens next.
+  bool Respawn(Child& child, uint32_t limit, const std::string& setting, const std::string& how,
+               const std::string& then, std::string* why_not);
+  // A worker failed (exit code or signal): under liveness.on_dead_worker
+  // drop the job goes on (restarting it when liveness.worker_restarts
+  // allows); under fail the job stops naming it.
+  void WorkerFailed(Child& child, const std::string& how);
+  // Every worker finished or was dropped: the job ends.
+  void MaybeFinish();
+  // The job's result, the last line of the run.
+  void SayResult();
   void Loop(SignalCatcher* catcher);
 
   void PumpOutput(Child& child, size_t max_bytes);
@@ -185,6 +197,8 @@ class JobRun {
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
   std::vector<uint32_t> finished_workers_;  // ranks that exited with code 0
+  std::vector<uint32_t> dropped_workers_;   // ranks that failed under policy drop
+  std::string failure_;  // why the job failed, for the result line
   bool stopping_ = false;
   bool killed_all_ = false;
   Clock::time_point deadline_;
@@ -224,7 +238,7 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
   if (is_server && restore_clock_ >= 0 && !restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
   }
-  if (restart && !finished_workers_.empty()) {
+  if (is_server && restart && !finished_workers_.empty()) {
     std::string ranks;
     for (uint32_t r : finished_workers_) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     argv.insert(argv.end(), {"--left-workers", ranks});
@@ -337,15 +351,20 @@ bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why
                "checkpoint.restore: true, to let ps_launch restart a crashed server)";
     return false;
   }
-  const uint32_t limit = job_.liveness.server_restarts;
+  return Respawn(child, job_.liveness.server_restarts, "liveness.server_restarts", how,
+                 "it restores its newest checkpoint and the workers go on", why_not);
+}
+
+bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
+                     const std::string& how, const std::string& then, std::string* why_not) {
   if (child.restarts >= limit) {
-    *why_not = limit == 0 ? "restarts are off (liveness.server_restarts: 0)"
+    *why_not = limit == 0 ? "restarts are off (" + setting + ": 0)"
                           : "it was restarted " + std::to_string(child.restarts) +
-                                " times already (liveness.server_restarts)";
+                                " times already (" + setting + ")";
     return false;
   }
   SubprocessOptions spawn;
-  spawn.argv = CommandFor(true, child.index, /*restart=*/true);
+  spawn.argv = CommandFor(child.is_server, child.index, /*restart=*/true);
   spawn.capture_output = true;
   StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
   if (!process.ok()) {
@@ -355,7 +374,7 @@ bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why
   ++child.restarts;
   Say(how + "; restarted it (restart " + std::to_string(child.restarts) + " of " +
       std::to_string(limit) + ", pid " + std::to_string((*process)->pid()) +
-      "): it restores its newest checkpoint and the workers go on: " + JoinArgv(spawn.argv));
+      "): " + then + ": " + JoinArgv(spawn.argv));
   child.process = std::move(process).value();
   child.output_open = true;
   child.exited = false;
@@ -376,23 +395,25 @@ void JobRun::HandleExit(Child& child, int wait_status) {
       if (MaybeRestart(child, how, &why_not)) return;
       why_not = "; " + why_not;
     }
-    if (!success) {
+    if (!success && !child.is_server) {
+      WorkerFailed(child, how);
+    } else if (!success) {
       Say(how + why_not + "; stopping the job");
+      failure_ = how;
       outcome_ = Outcome::kFailed;
       exit_code_ = 1;
       BeginStop();
     } else if (child.is_server) {
-      Say(how + " while workers are still running");
+      // Servers exit by themselves once every worker has said goodbye
+      // (server.exit_when_workers_leave), which may be just before the
+      // last worker process exits; or an operator ran ps_ctl shutdown.
+      // Workers that still need it fail on their own.
+      Say(how);
     } else {
       Say(how);
       finished_workers_.push_back(child.index);
-      if (++workers_succeeded_ == job_.cluster.workers) {
-        Say("all " + std::to_string(workers_succeeded_) +
-            " workers finished; stopping the servers");
-        outcome_ = Outcome::kSucceeded;
-        exit_code_ = 0;
-        BeginStop();
-      }
+      ++workers_succeeded_;
+      MaybeFinish();
     }
     return;
   }
@@ -405,6 +426,74 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     exit_code_ = 1;
   } else {
     Say(how);
+  }
+}
+
+void JobRun::WorkerFailed(Child& child, const std::string& how) {
+  const LivenessOptions& liveness = job_.liveness;
+  if (liveness.on_dead_worker != DeadWorkerPolicy::kDrop || liveness.heartbeat_ms == 0) {
+    Say(how + "; stopping the job (liveness.on_dead_worker: fail; with drop the job would go on "
+              "without it)");
+    failure_ = how;
+    outcome_ = Outcome::kFailed;
+    exit_code_ = 1;
+    BeginStop();
+    return;
+  }
+  std::string why_not;
+  if (Respawn(child, liveness.worker_restarts, "liveness.worker_restarts", how,
+              "it rejoins at the clock the servers hold for it (liveness.on_dead_worker: drop)",
+              &why_not)) {
+    return;
+  }
+  Say(how + "; the job goes on without it (liveness.on_dead_worker: drop; " + why_not + ")");
+  dropped_workers_.push_back(child.index);
+  MaybeFinish();
+}
+
+void JobRun::MaybeFinish() {
+  if (workers_succeeded_ + dropped_workers_.size() < job_.cluster.workers) return;
+  if (workers_succeeded_ == 0) {
+    Say("every worker failed; stopping the servers");
+    failure_ = "every worker failed (liveness.on_dead_worker: drop)";
+    outcome_ = Outcome::kFailed;
+    exit_code_ = 1;
+  } else {
+    Say(dropped_workers_.empty()
+            ? "all " + std::to_string(workers_succeeded_) + " workers finished; stopping the servers"
+            : std::to_string(workers_succeeded_) + " of " + std::to_string(job_.cluster.workers) +
+                  " workers finished, the others were dropped; stopping the servers");
+    outcome_ = Outcome::kSucceeded;
+    exit_code_ = 0;
+  }
+  BeginStop();
+}
+
+void JobRun::SayResult() {
+  std::string dropped;
+  for (uint32_t r : dropped_workers_) dropped += (dropped.empty() ? "" : ", ") + std::to_string(r);
+  switch (outcome_) {
+    case Outcome::kSucceeded:
+      if (exit_code_ != 0) {
+        Say("job failed: the workers finished, but a server did not shut down cleanly (exit 1)");
+      } else if (dropped.empty()) {
+        Say("job succeeded: all " + std::to_string(workers_succeeded_) + " workers finished (exit 0)");
+      } else {
+        Say("job succeeded without worker" + std::string(dropped_workers_.size() > 1 ? "s " : " ") +
+            dropped + ": " + std::to_string(workers_succeeded_) + " of " +
+            std::to_string(job_.cluster.workers) +
+            " workers finished (liveness.on_dead_worker: drop) (exit 0)");
+      }
+      return;
+    case Outcome::kFailed:
+      Say("job failed: " + failure_ + " (exit " + std::to_string(exit_code_) + ")");
+      return;
+    case Outcome::kSignalled:
+      Say("job stopped by a signal (exit " + std::to_string(exit_code_) + ")");
+      return;
+    case Outcome::kUndecided:
+      Say("job ended with no result (exit " + std::to_string(exit_code_) + ")");
+      return;
   }
 }
 
@@ -501,6 +590,19 @@ StatusOr<int> JobRun::Run() {
   if (config_path_.empty()) {
     return InvalidArgumentError("launcher: empty config path");
   }
+  const uint64_t processes = job_.cluster.servers.size() + uint64_t{job_.cluster.workers};
+  const uint32_t limit = MaxLaunchProcesses(options_.max_processes);
+  if (processes > limit) {
+    return InvalidArgumentError(
+        "launcher: '" + config_path_ + "' has " + std::to_string(processes) + " processes (" +
+        std::to_string(job_.cluster.servers.size()) + " servers + " +
+        std::to_string(job_.cluster.workers) +
+        " workers) and ps_launch starts every one on this host; the limit is " +
+        std::to_string(limit) +
+        (options_.max_processes == 0 ? " (16 per hardware thread, at least 64)" : "") +
+        ". Run a job this size across hosts (mpirun, srun, Kubernetes), lower cluster.workers, "
+        "or raise the limit with --max-processes");
+  }
   if (options_.grace < milliseconds(0)) {
     return InvalidArgumentError("launcher: grace period " +
                                 std::to_string(options_.grace.count()) +
@@ -518,12 +620,19 @@ StatusOr<int> JobRun::Run() {
     exit_code_ = 1;
     BeginStop();
   }
+  if (!started.ok()) failure_ = started.ToString();
   Loop(catcher.get());
+  SayResult();
   if (!started.ok()) return started;
   return exit_code_;
 }
 
 }  // namespace
+
+uint32_t MaxLaunchProcesses(uint32_t max_processes, unsigned hardware_threads) {
+  if (max_processes != 0) return max_processes;
+  return std::max<uint32_t>(64, 16 * std::max(hardware_threads, 1u));
+}
 
 uint32_t WorkerCpuShare(uint32_t workers, unsigned hardware_threads) {
   return std::max<uint32_t>(1, std::max(hardware_threads, 1u) / std::max(workers, 1u));

@@ -4,13 +4,21 @@
 // cluster.workers ps_worker processes, streams every child's output line by
 // line with a prefix ("[server 0] ...", "[worker 1] ..."), and ends the job:
 //
-//  - all workers exit with code 0: SIGTERM to the servers, up to `grace` for
-//    them to stop, SIGKILL to the rest; exit code 0, or 1 if a server then
-//    ends other than by exit code 0 or that SIGTERM (it crashed or had to be
-//    killed: a shutdown bug worth failing on);
-//  - a worker or server exits non-zero or by a signal first: the launcher
-//    says which and how ("[launch] worker 1 exited with code 3; stopping the
-//    job") and stops all others the same way; exit code 1;
+//  - all workers exit with code 0: SIGTERM to the servers that have not
+//    exited by themselves (server.exit_when_workers_leave), up to `grace`
+//    for them to stop, SIGKILL to the rest; exit code 0, or 1 if a server
+//    then ends other than by exit code 0 or that SIGTERM (it crashed or had
+//    to be killed: a shutdown bug worth failing on);
+//  - a worker exits non-zero or by a signal: under liveness.on_dead_worker
+//    fail (or with heartbeats off) the job stops as below; under drop the
+//    job goes on, and the worker is started again (at most
+//    liveness.worker_restarts times per rank; it rejoins at the clock the
+//    servers hold for it) or, past the limit, left out: the job ends when
+//    every other worker finished, with exit code 0 if any did;
+//  - a server exits non-zero or by a signal first (and is not restarted,
+//    below), or a worker fails under fail: the launcher says which and how
+//    ("[launch] worker 1 exited with code 3; stopping the job") and stops
+//    all others the same way; exit code 1;
 //  - with checkpoints, every server is started with --restore-clock set to
 //    the newest generation all shards hold (CommonRestoreClock);
 //  - a server that dies by a signal while workers run (a crash, the
@@ -24,8 +32,10 @@
 //    way; exit code 130 or 143. A second signal SIGKILLs them at once.
 //
 // A server that exits with code 0 while workers still run is reported and
-// the job goes on (an operator may have shut it down with ps_ctl; workers
-// that still need it fail on their own).
+// the job goes on (every worker said goodbye, or an operator shut it down
+// with ps_ctl; workers that still need it fail on their own). The last line
+// states the job's result ("[launch] job succeeded: all 4 workers finished
+// (exit 0)", "[launch] job failed: worker 1 exited with code 3 (exit 1)").
 //
 // Children run in their own process groups (common/subprocess.h), so a
 // Ctrl-C on the terminal reaches the launcher only and the job stops in
@@ -77,6 +87,10 @@ struct LauncherOptions {
   // is moved to <path>.prev before the children start, so that each run
   // starts a new one. Empty (default): none.
   std::string metrics_csv;
+  // Most processes (servers + workers) Run() starts on this host; a job
+  // with more is refused before anything starts. 0 (default): 16 per
+  // hardware thread, at least 64 (MaxLaunchProcesses).
+  uint32_t max_processes = 0;
   // Receives every output line (children's, prefixed, and the launcher's
   // own "[launch] ..."), without '\n', on the thread of Run().
   // Default (empty): written to stdout, flushed per line.
@@ -90,6 +104,11 @@ struct LauncherOptions {
 // generations, when some do but no clock is common to all.
 StatusOr<int64_t> CommonRestoreClock(const JobOptions& job);
 
+// `max_processes`, or when it is 0 the default limit of processes on a host
+// with `hardware_threads` hardware threads: 16 per thread, at least 64.
+uint32_t MaxLaunchProcesses(uint32_t max_processes,
+                            unsigned hardware_threads = std::thread::hardware_concurrency());
+
 // BLAS threads of each of `workers` workers sharing a host with
 // `hardware_threads` hardware threads: an equal share, at least 1 (0
 // hardware threads, unknown, counts as 1). ps_launch passes it as
@@ -101,8 +120,8 @@ uint32_t WorkerCpuShare(uint32_t workers,
 class Launcher {
  public:
   // `job` is assumed validated (LoadJobFile does it); the launcher reads
-  // only cluster.servers, cluster.workers, checkpoint and
-  // liveness.server_restarts. `config_path` is the file the children are
+  // only cluster.servers, cluster.workers, checkpoint, worker.cpu_threads
+  // and the liveness section. `config_path` is the file the children are
   // given with --config.
   Launcher(JobOptions job, std::string config_path, LauncherOptions options);
 
@@ -111,8 +130,8 @@ class Launcher {
   // stopped by SIGINT/SIGTERM. Every child has been reaped when it returns,
   // whatever the outcome.
   // Errors (after stopping the children already started):
-  //   InvalidArgument: no servers, no workers, empty config path, negative
-  //     grace;
+  //   InvalidArgument: no servers, no workers, more processes than
+  //     max_processes, empty config path, negative grace;
   //   FailedPrecondition: handle_signals and another Run() is handling them;
   //     `resume` and nothing to resume from;
   //   NotFound / PermissionDenied / ...: a child could not be started (from

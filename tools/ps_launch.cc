@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   int64_t grace_ms = 5000;
   std::string log_level = "info";
   bool resume = false;
+  uint32_t max_processes = 0;
 
   CLI::App app{
       "Runs a parameter-server job (servers and workers) on this "
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
                "Resume from the newest checkpoint every shard holds, and fail if there is none "
                "(without it a job resumes when checkpoint.dir holds generations, else starts "
                "afresh)");
+  app.add_option("--max-processes", max_processes,
+                 "Refuse a job of more processes (servers + workers) than this, all of which "
+                 "would run on this host (default 0: 16 per hardware thread, at least 64)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -91,6 +95,11 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (job->train.program.empty()) {
+    std::fprintf(stderr, "ps_launch: %s\n", ps::NoTrainSectionMessage(config_path).c_str());
+    return kExitUsage;
+  }
+
   // Keep managing the children when stdout goes away (ps_launch | head):
   // writes then fail with EPIPE instead of killing the launcher, which would
   // take the children down with SIGKILL instead of an orderly stop.
@@ -102,6 +111,7 @@ int main(int argc, char** argv) {
   options.grace = std::chrono::milliseconds(grace_ms);
   options.log_level = log_level;
   options.resume = resume;
+  options.max_processes = max_processes;
   options.metrics_csv = job->train.metrics_csv;
   // The launcher takes the job's JobOptions part; the train section is the
   // workers'.

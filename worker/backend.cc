@@ -82,7 +82,8 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, uint32_t cpu_
         return backend;
       }
       auto backend = CreateCpuBackend(cpu_threads);
-      PS_LOG_INFO("compute backend: {} (auto: no CUDA device: {})", backend->name(), why);
+      PS_LOG_INFO("compute backend: {} (auto: no GPU here, using the CPU: {})", backend->name(),
+                  why);
       return backend;
     }
   }

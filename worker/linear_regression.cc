@@ -65,7 +65,7 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
   const RegressionData data = GenerateRegressionData(train, rank);
-  PS_LOG_INFO("worker {}: {} samples x {} features, batch {}, {} steps", rank, data.samples,
+  PS_LOG_INFO("{} samples x {} features, batch {}, {} steps", data.samples,
               data.features, train.batch_size, train.iterations);
 
   std::vector<float> w(data.features);
@@ -83,7 +83,7 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
   // A worker that rejoined a running job resumes at its clock.
   const int64_t first_step = client->clock();
   if (first_step > 0) {
-    PS_LOG_INFO("worker {} resumes at step {} of {}", rank, first_step, train.iterations);
+    PS_LOG_INFO("resumes at step {} of {}", first_step, train.iterations);
   }
   for (int64_t step = first_step; step < train.iterations; ++step) {
     // Pushes before this pull on the same connection are applied before it
@@ -106,7 +106,7 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
     if (step == first_step || last || (train.log_every != 0 && step % train.log_every == 0)) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      PS_LOG_INFO("worker {} step {:5d} loss {:.6f} ({:.1f} steps/s)", rank, step, loss,
+      PS_LOG_INFO("step {:5d} loss {:.6f} ({:.1f} steps/s)", step, loss,
                   secs > 0 ? static_cast<double>(step + 1 - first_step) / secs : 0.0);
     }
     PS_ASSIGN_OR_RETURN(Ticket push, client->PushDense(table, SharedFloats::Of(grads[step % 2])));
@@ -153,6 +153,14 @@ Status CheckLinearRegression(const TrainJob& job) {
                                 " rows",
                             "features equal to the rows of train.table");
   }
+  if (!job.train.metrics_csv.empty()) {
+    // Its progress is its log lines; a key it would ignore is refused.
+    return TrainOptionError(job, "metrics_csv",
+                            "linear_regression writes no metrics CSV (its progress is its log "
+                            "lines: loss and steps/s)",
+                            "no metrics_csv for this program (mlp, sparse_logistic_regression and "
+                            "matrix_factorization write one)");
+  }
   return CheckSamplesPerWorker(job);
 }
 
@@ -163,8 +171,8 @@ int RunLinearRegression(const ProgramContext& context) {
     return 1;
   }
   LeaveJob(context);
-  PS_LOG_INFO("worker {} done: first loss {:.6f}, final loss {:.6f}, |w - w*|/|w*| = {:.4f}",
-              context.rank, result->first_loss, result->final_loss, result->weight_error);
+  PS_LOG_INFO("done: first loss {:.6f}, final loss {:.6f}, |w - w*|/|w*| = {:.4f}",
+              result->first_loss, result->final_loss, result->weight_error);
   // The data has a known answer: the run succeeded when the weights found it.
   if (!(result->weight_error < kMaxWeightError)) {
     PS_LOG_ERROR("the weights did not converge: |w - w*|/|w*| = {:.4f} (needs < {}); raise "

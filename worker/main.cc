@@ -2,9 +2,16 @@
 // the servers in the config.
 //   ps_worker --config job.yaml --rank 0
 //   ps_worker --config job.yaml --standalone   (one process, no servers)
-// The rank may also come from mpirun/Slurm (see common/rank.h; under a
-// combined mpirun the servers take the first ranks, so workers subtract the
-// server count). train.program names the program (worker/programs.h).
+//   ps_worker --config job.yaml --check        (what it would run, then exit)
+// The rank may also come from mpirun/Slurm (under a combined mpirun the
+// servers take the first ranks, so workers subtract the server count), a
+// Kubernetes Indexed Job (JOB_COMPLETION_INDEX), or a StatefulSet pod's name
+// with --rank-from-hostname (see common/rank.h). train.program names the
+// program (worker/programs.h).
+// --check loads and checks the job file and its train section, resolves the
+// rank, prints one line on stdout saying what would run and exits 0; it
+// resolves no host name, opens no socket and creates no compute backend
+// (worker.device is checked where the worker runs).
 // Exits 0 when training succeeded (linear regression: it recovered the
 // generating weights, relative error under 5%; the other programs: the loss
 // did not diverge), 1 when it did not or on a training or server error, 2
@@ -26,10 +33,16 @@
 int main(int argc, char** argv) {
   CLI::App app{"ps_worker: one worker of a parameter-server job"};
   std::string config_path;
-  std::optional<int64_t> rank_flag;
+  ps::RankFlags rank_flags;
   std::string log_level = "info";
   app.add_option("--config", config_path, "job YAML file")->required();
-  app.add_option("--rank", rank_flag, "worker rank (default: from mpirun/Slurm environment)");
+  ps::AddRankFlags(app, "rank",
+                   "from mpirun/srun minus the server count, or JOB_COMPLETION_INDEX",
+                   "ps-worker-3", &rank_flags);
+  bool check = false;
+  app.add_flag("--check", check,
+               "check the flags, the job file and its train section, resolve the rank, print "
+               "what would run and exit 0 (resolves no host name, opens no socket)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   bool standalone = false;
   app.add_flag("--standalone", standalone,
@@ -43,7 +56,13 @@ int main(int argc, char** argv) {
   std::string metrics_csv;
   app.add_option("--metrics-csv", metrics_csv, "append progress rows to this CSV (overrides "
                  "train.metrics_csv)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a refused flag exits 2, as a bad config does (CLI11's
+    // own codes would tell a launcher nothing).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   ps::Status logging = ps::InitLogging("worker", log_level);
   if (!logging.ok()) {
@@ -55,30 +74,63 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", job.status().ToString());
     return 2;
   }
-  if (!metrics_csv.empty()) job->train.metrics_csv = metrics_csv;
+  if (!metrics_csv.empty()) {
+    job->train.metrics_csv = metrics_csv;
+    // The file's own checks ran at load; the flag's program checks now.
+    if (const ps::TrainProgram* p = ps::FindTrainProgram(job->train.program);
+        p != nullptr && p->check != nullptr) {
+      if (ps::Status checked = p->check(*job); !checked.ok()) {
+        PS_LOG_ERROR("--metrics-csv: {}", checked.ToString());
+        return 2;
+      }
+    }
+  }
   if (cpu_threads) job->worker.cpu_threads = *cpu_threads;
   if (standalone) {
-    if (rank_flag && *rank_flag != 0) {
-      PS_LOG_ERROR("--standalone runs the whole job as worker 0; drop --rank {}", *rank_flag);
+    if (rank_flags.value && *rank_flags.value != 0) {
+      PS_LOG_ERROR("--standalone runs the whole job as worker 0; drop --rank {}",
+                   *rank_flags.value);
+      return 2;
+    }
+    if (rank_flags.from_hostname) {
+      PS_LOG_ERROR("--standalone runs the whole job as worker 0; drop --rank-from-hostname");
       return 2;
     }
     *job = ps::SingleProcessJob(*job);
-    rank_flag = 0;
+    rank_flags.value = 0;
   }
   const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
-  auto rank = ps::ResolveRank(rank_flag, rank_flag ? 0 : num_servers, job->cluster.workers, "rank");
-  if (!rank.ok()) {
-    PS_LOG_ERROR("{}", rank.status().ToString());
+  auto resolved =
+      ps::ResolveRankFromFlags(rank_flags, num_servers, job->cluster.workers, "rank");
+  if (!resolved.ok()) {
+    PS_LOG_ERROR("{}", resolved.status().ToString());
     return 2;
   }
-  ps::InitLogging("worker " + std::to_string(*rank), log_level).IgnoreError();
+  const uint32_t rank = resolved->rank;
+  ps::InitLogging("worker " + std::to_string(rank), log_level).IgnoreError();
   if (job->train.program.empty()) {
-    PS_LOG_ERROR("{}: the job has no train section; nothing to run",
-                 config_path);
+    PS_LOG_ERROR("{}", ps::NoTrainSectionMessage(config_path));
     return 2;
   }
   // Known: LoadTrainJobFile checked the name.
   const ps::TrainProgram& program = *ps::FindTrainProgram(job->train.program);
+  if (standalone && program.needs_servers) {
+    PS_LOG_ERROR("training failed: train.program {} needs the servers (it cannot run with "
+                 "--standalone)",
+                 program.name);
+    return 1;
+  }
+  if (check) {
+    std::string what = "standalone: one process with all the data, no servers";
+    if (!standalone) {
+      what = "rank " + std::to_string(rank) + " of " + std::to_string(job->cluster.workers) +
+             " (from " + resolved->source + "), " + std::to_string(num_servers) + " servers";
+      for (const std::string& server : job->cluster.servers) what += " " + server;
+    }
+    std::printf("ps_worker: train.program %s, %s\n", std::string(program.name).c_str(),
+                what.c_str());
+    return 0;
+  }
   // The compute backend (worker.device); asking for cuda where no device is
   // usable is a configuration error, reported before anything starts.
   auto backend = ps::CreateBackend(job->worker.device, job->worker.cpu_threads);
@@ -86,14 +138,8 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}: worker.device: {}", config_path, backend.status().ToString());
     return 2;
   }
-  ps::ProgramContext context{.job = &*job, .rank = *rank, .backend = backend->get()};
+  ps::ProgramContext context{.job = &*job, .rank = rank, .backend = backend->get()};
   if (standalone) {
-    if (program.needs_servers) {
-      PS_LOG_ERROR("training failed: train.program {} needs the servers (it cannot run with "
-                   "--standalone)",
-                   program.name);
-      return 1;
-    }
     auto store = ps::LocalParamStore::Create(*job);
     if (!store.ok()) {
       PS_LOG_ERROR("{}", store.status().ToString());
@@ -104,7 +150,7 @@ int main(int argc, char** argv) {
     context.store = store->get();
     return program.run(context);
   }
-  auto client = ps::Client::Create(*job, *rank);
+  auto client = ps::Client::Create(*job, rank);
   if (!client.ok()) {
     PS_LOG_ERROR("{}", client.status().ToString());
     return 1;

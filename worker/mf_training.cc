@@ -119,9 +119,9 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     }
   }
   const uint32_t batch = train.batch_size;
-  PS_LOG_INFO("worker {}: matrix factorization rank {}, {} users x {} items, {} training ratings, "
+  PS_LOG_INFO("matrix factorization rank {}, {} users x {} items, {} training ratings, "
               "batch {}, {} steps ({})",
-              rank, k, options.num_users, options.num_items, ratings.size(), batch,
+              k, options.num_users, options.num_items, ratings.size(), batch,
               train.iterations, store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress,
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size()));

@@ -66,7 +66,26 @@ Status CheckMlp(const TrainJob& job) {
                                 std::to_string(params) + " parameters",
                             "rows equal to the parameter count (" + std::to_string(params) + ")");
   }
-  return CheckSamplesPerWorker(job);
+  // Every worker trains on its own block of the training split
+  // (LoadFashionMnist); the smallest block must hold a minibatch.
+  const uint64_t smallest = kFashionMnistTrainSamples / job.cluster.workers;
+  if (job.train.batch_size < 1 || job.train.batch_size > smallest) {
+    const std::string split = std::to_string(kFashionMnistTrainSamples) +
+                              " Fashion-MNIST training samples split over " +
+                              std::to_string(job.cluster.workers) + " workers";
+    if (smallest == 0) {
+      return InvalidOption(job.source, "cluster.workers",
+                           "got " + std::to_string(job.cluster.workers) + ": " + split +
+                               " leaves workers with no samples",
+                           "at most " + std::to_string(kFashionMnistTrainSamples / std::max<uint32_t>(job.train.batch_size, 1)) +
+                               " workers (a minibatch of train.batch_size each)");
+    }
+    return TrainOptionError(job, "batch_size", "got " + std::to_string(job.train.batch_size),
+                            "1 <= batch_size <= " + std::to_string(smallest) +
+                                ", the smallest worker's samples (" + split +
+                                "); lower batch_size or cluster.workers");
+  }
+  return Status::Ok();
 }
 
 StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
@@ -81,9 +100,15 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     PS_ASSIGN_OR_RETURN(test, LoadFashionMnist(train.data_dir, FashionMnistSplit::kTest, 0, 1));
   }
   const uint32_t batch = train.batch_size;
+  if (data.num_samples() < batch) {  // CheckMlp refuses such a job; never read past the data
+    return FailedPreconditionError("worker " + std::to_string(rank) + " holds " +
+                                   std::to_string(data.num_samples()) +
+                                   " training samples, fewer than train.batch_size " +
+                                   std::to_string(batch));
+  }
   PS_ASSIGN_OR_RETURN(auto model, Mlp::Create(backend, train.layers, std::max<uint32_t>(batch, 1000)));
-  PS_LOG_INFO("worker {}: MLP {} layers, {} parameters, {} training samples, batch {}, {} steps ({})",
-              rank, train.layers.size(), model->num_parameters(), data.num_samples(), batch,
+  PS_LOG_INFO("MLP {} layers, {} parameters, {} training samples, batch {}, {} steps ({})",
+              train.layers.size(), model->num_parameters(), data.num_samples(), batch,
               train.iterations, store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test accuracy",
                                                               data.num_samples()));

@@ -199,9 +199,9 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
   if (interval_steps_ > 0) summary_.last_loss = interval_loss_ / static_cast<double>(interval_steps_);
   const double epoch = static_cast<double>(samples_) / static_cast<double>(samples_per_epoch_);
   const double wall = std::chrono::duration<double>(SteadyClock::now() - start_).count();
-  PS_LOG_INFO("worker {} clock {:6d} epoch {:6.2f} loss {:.4f}{} | {:.0f} samples/s, waited "
+  PS_LOG_INFO("clock {:6d} epoch {:6.2f} loss {:.4f}{} | {:.0f} samples/s, waited "
               "{:.2f} s on staleness ({:.0f}%)",
-              rank_, done, epoch, summary_.last_loss,
+              done, epoch, summary_.last_loss,
               metric ? fmt::format(" {} {:.4f}", summary_.metric_name, *metric) : std::string(),
               summary_.samples_per_s, summary_.staleness_wait_s,
               wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0);

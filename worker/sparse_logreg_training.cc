@@ -69,9 +69,9 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
                 test.num_samples(), best);
   }
   const uint32_t batch = train.batch_size;
-  PS_LOG_INFO("worker {}: sparse logistic regression, {} features, {} training samples, batch {}, "
+  PS_LOG_INFO("sparse logistic regression, {} features, {} training samples, batch {}, "
               "{} steps ({})",
-              rank, options.num_features, data.num_samples(), batch, train.iterations,
+              options.num_features, data.num_samples(), batch, train.iterations,
               store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
                                                               data.num_samples()));

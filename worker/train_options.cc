@@ -154,4 +154,12 @@ Status ReadFeaturesIfPresent(const YamlReader& reader, const YamlMap& section,
   return value == nullptr ? Status::Ok() : reader.ReadUnsigned(*value, &train->features);
 }
 
+std::string NoTrainSectionMessage(const std::string& path) {
+  return path +
+         ": the job has no train section, so ps_worker has nothing to run. A file without one "
+         "describes tables only: start its servers (ps_server --config " + path +
+         " --shard N) and drive them with a client of your own (client/client.h), or add a "
+         "train section to train one of the built-in programs (config/README.md, section train)";
+}
+
 }  // namespace ps

@@ -23,6 +23,11 @@
 
 namespace ps {
 
+// Why a job without a train section runs no worker, and what such a file
+// is for: "<path>: the job has no train section, so ps_worker has nothing to
+// run; ...". ps_worker and ps_launch refuse such a job with it.
+std::string NoTrainSectionMessage(const std::string& path);
+
 // The program of a train section that names none.
 inline constexpr std::string_view kDefaultTrainProgram = "linear_regression";
 

@@ -152,7 +152,9 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     return ("cluster: { servers: [%s], workers: %d }\n" % (servers, workers) +
             "tables:\n" + tables +
             "consistency: %s\n" % consistency +
-            "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" + sections +
+            "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" +
+            # A pull waiting for a slow worker outlives the dead-worker timeout.
+            "client: { request_timeout_ms: 61000 }\n" + sections +
             "train:\n" + train +
             "  iterations: %d\n  eval_every: %d\n  log_every: %d\n" % (per_worker, every, every) +
             "  metrics_csv: %s\n" % metrics_csv)

@@ -345,8 +345,8 @@ TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {
   EXPECT_TRUE(
       BadFileRejected("bad_unknown_top_level_key.yaml",
                       {"consistancy: unknown key",
-                       "cluster, tables, consistency, liveness, stragglers, optimizer, server, "
-                       "client, worker, train"}));
+                       "cluster, tables, consistency, liveness, rendezvous, stragglers, optimizer, "
+                       "server, client, worker, train"}));
 }
 
 // ---------------------------------------------------------------------------

@@ -2,10 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
-#include "common/rank.h"
-
 namespace ps {
 namespace {
 
@@ -59,27 +55,6 @@ TEST(StatusDeathTest, ValueOfAnErrorAbortsWithTheStatusText) {
   StatusOr<std::string> missing = NotFoundError("no such table 'w'");
   EXPECT_DEATH((void)missing->size(), "operator-> on an error status: NotFound: no such table 'w'");
   EXPECT_DEATH((void)std::move(missing).value(), "NotFound: no such table 'w'");
-}
-
-TEST(RankTest, FlagWinsAndIsRangeChecked) {
-  EXPECT_EQ(*ResolveRank(2, 0, 3, "rank"), 2u);
-  auto bad = ResolveRank(3, 0, 3, "rank");
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("rank 3 (from --rank) is out of range"), std::string::npos);
-}
-
-TEST(RankTest, EnvironmentOfTheLauncherIsUsedWithOffset) {
-  unsetenv("OMPI_COMM_WORLD_RANK");
-  unsetenv("PMI_RANK");
-  unsetenv("SLURM_PROCID");
-  EXPECT_EQ(ResolveRank(std::nullopt, 0, 2, "shard").status().code(),
-            StatusCode::kInvalidArgument);
-  setenv("PMI_RANK", "5", 1);
-  EXPECT_EQ(*ResolveRank(std::nullopt, 2, 4, "rank"), 3u);
-  setenv("PMI_RANK", "x5", 1);
-  EXPECT_NE(ResolveRank(std::nullopt, 0, 4, "rank").status().message().find("not an integer"),
-            std::string::npos);
-  unsetenv("PMI_RANK");
 }
 
 }  // namespace

@@ -268,7 +268,7 @@ TEST_F(E2eTest, KilledServerRestartedFromItsCheckpointServesTheWorkerAgain) {
       "tables:\n  - { name: acc, rows: 1000, dim: 1, optimizer: { type: add } }\n"
       "consistency: { mode: bsp }\n"
       "client: { request_timeout_ms: 3000 }\n"
-      "liveness: { server_down_timeout_ms: 30000 }\n"
+      "liveness: { timeout_ms: 2000, server_down_timeout_ms: 30000 }\n"
       "checkpoint: { dir: " + ckpt + ", every_clocks: 5, sync: false }\n");
   auto job = LoadJobFile(path);
   ASSERT_OK(job);
@@ -382,7 +382,7 @@ TEST_F(E2eTest, LaunchTrainsAnMlpOnFashionMnist) {
   auto [status, out] = Finish(launch, milliseconds(120000));
   EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0 done: .* test accuracy ([0-9.]+))")))
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0: done: .* test accuracy ([0-9.]+))")))
       << out;
   EXPECT_GT(std::stod(m[1]), 0.75) << out;  // under one epoch per worker
 }
@@ -390,7 +390,7 @@ TEST_F(E2eTest, LaunchTrainsAnMlpOnFashionMnist) {
 // The mean of the last evaluations worker 0 printed in its "done" line.
 double TailMetric(const std::string& out, const std::string& metric) {
   std::smatch m;
-  if (!std::regex_search(out, m, std::regex("worker 0 done: .* " + metric +
+  if (!std::regex_search(out, m, std::regex("worker 0: done: .* " + metric +
                                             R"( [0-9.]+ \(mean of the last \d+: ([0-9.]+)\))"))) {
     ADD_FAILURE() << "no final " << metric << " in:\n" << out;
     return -1;
@@ -487,8 +487,8 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
   EXPECT_NE(out.find("every shard restores clock 20"), std::string::npos) << out;
   EXPECT_NE(out.find("restored " + ckpt + "/shard-0/gen-20"), std::string::npos) << out;
   EXPECT_NE(out.find("restored " + ckpt + "/shard-1/gen-20"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 0 joins at clock 20"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 1 resumes at step 20"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 0: joins at clock 20"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1: resumes at step 20"), std::string::npos) << out;
 
   // No clock common to every shard: the launcher refuses before starting anything.
   for (const char* gen : {"gen-20", "gen-40", "gen-60", "gen-80", "gen-100"}) {
@@ -690,6 +690,92 @@ TEST_F(E2eTest, ServerRejectsAShardOutsideTheJob) {
   auto [status, out] = Finish(p, milliseconds(10000));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
   EXPECT_NE(out.find("shard 2 (from --shard) is out of range"), std::string::npos) << out;
+}
+
+// Servers and workers started by hand, in any order, as a cluster launcher
+// starts them: the workers find the servers, a worker that comes later than
+// liveness.timeout_ms is not taken for dead, and the servers exit 0 once
+// every worker has left (server.exit_when_workers_leave).
+TEST_F(E2eTest, ServersStartedByHandExitZeroOnceEveryWorkerHasLeft) {
+  const std::string path =
+      WriteJob(2, 2, TrainJob(60) +
+                         "liveness: { heartbeat_ms: 100, timeout_ms: 500 }\n"
+                         "client: { request_timeout_ms: 5000 }\n"
+                         "rendezvous: { timeout_ms: 20000 }\n");
+  Subprocess* servers[2];
+  for (int s = 0; s < 2; ++s) {
+    servers[s] = Start({kServer, "--config", path, "--shard", std::to_string(s)}, true);
+  }
+  // Longer than liveness.timeout_ms: within the start-up grace period.
+  std::this_thread::sleep_for(milliseconds(1500));
+  Subprocess* workers[2];
+  for (int r = 0; r < 2; ++r) {
+    workers[r] = Start({kWorker, "--config", path, "--rank", std::to_string(r)}, true);
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto [status, out] = Finish(workers[r], milliseconds(60000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+    EXPECT_NE(out.find("all 2 servers answered; job fingerprint "), std::string::npos) << out;
+  }
+  for (int s = 0; s < 2; ++s) {
+    auto [status, out] = Finish(servers[s], milliseconds(10000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+    EXPECT_NE(out.find("every worker has left the job; the shard exits"), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("is dead"), std::string::npos) << out;
+  }
+}
+
+TEST_F(E2eTest, AWorkerOfAnotherJobFailsAtStartNamingTheFieldAndBothValues) {
+  const std::string path = WriteJob(1, 2, TrainJob(10));
+  Subprocess* server = Start({kServer, "--config", path, "--shard", "0"}, true);
+  // The same server, a job file that disagrees on the worker count.
+  const std::string other = (dir_ / "other.yaml").string();
+  std::ofstream(other) << "cluster: { servers: [\"127.0.0.1:" << ports_[0]
+                       << "\"], workers: 3 }\n" << TrainJob(10);
+  Subprocess* worker = Start({kWorker, "--config", other, "--rank", "0"}, true);
+  auto [status, out] = Finish(worker, milliseconds(30000));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << DescribeWaitStatus(status) << out;
+  EXPECT_NE(out.find("job mismatch: workers: shard 0 (127.0.0.1:" + std::to_string(ports_[0]) +
+                     ") has \"2\", worker 0 has \"3\""),
+            std::string::npos)
+      << out;
+  ASSERT_OK(server->Signal(SIGTERM));
+  auto [server_status, server_out] = Finish(server, milliseconds(10000));
+  EXPECT_TRUE(ExitedSuccessfully(server_status)) << server_out;
+  EXPECT_NE(server_out.find("refused worker 0: job mismatch: workers"), std::string::npos)
+      << server_out;
+}
+
+TEST_F(E2eTest, AWorkerWhoseServerNeverAnswersFailsWithinTheRendezvousTimeout) {
+  const std::string path = WriteJob(1, 1, TrainJob(10) + "rendezvous: { timeout_ms: 500 }\n");
+  const auto start = Steady::now();
+  Subprocess* worker = Start({kWorker, "--config", path, "--rank", "0"}, true);
+  auto [status, out] = Finish(worker, milliseconds(20000));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << DescribeWaitStatus(status) << out;
+  EXPECT_NE(out.find("no answer within rendezvous.timeout_ms (500 ms) from server 0 (127.0.0.1:" +
+                     std::to_string(ports_[0]) + ")"),
+            std::string::npos)
+      << out;
+  EXPECT_LT(Steady::now() - start, milliseconds(10000));
+}
+
+TEST_F(E2eTest, AnMlpJobWithMoreWorkersThanTheDataServesIsRefusedAtLoad) {
+  const std::string path = WriteJob(
+      1, 70000,
+      "tables:\n  - { name: mlp, rows: 7850, dim: 1 }\n"
+      "train: { program: mlp, table: mlp, layers: [784, 10], batch_size: 64, iterations: 10 }\n");
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{kWorker, "--config", path, "--rank", "0"},
+        std::vector<std::string>{kLaunch, "--config", path}}) {
+    Subprocess* p = Start(argv, true);
+    auto [status, out] = Finish(p, milliseconds(20000));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << DescribeWaitStatus(status) << out;
+    EXPECT_NE(out.find("cluster.workers: got 70000: 60000 Fashion-MNIST training samples split "
+                       "over 70000 workers leaves workers with no samples"),
+              std::string::npos)
+        << out;
+  }
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ TrainJob Job() {
   w.optimizer = {OptimizerKind::kSgd, 0.1f};
   TrainJob job{TestJob().Servers(2).Workers(4).Bsp().Table(w).Build(), TrainOptions()};
   job.consistency.aggregate = true;
+  // The test reads the model after every worker left.
+  job.server.exit_when_workers_leave = false;
   job.train.table = "weights";
   job.train.features = 16;
   job.train.samples_per_worker = 512;

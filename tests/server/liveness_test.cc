@@ -35,6 +35,8 @@ JobOptions Job(DeadWorkerPolicy policy, uint32_t workers) {
                        .RequestTimeoutMs(10000)
                        .Build();
   job.liveness.on_dead_worker = policy;
+  // A worker that never spoke counts as silent from 1000 ms on.
+  job.rendezvous.timeout_ms = 1000;
   return job;
 }
 
@@ -98,12 +100,15 @@ TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
   std::vector<float> out(8);
   Ticket pull = *w0->PullDense(0, out.data());  // at clock 1 under bsp: waits for worker 2
   ASSERT_OK(w0->Poll(20));
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  // Past the start-up grace period (1000 ms), then 200 ms of silence.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  }
   EXPECT_GT(w0->in_flight(), 0u) << "worker 2 is not dead yet: the pull waits";
-  clock.Advance(milliseconds(200));  // worker 2 silent for 500 ms, the others < 400
+  clock.Advance(milliseconds(200));  // worker 2 silent for 400 ms since the grace, the others < 400
   Status s = w0->Wait(pull);
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
-  EXPECT_NE(s.message().find("worker 2 is dead: nothing heard from it since shard"),
+  EXPECT_NE(s.message().find("worker 2 is dead: it never connected in the 1400 ms since shard"),
             std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("on_dead_worker: fail"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
@@ -234,9 +239,11 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
       ASSERT_OK(w->Wait(*w->Clock()));
     }
   }
-  // Worker 2 is declared dead; the others' heartbeats report their caches.
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  // Worker 2 never spoke: declared dead 400 ms after the 1000 ms grace
+  // period; the others' heartbeats report their caches.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  }
   auto control = ControlClient::Create(job, cluster.endpoints()).value();
   auto stats = control->Stats(0);
   ASSERT_OK(stats);

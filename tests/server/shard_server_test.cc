@@ -365,6 +365,38 @@ std::vector<BadCase> BadCases() {
          return Msg(h);
        },
        StatusCode::kPermissionDenied, "unknown worker"},
+      {"HelloWithExtraFrame", [] { return Msg(H(Op::kHello, 0, 0, 0), List(K({1}))); },
+       StatusCode::kInvalidArgument, "expected 1 frame"},
+      {"HelloWithFlags",
+       [] {
+         MessageHeader h = H(Op::kHello, 0, 0, 0);
+         h.flags = kFlagLeaving;
+         return Msg(h);
+       },
+       StatusCode::kInvalidArgument, "unknown header flags 2"},
+      {"ControlClientMayNotHello",
+       [] {
+         MessageHeader h = H(Op::kHello, 0, 0, 0);
+         h.worker = kControlWorker;
+         return Msg(h);
+       },
+       StatusCode::kPermissionDenied, "unknown worker"},
+      {"HelloWithoutAJob", [] { return Msg(H(Op::kHello, 0, 0, 0)); },
+       StatusCode::kFailedPrecondition, "job mismatch: shards:"},
+      {"HelloWithGarbage",
+       [] {
+         MessageHeader h = H(Op::kHello, 0, 0, 0);
+         h.text = "garbage";
+         return Msg(h);
+       },
+       StatusCode::kInvalidArgument, "sent a job description that is not one"},
+      {"HelloOfAnotherJob",
+       [] {
+         MessageHeader h = H(Op::kHello, 0, 0, 0);
+         h.text = "shards=2\nworkers=9\n";
+         return Msg(h);
+       },
+       StatusCode::kFailedPrecondition, "job mismatch: workers:"},
       {"StatsWithExtraFrame",
        [] {
          MessageHeader h;

@@ -278,6 +278,8 @@ TEST_F(LauncherTest,
         << lines_.Dump();
   }
   EXPECT_TRUE(lines_.Contains("[launch] worker 2 exited with code 0"));
+  EXPECT_EQ(lines_.Get().back(), "[launch] job succeeded: all 3 workers finished (exit 0)")
+      << lines_.Dump();
   ExpectNoLeftovers(lines_.Pids());
 }
 
@@ -294,13 +296,91 @@ sleep 10
   EXPECT_EQ(*code, 1);
   EXPECT_LT(Clock::now() - start, milliseconds(2000));
   EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 failing")) << lines_.Dump();
-  EXPECT_TRUE(
-      lines_.Contains("[launch] worker 1 exited with code 3; stopping the job"))
+  EXPECT_TRUE(lines_.Contains("[launch] worker 1 exited with code 3; stopping the job "
+                              "(liveness.on_dead_worker: fail; with drop the job would go on "
+                              "without it)"))
       << lines_.Dump();
   EXPECT_TRUE(
       lines_.Contains("[launch] worker 0 killed by signal 15 (Terminated)"))
       << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[server 0] stopping on TERM")) << lines_.Dump();
+  EXPECT_EQ(lines_.Get().back(), "[launch] job failed: worker 1 exited with code 3 (exit 1)")
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+// Under on_dead_worker: drop a failed worker is started again and the job
+// goes on; the restarted process gets the same flags.
+TEST_F(LauncherTest, UnderDropAFailedWorkerIsRestartedAndTheJobGoesOn) {
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+if [ "$4" = 1 ] && [ ! -e "@DIR@/failed_once" ]; then
+  touch "@DIR@/failed_once"; echo "rank 1 failing"; exit 3
+fi
+echo "rank $4 done: $*"
+)";
+  JobOptions job = Job(1, 3);
+  job.liveness.on_dead_worker = DeadWorkerPolicy::kDrop;
+  job.liveness.worker_restarts = 1;
+  Launcher launcher(job, config_, Options(kServer, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  bool restarted = false;
+  for (const std::string& line : lines_.Get()) {
+    restarted = restarted ||
+                line.rfind("[launch] worker 1 exited with code 3; restarted it (restart 1 of 1, "
+                           "pid ", 0) == 0;
+  }
+  EXPECT_TRUE(restarted) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 done: --config " + config_ +
+                              " --rank 1 --log-level info --cpu-threads " +
+                              std::to_string(WorkerCpuShare(3))))
+      << lines_.Dump();
+  EXPECT_EQ(lines_.Get().back(), "[launch] job succeeded: all 3 workers finished (exit 0)")
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, UnderDropAWorkerPastItsRestartsIsLeftOutAndTheOthersFinish) {
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+if [ "$4" = 1 ]; then echo "rank 1 failing"; exit 3; fi
+echo "rank $4 done"
+)";
+  JobOptions job = Job(1, 3);
+  job.liveness.on_dead_worker = DeadWorkerPolicy::kDrop;
+  job.liveness.worker_restarts = 2;
+  Launcher launcher(job, config_, Options(kServer, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] worker 1 exited with code 3; the job goes on without it "
+                              "(liveness.on_dead_worker: drop; it was restarted 2 times already "
+                              "(liveness.worker_restarts))"))
+      << lines_.Dump();
+  EXPECT_EQ(lines_.Get().back(),
+            "[launch] job succeeded without worker 1: 2 of 3 workers finished "
+            "(liveness.on_dead_worker: drop) (exit 0)")
+      << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, UnderDropEveryWorkerFailingFailsTheJob) {
+  const std::string worker = R"(
+while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+exit 4
+)";
+  JobOptions job = Job(1, 2);
+  job.liveness.on_dead_worker = DeadWorkerPolicy::kDrop;
+  job.liveness.worker_restarts = 0;
+  Launcher launcher(job, config_, Options(kServer, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 1) << lines_.Dump();
+  EXPECT_EQ(lines_.Get().back(),
+            "[launch] job failed: every worker failed (liveness.on_dead_worker: drop) (exit 1)")
+      << lines_.Dump();
   ExpectNoLeftovers(lines_.Pids());
 }
 
@@ -494,6 +574,29 @@ TEST_F(LauncherTest, RejectsJobWithoutWorkersOrServers) {
   Launcher no_servers(Job(0, 1), config_, Options(kServer, kWorker));
   EXPECT_EQ(no_servers.Run().status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(lines_.Pids().empty());
+}
+
+TEST_F(LauncherTest, RefusesMoreProcessesThanTheHostShouldRun) {
+  Launcher huge(Job(2, 100000), config_, Options(kServer, kWorker));
+  StatusOr<int> code = huge.Run();
+  EXPECT_EQ(code.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(code.status().message().find("has 100002 processes (2 servers + 100000 workers)"),
+            std::string::npos)
+      << code.status().ToString();
+  EXPECT_NE(code.status().message().find("--max-processes"), std::string::npos);
+  EXPECT_TRUE(lines_.Pids().empty()) << "nothing may start";
+  LauncherOptions options = Options(kServer, kWorker);
+  options.max_processes = 2;
+  Launcher three(Job(1, 2), config_, options);
+  EXPECT_EQ(three.Run().status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(lines_.Pids().empty());
+}
+
+TEST(MaxLaunchProcessesTest, SixteenPerHardwareThreadAtLeast64UnlessGiven) {
+  EXPECT_EQ(MaxLaunchProcesses(0, 2), 64u);
+  EXPECT_EQ(MaxLaunchProcesses(0, 8), 128u);
+  EXPECT_EQ(MaxLaunchProcesses(0, 0), 64u);
+  EXPECT_EQ(MaxLaunchProcesses(10, 64), 10u);
 }
 
 TEST_F(LauncherTest, SigintToLauncherInAThreadStopsTheJobWith130) {

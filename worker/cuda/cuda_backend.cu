@@ -524,8 +524,17 @@ int DeviceCount(std::string* why) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
-           cudaGetErrorString(err) + ")";
+    // The usual answers on a host without a GPU read like a broken driver;
+    // say what they mean there.
+    if (err == cudaErrorInsufficientDriver) {
+      *why = "no NVIDIA driver is loaded on this host (cudaErrorInsufficientDriver: a host "
+             "without a GPU, or a driver older than this build's CUDA runtime)";
+    } else if (err == cudaErrorNoDevice) {
+      *why = "the NVIDIA driver reports no GPU (cudaErrorNoDevice)";
+    } else {
+      *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + " (" +
+             cudaGetErrorString(err) + ")";
+    }
     return 0;
   }
   if (count == 0) *why = "the CUDA driver reports no device";

@@ -25,7 +25,7 @@ constexpr char kTestLabelsMd5[] = "15d484375f8d13e6eb1aabb0c3f46965";
 
 constexpr uint32_t kImagesMagic = 2051;  // 0x00000803: ubyte, 3 dims
 constexpr uint32_t kLabelsMagic = 2049;  // 0x00000801: ubyte, 1 dim
-constexpr uint32_t kTrainSize = 60000;
+constexpr uint32_t kTrainSize = kFashionMnistTrainSamples;
 constexpr uint32_t kTestSize = 10000;
 constexpr uint8_t kIdxUnsignedByte = 0x08;
 constexpr char kReinstall[] =

@@ -95,6 +95,9 @@ struct FashionMnistDataset {
 StatusOr<FashionMnistDataset> LoadFashionMnist(const std::string& dir, FashionMnistSplit split,
                                                uint32_t rank, uint32_t num_ranks);
 
+// Samples of the training split (every worker's partition together).
+inline constexpr uint32_t kFashionMnistTrainSamples = 60000;
+
 // The directory the Debian package installs into.
 inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
