@@ -5,8 +5,8 @@
       A job across hosts: servers server0.. and workers worker0.., one
       namespace each, servers named by host name in cluster.servers; every
       ps_server and ps_worker started in its own host with --config and
-      --shard/--rank only. Prints the servers' and workers' output, stops
-      the servers, removes the hosts.
+      --shard/--rank only. Prints the servers' and workers' output until
+      the servers exit (once every worker has left), removes the hosts.
   scripts/netns_cluster.py up [--servers 2] [--workers 4] [--rate 1gbit] [--hosts NAME ...]
       Makes the hosts, prints their names and addresses, and keeps them
       until Ctrl-C (or `down`), which kills every process in them and
@@ -162,7 +162,7 @@ def demo(args):
                     break
                 time.sleep(0.2)
             codes = job.wait_workers(0)
-            server_codes = job.stop_servers()
+            server_codes = job.wait_servers()
             print_new_lines()
             job.check(codes, server_codes)
         except (ps_job.JobFailed, RuntimeError) as e:

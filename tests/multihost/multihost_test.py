@@ -151,9 +151,10 @@ class MultihostTest(unittest.TestCase):
             time.sleep(0.05)
 
     def finish(self, job, timeout=JOB_TIMEOUT_S):
-        """Waits for the workers, stops the servers; fails unless all exit 0."""
+        """Waits for the workers, then for the servers, which exit once every
+        worker has left; fails unless all exit 0."""
         codes = job.wait_workers(timeout)
-        job.check(codes, job.stop_servers())
+        job.check(codes, job.wait_servers())
 
     # -- a: the job across hosts -------------------------------------------
 
@@ -170,7 +171,7 @@ class MultihostTest(unittest.TestCase):
         multi = self.score("hosts")
         # Every worker reached the servers by name, from its own host.
         for r in range(WORKERS):
-            self.assertIn("worker %d done" % r, job.workers[r].output())
+            self.assertIn("worker %d: done: " % r, job.workers[r].output())
         for s in range(SHARDS):
             self.assertRegex(job.servers[s].output(),
                              r"shard %d serving .* on tcp://%s:%d" %
@@ -224,10 +225,15 @@ class MultihostTest(unittest.TestCase):
                              r"training failed: .*server 1 at tcp://server1:%d got no reply "
                              r"within %d ms" % (ps_job.SERVER_PORT, REQUEST_TIMEOUT_MS),
                              "worker %d does not name the unreachable host\n%s" % (r, workers))
-        # The servers stop when told to (server1 only by its SIGTERM: it is
-        # still cut off).
-        server_codes = job.stop_servers()
-        self.assertEqual(server_codes, {0: 0, 1: 0}, job.logs())
+        # The servers see every worker fall silent, declare it dead and,
+        # with no worker left, exit 1 (the job failed), server1 although it
+        # is still cut off.
+        server_codes = job.wait_servers(PARTITION_TIMEOUTS["liveness"]["timeout_ms"] / 1000 +
+                                        EXIT_SLACK_S)
+        self.assertEqual(server_codes, {0: 1, 1: 1}, job.logs())
+        for s in range(SHARDS):
+            self.assertRegex(job.servers[s].output(),
+                             r"shard %d: every worker has left the job \(dead: 0, 1, 2, 3\)" % s)
 
     # -- c: hosts lost ---------------------------------------------------------
 
@@ -268,14 +274,14 @@ class MultihostTest(unittest.TestCase):
         # ...and when an orchestrator starts it again it rejoins.
         job.restart_worker(3)
         self.finish(job)
-        self.assertIn("worker 3 done", job.workers[3].output())
+        self.assertIn("worker 3: done: ", job.workers[3].output())
         self.assertGreaterEqual(self.score("lost_worker"), MIN_ACCURACY)
 
 
 def main():
     global BIN, KEEP
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--bin", default=BIN, help="folder of ps_server, ps_worker, ps_launch, ps_ctl")
+    p.add_argument("--bin", default=BIN, help="folder of ps_server, ps_worker and ps_launch")
     p.add_argument("--keep", action="store_true",
                    help="keep each test's folder of job files, logs and metrics")
     args, rest = p.parse_known_args()
@@ -287,7 +293,7 @@ def main():
     if problem is not None:
         print("multihost_test: skipped: " + problem, file=sys.stderr)
         return EXIT_SKIPPED
-    for b in ("ps_server", "ps_worker", "ps_launch", "ps_ctl"):
+    for b in ("ps_server", "ps_worker", "ps_launch"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             print("multihost_test: %s not found in %s; build first or pass --bin" % (b, BIN),
                   file=sys.stderr)

@@ -9,15 +9,15 @@ Running: DistributedJob starts ps_server --config J --shard i in host
 server<i> and ps_worker --config J --rank r in host worker<r>, nothing
 beyond those flags, as a launcher of a real cluster would; it waits for
 each server to serve, then starts the workers, waits for them with a
-deadline, and stops the servers (ps_ctl shutdown from a worker host, then
-SIGTERM by pid for any that did not exit). run_one_host() runs the same job
-with ps_launch on one host's loopback, as the reference.
+deadline, and then for the servers, which exit once every worker has left
+(server.exit_when_workers_leave); the cluster's teardown kills whatever
+still runs. run_one_host() runs the same job with ps_launch on one host's
+loopback, as the reference.
 """
 
 import copy
 import os
 import re
-import signal
 import sys
 
 import yaml
@@ -30,11 +30,8 @@ SERVER_PORT = 7000
 SERVING = r"shard \d+ serving "
 # How long a server may take from its start to serving.
 SERVE_TIMEOUT_S = 30
-# How long servers may take to exit once asked to.
+# How long servers may take to exit once the last worker has left.
 STOP_TIMEOUT_S = 15
-# How long servers that ps_ctl shutdown reached may take to exit before they
-# get SIGTERM.
-SHUTDOWN_GRACE_S = 5
 
 
 def server_host(i):
@@ -144,32 +141,19 @@ class DistributedJob:
         codes = self.cluster.wait_all(list(self.workers.values()), timeout)
         return {r: codes[p] for r, p in self.workers.items()}
 
-    def stop_servers(self, timeout=STOP_TIMEOUT_S, grace=SHUTDOWN_GRACE_S):
-        """Asks every server to shut down (ps_ctl shutdown, from worker 0's
-        host) and gives them `grace` s, then SIGTERMs any still running;
-        returns {shard: exit code, None for one that did not exit within
-        `timeout` s of the SIGTERM}."""
-        running = [p for p in self.servers.values() if p.poll() is None]
-        if running:
-            # Its exit code says whether every server answered; the
-            # SIGTERM below stops those that did not.
-            self.cluster.run(worker_host(0), [os.path.join(self.bin, "ps_ctl"), "shutdown",
-                                              "--config", self.config, "--timeout-ms", "3000"],
-                             timeout)
-            self.cluster.wait_all(running, grace)
-        for p in self.servers.values():
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGTERM)
+    def wait_servers(self, timeout=STOP_TIMEOUT_S):
+        """Waits for every server to exit on its own, as it does once every
+        worker has left (server.exit_when_workers_leave); returns {shard:
+        exit code, None for one still running after `timeout` s}."""
         codes = self.cluster.wait_all(list(self.servers.values()), timeout)
         return {s: codes[p] for s, p in self.servers.items()}
 
     def run(self, timeout):
-        """Starts the job, waits for every worker (`timeout` s), stops the
-        servers; JobFailed unless every process exited 0."""
+        """Starts the job, waits for every worker (`timeout` s) and then
+        for the servers; JobFailed unless every process exited 0."""
         self.start()
         codes = self.wait_workers(timeout)
-        server_codes = self.stop_servers()
-        self.check(codes, server_codes)
+        self.check(codes, self.wait_servers())
 
     def check(self, codes, server_codes):
         bad = ["worker %d %s" % (r, "still running" if c is None else "exited %d" % c)
@@ -206,5 +190,5 @@ def run_one_host(cluster, host, bin_dir, config, timeout):
 
 def progress_clock(text):
     """The highest clock of the workers' progress lines in `text` (0: none)."""
-    clocks = [int(c) for c in re.findall(r"worker \d+ clock\s+(\d+) ", text)]
+    clocks = [int(c) for c in re.findall(r"worker \d+: clock\s+(\d+) ", text)]
     return max(clocks, default=0)
