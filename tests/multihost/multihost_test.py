@@ -47,7 +47,7 @@ STEPS_PER_WORKER = 2000
 # Worker 0 evaluates this many times; the score is the mean of the last 3.
 EVALS = 8
 # A run must reach this test accuracy. Under ssp 2 the job scored
-# 0.852-0.864 over 16 runs here, on one host and across hosts, with
+# 0.852-0.864 over about 30 runs here, on one host and across hosts, with
 # partitions and lost hosts (its updates arrive in an order that depends on
 # the timing); training that breaks (lost updates, a shard serving its
 # initial values) falls below.
