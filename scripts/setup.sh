@@ -21,6 +21,7 @@ PACKAGES=(
   python3-matplotlib python3-yaml
   openmpi-bin
   slurmctld slurmd slurm-client munge
+  iproute2 iptables          # the multi-host tests' network namespaces
 )
 
 missing=()
