@@ -1,7 +1,5 @@
 #include "common/transport.h"
 
-#include <netdb.h>
-
 #include <zmq.h>
 
 #include <atomic>
@@ -9,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include "common/endpoint.h"
 
 namespace ps {
 
@@ -187,25 +187,19 @@ void EnableIpv6For(void* socket, const std::string& endpoint) {
 
 // True when the host of "tcp://host:port" is a name with IPv6 addresses
 // only: ZeroMQ resolves a name to IPv4 alone unless ZMQ_IPV6 is on. A name
-// with an IPv4 address keeps IPv4, the address its server binds.
+// with an IPv4 address keeps IPv4, the address its server binds
+// (ResolveHost prefers it).
 bool NameResolvesToIpv6Only(const std::string& endpoint) {
   const size_t start = endpoint.find("://");
-  const size_t colon = endpoint.rfind(':');
-  if (start == std::string::npos || colon == std::string::npos || colon <= start + 3) return false;
-  const std::string host = endpoint.substr(start + 3, colon - start - 3);
-  if (host.empty() || host.front() == '[') return false;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
-  bool v4 = false, v6 = false;
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    v4 = v4 || a->ai_family == AF_INET;
-    v6 = v6 || a->ai_family == AF_INET6;
+  if (start == std::string::npos) return false;
+  HostPort host_port;
+  std::string problem;
+  if (!ParseHostPort(std::string_view(endpoint).substr(start + 3), &host_port, &problem) ||
+      host_port.family != HostPort::Family::kName) {
+    return false;
   }
-  ::freeaddrinfo(found);
-  return v6 && !v4;
+  StatusOr<std::string> address = ResolveHost(host_port);
+  return address.ok() && !address->empty() && address->front() == '[';
 }
 }  // namespace
 

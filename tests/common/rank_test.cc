@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "tests/util/status_matchers.h"
@@ -16,6 +17,7 @@ constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_
                                      "JOB_COMPLETION_INDEX"};
 // The world sizes, which decide whether a world rank takes the offset.
 constexpr const char* kSizeVars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+const std::span<const char* const> kAllVars[] = {kRankVars, kSizeVars};
 
 // Clears every variable ResolveRank reads and puts back what the process had
 // when the test ends, so a test under mpirun or in a pod sees only what it
@@ -23,32 +25,23 @@ constexpr const char* kSizeVars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_
 class RankTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* var : kSizeVars) {
-      const char* value = std::getenv(var);
-      if (value != nullptr) saved_[var] = value;
-      unsetenv(var);
-    }
-    for (const char* var : kRankVars) {
-      const char* value = std::getenv(var);
-      if (value != nullptr) saved_[var] = value;
-      unsetenv(var);
+    for (std::span<const char* const> vars : kAllVars) {
+      for (const char* var : vars) {
+        const char* value = std::getenv(var);
+        if (value != nullptr) saved_[var] = value;
+        unsetenv(var);
+      }
     }
   }
   void TearDown() override {
-    for (const char* var : kSizeVars) {
-      auto it = saved_.find(var);
-      if (it == saved_.end()) {
-        unsetenv(var);
-      } else {
-        setenv(var, it->second.c_str(), 1);
-      }
-    }
-    for (const char* var : kRankVars) {
-      auto it = saved_.find(var);
-      if (it == saved_.end()) {
-        unsetenv(var);
-      } else {
-        setenv(var, it->second.c_str(), 1);
+    for (std::span<const char* const> vars : kAllVars) {
+      for (const char* var : vars) {
+        auto it = saved_.find(var);
+        if (it == saved_.end()) {
+          unsetenv(var);
+        } else {
+          setenv(var, it->second.c_str(), 1);
+        }
       }
     }
   }
