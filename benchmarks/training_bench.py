@@ -3,6 +3,7 @@
 
   python3 benchmarks/training_bench.py accuracy [--quick] [--only NAME ...]
   python3 benchmarks/training_bench.py speed [--runs 3]
+  python3 benchmarks/training_bench.py curve [--runs 3]
 
 accuracy: every workload (psbench/workloads.py) with 1, 2 and 4 workers
 under bsp and ssp 3 (2 shards), each run with ps_launch, plus the same job
@@ -17,6 +18,10 @@ with 1, 2 and 4 workers (all workers together; evaluations excluded) against
 the same model, backend and batch in one process with no parameter server,
 side by side in one run, median of --runs.
 
+curve: the same MLP runs (1, 2 and 4 workers, ssp 3) with security.mode
+none and curve side by side in each round (keys from ps_ctl keygen):
+samples/s of all workers and the ratio curve/none, median of --runs.
+
 Needs the binaries in build/bin (./ps build). Writes a markdown table to
 stdout and every run's metrics CSV and log under --out (default
 build/training_bench). Exit code 1 when a run fails or misses its target.
@@ -25,6 +30,7 @@ build/training_bench). Exit code 1 when a run fails or misses its target.
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -120,9 +126,42 @@ def speed(args):
     return 0
 
 
+def curve(args):
+    w = WORKLOADS["mlp"]
+    steps = 1200 if args.quick else 8000
+    out = os.path.join(args.out, "curve")
+    keys = os.path.join(out, "keys")
+    os.makedirs(out, exist_ok=True)
+    keygen_job = os.path.join(out, "keygen.yaml")
+    with open(keygen_job, "w") as f:
+        f.write(job_yaml(w, max(WORKERS), "{ mode: asp }", 1, 1, "", True))
+    subprocess.run([os.path.join(args.bin, "ps_ctl"), "keygen", "--config", keygen_job,
+                    "--dir", keys, "--force"], check=True, stdout=subprocess.DEVNULL)
+    rows = {n: [] for n in WORKERS}
+    for r in range(args.runs):
+        for n in WORKERS:
+            got = {}
+            for mode in ("none", "curve"):
+                yaml_text = job_yaml(w, n, "{ mode: ssp, staleness: 3 }", steps * n, 1,
+                                     os.path.join(out, "%s_%dw.csv" % (mode, n)), args.quick)
+                if mode == "curve":
+                    yaml_text += "security: { mode: curve, keys_dir: %s }\n" % keys
+                got[mode] = run_job(args.bin, out, "%s_%dw" % (mode, n), yaml_text, False)[1]
+            rows[n].append((got["none"], got["curve"]))
+            print("round %d: %d workers: none %.0f samples/s, curve %.0f samples/s" %
+                  (r + 1, n, got["none"], got["curve"]), file=sys.stderr)
+    print("| workers | samples/s, mode none | samples/s, mode curve | ratio curve/none |")
+    print("|---|---|---|---|")
+    for n in WORKERS:
+        ratio = statistics.median(c / p for p, c in rows[n])
+        print("| %d | %.0f | %.0f | %.2fx |" % (n, statistics.median(p for p, _ in rows[n]),
+                                                 statistics.median(c for _, c in rows[n]), ratio))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["accuracy", "speed"])
+    p.add_argument("what", choices=["accuracy", "speed", "curve"])
     p.add_argument("--quick", action="store_true",
                    help="a twentieth of the steps: checks that every run completes")
     p.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="accuracy: these workloads")
@@ -134,7 +173,7 @@ def main():
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    return accuracy(args) if args.what == "accuracy" else speed(args)
+    return {"accuracy": accuracy, "speed": speed, "curve": curve}[args.what](args)
 
 
 if __name__ == "__main__":

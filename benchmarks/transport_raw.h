@@ -32,10 +32,16 @@ class RawServer {
     kSink,  // receive only; report the receive rate of every `batch` messages
   };
 
+  // With options.curve a CURVE server: a ZAP handler lets in the keys of
+  // `allowed`, as a shard's does.
   static StatusOr<std::unique_ptr<RawServer>> Create(Mode mode, uint64_t max_bytes,
-                                                     const SocketOptions& options) {
+                                                     const SocketOptions& options,
+                                                     ZapHandler::Allowlist allowed = {}) {
     std::unique_ptr<RawServer> s(new RawServer(mode, max_bytes));
     PS_ASSIGN_OR_RETURN(s->context_, Context::Create(1));
+    if (options.curve.enabled()) {
+      PS_ASSIGN_OR_RETURN(s->zap_, ZapHandler::Start(s->context_.get(), std::move(allowed), nullptr));
+    }
     PS_ASSIGN_OR_RETURN(s->socket_,
                         Socket::Create(s->context_.get(), SocketType::kRouter, options));
     PS_RETURN_IF_ERROR(s->socket_->Bind("tcp://127.0.0.1:*"));
@@ -126,6 +132,7 @@ class RawServer {
   const Mode mode_;
   const std::shared_ptr<std::vector<std::byte>> buffer_;  // pull replies share it
   std::unique_ptr<Context> context_;                      // before socket_: destroyed after it
+  std::unique_ptr<ZapHandler> zap_;                       // CURVE only
   std::unique_ptr<Socket> socket_;
   std::string endpoint_;
   std::thread thread_;

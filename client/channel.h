@@ -54,17 +54,20 @@ class Channel {
 };
 
 // Makes the channel of one shard: `context` is the client's (it outlives
-// the channel), `shard` its index, `endpoint` "tcp://host:port".
+// the channel), `shard` its index, `endpoint` "tcp://host:port", `curve`
+// the client's keys under security.mode curve (disabled otherwise).
 using ChannelFactory = std::function<StatusOr<std::unique_ptr<Channel>>(
-    Context* context, uint32_t shard, const std::string& endpoint)>;
+    Context* context, uint32_t shard, const std::string& endpoint, const CurveOptions& curve)>;
 
 // A DEALER connected to the shard, and its ConnectionMonitor.
 class ZmqChannel final : public Channel {
  public:
   // Watches the connection from before it is made, so a reconnect is never
   // mistaken for the first connection. Connecting does not wait for the
-  // server. `context` must outlive the channel.
-  static StatusOr<std::unique_ptr<Channel>> Connect(Context* context, const std::string& endpoint);
+  // server. `context` must outlive the channel. With `curve` enabled the
+  // connection is a CurveZMQ client of the server's key.
+  static StatusOr<std::unique_ptr<Channel>> Connect(Context* context, const std::string& endpoint,
+                                                    const CurveOptions& curve = {});
 
   Status Send(std::span<Frame> frames) override { return socket_->Send(frames); }
   StatusOr<bool> TryRecv(std::vector<Frame>* frames) override { return socket_->TryRecv(frames); }

@@ -8,6 +8,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/rendezvous.h"
+#include "common/security.h"
 
 namespace ps {
 namespace {
@@ -77,11 +78,15 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     client->cache_ = std::make_unique<ParamCache>(job);
   }
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
+  // security.mode curve: this worker's own keys (the admin's for a control
+  // client); nothing otherwise.
+  PS_ASSIGN_OR_RETURN(const CurveOptions curve, ClientCurve(job, worker));
   const ChannelFactory connect =
-      env.channels != nullptr ? std::move(env.channels)
-                              : [](Context* context, uint32_t, const std::string& endpoint) {
-                                  return ZmqChannel::Connect(context, endpoint);
-                                };
+      env.channels != nullptr
+          ? std::move(env.channels)
+          : [](Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys) {
+              return ZmqChannel::Connect(context, endpoint, keys);
+            };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
     if (endpoints.empty()) {
@@ -92,7 +97,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     } else {
       shard.endpoint = endpoints[s];
     }
-    PS_ASSIGN_OR_RETURN(shard.channel, connect(client->context_.get(), s, shard.endpoint));
+    PS_ASSIGN_OR_RETURN(shard.channel, connect(client->context_.get(), s, shard.endpoint, curve));
     client->shards_.push_back(std::move(shard));
   }
   for (Shard& shard : client->shards_) {
@@ -106,7 +111,8 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     for (const Shard& shard : client->shards_) eps.push_back(shard.endpoint);
     PS_ASSIGN_OR_RETURN(client->heartbeat_,
                         HeartbeatSender::Start(eps, worker,
-                                               std::chrono::milliseconds(job.liveness.heartbeat_ms)));
+                                               std::chrono::milliseconds(job.liveness.heartbeat_ms),
+                                               curve));
   }
   return client;
 }
@@ -451,7 +457,11 @@ Status Client::Join() {
         "worker " + std::to_string(worker_) + ": no answer within rendezvous.timeout_ms (" +
         std::to_string(job_.rendezvous.timeout_ms) + " ms) from " + silent +
         ": are they running, and does this host reach them (the name, the port, a firewall)? "
-        "Start them, or raise rendezvous.timeout_ms when they start later");
+        "Start them, or raise rendezvous.timeout_ms when they start later" +
+        (job_.security.mode == SecurityMode::kCurve
+             ? std::string(". Under security.mode curve a server with another key than " +
+                           job_.security.keys_dir + "/server.public never answers: check it")
+             : std::string()));
   }
   PS_LOG_INFO("all {} servers answered; job fingerprint {}", num_shards(),
               AgreementFingerprint(agreement_));

@@ -135,6 +135,7 @@ struct ClientCounters {
   uint64_t disconnects = 0;   // connections to a server that dropped
   uint64_t reconnects = 0;    // ... and were made again
   uint64_t resent = 0;        // requests sent again after a reconnect
+  uint64_t refusals = 0;      // handshakes a server refused (security.mode curve)
 };
 
 // What a Client runs on; the defaults are the real ones.
@@ -251,6 +252,7 @@ class Client {
     bool connected_once = false;  // a connection was made at least once
     bool down = false;            // the connection dropped and is not back yet
     bool closing = false;         // it acknowledged SHUTDOWN or this worker's goodbye
+    bool refused = false;         // it refused this client's key (logged once)
     ps::Clock::TimePoint down_since;
   };
   // One Push or Pull as the caller asked for it.
@@ -292,6 +294,9 @@ class Client {
   Status HandleConnectionEvents(uint32_t shard);
   // The connection to `shard` is back: sends its unanswered requests again
   // and this worker's clock.
+  // The handshake with `shard` failed (`event`): every request in flight
+  // to it fails with PermissionDenied saying which key to check.
+  void RefusedBy(uint32_t shard, ConnectionEvent event);
   void Reconnected(uint32_t shard);
   // Forgets a part and completes it with `status` on its ticket.
   void FinishPart(uint64_t request_id, const Status& status);

@@ -163,6 +163,10 @@ Status Client::HandleConnectionEvents(uint32_t s) {
   while (true) {
     PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.channel->TryNextEvent());
     if (!event) return Status::Ok();
+    if (*event == ConnectionEvent::kRefused || *event == ConnectionEvent::kHandshakeFailed) {
+      RefusedBy(s, *event);
+      continue;
+    }
     if (*event == ConnectionEvent::kDisconnected) {
       if (shard.closing) {
         // It acknowledged a SHUTDOWN or this worker's goodbye: a server
@@ -172,6 +176,11 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       }
       if (shard.down) continue;
       shard.down = true;
+      if (shard.refused) {
+        // The handshake was refused (logged): not a server that went away.
+        shard.down_since = time_->Now();
+        continue;
+      }
       shard.down_since = time_->Now();
       ++counters_.disconnects;
       PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
@@ -181,9 +190,39 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     }
     const bool again = shard.connected_once;
     shard.connected_once = true;
+    shard.refused = false;  // let in (a key the server reads now)
     if (again) Reconnected(s);
     shard.down = false;
   }
+}
+
+void Client::RefusedBy(uint32_t s, ConnectionEvent event) {
+  Shard& shard = shards_[s];
+  ++counters_.refusals;
+  const std::string keys = job_.security.keys_dir.empty() ? "the keys folder" : job_.security.keys_dir;
+  const std::string who = control_ ? "admin" : "worker-" + std::to_string(worker_);
+  const Status refused =
+      event == ConnectionEvent::kRefused
+          ? PermissionDeniedError(
+                "server " + std::to_string(s) + " at " + shard.endpoint + " refused this " +
+                "process's key (" + keys + "/" + who + ".secret): is " + who +
+                ".public among the server's keys? After a new key, send the servers SIGHUP "
+                "(or restart them) so they read it")
+          : PermissionDeniedError(
+                "the handshake with server " + std::to_string(s) + " at " + shard.endpoint +
+                " failed: it " +
+                (job_.security.mode == SecurityMode::kCurve
+                     ? "does not speak CurveZMQ, or its key is not " + keys + "/server.public"
+                     : "speaks CurveZMQ and this process does not (security.mode none)") +
+                "; every process of a job needs the same security section and server.public");
+  // ZeroMQ tries again and again (each attempt refused alike): what waits
+  // on this server fails now instead of at its deadline.
+  const std::vector<uint64_t> rids = tracker_.InFlightTo(s);
+  if (!shard.refused) {
+    shard.refused = true;
+    PS_LOG_ERROR("{}", refused.message());
+  }
+  for (uint64_t rid : rids) FinishPart(rid, refused);
 }
 
 void Client::Reconnected(uint32_t s) {

@@ -6,11 +6,12 @@ namespace ps {
 
 StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
     const std::vector<std::string>& endpoints, uint32_t worker,
-    std::chrono::milliseconds interval) {
+    std::chrono::milliseconds interval, const CurveOptions& curve) {
   std::unique_ptr<HeartbeatSender> h(new HeartbeatSender(worker, interval));
   PS_ASSIGN_OR_RETURN(h->context_, Context::Create(1));
   SocketOptions options;
   options.send_hwm = 4;  // a dead shard must not pile heartbeats up
+  options.curve = curve;
   for (const std::string& endpoint : endpoints) {
     PS_ASSIGN_OR_RETURN(auto socket,
                         Socket::Create(h->context_.get(), SocketType::kDealer, options));

@@ -25,9 +25,12 @@ class HeartbeatSender {
  public:
   // Connects to `endpoints` (one per shard) and starts the thread, which
   // sends a HEARTBEAT from `worker` to every shard every `interval`.
+  // `curve`: the worker's keys under security.mode curve (the heartbeats
+  // travel on connections of their own, authenticated as the worker).
   static StatusOr<std::unique_ptr<HeartbeatSender>> Start(const std::vector<std::string>& endpoints,
                                                           uint32_t worker,
-                                                          std::chrono::milliseconds interval);
+                                                          std::chrono::milliseconds interval,
+                                                          const CurveOptions& curve = {});
   // Stops and joins the thread (unsent heartbeats are dropped).
   ~HeartbeatSender();
   HeartbeatSender(const HeartbeatSender&) = delete;

@@ -24,7 +24,7 @@ namespace {
 // those of kJobSectionsOfOtherLayers.
 const std::vector<std::string_view> kTopLevelKeys = {
     "cluster", "tables",  "consistency", "liveness", "rendezvous", "stragglers",
-    "optimizer", "server", "client",     "worker",   "train",      "checkpoint"};
+    "optimizer", "server", "client",     "worker",   "train",      "checkpoint", "security"};
 
 Status ParseServers(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
   PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items,
@@ -260,6 +260,22 @@ Status ParseClient(const YamlReader& r, const YamlValue& value, ClientOptions* c
   return ReadSection(r, value, fields, "a map of client settings", client);
 }
 
+Status ParseSecurity(const YamlReader& r, const YamlValue& value, SecurityOptions* security) {
+  using S = SecurityOptions;
+  const std::vector<YamlField<S>> fields = {
+      EnumField("mode", &S::mode, kSecurityModeNames),
+      {"keys_dir",
+       [](const YamlReader& reader, const YamlValue& v, S* s) {
+         PS_RETURN_IF_ERROR(reader.ReadString(v, "a folder of key files", &s->keys_dir));
+         if (s->keys_dir.empty()) {
+           return reader.Error(v, "an empty path", "the folder `ps_ctl keygen` wrote");
+         }
+         return Status::Ok();
+       }},
+  };
+  return ReadSection(r, value, fields, "a map with mode (none, curve) and keys_dir", security);
+}
+
 Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOptions* checkpoint) {
   using C = CheckpointOptions;
   const std::vector<YamlField<C>> fields = {
@@ -337,6 +353,7 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   PS_RETURN_IF_ERROR(section("client", ParseClient, &job->client));
   PS_RETURN_IF_ERROR(section("worker", ParseWorker, &job->worker));
   PS_RETURN_IF_ERROR(section("checkpoint", ParseCheckpoint, &job->checkpoint));
+  PS_RETURN_IF_ERROR(section("security", ParseSecurity, &job->security));
   // The sections of other layers: read by their layer's reader, or skipped.
   for (const JobSection& other : sections) {
     if (const YamlValue* value = top.Find(other.key)) PS_RETURN_IF_ERROR(other.read(r, *value));

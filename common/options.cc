@@ -417,6 +417,20 @@ Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c)
   return Status::Ok();
 }
 
+Status ValidateSecurity(const std::string& source, const SecurityOptions& s) {
+  if (s.mode == SecurityMode::kCurve && s.keys_dir.empty()) {
+    return InvalidOption(source, "security.keys_dir", "missing under mode curve",
+                         "the folder of the job's keys: make it with `ps_ctl keygen --config "
+                         "<job.yaml> --dir <folder>` and name it here");
+  }
+  if (s.mode == SecurityMode::kNone && !s.keys_dir.empty()) {
+    return InvalidOption(source, "security.keys_dir",
+                         "set, but security.mode is none, so no key would be used",
+                         "mode: curve to use the keys, or no keys_dir");
+  }
+  return Status::Ok();
+}
+
 // Timeouts of different sections that must fit together.
 Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
   if (job.rendezvous.timeout_ms < 1) {
@@ -456,6 +470,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
   PS_RETURN_IF_ERROR(ValidateTimeouts(source, *this));
+  PS_RETURN_IF_ERROR(ValidateSecurity(source, security));
   return ValidateCheckpoint(source, checkpoint);
 }
 

@@ -360,6 +360,29 @@ struct ClientOptions {
   uint32_t io_threads = 1;
 };
 
+enum class SecurityMode { kNone, kCurve };
+
+inline constexpr EnumName<SecurityMode> kSecurityModeNames[] = {
+    {"none", SecurityMode::kNone},
+    {"curve", SecurityMode::kCurve},
+};
+
+// Who may talk to the servers (DESIGN.md section 10, common/security.h).
+struct SecurityOptions {
+  // kNone: plain TCP; any process that reaches a server's port can read,
+  // change and stop the job (for a trusted network or one host only).
+  // kCurve: CurveZMQ on every socket: traffic is encrypted, and a server
+  // lets in only the client keys of the job (each worker's own key, and
+  // the admin's), takes each sender's identity from its key, and lets only
+  // the admin key stop, checkpoint or inspect it. Default kNone.
+  SecurityMode mode = SecurityMode::kNone;
+  // kCurve: the folder of the job's key files (`ps_ctl keygen` writes
+  // them; common/security.h lists the names). Each process reads only the
+  // files of its role. A relative path is taken from the current
+  // directory, as checkpoint.dir is. Required with kCurve; empty with kNone.
+  std::string keys_dir;
+};
+
 // Checkpoints of every shard's tables in RocksDB (DESIGN.md section 7,
 // server/checkpoint.h).
 struct CheckpointOptions {
@@ -400,6 +423,7 @@ struct JobOptions {
   ServerOptions server;
   ClientOptions client;
   CheckpointOptions checkpoint;
+  SecurityOptions security;
 
   // Checks every field; returns InvalidArgument naming the YAML path
   // ("<source>: tables[1].rows: ...") of the first problem.

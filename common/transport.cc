@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "common/endpoint.h"
 
@@ -119,6 +120,11 @@ std::byte* Frame::mutable_data() { return static_cast<std::byte*>(zmq_msg_data(A
 
 size_t Frame::size() const { return zmq_msg_size(AsMsg(msg())); }
 
+std::string Frame::Property(const char* name) const {
+  const char* value = zmq_msg_gets(const_cast<zmq_msg_t*>(AsMsg(msg())), name);
+  return value != nullptr ? std::string(value) : std::string();
+}
+
 StatusOr<std::unique_ptr<Context>> Context::Create(int io_threads) {
   void* ctx = zmq_ctx_new();
   if (ctx == nullptr) return ZmqError("creating a ZeroMQ context");
@@ -147,6 +153,15 @@ StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType ty
   } else if (type == SocketType::kPair) {
     zmq_type = ZMQ_PAIR;
     name = "PAIR";
+  } else if (type == SocketType::kRep) {
+    zmq_type = ZMQ_REP;
+    name = "REP";
+  }
+  const CurveOptions& curve = options.curve;
+  if (curve.enabled() && curve.server && !context->zap_running_.load()) {
+    // libzmq lets every client key in when no ZAP handler answers.
+    return FailedPreconditionError(std::string("a CURVE server ") + name +
+                                   " needs a ZapHandler running in its context");
   }
   void* s = zmq_socket(context->ctx_, zmq_type);
   if (s == nullptr) return ZmqError(std::string("creating a ") + name + " socket");
@@ -167,6 +182,31 @@ StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType ty
   int64_t max = options.max_frame_bytes;
   if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) != 0) {
     return ZmqError(std::string("setting ZMQ_MAXMSGSIZE on ") + name);
+  }
+  if (curve.enabled()) {
+    auto set_key = [&](int opt, const std::string& key, const char* what) -> Status {
+      if (!IsCurveKey(key)) {
+        return InvalidArgumentError(std::string("the CURVE ") + what + " of a " + name +
+                                    " is not a key (40 characters of Z85)");
+      }
+      if (zmq_setsockopt(s, opt, key.data(), key.size()) != 0) {
+        return ZmqError(std::string("setting the CURVE ") + what + " on " + name);
+      }
+      return Status::Ok();
+    };
+    if (curve.server) {
+      PS_RETURN_IF_ERROR(set_int(ZMQ_CURVE_SERVER, 1, "ZMQ_CURVE_SERVER"));
+      PS_RETURN_IF_ERROR(set_key(ZMQ_CURVE_SECRETKEY, curve.secret_key, "secret key"));
+      // A domain makes libzmq ask the ZAP handler about every handshake.
+      const char domain[] = "ps";
+      if (zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, sizeof(domain) - 1) != 0) {
+        return ZmqError(std::string("setting ZMQ_ZAP_DOMAIN on ") + name);
+      }
+    } else {
+      PS_RETURN_IF_ERROR(set_key(ZMQ_CURVE_SERVERKEY, curve.server_key, "server key"));
+      PS_RETURN_IF_ERROR(set_key(ZMQ_CURVE_PUBLICKEY, curve.public_key, "public key"));
+      PS_RETURN_IF_ERROR(set_key(ZMQ_CURVE_SECRETKEY, curve.secret_key, "secret key"));
+    }
   }
   if (!options.routing_id.empty() &&
       zmq_setsockopt(s, ZMQ_ROUTING_ID, options.routing_id.data(), options.routing_id.size()) != 0) {
@@ -294,8 +334,13 @@ StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Create(Context* 
   // One inproc address per monitor in the process.
   static std::atomic<uint64_t> next{0};
   const std::string address = "inproc://ps-connection-monitor-" + std::to_string(next++);
+  // A connection counts once its handshake succeeded (with CURVE: the
+  // server let this socket in), not when TCP connected.
   if (zmq_socket_monitor(watched->socket_, address.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
     return ZmqError("monitoring the connections of a " + watched->description_);
   }
   auto events = Socket::Create(context, SocketType::kPair, SocketOptions{});
@@ -321,8 +366,13 @@ StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
     if (frames_.empty() || frames_[0].size() < sizeof(uint16_t)) continue;
     uint16_t event = 0;
     std::memcpy(&event, frames_[0].data(), sizeof(event));
-    if (event == ZMQ_EVENT_CONNECTED) return std::optional(ConnectionEvent::kConnected);
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) return std::optional(ConnectionEvent::kConnected);
     if (event == ZMQ_EVENT_DISCONNECTED) return std::optional(ConnectionEvent::kDisconnected);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return std::optional(ConnectionEvent::kRefused);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      return std::optional(ConnectionEvent::kHandshakeFailed);
+    }
   }
 }
 
@@ -330,6 +380,129 @@ std::string ZmqVersion() {
   int major, minor, patch;
   zmq_version(&major, &minor, &patch);
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+StatusOr<CurveKeyPair> NewCurveKeyPair() {
+  if (!zmq_has("curve")) {
+    return UnimplementedError("this libzmq " + ZmqVersion() +
+                              " was built without CURVE; install Debian's libzmq5, which has it");
+  }
+  char public_key[41];
+  char secret_key[41];
+  if (zmq_curve_keypair(public_key, secret_key) != 0) return ZmqError("making a CURVE key pair");
+  return CurveKeyPair{std::string(public_key, 40), std::string(secret_key, 40)};
+}
+
+bool IsCurveKey(std::string_view text) {
+  if (text.size() != 40) return false;
+  const std::string z85(text);
+  uint8_t bytes[32];
+  return zmq_z85_decode(bytes, z85.c_str()) != nullptr;
+}
+
+StatusOr<std::string> CurvePublicKey(const std::string& secret_key) {
+  if (!IsCurveKey(secret_key)) {
+    return InvalidArgumentError("not a CURVE key: expected 40 characters of Z85");
+  }
+  char public_key[41];
+  if (zmq_curve_public(public_key, secret_key.c_str()) != 0) {
+    return ZmqError("deriving a CURVE public key");
+  }
+  return std::string(public_key, 40);
+}
+
+// ZAP (ZeroMQ RFC 27): libzmq asks the handler at this address of the
+// socket's own context about each handshake of a socket with a ZAP domain.
+namespace {
+constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
+
+std::string ZapReplyCode(bool ok) { return ok ? "200" : "400"; }
+}  // namespace
+
+ZapHandler::ZapHandler(Context* context, std::unique_ptr<Socket> socket, Allowlist allowed,
+                       RefusedCallback on_refused)
+    : context_(context), socket_(std::move(socket)), on_refused_(std::move(on_refused)),
+      allowed_(std::move(allowed)) {}
+
+StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(Context* context, Allowlist allowed,
+                                                        RefusedCallback on_refused) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
+                      Socket::Create(context, SocketType::kRep, SocketOptions{}));
+  if (zmq_bind(socket->socket_, kZapEndpoint) != 0) {
+    const int err = zmq_errno();
+    if (err == EADDRINUSE) {
+      return UnavailableError("a ZAP handler already serves this ZeroMQ context");
+    }
+    return ZmqError("binding the ZAP handler at " + std::string(kZapEndpoint), err);
+  }
+  std::unique_ptr<ZapHandler> handler(
+      new ZapHandler(context, std::move(socket), std::move(allowed), std::move(on_refused)));
+  handler->thread_ = std::thread([raw = handler.get()] { raw->Run(); });
+  context->zap_running_.store(true);
+  return handler;
+}
+
+ZapHandler::~ZapHandler() {
+  context_->zap_running_.store(false);
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void ZapHandler::SetAllowlist(Allowlist allowed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allowed_ = std::move(allowed);
+}
+
+void ZapHandler::Run() {
+  std::vector<Frame> request;
+  Socket* sockets[] = {socket_.get()};
+  std::vector<bool> readable;
+  while (!stop_.load()) {
+    auto ready = PollReadable(sockets, 100, &readable);
+    if (!ready.ok() || *ready == 0) continue;
+    auto got = socket_->TryRecv(&request);
+    if (!got.ok() || !*got) continue;
+    // version, request id, domain, address, routing id, mechanism,
+    // credentials...; anything else is answered with a refusal.
+    auto text = [&](size_t i) {
+      return i < request.size() ? std::string(request[i].view()) : std::string();
+    };
+    const std::string mechanism = text(5);
+    Refusal who{text(3), "", mechanism};
+    bool ok = false;
+    std::string user_id;
+    if (request.size() >= 6 && text(0) == "1.0" && mechanism == "CURVE" && request.size() == 7 &&
+        request[6].size() == 32) {
+      char z85[41];
+      if (zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(request[6].data()), 32) !=
+          nullptr) {
+        who.public_key.assign(z85, 40);
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = allowed_.find(who.public_key);
+        if (it != allowed_.end()) {
+          ok = true;
+          user_id = it->second;
+        }
+      }
+    }
+    std::vector<Frame> reply;
+    reply.push_back(Frame::CopyOf("1.0"));
+    reply.push_back(Frame::CopyOf(text(1)));
+    reply.push_back(Frame::CopyOf(ZapReplyCode(ok)));
+    reply.push_back(Frame::CopyOf(ok ? std::string_view("OK") : std::string_view("key not allowed")));
+    reply.push_back(Frame::CopyOf(user_id));
+    reply.push_back(Frame::CopyOf(std::string_view()));  // no metadata
+    // A REP must answer before it reads the next request; libzmq waits
+    // for the answer, so the send never finds a full queue.
+    Status sent = socket_->Send(reply);
+    (void)sent;  // libzmq is gone (context terminating): nothing to answer
+    if (ok) {
+      accepted_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      if (on_refused_) on_refused_(who);
+    }
+  }
 }
 
 }  // namespace ps

@@ -6,13 +6,18 @@
 #ifndef PS_COMMON_TRANSPORT_H_
 #define PS_COMMON_TRANSPORT_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -53,6 +58,11 @@ class Frame {
   std::string_view view() const {
     return {reinterpret_cast<const char*>(data()), size()};
   }
+  // A metadata property of a received frame, empty when it has none:
+  // "User-Id" is the identity the context's ZapHandler gave the connection
+  // the frame came over, "Peer-Address" the peer's IP address. Properties
+  // are set by the connection, never by the sender's bytes.
+  std::string Property(const char* name) const;
 
  private:
   friend class Socket;
@@ -72,12 +82,32 @@ class Context {
 
  private:
   friend class Socket;
+  friend class ZapHandler;
   explicit Context(void* ctx) : ctx_(ctx) {}
   void* const ctx_;
+  // A ZapHandler is running: CURVE server sockets may be made (without
+  // one libzmq would let every client key in).
+  std::atomic<bool> zap_running_{false};
 };
 
 // kPair: the receiving end of a ConnectionMonitor.
-enum class SocketType { kDealer, kRouter, kPair };
+enum class SocketType { kDealer, kRouter, kPair, kRep };
+
+// CurveZMQ (ZeroMQ RFC 26) on a socket: every message encrypted and the
+// peers authenticated by their long-term keys. Keys are Z85 text, 40
+// characters (common/security.h reads them from files).
+struct CurveOptions {
+  // True: this socket is a CURVE server: it needs `secret_key`, and its
+  // context must have a running ZapHandler, which decides which clients
+  // may connect. False: a CURVE client of the server whose public key is
+  // `server_key`, with its own key pair.
+  bool server = false;
+  std::string public_key;
+  std::string secret_key;
+  std::string server_key;
+  // No CURVE (the NULL mechanism: plain TCP) when the secret key is empty.
+  bool enabled() const { return !secret_key.empty(); }
+};
 
 struct SocketOptions {
   // Frames larger than this are refused by ZeroMQ, which drops the
@@ -92,6 +122,8 @@ struct SocketOptions {
   std::string routing_id;
   // Reconnect interval after a peer goes away, milliseconds.
   int reconnect_ivl_ms = 100;
+  // Encryption and authentication; default none.
+  CurveOptions curve;
 };
 
 class Socket {
@@ -120,6 +152,7 @@ class Socket {
 
  private:
   friend class ConnectionMonitor;
+  friend class ZapHandler;
   friend StatusOr<size_t> PollReadable(std::span<Socket* const>, int, std::vector<bool>*);
   Socket(void* socket, std::string description) : socket_(socket), description_(std::move(description)) {}
   void* const socket_;
@@ -129,9 +162,15 @@ class Socket {
 
 // A change in the connections of a socket.
 enum class ConnectionEvent {
-  kConnected,     // a connection to the peer was made (again)
+  kConnected,     // a connection to the peer was made (again): its
+                  // handshake (and with CURVE, authentication) succeeded
   kDisconnected,  // the connection to the peer was lost (the peer closed,
                   // crashed or became unreachable); ZeroMQ reconnects
+  kRefused,       // the peer refused this socket's credentials (a CURVE
+                  // server that does not allow its key); ZeroMQ retries
+  kHandshakeFailed,  // the handshake failed otherwise: the peer speaks
+                     // another mechanism (plain TCP against CURVE) or has
+                     // another key than the one this socket expects
 };
 
 // Watches the connections of one socket (zmq_socket_monitor), so that its
@@ -167,6 +206,70 @@ StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
 
 // "4.3.4": the libzmq version in use.
 std::string ZmqVersion();
+
+// A CurveZMQ key pair in Z85 text.
+struct CurveKeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+// A new random key pair. Unimplemented when libzmq was built without CURVE.
+StatusOr<CurveKeyPair> NewCurveKeyPair();
+// The public key of a secret key; InvalidArgument when `secret_key` is not
+// 40 characters of Z85.
+StatusOr<std::string> CurvePublicKey(const std::string& secret_key);
+// True when `text` is a key: 40 characters of Z85 (32 bytes).
+bool IsCurveKey(std::string_view text);
+
+// Authenticates the CURVE handshakes of every server socket of one context
+// (ZAP, ZeroMQ RFC 27). A client whose public key is on the allowlist is
+// let in, and every message of its connection carries the user id the list
+// gives it (Frame::Property("User-Id")); every other handshake is refused
+// and reported to `on_refused`. Start it before binding a CURVE server
+// socket (Socket::Create refuses otherwise).
+//
+// Thread safety: requests are answered on a thread of its own;
+// SetAllowlist and the counters are safe from any thread. `on_refused`
+// runs on that thread. Destroy it before its Context.
+class ZapHandler {
+ public:
+  // Z85 public key -> user id.
+  using Allowlist = std::unordered_map<std::string, std::string>;
+  struct Refusal {
+    std::string address;     // the client's IP address
+    std::string public_key;  // Z85; empty for a mechanism other than CURVE
+    std::string mechanism;   // "CURVE", "NULL", "PLAIN"
+  };
+  using RefusedCallback = std::function<void(const Refusal&)>;
+
+  // `context` must outlive the handler. Unavailable when another handler
+  // already serves the context.
+  static StatusOr<std::unique_ptr<ZapHandler>> Start(Context* context, Allowlist allowed,
+                                                     RefusedCallback on_refused);
+  ~ZapHandler();
+  ZapHandler(const ZapHandler&) = delete;
+  ZapHandler& operator=(const ZapHandler&) = delete;
+
+  // Replaces the allowlist for handshakes from now on; connections already
+  // let in stay.
+  void SetAllowlist(Allowlist allowed);
+  uint64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  ZapHandler(Context* context, std::unique_ptr<Socket> socket, Allowlist allowed,
+             RefusedCallback on_refused);
+  void Run();
+  Context* const context_;
+  std::unique_ptr<Socket> socket_;  // REP at inproc://zeromq.zap.01
+  const RefusedCallback on_refused_;
+  std::mutex mu_;
+  Allowlist allowed_;  // guarded by mu_
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> accepted_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::thread thread_;
+};
 
 }  // namespace ps
 

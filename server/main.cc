@@ -5,7 +5,8 @@
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
 // common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
-// when serving fails. --check exits 0 after one line on stdout naming the
+// when serving fails. SIGHUP reads the key files again (security.mode
+// curve: a rotated worker key). --check exits 0 after one line on stdout naming the
 // shard and its address; it resolves no name and opens no socket, so it
 // runs where the cluster's names do not resolve (a build machine, an
 // image build, the manifests' offline test).
@@ -35,6 +36,10 @@ namespace {
 ps::ShardServer* g_server = nullptr;
 void OnSignal(int) {
   if (g_server != nullptr) g_server->Stop();
+}
+// SIGHUP: read the job's key files again (a rotated worker key).
+void OnHangup(int) {
+  if (g_server != nullptr) g_server->ReloadKeys();
 }
 }  // namespace
 
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
   g_server = server->get();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  std::signal(SIGHUP, OnHangup);
   ps::Status s = (*server)->Run();
   g_server = nullptr;
   if (!s.ok()) {

@@ -67,6 +67,10 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   // when the shard exits right after sending them; bounded, so a stuck peer
   // cannot hold the exit.
   so.linger_ms = 1000;
+  // Under security.mode curve the ZAP handler runs before the socket binds,
+  // so no handshake is ever let in unchecked.
+  PS_ASSIGN_OR_RETURN(server->access_, ShardAccess::Create(server->job_, shard,
+                                                           server->context_.get(), &so.curve));
   PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
   // The job's own address unless the caller names another (--bind, tests).
   std::string endpoint = bind_endpoint;
@@ -113,6 +117,12 @@ Status ShardServer::Run() {
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
   while (!stop_requested()) {
+    if (reload_keys_.exchange(false, std::memory_order_relaxed)) {
+      if (Status reloaded = access_->ReloadAllowlist(); !reloaded.ok()) {
+        PS_LOG_ERROR("shard {}: the key files were not read again, the old keys stay: {}", shard_,
+                     reloaded.ToString());
+      }
+    }
     auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     // Drain what is queued, but look at the stop flag now and then.
@@ -163,6 +173,14 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     return;
   }
   const MessageHeader& req = request_.header;
+  // Under curve the sender is who its key says, whatever the header claims;
+  // a refused request changes nothing, not even the liveness of the worker
+  // it names.
+  if (Status allowed = access_->Check(body[0], req); !allowed.ok()) {
+    ++counters_.errors;
+    Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
+    return;
+  }
   if (req.op == Op::kHello) {
     // A worker of another job (or another version of this one) is refused
     // before it counts as one of this job's workers.
@@ -572,6 +590,9 @@ std::string ShardServer::StatsReport() const {
   }
   os << "\n";
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
+  os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
+     << access_->refused_handshakes() << " refused_requests " << access_->refused_requests()
+     << "\n";
   for (const TableLayout& t : store_->layouts()) {
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned.begin << ", " << t.owned.end << ")\n";

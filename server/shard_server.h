@@ -49,6 +49,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "server/access.h"
 #include "server/checkpoint.h"
 #include "server/clock_table.h"
 #include "server/recent_pushes.h"
@@ -102,6 +103,9 @@ class ShardServer {
   Status Run();
   // Makes Run() return within ~100 ms. Async-signal-safe.
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  // Makes Run() read the job's key files again soon (security.mode curve:
+  // a rotated worker key). Async-signal-safe (ps_server calls it on SIGHUP).
+  void ReloadKeys() { reload_keys_.store(true, std::memory_order_relaxed); }
   bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
 
   // The bound endpoint with its real port, e.g. "tcp://127.0.0.1:41234".
@@ -205,12 +209,14 @@ class ShardServer {
   const int64_t bound_;       // staleness bound of the job's consistency mode
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
+  std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
   std::unique_ptr<Socket> socket_;
   std::string endpoint_;
   RequestRules rules_;
   Request request_;            // reused across requests to keep its scratch buffers
   std::vector<Frame> reply_;   // reused across replies
   std::atomic<bool> stop_{false};
+  std::atomic<bool> reload_keys_{false};
   std::atomic<uint64_t> rounds_{0};
   ShardServerCounters counters_;
   ClockTable clocks_;

@@ -3,8 +3,11 @@
 //   ps_ctl status     --config job.yaml [--shard N] [--timeout-ms 3000]
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
+//   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
 // Exits 0 when every asked shard answered, 1 when one did not (named in the
-// error), 2 on a bad config or flag.
+// error), 2 on a bad config or flag. keygen writes the job's CurveZMQ key
+// pairs (common/security.h) into --dir, or the job's security.keys_dir, and
+// talks to no server.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -15,6 +18,57 @@
 #include "client/control_client.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "common/security.h"
+
+namespace {
+
+// ps_ctl keygen: the key pairs of every identity of the job, or a new one
+// for one worker.
+int Keygen(const ps::JobOptions& job, std::string dir, bool force, std::optional<uint32_t> rotate) {
+  if (dir.empty()) dir = job.security.keys_dir;
+  if (dir.empty()) {
+    std::fprintf(stderr,
+                 "ps_ctl keygen: where to? Give --dir <folder>, or set security.keys_dir in "
+                 "%s\n",
+                 job.source.c_str());
+    return 2;
+  }
+  if (rotate) {
+    if (*rotate >= job.cluster.workers) {
+      std::fprintf(stderr, "ps_ctl keygen: --rotate %u: the job has workers 0..%u\n", *rotate,
+                   job.cluster.workers - 1);
+      return 2;
+    }
+    if (ps::Status s = ps::RotateWorkerKey(dir, *rotate); !s.ok()) {
+      std::fprintf(stderr, "ps_ctl keygen: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote a new key pair for worker %u in %s (the old public key is kept as "
+                "worker-%u.previous.public). Next: copy worker-%u.public to the server hosts and "
+                "send the servers SIGHUP; restart worker %u with worker-%u.secret; then delete "
+                "worker-%u.previous.public there and send SIGHUP again.\n",
+                *rotate, dir.c_str(), *rotate, *rotate, *rotate, *rotate, *rotate);
+    return 0;
+  }
+  if (ps::Status s = ps::WriteJobKeys(dir, job.cluster.workers, force); !s.ok()) {
+    std::fprintf(stderr, "ps_ctl keygen: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote CurveZMQ key pairs to %s: server, worker-0..worker-%u, admin (secret files "
+              "mode 0600).\n"
+              "Give each host only what its role needs: servers server.secret and every "
+              "*.public; worker r server.public and worker-<r>.secret; ps_ctl and ps_launch "
+              "server.public and admin.secret.\n"
+              "Use them with   security: { mode: curve, keys_dir: %s }\n",
+              dir.c_str(), job.cluster.workers - 1, dir.c_str());
+  if (job.security.mode != ps::SecurityMode::kCurve) {
+    std::printf("(%s has security.mode none: the keys are not used until it says curve)\n",
+                job.source.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job"};
@@ -28,6 +82,16 @@ int main(int argc, char** argv) {
       "checkpoint", "ask every shard to write a checkpoint now and wait until all are written");
   uint32_t wait_s = 600;
   checkpoint->add_option("--wait-s", wait_s, "how long to wait for the writes, seconds");
+  CLI::App* keygen = app.add_subcommand(
+      "keygen", "write the job's CurveZMQ key pairs (security.mode curve); contacts no server");
+  std::string keys_dir;
+  bool force = false;
+  std::optional<uint32_t> rotate;
+  keygen->add_option("--dir", keys_dir, "folder for the keys (default: security.keys_dir)");
+  auto* force_flag = keygen->add_flag("--force", force, "replace the keys a folder already holds");
+  keygen->add_option("--rotate", rotate, "a new key pair for this worker rank only")
+      ->excludes(force_flag);
+  keygen->add_option("--config", config_path, "job YAML file")->required();
   for (CLI::App* sub : {status, shutdown, checkpoint}) {
     sub->add_option("--config", config_path, "job YAML file")->required();
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
@@ -41,6 +105,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_ctl: %s\n", job.status().ToString().c_str());
     return 2;
   }
+  if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   job->client.request_timeout_ms = timeout_ms;
   auto client = ps::ControlClient::Create(*job);
   if (!client.ok()) {

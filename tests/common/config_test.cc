@@ -533,6 +533,44 @@ TEST(ConfigTest, NonLoopbackHostNeedsAllowRemote) {
       {"cluster.servers[0]", "10.0.0.5", "cluster.allow_remote: true"}));
 }
 
+TEST(ConfigTest, CurveWithoutAKeysFolderSaysHowToMakeOne) {
+  EXPECT_TRUE(BadFileRejected("bad_security_curve_without_keys.yaml",
+                              {"security.keys_dir", "missing under mode curve", "ps_ctl keygen"}));
+}
+
+TEST(ConfigTest, UnknownSecurityModeListsTheModes) {
+  EXPECT_TRUE(BadFileRejected("bad_security_mode.yaml",
+                              {"security.mode", "\"tls\"", "one of none, curve"}));
+}
+
+TEST(ConfigTest, KeysFolderWithoutCurveIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_security_keys_without_curve.yaml",
+                              {"security.keys_dir", "security.mode is none"}));
+}
+
+TEST(ConfigTest, KeyTextInTheJobFileIsRejected) {
+  // The job file names a folder of key files, never a key.
+  EXPECT_TRUE(BadFileRejected("bad_security_key_text.yaml",
+                              {"security", "server_secret_key", "keys_dir"}));
+}
+
+TEST(ConfigTest, SecuritySectionIsRead) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "security: { mode: curve, keys_dir: /etc/ps/keys }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->security.mode, SecurityMode::kCurve);
+  EXPECT_EQ(job->security.keys_dir, "/etc/ps/keys");
+  auto plain = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n",
+      "inline.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->security.mode, SecurityMode::kNone);
+}
+
 TEST(ConfigTest, ZeroWorkersIsRejected) {
   EXPECT_TRUE(
       BadFileRejected("bad_zero_workers.yaml", {"cluster.workers: got 0"}));

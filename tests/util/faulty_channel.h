@@ -203,9 +203,10 @@ class FaultyChannel final : public Channel {
 class FaultyChannels {
  public:
   ChannelFactory Factory() {
-    return [this](Context* context, uint32_t shard,
-                  const std::string& endpoint) -> StatusOr<std::unique_ptr<Channel>> {
-      PS_ASSIGN_OR_RETURN(std::unique_ptr<Channel> inner, ZmqChannel::Connect(context, endpoint));
+    return [this](Context* context, uint32_t shard, const std::string& endpoint,
+                  const CurveOptions& curve) -> StatusOr<std::unique_ptr<Channel>> {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<Channel> inner,
+                          ZmqChannel::Connect(context, endpoint, curve));
       auto channel = std::make_unique<FaultyChannel>(std::move(inner));
       if (channels_.size() <= shard) channels_.resize(shard + 1, nullptr);
       channels_[shard] = channel.get();
