@@ -113,6 +113,12 @@ Status ShardServer::Run() {
               bound_ == kUnboundedStaleness ? std::string("asp")
                                             : "staleness " + std::to_string(bound_),
               AgreementFingerprint(agreement_));
+  if (!access_->enabled() && job_.cluster.allow_remote) {
+    PS_LOG_WARN("shard {}: security.mode none on {}: any program that reaches this port can "
+                "read, change and stop the job; on a shared network use security.mode curve "
+                "(README, \"Security\")",
+                shard_, endpoint_);
+  }
   std::vector<Frame> frames;
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
