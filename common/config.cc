@@ -243,6 +243,8 @@ Status ParseServer(const YamlReader& r, const YamlValue& value, ServerOptions* s
       UnsignedField("max_keys_per_request", &S::max_keys_per_request),
       UnsignedField("io_threads", &S::io_threads),
       BoolField("reject_non_finite", &S::reject_non_finite),
+      EnumField("on_non_finite_result", &S::on_non_finite_result, kNonFiniteResultPolicyNames),
+      UnsignedField("max_resume_clocks", &S::max_resume_clocks),
       BoolField("exit_when_workers_leave", &S::exit_when_workers_leave),
   };
   return ReadSection(r, value, fields, "a map of server limits", server);

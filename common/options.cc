@@ -33,6 +33,8 @@ constexpr uint32_t kMaxIoThreads = 64;
 constexpr uint32_t kMaxCpuThreads = 1024;
 // Smallest max_request_bytes: below this not even a header fits.
 constexpr uint64_t kMinRequestBytes = 1024;
+// The largest clock a request may carry (common/wire.h's kMaxClock).
+constexpr uint64_t kMaxResumeClocks = uint64_t{1} << 62;
 
 constexpr std::string_view kEndpointForm =
     "\"host:port\" with a non-empty host and port 1..65535, e.g. "
@@ -281,6 +283,11 @@ Status ValidateServer(const std::string& source, const ServerOptions& server) {
                    "got " + std::to_string(server.max_keys_per_request),
                    ">= 1");
   }
+  if (server.max_resume_clocks > kMaxResumeClocks) {
+    return InvalidOption(source, "server.max_resume_clocks",
+                         "got " + std::to_string(server.max_resume_clocks),
+                         "0 (derived from the job) or a clock count up to 2^62");
+  }
   return ValidateIoThreads(source, "server.io_threads", server.io_threads);
 }
 
@@ -385,6 +392,17 @@ std::string OptimizerDescription(const OptimizerOptions& o) {
       NameOf(kOptimizerKindNames, o.kind), o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
       o.warmup_clocks, NameOf(kLrDecayNames, o.decay), o.decay_every, o.decay_gamma,
       o.decay_clocks, o.l1, o.l2);
+}
+
+int64_t EffectiveMaxResumeClocks(const JobOptions& job) {
+  if (job.server.max_resume_clocks > 0) {
+    return static_cast<int64_t>(job.server.max_resume_clocks);
+  }
+  const int64_t bound = job.consistency.Bound();
+  const int64_t lead = bound == kUnboundedStaleness ? kAspResumeLead : bound + 1;
+  const int64_t checkpoint_lag =
+      job.checkpoint.dir.empty() ? 0 : 2 * int64_t{job.checkpoint.every_clocks};
+  return checkpoint_lag + lead + int64_t{job.client.max_in_flight};
 }
 
 std::string JobOptions::Fingerprint() const {

@@ -214,6 +214,15 @@ std::string OptimizerDescription(const OptimizerOptions& optimizer);
 
 enum class DeadWorkerPolicy { kFail, kDrop };
 
+// What a shard does with a push whose result is not finite
+// (ServerOptions::on_non_finite_result).
+enum class NonFiniteResultPolicy { kRefuse, kFlag };
+
+inline constexpr EnumName<NonFiniteResultPolicy> kNonFiniteResultPolicyNames[] = {
+    {"refuse", NonFiniteResultPolicy::kRefuse},
+    {"flag", NonFiniteResultPolicy::kFlag},
+};
+
 inline constexpr EnumName<DeadWorkerPolicy> kDeadWorkerPolicyNames[] = {
     {"fail", DeadWorkerPolicy::kFail},
     {"drop", DeadWorkerPolicy::kDrop},
@@ -334,6 +343,32 @@ struct ServerOptions {
   // applied), so one bad gradient cannot poison the model. Costs one
   // vectorized pass over the pushed values. Default true.
   bool reject_non_finite = true;
+  // A push of finite values whose result is not finite: a value (or
+  // optimizer state) that the update overflows to Inf or turns into NaN,
+  // e.g. sgd's w - lr * g past 3.4e38. kRefuse: the push gets an ERROR
+  // (OutOfRange) naming the table and a row, and no row of it is applied
+  // (the rows it touched are saved before the update and put back). kFlag:
+  // applied; the table is flagged (STATS: non_finite_rows) and logged once.
+  // An aggregated update (consistency.aggregate) answers no single push:
+  // under kRefuse the rows whose result would not be finite keep their
+  // values, under kFlag they take it; both count and log as above.
+  // Default kRefuse.
+  NonFiniteResultPolicy on_non_finite_result = NonFiniteResultPolicy::kRefuse;
+  // How far above the clock a shard holds for a worker the first clock it
+  // accepts from that worker may be (a CLOCK, a resume, or the clock of a
+  // PUSH or PULL), when it has not heard the worker's clock since the shard
+  // started, since the worker's HELLO, or since the worker's requests began
+  // arriving on a new connection; after that a worker moves one clock per
+  // CLOCK. Clocks. 0 (default): derived from the job, as
+  // EffectiveMaxResumeClocks says: a shard restarted from its newest
+  // checkpoint is behind the workers by less than 2 x
+  // checkpoint.every_clocks (a generation being written when it died is
+  // lost) plus the staleness bound plus 1 (a worker's lead over the
+  // minimum clock), and a worker that rejoins or reconnects is ahead of a
+  // shard by at most client.max_in_flight CLOCKs lost in flight. A clock
+  // beyond it is refused (a forged or corrupt request), so no message moves
+  // a clock further. At most 2^62.
+  uint64_t max_resume_clocks = 0;
   // Exit (code 0) once every worker has left the job: said goodbye when it
   // finished, or was dropped as dead (liveness.on_dead_worker: drop), so
   // that a job under mpirun, srun or a Kubernetes Job ends when its workers
@@ -437,6 +472,14 @@ struct JobOptions {
   // rows, dim and optimizer (not the addresses, the workers or the limits).
   std::string Fingerprint() const;
 };
+
+// server.max_resume_clocks, or when it is 0 the window derived from the
+// job: 2 x checkpoint.every_clocks (0 without checkpoint.dir) + the
+// staleness bound + 1 + client.max_in_flight; under asp, whose bound is
+// unlimited, kAspResumeLead stands for the bound (raise max_resume_clocks
+// for asp runs where one worker leads the slowest by more).
+int64_t EffectiveMaxResumeClocks(const JobOptions& job);
+inline constexpr int64_t kAspResumeLead = 1000000;
 
 // The InvalidArgument of a bad option, as JobOptions::Validate() and the
 // checks of the layers above word it: "<source>: <path>: <problem>;

@@ -1,6 +1,7 @@
 #include "common/update_rule.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace ps {
 
@@ -138,6 +139,22 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
       return;
     }
   }
+}
+
+// Works on the bit pattern with an OR reduction so that the loop
+// vectorizes: (exponent + one exponent step) carries into bit 31 only for
+// an all-ones exponent (Inf or NaN). Kept out of line: inlined into a
+// caller, g++ 12 leaves it scalar (5x slower). Built for AVX2 and baseline
+// x86-64; the loader picks what the CPU has.
+[[gnu::noinline, gnu::target_clones("avx2", "default")]] bool AllFinite(const float* v,
+                                                                        size_t n) {
+  uint32_t acc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    acc |= (bits & 0x7f800000u) + 0x00800000u;
+  }
+  return (acc & 0x80000000u) == 0;
 }
 
 void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n) {

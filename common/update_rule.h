@@ -25,6 +25,10 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
 // REQUIRES: optimizer.Slots() == 0.
 void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n);
 
+// True when every one of v[0..n) is finite (no NaN, no Inf). One
+// vectorized pass over the bit patterns.
+bool AllFinite(const float* v, size_t n);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_UPDATE_RULE_H_

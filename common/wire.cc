@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/options.h"
+#include "common/update_rule.h"
 #include "ps.pb.h"
 
 namespace ps {
@@ -112,23 +113,6 @@ template std::span<const uint64_t> FrameAs(const Frame&, std::vector<uint64_t>*)
 template std::span<const float> FrameAs(const Frame&, std::vector<float>*);
 
 namespace {
-
-// True when every value is finite. Works on the bit pattern with an OR
-// reduction so that the loop vectorizes: (exponent + one exponent step)
-// carries into bit 31 only for an all-ones exponent (Inf or NaN). Kept out
-// of line: inlined into DecodeRequest, g++ 12 leaves it scalar (5x slower).
-// Built for AVX2 and baseline x86-64; the loader picks what the CPU has.
-[[gnu::noinline, gnu::target_clones("avx2", "default")]] bool AllFinite(
-    std::span<const float> values) {
-  uint32_t acc = 0;
-  const float* v = values.data();
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, v + i, sizeof(bits));
-    acc |= (bits & 0x7f800000u) + 0x00800000u;
-  }
-  return (acc & 0x80000000u) == 0;
-}
 
 std::string Where(const MessageHeader& h) {
   return OpName(h.op) + " request " + std::to_string(h.request_id) + " from worker " +
@@ -250,7 +234,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                   std::to_string(static_cast<uint64_t>(value_bytes)));
     }
     values = FrameAs<float>(vf, &out->value_scratch);
-    if (rules.reject_non_finite && !AllFinite(values)) {
+    if (rules.reject_non_finite && !AllFinite(values.data(), values.size())) {
       return InvalidArgumentError(Where(h) + ": pushed values for table '" + t.name +
                                   "' contain NaN or Inf; nothing was applied");
     }

@@ -1,5 +1,7 @@
 #include "server/recent_pushes.h"
 
+#include <algorithm>
+
 namespace ps {
 
 RecentPushes::RecentPushes(uint32_t num_workers, size_t per_worker)
@@ -19,6 +21,14 @@ bool RecentPushes::Insert(uint32_t worker, uint64_t session, uint64_t request_id
     w.order.pop_front();
   }
   return true;
+}
+
+void RecentPushes::Forget(uint32_t worker, uint64_t session, uint64_t request_id) {
+  Window& w = windows_[worker];
+  const Id id{session, request_id};
+  if (w.ids.erase(id) == 0) return;
+  // Rare (a refused push): a linear search of at most per_worker_ ids.
+  w.order.erase(std::find(w.order.begin(), w.order.end(), id));
 }
 
 }  // namespace ps

@@ -33,6 +33,10 @@ class RecentPushes {
   // REQUIRES: worker < num_workers.
   bool Insert(uint32_t worker, uint64_t session, uint64_t request_id);
 
+  // Forgets a push recorded by Insert (one that was refused after all: a
+  // copy sent again is then handled afresh, not acknowledged as applied).
+  void Forget(uint32_t worker, uint64_t session, uint64_t request_id);
+
   // Repeats seen so far.
   uint64_t repeats() const { return repeats_; }
 

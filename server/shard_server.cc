@@ -15,12 +15,14 @@ std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_p
 
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock)
     : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
-      bound_(job.consistency.Bound()), clocks_(job.cluster.workers),
+      bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
+      clocks_(job.cluster.workers),
       workers_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
-      agreement_(EncodeAgreement(job)), rate_sampled_(clock_->Now()), started_(rate_sampled_) {
+      non_finite_logged_(job.tables.size(), false), agreement_(EncodeAgreement(job)),
+      rate_sampled_(clock_->Now()), started_(rate_sampled_) {
   // A worker that never spoke counts as silent only from the end of the
   // start-up grace period: processes may start in any order.
   const auto grace = std::chrono::milliseconds(job.rendezvous.timeout_ms);
@@ -219,6 +221,13 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
       return;
     }
+    if (Status clock = CheckClock(req, routing_id); !clock.ok()) {
+      ++counters_.errors;
+      ++counters_.refused_clocks;
+      PS_LOG_WARN("shard {}: refused request: {}", shard_, clock.message());
+      Reply(routing_id, MakeErrorHeader(req, shard_, clock));
+      return;
+    }
   }
   MessageHeader reply = ReplyHeader(req);
   switch (req.op) {
@@ -233,18 +242,38 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         Reply(routing_id, reply);
         return;
       }
-      // Acknowledge first, then apply: the push was fully checked, applying
-      // cannot fail, and this thread applies it before reading any later
-      // request, so no reader can see the state without it. The worker's
-      // next message travels while the apply runs.
-      Reply(routing_id, reply);
       if (job_.consistency.aggregate) {
         // Summed into its clock (never one already applied) and applied
-        // with the others' when the last worker finishes that clock.
+        // with the others' when the last worker finishes that clock; the
+        // sum cannot fail, so the acknowledgement goes first.
+        Reply(routing_id, reply);
         store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
-      } else {
-        store_->ApplyPush(request_, clocks_.min_clock());
+        return;
       }
+      if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
+        // Acknowledge first, then apply: the push was fully checked, the
+        // apply cannot fail, and this thread applies it before reading any
+        // later request, so no reader can see the state without it. The
+        // worker's next message travels while the apply runs.
+        Reply(routing_id, reply);
+        store_->ApplyPush(request_, clocks_.min_clock()).IgnoreError();  // kFlag: always OK
+        ReportNonFinite("applied (server.on_non_finite_result: flag)");
+        return;
+      }
+      // Refused when a result is not finite: the reply waits for the apply.
+      if (Status applied = store_->ApplyPush(request_, clocks_.min_clock()); !applied.ok()) {
+        recent_pushes_.Forget(req.worker, req.session, req.request_id);
+        ++counters_.errors;
+        ++counters_.refused_results;
+        Status refused = applied.WithContext("shard " + std::to_string(shard_) + ": PUSH request " +
+                                             std::to_string(req.request_id) + " from worker " +
+                                             std::to_string(req.worker) + " at clock " +
+                                             std::to_string(req.clock));
+        ReportNonFinite("refused (server.on_non_finite_result: refuse): " + refused.message());
+        Reply(routing_id, MakeErrorHeader(req, shard_, refused));
+        return;
+      }
+      Reply(routing_id, reply);
       return;
     case Op::kPull:
       if (!clocks_.PullReady(req.clock, bound_)) {
@@ -381,6 +410,10 @@ void ShardServer::MinClockAdvanced() {
     // The mean over the workers the clock waited for.
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
     store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
+    ReportNonFinite(job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag
+                        ? "applied in an aggregated update (server.on_non_finite_result: flag)"
+                        : "left out of an aggregated update: those rows keep their values "
+                          "(server.on_non_finite_result: refuse)");
   }
   // Every update of the clocks below the minimum is in the store now.
   MaybeCheckpoint();
@@ -525,6 +558,80 @@ void ShardServer::StopWhenWorkersGone() {
   Stop();
 }
 
+Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id) {
+  WorkerState& w = workers_[req.worker];
+  const bool resume = req.op == Op::kHeartbeat && (req.flags & kFlagResume) != 0;
+  if (req.op == Op::kHello) {
+    // A worker process (re)starting: it resumes at the largest clock any
+    // shard answers, which may be above this shard's by CLOCKs it sent
+    // before it stopped that never arrived here.
+    w.connection.assign(reinterpret_cast<const char*>(routing_id.data()), routing_id.size());
+    w.clock_synced = false;
+    return Status::Ok();
+  }
+  if (req.op != Op::kPush && req.op != Op::kPull && req.op != Op::kClock && !resume) {
+    return Status::Ok();  // a beat or a goodbye: its clock changes nothing
+  }
+  const std::string_view connection(reinterpret_cast<const char*>(routing_id.data()),
+                                    routing_id.size());
+  if (connection != w.connection) {
+    // A new connection: what the old one carried last may be lost, and its
+    // queued tail may arrive before the requests sent again.
+    w.connection.assign(connection);
+    w.clock_synced = false;
+  }
+  // Every request may carry at most the clock held (a CLOCK of it is the
+  // next one; a resume at it changes nothing), or up to the window above
+  // it until the worker's clock is heard.
+  const int64_t held = clocks_.clock(req.worker);
+  const std::string what = OpName(req.op) + (resume ? " (resume)" : "") + " request " +
+                           std::to_string(req.request_id) + " from worker " +
+                           std::to_string(req.worker) + " at clock " + std::to_string(req.clock);
+  const int64_t allowed = w.clock_synced ? 0 : resume_window_;
+  if (req.clock - held > allowed) {
+    std::string rule;
+    if (w.clock_synced) {
+      rule = req.op == Op::kClock
+                 ? "a worker finishes one clock per CLOCK: the next is clock " +
+                       std::to_string(held) + " and lower ones are repeats"
+                 : "a worker's requests carry its clock, and its CLOCKs have brought it to " +
+                       std::to_string(held) + " here";
+    } else {
+      rule = "this shard has not heard the worker's clock since " +
+             std::string(w.heard_clock ? "its HELLO or a new connection"
+                                       : "the shard started at clock " +
+                                             std::to_string(started_clock_)) +
+             ", and the first clock it accepts then is at most " + std::to_string(held) + " + " +
+             std::to_string(resume_window_) + " (server.max_resume_clocks" +
+             (job_.server.max_resume_clocks == 0 ? ", derived from the job" : "") + ")";
+    }
+    return FailedPreconditionError(
+        "shard " + std::to_string(shard_) + ": " + what + " refused: this shard holds clock " +
+        std::to_string(held) + " for worker " + std::to_string(req.worker) + ", and " + rule +
+        "; nothing changed. Is this request really from this job's worker " +
+        std::to_string(req.worker) +
+        "? If that worker is this far ahead (e.g. checkpoints failed for a while), restart the "
+        "job from its checkpoints (ps_launch --resume) or raise server.max_resume_clocks");
+  }
+  if (req.op == Op::kClock && req.clock >= kMaxClock) {
+    return InvalidArgumentError(what + ": the clock after it would be above 2^62, the largest "
+                                "clock a request may carry");
+  }
+  if (req.op == Op::kClock || resume) w.clock_synced = true;
+  return Status::Ok();
+}
+
+void ShardServer::ReportNonFinite(const std::string& what) {
+  for (uint32_t t = 0; t < non_finite_logged_.size(); ++t) {
+    if (non_finite_logged_[t] || store_->non_finite_rows(t) == 0) continue;
+    non_finite_logged_[t] = true;
+    PS_LOG_WARN("shard {}: table '{}': an update whose result is not finite (a value or "
+                "optimizer state overflowed to Inf or became NaN) was {}; STATS counts such rows "
+                "(non_finite_rows), and this is logged once per table",
+                shard_, job_.tables[t].name, what);
+  }
+}
+
 void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
   if (workers_[worker].heard_clock) return;
   workers_[worker].heard_clock = true;
@@ -571,6 +678,8 @@ std::string ShardServer::StatsReport() const {
   os << "recovery started_clock " << started_clock_ << " lost_clocks " << lost_clocks_
      << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
      << "\n";
+  os << "refused refused_clocks " << counters_.refused_clocks << " refused_results "
+     << counters_.refused_results << " max_resume_clocks " << resume_window_ << "\n";
   if (checkpoints_ != nullptr) {
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
        << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
@@ -600,8 +709,10 @@ std::string ShardServer::StatsReport() const {
      << access_->refused_handshakes() << " refused_requests " << access_->refused_requests()
      << "\n";
   for (const TableLayout& t : store_->layouts()) {
+    const auto id = static_cast<uint32_t>(&t - store_->layouts().data());
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
-       << t.owned.begin << ", " << t.owned.end << ")\n";
+       << t.owned.begin << ", " << t.owned.end << ") non_finite_rows "
+       << store_->non_finite_rows(id) << "\n";
   }
   return os.str();
 }

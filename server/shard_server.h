@@ -24,6 +24,20 @@
 // the minimum back until it speaks again (a restarted worker rejoins at the
 // minimum clock). A HEARTBEAT with kFlagLeaving says goodbye.
 //
+// Clocks: a worker's clock moves only as the protocol moves it. A CLOCK of
+// the clock the shard holds for the worker is the next one, a lower one is
+// a repeat (acknowledged, no effect), and a higher one is refused; a
+// resume may not move the clock either, and a PUSH or PULL may not carry a
+// clock above it. Until the shard hears a worker's clock (after the shard
+// started, the worker's HELLO, or when its requests come on a new
+// connection: ZeroMQ may lose the middle of what a broken connection
+// carried and deliver its queued tail first), the first clock may be up
+// to EffectiveMaxResumeClocks(job) above the one held. A refused request
+// gets an ERROR naming the worker and both clocks, and changes nothing.
+//
+// Results: a push whose result is not finite is refused, or applied and
+// its table flagged (ServerOptions::on_non_finite_result).
+//
 // Recovery (DESIGN.md section 7): a shard restarted from a checkpoint
 // learns where the workers are from their HEARTBEATs with kFlagResume (and
 // CLOCKs), logs how many clocks of updates it lost, and acknowledges a push
@@ -70,6 +84,8 @@ struct ShardServerCounters {
   uint64_t bytes_out = 0;  // reply bytes, all frames
   uint64_t repeated_pushes = 0;  // pushes acknowledged but not applied again
   uint64_t resumes = 0;          // HEARTBEATs with kFlagResume
+  uint64_t refused_clocks = 0;   // requests refused for a clock the protocol does not allow
+  uint64_t refused_results = 0;  // pushes refused for a result that is not finite
 };
 
 class ShardServer {
@@ -171,6 +187,17 @@ class ShardServer {
   // clock `clock`; the worker's updates of clocks [started_clock_, clock)
   // never reached this process (a restart from a checkpoint lost them).
   void HeardClock(uint32_t worker, int64_t clock);
+  // OK when the clock of `req` (a worker's request, arrived on the
+  // connection `routing_id` names) is one the protocol allows (see the top
+  // of this file); otherwise the error for its ERROR reply:
+  // FailedPrecondition naming the worker, the clock sent and the clock this
+  // shard holds, or InvalidArgument for a CLOCK of kMaxClock. Notes the
+  // connection and, for a HELLO, that the worker's clock is to be heard
+  // again; changes no clock.
+  Status CheckClock(const MessageHeader& req, const Frame& routing_id);
+  // Logs, once per table, rows whose result was not finite since the last
+  // call (ShardStore::non_finite_rows), saying what `what` did with them.
+  void ReportNonFinite(const std::string& what);
   // Answers every waiting pull with `status`.
   void FailWaitingPulls(const Status& status);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
@@ -188,6 +215,12 @@ class ShardServer {
     bool left = false;           // said goodbye (or finished while the shard was down)
     bool heard_clock = false;    // a CLOCK or resume told this process its clock
     bool refused = false;        // a HELLO of another job was refused (logged once)
+    // Routing id of the connection its last request came on (heartbeat
+    // beats, on a connection of their own, aside), and whether a CLOCK or
+    // resume of it was accepted on that connection since the shard started
+    // or its last HELLO (CheckClock).
+    std::string connection;
+    bool clock_synced = false;
     // The parameter-cache counts its last heartbeat reported.
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
@@ -207,6 +240,7 @@ class ShardServer {
   const SteadyClock steady_clock_;
   const Clock* const clock_;  // steady_clock_ unless Create was given one
   const int64_t bound_;       // staleness bound of the job's consistency mode
+  const int64_t resume_window_;  // EffectiveMaxResumeClocks(job_)
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
@@ -229,6 +263,8 @@ class ShardServer {
   RecentPushes recent_pushes_;
   int64_t started_clock_ = 0;
   int64_t lost_clocks_ = 0;
+  // Per table: whether rows whose result was not finite were logged.
+  std::vector<bool> non_finite_logged_;
   // The job as the rendezvous compares it (EncodeAgreement).
   const std::string agreement_;
   // Checkpoints (null without checkpoint.dir).

@@ -37,6 +37,14 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
     clock = restore_clock;
   }
   const std::string where = checkpoints_->GenerationPath(clock);
+  if (clock >= kMaxClock) {
+    // Workers would resume there and could not send a single request.
+    return FailedPreconditionError(
+        "shard " + std::to_string(shard_) + ": " + where + " is of clock " +
+        std::to_string(clock) + ", and workers resuming there could not finish a clock (requests "
+        "carry clocks up to 2^62); restore an older generation with --restore-clock, or start "
+        "with a new checkpoint.dir");
+  }
   const auto start = std::chrono::steady_clock::now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).

@@ -15,6 +15,10 @@ namespace {
 
 // Rows per block: about 1 MiB of values, at least one row.
 constexpr uint64_t kBlockFloats = 256 * 1024;
+// A dense run is updated, saved (kRefuse) and checked for results that are
+// not finite in pieces of about this many floats (8 KiB per array), so the
+// check reads what the update just wrote from the L1 cache.
+constexpr uint64_t kCheckFloats = 2048;
 
 // SplitMix64: a counter-based generator, so a row's initial values can be
 // computed from its index alone on any shard.
@@ -53,6 +57,7 @@ float InitialValue(const InitOptions& init, uint64_t row, uint32_t col) {
 StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, uint32_t shard,
                                                         bool initialize) {
   std::unique_ptr<ShardStore> store(new ShardStore());
+  store->refuse_non_finite_ = job.server.on_non_finite_result == NonFiniteResultPolicy::kRefuse;
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
   for (const TableOptions& t : job.tables) {
     Table table;
@@ -120,30 +125,108 @@ void ShardStore::Update(const Table& table, Block* block, size_t offset, const f
                  table.optimizer.LearningRate(clock), clock + 1);
 }
 
-void ShardStore::ApplyPush(const Request& request, int64_t clock) {
+bool ShardStore::Finite(const Table& table, const Block& block, size_t offset, size_t n) {
+  if (!AllFinite(block.values.data() + offset, n)) return false;
+  for (uint32_t k = 0; k < table.optimizer.Slots(); ++k) {
+    if (!AllFinite(block.slots[k].data() + offset, n)) return false;
+  }
+  return true;
+}
+
+void ShardStore::Save(const Table& table, Block* block, size_t offset, size_t n) {
+  const uint32_t slots = table.optimizer.Slots();
+  const size_t at = undo_used_;
+  const size_t need = at + n * (1 + slots);
+  if (need > undo_capacity_) {
+    // Grown by doubling and never zeroed: saving costs one copy only.
+    const size_t capacity = std::max(need, 2 * undo_capacity_);
+    std::unique_ptr<float[]> grown(new float[capacity]);
+    std::memcpy(grown.get(), undo_.get(), at * sizeof(float));
+    undo_ = std::move(grown);
+    undo_capacity_ = capacity;
+  }
+  undo_used_ = need;
+  float* saved = undo_.get() + at;
+  std::memcpy(saved, block->values.data() + offset, n * sizeof(float));
+  for (uint32_t k = 0; k < slots; ++k) {
+    std::memcpy(saved + (k + 1) * n, block->slots[k].data() + offset, n * sizeof(float));
+  }
+  saved_.push_back({block, offset, n, at});
+}
+
+void ShardStore::PutBack(const Table& table) {
+  const uint32_t slots = table.optimizer.Slots();
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    const float* saved = undo_.get() + it->at;
+    std::memcpy(it->block->values.data() + it->offset, saved, it->n * sizeof(float));
+    for (uint32_t k = 0; k < slots; ++k) {
+      std::memcpy(it->block->slots[k].data() + it->offset, saved + (k + 1) * it->n,
+                  it->n * sizeof(float));
+    }
+  }
+  saved_.clear();
+  undo_used_ = 0;
+}
+
+Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
+  const bool refuse = refuse_non_finite_;
+  saved_.clear();
+  undo_used_ = 0;
+  // Updates rows [row, row + rows) (global ids), which lie at `offset` of
+  // `block`; false when a result is not finite, with *bad the first such row.
+  uint64_t bad = 0;
+  auto update = [&](Block* block, size_t offset, const float* g, uint64_t row, uint64_t rows) {
+    const size_t n = static_cast<size_t>(rows) * dim;
+    if (refuse) Save(t, block, offset, n);
+    Update(t, block, offset, g, n, clock);
+    if (Finite(t, *block, offset, n)) return true;
+    bool first = true;
+    for (uint64_t r = 0; r < rows; ++r) {
+      if (Finite(t, *block, offset + r * dim, dim)) continue;
+      ++t.non_finite_rows;
+      if (first) bad = row + r;
+      first = false;
+    }
+    return !refuse;  // kFlag: counted, and the push goes on
+  };
   const float* g = request.values.data();
+  bool ok = true;
   if (request.header.dense()) {
+    const uint64_t piece = std::max<uint64_t>(1, kCheckFloats / std::max<uint32_t>(1, dim));
     ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
                     [&](uint64_t block, uint64_t in_block, uint64_t n) {
-                      Update(t, Writable(t, block), in_block * dim, g, n * dim, clock);
-                      g += n * dim;
+                      if (!ok) return;
+                      Block* b = Writable(t, block);
+                      for (uint64_t r = 0; r < n && ok; r += piece) {
+                        const uint64_t rows = std::min(piece, n - r);
+                        const uint64_t row = t.layout.owned.begin + block * rpb + in_block + r;
+                        ok = update(b, (in_block + r) * dim, g, row, rows);
+                        g += rows * dim;
+                      }
                     });
-    return;
-  }
-  uint64_t last_block = ~0ull;
-  Block* base = nullptr;
-  for (size_t i = 0; i < request.keys.size(); ++i) {
-    const uint64_t row = request.keys[i] - t.layout.owned.begin;
-    const uint64_t block = row / rpb;
-    if (block != last_block) {
-      base = Writable(t, block);
-      last_block = block;
+  } else {
+    uint64_t last_block = ~0ull;
+    Block* base = nullptr;
+    for (size_t i = 0; i < request.keys.size() && ok; ++i) {
+      const uint64_t row = request.keys[i] - t.layout.owned.begin;
+      const uint64_t block = row / rpb;
+      if (block != last_block) {
+        base = Writable(t, block);
+        last_block = block;
+      }
+      ok = update(base, (row % rpb) * dim, g + i * dim, request.keys[i], 1);
     }
-    Update(t, base, (row % rpb) * dim, g + i * dim, dim, clock);
   }
+  if (ok) return Status::Ok();
+  PutBack(t);
+  return OutOfRangeError("table '" + t.layout.name + "': the update of row " +
+                         std::to_string(bad) + " (" + OptimizerDescription(t.optimizer) +
+                         ") gives a value or optimizer state that is not finite; no row of the "
+                         "push was applied (server.on_non_finite_result: refuse). Lower the "
+                         "learning rate or clip the gradients");
 }
 
 void ShardStore::Accumulate(const Request& request, int64_t clock) {
@@ -188,11 +271,40 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
         float* g = sum.values.data() + b * block_floats;
         const size_t n = t.blocks[b]->values.size();
         for (size_t i = 0; i < n; ++i) g[i] *= scale;
-        Update(t, Writable(t, b), 0, g, n, clock);
+        ApplyChecked(t, Writable(t, b), g, n, clock);
       }
     }
     sums_.erase(sums_.begin());
   }
+}
+
+void ShardStore::ApplyChecked(Table& t, Block* block, const float* g, size_t n, int64_t clock) {
+  const uint32_t dim = t.layout.dim;
+  const size_t piece = std::max<size_t>(1, kCheckFloats / std::max<uint32_t>(1, dim)) * dim;
+  const uint32_t slots = t.optimizer.Slots();
+  for (size_t offset = 0; offset < n; offset += piece) {
+    const size_t m = std::min(piece, n - offset);
+    if (refuse_non_finite_) {
+      saved_.clear();
+      undo_used_ = 0;
+      Save(t, block, offset, m);
+    }
+    Update(t, block, offset, g + offset, m, clock);
+    if (Finite(t, *block, offset, m)) continue;
+    // A row whose result is not finite: counted, and under kRefuse put back.
+    for (size_t r = 0; r < m; r += dim) {
+      if (Finite(t, *block, offset + r, dim)) continue;
+      ++t.non_finite_rows;
+      if (!refuse_non_finite_) continue;
+      std::memcpy(block->values.data() + offset + r, undo_.get() + r, dim * sizeof(float));
+      for (uint32_t k = 0; k < slots; ++k) {
+        std::memcpy(block->slots[k].data() + offset + r, undo_.get() + (k + 1) * m + r,
+                    dim * sizeof(float));
+      }
+    }
+  }
+  saved_.clear();
+  undo_used_ = 0;
 }
 
 Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) {

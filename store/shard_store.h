@@ -43,8 +43,14 @@ class ShardStore {
 
   // Applies a PUSH with the table's optimizer, reading the values in place,
   // at the learning rate its schedule gives for minimum clock `clock`.
-  // REQUIRES: `request` passed DecodeRequest against layouts(). Never fails.
-  void ApplyPush(const Request& request, int64_t clock);
+  // A result that is not finite (a value or optimizer state that the update
+  // overflows or makes NaN) is handled as job.server.on_non_finite_result
+  // says: kRefuse: returns OutOfRange naming the table and the row, and no
+  // row of the push changed (each run of rows is saved before its update
+  // and put back); kFlag: applied, counted in non_finite_rows(). Never
+  // fails otherwise.
+  // REQUIRES: `request` passed DecodeRequest against layouts().
+  Status ApplyPush(const Request& request, int64_t clock);
 
   // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
   // to the running sum of clock `clock` instead of applying them.
@@ -53,8 +59,14 @@ class ShardStore {
   // Applies, in clock order, the sum of every clock < `below` scaled by
   // `scale` (1 / workers: their mean) with each table's optimizer (at the
   // learning rate of that clock), and forgets those sums. Only the blocks
-  // that received pushes are touched.
+  // that received pushes are touched. A row whose result is not finite
+  // keeps its values under kRefuse (its update is skipped) and takes the
+  // result under kFlag; either way it counts in non_finite_rows().
   void ApplyAccumulated(int64_t below, float scale);
+
+  // Rows of `table` whose update result was not finite so far: refused,
+  // skipped or (kFlag) applied. REQUIRES: table < layouts().size().
+  uint64_t non_finite_rows(uint32_t table) const { return tables_[table].non_finite_rows; }
 
   // Appends the values a PULL asks for to *frames, row-major in request
   // order: a dense range as frames that share the store's blocks (no copy,
@@ -101,6 +113,16 @@ class ShardStore {
     OptimizerOptions optimizer;
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;
+    uint64_t non_finite_rows = 0;
+  };
+  // A run of elements saved before a push updated them, to put back when
+  // the push is refused (kRefuse): `at` indexes undo_, where the values
+  // and then each slot's elements lie.
+  struct SavedRun {
+    Block* block;
+    size_t offset;
+    size_t n;
+    size_t at;
   };
   ShardStore() = default;
   // The block, made private to the store first if a reply still shares it.
@@ -109,6 +131,19 @@ class ShardStore {
   // learning rate and Adam step of minimum clock `clock`.
   static void Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
                      int64_t clock);
+  // True when elements [offset, offset + n) of the block's values and
+  // optimizer state are all finite.
+  static bool Finite(const Table& table, const Block& block, size_t offset, size_t n);
+  // Saves elements [offset, offset + n) of the block (values and slots) as
+  // the next run of saved_.
+  void Save(const Table& table, Block* block, size_t offset, size_t n);
+  // Update() of elements [0, n) of a block (whole rows) with the checks of
+  // ApplyAccumulated: a row whose result is not finite is counted and,
+  // under kRefuse, keeps its values.
+  void ApplyChecked(Table& table, Block* block, const float* g, size_t n, int64_t clock);
+  // Puts every saved run back, newest first (a row a push names twice gets
+  // its oldest values), and forgets them.
+  void PutBack(const Table& table);
   // Calls fn(block, first row in the block, rows) for each block-sized run
   // of the dense range of `count` rows from the shard-local row `first`.
   template <typename Fn>
@@ -133,6 +168,13 @@ class ShardStore {
   std::vector<TableLayout> layouts_;
   uint64_t copy_on_write_count_ = 0;
   std::map<int64_t, std::vector<TableSum>> sums_;  // by clock
+  bool refuse_non_finite_ = true;  // job.server.on_non_finite_result is kRefuse
+  // Scratch of ApplyPush under kRefuse, kept to reuse its memory: the saved
+  // elements (undo_used_ of undo_capacity_, never zeroed) and their runs.
+  std::unique_ptr<float[]> undo_;
+  size_t undo_capacity_ = 0;
+  size_t undo_used_ = 0;
+  std::vector<SavedRun> saved_;
 };
 
 // The initial value of element `col` of `row` under `init` (deterministic).

@@ -179,19 +179,17 @@ Status LocalParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, flo
 
 Status LocalParamStore::PushDense(uint32_t table, SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, {}, true, gradient.size()));
-  store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], {}, true,
-                                 {gradient.data(), gradient.size()}),
-                    clock_);
-  return Status::Ok();
+  return store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], {}, true,
+                                        {gradient.data(), gradient.size()}),
+                           clock_);
 }
 
 Status LocalParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
                              SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, rows, false, gradient.size()));
-  store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], rows, false,
-                                 {gradient.data(), gradient.size()}),
-                    clock_);
-  return Status::Ok();
+  return store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], rows, false,
+                                        {gradient.data(), gradient.size()}),
+                           clock_);
 }
 
 Status LocalParamStore::EndStep() {

@@ -150,7 +150,8 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "    init: { type: constant, value: -1.5 }\n"
       "    optimizer: { type: add }\n"
       "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
-      " io_threads: 64, reject_non_finite: false }\n"
+      " io_threads: 64, reject_non_finite: false, on_non_finite_result: flag,"
+      " max_resume_clocks: 50 }\n"
       "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2,"
       " push_part_bytes: 4096, cache: false }\n"
       "train: { table: w, features: 8, samples_per_worker: 100,"
@@ -171,6 +172,8 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
   EXPECT_EQ(job->server.max_request_bytes, 1024u);
   EXPECT_EQ(job->server.max_keys_per_request, 7u);
   EXPECT_EQ(job->server.io_threads, 64u);
+  EXPECT_EQ(job->server.on_non_finite_result, NonFiniteResultPolicy::kFlag);
+  EXPECT_EQ(job->server.max_resume_clocks, 50u);
   EXPECT_FALSE(job->server.reject_non_finite);
   EXPECT_EQ(job->client.request_timeout_ms, 5u);
   EXPECT_EQ(job->client.max_in_flight, 6u);
@@ -674,6 +677,13 @@ TEST(ConfigTest, NanStddevIsRejected) {
 TEST(ConfigTest, MaxRequestBytesBelow1024IsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_small_max_request_bytes.yaml",
                               {"server.max_request_bytes: got 1023", "1024"}));
+}
+
+TEST(ConfigTest, BadServerClockAndResultSettingsAreRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_server_max_resume_clocks.yaml",
+                              {"server.max_resume_clocks: got 4611686018427387905", "2^62"}));
+  EXPECT_TRUE(BadFileRejected("bad_server_on_non_finite_result.yaml",
+                              {"server.on_non_finite_result: got \"ignore\"", "refuse", "flag"}));
 }
 
 TEST(ConfigTest, IoThreadsAbove64IsRejected) {

@@ -132,7 +132,8 @@ TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
     }
     if (h.op == Op::kPush) {
       ASSERT_EQ(request.values.size(), h.count * h.dim);
-      (*store)->ApplyPush(request, 0);
+      // Random values may overflow a row: refused, which is fine here.
+      (*store)->ApplyPush(request, 0).IgnoreError();
     } else if (h.op == Op::kPull) {
       std::vector<Frame> out;
       ASSERT_OK((*store)->ReadRows(request, &out));

@@ -69,7 +69,7 @@ TEST(ShardStoreTest, SgdAndAddRulesApplyToTheNamedRows) {
     r.header.dim = 3;
     r.keys = keys;
     r.values = vals;
-    (*store)->ApplyPush(r, 0);
+    ASSERT_OK((*store)->ApplyPush(r, 0));
   }
   auto sgd = (*store)->CopyValues(0);
   auto add = (*store)->CopyValues(1);
@@ -113,7 +113,7 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   // the old values, the store gets the new ones, only the 3 shared blocks
   // were copied.
   std::vector<float> ones(1000 * 1024, 1.0f);
-  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0);
+  ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0));
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (const Frame& f : frames) {
     const auto* v = reinterpret_cast<const float*>(f.data());
@@ -123,7 +123,7 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
 
   // Once the reply is gone, pushes write in place.
   frames.clear();
-  (*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0);
+  ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0));
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
 }
@@ -175,7 +175,7 @@ TEST(ShardStoreOptimizerTest, StateLivesBesideTheValuesAndSurvivesCopyOnWrite) {
   Request pull = r;
   pull.header.op = Op::kPull;
   ASSERT_OK(store->ReadRows(pull, &held));
-  store->ApplyPush(r, 0);
+  ASSERT_OK(store->ApplyPush(r, 0));
   EXPECT_EQ(store->copy_on_write_count(), 1u);
   const auto w = store->CopyValues(0), m = store->CopySlot(0, 0), v = store->CopySlot(0, 1);
   // Adam's first step moves each weight by lr against the gradient's sign.
@@ -184,7 +184,7 @@ TEST(ShardStoreOptimizerTest, StateLivesBesideTheValuesAndSurvivesCopyOnWrite) {
   EXPECT_EQ(w[2], 0.0f);
   EXPECT_NEAR(m[3], 0.2f, 1e-7f);
   EXPECT_NEAR(v[3], 0.004f, 1e-4f * 0.004f);
-  store->ApplyPush(r, 0);
+  ASSERT_OK(store->ApplyPush(r, 0));
   const auto m2 = store->CopySlot(0, 0);
   EXPECT_NEAR(m2[3], 0.9f * 0.2f + 0.2f, 1e-6f);
 }
@@ -206,18 +206,18 @@ TEST(ShardStoreOptimizerTest, AdamStepIsTheClockNotThePushCount) {
   r.header.dim = 1;
   r.header.flags = kFlagDenseRange;
   r.values = g;
-  whole->ApplyPush(r, 0);
+  ASSERT_OK(whole->ApplyPush(r, 0));
   for (uint64_t first : {0u, 2u}) {
     Request p = r;
     p.header.first_row = first;
     p.header.count = 2;
     p.values = std::span<const float>(g).subspan(first, 2);
-    parts->ApplyPush(p, 0);
+    ASSERT_OK(parts->ApplyPush(p, 0));
   }
   EXPECT_EQ(whole->CopyValues(0), parts->CopyValues(0));
   // The first step at clock 0 is bias-corrected with t = 1: lr * sign(g).
   EXPECT_NEAR(parts->CopyValues(0)[2], -0.1f, 1e-6f);
-  whole->ApplyPush(r, 5);
+  ASSERT_OK(whole->ApplyPush(r, 5));
   const float m = 0.9f * 0.1f * 2 + 0.1f * 2;       // slot 0 of row 3 after two steps
   const float v = 0.999f * 0.001f * 4 + 0.001f * 4;  // slot 1
   const double t = 6;                                // clock 5 + 1
@@ -242,10 +242,110 @@ TEST(ShardStoreOptimizerTest, ScheduleFollowsTheClockGiven) {
   r.header.dim = 1;
   r.header.flags = kFlagDenseRange;
   r.values = g;
-  store->ApplyPush(r, 0);   // lr 1
-  store->ApplyPush(r, 10);  // lr 0.5
-  store->ApplyPush(r, 25);  // lr 0.25
+  ASSERT_OK(store->ApplyPush(r, 0));   // lr 1
+  ASSERT_OK(store->ApplyPush(r, 10));  // lr 0.5
+  ASSERT_OK(store->ApplyPush(r, 25));  // lr 0.25
   EXPECT_FLOAT_EQ(store->CopyValues(0)[0], -1.75f);
+}
+
+// One table of `rows` x `dim` under `kind` (sgd: lr 2 with momentum 0.5,
+// so that one finite gradient can overflow a value; others lr 0.1).
+JobOptions OverflowJob(OptimizerKind kind, uint64_t rows, uint32_t dim,
+                       NonFiniteResultPolicy policy) {
+  JobOptions job = Job(1, InitKind::kConstant);
+  job.tables[0].rows = rows;
+  job.tables[0].dim = dim;
+  job.tables[0].optimizer.kind = kind;
+  job.tables[0].optimizer.lr = kind == OptimizerKind::kSgd ? 2.0f : 0.1f;
+  if (kind == OptimizerKind::kSgd) job.tables[0].optimizer.momentum = 0.5f;
+  job.server.on_non_finite_result = policy;
+  return job;
+}
+
+Request DensePush(uint64_t first, std::span<const float> g, uint32_t dim) {
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.first_row = first;
+  r.header.count = g.size() / dim;
+  r.header.dim = dim;
+  r.header.flags = kFlagDenseRange;
+  r.values = g;
+  return r;
+}
+
+TEST(ShardStoreNonFiniteTest, PushWithAResultThatIsNotFiniteIsRefusedWhole) {
+  // Momentum (a slot) and adagrad's sums (whose square overflows first).
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+    // 5000 rows of dim 1: a dense push of them is updated in several
+    // pieces, and the bad row lies in the last.
+    auto store =
+        ShardStore::Create(OverflowJob(kind, 5000, 1, NonFiniteResultPolicy::kRefuse), 0).value();
+    std::vector<float> g(5000, 1.0f);
+    ASSERT_OK(store->ApplyPush(DensePush(0, g, 1), 0));
+    const std::vector<float> values = store->CopyValues(0), slot = store->CopySlot(0, 0);
+    g[4500] = kind == OptimizerKind::kSgd ? -3.4e38f : 3e20f;
+    Status refused = store->ApplyPush(DensePush(0, g, 1), 1);
+    EXPECT_EQ(refused.code(), StatusCode::kOutOfRange) << refused.ToString();
+    EXPECT_NE(refused.message().find("table 't'"), std::string::npos) << refused.message();
+    EXPECT_NE(refused.message().find("row 4500"), std::string::npos) << refused.message();
+    EXPECT_EQ(store->CopyValues(0), values) << "every row, before the bad one too, is unchanged";
+    EXPECT_EQ(store->CopySlot(0, 0), slot);
+    EXPECT_EQ(store->non_finite_rows(0), 1u);
+  }
+}
+
+TEST(ShardStoreNonFiniteTest, RefusedSparsePushNamingARowTwiceLeavesItsOldValues) {
+  auto store = ShardStore::Create(
+                   OverflowJob(OptimizerKind::kAdd, 10, 2, NonFiniteResultPolicy::kRefuse), 0)
+                   .value();
+  const std::vector<float> before = store->CopyValues(0);
+  const std::vector<uint64_t> rows = {3, 7, 3, 5};
+  const std::vector<float> g = {1, 2, 3, 4, 5, 6, 3.4e38f, 3.4e38f};
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.count = 4;
+  r.header.dim = 2;
+  r.keys = rows;
+  r.values = g;
+  ASSERT_OK(store->ApplyPush(r, 0));  // constant 0.5 + 3.4e38: finite
+  const std::vector<float> once = store->CopyValues(0);
+  EXPECT_NE(once, before);
+  EXPECT_EQ(store->ApplyPush(r, 0).code(), StatusCode::kOutOfRange);  // row 5 overflows
+  EXPECT_EQ(store->CopyValues(0), once);
+}
+
+TEST(ShardStoreNonFiniteTest, FlagAppliesAndCountsTheRows) {
+  auto store =
+      ShardStore::Create(OverflowJob(OptimizerKind::kSgd, 8, 2, NonFiniteResultPolicy::kFlag), 0)
+          .value();
+  std::vector<float> g(16, 0.0f);
+  g[4] = g[5] = g[10] = -3.4e38f;  // rows 2 and 5
+  for (int i = 0; i < 12; ++i) ASSERT_OK(store->ApplyPush(DensePush(0, g, 2), i));
+  EXPECT_TRUE(std::isinf(store->CopyValues(0)[4]));
+  EXPECT_EQ(store->CopyValues(0)[0], 0.5f);
+  EXPECT_GE(store->non_finite_rows(0), 2u);
+}
+
+TEST(ShardStoreNonFiniteTest, AggregatedUpdateLeavesOutRowsWhoseResultIsNotFinite) {
+  for (NonFiniteResultPolicy policy :
+       {NonFiniteResultPolicy::kRefuse, NonFiniteResultPolicy::kFlag}) {
+    auto store = ShardStore::Create(OverflowJob(OptimizerKind::kAdd, 6, 1, policy), 0).value();
+    // Two finite pushes whose sum is not: 2 x 3e38 in row 1.
+    const std::vector<float> g = {1, 3e38f, 0, 0, 0, 2};
+    ASSERT_OK(store->ApplyPush(DensePush(0, g, 1), 0));  // row 1: 0.5 + 3e38
+    store->Accumulate(DensePush(0, g, 1), 1);
+    store->Accumulate(DensePush(0, g, 1), 1);
+    store->ApplyAccumulated(2, 1.0f);  // the sum, not the mean: 6e38 overflows
+    const std::vector<float> v = store->CopyValues(0);
+    EXPECT_EQ(v[0], 0.5f + 1 + 2);
+    EXPECT_EQ(v[5], 0.5f + 2 + 4);
+    if (policy == NonFiniteResultPolicy::kRefuse) {
+      EXPECT_EQ(v[1], 0.5f + 3e38f) << "the row keeps its value";
+    } else {
+      EXPECT_TRUE(std::isinf(v[1]));
+    }
+    EXPECT_EQ(store->non_finite_rows(0), 1u);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,421 @@
+// ShardServer against requests that pass DecodeRequest but that the
+// protocol does not allow: clocks no worker can be at (a forged CLOCK,
+// resume, PULL or PUSH far in the future, a CLOCK that skips clocks), and
+// finite pushes whose result is not finite. Each is refused (or, where the
+// job says so, flagged), the shard's state is unchanged, and a
+// well-behaved worker goes on training.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "common/transport.h"
+#include "common/wire.h"
+#include "server/shard_server.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("shard_server_sanity_test_" + name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// One shard on a thread of the test, and raw DEALER connections to it (each
+// Connect() is a new connection, as a reconnecting client or an outside
+// attacker with a plain ZeroMQ socket makes).
+class Shard {
+ public:
+  explicit Shard(const JobOptions& job) : job_(job) {
+    auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*");
+    EXPECT_OK(server);
+    if (!server.ok()) return;
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { run_status_ = server_->Run(); });
+    ctx_ = Context::Create(1).value();
+  }
+  ~Shard() { Stop(); }
+
+  void Stop() {
+    sockets_.clear();
+    if (server_ != nullptr) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  ShardServer& server() { return *server_; }
+  const std::string& endpoint() const { return server_->endpoint(); }
+
+  // A new connection; returns its index.
+  size_t Connect() {
+    auto sock = Socket::Create(ctx_.get(), SocketType::kDealer, SocketOptions{}).value();
+    EXPECT_OK(sock->Connect(server_->endpoint()));
+    sockets_.push_back(std::move(sock));
+    return sockets_.size() - 1;
+  }
+
+  // Sends `frames` on connection `conn` and returns the reply's header
+  // (fails the test after 5 s).
+  MessageHeader Exchange(size_t conn, std::vector<Frame> frames) {
+    EXPECT_OK(sockets_[conn]->Send(frames));
+    std::vector<Frame> reply;
+    std::vector<bool> readable;
+    Socket* socks[] = {sockets_[conn].get()};
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_OK(PollReadable(socks, 100, &readable));
+      auto got = sockets_[conn]->TryRecv(&reply);
+      EXPECT_OK(got);
+      if (got.ok() && *got) {
+        auto h = DecodeHeader({reply[0].data(), reply[0].size()});
+        EXPECT_OK(h);
+        last_values_.clear();
+        if (reply.size() > 1) {
+          const auto* f = reinterpret_cast<const float*>(reply[1].data());
+          last_values_.assign(f, f + reply[1].size() / sizeof(float));
+        }
+        return h.ok() ? *h : MessageHeader();
+      }
+    }
+    ADD_FAILURE() << "no reply within 5 s";
+    return MessageHeader();
+  }
+
+  // A header-only request of `worker` at `clock`.
+  MessageHeader Send(size_t conn, Op op, uint32_t worker, int64_t clock, uint32_t flags = 0) {
+    MessageHeader h;
+    h.op = op;
+    h.request_id = ++request_id_;
+    h.worker = worker;
+    h.clock = clock;
+    h.flags = flags;
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    return Exchange(conn, std::move(req));
+  }
+
+  // A sparse PUSH of `values` (dim floats per row) to `rows` of `table`.
+  MessageHeader Push(size_t conn, uint32_t worker, int64_t clock, uint32_t table,
+                     std::vector<uint64_t> rows, std::vector<float> values) {
+    MessageHeader h;
+    h.op = Op::kPush;
+    h.request_id = ++request_id_;
+    h.session = 42;
+    h.worker = worker;
+    h.clock = clock;
+    h.table = table;
+    h.count = rows.size();
+    h.dim = job_.tables[table].dim;
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    req.push_back(Frame::CopyOf(rows.data(), rows.size() * sizeof(uint64_t)));
+    req.push_back(Frame::CopyOf(values.data(), values.size() * sizeof(float)));
+    return Exchange(conn, std::move(req));
+  }
+
+  // The values of `rows` of `table` (a PULL at clock 0 by `worker`).
+  std::vector<float> Pull(size_t conn, uint32_t worker, uint32_t table,
+                          std::vector<uint64_t> rows) {
+    MessageHeader h;
+    h.op = Op::kPull;
+    h.request_id = ++request_id_;
+    h.worker = worker;
+    h.table = table;
+    h.count = rows.size();
+    h.dim = job_.tables[table].dim;
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    req.push_back(Frame::CopyOf(rows.data(), rows.size() * sizeof(uint64_t)));
+    const MessageHeader reply = Exchange(conn, std::move(req));
+    EXPECT_EQ(reply.op, Op::kPullOk) << reply.text;
+    return last_values_;
+  }
+
+  std::string Stats(size_t conn) { return Send(conn, Op::kStats, kControlWorker, 0).text; }
+
+ private:
+  const JobOptions job_;
+  std::unique_ptr<ShardServer> server_;
+  std::thread thread_;
+  Status run_status_;
+  std::unique_ptr<Context> ctx_;
+  std::vector<std::unique_ptr<Socket>> sockets_;
+  std::vector<float> last_values_;
+  uint64_t request_id_ = 0;
+};
+
+// The line of STATS that starts with `key`.
+std::string StatsLine(const std::string& stats, const std::string& key) {
+  const size_t at = stats.find(key);
+  if (at == std::string::npos) return "";
+  return stats.substr(at, stats.find('\n', at) - at);
+}
+
+void ExpectRefused(const MessageHeader& reply, StatusCode code,
+                   const std::vector<std::string>& words) {
+  EXPECT_EQ(reply.op, Op::kError);
+  EXPECT_EQ(reply.code, code) << reply.text;
+  for (const std::string& w : words) EXPECT_NE(reply.text.find(w), std::string::npos) << reply.text;
+}
+
+// One shard, two workers under bsp: an sgd table and an add table.
+JobOptions TwoWorkerJob() {
+  TableOptions w = TestTable("w", 10, 1, OptimizerKind::kSgd);
+  w.optimizer.lr = 0.1f;
+  return TestJob().Workers(2).Bsp().Liveness(0).Table(w).Table("acc", 10, 1, OptimizerKind::kAdd)
+      .Build();
+}
+
+// Worker `worker` trains `clocks` clocks through a real Client: push 1 to
+// row 9 of `acc`, end the clock; every push and clock must succeed.
+void TrainWell(const JobOptions& job, const std::string& endpoint, uint32_t worker,
+               int64_t clocks) {
+  auto client = Client::Create(job, worker, {endpoint}).value();
+  ASSERT_OK(client->Join());
+  const uint64_t row = 9;
+  for (int64_t c = client->clock(); c < clocks; ++c) {
+    ASSERT_OK(client->PushSync(1, {&row, 1}, SharedFloats::Take(std::vector<float>{1.0f})));
+    ASSERT_OK(client->Wait(*client->Clock()));
+  }
+}
+
+TEST(ShardServerClockTest, ForgedFarFutureClockIsRefusedAndTheClockStays) {
+  const JobOptions job = TwoWorkerJob();
+  Shard shard(job);
+  const size_t attacker = shard.Connect();
+  for (int64_t forged : {int64_t{1} << 62, int64_t{1} << 40}) {
+    ExpectRefused(shard.Send(attacker, Op::kClock, 0, forged), StatusCode::kFailedPrecondition,
+                  {"worker 0", "at clock " + std::to_string(forged), "holds clock 0",
+                   "server.max_resume_clocks"});
+  }
+  EXPECT_EQ(StatsLine(shard.Stats(attacker), "worker_clocks"), "worker_clocks 0 0");
+  // The real workers go on: both finish clocks 0 and 1.
+  std::thread w1([&] { TrainWell(job, shard.endpoint(), 1, 2); });
+  TrainWell(job, shard.endpoint(), 0, 2);
+  w1.join();
+  EXPECT_EQ(StatsLine(shard.Stats(attacker), "worker_clocks"), "worker_clocks 2 2");
+  shard.Stop();
+  EXPECT_EQ(shard.server().clocks().min_clock(), 2);
+  EXPECT_EQ(shard.server().store().CopyValues(1)[9], 4.0f);
+  EXPECT_EQ(shard.server().counters().refused_clocks, 2u);
+}
+
+TEST(ShardServerClockTest, RepeatedClockIsAcknowledgedWithoutEffect) {
+  Shard shard(TwoWorkerJob());
+  const size_t conn = shard.Connect();
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 0, 0).op, Op::kClockOk);
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 0, 1).op, Op::kClockOk);
+  const MessageHeader repeat = shard.Send(conn, Op::kClock, 0, 0);
+  EXPECT_EQ(repeat.op, Op::kClockOk) << repeat.text;
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 2 0");
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 0, 2).op, Op::kClockOk);
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 3 0");
+}
+
+TEST(ShardServerClockTest, ClockSkippingAheadIsRefused) {
+  Shard shard(TwoWorkerJob());
+  const size_t conn = shard.Connect();
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 1, 0).op, Op::kClockOk);
+  ExpectRefused(shard.Send(conn, Op::kClock, 1, 2), StatusCode::kFailedPrecondition,
+                {"worker 1", "at clock 2", "holds clock 1", "the next is clock 1"});
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 0 1");
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 1, 1).op, Op::kClockOk);  // the next one still is
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 0 2");
+}
+
+TEST(ShardServerClockTest, ForgedResumeBeyondTheWindowIsRefused) {
+  const JobOptions job = TwoWorkerJob();
+  const int64_t window = EffectiveMaxResumeClocks(job);
+  EXPECT_EQ(window, 1 + 256);  // bsp without checkpoints: lead 1 + client.max_in_flight
+  Shard shard(job);
+  const size_t attacker = shard.Connect();
+  ExpectRefused(shard.Send(attacker, Op::kHeartbeat, 0, window + 1, kFlagResume),
+                StatusCode::kFailedPrecondition,
+                {"(resume)", "worker 0", "holds clock 0", "at most 0 + " + std::to_string(window)});
+  ExpectRefused(shard.Send(attacker, Op::kHeartbeat, 0, int64_t{1} << 62, kFlagResume),
+                StatusCode::kFailedPrecondition, {"worker 0"});
+  EXPECT_EQ(StatsLine(shard.Stats(attacker), "worker_clocks"), "worker_clocks 0 0");
+  // Once a worker's clock is heard, a resume may not move it at all.
+  const size_t conn = shard.Connect();
+  EXPECT_EQ(shard.Send(conn, Op::kClock, 1, 0).op, Op::kClockOk);
+  ExpectRefused(shard.Send(conn, Op::kHeartbeat, 1, 3, kFlagResume),
+                StatusCode::kFailedPrecondition, {"worker 1", "holds clock 1"});
+  const MessageHeader resume = shard.Send(conn, Op::kHeartbeat, 1, 1, kFlagResume);
+  EXPECT_EQ(resume.op, Op::kHeartbeatOk) << resume.text;
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 0 1");
+}
+
+TEST(ShardServerClockTest, FarFuturePullIsRefusedNotParked) {
+  Shard shard(TwoWorkerJob());
+  const size_t attacker = shard.Connect();
+  MessageHeader h;
+  h.op = Op::kPull;
+  h.request_id = 5;
+  h.worker = 0;
+  h.clock = int64_t{1} << 40;
+  h.table = 0;
+  h.count = 1;
+  h.dim = 1;
+  h.flags = kFlagDenseRange;
+  std::vector<Frame> req;
+  req.push_back(EncodeHeader(h));
+  ExpectRefused(shard.Exchange(attacker, std::move(req)), StatusCode::kFailedPrecondition,
+                {"PULL request 5", "worker 0", "holds clock 0"});
+  EXPECT_NE(StatsLine(shard.Stats(attacker), "consistency").find("waiting_pulls 0"),
+            std::string::npos);
+}
+
+TEST(ShardServerClockTest, FarFutureAggregatePushIsRefused) {
+  JobOptions job = TwoWorkerJob();
+  job.consistency.aggregate = true;
+  Shard shard(job);
+  const size_t attacker = shard.Connect();
+  ExpectRefused(shard.Push(attacker, 0, int64_t{1} << 40, 1, {3}, {100.0f}),
+                StatusCode::kFailedPrecondition, {"PUSH request", "worker 0", "holds clock 0"});
+  // The workers' clocks 0 and 1 apply only their own pushes (mean 1 each).
+  std::thread w1([&] { TrainWell(job, shard.endpoint(), 1, 2); });
+  TrainWell(job, shard.endpoint(), 0, 2);
+  w1.join();
+  shard.Stop();
+  const std::vector<float> acc = shard.server().store().CopyValues(1);
+  EXPECT_EQ(acc[3], 0.0f);
+  EXPECT_EQ(acc[9], 2.0f);
+}
+
+// One worker, checkpoints every 2 clocks.
+JobOptions CheckpointJob(const std::string& dir) {
+  JobOptions job = TwoWorkerJob();
+  job.cluster.workers = 1;
+  job.checkpoint.dir = dir;
+  job.checkpoint.every_clocks = 2;
+  job.checkpoint.sync = false;
+  job.server.exit_when_workers_leave = false;
+  EXPECT_OK(job.Validate());
+  return job;
+}
+
+TEST(ShardServerClockTest, CheckpointAfterAForgedClockIsNamedWithALegitimateClockAndRestores) {
+  const JobOptions job = CheckpointJob(FreshDir("forged"));
+  {
+    Shard shard(job);
+    const size_t attacker = shard.Connect();
+    ExpectRefused(shard.Send(attacker, Op::kClock, 0, int64_t{1} << 62),
+                  StatusCode::kFailedPrecondition, {"worker 0"});
+    TrainWell(job, shard.endpoint(), 0, 3);
+    const MessageHeader checkpoint = shard.Send(attacker, Op::kCheckpoint, kControlWorker, 0);
+    EXPECT_EQ(checkpoint.op, Op::kCheckpointOk) << checkpoint.text;
+    EXPECT_EQ(checkpoint.clock, 3);
+  }
+  auto dir = CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, 0)).value();
+  EXPECT_EQ(dir->Generations().value(), (std::vector<int64_t>{2, 3}));
+  // A restarted shard restores clock 3, and the worker trains on from there.
+  Shard restarted(job);
+  TrainWell(job, restarted.endpoint(), 0, 5);
+  restarted.Stop();
+  EXPECT_EQ(restarted.server().clocks().min_clock(), 5);
+  EXPECT_EQ(restarted.server().store().CopyValues(1)[9], 5.0f);
+}
+
+TEST(ShardServerClockTest, RestartedShardAcceptsTheResumeOfAWorkerAFewClocksAhead) {
+  const JobOptions job = CheckpointJob(FreshDir("resume"));
+  {
+    Shard shard(job);
+    TrainWell(job, shard.endpoint(), 0, 3);  // generation 2; the worker is at clock 3
+  }
+  Shard restarted(job);  // restores clock 2
+  // What the worker sends when its connection comes back: its unanswered
+  // requests (a push at clock 3, say), then a resume at clock 4 after a
+  // CLOCK of 3 the old shard never answered.
+  const size_t conn = restarted.Connect();
+  EXPECT_EQ(restarted.Push(conn, 0, 3, 1, {9}, {1.0f}).op, Op::kPushOk);
+  EXPECT_EQ(restarted.Send(conn, Op::kClock, 0, 3).op, Op::kClockOk);
+  const MessageHeader resume = restarted.Send(conn, Op::kHeartbeat, 0, 4, kFlagResume);
+  EXPECT_EQ(resume.op, Op::kHeartbeatOk) << resume.text;
+  EXPECT_EQ(resume.clock, 4);
+  EXPECT_EQ(restarted.Send(conn, Op::kClock, 0, 4).op, Op::kClockOk);
+  // A resume far beyond the restored clock, on a new connection, is not.
+  const int64_t window = EffectiveMaxResumeClocks(job);
+  EXPECT_EQ(window, 2 * 2 + 1 + 256);
+  const size_t attacker = restarted.Connect();
+  ExpectRefused(restarted.Send(attacker, Op::kHeartbeat, 0, 5 + window + 1, kFlagResume),
+                StatusCode::kFailedPrecondition, {"worker 0", "holds clock 5"});
+  restarted.Stop();
+  EXPECT_EQ(restarted.server().clocks().clock(0), 5);
+  EXPECT_EQ(restarted.server().lost_clocks(), 1);  // clock 2 of the old shard's
+}
+
+// Worker 0 pushes -3.4e38 to row 0 of the sgd table (lr 0.1) 12 times,
+// together with 1 to row 1; worker 1 trains well meanwhile.
+struct OverflowResult {
+  std::vector<MessageHeader> replies;
+  std::vector<float> w;
+  std::string stats;
+};
+
+OverflowResult PushTowardInfinity(const JobOptions& job) {
+  Shard shard(job);
+  OverflowResult result;
+  std::thread w1([&] { TrainWell(job, shard.endpoint(), 1, 3); });
+  const size_t conn = shard.Connect();
+  for (int i = 0; i < 12; ++i) {
+    result.replies.push_back(shard.Push(conn, 0, 0, 0, {0, 1}, {-3.4e38f, 1.0f}));
+  }
+  result.w = shard.Pull(conn, 0, 0, {0, 1});
+  w1.join();
+  result.stats = shard.Stats(conn);
+  return result;
+}
+
+TEST(ShardServerNonFiniteTest, PushesOverflowingAValueAreRefusedUnderRefuse) {
+  const JobOptions job = TwoWorkerJob();
+  ASSERT_EQ(job.server.on_non_finite_result, NonFiniteResultPolicy::kRefuse);
+  const OverflowResult r = PushTowardInfinity(job);
+  int applied = 0;
+  for (const MessageHeader& reply : r.replies) {
+    if (reply.op == Op::kPushOk) {
+      EXPECT_EQ(applied, &reply - r.replies.data()) << "a push after a refused one was applied";
+      ++applied;
+      continue;
+    }
+    ExpectRefused(reply, StatusCode::kOutOfRange,
+                  {"table 'w'", "row 0", "not finite", "PUSH request", "worker 0"});
+  }
+  // 10 x 3.4e37 is still finite; the 11th would not be.
+  EXPECT_EQ(applied, 10);
+  ASSERT_EQ(r.w.size(), 2u);
+  EXPECT_TRUE(std::isfinite(r.w[0])) << r.w[0];
+  EXPECT_NEAR(r.w[0] / 3.4e38f, 1.0f, 1e-5f);
+  EXPECT_NEAR(r.w[1], -0.1f * static_cast<float>(applied), 1e-5f);  // not the refused pushes' 1
+  EXPECT_NE(r.stats.find("refused_results 2"), std::string::npos) << r.stats;
+  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 2"),
+            std::string::npos)
+      << r.stats;
+  EXPECT_NE(r.stats.find("table acc rows 10 dim 1 owned [0, 10) non_finite_rows 0"),
+            std::string::npos)
+      << r.stats;
+}
+
+TEST(ShardServerNonFiniteTest, PushesOverflowingAValueAreAppliedAndFlaggedUnderFlag) {
+  JobOptions job = TwoWorkerJob();
+  job.server.on_non_finite_result = NonFiniteResultPolicy::kFlag;
+  const OverflowResult r = PushTowardInfinity(job);
+  for (const MessageHeader& reply : r.replies) EXPECT_EQ(reply.op, Op::kPushOk) << reply.text;
+  ASSERT_EQ(r.w.size(), 2u);
+  EXPECT_TRUE(std::isinf(r.w[0])) << r.w[0];
+  EXPECT_NEAR(r.w[1], -1.2f, 1e-5f);
+  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 2"),
+            std::string::npos)
+      << r.stats;
+}
+
+}  // namespace
+}  // namespace ps
