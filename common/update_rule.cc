@@ -1,5 +1,6 @@
 #include "common/update_rule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -155,6 +156,62 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
     acc |= (bits & 0x7f800000u) + 0x00800000u;
   }
   return (acc & 0x80000000u) == 0;
+}
+
+[[gnu::noinline, gnu::target_clones("avx2", "default")]] uint32_t MaxAbsBits(const float* v,
+                                                                            size_t n) {
+  uint32_t max = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bits &= 0x7fffffffu;
+    max = bits > max ? bits : max;
+  }
+  return max;
+}
+
+void StepBounds(const OptimizerOptions& o, const double before[3], double max_grad, float lr,
+                int64_t step, double after[3]) {
+  // In double, where none of this can overflow before the caller's
+  // threshold; 1% on top of each bound covers float rounding.
+  constexpr double kRound = 1.01;
+  const double w = before[0];
+  const double g = max_grad + double{o.l2} * w;  // the gradient the rule sees
+  const double rate = std::max(0.0, double{lr});
+  after[1] = after[2] = 0;
+  switch (o.kind) {
+    case OptimizerKind::kAdd:
+      after[0] = (w + max_grad) * kRound;
+      return;
+    case OptimizerKind::kSgd:
+      if (o.momentum > 0.0f) {
+        after[1] = (double{o.momentum} * before[1] + g) * kRound;
+        after[0] = (w + rate * after[1]) * kRound;
+      } else {
+        after[0] = (w + rate * g) * kRound;
+      }
+      return;  // the L1 step only moves a value toward 0
+    case OptimizerKind::kAdagrad:
+      // s' >= g^2, so |g| / (sqrt(s') + epsilon) <= 1: a step moves a value
+      // by at most lr.
+      after[1] = (before[1] + g * g) * kRound;
+      after[0] = (w + 2.0 * rate) * kRound;
+      return;
+    case OptimizerKind::kAdam: {
+      // m' and v' are convex combinations of what they were and g (g^2).
+      after[1] = std::max(before[1], g) * kRound;
+      after[2] = std::max(before[2], g * g) * kRound;
+      const double t = static_cast<double>(step < 1 ? 1 : step);
+      const double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), t);
+      const double c2 = std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), t));
+      // |m'| / (sqrt(v') + epsilon_hat) <= |m'| / epsilon_hat: loose, finite.
+      const double step_size = rate * c2 / c1;
+      const double epsilon_hat = double{o.epsilon} * c2;
+      after[0] = (w + step_size * after[1] / epsilon_hat) * kRound;
+      return;
+    }
+  }
+  after[0] = after[1] = after[2] = HUGE_VAL;
 }
 
 void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n) {

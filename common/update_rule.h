@@ -29,6 +29,22 @@ void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, si
 // vectorized pass over the bit patterns.
 bool AllFinite(const float* v, size_t n);
 
+// The largest magnitude among v[0..n) as the bit pattern of a float without
+// its sign (these order as the magnitudes do): at least kNonFiniteBits when
+// an Inf or a NaN is among them; 0 for n == 0. One vectorized pass.
+uint32_t MaxAbsBits(const float* v, size_t n);
+inline constexpr uint32_t kNonFiniteBits = 0x7f800000u;
+
+// What one step of `optimizer` (at learning rate `lr`, Adam step `step`, as
+// ApplyOptimizer takes them) can produce, from bounds on what it reads:
+// before[0] bounds |value|, before[1 + k] |state array k| (k < Slots()),
+// `max_grad` |pushed value|. Writes into after[0..Slots()] bounds on the
+// magnitudes after the step, rounding included (+Inf when nothing can be
+// promised). A store that keeps such bounds knows a push cannot overflow
+// without saving what it overwrites.
+void StepBounds(const OptimizerOptions& optimizer, const double before[3], double max_grad,
+                float lr, int64_t step, double after[3]);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_UPDATE_RULE_H_

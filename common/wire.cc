@@ -226,6 +226,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     }
   }
   std::span<const float> values;
+  uint32_t max_bits = Request::kValuesNotMeasured;
   if (push) {
     const Frame& vf = frames.back();
     if (vf.size() != value_bytes) {
@@ -234,11 +235,17 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                   std::to_string(static_cast<uint64_t>(value_bytes)));
     }
     values = FrameAs<float>(vf, &out->value_scratch);
-    if (rules.reject_non_finite && !AllFinite(values.data(), values.size())) {
-      return InvalidArgumentError(Where(h) + ": pushed values for table '" + t.name +
-                                  "' contain NaN or Inf; nothing was applied");
+    if (rules.reject_non_finite) {
+      // The largest magnitude, at the cost of the finite check alone: the
+      // store uses it to know whether the push can overflow (StepBounds).
+      max_bits = MaxAbsBits(values.data(), values.size());
+      if (max_bits >= kNonFiniteBits) {
+        return InvalidArgumentError(Where(h) + ": pushed values for table '" + t.name +
+                                    "' contain NaN or Inf; nothing was applied");
+      }
     }
   }
+  out->values_max_bits = max_bits;
   out->header = std::move(h);
   out->keys = keys;
   out->values = values;

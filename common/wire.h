@@ -134,6 +134,10 @@ struct Request {
   MessageHeader header;
   std::span<const uint64_t> keys;  // empty for dense ranges
   std::span<const float> values;   // PUSH only
+  // PUSH: MaxAbsBits of `values` when the decoder measured it (its finite
+  // check, rules.reject_non_finite), else kValuesNotMeasured.
+  uint32_t values_max_bits = kValuesNotMeasured;
+  static constexpr uint32_t kValuesNotMeasured = 0xffffffffu;
   std::vector<uint64_t> key_scratch;
   std::vector<float> value_scratch;
 };

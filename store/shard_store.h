@@ -46,9 +46,14 @@ class ShardStore {
   // A result that is not finite (a value or optimizer state that the update
   // overflows or makes NaN) is handled as job.server.on_non_finite_result
   // says: kRefuse: returns OutOfRange naming the table and the row, and no
-  // row of the push changed (each run of rows is saved before its update
-  // and put back); kFlag: applied, counted in non_finite_rows(). Never
-  // fails otherwise.
+  // row of the push changed; kFlag: applied, counted in non_finite_rows().
+  // Never fails otherwise. Under kRefuse the store keeps a bound on the
+  // magnitudes each table holds (measured on its first push after start or
+  // restore: one pass over the table) and applies in place a dense push
+  // that the bound proves cannot overflow (StepBounds), which is every
+  // dense push of a healthy job; a dense push that might overflow, and every
+  // sparse push (it may name a row more than once), has its rows saved
+  // before their update, to be put back.
   // REQUIRES: `request` passed DecodeRequest against layouts().
   Status ApplyPush(const Request& request, int64_t clock);
 
@@ -114,6 +119,10 @@ class ShardStore {
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;
     uint64_t non_finite_rows = 0;
+    // kRefuse: when `bounded`, bound[0] is at least the magnitude of every
+    // value of the table and bound[1 + k] of every element of state k.
+    bool bounded = false;
+    double bound[3] = {0, 0, 0};
   };
   // A run of elements saved before a push updated them, to put back when
   // the push is refused (kRefuse): `at` indexes undo_, where the values
@@ -131,9 +140,17 @@ class ShardStore {
   // learning rate and Adam step of minimum clock `clock`.
   static void Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
                      int64_t clock);
-  // True when elements [offset, offset + n) of the block's values and
-  // optimizer state are all finite.
+  // The largest magnitudes (MaxAbsBits) of elements [offset, offset + n)
+  // of the block's values (bits[0]) and of each optimizer state array.
+  static void Magnitudes(const Table& table, const Block& block, size_t offset, size_t n,
+                         uint32_t bits[3]);
+  // True when the magnitudes of Magnitudes() are all finite.
+  static bool Finite(const Table& table, const uint32_t bits[3]);
   static bool Finite(const Table& table, const Block& block, size_t offset, size_t n);
+  // Raises the table's bounds to `bits` (when it keeps bounds).
+  static void Widen(Table* table, const uint32_t bits[3]);
+  // Measures the table's bounds: one pass over every value and state.
+  static void MeasureBounds(Table* table);
   // Saves elements [offset, offset + n) of the block (values and slots) as
   // the next run of saved_.
   void Save(const Table& table, Block* block, size_t offset, size_t n);

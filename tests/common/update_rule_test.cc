@@ -5,9 +5,93 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
 
 namespace ps {
 namespace {
+
+TEST(UpdateRuleTest, MaxAbsBitsOrdersMagnitudesAndSeesInfAndNan) {
+  auto magnitude = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  };
+  std::vector<float> v = {0.5f, -3.0f, 2.0f, -0.0f, 1e-30f};
+  EXPECT_EQ(magnitude(MaxAbsBits(v.data(), v.size())), 3.0f);
+  EXPECT_EQ(MaxAbsBits(v.data(), 0), 0u);
+  v.push_back(-std::numeric_limits<float>::max());
+  EXPECT_LT(MaxAbsBits(v.data(), v.size()), kNonFiniteBits);
+  v.push_back(-std::numeric_limits<float>::infinity());
+  EXPECT_GE(MaxAbsBits(v.data(), v.size()), kNonFiniteBits);
+  v.back() = std::nanf("");
+  EXPECT_GE(MaxAbsBits(v.data(), v.size()), kNonFiniteBits);
+}
+
+// StepBounds is what lets a store apply a push in place under
+// on_non_finite_result: refuse: every result of every rule must lie within
+// the bounds it gives, at magnitudes from tiny to huge.
+TEST(UpdateRuleTest, StepBoundsHoldForEveryRule) {
+  std::mt19937 rng(7);
+  std::vector<OptimizerOptions> rules;
+  for (OptimizerKind kind : {OptimizerKind::kAdd, OptimizerKind::kSgd, OptimizerKind::kAdagrad,
+                             OptimizerKind::kAdam}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      OptimizerOptions o;
+      o.kind = kind;
+      if (variant == 1) o.momentum = 0.9f;
+      if (variant == 2) {
+        o.l2 = 0.5f;
+        if (kind != OptimizerKind::kAdam) o.l1 = 0.01f;
+      }
+      rules.push_back(o);
+    }
+  }
+  constexpr size_t n = 256;
+  for (const OptimizerOptions& o : rules) {
+    for (double scale : {1e-3, 1.0, 1e3, 1e8, 1e15}) {
+      std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+      std::vector<float> w(n), s0(n), s1(n), g(n);
+      for (size_t i = 0; i < n; ++i) {
+        w[i] = static_cast<float>(value(rng) * scale);
+        s0[i] = static_cast<float>(std::fabs(value(rng)) * scale);  // adagrad, adam v: >= 0
+        s1[i] = static_cast<float>(std::fabs(value(rng)) * scale * scale);
+        g[i] = static_cast<float>(value(rng) * scale);
+      }
+      if (o.kind == OptimizerKind::kSgd) {
+        for (float& x : s0) x = static_cast<float>(value(rng) * scale);  // a velocity has a sign
+      }
+      if (o.kind == OptimizerKind::kAdam) {
+        for (float& x : s0) x = static_cast<float>(value(rng) * scale);  // m has a sign
+      }
+      for (int64_t step : {1, 2, 100}) {
+        std::vector<float> w2 = w, a = s0, b = s1;
+        double before[3] = {0, 0, 0}, after[3];
+        auto max_abs = [](const std::vector<float>& x) {
+          double m = 0;
+          for (float f : x) m = std::max(m, std::fabs(double{f}));
+          return m;
+        };
+        before[0] = max_abs(w2);
+        before[1] = max_abs(a);
+        before[2] = max_abs(b);
+        StepBounds(o, before, max_abs(g), 0.1f, step, after);
+        ApplyOptimizer(o, w2.data(), a.data(), b.data(), g.data(), n, 0.1f, step);
+        const std::string what = OptimizerDescription(o) + " scale " + std::to_string(scale) +
+                                 " step " + std::to_string(step);
+        EXPECT_LE(max_abs(w2), after[0]) << what;
+        if (o.Slots() >= 1) {
+          EXPECT_LE(max_abs(a), after[1]) << what;
+        }
+        if (o.Slots() >= 2) {
+          EXPECT_LE(max_abs(b), after[2]) << what;
+        }
+      }
+    }
+  }
+}
 
 TEST(UpdateRuleTest, SgdWithMomentumKeepsAVelocity) {
   OptimizerOptions o;
