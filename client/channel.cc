@@ -3,9 +3,12 @@
 namespace ps {
 
 StatusOr<std::unique_ptr<Channel>> ZmqChannel::Connect(Context* context,
-                                                       const std::string& endpoint) {
+                                                       const std::string& endpoint, int hwm) {
+  SocketOptions options;
+  options.send_hwm = hwm;
+  options.recv_hwm = hwm;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
-                      Socket::Create(context, SocketType::kDealer, SocketOptions{}));
+                      Socket::Create(context, SocketType::kDealer, options));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ConnectionMonitor> monitor,
                       ConnectionMonitor::Create(context, socket.get()));
   PS_RETURN_IF_ERROR(socket->Connect(endpoint));

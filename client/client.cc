@@ -79,8 +79,9 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
   const ChannelFactory connect =
       env.channels != nullptr ? std::move(env.channels)
-                              : [](Context* context, uint32_t, const std::string& endpoint) {
-                                  return ZmqChannel::Connect(context, endpoint);
+                              : [hwm = ZmqChannel::ChannelHwm(job.client.max_in_flight)](
+                                    Context* context, uint32_t, const std::string& endpoint) {
+                                  return ZmqChannel::Connect(context, endpoint, hwm);
                                 };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;

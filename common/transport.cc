@@ -168,6 +168,9 @@ StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType ty
   if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) != 0) {
     return ZmqError(std::string("setting ZMQ_MAXMSGSIZE on ") + name);
   }
+  if (options.router_mandatory) {
+    PS_RETURN_IF_ERROR(set_int(ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY"));
+  }
   if (!options.routing_id.empty() &&
       zmq_setsockopt(s, ZMQ_ROUTING_ID, options.routing_id.data(), options.routing_id.size()) != 0) {
     return ZmqError(std::string("setting ZMQ_ROUTING_ID on ") + name);
@@ -291,11 +294,20 @@ StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
 
 StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Create(Context* context,
                                                                      Socket* watched) {
+  return Watch(context, watched, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+}
+
+StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::CreateForAccepts(Context* context,
+                                                                               Socket* watched) {
+  return Watch(context, watched, ZMQ_EVENT_ACCEPT_FAILED);
+}
+
+StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Watch(Context* context,
+                                                                    Socket* watched, int mask) {
   // One inproc address per monitor in the process.
   static std::atomic<uint64_t> next{0};
   const std::string address = "inproc://ps-connection-monitor-" + std::to_string(next++);
-  if (zmq_socket_monitor(watched->socket_, address.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+  if (zmq_socket_monitor(watched->socket_, address.c_str(), mask) != 0) {
     return ZmqError("monitoring the connections of a " + watched->description_);
   }
   auto events = Socket::Create(context, SocketType::kPair, SocketOptions{});
@@ -323,6 +335,14 @@ StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
     std::memcpy(&event, frames_[0].data(), sizeof(event));
     if (event == ZMQ_EVENT_CONNECTED) return std::optional(ConnectionEvent::kConnected);
     if (event == ZMQ_EVENT_DISCONNECTED) return std::optional(ConnectionEvent::kDisconnected);
+    if (event == ZMQ_EVENT_ACCEPT_FAILED) {
+      uint32_t value = 0;
+      if (frames_[0].size() >= sizeof(event) + sizeof(value)) {
+        std::memcpy(&value, frames_[0].data() + sizeof(event), sizeof(value));
+      }
+      last_error_ = static_cast<int>(value);
+      return std::optional(ConnectionEvent::kAcceptFailed);
+    }
   }
 }
 
