@@ -360,9 +360,12 @@ struct ServerOptions {
   // copies it) stay under (cluster.workers + 1) x (this +
   // max_request_bytes), whatever the number of connections. A good worker
   // has queued only the pulls it waits for: one per table per step, at most
-  // the shard's values, twice over when steps overlap, and the first pull
-  // of an empty queue is always served. 0 (default): twice the bytes of the
-  // shard's values, at least 64 MiB. Otherwise >= 1 MiB.
+  // the shard's values, twice over when steps overlap, or a few whole-table
+  // pulls kept in flight (8 pulls of 64 MiB, the transport benchmark's
+  // largest, are 512 MiB); the first pull of an empty queue is always
+  // served. 0 (default): twice the bytes of the shard's values, at least
+  // 1 GiB. Otherwise >= 1 MiB; set it lower to bound memory more tightly
+  // where workers keep fewer bytes in flight.
   uint64_t max_queued_reply_bytes = 0;
   // Pulls of one worker id waiting at once for slower workers (the
   // staleness bound); one more gets ResourceExhausted naming this option. A

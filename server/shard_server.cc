@@ -108,13 +108,14 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   PS_ASSIGN_OR_RETURN(server->endpoint_, server->socket_->LastEndpoint());
   server->max_queued_reply_bytes_ = job.server.max_queued_reply_bytes;
   if (server->max_queued_reply_bytes_ == 0) {
-    // A good worker's queued replies are the pulls it waits for: at most
-    // every table of the shard per step, twice when steps overlap.
+    // A good worker's queued replies are the pulls it waits for: every
+    // table of the shard per step, twice when steps overlap, or a few
+    // large pulls in flight (common/options.h).
     uint64_t values = 0;
     for (const TableLayout& t : server->store_->layouts()) {
       values += (t.owned.end - t.owned.begin) * uint64_t{t.dim} * sizeof(float);
     }
-    server->max_queued_reply_bytes_ = std::max<uint64_t>(64ull << 20, 2 * values);
+    server->max_queued_reply_bytes_ = std::max<uint64_t>(1ull << 30, 2 * values);
   }
   server->rules_ = RequestRules{shard,
                                 server->store_->layouts(),
@@ -666,11 +667,11 @@ std::string ShardServer::StatsReport() const {
      << " pulls_refused_waiting " << counters_.pulls_refused_waiting << " replies_dropped "
      << counters_.replies_dropped << " accept_failures " << counters_.accept_failures << "\n";
   if (checkpoints_ != nullptr) {
-    // "writing" last: ps_ctl checkpoint waits for " writing 0\n".
+    // Read as it is by ps_ctl checkpoint and recovery_bench ("last_clock N writing 0").
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
-       << " started " << counters_.checkpoints_started << " requests_waiting "
-       << checkpoint_waiters_.size() << " writing "
-       << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
+       << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
+    os << "checkpoints started " << counters_.checkpoints_started << " requests_waiting "
+       << checkpoint_waiters_.size() << "\n";
   }
   os << "cache_hit_rate";
   for (uint32_t w = 0; w < workers_.size(); ++w) {
