@@ -4,9 +4,11 @@ namespace ps {
 
 StatusOr<std::unique_ptr<Channel>> ZmqChannel::Connect(Context* context,
                                                        const std::string& endpoint,
-                                                       const CurveOptions& curve) {
+                                                       const CurveOptions& curve, int hwm) {
   SocketOptions options;
   options.curve = curve;
+  options.send_hwm = hwm;
+  options.recv_hwm = hwm;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
                       Socket::Create(context, SocketType::kDealer, options));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ConnectionMonitor> monitor,

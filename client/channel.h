@@ -65,9 +65,20 @@ class ZmqChannel final : public Channel {
   // Watches the connection from before it is made, so a reconnect is never
   // mistaken for the first connection. Connecting does not wait for the
   // server. `context` must outlive the channel. With `curve` enabled the
-  // connection is a CurveZMQ client of the server's key.
+  // connection is a CurveZMQ client of the server's key. `hwm`: messages
+  // queued in each direction before a send fails with Unavailable (a shard
+  // that is gone or not reading) or ZeroMQ stops reading replies (ChannelHwm).
   static StatusOr<std::unique_ptr<Channel>> Connect(Context* context, const std::string& endpoint,
-                                                    const CurveOptions& curve = {});
+                                                    const CurveOptions& curve = {},
+                                                    int hwm = ChannelHwm(256));
+  // The high-water mark of a client with `max_in_flight` requests per
+  // shard: its requests, their copies sent again after a reconnect while
+  // the first ones still wait in the queue, and a reply for each (a pull
+  // sent twice is answered twice), with room for CLOCKs. A client that
+  // keeps to max_in_flight never fills it.
+  static constexpr int ChannelHwm(uint32_t max_in_flight) {
+    return static_cast<int>(4 * max_in_flight + 64);
+  }
 
   Status Send(std::span<Frame> frames) override { return socket_->Send(frames); }
   StatusOr<bool> TryRecv(std::vector<Frame>* frames) override { return socket_->TryRecv(frames); }

@@ -84,8 +84,9 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   const ChannelFactory connect =
       env.channels != nullptr
           ? std::move(env.channels)
-          : [](Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys) {
-              return ZmqChannel::Connect(context, endpoint, keys);
+          : [hwm = ZmqChannel::ChannelHwm(job.client.max_in_flight)](
+                Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys) {
+              return ZmqChannel::Connect(context, endpoint, keys, hwm);
             };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;

@@ -12,6 +12,7 @@ StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
   SocketOptions options;
   options.send_hwm = 4;  // a dead shard must not pile heartbeats up
   options.curve = curve;
+  options.recv_hwm = 16;  // replies are drained before every beat
   for (const std::string& endpoint : endpoints) {
     PS_ASSIGN_OR_RETURN(auto socket,
                         Socket::Create(h->context_.get(), SocketType::kDealer, options));

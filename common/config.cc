@@ -246,6 +246,10 @@ Status ParseServer(const YamlReader& r, const YamlValue& value, ServerOptions* s
       EnumField("on_non_finite_result", &S::on_non_finite_result, kNonFiniteResultPolicyNames),
       UnsignedField("max_resume_clocks", &S::max_resume_clocks),
       BoolField("exit_when_workers_leave", &S::exit_when_workers_leave),
+      UnsignedField("socket_hwm", &S::socket_hwm),
+      UnsignedField("max_queued_reply_bytes", &S::max_queued_reply_bytes),
+      UnsignedField("max_waiting_pulls_per_worker", &S::max_waiting_pulls_per_worker),
+      UnsignedField("max_pull_wait_ms", &S::max_pull_wait_ms),
   };
   return ReadSection(r, value, fields, "a map of server limits", server);
 }

@@ -35,6 +35,7 @@ constexpr uint32_t kMaxCpuThreads = 1024;
 constexpr uint64_t kMinRequestBytes = 1024;
 // The largest clock a request may carry (common/wire.h's kMaxClock).
 constexpr uint64_t kMaxResumeClocks = uint64_t{1} << 62;
+constexpr uint64_t kMinQueuedReplyBytes = 1ull << 20;
 
 constexpr std::string_view kEndpointForm =
     "\"host:port\" with a non-empty host and port 1..65535, e.g. "
@@ -288,7 +289,42 @@ Status ValidateServer(const std::string& source, const ServerOptions& server) {
                          "got " + std::to_string(server.max_resume_clocks),
                          "0 (derived from the job) or a clock count up to 2^62");
   }
+  if (server.max_queued_reply_bytes != 0 && server.max_queued_reply_bytes < kMinQueuedReplyBytes) {
+    return InvalidOption(source, "server.max_queued_reply_bytes",
+                   "got " + std::to_string(server.max_queued_reply_bytes),
+                   "0 (twice the shard's values) or a byte count >= " +
+                       std::to_string(kMinQueuedReplyBytes));
+  }
   return ValidateIoThreads(source, "server.io_threads", server.io_threads);
+}
+
+// What a good worker needs of the server's per-connection limits: its
+// requests in flight fit in the socket's queues and may all wait for slower
+// workers, and its pulls' own deadline comes before the server's.
+Status ValidateServerForClients(const std::string& source, const JobOptions& job) {
+  const ServerOptions& server = job.server;
+  const ClientOptions& client = job.client;
+  if (server.socket_hwm <= client.max_in_flight) {
+    return InvalidOption(source, "server.socket_hwm",
+                   "got " + std::to_string(server.socket_hwm) + " with client.max_in_flight " +
+                       std::to_string(client.max_in_flight),
+                   "more messages than client.max_in_flight, so a worker's replies always fit");
+  }
+  if (server.max_waiting_pulls_per_worker < client.max_in_flight) {
+    return InvalidOption(source, "server.max_waiting_pulls_per_worker",
+                   "got " + std::to_string(server.max_waiting_pulls_per_worker) +
+                       " with client.max_in_flight " + std::to_string(client.max_in_flight),
+                   "at least client.max_in_flight, so every pull a worker has in flight may wait");
+  }
+  if (server.max_pull_wait_ms < client.request_timeout_ms) {
+    return InvalidOption(source, "server.max_pull_wait_ms",
+                   "got " + std::to_string(server.max_pull_wait_ms) +
+                       " with client.request_timeout_ms " +
+                       std::to_string(client.request_timeout_ms),
+                   "at least client.request_timeout_ms, so a worker's pulls wait as long as it "
+                   "asks");
+  }
+  return Status::Ok();
 }
 
 Status ValidateConsistency(const std::string& source, const ConsistencyOptions& c) {
@@ -487,6 +523,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));
+  PS_RETURN_IF_ERROR(ValidateServerForClients(source, *this));
   PS_RETURN_IF_ERROR(ValidateTimeouts(source, *this));
   PS_RETURN_IF_ERROR(ValidateSecurity(source, security));
   return ValidateCheckpoint(source, checkpoint);

@@ -375,6 +375,44 @@ struct ServerOptions {
   // do. false: keep serving until SHUTDOWN or a signal (for ps_ctl status
   // after the job, or workers that come in waves). Default true.
   bool exit_when_workers_leave = true;
+  // Messages ZeroMQ queues per connection in each direction on the shard's
+  // socket (ZMQ_SNDHWM and ZMQ_RCVHWM of its ROUTER). A full receive queue
+  // makes ZeroMQ stop reading that connection until the shard catches up; a
+  // reply to a connection whose send queue is full is dropped, counted
+  // (STATS replies_dropped) and logged, and its client's request times out.
+  // A good worker has at most client.max_in_flight requests outstanding per
+  // shard, each with one reply, so it never fills it: > client.max_in_flight.
+  // Default 1000 (ZeroMQ's own default).
+  uint32_t socket_hwm = 1000;
+  // Bytes of pull replies one connection, and all the connections of one
+  // worker id together, may have queued: handed to ZeroMQ and not yet
+  // written to the kernel (a client that does not read its replies stops
+  // that). A reply is counted by what it keeps alive: the whole store block
+  // (about 1 MiB) of each block it shares, the size of a gathered frame. A
+  // pull arriving while its connection or worker id is at or over this gets
+  // ResourceExhausted naming this option instead of being served, so the
+  // blocks kept from the store (a push into a block still held by a reply
+  // copies it) stay under (cluster.workers + 1) x (this +
+  // max_request_bytes), whatever the number of connections. A good worker
+  // has queued only the pulls it waits for: one per table per step, at most
+  // the shard's values, twice over when steps overlap, or a few whole-table
+  // pulls kept in flight (8 pulls of 64 MiB, the transport benchmark's
+  // largest, are 512 MiB); the first pull of an empty queue is always
+  // served. 0 (default): twice the bytes of the shard's values, at least
+  // 1 GiB. Otherwise >= 1 MiB; set it lower to bound memory more tightly
+  // where workers keep fewer bytes in flight.
+  uint64_t max_queued_reply_bytes = 0;
+  // Pulls of one worker id waiting at once for slower workers (the
+  // staleness bound); one more gets ResourceExhausted naming this option. A
+  // good worker waits with at most its requests in flight, so
+  // >= client.max_in_flight. Default 1024.
+  uint32_t max_waiting_pulls_per_worker = 1024;
+  // Longest a pull waits for slower workers, whatever its request asks (a
+  // request's max_wait_ms of 0 means this); then it is answered
+  // DeadlineExceeded naming the slowest worker. Milliseconds,
+  // >= client.request_timeout_ms (the client asks for a little less).
+  // Default 600000 (10 minutes).
+  uint32_t max_pull_wait_ms = 600000;
 };
 
 // Behaviour of the worker-side client library.

@@ -208,6 +208,9 @@ StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType ty
       PS_RETURN_IF_ERROR(set_key(ZMQ_CURVE_SECRETKEY, curve.secret_key, "secret key"));
     }
   }
+  if (options.router_mandatory) {
+    PS_RETURN_IF_ERROR(set_int(ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY"));
+  }
   if (!options.routing_id.empty() &&
       zmq_setsockopt(s, ZMQ_ROUTING_ID, options.routing_id.data(), options.routing_id.size()) != 0) {
     return ZmqError(std::string("setting ZMQ_ROUTING_ID on ") + name);
@@ -331,16 +334,29 @@ StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
 
 StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Create(Context* context,
                                                                      Socket* watched) {
+  // A connection counts once its handshake succeeded (with CURVE: the
+  // server let this socket in), not when TCP connected.
+  return Watch(context, watched,
+               ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+}
+
+StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::CreateForAccepts(Context* context,
+                                                                               Socket* watched) {
+  // And handshakes that failed before any ZAP request: a client without
+  // CURVE against a CURVE server (a key the handler refuses is its own to log).
+  return Watch(context, watched,
+               ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+}
+
+StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Watch(Context* context,
+                                                                    Socket* watched, int mask) {
   // One inproc address per monitor in the process.
   static std::atomic<uint64_t> next{0};
   const std::string address = "inproc://ps-connection-monitor-" + std::to_string(next++);
-  // A connection counts once its handshake succeeded (with CURVE: the
-  // server let this socket in), not when TCP connected.
-  if (zmq_socket_monitor(watched->socket_, address.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+  if (zmq_socket_monitor(watched->socket_, address.c_str(), mask) != 0) {
     return ZmqError("monitoring the connections of a " + watched->description_);
   }
   auto events = Socket::Create(context, SocketType::kPair, SocketOptions{});
@@ -372,6 +388,14 @@ StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
         event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
       return std::optional(ConnectionEvent::kHandshakeFailed);
+    }
+    if (event == ZMQ_EVENT_ACCEPT_FAILED) {
+      uint32_t value = 0;
+      if (frames_[0].size() >= sizeof(event) + sizeof(value)) {
+        std::memcpy(&value, frames_[0].data() + sizeof(event), sizeof(value));
+      }
+      last_error_ = static_cast<int>(value);
+      return std::optional(ConnectionEvent::kAcceptFailed);
     }
   }
 }

@@ -124,6 +124,10 @@ struct SocketOptions {
   int reconnect_ivl_ms = 100;
   // Encryption and authentication; default none.
   CurveOptions curve;
+  // ROUTER only: a send to a peer whose queue is full (send_hwm) or that
+  // is gone fails with Unavailable instead of being dropped silently
+  // (ZMQ_ROUTER_MANDATORY), so the owner can count and log it.
+  bool router_mandatory = false;
 };
 
 class Socket {
@@ -171,6 +175,8 @@ enum class ConnectionEvent {
   kHandshakeFailed,  // the handshake failed otherwise: the peer speaks
                      // another mechanism (plain TCP against CURVE) or has
                      // another key than the one this socket expects
+  kAcceptFailed,  // a bound socket could not accept a connection
+                  // (ConnectionMonitor::last_error(): EMFILE, ENFILE, ...)
 };
 
 // Watches the connections of one socket (zmq_socket_monitor), so that its
@@ -179,7 +185,12 @@ enum class ConnectionEvent {
 // watched socket. Must be destroyed before the socket it watches.
 class ConnectionMonitor {
  public:
+  // Reports kConnected and kDisconnected of a connecting socket.
   static StatusOr<std::unique_ptr<ConnectionMonitor>> Create(Context* context, Socket* watched);
+  // Reports kAcceptFailed of a bound socket (a server's): ZeroMQ retries the
+  // accept while the connection waits, so one cause may be reported often.
+  static StatusOr<std::unique_ptr<ConnectionMonitor>> CreateForAccepts(Context* context,
+                                                                      Socket* watched);
   ~ConnectionMonitor();
   ConnectionMonitor(const ConnectionMonitor&) = delete;
   ConnectionMonitor& operator=(const ConnectionMonitor&) = delete;
@@ -188,13 +199,18 @@ class ConnectionMonitor {
   Socket* socket() { return events_.get(); }
   // The next event, or nullopt when none is waiting (never blocks).
   StatusOr<std::optional<ConnectionEvent>> TryNext();
+  // The errno of the last kAcceptFailed TryNext returned.
+  int last_error() const { return last_error_; }
 
  private:
+  static StatusOr<std::unique_ptr<ConnectionMonitor>> Watch(Context* context, Socket* watched,
+                                                            int events);
   ConnectionMonitor(Socket* watched, std::unique_ptr<Socket> events)
       : watched_(watched), events_(std::move(events)) {}
   Socket* const watched_;
   std::unique_ptr<Socket> events_;
   std::vector<Frame> frames_;
+  int last_error_ = 0;
 };
 
 // Waits up to `timeout_ms` (-1: forever, 0: just check) until at least one

@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "common/rank.h"
 #include "server/checkpoint_stall.h"
+#include "server/open_files.h"
 #include "server/shard_server.h"
 
 namespace {
@@ -116,6 +117,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
+  // Each connection a shard accepts takes a file descriptor: take all the
+  // process may have before the workers come.
+  ps::OpenFileLimit raised;
+  const ps::OpenFileLimit before = ps::RaiseOpenFileLimit(&raised);
+  if (raised.soft != before.soft) {
+    PS_LOG_INFO("shard {}: open-file limit (RLIMIT_NOFILE) raised from {} to its hard limit {}",
+                shard, before.soft, raised.soft);
+  }
   const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
   auto server =
       ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,

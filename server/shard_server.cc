@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/rendezvous.h"
 #include "common/text.h"
+#include "server/open_files.h"
 
 namespace ps {
 
@@ -17,7 +18,8 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
     : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
       bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
       clocks_(job.cluster.workers),
-      workers_(job.cluster.workers),
+      workers_(job.cluster.workers), waiting_per_worker_(job.cluster.workers + 1),
+      queued_replies_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
@@ -73,7 +75,17 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   // so no handshake is ever let in unchecked.
   PS_ASSIGN_OR_RETURN(server->access_, ShardAccess::Create(server->job_, shard,
                                                            server->context_.get(), &so.curve));
+  // A good worker has at most client.max_in_flight requests, each with one
+  // reply, per connection (Validate: socket_hwm is more); a reply to a
+  // connection past it fails to send, so it is counted and logged instead
+  // of vanishing.
+  so.send_hwm = static_cast<int>(job.server.socket_hwm);
+  so.recv_hwm = static_cast<int>(job.server.socket_hwm);
+  so.router_mandatory = true;
   PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
+  PS_ASSIGN_OR_RETURN(server->accept_monitor_,
+                      ConnectionMonitor::CreateForAccepts(server->context_.get(),
+                                                          server->socket_.get()));
   // The job's own address unless the caller names another (--bind, tests).
   std::string endpoint = bind_endpoint;
   const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
@@ -100,6 +112,17 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
                              "change " + (bind_endpoint.empty() ? entry : "the bind endpoint"));
   }
   PS_ASSIGN_OR_RETURN(server->endpoint_, server->socket_->LastEndpoint());
+  server->max_queued_reply_bytes_ = job.server.max_queued_reply_bytes;
+  if (server->max_queued_reply_bytes_ == 0) {
+    // A good worker's queued replies are the pulls it waits for: every
+    // table of the shard per step, twice when steps overlap, or a few
+    // large pulls in flight (common/options.h).
+    uint64_t values = 0;
+    for (const TableLayout& t : server->store_->layouts()) {
+      values += (t.owned.end - t.owned.begin) * uint64_t{t.dim} * sizeof(float);
+    }
+    server->max_queued_reply_bytes_ = std::max<uint64_t>(1ull << 30, 2 * values);
+  }
   server->rules_ = RequestRules{shard,
                                 server->store_->layouts(),
                                 job.cluster.workers,
@@ -123,7 +146,7 @@ Status ShardServer::Run() {
   }
   std::vector<Frame> frames;
   std::vector<bool> readable;
-  Socket* sockets[] = {socket_.get()};
+  Socket* sockets[] = {socket_.get(), accept_monitor_->socket()};
   while (!stop_requested()) {
     if (reload_keys_.exchange(false, std::memory_order_relaxed)) {
       if (Status reloaded = access_->ReloadAllowlist(); !reloaded.ok()) {
@@ -131,8 +154,10 @@ Status ShardServer::Run() {
                      reloaded.ToString());
       }
     }
+    FinishCheckpointWrite(/*may_start=*/true);
     auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
+    if (readable[1]) DrainAcceptEvents();
     // Drain what is queued, but look at the stop flag now and then.
     for (int i = 0; i < 256 && !stop_requested(); ++i) {
       auto got = socket_->TryRecv(&frames);
@@ -142,6 +167,7 @@ Status ShardServer::Run() {
     }
   }
   JoinCheckpointWriter();  // a generation being written is finished, not torn
+  FinishCheckpointWrite(/*may_start=*/false);  // its waiting requests get their answer
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
               counters_.pulls, counters_.errors);
   return exit_status_;
@@ -159,9 +185,61 @@ void ShardServer::SendReply(const MessageHeader& header) {
   Status s = socket_->Send(reply_);
   reply_.clear();  // drop any references to store blocks a failed send kept
   if (!s.ok()) {
-    // The worker's queue is full or it went away; it will time out and retry.
-    PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}", shard_,
-                OpName(header.op), header.request_id, header.worker, s.ToString());
+    // The connection's queue is full or it went away; the client times out
+    // (and a good worker, within client.max_in_flight, never fills it).
+    ++counters_.replies_dropped;
+    uint64_t skipped = 0;
+    if (MayLog(dropped_log_, &skipped)) {
+      PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}: its connection "
+                  "has server.socket_hwm ({}) replies it has not read, or it is gone{}",
+                  shard_, OpName(header.op), header.request_id, header.worker, s.message(),
+                  job_.server.socket_hwm,
+                  skipped == 0 ? std::string()
+                               : " (" + std::to_string(skipped) + " more dropped since the last line)");
+    }
+  }
+}
+
+bool ShardServer::MayLog(LogLimit& limit, uint64_t* skipped) {
+  const Clock::TimePoint now = steady_clock_.Now();
+  if (now < limit.next) {
+    ++limit.skipped;
+    return false;
+  }
+  limit.next = now + std::chrono::seconds(1);
+  *skipped = limit.skipped;
+  limit.skipped = 0;
+  return true;
+}
+
+void ShardServer::DrainAcceptEvents() {
+  // ZeroMQ retries a failed accept as long as the connection waits, so the
+  // events may come as fast as they are read: a bounded number per round.
+  for (int i = 0; i < 1024; ++i) {
+    auto event = accept_monitor_->TryNext();
+    if (!event.ok() || !event->has_value()) return;
+    if (**event == ConnectionEvent::kHandshakeFailed) {
+      ++counters_.failed_handshakes;
+      uint64_t skipped = 0;
+      if (!MayLog(handshake_log_, &skipped)) continue;
+      PS_LOG_WARN("shard {}: refused a connection whose handshake failed: a client without "
+                  "CurveZMQ against this {} server, or one with another server key; it gets "
+                  "nothing (ZeroMQ names no address for this){}",
+                  shard_, access_->enabled() ? "CurveZMQ" : "plain",
+                  skipped == 0 ? std::string()
+                               : " (" + std::to_string(skipped) + " more since the last line)");
+      continue;
+    }
+    if (**event != ConnectionEvent::kAcceptFailed) continue;
+    ++counters_.accept_failures;
+    uint64_t skipped = 0;
+    if (!MayLog(accept_log_, &skipped)) continue;
+    PS_LOG_ERROR("shard {}: cannot accept a connection: {}; workers that connect now get no "
+                 "reply{}",
+                 shard_, AcceptFailureText(accept_monitor_->last_error(), CurrentOpenFileLimit()),
+                 skipped == 0 ? std::string()
+                              : " (" + std::to_string(skipped) + " more failed accepts since the "
+                                                                 "last line)");
   }
 }
 
@@ -278,17 +356,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     case Op::kPull:
       if (!clocks_.PullReady(req.clock, bound_)) {
         // Too far ahead of the slowest worker: wait for its CLOCKs.
-        ++counters_.pulls_waited;
-        counters_.max_blocked_lead =
-            std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
-        const Clock::TimePoint now = clock_->Now();
-        const Clock::TimePoint deadline = req.max_wait_ms == 0
-                                              ? Clock::TimePoint::max()
-                                              : now + std::chrono::milliseconds(req.max_wait_ms);
-        // Moving the vector keeps its frames where they are, so the decoded
-        // request's spans stay valid; request_ gets fresh scratch buffers.
-        waiting_.push_back({std::move(frames), std::move(request_), now, deadline});
-        request_ = Request();
+        ParkPull(frames);
         return;
       }
       ServePull(routing_id, request_);
@@ -336,29 +404,9 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       reply.text = StatsReport();
       Reply(routing_id, reply);
       return;
-    case Op::kCheckpoint: {
-      if (checkpoints_ == nullptr) {
-        ++counters_.errors;
-        Reply(routing_id,
-              MakeErrorHeader(req, shard_,
-                              FailedPreconditionError("shard " + std::to_string(shard_) +
-                                                      ": this job has no checkpoint.dir; add a "
-                                                      "checkpoint section to its config")));
-        return;
-      }
-      const int64_t clock = clocks_.min_clock();
-      PS_LOG_INFO("shard {}: checkpoint of clock {} requested", shard_, clock);
-      Status started = StartCheckpoint(clock);
-      if (!started.ok()) {
-        ++counters_.errors;
-        Reply(routing_id, MakeErrorHeader(req, shard_, started));
-        return;
-      }
-      reply.clock = clock;
-      reply.text = checkpoints_->GenerationPath(clock);
-      Reply(routing_id, reply);
+    case Op::kCheckpoint:
+      HandleCheckpoint(routing_id, req);
       return;
-    }
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
                   req.worker == kControlWorker ? std::string("a control client")
@@ -388,21 +436,97 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
 }
 
 void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Duration waited) {
-  ++counters_.pulls;
   const MessageHeader& req = pull.header;
+  if (const uint64_t queued = queued_replies_.Queued(routing_id.view(), req.worker);
+      queued >= max_queued_reply_bytes_) {
+    // The client does not read its replies (or reads far slower than it
+    // asks): serving more would keep more of the store's blocks alive.
+    ++counters_.errors;
+    ++counters_.pulls_refused_queued_bytes;
+    Status refused = ResourceExhaustedError(
+        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
+        " from worker " + std::to_string(req.worker) + " refused: " + std::to_string(queued) +
+        " bytes of its earlier pull replies are not read yet (server.max_queued_reply_bytes " +
+        std::to_string(max_queued_reply_bytes_) +
+        "); read the replies before pulling more, or raise server.max_queued_reply_bytes");
+    uint64_t skipped = 0;
+    if (MayLog(refused_log_, &skipped)) {
+      PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
+                  skipped == 0 ? std::string()
+                               : " (" + std::to_string(skipped) + " more refused since the last line)");
+    }
+    Reply(routing_id, MakeErrorHeader(req, shard_, refused));
+    return;
+  }
+  ++counters_.pulls;
   MessageHeader reply = ReplyHeader(req);
   reply.waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
   reply_.clear();
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(reply));
-  if (Status read = store_->ReadRows(pull, &reply_); !read.ok()) {
+  uint64_t held = 0;
+  Status read = store_->ReadRows(pull, &reply_, &held);
+  if (read.ok() && reply_.size() > 2) {
+    read = queued_replies_.Charge(reply_[0].view(), req.worker, held,
+                                  std::span<Frame>(reply_.data() + 2, reply_.size() - 2));
+  }
+  if (!read.ok()) {
     ++counters_.errors;
     Frame id = std::move(reply_[0]);
     Reply(id, MakeErrorHeader(req, shard_, read));
     return;
   }
   SendReply(reply);
+}
+
+void ShardServer::ParkPull(std::vector<Frame>& frames) {
+  const MessageHeader& req = request_.header;
+  uint32_t& parked = waiting_per_worker_[WorkerSlot(req.worker)];
+  const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
+  if (parked >= limit) {
+    ++counters_.errors;
+    ++counters_.pulls_refused_waiting;
+    Status refused = ResourceExhaustedError(
+        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
+        " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock) +
+        " refused: the worker has " + std::to_string(parked) +
+        " pulls waiting for slower workers already (server.max_waiting_pulls_per_worker " +
+        std::to_string(limit) + "); wait for their replies before pulling more");
+    uint64_t skipped = 0;
+    if (MayLog(refused_log_, &skipped)) {
+      PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
+                  skipped == 0 ? std::string()
+                               : " (" + std::to_string(skipped) + " more refused since the last line)");
+    }
+    Reply(frames[0], MakeErrorHeader(req, shard_, refused));
+    return;
+  }
+  ++parked;
+  ++counters_.pulls_waited;
+  counters_.max_blocked_lead = std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
+  const Clock::TimePoint now = clock_->Now();
+  // The request's wait, never more than the server's (0 asks for that).
+  const uint32_t most = job_.server.max_pull_wait_ms;
+  const uint32_t wait_ms = req.max_wait_ms == 0 ? most : std::min(req.max_wait_ms, most);
+  const Clock::TimePoint deadline = now + std::chrono::milliseconds(wait_ms);
+  const uint64_t seq = next_waiting_++;
+  waiting_by_clock_.emplace(req.clock, seq);
+  waiting_by_deadline_.emplace(deadline, seq);
+  // Moving the vector keeps its frames where they are, so the decoded
+  // request's spans stay valid; request_ gets fresh scratch buffers.
+  waiting_.emplace(seq, WaitingPull{std::move(frames), std::move(request_), now, deadline});
+  request_ = Request();
+}
+
+ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
+  auto it = waiting_.find(seq);
+  WaitingPull w = std::move(it->second);
+  waiting_.erase(it);
+  waiting_by_clock_.erase({w.request.header.clock, seq});
+  waiting_by_deadline_.erase({w.deadline, seq});
+  --waiting_per_worker_[WorkerSlot(w.request.header.worker)];
+  return w;
 }
 
 void ShardServer::MinClockAdvanced() {
@@ -421,18 +545,19 @@ void ShardServer::MinClockAdvanced() {
 }
 
 void ShardServer::ReleaseWaitingPulls() {
-  // In arrival order; a pull whose clock is still too far ahead stays.
-  std::deque<WaitingPull> still_waiting;
-  while (!waiting_.empty()) {
-    WaitingPull w = std::move(waiting_.front());
-    waiting_.pop_front();
-    if (!clocks_.PullReady(w.request.header.clock, bound_)) {
-      still_waiting.push_back(std::move(w));
-      continue;
-    }
-    ServePull(w.frames[0], w.request, clock_->Now() - w.since);
+  // The pulls of the lowest clocks, as far as the minimum allows, answered
+  // in arrival order.
+  std::vector<uint64_t> ready;
+  for (auto it = waiting_by_clock_.begin();
+       it != waiting_by_clock_.end() && clocks_.PullReady(it->first, bound_); ++it) {
+    ready.push_back(it->second);
   }
-  waiting_ = std::move(still_waiting);
+  std::sort(ready.begin(), ready.end());
+  const Clock::TimePoint now = clock_->Now();
+  for (uint64_t seq : ready) {
+    WaitingPull w = TakeWaiting(seq);
+    ServePull(w.frames[0], w.request, now - w.since);
+  }
 }
 
 int ShardServer::Tick(int cap) {
@@ -447,8 +572,9 @@ int ShardServer::Tick(int cap) {
     rate_pulls_ = counters_.pulls;
     rate_sampled_ = now;
   }
+  queued_replies_.Sweep();
   auto next = now + milliseconds(cap);
-  for (const WaitingPull& w : waiting_) next = std::min(next, w.deadline);
+  if (!waiting_by_deadline_.empty()) next = std::min(next, waiting_by_deadline_.begin()->first);
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
   rounds_.fetch_add(1, std::memory_order_release);
   return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
@@ -456,13 +582,8 @@ int ShardServer::Tick(int cap) {
 
 void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
   using std::chrono::milliseconds;
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->deadline > now) {
-      ++it;
-      continue;
-    }
-    WaitingPull w = std::move(*it);
-    it = waiting_.erase(it);
+  while (!waiting_by_deadline_.empty() && waiting_by_deadline_.begin()->first <= now) {
+    WaitingPull w = TakeWaiting(waiting_by_deadline_.begin()->second);
     const MessageHeader* h = &w.request.header;
     const uint32_t slowest = clocks_.slowest_worker();
     const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
@@ -475,7 +596,12 @@ void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
         std::to_string(h->clock - bound_) + " (staleness " + std::to_string(bound_) +
         "); is worker " + std::to_string(slowest) + " alive and still training?");
     ++counters_.errors;
-    PS_LOG_WARN("shard {}: {}", shard_, late.message());
+    uint64_t skipped = 0;
+    if (MayLog(expired_log_, &skipped)) {
+      PS_LOG_WARN("shard {}: {}{}", shard_, late.message(),
+                  skipped == 0 ? std::string()
+                               : " (" + std::to_string(skipped) + " more since the last line)");
+    }
     Reply(w.frames[0], MakeErrorHeader(*h, shard_, late));
   }
 }
@@ -646,8 +772,7 @@ void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
 
 void ShardServer::FailWaitingPulls(const Status& status) {
   while (!waiting_.empty()) {
-    WaitingPull w = std::move(waiting_.front());
-    waiting_.pop_front();
+    WaitingPull w = TakeWaiting(waiting_.begin()->first);
     ++counters_.errors;
     Reply(w.frames[0], MakeErrorHeader(w.request.header, shard_, status));
   }
@@ -680,9 +805,18 @@ std::string ShardServer::StatsReport() const {
      << "\n";
   os << "refused refused_clocks " << counters_.refused_clocks << " refused_results "
      << counters_.refused_results << " max_resume_clocks " << resume_window_ << "\n";
+  os << "limits queued_reply_bytes " << queued_replies_.total() << " max_connection_bytes "
+     << queued_replies_.max_per_connection() << " connections_queued "
+     << queued_replies_.connections() << " max_queued_reply_bytes " << max_queued_reply_bytes_
+     << " pulls_refused_queued_bytes " << counters_.pulls_refused_queued_bytes
+     << " pulls_refused_waiting " << counters_.pulls_refused_waiting << " replies_dropped "
+     << counters_.replies_dropped << " accept_failures " << counters_.accept_failures << "\n";
   if (checkpoints_ != nullptr) {
+    // Read as it is by ps_ctl checkpoint and recovery_bench ("last_clock N writing 0").
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
        << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
+    os << "checkpoints started " << counters_.checkpoints_started << " requests_waiting "
+       << checkpoint_waiters_.size() << "\n";
   }
   os << "cache_hit_rate";
   for (uint32_t w = 0; w < workers_.size(); ++w) {
@@ -706,7 +840,7 @@ std::string ShardServer::StatsReport() const {
   os << "\n";
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
-     << access_->refused_handshakes() << " refused_requests " << access_->refused_requests()
+     << access_->refused_handshakes() << " failed_handshakes " << counters_.failed_handshakes << " refused_requests " << access_->refused_requests()
      << "\n";
   for (const TableLayout& t : store_->layouts()) {
     const auto id = static_cast<uint32_t>(&t - store_->layouts().data());

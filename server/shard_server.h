@@ -13,6 +13,18 @@
 // that is released as CLOCKs advance the minimum. Every reply carries the
 // minimum clock.
 //
+// Bounded resources (server options in common/options.h): the socket queues
+// at most server.socket_hwm messages per connection (a reply over it is
+// dropped, counted and logged); a connection or worker id with
+// server.max_queued_reply_bytes of replies not yet taken by the kernel gets
+// ResourceExhausted for its next pull (QueuedReplies); a worker may have
+// server.max_waiting_pulls_per_worker pulls waiting, each at most
+// server.max_pull_wait_ms; at most one checkpoint is written at a time, and
+// CHECKPOINT requests meeting a write wait for it without holding up other
+// requests (a checkpoint.every_clocks boundary still waits for it, so that
+// it holds exactly its clock's state). A connection the shard cannot accept (out of file descriptors)
+// is logged with the limit to raise.
+//
 // Rendezvous (common/rendezvous.h): a HELLO carries the worker's view of
 // the job; a worker whose job differs gets FailedPrecondition naming the
 // field and both values, and does not count as one of this job's workers.
@@ -52,8 +64,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +79,7 @@
 #include "server/access.h"
 #include "server/checkpoint.h"
 #include "server/clock_table.h"
+#include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "store/shard_store.h"
 
@@ -86,6 +100,18 @@ struct ShardServerCounters {
   uint64_t resumes = 0;          // HEARTBEATs with kFlagResume
   uint64_t refused_clocks = 0;   // requests refused for a clock the protocol does not allow
   uint64_t refused_results = 0;  // pushes refused for a result that is not finite
+  // Replies ZeroMQ refused: the connection's queue was full
+  // (server.socket_hwm) or the peer had gone.
+  uint64_t replies_dropped = 0;
+  // Pulls refused: over server.max_queued_reply_bytes, or over
+  // server.max_waiting_pulls_per_worker.
+  uint64_t pulls_refused_queued_bytes = 0;
+  uint64_t pulls_refused_waiting = 0;
+  uint64_t accept_failures = 0;  // connections the socket could not accept
+  // Handshakes that failed before the ZAP handler saw a key (a client
+  // without CURVE, or one expecting another server key).
+  uint64_t failed_handshakes = 0;
+  uint64_t checkpoints_started = 0;  // generations copied and handed to the writer
 };
 
 class ShardServer {
@@ -133,6 +159,12 @@ class ShardServer {
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
   size_t waiting_pulls() const { return waiting_.size(); }
+  // Bytes of pull replies handed to ZeroMQ and not yet released, over every
+  // connection (server.max_queued_reply_bytes). Safe from any thread.
+  uint64_t queued_reply_bytes() const { return queued_replies_.total(); }
+  // The server.max_queued_reply_bytes in force (0 in the job: derived from
+  // the shard's size).
+  uint64_t max_queued_reply_bytes() const { return max_queued_reply_bytes_; }
   bool worker_dead(uint32_t worker) const { return workers_[worker].dead; }
   // Rounds of the loop's housekeeping (pull deadlines, liveness, rates), each
   // at the clock's time when it ran. Safe from any thread: after moving a
@@ -164,17 +196,50 @@ class ShardServer {
   // copies the tables and writes them on a background thread (first
   // waiting, with a log line, for a previous write still running).
   void MaybeCheckpoint();
-  // Copies the tables as generation `clock` and starts writing it (after a
-  // previous write finished); ResourceExhausted when the copy does not fit.
+  // Answers every CHECKPOINT request waiting for a write: generation
+  // `clock`, or `status` when it is an error.
+  void AnswerCheckpointWaiters(const Status& status, int64_t clock);
+  // Copies the tables as generation `clock` and starts writing it;
+  // ResourceExhausted when the copy does not fit.
+  // REQUIRES: no write is running (checkpoint_writing_ false), so there is
+  // never more than one copy of the shard.
   Status StartCheckpoint(int64_t clock);
+  // A CHECKPOINT request: starts a generation, or waits for the one being
+  // written (see the CHECKPOINT case of Handle).
+  void HandleCheckpoint(Frame& routing_id, const MessageHeader& request);
+  // When the write in progress has finished: reaps its thread and answers
+  // the CHECKPOINT requests that waited for it, starting a new generation
+  // for them when the clocks moved on (`may_start`: false once the loop
+  // stopped).
+  void FinishCheckpointWrite(bool may_start);
   // Waits for a checkpoint write in progress.
   void JoinCheckpointWriter();
+  // Logs, at most once a second, why connections cannot be accepted.
+  void DrainAcceptEvents();
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
-  // pull past its max_wait_ms, and marks silent workers dead. Returns
-  // milliseconds until the next deadline (at most `cap`).
+  // pull past its deadline (its max_wait_ms, at most server.max_pull_wait_ms),
+  // and marks silent workers dead. Returns milliseconds until the next
+  // deadline (at most `cap`).
   int Tick(int cap);
+  // Parks a pull (the message in `frames`, decoded in request_) until the
+  // minimum clock allows it, or refuses it over the worker's limit.
+  void ParkPull(std::vector<Frame>& frames);
+  // Takes waiting pull `seq` out of every index.
+  struct WaitingPull;
+  WaitingPull TakeWaiting(uint64_t seq);
+  // The index of `worker` in per-worker counts: kControlWorker is last.
+  uint32_t WorkerSlot(uint32_t worker) const {
+    return worker < workers_.size() ? worker : static_cast<uint32_t>(workers_.size());
+  }
+  // True when a line of this kind may be logged now (at most one a
+  // second); *skipped: how many were not logged since the last one.
+  struct LogLimit {
+    Clock::TimePoint next{};
+    uint64_t skipped = 0;
+  };
+  bool MayLog(LogLimit& limit, uint64_t* skipped);
   void ExpireWaitingPulls(Clock::TimePoint now);
   void CheckLiveness(Clock::TimePoint now);
   // With server.exit_when_workers_leave, stops Run() once every worker has
@@ -232,7 +297,12 @@ class ShardServer {
     std::vector<Frame> frames;
     Request request;
     Clock::TimePoint since;
-    Clock::TimePoint deadline;  // max(): none
+    Clock::TimePoint deadline;
+  };
+  // A CHECKPOINT request waiting for the write in progress.
+  struct CheckpointWaiter {
+    Frame routing_id;
+    MessageHeader request;
   };
 
   const uint32_t shard_;
@@ -245,6 +315,8 @@ class ShardServer {
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
   std::unique_ptr<Socket> socket_;
+  // Declared after socket_: destroyed before the socket it watches.
+  std::unique_ptr<ConnectionMonitor> accept_monitor_;
   std::string endpoint_;
   RequestRules rules_;
   Request request_;            // reused across requests to keep its scratch buffers
@@ -255,7 +327,18 @@ class ShardServer {
   ShardServerCounters counters_;
   ClockTable clocks_;
   std::vector<WorkerState> workers_;  // by rank
-  std::deque<WaitingPull> waiting_;
+  // Waiting pulls by arrival (a sequence number), indexed by the clock of
+  // the pull (released from the lowest while the minimum clock allows, so
+  // a CLOCK walks only the pulls it releases) and by deadline.
+  std::map<uint64_t, WaitingPull> waiting_;
+  std::set<std::pair<int64_t, uint64_t>> waiting_by_clock_;
+  std::set<std::pair<Clock::TimePoint, uint64_t>> waiting_by_deadline_;
+  uint64_t next_waiting_ = 0;
+  std::vector<uint32_t> waiting_per_worker_;  // by WorkerSlot
+  // Replies not yet taken by the kernel (server.max_queued_reply_bytes).
+  QueuedReplies queued_replies_;
+  uint64_t max_queued_reply_bytes_ = 0;  // the limit in force
+  LogLimit refused_log_, dropped_log_, accept_log_, expired_log_, handshake_log_;
   Status failed_;  // set under policy fail once a worker died
   Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and
@@ -273,6 +356,11 @@ class ShardServer {
   int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
   std::thread checkpoint_writer_;
   std::atomic<bool> checkpoint_writing_{false};
+  // The clock and result of the write in progress or last finished; the
+  // result is set by the writer before checkpoint_writing_ goes false.
+  int64_t checkpoint_write_clock_ = 0;
+  Status checkpoint_result_;
+  std::vector<CheckpointWaiter> checkpoint_waiters_;
   // Request rates over the last full second (Tick samples the counters).
   Clock::TimePoint rate_sampled_;
   uint64_t rate_pushes_ = 0, rate_pulls_ = 0;  // counters at rate_sampled_

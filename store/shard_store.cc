@@ -405,10 +405,12 @@ void ShardStore::ApplyChecked(Table& t, Block* block, const float* g, size_t n, 
   undo_used_ = 0;
 }
 
-Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) {
+Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
+                            uint64_t* held_bytes) {
   const Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
+  uint64_t held = 0;
   if (request.header.dense()) {
     Status shared;
     ForEachBlockRun(t, request.header.first_row - t.layout.owned.begin, request.header.count,
@@ -420,13 +422,16 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames) 
                                                        std::shared_ptr<const void>(b));
                       if (f.ok()) {
                         frames->push_back(std::move(f).value());
+                        held += b->values.size() * sizeof(float);
                       } else {
                         shared = f.status();
                       }
                     });
+    if (held_bytes != nullptr) *held_bytes = held;
     return shared;
   }
   PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * sizeof(float)));
+  if (held_bytes != nullptr) *held_bytes = out.size();
   auto* dst = reinterpret_cast<float*>(out.mutable_data());
   for (size_t i = 0; i < request.keys.size(); ++i) {
     const uint64_t row = request.keys[i] - t.layout.owned.begin;

@@ -76,9 +76,14 @@ class ShardStore {
   // Appends the values a PULL asks for to *frames, row-major in request
   // order: a dense range as frames that share the store's blocks (no copy,
   // one frame per block touched); row ids gathered into one new frame.
-  // ResourceExhausted if that frame cannot be allocated.
+  // ResourceExhausted if that frame cannot be allocated. `held_bytes`
+  // (when set) receives what the appended frames keep in memory until they
+  // are released: the values of every block they share (a push meanwhile
+  // copies such a block, leaving this one to the frames), or the size of
+  // the gathered frame.
   // REQUIRES: as ApplyPush.
-  Status ReadRows(const Request& request, std::vector<Frame>* frames);
+  Status ReadRows(const Request& request, std::vector<Frame>* frames,
+                  uint64_t* held_bytes = nullptr);
 
   // A copy of table `table`'s values on this shard (owned rows x dim), for
   // tests and checkpoints. REQUIRES: table < layouts().size().

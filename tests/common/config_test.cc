@@ -696,6 +696,29 @@ TEST(ConfigTest, PushPartBytesBelow4096IsRejected) {
                               {"client.push_part_bytes: got 1000", ">= 4096"}));
 }
 
+TEST(ConfigTest, SocketHwmNotAboveMaxInFlightIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_server_socket_hwm.yaml",
+                              {"server.socket_hwm: got 256 with client.max_in_flight 256",
+                               "more messages than client.max_in_flight"}));
+}
+
+TEST(ConfigTest, MaxQueuedReplyBytesBelow1MiBIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_server_max_queued_reply_bytes.yaml",
+                              {"server.max_queued_reply_bytes: got 4096", ">= 1048576"}));
+}
+
+TEST(ConfigTest, MaxWaitingPullsBelowMaxInFlightIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_server_max_waiting_pulls.yaml",
+                              {"server.max_waiting_pulls_per_worker: got 10 with "
+                               "client.max_in_flight 64"}));
+}
+
+TEST(ConfigTest, MaxPullWaitBelowRequestTimeoutIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_server_max_pull_wait_ms.yaml",
+                              {"server.max_pull_wait_ms: got 5000 with client.request_timeout_ms "
+                               "10000"}));
+}
+
 TEST(ConfigTest, ConsistencyModesLoadWithTheirBounds) {
   const std::string head =
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
