@@ -328,13 +328,15 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
         return;
       }
-      if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
+      if (store_->PushProvenFinite(request_, clocks_.min_clock())) {
         // Acknowledge first, then apply: the push was fully checked, the
-        // apply cannot fail, and this thread applies it before reading any
+        // apply cannot fail (kFlag, or bounds that rule out a result that
+        // is not finite), and this thread applies it before reading any
         // later request, so no reader can see the state without it. The
         // worker's next message travels while the apply runs.
         Reply(routing_id, reply);
-        store_->ApplyPush(request_, clocks_.min_clock()).IgnoreError();  // kFlag: always OK
+        Status applied = store_->ApplyPush(request_, clocks_.min_clock());
+        if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
         ReportNonFinite("applied (server.on_non_finite_result: flag)");
         return;
       }

@@ -165,6 +165,7 @@ void ShardStore::Widen(Table* t, const uint32_t bits[3]) {
 
 void ShardStore::MeasureBounds(Table* t) {
   t->bounded = true;
+  t->measured = true;
   t->bound[0] = t->bound[1] = t->bound[2] = 0;
   for (const auto& block : t->blocks) {
     uint32_t bits[3];
@@ -208,6 +209,36 @@ void ShardStore::PutBack(const Table& table) {
   undo_used_ = 0;
 }
 
+bool ShardStore::ProvenFinite(Table& t, const Request& request, int64_t clock, double after[3]) {
+  if (!request.header.dense()) return false;
+  constexpr double kSafeMagnitude = 1e36;  // float's largest is 3.4e38
+  const double max_grad =
+      MagnitudeOf(request.values_max_bits != Request::kValuesNotMeasured
+                      ? request.values_max_bits
+                      : MaxAbsBits(request.values.data(), request.values.size()));
+  auto safe = [&] {
+    StepBounds(t.optimizer, t.bound, max_grad, t.optimizer.LearningRate(clock), clock + 1, after);
+    for (uint32_t k = 0; k <= t.optimizer.Slots(); ++k) {
+      if (!(after[k] < kSafeMagnitude)) return false;
+    }
+    return true;
+  };
+  if (!t.bounded) MeasureBounds(&t);
+  if (safe()) return true;
+  // The bounds only grow, each push by what it could add; when they come
+  // near the limit they are measured again (one pass over the table, not
+  // repeated until a push changes the table).
+  if (t.measured) return false;
+  MeasureBounds(&t);
+  return safe();
+}
+
+bool ShardStore::PushProvenFinite(const Request& request, int64_t clock) {
+  if (!refuse_non_finite_) return true;
+  double after[3];
+  return ProvenFinite(tables_[request.header.table], request, clock, after);
+}
+
 Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
@@ -220,30 +251,8 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   // saving every row halves the apply rate). The bounds are of one step:
   // a dense push updates each row once, a sparse one may name a row many
   // times, so sparse pushes (a minibatch's rows, small) always save.
-  bool save = refuse && !request.header.dense();
   double after[3] = {0, 0, 0};
-  if (refuse && !save) {
-    constexpr double kSafeMagnitude = 1e36;  // float's largest is 3.4e38
-    const double max_grad =
-        MagnitudeOf(request.values_max_bits != Request::kValuesNotMeasured
-                        ? request.values_max_bits
-                        : MaxAbsBits(request.values.data(), request.values.size()));
-    auto unsafe = [&] {
-      StepBounds(t.optimizer, t.bound, max_grad, t.optimizer.LearningRate(clock), clock + 1,
-                 after);
-      bool any = false;
-      for (uint32_t k = 0; k <= t.optimizer.Slots(); ++k) any = any || !(after[k] < kSafeMagnitude);
-      return any;
-    };
-    if (!t.bounded) MeasureBounds(&t);
-    // The bounds only grow, each push by what it could add; when they come
-    // near the limit they are measured again (one pass over the table),
-    // and only a push that could still overflow saves its rows.
-    if (unsafe()) {
-      MeasureBounds(&t);
-      save = unsafe();
-    }
-  }
+  const bool save = refuse && !ProvenFinite(t, request, clock, after);
   // Updates rows [row, row + rows) (global ids), which lie at `offset` of
   // `block`; false when a result is not finite, with *bad the first such row.
   uint64_t bad = 0;
@@ -303,6 +312,7 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
     if (refuse && !save) {
       for (uint32_t k = 0; k <= t.optimizer.Slots(); ++k) t.bound[k] = std::max(t.bound[k], after[k]);
     }
+    t.measured = false;
     return Status::Ok();
   }
   if (!save) {

@@ -56,6 +56,11 @@ class ShardStore {
   // before their update, to be put back.
   // REQUIRES: `request` passed DecodeRequest against layouts().
   Status ApplyPush(const Request& request, int64_t clock);
+  // True when ApplyPush of `request` at `clock` cannot fail: under kFlag
+  // always; under kRefuse when the table's bounds prove every result
+  // finite (a dense push of a healthy job). The shard then acknowledges
+  // the push before applying it. REQUIRES: as ApplyPush.
+  bool PushProvenFinite(const Request& request, int64_t clock);
 
   // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
   // to the running sum of clock `clock` instead of applying them.
@@ -127,6 +132,7 @@ class ShardStore {
     // kRefuse: when `bounded`, bound[0] is at least the magnitude of every
     // value of the table and bound[1 + k] of every element of state k.
     bool bounded = false;
+    bool measured = false;  // the bounds were measured and no push came since
     double bound[3] = {0, 0, 0};
   };
   // A run of elements saved before a push updated them, to put back when
@@ -154,6 +160,9 @@ class ShardStore {
   static bool Finite(const Table& table, const Block& block, size_t offset, size_t n);
   // Raises the table's bounds to `bits` (when it keeps bounds).
   static void Widen(Table* table, const uint32_t bits[3]);
+  // Whether the table's bounds prove a dense push's every result finite;
+  // fills after[] with the bounds after it. Sparse pushes: false.
+  bool ProvenFinite(Table& table, const Request& request, int64_t clock, double after[3]);
   // Measures the table's bounds: one pass over every value and state.
   static void MeasureBounds(Table* table);
   // Saves elements [offset, offset + n) of the block (values and slots) as
