@@ -7,7 +7,12 @@
 
 namespace ps {
 
-bool RefusalLog::ShouldLog(const std::string& key, std::chrono::steady_clock::time_point now,
+std::string HeldBack(uint64_t held_back) {
+  return held_back == 0 ? std::string()
+                        : " (" + std::to_string(held_back) + " more since the last line)";
+}
+
+bool LogRateLimit::ShouldLog(const std::string& key, std::chrono::steady_clock::time_point now,
                            uint64_t* held_back) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
@@ -49,9 +54,7 @@ StatusOr<std::unique_ptr<ShardAccess>> ShardAccess::Create(const JobOptions& job
                     raw->shard_, who.mechanism, who.address.empty() ? "?" : who.address,
                     who.public_key.empty() ? "" : " with public key " + who.public_key,
                     raw->job_.security.keys_dir,
-                    held_back == 0 ? std::string()
-                                   : "; " + std::to_string(held_back) +
-                                         " more from that address since the last such line");
+                    HeldBack(held_back));
       }));
   PS_LOG_INFO("shard {}: CurveZMQ on; {} client keys allowed (security.keys_dir {})", shard, keys,
               job.security.keys_dir);
@@ -74,9 +77,7 @@ Status ShardAccess::Check(const Frame& first_frame, const MessageHeader& header)
     PS_LOG_WARN("shard {}: refused {} request {} from {} at {}: {}{}", shard_, OpName(header.op),
                 header.request_id, user_id.empty() ? "an unknown peer" : user_id,
                 first_frame.Property("Peer-Address"), allowed.message(),
-                held_back == 0 ? std::string()
-                               : " (" + std::to_string(held_back) +
-                                     " more refused from it since the last such line)");
+                HeldBack(held_back));
   }
   return allowed.WithContext("shard " + std::to_string(shard_));
 }

@@ -5,7 +5,7 @@
 // Every CURVE handshake of a key not on the allowlist is refused by the ZAP
 // handler, so such a peer never gets a request read; it is logged once per
 // address every kRefusalLogIntervalMs, with how many more were refused
-// since. A request from an allowed key is checked against the identity of
+// since (LogRateLimit). A request from an allowed key is checked against the identity of
 // its connection (the ZAP user id that libzmq stamps on every frame, which
 // a sender cannot forge): a worker key only as its own rank and never an
 // admin op, the admin key only as the control client. Under mode none the
@@ -30,16 +30,22 @@
 
 namespace ps {
 
-// Once per key (an address, a user id) per interval, with a count of what
-// was held back. Bounded: past kMaxKeys keys it starts over. Thread-safe.
-class RefusalLog {
+// A log line of one kind at most once per key (an address, a user id, or
+// none) per interval, with a count of what was held back: what a shard
+// logs of misbehaving peers cannot flood its log. Bounded: past kMaxKeys
+// keys it starts over. Thread-safe.
+class LogRateLimit {
  public:
   static constexpr size_t kMaxKeys = 4096;
-  explicit RefusalLog(std::chrono::milliseconds interval) : interval_(interval) {}
-  // True when a refusal of `key` at `now` should be logged; *held_back is
-  // then the number of its refusals not logged since the last line.
+  explicit LogRateLimit(std::chrono::milliseconds interval) : interval_(interval) {}
+  // True when an event of `key` at `now` should be logged; *held_back is
+  // then the number of its events not logged since the last line.
   bool ShouldLog(const std::string& key, std::chrono::steady_clock::time_point now,
                  uint64_t* held_back);
+  // The same for events of one kind with no key, now.
+  bool ShouldLog(uint64_t* held_back) {
+    return ShouldLog(std::string(), std::chrono::steady_clock::now(), held_back);
+  }
 
  private:
   struct Entry {
@@ -50,6 +56,9 @@ class RefusalLog {
   std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;  // guarded by mu_
 };
+
+// " (N more since the last line)" for a line that held N back; empty for 0.
+std::string HeldBack(uint64_t held_back);
 
 inline constexpr int kRefusalLogIntervalMs = 10000;
 
@@ -77,8 +86,8 @@ class ShardAccess {
   ShardAccess(const JobOptions& job, uint32_t shard) : job_(job), shard_(shard) {}
   const JobOptions& job_;  // the shard's; outlives this
   const uint32_t shard_;
-  RefusalLog handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
-  RefusalLog request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+  LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+  LogRateLimit request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
   uint64_t refused_requests_ = 0;
   // Last: stopped (its thread joined) before the logs it uses go.
   std::unique_ptr<ZapHandler> zap_;

@@ -189,27 +189,14 @@ void ShardServer::SendReply(const MessageHeader& header) {
     // (and a good worker, within client.max_in_flight, never fills it).
     ++counters_.replies_dropped;
     uint64_t skipped = 0;
-    if (MayLog(dropped_log_, &skipped)) {
+    if (dropped_log_.ShouldLog(&skipped)) {
       PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}: its connection "
                   "has server.socket_hwm ({}) replies it has not read, or it is gone{}",
                   shard_, OpName(header.op), header.request_id, header.worker, s.message(),
                   job_.server.socket_hwm,
-                  skipped == 0 ? std::string()
-                               : " (" + std::to_string(skipped) + " more dropped since the last line)");
+                  HeldBack(skipped));
     }
   }
-}
-
-bool ShardServer::MayLog(LogLimit& limit, uint64_t* skipped) {
-  const Clock::TimePoint now = steady_clock_.Now();
-  if (now < limit.next) {
-    ++limit.skipped;
-    return false;
-  }
-  limit.next = now + std::chrono::seconds(1);
-  *skipped = limit.skipped;
-  limit.skipped = 0;
-  return true;
 }
 
 void ShardServer::DrainAcceptEvents() {
@@ -221,25 +208,22 @@ void ShardServer::DrainAcceptEvents() {
     if (**event == ConnectionEvent::kHandshakeFailed) {
       ++counters_.failed_handshakes;
       uint64_t skipped = 0;
-      if (!MayLog(handshake_log_, &skipped)) continue;
+      if (!handshake_log_.ShouldLog(&skipped)) continue;
       PS_LOG_WARN("shard {}: refused a connection whose handshake failed: a client without "
                   "CurveZMQ against this {} server, or one with another server key; it gets "
                   "nothing (ZeroMQ names no address for this){}",
                   shard_, access_->enabled() ? "CurveZMQ" : "plain",
-                  skipped == 0 ? std::string()
-                               : " (" + std::to_string(skipped) + " more since the last line)");
+                  HeldBack(skipped));
       continue;
     }
     if (**event != ConnectionEvent::kAcceptFailed) continue;
     ++counters_.accept_failures;
     uint64_t skipped = 0;
-    if (!MayLog(accept_log_, &skipped)) continue;
+    if (!accept_log_.ShouldLog(&skipped)) continue;
     PS_LOG_ERROR("shard {}: cannot accept a connection: {}; workers that connect now get no "
                  "reply{}",
                  shard_, AcceptFailureText(accept_monitor_->last_error(), CurrentOpenFileLimit()),
-                 skipped == 0 ? std::string()
-                              : " (" + std::to_string(skipped) + " more failed accepts since the "
-                                                                 "last line)");
+                 HeldBack(skipped));
   }
 }
 
@@ -337,7 +321,9 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         Reply(routing_id, reply);
         Status applied = store_->ApplyPush(request_, clocks_.min_clock());
         if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
-        ReportNonFinite("applied (server.on_non_finite_result: flag)");
+        if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
+          ReportNonFinite("applied (server.on_non_finite_result: flag)");
+        }
         return;
       }
       // Refused when a result is not finite: the reply waits for the apply.
@@ -452,10 +438,9 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
         std::to_string(max_queued_reply_bytes_) +
         "); read the replies before pulling more, or raise server.max_queued_reply_bytes");
     uint64_t skipped = 0;
-    if (MayLog(refused_log_, &skipped)) {
+    if (refused_log_.ShouldLog(&skipped)) {
       PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
-                  skipped == 0 ? std::string()
-                               : " (" + std::to_string(skipped) + " more refused since the last line)");
+                  HeldBack(skipped));
     }
     Reply(routing_id, MakeErrorHeader(req, shard_, refused));
     return;
@@ -496,10 +481,9 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
         " pulls waiting for slower workers already (server.max_waiting_pulls_per_worker " +
         std::to_string(limit) + "); wait for their replies before pulling more");
     uint64_t skipped = 0;
-    if (MayLog(refused_log_, &skipped)) {
+    if (refused_log_.ShouldLog(&skipped)) {
       PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
-                  skipped == 0 ? std::string()
-                               : " (" + std::to_string(skipped) + " more refused since the last line)");
+                  HeldBack(skipped));
     }
     Reply(frames[0], MakeErrorHeader(req, shard_, refused));
     return;
@@ -599,10 +583,9 @@ void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
         "); is worker " + std::to_string(slowest) + " alive and still training?");
     ++counters_.errors;
     uint64_t skipped = 0;
-    if (MayLog(expired_log_, &skipped)) {
+    if (expired_log_.ShouldLog(&skipped)) {
       PS_LOG_WARN("shard {}: {}{}", shard_, late.message(),
-                  skipped == 0 ? std::string()
-                               : " (" + std::to_string(skipped) + " more since the last line)");
+                  HeldBack(skipped));
     }
     Reply(w.frames[0], MakeErrorHeader(*h, shard_, late));
   }

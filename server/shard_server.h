@@ -235,11 +235,6 @@ class ShardServer {
   }
   // True when a line of this kind may be logged now (at most one a
   // second); *skipped: how many were not logged since the last one.
-  struct LogLimit {
-    Clock::TimePoint next{};
-    uint64_t skipped = 0;
-  };
-  bool MayLog(LogLimit& limit, uint64_t* skipped);
   void ExpireWaitingPulls(Clock::TimePoint now);
   void CheckLiveness(Clock::TimePoint now);
   // With server.exit_when_workers_leave, stops Run() once every worker has
@@ -338,7 +333,11 @@ class ShardServer {
   // Replies not yet taken by the kernel (server.max_queued_reply_bytes).
   QueuedReplies queued_replies_;
   uint64_t max_queued_reply_bytes_ = 0;  // the limit in force
-  LogLimit refused_log_, dropped_log_, accept_log_, expired_log_, handshake_log_;
+  // Once a second at most per kind: refused pulls, dropped replies, failed
+  // accepts, expired pulls, failed handshakes.
+  LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
+      accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
+      handshake_log_{std::chrono::seconds(1)};
   Status failed_;  // set under policy fail once a worker died
   Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and
