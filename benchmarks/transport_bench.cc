@@ -32,7 +32,9 @@
 //
 // Each measurement warms up, then runs for --time seconds (and at least a few
 // operations), and is repeated --reps times with ours and raw interleaved
-// (ours, raw, ours, raw, ...) so machine noise hits both alike. Reported:
+// (ours, raw, raw, ours, ours, raw, ...: each side goes first in half the
+// repetitions) so machine noise, and whatever one side leaves behind for
+// the next, hits both alike. Reported:
 // the median over repetitions of throughput (MB/s, 1 MB = 10^6 bytes, bytes
 // of values moved: N per push or pull, 2N per push+pull), and p50/p99 of the
 // per-operation latencies (issue to completion, microseconds) pooled over all
@@ -395,13 +397,26 @@ Status RunAll(const Config& cfg) {
         Result o, r;
         for (int rep = 0; rep < cfg.reps; ++rep) {
           Sample so, sr;
-          if (cfg.run_ours) {
+          auto run_ours = [&]() -> Status {
+            if (!cfg.run_ours) return Status::Ok();
             PS_RETURN_IF_ERROR(ours->Run(op, table, depth, cfg.limits, &so));
             o.Add(so, per_op);
-          }
-          if (cfg.run_raw) {
+            return Status::Ok();
+          };
+          auto run_raw = [&]() -> Status {
+            if (!cfg.run_raw) return Status::Ok();
             PS_RETURN_IF_ERROR(raw->Run(op, bytes, depth, cfg.limits, &sr));
             r.Add(sr, per_op);
+            return Status::Ok();
+          };
+          // ours, raw, raw, ours, ours, raw, ...: neither side always runs
+          // right after the other.
+          if (rep % 2 == 0) {
+            PS_RETURN_IF_ERROR(run_ours());
+            PS_RETURN_IF_ERROR(run_raw());
+          } else {
+            PS_RETURN_IF_ERROR(run_raw());
+            PS_RETURN_IF_ERROR(run_ours());
           }
         }
         rows.push_back({bytes, op, depth, Median(o.mbps), Median(r.mbps),
