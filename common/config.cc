@@ -24,7 +24,8 @@ namespace {
 // those of kJobSectionsOfOtherLayers.
 const std::vector<std::string_view> kTopLevelKeys = {
     "cluster", "tables",  "consistency", "liveness", "rendezvous", "stragglers",
-    "optimizer", "server", "client",     "worker",   "train",      "checkpoint", "security"};
+    "optimizer", "server", "client",     "worker",   "train",      "checkpoint", "security",
+    "replication"};
 
 Status ParseServers(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
   PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items,
@@ -282,6 +283,16 @@ Status ParseSecurity(const YamlReader& r, const YamlValue& value, SecurityOption
   return ReadSection(r, value, fields, "a map with mode (none, curve) and keys_dir", security);
 }
 
+Status ParseReplication(const YamlReader& r, const YamlValue& value,
+                        ReplicationOptions* replication) {
+  using R = ReplicationOptions;
+  const std::vector<YamlField<R>> fields = {
+      UnsignedField("factor", &R::factor),
+      UnsignedField("port_offset", &R::port_offset),
+  };
+  return ReadSection(r, value, fields, "a map with factor and port_offset", replication);
+}
+
 Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOptions* checkpoint) {
   using C = CheckpointOptions;
   const std::vector<YamlField<C>> fields = {
@@ -360,6 +371,7 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   PS_RETURN_IF_ERROR(section("worker", ParseWorker, &job->worker));
   PS_RETURN_IF_ERROR(section("checkpoint", ParseCheckpoint, &job->checkpoint));
   PS_RETURN_IF_ERROR(section("security", ParseSecurity, &job->security));
+  PS_RETURN_IF_ERROR(section("replication", ParseReplication, &job->replication));
   // The sections of other layers: read by their layer's reader, or skipped.
   for (const JobSection& other : sections) {
     if (const YamlValue* value = top.Find(other.key)) PS_RETURN_IF_ERROR(other.read(r, *value));

@@ -189,6 +189,43 @@ StatusOr<HostPort> ServerAddress(const JobOptions& job, uint32_t shard) {
   return host_port;
 }
 
+StatusOr<HostPort> ReplicaHostPort(const JobOptions& job, uint32_t shard, uint32_t replica) {
+  const auto servers = static_cast<uint32_t>(job.cluster.servers.size());
+  const uint32_t host_of = (shard + replica) % servers;
+  const std::string entry = "cluster.servers[" + std::to_string(host_of) + "]";
+  HostPort host_port;
+  std::string problem;
+  if (!ParseHostPort(job.cluster.servers[host_of], &host_port, &problem)) {
+    return InvalidOption(job.source, entry, problem, "\"host:port\"");
+  }
+  if (replica == 0) return host_port;
+  const uint64_t port =
+      host_port.port + uint64_t{replica} * uint64_t{job.replication.port_offset};
+  if (port > 65535) {
+    return OutOfRangeError("port " + std::to_string(host_port.port) + " of " + entry + " + " +
+                           std::to_string(replica) + " x replication.port_offset " +
+                           std::to_string(job.replication.port_offset) + " is " +
+                           std::to_string(port) + ", above 65535");
+  }
+  host_port.port = static_cast<uint16_t>(port);
+  const size_t colon = host_port.canonical.rfind(':');
+  host_port.canonical = host_port.canonical.substr(0, colon + 1) + std::to_string(port);
+  return host_port;
+}
+
+StatusOr<HostPort> ReplicaAddress(const JobOptions& job, uint32_t shard, uint32_t replica) {
+  if (replica == 0) return ServerAddress(job, shard);
+  PS_ASSIGN_OR_RETURN(HostPort host_port, ReplicaHostPort(job, shard, replica));
+  if (StatusOr<std::string> resolved = ResolveHost(host_port); !resolved.ok()) {
+    return InvalidOption(job.source,
+                         "cluster.servers[" +
+                             std::to_string((shard + replica) % job.cluster.servers.size()) + "]",
+                         resolved.status().message(),
+                         "a host name this machine resolves, or an IP address");
+  }
+  return host_port;
+}
+
 StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces) {
   if (all_interfaces) return "tcp://*:" + std::to_string(endpoint.port);
   PS_ASSIGN_OR_RETURN(std::string address, ResolveHost(endpoint));

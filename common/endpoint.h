@@ -52,6 +52,17 @@ StatusOr<std::string> ResolveHost(const HostPort& endpoint);
 // Validate() would refuse). REQUIRES: shard < job.cluster.servers.size().
 StatusOr<HostPort> ServerAddress(const JobOptions& job, uint32_t shard);
 
+// Where replica `replica` of shard `shard`'s rows listens
+// (replication.factor, common/options.h): replica 0 is the shard's own
+// entry of cluster.servers; backup j >= 1 has the host of entry
+// (shard + j) mod S, the next servers on the ring, and that entry's port +
+// j x replication.port_offset. Parses, resolves nothing. InvalidArgument
+// for an entry that does not parse; OutOfRange for a port above 65535.
+// REQUIRES: shard < S.
+StatusOr<HostPort> ReplicaHostPort(const JobOptions& job, uint32_t shard, uint32_t replica);
+// ReplicaHostPort, once its host was seen to resolve (as ServerAddress).
+StatusOr<HostPort> ReplicaAddress(const JobOptions& job, uint32_t shard, uint32_t replica);
+
 // The ZeroMQ endpoint a server binds: "tcp://*:<port>" with
 // `all_interfaces`, else "tcp://<ResolveHost>:<port>". Errors: ResolveHost's.
 StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces);

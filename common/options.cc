@@ -485,6 +485,57 @@ Status ValidateSecurity(const std::string& source, const SecurityOptions& s) {
   return Status::Ok();
 }
 
+Status ValidateReplication(const std::string& source, const JobOptions& job) {
+  const ReplicationOptions& r = job.replication;
+  const auto servers = static_cast<uint32_t>(job.cluster.servers.size());
+  if (r.factor < 1 || r.factor > servers) {
+    return InvalidOption(source, "replication.factor",
+                         "got " + std::to_string(r.factor) + " with " + std::to_string(servers) +
+                             " servers",
+                         "1 (no backups) up to the number of servers (each copy of a range on "
+                         "another server)");
+  }
+  if (r.port_offset < 1) {
+    return InvalidOption(source, "replication.port_offset", "got 0",
+                         "the port distance between a host's primary and its backups, >= 1");
+  }
+  if (r.factor == 1) return Status::Ok();
+  if (job.security.mode == SecurityMode::kCurve) {
+    return InvalidOption(source, "replication.factor",
+                         "got " + std::to_string(r.factor) + " under security.mode curve",
+                         "replication.factor 1 under curve: replicated shards speak plain TCP "
+                         "between servers so far");
+  }
+  // Every replica's endpoint: distinct from each other and the servers'.
+  std::unordered_map<std::string, std::string> seen;
+  for (uint32_t i = 0; i < servers; ++i) {
+    HostPort server;
+    std::string problem;
+    if (!ParseHostPort(job.cluster.servers[i], &server, &problem)) continue;  // checked before
+    seen.emplace(server.canonical, "cluster.servers[" + std::to_string(i) + "]");
+  }
+  for (uint32_t i = 0; i < servers; ++i) {
+    for (uint32_t j = 1; j < r.factor; ++j) {
+      StatusOr<HostPort> replica = ReplicaHostPort(job, i, j);
+      const std::string what = "backup " + std::to_string(j) + " of shard " + std::to_string(i);
+      if (!replica.ok()) {
+        return InvalidOption(source, "replication.port_offset", what + ": " +
+                                 replica.status().message(),
+                             "a port_offset that keeps every backup's port at most 65535");
+      }
+      auto [it, inserted] = seen.emplace(replica->canonical, what);
+      if (!inserted) {
+        return InvalidOption(source, "replication.port_offset",
+                             what + " would listen on " + replica->canonical + ", the endpoint of " +
+                                 it->second,
+                             "a port_offset (or server ports) that gives every backup a port of "
+                             "its own");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Timeouts of different sections that must fit together.
 Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
   if (job.rendezvous.timeout_ms < 1) {
@@ -526,6 +577,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateServerForClients(source, *this));
   PS_RETURN_IF_ERROR(ValidateTimeouts(source, *this));
   PS_RETURN_IF_ERROR(ValidateSecurity(source, security));
+  PS_RETURN_IF_ERROR(ValidateReplication(source, *this));
   return ValidateCheckpoint(source, checkpoint);
 }
 

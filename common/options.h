@@ -477,6 +477,22 @@ struct CheckpointOptions {
   bool restore = true;
 };
 
+// Replicated shards (DESIGN.md section 13, server/replication.h).
+struct ReplicationOptions {
+  // Copies of each shard's rows: 1 (default) is one copy, no backups. With
+  // k >= 2, range i (the rows of shard i) has its primary, ps_server
+  // --shard i, at cluster.servers[i], and k - 1 backups: backup j
+  // (ps_server --shard i --replica j, 1 <= j < k) runs on the host of the
+  // next server on the ring, cluster.servers[(i + j) mod S], and listens on
+  // that entry's port + j x port_offset. A push is acknowledged only once
+  // every backup has applied it. 1 <= factor <= the number of servers.
+  uint32_t factor = 1;
+  // Port distance between a host's primary and its backups (see factor):
+  // every derived endpoint must be distinct from each other and from the
+  // servers' own. >= 1. Default 1000.
+  uint32_t port_offset = 1000;
+};
+
 // The job as every process reads it: servers, workers, tables and the
 // limits of each component.
 struct JobOptions {
@@ -497,6 +513,7 @@ struct JobOptions {
   ClientOptions client;
   CheckpointOptions checkpoint;
   SecurityOptions security;
+  ReplicationOptions replication;
 
   // Checks every field; returns InvalidArgument naming the YAML path
   // ("<source>: tables[1].rows: ...") of the first problem.

@@ -15,6 +15,7 @@ std::vector<AgreedField> AgreedFields(const JobOptions& job) {
       {"consistency",
        ConsistencyName(job.consistency) + (job.consistency.aggregate ? " aggregate" : "")},
       {"tables", std::to_string(job.tables.size())},
+      {"replication.factor", std::to_string(job.replication.factor)},
   };
   for (size_t i = 0; i < job.tables.size(); ++i) {
     const TableOptions& t = job.tables[i];

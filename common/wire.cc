@@ -20,6 +20,7 @@ std::string OpName(Op op) {
     case Op::kCheckpoint: return "CHECKPOINT";
     case Op::kShutdown: return "SHUTDOWN";
     case Op::kHello: return "HELLO";
+    case Op::kReplicate: return "REPLICATE";
     case Op::kPushOk: return "PUSH_OK";
     case Op::kPullOk: return "PULL_OK";
     case Op::kClockOk: return "CLOCK_OK";
@@ -28,6 +29,7 @@ std::string OpName(Op op) {
     case Op::kCheckpointOk: return "CHECKPOINT_OK";
     case Op::kShutdownOk: return "SHUTDOWN_OK";
     case Op::kHelloOk: return "HELLO_OK";
+    case Op::kReplicateOk: return "REPLICATE_OK";
     case Op::kError: return "ERROR";
   }
   return "OP(" + std::to_string(static_cast<int>(op)) + ")";
@@ -35,7 +37,7 @@ std::string OpName(Op op) {
 
 Op ReplyOp(Op request) {
   int v = static_cast<int>(request);
-  if (v >= 1 && v <= 8) return static_cast<Op>(v + 100);
+  if (v >= 1 && v <= 9) return static_cast<Op>(v + 100);
   return Op::kError;
 }
 

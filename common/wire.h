@@ -40,6 +40,7 @@ enum class Op : int {
   kCheckpoint = 6,
   kShutdown = 7,
   kHello = 8,  // start-up rendezvous (common/rendezvous.h)
+  kReplicate = 9,  // primary to backup (server/replication.h); never a worker's request
   kPushOk = 101,
   kPullOk = 102,
   kClockOk = 103,
@@ -48,6 +49,7 @@ enum class Op : int {
   kCheckpointOk = 106,
   kShutdownOk = 107,
   kHelloOk = 108,
+  kReplicateOk = 109,
   kError = 200,
 };
 

@@ -1,5 +1,7 @@
 // ps_server: one parameter-server shard.
 //   ps_server --config job.yaml --shard 0
+//   ps_server --config job.yaml --shard 0 --replica 1   (a backup of shard 0's
+//                                                       rows, replication.factor >= 2)
 //   ps_server --config job.yaml --check     (what it would serve, then exit)
 // The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
@@ -30,13 +32,16 @@
 #include "common/rank.h"
 #include "server/checkpoint_stall.h"
 #include "server/open_files.h"
+#include "server/replication.h"
 #include "server/shard_server.h"
 
 namespace {
 // The one process-wide pointer: a signal handler can reach nothing else.
 ps::ShardServer* g_server = nullptr;
+ps::BackupServer* g_backup = nullptr;  // --replica j >= 1
 void OnSignal(int) {
   if (g_server != nullptr) g_server->Stop();
+  if (g_backup != nullptr) g_backup->Stop();
 }
 // SIGHUP: read the job's key files again (a rotated worker key).
 void OnHangup(int) {
@@ -64,6 +69,10 @@ int main(int argc, char** argv) {
   app.add_option("--restore-clock", restore_clock,
                  "with checkpoint.dir: restore the generation of this clock instead of the newest")
       ->check(CLI::NonNegativeNumber);
+  uint32_t replica = 0;
+  app.add_option("--replica", replica,
+                 "with replication.factor k: run backup j (1..k-1) of the shard's rows, on this "
+                 "host at the port replication.port_offset sets; 0 (default): the shard itself");
   std::vector<uint32_t> left_workers;
   app.add_option("--left-workers", left_workers,
                  "ranks of workers that already finished the job (a shard restarted while the "
@@ -101,6 +110,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (replica >= job->replication.factor) {
+    PS_LOG_ERROR("--replica {}: the job has replication.factor {}, so shard {} has {}", replica,
+                 job->replication.factor, shard,
+                 job->replication.factor == 1 ? std::string("no backups")
+                                              : "backups 1.." +
+                                                    std::to_string(job->replication.factor - 1));
+    return 2;
+  }
   if (check) {
     // Parsed, not resolved: Validate() has parsed every entry already.
     ps::HostPort address;
@@ -114,6 +131,26 @@ int main(int argc, char** argv) {
                   std::to_string(address.port);
     std::printf("ps_server: shard %u of %u (from %s), listens on %s, binds %s\n", shard,
                 num_servers, resolved->source.c_str(), address.canonical.c_str(), binds.c_str());
+    return 0;
+  }
+  if (replica > 0) {
+    ps::InitLogging("server " + std::to_string(shard) + " backup " + std::to_string(replica),
+                    log_level)
+        .IgnoreError();
+    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock);
+    if (!backup.ok()) {
+      PS_LOG_ERROR("{}", backup.status().ToString());
+      return 1;
+    }
+    g_backup = backup->get();
+    std::signal(SIGTERM, OnSignal);
+    std::signal(SIGINT, OnSignal);
+    ps::Status s = (*backup)->Run();
+    g_backup = nullptr;
+    if (!s.ok()) {
+      PS_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
     return 0;
   }
   ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();

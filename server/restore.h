@@ -19,6 +19,14 @@ namespace ps {
 // ..); the errors of CheckpointDir::ReadInto. On an error the store holds a
 // mix of old and restored rows. Returns the number of tables restored.
 // REQUIRES: store was created for (job, shard).
+// The generation of `dir` a shard starting up restores: `restore_clock`
+// (NotFound listing those there are when `dir` lacks it), or the newest;
+// -1 when `dir` holds none (and no restore_clock was asked for: NotFound
+// then). FailedPrecondition for a generation of a clock no worker could
+// resume at (>= kMaxClock).
+StatusOr<int64_t> PickGeneration(const CheckpointDir& dir, int64_t restore_clock,
+                                 uint32_t shard);
+
 StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
                               uint32_t shard, ShardStore* store);
 

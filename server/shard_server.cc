@@ -63,6 +63,8 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
     PS_RETURN_IF_ERROR(server->RestoreCheckpoint(restore_clock));
   }
   PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
+  PS_ASSIGN_OR_RETURN(server->replication_,
+                      ReplicationLog::Create(server->job_, shard, server->context_.get()));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
   // absurd ones are cut off by ZeroMQ before they are buffered.
@@ -123,12 +125,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
     }
     server->max_queued_reply_bytes_ = std::max<uint64_t>(1ull << 30, 2 * values);
   }
-  server->rules_ = RequestRules{shard,
-                                server->store_->layouts(),
-                                job.cluster.workers,
-                                job.server.max_request_bytes,
-                                job.server.max_keys_per_request,
-                                job.server.reject_non_finite};
+  server->rules_ = server->store_->Rules(job, shard);
   return server;
 }
 
@@ -144,9 +141,15 @@ Status ShardServer::Run() {
                 "(README, \"Security\")",
                 shard_, endpoint_);
   }
+  if (replication_->active()) {
+    PS_LOG_INFO("shard {}: replication.factor {}: every push is acknowledged once its {} "
+                "backups have it",
+                shard_, job_.replication.factor, job_.replication.factor - 1);
+  }
   std::vector<Frame> frames;
   std::vector<bool> readable;
-  Socket* sockets[] = {socket_.get(), accept_monitor_->socket()};
+  std::vector<Socket*> sockets = {socket_.get(), accept_monitor_->socket()};
+  sockets.insert(sockets.end(), replication_->sockets().begin(), replication_->sockets().end());
   while (!stop_requested()) {
     if (reload_keys_.exchange(false, std::memory_order_relaxed)) {
       if (Status reloaded = access_->ReloadAllowlist(); !reloaded.ok()) {
@@ -158,6 +161,7 @@ Status ShardServer::Run() {
     auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     if (readable[1]) DrainAcceptEvents();
+    if (!ReceiveReplicaAcks(readable, 2)) break;
     // Drain what is queued, but look at the stop flag now and then.
     for (int i = 0; i < 256 && !stop_requested(); ++i) {
       auto got = socket_->TryRecv(&frames);
@@ -165,7 +169,9 @@ Status ShardServer::Run() {
       if (!*got) break;
       Handle(frames);
     }
+    FlushDeferred();
   }
+  EndReplication();
   JoinCheckpointWriter();  // a generation being written is finished, not torn
   FinishCheckpointWrite(/*may_start=*/false);  // its waiting requests get their answer
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
@@ -177,7 +183,57 @@ void ShardServer::Reply(Frame& routing_id, const MessageHeader& header) {
   reply_.clear();
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(header));
+  if (deferring_) {
+    deferred_.push_back({0, std::move(reply_), header});
+    ++deferred_unassigned_;
+    reply_.clear();
+    return;
+  }
   SendReply(header);
+}
+
+void ShardServer::FlushDeferred() {
+  const uint64_t committed = replication_->committed();
+  while (!deferred_.empty() && deferred_.size() > deferred_unassigned_ &&
+         deferred_.front().seq <= committed) {
+    reply_ = std::move(deferred_.front().frames);
+    const MessageHeader header = std::move(deferred_.front().header);
+    deferred_.pop_front();
+    SendReply(header);
+  }
+}
+
+bool ShardServer::ReceiveReplicaAcks(const std::vector<bool>& readable, size_t first) {
+  for (size_t b = 0; b < replication_->sockets().size(); ++b) {
+    if (!readable[first + b]) continue;
+    if (Status acks = replication_->ReceiveAcks(b); !acks.ok()) {
+      // A copy that differs from the primary's can no longer take over:
+      // the job stops rather than run with a replica it cannot trust.
+      PS_LOG_ERROR("{}", acks.ToString());
+      exit_status_ = acks;
+      Stop();
+      return false;
+    }
+  }
+  return true;
+}
+
+void ShardServer::EndReplication() {
+  if (!replication_->active()) return;
+  replication_->End();
+  // The last replies (goodbyes) wait for the backups, a bounded time.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::vector<bool> readable;
+  while (!deferred_.empty() && std::chrono::steady_clock::now() < until) {
+    auto ready = PollReadable(replication_->sockets(), 100, &readable);
+    if (!ready.ok() || !ReceiveReplicaAcks(readable, 0)) break;
+    FlushDeferred();
+  }
+  if (!deferred_.empty()) {
+    PS_LOG_WARN("shard {}: {} replies not sent: the backups did not acknowledge their entries "
+                "in time ({})",
+                shard_, deferred_.size(), replication_->Describe());
+  }
 }
 
 void ShardServer::SendReply(const MessageHeader& header) {
@@ -291,6 +347,20 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       return;
     }
   }
+  // With backups, what changed state is answered once they have it.
+  deferring_ = replication_->active() && (req.op == Op::kPush || req.op == Op::kClock ||
+                                          req.op == Op::kHeartbeat || req.op == Op::kHello);
+  Dispatch(frames);
+  deferring_ = false;
+  for (auto it = deferred_.rbegin(); deferred_unassigned_ > 0; ++it, --deferred_unassigned_) {
+    it->seq = replication_->last_seq();
+  }
+}
+
+void ShardServer::Dispatch(std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  const std::span<const Frame> body(frames.data() + 1, frames.size() - 1);
+  const MessageHeader& req = request_.header;
   MessageHeader reply = ReplyHeader(req);
   switch (req.op) {
     case Op::kPush:
@@ -309,7 +379,9 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         // with the others' when the last worker finishes that clock; the
         // sum cannot fail, so the acknowledgement goes first.
         Reply(routing_id, reply);
-        store_->Accumulate(request_, std::max(req.clock, clocks_.min_clock()));
+        const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
+        store_->Accumulate(request_, sum_clock);
+        replication_->Push(body, sum_clock, /*accumulate=*/true);
         return;
       }
       if (store_->PushProvenFinite(request_, clocks_.min_clock())) {
@@ -321,6 +393,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         Reply(routing_id, reply);
         Status applied = store_->ApplyPush(request_, clocks_.min_clock());
         if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
+        replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
         if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
           ReportNonFinite("applied (server.on_non_finite_result: flag)");
         }
@@ -339,6 +412,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         Reply(routing_id, MakeErrorHeader(req, shard_, refused));
         return;
       }
+      replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
       Reply(routing_id, reply);
       return;
     case Op::kPull:
@@ -353,6 +427,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       ++counters_.clocks;
       HeardClock(req.worker, req.clock);
       const bool advanced = clocks_.Finish(req.worker, req.clock);
+      replication_->Finish(req.worker, req.clock);
       reply.min_clock = clocks_.min_clock();
       Reply(routing_id, reply);
       if (advanced) MinClockAdvanced();
@@ -364,11 +439,15 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         // The worker's connection came back: it is at clock req.clock.
         ++counters_.resumes;
         HeardClock(req.worker, req.clock);
-        if (req.clock > 0) advanced = clocks_.Finish(req.worker, req.clock - 1);
+        if (req.clock > 0) {
+          advanced = clocks_.Finish(req.worker, req.clock - 1);
+          replication_->Finish(req.worker, req.clock - 1);
+        }
       }
       if (req.flags & kFlagLeaving) {
         workers_[req.worker].left = true;
         advanced = clocks_.Exclude(req.worker);
+        replication_->Exclude(req.worker);
         PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
                     clocks_.clock(req.worker));
         StopWhenWorkersGone();
@@ -520,6 +599,7 @@ void ShardServer::MinClockAdvanced() {
     // The mean over the workers the clock waited for.
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
     store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
+    replication_->ApplySums(clocks_.min_clock(), workers);
     ReportNonFinite(job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag
                         ? "applied in an aggregated update (server.on_non_finite_result: flag)"
                         : "left out of an aggregated update: those rows keep their values "
@@ -617,7 +697,9 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
     if (liveness.on_dead_worker == DeadWorkerPolicy::kDrop) {
       PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
                   shard_, who);
-      if (clocks_.Exclude(w)) MinClockAdvanced();
+      const bool advanced = clocks_.Exclude(w);
+      replication_->Exclude(w);
+      if (advanced) MinClockAdvanced();
       StopWhenWorkersGone();
       continue;
     }
@@ -643,6 +725,7 @@ void ShardServer::Touch(uint32_t worker) {
   w.dead = false;
   w.left = false;
   clocks_.Include(worker);
+  replication_->Include(worker);
   PS_LOG_INFO("shard {}: worker {} {} at clock {}", shard_, worker,
               was_dead ? "is back and rejoins" : "rejoins", clocks_.clock(worker));
 }
@@ -650,6 +733,7 @@ void ShardServer::Touch(uint32_t worker) {
 void ShardServer::WorkerLeft(uint32_t worker) {
   workers_[worker].left = true;
   clocks_.Exclude(worker);
+  replication_->Exclude(worker);
   PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
   StopWhenWorkersGone();
 }
@@ -824,6 +908,10 @@ std::string ShardServer::StatsReport() const {
   }
   os << "\n";
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
+  if (replication_->active()) {
+    // The backups show the same lines: equal checksums, equal copies.
+    os << replication_->Describe() << "\n" << ChecksumLines(*store_);
+  }
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
      << access_->refused_handshakes() << " failed_handshakes " << counters_.failed_handshakes << " refused_requests " << access_->refused_requests()
      << "\n";

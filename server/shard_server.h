@@ -64,6 +64,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -81,6 +82,7 @@
 #include "server/clock_table.h"
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
+#include "server/replication.h"
 #include "store/shard_store.h"
 
 namespace ps {
@@ -183,6 +185,8 @@ class ShardServer {
  private:
   ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock);
   void Handle(std::vector<Frame>& frames);
+  // The op's part of Handle, for a request that passed every check.
+  void Dispatch(std::vector<Frame>& frames);
   // Answers `pull` (decoded from `routing_id`'s message); `waited` is how
   // long it waited for slower workers (told to the client).
   void ServePull(Frame& routing_id, const Request& pull,
@@ -261,8 +265,18 @@ class ShardServer {
   // Answers every waiting pull with `status`.
   void FailWaitingPulls(const Status& status);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
-  // Sends [routing id][header] to the requester.
+  // Sends [routing id][header] to the requester; while deferring_ (a
+  // request that changed state, with backups), only once every backup has
+  // the log up to it (FlushDeferred).
   void Reply(Frame& routing_id, const MessageHeader& header);
+  // Sends the deferred replies every backup has caught up with.
+  void FlushDeferred();
+  // Reads the backups' acknowledgements; false (Run() stops, exit_status_
+  // says why) when a backup refused an entry.
+  bool ReceiveReplicaAcks(const std::vector<bool>& readable, size_t first);
+  // At the end of Run(): the backups' kEnd, and the last deferred replies
+  // (waiting a bounded time for the backups).
+  void EndReplication();
   // Sends reply_ (routing id, header, any value frames) as one message.
   void SendReply(const MessageHeader& header);
   std::string StatsReport() const;
@@ -310,6 +324,17 @@ class ShardServer {
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
   std::unique_ptr<Socket> socket_;
+  // replication.factor >= 2: the log sent to the backups (inactive at 1).
+  std::unique_ptr<ReplicationLog> replication_;
+  // Replies held until the backups have the log up to `seq`, in order.
+  struct DeferredReply {
+    uint64_t seq = 0;
+    std::vector<Frame> frames;
+    MessageHeader header;
+  };
+  std::deque<DeferredReply> deferred_;
+  size_t deferred_unassigned_ = 0;  // the newest ones, whose seq is set after Handle
+  bool deferring_ = false;
   // Declared after socket_: destroyed before the socket it watches.
   std::unique_ptr<ConnectionMonitor> accept_monitor_;
   std::string endpoint_;

@@ -14,37 +14,13 @@
 namespace ps {
 
 Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
-  PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, checkpoints_->Generations());
-  if (generations.empty()) {
-    if (restore_clock >= 0) {
-      return NotFoundError("shard " + std::to_string(shard_) + ": no checkpoint in " +
-                           checkpoints_->path() + " to restore clock " +
-                           std::to_string(restore_clock) + " from");
-    }
+  PS_ASSIGN_OR_RETURN(const int64_t clock, PickGeneration(*checkpoints_, restore_clock, shard_));
+  if (clock < 0) {
     PS_LOG_INFO("shard {}: no checkpoint in {} yet; starting from the tables' initial values",
                 shard_, checkpoints_->path());
     return Status::Ok();
   }
-  int64_t clock = generations.back();
-  if (restore_clock >= 0) {
-    if (std::find(generations.begin(), generations.end(), restore_clock) == generations.end()) {
-      std::string have;
-      for (int64_t g : generations) have += (have.empty() ? "" : ", ") + std::to_string(g);
-      return NotFoundError("shard " + std::to_string(shard_) + ": " + checkpoints_->path() +
-                           " has no generation of clock " + std::to_string(restore_clock) +
-                           "; it has " + have);
-    }
-    clock = restore_clock;
-  }
   const std::string where = checkpoints_->GenerationPath(clock);
-  if (clock >= kMaxClock) {
-    // Workers would resume there and could not send a single request.
-    return FailedPreconditionError(
-        "shard " + std::to_string(shard_) + ": " + where + " is of clock " +
-        std::to_string(clock) + ", and workers resuming there could not finish a clock (requests "
-        "carry clocks up to 2^62); restore an older generation with --restore-clock, or start "
-        "with a new checkpoint.dir");
-  }
   const auto start = std::chrono::steady_clock::now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).

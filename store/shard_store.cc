@@ -1,6 +1,7 @@
 #include "store/shard_store.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -458,6 +459,25 @@ std::vector<float> ShardStore::CopySlot(uint32_t table, uint32_t slot) const {
     all.insert(all.end(), b->slots[slot].begin(), b->slots[slot].end());
   }
   return all;
+}
+
+uint64_t ShardStore::Checksum(uint32_t table) const {
+  // FNV-1a over 32-bit words (each float's bits), with a final mix: a few
+  // GB/s, where a byte at a time would hold a large shard's STATS up.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&h](const std::vector<float>& floats) {
+    for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
+    h ^= floats.size();
+  };
+  const Table& t = tables_[table];
+  for (const auto& b : t.blocks) {
+    add(b->values);
+    for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) add(b->slots[k]);
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
 }
 
 ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {

@@ -40,6 +40,16 @@ class ShardStore {
 
   // Per-table layout (rows, dim, owned range) for DecodeRequest.
   std::span<const TableLayout> layouts() const { return layouts_; }
+  // What DecodeRequest checks requests for these tables against: the
+  // layouts (they must outlive the rules) and `job`'s server limits.
+  RequestRules Rules(const JobOptions& job, uint32_t shard) const {
+    return RequestRules{shard,
+                        layouts_,
+                        job.cluster.workers,
+                        job.server.max_request_bytes,
+                        job.server.max_keys_per_request,
+                        job.server.reject_non_finite};
+  }
 
   // Applies a PUSH with the table's optimizer, reading the values in place,
   // at the learning rate its schedule gives for minimum clock `clock`.
@@ -96,6 +106,11 @@ class ShardStore {
   // A copy of optimizer state array `slot` (< the optimizer's Slots()) of
   // `table`, laid out like CopyValues.
   std::vector<float> CopySlot(uint32_t table, uint32_t slot) const;
+
+  // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values and optimizer state,
+  // bit for bit: two replicas of a range hold the same state exactly when
+  // their checksums agree (STATS shows it; tests compare replicas).
+  uint64_t Checksum(uint32_t table) const;
 
   // Blocks copied because a push met a block still shared with a reply.
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }

@@ -135,6 +135,7 @@ struct Child {
   std::string name;  // "server 0", "worker 1"
   bool is_server = false;
   uint32_t index = 0;     // shard or rank
+  uint32_t replica = 0;   // servers: 0 the shard itself, j >= 1 its backup j
   uint32_t restarts = 0;  // times restarted (a server after a crash, a worker under drop)
   std::unique_ptr<Subprocess> process;
   LineReader reader;
@@ -160,7 +161,8 @@ class JobRun {
 
   // `restart`: a server restarted while the job runs (it restores its own
   // newest generation and is told which workers already finished).
-  std::vector<std::string> CommandFor(bool is_server, uint32_t index, bool restart = false) const;
+  std::vector<std::string> CommandFor(bool is_server, uint32_t index, bool restart = false,
+                                      uint32_t replica = 0) const;
   Status StartAll();
   // A server died by a signal while the job runs: starts it again when the
   // job allows (checkpoints, liveness.server_restarts). False when it
@@ -214,8 +216,8 @@ void JobRun::Emit(std::string_view line) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
-                                            bool restart) const {
+std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool restart,
+                                            uint32_t replica) const {
   const std::vector<std::string>& prefix =
       is_server ? options_.server_command : options_.worker_command;
   std::vector<std::string> argv = prefix;
@@ -227,6 +229,7 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index,
   argv.insert(argv.end(),
               {"--config", config_path_, is_server ? "--shard" : "--rank",
                std::to_string(index)});
+  if (replica > 0) argv.insert(argv.end(), {"--replica", std::to_string(replica)});
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
   }
@@ -277,16 +280,21 @@ Status JobRun::StartAll() {
           options_.metrics_csv + ".prev");
     }
   }
-  const auto servers = static_cast<uint32_t>(job_.cluster.servers.size());
+  // Every shard's replicas (backups first: the primaries connect to them),
+  // then the workers.
+  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
+  const uint32_t factor = job_.replication.factor;
+  const uint32_t servers = shards * factor;
   const uint32_t total = servers + job_.cluster.workers;
   children_.reserve(total);
   for (uint32_t i = 0; i < total; ++i) {
     const bool is_server = i < servers;
-    const uint32_t index = is_server ? i : i - servers;
-    std::string name =
-        (is_server ? "server " : "worker ") + std::to_string(index);
+    const uint32_t replica = is_server ? factor - 1 - i / shards : 0;
+    const uint32_t index = is_server ? i % shards : i - servers;
+    std::string name = (is_server ? "server " : "worker ") + std::to_string(index) +
+                       (replica > 0 ? " backup " + std::to_string(replica) : "");
     SubprocessOptions spawn;
-    spawn.argv = CommandFor(is_server, index);
+    spawn.argv = CommandFor(is_server, index, /*restart=*/false, replica);
     spawn.capture_output = true;
     StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
     if (!process.ok()) {
@@ -298,6 +306,7 @@ Status JobRun::StartAll() {
     child.name = std::move(name);
     child.is_server = is_server;
     child.index = index;
+    child.replica = replica;
     child.process = std::move(process).value();
   }
   return Status::Ok();
@@ -346,6 +355,14 @@ void JobRun::KillAll(const std::string& why) {
 }
 
 bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
+  if (job_.replication.factor > 1) {
+    // A restarted replica would start from a checkpoint older than the
+    // others' copies; it has to copy a live replica first.
+    *why_not = "a replica of a replicated shard (replication.factor " +
+               std::to_string(job_.replication.factor) +
+               ") is not restarted: rejoining a running job is not built yet";
+    return false;
+  }
   if (job_.checkpoint.dir.empty() || !job_.checkpoint.restore) {
     *why_not = "it cannot be restarted without checkpoints (set checkpoint.dir, and "
                "checkpoint.restore: true, to let ps_launch restart a crashed server)";
@@ -590,7 +607,8 @@ StatusOr<int> JobRun::Run() {
   if (config_path_.empty()) {
     return InvalidArgumentError("launcher: empty config path");
   }
-  const uint64_t processes = job_.cluster.servers.size() + uint64_t{job_.cluster.workers};
+  const uint64_t processes =
+      job_.cluster.servers.size() * uint64_t{job_.replication.factor} + job_.cluster.workers;
   const uint32_t limit = MaxLaunchProcesses(options_.max_processes);
   if (processes > limit) {
     return InvalidArgumentError(

@@ -1,7 +1,8 @@
 // Launcher: runs one job on this machine, the library behind ps_launch.
 //
-// Starts one ps_server per entry of cluster.servers (shard order) and then
-// cluster.workers ps_worker processes, streams every child's output line by
+// Starts one ps_server per entry of cluster.servers (shard order), and with
+// replication.factor k each shard's k - 1 backups (ps_server --replica j,
+// started before the shards), then cluster.workers ps_worker processes, streams every child's output line by
 // line with a prefix ("[server 0] ...", "[worker 1] ..."), and ends the job:
 //
 //  - all workers exit with code 0: SIGTERM to the servers that have not
@@ -23,7 +24,8 @@
 //    the newest generation all shards hold (CommonRestoreClock);
 //  - a server that dies by a signal while workers run (a crash, the
 //    out-of-memory killer, kill -9) is started again, when the job has
-//    checkpoint.dir, at most liveness.server_restarts times per shard: it
+//    checkpoint.dir and replication.factor 1 (a replica cannot rejoin a
+//    running job yet), at most liveness.server_restarts times per shard: it
 //    restores its own newest generation, is told (--left-workers) which
 //    workers already finished, and the workers go on (client/client.h sends
 //    their unanswered requests again). Without checkpoints, or past the

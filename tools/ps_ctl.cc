@@ -1,6 +1,6 @@
 // ps_ctl: asks a running job's servers for their status, a checkpoint, or
 // to shut down.
-//   ps_ctl status     --config job.yaml [--shard N] [--timeout-ms 3000]
+//   ps_ctl status     --config job.yaml [--shard N] [--replica J] [--timeout-ms 3000]
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
@@ -17,6 +17,7 @@
 
 #include "client/control_client.h"
 #include "common/config.h"
+#include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/security.h"
 
@@ -97,6 +98,10 @@ int main(int argc, char** argv) {
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
   }
   status->add_option("--shard", shard, "only this shard");
+  uint32_t replica = 0;
+  status->add_option("--replica", replica,
+                     "with replication.factor k: ask each shard's backup J (1..k-1) instead of "
+                     "the shard (0, default)");
   CLI11_PARSE(app, argc, argv);
 
   if (!ps::InitLogging("ps_ctl", "warn").ok()) return 2;
@@ -107,7 +112,24 @@ int main(int argc, char** argv) {
   }
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   job->client.request_timeout_ms = timeout_ms;
-  auto client = ps::ControlClient::Create(*job);
+  std::vector<std::string> endpoints;
+  if (replica > 0) {
+    if (replica >= job->replication.factor) {
+      std::fprintf(stderr, "ps_ctl: --replica %u: the job has replication.factor %u, so backups "
+                           "1..%u\n",
+                   replica, job->replication.factor, job->replication.factor - 1);
+      return 2;
+    }
+    for (uint32_t s = 0; s < job->cluster.servers.size(); ++s) {
+      auto where = ps::ReplicaAddress(*job, s, replica);
+      if (!where.ok()) {
+        std::fprintf(stderr, "ps_ctl: %s\n", where.status().ToString().c_str());
+        return 2;
+      }
+      endpoints.push_back(ps::ConnectEndpoint(*where));
+    }
+  }
+  auto client = ps::ControlClient::Create(*job, endpoints);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", client.status().ToString().c_str());
     return 1;

@@ -557,6 +557,39 @@ TEST(ConfigTest, KeyTextInTheJobFileIsRejected) {
                               {"security", "server_secret_key", "keys_dir"}));
 }
 
+TEST(ConfigTest, ReplicationFactorAboveTheServersIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_replication_factor.yaml",
+                              {"replication.factor", "got 3 with 2 servers", "line 4"}));
+}
+
+TEST(ConfigTest, BackupPortsThatClashAreRejectedNamingBoth) {
+  // Shard 0's backup would be at server 1's port + 1: server 2's port.
+  EXPECT_TRUE(BadFileRejected("bad_replication_port_clash.yaml",
+                              {"replication.port_offset", "backup 1 of shard 0",
+                               "127.0.0.1:7002", "cluster.servers[2]"}));
+}
+
+TEST(ConfigTest, UnknownReplicationKeyIsRejected) {
+  EXPECT_TRUE(BadFileRejected("bad_replication_key.yaml", {"replication", "backups"}));
+}
+
+TEST(ConfigTest, ReplicationSectionIsRead) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "replication: { factor: 2, port_offset: 50 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->replication.factor, 2u);
+  EXPECT_EQ(job->replication.port_offset, 50u);
+  auto plain = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n",
+      "inline.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->replication.factor, 1u);
+}
+
 TEST(ConfigTest, SecuritySectionIsRead) {
   auto job = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"

@@ -161,12 +161,23 @@ TEST(RendezvousTest, AWorkerThatNeverSpokeIsDeadOnlyAfterTheGracePeriod) {
 TEST(RendezvousAgreementTest, FieldsAndFingerprint) {
   const JobOptions job = Job();
   const std::vector<AgreedField> fields = AgreedFields(job);
-  ASSERT_EQ(fields.size(), 8u);
+  ASSERT_EQ(fields.size(), 9u);
   EXPECT_EQ(fields[0].name, "shards");
   EXPECT_EQ(fields[0].value, "2");
   EXPECT_EQ(fields[2].value, "ssp 3");
-  EXPECT_EQ(fields[4].name, "tables[0]");
-  EXPECT_EQ(fields[5].name, "tables[0].optimizer");
+  EXPECT_EQ(fields[4].name, "replication.factor");
+  EXPECT_EQ(fields[4].value, "1");
+  EXPECT_EQ(fields[5].name, "tables[0]");
+  EXPECT_EQ(fields[6].name, "tables[0].optimizer");
+  // Servers and workers must agree on the copies: a worker of a
+  // replicated job is refused by an unreplicated one, naming the field.
+  JobOptions replicated = job;
+  replicated.replication.factor = 2;
+  Status differs = CompareAgreement(EncodeAgreement(job), EncodeAgreement(replicated), "me",
+                                    "them");
+  EXPECT_NE(differs.message().find("replication.factor: me has \"1\", them has \"2\""),
+            std::string::npos)
+      << differs.ToString();
   const std::string text = EncodeAgreement(job);
   EXPECT_EQ(AgreementFingerprint(text).size(), 16u);
   EXPECT_EQ(AgreementFingerprint(text), AgreementFingerprint(EncodeAgreement(job)));

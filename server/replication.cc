@@ -1,0 +1,380 @@
+#include "server/replication.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "server/checkpoint.h"
+#include "server/restore.h"
+
+namespace ps {
+
+std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica) {
+  StatusOr<HostPort> where = ReplicaHostPort(job, shard, replica);
+  const std::string at = where.ok() ? " (" + where->canonical + ")" : std::string();
+  if (replica == 0) return "the primary of shard " + std::to_string(shard) + at;
+  return "backup " + std::to_string(replica) + " of shard " + std::to_string(shard) + at;
+}
+
+std::string ChecksumLines(const ShardStore& store) {
+  std::ostringstream os;
+  for (uint32_t t = 0; t < store.layouts().size(); ++t) {
+    os << "checksum " << store.layouts()[t].name << " " << std::hex << store.Checksum(t)
+       << std::dec << "\n";
+  }
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------
+// ReplicationLog
+
+StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOptions& job,
+                                                                 uint32_t shard,
+                                                                 Context* context) {
+  std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard));
+  for (uint32_t j = 1; j < job.replication.factor; ++j) {
+    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, j));
+    SocketOptions so;
+    // No high-water mark: what is in flight is bounded by the replies it
+    // holds back (each worker has at most client.max_in_flight requests
+    // waiting for an acknowledgement), and an entry must never be dropped.
+    so.send_hwm = 0;
+    so.recv_hwm = 0;
+    so.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
+    PS_ASSIGN_OR_RETURN(auto socket, Socket::Create(context, SocketType::kDealer, so));
+    PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)));
+    Backup& b = log->backups_.emplace_back();
+    b.socket = std::move(socket);
+    b.name = ReplicaName(job, shard, j);
+  }
+  for (Backup& b : log->backups_) log->sockets_.push_back(b.socket.get());
+  return log;
+}
+
+void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
+                          std::span<const Frame> request) {
+  if (!active()) return;
+  header.op = Op::kReplicate;
+  header.request_id = ++last_seq_;
+  header.flags = static_cast<uint32_t>(kind);
+  header.shard = shard_;
+  for (Backup& b : backups_) {
+    message_.clear();
+    message_.push_back(EncodeHeader(header));
+    for (const Frame& f : request) message_.push_back(f.Clone());
+    Status sent = b.socket->Send(message_);
+    if (!sent.ok()) {
+      // With no high-water mark a send fails only when the context is
+      // going away; the backup then misses this entry and says so.
+      PS_LOG_ERROR("shard {}: replication entry {} to {} not sent: {}", shard_, last_seq_, b.name,
+                   sent.ToString());
+    }
+  }
+  message_.clear();
+}
+
+void ReplicationLog::Push(std::span<const Frame> request, int64_t clock, bool accumulate) {
+  MessageHeader h;
+  h.clock = clock;
+  Send(accumulate ? ReplicaEntry::kAccumulate : ReplicaEntry::kPush, h, request);
+}
+
+void ReplicationLog::ApplySums(int64_t below, uint32_t workers) {
+  MessageHeader h;
+  h.clock = below;
+  h.count = workers;
+  Send(ReplicaEntry::kApplySums, h, {});
+}
+
+void ReplicationLog::Finish(uint32_t worker, int64_t finished) {
+  MessageHeader h;
+  h.worker = worker;
+  h.clock = finished;
+  Send(ReplicaEntry::kFinish, h, {});
+}
+
+void ReplicationLog::Exclude(uint32_t worker) {
+  MessageHeader h;
+  h.worker = worker;
+  Send(ReplicaEntry::kExclude, h, {});
+}
+
+void ReplicationLog::Include(uint32_t worker) {
+  MessageHeader h;
+  h.worker = worker;
+  Send(ReplicaEntry::kInclude, h, {});
+}
+
+void ReplicationLog::End() { Send(ReplicaEntry::kEnd, MessageHeader(), {}); }
+
+uint64_t ReplicationLog::committed() const {
+  uint64_t c = last_seq_;
+  for (const Backup& b : backups_) c = std::min(c, b.acked);
+  return c;
+}
+
+Status ReplicationLog::ReceiveAcks(size_t index) {
+  Backup& b = backups_[index];
+  for (int i = 0; i < 4096; ++i) {
+    PS_ASSIGN_OR_RETURN(bool got, b.socket->TryRecv(&acks_));
+    if (!got) return Status::Ok();
+    if (acks_.empty()) continue;
+    StatusOr<MessageHeader> h = DecodeHeader({acks_[0].data(), acks_[0].size()});
+    if (!h.ok()) {
+      PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, h.status().ToString());
+      continue;
+    }
+    if (h->op == Op::kError) {
+      return DataLossError("shard " + std::to_string(shard_) + ": " + b.name +
+                           " refused replication entry " + std::to_string(h->request_id) + ": " +
+                           StatusFromErrorHeader(*h).message() +
+                           "; its copy is no longer this primary's");
+    }
+    if (h->op != Op::kReplicateOk || h->request_id > last_seq_) {
+      PS_LOG_WARN("shard {}: unexpected {} {} from {}", shard_, OpName(h->op), h->request_id,
+                  b.name);
+      continue;
+    }
+    b.acked = std::max(b.acked, h->request_id);
+  }
+  return Status::Ok();
+}
+
+std::string ReplicationLog::Describe() const {
+  std::ostringstream os;
+  os << "replication factor " << job_.replication.factor << " last_seq " << last_seq_
+     << " committed " << committed();
+  for (size_t i = 0; i < backups_.size(); ++i) {
+    os << " backup_" << i + 1 << "_acked " << backups_[i].acked;
+  }
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------
+// BackupServer
+
+BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica)
+    : job_(job), shard_(shard), replica_(replica), name_(ReplicaName(job, shard, replica)),
+      clocks_(job.cluster.workers),
+      // As the primary's (ShardServer): the same pushes are recorded.
+      recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64) {}
+
+StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& job,
+                                                             uint32_t shard, uint32_t replica,
+                                                             const std::string& bind_endpoint,
+                                                             int64_t restore_clock) {
+  if (shard >= job.cluster.servers.size() || replica < 1 || replica >= job.replication.factor) {
+    return InvalidArgumentError(
+        "replica " + std::to_string(replica) + " of shard " + std::to_string(shard) +
+        " does not exist; the job has " + std::to_string(job.cluster.servers.size()) +
+        " shards with replication.factor " + std::to_string(job.replication.factor) +
+        " (backups 1.." + std::to_string(job.replication.factor - 1) + ")");
+  }
+  std::unique_ptr<BackupServer> b(new BackupServer(job, shard, replica));
+  // The same starting state as the primary: the same generation, or the
+  // same initial values.
+  std::unique_ptr<CheckpointDir> checkpoints;
+  int64_t generation = -1;
+  if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
+    PS_ASSIGN_OR_RETURN(checkpoints,
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
+    PS_ASSIGN_OR_RETURN(generation, PickGeneration(*checkpoints, restore_clock, shard));
+  } else if (restore_clock >= 0) {
+    return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
+  }
+  PS_ASSIGN_OR_RETURN(b->store_, ShardStore::Create(job, shard, /*initialize=*/generation < 0));
+  if (generation >= 0) {
+    PS_RETURN_IF_ERROR(
+        RestoreStore(*checkpoints, generation, b->job_, shard, b->store_.get()).status());
+    b->clocks_.StartAt(generation);
+    b->started_clock_ = generation;
+    PS_LOG_INFO("{}: restored {}", b->name_, checkpoints->GenerationPath(generation));
+  }
+  PS_ASSIGN_OR_RETURN(b->context_, Context::Create(1));
+  SocketOptions so;
+  // An entry carries a worker's push, which the primary admitted under
+  // server.max_request_bytes.
+  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  so.linger_ms = 1000;
+  PS_ASSIGN_OR_RETURN(b->socket_, Socket::Create(b->context_.get(), SocketType::kRouter, so));
+  std::string endpoint = bind_endpoint;
+  if (endpoint.empty()) {
+    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, replica));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(where, job.cluster.bind == BindMode::kAll));
+  }
+  if (Status bound = b->socket_->Bind(endpoint); !bound.ok()) {
+    return bound.WithContext(b->name_ + ": cannot listen on " + endpoint +
+                             ": is another ps_server (or program) using this port? Stop it, or "
+                             "change replication.port_offset");
+  }
+  PS_ASSIGN_OR_RETURN(b->endpoint_, b->socket_->LastEndpoint());
+  b->rules_ = b->store_->Rules(job, shard);
+  return b;
+}
+
+Status BackupServer::Run() {
+  PS_LOG_INFO("{} serving its primary on {}", name_, endpoint_);
+  std::vector<Frame> frames;
+  std::vector<bool> readable;
+  Socket* sockets[] = {socket_.get()};
+  while (!stop_requested() && !ended_) {
+    auto ready = PollReadable(sockets, 100, &readable);
+    if (!ready.ok()) return ready.status().WithContext(name_);
+    for (int i = 0; i < 256 && !stop_requested() && !ended_; ++i) {
+      auto got = socket_->TryRecv(&frames);
+      if (!got.ok()) return got.status().WithContext(name_);
+      if (!*got) break;
+      Handle(frames);
+    }
+  }
+  PS_LOG_INFO("{} stopped after {} entries{}", name_, applied_,
+              ended_ ? " (its primary stopped)" : "");
+  return Status::Ok();
+}
+
+void BackupServer::Reply(Frame& routing_id, const MessageHeader& header) {
+  reply_.clear();
+  reply_.push_back(std::move(routing_id));
+  reply_.push_back(EncodeHeader(header));
+  Status s = socket_->Send(reply_);
+  reply_.clear();
+  if (!s.ok()) PS_LOG_WARN("{}: reply not sent: {}", name_, s.ToString());
+}
+
+void BackupServer::Handle(std::vector<Frame>& frames) {
+  if (frames.size() < 2) return;
+  Frame& routing_id = frames[0];
+  StatusOr<MessageHeader> header = DecodeHeader({frames[1].data(), frames[1].size()});
+  if (header.ok() && header->op == Op::kReplicate) {
+    const MessageHeader& entry = *header;
+    MessageHeader reply;
+    reply.shard = shard_;
+    reply.request_id = entry.request_id;
+    if (entry.request_id <= applied_) {
+      // Sent again: applied once already.
+      reply.op = Op::kReplicateOk;
+      Reply(routing_id, reply);
+      return;
+    }
+    Status applied =
+        entry.request_id == applied_ + 1
+            ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2))
+            : DataLossError(name_ + " expected replication entry " +
+                            std::to_string(applied_ + 1) + " and got " +
+                            std::to_string(entry.request_id) + ": entries were lost");
+    if (!applied.ok()) {
+      ++refused_;
+      PS_LOG_ERROR("{}: refused replication entry {}: {}", name_, entry.request_id,
+                   applied.ToString());
+      Reply(routing_id, MakeErrorHeader(entry, shard_, applied));
+      return;
+    }
+    applied_ = entry.request_id;
+    reply.op = Op::kReplicateOk;
+    reply.min_clock = clocks_.min_clock();
+    Reply(routing_id, reply);
+    return;
+  }
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  Status s = DecodeRequest(body, rules_, &request_);
+  if (s.ok()) {
+    const MessageHeader& req = request_.header;
+    MessageHeader reply;
+    reply.op = ReplyOp(req.op);
+    reply.request_id = req.request_id;
+    reply.worker = req.worker;
+    reply.shard = shard_;
+    reply.min_clock = clocks_.min_clock();
+    if (req.op == Op::kStats) {
+      reply.text = StatsReport();
+      Reply(routing_id, reply);
+      return;
+    }
+    if (req.op == Op::kShutdown) {
+      PS_LOG_INFO("{}: SHUTDOWN requested", name_);
+      Stop();
+      Reply(routing_id, reply);
+      return;
+    }
+    StatusOr<HostPort> primary = ReplicaHostPort(job_, shard_, 0);
+    s = FailedPreconditionError(
+        name_ + " keeps a copy and serves no " + OpName(req.op) + "; send it to the primary at " +
+        (primary.ok() ? primary->canonical : job_.cluster.servers[shard_]));
+  }
+  MessageHeader partial;
+  if (header.ok()) partial = *header;
+  Reply(routing_id, MakeErrorHeader(partial, shard_, s));
+}
+
+Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest) {
+  const uint32_t workers = job_.cluster.workers;
+  auto check_worker = [&]() -> Status {
+    if (entry.worker < workers) return Status::Ok();
+    return InvalidArgumentError("entry names worker " + std::to_string(entry.worker) +
+                                "; the job has " + std::to_string(workers));
+  };
+  auto check_clock = [&]() -> Status {
+    if (entry.clock >= 0 && entry.clock < kMaxClock) return Status::Ok();
+    return InvalidArgumentError("entry carries clock " + std::to_string(entry.clock));
+  };
+  switch (static_cast<ReplicaEntry>(entry.flags)) {
+    case ReplicaEntry::kPush:
+    case ReplicaEntry::kAccumulate: {
+      PS_RETURN_IF_ERROR(check_clock());
+      PS_RETURN_IF_ERROR(DecodeRequest(rest, rules_, &request_));
+      const MessageHeader& req = request_.header;
+      if (req.op != Op::kPush || req.worker >= workers) {
+        return InvalidArgumentError("a push entry holds a " + OpName(req.op));
+      }
+      recent_pushes_.Insert(req.worker, req.session, req.request_id);
+      if (static_cast<ReplicaEntry>(entry.flags) == ReplicaEntry::kAccumulate) {
+        store_->Accumulate(request_, entry.clock);
+        return Status::Ok();
+      }
+      // The primary's result was finite, and this is the same arithmetic.
+      return store_->ApplyPush(request_, entry.clock);
+    }
+    case ReplicaEntry::kApplySums:
+      PS_RETURN_IF_ERROR(check_clock());
+      if (entry.count < 1 || entry.count > workers) {
+        return InvalidArgumentError("sums applied over " + std::to_string(entry.count) +
+                                    " workers");
+      }
+      store_->ApplyAccumulated(entry.clock, 1.0f / static_cast<float>(entry.count));
+      return Status::Ok();
+    case ReplicaEntry::kFinish:
+      PS_RETURN_IF_ERROR(check_worker());
+      PS_RETURN_IF_ERROR(check_clock());
+      clocks_.Finish(entry.worker, entry.clock);
+      return Status::Ok();
+    case ReplicaEntry::kExclude:
+      PS_RETURN_IF_ERROR(check_worker());
+      clocks_.Exclude(entry.worker);
+      return Status::Ok();
+    case ReplicaEntry::kInclude:
+      PS_RETURN_IF_ERROR(check_worker());
+      clocks_.Include(entry.worker);
+      return Status::Ok();
+    case ReplicaEntry::kEnd:
+      ended_ = true;
+      return Status::Ok();
+  }
+  return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
+}
+
+std::string BackupServer::StatsReport() const {
+  std::ostringstream os;
+  os << "backup " << replica_ << " of shard " << shard_ << " endpoint " << endpoint_ << "\n";
+  os << "replica applied " << applied_ << " refused " << refused_ << " min_clock "
+     << clocks_.min_clock() << " started_clock " << started_clock_ << "\n";
+  os << "worker_clocks";
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
+  os << "\n";
+  os << ChecksumLines(*store_);
+  return os.str();
+}
+
+}  // namespace ps

@@ -1,0 +1,191 @@
+// Replicated shards (DESIGN.md section 13): the primary's replication log
+// and the backups that apply it.
+//
+// With replication.factor k >= 2, the rows of shard i have k copies: the
+// primary (the ShardServer at cluster.servers[i]) and k - 1 backups (a
+// BackupServer each, ps_server --shard i --replica j, at ReplicaAddress).
+// Primary-backup, not a chain: the primary already puts every request of
+// its rows in one order (it alone serves the range), it sends each change
+// to every backup at once (one round trip for any k, where a chain takes
+// k - 1 hops), and reads stay at the primary, which holds the clocks and
+// the staleness bound.
+//
+// The log is the primary's changes of state, in the order it made them,
+// each an entry with a sequence number (1, 2, ...):
+//   kPush        a worker's PUSH, its frames forwarded as received (no
+//                copy), applied at the minimum clock the primary used;
+//   kAccumulate  the same, added into the sum of a clock (bsp aggregate);
+//   kApplySums   the sums of every clock below `clock` applied, as the mean
+//                over `count` workers;
+//   kFinish, kExclude, kInclude
+//                a worker's clock, a worker left out of the minimum (it
+//                left or is dead) or counted again;
+//   kEnd         the primary stops (its workers are gone): the backup exits.
+// A backup applies them in order with the same code and arithmetic as the
+// primary, so the replicas hold the same values, optimizer state, clocks
+// and recent pushes bit for bit (ShardStore::Checksum shows it), and
+// answers each with REPLICATE_OK and its number. The primary sends a
+// worker the reply to a request that changed state (PUSH, CLOCK, a
+// resume, a goodbye) only when every backup has acknowledged every entry
+// up to it (ReplicationLog::committed), so an acknowledged push is on
+// every replica. Pulls do not wait.
+//
+// So far a backup only keeps its copy: it serves no worker (a worker's
+// request gets FailedPrecondition naming the primary), and a replica that
+// dies stops the job under ps_launch. Fail-over, fencing by epoch and
+// rejoin are to come (the issue tracker says what is left).
+#ifndef PS_SERVER_REPLICATION_H_
+#define PS_SERVER_REPLICATION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "common/wire.h"
+#include "server/clock_table.h"
+#include "server/recent_pushes.h"
+#include "store/shard_store.h"
+
+namespace ps {
+
+// The kind of a log entry: the `flags` of its REPLICATE header.
+enum class ReplicaEntry : uint32_t {
+  kPush = 1,
+  kAccumulate = 2,
+  kApplySums = 3,
+  kFinish = 4,
+  kExclude = 5,
+  kInclude = 6,
+  kEnd = 7,
+};
+
+// "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
+std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica);
+
+// "checksum <table> <hex>" per table of `store` (ShardStore::Checksum), a
+// line each: the primary's and the backups' STATS show them, so equal
+// lines mean equal copies.
+std::string ChecksumLines(const ShardStore& store);
+
+// The primary's side: one DEALER per backup, the entries sent, and what
+// every backup has acknowledged. Inactive (no backups, everything at once
+// committed) under replication.factor 1.
+class ReplicationLog {
+ public:
+  // Connects to every backup of `shard` (they may start later: ZeroMQ
+  // keeps the entries until they connect). `context` must outlive this.
+  static StatusOr<std::unique_ptr<ReplicationLog>> Create(const JobOptions& job, uint32_t shard,
+                                                          Context* context);
+
+  bool active() const { return !backups_.empty(); }
+
+  // Appends an entry and sends it to every backup. `request` is a worker's
+  // PUSH as it arrived (the frames after the routing id; shared, not
+  // copied); `clock` is the minimum clock it was applied at (kPush) or the
+  // clock whose sum it joined (kAccumulate).
+  void Push(std::span<const Frame> request, int64_t clock, bool accumulate);
+  void ApplySums(int64_t below, uint32_t workers);
+  void Finish(uint32_t worker, int64_t finished);
+  void Exclude(uint32_t worker);
+  void Include(uint32_t worker);
+  void End();
+
+  // Sequence number of the last entry (0: none yet).
+  uint64_t last_seq() const { return last_seq_; }
+  // The highest sequence number every backup has acknowledged (last_seq()
+  // when inactive).
+  uint64_t committed() const;
+
+  // The backups' sockets, polled beside the shard's own.
+  const std::vector<Socket*>& sockets() const { return sockets_; }
+  // Reads the acknowledgements that arrived on backup `b`'s socket.
+  // DataLoss naming the backup when it refused an entry (it missed one:
+  // its copy is no longer the primary's).
+  Status ReceiveAcks(size_t b);
+
+  // One STATS line: "replication factor 2 last_seq N backup 1 acked N ...".
+  std::string Describe() const;
+
+ private:
+  struct Backup {
+    std::unique_ptr<Socket> socket;
+    std::string name;  // ReplicaName
+    uint64_t acked = 0;
+  };
+  ReplicationLog(const JobOptions& job, uint32_t shard) : job_(job), shard_(shard) {}
+  void Send(ReplicaEntry kind, MessageHeader header, std::span<const Frame> request);
+
+  const JobOptions& job_;  // the shard's; outlives this
+  const uint32_t shard_;
+  std::vector<Backup> backups_;
+  std::vector<Socket*> sockets_;
+  uint64_t last_seq_ = 0;
+  std::vector<Frame> message_;  // reused
+  std::vector<Frame> acks_;     // reused
+};
+
+// A backup of one shard's rows: applies the primary's log (see the top of
+// this file) to a store of its own.
+class BackupServer {
+ public:
+  // Builds the store as the primary does (the same initial values, or the
+  // same checkpoint generation: `restore_clock`, or the newest of the
+  // shard's folder when -1) and binds ReplicaAddress(job, shard, replica),
+  // or `bind_endpoint` when not empty (tests: "tcp://127.0.0.1:*").
+  // REQUIRES: job.Validate().ok(), 1 <= replica < job.replication.factor.
+  static StatusOr<std::unique_ptr<BackupServer>> Create(const JobOptions& job, uint32_t shard,
+                                                        uint32_t replica,
+                                                        const std::string& bind_endpoint = "",
+                                                        int64_t restore_clock = -1);
+
+  // Applies entries until the primary's kEnd (OK), Stop() (OK), a SHUTDOWN
+  // from the control client (OK), or a transport error.
+  Status Run();
+  // Async-signal-safe.
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
+
+  const std::string& endpoint() const { return endpoint_; }
+  // REQUIRES: Run() is not running.
+  const ShardStore& store() const { return *store_; }
+  const ClockTable& clocks() const { return clocks_; }
+  uint64_t applied() const { return applied_; }
+  uint64_t refused() const { return refused_; }
+
+ private:
+  BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
+  void Handle(std::vector<Frame>& frames);
+  // Applies entry `entry` (its header) with the frames after it.
+  Status Apply(const MessageHeader& entry, std::span<Frame> rest);
+  void Reply(Frame& routing_id, const MessageHeader& header);
+  std::string StatsReport() const;
+
+  const JobOptions job_;
+  const uint32_t shard_;
+  const uint32_t replica_;
+  const std::string name_;  // ReplicaName
+  std::unique_ptr<ShardStore> store_;
+  ClockTable clocks_;
+  RecentPushes recent_pushes_;
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<Socket> socket_;
+  std::string endpoint_;
+  RequestRules rules_;
+  Request request_;
+  std::vector<Frame> reply_;
+  std::atomic<bool> stop_{false};
+  bool ended_ = false;     // the primary's kEnd arrived
+  uint64_t applied_ = 0;   // sequence number of the last entry applied
+  uint64_t refused_ = 0;   // entries refused (out of order or malformed)
+  int64_t started_clock_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_REPLICATION_H_

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""A job with replication.factor 2 with the real binaries, as a user runs it.
+
+Part 1, by hand: two ps_server shards and their backups (ps_server
+--replica 1), two ps_workers train a linear-regression job under bsp; then
+`ps_ctl status` of the shards and `ps_ctl status --replica 1` of the
+backups show the same checksum of every table and the same clocks;
+`ps_ctl shutdown`
+stops the shards, and their backups exit 0 with them.
+
+Part 2, under ps_launch: the same job succeeds with every replica started
+and stopped by the launcher; then a backup killed while the job runs stops
+the job with a line saying why it is not restarted.
+
+  replicated_job_test.py BIN_DIR
+
+Exit code 0 when every check held, 1 otherwise. Every process is killed at
+the end, also on failure.
+"""
+
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+JOB = """cluster: {{ servers: ["127.0.0.1:{p0}", "127.0.0.1:{p1}"], workers: 2 }}
+tables:
+  - {{ name: weights, rows: 16, dim: 1, optimizer: {{ type: sgd, lr: 0.1 }} }}
+consistency: {{ mode: bsp }}
+rendezvous: {{ timeout_ms: 10000 }}
+server: {{ exit_when_workers_leave: {leave} }}
+client: {{ request_timeout_ms: 9500 }}
+replication: {{ factor: 2, port_offset: {offset} }}
+train: {{ table: weights, features: 16, samples_per_worker: 1024, batch_size: 32,
+         iterations: {iterations}, log_every: 30 }}
+"""
+
+failures = []
+
+
+def check(ok, what, output=""):
+    if ok:
+        print("ok: " + what)
+    else:
+        failures.append(what)
+        print("FAIL: " + what + ("\n" + output if output else ""))
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_ports():
+    """Two server ports and an offset whose backup ports are free too."""
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            b.bind(("127.0.0.1", 0))
+            p0, p1 = a.getsockname()[1], b.getsockname()[1]
+        offset = random.randint(1000, 60000 - max(p0, p1)) if max(p0, p1) < 59000 else 1
+        if p0 + offset <= 65535 and p1 + offset <= 65535 and \
+                port_free(p0 + offset) and port_free(p1 + offset):
+            return p0, p1, offset
+    raise RuntimeError("no free ports")
+
+
+def write_job(path, leave, iterations):
+    p0, p1, offset = free_ports()
+    with open(path, "w") as f:
+        f.write(JOB.format(p0=p0, p1=p1, offset=offset, leave=leave, iterations=iterations))
+
+
+def run(cmd, timeout=30):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout
+
+
+def spawn(cmd):
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def lines(report, key):
+    return sorted(l for l in report.splitlines() if l.startswith(key))
+
+
+def by_hand(bin_dir, tmp, procs):
+    ps_ctl = os.path.join(bin_dir, "ps_ctl")
+    job = os.path.join(tmp, "job.yaml")
+    write_job(job, "false", 60)
+    server = os.path.join(bin_dir, "ps_server")
+    backups = [spawn([server, "--config", job, "--shard", str(s), "--replica", "1"])
+               for s in range(2)]
+    primaries = [spawn([server, "--config", job, "--shard", str(s)]) for s in range(2)]
+    procs += backups + primaries
+    workers = [spawn([os.path.join(bin_dir, "ps_worker"), "--config", job, "--rank", str(r)])
+               for r in range(2)]
+    procs += workers
+    for r, w in enumerate(workers):
+        out, _ = w.communicate(timeout=120)
+        check(w.returncode == 0 and "done" in out, "worker %d trained with factor 2" % r, out)
+
+    rc, primary = run([ps_ctl, "status", "--config", job])
+    rc2, backup = run([ps_ctl, "status", "--config", job, "--replica", "1"])
+    check(rc == 0 and rc2 == 0, "ps_ctl status of the shards and of their backups",
+          primary + backup)
+    sums = lines(primary, "checksum")
+    check(len(sums) == 2 and sums == lines(backup, "checksum"),
+          "every backup holds its shard's table bit for bit: %s" % sums, primary + backup)
+    check(lines(primary, "worker_clocks") == ["worker_clocks 60 60"] * 2 and
+          lines(backup, "worker_clocks") == ["worker_clocks 60 60"] * 2,
+          "the backups hold the workers' clocks", primary + backup)
+    committed = re.findall(r"replication factor 2 last_seq (\d+) committed (\d+)", primary)
+    check(len(committed) == 2 and all(a == b and int(a) > 60 for a, b in committed),
+          "every entry acknowledged: %s" % committed, primary)
+    applied = re.findall(r"replica applied (\d+) refused 0", backup)
+    check(sorted(applied) == sorted(a for a, _ in committed),
+          "the backups applied every entry and refused none: %s" % applied, backup)
+
+    rc, out = run([ps_ctl, "shutdown", "--config", job])
+    check(rc == 0, "ps_ctl shutdown of the shards", out)
+    for s, p in enumerate(primaries):
+        out, _ = p.communicate(timeout=30)
+        check(p.returncode == 0, "shard %d exited 0" % s, out)
+    for s, b in enumerate(backups):
+        out, _ = b.communicate(timeout=30)
+        check(b.returncode == 0 and "its primary stopped" in out,
+              "backup of shard %d exited 0 with its primary" % s, out)
+
+
+def launched(bin_dir, tmp, procs):
+    launch = os.path.join(bin_dir, "ps_launch")
+    job = os.path.join(tmp, "launch.yaml")
+    write_job(job, "true", 60)
+    rc, out = run([launch, "--config", job, "--bin-dir", bin_dir], timeout=180)
+    check(rc == 0 and "job succeeded" in out and "[server 1 backup 1]" in out,
+          "ps_launch runs the replicated job to success", out)
+
+    # A long job; its backup killed while it runs.
+    write_job(job, "true", 100000)
+    p = spawn([launch, "--config", job, "--bin-dir", bin_dir])
+    procs.append(p)
+    output = []
+    pid = None
+    deadline = time.time() + 60
+    while time.time() < deadline and pid is None:
+        line = p.stdout.readline()
+        if not line:
+            break
+        output.append(line)
+        if line.startswith("[worker 0]"):
+            for l in output:
+                m = re.search(r"started server 0 backup 1 \(pid (\d+)\)", l)
+                if m:
+                    pid = int(m.group(1))
+    check(pid is not None, "the job trains and names the backup's pid", "".join(output))
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGKILL)
+    rest, _ = p.communicate(timeout=60)
+    out = "".join(output) + rest
+    check(p.returncode == 1 and "is not restarted" in out and "job failed" in out,
+          "a killed backup stops the job and says why it is not restarted", out)
+
+
+def main():
+    bin_dir = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix="ps_replicated_job_")
+    procs = []
+    try:
+        by_hand(bin_dir, tmp, procs)
+        launched(bin_dir, tmp, procs)
+    except subprocess.TimeoutExpired as e:
+        failures.append("timeout: %s" % e)
+        print("FAIL: timeout: %s" % e)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("%d checks failed" % len(failures))
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+// Replicated shards (server/replication.h): backups hold the primary's
+// state bit for bit, a push is acknowledged only once every backup has
+// it, and a backup refuses what is not its primary's log in order.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "common/endpoint.h"
+#include "server/replication.h"
+#include "server/shard_server.h"
+#include "tests/util/free_port.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Success when `status` has `code` and its message contains `part`.
+::testing::AssertionResult Refused(const Status& status, StatusCode code, const std::string& part) {
+  if (status.code() != code || status.message().find(part) == std::string::npos) {
+    return ::testing::AssertionFailure() << "expected code " << static_cast<int>(code)
+                                         << " naming \"" << part << "\", got "
+                                         << status.ToString();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// A job of `servers` shards at free loopback ports, replication.factor
+// `factor`, backups at the ports port_offset above.
+JobOptions ReplicatedJob(uint32_t servers, uint32_t factor, TestJob builder) {
+  JobOptions job = builder.Build();
+  job.cluster.servers.clear();
+  for (uint32_t i = 0; i < servers; ++i) {
+    job.cluster.servers.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  }
+  job.replication.factor = factor;
+  job.replication.port_offset = 7;
+  job.server.exit_when_workers_leave = false;
+  job.client.request_timeout_ms = 20000;
+  return job;
+}
+
+// Every replica of every shard on threads of the test: primaries at
+// cluster.servers, backups where ReplicaAddress puts them.
+class ReplicatedCluster {
+ public:
+  // `start_backups`: false leaves them to StartBackups().
+  explicit ReplicatedCluster(const JobOptions& job, bool start_backups = true) : job_(job) {
+    for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+      auto server = ShardServer::Create(job_, s);
+      EXPECT_TRUE(server.ok()) << server.status().ToString();
+      if (!server.ok()) return;
+      endpoints_.push_back((*server)->endpoint());
+      primaries_.push_back(std::move(*server));
+    }
+    for (auto& p : primaries_) threads_.emplace_back([&p] { p->Run().IgnoreError(); });
+    if (start_backups) StartBackups();
+  }
+  ~ReplicatedCluster() { Stop(); }
+
+  void StartBackups() {
+    for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
+      for (uint32_t j = 1; j < job_.replication.factor; ++j) {
+        auto backup = BackupServer::Create(job_, s, j);
+        EXPECT_TRUE(backup.ok()) << backup.status().ToString();
+        if (!backup.ok()) continue;
+        backups_.push_back(std::move(*backup));
+        BackupServer* b = backups_.back().get();
+        threads_.emplace_back([b] { b->Run().IgnoreError(); });
+      }
+    }
+  }
+  // Stops the primaries; their backups end with the primaries' last entry.
+  void Stop() {
+    for (auto& p : primaries_) p->Stop();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  ShardServer& primary(size_t s) { return *primaries_[s]; }
+  // Backup j of shard s.
+  BackupServer& backup(size_t s, uint32_t j) {
+    return *backups_[s * (job_.replication.factor - 1) + (j - 1)];
+  }
+
+ private:
+  const JobOptions job_;
+  std::vector<std::unique_ptr<ShardServer>> primaries_;
+  std::vector<std::unique_ptr<BackupServer>> backups_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> endpoints_;
+};
+
+void ExpectSameCopies(ReplicatedCluster& cluster, const JobOptions& job) {
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+    const ShardStore& primary = cluster.primary(s).store();
+    for (uint32_t j = 1; j < job.replication.factor; ++j) {
+      BackupServer& b = cluster.backup(s, j);
+      EXPECT_EQ(b.refused(), 0u);
+      for (uint32_t t = 0; t < job.tables.size(); ++t) {
+        EXPECT_EQ(b.store().CopyValues(t), primary.CopyValues(t))
+            << "shard " << s << " backup " << j << " table " << t;
+        EXPECT_EQ(b.store().Checksum(t), primary.Checksum(t));
+      }
+      EXPECT_EQ(b.clocks().min_clock(), cluster.primary(s).clocks().min_clock());
+      for (uint32_t w = 0; w < job.cluster.workers; ++w) {
+        EXPECT_EQ(b.clocks().clock(w), cluster.primary(s).clocks().clock(w));
+      }
+    }
+  }
+}
+
+// Workers push integer-valued updates for `clocks` clocks; returns the
+// sum every row must hold.
+std::vector<float> Train(const JobOptions& job, ReplicatedCluster& cluster, uint64_t rows,
+                         int clocks) {
+  std::vector<std::thread> threads;
+  std::vector<Status> results(job.cluster.workers);
+  for (uint32_t r = 0; r < job.cluster.workers; ++r) {
+    threads.emplace_back([&, r] {
+      auto client = Client::Create(job, r, cluster.endpoints());
+      if (!client.ok()) {
+        results[r] = client.status();
+        return;
+      }
+      Status s = (*client)->Join();
+      std::vector<float> pulled(rows);
+      for (int c = 0; c < clocks && s.ok(); ++c) {
+        // Rank r adds r + 1 to every row, each clock.
+        std::vector<float> update(rows, static_cast<float>(r + 1));
+        auto push = (*client)->PushDense(0, SharedFloats::Take(std::move(update)));
+        if (!push.ok()) { s = push.status(); break; }
+        s = (*client)->Wait(*push);
+        if (!s.ok()) break;
+        auto clock = (*client)->Clock();
+        if (!clock.ok()) { s = clock.status(); break; }
+        s = (*client)->Wait(*clock);
+        if (!s.ok()) break;
+        auto pull = (*client)->PullDense(0, pulled.data());
+        if (!pull.ok()) { s = pull.status(); break; }
+        s = (*client)->Wait(*pull);
+      }
+      if (s.ok()) s = (*client)->Leave();
+      results[r] = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : results) EXPECT_OK(s);
+  float per_clock = 0;
+  for (uint32_t r = 0; r < job.cluster.workers; ++r) per_clock += static_cast<float>(r + 1);
+  return std::vector<float>(rows, per_clock * static_cast<float>(clocks));
+}
+
+std::vector<float> Model(const JobOptions& job, ReplicatedCluster& cluster, uint64_t rows) {
+  std::vector<float> values;
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+    std::vector<float> v = cluster.primary(s).store().CopyValues(0);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(values.size(), rows);
+  return values;
+}
+
+TEST(ReplicaAddressTest, BackupsRunOnTheNextServersOfTheRingAtTheirPortPlusAnOffset) {
+  JobOptions job = TestJob().Servers(3, 7000).Workers(1).Table("w", 8).Build();
+  job.replication.factor = 3;
+  job.replication.port_offset = 100;
+  EXPECT_EQ(ReplicaHostPort(job, 0, 0)->canonical, "127.0.0.1:7000");
+  EXPECT_EQ(ReplicaHostPort(job, 0, 1)->canonical, "127.0.0.1:7101");
+  EXPECT_EQ(ReplicaHostPort(job, 0, 2)->canonical, "127.0.0.1:7202");
+  EXPECT_EQ(ReplicaHostPort(job, 2, 1)->canonical, "127.0.0.1:7100");
+  EXPECT_EQ(ReplicaHostPort(job, 2, 2)->port, 7201);
+  EXPECT_OK(job.Validate());
+  job.replication.port_offset = 30000;
+  EXPECT_EQ(ReplicaHostPort(job, 0, 2).status().code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(Refused(job.Validate(), StatusCode::kInvalidArgument, "above 65535"));
+  // Port 7000 + 1 is server 1's own port: refused, naming both.
+  job.replication.port_offset = 1;
+  job.replication.factor = 2;
+  job.cluster.servers = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7003"};
+  EXPECT_TRUE(Refused(job.Validate(), StatusCode::kInvalidArgument, "cluster.servers["));
+  job.replication.factor = 4;
+  EXPECT_TRUE(Refused(job.Validate(), StatusCode::kInvalidArgument, "replication.factor"));
+  job.replication.factor = 0;
+  EXPECT_TRUE(Refused(job.Validate(), StatusCode::kInvalidArgument, "replication.factor"));
+}
+
+struct Mode {
+  const char* name;
+  ConsistencyMode mode;
+  uint32_t staleness;
+  bool aggregate;
+};
+
+class ReplicatedTrainingTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ReplicatedTrainingTest, EveryBackupEndsBitForBitEqualToItsPrimary) {
+  const Mode m = GetParam();
+  constexpr uint64_t kRows = 3000;
+  TableOptions adam = TestTable("w", kRows, 1, OptimizerKind::kAdam);
+  JobOptions job = ReplicatedJob(3, 3, TestJob().Workers(3).Mode(m.mode, m.staleness).Table(adam));
+  job.consistency.aggregate = m.aggregate;
+  ReplicatedCluster cluster(job);
+  Train(job, cluster, kRows, 12);
+  cluster.Stop();
+  ExpectSameCopies(cluster, job);
+  for (uint32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(cluster.backup(s, 1).applied(), cluster.backup(s, 2).applied());
+    EXPECT_GT(cluster.backup(s, 1).applied(), 12u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedTrainingTest,
+                         ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
+                                           Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
+                                           Mode{"ssp2", ConsistencyMode::kSsp, 2, false},
+                                           Mode{"asp", ConsistencyMode::kAsp, 0, false}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {
+  constexpr uint64_t kRows = 5000;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(2).Bsp().Table("w", kRows, 1,
+                                                                        OptimizerKind::kAdd));
+  ReplicatedCluster cluster(job);
+  const std::vector<float> expected = Train(job, cluster, kRows, 20);
+  cluster.Stop();
+  EXPECT_EQ(Model(job, cluster, kRows), expected);
+  ExpectSameCopies(cluster, job);
+}
+
+TEST(ReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
+  constexpr uint64_t kRows = 100;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", kRows, 1,
+                                                                       OptimizerKind::kAdd));
+  ReplicatedCluster cluster(job, /*start_backups=*/false);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  // The HELLO waits for the log as it is (empty): answered at once.
+  ASSERT_OK(client->Join());
+  bool acked = false;
+  auto push = client->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 2.0f)),
+                                [&](const Status& s) { acked = s.ok(); });
+  ASSERT_OK(push.status());
+  // No backup is running: the push is applied on the primaries but not
+  // acknowledged.
+  const auto until = std::chrono::steady_clock::now() + milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) ASSERT_OK(client->Poll(50));
+  EXPECT_FALSE(acked);
+  EXPECT_EQ(client->in_flight(), 2u);  // one part per shard
+  cluster.StartBackups();
+  ASSERT_OK(client->WaitAll());
+  EXPECT_TRUE(acked);
+  ASSERT_OK(client->Leave());
+  cluster.Stop();
+  EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 2.0f));
+  ExpectSameCopies(cluster, job);
+}
+
+TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*").value();
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  auto context = Context::Create(1).value();
+  auto socket = Socket::Create(context.get(), SocketType::kDealer, SocketOptions()).value();
+  ASSERT_OK(socket->Connect(backup->endpoint()));
+  auto exchange = [&](MessageHeader h) -> MessageHeader {
+    std::vector<Frame> out;
+    out.push_back(EncodeHeader(h));
+    EXPECT_OK(socket->Send(out));
+    std::vector<Frame> in;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      auto got = socket->TryRecv(&in);
+      if (got.ok() && *got) return DecodeHeader({in[0].data(), in[0].size()}).value();
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    ADD_FAILURE() << "no reply from the backup";
+    return MessageHeader();
+  };
+  // A worker's request: refused, naming the primary.
+  MessageHeader pull;
+  pull.op = Op::kPull;
+  pull.table = 0;
+  pull.count = 5;
+  pull.dim = 1;
+  pull.flags = kFlagDenseRange;
+  MessageHeader reply = exchange(pull);
+  EXPECT_EQ(reply.op, Op::kError);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                     job.cluster.servers[0]));
+  // Entry 2 before entry 1: refused, nothing applied.
+  MessageHeader entry;
+  entry.op = Op::kReplicate;
+  entry.request_id = 2;
+  entry.flags = static_cast<uint32_t>(ReplicaEntry::kFinish);
+  entry.worker = 0;
+  entry.clock = 0;
+  reply = exchange(entry);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "expected"));
+  // Entry 1 naming a worker the job does not have: refused.
+  entry.request_id = 1;
+  entry.worker = 5;
+  reply = exchange(entry);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, "worker 5"));
+  // An unknown kind: refused.
+  entry.worker = 0;
+  entry.flags = 99;
+  reply = exchange(entry);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, "kind"));
+  // The good entry 1: applied, and sent again: acknowledged, not applied twice.
+  entry.flags = static_cast<uint32_t>(ReplicaEntry::kFinish);
+  entry.clock = 3;
+  reply = exchange(entry);
+  EXPECT_EQ(reply.op, Op::kReplicateOk);
+  EXPECT_EQ(reply.request_id, 1u);
+  entry.clock = 7;
+  reply = exchange(entry);
+  EXPECT_EQ(reply.op, Op::kReplicateOk);
+  backup->Stop();
+  runner.join();
+  EXPECT_EQ(backup->applied(), 1u);
+  EXPECT_EQ(backup->refused(), 3u);
+  EXPECT_EQ(backup->clocks().clock(0), 4);
+  EXPECT_EQ(backup->store().CopyValues(0), std::vector<float>(5, 0.0f));
+}
+
+}  // namespace
+}  // namespace ps
