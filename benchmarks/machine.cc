@@ -45,23 +45,31 @@ std::string OwnDir() {
   return ec ? std::string(".") : exe.parent_path().string();
 }
 
-StatusOr<int> FreePort() {
+namespace {
+// Binds a loopback TCP socket to `port` (0: any) and returns the port it
+// got, closing the socket.
+StatusOr<int> BindLoopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return InternalError(std::string("socket: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     const std::string err = std::strerror(errno);
     ::close(fd);
-    return InternalError("cannot find a free loopback port: " + err);
+    return UnavailableError("cannot bind loopback port " + std::to_string(port) + ": " + err);
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
 }
+}  // namespace
+
+StatusOr<int> FreePort() { return BindLoopback(0); }
+
+bool PortIsFree(int port) { return port > 0 && port <= 65535 && BindLoopback(port).ok(); }
 
 Status DropCaches(std::string_view off_flag) {
   ::sync();

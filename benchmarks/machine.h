@@ -36,6 +36,8 @@ std::string OwnDir();
 
 // A loopback TCP port that was free a moment ago.
 StatusOr<int> FreePort();
+// Whether loopback TCP port `port` can be bound now.
+bool PortIsFree(int port);
 
 // sync, then drops the page cache. PermissionDenied (it needs root) that
 // says to run with `off_flag` instead (e.g. "--no-cold").

@@ -70,6 +70,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -86,6 +87,7 @@
 #include "common/security.h"
 #include "common/status.h"
 #include "common/transport.h"
+#include "server/replication.h"
 #include "server/shard_server.h"
 
 namespace ps::transport_bench {
@@ -124,16 +126,27 @@ StatusOr<uint64_t> ParseSize(const std::string& text) {
 class Ours {
  public:
   // `keys_dir`: non-empty for security.mode curve with the keys there.
+  // `shards` ShardServers (each table's rows split over them), each with
+  // `factor` - 1 backups (replication.factor; BackupServers on threads).
   static StatusOr<std::unique_ptr<Ours>> Create(const std::vector<uint64_t>& sizes,
-                                                const std::string& keys_dir) {
+                                                const std::string& keys_dir,
+                                                uint32_t shards = 1, uint32_t factor = 1) {
     std::unique_ptr<Ours> o(new Ours());
     JobOptions& job = o->job_;
     if (!keys_dir.empty()) {
       job.security.mode = SecurityMode::kCurve;
       job.security.keys_dir = keys_dir;
     }
-    job.cluster.servers = {"127.0.0.1:1"};  // not used: the shard binds a free port
     job.cluster.workers = 1;
+    job.replication.factor = factor;
+    if (shards == 1 && factor == 1) {
+      job.cluster.servers = {"127.0.0.1:1"};  // not used: the shard binds a free port
+    } else {
+      // The primaries find their backups by the job's addresses: real
+      // ports, and an offset whose backup ports are free too.
+      PS_ASSIGN_OR_RETURN(job.replication.port_offset, FreeReplicaPorts(shards, factor,
+                                                                        &job.cluster.servers));
+    }
     for (uint64_t bytes : sizes) {
       TableOptions t;
       t.name = "v" + std::to_string(bytes);
@@ -143,9 +156,28 @@ class Ours {
       job.tables.push_back(t);
     }
     PS_RETURN_IF_ERROR(job.Validate());
-    PS_ASSIGN_OR_RETURN(o->server_, ShardServer::Create(job, 0, "tcp://127.0.0.1:*"));
-    o->thread_ = std::thread([s = o->server_.get(), st = &o->server_status_] { *st = s->Run(); });
-    PS_ASSIGN_OR_RETURN(o->client_, Client::Create(job, 0, {o->server_->endpoint()}));
+    const bool own_ports = shards > 1 || factor > 1;
+    for (uint32_t i = 0; i < shards; ++i) {
+      for (uint32_t j = 1; j < factor; ++j) {
+        PS_ASSIGN_OR_RETURN(auto backup, BackupServer::Create(job, i, j));
+        BackupServer* b = backup.get();
+        o->backups_.push_back(std::move(backup));
+        o->threads_.emplace_back([b] { b->Run().IgnoreError(); });
+      }
+    }
+    o->server_status_.resize(shards);
+    std::vector<std::string> endpoints;
+    for (uint32_t i = 0; i < shards; ++i) {
+      PS_ASSIGN_OR_RETURN(auto server,
+                          ShardServer::Create(job, i, own_ports ? "" : "tcp://127.0.0.1:*"));
+      endpoints.push_back(server->endpoint());
+      o->servers_.push_back(std::move(server));
+    }
+    for (uint32_t i = 0; i < shards; ++i) {
+      o->threads_.emplace_back(
+          [s = o->servers_[i].get(), st = &o->server_status_[i]] { *st = s->Run(); });
+    }
+    PS_ASSIGN_OR_RETURN(o->client_, Client::Create(job, 0, endpoints));
     o->pushes_.assign(sizes.size(), 0);
     o->values_.resize(sizes.size());
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -158,10 +190,14 @@ class Ours {
   // true: pulls copy into a caller buffer; false: they keep the received frames.
   void set_pull_into_buffer(bool into_buffer) { pull_into_buffer_ = into_buffer; }
 
+  // Stops the shards (their backups end with them) and waits for all.
   Status StopServer() {
-    if (server_ != nullptr) server_->Stop();
-    if (thread_.joinable()) thread_.join();
-    return server_status_;
+    for (auto& s : servers_) s->Stop();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    for (const Status& s : server_status_) PS_RETURN_IF_ERROR(s);
+    return Status::Ok();
   }
 
   Status Run(OpKind op, uint32_t table, int depth, const Limits& limits, Sample* out) {
@@ -251,19 +287,52 @@ class Ours {
                            std::to_string(c.late_replies) + " late replies");
     }
     PS_RETURN_IF_ERROR(StopServer());
-    if (server_->counters().errors != 0) {
-      return DataLossError("server answered " + std::to_string(server_->counters().errors) +
-                           " requests with ERROR");
+    for (const auto& server : servers_) {
+      if (server->counters().errors != 0) {
+        return DataLossError("server answered " + std::to_string(server->counters().errors) +
+                             " requests with ERROR");
+      }
+    }
+    for (const auto& b : backups_) {
+      if (b->refused() != 0) return DataLossError("a backup refused replication entries");
     }
     return Status::Ok();
   }
 
  private:
   Ours() = default;
+  // `shards` loopback "127.0.0.1:<port>" entries into *servers, and a
+  // replication.port_offset for `factor` copies whose ports were free a
+  // moment ago.
+  static StatusOr<uint32_t> FreeReplicaPorts(uint32_t shards, uint32_t factor,
+                                             std::vector<std::string>* servers) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::vector<int> ports;
+      for (uint32_t i = 0; i < shards; ++i) {
+        PS_ASSIGN_OR_RETURN(int port, FreePort());
+        ports.push_back(port);
+      }
+      int highest = 0;
+      for (int port : ports) highest = std::max(highest, port);
+      const int room = (65535 - highest) / static_cast<int>(std::max<uint32_t>(1, factor - 1));
+      if (room < 1) continue;
+      const auto offset = static_cast<uint32_t>(1 + (attempt * 7919 + 1000) % room);
+      bool free = std::set<int>(ports.begin(), ports.end()).size() == ports.size();
+      for (uint32_t j = 1; j < factor && free; ++j) {
+        for (int port : ports) free = free && PortIsFree(port + static_cast<int>(j * offset));
+      }
+      if (!free) continue;
+      servers->clear();
+      for (int port : ports) servers->push_back("127.0.0.1:" + std::to_string(port));
+      return offset;
+    }
+    return UnavailableError("no free loopback ports for the replicas");
+  }
   JobOptions job_;
-  std::unique_ptr<ShardServer> server_;
-  std::thread thread_;
-  Status server_status_;
+  std::vector<std::unique_ptr<ShardServer>> servers_;
+  std::vector<std::unique_ptr<BackupServer>> backups_;
+  std::vector<std::thread> threads_;
+  std::vector<Status> server_status_;
   std::unique_ptr<Client> client_;
   std::vector<std::shared_ptr<const std::vector<float>>> values_;  // per table, all 1.0
   std::vector<std::vector<float>> outs_;                           // pull buffers, one per slot
@@ -324,6 +393,7 @@ struct Config {
   bool run_raw = true;
   bool pull_into_buffer = false;  // --pull-into buffer
   bool curve = false;             // --curve
+  uint32_t replication = 1;       // --replication K: factor K against factor 1
 };
 
 // The keys of a one-worker job in a temporary folder (removed by the
@@ -357,6 +427,89 @@ class BenchKeys {
   ZapHandler::Allowlist allowed_;
 };
 
+
+// The table of `rows`, side a against side b (ratio a/b).
+void PrintRows(const std::vector<Row>& rows, const std::string& a, const std::string& b) {
+  std::printf("| size | op | in flight | %s MB/s | %s MB/s | ratio | %s p50 us | %s p50 us "
+              "| ratio (lower better) | %s p99 us | %s p99 us | ratio (lower better) | ops "
+              "%s/%s |\n",
+              a.c_str(), b.c_str(), a.c_str(), b.c_str(), a.c_str(), b.c_str(), a.c_str(),
+              b.c_str());
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& w : rows) {
+    std::printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %" PRIu64 "/%" PRIu64
+                " |\n",
+                SizeLabel(w.bytes).c_str(), OpLabel(w.op), w.depth,
+                Fmt("%.0f", w.ours_mbps).c_str(), Fmt("%.0f", w.raw_mbps).c_str(),
+                Fmt("%.2f", w.ours_mbps / w.raw_mbps).c_str(), Fmt("%.1f", w.ours_p50).c_str(),
+                Fmt("%.1f", w.raw_p50).c_str(), Fmt("%.2f", w.ours_p50 / w.raw_p50).c_str(),
+                Fmt("%.1f", w.ours_p99).c_str(), Fmt("%.1f", w.raw_p99).c_str(),
+                Fmt("%.2f", w.ours_p99 / w.raw_p99).c_str(), w.ours_ops, w.raw_ops);
+  }
+  std::printf("\n");
+}
+
+// --replication K: ours with replication.factor K against ours with
+// factor 1, both with K shards (so the same requests to the same number of
+// shards; only the backups differ), interleaved as in RunAll.
+Status RunReplication(const Config& cfg) {
+  const uint32_t k = cfg.replication;
+  PS_ASSIGN_OR_RETURN(auto replicated, Ours::Create(cfg.sizes, "", k, k));
+  PS_ASSIGN_OR_RETURN(auto single, Ours::Create(cfg.sizes, "", k, 1));
+  replicated->set_pull_into_buffer(cfg.pull_into_buffer);
+  single->set_pull_into_buffer(cfg.pull_into_buffer);
+  std::vector<Row> rows;
+  for (size_t ti = 0; ti < cfg.sizes.size(); ++ti) {
+    const uint64_t bytes = cfg.sizes[ti];
+    const auto table = static_cast<uint32_t>(ti);
+    for (OpKind op : cfg.ops) {
+      const uint64_t per_op = op == OpKind::kPushPull ? 2 * bytes : bytes;
+      for (int depth : cfg.depths) {
+        std::fprintf(stderr, "%s %s, %d in flight ...\n", SizeLabel(bytes).c_str(), OpLabel(op),
+                     depth);
+        Sample warm;
+        PS_RETURN_IF_ERROR(replicated->Run(op, table, depth, cfg.warmup, &warm));
+        warm = Sample();
+        PS_RETURN_IF_ERROR(single->Run(op, table, depth, cfg.warmup, &warm));
+        Result a, b;
+        for (int rep = 0; rep < cfg.reps; ++rep) {
+          Sample sa, sb;
+          Ours* first = rep % 2 == 0 ? replicated.get() : single.get();
+          Ours* second = rep % 2 == 0 ? single.get() : replicated.get();
+          PS_RETURN_IF_ERROR(first->Run(op, table, depth, cfg.limits, first == replicated.get() ? &sa : &sb));
+          PS_RETURN_IF_ERROR(second->Run(op, table, depth, cfg.limits, second == replicated.get() ? &sa : &sb));
+          a.Add(sa, per_op);
+          b.Add(sb, per_op);
+        }
+        rows.push_back({bytes, op, depth, Median(a.mbps), Median(b.mbps),
+                        Percentile(a.latencies_us, 0.5), Percentile(b.latencies_us, 0.5),
+                        Percentile(a.latencies_us, 0.99), Percentile(b.latencies_us, 0.99), a.ops,
+                        b.ops});
+      }
+    }
+  }
+  PS_RETURN_IF_ERROR(replicated->Verify());
+  PS_RETURN_IF_ERROR(single->Verify());
+  std::printf("# transport_bench --replication %u: replication.factor %u against 1\n\n", k, k);
+  std::printf(
+      "libzmq %s, %u hardware threads, CPU %s; %d repetitions of %.2f s per case "
+      "(interleaved); loopback TCP; %u shards on threads of this process, each with %u "
+      "backups on threads (factor %u) or none (factor 1), 1 client.\n\n",
+      ZmqVersion().c_str(), std::thread::hardware_concurrency(), CpuModel().c_str(), cfg.reps,
+      cfg.limits.seconds, k, k - 1, k);
+  const std::string a = "factor " + std::to_string(k);
+  PrintRows(rows, a, "factor 1");
+  std::printf("Targets:\n\n| target | measured | met |\n|---|---|---|\n");
+  for (const Row& w : rows) {
+    if (w.bytes != (1u << 20) || w.op != OpKind::kPush) continue;
+    const double ratio = w.ours_p50 / w.raw_p50;
+    std::printf("| 1 MiB push, %d in flight: p50 latency <= 1.5x factor 1 | %.2fx | %s |\n",
+                w.depth, ratio, ratio <= 1.5 ? "yes" : "NO");
+  }
+  std::printf("\nAll requests succeeded; every table holds exactly the sum of its acknowledged "
+              "pushes, and every backup refused no entry.\n");
+  return Status::Ok();
+}
 
 Status RunAll(const Config& cfg) {
   const uint64_t max_bytes = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
@@ -484,22 +637,7 @@ Status RunAll(const Config& cfg) {
       "second; push+pull counts both directions). Latency: p50/p99 of all operations, "
       "microseconds. Ratio = ours/raw: higher is better for MB/s, lower is better for "
       "latency.\n\n");
-  std::printf(
-      "| size | op | in flight | ours MB/s | raw MB/s | ratio | ours p50 us | raw p50 us "
-      "| ratio (lower better) | ours p99 us | raw p99 us | ratio (lower better) | ops "
-      "ours/raw |\n");
-  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const Row& w : rows) {
-    std::printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %" PRIu64 "/%" PRIu64
-                " |\n",
-                SizeLabel(w.bytes).c_str(), OpLabel(w.op), w.depth,
-                Fmt("%.0f", w.ours_mbps).c_str(), Fmt("%.0f", w.raw_mbps).c_str(),
-                Fmt("%.2f", w.ours_mbps / w.raw_mbps).c_str(), Fmt("%.1f", w.ours_p50).c_str(),
-                Fmt("%.1f", w.raw_p50).c_str(), Fmt("%.2f", w.ours_p50 / w.raw_p50).c_str(),
-                Fmt("%.1f", w.ours_p99).c_str(), Fmt("%.1f", w.raw_p99).c_str(),
-                Fmt("%.2f", w.ours_p99 / w.raw_p99).c_str(), w.ours_ops, w.raw_ops);
-  }
-  std::printf("\n");
+  PrintRows(rows, "ours", "raw");
 
   if (do_oneway) {
     std::printf("Message rate, %s (median of %d repetitions, interleaved):\n\n",
@@ -581,6 +719,11 @@ int main(int argc, char** argv) {
   app.add_option("--pull-into", pull_into,
                  "Where ours pull puts values: view (received frames, no copy) or buffer")
       ->check(CLI::IsMember({"view", "buffer"}));
+  uint32_t replication = 1;
+  app.add_option("--replication", replication,
+                 "K >= 2: ours with replication.factor K (K shards, K - 1 backups each) against "
+                 "ours with factor 1 and K shards, instead of ours against raw ZeroMQ")
+      ->check(CLI::Range(1, 8));
   CLI11_PARSE(app, argc, argv);
 
   ps::Status log = ps::InitLogging("transport_bench", "warn");
@@ -622,7 +765,9 @@ int main(int argc, char** argv) {
     cfg.warmup = {0.0, 1};
     cfg.oneway_messages = 2000;
   }
-  ps::Status s = ps::transport_bench::RunAll(cfg);
+  cfg.replication = replication;
+  ps::Status s = replication > 1 ? ps::transport_bench::RunReplication(cfg)
+                                 : ps::transport_bench::RunAll(cfg);
   if (!s.ok()) {
     std::fprintf(stderr, "transport_bench: FAILED: %s\n", s.ToString().c_str());
     return 1;

@@ -259,9 +259,19 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     }
+    bool acked = false;
+    // A push is acknowledged once checked, before its apply, as the
+    // primary does with its workers: this thread applies it before it
+    // reads the next entry, and the apply is the primary's arithmetic.
+    auto ack = [&] {
+      acked = true;
+      reply.op = Op::kReplicateOk;
+      Reply(routing_id, reply);
+    };
     Status applied =
-        entry.request_id == applied_ + 1
-            ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2))
+        !diverged_.ok() ? diverged_
+        : entry.request_id == applied_ + 1
+            ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2), ack)
             : DataLossError(name_ + " expected replication entry " +
                             std::to_string(applied_ + 1) + " and got " +
                             std::to_string(entry.request_id) + ": entries were lost");
@@ -269,13 +279,19 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       ++refused_;
       PS_LOG_ERROR("{}: refused replication entry {}: {}", name_, entry.request_id,
                    applied.ToString());
+      if (acked) {
+        // Acknowledged, and yet not applied as the primary did: this copy
+        // is not the primary's any more.
+        diverged_ = DataLossError(name_ + " failed to apply entry " +
+                                  std::to_string(entry.request_id) + " (" + applied.message() +
+                                  "); its copy differs from the primary's");
+        return;
+      }
       Reply(routing_id, MakeErrorHeader(entry, shard_, applied));
       return;
     }
     applied_ = entry.request_id;
-    reply.op = Op::kReplicateOk;
-    reply.min_clock = clocks_.min_clock();
-    Reply(routing_id, reply);
+    if (!acked) ack();
     return;
   }
   std::span<Frame> body(frames.data() + 1, frames.size() - 1);
@@ -309,7 +325,8 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
   Reply(routing_id, MakeErrorHeader(partial, shard_, s));
 }
 
-Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest) {
+Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
+                           const std::function<void()>& ack) {
   const uint32_t workers = job_.cluster.workers;
   auto check_worker = [&]() -> Status {
     if (entry.worker < workers) return Status::Ok();
@@ -329,6 +346,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest) {
       if (req.op != Op::kPush || req.worker >= workers) {
         return InvalidArgumentError("a push entry holds a " + OpName(req.op));
       }
+      ack();
       recent_pushes_.Insert(req.worker, req.session, req.request_id);
       if (static_cast<ReplicaEntry>(entry.flags) == ReplicaEntry::kAccumulate) {
         store_->Accumulate(request_, entry.clock);

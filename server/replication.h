@@ -24,7 +24,8 @@
 // A backup applies them in order with the same code and arithmetic as the
 // primary, so the replicas hold the same values, optimizer state, clocks
 // and recent pushes bit for bit (ShardStore::Checksum shows it), and
-// answers each with REPLICATE_OK and its number. The primary sends a
+// answers each with REPLICATE_OK and its number (a push once it is
+// checked, before its apply: the next entry is read only after it). The primary sends a
 // worker the reply to a request that changed state (PUSH, CLOCK, a
 // resume, a goodbye) only when every backup has acknowledged every entry
 // up to it (ReplicationLog::committed), so an acknowledged push is on
@@ -39,6 +40,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -161,8 +163,11 @@ class BackupServer {
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
   void Handle(std::vector<Frame>& frames);
-  // Applies entry `entry` (its header) with the frames after it.
-  Status Apply(const MessageHeader& entry, std::span<Frame> rest);
+  // Applies entry `entry` (its header) with the frames after it; calls
+  // `ack` once the entry is checked and before a push's apply (else the
+  // caller acknowledges after).
+  Status Apply(const MessageHeader& entry, std::span<Frame> rest,
+               const std::function<void()>& ack);
   void Reply(Frame& routing_id, const MessageHeader& header);
   std::string StatsReport() const;
 
@@ -183,6 +188,7 @@ class BackupServer {
   bool ended_ = false;     // the primary's kEnd arrived
   uint64_t applied_ = 0;   // sequence number of the last entry applied
   uint64_t refused_ = 0;   // entries refused (out of order or malformed)
+  Status diverged_;        // an acknowledged entry failed to apply: refuse the rest
   int64_t started_clock_ = 0;
 };
 

@@ -379,9 +379,10 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         // with the others' when the last worker finishes that clock; the
         // sum cannot fail, so the acknowledgement goes first.
         Reply(routing_id, reply);
+        // The backups add it while this shard does.
         const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
-        store_->Accumulate(request_, sum_clock);
         replication_->Push(body, sum_clock, /*accumulate=*/true);
+        store_->Accumulate(request_, sum_clock);
         return;
       }
       if (store_->PushProvenFinite(request_, clocks_.min_clock())) {
@@ -389,11 +390,13 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         // apply cannot fail (kFlag, or bounds that rule out a result that
         // is not finite), and this thread applies it before reading any
         // later request, so no reader can see the state without it. The
-        // worker's next message travels while the apply runs.
+        // worker's next message travels while the apply runs, and the
+        // backups get the push before it (it cannot fail), so theirs runs
+        // at the same time.
         Reply(routing_id, reply);
+        replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
         Status applied = store_->ApplyPush(request_, clocks_.min_clock());
         if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
-        replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
         if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
           ReportNonFinite("applied (server.on_non_finite_result: flag)");
         }
