@@ -490,20 +490,27 @@ Status Client::Leave() {
   return first;
 }
 
-StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags) {
+StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags, uint64_t count,
+                                        uint64_t first_row) {
   if (shard >= shards_.size()) {
     return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(shards_.size()) + " servers");
   }
-  const auto [ticket, rid] = SendControl(shard, op, flags);
+  const auto [ticket, rid] = SendControl(shard, op, flags, count, first_row);
   return AwaitControl(ticket, rid);
 }
 
-std::pair<Ticket, uint64_t> Client::SendControl(uint32_t shard, Op op, uint32_t flags) {
+std::pair<Ticket, uint64_t> Client::SendControl(uint32_t shard, Op op, uint32_t flags,
+                                                uint64_t count, uint64_t first_row) {
   const Ticket ticket = tracker_.NewTicket(nullptr);
-  const uint64_t rid = SendPart(
-      {.ticket = ticket, .shard = shard, .op = op, .flags = flags, .control = true}, Frame(),
-      Frame());
+  const uint64_t rid = SendPart({.ticket = ticket,
+                                 .shard = shard,
+                                 .op = op,
+                                 .count = count,
+                                 .first_row = first_row,
+                                 .flags = flags,
+                                 .control = true},
+                                Frame(), Frame());
   tracker_.Release(ticket, Status::Ok());  // the issuing hold
   return {ticket, rid};
 }
@@ -533,6 +540,10 @@ StatusOr<std::vector<std::string>> Client::CheckpointServers() {
     generations.push_back(h.text);
   }
   return generations;
+}
+
+Status Client::Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64_t epoch) {
+  return Control(shard, Op::kMembership, flags, backup, static_cast<uint64_t>(epoch)).status();
 }
 
 Status Client::ShutdownServers() {

@@ -40,6 +40,7 @@
 #define PS_CLIENT_CLIENT_H_
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -147,6 +148,12 @@ struct ClientEnv {
   ChannelFactory channels = nullptr;
 };
 
+// How long after a failed handshake, with none succeeding since, a client
+// takes the server for one that speaks another security mode or key: a
+// server that dies during a handshake (a crash, a fail-over) fails it too,
+// and the one that takes its place answers the next attempt.
+inline constexpr std::chrono::milliseconds kHandshakeRefusedAfter{500};
+
 class Client {
  public:
   // Connects a channel (a DEALER) to every server of `job` (or to
@@ -238,6 +245,10 @@ class Client {
   // the generation each shard started ("<dir>/shard-<i>/gen-<clock>").
   // FailedPrecondition when the job has no checkpoint.dir.
   StatusOr<std::vector<std::string>> CheckpointServers();
+  // MEMBERSHIP to the replica this client's channel `shard` reaches
+  // (kMembershipPromote or kMembershipDropBackup with `backup`), at epoch
+  // `epoch`. (ControlClient::Membership, for the authority.)
+  Status Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64_t epoch);
 
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }
@@ -253,6 +264,9 @@ class Client {
     bool down = false;            // the connection dropped and is not back yet
     bool closing = false;         // it acknowledged SHUTDOWN or this worker's goodbye
     bool refused = false;         // it refused this client's key (logged once)
+    // A handshake failed at this time and none succeeded since (see
+    // kHandshakeRefusedAfter); nullopt otherwise.
+    std::optional<ps::Clock::TimePoint> handshake_failed_at;
     ps::Clock::TimePoint down_since;
   };
   // One Push or Pull as the caller asked for it.
@@ -309,11 +323,13 @@ class Client {
   double MillisSince(ps::Clock::TimePoint t) const;
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
-  StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0);
+  StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0, uint64_t count = 0,
+                                  uint64_t first_row = 0);
   // Control in two halves, to have requests to several shards in flight:
   // sends one (returns its ticket and request id, 0 when it could not be
   // sent: the ticket then holds the error) ...
-  std::pair<Ticket, uint64_t> SendControl(uint32_t shard, Op op, uint32_t flags = 0);
+  std::pair<Ticket, uint64_t> SendControl(uint32_t shard, Op op, uint32_t flags = 0,
+                                          uint64_t count = 0, uint64_t first_row = 0);
   // ... and waits for its reply header.
   StatusOr<MessageHeader> AwaitControl(Ticket ticket, uint64_t rid);
   std::string Describe(const Part& part, uint64_t request_id) const;

@@ -130,6 +130,21 @@ Status Client::Poll(int timeout_ms) {
         std::chrono::duration_cast<std::chrono::milliseconds>(*next - time_->Now()).count() + 1;
     timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, timeout_ms));
   }
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    Shard& shard = shards_[s];
+    if (!shard.handshake_failed_at) continue;
+    const auto since = time_->Now() - *shard.handshake_failed_at;
+    if (since >= kHandshakeRefusedAfter) {
+      shard.handshake_failed_at.reset();
+      RefusedBy(s, ConnectionEvent::kHandshakeFailed);
+      timeout_ms = 0;
+    } else {
+      timeout_ms = std::min<int>(
+          timeout_ms,
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                               kHandshakeRefusedAfter - since).count()) + 1);
+    }
+  }
   bool buffered = false;  // a channel holds messages of its own (a test's)
   for (const Shard& shard : shards_) buffered = buffered || shard.channel->HasBuffered();
   if (buffered) timeout_ms = 0;
@@ -163,7 +178,13 @@ Status Client::HandleConnectionEvents(uint32_t s) {
   while (true) {
     PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.channel->TryNextEvent());
     if (!event) return Status::Ok();
-    if (*event == ConnectionEvent::kRefused || *event == ConnectionEvent::kHandshakeFailed) {
+    if (*event == ConnectionEvent::kHandshakeFailed) {
+      // Decided in Poll once kHandshakeRefusedAfter passes with no
+      // handshake that succeeded.
+      if (!shard.handshake_failed_at) shard.handshake_failed_at = time_->Now();
+      continue;
+    }
+    if (*event == ConnectionEvent::kRefused) {
       RefusedBy(s, *event);
       continue;
     }
@@ -190,6 +211,7 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     }
     const bool again = shard.connected_once;
     shard.connected_once = true;
+    shard.handshake_failed_at.reset();
     shard.refused = false;  // let in (a key the server reads now)
     if (again) Reconnected(s);
     shard.down = false;

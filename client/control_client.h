@@ -41,6 +41,13 @@ class ControlClient {
   // Asks every shard to shut down; returns after all acknowledged (the
   // first error otherwise, after asking every shard).
   Status ShutdownServers();
+  // The authority's word to a replica (server/replication.h): with
+  // kMembershipPromote the backup that `shard`'s endpoint reaches becomes
+  // that shard's primary at epoch `epoch`; with kMembershipDropBackup the
+  // primary stops waiting for its backup `backup` (it died).
+  Status Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64_t epoch) {
+    return client_->Membership(shard, flags, backup, epoch);
+  }
 
   uint32_t num_shards() const { return client_->num_shards(); }
   const std::string& endpoint(uint32_t shard) const { return client_->endpoint(shard); }

@@ -21,6 +21,7 @@ std::string OpName(Op op) {
     case Op::kShutdown: return "SHUTDOWN";
     case Op::kHello: return "HELLO";
     case Op::kReplicate: return "REPLICATE";
+    case Op::kMembership: return "MEMBERSHIP";
     case Op::kPushOk: return "PUSH_OK";
     case Op::kPullOk: return "PULL_OK";
     case Op::kClockOk: return "CLOCK_OK";
@@ -30,6 +31,7 @@ std::string OpName(Op op) {
     case Op::kShutdownOk: return "SHUTDOWN_OK";
     case Op::kHelloOk: return "HELLO_OK";
     case Op::kReplicateOk: return "REPLICATE_OK";
+    case Op::kMembershipOk: return "MEMBERSHIP_OK";
     case Op::kError: return "ERROR";
   }
   return "OP(" + std::to_string(static_cast<int>(op)) + ")";
@@ -37,7 +39,7 @@ std::string OpName(Op op) {
 
 Op ReplyOp(Op request) {
   int v = static_cast<int>(request);
-  if (v >= 1 && v <= 9) return static_cast<Op>(v + 100);
+  if (v >= 1 && v <= 10) return static_cast<Op>(v + 100);
   return Op::kError;
 }
 
@@ -137,8 +139,8 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
 
-  const bool control_op =
-      h.op == Op::kStats || h.op == Op::kShutdown || h.op == Op::kCheckpoint;
+  const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown ||
+                          h.op == Op::kCheckpoint || h.op == Op::kMembership;
   const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kHello;
   if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
@@ -152,9 +154,24 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
                                 " is outside [0, 2^62]");
   }
+  if (h.op == Op::kMembership) {
+    if (h.worker != kControlWorker) {
+      return PermissionDeniedError(Where(h) + ": MEMBERSHIP comes from the control client only");
+    }
+    if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup) {
+      return InvalidArgumentError(Where(h) + ": MEMBERSHIP flags " + std::to_string(h.flags) +
+                                  "; expected 1 (promote) or 2 (drop a backup)");
+    }
+    if (h.first_row > static_cast<uint64_t>(kMaxClock)) {
+      return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.first_row) +
+                                  " is outside [0, 2^62]");
+    }
+  }
   if (control_op || worker_op) {
     const uint32_t allowed_flags =
-        h.op == Op::kHeartbeat ? (kFlagLeaving | kFlagBeat | kFlagResume) : 0;
+        h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
+        : h.op == Op::kMembership ? h.flags  // checked above
+                                  : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
     }

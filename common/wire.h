@@ -41,6 +41,7 @@ enum class Op : int {
   kShutdown = 7,
   kHello = 8,  // start-up rendezvous (common/rendezvous.h)
   kReplicate = 9,  // primary to backup (server/replication.h); never a worker's request
+  kMembership = 10,  // the authority to a replica (server/replication.h): control only
   kPushOk = 101,
   kPullOk = 102,
   kClockOk = 103,
@@ -50,6 +51,7 @@ enum class Op : int {
   kShutdownOk = 107,
   kHelloOk = 108,
   kReplicateOk = 109,
+  kMembershipOk = 110,
   kError = 200,
 };
 
@@ -74,6 +76,12 @@ inline constexpr uint32_t kFlagBeat = 4u;
 // so that a shard restarted from a checkpoint learns where the workers are
 // instead of waiting for clocks that already passed.
 inline constexpr uint32_t kFlagResume = 8u;
+
+// MEMBERSHIP flags (the header's first_row is the new epoch): the backup
+// becomes its shard's primary; the primary stops waiting for backup
+// `count` (it is gone).
+inline constexpr uint32_t kMembershipPromote = 1u;
+inline constexpr uint32_t kMembershipDropBackup = 2u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.

@@ -21,6 +21,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -133,27 +134,10 @@ int main(int argc, char** argv) {
                 num_servers, resolved->source.c_str(), address.canonical.c_str(), binds.c_str());
     return 0;
   }
-  if (replica > 0) {
-    ps::InitLogging("server " + std::to_string(shard) + " backup " + std::to_string(replica),
-                    log_level)
-        .IgnoreError();
-    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock);
-    if (!backup.ok()) {
-      PS_LOG_ERROR("{}", backup.status().ToString());
-      return 1;
-    }
-    g_backup = backup->get();
-    std::signal(SIGTERM, OnSignal);
-    std::signal(SIGINT, OnSignal);
-    ps::Status s = (*backup)->Run();
-    g_backup = nullptr;
-    if (!s.ok()) {
-      PS_LOG_ERROR("{}", s.ToString());
-      return 1;
-    }
-    return 0;
-  }
-  ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
+  ps::InitLogging("server " + std::to_string(shard) +
+                      (replica > 0 ? " backup " + std::to_string(replica) : std::string()),
+                  log_level)
+      .IgnoreError();
   // Each connection a shard accepts takes a file descriptor: take all the
   // process may have before the workers come.
   ps::OpenFileLimit raised;
@@ -162,21 +146,55 @@ int main(int argc, char** argv) {
     PS_LOG_INFO("shard {}: open-file limit (RLIMIT_NOFILE) raised from {} to its hard limit {}",
                 shard, before.soft, raised.soft);
   }
-  const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
-  auto server =
-      ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,
-                              ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
-                                                stall == nullptr ? "" : stall));
-  if (!server.ok()) {
-    PS_LOG_ERROR("{}", server.status().ToString());
-    return 1;
-  }
-  for (uint32_t w : left_workers) (*server)->WorkerLeft(w);
-  g_server = server->get();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  std::unique_ptr<ps::ShardServer> server;
+  if (replica > 0) {
+    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock);
+    if (!backup.ok()) {
+      PS_LOG_ERROR("{}", backup.status().ToString());
+      return 1;
+    }
+    g_backup = backup->get();
+    ps::Status s = (*backup)->Run();
+    g_backup = nullptr;
+    if (!s.ok()) {
+      PS_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+    if (!(*backup)->promoted()) return 0;
+    // The authority made this copy the shard's primary: it takes over the
+    // shard's address, where the workers reconnect.
+    const int64_t epoch = (*backup)->promoted_epoch();
+    ps::BackupServer::State state = (*backup)->TakeState();
+    backup->reset();  // its own port goes
+    ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
+    auto promoted = ps::ShardServer::CreatePromoted(*job, shard, std::move(state));
+    if (!promoted.ok()) {
+      PS_LOG_ERROR("backup {} of shard {} could not take over: {}", replica, shard,
+                   promoted.status().ToString());
+      return 1;
+    }
+    PS_LOG_WARN("shard {}: backup {} serves as the primary from epoch {} on {}, with no backup "
+                "of its own",
+                shard, replica, epoch, (*promoted)->endpoint());
+    server = std::move(*promoted);
+  } else {
+    const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
+    auto created =
+        ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,
+                                ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
+                                                  stall == nullptr ? "" : stall));
+    if (!created.ok()) {
+      PS_LOG_ERROR("{}", created.status().ToString());
+      return 1;
+    }
+    server = std::move(*created);
+    for (uint32_t w : left_workers) server->WorkerLeft(w);
+  }
+  g_server = server.get();
   std::signal(SIGHUP, OnHangup);
-  ps::Status s = (*server)->Run();
+  ps::Status s = server->Run();
   g_server = nullptr;
   if (!s.ok()) {
     PS_LOG_ERROR("{}", s.ToString());

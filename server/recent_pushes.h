@@ -55,7 +55,7 @@ class RecentPushes {
     std::unordered_set<Id, IdHash> ids;
     std::deque<Id> order;  // oldest first
   };
-  const size_t per_worker_;
+  size_t per_worker_;
   std::vector<Window> windows_;
   uint64_t repeats_ = 0;
 };

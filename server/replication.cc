@@ -33,9 +33,10 @@ std::string ChecksumLines(const ShardStore& store) {
 
 StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOptions& job,
                                                                  uint32_t shard,
-                                                                 Context* context) {
+                                                                 Context* context,
+                                                                 bool no_backups) {
   std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard));
-  for (uint32_t j = 1; j < job.replication.factor; ++j) {
+  for (uint32_t j = 1; j < job.replication.factor && !no_backups; ++j) {
     PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, j));
     SocketOptions so;
     // No high-water mark: what is in flight is bounded by the replies it
@@ -48,6 +49,7 @@ StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOption
     PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)));
     Backup& b = log->backups_.emplace_back();
     b.socket = std::move(socket);
+    b.replica = j;
     b.name = ReplicaName(job, shard, j);
   }
   for (Backup& b : log->backups_) log->sockets_.push_back(b.socket.get());
@@ -61,6 +63,7 @@ void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
   header.request_id = ++last_seq_;
   header.flags = static_cast<uint32_t>(kind);
   header.shard = shard_;
+  header.session = static_cast<uint64_t>(epoch_);
   for (Backup& b : backups_) {
     message_.clear();
     message_.push_back(EncodeHeader(header));
@@ -143,13 +146,30 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
   return Status::Ok();
 }
 
+Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
+  if (epoch < epoch_) {
+    return FailedPreconditionError("shard " + std::to_string(shard_) + " is at epoch " +
+                                   std::to_string(epoch_) + "; a membership change of epoch " +
+                                   std::to_string(epoch) + " is out of date");
+  }
+  auto it = std::find_if(backups_.begin(), backups_.end(),
+                         [&](const Backup& b) { return b.replica == replica; });
+  if (it == backups_.end()) {
+    return NotFoundError("shard " + std::to_string(shard_) + " has no backup " +
+                         std::to_string(replica) + " to drop");
+  }
+  epoch_ = epoch;
+  backups_.erase(it);
+  sockets_.clear();
+  for (Backup& b : backups_) sockets_.push_back(b.socket.get());
+  return Status::Ok();
+}
+
 std::string ReplicationLog::Describe() const {
   std::ostringstream os;
-  os << "replication factor " << job_.replication.factor << " last_seq " << last_seq_
-     << " committed " << committed();
-  for (size_t i = 0; i < backups_.size(); ++i) {
-    os << " backup_" << i + 1 << "_acked " << backups_[i].acked;
-  }
+  os << "replication factor " << job_.replication.factor << " epoch " << epoch_ << " last_seq "
+     << last_seq_ << " committed " << committed();
+  for (const Backup& b : backups_) os << " backup_" << b.replica << "_acked " << b.acked;
   return os.str();
 }
 
@@ -220,10 +240,10 @@ Status BackupServer::Run() {
   std::vector<Frame> frames;
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
-  while (!stop_requested() && !ended_) {
+  while (!stop_requested() && !ended_ && !promoted()) {
     auto ready = PollReadable(sockets, 100, &readable);
     if (!ready.ok()) return ready.status().WithContext(name_);
-    for (int i = 0; i < 256 && !stop_requested() && !ended_; ++i) {
+    for (int i = 0; i < 256 && !stop_requested() && !ended_ && !promoted(); ++i) {
       auto got = socket_->TryRecv(&frames);
       if (!got.ok()) return got.status().WithContext(name_);
       if (!*got) break;
@@ -315,6 +335,16 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     }
+    if (req.op == Op::kMembership && req.flags == kMembershipPromote) {
+      // The authority's word: the primary is gone and this copy takes
+      // over (ps_server builds the primary from it when Run() returns).
+      // Entries the primary sent after it are not taken any more.
+      promoted_epoch_ = static_cast<int64_t>(req.first_row);
+      PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
+                  promoted_epoch_, applied_, clocks_.min_clock());
+      Reply(routing_id, reply);
+      return;
+    }
     StatusOr<HostPort> primary = ReplicaHostPort(job_, shard_, 0);
     s = FailedPreconditionError(
         name_ + " keeps a copy and serves no " + OpName(req.op) + "; send it to the primary at " +
@@ -381,6 +411,16 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       return Status::Ok();
   }
   return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
+}
+
+BackupServer::State BackupServer::TakeState() {
+  State state;
+  state.store = std::move(store_);
+  state.clocks = clocks_;
+  state.recent_pushes = std::move(recent_pushes_);
+  state.applied = applied_;
+  state.epoch = promoted_epoch_;
+  return state;
 }
 
 std::string BackupServer::StatsReport() const {

@@ -31,10 +31,22 @@
 // up to it (ReplicationLog::committed), so an acknowledged push is on
 // every replica. Pulls do not wait.
 //
-// So far a backup only keeps its copy: it serves no worker (a worker's
-// request gets FailedPrecondition naming the primary), and a replica that
-// dies stops the job under ps_launch. Fail-over, fencing by epoch and
-// rejoin are to come (the issue tracker says what is left).
+// A backup serves no worker (a worker's request gets FailedPrecondition
+// naming the primary). One authority decides the replicas of a shard, with
+// MEMBERSHIP requests at a new epoch each (ps_launch, on one host): when
+// the primary dies it promotes a live backup, which stops taking entries,
+// hands its copy to a ShardServer (ShardServer::CreatePromoted) and binds
+// the shard's own address, so the workers' connections come back there and
+// their clients send what was not acknowledged (pushes the backup already
+// has are recognised by its recent pushes and not applied twice); when a
+// backup dies the primary is told to stop waiting for it (Drop). A
+// promoted primary has no backups of its own. An old primary still alive
+// gets ERROR for its next entry from the promoted replica (it no longer
+// takes REPLICATE) and stops: it can acknowledge nothing more.
+//
+// Not built yet: fail-over across hosts (the client moving to a replica
+// at another address), etcd as the authority, a replica rejoining a
+// running job, replication after aggregation, CurveZMQ between servers.
 #ifndef PS_SERVER_REPLICATION_H_
 #define PS_SERVER_REPLICATION_H_
 
@@ -81,9 +93,12 @@ std::string ChecksumLines(const ShardStore& store);
 class ReplicationLog {
  public:
   // Connects to every backup of `shard` (they may start later: ZeroMQ
-  // keeps the entries until they connect). `context` must outlive this.
+  // keeps the entries until they connect), or to none when `no_backups`
+  // (a promoted backup: the others do not hold its log). `context` must
+  // outlive this.
   static StatusOr<std::unique_ptr<ReplicationLog>> Create(const JobOptions& job, uint32_t shard,
-                                                          Context* context);
+                                                          Context* context,
+                                                          bool no_backups = false);
 
   bool active() const { return !backups_.empty(); }
 
@@ -111,12 +126,20 @@ class ReplicationLog {
   // its copy is no longer the primary's).
   Status ReceiveAcks(size_t b);
 
-  // One STATS line: "replication factor 2 last_seq N backup 1 acked N ...".
+  // The authority's word that backup `replica` is gone (epoch `epoch`):
+  // the log stops waiting for it. NotFound when it is not one of this
+  // log's backups; FailedPrecondition for an epoch below the current one.
+  Status Drop(uint32_t replica, int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+
+  // One STATS line: "replication factor 2 epoch E last_seq N committed N
+  // backup_1_acked N ...".
   std::string Describe() const;
 
  private:
   struct Backup {
     std::unique_ptr<Socket> socket;
+    uint32_t replica = 0;
     std::string name;  // ReplicaName
     uint64_t acked = 0;
   };
@@ -128,6 +151,7 @@ class ReplicationLog {
   std::vector<Backup> backups_;
   std::vector<Socket*> sockets_;
   uint64_t last_seq_ = 0;
+  int64_t epoch_ = 0;
   std::vector<Frame> message_;  // reused
   std::vector<Frame> acks_;     // reused
 };
@@ -154,6 +178,20 @@ class BackupServer {
   bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
 
   const std::string& endpoint() const { return endpoint_; }
+  // The authority promoted this backup (MEMBERSHIP): Run() returned, and
+  // the shard's primary is to be built from TakeState() at epoch
+  // promoted_epoch().
+  bool promoted() const { return promoted_epoch_ >= 0; }
+  int64_t promoted_epoch() const { return promoted_epoch_; }
+  // What a promoted backup hands its primary. REQUIRES: Run() returned.
+  struct State {
+    std::unique_ptr<ShardStore> store;
+    ClockTable clocks{1};
+    RecentPushes recent_pushes{1, 1};
+    uint64_t applied = 0;
+    int64_t epoch = 0;
+  };
+  State TakeState();
   // REQUIRES: Run() is not running.
   const ShardStore& store() const { return *store_; }
   const ClockTable& clocks() const { return clocks_; }
@@ -190,6 +228,7 @@ class BackupServer {
   uint64_t refused_ = 0;   // entries refused (out of order or malformed)
   Status diverged_;        // an acknowledged entry failed to apply: refuse the rest
   int64_t started_clock_ = 0;
+  int64_t promoted_epoch_ = -1;
 };
 
 }  // namespace ps

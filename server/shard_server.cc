@@ -38,6 +38,20 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
                                                           int64_t restore_clock,
                                                           const Clock* clock,
                                                           CheckpointStageHook checkpoint_stage_hook) {
+  return CreateInternal(job, shard, bind_endpoint, restore_clock, clock,
+                        std::move(checkpoint_stage_hook), nullptr);
+}
+
+StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreatePromoted(
+    const JobOptions& job, uint32_t shard, BackupServer::State state,
+    const std::string& bind_endpoint, const Clock* clock) {
+  return CreateInternal(job, shard, bind_endpoint, -1, clock, nullptr, &state);
+}
+
+StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
+    const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
+    int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
+    BackupServer::State* promoted) {
   if (shard >= job.cluster.servers.size()) {
     return InvalidArgumentError("shard " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
@@ -51,20 +65,37 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
   if (!job.checkpoint.dir.empty()) {
     PS_ASSIGN_OR_RETURN(server->checkpoints_,
                         CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
-    if (job.checkpoint.restore) {
+    if (job.checkpoint.restore && promoted == nullptr) {
       PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, server->checkpoints_->Generations());
       restoring = !generations.empty();
     }
   }
-  // A store about to be restored skips computing its initial values
-  // (measured: 0.4-0.6 s of a 100M-float shard's 3.3 s recovery).
-  PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard, /*initialize=*/!restoring));
-  if (server->checkpoints_ != nullptr && job.checkpoint.restore) {
-    PS_RETURN_IF_ERROR(server->RestoreCheckpoint(restore_clock));
+  if (promoted != nullptr) {
+    // The backup's copy is the shard's state, exactly: every worker's
+    // clock is known, no update was lost.
+    server->store_ = std::move(promoted->store);
+    server->clocks_ = promoted->clocks;
+    server->recent_pushes_ = std::move(promoted->recent_pushes);
+    server->started_clock_ = server->clocks_.min_clock();
+    server->last_checkpoint_clock_ = server->started_clock_;
+    for (uint32_t w = 0; w < server->workers_.size(); ++w) {
+      server->workers_[w].heard_clock = true;
+      // Left out of the minimum on the old primary: it left (or was
+      // dropped) and is not waited for.
+      server->workers_[w].left = !server->clocks_.counted(w);
+    }
+  } else {
+    // A store about to be restored skips computing its initial values
+    // (measured: 0.4-0.6 s of a 100M-float shard's 3.3 s recovery).
+    PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard, /*initialize=*/!restoring));
+    if (server->checkpoints_ != nullptr && job.checkpoint.restore) {
+      PS_RETURN_IF_ERROR(server->RestoreCheckpoint(restore_clock));
+    }
   }
   PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
   PS_ASSIGN_OR_RETURN(server->replication_,
-                      ReplicationLog::Create(server->job_, shard, server->context_.get()));
+                      ReplicationLog::Create(server->job_, shard, server->context_.get(),
+                                             /*no_backups=*/promoted != nullptr));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
   // absurd ones are cut off by ZeroMQ before they are buffered.
@@ -97,6 +128,14 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job
     PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
   }
   Status bound = server->socket_->Bind(endpoint);
+  // A promoted backup takes the dead primary's port, which the kernel may
+  // not have released yet.
+  const auto bind_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
+         std::chrono::steady_clock::now() < bind_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bound = server->socket_->Bind(endpoint);
+  }
   if (!bound.ok()) {
     if (bound.code() == StatusCode::kUnavailable && bind_endpoint.empty()) {
       // EADDRINUSE: the port is taken on this host (Unavailable: it may
@@ -148,9 +187,12 @@ Status ShardServer::Run() {
   }
   std::vector<Frame> frames;
   std::vector<bool> readable;
-  std::vector<Socket*> sockets = {socket_.get(), accept_monitor_->socket()};
-  sockets.insert(sockets.end(), replication_->sockets().begin(), replication_->sockets().end());
+  std::vector<Socket*> sockets;
   while (!stop_requested()) {
+    // The backups' sockets as the log has them now (the authority may
+    // drop one).
+    sockets = {socket_.get(), accept_monitor_->socket()};
+    sockets.insert(sockets.end(), replication_->sockets().begin(), replication_->sockets().end());
     if (reload_keys_.exchange(false, std::memory_order_relaxed)) {
       if (Status reloaded = access_->ReloadAllowlist(); !reloaded.ok()) {
         PS_LOG_ERROR("shard {}: the key files were not read again, the old keys stay: {}", shard_,
@@ -477,6 +519,26 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
     case Op::kCheckpoint:
       HandleCheckpoint(routing_id, req);
       return;
+    case Op::kMembership: {
+      // The authority (ps_launch) says a backup is gone: stop waiting for
+      // it; what it held back is answered as the others acknowledge.
+      Status changed =
+          req.flags == kMembershipDropBackup
+              ? replication_->Drop(static_cast<uint32_t>(req.count),
+                                   static_cast<int64_t>(req.first_row))
+              : FailedPreconditionError("shard " + std::to_string(shard_) +
+                                        " is the primary already; only a backup is promoted");
+      if (!changed.ok()) {
+        ++counters_.errors;
+        Reply(routing_id, MakeErrorHeader(req, shard_, changed));
+        return;
+      }
+      PS_LOG_WARN("shard {}: epoch {}: backup {} is gone; {} backups left ({})", shard_,
+                  replication_->epoch(), req.count, replication_->sockets().size(),
+                  replication_->Describe());
+      Reply(routing_id, reply);
+      return;
+    }
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
                   req.worker == kControlWorker ? std::string("a control client")

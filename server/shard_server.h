@@ -137,6 +137,15 @@ class ShardServer {
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint = "",
       int64_t restore_clock = -1, const Clock* clock = nullptr,
       CheckpointStageHook checkpoint_stage_hook = nullptr);
+  // The primary a promoted backup becomes (server/replication.h): the
+  // backup's copy (values, optimizer state, clocks, recent pushes) as its
+  // state, no restore, no backups of its own; binds the shard's address
+  // (cluster.servers[shard], or `bind_endpoint`), trying for up to 2 s
+  // while the dead primary's port is still taken. Workers reconnect there
+  // and send again what was not acknowledged.
+  static StatusOr<std::unique_ptr<ShardServer>> CreatePromoted(
+      const JobOptions& job, uint32_t shard, BackupServer::State state,
+      const std::string& bind_endpoint = "", const Clock* clock = nullptr);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request, Stop(), or (with
@@ -184,6 +193,11 @@ class ShardServer {
 
  private:
   ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock);
+  // Create and CreatePromoted (`promoted` null: a shard of its own).
+  static StatusOr<std::unique_ptr<ShardServer>> CreateInternal(
+      const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
+      int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
+      BackupServer::State* promoted);
   void Handle(std::vector<Frame>& frames);
   // The op's part of Handle, for a request that passed every check.
   void Dispatch(std::vector<Frame>& frames);

@@ -15,6 +15,8 @@
 #include <optional>
 #include <utility>
 
+#include "client/control_client.h"
+#include "common/endpoint.h"
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
 #include "worker/progress.h"
@@ -168,6 +170,15 @@ class JobRun {
   // job allows (checkpoints, liveness.server_restarts). False when it
   // cannot be restarted; `why_not` says why.
   bool MaybeRestart(Child& child, const std::string& how, std::string* why_not);
+  // replication.factor >= 2: a replica died by a signal. This launcher is
+  // the authority over each shard's replicas: for a dead primary it
+  // promotes a live backup (which takes over the shard's address), for a
+  // dead backup it tells the primary to stop waiting for it, each at a new
+  // epoch. False when neither is possible (`why_not` says why).
+  bool FailOver(Child& child, const std::string& how, std::string* why_not);
+  // Sends MEMBERSHIP to replica `replica` of shard `shard`.
+  Status SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, uint32_t backup,
+                        int64_t epoch);
   // Starts `child` again unless it was restarted `limit` times already
   // (`setting` names the limit); says so with `then`, what happens next.
   bool Respawn(Child& child, uint32_t limit, const std::string& setting, const std::string& how,
@@ -195,6 +206,9 @@ class JobRun {
 
   std::vector<Child> children_;
   int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none
+  // Per shard: which replica is its primary, and the epoch of its replicas.
+  std::vector<uint32_t> primary_of_;
+  std::vector<int64_t> epoch_;
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
@@ -284,6 +298,8 @@ Status JobRun::StartAll() {
   // then the workers.
   const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
   const uint32_t factor = job_.replication.factor;
+  primary_of_.assign(shards, 0);
+  epoch_.assign(shards, 0);
   const uint32_t servers = shards * factor;
   const uint32_t total = servers + job_.cluster.workers;
   children_.reserve(total);
@@ -354,15 +370,74 @@ void JobRun::KillAll(const std::string& why) {
   }
 }
 
-bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
-  if (job_.replication.factor > 1) {
-    // A restarted replica would start from a checkpoint older than the
-    // others' copies; it has to copy a live replica first.
-    *why_not = "a replica of a replicated shard (replication.factor " +
-               std::to_string(job_.replication.factor) +
-               ") is not restarted: rejoining a running job is not built yet";
-    return false;
+Status JobRun::SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, uint32_t backup,
+                              int64_t epoch) {
+  JobOptions job = job_;
+  job.client.request_timeout_ms = 5000;
+  std::vector<std::string> endpoints;
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, s, s == shard ? replica : 0));
+    endpoints.push_back(ConnectEndpoint(where));
   }
+  PS_ASSIGN_OR_RETURN(auto control, ControlClient::Create(job, endpoints));
+  return control->Membership(shard, flags, backup, epoch);
+}
+
+bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not) {
+  const uint32_t shard = child.index;
+  auto live = [&](uint32_t replica) {
+    return std::any_of(children_.begin(), children_.end(), [&](const Child& c) {
+      return c.is_server && c.index == shard && c.replica == replica && !c.exited;
+    });
+  };
+  const auto start = Clock::now();
+  if (child.replica != primary_of_[shard]) {
+    // A backup: the primary goes on without it.
+    if (!live(primary_of_[shard])) {
+      *why_not = "shard " + std::to_string(shard) + " has no primary left";
+      return false;
+    }
+    const int64_t epoch = ++epoch_[shard];
+    Status dropped = SendMembership(shard, 0, kMembershipDropBackup, child.replica, epoch);
+    if (!dropped.ok()) {
+      *why_not = "its shard's primary did not take the news: " + dropped.ToString();
+      return false;
+    }
+    Say(how + "; shard " + std::to_string(shard) + "'s primary goes on without it (epoch " +
+        std::to_string(epoch) + "; a replica is not restarted: rejoining a running job is not "
+        "built yet)");
+    return true;
+  }
+  for (uint32_t j = 0; j < job_.replication.factor; ++j) {
+    if (j == child.replica || !live(j)) continue;
+    const int64_t epoch = ++epoch_[shard];
+    Status promoted = SendMembership(shard, j, kMembershipPromote, 0, epoch);
+    if (!promoted.ok()) {
+      *why_not = "backup " + std::to_string(j) + " could not be promoted: " + promoted.ToString();
+      return false;
+    }
+    primary_of_[shard] = j;
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.0f", ms);
+    Say(how + "; backup " + std::to_string(j) + " of shard " + std::to_string(shard) +
+        " is its primary now (epoch " + std::to_string(epoch) + ", promoted in " + took +
+        " ms) and takes over its address; the workers send it what was not acknowledged");
+    // The other backups held the old primary's log, not the new one's.
+    for (Child& c : children_) {
+      if (c.is_server && c.index == shard && c.replica != j && !c.exited) {
+        Say("stopping " + c.name + ": it follows the old primary");
+        c.process->Signal(SIGTERM).IgnoreError();
+      }
+    }
+    return true;
+  }
+  *why_not = "no replica of shard " + std::to_string(shard) + " is left to take over";
+  return false;
+}
+
+bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
+  if (job_.replication.factor > 1) return FailOver(child, how, why_not);
   if (job_.checkpoint.dir.empty() || !job_.checkpoint.restore) {
     *why_not = "it cannot be restarted without checkpoints (set checkpoint.dir, and "
                "checkpoint.restore: true, to let ps_launch restart a crashed server)";

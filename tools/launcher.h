@@ -24,12 +24,17 @@
 //    the newest generation all shards hold (CommonRestoreClock);
 //  - a server that dies by a signal while workers run (a crash, the
 //    out-of-memory killer, kill -9) is started again, when the job has
-//    checkpoint.dir and replication.factor 1 (a replica cannot rejoin a
-//    running job yet), at most liveness.server_restarts times per shard: it
+//    checkpoint.dir and replication.factor 1, at most
+//    liveness.server_restarts times per shard: it
 //    restores its own newest generation, is told (--left-workers) which
 //    workers already finished, and the workers go on (client/client.h sends
 //    their unanswered requests again). Without checkpoints, or past the
 //    limit, the job stops as for any failure;
+//  - with replication.factor >= 2 the launcher is the authority over each
+//    shard's replicas instead: a dead primary's live backup is promoted (it
+//    takes over the shard's address) and a dead backup is dropped from its
+//    primary's log, each at the shard's next epoch; the job goes on. No
+//    replica is restarted; a shard with no live replica stops the job;
 //  - SIGINT or SIGTERM reaches the launcher: it stops all children the same
 //    way; exit code 130 or 143. A second signal SIGKILLs them at once.
 //

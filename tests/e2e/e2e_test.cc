@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/control_client.h"
+#include "common/endpoint.h"
 #include "common/config.h"
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
@@ -256,6 +258,82 @@ TEST_F(E2eTest, KilledServerThatStaysDownFailsNamingItWithinTheDownTimeout) {
   std::vector<uint64_t> rows = {0, 1, 2};
   std::vector<float> out(12);
   EXPECT_OK((*client)->PullSync(0, rows, out.data()));
+}
+
+// replication.factor 2 with real processes: the primary of shard 0 is
+// SIGKILLed with a push in flight, the test (standing in for ps_launch, the
+// authority) promotes its backup, which takes over the shard's address; the
+// worker's client reconnects and sends what was not acknowledged. Every row
+// ends at exactly the sum of the pushes: none lost, none applied twice.
+TEST_F(E2eTest, APromotedBackupLosesNoAcknowledgedPushAndAppliesNoneTwice) {
+  std::string path = WriteJob(2, 1,
+                              "tables:\n  - { name: w, rows: 2000, dim: 1, optimizer: { type: add } }\n"
+                              "consistency: { mode: bsp }\n"
+                              "server: { exit_when_workers_leave: false }\n"
+                              "client: { request_timeout_ms: 10000 }\n"
+                              "liveness: { server_down_timeout_ms: 10000 }\n");
+  // Backups at the servers' ports + an offset whose ports are free.
+  uint32_t offset = 0;
+  for (uint32_t o = 1000; o < 20000 && offset == 0; o += 97) {
+    bool free = true;
+    for (int p : ports_) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(p + static_cast<int>(o)));
+      free = free && p + o < 65536 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+      close(fd);
+    }
+    if (free) offset = o;
+  }
+  ASSERT_NE(offset, 0u);
+  std::ofstream(path, std::ios::app) << "replication: { factor: 2, port_offset: " << offset
+                                     << " }\n";
+  auto job = LoadJobFile(path);
+  ASSERT_OK(job);
+  Start({kServer, "--config", path, "--shard", "0", "--replica", "1"});
+  Start({kServer, "--config", path, "--shard", "1", "--replica", "1"});
+  Subprocess* primary0 = StartServer(path, 0);
+  StartServer(path, 1);
+  auto client = Client::Create(*job, 0);
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->Join());
+  float expected = 0;
+  constexpr int kClocks = 30;
+  for (int c = 0; c < kClocks; ++c) {
+    const auto value = static_cast<float>(c + 1);
+    auto push = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(2000, value)));
+    ASSERT_OK(push);
+    expected += value;
+    if (c == 12) {
+      // Killed with the push on its way, acknowledged or not.
+      ASSERT_OK(primary0->Signal(SIGKILL));
+      ASSERT_OK(primary0->WaitFor(milliseconds(5000)));
+      auto where = ReplicaAddress(*job, 0, 1);
+      ASSERT_OK(where);
+      auto authority = ControlClient::Create(
+          *job, {ConnectEndpoint(*where), "tcp://" + job->cluster.servers[1]});
+      ASSERT_OK(authority);
+      ASSERT_OK((*authority)->Membership(0, kMembershipPromote, 0, 1));
+    }
+    ASSERT_OK((*client)->Wait(*push)) << "clock " << c;
+    auto clock = (*client)->Clock();
+    ASSERT_OK(clock);
+    ASSERT_OK((*client)->Wait(*clock));
+  }
+  std::vector<float> w(2000, -1.0f);
+  ASSERT_OK((*client)->Wait(*(*client)->PullDense(0, w.data())));
+  EXPECT_EQ(w, std::vector<float>(2000, expected));
+  EXPECT_GE((*client)->counters().reconnects, 1u);
+  // Shard 1 kept its backup, and the promoted shard 0 serves with none.
+  auto stats = (*client)->Stats(1);
+  ASSERT_OK(stats);
+  EXPECT_NE(stats->find("replication factor 2 epoch 0"), std::string::npos) << *stats;
+  stats = (*client)->Stats(0);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->find("replication factor"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("lost_clocks 0"), std::string::npos) << *stats;
 }
 
 // A shard killed with SIGKILL and started again (as ps_launch does) comes
