@@ -449,15 +449,17 @@ void PrintRows(const std::vector<Row>& rows, const std::string& a, const std::st
   std::printf("\n");
 }
 
-// --replication K: ours with replication.factor K against ours with
-// factor 1, both with K shards (so the same requests to the same number of
-// shards; only the backups differ), interleaved as in RunAll.
-Status RunReplication(const Config& cfg) {
-  const uint32_t k = cfg.replication;
-  PS_ASSIGN_OR_RETURN(auto replicated, Ours::Create(cfg.sizes, "", k, k));
-  PS_ASSIGN_OR_RETURN(auto single, Ours::Create(cfg.sizes, "", k, 1));
-  replicated->set_pull_into_buffer(cfg.pull_into_buffer);
-  single->set_pull_into_buffer(cfg.pull_into_buffer);
+// One side of a comparison: runs `op` on table `table` (of `bytes` value
+// bytes) with `depth` in flight for `limits`, into *out. Empty: the side
+// is not measured (--only).
+using Side = std::function<Status(OpKind op, uint32_t table, uint64_t bytes, int depth,
+                                  const Limits& limits, Sample* out)>;
+
+// Every case (size x op x depth): both sides warmed up, then cfg.reps
+// repetitions interleaved a, b, b, a, a, b, ... so that neither side always
+// runs right after the other. One Row per case, side a as "ours".
+StatusOr<std::vector<Row>> MeasureCases(const Config& cfg, const Side& side_a,
+                                        const Side& side_b) {
   std::vector<Row> rows;
   for (size_t ti = 0; ti < cfg.sizes.size(); ++ti) {
     const uint64_t bytes = cfg.sizes[ti];
@@ -467,19 +469,22 @@ Status RunReplication(const Config& cfg) {
       for (int depth : cfg.depths) {
         std::fprintf(stderr, "%s %s, %d in flight ...\n", SizeLabel(bytes).c_str(), OpLabel(op),
                      depth);
-        Sample warm;
-        PS_RETURN_IF_ERROR(replicated->Run(op, table, depth, cfg.warmup, &warm));
-        warm = Sample();
-        PS_RETURN_IF_ERROR(single->Run(op, table, depth, cfg.warmup, &warm));
+        for (const Side* side : {&side_a, &side_b}) {
+          Sample warm;
+          if (*side) PS_RETURN_IF_ERROR((*side)(op, table, bytes, depth, cfg.warmup, &warm));
+        }
         Result a, b;
+        auto run = [&](const Side& side, Result* result) -> Status {
+          if (!side) return Status::Ok();
+          Sample sample;
+          PS_RETURN_IF_ERROR(side(op, table, bytes, depth, cfg.limits, &sample));
+          result->Add(sample, per_op);
+          return Status::Ok();
+        };
         for (int rep = 0; rep < cfg.reps; ++rep) {
-          Sample sa, sb;
-          Ours* first = rep % 2 == 0 ? replicated.get() : single.get();
-          Ours* second = rep % 2 == 0 ? single.get() : replicated.get();
-          PS_RETURN_IF_ERROR(first->Run(op, table, depth, cfg.limits, first == replicated.get() ? &sa : &sb));
-          PS_RETURN_IF_ERROR(second->Run(op, table, depth, cfg.limits, second == replicated.get() ? &sa : &sb));
-          a.Add(sa, per_op);
-          b.Add(sb, per_op);
+          const bool a_first = rep % 2 == 0;
+          PS_RETURN_IF_ERROR(a_first ? run(side_a, &a) : run(side_b, &b));
+          PS_RETURN_IF_ERROR(a_first ? run(side_b, &b) : run(side_a, &a));
         }
         rows.push_back({bytes, op, depth, Median(a.mbps), Median(b.mbps),
                         Percentile(a.latencies_us, 0.5), Percentile(b.latencies_us, 0.5),
@@ -488,6 +493,26 @@ Status RunReplication(const Config& cfg) {
       }
     }
   }
+  return rows;
+}
+
+// The side of an Ours.
+Side OursSide(Ours* ours) {
+  return [ours](OpKind op, uint32_t table, uint64_t, int depth, const Limits& limits,
+                Sample* out) { return ours->Run(op, table, depth, limits, out); };
+}
+
+// --replication K: ours with replication.factor K against ours with
+// factor 1, both with K shards (so the same requests to the same number of
+// shards; only the backups differ), interleaved as in RunAll.
+Status RunReplication(const Config& cfg) {
+  const uint32_t k = cfg.replication;
+  PS_ASSIGN_OR_RETURN(auto replicated, Ours::Create(cfg.sizes, "", k, k));
+  PS_ASSIGN_OR_RETURN(auto single, Ours::Create(cfg.sizes, "", k, 1));
+  replicated->set_pull_into_buffer(cfg.pull_into_buffer);
+  single->set_pull_into_buffer(cfg.pull_into_buffer);
+  PS_ASSIGN_OR_RETURN(const std::vector<Row> rows,
+                      MeasureCases(cfg, OursSide(replicated.get()), OursSide(single.get())));
   PS_RETURN_IF_ERROR(replicated->Verify());
   PS_RETURN_IF_ERROR(single->Verify());
   std::printf("# transport_bench --replication %u: replication.factor %u against 1\n\n", k, k);
@@ -534,51 +559,15 @@ Status RunAll(const Config& cfg) {
   PS_ASSIGN_OR_RETURN(auto raw,
                       RawClient::Create(raw_server->endpoint(), max_bytes, dealer_opts));
 
-  std::vector<Row> rows;
-  for (size_t ti = 0; ti < cfg.sizes.size(); ++ti) {
-    const uint64_t bytes = cfg.sizes[ti];
-    const auto table = static_cast<uint32_t>(ti);
-    for (OpKind op : cfg.ops) {
-      const uint64_t per_op = op == OpKind::kPushPull ? 2 * bytes : bytes;
-      for (int depth : cfg.depths) {
-        std::fprintf(stderr, "%s %s, %d in flight ...\n", SizeLabel(bytes).c_str(), OpLabel(op),
-                     depth);
-        Sample warm;
-        if (cfg.run_ours) PS_RETURN_IF_ERROR(ours->Run(op, table, depth, cfg.warmup, &warm));
-        warm = Sample();
-        if (cfg.run_raw) PS_RETURN_IF_ERROR(raw->Run(op, bytes, depth, cfg.warmup, &warm));
-        Result o, r;
-        for (int rep = 0; rep < cfg.reps; ++rep) {
-          Sample so, sr;
-          auto run_ours = [&]() -> Status {
-            if (!cfg.run_ours) return Status::Ok();
-            PS_RETURN_IF_ERROR(ours->Run(op, table, depth, cfg.limits, &so));
-            o.Add(so, per_op);
-            return Status::Ok();
-          };
-          auto run_raw = [&]() -> Status {
-            if (!cfg.run_raw) return Status::Ok();
-            PS_RETURN_IF_ERROR(raw->Run(op, bytes, depth, cfg.limits, &sr));
-            r.Add(sr, per_op);
-            return Status::Ok();
-          };
-          // ours, raw, raw, ours, ours, raw, ...: neither side always runs
-          // right after the other.
-          if (rep % 2 == 0) {
-            PS_RETURN_IF_ERROR(run_ours());
-            PS_RETURN_IF_ERROR(run_raw());
-          } else {
-            PS_RETURN_IF_ERROR(run_raw());
-            PS_RETURN_IF_ERROR(run_ours());
-          }
-        }
-        rows.push_back({bytes, op, depth, Median(o.mbps), Median(r.mbps),
-                        Percentile(o.latencies_us, 0.5), Percentile(r.latencies_us, 0.5),
-                        Percentile(o.latencies_us, 0.99), Percentile(r.latencies_us, 0.99), o.ops,
-                        r.ops});
-      }
-    }
+  Side raw_side;
+  if (cfg.run_raw) {
+    raw_side = [r = raw.get()](OpKind op, uint32_t, uint64_t bytes, int depth,
+                               const Limits& limits, Sample* out) {
+      return r->Run(op, bytes, depth, limits, out);
+    };
   }
+  PS_ASSIGN_OR_RETURN(const std::vector<Row> rows,
+                      MeasureCases(cfg, cfg.run_ours ? OursSide(ours.get()) : Side(), raw_side));
 
   // Ours 8-in-flight pushes vs the raw one-way message rate (and raw
   // request/ack with 8 in flight, for scale), interleaved.

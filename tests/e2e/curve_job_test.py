@@ -18,11 +18,11 @@ the end, also on failure.
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
+
+from job_checks import Checks, run
 
 JOB = """cluster: {{ servers: ["127.0.0.1:{port}"], workers: 2 }}
 tables:
@@ -36,15 +36,8 @@ train: {{ table: weights, features: 16, samples_per_worker: 1024, batch_size: 32
          iterations: 60, log_every: 30 }}
 """
 
-failures = []
-
-
-def check(ok, what, output=""):
-    if ok:
-        print("ok: " + what)
-    else:
-        failures.append(what)
-        print("FAIL: " + what + ("\n" + output if output else ""))
+checks = Checks()
+check = checks.check
 
 
 def free_port():
@@ -58,18 +51,10 @@ def write_job(path, port, mode, keys):
         f.write(JOB.format(port=port, mode=mode, keys=(", keys_dir: " + keys) if keys else ""))
 
 
-def run(cmd, timeout=30):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=timeout)
-    return r.returncode, r.stdout
-
-
 def main():
     bin_dir = sys.argv[1]
     ps_ctl = os.path.join(bin_dir, "ps_ctl")
-    tmp = tempfile.mkdtemp(prefix="ps_curve_job_")
-    procs = []
-    try:
+    def body(tmp, procs):
         port = free_port()
         keys = os.path.join(tmp, "keys")
         job = os.path.join(tmp, "job.yaml")
@@ -147,20 +132,8 @@ def main():
         check(server.returncode == 0, "the server exited 0 after SHUTDOWN", out)
         check("refused a CURVE handshake from 127.0.0.1" in out,
               "the server logged the refused key with the peer's address", out)
-    except subprocess.TimeoutExpired as e:
-        failures.append("timeout: %s" % e)
-        print("FAIL: timeout: %s" % e)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d checks failed" % len(failures))
-        return 1
-    print("PASS")
-    return 0
+
+    return checks.run_and_clean_up(body, prefix="ps_curve_job_")
 
 
 if __name__ == "__main__":

@@ -23,13 +23,12 @@ the end, also on failure.
 import os
 import random
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
+
+from job_checks import Checks, run, spawn
 
 JOB = """cluster: {{ servers: ["127.0.0.1:{p0}", "127.0.0.1:{p1}"], workers: 2 }}
 tables:
@@ -43,15 +42,8 @@ train: {{ table: weights, features: 16, samples_per_worker: 1024, batch_size: 32
          iterations: {iterations}, log_every: 30 }}
 """
 
-failures = []
-
-
-def check(ok, what, output=""):
-    if ok:
-        print("ok: " + what)
-    else:
-        failures.append(what)
-        print("FAIL: " + what + ("\n" + output if output else ""))
+checks = Checks()
+check = checks.check
 
 
 def port_free(port):
@@ -81,17 +73,6 @@ def write_job(path, leave, iterations):
     p0, p1, offset = free_ports()
     with open(path, "w") as f:
         f.write(JOB.format(p0=p0, p1=p1, offset=offset, leave=leave, iterations=iterations))
-
-
-def run(cmd, timeout=30):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=timeout)
-    return r.returncode, r.stdout
-
-
-def spawn(cmd):
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
 
 
 def lines(report, key):
@@ -187,25 +168,12 @@ def kill_one(launch, bin_dir, job, procs, victim, said):
 
 def main():
     bin_dir = sys.argv[1]
-    tmp = tempfile.mkdtemp(prefix="ps_replicated_job_")
-    procs = []
-    try:
+
+    def body(tmp, procs):
         by_hand(bin_dir, tmp, procs)
         launched(bin_dir, tmp, procs)
-    except subprocess.TimeoutExpired as e:
-        failures.append("timeout: %s" % e)
-        print("FAIL: timeout: %s" % e)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d checks failed" % len(failures))
-        return 1
-    print("PASS")
-    return 0
+
+    return checks.run_and_clean_up(body, prefix="ps_replicated_job_")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""What the end-to-end job tests share: checks that are counted, not
+fatal, child processes that are always killed, and the exit code.
+
+    checks = Checks()
+    checks.check(rc == 0, "what held", output)
+    sys.exit(checks.run_and_clean_up(body, prefix="ps_my_test_"))
+
+`body(tmp, procs)` gets a temporary folder and a list; every process it
+appends (started with `spawn`) is SIGKILLed at the end if still running,
+also on failure, and the folder is removed.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+
+    def check(self, ok, what, output=""):
+        if ok:
+            print("ok: " + what)
+        else:
+            self.failures.append(what)
+            print("FAIL: " + what + ("\n" + output if output else ""))
+
+    def run_and_clean_up(self, body, prefix):
+        """Runs body(tmp, procs); returns 0 when every check held, else 1."""
+        tmp = tempfile.mkdtemp(prefix=prefix)
+        procs = []
+        try:
+            body(tmp, procs)
+        except subprocess.TimeoutExpired as e:
+            self.check(False, "timeout: %s" % e)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            shutil.rmtree(tmp, ignore_errors=True)
+        if self.failures:
+            print("%d checks failed" % len(self.failures))
+            return 1
+        print("PASS")
+        return 0
+
+
+def run(cmd, timeout=30):
+    """Runs cmd to its end: (exit code, stdout and stderr together)."""
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout
+
+
+def spawn(cmd):
+    """Starts cmd in a process group of its own, its output on a pipe."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
