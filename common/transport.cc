@@ -314,7 +314,9 @@ StatusOr<size_t> PollReadable(std::span<Socket* const> sockets, int timeout_ms,
     p = big.data();
   }
   for (size_t i = 0; i < sockets.size(); ++i) {
-    p[i] = zmq_pollitem_t{sockets[i]->socket_, 0, ZMQ_POLLIN, 0};
+    const int fd = sockets[i]->poll_fd_;
+    p[i] = fd >= 0 ? zmq_pollitem_t{nullptr, fd, ZMQ_POLLIN, 0}
+                   : zmq_pollitem_t{sockets[i]->socket_, 0, ZMQ_POLLIN, 0};
   }
   readable->assign(sockets.size(), false);
   int rc = zmq_poll(p, static_cast<int>(sockets.size()), timeout_ms);
@@ -369,7 +371,22 @@ StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Watch(Context* c
     zmq_socket_monitor(watched->socket_, nullptr, 0);
     return s;
   }
-  return std::unique_ptr<ConnectionMonitor>(new ConnectionMonitor(watched, std::move(*events)));
+  int fd = -1;
+  size_t fd_size = sizeof(fd);
+  if (zmq_getsockopt((*events)->socket_, ZMQ_FD, &fd, &fd_size) != 0) {
+    Status s = ZmqError("reading the file descriptor of the connection monitor " + address);
+    zmq_socket_monitor(watched->socket_, nullptr, 0);
+    return s;
+  }
+  std::unique_ptr<ConnectionMonitor> monitor(new ConnectionMonitor(watched, std::move(*events)));
+  // Finding the events pipe empty once makes ZeroMQ signal ZMQ_FD for the
+  // next event (it signals a reader that found nothing, not one that never
+  // looked). Empty it is: the watched socket has not connected or bound yet
+  // (Create, CreateForAccepts), so no event can be there.
+  PS_ASSIGN_OR_RETURN(bool early, monitor->events_->TryRecv(&monitor->frames_));
+  (void)early;
+  monitor->events_->poll_fd_ = fd;
+  return monitor;
 }
 
 ConnectionMonitor::~ConnectionMonitor() { zmq_socket_monitor(watched_->socket_, nullptr, 0); }

@@ -162,6 +162,12 @@ class Socket {
   void* const socket_;
   std::string description_;  // "DEALER", "ROUTER"; for error messages
   std::string last_endpoint_;
+  // >= 0: PollReadable waits on this file descriptor (ZMQ_FD) instead of
+  // asking the socket for ZMQ_EVENTS on every pass, which costs a system
+  // call each time. Readable then means "read until TryRecv says none":
+  // ZMQ_FD only signals that something changed since the last time the
+  // socket found nothing to read (a ConnectionMonitor's events socket).
+  int poll_fd_ = -1;
 };
 
 // A change in the connections of a socket.
@@ -185,6 +191,8 @@ enum class ConnectionEvent {
 // watched socket. Must be destroyed before the socket it watches.
 class ConnectionMonitor {
  public:
+  // Both made before the watched socket connects or binds, so that no
+  // event comes before the monitor is ready.
   // Reports kConnected and kDisconnected of a connecting socket.
   static StatusOr<std::unique_ptr<ConnectionMonitor>> Create(Context* context, Socket* watched);
   // Reports kAcceptFailed of a bound socket (a server's): ZeroMQ retries the
@@ -195,7 +203,10 @@ class ConnectionMonitor {
   ConnectionMonitor(const ConnectionMonitor&) = delete;
   ConnectionMonitor& operator=(const ConnectionMonitor&) = delete;
 
-  // Readable (PollReadable) when an event is waiting.
+  // Readable (PollReadable) when events may be waiting: the caller then
+  // calls TryNext until it returns nullopt (a new event signals only once
+  // the monitor found none, which keeps polling it free of a system call
+  // per pass).
   Socket* socket() { return events_.get(); }
   // The next event, or nullopt when none is waiting (never blocks).
   StatusOr<std::optional<ConnectionEvent>> TryNext();

@@ -273,20 +273,7 @@ TEST_F(E2eTest, APromotedBackupLosesNoAcknowledgedPushAndAppliesNoneTwice) {
                               "client: { request_timeout_ms: 10000 }\n"
                               "liveness: { server_down_timeout_ms: 10000 }\n");
   // Backups at the servers' ports + an offset whose ports are free.
-  uint32_t offset = 0;
-  for (uint32_t o = 1000; o < 20000 && offset == 0; o += 97) {
-    bool free = true;
-    for (int p : ports_) {
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<uint16_t>(p + static_cast<int>(o)));
-      free = free && p + o < 65536 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-      close(fd);
-    }
-    if (free) offset = o;
-  }
+  const uint32_t offset = FreePortOffset(ports_, 2);
   ASSERT_NE(offset, 0u);
   std::ofstream(path, std::ios::app) << "replication: { factor: 2, port_offset: " << offset
                                      << " }\n";

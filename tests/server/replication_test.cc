@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -37,11 +38,14 @@ using std::chrono::milliseconds;
 JobOptions ReplicatedJob(uint32_t servers, uint32_t factor, TestJob builder) {
   JobOptions job = builder.Build();
   job.cluster.servers.clear();
+  std::vector<int> ports;
   for (uint32_t i = 0; i < servers; ++i) {
-    job.cluster.servers.push_back("127.0.0.1:" + std::to_string(FreePort()));
+    ports.push_back(FreePort());
+    job.cluster.servers.push_back("127.0.0.1:" + std::to_string(ports.back()));
   }
   job.replication.factor = factor;
-  job.replication.port_offset = 7;
+  job.replication.port_offset = FreePortOffset(ports, factor);
+  EXPECT_NE(job.replication.port_offset, 0u) << "no free ports for the backups";
   job.server.exit_when_workers_leave = false;
   job.client.request_timeout_ms = 20000;
   return job;
@@ -70,8 +74,8 @@ class ReplicatedCluster {
       for (uint32_t j = 1; j < job_.replication.factor; ++j) {
         auto backup = BackupServer::Create(job_, s, j);
         EXPECT_TRUE(backup.ok()) << backup.status().ToString();
+        backups_.push_back(backup.ok() ? std::move(*backup) : nullptr);
         if (!backup.ok()) continue;
-        backups_.push_back(std::move(*backup));
         BackupServer* b = backups_.back().get();
         threads_.emplace_back([b] { b->Run().IgnoreError(); });
       }
@@ -88,7 +92,11 @@ class ReplicatedCluster {
   ShardServer& primary(size_t s) { return *primaries_[s]; }
   // Backup j of shard s.
   BackupServer& backup(size_t s, uint32_t j) {
-    return *backups_[s * (job_.replication.factor - 1) + (j - 1)];
+    // A backup that did not start fails the test (an exception gtest
+    // reports), not the process.
+    BackupServer* b = backups_.at(s * (job_.replication.factor - 1) + (j - 1)).get();
+    if (b == nullptr) throw std::runtime_error("backup did not start");
+    return *b;
   }
 
  private:

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <cstring>
 
 namespace ps {
@@ -26,6 +28,38 @@ inline int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+// True when a loopback TCP port (1..65535) can be bound now.
+inline bool PortIsFree(int port) {
+  if (port <= 0 || port > 65535) return false;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return free;
+}
+
+// A port offset (replication.port_offset) from 1000 up such that every
+// port + j x offset, j = 1 .. replicas - 1, is free now; 0 when none is.
+template <typename Ports>
+uint32_t FreePortOffset(const Ports& ports, uint32_t replicas) {
+  for (uint32_t o = 1000; o < 20000; o += 97) {
+    bool free = true;
+    for (int p : ports) {
+      for (uint32_t j = 1; j < replicas && free; ++j) {
+        free = PortIsFree(p + static_cast<int>(j * o)) &&
+               std::find(std::begin(ports), std::end(ports), p + static_cast<int>(j * o)) ==
+                   std::end(ports);
+      }
+    }
+    if (free) return o;
+  }
+  return 0;
 }
 
 }  // namespace ps
