@@ -259,6 +259,11 @@ Status Socket::Bind(const std::string& endpoint) {
   return Status::Ok();
 }
 
+void Socket::DropUnsentOnClose() {
+  const int zero = 0;
+  zmq_setsockopt(socket_, ZMQ_LINGER, &zero, sizeof(zero));
+}
+
 Status Socket::Connect(const std::string& endpoint) {
   EnableIpv6For(socket_, endpoint);
   if (NameResolvesToIpv6Only(endpoint)) {

@@ -143,6 +143,10 @@ class Socket {
   // when the address is in use, InvalidArgument when malformed.
   Status Bind(const std::string& endpoint);
   Status Connect(const std::string& endpoint);
+  // Messages not sent yet are dropped when the socket closes (ZMQ_LINGER
+  // 0), whatever SocketOptions::linger_ms said: for a peer that is gone
+  // and whose address a new process may take.
+  void DropUnsentOnClose();
   // The endpoint last bound, with the real port ("tcp://127.0.0.1:41234").
   StatusOr<std::string> LastEndpoint() const;
 

@@ -158,9 +158,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     if (h.worker != kControlWorker) {
       return PermissionDeniedError(Where(h) + ": MEMBERSHIP comes from the control client only");
     }
-    if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup) {
+    if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup &&
+        h.flags != kMembershipAddBackup) {
       return InvalidArgumentError(Where(h) + ": MEMBERSHIP flags " + std::to_string(h.flags) +
-                                  "; expected 1 (promote) or 2 (drop a backup)");
+                                  "; expected 1 (promote), 2 (drop a backup) or 4 (add one)");
     }
     if (h.first_row > static_cast<uint64_t>(kMaxClock)) {
       return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.first_row) +

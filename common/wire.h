@@ -79,9 +79,11 @@ inline constexpr uint32_t kFlagResume = 8u;
 
 // MEMBERSHIP flags (the header's first_row is the new epoch): the backup
 // becomes its shard's primary; the primary stops waiting for backup
-// `count` (it is gone).
+// `count` (it is gone); the primary copies its state to backup `count` (a
+// replica that rejoins) and then replicates to it.
 inline constexpr uint32_t kMembershipPromote = 1u;
 inline constexpr uint32_t kMembershipDropBackup = 2u;
+inline constexpr uint32_t kMembershipAddBackup = 4u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.

@@ -45,6 +45,31 @@ void ClockTable::Include(uint32_t worker) {
   counted_[worker] = true;
 }
 
+std::vector<int64_t> ClockTable::Encode() const {
+  std::vector<int64_t> data(clocks_);
+  for (bool c : counted_) data.push_back(c ? 1 : 0);
+  data.push_back(min_);
+  return data;
+}
+
+bool ClockTable::Decode(const std::vector<int64_t>& data, int64_t limit) {
+  const size_t n = clocks_.size();
+  if (data.size() != 2 * n + 1) return false;
+  const int64_t min = data[2 * n];
+  if (min < 0 || min > limit) return false;
+  for (size_t w = 0; w < n; ++w) {
+    const int64_t clock = data[w], counted = data[n + w];
+    if (clock < 0 || clock > limit || (counted != 0 && counted != 1)) return false;
+    if (counted == 1 && clock < min) return false;
+  }
+  for (size_t w = 0; w < n; ++w) {
+    clocks_[w] = data[w];
+    counted_[w] = data[n + w] == 1;
+  }
+  min_ = min;
+  return true;
+}
+
 uint32_t ClockTable::num_counted() const {
   return static_cast<uint32_t>(std::count(counted_.begin(), counted_.end(), true));
 }

@@ -51,6 +51,16 @@ class ClockTable {
     return clock <= bound || min_ >= clock - bound;
   }
 
+  // The whole table as numbers (a replica's copy, server/replication.h):
+  // each worker's clock, then 1 or 0 per worker (counted), then the
+  // minimum.
+  std::vector<int64_t> Encode() const;
+  // Takes the state Encode() gave; false (and no change) when `data` is
+  // not a table of num_workers() workers: a wrong size, a clock outside
+  // [0, limit], a flag other than 0 or 1, or a minimum above a counted
+  // worker's clock.
+  bool Decode(const std::vector<int64_t>& data, int64_t limit);
+
  private:
   // Recomputes min_; returns true if it advanced.
   bool Recompute();

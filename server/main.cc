@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   app.add_option("--replica", replica,
                  "with replication.factor k: run backup j (1..k-1) of the shard's rows, on this "
                  "host at the port replication.port_offset sets; 0 (default): the shard itself");
+  bool join = false;
+  app.add_flag("--join", join,
+               "with --replica: start empty and take the state from the shard's running primary "
+               "(ps_launch restarts a dead replica so; the primary is told by the authority)");
   std::vector<uint32_t> left_workers;
   app.add_option("--left-workers", left_workers,
                  "ranks of workers that already finished the job (a shard restarted while the "
@@ -119,6 +123,12 @@ int main(int argc, char** argv) {
                                                     std::to_string(job->replication.factor - 1));
     return 2;
   }
+  if (join && replica == 0) {
+    PS_LOG_ERROR("--join: only a backup joins (--replica 1..{}); the shard itself restores from "
+                 "its checkpoints",
+                 job->replication.factor - 1);
+    return 2;
+  }
   if (check) {
     // Parsed, not resolved: Validate() has parsed every entry already.
     ps::HostPort address;
@@ -150,7 +160,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::unique_ptr<ps::ShardServer> server;
   if (replica > 0) {
-    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock);
+    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock, join);
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
       return 1;
@@ -176,7 +186,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     PS_LOG_WARN("shard {}: backup {} serves as the primary from epoch {} on {}, with no backup "
-                "of its own",
+                "of its own until one rejoins",
                 shard, replica, epoch, (*promoted)->endpoint());
     server = std::move(*promoted);
   } else {

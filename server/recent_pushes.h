@@ -40,6 +40,14 @@ class RecentPushes {
   // Repeats seen so far.
   uint64_t repeats() const { return repeats_; }
 
+  // Every window as numbers (a replica's copy, server/replication.h): per
+  // worker the count of ids, then each id's session and request id,
+  // oldest first.
+  std::vector<uint64_t> Encode() const;
+  // Records the ids Encode() gave, in order; false (nothing recorded) when
+  // `data` does not hold num_workers windows of at most per_worker ids.
+  bool Decode(const std::vector<uint64_t>& data);
+
  private:
   struct Id {
     uint64_t session;

@@ -1,6 +1,7 @@
 #include "server/replication.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_format.h"
 #include "server/restore.h"
 
 namespace ps {
@@ -36,24 +38,115 @@ StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOption
                                                                  Context* context,
                                                                  bool no_backups) {
   std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard));
+  log->context_ = context;
   for (uint32_t j = 1; j < job.replication.factor && !no_backups; ++j) {
-    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, j));
-    SocketOptions so;
-    // No high-water mark: what is in flight is bounded by the replies it
-    // holds back (each worker has at most client.max_in_flight requests
-    // waiting for an acknowledgement), and an entry must never be dropped.
-    so.send_hwm = 0;
-    so.recv_hwm = 0;
-    so.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
-    PS_ASSIGN_OR_RETURN(auto socket, Socket::Create(context, SocketType::kDealer, so));
-    PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)));
-    Backup& b = log->backups_.emplace_back();
-    b.socket = std::move(socket);
-    b.replica = j;
-    b.name = ReplicaName(job, shard, j);
+    PS_ASSIGN_OR_RETURN(Backup b, log->Connect(j, context));
+    log->backups_.push_back(std::move(b));
   }
   for (Backup& b : log->backups_) log->sockets_.push_back(b.socket.get());
   return log;
+}
+
+StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica, Context* context) {
+  PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job_, shard_, replica));
+  SocketOptions so;
+  // No high-water mark: what is in flight is bounded by the replies it
+  // holds back (each worker has at most client.max_in_flight requests
+  // waiting for an acknowledgement), and an entry must never be dropped.
+  // A joining backup's copy is the shard's size once, shared with the
+  // store.
+  so.send_hwm = 0;
+  so.recv_hwm = 0;
+  so.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
+  PS_ASSIGN_OR_RETURN(auto socket, Socket::Create(context, SocketType::kDealer, so));
+  PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)));
+  Backup b;
+  b.socket = std::move(socket);
+  b.replica = replica;
+  b.name = ReplicaName(job_, shard_, replica);
+  return b;
+}
+
+Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header,
+                              std::vector<Frame> frames) {
+  header.op = Op::kReplicate;
+  header.request_id = last_seq_;
+  header.flags = static_cast<uint32_t>(kind);
+  header.shard = shard_;
+  header.session = static_cast<uint64_t>(epoch_);
+  std::vector<Frame> message;
+  message.reserve(1 + frames.size());
+  message.push_back(EncodeHeader(header));
+  for (Frame& f : frames) message.push_back(std::move(f));
+  return b.socket->Send(message).WithContext("shard " + std::to_string(shard_) +
+                                             ": the copy for " + b.name);
+}
+
+Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
+                            const ClockTable& clocks, const RecentPushes& recent) {
+  if (epoch < epoch_) {
+    return FailedPreconditionError("shard " + std::to_string(shard_) + " is at epoch " +
+                                   std::to_string(epoch_) + "; a membership change of epoch " +
+                                   std::to_string(epoch) + " is out of date");
+  }
+  if (replica < 1 || replica >= job_.replication.factor) {
+    return InvalidArgumentError("shard " + std::to_string(shard_) + " has no backup slot " +
+                                std::to_string(replica) + " (replication.factor " +
+                                std::to_string(job_.replication.factor) + ")");
+  }
+  for (const Backup& b : backups_) {
+    if (b.replica == replica) {
+      return FailedPreconditionError("shard " + std::to_string(shard_) + " replicates to backup " +
+                                std::to_string(replica) + " already; drop it first");
+    }
+  }
+  PS_ASSIGN_OR_RETURN(Backup b, Connect(replica, context_));
+  b.copying = true;
+  epoch_ = epoch;
+  // The state as of entry last_seq_: every block (shared), then the sums,
+  // clocks and recent pushes; the entries after it follow on the same
+  // connection, so the backup applies them after the copy.
+  uint64_t blocks = 0;
+  for (uint32_t t = 0; t < store->layouts().size(); ++t) {
+    for (uint64_t k = 0; k < store->block_count(t); ++k) {
+      std::vector<Frame> frames;
+      MessageHeader h;
+      h.table = t;
+      PS_RETURN_IF_ERROR(store->ShareBlock(t, k, &frames, &h.first_row, &h.count));
+      PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyRows, h, std::move(frames)));
+      ++blocks;
+    }
+  }
+  for (ShardStore::PendingSum& sum : store->PendingSums()) {
+    MessageHeader h;
+    h.table = sum.table;
+    h.clock = sum.clock;
+    std::vector<Frame> frames;
+    frames.push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
+    std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
+    frames.push_back(Frame::CopyOf(touched.data(), touched.size()));
+    PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopySum, h, std::move(frames)));
+  }
+  const std::vector<int64_t> clock_data = clocks.Encode();
+  std::vector<Frame> clock_frames;
+  clock_frames.push_back(Frame::CopyOf(clock_data.data(), clock_data.size() * sizeof(int64_t)));
+  PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyClocks, MessageHeader(), std::move(clock_frames)));
+  const std::vector<uint64_t> recent_data = recent.Encode();
+  std::vector<Frame> recent_frames;
+  recent_frames.push_back(
+      Frame::CopyOf(recent_data.data(), recent_data.size() * sizeof(uint64_t)));
+  PS_RETURN_IF_ERROR(
+      SendTo(b, ReplicaEntry::kCopyRecent, MessageHeader(), std::move(recent_frames)));
+  MessageHeader end;
+  end.count = blocks;
+  PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyEnd, end, {}));
+  b.acked = last_seq_;  // what it will hold once the copy is applied
+  PS_LOG_INFO("shard {}: epoch {}: sending {} a copy of {} blocks as of entry {}", shard_, epoch,
+              b.name, blocks, last_seq_);
+  backups_.push_back(std::move(b));
+  sockets_.clear();
+  for (Backup& x : backups_) sockets_.push_back(x.socket.get());
+  return Status::Ok();
 }
 
 void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
@@ -115,7 +208,9 @@ void ReplicationLog::End() { Send(ReplicaEntry::kEnd, MessageHeader(), {}); }
 
 uint64_t ReplicationLog::committed() const {
   uint64_t c = last_seq_;
-  for (const Backup& b : backups_) c = std::min(c, b.acked);
+  for (const Backup& b : backups_) {
+    if (!b.copying) c = std::min(c, b.acked);
+  }
   return c;
 }
 
@@ -130,6 +225,17 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, h.status().ToString());
       continue;
     }
+    if (h->op == Op::kError && b.copying) {
+      // A backup that never held a whole copy: the shard goes on without
+      // it (the authority may start it again).
+      PS_LOG_ERROR("shard {}: {} refused its copy ({}); replicating without it", shard_, b.name,
+                   StatusFromErrorHeader(*h).message());
+      b.socket->DropUnsentOnClose();
+      backups_.erase(backups_.begin() + static_cast<std::ptrdiff_t>(index));
+      sockets_.clear();
+      for (Backup& x : backups_) sockets_.push_back(x.socket.get());
+      return Status::Ok();
+    }
     if (h->op == Op::kError) {
       return DataLossError("shard " + std::to_string(shard_) + ": " + b.name +
                            " refused replication entry " + std::to_string(h->request_id) + ": " +
@@ -140,6 +246,11 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       PS_LOG_WARN("shard {}: unexpected {} {} from {}", shard_, OpName(h->op), h->request_id,
                   b.name);
       continue;
+    }
+    if (b.copying && h->flags == static_cast<uint32_t>(ReplicaEntry::kCopyEnd)) {
+      b.copying = false;
+      PS_LOG_INFO("shard {}: {} holds the copy as of entry {} and is a full replica again", shard_,
+                  b.name, h->request_id);
     }
     b.acked = std::max(b.acked, h->request_id);
   }
@@ -159,6 +270,8 @@ Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
                          std::to_string(replica) + " to drop");
   }
   epoch_ = epoch;
+  // What it never received must not reach a new replica at its address.
+  it->socket->DropUnsentOnClose();
   backups_.erase(it);
   sockets_.clear();
   for (Backup& b : backups_) sockets_.push_back(b.socket.get());
@@ -169,7 +282,9 @@ std::string ReplicationLog::Describe() const {
   std::ostringstream os;
   os << "replication factor " << job_.replication.factor << " epoch " << epoch_ << " last_seq "
      << last_seq_ << " committed " << committed();
-  for (const Backup& b : backups_) os << " backup_" << b.replica << "_acked " << b.acked;
+  for (const Backup& b : backups_) {
+    os << " backup_" << b.replica << (b.copying ? "_copying " : "_acked ") << b.acked;
+  }
   return os.str();
 }
 
@@ -185,7 +300,7 @@ BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t repli
 StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& job,
                                                              uint32_t shard, uint32_t replica,
                                                              const std::string& bind_endpoint,
-                                                             int64_t restore_clock) {
+                                                             int64_t restore_clock, bool join) {
   if (shard >= job.cluster.servers.size() || replica < 1 || replica >= job.replication.factor) {
     return InvalidArgumentError(
         "replica " + std::to_string(replica) + " of shard " + std::to_string(shard) +
@@ -198,14 +313,25 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   // same initial values.
   std::unique_ptr<CheckpointDir> checkpoints;
   int64_t generation = -1;
-  if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
+  if (join && restore_clock >= 0) {
+    return InvalidArgumentError("a joining backup takes its state from the primary, not from a "
+                                "checkpoint (--join with --restore-clock)");
+  }
+  if (join) {
+    b->copying_ = true;
+    b->copy_next_row_.resize(job.tables.size(), 0);
+  } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
     PS_ASSIGN_OR_RETURN(checkpoints,
                         CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
     PS_ASSIGN_OR_RETURN(generation, PickGeneration(*checkpoints, restore_clock, shard));
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
-  PS_ASSIGN_OR_RETURN(b->store_, ShardStore::Create(job, shard, /*initialize=*/generation < 0));
+  PS_ASSIGN_OR_RETURN(b->store_,
+                      ShardStore::Create(job, shard, /*initialize=*/generation < 0 && !join));
+  for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
+    b->copy_next_row_[t] = b->store_->layouts()[t].owned.begin;
+  }
   if (generation >= 0) {
     PS_RETURN_IF_ERROR(
         RestoreStore(*checkpoints, generation, b->job_, shard, b->store_.get()).status());
@@ -273,6 +399,41 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     MessageHeader reply;
     reply.shard = shard_;
     reply.request_id = entry.request_id;
+    if (copying_ && !IsCopyEntry(entry.flags)) {
+      // Not from the primary that sends the copy (an entry of an older
+      // epoch, or a primary that does not know this backup joins): refused,
+      // and the copy goes on.
+      ++refused_;
+      const Status early = DataLossError(
+          name_ + " is still taking the primary's copy and got entry " +
+          std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.session) +
+          " before its end");
+      PS_LOG_WARN("{}", early.message());
+      Reply(routing_id, MakeErrorHeader(entry, shard_, early));
+      return;
+    }
+    if (IsCopyEntry(entry.flags) || copying_) {
+      // The primary's copy for a joining backup; only its end is
+      // acknowledged.
+      Status copied =
+          !diverged_.ok() ? diverged_
+          : !copying_ ? FailedPreconditionError(name_ + " holds a copy already; a copy entry "
+                                                      "comes only to a backup that joins")
+              : ApplyCopy(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2));
+      if (!copied.ok()) {
+        ++refused_;
+        PS_LOG_ERROR("{}: refused a copy entry: {}", name_, copied.ToString());
+        diverged_ = copied;
+        Reply(routing_id, MakeErrorHeader(entry, shard_, copied));
+        return;
+      }
+      if (!copying_) {
+        reply.op = Op::kReplicateOk;
+        reply.flags = static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
+        Reply(routing_id, reply);
+      }
+      return;
+    }
     if (entry.request_id <= applied_) {
       // Sent again: applied once already.
       reply.op = Op::kReplicateOk;
@@ -333,6 +494,13 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       PS_LOG_INFO("{}: SHUTDOWN requested", name_);
       Stop();
       Reply(routing_id, reply);
+      return;
+    }
+    if (req.op == Op::kMembership && req.flags == kMembershipPromote && copying_) {
+      s = FailedPreconditionError(
+          name_ + " is still taking its primary's copy (" + std::to_string(copy_blocks_) +
+          " blocks so far) and holds no whole state: it cannot be promoted");
+      Reply(routing_id, MakeErrorHeader(req, shard_, s));
       return;
     }
     if (req.op == Op::kMembership && req.flags == kMembershipPromote) {
@@ -409,8 +577,119 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     case ReplicaEntry::kEnd:
       ended_ = true;
       return Status::Ok();
+    case ReplicaEntry::kCopyRows:
+    case ReplicaEntry::kCopySum:
+    case ReplicaEntry::kCopyClocks:
+    case ReplicaEntry::kCopyRecent:
+    case ReplicaEntry::kCopyEnd:
+      break;  // ApplyCopy's, never here (Handle)
   }
   return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
+}
+
+Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest) {
+  const auto kind = static_cast<ReplicaEntry>(entry.flags);
+  const auto layouts = store_->layouts();
+  auto floats = [](const Frame& f) { return f.size() / sizeof(float); };
+  switch (kind) {
+    case ReplicaEntry::kCopyRows: {
+      if (entry.table >= layouts.size()) {
+        return InvalidArgumentError("a copy of table index " + std::to_string(entry.table));
+      }
+      const TableLayout& t = layouts[entry.table];
+      const uint32_t slots = job_.tables[entry.table].optimizer.Slots();
+      uint64_t& next = copy_next_row_[entry.table];
+      if (entry.first_row != next || entry.count == 0 || entry.count > t.owned.end - next) {
+        return DataLossError("the copy of table '" + t.name + "' sent rows " +
+                             RowsText(entry.first_row, entry.first_row + entry.count) +
+                             " where rows from " + std::to_string(next) + " were expected");
+      }
+      if (rest.size() != 1 + slots) {
+        return InvalidArgumentError("a copy of table '" + t.name + "' rows with " +
+                                    std::to_string(rest.size()) + " frames, not " +
+                                    std::to_string(1 + slots));
+      }
+      const uint64_t n = entry.count * t.dim;
+      std::vector<const std::byte*> slot_data;
+      for (size_t k = 0; k < rest.size(); ++k) {
+        if (floats(rest[k]) != n || rest[k].size() % sizeof(float) != 0) {
+          return InvalidArgumentError("a copy of table '" + t.name + "' rows " +
+                                      RowsText(entry.first_row, entry.first_row + entry.count) +
+                                      " with a frame of " + std::to_string(rest[k].size()) +
+                                      " bytes, not " + std::to_string(n * sizeof(float)));
+        }
+        if (k > 0) slot_data.push_back(reinterpret_cast<const std::byte*>(rest[k].data()));
+      }
+      store_->RestoreRows(entry.table, entry.first_row, entry.count,
+                          reinterpret_cast<const std::byte*>(rest[0].data()), slot_data);
+      next += entry.count;
+      ++copy_blocks_;
+      return Status::Ok();
+    }
+    case ReplicaEntry::kCopySum: {
+      if (rest.size() != 2 || rest[0].size() % sizeof(float) != 0) {
+        return InvalidArgumentError("a copy of a sum in a malformed shape");
+      }
+      ShardStore::PendingSum sum;
+      sum.clock = entry.clock;
+      sum.table = entry.table;
+      sum.values.resize(floats(rest[0]));
+      std::memcpy(sum.values.data(), rest[0].data(), rest[0].size());
+      const auto* touched = reinterpret_cast<const uint8_t*>(rest[1].data());
+      sum.touched.assign(touched, touched + rest[1].size());
+      return store_->RestoreSum(std::move(sum));
+    }
+    case ReplicaEntry::kCopyClocks: {
+      if (rest.size() != 1 || rest[0].size() % sizeof(int64_t) != 0) {
+        return InvalidArgumentError("a copy of the clocks in a malformed shape");
+      }
+      std::vector<int64_t> data(rest[0].size() / sizeof(int64_t));
+      std::memcpy(data.data(), rest[0].data(), rest[0].size());
+      if (!clocks_.Decode(data, kMaxClock)) {
+        return InvalidArgumentError("a copy of the clocks that is not a table of " +
+                                    std::to_string(clocks_.num_workers()) + " workers");
+      }
+      copy_clocks_ = true;
+      return Status::Ok();
+    }
+    case ReplicaEntry::kCopyRecent: {
+      if (rest.size() != 1 || rest[0].size() % sizeof(uint64_t) != 0) {
+        return InvalidArgumentError("a copy of the recent pushes in a malformed shape");
+      }
+      std::vector<uint64_t> data(rest[0].size() / sizeof(uint64_t));
+      std::memcpy(data.data(), rest[0].data(), rest[0].size());
+      if (!recent_pushes_.Decode(data)) {
+        return InvalidArgumentError("a copy of the recent pushes that does not fit " +
+                                    std::to_string(clocks_.num_workers()) + " workers");
+      }
+      copy_recent_ = true;
+      return Status::Ok();
+    }
+    case ReplicaEntry::kCopyEnd: {
+      for (uint32_t t = 0; t < layouts.size(); ++t) {
+        if (copy_next_row_[t] != layouts[t].owned.end) {
+          return DataLossError("the copy ended with table '" + layouts[t].name + "' rows " +
+                               RowsText(copy_next_row_[t], layouts[t].owned.end) + " missing");
+        }
+      }
+      if (!copy_clocks_ || !copy_recent_ || entry.count != copy_blocks_) {
+        return DataLossError("the copy ended after " + std::to_string(copy_blocks_) +
+                             " blocks (the primary sent " + std::to_string(entry.count) +
+                             ")" + (copy_clocks_ ? "" : " without the clocks") +
+                             (copy_recent_ ? "" : " without the recent pushes"));
+      }
+      copying_ = false;
+      applied_ = entry.request_id;
+      PS_LOG_INFO("{} took its primary's copy ({} blocks, clock {}) as of entry {}: a full "
+                  "replica again",
+                  name_, copy_blocks_, clocks_.min_clock(), applied_);
+      return Status::Ok();
+    }
+    default:
+      break;
+  }
+  return InvalidArgumentError("entry kind " + std::to_string(entry.flags) +
+                              " is not part of a copy");
 }
 
 BackupServer::State BackupServer::TakeState() {

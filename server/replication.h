@@ -40,13 +40,22 @@
 // their clients send what was not acknowledged (pushes the backup already
 // has are recognised by its recent pushes and not applied twice); when a
 // backup dies the primary is told to stop waiting for it (Drop). A
-// promoted primary has no backups of its own. An old primary still alive
-// gets ERROR for its next entry from the promoted replica (it no longer
-// takes REPLICATE) and stops: it can acknowledge nothing more.
+// promoted primary starts with no backups of its own (they rejoin, below).
+// An old primary still alive gets ERROR for its next entry from the
+// promoted replica (it no longer takes REPLICATE) and stops: it can
+// acknowledge nothing more.
+//
+// A replica that died comes back as a backup (ps_server --replica j
+// --join): the authority tells the primary (kMembershipAddBackup), which
+// sends it a copy of its state as of its last entry while it goes on
+// serving (the store's blocks shared with the transport, copy-on-write
+// against later pushes), then every later entry. The new backup counts
+// toward committed() once it applied the whole copy; until then pushes do
+// not wait for it and it cannot be promoted.
 //
 // Not built yet: fail-over across hosts (the client moving to a replica
-// at another address), etcd as the authority, a replica rejoining a
-// running job, replication after aggregation, CurveZMQ between servers.
+// at another address), etcd as the authority, replication after
+// aggregation, CurveZMQ between servers.
 #ifndef PS_SERVER_REPLICATION_H_
 #define PS_SERVER_REPLICATION_H_
 
@@ -77,7 +86,22 @@ enum class ReplicaEntry : uint32_t {
   kExclude = 5,
   kInclude = 6,
   kEnd = 7,
+  // A copy of the primary's state for a backup that joins (Join), all
+  // carrying the sequence number of the last entry the copy holds:
+  kCopyRows = 8,    // one block of rows: table, first_row, count; frames:
+                    // the values, then each optimizer state array
+  kCopySum = 9,     // a sum of synchronous aggregation: table, clock;
+                    // frames: the values, then one byte per block (touched)
+  kCopyClocks = 10, // frame: ClockTable::Encode (int64 each)
+  kCopyRecent = 11, // frame: RecentPushes::Encode (uint64 each)
+  kCopyEnd = 12,    // the copy is whole: count = its kCopyRows entries
 };
+
+// True for the kinds of a joining backup's copy.
+inline bool IsCopyEntry(uint32_t kind) {
+  return kind >= static_cast<uint32_t>(ReplicaEntry::kCopyRows) &&
+         kind <= static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
+}
 
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
 std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica);
@@ -123,7 +147,8 @@ class ReplicationLog {
   const std::vector<Socket*>& sockets() const { return sockets_; }
   // Reads the acknowledgements that arrived on backup `b`'s socket.
   // DataLoss naming the backup when it refused an entry (it missed one:
-  // its copy is no longer the primary's).
+  // its copy is no longer the primary's). A joining backup that refuses
+  // its copy is dropped instead (logged; sockets() changes).
   Status ReceiveAcks(size_t b);
 
   // The authority's word that backup `replica` is gone (epoch `epoch`):
@@ -132,8 +157,18 @@ class ReplicationLog {
   Status Drop(uint32_t replica, int64_t epoch);
   int64_t epoch() const { return epoch_; }
 
+  // The authority's word that backup `replica` (re)joins at epoch
+  // `epoch`: connects to it and sends it a copy of the shard's state as of
+  // the last entry (the store's blocks shared, not copied; the sums, clocks
+  // and recent pushes), then every later entry as to the others. Pushes do
+  // not wait for it until it has applied the whole copy (joined, in
+  // Describe); then they do. FailedPrecondition for an epoch below the
+  // current one or when `replica` is a backup of this log.
+  Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
+              const RecentPushes& recent);
+
   // One STATS line: "replication factor 2 epoch E last_seq N committed N
-  // backup_1_acked N ...".
+  // backup_1_acked N ..." (and "backup_J_copying" for one that joins).
   std::string Describe() const;
 
  private:
@@ -142,7 +177,15 @@ class ReplicationLog {
     uint32_t replica = 0;
     std::string name;  // ReplicaName
     uint64_t acked = 0;
+    // Joining: it applies a copy first (Join) and holds no push back
+    // until it acknowledged the copy's end.
+    bool copying = false;
   };
+  // Connects a backup's DEALER.
+  StatusOr<Backup> Connect(uint32_t replica, Context* context);
+  // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).
+  Status SendTo(Backup& b, ReplicaEntry kind, MessageHeader header, std::vector<Frame> frames);
+  Context* context_ = nullptr;
   ReplicationLog(const JobOptions& job, uint32_t shard) : job_(job), shard_(shard) {}
   void Send(ReplicaEntry kind, MessageHeader header, std::span<const Frame> request);
 
@@ -164,11 +207,16 @@ class BackupServer {
   // same checkpoint generation: `restore_clock`, or the newest of the
   // shard's folder when -1) and binds ReplicaAddress(job, shard, replica),
   // or `bind_endpoint` when not empty (tests: "tcp://127.0.0.1:*").
+  // With `join` it starts empty instead and takes its state from the copy
+  // a running primary sends (ReplicationLog::Join, after the authority's
+  // kMembershipAddBackup): until the copy is whole it refuses any other
+  // entry and a promotion.
   // REQUIRES: job.Validate().ok(), 1 <= replica < job.replication.factor.
   static StatusOr<std::unique_ptr<BackupServer>> Create(const JobOptions& job, uint32_t shard,
                                                         uint32_t replica,
                                                         const std::string& bind_endpoint = "",
-                                                        int64_t restore_clock = -1);
+                                                        int64_t restore_clock = -1,
+                                                        bool join = false);
 
   // Applies entries until the primary's kEnd (OK), Stop() (OK), a SHUTDOWN
   // from the control client (OK), or a transport error.
@@ -197,6 +245,8 @@ class BackupServer {
   const ClockTable& clocks() const { return clocks_; }
   uint64_t applied() const { return applied_; }
   uint64_t refused() const { return refused_; }
+  // Created with `join` and the primary's copy is not whole yet.
+  bool copying() const { return copying_; }
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
@@ -206,6 +256,9 @@ class BackupServer {
   // caller acknowledges after).
   Status Apply(const MessageHeader& entry, std::span<Frame> rest,
                const std::function<void()>& ack);
+  // Applies one entry of the primary's copy (kCopy*); at kCopyEnd the copy
+  // is whole and the entries after entry.request_id follow.
+  Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
   void Reply(Frame& routing_id, const MessageHeader& header);
   std::string StatsReport() const;
 
@@ -229,6 +282,12 @@ class BackupServer {
   Status diverged_;        // an acknowledged entry failed to apply: refuse the rest
   int64_t started_clock_ = 0;
   int64_t promoted_epoch_ = -1;
+  // A joining backup: the copy's progress (rows taken per table, in
+  // order; blocks taken; whether clocks and recent pushes came).
+  bool copying_ = false;
+  std::vector<uint64_t> copy_next_row_;
+  uint64_t copy_blocks_ = 0;
+  bool copy_clocks_ = false, copy_recent_ = false;
 };
 
 }  // namespace ps

@@ -520,12 +520,15 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       HandleCheckpoint(routing_id, req);
       return;
     case Op::kMembership: {
-      // The authority (ps_launch) says a backup is gone: stop waiting for
-      // it; what it held back is answered as the others acknowledge.
+      // The authority (ps_launch) says a backup is gone (stop waiting for
+      // it; what it held back is answered as the others acknowledge) or
+      // joins (send it a copy, then the log).
+      const auto replica = static_cast<uint32_t>(req.count);
+      const auto epoch = static_cast<int64_t>(req.first_row);
       Status changed =
-          req.flags == kMembershipDropBackup
-              ? replication_->Drop(static_cast<uint32_t>(req.count),
-                                   static_cast<int64_t>(req.first_row))
+          req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
+          : req.flags == kMembershipAddBackup
+              ? replication_->Join(replica, epoch, store_.get(), clocks_, recent_pushes_)
               : FailedPreconditionError("shard " + std::to_string(shard_) +
                                         " is the primary already; only a backup is promoted");
       if (!changed.ok()) {
@@ -533,9 +536,10 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         Reply(routing_id, MakeErrorHeader(req, shard_, changed));
         return;
       }
-      PS_LOG_WARN("shard {}: epoch {}: backup {} is gone; {} backups left ({})", shard_,
-                  replication_->epoch(), req.count, replication_->sockets().size(),
-                  replication_->Describe());
+      PS_LOG_WARN("shard {}: epoch {}: backup {} {}; {} backups ({})", shard_,
+                  replication_->epoch(), replica,
+                  req.flags == kMembershipAddBackup ? "joins" : "is gone",
+                  replication_->sockets().size(), replication_->Describe());
       Reply(routing_id, reply);
       return;
     }

@@ -101,8 +101,10 @@ ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
     // the new block instead of being copied (a third of adam's bytes).
     auto copy = std::make_shared<Block>();
     copy->values = b->values;
+    // A replica's copy (ShareBlock) reads the optimizer state as well.
+    const bool whole = b->whole_holders.load(std::memory_order_acquire) > 0;
     for (std::vector<float>& slot : b->slots) {
-      copy->slots[&slot - b->slots] = std::move(slot);
+      copy->slots[&slot - b->slots] = whole ? slot : std::move(slot);
     }
     b = std::move(copy);
     ++copy_on_write_count_;
@@ -552,6 +554,65 @@ std::vector<float> ShardStore::CopyValues(uint32_t table) const {
   all.reserve(tables_[table].layout.owned.size() * tables_[table].layout.dim);
   for (const auto& b : tables_[table].blocks) all.insert(all.end(), b->values.begin(), b->values.end());
   return all;
+}
+
+Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>* frames,
+                              uint64_t* first, uint64_t* rows) {
+  Table& t = tables_[table];
+  std::shared_ptr<Block> b = t.blocks[block];
+  *first = t.layout.owned.begin + block * t.rows_per_block;
+  *rows = b->values.size() / std::max<uint32_t>(1, t.layout.dim);
+  if (t.layout.dim == 0) *rows = std::min(t.rows_per_block, t.layout.owned.end - *first);
+  // One holder for every frame of the block: counted while it lives.
+  struct Holder {
+    std::shared_ptr<Block> block;
+    explicit Holder(std::shared_ptr<Block> b) : block(std::move(b)) {
+      block->whole_holders.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Holder() { block->whole_holders.fetch_sub(1, std::memory_order_release); }
+  };
+  auto holder = std::make_shared<const Holder>(b);
+  auto share = [&](const std::vector<float>& v) -> Status {
+    PS_ASSIGN_OR_RETURN(Frame f, Frame::Share(v.data(), v.size() * sizeof(float),
+                                              std::shared_ptr<const void>(holder)));
+    frames->push_back(std::move(f));
+    return Status::Ok();
+  };
+  PS_RETURN_IF_ERROR(share(b->values));
+  for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) PS_RETURN_IF_ERROR(share(b->slots[k]));
+  return Status::Ok();
+}
+
+std::vector<ShardStore::PendingSum> ShardStore::PendingSums() const {
+  std::vector<PendingSum> out;
+  for (const auto& [clock, per_table] : sums_) {
+    for (uint32_t table = 0; table < per_table.size(); ++table) {
+      if (per_table[table].values.empty()) continue;
+      out.push_back({clock, table, per_table[table].values, per_table[table].touched});
+    }
+  }
+  return out;
+}
+
+Status ShardStore::RestoreSum(PendingSum sum) {
+  if (sum.table >= tables_.size()) {
+    return InvalidArgumentError("a sum of table index " + std::to_string(sum.table) + "; " +
+                                std::to_string(tables_.size()) + " tables");
+  }
+  const Table& t = tables_[sum.table];
+  if (sum.values.size() != t.layout.owned.size() * t.layout.dim ||
+      sum.touched.size() != t.blocks.size() || sum.clock < 0) {
+    return InvalidArgumentError("a sum of table '" + t.layout.name + "' of " +
+                                std::to_string(sum.values.size()) + " values and " +
+                                std::to_string(sum.touched.size()) + " blocks at clock " +
+                                std::to_string(sum.clock) + "; the table holds " +
+                                std::to_string(t.layout.owned.size() * t.layout.dim) +
+                                " values in " + std::to_string(t.blocks.size()) + " blocks");
+  }
+  std::vector<TableSum>& clock_sums = sums_[sum.clock];
+  if (clock_sums.empty()) clock_sums.resize(tables_.size());
+  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched)};
+  return Status::Ok();
 }
 
 }  // namespace ps

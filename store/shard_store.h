@@ -14,6 +14,7 @@
 #define PS_STORE_SHARD_STORE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -133,10 +134,39 @@ class ShardStore {
   void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                    std::span<const std::byte* const> slots);
 
+  // A copy for a replica that joins (server/replication.h), taken while
+  // the shard serves.
+  //
+  // Blocks of table `table` (each of whole rows, about 1 MiB of values).
+  uint64_t block_count(uint32_t table) const { return tables_[table].blocks.size(); }
+  // Appends 1 + Slots() frames that share block `block` of `table` (its
+  // values, then each optimizer state array: no copy) and sets *first (the
+  // global id of its first row) and *rows. A push meanwhile copies the
+  // block, its optimizer state too, and leaves these frames the values of
+  // the moment of the call. REQUIRES: block < block_count(table).
+  Status ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>* frames, uint64_t* first,
+                    uint64_t* rows);
+  // The sums of synchronous aggregation not applied yet: one per clock and
+  // table that received pushes (values: owned rows x dim; touched: per
+  // block).
+  struct PendingSum {
+    int64_t clock = 0;
+    uint32_t table = 0;
+    std::vector<float> values;
+    std::vector<bool> touched;
+  };
+  std::vector<PendingSum> PendingSums() const;
+  // Takes one sum PendingSums() gave (a joining replica's copy).
+  // InvalidArgument when it does not fit the table (index, sizes).
+  Status RestoreSum(PendingSum sum);
+
  private:
   struct Block {
     std::vector<float> values;  // rows_per_block x dim (the last block may be shorter)
     std::vector<float> slots[2];  // optimizer state, like values (only Slots() of them)
+    // Frames of ShareBlock still holding this block (the I/O thread
+    // releases them): its optimizer state is copied, not moved, by a push.
+    std::atomic<uint32_t> whole_holders{0};
   };
   struct Table {
     TableLayout layout;

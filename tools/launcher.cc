@@ -137,7 +137,10 @@ struct Child {
   std::string name;  // "server 0", "worker 1"
   bool is_server = false;
   uint32_t index = 0;     // shard or rank
-  uint32_t replica = 0;   // servers: 0 the shard itself, j >= 1 its backup j
+  // Servers: the address it holds, 0 the shard's own (its primary), j >= 1
+  // backup j's (ReplicaAddress). A promoted backup moves to 0.
+  uint32_t replica = 0;
+  bool rejoin_on_exit = false;  // stopped because it followed an old primary
   uint32_t restarts = 0;  // times restarted (a server after a crash, a worker under drop)
   std::unique_ptr<Subprocess> process;
   LineReader reader;
@@ -163,8 +166,10 @@ class JobRun {
 
   // `restart`: a server restarted while the job runs (it restores its own
   // newest generation and is told which workers already finished).
+  // `join`: a backup that takes its state from the running primary
+  // (ps_server --join).
   std::vector<std::string> CommandFor(bool is_server, uint32_t index, bool restart = false,
-                                      uint32_t replica = 0) const;
+                                      uint32_t replica = 0, bool join = false) const;
   Status StartAll();
   // A server died by a signal while the job runs: starts it again when the
   // job allows (checkpoints, liveness.server_restarts). False when it
@@ -176,13 +181,18 @@ class JobRun {
   // dead backup it tells the primary to stop waiting for it, each at a new
   // epoch. False when neither is possible (`why_not` says why).
   bool FailOver(Child& child, const std::string& how, std::string* why_not);
+  // Starts `child` (exited) again as backup `slot` of its shard with
+  // --join, and tells the primary to send it a copy (a new epoch); it is a
+  // full replica once it applied the copy. Within liveness.server_restarts.
+  bool Rejoin(Child& child, uint32_t slot, const std::string& how, std::string* why_not);
   // Sends MEMBERSHIP to replica `replica` of shard `shard`.
   Status SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, uint32_t backup,
                         int64_t epoch);
   // Starts `child` again unless it was restarted `limit` times already
   // (`setting` names the limit); says so with `then`, what happens next.
   bool Respawn(Child& child, uint32_t limit, const std::string& setting, const std::string& how,
-               const std::string& then, std::string* why_not);
+               const std::string& then, std::string* why_not, uint32_t replica = 0,
+               bool join = false);
   // A worker failed (exit code or signal): under liveness.on_dead_worker
   // drop the job goes on (restarting it when liveness.worker_restarts
   // allows); under fail the job stops naming it.
@@ -206,8 +216,8 @@ class JobRun {
 
   std::vector<Child> children_;
   int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none
-  // Per shard: which replica is its primary, and the epoch of its replicas.
-  std::vector<uint32_t> primary_of_;
+  // Per shard: the epoch of its replicas (its primary is the live server
+  // child at replica 0).
   std::vector<int64_t> epoch_;
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
@@ -231,7 +241,7 @@ void JobRun::Emit(std::string_view line) {
 }
 
 std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool restart,
-                                            uint32_t replica) const {
+                                            uint32_t replica, bool join) const {
   const std::vector<std::string>& prefix =
       is_server ? options_.server_command : options_.worker_command;
   std::vector<std::string> argv = prefix;
@@ -244,6 +254,7 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool
               {"--config", config_path_, is_server ? "--shard" : "--rank",
                std::to_string(index)});
   if (replica > 0) argv.insert(argv.end(), {"--replica", std::to_string(replica)});
+  if (join) argv.push_back("--join");
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
   }
@@ -255,7 +266,7 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool
   if (is_server && restore_clock_ >= 0 && !restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
   }
-  if (is_server && restart && !finished_workers_.empty()) {
+  if (is_server && restart && !join && !finished_workers_.empty()) {
     std::string ranks;
     for (uint32_t r : finished_workers_) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     argv.insert(argv.end(), {"--left-workers", ranks});
@@ -298,7 +309,6 @@ Status JobRun::StartAll() {
   // then the workers.
   const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
   const uint32_t factor = job_.replication.factor;
-  primary_of_.assign(shards, 0);
   epoch_.assign(shards, 0);
   const uint32_t servers = shards * factor;
   const uint32_t total = servers + job_.cluster.workers;
@@ -385,15 +395,17 @@ Status JobRun::SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, 
 
 bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not) {
   const uint32_t shard = child.index;
-  auto live = [&](uint32_t replica) {
-    return std::any_of(children_.begin(), children_.end(), [&](const Child& c) {
-      return c.is_server && c.index == shard && c.replica == replica && !c.exited;
-    });
+  auto live = [&](uint32_t replica) -> Child* {
+    for (Child& c : children_) {
+      if (c.is_server && c.index == shard && c.replica == replica && !c.exited) return &c;
+    }
+    return nullptr;
   };
   const auto start = Clock::now();
-  if (child.replica != primary_of_[shard]) {
-    // A backup: the primary goes on without it.
-    if (!live(primary_of_[shard])) {
+  if (child.replica != 0) {
+    // A backup: the primary goes on without it, and it comes back as a
+    // backup that takes a copy.
+    if (live(0) == nullptr) {
       *why_not = "shard " + std::to_string(shard) + " has no primary left";
       return false;
     }
@@ -404,36 +416,64 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
       return false;
     }
     Say(how + "; shard " + std::to_string(shard) + "'s primary goes on without it (epoch " +
-        std::to_string(epoch) + "; a replica is not restarted: rejoining a running job is not "
-        "built yet)");
-    return true;
+        std::to_string(epoch) + ")");
+    return Rejoin(child, child.replica, how, why_not);
   }
-  for (uint32_t j = 0; j < job_.replication.factor; ++j) {
-    if (j == child.replica || !live(j)) continue;
+  for (uint32_t j = 1; j < job_.replication.factor; ++j) {
+    Child* backup = live(j);
+    if (backup == nullptr) continue;
     const int64_t epoch = ++epoch_[shard];
     Status promoted = SendMembership(shard, j, kMembershipPromote, 0, epoch);
     if (!promoted.ok()) {
-      *why_not = "backup " + std::to_string(j) + " could not be promoted: " + promoted.ToString();
-      return false;
+      // Still taking a copy (it holds no whole state), or gone.
+      Say(how + "; " + backup->name + " cannot be promoted: " + promoted.ToString());
+      continue;
     }
-    primary_of_[shard] = j;
+    backup->replica = 0;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     char took[32];
     std::snprintf(took, sizeof(took), "%.0f", ms);
-    Say(how + "; backup " + std::to_string(j) + " of shard " + std::to_string(shard) +
-        " is its primary now (epoch " + std::to_string(epoch) + ", promoted in " + took +
+    Say(how + "; " + backup->name + " is shard " + std::to_string(shard) +
+        "'s primary now (epoch " + std::to_string(epoch) + ", promoted in " + took +
         " ms) and takes over its address; the workers send it what was not acknowledged");
-    // The other backups held the old primary's log, not the new one's.
+    // The other backups held the old primary's log, not the new one's:
+    // they come back as backups that take a copy.
     for (Child& c : children_) {
-      if (c.is_server && c.index == shard && c.replica != j && !c.exited) {
-        Say("stopping " + c.name + ": it follows the old primary");
+      if (c.is_server && c.index == shard && c.replica != 0 && !c.exited) {
+        Say("stopping " + c.name + ": it follows the old primary; it joins again after");
+        c.rejoin_on_exit = true;
         c.process->Signal(SIGTERM).IgnoreError();
       }
     }
-    return true;
+    // The dead primary comes back at the promoted backup's address.
+    return Rejoin(child, j, how, why_not);
   }
   *why_not = "no replica of shard " + std::to_string(shard) + " is left to take over";
   return false;
+}
+
+bool JobRun::Rejoin(Child& child, uint32_t slot, const std::string& how, std::string* why_not) {
+  const uint32_t shard = child.index;
+  if (!Respawn(child, job_.liveness.server_restarts, "liveness.server_restarts", how,
+               "it joins shard " + std::to_string(shard) + " as backup " + std::to_string(slot) +
+                   " and takes a copy from its primary",
+               why_not, slot, /*join=*/true)) {
+    // The shard goes on with fewer copies.
+    Say(child.name + " is not started again (" + *why_not + "); shard " + std::to_string(shard) +
+        " goes on with fewer replicas");
+    return true;
+  }
+  child.replica = slot;
+  const int64_t epoch = ++epoch_[shard];
+  Status added = SendMembership(shard, 0, kMembershipAddBackup, slot, epoch);
+  if (!added.ok()) {
+    *why_not = "shard " + std::to_string(shard) + "'s primary did not take backup " +
+               std::to_string(slot) + ": " + added.ToString();
+    return false;
+  }
+  Say("shard " + std::to_string(shard) + "'s primary sends " + child.name +
+      " a copy (epoch " + std::to_string(epoch) + ")");
+  return true;
 }
 
 bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
@@ -448,7 +488,8 @@ bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why
 }
 
 bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
-                     const std::string& how, const std::string& then, std::string* why_not) {
+                     const std::string& how, const std::string& then, std::string* why_not,
+                     uint32_t replica, bool join) {
   if (child.restarts >= limit) {
     *why_not = limit == 0 ? "restarts are off (" + setting + ": 0)"
                           : "it was restarted " + std::to_string(child.restarts) +
@@ -456,7 +497,7 @@ bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
     return false;
   }
   SubprocessOptions spawn;
-  spawn.argv = CommandFor(child.is_server, child.index, /*restart=*/true);
+  spawn.argv = CommandFor(child.is_server, child.index, /*restart=*/true, replica, join);
   spawn.capture_output = true;
   StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
   if (!process.ok()) {
@@ -483,6 +524,17 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     // from its checkpoint. One that exited with an error code found a
     // problem a restart would meet again.
     std::string why_not;
+    if (child.is_server && child.rejoin_on_exit) {
+      // Stopped by this launcher: it followed a primary that is gone.
+      child.rejoin_on_exit = false;
+      if (Rejoin(child, child.replica, how, &why_not)) return;
+      Say(how + "; " + why_not + "; stopping the job");
+      failure_ = how;
+      outcome_ = Outcome::kFailed;
+      exit_code_ = 1;
+      BeginStop();
+      return;
+    }
     if (child.is_server && WIFSIGNALED(wait_status)) {
       if (MaybeRestart(child, how, &why_not)) return;
       why_not = "; " + why_not;

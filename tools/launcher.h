@@ -33,8 +33,11 @@
 //  - with replication.factor >= 2 the launcher is the authority over each
 //    shard's replicas instead: a dead primary's live backup is promoted (it
 //    takes over the shard's address) and a dead backup is dropped from its
-//    primary's log, each at the shard's next epoch; the job goes on. No
-//    replica is restarted; a shard with no live replica stops the job;
+//    primary's log, each at the shard's next epoch; the job goes on. The
+//    dead replica is started again (within liveness.server_restarts) as a
+//    backup with --join and its primary is told to send it a copy
+//    (kMembershipAddBackup, one more epoch); a backup still copying is not
+//    promoted. A shard with no live replica stops the job;
 //  - SIGINT or SIGTERM reaches the launcher: it stops all children the same
 //    way; exit code 130 or 143. A second signal SIGKILLs them at once.
 //

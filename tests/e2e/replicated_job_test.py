@@ -11,8 +11,10 @@ stops the shards, and their backups exit 0 with them.
 Part 2, under ps_launch: the same job succeeds with every replica started
 and stopped by the launcher; a primary killed while the job runs is
 replaced by its backup (promoted by ps_launch, it takes over the shard's
-address) and the job succeeds; so does the job whose backup is killed (the
-primary is told to go on without it).
+address), and comes back as a backup that takes a copy from the new
+primary; once that copy is whole the new primary is killed too, the
+rejoined replica takes over, and the job succeeds; so does the job whose
+backup is killed (the primary goes on without it until it rejoins).
 
   replicated_job_test.py BIN_DIR
 
@@ -131,39 +133,60 @@ def launched(bin_dir, tmp, procs):
     check(rc == 0 and "job succeeded" in out and "[server 1 backup 1]" in out,
           "ps_launch runs the replicated job to success", out)
 
-    # Long enough to kill a replica while it trains.
-    for victim, said in [("server 0", "is its primary now"),
-                         ("server 1 backup 1", "goes on without it")]:
-        kill_one(launch, bin_dir, job, procs, victim, said)
+    # Long enough to kill replicas while it trains. A killed replica comes
+    # back as a backup that takes a copy from the running primary; once it
+    # is whole it can take over in turn.
+    kill(launch, bin_dir, job, procs,
+         [("server 0", "is a full replica again"), ("server 0 backup 1", None)],
+         ["is shard 0's primary now (epoch 1", "joins shard 0 as backup 1",
+          "took its primary's copy", "is shard 0's primary now (epoch 3"])
+    kill(launch, bin_dir, job, procs, [("server 1 backup 1", None)],
+         ["goes on without it", "joins shard 1 as backup 1", "took its primary's copy"])
 
 
-def kill_one(launch, bin_dir, job, procs, victim, said):
-    """SIGKILLs `victim` of a running ps_launch job; the job must succeed."""
+def kill(launch, bin_dir, job, procs, victims, said):
+    """SIGKILLs each of `victims` (name, then the line to wait for before
+    the next) of a running ps_launch job; the job must succeed and say
+    every line of `said`."""
     write_job(job, "true", 3000)
     p = spawn([launch, "--config", job, "--bin-dir", bin_dir])
     procs.append(p)
     output = []
-    pid = None
-    deadline = time.time() + 60
-    while time.time() < deadline and pid is None:
-        line = p.stdout.readline()
-        if not line:
-            break
-        output.append(line)
-        if line.startswith("[worker 0]"):
-            for l in output:
-                m = re.search(r"started %s \(pid (\d+)\)" % re.escape(victim), l)
-                if m:
-                    pid = int(m.group(1))
-    check(pid is not None, "the job trains and names the pid of %s" % victim, "".join(output))
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGKILL)
+
+    def read_until(pattern, seconds):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                return False
+            output.append(line)
+            if re.search(pattern, line):
+                return True
+        return False
+
+    # A tenth of the way in: the copies hold real clocks.
+    read_until(r"^\[worker 0\].* step +300 ", 60)
+    for victim, wait_for in victims:
+        pid = None
+        for l in output:
+            m = re.search(r"started %s \(pid (\d+)\)" % re.escape(victim), l)
+            if m:
+                pid = int(m.group(1))
+        check(pid is not None, "the job trains and names the pid of %s" % victim,
+              "".join(output))
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        if wait_for is not None:
+            check(read_until(re.escape(wait_for), 60),
+                  "after %s was killed: %s" % (victim, wait_for), "".join(output))
     rest, _ = p.communicate(timeout=120)
     out = "".join(output) + rest
-    check(p.returncode == 0 and said in out and "job succeeded" in out,
-          "%s killed while the job runs: the job goes on and succeeds (%s)" % (victim, said),
-          out)
+    names = " then ".join(v for v, _ in victims)
+    missing = [line for line in said if line not in out]
+    check(p.returncode == 0 and not missing and "job succeeded" in out,
+          "%s killed while the job runs: the job goes on and succeeds (%s)" %
+          (names, "; ".join(said)), out + "\nmissing: %s" % missing)
 
 
 def main():

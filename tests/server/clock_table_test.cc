@@ -73,5 +73,26 @@ TEST(ClockTableTest, MinimumNeverGoesBackWhenEveryWorkerLeaves) {
   EXPECT_EQ(t.min_clock(), 4);
 }
 
+TEST(ClockTableTest, EncodeAndDecodeCarryTheWholeTable) {
+  ClockTable a(3);
+  a.Finish(0, 4);
+  a.Finish(1, 2);
+  a.Finish(2, 6);
+  a.Exclude(1);  // the minimum moves to 5
+  ClockTable b(3);
+  ASSERT_TRUE(b.Decode(a.Encode(), 100));
+  EXPECT_EQ(b.Encode(), a.Encode());
+  EXPECT_EQ(b.min_clock(), 5);
+  EXPECT_FALSE(b.counted(1));
+  // Refused, and nothing changes: wrong size, a clock past the limit, a
+  // flag other than 0/1, a minimum above a counted worker's clock.
+  ClockTable c(3);
+  EXPECT_FALSE(c.Decode({1, 2, 3}, 100));
+  EXPECT_FALSE(c.Decode({1, 2, 300, 1, 1, 1, 1}, 100));
+  EXPECT_FALSE(c.Decode({1, 2, 3, 1, 2, 1, 1}, 100));
+  EXPECT_FALSE(c.Decode({1, 2, 3, 1, 1, 1, 2}, 100));
+  EXPECT_EQ(c.Encode(), ClockTable(3).Encode());
+}
+
 }  // namespace
 }  // namespace ps

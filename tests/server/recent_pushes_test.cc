@@ -33,5 +33,22 @@ TEST(RecentPushesTest, KeepsTheLastPushesOfEachWorker) {
   EXPECT_EQ(recent.repeats(), 2u);
 }
 
+TEST(RecentPushesTest, EncodeAndDecodeCarryEveryWindow) {
+  RecentPushes a(2, 3);
+  for (uint64_t r = 1; r <= 5; ++r) a.Insert(0, 9, r);  // keeps 3, 4, 5
+  a.Insert(1, 7, 1);
+  RecentPushes b(2, 3);
+  ASSERT_TRUE(b.Decode(a.Encode()));
+  EXPECT_EQ(b.Encode(), a.Encode());
+  EXPECT_FALSE(b.Insert(0, 9, 4));  // a repeat on the copy too
+  EXPECT_TRUE(b.Insert(0, 9, 2));   // forgotten before the copy
+  // Refused: too few windows, a window over per_worker, bytes left over.
+  RecentPushes c(2, 3);
+  EXPECT_FALSE(c.Decode({0}));
+  EXPECT_FALSE(c.Decode({4, 1, 1, 1, 2, 1, 3, 1, 4, 0}));
+  EXPECT_FALSE(c.Decode({0, 0, 5}));
+  EXPECT_EQ(c.Encode(), (std::vector<uint64_t>{0, 0}));
+}
+
 }  // namespace
 }  // namespace ps

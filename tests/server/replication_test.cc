@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "common/endpoint.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
@@ -65,27 +68,42 @@ class ReplicatedCluster {
       primaries_.push_back(std::move(*server));
     }
     for (auto& p : primaries_) threads_.emplace_back([&p] { p->Run().IgnoreError(); });
+    backups_.resize(job.cluster.servers.size() * (job.replication.factor - 1));
     if (start_backups) StartBackups();
   }
   ~ReplicatedCluster() { Stop(); }
 
   void StartBackups() {
     for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
-      for (uint32_t j = 1; j < job_.replication.factor; ++j) {
-        auto backup = BackupServer::Create(job_, s, j);
-        EXPECT_TRUE(backup.ok()) << backup.status().ToString();
-        backups_.push_back(backup.ok() ? std::move(*backup) : nullptr);
-        if (!backup.ok()) continue;
-        BackupServer* b = backups_.back().get();
-        threads_.emplace_back([b] { b->Run().IgnoreError(); });
-      }
+      for (uint32_t j = 1; j < job_.replication.factor; ++j) StartBackup(s, j, /*join=*/false);
     }
+  }
+  // Starts backup j of shard s (its slot empty), taking a copy from the
+  // primary when `join`.
+  void StartBackup(uint32_t s, uint32_t j, bool join) {
+    Running& r = slot(s, j);
+    auto backup = BackupServer::Create(job_, s, j, "", -1, join);
+    EXPECT_TRUE(backup.ok()) << backup.status().ToString();
+    if (!backup.ok()) return;
+    r.backup = std::move(*backup);
+    BackupServer* b = r.backup.get();
+    r.thread = std::thread([b] { b->Run().IgnoreError(); });
+  }
+  // Stops backup j of shard s and frees its port, as if it died.
+  void KillBackup(uint32_t s, uint32_t j) {
+    Running& r = slot(s, j);
+    if (r.backup != nullptr) r.backup->Stop();
+    if (r.thread.joinable()) r.thread.join();
+    r.backup.reset();
   }
   // Stops the primaries; their backups end with the primaries' last entry.
   void Stop() {
     for (auto& p : primaries_) p->Stop();
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
+    }
+    for (Running& r : backups_) {
+      if (r.thread.joinable()) r.thread.join();
     }
   }
   const std::vector<std::string>& endpoints() const { return endpoints_; }
@@ -94,15 +112,22 @@ class ReplicatedCluster {
   BackupServer& backup(size_t s, uint32_t j) {
     // A backup that did not start fails the test (an exception gtest
     // reports), not the process.
-    BackupServer* b = backups_.at(s * (job_.replication.factor - 1) + (j - 1)).get();
+    BackupServer* b = slot(s, j).backup.get();
     if (b == nullptr) throw std::runtime_error("backup did not start");
     return *b;
   }
 
  private:
+  struct Running {
+    std::unique_ptr<BackupServer> backup;
+    std::thread thread;
+  };
+  Running& slot(size_t s, uint32_t j) {
+    return backups_.at(s * (job_.replication.factor - 1) + (j - 1));
+  }
   const JobOptions job_;
   std::vector<std::unique_ptr<ShardServer>> primaries_;
-  std::vector<std::unique_ptr<BackupServer>> backups_;
+  std::vector<Running> backups_;
   std::vector<std::thread> threads_;
   std::vector<std::string> endpoints_;
 };
@@ -128,8 +153,11 @@ void ExpectSameCopies(ReplicatedCluster& cluster, const JobOptions& job) {
 
 // Workers push integer-valued updates for `clocks` clocks; returns the
 // sum every row must hold.
+// `at_clock` (when set) runs on each worker's thread after each of its
+// clocks.
 std::vector<float> Train(const JobOptions& job, ReplicatedCluster& cluster, uint64_t rows,
-                         int clocks) {
+                         int clocks,
+                         const std::function<void(uint32_t rank, int clock)>& at_clock = nullptr) {
   std::vector<std::thread> threads;
   std::vector<Status> results(job.cluster.workers);
   for (uint32_t r = 0; r < job.cluster.workers; ++r) {
@@ -155,6 +183,7 @@ std::vector<float> Train(const JobOptions& job, ReplicatedCluster& cluster, uint
         auto pull = (*client)->PullDense(0, pulled.data());
         if (!pull.ok()) { s = pull.status(); break; }
         s = (*client)->Wait(*pull);
+        if (at_clock) at_clock(r, c);
       }
       if (s.ok()) s = (*client)->Leave();
       results[r] = s;
@@ -208,14 +237,22 @@ struct Mode {
   bool aggregate;
 };
 
+// `shards` shards with replication.factor `factor` and as many workers as
+// shards, training an adam table of `rows` x 1 under mode `m`.
+JobOptions AdamJob(const Mode& m, uint32_t shards, uint32_t factor, uint64_t rows) {
+  TableOptions adam = TestTable("w", rows, 1, OptimizerKind::kAdam);
+  JobOptions job =
+      ReplicatedJob(shards, factor, TestJob().Workers(shards).Mode(m.mode, m.staleness).Table(adam));
+  job.consistency.aggregate = m.aggregate;
+  return job;
+}
+
 class ReplicatedTrainingTest : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(ReplicatedTrainingTest, EveryBackupEndsBitForBitEqualToItsPrimary) {
   const Mode m = GetParam();
   constexpr uint64_t kRows = 3000;
-  TableOptions adam = TestTable("w", kRows, 1, OptimizerKind::kAdam);
-  JobOptions job = ReplicatedJob(3, 3, TestJob().Workers(3).Mode(m.mode, m.staleness).Table(adam));
-  job.consistency.aggregate = m.aggregate;
+  JobOptions job = AdamJob(m, 3, 3, kRows);
   ReplicatedCluster cluster(job);
   Train(job, cluster, kRows, 12);
   cluster.Stop();
@@ -230,6 +267,53 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedTrainingTest,
                          ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
                                            Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
                                            Mode{"ssp2", ConsistencyMode::kSsp, 2, false},
+                                           Mode{"asp", ConsistencyMode::kAsp, 0, false}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// A backup dies while the workers train; it comes back empty and takes a
+// copy from the running primary (snapshot, then the log since): at the end
+// it holds the primary's state bit for bit, and the sums are exact.
+class RejoinTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(RejoinTest, ABackupThatRejoinsWhileWorkersPushEndsBitForBitEqualToItsPrimary) {
+  const Mode m = GetParam();
+  // 2 shards of 300,000 rows: two blocks each, so the copy is more than
+  // one entry. Adam: the copy carries the optimizer state.
+  constexpr uint64_t kRows = 600000;
+  JobOptions job = AdamJob(m, 2, 2, kRows);
+  ReplicatedCluster cluster(job);
+  std::promise<void> reached;
+  std::promise<void> rejoined;
+  std::shared_future<void> rejoined_future = rejoined.get_future().share();
+  std::thread authority([&] {
+    reached.get_future().wait();
+    cluster.KillBackup(0, 1);
+    auto control = ControlClient::Create(job, cluster.endpoints());
+    ASSERT_OK(control);
+    EXPECT_OK((*control)->Membership(0, kMembershipDropBackup, 1, 1));
+    cluster.StartBackup(0, 1, /*join=*/true);
+    EXPECT_OK((*control)->Membership(0, kMembershipAddBackup, 1, 2));
+    // Adding it twice is refused: it is a backup of the log already.
+    EXPECT_FALSE((*control)->Membership(0, kMembershipAddBackup, 1, 3).ok());
+    rejoined.set_value();
+  });
+  Train(job, cluster, kRows, 30, [&](uint32_t rank, int clock) {
+    if (rank == 0 && clock == 4) reached.set_value();
+    // Worker 1 goes on meanwhile (up to its staleness); worker 0 waits
+    // until the backup was added, so that clocks pass after the copy.
+    if (rank == 0 && clock == 5) rejoined_future.wait();
+  });
+  authority.join();
+  cluster.Stop();
+  ExpectSameCopies(cluster, job);
+  EXPECT_FALSE(cluster.backup(0, 1).copying());
+  EXPECT_GT(cluster.backup(0, 1).applied(), 10u);
+  EXPECT_EQ(cluster.backup(0, 1).clocks().min_clock(), 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RejoinTest,
+                         ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
+                                           Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -271,28 +355,47 @@ TEST(ReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
   ExpectSameCopies(cluster, job);
 }
 
-TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
-  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
-                                                                       OptimizerKind::kAdd));
-  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*").value();
-  std::thread runner([&] { backup->Run().IgnoreError(); });
-  auto context = Context::Create(1).value();
-  auto socket = Socket::Create(context.get(), SocketType::kDealer, SocketOptions()).value();
-  ASSERT_OK(socket->Connect(backup->endpoint()));
-  auto exchange = [&](MessageHeader h) -> MessageHeader {
+// A DEALER that plays the primary (or the authority) against one backup:
+// sends a header and frames, returns the reply's header.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& endpoint)
+      : context_(Context::Create(1).value()),
+        socket_(Socket::Create(context_.get(), SocketType::kDealer, SocketOptions()).value()) {
+    EXPECT_OK(socket_->Connect(endpoint));
+  }
+  // Sends an entry that gets no reply (a copy's entries before its end).
+  void Send(const MessageHeader& h, std::vector<Frame> frames = {}) {
     std::vector<Frame> out;
     out.push_back(EncodeHeader(h));
-    EXPECT_OK(socket->Send(out));
+    for (Frame& f : frames) out.push_back(std::move(f));
+    EXPECT_OK(socket_->Send(out));
+  }
+  MessageHeader Exchange(const MessageHeader& h, std::vector<Frame> frames = {}) {
+    Send(h, std::move(frames));
     std::vector<Frame> in;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < until) {
-      auto got = socket->TryRecv(&in);
+      auto got = socket_->TryRecv(&in);
       if (got.ok() && *got) return DecodeHeader({in[0].data(), in[0].size()}).value();
       std::this_thread::sleep_for(milliseconds(2));
     }
     ADD_FAILURE() << "no reply from the backup";
     return MessageHeader();
-  };
+  }
+
+ private:
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<Socket> socket_;
+};
+
+TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*").value();
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  RawPeer peer(backup->endpoint());
+  auto exchange = [&](MessageHeader h) { return peer.Exchange(h); };
   // A worker's request: refused, naming the primary.
   MessageHeader pull;
   pull.op = Op::kPull;
@@ -338,6 +441,101 @@ TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   EXPECT_EQ(backup->refused(), 3u);
   EXPECT_EQ(backup->clocks().clock(0), 4);
   EXPECT_EQ(backup->store().CopyValues(0), std::vector<float>(5, 0.0f));
+}
+
+MessageHeader CopyEntry(ReplicaEntry kind, uint64_t as_of) {
+  MessageHeader h;
+  h.op = Op::kReplicate;
+  h.request_id = as_of;
+  h.flags = static_cast<uint32_t>(kind);
+  return h;
+}
+
+template <typename T>
+std::vector<Frame> OneFrame(const std::vector<T>& data) {
+  std::vector<Frame> frames;
+  frames.push_back(Frame::CopyOf(data.data(), data.size() * sizeof(T)));
+  return frames;
+}
+
+TEST(ReplicationTest, AJoiningBackupTakesOnlyAWholeCopyAndIsNotPromotedBeforeIt) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  // Shard 0 owns rows [0, 5).
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*", -1, /*join=*/true).value();
+  EXPECT_TRUE(backup->copying());
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  RawPeer peer(backup->endpoint());
+  // The authority cannot promote it: it holds no whole state.
+  MessageHeader promote;
+  promote.op = Op::kMembership;
+  promote.worker = kControlWorker;
+  promote.flags = kMembershipPromote;
+  promote.first_row = 1;
+  MessageHeader reply = peer.Exchange(promote);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                     "still taking"));
+  // The copy: rows, clocks (worker 0 at clock 3), recent pushes, end.
+  MessageHeader rows = CopyEntry(ReplicaEntry::kCopyRows, 7);
+  rows.table = 0;
+  rows.first_row = 0;
+  rows.count = 5;
+  // Only the copy's end is answered.
+  peer.Send(rows, OneFrame(std::vector<float>{1, 2, 3, 4, 5}));
+  const std::vector<int64_t> clocks = {3, 1, 3};  // clock, counted, minimum
+  peer.Send(CopyEntry(ReplicaEntry::kCopyClocks, 7), OneFrame(clocks));
+  peer.Send(CopyEntry(ReplicaEntry::kCopyRecent, 7), OneFrame(std::vector<uint64_t>{0}));
+  MessageHeader end = CopyEntry(ReplicaEntry::kCopyEnd, 7);
+  end.count = 1;
+  reply = peer.Exchange(end);
+  EXPECT_EQ(reply.op, Op::kReplicateOk);
+  EXPECT_EQ(reply.request_id, 7u);
+  EXPECT_EQ(reply.flags, static_cast<uint32_t>(ReplicaEntry::kCopyEnd));
+  // Then the log goes on from entry 8.
+  MessageHeader finish = CopyEntry(ReplicaEntry::kFinish, 8);
+  finish.worker = 0;
+  finish.clock = 3;
+  EXPECT_EQ(peer.Exchange(finish).op, Op::kReplicateOk);
+  backup->Stop();
+  runner.join();
+  EXPECT_FALSE(backup->copying());
+  EXPECT_EQ(backup->applied(), 8u);
+  EXPECT_EQ(backup->refused(), 0u);
+  EXPECT_EQ(backup->clocks().clock(0), 4);
+  EXPECT_EQ(backup->store().CopyValues(0), (std::vector<float>{1, 2, 3, 4, 5}));
+}
+
+TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsMissing) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  for (int c = 0; c < 3; ++c) {
+    auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*", -1, true).value();
+    std::thread runner([&] { backup->Run().IgnoreError(); });
+    RawPeer peer(backup->endpoint());
+    MessageHeader reply;
+    if (c == 0) {
+      // A log entry before the copy.
+      MessageHeader finish = CopyEntry(ReplicaEntry::kFinish, 1);
+      reply = peer.Exchange(finish);
+      EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "still taking"));
+    } else if (c == 1) {
+      // Rows [1, 5) where [0, ...) were expected.
+      MessageHeader rows = CopyEntry(ReplicaEntry::kCopyRows, 1);
+      rows.first_row = 1;
+      rows.count = 4;
+      reply = peer.Exchange(rows, OneFrame(std::vector<float>(4, 1.0f)));
+      EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "expected"));
+    } else {
+      // An end with no rows at all.
+      reply = peer.Exchange(CopyEntry(ReplicaEntry::kCopyEnd, 1));
+      EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "missing"));
+    }
+    backup->Stop();
+    runner.join();
+    EXPECT_TRUE(backup->copying());
+    EXPECT_EQ(backup->refused(), 1u);
+    EXPECT_EQ(backup->applied(), 0u);
+  }
 }
 
 }  // namespace

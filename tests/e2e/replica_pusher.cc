@@ -1,0 +1,98 @@
+// A worker for the replication fault test (replicated_kills_test.cc),
+// started by ps_launch in place of ps_worker:
+//
+//   replica_pusher --stop-file F --config job.yaml --rank R [--log-level L]
+//
+// Rank r adds r + 1 to every row of table 0 (optimizer add) once per
+// clock. It reports its clock every 100 clocks ("clock N"); once F holds a
+// clock T it stops at T, pulls the table (under bsp: after every worker's
+// T pushes) and checks that every row holds exactly sum over ranks of
+// (r + 1) x T: a push lost or applied twice shows as a wrong row. Exit 0
+// when exact, 1 otherwise (naming the first wrong row), 2 on bad flags.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "common/config.h"
+
+namespace {
+
+// The clock written in `path`; -1 while it is absent or empty.
+int64_t StopClock(const std::string& path) {
+  std::ifstream in(path);
+  int64_t clock = -1;
+  if (in) in >> clock;
+  return in ? clock : -1;
+}
+
+int Fail(const ps::Status& s) {
+  std::fprintf(stderr, "replica_pusher: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config, stop_file;
+  uint32_t rank = 0;
+  bool have_rank = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--config") config = value;
+    else if (flag == "--stop-file") stop_file = value;
+    else if (flag == "--rank") rank = static_cast<uint32_t>(std::stoul(value)), have_rank = true;
+    // --log-level and the like: ignored.
+  }
+  if (config.empty() || stop_file.empty() || !have_rank) {
+    std::fprintf(stderr, "usage: replica_pusher --stop-file F --config job.yaml --rank R\n");
+    return 2;
+  }
+  auto job = ps::LoadJobFile(config);
+  if (!job.ok()) return Fail(job.status());
+  auto client = ps::Client::Create(*job, rank);
+  if (!client.ok()) return Fail(client.status());
+  if (ps::Status s = (*client)->Join(); !s.ok()) return Fail(s);
+  const uint64_t rows = job->tables[0].rows;
+  constexpr int64_t kMaxClocks = 1000000;
+  int64_t stop = -1;
+  int64_t clock = 0;
+  for (; clock < kMaxClocks && (stop < 0 || clock < stop); ++clock) {
+    std::vector<float> update(rows, static_cast<float>(rank + 1));
+    auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));
+    if (!push.ok()) return Fail(push.status());
+    if (ps::Status s = (*client)->Wait(*push); !s.ok()) return Fail(s);
+    auto ticket = (*client)->Clock();
+    if (!ticket.ok()) return Fail(ticket.status());
+    if (ps::Status s = (*client)->Wait(*ticket); !s.ok()) return Fail(s);
+    if ((clock + 1) % 100 == 0) std::printf("clock %lld\n", static_cast<long long>(clock + 1));
+    std::fflush(stdout);
+    if (stop < 0 && clock % 10 == 0) stop = StopClock(stop_file);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<float> pulled(rows);
+  auto pull = (*client)->PullDense(0, pulled.data());
+  if (!pull.ok()) return Fail(pull.status());
+  if (ps::Status s = (*client)->Wait(*pull); !s.ok()) return Fail(s);
+  double per_clock = 0;
+  for (uint32_t r = 0; r < job->cluster.workers; ++r) per_clock += r + 1;
+  const float expected = static_cast<float>(per_clock * static_cast<double>(clock));
+  for (uint64_t row = 0; row < rows; ++row) {
+    if (pulled[row] != expected) {
+      std::printf("row %llu holds %.1f after %lld clocks, expected %.1f: %s\n",
+                  static_cast<unsigned long long>(row), pulled[row],
+                  static_cast<long long>(clock), expected,
+                  pulled[row] < expected ? "acknowledged pushes were lost"
+                                         : "pushes were applied twice");
+      return 1;
+    }
+  }
+  std::printf("exact: every one of %llu rows holds %.1f after %lld clocks\n",
+              static_cast<unsigned long long>(rows), expected, static_cast<long long>(clock));
+  std::fflush(stdout);
+  if (ps::Status s = (*client)->Leave(); !s.ok()) return Fail(s);
+  return 0;
+}

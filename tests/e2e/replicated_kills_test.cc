@@ -1,0 +1,158 @@
+// replication.factor 2 under SIGKILLs: ps_launch runs 3 real ps_server
+// shards, their backups and 2 workers (replica_pusher) that push integers
+// under bsp; the test SIGKILLs a random server 10 times while they train,
+// each time after the last one's replica has rejoined (its copy whole), so
+// that every shard always has a copy to promote. ps_launch promotes or
+// drops, and starts the dead one again as a backup that copies the shard.
+// At the end every row must hold the exact sum of every push: none lost,
+// none applied twice.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "tests/util/free_port.h"
+#include "tools/launcher.h"
+
+namespace ps {
+namespace {
+
+// The launcher's output as it comes, and what the test reads from it.
+class Output {
+ public:
+  void Add(std::string_view line) {
+    static const std::regex started(R"(^\[launch\] started (server [0-9]+( backup [0-9]+)?) \(pid ([0-9]+)\))");
+    static const std::regex restarted(
+        R"(^\[launch\] (server [0-9]+( backup [0-9]+)?) (killed|exited).*restarted it \(restart [0-9]+ of [0-9]+, pid ([0-9]+)\))");
+    static const std::regex progress(R"(^\[worker [0-9]+\] clock ([0-9]+))");
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.emplace_back(line);
+    std::cmatch m;
+    const std::string text(line);
+    if (std::regex_search(text.c_str(), m, started)) pids_[m[1]] = std::stoi(m[3]);
+    if (std::regex_search(text.c_str(), m, restarted)) pids_[m[1]] = std::stoi(m[4]);
+    if (std::regex_search(text.c_str(), m, progress)) clock_ = std::max<int64_t>(clock_, std::stoll(m[1]));
+    if (text.find("is a full replica again") != std::string::npos &&
+        text.find("holds the copy") != std::string::npos) {
+      ++rejoined_;
+    }
+    changed_.notify_all();
+  }
+  // Waits up to `seconds` for `ready` (called under the lock).
+  template <typename Pred>
+  bool WaitFor(double seconds, Pred ready) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return ready(); });
+  }
+  std::map<std::string, int> pids() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pids_;
+  }
+  std::string Text() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string all;
+    for (const std::string& l : lines_) all += l + "\n";
+    return all;
+  }
+  int64_t clock_ = 0;     // the highest clock a worker reported (under mu_)
+  uint32_t rejoined_ = 0;  // replicas whose copy became whole (under mu_)
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<std::string> lines_;
+  std::map<std::string, int> pids_;  // the latest pid of every server child
+};
+
+TEST(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoubleNone) {
+  const std::string dir = ::testing::TempDir() + "ps_replicated_kills_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const uint32_t offset = FreePortOffset(ports, 2);
+  ASSERT_NE(offset, 0u);
+  const std::string config = dir + "/job.yaml";
+  std::ofstream(config) << "cluster: { servers: [\"127.0.0.1:" << ports[0] << "\", \"127.0.0.1:"
+                        << ports[1] << "\", \"127.0.0.1:" << ports[2] << "\"], workers: 2 }\n"
+                        << "tables:\n  - { name: w, rows: 30000, dim: 1, optimizer: { type: add } }\n"
+                        << "consistency: { mode: bsp }\n"
+                        << "client: { request_timeout_ms: 20000 }\n"
+                        << "liveness: { server_down_timeout_ms: 20000, server_restarts: 10 }\n"
+                        << "worker: { cpu_threads: 1 }\n"
+                        << "replication: { factor: 2, port_offset: " << offset << " }\n";
+  auto job = LoadJobFile(config);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string stop_file = dir + "/stop";
+
+  Output output;
+  LauncherOptions options;
+  options.bin_dir = std::string(PS_BINARY_DIR) + "/bin";
+  options.worker_command = {std::string(PS_BINARY_DIR) + "/bin/replica_pusher", "--stop-file",
+                            stop_file};
+  options.handle_signals = false;
+  options.grace = std::chrono::milliseconds(3000);
+  options.output = [&](std::string_view line) { output.Add(line); };
+  int exit_code = -1;
+  std::thread launcher([&] {
+    StatusOr<int> run = Launcher(*job, config, options).Run();
+    exit_code = run.ok() ? *run : -1;
+  });
+
+  std::mt19937 random(20261202);
+  int kills = 0;
+  if (output.WaitFor(60, [&] { return output.clock_ >= 100; })) {
+    for (; kills < 10; ++kills) {
+      // A random server, now that every shard has two whole copies.
+      std::map<std::string, int> pids = output.pids();
+      auto it = pids.begin();
+      std::advance(it, std::uniform_int_distribution<size_t>(0, pids.size() - 1)(random));
+      ASSERT_EQ(kill(it->second, SIGKILL), 0) << it->first;
+      // Its replacement took a whole copy.
+      const uint32_t want = static_cast<uint32_t>(kills + 1);
+      if (!output.WaitFor(30, [&] { return output.rejoined_ >= want; })) {
+        ADD_FAILURE() << "after killing " << it->first << " (kill " << want
+                      << ") no replica rejoined within 30 s";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  // Every worker stops well ahead of where the fastest is now.
+  int64_t stop = 0;
+  output.WaitFor(0, [&] { stop = output.clock_ + 200; return true; });
+  std::ofstream(stop_file) << stop << "\n";
+  launcher.join();
+  const std::string text = output.Text();
+  // What happened, for the log: the kills, fail-overs and the sums.
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("killed by signal") != std::string::npos ||
+        line.find("full replica again") != std::string::npos ||
+        line.find("exact: ") != std::string::npos || line.find("job ") == 9) {
+      std::printf("%s\n", line.substr(0, 200).c_str());
+    }
+  }
+  EXPECT_EQ(kills, 10) << text;
+  EXPECT_EQ(exit_code, 0) << text;
+  for (const char* worker : {"[worker 0] exact: ", "[worker 1] exact: "}) {
+    EXPECT_NE(text.find(worker), std::string::npos) << worker << "\n" << text;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ps
