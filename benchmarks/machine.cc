@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 namespace ps {
 
@@ -120,6 +121,31 @@ StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>*
   }
   if (ec) return InternalError("cannot list " + dir.string() + ": " + ec.message());
   return total;
+}
+
+StatusOr<uint32_t> FreeReplicaPorts(uint32_t shards, uint32_t factor,
+                                    std::vector<std::string>* servers) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::vector<int> ports;
+    for (uint32_t i = 0; i < shards; ++i) {
+      PS_ASSIGN_OR_RETURN(int port, FreePort());
+      ports.push_back(port);
+    }
+    int highest = 0;
+    for (int port : ports) highest = std::max(highest, port);
+    const int room = (65535 - highest) / static_cast<int>(std::max<uint32_t>(1, factor - 1));
+    if (room < 1) continue;
+    const auto offset = static_cast<uint32_t>(1 + (attempt * 7919 + 1000) % room);
+    bool free = std::set<int>(ports.begin(), ports.end()).size() == ports.size();
+    for (uint32_t j = 1; j < factor && free; ++j) {
+      for (int port : ports) free = free && PortIsFree(port + static_cast<int>(j * offset));
+    }
+    if (!free) continue;
+    servers->clear();
+    for (int port : ports) servers->push_back("127.0.0.1:" + std::to_string(port));
+    return offset;
+  }
+  return UnavailableError("no free loopback ports for the replicas");
 }
 
 }  // namespace ps

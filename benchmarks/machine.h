@@ -39,6 +39,12 @@ StatusOr<int> FreePort();
 // Whether loopback TCP port `port` can be bound now.
 bool PortIsFree(int port);
 
+// `shards` loopback "127.0.0.1:<port>" entries into *servers, and a
+// replication.port_offset for `factor` copies whose ports were free a
+// moment ago.
+StatusOr<uint32_t> FreeReplicaPorts(uint32_t shards, uint32_t factor,
+                                    std::vector<std::string>* servers);
+
 // sync, then drops the page cache. PermissionDenied (it needs root) that
 // says to run with `off_flag` instead (e.g. "--no-cold").
 Status DropCaches(std::string_view off_flag);
