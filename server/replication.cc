@@ -412,7 +412,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, MakeErrorHeader(entry, shard_, early));
       return;
     }
-    if (IsCopyEntry(entry.flags) || copying_) {
+    if (IsCopyEntry(entry.flags)) {
       // The primary's copy for a joining backup; only its end is
       // acknowledged.
       Status copied =

@@ -562,7 +562,6 @@ Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>
   std::shared_ptr<Block> b = t.blocks[block];
   *first = t.layout.owned.begin + block * t.rows_per_block;
   *rows = b->values.size() / std::max<uint32_t>(1, t.layout.dim);
-  if (t.layout.dim == 0) *rows = std::min(t.rows_per_block, t.layout.owned.end - *first);
   // One holder for every frame of the block: counted while it lives.
   struct Holder {
     std::shared_ptr<Block> block;
