@@ -78,6 +78,8 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
     server->recent_pushes_ = std::move(promoted->recent_pushes);
     server->started_clock_ = server->clocks_.min_clock();
     server->last_checkpoint_clock_ = server->started_clock_;
+    server->first_pull_to_log_ = true;
+    server->promoted_epoch_ = promoted->epoch;
     for (uint32_t w = 0; w < server->workers_.size(); ++w) {
       server->workers_[w].heard_clock = true;
       // Left out of the minimum on the old primary: it left (or was
@@ -613,6 +615,12 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
     return;
   }
   SendReply(reply);
+  if (first_pull_to_log_) {
+    // The time of this line ends a fail-over (benchmarks/kill_restart_bench.py).
+    first_pull_to_log_ = false;
+    PS_LOG_INFO("shard {}: first pull served as the primary of epoch {} (worker {}, clock {})",
+                shard_, promoted_epoch_, req.worker, req.clock);
+  }
 }
 
 void ShardServer::ParkPull(std::vector<Frame>& frames) {

@@ -384,6 +384,10 @@ class ShardServer {
   RecentPushes recent_pushes_;
   int64_t started_clock_ = 0;
   int64_t lost_clocks_ = 0;
+  // A promoted backup logs the first pull it serves (the end of a
+  // fail-over, as workers see it); false once logged or when not promoted.
+  bool first_pull_to_log_ = false;
+  int64_t promoted_epoch_ = 0;
   // Per table: whether rows whose result was not finite were logged.
   std::vector<bool> non_finite_logged_;
   // The job as the rendezvous compares it (EncodeAgreement).

@@ -104,6 +104,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def port_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_replica_ports(shards, factor):
+    """`shards` free loopback ports and a replication.port_offset whose
+    backup ports (port + j * offset, j < factor) are free too."""
+    for _ in range(100):
+        ports = [free_port() for _ in range(shards)]
+        if len(set(ports)) < shards:
+            continue
+        for offset in range(1000, 20000, 97):
+            backups = [p + j * offset for p in ports for j in range(1, factor)]
+            if all(b <= 65535 and b not in ports and port_free(b) for b in backups):
+                return ports, offset
+    raise RuntimeError("no free loopback ports for %d shards of %d replicas" % (shards, factor))
+
+
 def missing_binaries(tool, bin_dir):
     """None when ps_launch, ps_worker and ps_server are in bin_dir, else the
     message `tool` prints before it exits with 2."""
@@ -126,7 +149,7 @@ def yaml_scalar(v):
 
 
 def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
-             stragglers=None, shards=2):
+             stragglers=None, shards=2, replication=1):
     """The YAML of `w` for `workers` workers, each running steps / workers.
 
     seed: None keeps the workload's seeds; an integer s moves every table's
@@ -134,10 +157,12 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     minibatch order where the program uses them) and stragglers.seed to s.
     stragglers: None, or the YAML flow map of the `stragglers` section
     without its braces (e.g. "slow_worker: 3, slow_factor: 3").
+    replication: replication.factor (1: no backups).
     """
     per_worker = max(1, steps // workers)
     every = max(1, per_worker // evals)
-    servers = ", ".join('"127.0.0.1:%d"' % free_port() for _ in range(shards))
+    ports, offset = free_replica_ports(shards, replication)
+    servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
     tables = w["tables"].replace("DECAY", str(per_worker))
     train = w["train"].replace("{samples_per_worker}",
                                str(max(1000, w.get("samples", 0) // workers)))
@@ -155,6 +180,8 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
             "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" +
             # A pull waiting for a slow worker outlives the dead-worker timeout.
             "client: { request_timeout_ms: 61000 }\n" + sections +
+            ("replication: { factor: %d, port_offset: %d }\n" % (replication, offset)
+             if replication > 1 else "") +
             "train:\n" + train +
             "  iterations: %d\n  eval_every: %d\n  log_every: %d\n" % (per_worker, every, every) +
             "  metrics_csv: %s\n" % metrics_csv)
