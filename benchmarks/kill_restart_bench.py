@@ -295,7 +295,7 @@ def main():
     p.add_argument("--evals", type=int, default=14)
     p.add_argument("--every", type=int, default=100,
                    help="checkpoint.every_clocks (factor 1)")
-    p.add_argument("--replication", type=int, default=1, choices=(1, 2, 3),
+    p.add_argument("--replication", type=int, default=1, choices=(1, 2),
                    help="replication.factor; with 2 or more no checkpoints are written")
     p.add_argument("--aggregate", action="store_true",
                    help="consistency.aggregate: one update per clock, the mean of the workers' "
