@@ -289,8 +289,10 @@ Status ParseReplication(const YamlReader& r, const YamlValue& value,
   const std::vector<YamlField<R>> fields = {
       UnsignedField("factor", &R::factor),
       UnsignedField("port_offset", &R::port_offset),
+      BoolField("after_aggregation", &R::after_aggregation),
   };
-  return ReadSection(r, value, fields, "a map with factor and port_offset", replication);
+  return ReadSection(r, value, fields, "a map with factor, port_offset and after_aggregation",
+                     replication);
 }
 
 Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOptions* checkpoint) {

@@ -491,6 +491,12 @@ struct ReplicationOptions {
   // every derived endpoint must be distinct from each other and from the
   // servers' own. >= 1. Default 1000.
   uint32_t port_offset = 1000;
+  // Under consistency.aggregate: the backups get a clock's sums once, when
+  // the primary applies them (replication after aggregation), instead of
+  // every worker's push as it comes; a push into a sum is then acknowledged
+  // once its clock's update is on every backup. false: every push, as
+  // without aggregation. Default true.
+  bool after_aggregation = true;
 };
 
 // The job as every process reads it: servers, workers, tables and the

@@ -21,6 +21,28 @@ std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica)
   return "backup " + std::to_string(replica) + " of shard " + std::to_string(shard) + at;
 }
 
+namespace {
+
+// One sum of ShardStore::CopySums from its two frames: the values and one
+// byte per block.
+StatusOr<ShardStore::PendingSum> SumFromFrames(int64_t clock, uint32_t table, const Frame& values,
+                                               const Frame& touched) {
+  if (values.size() % sizeof(float) != 0) {
+    return InvalidArgumentError("a sum of " + std::to_string(values.size()) +
+                                " bytes, not whole floats");
+  }
+  ShardStore::PendingSum sum;
+  sum.clock = clock;
+  sum.table = table;
+  sum.values.resize(values.size() / sizeof(float));
+  std::memcpy(sum.values.data(), values.data(), values.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(touched.data());
+  sum.touched.assign(bytes, bytes + touched.size());
+  return sum;
+}
+
+}  // namespace
+
 std::string ChecksumLines(const ShardStore& store) {
   std::ostringstream os;
   for (uint32_t t = 0; t < store.layouts().size(); ++t) {
@@ -83,7 +105,8 @@ Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header
 }
 
 Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
-                            const ClockTable& clocks, const RecentPushes& recent) {
+                            const ClockTable& clocks, const RecentPushes& recent,
+                            bool copy_sums) {
   if (epoch < epoch_) {
     return FailedPreconditionError("shard " + std::to_string(shard_) + " is at epoch " +
                                    std::to_string(epoch_) + "; a membership change of epoch " +
@@ -117,15 +140,19 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
       ++blocks;
     }
   }
-  for (ShardStore::PendingSum& sum : store->PendingSums()) {
-    MessageHeader h;
-    h.table = sum.table;
-    h.clock = sum.clock;
-    std::vector<Frame> frames;
-    frames.push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
-    std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
-    frames.push_back(Frame::CopyOf(touched.data(), touched.size()));
-    PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopySum, h, std::move(frames)));
+  if (copy_sums) {
+    std::vector<Frame> sums;
+    std::vector<int64_t> index;
+    store->CopySums(kMaxClock, &sums, &index);
+    for (size_t k = 0; k < index.size() / 2; ++k) {
+      MessageHeader h;
+      h.clock = index[2 * k];
+      h.table = static_cast<uint32_t>(index[2 * k + 1]);
+      std::vector<Frame> frames;
+      frames.push_back(std::move(sums[2 * k]));
+      frames.push_back(std::move(sums[2 * k + 1]));
+      PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopySum, h, std::move(frames)));
+    }
   }
   const std::vector<int64_t> clock_data = clocks.Encode();
   std::vector<Frame> clock_frames;
@@ -178,11 +205,22 @@ void ReplicationLog::Push(std::span<const Frame> request, int64_t clock, bool ac
   Send(accumulate ? ReplicaEntry::kAccumulate : ReplicaEntry::kPush, h, request);
 }
 
-void ReplicationLog::ApplySums(int64_t below, uint32_t workers) {
+void ReplicationLog::ApplySums(int64_t below, uint32_t workers, const ShardStore* sums,
+                               std::span<const uint64_t> pushes) {
   MessageHeader h;
   h.clock = below;
   h.count = workers;
-  Send(ReplicaEntry::kApplySums, h, {});
+  if (sums == nullptr) {
+    Send(ReplicaEntry::kApplySums, h, {});
+    return;
+  }
+  if (!active()) return;  // no copy of the sums for nobody
+  std::vector<Frame> frames(2);
+  std::vector<int64_t> index;
+  frames[0] = Frame::CopyOf(pushes.data(), pushes.size() * sizeof(uint64_t));
+  sums->CopySums(below, &frames, &index);
+  frames[1] = Frame::CopyOf(index.data(), index.size() * sizeof(int64_t));
+  Send(ReplicaEntry::kAggregate, h, frames);
 }
 
 void ReplicationLog::Finish(uint32_t worker, int64_t finished) {
@@ -535,6 +573,10 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     if (entry.clock >= 0 && entry.clock < kMaxClock) return Status::Ok();
     return InvalidArgumentError("entry carries clock " + std::to_string(entry.clock));
   };
+  auto check_mean = [&]() -> Status {
+    if (entry.count >= 1 && entry.count <= workers) return Status::Ok();
+    return InvalidArgumentError("sums applied over " + std::to_string(entry.count) + " workers");
+  };
   switch (static_cast<ReplicaEntry>(entry.flags)) {
     case ReplicaEntry::kPush:
     case ReplicaEntry::kAccumulate: {
@@ -555,12 +597,53 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     }
     case ReplicaEntry::kApplySums:
       PS_RETURN_IF_ERROR(check_clock());
-      if (entry.count < 1 || entry.count > workers) {
-        return InvalidArgumentError("sums applied over " + std::to_string(entry.count) +
-                                    " workers");
-      }
+      PS_RETURN_IF_ERROR(check_mean());
       store_->ApplyAccumulated(entry.clock, 1.0f / static_cast<float>(entry.count));
       return Status::Ok();
+    case ReplicaEntry::kAggregate: {
+      PS_RETURN_IF_ERROR(check_clock());
+      PS_RETURN_IF_ERROR(check_mean());
+      constexpr size_t kIdBytes = 3 * sizeof(uint64_t), kIndexBytes = 2 * sizeof(int64_t);
+      if (rest.size() < 2 || rest[0].size() % kIdBytes != 0 || rest[1].size() % kIndexBytes != 0 ||
+          rest.size() != 2 + 2 * (rest[1].size() / kIndexBytes)) {
+        return InvalidArgumentError("an aggregate entry of " + std::to_string(rest.size()) +
+                                    " frames in a malformed shape (ids, index, then two "
+                                    "frames per sum)");
+      }
+      std::vector<uint64_t> ids(rest[0].size() / sizeof(uint64_t));
+      std::memcpy(ids.data(), rest[0].data(), rest[0].size());
+      for (size_t k = 0; k < ids.size(); k += 3) {
+        if (ids[k] >= workers) {
+          return InvalidArgumentError("an aggregate entry names a push of worker " +
+                                      std::to_string(ids[k]) + "; the job has " +
+                                      std::to_string(workers));
+        }
+      }
+      std::vector<int64_t> index(rest[1].size() / sizeof(int64_t));
+      std::memcpy(index.data(), rest[1].data(), rest[1].size());
+      std::vector<ShardStore::PendingSum> sums;
+      for (size_t k = 0; k < index.size() / 2; ++k) {
+        if (index[2 * k] >= entry.clock || index[2 * k + 1] < 0 ||
+            index[2 * k + 1] >= static_cast<int64_t>(store_->layouts().size())) {
+          return InvalidArgumentError("an aggregate entry below clock " +
+                                      std::to_string(entry.clock) + " holds a sum of clock " +
+                                      std::to_string(index[2 * k]) + " and table index " +
+                                      std::to_string(index[2 * k + 1]));
+        }
+        PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
+                            SumFromFrames(index[2 * k], static_cast<uint32_t>(index[2 * k + 1]),
+                                          rest[2 + 2 * k], rest[3 + 2 * k]));
+        PS_RETURN_IF_ERROR(store_->CheckSum(sum));
+        sums.push_back(std::move(sum));
+      }
+      ack();
+      for (size_t k = 0; k < ids.size(); k += 3) {
+        recent_pushes_.Insert(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
+      }
+      for (ShardStore::PendingSum& sum : sums) store_->RestoreSum(std::move(sum)).IgnoreError();
+      store_->ApplyAccumulated(entry.clock, 1.0f / static_cast<float>(entry.count));
+      return Status::Ok();
+    }
     case ReplicaEntry::kFinish:
       PS_RETURN_IF_ERROR(check_worker());
       PS_RETURN_IF_ERROR(check_clock());
@@ -627,16 +710,9 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
       return Status::Ok();
     }
     case ReplicaEntry::kCopySum: {
-      if (rest.size() != 2 || rest[0].size() % sizeof(float) != 0) {
-        return InvalidArgumentError("a copy of a sum in a malformed shape");
-      }
-      ShardStore::PendingSum sum;
-      sum.clock = entry.clock;
-      sum.table = entry.table;
-      sum.values.resize(floats(rest[0]));
-      std::memcpy(sum.values.data(), rest[0].data(), rest[0].size());
-      const auto* touched = reinterpret_cast<const uint8_t*>(rest[1].data());
-      sum.touched.assign(touched, touched + rest[1].size());
+      if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
+      PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
+                          SumFromFrames(entry.clock, entry.table, rest[0], rest[1]));
       return store_->RestoreSum(std::move(sum));
     }
     case ReplicaEntry::kCopyClocks: {

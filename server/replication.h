@@ -17,6 +17,9 @@
 //   kAccumulate  the same, added into the sum of a clock (bsp aggregate);
 //   kApplySums   the sums of every clock below `clock` applied, as the mean
 //                over `count` workers;
+//   kAggregate   the same with the sums themselves, as the primary added
+//                them (replication.after_aggregation: the clock's pushes
+//                are not sent one by one), and the ids of their pushes;
 //   kFinish, kExclude, kInclude
 //                a worker's clock, a worker left out of the minimum (it
 //                left or is dead) or counted again;
@@ -53,9 +56,18 @@
 // toward committed() once it applied the whole copy; until then pushes do
 // not wait for it and it cannot be promoted.
 //
+// Under consistency.aggregate with replication.after_aggregation (the
+// default) the backups get no worker's push: the primary sums a clock's
+// pushes, and when it applies the sums it sends them once, with the ids of
+// their pushes (kAggregate), so a backup applies the same update and knows
+// those pushes as applied. A push into a sum is acknowledged once that
+// entry is on every backup; until then it is only on the primary, and a
+// worker whose primary dies sends it again to the promoted backup, which
+// applies it once. A joining backup's copy then holds no sums and none of
+// their pushes' ids: they come with the kAggregate entry.
+//
 // Not built yet: fail-over across hosts (the client moving to a replica
-// at another address), etcd as the authority, replication after
-// aggregation, CurveZMQ between servers.
+// at another address), etcd as the authority, CurveZMQ between servers.
 #ifndef PS_SERVER_REPLICATION_H_
 #define PS_SERVER_REPLICATION_H_
 
@@ -95,6 +107,11 @@ enum class ReplicaEntry : uint32_t {
   kCopyClocks = 10, // frame: ClockTable::Encode (int64 each)
   kCopyRecent = 11, // frame: RecentPushes::Encode (uint64 each)
   kCopyEnd = 12,    // the copy is whole: count = its kCopyRows entries
+  // Replication after aggregation: kApplySums with the sums. Frames: the
+  // ids of the pushes in them (worker, session, request id: uint64 each),
+  // the sums' clocks and tables (int64 pairs), then each sum's values and
+  // touched bytes (ShardStore::CopySums).
+  kAggregate = 13,
 };
 
 // True for the kinds of a joining backup's copy.
@@ -131,7 +148,12 @@ class ReplicationLog {
   // copied); `clock` is the minimum clock it was applied at (kPush) or the
   // clock whose sum it joined (kAccumulate).
   void Push(std::span<const Frame> request, int64_t clock, bool accumulate);
-  void ApplySums(int64_t below, uint32_t workers);
+  // With `sums` (replication.after_aggregation), the entry carries the
+  // sums of every clock below `below` in `sums` (copied before they are
+  // applied) and `pushes`, the ids of the pushes in them (worker, session,
+  // request id each).
+  void ApplySums(int64_t below, uint32_t workers, const ShardStore* sums = nullptr,
+                 std::span<const uint64_t> pushes = {});
   void Finish(uint32_t worker, int64_t finished);
   void Exclude(uint32_t worker);
   void Include(uint32_t worker);
@@ -159,13 +181,14 @@ class ReplicationLog {
 
   // The authority's word that backup `replica` (re)joins at epoch
   // `epoch`: connects to it and sends it a copy of the shard's state as of
-  // the last entry (the store's blocks shared, not copied; the sums, clocks
-  // and recent pushes), then every later entry as to the others. Pushes do
+  // the last entry (the store's blocks shared, not copied; the sums unless
+  // `copy_sums` is false, the clocks and `recent`, the pushes the backups
+  // hold), then every later entry as to the others. Pushes do
   // not wait for it until it has applied the whole copy (joined, in
   // Describe); then they do. FailedPrecondition for an epoch below the
   // current one or when `replica` is a backup of this log.
   Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
-              const RecentPushes& recent);
+              const RecentPushes& recent, bool copy_sums = true);
 
   // One STATS line: "replication factor 2 epoch E last_seq N committed N
   // backup_1_acked N ..." (and "backup_J_copying" for one that joins).

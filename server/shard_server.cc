@@ -29,6 +29,8 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
   // start-up grace period: processes may start in any order.
   const auto grace = std::chrono::milliseconds(job.rendezvous.timeout_ms);
   for (WorkerState& w : workers_) w.last_seen = started_ + grace;
+  sums_replicated_ = job.replication.factor > 1 && job.consistency.aggregate &&
+                     job.replication.after_aggregation;
 }
 
 ShardServer::~ShardServer() { JoinCheckpointWriter(); }
@@ -228,12 +230,48 @@ void ShardServer::Reply(Frame& routing_id, const MessageHeader& header) {
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(header));
   if (deferring_) {
-    deferred_.push_back({0, std::move(reply_), header});
-    ++deferred_unassigned_;
+    Defer({0, std::move(reply_), header});
     reply_.clear();
     return;
   }
   SendReply(header);
+}
+
+void ShardServer::Defer(DeferredReply reply) {
+  if (deferring_) {
+    deferred_.push_back(std::move(reply));
+    ++deferred_unassigned_;
+    return;
+  }
+  reply.seq = replication_->last_seq();
+  deferred_.push_back(std::move(reply));
+}
+
+void ShardServer::HoldForSums(int64_t clock, Frame& routing_id, const MessageHeader& header) {
+  DeferredReply held;
+  held.frames.push_back(std::move(routing_id));
+  held.frames.push_back(EncodeHeader(header));
+  held.header = header;
+  held_for_sums_[clock].push_back(std::move(held));
+}
+
+int64_t ShardServer::SummedInto(uint32_t worker, uint64_t session, uint64_t request_id) const {
+  for (const auto& [clock, ids] : summed_pushes_) {
+    for (size_t k = 0; k < ids.size(); k += 3) {
+      if (ids[k] == worker && ids[k + 1] == session && ids[k + 2] == request_id) return clock;
+    }
+  }
+  return -1;
+}
+
+RecentPushes ShardServer::ReplicatedPushes() const {
+  RecentPushes replicated = recent_pushes_;
+  for (const auto& [clock, ids] : summed_pushes_) {
+    for (size_t k = 0; k < ids.size(); k += 3) {
+      replicated.Forget(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
+    }
+  }
+  return replicated;
 }
 
 void ShardServer::FlushDeferred() {
@@ -415,7 +453,23 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         PS_LOG_DEBUG("shard {}: PUSH request {} from worker {} came again; acknowledged, not "
                      "applied twice",
                      shard_, req.request_id, req.worker);
+        if (const int64_t clock = SummedInto(req.worker, req.session, req.request_id);
+            clock >= 0) {
+          // Its first copy waits in a sum the backups do not have yet.
+          HoldForSums(clock, routing_id, reply);
+          return;
+        }
         Reply(routing_id, reply);
+        return;
+      }
+      if (sums_replicated_) {
+        // Summed into its clock; the backups get the sum once, when it is
+        // applied (MinClockAdvanced), and the acknowledgement waits for it.
+        const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
+        std::vector<uint64_t>& ids = summed_pushes_[sum_clock];
+        ids.insert(ids.end(), {req.worker, req.session, req.request_id});
+        store_->Accumulate(request_, sum_clock);
+        HoldForSums(sum_clock, routing_id, reply);
         return;
       }
       if (job_.consistency.aggregate) {
@@ -530,7 +584,9 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       Status changed =
           req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
           : req.flags == kMembershipAddBackup
-              ? replication_->Join(replica, epoch, store_.get(), clocks_, recent_pushes_)
+              ? replication_->Join(replica, epoch, store_.get(), clocks_,
+                                   sums_replicated_ ? ReplicatedPushes() : recent_pushes_,
+                                   /*copy_sums=*/!sums_replicated_)
               : FailedPreconditionError("shard " + std::to_string(shard_) +
                                         " is the primary already; only a backup is promoted");
       if (!changed.ok()) {
@@ -675,8 +731,24 @@ void ShardServer::MinClockAdvanced() {
   if (job_.consistency.aggregate) {
     // The mean over the workers the clock waited for.
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
-    store_->ApplyAccumulated(clocks_.min_clock(), 1.0f / static_cast<float>(workers));
-    replication_->ApplySums(clocks_.min_clock(), workers);
+    const int64_t below = clocks_.min_clock();
+    if (sums_replicated_) {
+      // The sums go to the backups before they are applied here; the
+      // pushes in them are answered once the backups have them.
+      std::vector<uint64_t> ids;
+      while (!summed_pushes_.empty() && summed_pushes_.begin()->first < below) {
+        ids.insert(ids.end(), summed_pushes_.begin()->second.begin(),
+                   summed_pushes_.begin()->second.end());
+        summed_pushes_.erase(summed_pushes_.begin());
+      }
+      replication_->ApplySums(below, workers, store_.get(), ids);
+      while (!held_for_sums_.empty() && held_for_sums_.begin()->first < below) {
+        for (DeferredReply& held : held_for_sums_.begin()->second) Defer(std::move(held));
+        held_for_sums_.erase(held_for_sums_.begin());
+      }
+    }
+    store_->ApplyAccumulated(below, 1.0f / static_cast<float>(workers));
+    if (!sums_replicated_) replication_->ApplySums(below, workers);
     ReportNonFinite(job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag
                         ? "applied in an aggregated update (server.on_non_finite_result: flag)"
                         : "left out of an aggregated update: those rows keep their values "

@@ -349,6 +349,24 @@ class ShardServer {
   std::deque<DeferredReply> deferred_;
   size_t deferred_unassigned_ = 0;  // the newest ones, whose seq is set after Handle
   bool deferring_ = false;
+  // Defers a reply until the backups have every entry so far (inside
+  // Handle: every entry Handle makes).
+  void Defer(DeferredReply reply);
+  // Replication after aggregation (replication.after_aggregation under
+  // consistency.aggregate with backups): the pushes summed into each clock
+  // (worker, session, request id each) and their replies, held until
+  // MinClockAdvanced sends the clock's sums to the backups.
+  bool sums_replicated_ = false;
+  std::map<int64_t, std::vector<uint64_t>> summed_pushes_;
+  std::map<int64_t, std::vector<DeferredReply>> held_for_sums_;
+  // Holds the reply `header` to `routing_id` until clock `clock`'s sums
+  // are replicated.
+  void HoldForSums(int64_t clock, Frame& routing_id, const MessageHeader& header);
+  // The clock whose sum holds push (worker, session, request id), or -1.
+  int64_t SummedInto(uint32_t worker, uint64_t session, uint64_t request_id) const;
+  // recent_pushes_ without the pushes of sums not replicated yet: what
+  // the backups know as applied (a joining backup's copy).
+  RecentPushes ReplicatedPushes() const;
   // Declared after socket_: destroyed before the socket it watches.
   std::unique_ptr<ConnectionMonitor> accept_monitor_;
   std::string endpoint_;

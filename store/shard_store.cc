@@ -582,18 +582,30 @@ Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>
   return Status::Ok();
 }
 
-std::vector<ShardStore::PendingSum> ShardStore::PendingSums() const {
-  std::vector<PendingSum> out;
-  for (const auto& [clock, per_table] : sums_) {
-    for (uint32_t table = 0; table < per_table.size(); ++table) {
-      if (per_table[table].values.empty()) continue;
-      out.push_back({clock, table, per_table[table].values, per_table[table].touched});
+void ShardStore::CopySums(int64_t below, std::vector<Frame>* frames,
+                          std::vector<int64_t>* index) const {
+  for (auto it = sums_.begin(); it != sums_.end() && it->first < below; ++it) {
+    for (uint32_t table = 0; table < it->second.size(); ++table) {
+      const TableSum& sum = it->second[table];
+      if (sum.values.empty()) continue;
+      frames->push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
+      std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
+      frames->push_back(Frame::CopyOf(touched.data(), touched.size()));
+      index->push_back(it->first);
+      index->push_back(table);
     }
   }
-  return out;
 }
 
 Status ShardStore::RestoreSum(PendingSum sum) {
+  PS_RETURN_IF_ERROR(CheckSum(sum));
+  std::vector<TableSum>& clock_sums = sums_[sum.clock];
+  if (clock_sums.empty()) clock_sums.resize(tables_.size());
+  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched)};
+  return Status::Ok();
+}
+
+Status ShardStore::CheckSum(const PendingSum& sum) const {
   if (sum.table >= tables_.size()) {
     return InvalidArgumentError("a sum of table index " + std::to_string(sum.table) + "; " +
                                 std::to_string(tables_.size()) + " tables");
@@ -608,9 +620,6 @@ Status ShardStore::RestoreSum(PendingSum sum) {
                                 std::to_string(t.layout.owned.size() * t.layout.dim) +
                                 " values in " + std::to_string(t.blocks.size()) + " blocks");
   }
-  std::vector<TableSum>& clock_sums = sums_[sum.clock];
-  if (clock_sums.empty()) clock_sums.resize(tables_.size());
-  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched)};
   return Status::Ok();
 }
 

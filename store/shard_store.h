@@ -146,19 +146,25 @@ class ShardStore {
   // the moment of the call. REQUIRES: block < block_count(table).
   Status ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>* frames, uint64_t* first,
                     uint64_t* rows);
-  // The sums of synchronous aggregation not applied yet: one per clock and
-  // table that received pushes (values: owned rows x dim; touched: per
-  // block).
+  // The sums of synchronous aggregation not applied yet, one per clock and
+  // table that received pushes: for each sum of a clock < `below` (clock
+  // order, then table), appends two frames to *frames, a copy of its
+  // values (owned rows x dim) and one byte per block (1: touched), and its
+  // clock and table to *index. A backup takes them (RestoreSum) to hold the
+  // same sums: a joining replica's copy, or a clock's sums replicated once
+  // before they are applied (replication.after_aggregation).
+  void CopySums(int64_t below, std::vector<Frame>* frames, std::vector<int64_t>* index) const;
   struct PendingSum {
     int64_t clock = 0;
     uint32_t table = 0;
     std::vector<float> values;
     std::vector<bool> touched;
   };
-  std::vector<PendingSum> PendingSums() const;
-  // Takes one sum PendingSums() gave (a joining replica's copy).
-  // InvalidArgument when it does not fit the table (index, sizes).
+  // Takes one sum CopySums() gave, in place of any sum of its clock and
+  // table. InvalidArgument when it does not fit the table (index, sizes;
+  // CheckSum says so beforehand).
   Status RestoreSum(PendingSum sum);
+  Status CheckSum(const PendingSum& sum) const;
 
  private:
   struct Block {

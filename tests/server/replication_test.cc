@@ -174,10 +174,12 @@ std::vector<float> Train(const JobOptions& job, ReplicatedCluster& cluster, uint
         std::vector<float> update(rows, static_cast<float>(r + 1));
         auto push = (*client)->PushDense(0, SharedFloats::Take(std::move(update)));
         if (!push.ok()) { s = push.status(); break; }
-        s = (*client)->Wait(*push);
-        if (!s.ok()) break;
+        // The clock before the push's acknowledgement: under replication
+        // after aggregation that comes when the clock's sum is replicated.
         auto clock = (*client)->Clock();
         if (!clock.ok()) { s = clock.status(); break; }
+        s = (*client)->Wait(*push);
+        if (!s.ok()) break;
         s = (*client)->Wait(*clock);
         if (!s.ok()) break;
         auto pull = (*client)->PullDense(0, pulled.data());
