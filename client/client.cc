@@ -45,7 +45,9 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
               .max_keys = job.server.max_keys_per_request,
               .push_part_bytes = job.client.push_part_bytes},
       session_(NewSession()), agreement_(EncodeAgreement(job)), time_(clock != nullptr ? clock : &steady_clock_),
-      tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())) {
+      tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())),
+      pushes_wait_for_clock_(job.replication.factor > 1 && job.consistency.aggregate &&
+                             job.replication.after_aggregation) {
   expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
     const Part* p = tracker_.Find(request_id);
     if (p == nullptr) return std::nullopt;
@@ -381,13 +383,27 @@ StatusOr<Ticket> Client::PullDense(uint32_t table, PulledValues* out, Callback d
   return Issue({.op = Op::kPull, .table = table, .dense = true, .view = out}, std::move(done));
 }
 
+Status Client::CheckPushWait(Ticket ticket) const {
+  if (!pushes_wait_for_clock_ || control_ || !tracker_.HasPartAt(ticket, Op::kPush, clock_)) {
+    return Status::Ok();
+  }
+  return FailedPreconditionError(
+      "worker " + std::to_string(worker_) + " waits for a push of clock " +
+      std::to_string(clock_) + " before its Clock(): under consistency.aggregate with "
+      "replication.after_aggregation a push is acknowledged once its clock's update is on every "
+      "replica, which takes every worker's Clock(); call Clock() before waiting for the push, "
+      "or set replication.after_aggregation: false");
+}
+
 Status Client::Wait(Ticket ticket) {
   PS_RETURN_IF_ERROR(tracker_.CheckWaitable(ticket));
+  PS_RETURN_IF_ERROR(CheckPushWait(ticket));
   while (!tracker_.Done(ticket)) PS_RETURN_IF_ERROR(Poll(1000));
   return tracker_.Take(ticket);
 }
 
 Status Client::WaitAll() {
+  PS_RETURN_IF_ERROR(CheckPushWait(0));
   while (tracker_.size() > 0) PS_RETURN_IF_ERROR(Poll(1000));
   return tracker_.TakeAll();
 }

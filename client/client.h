@@ -359,6 +359,10 @@ class Client {
 
   uint64_t next_request_id_ = 1;
   RequestTracker tracker_;
+  // Pushes are acknowledged only when their clock ends (replication after
+  // aggregation): waiting for one before Clock() is refused (CheckPushWait).
+  const bool pushes_wait_for_clock_;
+  Status CheckPushWait(Ticket ticket) const;
   // Kept between calls so that splitting a request allocates nothing; a
   // call issued from a callback while another is being sent gets its own.
   Partition partition_;

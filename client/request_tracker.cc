@@ -56,6 +56,13 @@ Status RequestTracker::CheckWaitable(Ticket ticket) const {
   return Status::Ok();
 }
 
+bool RequestTracker::HasPartAt(Ticket ticket, Op op, int64_t clock) const {
+  for (const auto& [id, part] : parts_) {
+    if ((ticket == 0 || part.ticket == ticket) && part.op == op && part.clock == clock) return true;
+  }
+  return false;
+}
+
 bool RequestTracker::Done(Ticket ticket) const {
   auto it = tickets_.find(ticket);
   return it == tickets_.end() || it->second.remaining == 0;

@@ -118,6 +118,10 @@ class RequestTracker {
   // the ticket's callback). No-op for an unknown request id.
   void Finish(uint64_t request_id, const Status& status);
 
+  // True when a part of `ticket` (any ticket when 0) with op `op`, sent at
+  // worker clock `clock`, is in flight.
+  bool HasPartAt(Ticket ticket, Op op, int64_t clock) const;
+
   // Parts in flight, in all and to one shard.
   size_t size() const { return parts_.size(); }
   uint32_t in_flight(uint32_t shard) const { return in_flight_[shard]; }
