@@ -4,6 +4,7 @@
   python3 benchmarks/training_bench.py accuracy [--quick] [--only NAME ...]
   python3 benchmarks/training_bench.py speed [--runs 3]
   python3 benchmarks/training_bench.py curve [--runs 3]
+  python3 benchmarks/training_bench.py replication [--runs 5]
 
 accuracy: every workload (psbench/workloads.py) with 1, 2 and 4 workers
 under bsp and ssp 3 (2 shards), each run with ps_launch, plus the same job
@@ -21,6 +22,13 @@ side by side in one run, median of --runs.
 curve: the same MLP runs (1, 2 and 4 workers, ssp 3) with security.mode
 none and curve side by side in each round (keys from ps_ctl keygen):
 samples/s of all workers and the ratio curve/none, median of --runs.
+
+replication: the same MLP under bsp with aggregation (2 shards, 2 and 4
+workers) with replication.factor 1 against factor 2, the backups getting
+every push (after_aggregation: false) or each clock's sums once
+(after_aggregation: true), the three side by side in each round (their
+order turned round by round): samples/s of all workers and each factor 2
+variant's ratio to factor 1, median of --runs.
 
 Needs the binaries in build/bin (./ps build). Writes a markdown table to
 stdout and every run's metrics CSV and log under --out (default
@@ -159,13 +167,52 @@ def curve(args):
     return 0
 
 
+# replication: (label, replication.factor, replication.after_aggregation).
+REPLICATION_VARIANTS = [("factor 1", 1, None), ("factor 2, per push", 2, False),
+                        ("factor 2, after aggregation", 2, True)]
+
+
+def replication(args):
+    w = WORKLOADS["mlp"]
+    steps = 600 if args.quick else 6000
+    workers = [2] if args.quick else [2, 4]
+    out = os.path.join(args.out, "replication")
+    rows = {n: {v[0]: [] for v in REPLICATION_VARIANTS} for n in workers}
+    for r in range(args.runs):
+        for n in workers:
+            # Each variant first in a third of the rounds: the machine's drift
+            # is not always charged to the same one.
+            turn = r % len(REPLICATION_VARIANTS)
+            for label, factor, after in REPLICATION_VARIANTS[turn:] + REPLICATION_VARIANTS[:turn]:
+                tag = "f%d%s_%dw" % (factor, {None: "", False: "_push", True: "_agg"}[after], n)
+                yaml_text = job_yaml(w, n, "{ mode: bsp, aggregate: true }", steps * n, 1,
+                                     os.path.join(out, tag + ".csv"), args.quick,
+                                     replication=factor, after_aggregation=after)
+                got = run_job(args.bin, out, tag, yaml_text, False)[1]
+                rows[n][label].append(got)
+                print("round %d: %d workers, %s: %.0f samples/s" % (r + 1, n, label, got),
+                      file=sys.stderr)
+    base = REPLICATION_VARIANTS[0][0]
+    print("| workers | " + " | ".join("%s samples/s" % v[0] for v in REPLICATION_VARIANTS) +
+          " | " + " | ".join("%s / factor 1" % v[0] for v in REPLICATION_VARIANTS[1:]) + " |")
+    print("|---" * (1 + 2 * len(REPLICATION_VARIANTS) - 1) + "|")
+    for n in workers:
+        medians = [statistics.median(rows[n][v[0]]) for v in REPLICATION_VARIANTS]
+        # The ratio of each round's pair, then the median: not the ratio of medians.
+        ratios = [statistics.median(a / b for a, b in zip(rows[n][v[0]], rows[n][base]))
+                  for v in REPLICATION_VARIANTS[1:]]
+        print("| %d | %s | %s |" % (n, " | ".join("%.0f" % m for m in medians),
+                                    " | ".join("%.2fx" % x for x in ratios)))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["accuracy", "speed", "curve"])
+    p.add_argument("what", choices=["accuracy", "speed", "curve", "replication"])
     p.add_argument("--quick", action="store_true",
                    help="a twentieth of the steps: checks that every run completes")
     p.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="accuracy: these workloads")
-    p.add_argument("--runs", type=int, default=3, help="speed: rounds (median reported)")
+    p.add_argument("--runs", type=int, default=3, help="speed, curve, replication: rounds (median reported)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--out", default=os.path.join(ROOT, "build", "training_bench"))
     args = p.parse_args()
@@ -173,7 +220,8 @@ def main():
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    return {"accuracy": accuracy, "speed": speed, "curve": curve}[args.what](args)
+    return {"accuracy": accuracy, "speed": speed, "curve": curve,
+            "replication": replication}[args.what](args)
 
 
 if __name__ == "__main__":

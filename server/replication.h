@@ -64,7 +64,14 @@
 // entry is on every backup; until then it is only on the primary, and a
 // worker whose primary dies sends it again to the promoted backup, which
 // applies it once. A joining backup's copy then holds no sums and none of
-// their pushes' ids: they come with the kAggregate entry.
+// their pushes' ids: they come with the kAggregate entry. The clocks go to
+// the backups as they come, so a primary that dies between a clock's last
+// CLOCK and its kAggregate leaves a backup past that clock without its
+// sums: the pushes sent again land in the next clock's sum (the promoted
+// primary replicates a push of a clock already applied on its own, as
+// without aggregation, so that no push waits for a Clock() its worker
+// sends only once the push is acknowledged). None is lost or doubled; the
+// dead primary's last clock may be applied one clock late.
 //
 // Not built yet: fail-over across hosts (the client moving to a replica
 // at another address), etcd as the authority, CurveZMQ between servers.

@@ -184,7 +184,11 @@ Status ShardServer::Run() {
                 "(README, \"Security\")",
                 shard_, endpoint_);
   }
-  if (replication_->active()) {
+  if (replication_->active() && sums_replicated_) {
+    PS_LOG_INFO("shard {}: replication.factor {} after aggregation: each clock's sums go to its "
+                "{} backups once, and a push is acknowledged once its clock's sums are on them",
+                shard_, job_.replication.factor, job_.replication.factor - 1);
+  } else if (replication_->active()) {
     PS_LOG_INFO("shard {}: replication.factor {}: every push is acknowledged once its {} "
                 "backups have it",
                 shard_, job_.replication.factor, job_.replication.factor - 1);
@@ -462,16 +466,21 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         Reply(routing_id, reply);
         return;
       }
-      if (sums_replicated_) {
+      if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
         // Summed into its clock; the backups get the sum once, when it is
         // applied (MinClockAdvanced), and the acknowledgement waits for it.
-        const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
-        std::vector<uint64_t>& ids = summed_pushes_[sum_clock];
+        std::vector<uint64_t>& ids = summed_pushes_[req.clock];
         ids.insert(ids.end(), {req.worker, req.session, req.request_id});
-        store_->Accumulate(request_, sum_clock);
-        HoldForSums(sum_clock, routing_id, reply);
+        store_->Accumulate(request_, req.clock);
+        HoldForSums(req.clock, routing_id, reply);
         return;
       }
+      // Under replication after aggregation, a push of a clock already
+      // applied (sent again to a promoted backup whose primary died before
+      // replicating that clock's sums) goes to the backups on its own, as
+      // below: held for the next clock's sums, it could wait for a Clock()
+      // its worker sends only once it is acknowledged.
+
       if (job_.consistency.aggregate) {
         // Summed into its clock (never one already applied) and applied
         // with the others' when the last worker finishes that clock; the

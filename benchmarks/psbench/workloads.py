@@ -149,7 +149,7 @@ def yaml_scalar(v):
 
 
 def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
-             stragglers=None, shards=2, replication=1):
+             stragglers=None, shards=2, replication=1, after_aggregation=None):
     """The YAML of `w` for `workers` workers, each running steps / workers.
 
     seed: None keeps the workload's seeds; an integer s moves every table's
@@ -158,6 +158,8 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     stragglers: None, or the YAML flow map of the `stragglers` section
     without its braces (e.g. "slow_worker: 3, slow_factor: 3").
     replication: replication.factor (1: no backups).
+    after_aggregation: None keeps replication.after_aggregation's default;
+    True or False sets it (factor >= 2).
     """
     per_worker = max(1, steps // workers)
     every = max(1, per_worker // evals)
@@ -180,7 +182,9 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
             "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" +
             # A pull waiting for a slow worker outlives the dead-worker timeout.
             "client: { request_timeout_ms: 61000 }\n" + sections +
-            ("replication: { factor: %d, port_offset: %d }\n" % (replication, offset)
+            ("replication: { factor: %d, port_offset: %d%s }\n" %
+             (replication, offset, "" if after_aggregation is None else
+              ", after_aggregation: %s" % yaml_scalar(after_aggregation))
              if replication > 1 else "") +
             "train:\n" + train +
             "  iterations: %d\n  eval_every: %d\n  log_every: %d\n" % (per_worker, every, every) +

@@ -4,10 +4,11 @@
 //   replica_pusher --stop-file F --config job.yaml --rank R [--log-level L]
 //
 // Rank r adds r + 1 to every row of table 0 (optimizer add) once per
-// clock. It reports its clock every 100 clocks ("clock N"); once F holds a
+// clock (under consistency.aggregate the mean of the ranks' pushes is
+// applied). It reports its clock every 100 clocks ("clock N"); once F holds a
 // clock T it stops at T, pulls the table (under bsp: after every worker's
 // T pushes) and checks that every row holds exactly sum over ranks of
-// (r + 1) x T: a push lost or applied twice shows as a wrong row. Exit 0
+// (r + 1) x T (divided by the workers under aggregate): a push lost or applied twice shows as a wrong row. Exit 0
 // when exact, 1 otherwise (naming the first wrong row), 2 on bad flags.
 #include <chrono>
 #include <cstdio>
@@ -64,9 +65,11 @@ int main(int argc, char** argv) {
     std::vector<float> update(rows, static_cast<float>(rank + 1));
     auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));
     if (!push.ok()) return Fail(push.status());
-    if (ps::Status s = (*client)->Wait(*push); !s.ok()) return Fail(s);
+    // The clock before the push's acknowledgement: under replication
+    // after aggregation that comes once the clock's sums are replicated.
     auto ticket = (*client)->Clock();
     if (!ticket.ok()) return Fail(ticket.status());
+    if (ps::Status s = (*client)->Wait(*push); !s.ok()) return Fail(s);
     if (ps::Status s = (*client)->Wait(*ticket); !s.ok()) return Fail(s);
     if ((clock + 1) % 100 == 0) std::printf("clock %lld\n", static_cast<long long>(clock + 1));
     std::fflush(stdout);
@@ -79,6 +82,8 @@ int main(int argc, char** argv) {
   if (ps::Status s = (*client)->Wait(*pull); !s.ok()) return Fail(s);
   double per_clock = 0;
   for (uint32_t r = 0; r < job->cluster.workers; ++r) per_clock += r + 1;
+  // consistency.aggregate applies the mean of a clock's pushes.
+  if (job->consistency.aggregate) per_clock /= job->cluster.workers;
   const float expected = static_cast<float>(per_clock * static_cast<double>(clock));
   for (uint64_t row = 0; row < rows; ++row) {
     if (pulled[row] != expected) {

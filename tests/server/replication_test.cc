@@ -237,6 +237,9 @@ struct Mode {
   ConsistencyMode mode;
   uint32_t staleness;
   bool aggregate;
+  // Under aggregate: every push to the backups (replication.after_aggregation
+  // false) rather than each clock's sums once.
+  bool per_push = false;
 };
 
 // `shards` shards with replication.factor `factor` and as many workers as
@@ -246,6 +249,7 @@ JobOptions AdamJob(const Mode& m, uint32_t shards, uint32_t factor, uint64_t row
   JobOptions job =
       ReplicatedJob(shards, factor, TestJob().Workers(shards).Mode(m.mode, m.staleness).Table(adam));
   job.consistency.aggregate = m.aggregate;
+  job.replication.after_aggregation = !m.per_push;
   return job;
 }
 
@@ -268,6 +272,8 @@ TEST_P(ReplicatedTrainingTest, EveryBackupEndsBitForBitEqualToItsPrimary) {
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedTrainingTest,
                          ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
                                            Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
+                                           Mode{"bsp_aggregate_per_push", ConsistencyMode::kBsp,
+                                                0, true, true},
                                            Mode{"ssp2", ConsistencyMode::kSsp, 2, false},
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
@@ -316,6 +322,8 @@ TEST_P(RejoinTest, ABackupThatRejoinsWhileWorkersPushEndsBitForBitEqualToItsPrim
 INSTANTIATE_TEST_SUITE_P(Modes, RejoinTest,
                          ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
                                            Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
+                                           Mode{"bsp_aggregate_per_push", ConsistencyMode::kBsp,
+                                                0, true, true},
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -538,6 +546,117 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
     EXPECT_EQ(backup->refused(), 1u);
     EXPECT_EQ(backup->applied(), 0u);
   }
+}
+
+// A kAggregate entry (replication after aggregation): the ids of the
+// pushes in the sums, their index, then each sum's values and touched
+// blocks.
+std::vector<Frame> AggregateFrames(const std::vector<uint64_t>& ids,
+                                   const std::vector<int64_t>& index,
+                                   const std::vector<std::vector<float>>& values,
+                                   const std::vector<std::vector<uint8_t>>& touched) {
+  std::vector<Frame> frames;
+  frames.push_back(Frame::CopyOf(ids.data(), ids.size() * sizeof(uint64_t)));
+  frames.push_back(Frame::CopyOf(index.data(), index.size() * sizeof(int64_t)));
+  for (size_t k = 0; k < values.size(); ++k) {
+    frames.push_back(Frame::CopyOf(values[k].data(), values[k].size() * sizeof(float)));
+    frames.push_back(Frame::CopyOf(touched[k].data(), touched[k].size()));
+  }
+  return frames;
+}
+
+TEST(ReplicationTest, ABackupRefusesAMalformedAggregateEntryWithItsStateUnchanged) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(2).Bsp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  job.consistency.aggregate = true;
+  // Shard 0 owns rows [0, 5): one block.
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*").value();
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  RawPeer peer(backup->endpoint());
+  MessageHeader entry = CopyEntry(ReplicaEntry::kAggregate, 1);
+  entry.clock = 1;  // the sums of clock 0
+  entry.count = 2;  // the mean over 2 workers
+  const std::vector<uint64_t> ids = {0, 77, 1, 1, 78, 1};  // worker, session, request id
+  const std::vector<float> sum = {2, 4, 6, 8, 10};
+  struct Case {
+    const char* what;
+    MessageHeader header;
+    std::vector<Frame> frames;
+    const char* names;
+  };
+  std::vector<Case> cases;
+  auto header = [&](uint32_t count) {
+    MessageHeader h = entry;
+    h.count = count;
+    return h;
+  };
+  cases.push_back({"no frames", entry, {}, "malformed shape"});
+  cases.push_back({"an index without its sum's frames", entry,
+                   AggregateFrames(ids, {0, 0}, {}, {}), "malformed shape"});
+  cases.push_back({"ids not in triples", entry,
+                   AggregateFrames({0, 77}, {0, 0}, {sum}, {{1}}), "malformed shape"});
+  cases.push_back({"a worker the job does not have", entry,
+                   AggregateFrames({5, 77, 1}, {0, 0}, {sum}, {{1}}), "worker 5"});
+  cases.push_back({"a sum of a clock not below the entry's", entry,
+                   AggregateFrames(ids, {1, 0}, {sum}, {{1}}), "sum of clock 1"});
+  cases.push_back({"a table the job does not have", entry,
+                   AggregateFrames(ids, {0, 3}, {sum}, {{1}}), "table index 3"});
+  cases.push_back({"a sum of the wrong size", entry,
+                   AggregateFrames(ids, {0, 0}, {{1, 2, 3}}, {{1}}), "3 values"});
+  cases.push_back({"touched bytes for two blocks", entry,
+                   AggregateFrames(ids, {0, 0}, {sum}, {{1, 1}}), "2 blocks"});
+  cases.push_back({"a mean over 0 workers", header(0), AggregateFrames(ids, {0, 0}, {sum}, {{1}}),
+                   "0 workers"});
+  cases.push_back({"a mean over 3 of 2 workers", header(3),
+                   AggregateFrames(ids, {0, 0}, {sum}, {{1}}), "3 workers"});
+  {
+    // Values that are not whole floats.
+    std::vector<Frame> frames = AggregateFrames(ids, {0, 0}, {sum}, {{1}});
+    frames[2] = Frame::CopyOf("abcde", 5);
+    cases.push_back({"values of 5 bytes", entry, std::move(frames), "not whole floats"});
+  }
+  for (Case& c : cases) {
+    const MessageHeader reply = peer.Exchange(c.header, std::move(c.frames));
+    EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, c.names))
+        << c.what;
+  }
+  EXPECT_EQ(backup->applied(), 0u);
+  EXPECT_EQ(backup->refused(), cases.size());
+  // The good entry: the mean of the sum applied, once.
+  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0}, {sum}, {{1}})).op,
+            Op::kReplicateOk);
+  // Sent again (the primary resends what it has no acknowledgement of):
+  // acknowledged, not applied twice.
+  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0}, {sum}, {{1}})).op,
+            Op::kReplicateOk);
+  backup->Stop();
+  runner.join();
+  EXPECT_EQ(backup->applied(), 1u);
+  EXPECT_EQ(backup->store().CopyValues(0), (std::vector<float>{1, 2, 3, 4, 5}));
+}
+
+TEST(ReplicationTest, WaitingForAPushBeforeItsClockUnderReplicationAfterAggregationIsRefused) {
+  constexpr uint64_t kRows = 100;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Bsp().Table("w", kRows, 1,
+                                                                       OptimizerKind::kAdd));
+  job.consistency.aggregate = true;
+  ReplicatedCluster cluster(job);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  ASSERT_OK(client->Join());
+  auto push = client->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 2.0f)));
+  ASSERT_OK(push.status());
+  // Its acknowledgement comes when the clock's sum is on the backups,
+  // which takes this worker's Clock(): refused at once, saying what to do.
+  EXPECT_TRUE(Refused(client->Wait(*push), StatusCode::kFailedPrecondition, "call Clock()"));
+  EXPECT_TRUE(Refused(client->WaitAll(), StatusCode::kFailedPrecondition, "call Clock()"));
+  auto clock = client->Clock();
+  ASSERT_OK(clock.status());
+  EXPECT_OK(client->Wait(*push));
+  EXPECT_OK(client->Wait(*clock));
+  ASSERT_OK(client->Leave());
+  cluster.Stop();
+  EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 2.0f));
+  ExpectSameCopies(cluster, job);
 }
 
 }  // namespace
