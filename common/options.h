@@ -495,8 +495,10 @@ struct ReplicationOptions {
   // the primary applies them (replication after aggregation), instead of
   // every worker's push as it comes; a push into a sum is then acknowledged
   // once its clock's update is on every backup. false: every push, as
-  // without aggregation. Default true.
-  bool after_aggregation = true;
+  // without aggregation. Default false: on one host it measured no faster
+  // (benchmarks/README.md), and a fail-over keeps every clock's update in
+  // its clock.
+  bool after_aggregation = false;
 };
 
 // The job as every process reads it: servers, workers, tables and the

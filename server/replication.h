@@ -56,8 +56,8 @@
 // toward committed() once it applied the whole copy; until then pushes do
 // not wait for it and it cannot be promoted.
 //
-// Under consistency.aggregate with replication.after_aggregation (the
-// default) the backups get no worker's push: the primary sums a clock's
+// Under consistency.aggregate with replication.after_aggregation (not
+// the default) the backups get no worker's push: the primary sums a clock's
 // pushes, and when it applies the sums it sends them once, with the ids of
 // their pushes (kAggregate), so a backup applies the same update and knows
 // those pushes as applied. A push into a sum is acknowledged once that

@@ -102,7 +102,9 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
                         << "client: { request_timeout_ms: 20000 }\n"
                         << "liveness: { server_down_timeout_ms: 20000, server_restarts: 10 }\n"
                         << "worker: { cpu_threads: 1 }\n"
-                        << "replication: { factor: 2, port_offset: " << offset << " }\n";
+                        << "replication: { factor: 2, port_offset: " << offset
+                        << (consistency == "bsp_aggregate" ? ", after_aggregation: true" : "")
+                        << " }\n";
   auto job = LoadJobFile(config);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const std::string stop_file = dir + "/stop";

@@ -640,6 +640,7 @@ TEST(ReplicationTest, WaitingForAPushBeforeItsClockUnderReplicationAfterAggregat
   JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Bsp().Table("w", kRows, 1,
                                                                        OptimizerKind::kAdd));
   job.consistency.aggregate = true;
+  job.replication.after_aggregation = true;
   ReplicatedCluster cluster(job);
   auto client = Client::Create(job, 0, cluster.endpoints()).value();
   ASSERT_OK(client->Join());
