@@ -22,6 +22,8 @@ PACKAGES=(
   openmpi-bin
   slurmctld slurmd slurm-client munge
   iproute2 iptables          # the multi-host tests' network namespaces
+  libcpp-httplib-dev nlohmann-json3-dev  # the etcd client (server/etcd_client.cc)
+  etcd-server                # a real etcd for the etcd client's tests
 )
 
 missing=()
