@@ -82,8 +82,9 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
   // security.mode curve: this worker's own keys (the admin's for a control
   // client); nothing otherwise.
-  PS_ASSIGN_OR_RETURN(const CurveOptions curve, ClientCurve(job, worker));
-  const ChannelFactory connect =
+  PS_ASSIGN_OR_RETURN(client->curve_, ClientCurve(job, worker));
+  const CurveOptions& curve = client->curve_;
+  client->connect_ =
       env.channels != nullptr
           ? std::move(env.channels)
           : [hwm = ZmqChannel::ChannelHwm(job.client.max_in_flight)](
@@ -97,10 +98,16 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
       // was seen to resolve now.
       PS_ASSIGN_OR_RETURN(const HostPort address, ServerAddress(job, s));
       shard.endpoint = ConnectEndpoint(address);
+      // Where the shard's primary may move: every replica's address.
+      for (uint32_t r = 0; r < job.replication.factor && job.replication.factor > 1; ++r) {
+        PS_ASSIGN_OR_RETURN(const HostPort replica, ReplicaHostPort(job, s, r));
+        shard.replicas.push_back(ConnectEndpoint(replica));
+      }
     } else {
       shard.endpoint = endpoints[s];
     }
-    PS_ASSIGN_OR_RETURN(shard.channel, connect(client->context_.get(), s, shard.endpoint, curve));
+    PS_ASSIGN_OR_RETURN(shard.channel,
+                        client->connect_(client->context_.get(), s, shard.endpoint, curve));
     client->shards_.push_back(std::move(shard));
   }
   for (Shard& shard : client->shards_) {

@@ -137,6 +137,10 @@ struct ClientCounters {
   uint64_t reconnects = 0;    // ... and were made again
   uint64_t resent = 0;        // requests sent again after a reconnect
   uint64_t refusals = 0;      // handshakes a server refused (security.mode curve)
+  // replication.factor >= 2: PRIMARY questions sent to a shard's replicas
+  // while looking for its primary, and the moves to another replica.
+  uint64_t probes = 0;
+  uint64_t fail_overs = 0;
 };
 
 // What a Client runs on; the defaults are the real ones.
@@ -153,6 +157,16 @@ struct ClientEnv {
 // server that dies during a handshake (a crash, a fail-over) fails it too,
 // and the one that takes its place answers the next attempt.
 inline constexpr std::chrono::milliseconds kHandshakeRefusedAfter{500};
+
+// replication.factor >= 2: a client whose connection to a shard's primary
+// dropped (or that a backup turned away) asks the shard's replicas one at
+// a time, in ring order from the next one, whether they serve (PRIMARY),
+// and moves to the one that does at the newest epoch. A replica that does
+// not answer within kProbeTimeout is passed over; after a "not serving"
+// answer the next one is asked kProbeRetry later (a backup the authority
+// is about to promote answers so first).
+inline constexpr std::chrono::milliseconds kProbeTimeout{100};
+inline constexpr std::chrono::milliseconds kProbeRetry{10};
 
 class Client {
  public:
@@ -268,6 +282,22 @@ class Client {
     // kHandshakeRefusedAfter); nullopt otherwise.
     std::optional<ps::Clock::TimePoint> handshake_failed_at;
     ps::Clock::TimePoint down_since;
+    // replication.factor >= 2: every replica's endpoint (ReplicaAddress,
+    // replica 0 first); empty otherwise, or when the caller named the
+    // endpoints. `channel` reaches replicas[replica].
+    std::vector<std::string> replicas;
+    uint32_t replica = 0;
+    int64_t epoch = 0;  // the newest epoch a serving replica answered at
+    // Looking for the primary (kProbeTimeout): PRIMARY request probe_id
+    // went out at probe_sent (0: none, the next goes at probe_next_at).
+    bool probing = false;
+    uint64_t probe_id = 0;
+    ps::Clock::TimePoint probe_sent, probe_next_at;
+    // The channel was made anew for another replica (Probe), and its first
+    // connection was seen: a first connection after a replacement is no
+    // reconnect (the probe's answer decides).
+    bool replaced = false;
+    bool channel_connected = false;
   };
   // One Push or Pull as the caller asked for it.
   struct Call {
@@ -312,6 +342,17 @@ class Client {
   // to it fails with PermissionDenied saying which key to check.
   void RefusedBy(uint32_t shard, ConnectionEvent event);
   void Reconnected(uint32_t shard);
+  // replication.factor >= 2 (see kProbeTimeout): starts looking for the
+  // primary of `shard`, from the replica after the one it reached.
+  void FindPrimary(uint32_t shard);
+  // Makes the channel of `shard` reach replica `replica` and asks it
+  // PRIMARY.
+  Status Probe(uint32_t shard, uint32_t replica);
+  // An answer on the channel of a shard being probed.
+  void HandleProbeReply(uint32_t shard, std::span<Frame> frames);
+  // Asks the next replica when the probe's time is up; lowers *timeout_ms
+  // to when that is.
+  void AdvanceProbes(int* timeout_ms);
   // Forgets a part and completes it with `status` on its ticket.
   void FinishPart(uint64_t request_id, const Status& status);
   // Checks a reply (DecodeReply) and completes the part it answers.
@@ -352,6 +393,8 @@ class Client {
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;
+  ChannelFactory connect_;  // makes each shard's channel (again, for another replica)
+  CurveOptions curve_;      // this client's keys under security.mode curve
   std::vector<Shard> shards_;
   std::vector<Socket*> poll_sockets_;  // every channel's messages, then every one's events
   std::vector<bool> readable_;

@@ -32,6 +32,23 @@ void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
   shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
   if (!checked.ok()) {
     if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
+    if (reply.fault == ReplyFault::kRejected && (h.flags & kFlagNotPrimary) != 0 &&
+        !shards_[shard].replicas.empty()) {
+      // A backup (or a fenced primary) turned it away: the request waits
+      // for the shard's primary, and is sent there once it is found.
+      Shard& sh = shards_[shard];
+      if (!sh.probing) {
+        PS_LOG_WARN("server {} at {} does not serve the shard's writes ({}); looking for its "
+                    "primary",
+                    shard, sh.endpoint, h.text);
+        if (!sh.down) {
+          sh.down = true;
+          sh.down_since = time_->Now();
+        }
+        FindPrimary(shard);
+      }
+      return;
+    }
     if (reply.fault == ReplyFault::kStale) ++counters_.bound_violations;
     const std::string what = Describe(p, h.request_id);
     FinishPart(h.request_id, checked.WithContext(reply.fault == ReplyFault::kRejected
@@ -145,6 +162,7 @@ Status Client::Poll(int timeout_ms) {
                                kHandshakeRefusedAfter - since).count()) + 1);
     }
   }
+  AdvanceProbes(&timeout_ms);
   bool buffered = false;  // a channel holds messages of its own (a test's)
   for (const Shard& shard : shards_) buffered = buffered || shard.channel->HasBuffered();
   if (buffered) timeout_ms = 0;
@@ -169,7 +187,109 @@ Status Client::ReceiveReplies(uint32_t s) {
   while (true) {
     PS_ASSIGN_OR_RETURN(bool got, shards_[s].channel->TryRecv(&frames_));
     if (!got) return Status::Ok();
-    HandleReply(s, frames_);
+    if (shards_[s].probing) {
+      HandleProbeReply(s, frames_);
+    } else {
+      HandleReply(s, frames_);
+    }
+  }
+}
+
+void Client::FindPrimary(uint32_t s) {
+  Shard& shard = shards_[s];
+  shard.probing = true;
+  shard.probe_id = 0;
+  shard.probe_next_at = time_->Now();
+  // The next replica on the ring first: the one the authority promotes
+  // when the primary died.
+  shard.replica = static_cast<uint32_t>(shard.replica % shard.replicas.size());
+  Status asked = Probe(s, static_cast<uint32_t>((shard.replica + 1) % shard.replicas.size()));
+  if (!asked.ok()) PS_LOG_WARN("server {}: {}", s, asked.ToString());
+}
+
+Status Client::Probe(uint32_t s, uint32_t replica) {
+  Shard& shard = shards_[s];
+  const std::string& endpoint = shard.replicas[replica];
+  shard.replica = replica;
+  shard.probe_id = 0;
+  shard.probe_sent = time_->Now();
+  shard.probe_next_at = shard.probe_sent + kProbeTimeout;  // if this fails, the next one then
+  // A channel of its own for each question: the old one's queue may hold
+  // requests that a replica that is not the primary must not get, and
+  // answers of another replica.
+  PS_ASSIGN_OR_RETURN(auto channel, connect_(context_.get(), s, endpoint, curve_));
+  shard.channel = std::move(channel);
+  shard.replaced = true;
+  shard.channel_connected = false;
+  const size_t n = shards_.size();
+  poll_sockets_[s] = shard.channel->poll_sockets().messages;
+  poll_sockets_[n + s] = shard.channel->poll_sockets().events;
+  MessageHeader h;
+  h.op = Op::kPrimary;
+  h.request_id = next_request_id_++;
+  h.worker = worker_;
+  h.session = session_;
+  Frame frame = EncodeHeader(h);
+  PS_RETURN_IF_ERROR(shard.channel->Send(std::span<Frame>(&frame, 1))
+                         .WithContext("asking replica " + std::to_string(replica) + " at " +
+                                      endpoint + " whether it serves"));
+  shard.probe_id = h.request_id;
+  ++counters_.probes;
+  return Status::Ok();
+}
+
+void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
+  Shard& shard = shards_[s];
+  StatusOr<MessageHeader> h = frames.empty()
+                                  ? StatusOr<MessageHeader>(DataLossError("an empty message"))
+                                  : DecodeHeader({frames[0].data(), frames[0].size()});
+  if (!h.ok() || h->request_id != shard.probe_id || shard.probe_id == 0 ||
+      (h->op != Op::kPrimaryOk && h->op != Op::kError)) {
+    ++counters_.late_replies;  // an answer of an earlier replica, or not one
+    return;
+  }
+  const std::string& endpoint = shard.replicas[shard.replica];
+  if (h->op != Op::kPrimaryOk || (h->flags & kFlagServing) == 0 || h->epoch < shard.epoch) {
+    // A backup, a fenced primary, one of an older epoch than this client
+    // saw, or a server that does not know PRIMARY: the next one, soon.
+    PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}); asking the next", s,
+                 shard.replica, endpoint, h->epoch);
+    shard.probe_id = 0;
+    shard.probe_next_at = time_->Now() + kProbeRetry;
+    return;
+  }
+  shard.probing = false;
+  shard.probe_id = 0;
+  const bool moved = endpoint != shard.endpoint;
+  if (moved) {
+    ++counters_.fail_overs;
+    PS_LOG_WARN("server {}: replica {} at {} serves as the shard's primary at epoch {} (was {} "
+                "at epoch {})",
+                s, shard.replica, endpoint, h->epoch, shard.endpoint, shard.epoch);
+    shard.endpoint = endpoint;
+    if (heartbeat_ != nullptr) heartbeat_->Retarget(s, endpoint);
+  }
+  shard.epoch = h->epoch;
+  shard.handshake_failed_at.reset();
+  Reconnected(s);
+  shard.down = false;
+}
+
+void Client::AdvanceProbes(int* timeout_ms) {
+  const auto now = time_->Now();
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    Shard& shard = shards_[s];
+    if (!shard.probing) continue;
+    if (now >= shard.probe_next_at) {
+      const auto next = static_cast<uint32_t>((shard.replica + 1) % shard.replicas.size());
+      // A "not serving" answer: the next replica. No answer at all (the
+      // replica is gone): the next too.
+      Status asked = Probe(s, next);
+      if (!asked.ok()) PS_LOG_WARN("server {}: {}", s, asked.ToString());
+    }
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           shard.probe_next_at - now).count() + 1;
+    *timeout_ms = static_cast<int>(std::clamp<int64_t>(until, 0, *timeout_ms));
   }
 }
 
@@ -189,6 +309,7 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       continue;
     }
     if (*event == ConnectionEvent::kDisconnected) {
+      if (shard.probing) continue;  // a replica asked; the probe's timeout decides
       if (shard.closing) {
         // It acknowledged a SHUTDOWN or this worker's goodbye: a server
         // exits then, and nothing is waiting for it.
@@ -204,9 +325,27 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       }
       shard.down_since = time_->Now();
       ++counters_.disconnects;
+      if (!shard.replicas.empty()) {
+        PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; looking "
+                    "for the shard's primary among its {} replicas for up to {} ms "
+                    "(liveness.server_down_timeout_ms)",
+                    s, shard.endpoint, tracker_.in_flight(s), shard.replicas.size(),
+                    down_timeout_.count());
+        FindPrimary(s);
+        continue;
+      }
       PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
                   "to {} ms (liveness.server_down_timeout_ms) for it to come back",
                   s, shard.endpoint, tracker_.in_flight(s), down_timeout_.count());
+      continue;
+    }
+    const bool first_of_channel = !shard.channel_connected;
+    shard.channel_connected = true;
+    if (shard.probing || (shard.replaced && first_of_channel)) {
+      // A replica asked whether it serves: its answer decides (a channel
+      // made for the primary found was answered on already).
+      shard.connected_once = true;
+      shard.handshake_failed_at.reset();
       continue;
     }
     const bool again = shard.connected_once;

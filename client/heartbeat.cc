@@ -9,7 +9,7 @@ StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
     std::chrono::milliseconds interval, const CurveOptions& curve) {
   std::unique_ptr<HeartbeatSender> h(new HeartbeatSender(worker, interval));
   PS_ASSIGN_OR_RETURN(h->context_, Context::Create(1));
-  SocketOptions options;
+  SocketOptions& options = h->options_;
   options.send_hwm = 4;  // a dead shard must not pile heartbeats up
   options.curve = curve;
   options.recv_hwm = 16;  // replies are drained before every beat
@@ -34,12 +34,24 @@ void HeartbeatSender::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void HeartbeatSender::Retarget(uint32_t shard, const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retargets_.emplace_back(shard, endpoint);
+}
+
 void HeartbeatSender::Run() {
   std::vector<Frame> replies;
   uint64_t id = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    std::vector<std::pair<uint32_t, std::string>> retargets;
+    retargets.swap(retargets_);
     lock.unlock();
+    for (const auto& [shard, endpoint] : retargets) {
+      if (shard >= sockets_.size()) continue;
+      auto socket = Socket::Create(context_.get(), SocketType::kDealer, options_);
+      if (socket.ok() && (*socket)->Connect(endpoint).ok()) sockets_[shard] = std::move(*socket);
+    }
     for (auto& socket : sockets_) {
       // Replies carry nothing the worker needs; drop them.
       while (true) {

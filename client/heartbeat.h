@@ -43,6 +43,9 @@ class HeartbeatSender {
     cache_hits_.store(hits, std::memory_order_relaxed);
     cache_misses_.store(misses, std::memory_order_relaxed);
   }
+  // From the next beat on, shard `shard`'s heartbeats go to `endpoint` (its
+  // primary moved to another replica, replication.factor >= 2).
+  void Retarget(uint32_t shard, const std::string& endpoint);
   // Heartbeats sent so far (to all shards together).
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
   // Stops the thread now; no heartbeat leaves after this returns.
@@ -56,6 +59,7 @@ class HeartbeatSender {
   const uint32_t worker_;
   const std::chrono::milliseconds interval_;
   std::unique_ptr<Context> context_;
+  SocketOptions options_;
   std::vector<std::unique_ptr<Socket>> sockets_;  // used only by the thread
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> cache_hits_{0};
@@ -64,6 +68,8 @@ class HeartbeatSender {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;  // guarded by mu_
+  // Guarded by mu_: Retarget's endpoints, by shard, not taken by the thread yet.
+  std::vector<std::pair<uint32_t, std::string>> retargets_;
   std::thread thread_;
 };
 

@@ -22,6 +22,7 @@ std::string OpName(Op op) {
     case Op::kHello: return "HELLO";
     case Op::kReplicate: return "REPLICATE";
     case Op::kMembership: return "MEMBERSHIP";
+    case Op::kPrimary: return "PRIMARY";
     case Op::kPushOk: return "PUSH_OK";
     case Op::kPullOk: return "PULL_OK";
     case Op::kClockOk: return "CLOCK_OK";
@@ -32,6 +33,7 @@ std::string OpName(Op op) {
     case Op::kHelloOk: return "HELLO_OK";
     case Op::kReplicateOk: return "REPLICATE_OK";
     case Op::kMembershipOk: return "MEMBERSHIP_OK";
+    case Op::kPrimaryOk: return "PRIMARY_OK";
     case Op::kError: return "ERROR";
   }
   return "OP(" + std::to_string(static_cast<int>(op)) + ")";
@@ -39,7 +41,7 @@ std::string OpName(Op op) {
 
 Op ReplyOp(Op request) {
   int v = static_cast<int>(request);
-  if (v >= 1 && v <= 10) return static_cast<Op>(v + 100);
+  if (v >= 1 && v <= 11) return static_cast<Op>(v + 100);
   return Op::kError;
 }
 
@@ -63,6 +65,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_cache_misses(h.cache_misses);
   p.set_waited_us(h.waited_us);
   p.set_session(h.session);
+  p.set_epoch(h.epoch);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -100,6 +103,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.cache_misses = p.cache_misses();
   h.waited_us = p.waited_us();
   h.session = p.session();
+  h.epoch = p.epoch();
   return h;
 }
 
@@ -142,10 +146,13 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown ||
                           h.op == Op::kCheckpoint || h.op == Op::kMembership;
   const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kHello;
-  if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op) {
+  // Any client may ask which replica serves (workers and the control client).
+  const bool probe_op = h.op == Op::kPrimary;
+  if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op && !probe_op) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }
-  if (h.worker >= rules.num_workers && !(control_op && h.worker == kControlWorker)) {
+  if (h.worker >= rules.num_workers &&
+      !((control_op || probe_op) && h.worker == kControlWorker)) {
     return PermissionDeniedError(Where(h) + ": unknown worker " + std::to_string(h.worker) +
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));
@@ -168,7 +175,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                   " is outside [0, 2^62]");
     }
   }
-  if (control_op || worker_op) {
+  if (control_op || worker_op || probe_op) {
     const uint32_t allowed_flags =
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above

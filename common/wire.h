@@ -42,6 +42,7 @@ enum class Op : int {
   kHello = 8,  // start-up rendezvous (common/rendezvous.h)
   kReplicate = 9,  // primary to backup (server/replication.h); never a worker's request
   kMembership = 10,  // the authority to a replica (server/replication.h): control only
+  kPrimary = 11,     // does this replica serve its shard's writes? (server/replication.h)
   kPushOk = 101,
   kPullOk = 102,
   kClockOk = 103,
@@ -52,6 +53,7 @@ enum class Op : int {
   kHelloOk = 108,
   kReplicateOk = 109,
   kMembershipOk = 110,
+  kPrimaryOk = 111,
   kError = 200,
 };
 
@@ -85,6 +87,15 @@ inline constexpr uint32_t kMembershipPromote = 1u;
 inline constexpr uint32_t kMembershipDropBackup = 2u;
 inline constexpr uint32_t kMembershipAddBackup = 4u;
 
+// PRIMARY_OK flag: the replica that answered serves its shard's writes at
+// the reply's epoch (a backup, or a primary fenced out of its epoch,
+// answers without it).
+inline constexpr uint32_t kFlagServing = 1u;
+// ERROR flag: the replica that answered does not serve its shard's writes
+// (a backup, or a primary fenced out of its epoch): the client looks for
+// the shard's primary and sends the request there.
+inline constexpr uint32_t kFlagNotPrimary = 1u;
+
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.
 inline constexpr int64_t kMaxClock = int64_t{1} << 62;
@@ -111,6 +122,9 @@ struct MessageHeader {
   // PUSH repeating the (worker, session, request_id) of one the shard
   // applied lately is acknowledged and not applied again.
   uint64_t session = 0;
+  // Replies of a replicated shard: the epoch of the membership its primary
+  // serves at (server/replication.h); 0 otherwise.
+  int64_t epoch = 0;
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

@@ -2,6 +2,8 @@
 //   ps_server --config job.yaml --shard 0
 //   ps_server --config job.yaml --shard 0 --replica 1   (a backup of shard 0's
 //                                                       rows, replication.factor >= 2)
+//   ps_server --config job.yaml --shard 0 --replica 0 --join   (a replica that
+//                                    died comes back as a backup of the primary)
 //   ps_server --config job.yaml --check     (what it would serve, then exit)
 // The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
@@ -72,8 +74,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   uint32_t replica = 0;
   app.add_option("--replica", replica,
-                 "with replication.factor k: run backup j (1..k-1) of the shard's rows, on this "
-                 "host at the port replication.port_offset sets; 0 (default): the shard itself");
+                 "with replication.factor k: run replica j (0..k-1) of the shard's rows at its "
+                 "address (0: cluster.servers[shard]; j >= 1: the next servers' hosts at the port "
+                 "replication.port_offset sets); 0 (default) starts as the primary, j >= 1 as a "
+                 "backup (the authority may promote it), and any with --join as a backup");
   bool join = false;
   app.add_flag("--join", join,
                "with --replica: start empty and take the state from the shard's running primary "
@@ -123,10 +127,9 @@ int main(int argc, char** argv) {
                                                     std::to_string(job->replication.factor - 1));
     return 2;
   }
-  if (join && replica == 0) {
-    PS_LOG_ERROR("--join: only a backup joins (--replica 1..{}); the shard itself restores from "
-                 "its checkpoints",
-                 job->replication.factor - 1);
+  if (join && job->replication.factor < 2) {
+    PS_LOG_ERROR("--join: the job has replication.factor 1, so a shard has no primary to copy "
+                 "from; it restores from its checkpoints instead");
     return 2;
   }
   if (check) {
@@ -145,7 +148,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   ps::InitLogging("server " + std::to_string(shard) +
-                      (replica > 0 ? " backup " + std::to_string(replica) : std::string()),
+                      (replica > 0 || join ? " backup " + std::to_string(replica) : std::string()),
                   log_level)
       .IgnoreError();
   // Each connection a shard accepts takes a file descriptor: take all the
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   std::unique_ptr<ps::ShardServer> server;
-  if (replica > 0) {
+  if (replica > 0 || join) {
     auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock, join);
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
@@ -173,8 +176,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (!(*backup)->promoted()) return 0;
-    // The authority made this copy the shard's primary: it takes over the
-    // shard's address, where the workers reconnect.
+    // The authority made this copy the shard's primary: it serves at its
+    // own address, where the workers' clients find it (PRIMARY).
     const int64_t epoch = (*backup)->promoted_epoch();
     ps::BackupServer::State state = (*backup)->TakeState();
     backup->reset();  // its own port goes

@@ -17,8 +17,7 @@ namespace ps {
 std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica) {
   StatusOr<HostPort> where = ReplicaHostPort(job, shard, replica);
   const std::string at = where.ok() ? " (" + where->canonical + ")" : std::string();
-  if (replica == 0) return "the primary of shard " + std::to_string(shard) + at;
-  return "backup " + std::to_string(replica) + " of shard " + std::to_string(shard) + at;
+  return "replica " + std::to_string(replica) + " of shard " + std::to_string(shard) + at;
 }
 
 namespace {
@@ -58,10 +57,11 @@ std::string ChecksumLines(const ShardStore& store) {
 StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOptions& job,
                                                                  uint32_t shard,
                                                                  Context* context,
-                                                                 bool no_backups) {
-  std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard));
+                                                                 bool no_backups, uint32_t self) {
+  std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard, self));
   log->context_ = context;
-  for (uint32_t j = 1; j < job.replication.factor && !no_backups; ++j) {
+  for (uint32_t j = 0; j < job.replication.factor && !no_backups; ++j) {
+    if (j == self) continue;
     PS_ASSIGN_OR_RETURN(Backup b, log->Connect(j, context));
     log->backups_.push_back(std::move(b));
   }
@@ -112,10 +112,11 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
                                    std::to_string(epoch_) + "; a membership change of epoch " +
                                    std::to_string(epoch) + " is out of date");
   }
-  if (replica < 1 || replica >= job_.replication.factor) {
-    return InvalidArgumentError("shard " + std::to_string(shard_) + " has no backup slot " +
-                                std::to_string(replica) + " (replication.factor " +
-                                std::to_string(job_.replication.factor) + ")");
+  if (replica == self_ || replica >= job_.replication.factor) {
+    return InvalidArgumentError("shard " + std::to_string(shard_) + " has no replica " +
+                                std::to_string(replica) + " to copy to (replication.factor " +
+                                std::to_string(job_.replication.factor) + "; this primary is "
+                                "replica " + std::to_string(self_) + ")");
   }
   for (const Backup& b : backups_) {
     if (b.replica == replica) {
@@ -339,12 +340,14 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
                                                              uint32_t shard, uint32_t replica,
                                                              const std::string& bind_endpoint,
                                                              int64_t restore_clock, bool join) {
-  if (shard >= job.cluster.servers.size() || replica < 1 || replica >= job.replication.factor) {
+  if (shard >= job.cluster.servers.size() || replica >= job.replication.factor ||
+      job.replication.factor < 2 || (replica == 0 && !join)) {
     return InvalidArgumentError(
         "replica " + std::to_string(replica) + " of shard " + std::to_string(shard) +
-        " does not exist; the job has " + std::to_string(job.cluster.servers.size()) +
+        " cannot run as a backup; the job has " + std::to_string(job.cluster.servers.size()) +
         " shards with replication.factor " + std::to_string(job.replication.factor) +
-        " (backups 1.." + std::to_string(job.replication.factor - 1) + ")");
+        " (replicas 0.." + std::to_string(job.replication.factor - 1) +
+        ", 0 the primary at the start, which comes back as a backup only with --join)");
   }
   std::unique_ptr<BackupServer> b(new BackupServer(job, shard, replica));
   // The same starting state as the primary: the same generation, or the
@@ -472,6 +475,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       }
       return;
     }
+    epoch_ = std::max(epoch_, static_cast<int64_t>(entry.session));
     if (entry.request_id <= applied_) {
       // Sent again: applied once already.
       reply.op = Op::kReplicateOk;
@@ -528,6 +532,12 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     }
+    if (req.op == Op::kPrimary) {
+      // A client looking for the shard's primary: not here.
+      reply.epoch = epoch_;
+      Reply(routing_id, reply);
+      return;
+    }
     if (req.op == Op::kShutdown) {
       PS_LOG_INFO("{}: SHUTDOWN requested", name_);
       Stop();
@@ -546,15 +556,20 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       // over (ps_server builds the primary from it when Run() returns).
       // Entries the primary sent after it are not taken any more.
       promoted_epoch_ = static_cast<int64_t>(req.first_row);
+      epoch_ = std::max(epoch_, promoted_epoch_);
       PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
                   promoted_epoch_, applied_, clocks_.min_clock());
       Reply(routing_id, reply);
       return;
     }
-    StatusOr<HostPort> primary = ReplicaHostPort(job_, shard_, 0);
     s = FailedPreconditionError(
-        name_ + " keeps a copy and serves no " + OpName(req.op) + "; send it to the primary at " +
-        (primary.ok() ? primary->canonical : job_.cluster.servers[shard_]));
+        name_ + " is a backup: it keeps a copy and serves no " + OpName(req.op) +
+        "; the shard's primary is another of its replicas (a client asks each with PRIMARY)");
+    MessageHeader error = MakeErrorHeader(req, shard_, s);
+    error.flags = kFlagNotPrimary;
+    error.epoch = epoch_;
+    Reply(routing_id, error);
+    return;
   }
   MessageHeader partial;
   if (header.ok()) partial = *header;
@@ -775,6 +790,7 @@ BackupServer::State BackupServer::TakeState() {
   state.recent_pushes = std::move(recent_pushes_);
   state.applied = applied_;
   state.epoch = promoted_epoch_;
+  state.slot = replica_;
   return state;
 }
 

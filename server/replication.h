@@ -1,9 +1,11 @@
 // Replicated shards (DESIGN.md section 13): the primary's replication log
 // and the backups that apply it.
 //
-// With replication.factor k >= 2, the rows of shard i have k copies: the
-// primary (the ShardServer at cluster.servers[i]) and k - 1 backups (a
-// BackupServer each, ps_server --shard i --replica j, at ReplicaAddress).
+// With replication.factor k >= 2, the rows of shard i have k copies,
+// replicas 0..k-1, each a ps_server --shard i --replica j that always
+// listens at ReplicaAddress(job, i, j) (replica 0 at cluster.servers[i]):
+// one of them is the primary (a ShardServer; replica 0 at the start) and
+// the others are backups (a BackupServer each).
 // Primary-backup, not a chain: the primary already puts every request of
 // its rows in one order (it alone serves the range), it sends each change
 // to every backup at once (one round trip for any k, where a chain takes
@@ -39,17 +41,23 @@
 // MEMBERSHIP requests at a new epoch each (ps_launch, on one host): when
 // the primary dies it promotes a live backup, which stops taking entries,
 // hands its copy to a ShardServer (ShardServer::CreatePromoted) and binds
-// the shard's own address, so the workers' connections come back there and
-// their clients send what was not acknowledged (pushes the backup already
-// has are recognised by its recent pushes and not applied twice); when a
+// its own address again; each worker's client, whose connection to the
+// old primary dropped, asks the shard's replicas in ring order whether
+// they serve (PRIMARY: a backup answers no, a primary yes with its epoch,
+// which every reply of a primary carries), and sends what was not
+// acknowledged to the one that serves at the newest epoch (pushes the
+// backup already has are recognised by its recent pushes and not applied
+// twice); a worker request that reaches a backup is refused with
+// kFlagNotPrimary, which sends the client looking too. When a
 // backup dies the primary is told to stop waiting for it (Drop). A
 // promoted primary starts with no backups of its own (they rejoin, below).
 // An old primary still alive gets ERROR for its next entry from the
 // promoted replica (it no longer takes REPLICATE) and stops: it can
 // acknowledge nothing more.
 //
-// A replica that died comes back as a backup (ps_server --replica j
-// --join): the authority tells the primary (kMembershipAddBackup), which
+// A replica that died comes back at its own address as a backup
+// (ps_server --replica j --join, j = 0 too): the authority tells the
+// primary (kMembershipAddBackup), which
 // sends it a copy of its state as of its last entry while it goes on
 // serving (the store's blocks shared with the transport, copy-on-write
 // against later pushes), then every later entry. The new backup counts
@@ -140,13 +148,14 @@ std::string ChecksumLines(const ShardStore& store);
 // committed) under replication.factor 1.
 class ReplicationLog {
  public:
-  // Connects to every backup of `shard` (they may start later: ZeroMQ
-  // keeps the entries until they connect), or to none when `no_backups`
-  // (a promoted backup: the others do not hold its log). `context` must
-  // outlive this.
+  // Connects to every other replica of `shard` than `self`, the one this
+  // primary is (they may start later: ZeroMQ keeps the entries until they
+  // connect), or to none when `no_backups` (a promoted backup: the others
+  // do not hold its log). `context` must outlive this.
   static StatusOr<std::unique_ptr<ReplicationLog>> Create(const JobOptions& job, uint32_t shard,
                                                           Context* context,
-                                                          bool no_backups = false);
+                                                          bool no_backups = false,
+                                                          uint32_t self = 0);
 
   bool active() const { return !backups_.empty(); }
 
@@ -216,11 +225,13 @@ class ReplicationLog {
   // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).
   Status SendTo(Backup& b, ReplicaEntry kind, MessageHeader header, std::vector<Frame> frames);
   Context* context_ = nullptr;
-  ReplicationLog(const JobOptions& job, uint32_t shard) : job_(job), shard_(shard) {}
+  ReplicationLog(const JobOptions& job, uint32_t shard, uint32_t self)
+      : job_(job), shard_(shard), self_(self) {}
   void Send(ReplicaEntry kind, MessageHeader header, std::span<const Frame> request);
 
   const JobOptions& job_;  // the shard's; outlives this
   const uint32_t shard_;
+  const uint32_t self_;  // the replica this primary is
   std::vector<Backup> backups_;
   std::vector<Socket*> sockets_;
   uint64_t last_seq_ = 0;
@@ -268,6 +279,7 @@ class BackupServer {
     RecentPushes recent_pushes{1, 1};
     uint64_t applied = 0;
     int64_t epoch = 0;
+    uint32_t slot = 0;  // the replica it was: its address is the primary's now
   };
   State TakeState();
   // REQUIRES: Run() is not running.
@@ -312,6 +324,7 @@ class BackupServer {
   Status diverged_;        // an acknowledged entry failed to apply: refuse the rest
   int64_t started_clock_ = 0;
   int64_t promoted_epoch_ = -1;
+  int64_t epoch_ = 0;  // the newest epoch its primary's entries carried
   // A joining backup: the copy's progress (rows taken per table, in
   // order; blocks taken; whether clocks and recent pushes came).
   bool copying_ = false;

@@ -99,7 +99,8 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
   PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
   PS_ASSIGN_OR_RETURN(server->replication_,
                       ReplicationLog::Create(server->job_, shard, server->context_.get(),
-                                             /*no_backups=*/promoted != nullptr));
+                                             /*no_backups=*/promoted != nullptr,
+                                             /*self=*/promoted != nullptr ? promoted->slot : 0));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
   // absurd ones are cut off by ZeroMQ before they are buffered.
@@ -127,13 +128,18 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
   std::string endpoint = bind_endpoint;
   const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
   const std::string& address = job.cluster.servers[shard];
-  if (endpoint.empty()) {
+  if (endpoint.empty() && promoted != nullptr) {
+    // A promoted backup serves where it kept its copy: its replica's
+    // address, which it just gave up as a backup. The workers find it there.
+    PS_ASSIGN_OR_RETURN(const HostPort host_port, ReplicaAddress(job, shard, promoted->slot));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
+  } else if (endpoint.empty()) {
     PS_ASSIGN_OR_RETURN(const HostPort host_port, ServerAddress(job, shard));
     PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
   }
   Status bound = server->socket_->Bind(endpoint);
-  // A promoted backup takes the dead primary's port, which the kernel may
-  // not have released yet.
+  // A promoted backup binds the port its backup socket just closed, which
+  // ZeroMQ's I/O thread may not have released yet.
   const auto bind_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
          std::chrono::steady_clock::now() < bind_until) {
@@ -393,6 +399,14 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
     return;
   }
+  if (req.op == Op::kPrimary) {
+    // A client looking for the shard's primary (its connection to another
+    // replica dropped): this one serves, at epoch().
+    MessageHeader reply = ReplyHeader(req);
+    reply.flags = kFlagServing;
+    Reply(routing_id, reply);
+    return;
+  }
   if (req.op == Op::kHello) {
     // A worker of another job (or another version of this one) is refused
     // before it counts as one of this job's workers.
@@ -635,6 +649,7 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
   reply.first_row = req.first_row;
   reply.shard = shard_;
   reply.min_clock = clocks_.min_clock();
+  reply.epoch = epoch();
   return reply;
 }
 

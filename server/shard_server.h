@@ -61,6 +61,7 @@
 #ifndef PS_SERVER_SHARD_SERVER_H_
 #define PS_SERVER_SHARD_SERVER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -164,6 +165,10 @@ class ShardServer {
   // The bound endpoint with its real port, e.g. "tcp://127.0.0.1:41234".
   const std::string& endpoint() const { return endpoint_; }
   uint32_t shard() const { return shard_; }
+  // The membership epoch this primary serves at (replication.factor >= 2;
+  // 0 otherwise): the epoch it was promoted at, or of the authority's last
+  // change of its backups. Every reply carries it.
+  int64_t epoch() const { return std::max(promoted_epoch_, replication_->epoch()); }
   // REQUIRES: Run() is not running (tests read the final state).
   const ShardStore& store() const { return *store_; }
   const ShardServerCounters& counters() const { return counters_; }

@@ -137,8 +137,9 @@ struct Child {
   std::string name;  // "server 0", "worker 1"
   bool is_server = false;
   uint32_t index = 0;     // shard or rank
-  // Servers: the address it holds, 0 the shard's own (its primary), j >= 1
-  // backup j's (ReplicaAddress). A promoted backup moves to 0.
+  // Servers: the replica it is, whose address it holds for good
+  // (ReplicaAddress: 0 the shard's own, j >= 1 backup j's), whichever role
+  // it has: the primary of its shard is the replica at primary_slot_.
   uint32_t replica = 0;
   bool rejoin_on_exit = false;  // stopped because it followed an old primary
   uint32_t restarts = 0;  // times restarted (a server after a crash, a worker under drop)
@@ -177,7 +178,7 @@ class JobRun {
   bool MaybeRestart(Child& child, const std::string& how, std::string* why_not);
   // replication.factor >= 2: a replica died by a signal. This launcher is
   // the authority over each shard's replicas: for a dead primary it
-  // promotes a live backup (which takes over the shard's address), for a
+  // promotes the next live backup on the ring (which serves at its own address), for a
   // dead backup it tells the primary to stop waiting for it, each at a new
   // epoch. False when neither is possible (`why_not` says why).
   bool FailOver(Child& child, const std::string& how, std::string* why_not);
@@ -216,9 +217,10 @@ class JobRun {
 
   std::vector<Child> children_;
   int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none
-  // Per shard: the epoch of its replicas (its primary is the live server
-  // child at replica 0).
+  // Per shard: the epoch of its replicas, and which replica is its primary
+  // (0 at the start; a promoted backup's after a fail-over).
   std::vector<int64_t> epoch_;
+  std::vector<uint32_t> primary_slot_;
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
@@ -253,7 +255,7 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool
   argv.insert(argv.end(),
               {"--config", config_path_, is_server ? "--shard" : "--rank",
                std::to_string(index)});
-  if (replica > 0) argv.insert(argv.end(), {"--replica", std::to_string(replica)});
+  if (replica > 0 || join) argv.insert(argv.end(), {"--replica", std::to_string(replica)});
   if (join) argv.push_back("--join");
   if (!options_.log_level.empty()) {
     argv.insert(argv.end(), {"--log-level", options_.log_level});
@@ -310,6 +312,7 @@ Status JobRun::StartAll() {
   const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
   const uint32_t factor = job_.replication.factor;
   epoch_.assign(shards, 0);
+  primary_slot_.assign(shards, 0);
   const uint32_t servers = shards * factor;
   const uint32_t total = servers + job_.cluster.workers;
   children_.reserve(total);
@@ -386,7 +389,8 @@ Status JobRun::SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, 
   job.client.request_timeout_ms = 5000;
   std::vector<std::string> endpoints;
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, s, s == shard ? replica : 0));
+    PS_ASSIGN_OR_RETURN(const HostPort where,
+                        ReplicaAddress(job, s, s == shard ? replica : primary_slot_[s]));
     endpoints.push_back(ConnectEndpoint(where));
   }
   PS_ASSIGN_OR_RETURN(auto control, ControlClient::Create(job, endpoints));
@@ -402,15 +406,17 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
     return nullptr;
   };
   const auto start = Clock::now();
-  if (child.replica != 0) {
+  const uint32_t primary = primary_slot_[shard];
+  const uint32_t factor = job_.replication.factor;
+  if (child.replica != primary) {
     // A backup: the primary goes on without it, and it comes back as a
     // backup that takes a copy.
-    if (live(0) == nullptr) {
+    if (live(primary) == nullptr) {
       *why_not = "shard " + std::to_string(shard) + " has no primary left";
       return false;
     }
     const int64_t epoch = ++epoch_[shard];
-    Status dropped = SendMembership(shard, 0, kMembershipDropBackup, child.replica, epoch);
+    Status dropped = SendMembership(shard, primary, kMembershipDropBackup, child.replica, epoch);
     if (!dropped.ok()) {
       *why_not = "its shard's primary did not take the news: " + dropped.ToString();
       return false;
@@ -419,7 +425,9 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
         std::to_string(epoch) + ")");
     return Rejoin(child, child.replica, how, why_not);
   }
-  for (uint32_t j = 1; j < job_.replication.factor; ++j) {
+  // The next live replica on the ring after the dead primary.
+  for (uint32_t k = 1; k < factor; ++k) {
+    const uint32_t j = (primary + k) % factor;
     Child* backup = live(j);
     if (backup == nullptr) continue;
     const int64_t epoch = ++epoch_[shard];
@@ -429,24 +437,25 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
       Say(how + "; " + backup->name + " cannot be promoted: " + promoted.ToString());
       continue;
     }
-    backup->replica = 0;
+    primary_slot_[shard] = j;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     char took[32];
     std::snprintf(took, sizeof(took), "%.0f", ms);
     Say(how + "; " + backup->name + " is shard " + std::to_string(shard) +
         "'s primary now (epoch " + std::to_string(epoch) + ", promoted in " + took +
-        " ms) and takes over its address; the workers send it what was not acknowledged");
+        " ms) and serves at its own address; the workers find it there and send it what was "
+        "not acknowledged");
     // The other backups held the old primary's log, not the new one's:
     // they come back as backups that take a copy.
     for (Child& c : children_) {
-      if (c.is_server && c.index == shard && c.replica != 0 && !c.exited) {
+      if (c.is_server && c.index == shard && c.replica != j && !c.exited) {
         Say("stopping " + c.name + ": it follows the old primary; it joins again after");
         c.rejoin_on_exit = true;
         c.process->Signal(SIGTERM).IgnoreError();
       }
     }
-    // The dead primary comes back at the promoted backup's address.
-    return Rejoin(child, j, how, why_not);
+    // The dead primary comes back as a backup, at its own address.
+    return Rejoin(child, child.replica, how, why_not);
   }
   *why_not = "no replica of shard " + std::to_string(shard) + " is left to take over";
   return false;
@@ -465,7 +474,8 @@ bool JobRun::Rejoin(Child& child, uint32_t slot, const std::string& how, std::st
   }
   child.replica = slot;
   const int64_t epoch = ++epoch_[shard];
-  Status added = SendMembership(shard, 0, kMembershipAddBackup, slot, epoch);
+  Status added =
+      SendMembership(shard, primary_slot_[shard], kMembershipAddBackup, slot, epoch);
   if (!added.ok()) {
     *why_not = "shard " + std::to_string(shard) + "'s primary did not take backup " +
                std::to_string(slot) + ": " + added.ToString();

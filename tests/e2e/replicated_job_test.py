@@ -138,7 +138,7 @@ def launched(bin_dir, tmp, procs):
     # is whole it can take over in turn.
     kill(launch, bin_dir, job, procs,
          [("server 0", "is a full replica again"), ("server 0 backup 1", None)],
-         ["is shard 0's primary now (epoch 1", "joins shard 0 as backup 1",
+         ["is shard 0's primary now (epoch 1", "joins shard 0 as backup 0",
           "took its primary's copy", "is shard 0's primary now (epoch 3"])
     kill(launch, bin_dir, job, procs, [("server 1 backup 1", None)],
          ["goes on without it", "joins shard 1 as backup 1", "took its primary's copy"])

@@ -406,7 +406,8 @@ TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   std::thread runner([&] { backup->Run().IgnoreError(); });
   RawPeer peer(backup->endpoint());
   auto exchange = [&](MessageHeader h) { return peer.Exchange(h); };
-  // A worker's request: refused, naming the primary.
+  // A worker's request: refused as not the primary's, which sends the
+  // client looking for the primary.
   MessageHeader pull;
   pull.op = Op::kPull;
   pull.table = 0;
@@ -415,8 +416,15 @@ TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   pull.flags = kFlagDenseRange;
   MessageHeader reply = exchange(pull);
   EXPECT_EQ(reply.op, Op::kError);
+  EXPECT_EQ(reply.flags, kFlagNotPrimary);
   EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                     job.cluster.servers[0]));
+                     "is a backup"));
+  // Asked whether it serves: no.
+  MessageHeader probe;
+  probe.op = Op::kPrimary;
+  reply = exchange(probe);
+  EXPECT_EQ(reply.op, Op::kPrimaryOk);
+  EXPECT_EQ(reply.flags & kFlagServing, 0u);
   // Entry 2 before entry 1: refused, nothing applied.
   MessageHeader entry;
   entry.op = Op::kReplicate;
