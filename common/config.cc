@@ -27,15 +27,21 @@ const std::vector<std::string_view> kTopLevelKeys = {
     "optimizer", "server", "client",     "worker",   "train",      "checkpoint", "security",
     "replication"};
 
-Status ParseServers(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
-  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items,
-                      r.ReadList(value, "a list of \"host:port\" strings, one per shard"));
+// A list of "host:port" strings (`expected` describes the list).
+Status ReadHostPorts(const YamlReader& r, const YamlValue& value, std::string_view expected,
+                     std::vector<std::string>* out) {
+  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(value, expected));
   for (const YamlValue& item : items) {
-    std::string server;
-    PS_RETURN_IF_ERROR(r.ReadString(item, "a \"host:port\" string", &server));
-    cluster->servers.push_back(std::move(server));
+    std::string endpoint;
+    PS_RETURN_IF_ERROR(r.ReadString(item, "a \"host:port\" string", &endpoint));
+    out->push_back(std::move(endpoint));
   }
   return Status::Ok();
+}
+
+Status ParseServers(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
+  return ReadHostPorts(r, value, "a list of \"host:port\" strings, one per shard",
+                       &cluster->servers);
 }
 
 Status ParseCluster(const YamlReader& r, const YamlValue& value, ClusterOptions* cluster) {
@@ -283,6 +289,21 @@ Status ParseSecurity(const YamlReader& r, const YamlValue& value, SecurityOption
   return ReadSection(r, value, fields, "a map with mode (none, curve) and keys_dir", security);
 }
 
+Status ParseEtcd(const YamlReader& r, const YamlValue& value, EtcdOptions* etcd) {
+  using E = EtcdOptions;
+  const std::vector<YamlField<E>> fields = {
+      {"endpoints",
+       [](const YamlReader& reader, const YamlValue& v, E* e) {
+         return ReadHostPorts(reader, v, "a list of etcd's \"host:port\" client URLs",
+                              &e->endpoints);
+       }},
+      StringField("prefix", &E::prefix, "a key prefix such as /ps/myjob"),
+      UnsignedField("lease_ttl_s", &E::lease_ttl_s),
+      UnsignedField("request_timeout_ms", &E::request_timeout_ms),
+  };
+  return ReadSection(r, value, fields, "", etcd);
+}
+
 Status ParseReplication(const YamlReader& r, const YamlValue& value,
                         ReplicationOptions* replication) {
   using R = ReplicationOptions;
@@ -290,9 +311,13 @@ Status ParseReplication(const YamlReader& r, const YamlValue& value,
       UnsignedField("factor", &R::factor),
       UnsignedField("port_offset", &R::port_offset),
       BoolField("after_aggregation", &R::after_aggregation),
+      EnumField("authority", &R::authority, kReplicationAuthorityNames),
+      {"etcd",
+       [](const YamlReader& reader, const YamlValue& v, R* o) {
+         return ParseEtcd(reader, v, &o->etcd);
+       }},
   };
-  return ReadSection(r, value, fields, "a map with factor, port_offset and after_aggregation",
-                     replication);
+  return ReadSection(r, value, fields, "", replication);
 }
 
 Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOptions* checkpoint) {

@@ -499,6 +499,48 @@ Status ValidateReplication(const std::string& source, const JobOptions& job) {
     return InvalidOption(source, "replication.port_offset", "got 0",
                          "the port distance between a host's primary and its backups, >= 1");
   }
+  const EtcdOptions& etcd = r.etcd;
+  if (r.authority == ReplicationAuthority::kEtcd) {
+    if (etcd.endpoints.empty()) {
+      return InvalidOption(source, "replication.etcd.endpoints", "missing or empty",
+                           "the etcd cluster's client URLs as \"host:port\" strings (authority "
+                           "etcd)");
+    }
+    for (size_t i = 0; i < etcd.endpoints.size(); ++i) {
+      HostPort parsed;
+      std::string problem;
+      if (!ParseHostPort(etcd.endpoints[i], &parsed, &problem)) {
+        return InvalidOption(source, "replication.etcd.endpoints[" + std::to_string(i) + "]",
+                             Quote(etcd.endpoints[i]) + ": " + problem,
+                             "\"host:port\" of an etcd client URL");
+      }
+    }
+    if (!etcd.prefix.empty() && etcd.prefix.front() != '/') {
+      return InvalidOption(source, "replication.etcd.prefix", Quote(etcd.prefix),
+                           "a key prefix that starts with '/', e.g. /ps/myjob");
+    }
+    if (etcd.lease_ttl_s < 1 || etcd.lease_ttl_s > 3600) {
+      return InvalidOption(source, "replication.etcd.lease_ttl_s",
+                           "got " + std::to_string(etcd.lease_ttl_s),
+                           "seconds a lease lives without renewal, 1..3600");
+    }
+    if (etcd.request_timeout_ms < 10 || etcd.request_timeout_ms >= etcd.lease_ttl_s * 1000u) {
+      return InvalidOption(source, "replication.etcd.request_timeout_ms",
+                           "got " + std::to_string(etcd.request_timeout_ms) + " with lease_ttl_s " +
+                               std::to_string(etcd.lease_ttl_s),
+                           "milliseconds >= 10 and below lease_ttl_s (a renewal must fit in a "
+                           "lease's life)");
+    }
+  } else if (!etcd.endpoints.empty() || !etcd.prefix.empty()) {
+    return InvalidOption(source, "replication.etcd",
+                         "set, but replication.authority is launcher, so etcd would not be used",
+                         "authority: etcd to use it, or no etcd section");
+  }
+  if (r.factor == 1 && r.authority == ReplicationAuthority::kEtcd) {
+    return InvalidOption(source, "replication.authority",
+                         "etcd with replication.factor 1: there is no replica to choose between",
+                         "replication.factor >= 2 with authority etcd, or authority launcher");
+  }
   if (r.factor == 1) return Status::Ok();
   if (job.security.mode == SecurityMode::kCurve) {
     return InvalidOption(source, "replication.factor",

@@ -477,6 +477,34 @@ struct CheckpointOptions {
   bool restore = true;
 };
 
+// Who decides which replica of each shard is its primary, at which epoch.
+enum class ReplicationAuthority { kLauncher, kEtcd };
+
+inline constexpr EnumName<ReplicationAuthority> kReplicationAuthorityNames[] = {
+    {"launcher", ReplicationAuthority::kLauncher},
+    {"etcd", ReplicationAuthority::kEtcd},
+};
+
+// replication.etcd: the etcd cluster that is the authority over the
+// replicas (server/etcd_authority.h).
+struct EtcdOptions {
+  // etcd's client URLs as "host:port" (tried in order; one of a cluster's
+  // members is enough, more survive a member's loss). Required with
+  // authority etcd.
+  std::vector<std::string> endpoints;
+  // Every key of this job lies under it (two jobs on one etcd need two
+  // prefixes). Empty (default): "/ps/<the job's fingerprint>".
+  std::string prefix;
+  // Seconds a server's lease lives without a renewal: a dead server's
+  // replicas act after it lapses (fail-over takes this long), and a primary
+  // that cannot renew it for most of this stops acknowledging writes. >= 1;
+  // etcd raises a TTL below its own minimum (1.5 election timeouts). Default 2.
+  uint32_t lease_ttl_s = 2;
+  // Longest wait for one etcd request, milliseconds. >= 10, below
+  // lease_ttl_s. Default 500.
+  uint32_t request_timeout_ms = 500;
+};
+
 // Replicated shards (DESIGN.md section 13, server/replication.h).
 struct ReplicationOptions {
   // Copies of each shard's rows: 1 (default) is one copy, no backups. With
@@ -499,6 +527,15 @@ struct ReplicationOptions {
   // (benchmarks/README.md), and a fail-over keeps every clock's update in
   // its clock.
   bool after_aggregation = false;
+  // The authority over each shard's replicas: `launcher` (default)
+  // ps_launch, which runs every replica on its host, promotes a dead
+  // primary's backup and starts the dead one again; `etcd` the etcd
+  // cluster of `etcd`: each ps_server holds a lease there, a shard's primary
+  // holds the shard's key, a backup takes it when the primary's lease
+  // lapses, and a primary that lost its lease refuses writes (fenced), so
+  // replicas may run on many hosts under any launcher.
+  ReplicationAuthority authority = ReplicationAuthority::kLauncher;
+  EtcdOptions etcd;
 };
 
 // The job as every process reads it: servers, workers, tables and the

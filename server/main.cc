@@ -20,10 +20,12 @@
 // <clock> stalls for good at <stage> (server/checkpoint_stall.h), so
 // tests/server/checkpoint_crash_test.cc can kill the server there. Never
 // set it for a real job.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -35,20 +37,22 @@
 #include "common/rank.h"
 #include "server/checkpoint_stall.h"
 #include "server/open_files.h"
+#include "server/etcd_authority.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
 
 namespace {
 // The one process-wide pointer: a signal handler can reach nothing else.
-ps::ShardServer* g_server = nullptr;
-ps::BackupServer* g_backup = nullptr;  // --replica j >= 1
+// Read by signal handlers and the etcd authority's thread (lock-free).
+std::atomic<ps::ShardServer*> g_server{nullptr};
+std::atomic<ps::BackupServer*> g_backup{nullptr};  // a backup (--replica j >= 1, --join)
 void OnSignal(int) {
-  if (g_server != nullptr) g_server->Stop();
-  if (g_backup != nullptr) g_backup->Stop();
+  if (ps::ShardServer* server = g_server.load(); server != nullptr) server->Stop();
+  if (ps::BackupServer* backup = g_backup.load(); backup != nullptr) backup->Stop();
 }
 // SIGHUP: read the job's key files again (a rotated worker key).
 void OnHangup(int) {
-  if (g_server != nullptr) g_server->ReloadKeys();
+  if (ps::ShardServer* server = g_server.load(); server != nullptr) server->ReloadKeys();
 }
 }  // namespace
 
@@ -161,18 +165,54 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // replication.authority etcd: etcd says what this replica is, and the
+  // authority's thread renews its lease and hands its server etcd's
+  // decisions (server/etcd_authority.h).
+  std::unique_ptr<ps::EtcdAuthority> authority;
+  bool as_backup = replica > 0 || join;
+  std::mutex stopped_mu;
+  std::string stopped_by_authority;  // guarded by stopped_mu
+  auto authority_stopped = [&]() {
+    std::lock_guard<std::mutex> lock(stopped_mu);
+    return stopped_by_authority;
+  };
+  if (job->replication.authority == ps::ReplicationAuthority::kEtcd) {
+    auto created = ps::EtcdAuthority::Create(*job, shard, replica, join);
+    if (!created.ok()) {
+      PS_LOG_ERROR("replica {} of shard {}: {}", replica, shard, created.status().ToString());
+      return 1;
+    }
+    authority = std::move(*created);
+    as_backup = authority->role() != ps::EtcdAuthority::Role::kPrimary;
+    join = authority->role() == ps::EtcdAuthority::Role::kJoin;
+  }
+  auto start_authority = [&]() {
+    if (authority == nullptr) return;
+    authority->Start([&](const std::string& reason) {
+      {
+        std::lock_guard<std::mutex> lock(stopped_mu);
+        stopped_by_authority = reason;
+      }
+      OnSignal(0);
+    });
+  };
   std::unique_ptr<ps::ShardServer> server;
-  if (replica > 0 || join) {
+  if (as_backup) {
     auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock, join);
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
       return 1;
     }
     g_backup = backup->get();
+    start_authority();
     ps::Status s = (*backup)->Run();
     g_backup = nullptr;
     if (!s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+    if (const std::string reason = authority_stopped(); !reason.empty()) {
+      PS_LOG_ERROR("backup {} of shard {} stopped: {}", replica, shard, reason);
       return 1;
     }
     if (!(*backup)->promoted()) return 0;
@@ -192,6 +232,7 @@ int main(int argc, char** argv) {
                 "of its own until one rejoins",
                 shard, replica, epoch, (*promoted)->endpoint());
     server = std::move(*promoted);
+    if (authority != nullptr) server->SetWriteLease(authority->lease());
   } else {
     const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
     auto created =
@@ -204,11 +245,17 @@ int main(int argc, char** argv) {
     }
     server = std::move(*created);
     for (uint32_t w : left_workers) server->WorkerLeft(w);
+    if (authority != nullptr) server->SetWriteLease(authority->lease());
+    start_authority();
   }
   g_server = server.get();
   std::signal(SIGHUP, OnHangup);
   ps::Status s = server->Run();
   g_server = nullptr;
+  if (const std::string reason = authority_stopped(); !reason.empty()) {
+    PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard, replica, reason);
+    return 1;
+  }
   if (!s.ok()) {
     PS_LOG_ERROR("{}", s.ToString());
     return 1;

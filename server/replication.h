@@ -81,8 +81,12 @@
 // sends only once the push is acknowledged). None is lost or doubled; the
 // dead primary's last clock may be applied one clock late.
 //
-// Not built yet: fail-over across hosts (the client moving to a replica
-// at another address), etcd as the authority, CurveZMQ between servers.
+// The authority is ps_launch on one host (tools/launcher.cc), or etcd
+// with replication.authority etcd (server/etcd_authority.h), which takes
+// the same decisions from each ps_server and hands them to its server with
+// the same MEMBERSHIP requests; there a primary also acknowledges writes
+// only under its etcd lease (server/write_lease.h). Not built yet:
+// CurveZMQ between servers.
 #ifndef PS_SERVER_REPLICATION_H_
 #define PS_SERVER_REPLICATION_H_
 

@@ -285,6 +285,9 @@ RecentPushes ShardServer::ReplicatedPushes() const {
 }
 
 void ShardServer::FlushDeferred() {
+  // Fenced (replication.authority etcd): nothing is acknowledged while the
+  // lease may have lapsed.
+  if (write_lease_ != nullptr && !write_lease_->Valid()) return;
   const uint64_t committed = replication_->committed();
   while (!deferred_.empty() && deferred_.size() > deferred_unassigned_ &&
          deferred_.front().seq <= committed) {
@@ -399,12 +402,34 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
     return;
   }
+  const bool fenced = write_lease_ != nullptr && !write_lease_->Valid();
   if (req.op == Op::kPrimary) {
     // A client looking for the shard's primary (its connection to another
-    // replica dropped): this one serves, at epoch().
+    // replica dropped): this one serves, at epoch(), unless it is fenced.
     MessageHeader reply = ReplyHeader(req);
-    reply.flags = kFlagServing;
+    reply.flags = fenced ? 0 : kFlagServing;
     Reply(routing_id, reply);
+    return;
+  }
+  if (fenced && req.worker != kControlWorker) {
+    // Its etcd lease may have lapsed: another replica may hold the shard.
+    ++counters_.errors;
+    ++counters_.fenced_refusals;
+    MessageHeader error = MakeErrorHeader(
+        req, shard_,
+        FailedPreconditionError(
+            "shard " + std::to_string(shard_) + " at " + endpoint_ +
+            " is fenced: it could not renew its etcd lease (epoch " + std::to_string(epoch()) +
+            ") and accepts no " + OpName(req.op) +
+            "; the shard's primary is the replica that holds it now (a client asks each)"));
+    error.flags = kFlagNotPrimary;
+    error.epoch = epoch();
+    uint64_t held_back = 0;
+    if (fenced_log_.ShouldLog(&held_back)) {
+      PS_LOG_WARN("shard {}: fenced (its etcd lease may have lapsed): refusing {} of worker {}",
+                  shard_, OpName(req.op), req.worker);
+    }
+    Reply(routing_id, error);
     return;
   }
   if (req.op == Op::kHello) {
@@ -1084,6 +1109,13 @@ std::string ShardServer::StatsReport() const {
   if (replication_->active()) {
     // The backups show the same lines: equal checksums, equal copies.
     os << replication_->Describe() << "\n" << ChecksumLines(*store_);
+  }
+  if (job_.replication.factor > 1) {
+    // Whether it accepts writes now (a split-brain test reads every
+    // replica's line side by side).
+    os << "primary epoch " << epoch() << " accepting "
+       << (write_lease_ == nullptr || write_lease_->Valid() ? 1 : 0) << " fenced_refusals "
+       << counters_.fenced_refusals << "\n";
   }
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
      << access_->refused_handshakes() << " failed_handshakes " << counters_.failed_handshakes << " refused_requests " << access_->refused_requests()

@@ -84,6 +84,7 @@
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "server/replication.h"
+#include "server/write_lease.h"
 #include "store/shard_store.h"
 
 namespace ps {
@@ -103,6 +104,9 @@ struct ShardServerCounters {
   uint64_t resumes = 0;          // HEARTBEATs with kFlagResume
   uint64_t refused_clocks = 0;   // requests refused for a clock the protocol does not allow
   uint64_t refused_results = 0;  // pushes refused for a result that is not finite
+  // Worker requests refused while fenced (replication.authority etcd: the
+  // lease may have lapsed).
+  uint64_t fenced_refusals = 0;
   // Replies ZeroMQ refused: the connection's queue was full
   // (server.socket_hwm) or the peer had gone.
   uint64_t replies_dropped = 0;
@@ -168,7 +172,14 @@ class ShardServer {
   // The membership epoch this primary serves at (replication.factor >= 2;
   // 0 otherwise): the epoch it was promoted at, or of the authority's last
   // change of its backups. Every reply carries it.
-  int64_t epoch() const { return std::max(promoted_epoch_, replication_->epoch()); }
+  int64_t epoch() const {
+    return std::max({promoted_epoch_, replication_->epoch(),
+                     write_lease_ != nullptr ? write_lease_->epoch() : int64_t{0}});
+  }
+  // replication.authority etcd: acknowledges writes, and answers PRIMARY as
+  // serving, only while `lease` is valid (server/write_lease.h); fenced
+  // otherwise. `lease` must outlive this. Call before Run().
+  void SetWriteLease(const WriteLease* lease) { write_lease_ = lease; }
   // REQUIRES: Run() is not running (tests read the final state).
   const ShardStore& store() const { return *store_; }
   const ShardServerCounters& counters() const { return counters_; }
@@ -399,7 +410,7 @@ class ShardServer {
   // accepts, expired pulls, failed handshakes.
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
       accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
-      handshake_log_{std::chrono::seconds(1)};
+      handshake_log_{std::chrono::seconds(1)}, fenced_log_{std::chrono::seconds(1)};
   Status failed_;  // set under policy fail once a worker died
   Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and
@@ -411,6 +422,7 @@ class ShardServer {
   // fail-over, as workers see it); false once logged or when not promoted.
   bool first_pull_to_log_ = false;
   int64_t promoted_epoch_ = 0;
+  const WriteLease* write_lease_ = nullptr;  // null: ps_launch is the authority
   // Per table: whether rows whose result was not finite were logged.
   std::vector<bool> non_finite_logged_;
   // The job as the rendezvous compares it (EncodeAgreement).

@@ -590,6 +590,71 @@ TEST(ConfigTest, ReplicationSectionIsRead) {
   EXPECT_EQ(plain->replication.factor, 1u);
 }
 
+TEST(ConfigTest, EtcdAuthorityIsRead) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "replication:\n"
+      "  factor: 2\n"
+      "  authority: etcd\n"
+      "  etcd: { endpoints: [\"10.0.0.5:2379\", \"etcd-1:2379\"], prefix: /ps/run7,"
+      " lease_ttl_s: 3, request_timeout_ms: 250 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->replication.authority, ReplicationAuthority::kEtcd);
+  EXPECT_EQ(job->replication.etcd.endpoints,
+            (std::vector<std::string>{"10.0.0.5:2379", "etcd-1:2379"}));
+  EXPECT_EQ(job->replication.etcd.prefix, "/ps/run7");
+  EXPECT_EQ(job->replication.etcd.lease_ttl_s, 3u);
+  EXPECT_EQ(job->replication.etcd.request_timeout_ms, 250u);
+  auto defaults = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "replication: { factor: 2 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->replication.authority, ReplicationAuthority::kLauncher);
+  EXPECT_EQ(defaults->replication.etcd.lease_ttl_s, 2u);
+}
+
+TEST(ConfigTest, BadEtcdAuthoritySettingsAreRejectedNamingThePath) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  struct Case {
+    std::string replication;
+    std::vector<std::string> named;
+  };
+  const std::vector<Case> cases = {
+      {"{ factor: 2, authority: etcd }", {"replication.etcd.endpoints", "missing or empty"}},
+      {"{ factor: 2, authority: zookeeper }", {"replication.authority", "zookeeper"}},
+      {"{ factor: 2, authority: etcd, etcd: { endpoints: [\"etcd\"] } }",
+       {"replication.etcd.endpoints[0]", "etcd"}},
+      {"{ factor: 2, authority: etcd, etcd: { endpoints: [\"e:2379\"], lease_ttl_s: 0 } }",
+       {"replication.etcd.lease_ttl_s", "got 0"}},
+      {"{ factor: 2, authority: etcd, etcd: { endpoints: [\"e:2379\"], lease_ttl_s: 1,"
+       " request_timeout_ms: 1000 } }",
+       {"replication.etcd.request_timeout_ms", "below lease_ttl_s"}},
+      {"{ factor: 2, authority: etcd, etcd: { endpoints: [\"e:2379\"], prefix: ps } }",
+       {"replication.etcd.prefix", "starts with '/'"}},
+      {"{ factor: 2, etcd: { endpoints: [\"e:2379\"] } }",
+       {"replication.etcd", "authority is launcher"}},
+      {"{ factor: 1, authority: etcd, etcd: { endpoints: [\"e:2379\"] } }",
+       {"replication.authority", "factor 1"}},
+      {"{ factor: 2, authority: etcd, etcd: { endpoints: [\"e:2379\"], ttl: 3 } }",
+       {"replication.etcd", "ttl"}},
+  };
+  for (const Case& c : cases) {
+    auto job = LoadJobString(head + "replication: " + c.replication + "\n", "inline.yaml");
+    ASSERT_FALSE(job.ok()) << c.replication;
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << c.replication;
+    for (const std::string& part : c.named) {
+      EXPECT_NE(job.status().message().find(part), std::string::npos)
+          << c.replication << ": " << job.status().message() << " does not name " << part;
+    }
+  }
+}
+
 TEST(ConfigTest, SecuritySectionIsRead) {
   auto job = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"

@@ -112,7 +112,8 @@ class EtcdServer:
                 "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
                 "--initial-cluster", "test=" + peer_url, "--heartbeat-interval", "10",
                 "--election-timeout", "100", "--logger", "zap", "--log-outputs", self.log]
-        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             code = self.process.poll()

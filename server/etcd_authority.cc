@@ -1,0 +1,317 @@
+#include "server/etcd_authority.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "common/wire.h"
+
+namespace ps {
+namespace {
+
+constexpr char kReady[] = "ready";
+constexpr char kJoining[] = "joining";
+// How long the server may take to answer the authority's MEMBERSHIP (a
+// join copies nothing before it answers; the copy goes on after).
+constexpr int kTellTimeoutMs = 5000;
+
+}  // namespace
+
+std::string EtcdAuthority::PrimaryKey(const std::string& prefix, uint32_t shard) {
+  return prefix + "/shard/" + std::to_string(shard) + "/primary";
+}
+
+std::string EtcdAuthority::ReplicaKey(const std::string& prefix, uint32_t shard,
+                                      uint32_t replica) {
+  return prefix + "/shard/" + std::to_string(shard) + "/replica/" + std::to_string(replica);
+}
+
+std::string EtcdAuthority::Prefix(const JobOptions& job) {
+  const std::string& p = job.replication.etcd.prefix;
+  if (p.empty()) return "/ps/" + job.Fingerprint();
+  return p.back() == '/' ? p.substr(0, p.size() - 1) : p;
+}
+
+EtcdAuthority::EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica)
+    : job_(job),
+      shard_(shard),
+      replica_(replica),
+      prefix_(Prefix(job)),
+      name_("replica " + std::to_string(replica) + " of shard " + std::to_string(shard)),
+      period_(std::max<int64_t>(50, job.replication.etcd.lease_ttl_s * 1000 / 4)),
+      valid_for_(job.replication.etcd.lease_ttl_s * 1000 * 3 / 4),
+      in_log_(job.replication.factor, -1) {}
+
+EtcdAuthority::~EtcdAuthority() { Stop(); }
+
+StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions& job,
+                                                               uint32_t shard, uint32_t replica,
+                                                               bool join) {
+  std::unique_ptr<EtcdAuthority> a(new EtcdAuthority(job, shard, replica));
+  const EtcdOptions& options = job.replication.etcd;
+  PS_ASSIGN_OR_RETURN(a->etcd_,
+                      EtcdClient::Create(options.endpoints,
+                                         std::chrono::milliseconds(options.request_timeout_ms)));
+  const auto granted = WriteLease::Clock::now();
+  PS_ASSIGN_OR_RETURN(a->lease_id_, a->etcd_->GrantLease(options.lease_ttl_s));
+  const std::string key = PrimaryKey(a->prefix_, shard);
+  PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> primary, a->etcd_->Get(key));
+  if (primary.has_value()) {
+    a->role_ = Role::kJoin;
+    a->followed_ = primary->create_revision;
+  } else if (replica == 0 && !join) {
+    PS_ASSIGN_OR_RETURN(EtcdTxnResult taken,
+                        a->etcd_->PutIfAbsent(key, std::to_string(replica), a->lease_id_));
+    if (taken.succeeded) {
+      a->role_ = Role::kPrimary;
+      a->epoch_ = taken.revision;
+      a->held_ = taken.revision;
+      a->followed_ = taken.revision;
+      a->Extend(granted);
+      for (uint32_t j = 0; j < job.replication.factor; ++j) a->in_log_[j] = j == replica ? -1 : 0;
+    } else {
+      a->role_ = Role::kJoin;
+      a->followed_ = taken.current.has_value() ? taken.current->create_revision : 0;
+    }
+  } else {
+    a->role_ = join ? Role::kJoin : Role::kBackup;
+  }
+  PS_LOG_INFO("{}: etcd lease {:x} ({} s) at {}; {} (epoch {})", a->name_, a->lease_id_,
+              options.lease_ttl_s, options.endpoints.front(),
+              a->role_ == Role::kPrimary  ? "holds the shard's primary key"
+              : a->role_ == Role::kBackup ? "a backup from the start"
+                                          : "joins the shard's primary as a backup",
+              a->followed_);
+  // MEMBERSHIP goes to this replica's own address, where its server
+  // listens whatever its role.
+  PS_ASSIGN_OR_RETURN(const HostPort own, ReplicaHostPort(job, shard, replica));
+  PS_ASSIGN_OR_RETURN(a->context_, Context::Create(1));
+  SocketOptions so;
+  so.linger_ms = 0;
+  PS_ASSIGN_OR_RETURN(a->socket_, Socket::Create(a->context_.get(), SocketType::kDealer, so));
+  PS_RETURN_IF_ERROR(a->socket_->Connect(ConnectEndpoint(own)));
+  return a;
+}
+
+void EtcdAuthority::Start(std::function<void(const std::string&)> stop_server) {
+  stop_server_ = std::move(stop_server);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void EtcdAuthority::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EtcdAuthority::Extend(WriteLease::Clock::time_point renewed) {
+  write_lease_.Extend(renewed + valid_for_, epoch_);
+}
+
+void EtcdAuthority::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    const auto started = WriteLease::Clock::now();
+    std::string fatal;
+    Status s = Step(started, &fatal);
+    if (!fatal.empty()) {
+      write_lease_.Revoke();
+      PS_LOG_ERROR("{}: {}", name_, fatal);
+      if (stop_server_) stop_server_(fatal);
+      return;
+    }
+    const std::string problem = s.ok() ? "" : s.ToString();
+    if (problem != last_problem_) {
+      if (!s.ok()) {
+        PS_LOG_WARN("{}: etcd: {}{}", name_, problem,
+                    role_ == Role::kPrimary ? "; writes are refused once the lease may have lapsed"
+                                            : "");
+      } else {
+        PS_LOG_INFO("{}: etcd answers again", name_);
+      }
+      last_problem_ = problem;
+    }
+    lock.lock();
+    wake_.wait_until(lock, started + period_, [this] { return stop_; });
+  }
+}
+
+Status EtcdAuthority::Step(WriteLease::Clock::time_point started, std::string* fatal) {
+  StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_id_);
+  if (ttl.status().code() == StatusCode::kNotFound) {
+    *fatal = role_ == Role::kPrimary
+                 ? "its etcd lease lapsed, so it no longer holds shard " + std::to_string(shard_) +
+                       " (epoch " + std::to_string(epoch_) +
+                       "): fenced, it acknowledges nothing more and stops; start it again and it "
+                       "rejoins as a backup"
+                 : "its etcd lease lapsed, so its primary drops it; it stops; start it again and "
+                   "it rejoins as a backup";
+    return Status::Ok();
+  }
+  PS_RETURN_IF_ERROR(ttl.status());
+  if (role_ == Role::kPrimary) Extend(started);
+  if (!registered_) {
+    PS_RETURN_IF_ERROR(etcd_->Put(ReplicaKey(prefix_, shard_, replica_),
+                                  role_ == Role::kJoin ? kJoining : kReady, lease_id_)
+                           .status());
+    registered_ = true;
+  }
+  return role_ == Role::kPrimary ? PrimaryStep(started, fatal) : BackupStep(started, fatal);
+}
+
+Status EtcdAuthority::NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal) {
+  PS_ASSIGN_OR_RETURN(EtcdTxnResult written,
+                      etcd_->PutIfHeld(PrimaryKey(prefix_, shard_), held_,
+                                       prefix_ + "/shard/" + std::to_string(shard_) + "/membership",
+                                       what, 0));
+  if (!written.succeeded) {
+    *fatal = "it no longer holds shard " + std::to_string(shard_) + "'s primary key (taken at " +
+             "revision " + std::to_string(held_) + "; epoch " + std::to_string(epoch_) +
+             "): fenced, it acknowledges nothing more and stops";
+    return Status::Ok();
+  }
+  *epoch = written.revision;
+  return Status::Ok();
+}
+
+Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::string* fatal) {
+  PS_ASSIGN_OR_RETURN(std::vector<EtcdKeyValue> registered,
+                      etcd_->GetPrefix(prefix_ + "/shard/" + std::to_string(shard_) + "/replica/"));
+  std::map<uint32_t, const EtcdKeyValue*> present;
+  for (const EtcdKeyValue& kv : registered) {
+    const std::string slot = kv.key.substr(kv.key.rfind('/') + 1);
+    char* end = nullptr;
+    const unsigned long j = std::strtoul(slot.c_str(), &end, 10);
+    if (end == slot.c_str() || *end != '\0' || j >= job_.replication.factor) continue;
+    present[static_cast<uint32_t>(j)] = &kv;
+  }
+  for (uint32_t j = 0; j < job_.replication.factor; ++j) {
+    if (j == replica_) continue;
+    auto it = present.find(j);
+    const int64_t in_log = in_log_[j];
+    if (it == present.end()) {
+      if (in_log <= 0) continue;  // never seen, or not in the log
+      // Its lease lapsed: the primary stops waiting for it.
+      int64_t epoch = 0;
+      PS_RETURN_IF_ERROR(NewEpoch("drop " + std::to_string(j), &epoch, fatal));
+      if (!fatal->empty()) return Status::Ok();
+      Status dropped = Tell(kMembershipDropBackup, j, epoch);
+      if (!dropped.ok() && dropped.code() != StatusCode::kNotFound) return dropped;
+      epoch_ = epoch;
+      Extend(started);
+      in_log_[j] = -1;
+      PS_LOG_WARN("{}: etcd: replica {}'s lease lapsed; the shard goes on without it (epoch {})",
+                  name_, j, epoch);
+      continue;
+    }
+    const EtcdKeyValue& kv = *it->second;
+    if (in_log == kv.create_revision) continue;
+    if (in_log == 0 && kv.value == kReady) {
+      in_log_[j] = kv.create_revision;  // a backup from the start
+      continue;
+    }
+    if (kv.value != kJoining) continue;  // another primary's backup: it stops and rejoins
+    int64_t epoch = 0;
+    if (in_log >= 0) {
+      // A new life of a replica still in the log: out first.
+      PS_RETURN_IF_ERROR(NewEpoch("drop " + std::to_string(j), &epoch, fatal));
+      if (!fatal->empty()) return Status::Ok();
+      Status dropped = Tell(kMembershipDropBackup, j, epoch);
+      if (!dropped.ok() && dropped.code() != StatusCode::kNotFound) return dropped;
+      epoch_ = epoch;
+      in_log_[j] = -1;
+    }
+    PS_RETURN_IF_ERROR(NewEpoch("join " + std::to_string(j), &epoch, fatal));
+    if (!fatal->empty()) return Status::Ok();
+    PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, j, epoch));
+    epoch_ = epoch;
+    Extend(started);
+    in_log_[j] = kv.create_revision;
+    PS_LOG_WARN("{}: etcd: replica {} joins; the primary sends it a copy (epoch {})", name_, j,
+                epoch);
+  }
+  return Status::Ok();
+}
+
+Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::string* fatal) {
+  const std::string key = PrimaryKey(prefix_, shard_);
+  PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> primary, etcd_->Get(key));
+  if (primary.has_value()) {
+    if (followed_ == 0) followed_ = primary->create_revision;
+    if (primary->create_revision != followed_) {
+      // The shard got another primary than the one this copy follows:
+      // its entries will not come here.
+      *fatal = "shard " + std::to_string(shard_) + " has another primary now (replica " +
+               primary->value + ", epoch " + std::to_string(primary->create_revision) +
+               ") than the one this backup followed; it stops; start it again and it rejoins";
+    }
+    return Status::Ok();
+  }
+  if (followed_ == 0) return Status::Ok();  // the job is starting: no primary yet
+  // The primary's lease lapsed: take the shard over, if nobody else did.
+  PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, etcd_->PutIfAbsent(key, std::to_string(replica_),
+                                                              lease_id_));
+  if (!taken.succeeded) {
+    if (taken.current.has_value()) followed_ = taken.current->create_revision;
+    return Status::Ok();
+  }
+  const int64_t epoch = taken.revision;
+  Status promoted = Tell(kMembershipPromote, 0, epoch);
+  if (!promoted.ok()) {
+    // Still taking a copy (it holds no whole state): give the key back.
+    PS_LOG_WARN("{}: took shard {}'s primary key at epoch {} but cannot serve: {}; giving it back",
+                name_, shard_, epoch, promoted.ToString());
+    PS_RETURN_IF_ERROR(etcd_->DeleteIfHeld(key, epoch).status());
+    return Status::Ok();
+  }
+  role_ = Role::kPrimary;
+  epoch_ = epoch;
+  held_ = epoch;
+  followed_ = epoch;
+  std::fill(in_log_.begin(), in_log_.end(), -1);  // a promoted primary starts with no backups
+  Extend(started);
+  PS_LOG_WARN("{}: etcd: the primary's lease lapsed; this replica holds shard {} now (epoch {})",
+              name_, shard_, epoch);
+  return Status::Ok();
+}
+
+Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
+  MessageHeader h;
+  h.op = Op::kMembership;
+  h.request_id = next_request_++;
+  h.worker = kControlWorker;
+  h.flags = flags;
+  h.count = backup;
+  h.first_row = static_cast<uint64_t>(epoch);
+  h.shard = shard_;
+  Frame frame = EncodeHeader(h);
+  PS_RETURN_IF_ERROR(socket_->Send(std::span<Frame>(&frame, 1)));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kTellTimeoutMs);
+  std::vector<Frame> reply;
+  std::vector<bool> readable;
+  Socket* sockets[] = {socket_.get()};
+  while (std::chrono::steady_clock::now() < deadline) {
+    PS_RETURN_IF_ERROR(PollReadable(sockets, 100, &readable).status());
+    while (true) {
+      PS_ASSIGN_OR_RETURN(bool got, socket_->TryRecv(&reply));
+      if (!got) break;
+      if (reply.empty()) continue;
+      StatusOr<MessageHeader> r = DecodeHeader({reply[0].data(), reply[0].size()});
+      if (!r.ok() || r->request_id != h.request_id) continue;  // an older request's
+      if (r->op == Op::kError) return StatusFromErrorHeader(*r);
+      return Status::Ok();
+    }
+  }
+  return DeadlineExceededError(name_ + ": its own server did not answer " + OpName(h.op) +
+                               " within " + std::to_string(kTellTimeoutMs) + " ms");
+}
+
+}  // namespace ps

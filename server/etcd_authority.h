@@ -1,0 +1,153 @@
+// etcd as the authority over a shard's replicas (replication.authority
+// etcd; DESIGN.md section 13): which replica is the primary, at which
+// epoch, decided by etcd alone, never by two servers on their own. The
+// same decisions ps_launch takes on one host (tools/launcher.cc), taken
+// here by each ps_server's own thread against etcd, and handed to its
+// server with the same MEMBERSHIP requests ps_launch sends.
+//
+// Keys, under replication.etcd.prefix (P):
+//   P/shard/<i>/primary     the primary's replica number, attached to its
+//                           lease; its create_revision is the epoch
+//   P/shard/<i>/replica/<j> "ready" (a backup from the start) or "joining"
+//                           (one that takes a copy), attached to replica
+//                           j's lease
+//   P/shard/<i>/membership  the primary's last change of its backups
+//                           (written only while it holds the primary key:
+//                           its revision is that change's epoch)
+//
+// Each replica holds a lease of replication.etcd.lease_ttl_s and renews it
+// every quarter of it. A primary acknowledges writes only while its
+// WriteLease is valid: until three quarters of the TTL after it sent its
+// last renewal that etcd answered, which is before etcd can let the lease
+// lapse. So a primary cut off from etcd is fenced (it refuses writes,
+// saying so) before any backup can take its key. When etcd says the lease
+// is gone, the server stops for good (started again, it rejoins).
+//
+//  - A backup that followed a primary whose key is gone (its lease lapsed)
+//    takes the key in a transaction that holds only if nobody has it, and
+//    asks its server to become the primary at the key's revision
+//    (kMembershipPromote); a server still taking a copy refuses, and the
+//    key is given back.
+//  - A primary adds a replica registered "joining" (kMembershipAddBackup)
+//    and drops a backup whose registration is gone (kMembershipDropBackup),
+//    each at the revision of a write that holds only while it still holds
+//    the primary key.
+//  - A replica that starts finds out what it is: the shard has a primary
+//    (another replica holds the key): it joins as a backup that takes a
+//    copy, with or without --join; none, and it is replica 0 (without
+//    --join): it takes the key and is the primary; none, and it is another:
+//    the job is starting, and it is a backup with the initial state.
+//
+// With replication.factor >= 3 a backup whose shard got another primary
+// (not itself) stops, so that, started again, it joins the new one.
+//
+// Thread-safety: Create and role() on the starting thread; then the
+// authority's own thread (Start .. Stop) does everything else. lease() is
+// thread-safe (WriteLease).
+#ifndef PS_SERVER_ETCD_AUTHORITY_H_
+#define PS_SERVER_ETCD_AUTHORITY_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "server/etcd_client.h"
+#include "server/write_lease.h"
+
+namespace ps {
+
+class EtcdAuthority {
+ public:
+  enum class Role {
+    kPrimary,  // holds the shard's primary key
+    kBackup,   // a backup from the start (the job is starting)
+    kJoin,     // a backup that takes a copy from the running primary
+  };
+
+  // Grants this replica's lease and decides its role (see the top of this
+  // file). Errors: Unavailable when etcd cannot be reached (naming the
+  // endpoints); what etcd refuses.
+  // REQUIRES: job.Validate().ok(), authority etcd, replica < factor.
+  static StatusOr<std::unique_ptr<EtcdAuthority>> Create(const JobOptions& job, uint32_t shard,
+                                                         uint32_t replica, bool join);
+  ~EtcdAuthority();  // Stop()
+  EtcdAuthority(const EtcdAuthority&) = delete;
+  EtcdAuthority& operator=(const EtcdAuthority&) = delete;
+
+  Role role() const { return role_; }
+  // The lease the server acknowledges writes under (ShardServer::SetWriteLease).
+  const WriteLease* lease() const { return &write_lease_; }
+
+  // Starts the thread. `stop_server` is called (from that thread) when the
+  // server must stop: its lease is gone, or its shard got another primary
+  // (factor >= 3); `reason` says which and what to do.
+  void Start(std::function<void(const std::string& reason)> stop_server);
+  // Stops and joins the thread. The lease is left to lapse: a backup must
+  // not take over a shard whose job is ending.
+  void Stop();
+
+  // Key names (tests).
+  static std::string PrimaryKey(const std::string& prefix, uint32_t shard);
+  static std::string ReplicaKey(const std::string& prefix, uint32_t shard, uint32_t replica);
+  // replication.etcd.prefix, or "/ps/<fingerprint>" when it is empty.
+  static std::string Prefix(const JobOptions& job);
+
+ private:
+  EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica);
+  void Run();
+  // One round: renews the lease, registers, then the role's step. A
+  // non-OK status that is not fatal is logged and the next round tries
+  // again; *fatal says the server must stop.
+  Status Step(WriteLease::Clock::time_point started, std::string* fatal);
+  Status PrimaryStep(WriteLease::Clock::time_point started, std::string* fatal);
+  Status BackupStep(WriteLease::Clock::time_point started, std::string* fatal);
+  // The epoch of a change of this primary's backups: the revision of a
+  // write that holds only while it still holds the primary key.
+  Status NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal);
+  // MEMBERSHIP to this replica's own server.
+  Status Tell(uint32_t flags, uint32_t backup, int64_t epoch);
+  void Extend(WriteLease::Clock::time_point renewed);
+
+  const JobOptions job_;
+  const uint32_t shard_;
+  const uint32_t replica_;
+  const std::string prefix_;
+  const std::string name_;  // "replica 1 of shard 0"
+  const std::chrono::milliseconds period_;
+  const std::chrono::milliseconds valid_for_;
+  std::unique_ptr<EtcdClient> etcd_;
+  int64_t lease_id_ = 0;
+  Role role_ = Role::kBackup;
+  WriteLease write_lease_;
+  int64_t epoch_ = 0;         // primary: the epoch it serves at
+  int64_t held_ = 0;          // primary: create_revision of the primary key it holds
+  int64_t followed_ = 0;      // backup: create_revision of the primary key it saw
+  bool registered_ = false;
+  // Primary: per replica, the registration (create_revision) its log
+  // replicates to: -1 none, 0 one from the start not seen yet.
+  std::vector<int64_t> in_log_;
+  std::string last_problem_;  // logged once until it changes
+  // Requests to the own server.
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<Socket> socket_;
+  uint64_t next_request_ = 1;
+
+  std::function<void(const std::string&)> stop_server_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_ETCD_AUTHORITY_H_
