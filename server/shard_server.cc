@@ -286,8 +286,34 @@ RecentPushes ShardServer::ReplicatedPushes() const {
 
 void ShardServer::FlushDeferred() {
   // Fenced (replication.authority etcd): nothing is acknowledged while the
-  // lease may have lapsed.
-  if (write_lease_ != nullptr && !write_lease_->Valid()) return;
+  // lease may have lapsed. What waits for the backups is refused instead,
+  // so that its clients look for the primary and send it there (a push
+  // that reached the backup is recognised there and not applied twice).
+  if (write_lease_ != nullptr && !write_lease_->Valid()) {
+    if (!fenced_) {
+      fenced_ = true;
+      PS_LOG_WARN("shard {}: fenced: its etcd lease may have lapsed (epoch {}); it accepts and "
+                  "acknowledges no write until it renews it, and refuses the {} replies that "
+                  "wait for its backups",
+                  shard_, epoch(), deferred_.size());
+    }
+    while (!deferred_.empty() && deferred_.size() > deferred_unassigned_) {
+      DeferredReply d = std::move(deferred_.front());
+      deferred_.pop_front();
+      ++counters_.fenced_refusals;
+      MessageHeader error = FencedError(d.header);
+      reply_.clear();
+      reply_.push_back(std::move(d.frames[0]));  // the routing id
+      reply_.push_back(EncodeHeader(error));
+      SendReply(error);
+    }
+    return;
+  }
+  if (fenced_ && write_lease_ != nullptr) {
+    fenced_ = false;
+    PS_LOG_WARN("shard {}: renewed its etcd lease (epoch {}): it accepts writes again", shard_,
+                epoch());
+  }
   const uint64_t committed = replication_->committed();
   while (!deferred_.empty() && deferred_.size() > deferred_unassigned_ &&
          deferred_.front().seq <= committed) {
@@ -413,17 +439,12 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
   }
   if (fenced && req.worker != kControlWorker) {
     // Its etcd lease may have lapsed: another replica may hold the shard.
+    // The worker is alive (nothing else of its state changes here).
+    workers_[req.worker].last_seen = clock_->Now();
+    workers_[req.worker].heard = true;
     ++counters_.errors;
     ++counters_.fenced_refusals;
-    MessageHeader error = MakeErrorHeader(
-        req, shard_,
-        FailedPreconditionError(
-            "shard " + std::to_string(shard_) + " at " + endpoint_ +
-            " is fenced: it could not renew its etcd lease (epoch " + std::to_string(epoch()) +
-            ") and accepts no " + OpName(req.op) +
-            "; the shard's primary is the replica that holds it now (a client asks each)"));
-    error.flags = kFlagNotPrimary;
-    error.epoch = epoch();
+    MessageHeader error = FencedError(req);
     uint64_t held_back = 0;
     if (fenced_log_.ShouldLog(&held_back)) {
       PS_LOG_WARN("shard {}: fenced (its etcd lease may have lapsed): refusing {} of worker {}",
@@ -659,6 +680,19 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
     default:
       return;  // DecodeRequest admits no other op
   }
+}
+
+MessageHeader ShardServer::FencedError(const MessageHeader& req) const {
+  MessageHeader error = MakeErrorHeader(
+      req, shard_,
+      FailedPreconditionError(
+          "shard " + std::to_string(shard_) + " at " + endpoint_ +
+          " is fenced: it could not renew its etcd lease (epoch " + std::to_string(epoch()) +
+          ") and acknowledges no " + OpName(req.op) +
+          "; the shard's primary is the replica that holds it now (a client asks each)"));
+  error.flags = kFlagNotPrimary;
+  error.epoch = epoch();
+  return error;
 }
 
 MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {

@@ -295,6 +295,9 @@ class ShardServer {
   // Answers every waiting pull with `status`.
   void FailWaitingPulls(const Status& status);
   MessageHeader ReplyHeader(const MessageHeader& request) const;
+  // The refusal of `request` (a request, or the reply it was to get) while
+  // fenced: FailedPrecondition with kFlagNotPrimary.
+  MessageHeader FencedError(const MessageHeader& request) const;
   // Sends [routing id][header] to the requester; while deferring_ (a
   // request that changed state, with backups), only once every backup has
   // the log up to it (FlushDeferred).
@@ -423,6 +426,7 @@ class ShardServer {
   bool first_pull_to_log_ = false;
   int64_t promoted_epoch_ = 0;
   const WriteLease* write_lease_ = nullptr;  // null: ps_launch is the authority
+  bool fenced_ = false;  // the write lease was seen lapsed (logged once per lapse)
   // Per table: whether rows whose result was not finite were logged.
   std::vector<bool> non_finite_logged_;
   // The job as the rendezvous compares it (EncodeAgreement).

@@ -98,10 +98,11 @@ int main(int argc, char** argv) {
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
   }
   status->add_option("--shard", shard, "only this shard");
-  uint32_t replica = 0;
+  std::optional<uint32_t> replica;
   status->add_option("--replica", replica,
-                     "with replication.factor k: ask each shard's backup J (1..k-1) instead of "
-                     "the shard (0, default)");
+                     "with replication.factor k: ask replica J (0..k-1) of each shard, whatever "
+                     "its role, instead of the shard's primary (default: the replica that serves, "
+                     "found as a worker finds it)");
   CLI11_PARSE(app, argc, argv);
 
   if (!ps::InitLogging("ps_ctl", "warn").ok()) return 2;
@@ -113,15 +114,15 @@ int main(int argc, char** argv) {
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   job->client.request_timeout_ms = timeout_ms;
   std::vector<std::string> endpoints;
-  if (replica > 0) {
-    if (replica >= job->replication.factor) {
-      std::fprintf(stderr, "ps_ctl: --replica %u: the job has replication.factor %u, so backups "
-                           "1..%u\n",
-                   replica, job->replication.factor, job->replication.factor - 1);
+  if (replica.has_value()) {
+    if (*replica >= job->replication.factor) {
+      std::fprintf(stderr, "ps_ctl: --replica %u: the job has replication.factor %u, so replicas "
+                           "0..%u\n",
+                   *replica, job->replication.factor, job->replication.factor - 1);
       return 2;
     }
     for (uint32_t s = 0; s < job->cluster.servers.size(); ++s) {
-      auto where = ps::ReplicaAddress(*job, s, replica);
+      auto where = ps::ReplicaAddress(*job, s, *replica);
       if (!where.ok()) {
         std::fprintf(stderr, "ps_ctl: %s\n", where.status().ToString().c_str());
         return 2;

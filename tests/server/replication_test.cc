@@ -383,6 +383,10 @@ class RawPeer {
   }
   MessageHeader Exchange(const MessageHeader& h, std::vector<Frame> frames = {}) {
     Send(h, std::move(frames));
+    return Receive();
+  }
+  // The next reply's header.
+  MessageHeader Receive() {
     std::vector<Frame> in;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < until) {
@@ -474,6 +478,68 @@ std::vector<Frame> OneFrame(const std::vector<T>& data) {
   std::vector<Frame> frames;
   frames.push_back(Frame::CopyOf(data.data(), data.size() * sizeof(T)));
   return frames;
+}
+
+// replication.authority etcd: a primary acknowledges writes only under a
+// valid WriteLease. Once it lapses, a push that waits for the backup is
+// refused instead of acknowledged, new writes are refused, PRIMARY says it
+// does not serve, and STATS says it accepts nothing; each refusal carries
+// kFlagNotPrimary, which sends a client looking for the primary.
+TEST(ReplicationTest, APrimaryWhoseWriteLeaseLapsedAcknowledgesNothingAndSaysSo) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  // No backup runs: a push waits for it.
+  auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*").value();
+  WriteLease lease;
+  lease.Extend(WriteLease::Clock::now() + std::chrono::seconds(30), 7);
+  server->SetWriteLease(&lease);
+  std::thread runner([&] { server->Run().IgnoreError(); });
+  RawPeer peer(server->endpoint());
+  MessageHeader probe;
+  probe.op = Op::kPrimary;
+  MessageHeader reply = peer.Exchange(probe);
+  EXPECT_EQ(reply.op, Op::kPrimaryOk);
+  EXPECT_EQ(reply.flags, kFlagServing);
+  EXPECT_EQ(reply.epoch, 7);
+  MessageHeader push;
+  push.op = Op::kPush;
+  push.request_id = 11;
+  push.table = 0;
+  push.count = 5;  // shard 0's rows of 10
+  push.dim = 1;
+  push.flags = kFlagDenseRange;
+  push.session = 1;
+  peer.Send(push, [] {
+    std::vector<Frame> v;
+    v.push_back(Frame::CopyOf(std::vector<float>(5, 1.0f).data(), 5 * sizeof(float)));
+    return v;
+  }());
+  std::this_thread::sleep_for(milliseconds(200));  // deferred: the backup is not there
+  lease.Revoke();
+  reply = peer.Receive();
+  EXPECT_EQ(reply.op, Op::kError);
+  EXPECT_EQ(reply.request_id, 11u);
+  EXPECT_EQ(reply.flags, kFlagNotPrimary);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition, "fenced"));
+  push.request_id = 12;
+  reply = peer.Exchange(push, [] {
+    std::vector<Frame> v;
+    v.push_back(Frame::CopyOf(std::vector<float>(5, 1.0f).data(), 5 * sizeof(float)));
+    return v;
+  }());
+  EXPECT_EQ(reply.request_id, 12u);
+  EXPECT_EQ(reply.flags, kFlagNotPrimary);
+  reply = peer.Exchange(probe);
+  EXPECT_EQ(reply.op, Op::kPrimaryOk);
+  EXPECT_EQ(reply.flags & kFlagServing, 0u);
+  MessageHeader stats;
+  stats.op = Op::kStats;
+  stats.worker = kControlWorker;
+  reply = peer.Exchange(stats);
+  EXPECT_NE(reply.text.find("primary epoch 7 accepting 0 fenced_refusals 2"), std::string::npos)
+      << reply.text;
+  server->Stop();
+  runner.join();
 }
 
 TEST(ReplicationTest, AJoiningBackupTakesOnlyAWholeCopyAndIsNotPromotedBeforeIt) {
