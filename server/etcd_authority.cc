@@ -199,16 +199,12 @@ Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::st
     if (it == present.end()) {
       if (in_log <= 0) continue;  // never seen, or not in the log
       // Its lease lapsed: the primary stops waiting for it.
-      int64_t epoch = 0;
-      PS_RETURN_IF_ERROR(NewEpoch("drop " + std::to_string(j), &epoch, fatal));
-      if (!fatal->empty()) return Status::Ok();
-      Status dropped = Tell(kMembershipDropBackup, j, epoch);
-      if (!dropped.ok() && dropped.code() != StatusCode::kNotFound) return dropped;
-      epoch_ = epoch;
-      Extend(started);
-      in_log_[j] = -1;
-      PS_LOG_WARN("{}: etcd: replica {}'s lease lapsed; the shard goes on without it (epoch {})",
-                  name_, j, epoch);
+      PS_RETURN_IF_ERROR(Drop(j, started, fatal));
+      if (fatal->empty()) {
+        PS_LOG_WARN("{}: etcd: replica {}'s lease lapsed; the shard goes on without it (epoch "
+                    "{})",
+                    name_, j, epoch_);
+      }
       continue;
     }
     const EtcdKeyValue& kv = *it->second;
@@ -218,16 +214,12 @@ Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::st
       continue;
     }
     if (kv.value != kJoining) continue;  // another primary's backup: it stops and rejoins
-    int64_t epoch = 0;
     if (in_log >= 0) {
       // A new life of a replica still in the log: out first.
-      PS_RETURN_IF_ERROR(NewEpoch("drop " + std::to_string(j), &epoch, fatal));
+      PS_RETURN_IF_ERROR(Drop(j, started, fatal));
       if (!fatal->empty()) return Status::Ok();
-      Status dropped = Tell(kMembershipDropBackup, j, epoch);
-      if (!dropped.ok() && dropped.code() != StatusCode::kNotFound) return dropped;
-      epoch_ = epoch;
-      in_log_[j] = -1;
     }
+    int64_t epoch = 0;
     PS_RETURN_IF_ERROR(NewEpoch("join " + std::to_string(j), &epoch, fatal));
     if (!fatal->empty()) return Status::Ok();
     PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, j, epoch));
@@ -237,6 +229,20 @@ Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::st
     PS_LOG_WARN("{}: etcd: replica {} joins; the primary sends it a copy (epoch {})", name_, j,
                 epoch);
   }
+  return Status::Ok();
+}
+
+Status EtcdAuthority::Drop(uint32_t replica, WriteLease::Clock::time_point started,
+                           std::string* fatal) {
+  int64_t epoch = 0;
+  PS_RETURN_IF_ERROR(NewEpoch("drop " + std::to_string(replica), &epoch, fatal));
+  if (!fatal->empty()) return Status::Ok();
+  Status dropped = Tell(kMembershipDropBackup, replica, epoch);
+  // NotFound: the log did not hold it (it never connected).
+  if (!dropped.ok() && dropped.code() != StatusCode::kNotFound) return dropped;
+  epoch_ = epoch;
+  Extend(started);
+  in_log_[replica] = -1;
   return Status::Ok();
 }
 

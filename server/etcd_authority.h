@@ -113,6 +113,8 @@ class EtcdAuthority {
   // The epoch of a change of this primary's backups: the revision of a
   // write that holds only while it still holds the primary key.
   Status NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal);
+  // Takes backup `replica` out of this primary's log at a new epoch.
+  Status Drop(uint32_t replica, WriteLease::Clock::time_point started, std::string* fatal);
   // MEMBERSHIP to this replica's own server.
   Status Tell(uint32_t flags, uint32_t backup, int64_t epoch);
   void Extend(WriteLease::Clock::time_point renewed);

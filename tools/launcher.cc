@@ -487,6 +487,15 @@ bool JobRun::Rejoin(Child& child, uint32_t slot, const std::string& how, std::st
 }
 
 bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why_not) {
+  if (job_.replication.factor > 1 &&
+      job_.replication.authority == ReplicationAuthority::kEtcd) {
+    // etcd decides who serves (a backup takes over once the dead one's
+    // lease lapses); started again, it asks etcd and rejoins as a backup.
+    return Respawn(child, job_.liveness.server_restarts, "liveness.server_restarts", how,
+                   "etcd (replication.authority) decides which replica serves; it rejoins as "
+                   "a backup",
+                   why_not, child.replica);
+  }
   if (job_.replication.factor > 1) return FailOver(child, how, why_not);
   if (job_.checkpoint.dir.empty() || !job_.checkpoint.restore) {
     *why_not = "it cannot be restarted without checkpoints (set checkpoint.dir, and "

@@ -8,8 +8,11 @@ Two shards with a backup each (four ps_servers, started by hand as a
 cluster's launcher would start them, no ps_launch) and two workers
 (replica_pusher) that push integers under bsp. While they train:
 
-  1. the primary of shard 0 is SIGKILLed: its backup takes the shard's key
-     once the dead one's lease lapses and serves; the workers find it;
+  1. the primary of shard 0 is SIGKILLed while pushes are half replicated
+     (its backup stopped with SIGSTOP, so nothing is acknowledged; resumed
+     after the kill): the backup takes the shard's key once the dead one's
+     lease lapses and serves; the workers find it and send it what was not
+     acknowledged;
   2. the killed server is started again with the same command: etcd says
      the shard has a primary, so it joins as a backup and takes a copy;
   3. the new primary is SIGKILLed: the rejoined replica takes over in turn;
@@ -40,7 +43,7 @@ from etcd_server import EtcdServer  # noqa: E402
 checks = job_checks.Checks()
 check = checks.check
 WAIT_S = 60
-LEASE_TTL_S = 1
+LEASE_TTL_S = 2
 
 
 def free_ports(n):
@@ -160,11 +163,26 @@ def run(bin_dir, tmp, procs, etcd):
             check(w.wait_for(r"^clock \d+$", after=after) is not None,
                   "%s goes on" % w.name, w.output())
 
-    def fail_over(shard, dead, survivor):
+    def fail_over(shard, dead, survivor, half_replicated=False):
         """SIGKILLs the primary `dead`; `survivor` must take over, and every
-        worker must move to it."""
+        worker must move to it. `half_replicated`: the survivor is stopped
+        (SIGSTOP) first, so that the primary applies pushes and sends them
+        on but can acknowledge none, and resumed once the primary is dead:
+        each such push is then on the survivor or not, and either way sent
+        again by its worker (the sums at the end show it applied once)."""
+        if half_replicated:
+            survivor_pid = replicas[(shard, survivor)].p.pid
+            os.kill(survivor_pid, signal.SIGSTOP)
+            time.sleep(0.3)
+            counts = [len(re.findall(r"^clock", w.output(), re.M)) for w in workers]
+            time.sleep(0.5)
+            check(counts == [len(re.findall(r"^clock", w.output(), re.M)) for w in workers],
+                  "with its backup stopped, shard %d's primary acknowledges no push: the "
+                  "workers wait" % shard)
         killed_at = time.monotonic()
         replicas[(shard, dead)].kill()
+        if half_replicated:
+            os.kill(survivor_pid, signal.SIGCONT)
         p = replicas[(shard, survivor)]
         took = p.wait_for(r"holds shard %d now \(epoch" % shard, after=killed_at)
         check(took is not None,
@@ -189,7 +207,7 @@ def run(bin_dir, tmp, procs, etcd):
               "replica %d of shard %d started again: etcd says the shard has a primary, and it "
               "joins as a backup that takes a copy" % (replica, shard), p.output())
 
-    fail_over(0, dead=0, survivor=1)
+    fail_over(0, dead=0, survivor=1, half_replicated=True)
     rejoin(0, 0)
     fail_over(0, dead=1, survivor=0)
     rejoin(0, 1)
