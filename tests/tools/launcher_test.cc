@@ -449,6 +449,49 @@ echo "rank $4 saw server 1 back"
   ExpectNoLeftovers(lines_.Pids());
 }
 
+// Under replication.authority etcd the launcher is no authority: a replica
+// that dies is started again with its own flags (no --join, no
+// MEMBERSHIP), and etcd tells it what it is.
+TEST_F(LauncherTest, UnderEtcdADeadReplicaIsStartedAgainWithItsOwnFlagsAndNothingElse) {
+  // Replica 0 of shard 1 kills itself once; backups ("--replica" as $5)
+  // never do.
+  const std::string server = R"sh(
+if [ "$4" = 1 ] && [ "$5" != "--replica" ] && [ ! -e "@DIR@/crashed" ]; then
+  touch "@DIR@/crashed"
+  kill -9 $$
+fi
+if [ -e "@DIR@/crashed" ] && [ "$4" = 1 ] && [ "$5" != "--replica" ]; then
+  echo "restarted with: $*"; touch "@DIR@/back"
+fi
+)sh" + std::string(kServer);
+  const std::string worker = R"(
+while [ ! -e "@DIR@/back" ]; do sleep 0.01; done
+echo "rank $4 saw replica 0 of shard 1 back"
+)";
+  JobOptions job = Job(2, 1);
+  job.replication.factor = 2;
+  job.replication.authority = ReplicationAuthority::kEtcd;
+  job.replication.etcd.endpoints = {"127.0.0.1:9"};  // the launcher never asks it
+  Launcher launcher(job, config_, Options(server, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[server 1] restarted with: --config " + config_ +
+                              " --shard 1 --log-level info"))
+      << lines_.Dump();
+  bool said = false;
+  for (const std::string& line : lines_.Get()) {
+    EXPECT_EQ(line.find("is shard 1's primary now"), std::string::npos) << line;
+    if (line.rfind("[launch] server 1 killed by signal 9 (Killed); restarted it", 0) == 0) {
+      said = line.find("etcd (replication.authority) decides which replica serves") !=
+             std::string::npos;
+    }
+  }
+  EXPECT_TRUE(said) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 0] rank 0 saw replica 0 of shard 1 back")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
 // --resume refuses, starting nothing, when there is nothing to resume from;
 // with a generation every shard holds, every server gets its clock.
 TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
