@@ -440,6 +440,18 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     MessageHeader reply;
     reply.shard = shard_;
     reply.request_id = entry.request_id;
+    if (static_cast<int64_t>(entry.session) < epoch_) {
+      // From a primary of an older membership than one this replica
+      // followed: the authority has replaced it since.
+      ++refused_;
+      const Status fenced = FailedPreconditionError(
+          name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
+          std::to_string(entry.session) + ": its primary was fenced out by epoch " +
+          std::to_string(epoch_) + " and may acknowledge nothing more");
+      PS_LOG_WARN("{}", fenced.message());
+      Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
+      return;
+    }
     if (copying_ && !IsCopyEntry(entry.flags)) {
       // Not from the primary that sends the copy (an entry of an older
       // epoch, or a primary that does not know this backup joins): refused,

@@ -457,11 +457,24 @@ TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   entry.clock = 7;
   reply = exchange(entry);
   EXPECT_EQ(reply.op, Op::kReplicateOk);
+  // Entry 2 of epoch 5 (a membership change), then entry 3 of epoch 4: a
+  // primary fenced out by epoch 5 is refused, and says so.
+  entry.request_id = 2;
+  entry.session = 5;
+  entry.clock = 4;
+  reply = exchange(entry);
+  EXPECT_EQ(reply.op, Op::kReplicateOk);
+  entry.request_id = 3;
+  entry.session = 4;
+  entry.clock = 5;
+  reply = exchange(entry);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "fenced out by epoch 5"));
   backup->Stop();
   runner.join();
-  EXPECT_EQ(backup->applied(), 1u);
-  EXPECT_EQ(backup->refused(), 3u);
-  EXPECT_EQ(backup->clocks().clock(0), 4);
+  EXPECT_EQ(backup->applied(), 2u);
+  EXPECT_EQ(backup->refused(), 4u);
+  EXPECT_EQ(backup->clocks().clock(0), 5);
   EXPECT_EQ(backup->store().CopyValues(0), std::vector<float>(5, 0.0f));
 }
 
