@@ -53,7 +53,9 @@
 // promoted primary starts with no backups of its own (they rejoin, below).
 // An old primary still alive gets ERROR for its next entry from the
 // promoted replica (it no longer takes REPLICATE) and stops: it can
-// acknowledge nothing more.
+// acknowledge nothing more. Every entry carries its primary's epoch, and a
+// backup refuses an entry of an older epoch than one it has followed (its
+// sender was fenced out by a membership change), saying so.
 //
 // A replica that died comes back at its own address as a backup
 // (ps_server --replica j --join, j = 0 too): the authority tells the
