@@ -125,8 +125,11 @@ class SplitBrainTest:
 
     def sample(self, c, stop):
         while not stop.is_set():
-            a0 = self.accepting(c, 0)
+            # The backup first: if it accepts, the old primary asked after
+            # it must not, so a sample with both is a real overlap and not
+            # the time between the two questions.
             a1 = self.accepting(c, 1)
+            a0 = self.accepting(c, 0)
             self.samples.append((time.time(), a0, a1))
             stop.wait(SAMPLE_S)
 
