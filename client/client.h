@@ -288,16 +288,14 @@ class Client {
     std::vector<std::string> replicas;
     uint32_t replica = 0;
     int64_t epoch = 0;  // the newest epoch a serving replica answered at
-    // Looking for the primary (kProbeTimeout): PRIMARY request probe_id
-    // went out at probe_sent (0: none, the next goes at probe_next_at).
+    // Looking for the primary (kProbeTimeout): PRIMARY request probe_id is
+    // out (0: none); the next replica is asked at probe_next_at.
     bool probing = false;
     uint64_t probe_id = 0;
-    ps::Clock::TimePoint probe_sent, probe_next_at;
-    // The channel was made anew for another replica (Probe), and its first
-    // connection was seen: a first connection after a replacement is no
-    // reconnect (the probe's answer decides).
-    bool replaced = false;
-    bool channel_connected = false;
+    ps::Clock::TimePoint probe_next_at;
+    // The channel was made anew for a replica (Probe) and has not connected
+    // yet: its first connection is no reconnect (the probe's answer decides).
+    bool awaiting_first_connect = false;
   };
   // One Push or Pull as the caller asked for it.
   struct Call {

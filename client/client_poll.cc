@@ -212,15 +212,13 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   const std::string& endpoint = shard.replicas[replica];
   shard.replica = replica;
   shard.probe_id = 0;
-  shard.probe_sent = time_->Now();
-  shard.probe_next_at = shard.probe_sent + kProbeTimeout;  // if this fails, the next one then
+  shard.probe_next_at = time_->Now() + kProbeTimeout;  // no answer by then: the next one
   // A channel of its own for each question: the old one's queue may hold
   // requests that a replica that is not the primary must not get, and
   // answers of another replica.
   PS_ASSIGN_OR_RETURN(auto channel, connect_(context_.get(), s, endpoint, curve_));
   shard.channel = std::move(channel);
-  shard.replaced = true;
-  shard.channel_connected = false;
+  shard.awaiting_first_connect = true;
   const size_t n = shards_.size();
   poll_sockets_[s] = shard.channel->poll_sockets().messages;
   poll_sockets_[n + s] = shard.channel->poll_sockets().events;
@@ -339,9 +337,9 @@ Status Client::HandleConnectionEvents(uint32_t s) {
                   s, shard.endpoint, tracker_.in_flight(s), down_timeout_.count());
       continue;
     }
-    const bool first_of_channel = !shard.channel_connected;
-    shard.channel_connected = true;
-    if (shard.probing || (shard.replaced && first_of_channel)) {
+    const bool first_of_probe_channel = shard.awaiting_first_connect;
+    shard.awaiting_first_connect = false;
+    if (shard.probing || first_of_probe_channel) {
       // A replica asked whether it serves: its answer decides (a channel
       // made for the primary found was answered on already).
       shard.connected_once = true;

@@ -289,7 +289,7 @@ void ShardServer::FlushDeferred() {
   // lease may have lapsed. What waits for the backups is refused instead,
   // so that its clients look for the primary and send it there (a push
   // that reached the backup is recognised there and not applied twice).
-  if (write_lease_ != nullptr && !write_lease_->Valid()) {
+  if (Fenced()) {
     if (!fenced_) {
       fenced_ = true;
       PS_LOG_WARN("shard {}: fenced: its etcd lease may have lapsed (epoch {}); it accepts and "
@@ -428,7 +428,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
     return;
   }
-  const bool fenced = write_lease_ != nullptr && !write_lease_->Valid();
+  const bool fenced = Fenced();
   if (req.op == Op::kPrimary) {
     // A client looking for the shard's primary (its connection to another
     // replica dropped): this one serves, at epoch(), unless it is fenced.
@@ -1148,7 +1148,7 @@ std::string ShardServer::StatsReport() const {
     // Whether it accepts writes now (a split-brain test reads every
     // replica's line side by side).
     os << "primary epoch " << epoch() << " accepting "
-       << (write_lease_ == nullptr || write_lease_->Valid() ? 1 : 0) << " fenced_refusals "
+       << (Fenced() ? 0 : 1) << " fenced_refusals "
        << counters_.fenced_refusals << "\n";
   }
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "

@@ -180,6 +180,8 @@ class ShardServer {
   // serving, only while `lease` is valid (server/write_lease.h); fenced
   // otherwise. `lease` must outlive this. Call before Run().
   void SetWriteLease(const WriteLease* lease) { write_lease_ = lease; }
+  // Its write lease (if any) may have lapsed: it accepts and acknowledges no write.
+  bool Fenced() const { return write_lease_ != nullptr && !write_lease_->Valid(); }
   // REQUIRES: Run() is not running (tests read the final state).
   const ShardStore& store() const { return *store_; }
   const ShardServerCounters& counters() const { return counters_; }

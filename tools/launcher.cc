@@ -182,10 +182,10 @@ class JobRun {
   // dead backup it tells the primary to stop waiting for it, each at a new
   // epoch. False when neither is possible (`why_not` says why).
   bool FailOver(Child& child, const std::string& how, std::string* why_not);
-  // Starts `child` (exited) again as backup `slot` of its shard with
-  // --join, and tells the primary to send it a copy (a new epoch); it is a
+  // Starts `child` (exited) again as a backup of its shard at its own address
+  // (--join), and tells the primary to send it a copy (a new epoch); it is a
   // full replica once it applied the copy. Within liveness.server_restarts.
-  bool Rejoin(Child& child, uint32_t slot, const std::string& how, std::string* why_not);
+  bool Rejoin(Child& child, const std::string& how, std::string* why_not);
   // Sends MEMBERSHIP to replica `replica` of shard `shard`.
   Status SendMembership(uint32_t shard, uint32_t replica, uint32_t flags, uint32_t backup,
                         int64_t epoch);
@@ -423,7 +423,7 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
     }
     Say(how + "; shard " + std::to_string(shard) + "'s primary goes on without it (epoch " +
         std::to_string(epoch) + ")");
-    return Rejoin(child, child.replica, how, why_not);
+    return Rejoin(child, how, why_not);
   }
   // The next live replica on the ring after the dead primary.
   for (uint32_t k = 1; k < factor; ++k) {
@@ -455,14 +455,15 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
       }
     }
     // The dead primary comes back as a backup, at its own address.
-    return Rejoin(child, child.replica, how, why_not);
+    return Rejoin(child, how, why_not);
   }
   *why_not = "no replica of shard " + std::to_string(shard) + " is left to take over";
   return false;
 }
 
-bool JobRun::Rejoin(Child& child, uint32_t slot, const std::string& how, std::string* why_not) {
+bool JobRun::Rejoin(Child& child, const std::string& how, std::string* why_not) {
   const uint32_t shard = child.index;
+  const uint32_t slot = child.replica;  // it comes back at its own address
   if (!Respawn(child, job_.liveness.server_restarts, "liveness.server_restarts", how,
                "it joins shard " + std::to_string(shard) + " as backup " + std::to_string(slot) +
                    " and takes a copy from its primary",
@@ -472,7 +473,6 @@ bool JobRun::Rejoin(Child& child, uint32_t slot, const std::string& how, std::st
         " goes on with fewer replicas");
     return true;
   }
-  child.replica = slot;
   const int64_t epoch = ++epoch_[shard];
   Status added =
       SendMembership(shard, primary_slot_[shard], kMembershipAddBackup, slot, epoch);
@@ -546,7 +546,7 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     if (child.is_server && child.rejoin_on_exit) {
       // Stopped by this launcher: it followed a primary that is gone.
       child.rejoin_on_exit = false;
-      if (Rejoin(child, child.replica, how, &why_not)) return;
+      if (Rejoin(child, how, &why_not)) return;
       Say(how + "; " + why_not + "; stopping the job");
       failure_ = how;
       outcome_ = Outcome::kFailed;
