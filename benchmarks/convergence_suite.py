@@ -2,6 +2,7 @@
 """Convergence suite: bsp, ssp and asp, with and without stragglers, against one process.
 
   python3 benchmarks/convergence_suite.py SUITE.yaml [--out DIR] [--quick] [--only NAME ...]
+          [--modes MODE ...] [--stragglers NAME ...]
           [--jobs N] [--resume] [--report-only] [--bin DIR] [--run-timeout S] [--dpi N]
 
 For every workload of the suite file (benchmarks/suites/convergence.yaml is
@@ -114,9 +115,13 @@ def parse_args(argv):
                    help="results folder (default build/convergence_suite)")
     p.add_argument("--quick", action="store_true",
                    help="the suite's quick.seeds seeds (default 1), each workload's quick_steps "
-                        "and quick.evals evaluations: checks that every run completes and "
-                        "writes its files; its times mean little")
+                        "and quick.evals evaluations, measured against each workload's "
+                        "quick_target: a first look in minutes, its times noisier")
     p.add_argument("--only", nargs="+", metavar="WORKLOAD", help="only these workloads")
+    p.add_argument("--modes", nargs="+", metavar="MODE",
+                   help="only these modes of the suite, by name (bsp, ssp3, asp, ...)")
+    p.add_argument("--stragglers", nargs="+", metavar="NAME",
+                   help="only these straggler settings of the suite (none, slow, ...)")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time (default 1; more makes every time depend on the others)")
     p.add_argument("--resume", action="store_true",

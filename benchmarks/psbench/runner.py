@@ -246,6 +246,14 @@ def run_suite(args):
     except SuiteError as e:
         print("convergence_suite: %s: %s" % (args.suite, e), file=sys.stderr)
         return EXIT_USAGE
+    try:
+        suite.restrict(args.modes, args.stragglers)
+    except SuiteError as e:
+        print("convergence_suite: %s (in %s)" % (e, args.suite), file=sys.stderr)
+        return EXIT_USAGE
+    if args.quick:
+        for w in suite.workloads:
+            w.use_quick_target()
     code = check_request(suite, args)
     if code is not None:
         return code

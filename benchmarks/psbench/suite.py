@@ -57,6 +57,7 @@ class Workload:
         self.metric = base["metric"]
         self.higher_is_better = higher_is_better
         (self.target_kind, self.target_value), = spec["target"].items()
+        self.quick_target = spec["quick_target"]
         self.steps = spec["steps"]
         self.quick_steps = spec["quick_steps"]
         self.evals = spec["evals"]
@@ -70,6 +71,10 @@ class Workload:
             return None
         factor = 1 - self.target_value if self.higher_is_better else 1 + self.target_value
         return reference_final * factor
+
+    def use_quick_target(self):
+        """--quick: the runs are measured against quick_target (default the target)."""
+        (self.target_kind, self.target_value), = self.quick_target.items()
 
     def run_steps(self, quick):
         """Minibatches of the whole job of each run (--quick: quick_steps)."""
@@ -115,6 +120,29 @@ class Suite:
     def run_evals(self, workload, quick):
         """Evaluations per run of `workload` (--quick: quick.evals)."""
         return self.quick_evals if quick else workload.evals
+
+    def restrict(self, modes, stragglers):
+        """Keeps only the modes and straggler settings named (None: all of them);
+        raises SuiteError for a name the suite does not have, or when straggler_step
+        bsp loses the run its straggler step is timed by."""
+        if modes:
+            names = [m.name for m in self.modes]
+            for n in modes:
+                if n not in names:
+                    raise SuiteError("--modes %s: not a mode of the suite (it has %s)" %
+                                     (n, ", ".join(names)))
+            self.modes = [m for m in self.modes if m.name in modes]
+        if stragglers:
+            names = [st.name for st in self.stragglers]
+            for n in stragglers:
+                if n not in names:
+                    raise SuiteError("--stragglers %s: not a straggler setting of the suite "
+                                     "(it has %s)" % (n, ", ".join(names)))
+            self.stragglers = [st for st in self.stragglers if st.name in stragglers]
+        try:
+            check_straggler_step(self)
+        except SuiteError as e:
+            raise SuiteError("--modes/--stragglers leave out a run the others need: %s" % e)
 
 
 def parse_suite(doc):
@@ -204,19 +232,14 @@ def parse_suite(doc):
         raise SuiteError("straggler_step: got %s; expected bsp (a step is the per-clock time "
                          "under bsp without stragglers) or compute (each step's own compute "
                          "time)" % describe(s.straggler_step))
-    if s.straggler_step == "bsp" and any(st.spec for st in s.stragglers):
-        if not any(m.spec == {"mode": "bsp"} for m in s.modes) or \
-                not any(not st.spec for st in s.stragglers):
-            raise SuiteError("straggler_step: bsp times the stragglers' step by the run under "
-                             "{ mode: bsp } with no stragglers; add that mode and a setting "
-                             "such as none: {} to stragglers, or set straggler_step: compute")
+    check_straggler_step(s)
 
     s.workloads = []
     for name, spec, where in named_entries(
             top["workloads"], "workloads",
             "a map of workload name -> { target, steps, evals, ... }"):
-        check_map(spec, where, ("base", "target", "steps", "evals", "quick_steps", "train"),
-                  ("target",))
+        check_map(spec, where, ("base", "target", "quick_target", "steps", "evals",
+                                "quick_steps", "train"), ("target",))
         base_name = spec.get("base", name)
         if base_name not in WORKLOADS:
             raise SuiteError("%s%s: got %s; expected a workload of training_bench.py: %s" %
@@ -225,22 +248,10 @@ def parse_suite(doc):
                               ", ".join(WORKLOADS)))
         base = WORKLOADS[base_name]
         higher = higher_is_better(base)
-        target = check_map(spec["target"], where + ".target",
-                           ("at_least", "at_most", "within_of_reference"))
-        if len(target) != 1:
-            raise SuiteError("%s.target: expected exactly one of at_least, at_most, "
-                             "within_of_reference" % where)
-        (kind, value), = target.items()
-        if kind == "within_of_reference":
-            check_number(value, where + ".target." + kind, 0, 1, low_open=True, high_open=True)
-        else:
-            check_number(value, where + ".target." + kind, -1e300, None)
-            if (kind == "at_least") != higher:
-                raise SuiteError("%s.target.%s: the metric %s is better when %s; use %s or "
-                                 "within_of_reference" %
-                                 (where, kind, base["metric"], "higher" if higher else "lower",
-                                  "at_least" if higher else "at_most"))
         spec = dict(spec)
+        spec["target"] = parse_target(spec["target"], where + ".target", higher, base)
+        spec["quick_target"] = parse_target(spec.get("quick_target", spec["target"]),
+                                            where + ".quick_target", higher, base)
         spec["steps"] = check_int(spec.get("steps", base["total_steps"]), where + ".steps",
                                   s.workers, why=" (at least one step per worker)")
         spec["quick_steps"] = check_int(
@@ -269,6 +280,37 @@ def parse_suite(doc):
                                  (where, key, describe(v)))
         s.workloads.append(Workload(name, base_name, base, spec, higher))
     return s
+
+
+def check_straggler_step(s):
+    """Under straggler_step bsp, straggler runs are timed by bsp without stragglers:
+    raises SuiteError when the suite (or its restriction) lacks that run."""
+    if s.straggler_step == "bsp" and any(st.spec for st in s.stragglers):
+        if not any(m.spec == {"mode": "bsp"} for m in s.modes) or \
+                not any(not st.spec for st in s.stragglers):
+            raise SuiteError("straggler_step: bsp times the stragglers' step by the run under "
+                             "{ mode: bsp } with no stragglers; add that mode and a setting "
+                             "such as none: {} to stragglers, or set straggler_step: compute")
+
+
+def parse_target(target, where, higher, base):
+    """Checks one target map ({ at_least | at_most | within_of_reference: X })
+    at key path `where`; returns it or raises SuiteError."""
+    target = check_map(target, where, ("at_least", "at_most", "within_of_reference"))
+    if len(target) != 1:
+        raise SuiteError("%s: expected exactly one of at_least, at_most, within_of_reference" %
+                         where)
+    (kind, value), = target.items()
+    if kind == "within_of_reference":
+        check_number(value, where + "." + kind, 0, 1, low_open=True, high_open=True)
+    else:
+        check_number(value, where + "." + kind, -1e300, None)
+        if (kind == "at_least") != higher:
+            raise SuiteError("%s.%s: the metric %s is better when %s; use %s or "
+                             "within_of_reference" %
+                             (where, kind, base["metric"], "higher" if higher else "lower",
+                              "at_least" if higher else "at_most"))
+    return target
 
 
 def load_suite(path):
