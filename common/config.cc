@@ -25,7 +25,7 @@ namespace {
 const std::vector<std::string_view> kTopLevelKeys = {
     "cluster", "tables",  "consistency", "liveness", "rendezvous", "stragglers",
     "optimizer", "server", "client",     "worker",   "train",      "checkpoint", "security",
-    "replication"};
+    "replication", "metrics"};
 
 // A list of "host:port" strings (`expected` describes the list).
 Status ReadHostPorts(const YamlReader& r, const YamlValue& value, std::string_view expected,
@@ -320,6 +320,17 @@ Status ParseReplication(const YamlReader& r, const YamlValue& value,
   return ReadSection(r, value, fields, "", replication);
 }
 
+Status ParseMetrics(const YamlReader& r, const YamlValue& value, MetricsOptions* metrics) {
+  using M = MetricsOptions;
+  const std::vector<YamlField<M>> fields = {
+      UnsignedField("port", &M::port),
+      StringField("bind", &M::bind, "an address of this host such as 127.0.0.1 or 0.0.0.0"),
+      UnsignedField("interval_ms", &M::interval_ms),
+      UnsignedField("linger_ms", &M::linger_ms),
+  };
+  return ReadSection(r, value, fields, "", metrics);
+}
+
 Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOptions* checkpoint) {
   using C = CheckpointOptions;
   const std::vector<YamlField<C>> fields = {
@@ -399,6 +410,7 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   PS_RETURN_IF_ERROR(section("checkpoint", ParseCheckpoint, &job->checkpoint));
   PS_RETURN_IF_ERROR(section("security", ParseSecurity, &job->security));
   PS_RETURN_IF_ERROR(section("replication", ParseReplication, &job->replication));
+  PS_RETURN_IF_ERROR(section("metrics", ParseMetrics, &job->metrics));
   // The sections of other layers: read by their layer's reader, or skipped.
   for (const JobSection& other : sections) {
     if (const YamlValue* value = top.Find(other.key)) PS_RETURN_IF_ERROR(other.read(r, *value));

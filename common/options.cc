@@ -1,6 +1,7 @@
 #include "common/options.h"
 
 #include "common/endpoint.h"
+#include "common/metrics.h"
 #include "common/rendezvous.h"
 #include "common/text.h"
 
@@ -578,6 +579,50 @@ Status ValidateReplication(const std::string& source, const JobOptions& job) {
   return Status::Ok();
 }
 
+// metrics: each process's port within 1..65535, none on a server's port.
+Status ValidateMetrics(const std::string& source, const JobOptions& job) {
+  const MetricsOptions& m = job.metrics;
+  if (m.bind.empty()) {
+    return InvalidOption(source, "metrics.bind", "an empty address",
+                         "an address of this host such as 127.0.0.1 or 0.0.0.0");
+  }
+  if (m.interval_ms < 50 || m.interval_ms > 60000) {
+    return InvalidOption(source, "metrics.interval_ms", "got " + std::to_string(m.interval_ms),
+                         "50..60000 (how often a process renews what it serves)");
+  }
+  if (m.linger_ms > 600000) {
+    return InvalidOption(source, "metrics.linger_ms", "got " + std::to_string(m.linger_ms),
+                         "0..600000 (how long the final values stay served)");
+  }
+  if (m.port == 0) return Status::Ok();
+  const uint64_t last = uint64_t{m.port} + MaxMetricsPortOffset(job);
+  if (last > 65535) {
+    return InvalidOption(source, "metrics.port",
+                         "got " + std::to_string(m.port) + ": the job's " +
+                             std::to_string(MaxMetricsPortOffset(job) + 1) +
+                             " processes would serve up to port " + std::to_string(last),
+                         "a first port that leaves one port per process at most 65535, or 0 "
+                         "to serve no metrics");
+  }
+  for (size_t i = 0; i < job.cluster.servers.size(); ++i) {
+    for (uint32_t j = 0; j < std::max<uint32_t>(job.replication.factor, 1); ++j) {
+      StatusOr<HostPort> server = ReplicaHostPort(job, static_cast<uint32_t>(i), j);
+      if (!server.ok()) continue;  // checked before
+      if (server->port >= m.port && server->port <= last) {
+        return InvalidOption(
+            source, "metrics.port",
+            "ports " + std::to_string(m.port) + ".." + std::to_string(last) + " hold " +
+                server->canonical + ", where " +
+                (j == 0 ? "shard " + std::to_string(i) + " serves"
+                        : "backup " + std::to_string(j) + " of shard " + std::to_string(i) +
+                              " listens"),
+            "a metrics.port range clear of the servers' ports");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Timeouts of different sections that must fit together.
 Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
   if (job.rendezvous.timeout_ms < 1) {
@@ -620,6 +665,7 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateTimeouts(source, *this));
   PS_RETURN_IF_ERROR(ValidateSecurity(source, security));
   PS_RETURN_IF_ERROR(ValidateReplication(source, *this));
+  PS_RETURN_IF_ERROR(ValidateMetrics(source, *this));
   return ValidateCheckpoint(source, checkpoint);
 }
 

@@ -538,6 +538,28 @@ struct ReplicationOptions {
   EtcdOptions etcd;
 };
 
+// Metrics served over HTTP in Prometheus's text format (common/metrics.h,
+// config/README.md "Metrics").
+struct MetricsOptions {
+  // The first port: 0 (default) serves no metrics. Shard i serves on
+  // port + i, worker r on port + S + r, backup j of shard i on
+  // port + S + W + (j - 1) x S + i (ServerMetricsPort, WorkerMetricsPort),
+  // so every process of a job on one host has its own port. port + the
+  // highest offset <= 65535, and the range holds no server's port.
+  uint32_t port = 0;
+  // The address the endpoints listen on. Default 127.0.0.1 (this host's
+  // scraper only); 0.0.0.0 or the host's address to be scraped from another
+  // host. Metrics say nothing secret, but they say how the job is doing.
+  std::string bind = "127.0.0.1";
+  // How often a process renews what it serves, milliseconds: a scrape sees
+  // values at most this old. 50..60000. Default 1000.
+  uint32_t interval_ms = 1000;
+  // After its work ends, a process keeps serving its final values this
+  // long, milliseconds, so that a scraper's last look sees them (a batch
+  // job's last seconds). <= 600000. Default 0.
+  uint32_t linger_ms = 0;
+};
+
 // The job as every process reads it: servers, workers, tables and the
 // limits of each component.
 struct JobOptions {
@@ -559,6 +581,7 @@ struct JobOptions {
   CheckpointOptions checkpoint;
   SecurityOptions security;
   ReplicationOptions replication;
+  MetricsOptions metrics;
 
   // Checks every field; returns InvalidArgument naming the YAML path
   // ("<source>: tables[1].rows: ...") of the first problem.

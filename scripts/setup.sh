@@ -24,6 +24,7 @@ PACKAGES=(
   iproute2 iptables          # the multi-host tests' network namespaces
   libcpp-httplib-dev nlohmann-json3-dev  # the etcd client (server/etcd_client.cc)
   etcd-server                # a real etcd for the etcd client's tests
+  prometheus                 # a real Prometheus for the metrics endpoint's test
 )
 
 missing=()

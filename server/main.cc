@@ -34,6 +34,8 @@
 #include "common/config.h"
 #include "common/endpoint.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_endpoint.h"
 #include "common/rank.h"
 #include "server/checkpoint_stall.h"
 #include "server/open_files.h"
@@ -46,7 +48,9 @@ namespace {
 // Read by signal handlers and the etcd authority's thread (lock-free).
 std::atomic<ps::ShardServer*> g_server{nullptr};
 std::atomic<ps::BackupServer*> g_backup{nullptr};  // a backup (--replica j >= 1, --join)
+std::atomic<bool> g_signalled{false};  // ends metrics.linger_ms early
 void OnSignal(int) {
+  g_signalled.store(true);
   if (ps::ShardServer* server = g_server.load(); server != nullptr) server->Stop();
   if (ps::BackupServer* backup = g_backup.load(); backup != nullptr) backup->Stop();
 }
@@ -91,6 +95,11 @@ int main(int argc, char** argv) {
                  "ranks of workers that already finished the job (a shard restarted while the "
                  "job runs does not wait for them); ps_launch passes them")
       ->delimiter(',');
+  int64_t metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus metrics on this port instead of the one metrics.port gives "
+                 "this replica (0: serve none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -196,8 +205,29 @@ int main(int argc, char** argv) {
       OnSignal(0);
     });
   };
+  const std::string role = "shard " + std::to_string(shard) +
+                           (replica > 0 ? " replica " + std::to_string(replica) : std::string());
+  auto metrics = ps::StartProcessMetrics(
+      job->metrics.bind, ps::ServerMetricsPort(*job, shard, replica), metrics_port, role);
+  if (!metrics.ok()) {
+    PS_LOG_ERROR("{}", metrics.status().ToString());
+    return 1;
+  }
+  auto publish_role = [&](const char* what) {
+    // Until it serves the shard (a backup): who it is; a promoted backup's
+    // ShardServer publishes the shard's own metrics.
+    if (*metrics == nullptr) return;
+    ps::MetricsWriter out({{"shard", std::to_string(shard)}, {"replica", std::to_string(replica)}});
+    out.Family("ps_server_role", "gauge", "1, with this replica's role as a label");
+    out.Sample("ps_server_role", {{"role", what}}, 1);
+    (*metrics)->Publish(out.Take());
+  };
+  auto linger = [&]() {
+    if (*metrics != nullptr) (*metrics)->Linger(job->metrics.linger_ms, g_signalled);
+  };
   std::unique_ptr<ps::ShardServer> server;
   if (as_backup) {
+    publish_role("backup");
     auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock, join);
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
@@ -207,6 +237,7 @@ int main(int argc, char** argv) {
     start_authority();
     ps::Status s = (*backup)->Run();
     g_backup = nullptr;
+    if (!(*backup)->promoted()) publish_role("stopped");
     if (!s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());
       return 1;
@@ -215,7 +246,10 @@ int main(int argc, char** argv) {
       PS_LOG_ERROR("backup {} of shard {} stopped: {}", replica, shard, reason);
       return 1;
     }
-    if (!(*backup)->promoted()) return 0;
+    if (!(*backup)->promoted()) {
+      linger();
+      return 0;
+    }
     // The authority made this copy the shard's primary: it serves at its
     // own address, where the workers' clients find it (PRIMARY).
     const int64_t epoch = (*backup)->promoted_epoch();
@@ -248,10 +282,12 @@ int main(int argc, char** argv) {
     if (authority != nullptr) server->SetWriteLease(authority->lease());
     start_authority();
   }
+  server->SetMetricsEndpoint(metrics->get());
   g_server = server.get();
   std::signal(SIGHUP, OnHangup);
   ps::Status s = server->Run();
   g_server = nullptr;
+  linger();
   if (const std::string reason = authority_stopped(); !reason.empty()) {
     PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard, replica, reason);
     return 1;

@@ -230,6 +230,7 @@ Status ShardServer::Run() {
   EndReplication();
   JoinCheckpointWriter();  // a generation being written is finished, not torn
   FinishCheckpointWrite(/*may_start=*/false);  // its waiting requests get their answer
+  PublishMetrics(/*now=*/true);  // the final values, for a scrape after the end
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
               counters_.pulls, counters_.errors);
   return exit_status_;
@@ -405,8 +406,20 @@ void ShardServer::DrainAcceptEvents() {
 }
 
 void ShardServer::Handle(std::vector<Frame>& frames) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t errors = counters_.errors;
+  const Op op = HandleRequest(frames);
+  OpMetrics& m = op_metrics_[static_cast<size_t>(op) < op_metrics_.size()
+                                 ? static_cast<size_t>(op) : 0];
+  ++m.requests;
+  m.errors += counters_.errors - errors;
+  m.seconds.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   for (const Frame& f : frames) counters_.bytes_in += f.size();
-  if (frames.size() < 2) return;  // a ROUTER always delivers [routing id, ...]
+  if (frames.size() < 2) return Op::kUnknown;  // a ROUTER always delivers [routing id, ...]
   Frame& routing_id = frames[0];
   std::span<Frame> body(frames.data() + 1, frames.size() - 1);
   Status s = DecodeRequest(body, rules_, &request_);
@@ -417,16 +430,18 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
     PS_LOG_WARN("shard {}: rejected request: {}", shard_, s.ToString());
     Reply(routing_id, MakeErrorHeader(partial, shard_, s));
-    return;
+    return Op::kUnknown;
   }
   const MessageHeader& req = request_.header;
+  // Kept aside: a parked pull takes request_ (and req with it) away.
+  const Op op = req.op;
   // Under curve the sender is who its key says, whatever the header claims;
   // a refused request changes nothing, not even the liveness of the worker
   // it names.
   if (Status allowed = access_->Check(body[0], req); !allowed.ok()) {
     ++counters_.errors;
     Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
-    return;
+    return op;
   }
   const bool fenced = Fenced();
   if (req.op == Op::kPrimary) {
@@ -435,7 +450,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     MessageHeader reply = ReplyHeader(req);
     reply.flags = fenced ? 0 : kFlagServing;
     Reply(routing_id, reply);
-    return;
+    return op;
   }
   if (fenced && req.worker != kControlWorker) {
     // Its etcd lease may have lapsed: another replica may hold the shard.
@@ -451,7 +466,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
                   shard_, OpName(req.op), req.worker);
     }
     Reply(routing_id, error);
-    return;
+    return op;
   }
   if (req.op == Op::kHello) {
     // A worker of another job (or another version of this one) is refused
@@ -466,7 +481,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
         PS_LOG_ERROR("shard {}: refused worker {}: {}", shard_, req.worker, agreed.message());
       }
       Reply(routing_id, MakeErrorHeader(req, shard_, agreed));
-      return;
+      return op;
     }
   }
   if (req.worker != kControlWorker) {
@@ -483,14 +498,14 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     if (!failed_.ok()) {
       ++counters_.errors;
       Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
-      return;
+      return op;
     }
     if (Status clock = CheckClock(req, routing_id); !clock.ok()) {
       ++counters_.errors;
       ++counters_.refused_clocks;
       PS_LOG_WARN("shard {}: refused request: {}", shard_, clock.message());
       Reply(routing_id, MakeErrorHeader(req, shard_, clock));
-      return;
+      return op;
     }
   }
   // With backups, what changed state is answered once they have it.
@@ -501,6 +516,7 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
   for (auto it = deferred_.rbegin(); deferred_unassigned_ > 0; ++it, --deferred_unassigned_) {
     it->seq = replication_->last_seq();
   }
+  return op;
 }
 
 void ShardServer::Dispatch(std::vector<Frame>& frames) {
@@ -714,6 +730,9 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
 
 void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Duration waited) {
   const MessageHeader& req = pull.header;
+  if (waited > Clock::Duration::zero()) {
+    staleness_wait_seconds_.Observe(std::chrono::duration<double>(waited).count());
+  }
   if (const uint64_t queued = queued_replies_.Queued(routing_id.view(), req.worker);
       queued >= max_queued_reply_bytes_) {
     // The client does not read its replies (or reads far slower than it
@@ -871,6 +890,7 @@ int ShardServer::Tick(int cap) {
     rate_sampled_ = now;
   }
   queued_replies_.Sweep();
+  PublishMetrics(/*now=*/false);
   auto next = now + milliseconds(cap);
   if (!waiting_by_deadline_.empty()) next = std::min(next, waiting_by_deadline_.begin()->first);
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
@@ -1150,6 +1170,27 @@ std::string ShardServer::StatsReport() const {
     os << "primary epoch " << epoch() << " accepting "
        << (Fenced() ? 0 : 1) << " fenced_refusals "
        << counters_.fenced_refusals << "\n";
+  }
+  {
+    // For ps_ctl status: the process's resident memory (VmRSS of
+    // /proc/self/status, 0 where there is none) and what the store holds
+    // for its owned rows, values and optimizer state arrays at 4 bytes a
+    // float. Not counted there: per-clock sums under aggregation, blocks
+    // still shared with replies (`limits queued_reply_bytes`), replication.
+    unsigned long long rss_kib = 0;
+    if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
+      char line[128];
+      while (std::fgets(line, sizeof(line), f) != nullptr &&
+             std::sscanf(line, "VmRSS: %llu kB", &rss_kib) != 1) {
+      }
+      std::fclose(f);
+    }
+    uint64_t values_bytes = 0;
+    for (const TableLayout& t : store_->layouts()) {
+      const auto id = static_cast<size_t>(&t - store_->layouts().data());
+      values_bytes += t.owned.size() * t.dim * 4 * (1 + job_.tables[id].optimizer.Slots());
+    }
+    os << "memory rss_bytes " << rss_kib * 1024 << " values_bytes " << values_bytes << "\n";
   }
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
      << access_->refused_handshakes() << " failed_handshakes " << counters_.failed_handshakes << " refused_requests " << access_->refused_requests()

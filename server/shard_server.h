@@ -62,6 +62,7 @@
 #define PS_SERVER_SHARD_SERVER_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -77,6 +78,8 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
+#include "common/metrics.h"
+#include "common/metrics_endpoint.h"
 #include "common/wire.h"
 #include "server/access.h"
 #include "server/checkpoint.h"
@@ -204,6 +207,14 @@ class ShardServer {
   // the worker (REQUIRES: as store()).
   int64_t lost_clocks() const { return lost_clocks_; }
 
+  // Publishes the shard's metrics (server/shard_server_metrics.cc) to
+  // `endpoint` every job.metrics.interval_ms while Run() runs, and once
+  // more when it returns. `endpoint` must outlive Run(). Call before Run().
+  void SetMetricsEndpoint(MetricsEndpoint* endpoint) { metrics_endpoint_ = endpoint; }
+  // The metrics as Prometheus text (REQUIRES: on Run()'s thread, or Run()
+  // not running).
+  std::string MetricsText() const;
+
   // Before Run(): `worker` already left the job (it finished while this
   // shard was down); it is not waited for and never reported dead.
   // REQUIRES: worker < the job's workers.
@@ -216,7 +227,12 @@ class ShardServer {
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
       int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
       BackupServer::State* promoted);
+  // Handles one request and times it by its op (HandleRequest returns the
+  // op it decoded, kUnknown when it decoded none).
   void Handle(std::vector<Frame>& frames);
+  Op HandleRequest(std::vector<Frame>& frames);
+  // Publishes MetricsText() when the interval has passed (`now`: always).
+  void PublishMetrics(bool now);
   // The op's part of Handle, for a request that passed every check.
   void Dispatch(std::vector<Frame>& frames);
   // Answers `pull` (decoded from `routing_id`'s message); `waited` is how
@@ -416,6 +432,18 @@ class ShardServer {
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
       accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
       handshake_log_{std::chrono::seconds(1)}, fenced_log_{std::chrono::seconds(1)};
+  // Metrics (shard_server_metrics.cc): per request op its count, the
+  // errors answered to it and the time spent handling it; how long each
+  // pull that waited for slower workers waited.
+  struct OpMetrics {
+    uint64_t requests = 0;
+    uint64_t errors = 0;
+    Histogram seconds{Histogram::LatencyBounds()};
+  };
+  std::array<OpMetrics, static_cast<size_t>(Op::kPrimary) + 1> op_metrics_;
+  Histogram staleness_wait_seconds_{Histogram::LatencyBounds()};
+  MetricsEndpoint* metrics_endpoint_ = nullptr;
+  std::chrono::steady_clock::time_point metrics_published_{};
   Status failed_;  // set under policy fail once a worker died
   Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and

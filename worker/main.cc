@@ -16,6 +16,7 @@
 // generating weights, relative error under 5%; the other programs: the loss
 // did not diverge), 1 when it did not or on a training or server error, 2
 // on a bad config or flag.
+#include <atomic>
 #include <cstdio>
 #include <optional>
 
@@ -23,6 +24,8 @@
 
 #include "client/client.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_endpoint.h"
 #include "common/rank.h"
 #include "worker/backend.h"
 #include "worker/param_store.h"
@@ -53,6 +56,11 @@ int main(int argc, char** argv) {
                  "BLAS threads of the CPU backend (overrides worker.cpu_threads; ps_launch "
                  "passes each worker its share of the host's cores)")
       ->check(CLI::Range(1u, 1024u));
+  int64_t metrics_port = -1;
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus metrics on this port instead of the one metrics.port gives "
+                 "this rank (0: serve none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   std::string metrics_csv;
   app.add_option("--metrics-csv", metrics_csv, "append progress rows to this CSV (overrides "
                  "train.metrics_csv)");
@@ -138,7 +146,19 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}: worker.device: {}", config_path, backend.status().ToString());
     return 2;
   }
-  ps::ProgramContext context{.job = &*job, .rank = rank, .backend = backend->get()};
+  auto metrics = ps::StartProcessMetrics(job->metrics.bind, ps::WorkerMetricsPort(*job, rank),
+                                        metrics_port, "worker " + std::to_string(rank));
+  if (!metrics.ok()) {
+    PS_LOG_ERROR("{}", metrics.status().ToString());
+    return 1;
+  }
+  // After training: the final values stay served metrics.linger_ms.
+  const auto finish = [&](int code) {
+    if (*metrics != nullptr) (*metrics)->Linger(job->metrics.linger_ms, std::atomic<bool>{false});
+    return code;
+  };
+  ps::ProgramContext context{
+      .job = &*job, .rank = rank, .backend = backend->get(), .metrics = metrics->get()};
   if (standalone) {
     auto store = ps::LocalParamStore::Create(*job);
     if (!store.ok()) {
@@ -148,7 +168,7 @@ int main(int argc, char** argv) {
     PS_LOG_INFO("standalone: {} steps over all the data in this process, no servers",
                 job->train.iterations);
     context.store = store->get();
-    return program.run(context);
+    return finish(program.run(context));
   }
   auto client = ps::Client::Create(*job, rank);
   if (!client.ok()) {
@@ -162,5 +182,5 @@ int main(int argc, char** argv) {
   ps::RemoteParamStore store(*job, client->get());
   context.store = &store;
   context.client = client->get();
-  return program.run(context);
+  return finish(program.run(context));
 }

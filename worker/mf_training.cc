@@ -81,7 +81,8 @@ struct PulledRows {
 }  // namespace
 
 StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
-                                                ParamStore* store, Backend* backend) {
+                                                ParamStore* store, Backend* backend,
+    MetricsEndpoint* metrics) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t user_table, job.TableId(train.user_table));
   PS_ASSIGN_OR_RETURN(uint32_t item_table, job.TableId(train.item_table));
@@ -124,7 +125,7 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
               k, options.num_users, options.num_items, ratings.size(), batch,
               train.iterations, store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress,
-                      TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size()));
+                      TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(), metrics));
   const auto evaluate = [&]() -> StatusOr<double> {
     PS_RETURN_IF_ERROR(test_rows.Pull(store, user_table, item_table, k, test));
     return model->Rmse(test, test_rows.users, test_rows.user_factors, test_rows.items,

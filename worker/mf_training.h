@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
@@ -28,7 +29,8 @@ LowRankRatingsOptions RatingsDataOptions(const TrainJob& job);
 // REQUIRES: job.train.program is matrix_factorization,
 // ValidateTrain(job).ok(); `store` and `backend` outlive the call.
 StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
-                                                ParamStore* store, Backend* backend);
+                                                ParamStore* store, Backend* backend,
+    MetricsEndpoint* metrics = nullptr);
 
 // The program's check (its row in worker/programs.h reads train.features
 // when given, and nothing uses it): two different tables of one dim, at

@@ -89,7 +89,8 @@ Status CheckMlp(const TrainJob& job) {
 }
 
 StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
-                                Backend* backend) {
+                                Backend* backend,
+    MetricsEndpoint* metrics) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
   PS_ASSIGN_OR_RETURN(FashionMnistDataset data,
@@ -111,7 +112,7 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
               train.layers.size(), model->num_parameters(), data.num_samples(), batch,
               train.iterations, store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test accuracy",
-                                                              data.num_samples()));
+                                                              data.num_samples(), metrics));
 
   std::vector<float> params(model->num_parameters());
   AlternatingBuffers gradients(model->num_parameters());

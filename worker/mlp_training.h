@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
 #include "worker/backend.h"
@@ -21,7 +22,8 @@ namespace ps {
 // REQUIRES: job.train.program is mlp, ValidateTrain(job).ok(); `store`
 // and `backend` outlive the call.
 StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
-                                Backend* backend);
+                                Backend* backend,
+    MetricsEndpoint* metrics = nullptr);
 
 // The program's row (worker/programs.h). Reads train.layers, required.
 // Checks: layers from 784 to 10, each >= 1; train.table has dim 1 and one

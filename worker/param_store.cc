@@ -93,6 +93,28 @@ double RemoteParamStore::staleness_wait_seconds() const {
   return static_cast<double>(client_->counters().staleness_wait_us) * 1e-6;
 }
 
+void RemoteParamStore::WriteMetrics(MetricsWriter& out) const {
+  const ClientCounters c = client_->counters();
+  out.Counter("ps_worker_requests_total", "Requests sent to the shards (one per shard and part)",
+              static_cast<double>(c.requests));
+  out.Counter("ps_worker_request_errors_total", "ERROR replies from the shards",
+              static_cast<double>(c.errors));
+  out.Counter("ps_worker_request_timeouts_total", "Requests that passed their deadline",
+              static_cast<double>(c.timeouts));
+  out.Counter("ps_worker_sent_bytes_total", "Bytes sent to the shards",
+              static_cast<double>(c.bytes_sent));
+  out.Counter("ps_worker_received_bytes_total", "Bytes received from the shards",
+              static_cast<double>(c.bytes_received));
+  out.Counter("ps_worker_cache_hits_total", "Rows read from the parameter cache",
+              static_cast<double>(c.cache_hits));
+  out.Counter("ps_worker_cache_misses_total", "Rows pulled from the shards with the cache on",
+              static_cast<double>(c.cache_misses));
+  out.Counter("ps_worker_reconnects_total", "Connections to a shard made again after a drop",
+              static_cast<double>(c.reconnects));
+  out.Counter("ps_worker_resent_total", "Requests sent again after a reconnect",
+              static_cast<double>(c.resent));
+}
+
 // ---------------------------------------------------------------------------
 // LocalParamStore
 

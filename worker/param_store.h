@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/status.h"
 
@@ -75,6 +76,9 @@ class ParamStore {
   virtual double staleness_wait_seconds() const = 0;
   // "2 shards, ssp 2" or "in-process, no parameter server", for progress lines.
   virtual std::string Describe() const = 0;
+  // Adds the store's own metrics (the client's requests, bytes, cache) to
+  // a worker's (worker/progress.h); the local store has none.
+  virtual void WriteMetrics(MetricsWriter& out) const { (void)out; }
 };
 
 // The job's parameter servers, through `client` (which must have joined and
@@ -93,6 +97,7 @@ class RemoteParamStore final : public ParamStore {
   Status Flush() override;
   double staleness_wait_seconds() const override;
   std::string Describe() const override { return description_; }
+  void WriteMetrics(MetricsWriter& out) const override;
 
  private:
   // Waits for `tickets` (all of them); the first error.

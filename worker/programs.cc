@@ -50,10 +50,11 @@ int Finish(const StatusOr<TrainSummary>& result, const ProgramContext& context) 
 
 // The run of a program written against a ParamStore (the servers or
 // in-process): `Train` is its training loop.
-template <StatusOr<TrainSummary> (*Train)(const TrainJob&, uint32_t, ParamStore*, Backend*)>
+template <StatusOr<TrainSummary> (*Train)(const TrainJob&, uint32_t, ParamStore*, Backend*,
+                                          MetricsEndpoint*)>
 int RunOnStore(const ProgramContext& context) {
   const StatusOr<TrainSummary> result =
-      Train(*context.job, context.rank, context.store, context.backend);
+      Train(*context.job, context.rank, context.store, context.backend, context.metrics);
   if (result.ok()) LeaveJob(context);
   return Finish(result, context);
 }

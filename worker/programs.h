@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
 #include "worker/train_options.h"
@@ -36,6 +37,8 @@ struct ProgramContext {
   // The servers' client, for a program that drives it itself; null with
   // --standalone.
   Client* client = nullptr;
+  // Where the worker's metrics are served (metrics.port); null: nowhere.
+  MetricsEndpoint* metrics = nullptr;
 };
 
 struct TrainProgram {

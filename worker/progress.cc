@@ -141,25 +141,29 @@ double TrainSummary::TailMean(size_t n) const {
 
 StatusOr<std::unique_ptr<TrainingProgress>> TrainingProgress::Create(
     const TrainJob& job, uint32_t rank, const ParamStore* store, std::string metric_name,
-    uint64_t samples_per_epoch) {
+    uint64_t samples_per_epoch, MetricsEndpoint* metrics) {
   std::unique_ptr<MetricsCsv> csv;
   if (!job.train.metrics_csv.empty()) {
     PS_ASSIGN_OR_RETURN(csv, MetricsCsv::Open(job.train.metrics_csv));
   }
   return std::unique_ptr<TrainingProgress>(new TrainingProgress(
-      job, rank, store, std::move(metric_name), samples_per_epoch, std::move(csv)));
+      job, rank, store, std::move(metric_name), samples_per_epoch, std::move(csv), metrics));
 }
 
 TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                                    std::string metric_name, uint64_t samples_per_epoch,
-                                   std::unique_ptr<MetricsCsv> csv)
+                                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics)
     : rank_(rank),
       log_every_(job.train.log_every),
       eval_every_(job.train.eval_every),
       store_(store),
       samples_per_epoch_(std::max<uint64_t>(samples_per_epoch, 1)),
       csv_(std::move(csv)),
-      start_(SteadyClock::now()) {
+      start_(SteadyClock::now()),
+      metrics_(metrics),
+      metrics_interval_(job.metrics.interval_ms),
+      step_start_(start_),
+      published_(start_) {
   summary_.metric_name = std::move(metric_name);
 }
 
@@ -175,6 +179,57 @@ void TrainingProgress::AddStep(double loss, uint64_t samples) {
   interval_loss_ += loss;
   ++interval_steps_;
   samples_ += samples;
+  last_loss_ = loss;
+}
+
+void TrainingProgress::UpdateMetrics(int64_t done, int64_t total) {
+  steps_ = done;
+  if (metrics_ == nullptr) return;
+  // A step's time is from the end of the one before, evaluations excluded.
+  const SteadyClock::time_point now = SteadyClock::now();
+  step_seconds_.Observe(
+      std::chrono::duration<double>(now - step_start_ - (evaluating_ - step_evaluating_)).count());
+  step_start_ = now;
+  step_evaluating_ = evaluating_;
+  if (done < total && now - published_ < metrics_interval_) return;
+  const double secs = std::chrono::duration<double>(now - published_).count();
+  if (secs > 0) {
+    samples_per_s_now_ = static_cast<double>(samples_ - published_samples_) / secs;
+  }
+  published_ = now;
+  published_samples_ = samples_;
+  metrics_->Publish(MetricsText(done, total));
+}
+
+std::string TrainingProgress::MetricsText(int64_t done, int64_t total) const {
+  MetricsWriter out({{"worker", std::to_string(rank_)}});
+  out.Counter("ps_worker_steps_total", "Training steps done", static_cast<double>(done));
+  out.Gauge("ps_worker_steps_target", "Steps this worker is to do (train.iterations)",
+            static_cast<double>(total));
+  out.Counter("ps_worker_samples_total", "Training samples processed",
+              static_cast<double>(samples_));
+  out.Gauge("ps_worker_samples_per_second",
+            "Samples per second since the previous publication (metrics.interval_ms)",
+            samples_per_s_now_);
+  out.Family("ps_worker_step_duration_seconds", "histogram",
+             "Wall time of each training step: pull, compute, push and clock (evaluations "
+             "excluded)");
+  step_seconds_.Write(out, "ps_worker_step_duration_seconds");
+  out.Counter("ps_worker_staleness_wait_seconds_total",
+              "Seconds pulls were held back by the staleness bound, waiting for slower workers",
+              store_->staleness_wait_seconds());
+  out.Counter("ps_worker_evaluation_seconds_total", "Seconds spent evaluating on the test set",
+              std::chrono::duration<double>(evaluating_).count());
+  out.Gauge("ps_worker_loss", "Minibatch loss of the last step", last_loss_);
+  out.Gauge("ps_worker_epoch", "Epochs of this worker's data processed",
+            static_cast<double>(samples_) / static_cast<double>(samples_per_epoch_));
+  if (!summary_.metrics.empty()) {
+    out.Family("ps_worker_test_metric", "gauge", "The last evaluation on the test set");
+    out.Sample("ps_worker_test_metric", {{"metric", summary_.metric_name}},
+               summary_.metrics.back());
+  }
+  store_->WriteMetrics(out);
+  return out.Take();
 }
 
 Status TrainingProgress::StepDone(int64_t done, int64_t total,
@@ -183,6 +238,7 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
   const bool log = last || (log_every_ != 0 && done % log_every_ == 0);
   const bool eval = rank_ == 0 && evaluate &&
                     (last || (eval_every_ != 0 && done % eval_every_ == 0));
+  if (!eval) UpdateMetrics(done, total);
   if (!log && !eval) return Status::Ok();
 
   std::optional<double> metric;
@@ -192,6 +248,7 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
     evaluating_ += SteadyClock::now() - eval_start;
     metric = value;
     summary_.metrics.push_back(value);
+    UpdateMetrics(done, total);  // after it: the step's time leaves it out, the value is in
   }
   const double secs = TrainingSeconds();
   summary_.samples_per_s = secs > 0 ? static_cast<double>(samples_) / secs : 0.0;

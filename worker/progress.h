@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "worker/param_store.h"
 #include "worker/train_options.h"
@@ -77,10 +79,13 @@ class TrainingProgress {
  public:
   // `metric_name` names what the program's evaluation measures;
   // `samples_per_epoch` is this worker's data size. Opens train.metrics_csv.
+  // With `metrics` (must outlive this), publishes the worker's metrics
+  // there every metrics.interval_ms and at the last step.
   static StatusOr<std::unique_ptr<TrainingProgress>> Create(const TrainJob& job, uint32_t rank,
                                                             const ParamStore* store,
                                                             std::string metric_name,
-                                                            uint64_t samples_per_epoch);
+                                                            uint64_t samples_per_epoch,
+                                                            MetricsEndpoint* metrics = nullptr);
 
   // Records one step's minibatch loss and size.
   void AddStep(double loss, uint64_t samples);
@@ -91,13 +96,17 @@ class TrainingProgress {
   Status StepDone(int64_t done, int64_t total, const std::function<StatusOr<double>()>& evaluate);
 
   const TrainSummary& summary() const { return summary_; }
+  // The worker's metrics as Prometheus text after `done` steps of `total`.
+  std::string MetricsText(int64_t done, int64_t total) const;
 
  private:
   using SteadyClock = std::chrono::steady_clock;
   TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                    std::string metric_name, uint64_t samples_per_epoch,
-                   std::unique_ptr<MetricsCsv> csv);
+                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics);
   double TrainingSeconds() const;
+  // Times the step just done and publishes the metrics when due.
+  void UpdateMetrics(int64_t done, int64_t total);
 
   const uint32_t rank_;
   const uint32_t log_every_;
@@ -112,6 +121,17 @@ class TrainingProgress {
   double interval_loss_ = 0;
   uint64_t interval_steps_ = 0;
   TrainSummary summary_;
+  // Metrics (null: none served).
+  MetricsEndpoint* const metrics_;
+  const std::chrono::milliseconds metrics_interval_;
+  Histogram step_seconds_{Histogram::LatencyBounds()};
+  SteadyClock::time_point step_start_;           // end of the previous step
+  SteadyClock::duration step_evaluating_{};      // evaluating_ at step_start_
+  SteadyClock::time_point published_{};
+  uint64_t published_samples_ = 0;  // samples_ at the last publication
+  double samples_per_s_now_ = 0;    // between the last two publications
+  int64_t steps_ = 0;
+  double last_loss_ = 0;
 };
 
 }  // namespace ps

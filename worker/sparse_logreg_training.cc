@@ -45,7 +45,8 @@ Status CheckSparseLogisticRegression(const TrainJob& job) {
 }
 
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
-                                                     ParamStore* store, Backend* backend) {
+                                                     ParamStore* store, Backend* backend,
+    MetricsEndpoint* metrics) {
   const TrainOptions& train = job.train;
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(train.table));
   const SparseClickOptions options = ClickDataOptions(job);
@@ -74,7 +75,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
               options.num_features, data.num_samples(), batch, train.iterations,
               store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
-                                                              data.num_samples()));
+                                                              data.num_samples(), metrics));
   const auto evaluate = [&]() -> StatusOr<double> {
     PS_RETURN_IF_ERROR(store->Pull(table, test_ids, test_weights.data()));
     PS_ASSIGN_OR_RETURN(float loss, model->LogLoss(test, test_ids, test_weights));

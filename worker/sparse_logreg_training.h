@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
@@ -28,7 +29,8 @@ SparseClickOptions ClickDataOptions(const TrainJob& job);
 // REQUIRES: job.train.program is sparse_logistic_regression,
 // ValidateTrain(job).ok(); `store` and `backend` outlive the call.
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
-                                                     ParamStore* store, Backend* backend);
+                                                     ParamStore* store, Backend* backend,
+    MetricsEndpoint* metrics = nullptr);
 
 // The program's check (its row in worker/programs.h reads train.features
 // when given): train.table has dim 1 and at least 100 rows, features is 0

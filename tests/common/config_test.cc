@@ -4,6 +4,7 @@
 // live in tests/data/config/bad_*.yaml, one per error class; every example
 // job in config/ must load.
 #include "common/config.h"
+#include "common/metrics.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -651,6 +652,65 @@ TEST(ConfigTest, BadEtcdAuthoritySettingsAreRejectedNamingThePath) {
     for (const std::string& part : c.named) {
       EXPECT_NE(job.status().message().find(part), std::string::npos)
           << c.replication << ": " << job.status().message() << " does not name " << part;
+    }
+  }
+}
+
+TEST(ConfigTest, MetricsSectionIsReadAndGivesEachProcessAPort) {
+  auto job = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 3 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "replication: { factor: 2 }\n"
+      "metrics: { port: 9100, bind: 0.0.0.0, interval_ms: 250, linger_ms: 5000 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->metrics.port, 9100u);
+  EXPECT_EQ(job->metrics.bind, "0.0.0.0");
+  EXPECT_EQ(job->metrics.interval_ms, 250u);
+  EXPECT_EQ(job->metrics.linger_ms, 5000u);
+  // Shards first, then workers, then the backups: one port each.
+  EXPECT_EQ(ServerMetricsPort(*job, 0, 0), 9100u);
+  EXPECT_EQ(ServerMetricsPort(*job, 1, 0), 9101u);
+  EXPECT_EQ(WorkerMetricsPort(*job, 0), 9102u);
+  EXPECT_EQ(WorkerMetricsPort(*job, 2), 9104u);
+  EXPECT_EQ(ServerMetricsPort(*job, 0, 1), 9105u);
+  EXPECT_EQ(ServerMetricsPort(*job, 1, 1), 9106u);
+  EXPECT_EQ(MaxMetricsPortOffset(*job), 6u);
+  auto off = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n",
+      "inline.yaml");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->metrics.port, 0u);
+  EXPECT_EQ(off->metrics.bind, "127.0.0.1");
+  EXPECT_EQ(ServerMetricsPort(*off, 0, 0), 0u);
+  EXPECT_EQ(WorkerMetricsPort(*off, 0), 0u);
+}
+
+TEST(ConfigTest, BadMetricsSettingsAreRejectedNamingThePath) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 2 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  struct Case {
+    std::string metrics;
+    std::vector<std::string> named;
+  };
+  const std::vector<Case> cases = {
+      {"{ port: 65534 }", {"metrics.port", "up to port 65537"}},
+      {"{ port: 6998 }", {"metrics.port", "127.0.0.1:7000", "shard 0"}},
+      {"{ port: 9100, interval_ms: 10 }", {"metrics.interval_ms", "got 10", "50..60000"}},
+      {"{ port: 9100, linger_ms: 700000 }", {"metrics.linger_ms", "got 700000"}},
+      {"{ port: 9100, bind: \"\" }", {"metrics.bind", "empty"}},
+      {"{ port: -1 }", {"metrics.port"}},
+      {"{ port: 9100, interval: 5 }", {"metrics", "interval"}},
+  };
+  for (const Case& c : cases) {
+    auto job = LoadJobString(head + "metrics: " + c.metrics + "\n", "inline.yaml");
+    ASSERT_FALSE(job.ok()) << c.metrics;
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << c.metrics;
+    for (const std::string& part : c.named) {
+      EXPECT_NE(job.status().message().find(part), std::string::npos)
+          << c.metrics << ": " << job.status().message() << " does not name " << part;
     }
   }
 }

@@ -1,0 +1,181 @@
+// A shard's metrics in Prometheus's text format (config/README.md,
+// "Metrics", lists them). Written on the serving thread from the counters
+// STATS reports, so a scrape and `ps_ctl status` agree.
+#include <chrono>
+#include <string>
+
+#include "server/shard_server.h"
+
+namespace ps {
+namespace {
+
+// The request ops a worker or ps_ctl sends, by their label.
+constexpr std::pair<Op, const char*> kOpLabels[] = {
+    {Op::kUnknown, "invalid"},         {Op::kPush, "push"},
+    {Op::kPull, "pull"},               {Op::kClock, "clock"},
+    {Op::kHeartbeat, "heartbeat"},     {Op::kStats, "stats"},
+    {Op::kCheckpoint, "checkpoint"},   {Op::kShutdown, "shutdown"},
+    {Op::kHello, "hello"},             {Op::kMembership, "membership"},
+    {Op::kPrimary, "primary"},
+};
+
+}  // namespace
+
+std::string ShardServer::MetricsText() const {
+  MetricsWriter out({{"shard", std::to_string(shard_)}});
+  const Clock::TimePoint now = clock_->Now();
+  out.Family("ps_server_info", "gauge",
+             "1, with the shard's endpoint and consistency mode as labels");
+  out.Sample("ps_server_info",
+             {{"endpoint", endpoint_},
+              {"consistency", bound_ == kUnboundedStaleness ? std::string("asp")
+                                                            : "staleness " + std::to_string(bound_)}},
+             1);
+  out.Gauge("ps_server_uptime_seconds", "Seconds since the shard started serving",
+            std::chrono::duration<double>(now - started_).count());
+
+  // Requests by op: how many, how many were answered with ERROR, and the
+  // time spent handling each (a pull's wait for slower workers is not in
+  // it: see ps_server_staleness_wait_seconds).
+  out.Family("ps_server_requests_total", "counter",
+             "Requests received, by op (invalid: could not be decoded)");
+  for (const auto& [op, label] : kOpLabels) {
+    out.Sample("ps_server_requests_total", {{"op", label}},
+               static_cast<double>(op_metrics_[static_cast<size_t>(op)].requests));
+  }
+  out.Family("ps_server_request_errors_total", "counter",
+             "Requests answered with ERROR, by op");
+  for (const auto& [op, label] : kOpLabels) {
+    out.Sample("ps_server_request_errors_total", {{"op", label}},
+               static_cast<double>(op_metrics_[static_cast<size_t>(op)].errors));
+  }
+  out.Family("ps_server_request_duration_seconds", "histogram",
+             "Time the shard spent handling a request, by op (waits for slower workers "
+             "excluded)");
+  for (const auto& [op, label] : kOpLabels) {
+    op_metrics_[static_cast<size_t>(op)].seconds.Write(out, "ps_server_request_duration_seconds",
+                                                       {{"op", label}});
+  }
+  out.Counter("ps_server_errors_total", "Requests and waiting pulls answered with ERROR",
+              static_cast<double>(counters_.errors));
+  out.Counter("ps_server_pushes_total", "Pushes accepted (STATS pushes)",
+              static_cast<double>(counters_.pushes));
+  out.Counter("ps_server_pulls_total", "Pulls served (STATS pulls)",
+              static_cast<double>(counters_.pulls));
+  out.Counter("ps_server_clocks_total", "CLOCK requests accepted",
+              static_cast<double>(counters_.clocks));
+  out.Counter("ps_server_received_bytes_total", "Bytes of requests, every frame",
+              static_cast<double>(counters_.bytes_in));
+  out.Counter("ps_server_sent_bytes_total", "Bytes of replies, every frame",
+              static_cast<double>(counters_.bytes_out));
+
+  // Consistency: the staleness bound at work.
+  out.Gauge("ps_server_min_clock", "The slowest worker's clock",
+            static_cast<double>(clocks_.min_clock()));
+  out.Gauge("ps_server_waiting_pulls", "Pulls waiting for slower workers now",
+            static_cast<double>(waiting_.size()));
+  out.Counter("ps_server_pulls_waited_total", "Pulls that had to wait for slower workers",
+              static_cast<double>(counters_.pulls_waited));
+  out.Family("ps_server_staleness_wait_seconds", "histogram",
+             "How long each pull that waited for slower workers waited");
+  staleness_wait_seconds_.Write(out, "ps_server_staleness_wait_seconds");
+
+  // Workers: clock, lag behind the fastest, silence, state, cache.
+  int64_t fastest = 0;
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
+  out.Family("ps_server_worker_clock", "gauge", "Each worker's clock as this shard has it");
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) {
+    out.Sample("ps_server_worker_clock", {{"worker", std::to_string(w)}},
+               static_cast<double>(clocks_.clock(w)));
+  }
+  out.Family("ps_server_worker_lag_clocks", "gauge",
+             "Clocks each worker is behind the fastest worker");
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) {
+    out.Sample("ps_server_worker_lag_clocks", {{"worker", std::to_string(w)}},
+               static_cast<double>(fastest - clocks_.clock(w)));
+  }
+  out.Family("ps_server_worker_silent_seconds", "gauge",
+             "Seconds since each worker's last request or heartbeat");
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    out.Sample("ps_server_worker_silent_seconds", {{"worker", std::to_string(w)}},
+               std::chrono::duration<double>(now - workers_[w].last_seen).count());
+  }
+  uint32_t dead = 0, left = 0;
+  for (const WorkerState& w : workers_) {
+    dead += w.dead ? 1 : 0;
+    left += w.left ? 1 : 0;
+  }
+  out.Gauge("ps_server_dead_workers", "Workers silent past liveness.timeout_ms", dead);
+  out.Gauge("ps_server_departed_workers", "Workers that finished and left the job", left);
+  out.Family("ps_server_worker_cache_hits_total", "counter",
+             "Parameter-cache hits each worker's heartbeats reported");
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    out.Sample("ps_server_worker_cache_hits_total", {{"worker", std::to_string(w)}},
+               static_cast<double>(workers_[w].cache_hits));
+  }
+  out.Family("ps_server_worker_cache_misses_total", "counter",
+             "Parameter-cache misses each worker's heartbeats reported");
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    out.Sample("ps_server_worker_cache_misses_total", {{"worker", std::to_string(w)}},
+               static_cast<double>(workers_[w].cache_misses));
+  }
+
+  // Memory, checkpoints and recovery.
+  out.Counter("ps_server_copy_on_write_total",
+              "Store blocks copied because a reply still held them when a push came",
+              static_cast<double>(store_->copy_on_write_count()));
+  out.Gauge("ps_server_queued_reply_bytes", "Bytes of replies not yet taken by the kernel",
+            static_cast<double>(queued_replies_.total()));
+  out.Counter("ps_server_checkpoints_started_total", "Checkpoint generations started",
+              static_cast<double>(counters_.checkpoints_started));
+  out.Gauge("ps_server_last_checkpoint_clock", "Clock of the newest generation written or restored",
+            static_cast<double>(last_checkpoint_clock_));
+  out.Gauge("ps_server_checkpoint_writing", "1 while a checkpoint is being written",
+            checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0);
+  out.Gauge("ps_server_restored_clock", "The clock the shard started at (0, or a restored generation)",
+            static_cast<double>(started_clock_));
+  out.Gauge("ps_server_lost_clocks", "Clocks of updates lost by a restart from a checkpoint",
+            static_cast<double>(lost_clocks_));
+  out.Counter("ps_server_repeated_pushes_total",
+              "Pushes sent again after a reconnect, acknowledged and not applied twice",
+              static_cast<double>(counters_.repeated_pushes));
+  out.Counter("ps_server_resumes_total", "Workers that resumed on this shard after a restart",
+              static_cast<double>(counters_.resumes));
+
+  // Refusals that protect the shard.
+  out.Counter("ps_server_refused_clocks_total", "Requests refused for a clock the protocol forbids",
+              static_cast<double>(counters_.refused_clocks));
+  out.Counter("ps_server_refused_results_total", "Pushes refused for a result that is not finite",
+              static_cast<double>(counters_.refused_results));
+  out.Family("ps_server_pulls_refused_total", "counter",
+             "Pulls refused over a limit (queued_bytes: server.max_queued_reply_bytes; waiting: "
+             "server.max_waiting_pulls_per_worker)");
+  out.Sample("ps_server_pulls_refused_total", {{"reason", "queued_bytes"}},
+             static_cast<double>(counters_.pulls_refused_queued_bytes));
+  out.Sample("ps_server_pulls_refused_total", {{"reason", "waiting"}},
+             static_cast<double>(counters_.pulls_refused_waiting));
+  out.Counter("ps_server_replies_dropped_total", "Replies ZeroMQ refused (queue full or peer gone)",
+              static_cast<double>(counters_.replies_dropped));
+
+  if (job_.replication.factor > 1) {
+    out.Gauge("ps_server_epoch", "The membership epoch this primary serves at",
+              static_cast<double>(epoch()));
+    out.Gauge("ps_server_accepting_writes", "1 while this primary accepts writes (not fenced)",
+              Fenced() ? 0 : 1);
+    out.Counter("ps_server_fenced_refusals_total", "Worker requests refused while fenced",
+                static_cast<double>(counters_.fenced_refusals));
+  }
+  return out.Take();
+}
+
+void ShardServer::PublishMetrics(bool now) {
+  if (metrics_endpoint_ == nullptr) return;
+  const auto t = std::chrono::steady_clock::now();
+  if (!now && t - metrics_published_ < std::chrono::milliseconds(job_.metrics.interval_ms)) {
+    return;
+  }
+  metrics_published_ = t;
+  metrics_endpoint_->Publish(MetricsText());
+}
+
+}  // namespace ps
