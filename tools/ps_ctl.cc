@@ -1,15 +1,35 @@
 // ps_ctl: asks a running job's servers for their status, a checkpoint, or
 // to shut down.
 //   ps_ctl status     --config job.yaml [--shard N] [--replica J] [--timeout-ms 3000]
+//                     [--json | --raw] [--watch [SECONDS]]
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
+// status prints one page for people: every worker's clock, how far it
+// trails the fastest, how long it has been silent and whether it trains,
+// is dead or left; the slowest worker; every shard's requests/s, MB/s in
+// and out, waiting pulls, errors, memory and last checkpoint
+// (tools/ctl_status.h). --json prints the same facts as one JSON object,
+// --raw every shard's STATS report as the server writes it (what scripts
+// that read single counters use). --watch redraws every SECONDS (default
+// 2; MB/s come from consecutive rounds; with --json one object per line)
+// until Ctrl-C, which ends it with exit 0. A shard that does not answer
+// within 0.8 s gets a plain TCP connect to its address: a server that is
+// not running is reported as such ("shard 1 at host:port: not running
+// (connection refused)") in about a second, one that listens is asked
+// again until --timeout-ms, and the other shards are still reported
+// (--raw waits out --timeout-ms and prints the request's error, as before).
 // Exits 0 when every asked shard answered, 1 when one did not (named in the
-// error), 2 on a bad config or flag. keygen writes the job's CurveZMQ key
-// pairs (common/security.h) into --dir, or the job's security.keys_dir, and
-// talks to no server.
+// output, or the error), 2 on a bad config or flag. keygen writes the
+// job's CurveZMQ key pairs (common/security.h) into --dir, or the job's
+// security.keys_dir, and talks to no server.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <thread>
 
@@ -20,6 +40,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "tools/ctl_status.h"
 
 namespace {
 
@@ -69,6 +90,77 @@ int Keygen(const ps::JobOptions& job, std::string dir, bool force, std::optional
   return 0;
 }
 
+// Set by SIGINT while `status --watch` runs. A signal handler can reach
+// nothing but a static; a lock-free atomic is safe to write from one.
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void OnInterrupt(int) { g_interrupted.store(true); }
+
+constexpr double kDefaultWatchS = 2.0;  // status --watch without a value
+
+struct StatusFlags {
+  std::optional<uint32_t> shard;
+  std::optional<uint32_t> replica;
+  uint32_t timeout_ms = 3000;
+  bool json = false;
+  std::optional<double> watch_s;  // set: redraw every this many seconds
+};
+
+// ps_ctl status without --raw: one round, or rounds until SIGINT.
+int RunStatus(ps::ControlClient& client, const ps::JobOptions& job, const StatusFlags& flags) {
+  const auto deadline = std::chrono::milliseconds(flags.timeout_ms);
+  const auto probe_deadline = std::chrono::milliseconds(1000);
+  if (!flags.watch_s) {
+    auto samples =
+        ps::SampleShards(client, job, flags.shard, flags.replica, deadline, probe_deadline);
+    const ps::JobView view = ps::BuildJobView(job, samples, {});
+    if (flags.json) {
+      std::printf("%s\n", ps::JobViewJson(view).c_str());
+    } else {
+      std::printf("%s", ps::FormatJobView(view).c_str());
+    }
+    return view.all_answered ? 0 : 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: a poll in progress returns early
+  ::sigaction(SIGINT, &action, nullptr);
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(*flags.watch_s));
+  // Two rounds at most are kept: rates need only the previous one.
+  std::vector<ps::ShardSample> before, now;
+  while (!g_interrupted.load()) {
+    const auto started = std::chrono::steady_clock::now();
+    now = ps::SampleShards(client, job, flags.shard, flags.replica, deadline, probe_deadline);
+    if (g_interrupted.load()) break;
+    const ps::JobView view = ps::BuildJobView(job, now, before);
+    if (flags.json) {
+      std::printf("%s\n", ps::JobViewJson(view).c_str());
+    } else {
+      const std::time_t wall = std::time(nullptr);
+      std::tm local{};
+      char when[32] = "";
+      if (::localtime_r(&wall, &local) != nullptr) {
+        std::strftime(when, sizeof(when), "%H:%M:%S", &local);
+      }
+      // On a terminal the page is drawn again in place; into a file or a
+      // pipe the pages follow each other.
+      std::printf("%s%s, every %g s (Ctrl-C to stop)\n%s%s", terminal ? "\033[H\033[2J" : "", when,
+                  *flags.watch_s, ps::FormatJobView(view).c_str(), terminal ? "" : "\n");
+    }
+    std::fflush(stdout);
+    before = std::move(now);
+    now.clear();
+    while (!g_interrupted.load() && std::chrono::steady_clock::now() - started < interval) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +169,8 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::optional<uint32_t> shard;
   uint32_t timeout_ms = 3000;
-  CLI::App* status = app.add_subcommand("status", "print every shard's report (STATS)");
+  CLI::App* status = app.add_subcommand(
+      "status", "the job's workers and shards on one page (--json, --raw: the STATS reports)");
   CLI::App* shutdown = app.add_subcommand("shutdown", "ask every shard to shut down cleanly");
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint", "ask every shard to write a checkpoint now and wait until all are written");
@@ -98,6 +191,15 @@ int main(int argc, char** argv) {
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
   }
   status->add_option("--shard", shard, "only this shard");
+  bool json = false, raw = false;
+  double watch_s = kDefaultWatchS;
+  auto* json_flag = status->add_flag("--json", json, "the same facts as one JSON object");
+  status->add_flag("--raw", raw, "every shard's STATS report as the server writes it")
+      ->excludes(json_flag);
+  CLI::Option* watch = status->add_option(
+      "--watch", watch_s,
+      "redraw every SECONDS (default 2) until Ctrl-C; MB/s from consecutive rounds");
+  watch->expected(0, 1)->check(CLI::Range(0.1, 3600.0))->excludes("--raw");
   std::optional<uint32_t> replica;
   status->add_option("--replica", replica,
                      "with replication.factor k: ask replica J (0..k-1) of each shard, whatever "
@@ -113,6 +215,12 @@ int main(int argc, char** argv) {
   }
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   job->client.request_timeout_ms = timeout_ms;
+  if (status->parsed() && !raw) {
+    // A short deadline per request, asked again while the server listens
+    // (ps::SampleShards), so that a server that is not running costs about
+    // a second, not --timeout-ms.
+    job->client.request_timeout_ms = std::min(timeout_ms, ps::kStatusRequestTimeoutMs);
+  }
   std::vector<std::string> endpoints;
   if (replica.has_value()) {
     if (*replica >= job->replication.factor) {
@@ -136,6 +244,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   int rc = 0;
+  if (status->parsed() && shard && *shard >= (*client)->num_shards()) {
+    std::fprintf(stderr, "ps_ctl: shard %u does not exist; the job has %u servers\n", *shard,
+                 (*client)->num_shards());
+    return 2;
+  }
+  if (status->parsed() && !raw) {
+    StatusFlags flags;
+    flags.shard = shard;
+    flags.replica = replica;
+    flags.timeout_ms = timeout_ms;
+    flags.json = json;
+    if (watch->count() > 0) {
+      // "--watch" without a value reads as an empty one: the default interval.
+      const std::vector<std::string>& given = watch->results();
+      flags.watch_s = given.empty() || given[0].empty() ? kDefaultWatchS : watch_s;
+    }
+    return RunStatus(**client, *job, flags);
+  }
   if (status->parsed()) {
     for (uint32_t s = 0; s < (*client)->num_shards(); ++s) {
       if (shard && *shard != s) continue;
@@ -146,11 +272,6 @@ int main(int argc, char** argv) {
         continue;
       }
       std::printf("%s", report->c_str());
-    }
-    if (shard && *shard >= (*client)->num_shards()) {
-      std::fprintf(stderr, "ps_ctl: shard %u does not exist; the job has %u servers\n", *shard,
-                   (*client)->num_shards());
-      return 2;
     }
   } else if (checkpoint->parsed()) {
     auto generations = (*client)->CheckpointServers();

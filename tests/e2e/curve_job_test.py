@@ -90,7 +90,7 @@ def main():
             out, _ = w.communicate(timeout=90)
             check(w.returncode == 0 and "done" in out, "worker %d trained under curve" % r, out)
 
-        rc, status = run([ps_ctl, "status", "--config", job])
+        rc, status = run([ps_ctl, "status", "--config", job, "--raw"])
         check(rc == 0 and "security curve" in status and "worker_clocks 60 60" in status,
               "ps_ctl status with the admin key", status)
 
@@ -118,7 +118,7 @@ def main():
         check(rc != 0 and "speaks CurveZMQ" in out, "a plain client is refused", out)
 
         check(server.poll() is None, "the server still runs after the refused clients")
-        rc, status2 = run([ps_ctl, "status", "--config", job])
+        rc, status2 = run([ps_ctl, "status", "--config", job, "--raw"])
         clocks = re.search(r"worker_clocks .*", status2)
         check(rc == 0 and clocks and clocks.group(0) == "worker_clocks 60 60",
               "nothing changed: %s" % (clocks.group(0) if clocks else status2))

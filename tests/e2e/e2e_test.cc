@@ -195,7 +195,7 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   EXPECT_GT(nonzero, 1000u);
 
   // ps_ctl reads every shard's counters, then shuts the job down cleanly.
-  auto [st_status, st_out] = Finish(Start({kCtl, "status", "--config", path}, true), milliseconds(10000));
+  auto [st_status, st_out] = Finish(Start({kCtl, "status", "--config", path, "--raw"}, true), milliseconds(10000));
   EXPECT_TRUE(ExitedSuccessfully(st_status)) << st_out;
   EXPECT_NE(st_out.find("shard 0 endpoint tcp://127.0.0.1:" + std::to_string(ports_[0])),
             std::string::npos) << st_out;
@@ -210,7 +210,7 @@ TEST_F(E2eTest, FinalParametersEqualTheSumOfAllPushes) {
   }
   // With the servers gone, ps_ctl names the one that does not answer.
   auto [gone_status, gone_out] = Finish(
-      Start({kCtl, "status", "--config", path, "--timeout-ms", "300"}, true), milliseconds(10000));
+      Start({kCtl, "status", "--config", path, "--raw", "--timeout-ms", "300"}, true), milliseconds(10000));
   EXPECT_TRUE(WIFEXITED(gone_status) && WEXITSTATUS(gone_status) == 1) << gone_out;
   EXPECT_NE(gone_out.find("DeadlineExceeded: STATS request"), std::string::npos) << gone_out;
   EXPECT_NE(gone_out.find("to server 0 at"), std::string::npos) << gone_out;

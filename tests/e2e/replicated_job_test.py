@@ -97,8 +97,8 @@ def by_hand(bin_dir, tmp, procs):
         out, _ = w.communicate(timeout=120)
         check(w.returncode == 0 and "done" in out, "worker %d trained with factor 2" % r, out)
 
-    rc, primary = run([ps_ctl, "status", "--config", job])
-    rc2, backup = run([ps_ctl, "status", "--config", job, "--replica", "1"])
+    rc, primary = run([ps_ctl, "status", "--config", job, "--raw"])
+    rc2, backup = run([ps_ctl, "status", "--config", job, "--raw", "--replica", "1"])
     check(rc == 0 and rc2 == 0, "ps_ctl status of the shards and of their backups",
           primary + backup)
     sums = lines(primary, "checksum")

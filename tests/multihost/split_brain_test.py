@@ -110,8 +110,8 @@ class SplitBrainTest:
     def accepting(self, c, replica):
         """Whether replica `replica` of shard 0 accepts writes now (its
         STATS, asked from worker0's host); None when it did not answer."""
-        argv = c.command("worker0", [os.path.join(self.bin, "ps_ctl"), "status", "--config",
-                                     self.job, "--shard", "0", "--replica", str(replica),
+        argv = c.command("worker0", [os.path.join(self.bin, "ps_ctl"), "status", "--raw",
+                                     "--config", self.job, "--shard", "0", "--replica", str(replica),
                                      "--timeout-ms", "300"])
         try:
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,0 +1,355 @@
+// What ps_ctl status shows (tools/ctl_status.h): a STATS report read into
+// numbers, the job's view from one or two rounds, the page and the JSON,
+// and the TCP probe (tools/tcp_probe.h).
+#include "tools/ctl_status.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "tests/util/free_port.h"
+#include "tests/util/status_matchers.h"
+#include "tools/tcp_probe.h"
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A report as ShardServer::StatsReport writes it (shard 1 of a job of two
+// shards and three workers under ssp 3, with checkpoints; worker 2 left).
+constexpr char kReport[] =
+    "shard 1 endpoint tcp://127.0.0.1:40002 uptime_s 12.5\n"
+    "pushes 600 pulls 20 errors 1 bytes_in 4000000 bytes_out 2000000 copy_on_write 3\n"
+    "consistency staleness 3 min_clock 48 slowest_worker 1 waiting_pulls 2 pulls_waited 7 "
+    "max_blocked_lead 3\n"
+    "worker_clocks 60 48 61\n"
+    "worker_silent_ms 12 2300 40\n"
+    "pushes_per_s 100.5 pulls_per_s 20\n"
+    "recovery started_clock 0 lost_clocks 0 repeated_pushes 0 resumes 0\n"
+    "refused refused_clocks 0 refused_results 0 max_resume_clocks 85\n"
+    "limits queued_reply_bytes 0 max_connection_bytes 0 connections_queued 0 "
+    "max_queued_reply_bytes 268435456 pulls_refused_queued_bytes 0 pulls_refused_waiting 0 "
+    "replies_dropped 0 accept_failures 0\n"
+    "checkpoint dir /tmp/my checkpoints last_clock 40 writing 1\n"
+    "checkpoints started 3 requests_waiting 0\n"
+    "cache_hit_rate 0:0.5 1:- 2:-\n"
+    "dead_workers\n"
+    "left_workers 2\n"
+    "memory rss_bytes 52428800 values_bytes 16000000\n"
+    "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n"
+    "table w rows 1000 dim 4 owned [500, 1000) non_finite_rows 0\n";
+
+// Shard 0's report of the same moment: it heard less recently from worker 0.
+constexpr char kReport0[] =
+    "shard 0 endpoint tcp://127.0.0.1:40001 uptime_s 12.4\n"
+    "pushes 500 pulls 10 errors 0 bytes_in 1000000 bytes_out 3000000 copy_on_write 0\n"
+    "consistency staleness 3 min_clock 48 slowest_worker 1 waiting_pulls 0 pulls_waited 0 "
+    "max_blocked_lead 0\n"
+    "worker_clocks 59 48 61\n"
+    "worker_silent_ms 500 2500 30\n"
+    "pushes_per_s 80 pulls_per_s 4.5\n"
+    "cache_hit_rate 0:- 1:- 2:-\n"
+    "dead_workers\n"
+    "left_workers 2\n"
+    "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n";
+
+JobOptions TwoShardJob() {
+  JobOptions job;
+  job.source = "job.yaml";
+  job.cluster.servers = {"127.0.0.1:40001", "127.0.0.1:40002"};
+  job.cluster.workers = 3;
+  job.consistency.mode = ConsistencyMode::kSsp;
+  job.consistency.staleness = 3;
+  return job;
+}
+
+ShardSample Sample(uint32_t shard, const std::string& text,
+                   std::chrono::steady_clock::time_point taken) {
+  ShardSample s;
+  s.shard = shard;
+  s.address = "127.0.0.1:4000" + std::to_string(shard + 1);
+  auto stats = ParseShardStats(text);
+  EXPECT_OK(stats);
+  if (stats.ok()) s.stats = *stats;
+  s.taken = taken;
+  return s;
+}
+
+// kReport with its byte counters replaced.
+std::string WithBytes(uint64_t in, uint64_t out, const std::string& uptime = "14.5") {
+  std::string text = kReport;
+  text.replace(text.find("bytes_in 4000000 bytes_out 2000000"),
+               std::string("bytes_in 4000000 bytes_out 2000000").size(),
+               "bytes_in " + std::to_string(in) + " bytes_out " + std::to_string(out));
+  text.replace(text.find("uptime_s 12.5"), std::string("uptime_s 12.5").size(),
+               "uptime_s " + uptime);
+  return text;
+}
+
+TEST(ParseShardStatsTest, ReadsEveryNumberTheViewUses) {
+  auto stats = ParseShardStats(kReport);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->shard, 1u);
+  EXPECT_EQ(stats->endpoint, "tcp://127.0.0.1:40002");
+  EXPECT_DOUBLE_EQ(stats->uptime_s, 12.5);
+  EXPECT_EQ(stats->pushes, 600u);
+  EXPECT_EQ(stats->pulls, 20u);
+  EXPECT_EQ(stats->errors, 1u);
+  EXPECT_EQ(stats->bytes_in, 4000000u);
+  EXPECT_EQ(stats->bytes_out, 2000000u);
+  EXPECT_EQ(stats->min_clock, 48);
+  EXPECT_EQ(stats->waiting_pulls, 2u);
+  EXPECT_EQ(stats->worker_clocks, (std::vector<int64_t>{60, 48, 61}));
+  EXPECT_EQ(stats->worker_silent_ms, (std::vector<int64_t>{12, 2300, 40}));
+  EXPECT_DOUBLE_EQ(stats->pushes_per_s, 100.5);
+  EXPECT_DOUBLE_EQ(stats->pulls_per_s, 20);
+  ASSERT_TRUE(stats->checkpoint.has_value());
+  EXPECT_EQ(stats->checkpoint->last_clock, 40);  // the folder's name holds a space
+  EXPECT_TRUE(stats->checkpoint->writing);
+  EXPECT_TRUE(stats->dead_workers.empty());
+  EXPECT_EQ(stats->left_workers, (std::vector<uint32_t>{2}));
+  EXPECT_EQ(stats->rss_bytes, 52428800u);
+  EXPECT_EQ(stats->values_bytes, 16000000u);
+  EXPECT_TRUE(stats->failed.empty());
+}
+
+TEST(ParseShardStatsTest, AReportWithoutMemoryOrCheckpointLeavesThemUnknown) {
+  auto stats = ParseShardStats(kReport0);
+  ASSERT_OK(stats);
+  EXPECT_FALSE(stats->rss_bytes.has_value());
+  EXPECT_FALSE(stats->values_bytes.has_value());
+  EXPECT_FALSE(stats->checkpoint.has_value());
+}
+
+TEST(ParseShardStatsTest, ReadsExponentsAndTheFailedLine) {
+  std::string text = kReport;
+  text.replace(text.find("pushes_per_s 100.5"), std::string("pushes_per_s 100.5").size(),
+               "pushes_per_s 1.5e+06");
+  text += "failed checkpoint write: disk full\n";
+  auto stats = ParseShardStats(text);
+  ASSERT_OK(stats);
+  EXPECT_DOUBLE_EQ(stats->pushes_per_s, 1.5e6);
+  EXPECT_EQ(stats->failed, "checkpoint write: disk full");
+}
+
+TEST(ParseShardStatsTest, RefusesTextThatIsNotAReportNamingTheLine) {
+  EXPECT_EQ(ParseShardStats("hello\n").status().code(), StatusCode::kInvalidArgument);
+  auto bad = ParseShardStats(std::string(kReport) + "worker_clocks 1 x 3\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"x\" is not a number"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("--raw"), std::string::npos);
+}
+
+TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorkerIsNamed) {
+  const auto t = std::chrono::steady_clock::now();
+  const std::vector<ShardSample> now = {Sample(0, kReport0, t), Sample(1, kReport, t)};
+  const JobView view = BuildJobView(TwoShardJob(), now, {});
+  EXPECT_EQ(view.consistency, "ssp 3");
+  EXPECT_TRUE(view.all_answered);
+  ASSERT_EQ(view.workers_rows.size(), 3u);
+  EXPECT_EQ(view.workers_rows[0].clock, 59);  // shard 0 holds 59, shard 1 60
+  EXPECT_EQ(view.workers_rows[1].clock, 48);
+  EXPECT_EQ(view.workers_rows[2].clock, 61);
+  EXPECT_EQ(view.workers_rows[0].behind, 2);
+  EXPECT_EQ(view.workers_rows[1].behind, 13);
+  EXPECT_EQ(view.workers_rows[2].behind, 0);
+  EXPECT_DOUBLE_EQ(*view.workers_rows[0].silent_s, 0.012);  // the least over shards
+  EXPECT_DOUBLE_EQ(*view.workers_rows[1].silent_s, 2.3);
+  EXPECT_EQ(view.workers_rows[0].state, WorkerState::kTraining);
+  EXPECT_EQ(view.workers_rows[2].state, WorkerState::kLeft);
+  ASSERT_TRUE(view.slowest.has_value());
+  EXPECT_EQ(*view.slowest, 1u);
+  EXPECT_EQ(*view.fastest, 2u);  // a worker that left at the end leads
+  EXPECT_EQ(view.slowest_behind, 13);
+  ASSERT_EQ(view.shard_rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(view.shard_rows[1].requests_per_s, 120.5);
+  EXPECT_EQ(view.shard_rows[1].waiting_pulls, 2u);
+  EXPECT_FALSE(view.shard_rows[1].in_bytes_per_s.has_value());  // one round
+  EXPECT_FALSE(view.interval_s.has_value());
+
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("worker 1 is slowest: 13 clocks behind worker 2"), std::string::npos) << page;
+  EXPECT_NE(page.find("job job.yaml: 3 workers, 2 shards, consistency ssp 3"), std::string::npos)
+      << page;
+  EXPECT_NE(page.find("MB/s needs two samples"), std::string::npos) << page;
+  EXPECT_NE(page.find("clock 40, writing"), std::string::npos) << page;
+  EXPECT_NE(page.find("2.3 s"), std::string::npos) << page;
+}
+
+TEST(BuildJobViewTest, ByteRatesComeFromTwoRounds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto t1 = t0 + seconds(2);
+  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
+  // 4 MB more in and 1 MB more out over 2 s.
+  const std::vector<ShardSample> now = {Sample(1, WithBytes(8000000, 3000000), t1)};
+  const JobView view = BuildJobView(TwoShardJob(), now, before);
+  ASSERT_EQ(view.shard_rows.size(), 1u);
+  ASSERT_TRUE(view.shard_rows[0].in_bytes_per_s.has_value());
+  EXPECT_DOUBLE_EQ(*view.shard_rows[0].in_bytes_per_s, 2e6);
+  EXPECT_DOUBLE_EQ(*view.shard_rows[0].out_bytes_per_s, 0.5e6);
+  EXPECT_DOUBLE_EQ(*view.interval_s, 2.0);
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("2.00"), std::string::npos) << page;
+  EXPECT_NE(page.find("0.50"), std::string::npos) << page;
+  EXPECT_NE(page.find("MB/s over the last 2.0 s"), std::string::npos) << page;
+}
+
+TEST(BuildJobViewTest, NoByteRateAcrossAServerRestart) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
+  const std::vector<ShardSample> now = {Sample(1, WithBytes(100, 100, "0.5"), t0 + seconds(2))};
+  const JobView view = BuildJobView(TwoShardJob(), now, before);
+  EXPECT_FALSE(view.shard_rows[0].in_bytes_per_s.has_value());
+  EXPECT_FALSE(view.shard_rows[0].out_bytes_per_s.has_value());
+}
+
+TEST(BuildJobViewTest, AShardThatDidNotAnswerIsNamedAndTheOthersStillCount) {
+  const auto t = std::chrono::steady_clock::now();
+  ShardSample down;
+  down.shard = 0;
+  down.address = "127.0.0.1:40001";
+  down.problem = "not running (connection refused)";
+  const std::vector<ShardSample> now = {down, Sample(1, kReport, t)};
+  const JobView view = BuildJobView(TwoShardJob(), now, {});
+  EXPECT_FALSE(view.all_answered);
+  ASSERT_EQ(view.workers_rows.size(), 3u);
+  EXPECT_EQ(view.workers_rows[0].clock, 60);  // from shard 1 alone
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("shard 0 at 127.0.0.1:40001: not running (connection refused)"),
+            std::string::npos)
+      << page;
+}
+
+TEST(BuildJobViewTest, DeadWorkersAreNotTheSlowest) {
+  std::string text = kReport;
+  text.replace(text.find("dead_workers\n"), std::string("dead_workers\n").size(),
+               "dead_workers 1\n");
+  const JobView view =
+      BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(1, text, {})}, {});
+  EXPECT_EQ(view.workers_rows[1].state, WorkerState::kDead);
+  ASSERT_TRUE(view.slowest.has_value());
+  EXPECT_EQ(*view.slowest, 0u);
+  EXPECT_EQ(view.slowest_behind, 1);
+  EXPECT_NE(FormatJobView(view).find("worker 0 is slowest: 1 clock behind worker 2"),
+            std::string::npos);
+}
+
+TEST(BuildJobViewTest, AWorkerNoShardHeardFromYetIsStartingAndMayBeTheSlowest) {
+  // Within the start-up grace the server reports a negative silence.
+  std::string text = kReport;
+  text.replace(text.find("worker_silent_ms 12 2300 40"),
+               std::string("worker_silent_ms 12 2300 40").size(), "worker_silent_ms 12 -5000 40");
+  const JobView view =
+      BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(1, text, {})}, {});
+  EXPECT_EQ(view.workers_rows[1].state, WorkerState::kStarting);
+  EXPECT_FALSE(view.workers_rows[1].silent_s.has_value());
+  ASSERT_TRUE(view.slowest.has_value());
+  EXPECT_EQ(*view.slowest, 1u);
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("starting"), std::string::npos) << page;
+}
+
+TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ShardSample down;
+  down.shard = 0;
+  down.address = "127.0.0.1:40001";
+  down.problem = "not running (connection refused)";
+  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
+  const std::vector<ShardSample> now = {down,
+                                        Sample(1, WithBytes(8000000, 3000000), t0 + seconds(2))};
+  JobOptions job = TwoShardJob();
+  job.source = "dir/\"quoted\"\\job.yaml";  // escaped in the JSON
+  const std::string text = JobViewJson(BuildJobView(job, now, before));
+  EXPECT_EQ(text.find('\n'), std::string::npos) << "one line";
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << text;
+  EXPECT_EQ(j["job"]["config"], "dir/\"quoted\"\\job.yaml");
+  EXPECT_EQ(j["job"]["workers"], 3);
+  EXPECT_EQ(j["job"]["shards"], 2);
+  EXPECT_EQ(j["job"]["consistency"], "ssp 3");
+  EXPECT_EQ(j["job"]["replication_factor"], 1);
+  EXPECT_TRUE(j["job"]["steps"].is_null());
+  EXPECT_EQ(j["all_answered"], false);
+  EXPECT_DOUBLE_EQ(j["interval_s"].get<double>(), 2.0);
+  ASSERT_EQ(j["workers"].size(), 3u);
+  EXPECT_EQ(j["workers"][1]["worker"], 1);
+  EXPECT_EQ(j["workers"][1]["clock"], 48);
+  EXPECT_EQ(j["workers"][1]["behind"], 13);
+  EXPECT_DOUBLE_EQ(j["workers"][1]["silent_s"].get<double>(), 2.3);
+  EXPECT_EQ(j["workers"][1]["state"], "training");
+  EXPECT_EQ(j["workers"][2]["state"], "left");
+  EXPECT_EQ(j["slowest"]["worker"], 1);
+  EXPECT_EQ(j["slowest"]["behind"], 13);
+  EXPECT_EQ(j["slowest"]["fastest"], 2);
+  ASSERT_EQ(j["shards"].size(), 2u);
+  EXPECT_EQ(j["shards"][0]["answered"], false);
+  EXPECT_EQ(j["shards"][0]["address"], "127.0.0.1:40001");
+  EXPECT_EQ(j["shards"][0]["problem"], "not running (connection refused)");
+  const nlohmann::json& s = j["shards"][1];
+  EXPECT_EQ(s["shard"], 1);
+  EXPECT_EQ(s["answered"], true);
+  EXPECT_EQ(s["endpoint"], "tcp://127.0.0.1:40002");
+  EXPECT_DOUBLE_EQ(s["uptime_s"].get<double>(), 14.5);
+  EXPECT_DOUBLE_EQ(s["requests_per_s"].get<double>(), 120.5);
+  EXPECT_DOUBLE_EQ(s["pushes_per_s"].get<double>(), 100.5);
+  EXPECT_DOUBLE_EQ(s["pulls_per_s"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(s["in_bytes_per_s"].get<double>(), 2e6);
+  EXPECT_DOUBLE_EQ(s["out_bytes_per_s"].get<double>(), 0.5e6);
+  EXPECT_EQ(s["waiting_pulls"], 2);
+  EXPECT_EQ(s["errors"], 1);
+  EXPECT_EQ(s["rss_bytes"], 52428800);
+  EXPECT_EQ(s["values_bytes"], 16000000);
+  EXPECT_EQ(s["checkpoint"]["last_clock"], 40);
+  EXPECT_EQ(s["checkpoint"]["writing"], true);
+  EXPECT_TRUE(s["failed"].is_null());
+}
+
+TEST(JobViewJsonTest, UnknownRatesAreNull) {
+  const JobView view =
+      BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(0, kReport0, {})}, {});
+  const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_TRUE(j["interval_s"].is_null());
+  EXPECT_TRUE(j["shards"][0]["in_bytes_per_s"].is_null());
+  EXPECT_TRUE(j["shards"][0]["rss_bytes"].is_null());
+  EXPECT_TRUE(j["shards"][0]["checkpoint"].is_null());
+}
+
+TEST(TcpProbeTest, APortNobodyListensOnIsRefusedAtOnce) {
+  HostPort where;
+  std::string problem;
+  ASSERT_TRUE(ParseHostPort("127.0.0.1:" + std::to_string(FreePort()), &where, &problem))
+      << problem;
+  const auto start = std::chrono::steady_clock::now();
+  const TcpProbe probe = ProbeTcp(where, milliseconds(1000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1500));
+  EXPECT_EQ(probe.result, ProbeResult::kRefused) << probe.reason;
+  EXPECT_EQ(probe.reason, "connection refused");
+}
+
+TEST(TcpProbeTest, AListeningPortIsListening) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  HostPort where;
+  std::string problem;
+  ASSERT_TRUE(ParseHostPort("localhost:" + std::to_string(ntohs(addr.sin_port)), &where, &problem))
+      << problem;
+  const TcpProbe probe = ProbeTcp(where, milliseconds(1000));
+  close(fd);
+  EXPECT_EQ(probe.result, ProbeResult::kListening) << probe.reason;
+}
+
+}  // namespace
+}  // namespace ps

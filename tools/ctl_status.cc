@@ -1,0 +1,578 @@
+#include "tools/ctl_status.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+#include <type_traits>
+
+#include "common/endpoint.h"
+#include "common/text.h"
+#include "tools/tcp_probe.h"
+
+namespace ps {
+namespace {
+
+std::vector<std::string_view> Words(std::string_view line) {
+  std::vector<std::string_view> words;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    const size_t start = i;
+    while (i < line.size() && line[i] != ' ') ++i;
+    if (i > start) words.push_back(line.substr(start, i - start));
+  }
+  return words;
+}
+
+template <typename T>
+bool ParseNumber(std::string_view word, T* out) {
+  const char* end = word.data() + word.size();
+  auto [ptr, ec] = std::from_chars(word.data(), end, *out);
+  return ec == std::errc() && ptr == end;
+}
+
+Status BadLine(std::string_view line, std::string_view what) {
+  return InvalidArgumentError("STATS report: line " + Quote(line) + ": " + std::string(what) +
+                              " (a server of another version? `ps_ctl status --raw` prints the "
+                              "report as it is)");
+}
+
+// The number after `key` among `words`.
+template <typename T>
+Status Field(std::string_view line, const std::vector<std::string_view>& words,
+             std::string_view key, T* out) {
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] != key) continue;
+    if (ParseNumber(words[i + 1], out)) return Status::Ok();
+    return BadLine(line, "\"" + std::string(key) + "\" is not followed by a number");
+  }
+  return BadLine(line, "no \"" + std::string(key) + "\"");
+}
+
+// Every word after the first, as numbers.
+template <typename T>
+Status List(std::string_view line, const std::vector<std::string_view>& words,
+            std::vector<T>* out) {
+  out->clear();
+  for (size_t i = 1; i < words.size(); ++i) {
+    T value{};
+    if (!ParseNumber(words[i], &value)) {
+      return BadLine(line, "\"" + std::string(words[i]) + "\" is not a number");
+    }
+    out->push_back(value);
+  }
+  return Status::Ok();
+}
+
+std::string Fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string Count(uint64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kMB = 1e6;
+
+std::string OptionalFixed(const std::optional<double>& value, double scale, int decimals) {
+  return value ? Fixed(*value / scale, decimals) : std::string("-");
+}
+
+std::string OptionalBytes(const std::optional<uint64_t>& value, double scale, int decimals) {
+  return value ? Fixed(static_cast<double>(*value) / scale, decimals) : std::string("-");
+}
+
+// Columns of text, each as wide as its widest cell; numbers to the right.
+class TextTable {
+ public:
+  // `left`: one flag per column, true to align that column to the left.
+  explicit TextTable(std::vector<bool> left) : left_(std::move(left)) {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const {
+    std::vector<size_t> width(left_.size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+        width[c] = std::max(width[c], row[c].size());
+      }
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line;
+      for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+        if (c > 0) line += "  ";
+        const std::string pad(width[c] - row[c].size(), ' ');
+        line += left_[c] ? row[c] + pad : pad + row[c];
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<bool> left_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string JsonString(std::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+          out += buffer;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";  // JSON has no NaN or infinity
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.10g", value);
+  return buffer;
+}
+
+template <typename T>
+std::string JsonOptional(const std::optional<T>& value) {
+  if (!value) return "null";
+  if constexpr (std::is_floating_point_v<T>) {
+    return JsonNumber(*value);
+  } else {
+    return std::to_string(*value);
+  }
+}
+
+}  // namespace
+
+StatusOr<ShardStats> ParseShardStats(std::string_view text) {
+  ShardStats stats;
+  bool saw_shard = false, saw_clocks = false;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    const std::vector<std::string_view> words = Words(line);
+    if (words.empty()) continue;
+    const std::string_view key = words[0];
+    if (key == "shard" && !saw_shard) {
+      // "shard N endpoint E uptime_s U"
+      saw_shard = true;
+      if (words.size() < 2 || !ParseNumber(words[1], &stats.shard)) {
+        return BadLine(line, "no shard number");
+      }
+      for (size_t i = 2; i + 1 < words.size(); ++i) {
+        if (words[i] == "endpoint") stats.endpoint = std::string(words[i + 1]);
+      }
+      PS_RETURN_IF_ERROR(Field(line, words, "uptime_s", &stats.uptime_s));
+    } else if (key == "pushes") {
+      PS_RETURN_IF_ERROR(Field(line, words, "pushes", &stats.pushes));
+      PS_RETURN_IF_ERROR(Field(line, words, "pulls", &stats.pulls));
+      PS_RETURN_IF_ERROR(Field(line, words, "errors", &stats.errors));
+      PS_RETURN_IF_ERROR(Field(line, words, "bytes_in", &stats.bytes_in));
+      PS_RETURN_IF_ERROR(Field(line, words, "bytes_out", &stats.bytes_out));
+    } else if (key == "consistency") {
+      PS_RETURN_IF_ERROR(Field(line, words, "min_clock", &stats.min_clock));
+      PS_RETURN_IF_ERROR(Field(line, words, "waiting_pulls", &stats.waiting_pulls));
+    } else if (key == "worker_clocks") {
+      saw_clocks = true;
+      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_clocks));
+    } else if (key == "worker_silent_ms") {
+      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_silent_ms));
+    } else if (key == "pushes_per_s") {
+      PS_RETURN_IF_ERROR(Field(line, words, "pushes_per_s", &stats.pushes_per_s));
+      PS_RETURN_IF_ERROR(Field(line, words, "pulls_per_s", &stats.pulls_per_s));
+    } else if (key == "checkpoint") {
+      // "checkpoint dir D last_clock N writing 0|1": D may hold spaces, so
+      // the numbers are read from the end.
+      const size_t n = words.size();
+      ShardStats::Checkpoint c;
+      int writing = 0;
+      if (n < 5 || words[n - 4] != "last_clock" || words[n - 2] != "writing" ||
+          !ParseNumber(words[n - 3], &c.last_clock) || !ParseNumber(words[n - 1], &writing)) {
+        return BadLine(line, "does not end in \"last_clock N writing 0|1\"");
+      }
+      c.writing = writing != 0;
+      stats.checkpoint = c;
+    } else if (key == "dead_workers") {
+      PS_RETURN_IF_ERROR(List(line, words, &stats.dead_workers));
+    } else if (key == "left_workers") {
+      PS_RETURN_IF_ERROR(List(line, words, &stats.left_workers));
+    } else if (key == "memory") {
+      uint64_t rss = 0, values = 0;
+      PS_RETURN_IF_ERROR(Field(line, words, "rss_bytes", &rss));
+      PS_RETURN_IF_ERROR(Field(line, words, "values_bytes", &values));
+      // 0: the server could not read its resident size (no /proc).
+      if (rss > 0) stats.rss_bytes = rss;
+      stats.values_bytes = values;
+    } else if (key == "failed") {
+      stats.failed = std::string(line.substr(std::min(line.size(), line.find(' ') + 1)));
+    }
+  }
+  if (!saw_shard || !saw_clocks) {
+    return InvalidArgumentError(
+        std::string("STATS report without its \"") + (saw_shard ? "worker_clocks" : "shard") +
+        "\" line: " + Quote(text) + " (`ps_ctl status --raw` prints the report as it is)");
+  }
+  return stats;
+}
+
+namespace {
+
+// Why nothing answers at any of `shard`'s addresses, or nullopt when
+// something listens at one of them.
+std::optional<std::string> WhyNoAnswer(const JobOptions& job, uint32_t shard,
+                                       std::optional<uint32_t> replica,
+                                       std::chrono::milliseconds probe_deadline) {
+  std::vector<uint32_t> replicas;
+  if (replica) {
+    replicas.push_back(*replica);
+  } else {
+    for (uint32_t j = 0; j < std::max<uint32_t>(1, job.replication.factor); ++j) {
+      replicas.push_back(j);
+    }
+  }
+  bool all_refused = true;
+  std::string reasons;
+  for (const uint32_t j : replicas) {
+    auto where = ReplicaHostPort(job, shard, j);
+    std::string reason;
+    if (!where.ok()) {
+      all_refused = false;  // Validate() admits no such entry: say so rather than guess
+      reason = std::string(where.status().message());
+    } else {
+      const TcpProbe probe = ProbeTcp(*where, probe_deadline);
+      if (probe.result == ProbeResult::kListening) return std::nullopt;
+      all_refused &= probe.result == ProbeResult::kRefused;
+      reason = (replicas.size() > 1 ? where->canonical + " " : std::string()) + probe.reason;
+    }
+    reasons += (reasons.empty() ? "" : "; ") + reason;
+  }
+  return std::string(all_refused ? "not running" : "unreachable") +
+         (replicas.size() > 1 ? ": no replica listens (" : " (") + reasons + ")";
+}
+
+}  // namespace
+
+std::vector<ShardSample> SampleShards(ControlClient& client, const JobOptions& job,
+                                      std::optional<uint32_t> only_shard,
+                                      std::optional<uint32_t> replica,
+                                      std::chrono::milliseconds deadline,
+                                      std::chrono::milliseconds probe_deadline) {
+  std::vector<ShardSample> samples;
+  for (uint32_t shard = 0; shard < client.num_shards(); ++shard) {
+    if (only_shard && *only_shard != shard) continue;
+    ShardSample sample;
+    sample.shard = shard;
+    if (auto where = ReplicaHostPort(job, shard, replica.value_or(0)); where.ok()) {
+      sample.address = where->canonical;
+    } else {
+      sample.address = client.endpoint(shard);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      auto report = client.Stats(shard);
+      if (report.ok()) {
+        auto stats = ParseShardStats(*report);
+        if (stats.ok()) {
+          sample.stats = std::move(*stats);
+        } else {
+          sample.problem = stats.status().ToString();
+        }
+        break;
+      }
+      if (report.status().code() != StatusCode::kDeadlineExceeded) {
+        sample.problem = report.status().ToString();
+        break;
+      }
+      if (auto why = WhyNoAnswer(job, shard, replica, probe_deadline)) {
+        sample.problem = std::move(*why);
+        break;
+      }
+      if (std::chrono::steady_clock::now() - start >= deadline) {
+        sample.problem = report.status().ToString();
+        break;
+      }
+      // Asked again; a pause in case the client failed faster than its
+      // deadline, so that no loop of connections runs against the server.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    sample.taken = std::chrono::steady_clock::now();
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kStarting:
+      return "starting";
+    case WorkerState::kTraining:
+      return "training";
+    case WorkerState::kDead:
+      return "dead";
+    case WorkerState::kLeft:
+      return "left";
+  }
+  return "?";
+}
+
+JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
+                     std::span<const ShardSample> before) {
+  JobView view;
+  view.config = job.source;
+  view.workers = job.cluster.workers;
+  view.shards = static_cast<uint32_t>(job.cluster.servers.size());
+  view.consistency = ConsistencyName(job.consistency);
+  if (job.consistency.aggregate) view.consistency += " aggregated";
+  view.replication_factor = job.replication.factor;
+  view.all_answered = true;
+
+  std::vector<const ShardStats*> answered;
+  for (const ShardSample& sample : now) {
+    ShardRow row;
+    row.shard = sample.shard;
+    row.address = sample.address;
+    if (!sample.stats) {
+      view.all_answered = false;
+      row.problem = sample.problem;
+      view.shard_rows.push_back(std::move(row));
+      continue;
+    }
+    const ShardStats& s = *sample.stats;
+    answered.push_back(&s);
+    row.answered = true;
+    row.endpoint = s.endpoint;
+    row.uptime_s = s.uptime_s;
+    row.pushes_per_s = s.pushes_per_s;
+    row.pulls_per_s = s.pulls_per_s;
+    row.requests_per_s = s.pushes_per_s + s.pulls_per_s;
+    row.waiting_pulls = s.waiting_pulls;
+    row.errors = s.errors;
+    row.rss_bytes = s.rss_bytes;
+    row.values_bytes = s.values_bytes;
+    row.checkpoint = s.checkpoint;
+    row.failed = s.failed;
+    for (const ShardSample& old : before) {
+      if (old.shard != sample.shard || !old.stats) continue;
+      const double dt = std::chrono::duration<double>(sample.taken - old.taken).count();
+      // Counters start again from 0 when the server restarted in between.
+      if (dt <= 0 || s.uptime_s < old.stats->uptime_s || s.bytes_in < old.stats->bytes_in ||
+          s.bytes_out < old.stats->bytes_out) {
+        break;
+      }
+      row.in_bytes_per_s = static_cast<double>(s.bytes_in - old.stats->bytes_in) / dt;
+      row.out_bytes_per_s = static_cast<double>(s.bytes_out - old.stats->bytes_out) / dt;
+      if (!view.interval_s) view.interval_s = dt;
+      break;
+    }
+    view.shard_rows.push_back(std::move(row));
+  }
+  if (answered.empty()) return view;
+
+  for (uint32_t w = 0; w < view.workers; ++w) {
+    WorkerRow row;
+    row.worker = w;
+    std::optional<int64_t> clock;
+    bool dead = false, left = false;
+    for (const ShardStats* s : answered) {
+      if (w < s->worker_clocks.size()) {
+        clock = clock ? std::min(*clock, s->worker_clocks[w]) : s->worker_clocks[w];
+      }
+      if (w < s->worker_silent_ms.size() && s->worker_silent_ms[w] >= 0) {
+        const double silent = static_cast<double>(s->worker_silent_ms[w]) / 1000.0;
+        row.silent_s = row.silent_s ? std::min(*row.silent_s, silent) : silent;
+      }
+      dead |= std::find(s->dead_workers.begin(), s->dead_workers.end(), w) != s->dead_workers.end();
+      left |= std::find(s->left_workers.begin(), s->left_workers.end(), w) != s->left_workers.end();
+    }
+    row.clock = clock.value_or(0);
+    // A worker that left after a failure may be listed dead too: it is gone
+    // either way, and left says it said goodbye.
+    row.state = left           ? WorkerState::kLeft
+                : dead         ? WorkerState::kDead
+                : row.silent_s ? WorkerState::kTraining
+                               : WorkerState::kStarting;
+    view.workers_rows.push_back(row);
+  }
+  if (view.workers_rows.empty()) return view;
+  const WorkerRow* fastest = &view.workers_rows[0];
+  for (const WorkerRow& r : view.workers_rows) {
+    if (r.clock > fastest->clock) fastest = &r;
+  }
+  const WorkerRow* slowest = nullptr;
+  for (WorkerRow& r : view.workers_rows) {
+    r.behind = fastest->clock - r.clock;
+    const bool active = r.state == WorkerState::kTraining || r.state == WorkerState::kStarting;
+    if (active && (slowest == nullptr || r.clock < slowest->clock)) {
+      slowest = &r;
+    }
+  }
+  if (slowest != nullptr) {
+    view.slowest = slowest->worker;
+    view.fastest = fastest->worker;
+    view.slowest_behind = slowest->behind;
+  }
+  return view;
+}
+
+std::string FormatJobView(const JobView& view) {
+  std::string out = "job " + view.config + ": " + Count(view.workers, "worker") + ", " +
+                    Count(view.shards, "shard") + ", consistency " + view.consistency;
+  if (view.replication_factor > 1) {
+    out += ", replication factor " + std::to_string(view.replication_factor);
+  }
+  out += "\n\n";
+
+  if (view.workers_rows.empty()) {
+    out += "workers: unknown (no shard answered)\n";
+  } else {
+    TextTable workers({false, false, false, false, true});
+    workers.Add({"worker", "clock", "behind", "silent", "state"});
+    for (const WorkerRow& r : view.workers_rows) {
+      workers.Add({std::to_string(r.worker), std::to_string(r.clock), std::to_string(r.behind),
+                   r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-"),
+                   WorkerStateName(r.state)});
+    }
+    out += workers.Render();
+    if (!view.slowest) {
+      out += "no worker is training: every one is dead or left\n";
+    } else if (view.slowest_behind == 0) {
+      out += "the workers are level at clock " +
+             std::to_string(view.workers_rows[*view.slowest].clock) + "\n";
+    } else {
+      out += "worker " + std::to_string(*view.slowest) +
+             " is slowest: " + std::to_string(view.slowest_behind) + " clock" +
+             (view.slowest_behind == 1 ? "" : "s") + " behind worker " +
+             std::to_string(*view.fastest) + "\n";
+    }
+    // The step total is train.iterations, which only the worker's loader
+    // reads (worker/train_options.h); ps_ctl links no worker code.
+    out +=
+        "(clock: steps finished, the least over shards; no total: ps_ctl does not read "
+        "train.iterations)\n";
+  }
+  out += "\n";
+
+  TextTable shards({false, true, false, false, false, false, false, false, false, true});
+  shards.Add({"shard", "address", "req/s", "in MB/s", "out MB/s", "waiting", "errors", "RSS MiB",
+              "values MiB", "checkpoint"});
+  for (const ShardRow& r : view.shard_rows) {
+    if (!r.answered) {
+      shards.Add({std::to_string(r.shard), r.address, "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    std::string checkpoint = "-";
+    if (r.checkpoint) {
+      checkpoint = "clock " + std::to_string(r.checkpoint->last_clock);
+      if (r.checkpoint->writing) checkpoint += ", writing";
+    }
+    shards.Add({std::to_string(r.shard), r.address, Fixed(r.requests_per_s, 1),
+                OptionalFixed(r.in_bytes_per_s, kMB, 2), OptionalFixed(r.out_bytes_per_s, kMB, 2),
+                std::to_string(r.waiting_pulls), std::to_string(r.errors),
+                OptionalBytes(r.rss_bytes, kMiB, 1), OptionalBytes(r.values_bytes, kMiB, 1),
+                checkpoint});
+  }
+  out += shards.Render();
+  for (const ShardRow& r : view.shard_rows) {
+    if (!r.answered)
+      out += "shard " + std::to_string(r.shard) + " at " + r.address + ": " + r.problem + "\n";
+    if (!r.failed.empty())
+      out += "shard " + std::to_string(r.shard) + " failed: " + r.failed + "\n";
+  }
+  if (view.interval_s) {
+    out += "(MB/s over the last " + Fixed(*view.interval_s, 1) +
+           " s; req/s as the server measures it; waiting: pulls held for slower workers)\n";
+  } else {
+    out +=
+        "(MB/s needs two samples: --watch; req/s as the server measures it; waiting: pulls "
+        "held for slower workers)\n";
+  }
+  return out;
+}
+
+std::string JobViewJson(const JobView& view) {
+  std::string out = "{\"job\":{\"config\":" + JsonString(view.config) +
+                    ",\"workers\":" + std::to_string(view.workers) +
+                    ",\"shards\":" + std::to_string(view.shards) +
+                    ",\"consistency\":" + JsonString(view.consistency) +
+                    ",\"replication_factor\":" + std::to_string(view.replication_factor) +
+                    ",\"steps\":null}";
+  out += ",\"all_answered\":";
+  out += view.all_answered ? "true" : "false";
+  out += ",\"interval_s\":" + JsonOptional(view.interval_s);
+  out += ",\"workers\":[";
+  for (const WorkerRow& r : view.workers_rows) {
+    if (&r != view.workers_rows.data()) out += ",";
+    out += "{\"worker\":" + std::to_string(r.worker) + ",\"clock\":" + std::to_string(r.clock) +
+           ",\"behind\":" + std::to_string(r.behind) + ",\"silent_s\":" + JsonOptional(r.silent_s) +
+           ",\"state\":" + JsonString(WorkerStateName(r.state)) + "}";
+  }
+  out += "],\"slowest\":";
+  if (view.slowest) {
+    out += "{\"worker\":" + std::to_string(*view.slowest) +
+           ",\"behind\":" + std::to_string(view.slowest_behind) +
+           ",\"fastest\":" + std::to_string(*view.fastest) + "}";
+  } else {
+    out += "null";
+  }
+  out += ",\"shards\":[";
+  for (const ShardRow& r : view.shard_rows) {
+    if (&r != view.shard_rows.data()) out += ",";
+    out += "{\"shard\":" + std::to_string(r.shard) + ",\"address\":" + JsonString(r.address) +
+           ",\"answered\":" + (r.answered ? "true" : "false");
+    if (!r.answered) {
+      out += ",\"problem\":" + JsonString(r.problem) + "}";
+      continue;
+    }
+    out += ",\"endpoint\":" + JsonString(r.endpoint) + ",\"uptime_s\":" + JsonNumber(r.uptime_s) +
+           ",\"requests_per_s\":" + JsonNumber(r.requests_per_s) +
+           ",\"pushes_per_s\":" + JsonNumber(r.pushes_per_s) +
+           ",\"pulls_per_s\":" + JsonNumber(r.pulls_per_s) +
+           ",\"in_bytes_per_s\":" + JsonOptional(r.in_bytes_per_s) +
+           ",\"out_bytes_per_s\":" + JsonOptional(r.out_bytes_per_s) +
+           ",\"waiting_pulls\":" + std::to_string(r.waiting_pulls) +
+           ",\"errors\":" + std::to_string(r.errors) +
+           ",\"rss_bytes\":" + JsonOptional(r.rss_bytes) +
+           ",\"values_bytes\":" + JsonOptional(r.values_bytes) + ",\"checkpoint\":";
+    if (r.checkpoint) {
+      out += "{\"last_clock\":" + std::to_string(r.checkpoint->last_clock) +
+             ",\"writing\":" + (r.checkpoint->writing ? "true" : "false") + "}";
+    } else {
+      out += "null";
+    }
+    out += ",\"failed\":" + (r.failed.empty() ? std::string("null") : JsonString(r.failed)) + "}";
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace ps

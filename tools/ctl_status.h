@@ -1,0 +1,160 @@
+// ps_ctl status for people: every shard's STATS report (ShardServer::
+// StatsReport) read into numbers, the job's state built from one or two
+// rounds of those reports (worker progress, the slowest worker, each
+// shard's load, memory and checkpoint), and that state as a page of text
+// for a terminal or as one JSON object for scripts.
+//
+// Thread-safe: functions of their arguments only.
+#ifndef PS_TOOLS_CTL_STATUS_H_
+#define PS_TOOLS_CTL_STATUS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/control_client.h"
+#include "common/options.h"
+#include "common/status.h"
+
+namespace ps {
+
+// The numbers of one STATS report that the view uses.
+struct ShardStats {
+  uint32_t shard = 0;
+  std::string endpoint;  // the address the shard bound
+  double uptime_s = 0;
+  uint64_t pushes = 0, pulls = 0, errors = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;  // since the server started
+  int64_t min_clock = 0;
+  uint64_t waiting_pulls = 0;
+  std::vector<int64_t> worker_clocks;        // by worker rank
+  std::vector<int64_t> worker_silent_ms;     // by worker rank: since last heard from
+  double pushes_per_s = 0, pulls_per_s = 0;  // the server's own recent rates
+  // Present when the job has checkpoint.dir.
+  struct Checkpoint {
+    int64_t last_clock = 0;  // of the newest generation written or restored
+    bool writing = false;
+  };
+  std::optional<Checkpoint> checkpoint;
+  std::vector<uint32_t> dead_workers, left_workers;
+  // From the `memory` line; absent from a server that does not write it.
+  std::optional<uint64_t> rss_bytes, values_bytes;
+  std::string failed;  // the server's `failed` line, if any
+};
+
+// Reads a STATS report. Lines it does not know are skipped, so a newer
+// server's report still reads. InvalidArgument naming the line when one
+// it knows does not parse, or when the `shard` or `worker_clocks` line is
+// missing (not a STATS report).
+StatusOr<ShardStats> ParseShardStats(std::string_view text);
+
+// What one round learned of one shard.
+struct ShardSample {
+  uint32_t shard = 0;
+  std::string address;              // "host:port" as the job names it
+  std::optional<ShardStats> stats;  // absent when the shard did not answer
+  std::string problem;              // why it did not: "not running (connection refused)", ...
+  std::chrono::steady_clock::time_point taken{};  // when the report arrived
+};
+
+// The request deadline (client.request_timeout_ms) of the ControlClient
+// that SampleShards asks through: short, so that a shard that is not
+// running is known in about a second; a shard that is only slow is asked
+// again until SampleShards' own deadline.
+inline constexpr uint32_t kStatusRequestTimeoutMs = 800;
+
+// One round: asks each shard of `job` (only `only_shard` when set) for its
+// report through `client`. When a shard does not answer within the
+// client's deadline, a plain TCP connect to its address (tools/tcp_probe.h,
+// at most `probe_deadline`) says why: refused gives "not running
+// (connection refused)", no answer "unreachable (...)"; when something
+// listens the shard is asked again until `deadline` has passed since the
+// first request, and the last error is reported. Healthy shards are never
+// probed: a connection that ends before its ZeroMQ handshake is counted and
+// logged by the server as a failed handshake. The address is
+// cluster.servers[shard], or `replica`'s (ReplicaHostPort) when set; with
+// replication.factor k > 1 and no `replica`, every replica's, and the shard
+// counts as not running only when none listens. REQUIRES: `client` was
+// created for `job` (and `replica`) with request_timeout_ms
+// kStatusRequestTimeoutMs or less; only_shard < its num_shards().
+std::vector<ShardSample> SampleShards(ControlClient& client, const JobOptions& job,
+                                      std::optional<uint32_t> only_shard,
+                                      std::optional<uint32_t> replica,
+                                      std::chrono::milliseconds deadline,
+                                      std::chrono::milliseconds probe_deadline);
+
+// kStarting: no shard has heard from the worker yet and the start-up
+// grace (rendezvous.timeout_ms) has not passed (the server then reports a
+// negative silence).
+enum class WorkerState { kStarting, kTraining, kDead, kLeft };
+const char* WorkerStateName(WorkerState state);
+
+struct WorkerRow {
+  uint32_t worker = 0;
+  int64_t clock = 0;   // the lowest any answering shard holds: clocks it has finished
+  int64_t behind = 0;  // clocks behind the fastest worker
+  // Since a shard last heard from it (the least over shards); absent
+  // while starting.
+  std::optional<double> silent_s;
+  WorkerState state = WorkerState::kTraining;  // left or dead as any shard says
+};
+
+struct ShardRow {
+  uint32_t shard = 0;
+  std::string address;
+  bool answered = false;
+  std::string problem;  // when not answered
+  std::string endpoint;
+  double uptime_s = 0;
+  double pushes_per_s = 0, pulls_per_s = 0;
+  double requests_per_s = 0;  // pushes_per_s + pulls_per_s
+  // From the change of bytes_in / bytes_out since the previous round;
+  // absent with one round, or when the server restarted in between.
+  std::optional<double> in_bytes_per_s, out_bytes_per_s;
+  uint64_t waiting_pulls = 0;
+  uint64_t errors = 0;
+  std::optional<uint64_t> rss_bytes, values_bytes;
+  std::optional<ShardStats::Checkpoint> checkpoint;
+  std::string failed;
+};
+
+struct JobView {
+  std::string config;  // the job file
+  uint32_t workers = 0;
+  uint32_t shards = 0;
+  std::string consistency;  // "bsp", "bsp aggregated", "ssp 3", "asp"
+  uint32_t replication_factor = 1;
+  std::vector<WorkerRow> workers_rows;  // empty when no shard answered
+  // The slowest worker that is starting or training, the fastest worker
+  // and the gap; absent when no worker trains (or no shard answered).
+  std::optional<uint32_t> slowest, fastest;
+  int64_t slowest_behind = 0;
+  std::vector<ShardRow> shard_rows;
+  bool all_answered = false;
+  // Seconds between the two rounds the byte rates come from; absent with one round.
+  std::optional<double> interval_s;
+};
+
+// The job's state from this round (`now`, one sample per asked shard) and,
+// for byte rates, the previous one (`before`: empty with one round; its
+// samples are matched to `now`'s by shard).
+JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
+                     std::span<const ShardSample> before);
+
+// A page of text: the job, a table of workers, the slowest worker, a table
+// of shards, and a line per shard that did not answer. Units: s, req/s,
+// MB/s, MiB.
+std::string FormatJobView(const JobView& view);
+
+// The same facts as one JSON object (one line, no trailing newline):
+// numbers in base units (bytes, seconds, per second), null for what is
+// not known.
+std::string JobViewJson(const JobView& view);
+
+}  // namespace ps
+
+#endif  // PS_TOOLS_CTL_STATUS_H_
