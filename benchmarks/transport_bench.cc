@@ -82,6 +82,7 @@
 #include "benchmarks/transport_raw.h"
 #include "client/client.h"
 #include "common/logging.h"
+#include "common/metrics_endpoint.h"
 #include "common/options.h"
 #include "common/security.h"
 #include "common/status.h"
@@ -127,9 +128,13 @@ class Ours {
   // `keys_dir`: non-empty for security.mode curve with the keys there.
   // `shards` ShardServers (each table's rows split over them), each with
   // `factor` - 1 backups (replication.factor; BackupServers on threads).
+  // `metrics`: each shard serves its metrics (metrics.port; an endpoint on
+  // a free port) and so counts and times every request as a job with
+  // metrics does.
   static StatusOr<std::unique_ptr<Ours>> Create(const std::vector<uint64_t>& sizes,
                                                 const std::string& keys_dir,
-                                                uint32_t shards = 1, uint32_t factor = 1) {
+                                                uint32_t shards = 1, uint32_t factor = 1,
+                                                bool metrics = false) {
     std::unique_ptr<Ours> o(new Ours());
     JobOptions& job = o->job_;
     if (!keys_dir.empty()) {
@@ -169,6 +174,12 @@ class Ours {
     for (uint32_t i = 0; i < shards; ++i) {
       PS_ASSIGN_OR_RETURN(auto server,
                           ShardServer::Create(job, i, own_ports ? "" : "tcp://127.0.0.1:*"));
+      if (metrics) {
+        PS_ASSIGN_OR_RETURN(auto endpoint,
+                            MetricsEndpoint::Start("127.0.0.1", 0, "shard " + std::to_string(i)));
+        server->SetMetricsEndpoint(endpoint.get());
+        o->metrics_.push_back(std::move(endpoint));
+      }
       endpoints.push_back(server->endpoint());
       o->servers_.push_back(std::move(server));
     }
@@ -301,6 +312,7 @@ class Ours {
  private:
   Ours() = default;
   JobOptions job_;
+  std::vector<std::unique_ptr<MetricsEndpoint>> metrics_;  // outlive the servers' threads
   std::vector<std::unique_ptr<ShardServer>> servers_;
   std::vector<std::unique_ptr<BackupServer>> backups_;
   std::vector<std::thread> threads_;
@@ -366,6 +378,7 @@ struct Config {
   bool pull_into_buffer = false;  // --pull-into buffer
   bool curve = false;             // --curve
   uint32_t replication = 1;       // --replication K: factor K against factor 1
+  bool metrics = false;           // --metrics: metrics served against none
 };
 
 // The keys of a one-worker job in a temporary folder (removed by the
@@ -505,6 +518,30 @@ Status RunReplication(const Config& cfg) {
   }
   std::printf("\nAll requests succeeded; every table holds exactly the sum of its acknowledged "
               "pushes, and every backup refused no entry.\n");
+  return Status::Ok();
+}
+
+// --metrics: one shard serving its metrics (every request counted and
+// timed by op, the text written every second) against the same shard
+// serving none, interleaved.
+Status RunMetrics(const Config& cfg) {
+  PS_ASSIGN_OR_RETURN(auto with, Ours::Create(cfg.sizes, "", 1, 1, /*metrics=*/true));
+  PS_ASSIGN_OR_RETURN(auto without, Ours::Create(cfg.sizes, "", 1, 1, /*metrics=*/false));
+  with->set_pull_into_buffer(cfg.pull_into_buffer);
+  without->set_pull_into_buffer(cfg.pull_into_buffer);
+  PS_ASSIGN_OR_RETURN(const std::vector<Row> rows,
+                      MeasureCases(cfg, OursSide(with.get()), OursSide(without.get())));
+  PS_RETURN_IF_ERROR(with->Verify());
+  PS_RETURN_IF_ERROR(without->Verify());
+  std::printf("# transport_bench --metrics: a shard serving its metrics against one serving "
+              "none\n\n");
+  std::printf("libzmq %s, %u hardware threads, CPU %s; %d repetitions of %.2f s per case "
+              "(interleaved); loopback TCP; 1 shard on a thread of this process, 1 client.\n\n",
+              ZmqVersion().c_str(), std::thread::hardware_concurrency(), CpuModel().c_str(),
+              cfg.reps, cfg.limits.seconds);
+  PrintRows(rows, "metrics on", "metrics off");
+  std::printf("All requests succeeded; every table holds exactly the sum of its acknowledged "
+              "pushes.\n");
   return Status::Ok();
 }
 
@@ -685,6 +722,10 @@ int main(int argc, char** argv) {
                  "K >= 2: ours with replication.factor K (K shards, K - 1 backups each) against "
                  "ours with factor 1 and K shards, instead of ours against raw ZeroMQ")
       ->check(CLI::Range(1, 8));
+  bool metrics = false;
+  app.add_flag("--metrics",
+               metrics, "Ours serving its metrics (metrics.port) against ours serving none, "
+                        "instead of ours against raw ZeroMQ");
   CLI11_PARSE(app, argc, argv);
 
   ps::Status log = ps::InitLogging("transport_bench", "warn");
@@ -727,8 +768,9 @@ int main(int argc, char** argv) {
     cfg.oneway_messages = 2000;
   }
   cfg.replication = replication;
-  ps::Status s = replication > 1 ? ps::transport_bench::RunReplication(cfg)
-                                 : ps::transport_bench::RunAll(cfg);
+  ps::Status s = metrics           ? ps::transport_bench::RunMetrics(cfg)
+                 : replication > 1 ? ps::transport_bench::RunReplication(cfg)
+                                   : ps::transport_bench::RunAll(cfg);
   if (!s.ok()) {
     std::fprintf(stderr, "transport_bench: FAILED: %s\n", s.ToString().c_str());
     return 1;

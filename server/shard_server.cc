@@ -542,6 +542,10 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         Reply(routing_id, reply);
         return;
       }
+      // Served metrics only: the hottest rows cost nothing when none are.
+      if (metrics_endpoint_ != nullptr && !request_.keys.empty()) {
+        hot_rows_.Add(req.table, request_.keys);
+      }
       if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
         // Summed into its clock; the backups get the sum once, when it is
         // applied (MinClockAdvanced), and the acknowledgement waits for it.

@@ -84,6 +84,7 @@
 #include "server/access.h"
 #include "server/checkpoint.h"
 #include "server/clock_table.h"
+#include "server/hot_rows.h"
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "server/replication.h"
@@ -442,6 +443,7 @@ class ShardServer {
   };
   std::array<OpMetrics, static_cast<size_t>(Op::kPrimary) + 1> op_metrics_;
   Histogram staleness_wait_seconds_{Histogram::LatencyBounds()};
+  HotRows hot_rows_;  // sparse pushes' rows, counted while metrics are served
   MetricsEndpoint* metrics_endpoint_ = nullptr;
   std::chrono::steady_clock::time_point metrics_published_{};
   Status failed_;  // set under policy fail once a worker died

@@ -10,7 +10,8 @@ ps_launch with metrics.port set, renewing its metrics every 200 ms and
 serving the final values for 4 s after the end (metrics.linger_ms), while
 Prometheus scrapes all four processes every second. Then, through
 Prometheus's HTTP query API, the series must agree with the job's own
-counts: each shard's pushes and pulls with the shard's last log line, each
+counts: each shard's pushes and pulls with the shard's last log line (and
+its hottest rows are rows it holds), each
 worker's steps and samples with the job file, every shard's clock of every
 worker with the steps, worker 0's test metric with its last log line, the
 request histograms' counts with the request counters. A second job whose
@@ -139,6 +140,23 @@ def body(tmp, procs):
         got = prom.values(last("ps_worker_test_metric"), "metric")
         check(finals and abs(got.get("test log-loss", -1) - float(finals[0])) < 1e-4,
               "worker 0's last test log-loss agrees with its log: %s vs %s" % (got, finals))
+        hot = prom.query(last('ps_server_hot_row_pushes{table="weights"}'))
+        shards_hot = {h["metric"]["shard"] for h in hot}
+        in_range = all((int(h["metric"]["row"]) < 50000) == (h["metric"]["shard"] == "0")
+                       for h in hot)
+        # (Over the run the top 10 changed: every row that was in it is listed.)
+        check(shards_hot == {"0", "1"} and in_range and
+              all(float(h["value"][1]) > 0 for h in hot),
+              "each shard names its hottest rows of the sparse pushes, its own rows: %s" %
+              [(h["metric"]["shard"], h["metric"]["row"], h["value"][1]) for h in hot])
+        # The Grafana dashboard asks only for series a job serves (those of
+        # stragglers.balance aside: this job does not balance).
+        with open(os.path.join(HERE, "..", "..", "deploy", "grafana", "ps_job.json")) as f:
+            asked = set(re.findall(r"ps_(?:server|worker)_[a-z_]+", f.read()))
+        stored = prom.metric_names()
+        missing = sorted(n for n in asked - stored if n != "ps_worker_batch_size")
+        check(not missing, "every series deploy/grafana/ps_job.json asks for was served "
+              "(missing: %s)" % missing)
         got = prom.values(last("ps_worker_requests_total"), "worker")
         check(len(got) == 2 and all(v > 0 for v in got.values()),
               "each worker counted its requests: %s" % got)

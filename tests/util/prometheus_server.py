@@ -96,6 +96,16 @@ class PrometheusServer(ServiceProcess):
                               " its log %s ends:\n%s" % (self.address, len(self.targets), timeout,
                                                           self.log, self.log_tail()))
 
+    def metric_names(self):
+        """Every metric name Prometheus has stored (/api/v1/label/__name__/values)."""
+        try:
+            with self._open("http://%s/api/v1/label/__name__/values" % self.address,
+                            timeout=10) as r:
+                reply = json.loads(r.read().decode())
+        except (OSError, urllib.error.URLError, ValueError) as e:
+            raise PrometheusError("metric names: %s" % e)
+        return set(reply.get("data", []))
+
     def values(self, expr, by):
         """{label `by`'s value: float} of an instant query's result."""
         return {item["metric"].get(by, ""): float(item["value"][1]) for item in self.query(expr)}
