@@ -55,12 +55,27 @@ class SuiteFileTest(unittest.TestCase):
     def test_restrict_refuses_unknown_names_listing_the_known(self):
         s = parse_suite(doc())
         with self.assertRaisesRegex(SuiteError, r"--modes ssp4: not a mode of the suite "
-                                    r"\(it has bsp, ssp1, ssp3, ssp10, asp\)"):
+                                    r"\(it has bsp, ssp1, ssp3, ssp10, asp, bsp_bal, ssp3_bal\)"):
             s.restrict(["ssp4"], None)
         s = parse_suite(doc())
         with self.assertRaisesRegex(SuiteError, r"--stragglers fast: .*\(it has none, slow, "
                                     r"pauses\)"):
             s.restrict(None, ["fast"])
+
+    def test_balanced_modes_set_the_stragglers_section_not_the_consistency_one(self):
+        s = parse_suite(doc())
+        bal = next(m for m in s.modes if m.name == "ssp3_bal")
+        self.assertTrue(bal.balance)
+        self.assertEqual(bal.label, "ssp 3 balanced")
+        self.assertEqual(bal.flow, "{ mode: \"ssp\", staleness: 3 }")  # no balance in it
+        d = doc()
+        d["modes"].append({"mode": "asp", "balance": True})
+        with self.assertRaisesRegex(SuiteError, r"modes\[7\]\.balance: only bsp and ssp"):
+            parse_suite(d)
+        d = doc()
+        d["modes"][5]["balance"] = "yes"
+        with self.assertRaisesRegex(SuiteError, r"modes\[5\]\.balance: got .*expected true"):
+            parse_suite(d)
 
     def test_restrict_refuses_to_drop_the_run_that_times_the_stragglers(self):
         s = parse_suite(doc())

@@ -231,6 +231,8 @@ Status ParseStragglers(const YamlReader& r, const YamlValue& value, StragglerOpt
       {"pause_steps", ParsePauseSteps},
       UnsignedField("seed", &S::seed),
       DoubleField("step_ms", &S::step_ms),
+      BoolField("balance", &S::balance),
+      UnsignedField("balance_window", &S::balance_window),
   };
   return ReadSection(r, value, fields, "", st);
 }
@@ -418,6 +420,29 @@ Status ParseJobDocument(const YamlReader& r, const YamlNode& root,
   return Status::Ok();
 }
 
+// The tables the job needs besides its own: under stragglers.balance the
+// workers' rates (kBalanceTableName). InvalidArgument when a table of the
+// file takes a reserved name.
+Status AddInternalTables(JobOptions* job) {
+  for (size_t i = 0; i < job->tables.size(); ++i) {
+    if (job->tables[i].name == kBalanceTableName) {
+      return InvalidOption(job->source, "tables[" + std::to_string(i) + "].name",
+                           std::string(kBalanceTableName) + " is reserved",
+                           "another name (stragglers.balance adds a table of that name)");
+    }
+  }
+  if (job->stragglers.balance) {
+    // Each worker's rate, in row `rank` (worker/batch_balance.h).
+    TableOptions rates;
+    rates.name = kBalanceTableName;
+    rates.rows = std::max<uint32_t>(job->cluster.workers, 1);
+    rates.dim = 1;
+    rates.optimizer.kind = OptimizerKind::kAdd;
+    job->tables.push_back(rates);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<JobOptions> LoadJobString(const std::string& yaml_text, const std::string& source,
@@ -434,6 +459,7 @@ StatusOr<JobOptions> LoadJobString(const std::string& yaml_text, const std::stri
   JobOptions job;
   PS_RETURN_IF_ERROR(ParseJobDocument(reader, document.root(), sections, &job));
   job.source = source;
+  PS_RETURN_IF_ERROR(reader.WithPosition(AddInternalTables(&job)));
   // The checks see options, not YAML: the reader adds where the value is.
   PS_RETURN_IF_ERROR(reader.WithPosition(job.Validate()));
   for (const JobSection& other : sections) {

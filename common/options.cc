@@ -376,6 +376,11 @@ Status ValidateStragglers(const std::string& source, const StragglerOptions& st,
     return InvalidOption(source, "stragglers.step_ms", "got " + DoubleText(st.step_ms),
                    "milliseconds >= 0 (0: each step's own compute time)");
   }
+  if (st.balance_window < 1 || st.balance_window > 1000000) {
+    return InvalidOption(source, "stragglers.balance_window",
+                         "got " + std::to_string(st.balance_window),
+                         "clocks per measurement, 1..1000000");
+  }
   if (st.pause_min_steps < 1 || st.pause_max_steps < st.pause_min_steps) {
     return InvalidOption(source, "stragglers.pause_steps",
                    "got [" + std::to_string(st.pause_min_steps) + ", " +
@@ -658,6 +663,12 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateConsistency(source, consistency));
   PS_RETURN_IF_ERROR(ValidateLiveness(source, liveness));
   PS_RETURN_IF_ERROR(ValidateStragglers(source, stragglers, cluster.workers));
+  if (stragglers.balance && consistency.mode == ConsistencyMode::kAsp) {
+    PS_RETURN_IF_ERROR(InvalidOption(
+        source, "stragglers.balance",
+        "true under consistency.mode asp, where no worker waits for another",
+        "consistency.mode bsp or ssp with balance, or balance: false"));
+  }
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));

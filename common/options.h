@@ -302,9 +302,25 @@ struct StragglerOptions {
   // stragglers) for a worker that is slow as a whole, with the same delay
   // in every consistency mode.
   double step_ms = 0.0;
+  // Work that follows speed (worker/batch_balance.h): under bsp and ssp
+  // each worker measures its samples per second of work (its waits for
+  // slower workers left out) over every `balance_window` clocks, and the
+  // workers split the job's samples per clock (workers x the training
+  // program's minibatch) in proportion, so that every worker's clock takes
+  // about as long; each gradient is weighted by its samples. The rates
+  // travel in the table kBalanceTableName, which the loader adds. Default
+  // false. Refused under asp (no worker waits for another there).
+  bool balance = false;
+  // Clocks per measurement and decision, >= 1. Default 10.
+  uint32_t balance_window = 10;
 
   bool any() const { return slow_worker >= 0 || pause_probability > 0; }
 };
+
+// The table that carries each worker's rate under stragglers.balance: one
+// row per worker, dim 1, optimizer add; the job loader adds it, and a job
+// file may not name a table so.
+inline constexpr const char* kBalanceTableName = "_ps_balance";
 
 // Where a worker computes (worker/backend.h).
 enum class DeviceKind { kAuto, kCpu, kCuda };

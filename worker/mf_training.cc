@@ -8,6 +8,7 @@
 
 #include "common/logging.h"
 #include "common/text.h"
+#include "worker/batch_balance.h"
 #include "worker/models/matrix_factorization.h"
 #include "worker/straggler.h"
 #include "worker/training.h"
@@ -135,13 +136,18 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   PulledRows rows;
   AlternatingBuffers user_grads, item_grads;
   StragglerInjector stragglers(job.stragglers, rank);
+  PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store,
+                                                           static_cast<uint32_t>(ratings.size())));
+  progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
     const std::shared_ptr<std::vector<float>>& user_grad = user_grads.For(step);
     const std::shared_ptr<std::vector<float>>& item_grad = item_grads.For(step);
-    if (cursor + batch > ratings.size()) cursor = 0;
-    const std::span<const Rating> minibatch(ratings.data() + cursor, batch);
-    cursor += batch;
+    PS_RETURN_IF_ERROR(balancer->BeginStep(step));
+    const uint32_t samples = balancer->batch();
+    if (cursor + samples > ratings.size()) cursor = 0;
+    const std::span<const Rating> minibatch(ratings.data() + cursor, samples);
+    cursor += samples;
     PS_RETURN_IF_ERROR(rows.Pull(store, user_table, item_table, k, minibatch));
     const auto compute_start = std::chrono::steady_clock::now();
     user_grad->resize(rows.user_factors.size());
@@ -149,11 +155,14 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     PS_ASSIGN_OR_RETURN(double loss,
                         model->LossAndGradient(minibatch, rows.users, rows.user_factors, rows.items,
                                                rows.item_factors, 0.0f, *user_grad, *item_grad));
-    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    progress->AddStep(loss, batch);
+    progress->AddStep(loss, samples);
+    balancer->Weigh(*user_grad);
+    balancer->Weigh(*item_grad);
     PS_RETURN_IF_ERROR(store->Push(user_table, rows.users, SharedFloats::Of(user_grad)));
     PS_RETURN_IF_ERROR(store->Push(item_table, rows.items, SharedFloats::Of(item_grad)));
+    PS_RETURN_IF_ERROR(balancer->FinishStep(step));
     PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }

@@ -8,6 +8,7 @@
 
 #include "common/logging.h"
 #include "common/text.h"
+#include "worker/batch_balance.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/models/mlp.h"
 #include "worker/straggler.h"
@@ -107,7 +108,11 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
                                    " training samples, fewer than train.batch_size " +
                                    std::to_string(batch));
   }
-  PS_ASSIGN_OR_RETURN(auto model, Mlp::Create(backend, train.layers, std::max<uint32_t>(batch, 1000)));
+  PS_ASSIGN_OR_RETURN(
+      auto balancer,
+      BatchBalancer::Create(job, rank, store, static_cast<uint32_t>(data.num_samples())));
+  PS_ASSIGN_OR_RETURN(auto model, Mlp::Create(backend, train.layers,
+                                              std::max<uint32_t>(balancer->max_batch(), 1000)));
   PS_LOG_INFO("MLP {} layers, {} parameters, {} training samples, batch {}, {} steps ({})",
               train.layers.size(), model->num_parameters(), data.num_samples(), batch,
               train.iterations, store->Describe());
@@ -120,26 +125,31 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
   const auto evaluate = [&]() -> StatusOr<double> {
     return TestAccuracy(model.get(), test, 1000);
   };
+  progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
     const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
+    PS_RETURN_IF_ERROR(balancer->BeginStep(step));
+    const uint32_t samples = balancer->batch();
     // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
     PS_RETURN_IF_ERROR(model->SetParameters(params));
-    if (cursor + batch > data.num_samples()) cursor = 0;
+    if (cursor + samples > data.num_samples()) cursor = 0;
     const auto compute_start = std::chrono::steady_clock::now();
     PS_ASSIGN_OR_RETURN(
         float loss,
         model->LossAndGradient({data.images.data() + cursor * FashionMnistDataset::kPixels,
-                                size_t{batch} * FashionMnistDataset::kPixels},
-                               {data.labels.data() + cursor, batch}, *grads));
-    cursor += batch;
-    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
+                                size_t{samples} * FashionMnistDataset::kPixels},
+                               {data.labels.data() + cursor, samples}, *grads));
+    cursor += samples;
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    progress->AddStep(loss, batch);
+    progress->AddStep(loss, samples);
+    balancer->Weigh(*grads);
     // Pushed zero-copy; the push completes during the next step, which
     // fills the other buffer.
     PS_RETURN_IF_ERROR(store->PushDense(table, SharedFloats::Of(grads)));
+    PS_RETURN_IF_ERROR(balancer->FinishStep(step));
     PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }

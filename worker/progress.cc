@@ -228,6 +228,13 @@ std::string TrainingProgress::MetricsText(int64_t done, int64_t total) const {
     out.Sample("ps_worker_test_metric", {{"metric", summary_.metric_name}},
                summary_.metrics.back());
   }
+  if (balancer_ != nullptr && balancer_->enabled()) {
+    out.Gauge("ps_worker_batch_size",
+              "Samples of this worker's current step (stragglers.balance)", balancer_->batch());
+    out.Counter("ps_worker_balance_decisions_total",
+                "Windows whose rates were read and split (stragglers.balance)",
+                static_cast<double>(balancer_->decisions()));
+  }
   store_->WriteMetrics(out);
   return out.Take();
 }

@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/status.h"
+#include "worker/batch_balance.h"
 #include "worker/param_store.h"
 #include "worker/train_options.h"
 
@@ -96,6 +97,9 @@ class TrainingProgress {
   Status StepDone(int64_t done, int64_t total, const std::function<StatusOr<double>()>& evaluate);
 
   const TrainSummary& summary() const { return summary_; }
+  // Adds the balancer's batch and decisions to the metrics (`balancer` must
+  // outlive this; null: none).
+  void ShowBalance(const BatchBalancer* balancer) { balancer_ = balancer; }
   // The worker's metrics as Prometheus text after `done` steps of `total`.
   std::string MetricsText(int64_t done, int64_t total) const;
 
@@ -132,6 +136,7 @@ class TrainingProgress {
   double samples_per_s_now_ = 0;    // between the last two publications
   int64_t steps_ = 0;
   double last_loss_ = 0;
+  const BatchBalancer* balancer_ = nullptr;
 };
 
 }  // namespace ps

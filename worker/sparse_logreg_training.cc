@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "common/text.h"
+#include "worker/batch_balance.h"
 #include "worker/models/sparse_logreg.h"
 #include "worker/straggler.h"
 #include "worker/training.h"
@@ -86,23 +87,31 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   std::vector<float> weights;
   AlternatingBuffers gradients;
   StragglerInjector stragglers(job.stragglers, rank);
+  PS_ASSIGN_OR_RETURN(
+      auto balancer,
+      BatchBalancer::Create(job, rank, store, static_cast<uint32_t>(data.num_samples())));
+  progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
     const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
-    if (cursor + batch > data.num_samples()) cursor = 0;
+    PS_RETURN_IF_ERROR(balancer->BeginStep(step));
+    const uint32_t samples = balancer->batch();
+    if (cursor + samples > data.num_samples()) cursor = 0;
     // Only the rows this minibatch touches travel.
-    BatchFeatures(data, cursor, batch, &ids);
+    BatchFeatures(data, cursor, samples, &ids);
     weights.resize(ids.size());
     PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
     const auto compute_start = std::chrono::steady_clock::now();
     grads->resize(ids.size());
     PS_ASSIGN_OR_RETURN(float loss,
-                        model->LossAndGradient(data, cursor, batch, ids, weights, *grads));
-    cursor += batch;
-    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
+                        model->LossAndGradient(data, cursor, samples, ids, weights, *grads));
+    cursor += samples;
+    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    progress->AddStep(loss, batch);
+    progress->AddStep(loss, samples);
+    balancer->Weigh(*grads);
     PS_RETURN_IF_ERROR(store->Push(table, ids, SharedFloats::Of(grads)));
+    PS_RETURN_IF_ERROR(balancer->FinishStep(step));
     PS_RETURN_IF_ERROR(store->EndStepAsync());
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }

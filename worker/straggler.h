@@ -21,10 +21,13 @@ class StragglerInjector {
   // The extra time to wait after a step whose compute took `compute`, with
   // step = step_ms if set, else `compute`: (factor - 1) x step for the slow
   // worker, plus k x step (k uniform in the configured range) with the
-  // pause probability. Deterministic for a seed and rank.
-  std::chrono::nanoseconds DelayAfter(std::chrono::nanoseconds compute);
-  // Sleeps DelayAfter(compute); returns how long.
-  std::chrono::nanoseconds HoldBack(std::chrono::nanoseconds compute);
+  // pause probability. Deterministic for a seed and rank. `share`: the
+  // step's samples over train.batch_size (stragglers.balance): a slow
+  // worker is slow per sample, so its delay of a step_ms step scales with
+  // it (a compute-time step already does); pauses do not.
+  std::chrono::nanoseconds DelayAfter(std::chrono::nanoseconds compute, double share = 1.0);
+  // Sleeps DelayAfter(compute, share); returns how long.
+  std::chrono::nanoseconds HoldBack(std::chrono::nanoseconds compute, double share = 1.0);
 
   bool active() const { return active_; }
 

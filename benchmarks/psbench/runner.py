@@ -52,9 +52,12 @@ def execute(run, suite, args):
             text = job_yaml(job, 1, "{ mode: bsp }", steps, evals, run.csv, args.quick,
                             seed=run.seed, shards=suite.shards)
         else:
-            flow = run.straggler.flow
+            parts = [run.straggler.flow] if run.straggler.flow else []
             if run.step_ms is not None:
-                flow += ", step_ms: %s" % yaml_scalar(run.step_ms)
+                parts.append("step_ms: %s" % yaml_scalar(run.step_ms))
+            if run.mode.balance:
+                parts.append("balance: true")
+            flow = ", ".join(parts)
             text = job_yaml(job, suite.workers, run.mode.flow, steps, evals, run.csv,
                             args.quick, seed=run.seed, stragglers=flow, shards=suite.shards)
         _, _, run.wall_s = run_job(args.bin, run.dir, run.tag, text, run.is_reference,

@@ -23,16 +23,19 @@ MANAGED_TRAIN_KEYS = ("program", "table", "iterations", "eval_every", "log_every
 
 
 class Mode:
-    """One consistency mode: its job section (spec), file name and label."""
+    """One consistency mode: its job section (spec, with `balance` for the
+    job's stragglers.balance), file name and label."""
 
     def __init__(self, spec):
         self.spec = spec
         kind = spec["mode"]
+        self.balance = bool(spec.get("balance"))
         self.name = kind + (str(spec["staleness"]) if kind == "ssp" else "") + \
-            ("_agg" if spec.get("aggregate") else "")
+            ("_agg" if spec.get("aggregate") else "") + ("_bal" if self.balance else "")
         self.label = kind + (" %d" % spec["staleness"] if kind == "ssp" else "") + \
-            (" aggregate" if spec.get("aggregate") else "")
-        self.flow = "{ %s }" % ", ".join("%s: %s" % (k, yaml_scalar(v)) for k, v in spec.items())
+            (" aggregate" if spec.get("aggregate") else "") + (" balanced" if self.balance else "")
+        self.flow = "{ %s }" % ", ".join("%s: %s" % (k, yaml_scalar(v)) for k, v in spec.items()
+                                         if k != "balance")
 
 
 class Straggler:
@@ -175,7 +178,7 @@ def parse_suite(doc):
     s.modes = []
     for i, spec in enumerate(modes):
         where = "modes[%d]" % i
-        check_map(spec, where, ("mode", "staleness", "aggregate"), ("mode",))
+        check_map(spec, where, ("mode", "staleness", "aggregate", "balance"), ("mode",))
         if spec["mode"] not in ("bsp", "ssp", "asp"):
             raise SuiteError("%s.mode: got %s; expected one of bsp, ssp, asp" %
                              (where, describe(spec["mode"])))
@@ -191,6 +194,13 @@ def parse_suite(doc):
             if not isinstance(spec["aggregate"], bool):
                 raise SuiteError("%s.aggregate: got %s; expected true or false" %
                                  (where, describe(spec["aggregate"])))
+        if "balance" in spec:
+            if spec["mode"] == "asp":
+                raise SuiteError("%s.balance: only bsp and ssp balance (no asp worker waits)" %
+                                 where)
+            if not isinstance(spec["balance"], bool):
+                raise SuiteError("%s.balance: got %s; expected true or false" %
+                                 (where, describe(spec["balance"])))
         mode = Mode(spec)
         if any(m.name == mode.name for m in s.modes):
             raise SuiteError("%s: mode %s is listed twice" % (where, mode.label))

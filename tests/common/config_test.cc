@@ -715,6 +715,47 @@ TEST(ConfigTest, BadMetricsSettingsAreRejectedNamingThePath) {
   }
 }
 
+TEST(ConfigTest, BalanceAddsTheRatesTableAndIsRefusedUnderAspOrWithAReservedName) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 3 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  auto job = LoadJobString(
+      head + "consistency: { mode: ssp, staleness: 2 }\n"
+             "stragglers: { balance: true, balance_window: 5 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->stragglers.balance);
+  EXPECT_EQ(job->stragglers.balance_window, 5u);
+  ASSERT_EQ(job->tables.size(), 2u);
+  EXPECT_EQ(job->tables[1].name, kBalanceTableName);
+  EXPECT_EQ(job->tables[1].rows, 3u);
+  EXPECT_EQ(job->tables[1].dim, 1u);
+  EXPECT_EQ(job->tables[1].optimizer.kind, OptimizerKind::kAdd);
+  auto plain = LoadJobString(head, "inline.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->tables.size(), 1u);
+  EXPECT_EQ(plain->stragglers.balance_window, 10u);
+
+  auto asp = LoadJobString(head + "consistency: { mode: asp }\nstragglers: { balance: true }\n",
+                           "inline.yaml");
+  ASSERT_FALSE(asp.ok());
+  EXPECT_NE(asp.status().message().find("stragglers.balance"), std::string::npos);
+  EXPECT_NE(asp.status().message().find("asp"), std::string::npos);
+  auto window = LoadJobString(
+      head + "consistency: { mode: bsp }\nstragglers: { balance: true, balance_window: 0 }\n",
+      "inline.yaml");
+  ASSERT_FALSE(window.ok());
+  EXPECT_NE(window.status().message().find("stragglers.balance_window: got 0"),
+            std::string::npos);
+  auto reserved = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 3 }\n"
+      "tables: [ { name: w, rows: 4 }, { name: _ps_balance, rows: 3 } ]\n",
+      "inline.yaml");
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_NE(reserved.status().message().find("tables[1].name"), std::string::npos);
+  EXPECT_NE(reserved.status().message().find("reserved"), std::string::npos);
+}
+
 TEST(ConfigTest, SecuritySectionIsRead) {
   auto job = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"

@@ -35,6 +35,27 @@ TEST(StragglerInjectorTest, AGivenStepReplacesTheComputeTime) {
   EXPECT_EQ(pauses.DelayAfter(milliseconds(1)), milliseconds(8));
 }
 
+TEST(StragglerInjectorTest, TheSlowWorkersDelayOfAGivenStepScalesWithItsShareOfSamples) {
+  // stragglers.balance: a worker slow per sample is held back in
+  // proportion to the samples of its step; a pause stays whole steps.
+  StragglerOptions o;
+  o.slow_worker = 1;
+  o.slow_factor = 3.0;
+  o.step_ms = 4.0;
+  StragglerInjector slow(o, 1);
+  EXPECT_EQ(slow.DelayAfter(milliseconds(1), 0.25), milliseconds(2));
+  EXPECT_EQ(slow.DelayAfter(milliseconds(1), 1.5), milliseconds(12));
+  o.step_ms = 0;  // a compute-time step already scales with the samples
+  StragglerInjector own(o, 1);
+  EXPECT_EQ(own.DelayAfter(milliseconds(10), 0.25), milliseconds(20));
+  o.step_ms = 4.0;
+  o.slow_worker = -1;
+  o.pause_probability = 1.0;
+  o.pause_min_steps = o.pause_max_steps = 2;
+  StragglerInjector pauses(o, 0);
+  EXPECT_EQ(pauses.DelayAfter(milliseconds(1), 0.25), milliseconds(8));
+}
+
 TEST(StragglerInjectorTest, PausesAreWholeStepsWithTheGivenProbability) {
   StragglerOptions o;
   o.pause_probability = 0.25;

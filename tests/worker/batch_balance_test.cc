@@ -1,0 +1,84 @@
+// BatchBalancer: the split of a clock's samples by the workers' rates, and
+// a balancer that is off (one worker, or stragglers.balance false).
+#include "worker/batch_balance.h"
+
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace ps {
+namespace {
+
+uint32_t Sum(const std::vector<uint32_t>& v) { return std::accumulate(v.begin(), v.end(), 0u); }
+
+TEST(BatchBalancerTest, SplitIsProportionalToTheRatesAndKeepsTheTotal) {
+  const std::vector<double> rates = {3000, 3000, 3000, 1000};
+  const std::vector<uint32_t> split = BatchBalancer::Split(rates, 800, 797);
+  EXPECT_EQ(split, (std::vector<uint32_t>{240, 240, 240, 80}));
+  const std::vector<double> uneven = {1, 2, 4};
+  const std::vector<uint32_t> s2 = BatchBalancer::Split(uneven, 100, 98);
+  EXPECT_EQ(Sum(s2), 100u);
+  // 14.29, 28.57, 57.14: the largest remainder (.57 twice, lower rank first) gets the rest.
+  EXPECT_EQ(s2, (std::vector<uint32_t>{14, 29, 57}));
+}
+
+TEST(BatchBalancerTest, EqualRatesGiveEqualBatches) {
+  const std::vector<double> rates = {5, 5, 5, 5};
+  EXPECT_EQ(BatchBalancer::Split(rates, 256, 253), (std::vector<uint32_t>{64, 64, 64, 64}));
+}
+
+TEST(BatchBalancerTest, EveryWorkerKeepsAtLeastOneSampleAndNoneExceedsTheCap) {
+  const std::vector<double> rates = {1e-6, 1000, 1000};
+  const std::vector<uint32_t> split = BatchBalancer::Split(rates, 10, 8);
+  EXPECT_EQ(split[0], 1u);
+  EXPECT_EQ(Sum(split), 10u);
+  const std::vector<double> one_fast = {1000, 1, 1};
+  const std::vector<uint32_t> capped = BatchBalancer::Split(one_fast, 30, 12);
+  EXPECT_EQ(capped[0], 12u);
+  for (uint32_t b : capped) EXPECT_GE(b, 1u);
+}
+
+TEST(BatchBalancerTest, AMissingOrBadRateGivesNoSplit) {
+  const std::vector<double> unmeasured = {100, 0, 100};
+  EXPECT_TRUE(BatchBalancer::Split(unmeasured, 30, 28).empty());
+  const std::vector<double> nan = {100, std::numeric_limits<double>::quiet_NaN()};
+  EXPECT_TRUE(BatchBalancer::Split(nan, 30, 29).empty());
+  const std::vector<double> inf = {100, std::numeric_limits<double>::infinity()};
+  EXPECT_TRUE(BatchBalancer::Split(inf, 30, 29).empty());
+}
+
+TEST(BatchBalancerTest, OffItKeepsTheBatchAndWeighsNothing) {
+  TrainJob job;
+  job.cluster.workers = 4;
+  job.train.batch_size = 64;
+  auto off = BatchBalancer::Create(job, 1, nullptr, 1000);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->enabled());
+  EXPECT_EQ((*off)->batch(), 64u);
+  EXPECT_EQ((*off)->share(), 1.0);
+  EXPECT_TRUE((*off)->BeginStep(10).ok());
+  EXPECT_TRUE((*off)->FinishStep(9).ok());
+  std::vector<float> g = {1, 2};
+  (*off)->Weigh(g);
+  EXPECT_EQ(g, (std::vector<float>{1, 2}));
+  job.stragglers.balance = true;
+  job.cluster.workers = 1;  // one worker (the --standalone reference): nothing to balance
+  auto alone = BatchBalancer::Create(job, 0, nullptr, 1000);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_FALSE((*alone)->enabled());
+}
+
+TEST(BatchBalancerTest, OnWithoutItsTableIsAFailedPrecondition) {
+  TrainJob job;
+  job.cluster.workers = 2;
+  job.train.batch_size = 64;
+  job.stragglers.balance = true;
+  auto balancer = BatchBalancer::Create(job, 0, nullptr, 1000);
+  ASSERT_FALSE(balancer.ok());
+  EXPECT_EQ(balancer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(balancer.status().message().find(kBalanceTableName), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ps
