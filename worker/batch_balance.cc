@@ -7,6 +7,14 @@
 #include "common/logging.h"
 
 namespace ps {
+namespace {
+
+// The weight of a window's rates in their running mean.
+constexpr double kSmoothing = 0.3;
+// The least shortening of the clock, as a fraction, that changes the split.
+constexpr double kMinGain = 0.15;
+
+}  // namespace
 
 StatusOr<std::unique_ptr<BatchBalancer>> BatchBalancer::Create(const TrainJob& job,
                                                                uint32_t rank, ParamStore* store,
@@ -38,6 +46,7 @@ BatchBalancer::BatchBalancer(const TrainJob& job, uint32_t rank, ParamStore* sto
       table_(table),
       enabled_(enabled),
       batch_(std::max<uint32_t>(job.train.batch_size, 1)),
+      split_(workers_, std::max<uint32_t>(job.train.batch_size, 1)),
       rates_(workers_, 0.0f),
       smoothed_(workers_, 0.0),
       row_{rank} {}
@@ -88,6 +97,36 @@ void BatchBalancer::Weigh(std::vector<float>& gradient) const {
   for (float& g : gradient) g *= w;
 }
 
+std::vector<BatchBalancer::Piece> BatchBalancer::PiecesOf(std::span<const uint32_t> split,
+                                                          uint32_t rank, uint32_t nominal_batch,
+                                                          int64_t clock,
+                                                          std::span<const uint64_t> part_sizes) {
+  const uint64_t nominal = std::max<uint32_t>(nominal_batch, 1);
+  const auto workers = static_cast<uint32_t>(split.size());
+  uint64_t begin = 0;  // this worker's first position among the job's samples
+  for (uint32_t j = 0; j < rank; ++j) begin += split[j];
+  const uint64_t end = begin + split[rank];
+  std::vector<Piece> pieces;
+  for (uint64_t p = begin; p < end;) {
+    const auto part = static_cast<uint32_t>(std::min<uint64_t>(p / nominal, workers - 1));
+    const uint64_t within = p - part * nominal;
+    // The last partition takes what the others leave (a split that read
+    // other rates under ssp may overrun the job's samples a little).
+    const uint64_t room = part + 1 < workers ? nominal - within : end - p;
+    const uint64_t size = part < part_sizes.size() ? part_sizes[part] : nominal;
+    const uint64_t steps = std::max<uint64_t>(size / nominal, 1);
+    const uint64_t cursor = (static_cast<uint64_t>(clock) % steps) * nominal;
+    const uint64_t count = std::min(room, end - p);
+    // Past the partition's end (an overrun of the last one): wrap to its start.
+    const uint64_t first = (cursor + within) % std::max<uint64_t>(size, 1);
+    const uint64_t fits = std::min<uint64_t>(count, size - first);
+    pieces.push_back({part, first, static_cast<uint32_t>(fits)});
+    if (fits < count) pieces.push_back({part, 0, static_cast<uint32_t>(count - fits)});
+    p += count;
+  }
+  return pieces;
+}
+
 Status BatchBalancer::BeginStep(int64_t clock) {
   if (!enabled_) return Status::Ok();
   step_start_ = Steady::now();
@@ -100,21 +139,32 @@ Status BatchBalancer::BeginStep(int64_t clock) {
   wait_at_start_ = store_->staleness_wait_seconds();
   step_start_ = Steady::now();
   // Each window's rates are noisy (a shared host, a pause): the split
-  // follows their running mean, half the new window and half the past, the
-  // same on every worker that read the same tables.
+  // follows their running mean (kSmoothing of the new window), the same on
+  // every worker that read the same tables.
   bool measured = true;
   for (size_t i = 0; i < rates_.size(); ++i) {
     const double r = rates_[i];
     if (!(r > 0) || !std::isfinite(r)) measured = false;
-    smoothed_[i] = smoothed_[i] > 0 ? 0.5 * smoothed_[i] + 0.5 * r : r;
+    smoothed_[i] = smoothed_[i] > 0 ? (1 - kSmoothing) * smoothed_[i] + kSmoothing * r : r;
   }
   if (!measured) return Status::Ok();  // a worker has not measured yet
   const std::vector<double>& rates = smoothed_;
   const std::vector<uint32_t> split = Split(rates, total_, cap_);
   if (split.empty()) return Status::Ok();  // a worker has not measured yet
-  const uint32_t before = batch_;
-  batch_ = split[rank_];
+  // A new split only when it shortens the clock (the slowest worker's
+  // batch / rate) by more than kMinGain: under bsp the clock is its
+  // slowest worker's, and a split that follows noise between equal workers
+  // makes one of them slower.
+  double now_s = 0, then_s = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    now_s = std::max(now_s, split_[i] / rates[i]);
+    then_s = std::max(then_s, split[i] / rates[i]);
+  }
   ++decisions_;
+  if (then_s > (1 - kMinGain) * now_s) return Status::Ok();
+  const uint32_t before = batch_;
+  split_ = split;
+  batch_ = split[rank_];
   // Logged when the batch moves by more than a tenth, and the first time.
   if (decisions_ == 1 || std::abs(static_cast<double>(batch_) - before) > 0.1 * before) {
     const auto slowest = std::min_element(rates.begin(), rates.end()) - rates.begin();

@@ -12,13 +12,24 @@
 // consistency.aggregate every row holds rate / workers, the same
 // proportions). At the next clock every worker pulls the whole table and
 // takes its part of the job's samples in proportion to the rates (their
-// running mean over windows, half new and half past; Split:
+// running mean over windows, 30% the newest; Split:
 // the same split on every worker that reads the same rates, as bsp
-// guarantees). The fixed point is equal clock times: a worker with fixed
+// guarantees), when the split shortens the predicted clock (the slowest
+// worker's batch / rate) by more than 15%: between equal workers on a busy
+// host the rates differ by noise, and a split that follows it only makes
+// one of them the slowest. The fixed point is equal clock times: a worker with fixed
 // costs per step (its pulls and pushes) has a lower rate at a smaller
 // batch, and so gets less until its clock takes as long as the others'.
 // A program scales each gradient by share() = batch / train.batch_size, so
 // the update is that of the same global batch.
+//
+// The samples are the same as without balancing: every worker holds every
+// worker's partition, and the job's samples of clock c are the N
+// partitions' minibatches of step c one after another (partition r's
+// minibatch at step c starts at (c mod floor(size_r / batch_size)) x
+// batch_size, as a worker walks its own partition); worker i takes the
+// split's i-th stretch of them (Pieces). So a slow worker's partition is
+// trained on as much as any other, by whoever has the time.
 //
 // Not thread-safe: the training loop's thread drives it.
 #ifndef PS_WORKER_BATCH_BALANCE_H_
@@ -55,7 +66,8 @@ class BatchBalancer {
   uint32_t max_batch() const { return enabled_ ? cap_ : batch_; }
   // Scales `gradient` by share() (nothing to do when off or at share 1).
   void Weigh(std::vector<float>& gradient) const;
-  // Decisions taken (windows whose rates were read and split).
+  // Decisions taken (windows whose rates were read, whether or not the
+  // split changed).
   uint64_t decisions() const { return decisions_; }
 
   // Before the step of `clock` (before its pull): when a window ended at
@@ -65,6 +77,26 @@ class BatchBalancer {
   // After the step's pushes, before its EndStep: counts its samples and its
   // work; at a window's end pushes this worker's rate. Errors: the store's.
   Status FinishStep(int64_t clock);
+
+  // A stretch of the samples of one step: `count` samples of partition
+  // `part` from `first`.
+  struct Piece {
+    uint32_t part = 0;
+    uint64_t first = 0;
+    uint32_t count = 0;
+    friend bool operator==(const Piece&, const Piece&) = default;
+  };
+  // This worker's samples of the step at `clock` (batch() of them) in the
+  // partitions of sizes `part_sizes` (one per worker, each >=
+  // train.batch_size), in order. REQUIRES: enabled().
+  std::vector<Piece> Pieces(int64_t clock, std::span<const uint64_t> part_sizes) const {
+    return PiecesOf(split_, rank_, static_cast<uint32_t>(nominal_), clock, part_sizes);
+  }
+  // The same for worker `rank` of a job whose workers take `split` samples
+  // each, `nominal` samples a worker without balancing.
+  static std::vector<Piece> PiecesOf(std::span<const uint32_t> split, uint32_t rank,
+                                     uint32_t nominal, int64_t clock,
+                                     std::span<const uint64_t> part_sizes);
 
   // The split of `total` samples over workers in proportion to `rates`
   // (largest remainders, ties to the lower rank), each at least 1 and at
@@ -95,6 +127,7 @@ class BatchBalancer {
   double window_work_s_ = 0;
   uint64_t window_samples_ = 0;
   float pushed_rate_ = 0;  // what this worker's row holds (its pushes so far)
+  std::vector<uint32_t> split_;   // every worker's batch, as this worker last split
   std::vector<float> rates_;      // the table as last pulled
   std::vector<double> smoothed_;  // the running mean the split follows
   std::vector<uint64_t> row_;

@@ -90,22 +90,25 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   const LowRankRatingsOptions options = RatingsDataOptions(job);
   const uint32_t k = options.rank;
   PS_ASSIGN_OR_RETURN(auto model, MatrixFactorization::Create(backend, k));
-  std::vector<Rating> ratings, held_out;
-  {
-    PS_ASSIGN_OR_RETURN(LowRankRatingsData mine,
-                        GenerateLowRankRatings(options, rank, job.cluster.workers));
-    SplitRatings(mine.ratings, train.test_fraction, train.seed, &ratings, &held_out);
-  }
+  // Worker r's training ratings: its share, less the held-out ones,
+  // shuffled once (generated in (user, item) order) so that a minibatch
+  // mixes users and items.
+  const auto training_ratings = [&](uint32_t r) -> StatusOr<std::vector<Rating>> {
+    PS_ASSIGN_OR_RETURN(LowRankRatingsData share,
+                        GenerateLowRankRatings(options, r, job.cluster.workers));
+    std::vector<Rating> training, held;
+    SplitRatings(share.ratings, train.test_fraction, train.seed, &training, &held);
+    std::mt19937_64 shuffle(train.seed * 1000003 + r);
+    std::shuffle(training.begin(), training.end(), shuffle);
+    return training;
+  };
+  PS_ASSIGN_OR_RETURN(std::vector<Rating> ratings, training_ratings(rank));
   if (ratings.size() < train.batch_size) {
     return InvalidArgumentError(
         "worker " + std::to_string(rank) + " has " + std::to_string(ratings.size()) +
         " training ratings, fewer than train.batch_size (" + std::to_string(train.batch_size) +
         "); raise train.observe_probability or the user table's rows, or lower batch_size");
   }
-  // Generated in (user, item) order: shuffled once so that a minibatch
-  // mixes users and items.
-  std::mt19937_64 shuffle(train.seed * 1000003 + rank);
-  std::shuffle(ratings.begin(), ratings.end(), shuffle);
 
   // Worker 0 evaluates on the held-out ratings of every user.
   std::vector<Rating> test;
@@ -125,6 +128,25 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
               "batch {}, {} steps ({})",
               k, options.num_users, options.num_items, ratings.size(), batch,
               train.iterations, store->Describe());
+  // Before the progress starts its clock: with stragglers.balance every
+  // worker's partition is made here, which takes a while.
+  PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
+  // stragglers.balance: every worker's training ratings, each step's
+  // gathered from them into `gathered` (BatchBalancer::Pieces).
+  std::vector<std::vector<Rating>> parts;
+  std::vector<uint64_t> part_sizes;
+  std::vector<Rating> gathered;
+  if (balancer->enabled()) {
+    for (uint32_t r = 0; r < job.cluster.workers; ++r) {
+      if (r == rank) {
+        parts.push_back(ratings);
+      } else {
+        PS_ASSIGN_OR_RETURN(std::vector<Rating> part, training_ratings(r));
+        parts.push_back(std::move(part));
+      }
+      part_sizes.push_back(parts.back().size());
+    }
+  }
   PS_ASSIGN_OR_RETURN(auto progress,
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(), metrics));
   const auto evaluate = [&]() -> StatusOr<double> {
@@ -136,8 +158,6 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   PulledRows rows;
   AlternatingBuffers user_grads, item_grads;
   StragglerInjector stragglers(job.stragglers, rank);
-  PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store,
-                                                           static_cast<uint32_t>(ratings.size())));
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
@@ -145,9 +165,20 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     const std::shared_ptr<std::vector<float>>& item_grad = item_grads.For(step);
     PS_RETURN_IF_ERROR(balancer->BeginStep(step));
     const uint32_t samples = balancer->batch();
-    if (cursor + samples > ratings.size()) cursor = 0;
-    const std::span<const Rating> minibatch(ratings.data() + cursor, samples);
-    cursor += samples;
+    std::span<const Rating> minibatch;
+    if (balancer->enabled()) {
+      gathered.clear();
+      for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
+        const std::vector<Rating>& part = parts[piece.part];
+        gathered.insert(gathered.end(), part.begin() + static_cast<ptrdiff_t>(piece.first),
+                        part.begin() + static_cast<ptrdiff_t>(piece.first + piece.count));
+      }
+      minibatch = gathered;
+    } else {
+      if (cursor + samples > ratings.size()) cursor = 0;
+      minibatch = std::span<const Rating>(ratings.data() + cursor, samples);
+      cursor += samples;
+    }
     PS_RETURN_IF_ERROR(rows.Pull(store, user_table, item_table, k, minibatch));
     const auto compute_start = std::chrono::steady_clock::now();
     user_grad->resize(rows.user_factors.size());

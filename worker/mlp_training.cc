@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "common/key_range.h"
 #include "common/logging.h"
 #include "common/text.h"
 #include "worker/batch_balance.h"
@@ -108,9 +110,23 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
                                    " training samples, fewer than train.batch_size " +
                                    std::to_string(batch));
   }
-  PS_ASSIGN_OR_RETURN(
-      auto balancer,
-      BatchBalancer::Create(job, rank, store, static_cast<uint32_t>(data.num_samples())));
+  PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
+  // stragglers.balance: every partition (the whole split), each step's
+  // samples gathered from them (BatchBalancer::Pieces).
+  FashionMnistDataset all;
+  std::vector<uint64_t> part_sizes, part_starts;
+  std::vector<float> batch_images;
+  std::vector<int32_t> batch_labels;
+  if (balancer->enabled()) {
+    PS_ASSIGN_OR_RETURN(all, LoadFashionMnist(train.data_dir, FashionMnistSplit::kTrain, 0, 1));
+    for (uint32_t r = 0; r < job.cluster.workers; ++r) {
+      const RowRange part = ShardRows(all.num_samples(), job.cluster.workers, r);
+      part_starts.push_back(part.begin);
+      part_sizes.push_back(part.size());
+    }
+    batch_images.resize(size_t{balancer->max_batch()} * FashionMnistDataset::kPixels);
+    batch_labels.resize(balancer->max_batch());
+  }
   PS_ASSIGN_OR_RETURN(auto model, Mlp::Create(backend, train.layers,
                                               std::max<uint32_t>(balancer->max_batch(), 1000)));
   PS_LOG_INFO("MLP {} layers, {} parameters, {} training samples, batch {}, {} steps ({})",
@@ -134,14 +150,30 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
     PS_RETURN_IF_ERROR(model->SetParameters(params));
-    if (cursor + samples > data.num_samples()) cursor = 0;
+    const float* images = nullptr;
+    const int32_t* labels = nullptr;
+    if (balancer->enabled()) {
+      constexpr size_t kPixels = FashionMnistDataset::kPixels;
+      size_t at = 0;
+      for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
+        const size_t from = part_starts[piece.part] + piece.first;
+        std::copy_n(all.images.data() + from * kPixels, size_t{piece.count} * kPixels,
+                    batch_images.data() + at * kPixels);
+        std::copy_n(all.labels.data() + from, piece.count, batch_labels.data() + at);
+        at += piece.count;
+      }
+      images = batch_images.data();
+      labels = batch_labels.data();
+    } else {
+      if (cursor + samples > data.num_samples()) cursor = 0;
+      images = data.images.data() + cursor * FashionMnistDataset::kPixels;
+      labels = data.labels.data() + cursor;
+      cursor += samples;
+    }
     const auto compute_start = std::chrono::steady_clock::now();
     PS_ASSIGN_OR_RETURN(
-        float loss,
-        model->LossAndGradient({data.images.data() + cursor * FashionMnistDataset::kPixels,
-                                size_t{samples} * FashionMnistDataset::kPixels},
-                               {data.labels.data() + cursor, samples}, *grads));
-    cursor += samples;
+        float loss, model->LossAndGradient({images, size_t{samples} * FashionMnistDataset::kPixels},
+                                           {labels, samples}, *grads));
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     progress->AddStep(loss, samples);

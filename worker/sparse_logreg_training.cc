@@ -75,6 +75,26 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
               "{} steps ({})",
               options.num_features, data.num_samples(), batch, train.iterations,
               store->Describe());
+  // Before the progress starts its clock: with stragglers.balance every
+  // worker's partition is made here, which takes a while.
+  PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
+  // stragglers.balance: every worker's partition, each step's samples
+  // gathered from them into `gathered` (BatchBalancer::Pieces).
+  std::vector<SparseClickData> parts;
+  std::vector<uint64_t> part_sizes;
+  SparseClickData gathered;
+  if (balancer->enabled()) {
+    for (uint32_t r = 0; r < job.cluster.workers; ++r) {
+      if (r == rank) {
+        parts.push_back(data);
+      } else {
+        PS_ASSIGN_OR_RETURN(SparseClickData part,
+                            GenerateSparseClicks(options, r, job.cluster.workers));
+        parts.push_back(std::move(part));
+      }
+      part_sizes.push_back(parts.back().num_samples());
+    }
+  }
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
                                                               data.num_samples(), metrics));
   const auto evaluate = [&]() -> StatusOr<double> {
@@ -87,24 +107,41 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   std::vector<float> weights;
   AlternatingBuffers gradients;
   StragglerInjector stragglers(job.stragglers, rank);
-  PS_ASSIGN_OR_RETURN(
-      auto balancer,
-      BatchBalancer::Create(job, rank, store, static_cast<uint32_t>(data.num_samples())));
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
     const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
     PS_RETURN_IF_ERROR(balancer->BeginStep(step));
     const uint32_t samples = balancer->batch();
-    if (cursor + samples > data.num_samples()) cursor = 0;
+    const SparseClickData* source = &data;
+    if (balancer->enabled()) {
+      gathered.row_offsets.assign(1, 0);
+      gathered.feature_ids.clear();
+      gathered.labels.clear();
+      for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
+        const SparseClickData& part = parts[piece.part];
+        for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) {
+          gathered.feature_ids.insert(
+              gathered.feature_ids.end(),
+              part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i]),
+              part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i + 1]));
+          gathered.row_offsets.push_back(gathered.feature_ids.size());
+          gathered.labels.push_back(part.labels[i]);
+        }
+      }
+      source = &gathered;
+      cursor = 0;
+    } else if (cursor + samples > data.num_samples()) {
+      cursor = 0;
+    }
     // Only the rows this minibatch touches travel.
-    BatchFeatures(data, cursor, samples, &ids);
+    BatchFeatures(*source, cursor, samples, &ids);
     weights.resize(ids.size());
     PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
     const auto compute_start = std::chrono::steady_clock::now();
     grads->resize(ids.size());
     PS_ASSIGN_OR_RETURN(float loss,
-                        model->LossAndGradient(data, cursor, samples, ids, weights, *grads));
+                        model->LossAndGradient(*source, cursor, samples, ids, weights, *grads));
     cursor += samples;
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));

@@ -80,5 +80,40 @@ TEST(BatchBalancerTest, OnWithoutItsTableIsAFailedPrecondition) {
   EXPECT_NE(balancer.status().message().find(kBalanceTableName), std::string::npos);
 }
 
+using Piece = BatchBalancer::Piece;
+
+TEST(BatchBalancerTest, AnEqualSplitTakesEachWorkersOwnMinibatch) {
+  // 3 workers of batch 10; partitions of 35, 40, 50 samples: partition r's
+  // minibatch at step c starts at (c mod floor(size / 10)) x 10.
+  const std::vector<uint32_t> split = {10, 10, 10};
+  const std::vector<uint64_t> sizes = {35, 40, 50};
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 0, 10, 0, sizes), (std::vector<Piece>{{0, 0, 10}}));
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 0, 10, 4, sizes), (std::vector<Piece>{{0, 10, 10}}));
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 1, 10, 5, sizes), (std::vector<Piece>{{1, 10, 10}}));
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 2, 10, 7, sizes), (std::vector<Piece>{{2, 20, 10}}));
+}
+
+TEST(BatchBalancerTest, AnUnevenSplitCoversTheSameSamplesAcrossPartitions) {
+  // Worker 2 slow: 14 + 14 + 2 samples. Together the three take exactly
+  // the three minibatches of step 1 that an even split takes.
+  const std::vector<uint32_t> split = {14, 14, 2};
+  const std::vector<uint64_t> sizes = {35, 40, 50};
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 0, 10, 1, sizes),
+            (std::vector<Piece>{{0, 10, 10}, {1, 10, 4}}));
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 1, 10, 1, sizes),
+            (std::vector<Piece>{{1, 14, 6}, {2, 10, 8}}));
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 2, 10, 1, sizes), (std::vector<Piece>{{2, 18, 2}}));
+}
+
+TEST(BatchBalancerTest, ASplitThatOverrunsTheJobsSamplesWrapsInTheLastPartition) {
+  // Under ssp two workers may split by different rates: 31 samples where
+  // the job has 30. The overrun comes from the last partition, wrapping.
+  const std::vector<uint32_t> split = {10, 10, 11};
+  const std::vector<uint64_t> sizes = {35, 40, 50};
+  // Step 4: partition 2 starts at 40; its 11th sample wraps to 0.
+  EXPECT_EQ(BatchBalancer::PiecesOf(split, 2, 10, 4, sizes),
+            (std::vector<Piece>{{2, 40, 10}, {2, 0, 1}}));
+}
+
 }  // namespace
 }  // namespace ps
