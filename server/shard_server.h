@@ -228,8 +228,9 @@ class ShardServer {
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
       int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
       BackupServer::State* promoted);
-  // Handles one request and times it by its op (HandleRequest returns the
-  // op it decoded, kUnknown when it decoded none).
+  // Handles one request and, while metrics are served, counts and times it
+  // by its op (HandleRequest returns the op it decoded, kUnknown when it
+  // decoded none).
   void Handle(std::vector<Frame>& frames);
   Op HandleRequest(std::vector<Frame>& frames);
   // Publishes MetricsText() when the interval has passed (`now`: always).

@@ -83,23 +83,22 @@ std::string ShardServer::MetricsText() const {
   // Workers: clock, lag behind the fastest, silence, state, cache.
   int64_t fastest = 0;
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
-  out.Family("ps_server_worker_clock", "gauge", "Each worker's clock as this shard has it");
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) {
-    out.Sample("ps_server_worker_clock", {{"worker", std::to_string(w)}},
-               static_cast<double>(clocks_.clock(w)));
-  }
-  out.Family("ps_server_worker_lag_clocks", "gauge",
-             "Clocks each worker is behind the fastest worker");
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) {
-    out.Sample("ps_server_worker_lag_clocks", {{"worker", std::to_string(w)}},
-               static_cast<double>(fastest - clocks_.clock(w)));
-  }
-  out.Family("ps_server_worker_silent_seconds", "gauge",
-             "Seconds since each worker's last request or heartbeat");
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    out.Sample("ps_server_worker_silent_seconds", {{"worker", std::to_string(w)}},
-               std::chrono::duration<double>(now - workers_[w].last_seen).count());
-  }
+  // One family with a sample per worker.
+  const auto per_worker = [&](const char* name, const char* type, const char* help,
+                              const auto& value) {
+    out.Family(name, type, help);
+    for (uint32_t w = 0; w < workers_.size(); ++w) {
+      out.Sample(name, {{"worker", std::to_string(w)}}, static_cast<double>(value(w)));
+    }
+  };
+  per_worker("ps_server_worker_clock", "gauge", "Each worker's clock as this shard has it",
+             [&](uint32_t w) { return clocks_.clock(w); });
+  per_worker("ps_server_worker_lag_clocks", "gauge",
+             "Clocks each worker is behind the fastest worker",
+             [&](uint32_t w) { return fastest - clocks_.clock(w); });
+  per_worker("ps_server_worker_silent_seconds", "gauge",
+             "Seconds since each worker's last request or heartbeat",
+             [&](uint32_t w) { return std::chrono::duration<double>(now - workers_[w].last_seen).count(); });
   uint32_t dead = 0, left = 0;
   for (const WorkerState& w : workers_) {
     dead += w.dead ? 1 : 0;
@@ -107,18 +106,12 @@ std::string ShardServer::MetricsText() const {
   }
   out.Gauge("ps_server_dead_workers", "Workers silent past liveness.timeout_ms", dead);
   out.Gauge("ps_server_departed_workers", "Workers that finished and left the job", left);
-  out.Family("ps_server_worker_cache_hits_total", "counter",
-             "Parameter-cache hits each worker's heartbeats reported");
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    out.Sample("ps_server_worker_cache_hits_total", {{"worker", std::to_string(w)}},
-               static_cast<double>(workers_[w].cache_hits));
-  }
-  out.Family("ps_server_worker_cache_misses_total", "counter",
-             "Parameter-cache misses each worker's heartbeats reported");
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    out.Sample("ps_server_worker_cache_misses_total", {{"worker", std::to_string(w)}},
-               static_cast<double>(workers_[w].cache_misses));
-  }
+  per_worker("ps_server_worker_cache_hits_total", "counter",
+             "Parameter-cache hits each worker's heartbeats reported",
+             [&](uint32_t w) { return workers_[w].cache_hits; });
+  per_worker("ps_server_worker_cache_misses_total", "counter",
+             "Parameter-cache misses each worker's heartbeats reported",
+             [&](uint32_t w) { return workers_[w].cache_misses; });
 
   // Memory, checkpoints and recovery.
   out.Counter("ps_server_copy_on_write_total",

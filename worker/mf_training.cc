@@ -133,19 +133,16 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
   // stragglers.balance: every worker's training ratings, each step's
   // gathered from them into `gathered` (BatchBalancer::Pieces).
-  std::vector<std::vector<Rating>> parts;
+  std::vector<std::vector<Rating>> others(balancer->enabled() ? job.cluster.workers : 0);
+  std::vector<const std::vector<Rating>*> parts;  // by rank; this worker's is `ratings`
   std::vector<uint64_t> part_sizes;
   std::vector<Rating> gathered;
-  if (balancer->enabled()) {
-    for (uint32_t r = 0; r < job.cluster.workers; ++r) {
-      if (r == rank) {
-        parts.push_back(ratings);
-      } else {
-        PS_ASSIGN_OR_RETURN(std::vector<Rating> part, training_ratings(r));
-        parts.push_back(std::move(part));
-      }
-      part_sizes.push_back(parts.back().size());
+  for (uint32_t r = 0; r < others.size(); ++r) {
+    if (r != rank) {
+      PS_ASSIGN_OR_RETURN(others[r], training_ratings(r));
     }
+    parts.push_back(r == rank ? &ratings : &others[r]);
+    part_sizes.push_back(parts.back()->size());
   }
   PS_ASSIGN_OR_RETURN(auto progress,
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(), metrics));
@@ -169,7 +166,7 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     if (balancer->enabled()) {
       gathered.clear();
       for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
-        const std::vector<Rating>& part = parts[piece.part];
+        const std::vector<Rating>& part = *parts[piece.part];
         gathered.insert(gathered.end(), part.begin() + static_cast<ptrdiff_t>(piece.first),
                         part.begin() + static_cast<ptrdiff_t>(piece.first + piece.count));
       }

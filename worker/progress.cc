@@ -183,7 +183,6 @@ void TrainingProgress::AddStep(double loss, uint64_t samples) {
 }
 
 void TrainingProgress::UpdateMetrics(int64_t done, int64_t total) {
-  steps_ = done;
   if (metrics_ == nullptr) return;
   // A step's time is from the end of the one before, evaluations excluded.
   const SteadyClock::time_point now = SteadyClock::now();

@@ -134,7 +134,6 @@ class TrainingProgress {
   SteadyClock::time_point published_{};
   uint64_t published_samples_ = 0;  // samples_ at the last publication
   double samples_per_s_now_ = 0;    // between the last two publications
-  int64_t steps_ = 0;
   double last_loss_ = 0;
   const BatchBalancer* balancer_ = nullptr;
 };

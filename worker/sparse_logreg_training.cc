@@ -80,20 +80,16 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
   // stragglers.balance: every worker's partition, each step's samples
   // gathered from them into `gathered` (BatchBalancer::Pieces).
-  std::vector<SparseClickData> parts;
+  std::vector<SparseClickData> others(balancer->enabled() ? job.cluster.workers : 0);
+  std::vector<const SparseClickData*> parts;  // by rank; this worker's is `data`
   std::vector<uint64_t> part_sizes;
   SparseClickData gathered;
-  if (balancer->enabled()) {
-    for (uint32_t r = 0; r < job.cluster.workers; ++r) {
-      if (r == rank) {
-        parts.push_back(data);
-      } else {
-        PS_ASSIGN_OR_RETURN(SparseClickData part,
-                            GenerateSparseClicks(options, r, job.cluster.workers));
-        parts.push_back(std::move(part));
-      }
-      part_sizes.push_back(parts.back().num_samples());
+  for (uint32_t r = 0; r < others.size(); ++r) {
+    if (r != rank) {
+      PS_ASSIGN_OR_RETURN(others[r], GenerateSparseClicks(options, r, job.cluster.workers));
     }
+    parts.push_back(r == rank ? &data : &others[r]);
+    part_sizes.push_back(parts.back()->num_samples());
   }
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
                                                               data.num_samples(), metrics));
@@ -119,7 +115,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
       gathered.feature_ids.clear();
       gathered.labels.clear();
       for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
-        const SparseClickData& part = parts[piece.part];
+        const SparseClickData& part = *parts[piece.part];
         for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) {
           gathered.feature_ids.insert(
               gathered.feature_ids.end(),
