@@ -23,6 +23,9 @@ std::string CpuModel();
 // The median of `v` (the mean of the middle two for an even count); 0 when empty.
 double Median(std::vector<double> v);
 
+// The nearest-rank percentile q (0..1) of `v`, which it sorts; 0 when empty.
+double Percentile(std::vector<double>& v, double q);
+
 // Seconds fn() takes (steady clock).
 template <typename Fn>
 double Time(Fn fn) {

@@ -328,15 +328,6 @@ class Ours {
 // ---------------------------------------------------------------------------
 // Statistics and printing.
 
-// Nearest-rank percentile; sorts `v`.
-double Percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  rank = std::clamp<size_t>(rank, 1, v.size());
-  return v[rank - 1];
-}
-
 struct Result {
   std::vector<double> mbps;  // per repetition
   std::vector<double> latencies_us;
