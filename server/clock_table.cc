@@ -70,6 +70,11 @@ bool ClockTable::Decode(const std::vector<int64_t>& data, int64_t limit) {
   return true;
 }
 
+uint32_t ClockTable::num_at_least(int64_t clock) const {
+  return static_cast<uint32_t>(
+      std::count_if(clocks_.begin(), clocks_.end(), [clock](int64_t c) { return c >= clock; }));
+}
+
 uint32_t ClockTable::num_counted() const {
   return static_cast<uint32_t>(std::count(counted_.begin(), counted_.end(), true));
 }

@@ -43,6 +43,10 @@ class ClockTable {
   bool counted(uint32_t worker) const { return counted_[worker]; }
   // Workers that count toward the minimum.
   uint32_t num_counted() const;
+  // Workers at clock >= `clock`, counted or not: those that finished every
+  // clock below it (one that left or was dropped after finishing clock c
+  // still pushed into clock c).
+  uint32_t num_at_least(int64_t clock) const;
   uint32_t num_workers() const { return static_cast<uint32_t>(clocks_.size()); }
 
   // True when a pull from a worker at clock `clock` may be answered under

@@ -840,9 +840,10 @@ ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
 
 void ShardServer::MinClockAdvanced() {
   if (job_.consistency.aggregate) {
-    // The mean over the workers the clock waited for.
-    const uint32_t workers = std::max<uint32_t>(1, clocks_.num_counted());
+    // The mean over the workers that finished the clock: those it waited
+    // for, and any that left (or were dropped) after pushing into it.
     const int64_t below = clocks_.min_clock();
+    const uint32_t workers = std::max<uint32_t>(1, clocks_.num_at_least(below));
     if (sums_replicated_) {
       // The sums go to the backups before they are applied here; the
       // pushes in them are answered once the backups have them.

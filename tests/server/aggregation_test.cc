@@ -96,5 +96,31 @@ TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
   EXPECT_EQ(out[0], 3.0f) << "the mean of 4 and 2";
 }
 
+// The last clock of a job: a worker that pushed, ended the clock and left
+// before the others ended it still counts in that clock's mean (it is no
+// longer waited for, but its push is in the sum).
+TEST(AggregationTest, AWorkerThatLeftAfterItsPushStillCountsInThatClocksMean) {
+  TrainJob job = Job();
+  job.cluster.workers = 2;
+  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  InProcessCluster cluster(job);
+  auto a = Client::Create(job, 0, cluster.endpoints()).value();
+  auto b = Client::Create(job, 1, cluster.endpoints()).value();
+  std::vector<uint64_t> row = {3};
+  ASSERT_OK(b->PushSync(0, row, SharedFloats::Take({2.0f})));
+  ASSERT_OK(b->Wait(*b->Clock()));
+  ASSERT_OK(b->Leave());
+  ASSERT_OK(a->PushSync(0, row, SharedFloats::Take({4.0f})));
+  ASSERT_OK(a->Wait(*a->Clock()));
+  std::vector<float> out(1);
+  ASSERT_OK(a->PullSync(0, row, out.data()));
+  EXPECT_EQ(out[0], 3.0f) << "the mean of 4 and 2, not their sum over the one worker left";
+  // A clock no one else pushed into: the one worker's own.
+  ASSERT_OK(a->PushSync(0, row, SharedFloats::Take({4.0f})));
+  ASSERT_OK(a->Wait(*a->Clock()));
+  ASSERT_OK(a->PullSync(0, row, out.data()));
+  EXPECT_EQ(out[0], 7.0f);
+}
+
 }  // namespace
 }  // namespace ps
