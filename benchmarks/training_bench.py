@@ -5,6 +5,7 @@
   python3 benchmarks/training_bench.py speed [--runs 3]
   python3 benchmarks/training_bench.py curve [--runs 3]
   python3 benchmarks/training_bench.py replication [--runs 5]
+  python3 benchmarks/training_bench.py evaluator [--runs 3]
 
 accuracy: every workload (psbench/workloads.py) with 1, 2 and 4 workers
 under bsp and ssp 3 (2 shards), each run with ps_launch, plus the same job
@@ -30,12 +31,21 @@ every push (after_aggregation: false) or each clock's sums once
 order turned round by round): samples/s of all workers and each factor 2
 variant's ratio to factor 1, median of --runs.
 
+evaluator: the convergence suite's bsp runs of sparse logistic regression
+and the MLP (4 workers, 2 shards, the suite's steps and evaluations) with
+worker 0 evaluating between its steps against an evaluator process
+(cluster.evaluator), side by side in each round: the job's milliseconds
+per clock (worker 1's training time over its clocks: under bsp every worker
+waits for the slowest, worker 0 while it evaluates), the evaluation at the
+last clock, and the ratio evaluator / worker 0, median of --runs.
+
 Needs the binaries in build/bin (./ps build). Writes a markdown table to
 stdout and every run's metrics CSV and log under --out (default
 build/training_bench). Exit code 1 when a run fails or misses its target.
 """
 
 import argparse
+import csv
 import os
 import statistics
 import subprocess
@@ -43,7 +53,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from psbench.workloads import (ROOT, WORKLOADS, higher_is_better, job_yaml,  # noqa: E402
-                               missing_binaries, run_job)
+                               missing_binaries, read_metrics, run_job)
 
 MODES = [("bsp", "{ mode: bsp }"), ("ssp 3", "{ mode: ssp, staleness: 3 }")]
 WORKERS = [1, 2, 4]
@@ -206,13 +216,59 @@ def replication(args):
     return 0
 
 
+def ms_per_clock(metrics_csv, worker="1"):
+    """`worker`'s wall seconds at its last row over its clock, in ms."""
+    last = None
+    with open(metrics_csv) as f:
+        for row in csv.DictReader(f):
+            if row["worker"] == worker:
+                last = row
+    return 1000.0 * float(last["time_s"]) / int(last["clock"])
+
+
+def evaluator(args):
+    names = ["sparse_lr", "mlp"]
+    # The convergence suite's steps and evaluations (suites/convergence.yaml).
+    plan = {"sparse_lr": (1600, 32), "mlp": (14000, 40)}
+    out = os.path.join(args.out, "evaluator")
+    rows = {n: {False: [], True: []} for n in names}
+    for r in range(args.runs):
+        for name in names:
+            steps, evals = plan[name]
+            if args.quick:
+                steps, evals = steps // 20, 3
+            for on in ([False, True] if r % 2 == 0 else [True, False]):
+                tag = "%s_%s" % (name, "evaluator" if on else "worker0")
+                csv_path = os.path.join(out, tag + ".csv")
+                yaml_text = job_yaml(WORKLOADS[name], 4, "{ mode: bsp }", steps, evals,
+                                     csv_path, args.quick, evaluator=on)
+                run_job(args.bin, out, tag, yaml_text, False)
+                final = read_metrics(csv_path)[0][-1]  # the evaluation at the last clock
+                ms = ms_per_clock(csv_path)
+                rows[name][on].append((ms, final))
+                print("round %d: %s, %s: %.2f ms per clock, final %.4f" %
+                      (r + 1, name, "evaluator" if on else "worker 0 evaluating", ms, final),
+                      file=sys.stderr)
+    print("| workload | ms per clock, worker 0 evaluating | ms per clock, evaluator | "
+          "evaluator / worker 0 | final metric, worker 0 | final metric, evaluator |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        off, on = rows[name][False], rows[name][True]
+        ratio = statistics.median(b[0] / a[0] for a, b in zip(off, on))
+        print("| %s | %.2f | %.2f | %.2fx | %.4f | %.4f |" %
+              (name, statistics.median(x[0] for x in off), statistics.median(x[0] for x in on),
+               ratio, statistics.median(x[1] for x in off), statistics.median(x[1] for x in on)))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["accuracy", "speed", "curve", "replication"])
+    p.add_argument("what", choices=["accuracy", "speed", "curve", "replication", "evaluator"])
     p.add_argument("--quick", action="store_true",
                    help="a twentieth of the steps: checks that every run completes")
     p.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="accuracy: these workloads")
-    p.add_argument("--runs", type=int, default=3, help="speed, curve, replication: rounds (median reported)")
+    p.add_argument("--runs", type=int, default=3,
+                   help="speed, curve, replication, evaluator: rounds (median reported)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--out", default=os.path.join(ROOT, "build", "training_bench"))
     args = p.parse_args()
@@ -221,7 +277,7 @@ def main():
         print(missing, file=sys.stderr)
         return 2
     return {"accuracy": accuracy, "speed": speed, "curve": curve,
-            "replication": replication}[args.what](args)
+            "replication": replication, "evaluator": evaluator}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,11 @@ void PulledValues::CopyTo(float* out) const {
 
 Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
     : job_(job), worker_(worker), control_(worker == kControlWorker),
-      timeout_(job.client.request_timeout_ms),
-      down_timeout_(job.liveness.server_down_timeout_ms), bound_(job.consistency.Bound()),
+      reader_(worker == kEvaluatorWorker), timeout_(job.client.request_timeout_ms),
+      down_timeout_(job.liveness.server_down_timeout_ms),
+      // The evaluator's reads wait for every worker at their clock, or
+      // read the final model once the workers left: no bound to check.
+      bound_(reader_ ? kUnboundedStaleness : job.consistency.Bound()),
       limits_{.max_request_bytes = job.server.max_request_bytes,
               .max_keys = job.server.max_keys_per_request,
               .push_part_bytes = job.client.push_part_bytes},
@@ -61,7 +64,11 @@ Client::~Client() = default;
 StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
                                                  std::vector<std::string> endpoints,
                                                  ClientEnv env) {
-  if (worker >= job.cluster.workers && worker != kControlWorker) {
+  if (worker == kEvaluatorWorker && !job.cluster.evaluator) {
+    return InvalidArgumentError("this job has no evaluator: set cluster.evaluator: true in the "
+                                "job file of every process");
+  }
+  if (worker >= job.cluster.workers && worker != kControlWorker && worker != kEvaluatorWorker) {
     return InvalidArgumentError("worker rank " + std::to_string(worker) + " is not in this job (" +
                                 std::to_string(job.cluster.workers) + " workers: ranks 0.." +
                                 std::to_string(job.cluster.workers - 1) + ")");
@@ -76,7 +83,8 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   // clock c + 1 needs a pull answered at clock c + 1, and asp has no bound
   // to make a copy fresh enough. (Measured: keeping the cache under bsp
   // cost 40% of its clock rate for nothing.)
-  if (job.client.cache && job.consistency.mode == ConsistencyMode::kSsp) {
+  if (job.client.cache && job.consistency.mode == ConsistencyMode::kSsp &&
+      worker != kEvaluatorWorker) {
     client->cache_ = std::make_unique<ParamCache>(job);
   }
   PS_ASSIGN_OR_RETURN(client->context_, Context::Create(static_cast<int>(job.client.io_threads)));
@@ -128,10 +136,22 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
 }
 
 Status Client::WorkerOnly(std::string_view call) const {
-  if (!control_) return Status::Ok();
-  return FailedPreconditionError(std::string(call) +
-                                 " is for workers; a control client has no clock and is not "
-                                 "counted among the job's workers");
+  if (!control_ && !reader_) return Status::Ok();
+  return FailedPreconditionError(std::string(call) + " is for workers; " +
+                                 (control_ ? "a control client" : "the evaluator") +
+                                 " has no clock and is not counted among the job's workers");
+}
+
+Status Client::SetReadClock(int64_t clock) {
+  if (!reader_) {
+    return FailedPreconditionError("SetReadClock() is for the evaluator; a worker's pulls carry "
+                                   "its own clock");
+  }
+  if (clock < 0 || clock > kMaxClock) {
+    return InvalidArgumentError("read clock " + std::to_string(clock) + " is outside [0, 2^62]");
+  }
+  clock_ = clock;
+  return Status::Ok();
 }
 
 Status Client::CheckTable(uint32_t table) const {
@@ -249,6 +269,9 @@ Ticket Client::CompletedTicket(Callback done) {
 }
 
 StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
+  if (reader_ && call.op == Op::kPush) {
+    return FailedPreconditionError("the evaluator only pulls; a push comes from a worker");
+  }
   PS_RETURN_IF_ERROR(CheckRows(call.op, call.table, call.rows));
   const TableOptions& t = job_.tables[call.table];
   const uint64_t n = call.dense ? t.rows : call.rows.size();
@@ -498,7 +521,7 @@ Status Client::Join() {
 }
 
 Status Client::Leave() {
-  PS_RETURN_IF_ERROR(WorkerOnly("Leave()"));
+  if (control_) return WorkerOnly("Leave()");
   // No heartbeat may follow the goodbye: it would bring the worker back.
   if (heartbeat_ != nullptr) heartbeat_->Stop();
   Status first;

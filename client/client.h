@@ -172,9 +172,10 @@ class Client {
  public:
   // Connects a channel (a DEALER) to every server of `job` (or to
   // `endpoints`, one "tcp://host:port" per shard, when not empty).
-  // `worker` is this worker's rank, or kControlWorker for a ControlClient
+  // `worker` is this worker's rank, kControlWorker for a ControlClient
   // (client/control_client.h), which may only ask STATS, CHECKPOINT and
-  // SHUTDOWN. Connecting does not wait for the servers: a server that is
+  // SHUTDOWN, or kEvaluatorWorker for the job's evaluator (cluster.evaluator),
+  // which may pull, and Leave() when done. Connecting does not wait for the servers: a server that is
   // not up yet is reached when it starts, within the request deadline.
   // InvalidArgument for a rank outside the job or a wrong endpoint count.
   // REQUIRES: job.Validate().ok().
@@ -214,6 +215,10 @@ class Client {
   // This worker's clock: the number of Clock() calls so far (or where
   // Join() resumed).
   int64_t clock() const { return clock_; }
+  // The evaluator's: later pulls are answered once every worker finished
+  // the clocks below `clock` (the model of those clocks, and perhaps some
+  // of the next). FailedPrecondition for a worker or control client.
+  Status SetReadClock(int64_t clock);
 
   // The start-up rendezvous (common/rendezvous.h): sends every shard this
   // worker's view of the job and waits up to rendezvous.timeout_ms for all
@@ -379,9 +384,13 @@ class Client {
   // no clock sent after a reconnect, only control requests. The only
   // differences from a worker, each decided on this flag.
   const bool control_;
+  // This is the evaluator (kEvaluatorWorker): it pulls at the clock it sets
+  // (SetReadClock), beats and says goodbye; no push, clock, rendezvous or
+  // cache, no clock sent after a reconnect.
+  const bool reader_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds down_timeout_;  // liveness.server_down_timeout_ms
-  const int64_t bound_;  // staleness bound of the job's consistency mode
+  const int64_t bound_;  // staleness bound of the job's consistency mode (none: the evaluator)
   const PartLimits limits_;
   const uint64_t session_;  // random, non-zero: names this client's requests
   const std::string agreement_;  // the job as the rendezvous compares it (HELLO)

@@ -359,7 +359,9 @@ void Client::RefusedBy(uint32_t s, ConnectionEvent event) {
   Shard& shard = shards_[s];
   ++counters_.refusals;
   const std::string keys = job_.security.keys_dir.empty() ? "the keys folder" : job_.security.keys_dir;
-  const std::string who = control_ ? "admin" : "worker-" + std::to_string(worker_);
+  const std::string who = control_  ? std::string("admin")
+                          : reader_ ? std::string("evaluator")
+                                    : "worker-" + std::to_string(worker_);
   const Status refused =
       event == ConnectionEvent::kRefused
           ? PermissionDeniedError(
@@ -389,7 +391,7 @@ void Client::Reconnected(uint32_t s) {
   ++counters_.reconnects;
   const std::vector<uint64_t> rids = tracker_.InFlightTo(s);  // oldest first
   const std::string clock =
-      control_ ? "" : " and this worker's clock " + std::to_string(clock_);
+      control_ || reader_ ? "" : " and this worker's clock " + std::to_string(clock_);
   if (shard.down) {
     PS_LOG_INFO("server {} at {} is back after {:.0f} ms; sending its {} unanswered requests "
                 "again{}",
@@ -429,7 +431,7 @@ void Client::Reconnected(uint32_t s) {
   if (cache_ != nullptr) {
     for (uint32_t t = 0; t < job_.tables.size(); ++t) cache_->Invalidate(t);
   }
-  if (!control_) {
+  if (!control_ && !reader_) {
     // A server restarted from a checkpoint would otherwise wait for this
     // worker's clocks that already passed. Sent after the requests above,
     // on the same connection, so it arrives after them. No slot wait: this

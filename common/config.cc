@@ -50,6 +50,7 @@ Status ParseCluster(const YamlReader& r, const YamlValue& value, ClusterOptions*
       UnsignedField("workers", &ClusterOptions::workers, "the number of worker processes, >= 1"),
       BoolField("allow_remote", &ClusterOptions::allow_remote),
       EnumField("bind", &ClusterOptions::bind, kBindModeNames),
+      BoolField("evaluator", &ClusterOptions::evaluator),
   };
   return ReadSection(r, value, fields, "a map with servers and workers", cluster);
 }

@@ -133,13 +133,20 @@ uint32_t ServerMetricsPort(const JobOptions& job, uint32_t shard, uint32_t repli
 
 uint32_t WorkerMetricsPort(const JobOptions& job, uint32_t rank) {
   if (job.metrics.port == 0) return 0;
-  return job.metrics.port + static_cast<uint32_t>(job.cluster.servers.size()) + rank;
+  const auto shards = static_cast<uint32_t>(job.cluster.servers.size());
+  if (rank == kEvaluatorWorker) {
+    // After every server, worker and backup.
+    return job.metrics.port + shards * std::max<uint32_t>(job.replication.factor, 1) +
+           job.cluster.workers;
+  }
+  return job.metrics.port + shards + rank;
 }
 
 uint32_t MaxMetricsPortOffset(const JobOptions& job) {
   const auto shards = static_cast<uint64_t>(job.cluster.servers.size());
   const uint64_t replicas = std::max<uint32_t>(job.replication.factor, 1);
-  const uint64_t processes = shards * replicas + job.cluster.workers;
+  const uint64_t processes =
+      shards * replicas + job.cluster.workers + (job.cluster.evaluator ? 1 : 0);
   return static_cast<uint32_t>(std::min<uint64_t>(processes - 1, 1u << 31));
 }
 

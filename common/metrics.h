@@ -81,9 +81,11 @@ class Histogram {
 // none): metrics.port + the process's place in the job, so that every
 // process of a job on one host has a port of its own: shard i (replica 0)
 // at port + i, worker r at port + S + r, backup j >= 1 of shard i at
-// port + S + W + (j - 1) x S + i (S shards, W workers).
+// port + S + W + (j - 1) x S + i (S shards, W workers), the evaluator
+// (cluster.evaluator) at port + S x k + W (k = replication.factor).
 // REQUIRES: job.Validate().ok().
 uint32_t ServerMetricsPort(const JobOptions& job, uint32_t shard, uint32_t replica);
+// rank kEvaluatorWorker: the evaluator's.
 uint32_t WorkerMetricsPort(const JobOptions& job, uint32_t rank);
 // The highest offset from metrics.port that ServerMetricsPort and
 // WorkerMetricsPort can give for `job`'s shape.

@@ -59,6 +59,11 @@ struct ClusterOptions {
   // Allow server addresses other than loopback (127.0.0.0/8, ::1, localhost).
   // Plain TCP off loopback must be asked for explicitly.
   bool allow_remote = false;
+  // An evaluator process (ps_worker --evaluator) measures the model on the
+  // held-out data as training goes, instead of worker 0 between its steps.
+  // The shards serve it pulls only and keep serving until it says goodbye
+  // (or is dead) after the workers left. Default false: worker 0 evaluates.
+  bool evaluator = false;
 };
 
 enum class InitKind { kZeros, kConstant, kUniform, kNormal };
@@ -630,6 +635,11 @@ Status InvalidOption(const std::string& source, std::string_view path, std::stri
 // Worker id used by tools (ps_ctl) that are not one of the job's workers.
 // Shards accept it for STATS and SHUTDOWN only.
 inline constexpr uint32_t kControlWorker = 0xFFFFFFFFu;
+// Worker id of the job's evaluator (cluster.evaluator): it may pull (each
+// pull answered once every worker finished the clock it names), send
+// heartbeats and say goodbye, nothing else. It is not one of the workers
+// and never counts toward the minimum clock.
+inline constexpr uint32_t kEvaluatorWorker = 0xFFFFFFFEu;
 
 }  // namespace ps
 

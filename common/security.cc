@@ -61,21 +61,30 @@ Status WritePair(const std::string& dir, const std::string& name, const std::str
                       0600);
 }
 
+// "admin", "evaluator", or `worker_prefix` and the rank.
+std::string RoleName(const PeerIdentity& identity, std::string_view worker_prefix) {
+  switch (identity.role) {
+    case PeerIdentity::Role::kAdmin:
+      return "admin";
+    case PeerIdentity::Role::kEvaluator:
+      return "evaluator";
+    default:
+      return std::string(worker_prefix) + std::to_string(identity.worker);
+  }
+}
+
 std::string Who(const PeerIdentity& identity) {
-  return identity.role == PeerIdentity::Role::kAdmin ? "the admin"
-                                                     : "worker " + std::to_string(identity.worker);
+  return identity.role == PeerIdentity::Role::kWorker ? RoleName(identity, kWorkerPrefix)
+                                                      : "the " + RoleName(identity, "");
 }
 
 }  // namespace
 
-std::string UserId(const PeerIdentity& identity) {
-  return identity.role == PeerIdentity::Role::kAdmin
-             ? std::string("admin")
-             : std::string(kWorkerPrefix) + std::to_string(identity.worker);
-}
+std::string UserId(const PeerIdentity& identity) { return RoleName(identity, kWorkerPrefix); }
 
 StatusOr<PeerIdentity> ParseUserId(std::string_view user_id) {
   if (user_id == "admin") return PeerIdentity{PeerIdentity::Role::kAdmin, 0};
+  if (user_id == "evaluator") return PeerIdentity{PeerIdentity::Role::kEvaluator, 0};
   if (user_id.substr(0, kWorkerPrefix.size()) == kWorkerPrefix) {
     const std::string_view digits = user_id.substr(kWorkerPrefix.size());
     uint32_t rank = 0;
@@ -87,10 +96,7 @@ StatusOr<PeerIdentity> ParseUserId(std::string_view user_id) {
   return InvalidArgumentError("not a user id of this job: " + Quote(user_id));
 }
 
-std::string KeyName(const PeerIdentity& identity) {
-  return identity.role == PeerIdentity::Role::kAdmin ? std::string("admin")
-                                                     : "worker-" + std::to_string(identity.worker);
-}
+std::string KeyName(const PeerIdentity& identity) { return RoleName(identity, "worker-"); }
 
 StatusOr<std::string> ReadKeyFile(const std::string& path, bool secret) {
   struct stat st;
@@ -160,6 +166,10 @@ StatusOr<ZapHandler::Allowlist> ServerAllowlist(const JobOptions& job) {
   }
   const PeerIdentity admin{PeerIdentity::Role::kAdmin, 0};
   PS_RETURN_IF_ERROR(add(KeyPath(dir, KeyName(admin), ".public"), admin));
+  if (job.cluster.evaluator) {
+    const PeerIdentity evaluator{PeerIdentity::Role::kEvaluator, 0};
+    PS_RETURN_IF_ERROR(add(KeyPath(dir, KeyName(evaluator), ".public"), evaluator));
+  }
   return allowed;
 }
 
@@ -167,9 +177,10 @@ StatusOr<CurveOptions> ClientCurve(const JobOptions& job, uint32_t worker) {
   CurveOptions curve;
   if (job.security.mode != SecurityMode::kCurve) return curve;
   const std::string& dir = job.security.keys_dir;
-  const PeerIdentity identity = worker == kControlWorker
-                                    ? PeerIdentity{PeerIdentity::Role::kAdmin, 0}
-                                    : PeerIdentity{PeerIdentity::Role::kWorker, worker};
+  const PeerIdentity identity =
+      worker == kControlWorker     ? PeerIdentity{PeerIdentity::Role::kAdmin, 0}
+      : worker == kEvaluatorWorker ? PeerIdentity{PeerIdentity::Role::kEvaluator, 0}
+                                   : PeerIdentity{PeerIdentity::Role::kWorker, worker};
   PS_ASSIGN_OR_RETURN(curve.server_key,
                       ReadKeyFile(KeyPath(dir, kServerKeyName, ".public"), false));
   PS_ASSIGN_OR_RETURN(curve.secret_key, ReadKeyFile(KeyPath(dir, KeyName(identity), ".secret"), true));
@@ -186,6 +197,17 @@ Status CheckSender(const PeerIdentity& identity, std::string_view op_name, bool 
                                  (worker == kControlWorker ? std::string()
                                                            : " as worker " + std::to_string(worker)));
   }
+  if (identity.role == PeerIdentity::Role::kEvaluator) {
+    // What the evaluator may send at all is DecodeRequest's to say.
+    if (!admin_op && worker == kEvaluatorWorker) return Status::Ok();
+    return PermissionDeniedError("the evaluator's key may speak only as the evaluator, and "
+                                 "never send STATS, CHECKPOINT or SHUTDOWN; refused " +
+                                 std::string(op_name) +
+                                 (worker == kEvaluatorWorker ? std::string()
+                                  : worker == kControlWorker
+                                      ? std::string(" as the control client")
+                                      : " as worker " + std::to_string(worker)));
+  }
   if (admin_op) {
     return PermissionDeniedError(Who(identity) + "'s key may not send " + std::string(op_name) +
                                  ": only the admin key (ps_ctl) may stop, checkpoint or inspect "
@@ -195,8 +217,9 @@ Status CheckSender(const PeerIdentity& identity, std::string_view op_name, bool 
     return PermissionDeniedError(
         Who(identity) + "'s key may speak only as worker " + std::to_string(identity.worker) +
         "; refused " + std::string(op_name) + " in the name of " +
-        (worker == kControlWorker ? std::string("the control client")
-                                  : "worker " + std::to_string(worker)));
+        (worker == kControlWorker     ? std::string("the control client")
+         : worker == kEvaluatorWorker ? std::string("the evaluator")
+                                      : "worker " + std::to_string(worker)));
   }
   return Status::Ok();
 }
@@ -221,6 +244,8 @@ Status WriteJobKeys(const std::string& dir, uint32_t workers, bool overwrite) {
     PS_RETURN_IF_ERROR(WritePair(dir, KeyName(worker), Who(worker)));
     ::unlink(KeyPath(dir, KeyName(worker), ".previous.public").c_str());
   }
+  const PeerIdentity evaluator{PeerIdentity::Role::kEvaluator, 0};
+  PS_RETURN_IF_ERROR(WritePair(dir, KeyName(evaluator), Who(evaluator)));
   const PeerIdentity admin{PeerIdentity::Role::kAdmin, 0};
   return WritePair(dir, KeyName(admin), Who(admin));
 }

@@ -6,6 +6,7 @@
 //
 //   server.public,     server.secret        the servers' pair (one per job)
 //   worker-<r>.public, worker-<r>.secret    worker rank r's pair, one per rank
+//   evaluator.public,  evaluator.secret     the evaluator's (cluster.evaluator)
 //   admin.public,      admin.secret         the operator's (ps_ctl)
 //
 // Each process reads only what its role needs: a server reads server.secret
@@ -38,12 +39,12 @@ namespace ps {
 // Who a connection is, as the servers' ZAP handler names it (the user id
 // of its messages).
 struct PeerIdentity {
-  enum class Role { kWorker, kAdmin };
+  enum class Role { kWorker, kAdmin, kEvaluator };
   Role role = Role::kWorker;
   uint32_t worker = 0;  // kWorker: the rank
 };
 
-// "worker 3", "admin": the user id of an identity.
+// "worker 3", "admin", "evaluator": the user id of an identity.
 std::string UserId(const PeerIdentity& identity);
 // The identity of a user id; InvalidArgument for any other text.
 StatusOr<PeerIdentity> ParseUserId(std::string_view user_id);
@@ -62,24 +63,26 @@ StatusOr<std::string> ReadKeyFile(const std::string& path, bool secret);
 // The servers' CURVE options: server.secret of the job's keys folder.
 StatusOr<CurveOptions> ServerCurve(const JobOptions& job);
 // Every key the servers let in: worker-<r>.public (and
-// worker-<r>.previous.public when present) for each rank, and admin.public.
-// A missing worker or admin public key is NotFound naming it.
+// worker-<r>.previous.public when present) for each rank, admin.public, and
+// evaluator.public under cluster.evaluator. A missing one is NotFound
+// naming it.
 StatusOr<ZapHandler::Allowlist> ServerAllowlist(const JobOptions& job);
 // A client's CURVE options: worker `worker`'s pair (the admin's for
-// kControlWorker) and server.public. Empty options (no CURVE) under mode
+// kControlWorker, the evaluator's for kEvaluatorWorker) and server.public. Empty options (no CURVE) under mode
 // none.
 StatusOr<CurveOptions> ClientCurve(const JobOptions& job, uint32_t worker);
 
 // Under mode curve, whether `identity` may send request `op` in the name
 // of `worker` (the header's worker): a worker key only as its own rank and
 // never STATS, CHECKPOINT or SHUTDOWN; the admin key only as the control
-// client (kControlWorker), for those three. PermissionDenied saying who
-// tried what.
+// client (kControlWorker), for those three; the evaluator's key only as
+// the evaluator (kEvaluatorWorker), never those three. PermissionDenied
+// saying who tried what.
 Status CheckSender(const PeerIdentity& identity, std::string_view op_name, bool admin_op,
                    uint32_t worker);
 
-// Writes a new key pair for the servers, each of `workers` ranks and the
-// admin into `dir` (made if missing, mode 0700). FailedPrecondition when the
+// Writes a new key pair for the servers, each of `workers` ranks, the
+// evaluator and the admin into `dir` (made if missing, mode 0700). FailedPrecondition when the
 // folder holds keys already, unless `overwrite`.
 Status WriteJobKeys(const std::string& dir, uint32_t workers, bool overwrite);
 // Rotation of worker `worker`'s key: its current public key becomes

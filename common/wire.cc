@@ -123,11 +123,22 @@ template std::span<const float> FrameAs(const Frame&, std::vector<float>*);
 namespace {
 
 std::string Where(const MessageHeader& h) {
-  return OpName(h.op) + " request " + std::to_string(h.request_id) + " from worker " +
-         (h.worker == kControlWorker ? std::string("<control>") : std::to_string(h.worker));
+  return OpName(h.op) + " request " + std::to_string(h.request_id) + " from " +
+         SenderName(h.worker);
 }
 
 }  // namespace
+
+std::string SenderName(uint32_t worker) {
+  switch (worker) {
+    case kControlWorker:
+      return "worker <control>";
+    case kEvaluatorWorker:
+      return "the evaluator";
+    default:
+      return "worker " + std::to_string(worker);
+  }
+}
 
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out) {
   if (frames.empty()) return InvalidArgumentError("empty message: expected a header frame");
@@ -151,8 +162,21 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op && !probe_op) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }
-  if (h.worker >= rules.num_workers &&
-      !((control_op || probe_op) && h.worker == kControlWorker)) {
+  if (h.worker == kEvaluatorWorker) {
+    // The evaluator reads: pulls, beats, a goodbye, and where the primary is.
+    if (!rules.evaluator) {
+      return PermissionDeniedError(Where(h) + ": this job has no evaluator (cluster.evaluator: "
+                                   "false); set it in every process's job file");
+    }
+    if (h.op != Op::kPull && h.op != Op::kHeartbeat && !probe_op) {
+      return PermissionDeniedError(Where(h) + ": the evaluator may only pull, beat and leave, "
+                                   "not send " + OpName(h.op));
+    }
+    if (h.op == Op::kHeartbeat && (h.flags & kFlagResume) != 0) {
+      return InvalidArgumentError(Where(h) + ": the evaluator has no clock to resume");
+    }
+  } else if (h.worker >= rules.num_workers &&
+             !((control_op || probe_op) && h.worker == kControlWorker)) {
     return PermissionDeniedError(Where(h) + ": unknown worker " + std::to_string(h.worker) +
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));

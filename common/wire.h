@@ -143,6 +143,10 @@ struct TableLayout {
   RowRange owned;  // rows this shard holds
 };
 
+// Who a header's `worker` is, for messages: "worker 3", "worker <control>",
+// "the evaluator".
+std::string SenderName(uint32_t worker);
+
 // Everything DecodeRequest checks a request against. Must outlive the call.
 struct RequestRules {
   uint32_t shard = 0;
@@ -151,6 +155,7 @@ struct RequestRules {
   uint64_t max_request_bytes = 0;  // all frames after the routing id
   uint64_t max_keys = 0;
   bool reject_non_finite = true;   // NaN or Inf in pushed values
+  bool evaluator = false;          // cluster.evaluator: kEvaluatorWorker may read
 };
 
 // A validated request. `keys` and `values` point into the frames it was

@@ -29,6 +29,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
   // start-up grace period: processes may start in any order.
   const auto grace = std::chrono::milliseconds(job.rendezvous.timeout_ms);
   for (WorkerState& w : workers_) w.last_seen = started_ + grace;
+  evaluator_.last_seen = started_ + grace;
   sums_replicated_ = job.replication.factor > 1 && job.consistency.aggregate &&
                      job.replication.after_aggregation;
 }
@@ -368,9 +369,10 @@ void ShardServer::SendReply(const MessageHeader& header) {
     ++counters_.replies_dropped;
     uint64_t skipped = 0;
     if (dropped_log_.ShouldLog(&skipped)) {
-      PS_LOG_WARN("shard {}: reply to {} request {} from worker {} dropped: {}: its connection "
+      PS_LOG_WARN("shard {}: reply to {} request {} from {} dropped: {}: its connection "
                   "has server.socket_hwm ({}) replies it has not read, or it is gone{}",
-                  shard_, OpName(header.op), header.request_id, header.worker, s.message(),
+                  shard_, OpName(header.op), header.request_id, SenderName(header.worker),
+                  s.message(),
                   job_.server.socket_hwm,
                   HeldBack(skipped));
     }
@@ -460,8 +462,9 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   if (fenced && req.worker != kControlWorker) {
     // Its etcd lease may have lapsed: another replica may hold the shard.
     // The worker is alive (nothing else of its state changes here).
-    workers_[req.worker].last_seen = clock_->Now();
-    workers_[req.worker].heard = true;
+    WorkerState& sender = req.worker == kEvaluatorWorker ? evaluator_ : workers_[req.worker];
+    sender.last_seen = clock_->Now();
+    sender.heard = true;
     ++counters_.errors;
     ++counters_.fenced_refusals;
     MessageHeader error = FencedError(req);
@@ -489,7 +492,20 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
       return op;
     }
   }
-  if (req.worker != kControlWorker) {
+  if (req.worker == kEvaluatorWorker) {
+    // It holds no clock: only its liveness changes here.
+    evaluator_.last_seen = clock_->Now();
+    evaluator_.heard = true;
+    if (evaluator_.dead) {
+      PS_LOG_INFO("shard {}: the evaluator is back", shard_);
+      evaluator_.dead = false;
+    }
+    if (!failed_.ok()) {
+      ++counters_.errors;
+      Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
+      return op;
+    }
+  } else if (req.worker != kControlWorker) {
     // A beat of the heartbeat thread may overtake the worker's goodbye on
     // its way here: it never brings back a worker that left.
     const bool stale_beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0 &&
@@ -611,7 +627,7 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     case Op::kPull:
-      if (!clocks_.PullReady(req.clock, bound_)) {
+      if (!PullReady(req)) {
         // Too far ahead of the slowest worker: wait for its CLOCKs.
         ParkPull(frames);
         return;
@@ -629,6 +645,17 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       return;
     }
     case Op::kHeartbeat: {
+      if (req.worker == kEvaluatorWorker) {
+        // A beat, or its goodbye after its last evaluation.
+        if ((req.flags & kFlagLeaving) != 0 && !evaluator_.left) {
+          evaluator_.left = true;
+          PS_LOG_INFO("shard {}: the evaluator left the job", shard_);
+          StopWhenWorkersGone();
+        }
+        reply.min_clock = clocks_.min_clock();
+        Reply(routing_id, reply);
+        return;
+      }
       bool advanced = false;
       if (req.flags & kFlagResume) {
         // The worker's connection came back: it is at clock req.clock.
@@ -739,7 +766,7 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
 
 void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Duration waited) {
   const MessageHeader& req = pull.header;
-  if (waited > Clock::Duration::zero()) {
+  if (waited > Clock::Duration::zero() && req.worker != kEvaluatorWorker) {
     staleness_wait_seconds_.Observe(std::chrono::duration<double>(waited).count());
   }
   if (const uint64_t queued = queued_replies_.Queued(routing_id.view(), req.worker);
@@ -750,7 +777,7 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
     ++counters_.pulls_refused_queued_bytes;
     Status refused = ResourceExhaustedError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from worker " + std::to_string(req.worker) + " refused: " + std::to_string(queued) +
+        " from " + SenderName(req.worker) + " refused: " + std::to_string(queued) +
         " bytes of its earlier pull replies are not read yet (server.max_queued_reply_bytes " +
         std::to_string(max_queued_reply_bytes_) +
         "); read the replies before pulling more, or raise server.max_queued_reply_bytes");
@@ -799,7 +826,7 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
     ++counters_.pulls_refused_waiting;
     Status refused = ResourceExhaustedError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock) +
+        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
         " refused: the worker has " + std::to_string(parked) +
         " pulls waiting for slower workers already (server.max_waiting_pulls_per_worker " +
         std::to_string(limit) + "); wait for their replies before pulling more");
@@ -812,15 +839,19 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
     return;
   }
   ++parked;
-  ++counters_.pulls_waited;
-  counters_.max_blocked_lead = std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
+  const bool evaluator = req.worker == kEvaluatorWorker;
+  if (!evaluator) {
+    ++counters_.pulls_waited;
+    counters_.max_blocked_lead =
+        std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
+  }
   const Clock::TimePoint now = clock_->Now();
   // The request's wait, never more than the server's (0 asks for that).
   const uint32_t most = job_.server.max_pull_wait_ms;
   const uint32_t wait_ms = req.max_wait_ms == 0 ? most : std::min(req.max_wait_ms, most);
   const Clock::TimePoint deadline = now + std::chrono::milliseconds(wait_ms);
   const uint64_t seq = next_waiting_++;
-  waiting_by_clock_.emplace(req.clock, seq);
+  (evaluator ? reads_by_clock_ : waiting_by_clock_).emplace(req.clock, seq);
   waiting_by_deadline_.emplace(deadline, seq);
   // Moving the vector keeps its frames where they are, so the decoded
   // request's spans stay valid; request_ gets fresh scratch buffers.
@@ -832,7 +863,8 @@ ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
   auto it = waiting_.find(seq);
   WaitingPull w = std::move(it->second);
   waiting_.erase(it);
-  waiting_by_clock_.erase({w.request.header.clock, seq});
+  (w.request.header.worker == kEvaluatorWorker ? reads_by_clock_ : waiting_by_clock_)
+      .erase({w.request.header.clock, seq});
   waiting_by_deadline_.erase({w.deadline, seq});
   --waiting_per_worker_[WorkerSlot(w.request.header.worker)];
   return w;
@@ -879,6 +911,10 @@ void ShardServer::ReleaseWaitingPulls() {
        it != waiting_by_clock_.end() && clocks_.PullReady(it->first, bound_); ++it) {
     ready.push_back(it->second);
   }
+  for (auto it = reads_by_clock_.begin();
+       it != reads_by_clock_.end() && (workers_gone_ || it->first <= clocks_.min_clock()); ++it) {
+    ready.push_back(it->second);
+  }
   std::sort(ready.begin(), ready.end());
   const Clock::TimePoint now = clock_->Now();
   for (uint64_t seq : ready) {
@@ -915,6 +951,19 @@ void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
     const MessageHeader* h = &w.request.header;
     const uint32_t slowest = clocks_.slowest_worker();
     const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
+    if (h->worker == kEvaluatorWorker) {
+      // Nothing is wrong: the workers have not reached the clock of the
+      // next evaluation yet, and the evaluator asks again.
+      Reply(w.frames[0],
+            MakeErrorHeader(*h, shard_,
+                            DeadlineExceededError(
+                                "the evaluator's PULL at clock " + std::to_string(h->clock) +
+                                " waited " + std::to_string(waited) + " ms on shard " +
+                                std::to_string(shard_) + "; the slowest worker, " +
+                                std::to_string(slowest) + ", is at clock " +
+                                std::to_string(clocks_.clock(slowest)))));
+      continue;
+    }
     Status late = DeadlineExceededError(
         "PULL request " + std::to_string(h->request_id) + " from worker " +
         std::to_string(h->worker) + " at clock " + std::to_string(h->clock) + " waited " +
@@ -937,6 +986,22 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
   const LivenessOptions& liveness = job_.liveness;
   if (liveness.heartbeat_ms == 0) return;
   const auto timeout = std::chrono::milliseconds(liveness.timeout_ms);
+  if (job_.cluster.evaluator && !evaluator_.dead && !evaluator_.left &&
+      now - evaluator_.last_seen >= timeout) {
+    // Training never waits for the evaluator: its death costs only the
+    // evaluations it did not make.
+    evaluator_.dead = true;
+    PS_LOG_WARN("shard {}: the evaluator is dead: {}; training goes on without it", shard_,
+                evaluator_.heard
+                    ? "nothing heard from it for " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             now - evaluator_.last_seen)
+                                             .count()) +
+                          " ms (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) + ")"
+                    : std::string("it never connected since the shard started (is ps_worker "
+                                  "--evaluator running?)"));
+    StopWhenWorkersGone();
+  }
   for (uint32_t w = 0; w < workers_.size(); ++w) {
     WorkerState& worker = workers_[w];
     if (worker.dead || worker.left || now - worker.last_seen < timeout) continue;
@@ -1007,9 +1072,24 @@ void ShardServer::StopWhenWorkersGone() {
     if (!workers_[w].left && !workers_[w].dead) return;
     if (workers_[w].dead) dropped += (dropped.empty() ? "" : ", ") + std::to_string(w);
   }
-  PS_LOG_INFO("shard {}: every worker has left the job{}; the shard exits "
+  if (job_.cluster.evaluator && !evaluator_.left && !evaluator_.dead) {
+    // Its last evaluation reads the final model: the clocks it waits for
+    // will not come.
+    workers_gone_ = true;
+    ReleaseWaitingPulls();
+    if (!waiting_for_evaluator_logged_) {
+      waiting_for_evaluator_logged_ = true;
+      PS_LOG_INFO("shard {}: every worker has left the job; serving the evaluator until it "
+                  "leaves (or is silent for liveness.timeout_ms)", shard_);
+    }
+    return;
+  }
+  PS_LOG_INFO("shard {}: every worker has left the job{}{}; the shard exits "
               "(server.exit_when_workers_leave: false keeps it serving)",
-              shard_, dropped.empty() ? "" : " (dead: " + dropped + ")");
+              shard_, dropped.empty() ? "" : " (dead: " + dropped + ")",
+              !job_.cluster.evaluator ? ""
+              : evaluator_.dead       ? ", and the evaluator is dead"
+                                      : ", and so has the evaluator");
   // Under policy fail a dead worker failed the job: the exit says so.
   exit_status_ = failed_;
   Stop();

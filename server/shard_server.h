@@ -199,6 +199,7 @@ class ShardServer {
   // the shard's size).
   uint64_t max_queued_reply_bytes() const { return max_queued_reply_bytes_; }
   bool worker_dead(uint32_t worker) const { return workers_[worker].dead; }
+  bool evaluator_dead() const { return evaluator_.dead; }
   // Rounds of the loop's housekeeping (pull deadlines, liveness, rates), each
   // at the clock's time when it ran. Safe from any thread: after moving a
   // FakeClock, a test waits for two more rounds to know one saw the new time.
@@ -280,10 +281,19 @@ class ShardServer {
   // Parks a pull (the message in `frames`, decoded in request_) until the
   // minimum clock allows it, or refuses it over the worker's limit.
   void ParkPull(std::vector<Frame>& frames);
+  // Whether pull `req` may be answered now: a worker's within the
+  // staleness bound, the evaluator's once every worker finished the
+  // clocks below the one it names.
+  // (Once every worker has left, at once: the model is final.)
+  bool PullReady(const MessageHeader& req) const {
+    return req.worker == kEvaluatorWorker ? workers_gone_ || clocks_.min_clock() >= req.clock
+                                          : clocks_.PullReady(req.clock, bound_);
+  }
   // Takes waiting pull `seq` out of every index.
   struct WaitingPull;
   WaitingPull TakeWaiting(uint64_t seq);
-  // The index of `worker` in per-worker counts: kControlWorker is last.
+  // The index of `worker` in per-worker counts: kControlWorker and
+  // kEvaluatorWorker are last.
   uint32_t WorkerSlot(uint32_t worker) const {
     return worker < workers_.size() ? worker : static_cast<uint32_t>(workers_.size());
   }
@@ -418,11 +428,19 @@ class ShardServer {
   ShardServerCounters counters_;
   ClockTable clocks_;
   std::vector<WorkerState> workers_;  // by rank
+  // The evaluator (cluster.evaluator): heard, dead and left as a worker's,
+  // but it holds no clock; the shard exits only after it, too, is gone.
+  WorkerState evaluator_;
+  bool waiting_for_evaluator_logged_ = false;
+  bool workers_gone_ = false;  // every worker left or is dead; the evaluator is served
   // Waiting pulls by arrival (a sequence number), indexed by the clock of
   // the pull (released from the lowest while the minimum clock allows, so
   // a CLOCK walks only the pulls it releases) and by deadline.
   std::map<uint64_t, WaitingPull> waiting_;
   std::set<std::pair<int64_t, uint64_t>> waiting_by_clock_;
+  // The evaluator's, by the clock they wait for: each is answered once the
+  // minimum clock reaches it, whatever the staleness bound.
+  std::set<std::pair<int64_t, uint64_t>> reads_by_clock_;
   std::set<std::pair<Clock::TimePoint, uint64_t>> waiting_by_deadline_;
   uint64_t next_waiting_ = 0;
   std::vector<uint32_t> waiting_per_worker_;  // by WorkerSlot

@@ -49,7 +49,8 @@ class ShardStore {
                         job.cluster.workers,
                         job.server.max_request_bytes,
                         job.server.max_keys_per_request,
-                        job.server.reject_non_finite};
+                        job.server.reject_non_finite,
+                        job.cluster.evaluator};
   }
 
   // Applies a PUSH with the table's optimizer, reading the values in place,

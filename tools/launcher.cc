@@ -134,8 +134,9 @@ std::string JoinArgv(const std::vector<std::string>& argv) {
 }
 
 struct Child {
-  std::string name;  // "server 0", "worker 1"
+  std::string name;  // "server 0", "worker 1", "evaluator"
   bool is_server = false;
+  bool is_evaluator = false;  // ps_worker --evaluator (cluster.evaluator)
   uint32_t index = 0;     // shard or rank
   // Servers: the replica it is, whose address it holds for good
   // (ReplicaAddress: 0 the shard's own, j >= 1 backup j's), whichever role
@@ -170,7 +171,8 @@ class JobRun {
   // `join`: a backup that takes its state from the running primary
   // (ps_server --join).
   std::vector<std::string> CommandFor(bool is_server, uint32_t index, bool restart = false,
-                                      uint32_t replica = 0, bool join = false) const;
+                                      uint32_t replica = 0, bool join = false,
+                                      bool evaluator = false) const;
   Status StartAll();
   // A server died by a signal while the job runs: starts it again when the
   // job allows (checkpoints, liveness.server_restarts). False when it
@@ -224,6 +226,7 @@ class JobRun {
   Outcome outcome_ = Outcome::kUndecided;
   int exit_code_ = 0;
   uint32_t workers_succeeded_ = 0;
+  bool evaluator_failed_ = false;  // it exited with an error or a signal
   std::vector<uint32_t> finished_workers_;  // ranks that exited with code 0
   std::vector<uint32_t> dropped_workers_;   // ranks that failed under policy drop
   std::string failure_;  // why the job failed, for the result line
@@ -243,7 +246,7 @@ void JobRun::Emit(std::string_view line) {
 }
 
 std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool restart,
-                                            uint32_t replica, bool join) const {
+                                            uint32_t replica, bool join, bool evaluator) const {
   const std::vector<std::string>& prefix =
       is_server ? options_.server_command : options_.worker_command;
   std::vector<std::string> argv = prefix;
@@ -252,9 +255,12 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool
     argv.push_back(options_.bin_dir.empty() ? binary
                                             : options_.bin_dir + "/" + binary);
   }
-  argv.insert(argv.end(),
-              {"--config", config_path_, is_server ? "--shard" : "--rank",
-               std::to_string(index)});
+  argv.insert(argv.end(), {"--config", config_path_});
+  if (evaluator) {
+    argv.push_back("--evaluator");
+  } else {
+    argv.insert(argv.end(), {is_server ? "--shard" : "--rank", std::to_string(index)});
+  }
   if (replica > 0 || join) argv.insert(argv.end(), {"--replica", std::to_string(replica)});
   if (join) argv.push_back("--join");
   if (!options_.log_level.empty()) {
@@ -263,7 +269,9 @@ std::vector<std::string> JobRun::CommandFor(bool is_server, uint32_t index, bool
   // Every worker runs on this host: each gets its share of the cores for
   // its BLAS, not all of them (worker.cpu_threads 0 = auto).
   if (!is_server && job_.worker.cpu_threads == 0) {
-    argv.insert(argv.end(), {"--cpu-threads", std::to_string(WorkerCpuShare(job_.cluster.workers))});
+    argv.insert(argv.end(),
+                {"--cpu-threads", std::to_string(WorkerCpuShare(job_.cluster.workers +
+                                                                (job_.cluster.evaluator ? 1 : 0)))});
   }
   if (is_server && restore_clock_ >= 0 && !restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock_)});
@@ -314,16 +322,20 @@ Status JobRun::StartAll() {
   epoch_.assign(shards, 0);
   primary_slot_.assign(shards, 0);
   const uint32_t servers = shards * factor;
-  const uint32_t total = servers + job_.cluster.workers;
+  const uint32_t processes = servers + job_.cluster.workers;
+  const uint32_t total = processes + (job_.cluster.evaluator ? 1 : 0);
   children_.reserve(total);
   for (uint32_t i = 0; i < total; ++i) {
     const bool is_server = i < servers;
+    const bool is_evaluator = i == processes;  // last
     const uint32_t replica = is_server ? factor - 1 - i / shards : 0;
-    const uint32_t index = is_server ? i % shards : i - servers;
-    std::string name = (is_server ? "server " : "worker ") + std::to_string(index) +
-                       (replica > 0 ? " backup " + std::to_string(replica) : "");
+    const uint32_t index = is_server ? i % shards : is_evaluator ? 0 : i - servers;
+    std::string name = is_evaluator ? std::string("evaluator")
+                                    : (is_server ? "server " : "worker ") + std::to_string(index) +
+                                          (replica > 0 ? " backup " + std::to_string(replica) : "");
     SubprocessOptions spawn;
-    spawn.argv = CommandFor(is_server, index, /*restart=*/false, replica);
+    spawn.argv = CommandFor(is_server, index, /*restart=*/false, replica, /*join=*/false,
+                            is_evaluator);
     spawn.capture_output = true;
     StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
     if (!process.ok()) {
@@ -334,6 +346,7 @@ Status JobRun::StartAll() {
     Child& child = children_.emplace_back();
     child.name = std::move(name);
     child.is_server = is_server;
+    child.is_evaluator = is_evaluator;
     child.index = index;
     child.replica = replica;
     child.process = std::move(process).value();
@@ -554,6 +567,19 @@ void JobRun::HandleExit(Child& child, int wait_status) {
       BeginStop();
       return;
     }
+    if (child.is_evaluator) {
+      // Training never waits for it: a failed evaluator costs the job its
+      // evaluations, and the job's result says so.
+      if (success) {
+        Say(how);
+      } else {
+        Say(how + "; training goes on without evaluations (the shards stop waiting for it "
+                  "after liveness.timeout_ms)");
+        evaluator_failed_ = true;
+      }
+      MaybeFinish();
+      return;
+    }
     if (child.is_server && WIFSIGNALED(wait_status)) {
       if (MaybeRestart(child, how, &why_not)) return;
       why_not = "; " + why_not;
@@ -616,6 +642,14 @@ void JobRun::WorkerFailed(Child& child, const std::string& how) {
 
 void JobRun::MaybeFinish() {
   if (workers_succeeded_ + dropped_workers_.size() < job_.cluster.workers) return;
+  for (const Child& child : children_) {
+    if (child.is_evaluator && !child.exited) {
+      // Its last evaluation reads the final model; the servers serve it
+      // until it leaves, then exit.
+      Say("all workers are done; waiting for the evaluator's last evaluation");
+      return;
+    }
+  }
   if (workers_succeeded_ == 0) {
     Say("every worker failed; stopping the servers");
     failure_ = "every worker failed (liveness.on_dead_worker: drop)";
@@ -627,7 +661,7 @@ void JobRun::MaybeFinish() {
             : std::to_string(workers_succeeded_) + " of " + std::to_string(job_.cluster.workers) +
                   " workers finished, the others were dropped; stopping the servers");
     outcome_ = Outcome::kSucceeded;
-    exit_code_ = 0;
+    exit_code_ = evaluator_failed_ ? 1 : 0;
   }
   BeginStop();
 }
@@ -637,7 +671,10 @@ void JobRun::SayResult() {
   for (uint32_t r : dropped_workers_) dropped += (dropped.empty() ? "" : ", ") + std::to_string(r);
   switch (outcome_) {
     case Outcome::kSucceeded:
-      if (exit_code_ != 0) {
+      if (evaluator_failed_) {
+        Say("job failed: the workers finished, but the evaluator failed, so the job has no "
+            "final evaluation (exit 1)");
+      } else if (exit_code_ != 0) {
         Say("job failed: the workers finished, but a server did not shut down cleanly (exit 1)");
       } else if (dropped.empty()) {
         Say("job succeeded: all " + std::to_string(workers_succeeded_) + " workers finished (exit 0)");
@@ -754,14 +791,16 @@ StatusOr<int> JobRun::Run() {
     return InvalidArgumentError("launcher: empty config path");
   }
   const uint64_t processes =
-      job_.cluster.servers.size() * uint64_t{job_.replication.factor} + job_.cluster.workers;
+      job_.cluster.servers.size() * uint64_t{job_.replication.factor} + job_.cluster.workers +
+      (job_.cluster.evaluator ? 1 : 0);
   const uint32_t limit = MaxLaunchProcesses(options_.max_processes);
   if (processes > limit) {
     return InvalidArgumentError(
         "launcher: '" + config_path_ + "' has " + std::to_string(processes) + " processes (" +
         std::to_string(job_.cluster.servers.size()) + " servers + " +
         std::to_string(job_.cluster.workers) +
-        " workers) and ps_launch starts every one on this host; the limit is " +
+        " workers" + (job_.cluster.evaluator ? std::string(" + the evaluator") : "") +
+        ") and ps_launch starts every one on this host; the limit is " +
         std::to_string(limit) +
         (options_.max_processes == 0 ? " (16 per hardware thread, at least 64)" : "") +
         ". Run a job this size across hosts (mpirun, srun, Kubernetes), lower cluster.workers, "

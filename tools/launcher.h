@@ -97,7 +97,7 @@ struct LauncherOptions {
   // is moved to <path>.prev before the children start, so that each run
   // starts a new one. Empty (default): none.
   std::string metrics_csv;
-  // Most processes (servers + workers) Run() starts on this host; a job
+  // Most processes (servers, workers, the evaluator) Run() starts on this host; a job
   // with more is refused before anything starts. 0 (default): 16 per
   // hardware thread, at least 64 (MaxLaunchProcesses).
   uint32_t max_processes = 0;

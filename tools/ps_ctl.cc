@@ -76,11 +76,12 @@ int Keygen(const ps::JobOptions& job, std::string dir, bool force, std::optional
     std::fprintf(stderr, "ps_ctl keygen: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("wrote CurveZMQ key pairs to %s: server, worker-0..worker-%u, admin (secret files "
-              "mode 0600).\n"
+  std::printf("wrote CurveZMQ key pairs to %s: server, worker-0..worker-%u, evaluator, admin "
+              "(secret files mode 0600).\n"
               "Give each host only what its role needs: servers server.secret and every "
-              "*.public; worker r server.public and worker-<r>.secret; ps_ctl and ps_launch "
-              "server.public and admin.secret.\n"
+              "*.public; worker r server.public and worker-<r>.secret; the evaluator "
+              "server.public and evaluator.secret; ps_ctl and ps_launch server.public and "
+              "admin.secret.\n"
               "Use them with   security: { mode: curve, keys_dir: %s }\n",
               dir.c_str(), job.cluster.workers - 1, dir.c_str());
   if (job.security.mode != ps::SecurityMode::kCurve) {

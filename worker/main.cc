@@ -3,6 +3,8 @@
 //   ps_worker --config job.yaml --rank 0
 //   ps_worker --config job.yaml --standalone   (one process, no servers)
 //   ps_worker --config job.yaml --check        (what it would run, then exit)
+//   ps_worker --config job.yaml --evaluator    (the job's evaluator, with
+//                                               cluster.evaluator: true)
 // The rank may also come from mpirun/Slurm (under a combined mpirun the
 // servers take the first ranks, so workers subtract the server count), a
 // Kubernetes Indexed Job (JOB_COMPLETION_INDEX), or a StatefulSet pod's name
@@ -28,6 +30,7 @@
 #include "common/metrics_endpoint.h"
 #include "common/rank.h"
 #include "worker/backend.h"
+#include "worker/evaluator.h"
 #include "worker/param_store.h"
 #include "worker/programs.h"
 #include "worker/train_options.h"
@@ -51,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_flag("--standalone", standalone,
                "train the job's model in this process with no servers: one worker with all the "
                "workers' data and steps (the single-process reference)");
+  bool evaluator = false;
+  app.add_flag("--evaluator", evaluator,
+               "run the job's evaluator (cluster.evaluator: true): measure the model on the "
+               "held-out data every train.eval_every clocks of the job while the workers train");
   std::optional<uint32_t> cpu_threads;
   app.add_option("--cpu-threads", cpu_threads,
                  "BLAS threads of the CPU backend (overrides worker.cpu_threads; ps_launch "
@@ -94,6 +101,20 @@ int main(int argc, char** argv) {
     }
   }
   if (cpu_threads) job->worker.cpu_threads = *cpu_threads;
+  if (evaluator) {
+    if (standalone || rank_flags.value || rank_flags.from_hostname) {
+      PS_LOG_ERROR("--evaluator is a process of its own: drop --standalone, --rank and "
+                   "--rank-from-hostname");
+      return 2;
+    }
+    if (!job->cluster.evaluator) {
+      PS_LOG_ERROR("--evaluator: {} has cluster.evaluator: false; set it to true (in every "
+                   "process's job file: the shards then serve the evaluator and worker 0 "
+                   "leaves evaluating to it)",
+                   config_path);
+      return 2;
+    }
+  }
   if (standalone) {
     if (rank_flags.value && *rank_flags.value != 0) {
       PS_LOG_ERROR("--standalone runs the whole job as worker 0; drop --rank {}",
@@ -109,13 +130,16 @@ int main(int argc, char** argv) {
   }
   const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
   auto resolved =
-      ps::ResolveRankFromFlags(rank_flags, num_servers, job->cluster.workers, "rank");
+      evaluator ? ps::StatusOr<ps::ResolvedRank>(ps::ResolvedRank{ps::kEvaluatorWorker, "--evaluator"})
+                : ps::ResolveRankFromFlags(rank_flags, num_servers, job->cluster.workers, "rank");
   if (!resolved.ok()) {
     PS_LOG_ERROR("{}", resolved.status().ToString());
     return 2;
   }
   const uint32_t rank = resolved->rank;
-  ps::InitLogging("worker " + std::to_string(rank), log_level).IgnoreError();
+  ps::InitLogging(evaluator ? std::string("evaluator") : "worker " + std::to_string(rank),
+                  log_level)
+      .IgnoreError();
   if (job->train.program.empty()) {
     PS_LOG_ERROR("{}", ps::NoTrainSectionMessage(config_path));
     return 2;
@@ -131,8 +155,11 @@ int main(int argc, char** argv) {
   if (check) {
     std::string what = "standalone: one process with all the data, no servers";
     if (!standalone) {
-      what = "rank " + std::to_string(rank) + " of " + std::to_string(job->cluster.workers) +
-             " (from " + resolved->source + "), " + std::to_string(num_servers) + " servers";
+      what = (evaluator ? std::string("the evaluator")
+                        : "rank " + std::to_string(rank) + " of " +
+                              std::to_string(job->cluster.workers) + " (from " +
+                              resolved->source + ")") +
+             ", " + std::to_string(num_servers) + " servers";
       for (const std::string& server : job->cluster.servers) what += " " + server;
     }
     std::printf("ps_worker: train.program %s, %s\n", std::string(program.name).c_str(),
@@ -146,8 +173,9 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}: worker.device: {}", config_path, backend.status().ToString());
     return 2;
   }
-  auto metrics = ps::StartProcessMetrics(job->metrics.bind, ps::WorkerMetricsPort(*job, rank),
-                                        metrics_port, "worker " + std::to_string(rank));
+  auto metrics = ps::StartProcessMetrics(
+      job->metrics.bind, ps::WorkerMetricsPort(*job, rank), metrics_port,
+      evaluator ? std::string("the evaluator") : "worker " + std::to_string(rank));
   if (!metrics.ok()) {
     PS_LOG_ERROR("{}", metrics.status().ToString());
     return 1;
@@ -174,6 +202,13 @@ int main(int argc, char** argv) {
   if (!client.ok()) {
     PS_LOG_ERROR("{}", client.status().ToString());
     return 1;
+  }
+  if (evaluator) {
+    // No rendezvous: it holds no clock, and reads as the workers go.
+    ps::RemoteParamStore store(*job, client->get());
+    context.store = &store;
+    context.client = client->get();
+    return finish(ps::RunEvaluator(context, program));
   }
   if (ps::Status joined = (*client)->Join(); !joined.ok()) {
     PS_LOG_ERROR("cannot join the job: {}", joined.ToString());

@@ -81,6 +81,41 @@ struct PulledRows {
 
 }  // namespace
 
+StatusOr<Evaluation> MatrixFactorizationEvaluation(const TrainJob& job, ParamStore* store,
+                                                   Backend* backend) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(uint32_t user_table, job.TableId(train.user_table));
+  PS_ASSIGN_OR_RETURN(uint32_t item_table, job.TableId(train.item_table));
+  const LowRankRatingsOptions options = RatingsDataOptions(job);
+  const uint32_t k = options.rank;
+  // The held-out ratings of every user, the rows they touch and the
+  // model, shared by the evaluation's copies.
+  struct HeldOut {
+    std::vector<Rating> test;
+    PulledRows rows;
+    std::unique_ptr<MatrixFactorization> model;
+  };
+  auto held = std::make_shared<HeldOut>();
+  PS_ASSIGN_OR_RETURN(held->model, MatrixFactorization::Create(backend, k));
+  PS_ASSIGN_OR_RETURN(LowRankRatingsData all, GenerateLowRankRatings(options, 0, 1));
+  std::vector<Rating> training;
+  SplitRatings(all.ratings, train.test_fraction, train.seed, &training, &held->test);
+  if (held->test.empty()) {
+    PS_LOG_WARN("no held-out ratings (train.test_fraction {}): the test RMSE is measured on the "
+                "training ratings", train.test_fraction);
+    held->test = std::move(training);
+  }
+  Evaluation evaluation;
+  evaluation.metric_name = "test RMSE";
+  evaluation.higher_is_better = false;
+  evaluation.evaluate = [held, store, user_table, item_table, k]() -> StatusOr<double> {
+    PulledRows& r = held->rows;
+    PS_RETURN_IF_ERROR(r.Pull(store, user_table, item_table, k, held->test));
+    return held->model->Rmse(held->test, r.users, r.user_factors, r.items, r.item_factors);
+  };
+  return evaluation;
+}
+
 StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
                                                 ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics) {
@@ -110,18 +145,11 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
         "); raise train.observe_probability or the user table's rows, or lower batch_size");
   }
 
-  // Worker 0 evaluates on the held-out ratings of every user.
-  std::vector<Rating> test;
-  PulledRows test_rows;
-  if (rank == 0) {
-    PS_ASSIGN_OR_RETURN(LowRankRatingsData all, GenerateLowRankRatings(options, 0, 1));
-    std::vector<Rating> unused;
-    SplitRatings(all.ratings, train.test_fraction, train.seed, &unused, &test);
-    if (test.empty()) {
-      PS_LOG_WARN("worker 0: no held-out ratings (train.test_fraction {}): the test RMSE is "
-                  "measured on the training ratings", train.test_fraction);
-      test = std::move(unused);
-    }
+  // Worker 0 evaluates on the held-out ratings of every user (unless the
+  // evaluator does).
+  Evaluation evaluation;
+  if (EvaluatesBetweenSteps(job, rank)) {
+    PS_ASSIGN_OR_RETURN(evaluation, MatrixFactorizationEvaluation(job, store, backend));
   }
   const uint32_t batch = train.batch_size;
   PS_LOG_INFO("matrix factorization rank {}, {} users x {} items, {} training ratings, "
@@ -146,11 +174,7 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   }
   PS_ASSIGN_OR_RETURN(auto progress,
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(), metrics));
-  const auto evaluate = [&]() -> StatusOr<double> {
-    PS_RETURN_IF_ERROR(test_rows.Pull(store, user_table, item_table, k, test));
-    return model->Rmse(test, test_rows.users, test_rows.user_factors, test_rows.items,
-                       test_rows.item_factors);
-  };
+  const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
 
   PulledRows rows;
   AlternatingBuffers user_grads, item_grads;

@@ -5,7 +5,8 @@
 // its block of users; each step pulls only the user and item rows its
 // minibatch touches and pushes their gradient (regularization, if any, is
 // the tables' optimizer.l2). A fraction train.test_fraction of the ratings
-// is held out; worker 0 evaluates the RMSE on all of them. The model's
+// is held out; worker 0 (or the evaluator, cluster.evaluator) evaluates
+// the RMSE on all of them. The model's
 // forward and backward passes run on the compute backend.
 #ifndef PS_WORKER_MF_TRAINING_H_
 #define PS_WORKER_MF_TRAINING_H_
@@ -16,6 +17,7 @@
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
+#include "worker/evaluation.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
 #include "worker/train_options.h"
@@ -31,6 +33,10 @@ LowRankRatingsOptions RatingsDataOptions(const TrainJob& job);
 StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
                                                 ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics = nullptr);
+
+// The RMSE on the held-out ratings of the pulled rows they touch.
+StatusOr<Evaluation> MatrixFactorizationEvaluation(const TrainJob& job, ParamStore* store,
+                                                   Backend* backend);
 
 // The program's check (its row in worker/programs.h reads train.features
 // when given, and nothing uses it): two different tables of one dim, at

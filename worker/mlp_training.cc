@@ -20,6 +20,9 @@ namespace ps {
 
 namespace {
 
+// Test samples per forward pass of an evaluation.
+constexpr uint32_t kTestBatch = 1000;
+
 // Test accuracy of the parameters the model holds, in batches.
 StatusOr<double> TestAccuracy(Mlp* model, const FashionMnistDataset& test, uint32_t batch) {
   double right = 0;
@@ -37,6 +40,30 @@ StatusOr<double> TestAccuracy(Mlp* model, const FashionMnistDataset& test, uint3
 }
 
 }  // namespace
+
+StatusOr<Evaluation> MlpEvaluation(const TrainJob& job, ParamStore* store, Backend* backend) {
+  PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(job.train.table));
+  // The test set, a model and its parameters, shared by the evaluation's
+  // copies.
+  struct HeldOut {
+    FashionMnistDataset test;
+    std::unique_ptr<Mlp> model;
+    std::vector<float> params;
+  };
+  auto held = std::make_shared<HeldOut>();
+  PS_ASSIGN_OR_RETURN(held->test,
+                      LoadFashionMnist(job.train.data_dir, FashionMnistSplit::kTest, 0, 1));
+  PS_ASSIGN_OR_RETURN(held->model, Mlp::Create(backend, job.train.layers, kTestBatch));
+  held->params.resize(held->model->num_parameters());
+  Evaluation evaluation;
+  evaluation.metric_name = "test accuracy";
+  evaluation.evaluate = [held, store, table]() -> StatusOr<double> {
+    PS_RETURN_IF_ERROR(store->PullDense(table, held->params.data()));
+    PS_RETURN_IF_ERROR(held->model->SetParameters(held->params));
+    return TestAccuracy(held->model.get(), held->test, kTestBatch);
+  };
+  return evaluation;
+}
 
 Status ReadMlpKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
   constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
@@ -99,8 +126,11 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
   PS_ASSIGN_OR_RETURN(FashionMnistDataset data,
                       LoadFashionMnist(train.data_dir, FashionMnistSplit::kTrain, rank,
                                        job.cluster.workers));
+  // Worker 0 measures the parameters it pulled for its step (unless the
+  // evaluator does, with a model of its own: MlpEvaluation).
   FashionMnistDataset test;
-  if (rank == 0) {
+  const bool evaluates = EvaluatesBetweenSteps(job, rank);
+  if (evaluates) {
     PS_ASSIGN_OR_RETURN(test, LoadFashionMnist(train.data_dir, FashionMnistSplit::kTest, 0, 1));
   }
   const uint32_t batch = train.batch_size;
@@ -128,7 +158,7 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     batch_labels.resize(balancer->max_batch());
   }
   PS_ASSIGN_OR_RETURN(auto model, Mlp::Create(backend, train.layers,
-                                              std::max<uint32_t>(balancer->max_batch(), 1000)));
+                                              std::max<uint32_t>(balancer->max_batch(), kTestBatch)));
   PS_LOG_INFO("MLP {} layers, {} parameters, {} training samples, batch {}, {} steps ({})",
               train.layers.size(), model->num_parameters(), data.num_samples(), batch,
               train.iterations, store->Describe());
@@ -138,9 +168,10 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
   std::vector<float> params(model->num_parameters());
   AlternatingBuffers gradients(model->num_parameters());
   StragglerInjector stragglers(job.stragglers, rank);
-  const auto evaluate = [&]() -> StatusOr<double> {
-    return TestAccuracy(model.get(), test, 1000);
-  };
+  std::function<StatusOr<double>()> evaluate;
+  if (evaluates) {
+    evaluate = [&]() -> StatusOr<double> { return TestAccuracy(model.get(), test, kTestBatch); };
+  }
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {

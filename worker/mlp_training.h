@@ -2,8 +2,9 @@
 // trains on its partition of Fashion-MNIST; the parameters are one dense
 // table (the MLP's flat layout). Per step: pull the parameters (under ssp
 // the cache may serve them), a minibatch forward and backward pass on the
-// compute backend, push the gradient, end the step. Worker 0 measures test
-// accuracy every train.eval_every steps and at the end.
+// compute backend, push the gradient, end the step. Worker 0 (or the
+// evaluator, cluster.evaluator) measures test accuracy every
+// train.eval_every steps and at the end.
 #ifndef PS_WORKER_MLP_TRAINING_H_
 #define PS_WORKER_MLP_TRAINING_H_
 
@@ -15,6 +16,7 @@
 #include "worker/backend.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
+#include "worker/evaluation.h"
 #include "worker/train_options.h"
 
 namespace ps {
@@ -24,6 +26,10 @@ namespace ps {
 StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
                                 Backend* backend,
     MetricsEndpoint* metrics = nullptr);
+
+// The accuracy on the Fashion-MNIST test set of the pulled parameters (a
+// model of its own: the evaluator's).
+StatusOr<Evaluation> MlpEvaluation(const TrainJob& job, ParamStore* store, Backend* backend);
 
 // The program's row (worker/programs.h). Reads train.layers, required.
 // Checks: layers from 784 to 10, each >= 1; train.table has dim 1 and one

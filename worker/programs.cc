@@ -69,15 +69,18 @@ const TrainProgram kPrograms[] = {
     {.name = "mlp",
      .read_keys = ReadMlpKeys,
      .check = CheckMlp,
-     .run = RunOnStore<TrainMlp>},
+     .run = RunOnStore<TrainMlp>,
+     .evaluation = MlpEvaluation},
     {.name = "sparse_logistic_regression",
      .read_keys = ReadFeaturesIfPresent,
      .check = CheckSparseLogisticRegression,
-     .run = RunOnStore<TrainSparseLogisticRegression>},
+     .run = RunOnStore<TrainSparseLogisticRegression>,
+     .evaluation = SparseLogisticRegressionEvaluation},
     {.name = "matrix_factorization",
      .read_keys = ReadFeaturesIfPresent,
      .check = CheckMatrixFactorization,
-     .run = RunOnStore<TrainMatrixFactorization>},
+     .run = RunOnStore<TrainMatrixFactorization>,
+     .evaluation = MatrixFactorizationEvaluation},
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
+#include "worker/evaluation.h"
 #include "worker/train_options.h"
 
 namespace ps {
@@ -61,6 +62,9 @@ struct TrainProgram {
   int (*run)(const ProgramContext& context) = nullptr;
   // It drives context.client itself, so it cannot run with --standalone.
   bool needs_servers = false;
+  // Its measure on held-out data, for the evaluator process
+  // (cluster.evaluator, worker/evaluator.h). Null: it has none.
+  MakeEvaluation evaluation = nullptr;
 };
 
 // Every program, in the order messages list them.

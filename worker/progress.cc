@@ -120,9 +120,11 @@ MetricsCsv::~MetricsCsv() {
 }
 
 Status MetricsCsv::Append(const Row& row) {
+  const bool evaluator = row.worker == kEvaluatorWorker;
   const std::string line = fmt::format(
-      "{:.3f},{},{},{:.4f},{},{},{},{:.1f},{:.3f}\n", row.time_s, row.clock, row.worker, row.epoch,
-      Number(row.loss), row.metric ? row.metric_name : std::string(),
+      "{:.3f},{},{},{:.4f},{},{},{},{:.1f},{:.3f}\n", row.time_s, row.clock,
+      evaluator ? std::string("evaluator") : std::to_string(row.worker), row.epoch,
+      evaluator ? std::string() : Number(row.loss), row.metric ? row.metric_name : std::string(),
       row.metric ? Number(*row.metric) : std::string(), row.samples_per_s, row.staleness_wait_s);
   // One write() per row: with O_APPEND, rows of several processes never interleave.
   if (!WriteAll(fd_, line)) {

@@ -45,7 +45,7 @@ class MetricsCsv {
   struct Row {
     double time_s = 0;
     int64_t clock = 0;
-    uint32_t worker = 0;
+    uint32_t worker = 0;  // kEvaluatorWorker: written "evaluator", with no loss
     double epoch = 0;
     double loss = 0;
     std::string metric_name;        // empty when no evaluation

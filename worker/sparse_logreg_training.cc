@@ -45,6 +45,43 @@ Status CheckSparseLogisticRegression(const TrainJob& job) {
   return CheckSamplesPerWorker(job);
 }
 
+StatusOr<Evaluation> SparseLogisticRegressionEvaluation(const TrainJob& job, ParamStore* store,
+                                                        Backend* backend) {
+  PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(job.train.table));
+  // The held-out samples, the rows they touch and the model, shared by
+  // the evaluation's copies.
+  struct HeldOut {
+    SparseClickData test;
+    std::vector<uint64_t> ids;
+    std::vector<float> weights;
+    std::unique_ptr<SparseLogReg> model;
+  };
+  auto held = std::make_shared<HeldOut>();
+  PS_ASSIGN_OR_RETURN(held->model, SparseLogReg::Create(backend));
+  SparseClickOptions options = ClickDataOptions(job);
+  options.first_sample = options.num_samples;  // fresh draws, same weights
+  options.num_samples = job.train.test_samples;
+  PS_ASSIGN_OR_RETURN(held->test, GenerateSparseClicks(options, 0, 1));
+  BatchFeatures(held->test, 0, held->test.num_samples(), &held->ids);
+  held->weights.resize(held->ids.size());
+  for (size_t i = 0; i < held->ids.size(); ++i) {
+    held->weights[i] = held->test.true_weights[held->ids[i]];
+  }
+  PS_ASSIGN_OR_RETURN(float best, held->model->LogLoss(held->test, held->ids, held->weights));
+  PS_LOG_INFO("{} held-out samples; their log-loss at the generating weights is {:.4f} (no "
+              "model does better on average)",
+              held->test.num_samples(), best);
+  Evaluation evaluation;
+  evaluation.metric_name = "test log-loss";
+  evaluation.higher_is_better = false;
+  evaluation.evaluate = [held, store, table]() -> StatusOr<double> {
+    PS_RETURN_IF_ERROR(store->Pull(table, held->ids, held->weights.data()));
+    PS_ASSIGN_OR_RETURN(float loss, held->model->LogLoss(held->test, held->ids, held->weights));
+    return loss;
+  };
+  return evaluation;
+}
+
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
                                                      ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics) {
@@ -54,21 +91,9 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   PS_ASSIGN_OR_RETURN(SparseClickData data,
                       GenerateSparseClicks(options, rank, job.cluster.workers));
   PS_ASSIGN_OR_RETURN(auto model, SparseLogReg::Create(backend));
-  SparseClickData test;
-  std::vector<uint64_t> test_ids;
-  std::vector<float> test_weights;
-  if (rank == 0) {
-    SparseClickOptions held_out = options;
-    held_out.first_sample = options.num_samples;  // fresh draws, same weights
-    held_out.num_samples = train.test_samples;
-    PS_ASSIGN_OR_RETURN(test, GenerateSparseClicks(held_out, 0, 1));
-    BatchFeatures(test, 0, test.num_samples(), &test_ids);
-    test_weights.resize(test_ids.size());
-    for (size_t i = 0; i < test_ids.size(); ++i) test_weights[i] = test.true_weights[test_ids[i]];
-    PS_ASSIGN_OR_RETURN(float best, model->LogLoss(test, test_ids, test_weights));
-    PS_LOG_INFO("worker 0: {} held-out samples; their log-loss at the generating weights is "
-                "{:.4f} (no model does better on average)",
-                test.num_samples(), best);
+  Evaluation evaluation;
+  if (EvaluatesBetweenSteps(job, rank)) {
+    PS_ASSIGN_OR_RETURN(evaluation, SparseLogisticRegressionEvaluation(job, store, backend));
   }
   const uint32_t batch = train.batch_size;
   PS_LOG_INFO("sparse logistic regression, {} features, {} training samples, batch {}, "
@@ -93,11 +118,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   }
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
                                                               data.num_samples(), metrics));
-  const auto evaluate = [&]() -> StatusOr<double> {
-    PS_RETURN_IF_ERROR(store->Pull(table, test_ids, test_weights.data()));
-    PS_ASSIGN_OR_RETURN(float loss, model->LogLoss(test, test_ids, test_weights));
-    return loss;
-  };
+  const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
 
   std::vector<uint64_t> ids;
   std::vector<float> weights;

@@ -4,8 +4,9 @@
 // (dim 1, rows = features, about 10^6), and each step pulls only the rows
 // its minibatch touches and pushes their gradient. Regularization (L2,
 // optional L1) is the table's optimizer.l2 / l1, applied by the shards.
-// Worker 0 evaluates the mean log-loss on train.test_samples held-out
-// samples (fresh draws from the same generating weights). The model's
+// Worker 0 (or the evaluator, cluster.evaluator) evaluates the mean
+// log-loss on train.test_samples held-out samples (fresh draws from the
+// same generating weights). The model's
 // forward and backward passes run on the compute backend.
 #ifndef PS_WORKER_SPARSE_LOGREG_TRAINING_H_
 #define PS_WORKER_SPARSE_LOGREG_TRAINING_H_
@@ -16,6 +17,7 @@
 #include "common/status.h"
 #include "worker/backend.h"
 #include "worker/data/generators.h"
+#include "worker/evaluation.h"
 #include "worker/param_store.h"
 #include "worker/progress.h"
 #include "worker/train_options.h"
@@ -31,6 +33,10 @@ SparseClickOptions ClickDataOptions(const TrainJob& job);
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
                                                      ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics = nullptr);
+
+// The mean log-loss on the held-out samples of the pulled rows they touch.
+StatusOr<Evaluation> SparseLogisticRegressionEvaluation(const TrainJob& job, ParamStore* store,
+                                                        Backend* backend);
 
 // The program's check (its row in worker/programs.h reads train.features
 // when given): train.table has dim 1 and at least 100 rows, features is 0

@@ -104,6 +104,13 @@ Status ValidateTrain(const TrainJob& job) {
   if (!std::isfinite(train.noise) || train.noise < 0.0f) {
     return TrainOptionError(job, "noise", "got " + FloatText(train.noise), "a finite stddev >= 0");
   }
+  if (job.cluster.evaluator && program->evaluation == nullptr) {
+    return InvalidOption(job.source, "cluster.evaluator",
+                         "got true, but train.program " + train.program +
+                             " has no held-out data to evaluate on",
+                         "false for this program (mlp, sparse_logistic_regression and "
+                         "matrix_factorization have an evaluator)");
+  }
   return program->check(job);
 }
 

@@ -49,7 +49,9 @@ struct TrainOptions {
   std::vector<uint32_t> layers;
   // Worker 0 evaluates the model on held-out data every this many steps
   // (0: only at the end): test accuracy (mlp), log-loss (sparse logistic
-  // regression), RMSE (matrix factorization). Default 0.
+  // regression), RMSE (matrix factorization). Default 0. With
+  // cluster.evaluator the evaluator process does, at every this many clocks
+  // of the job (every worker's), and worker 0 only trains.
   uint32_t eval_every = 0;
   // mlp: folder of the Fashion-MNIST IDX files.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";

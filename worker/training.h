@@ -51,6 +51,7 @@ inline TrainJob SingleProcessJob(const TrainJob& job) {
     return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{v} * w, UINT32_MAX));
   };
   one.cluster.workers = 1;
+  one.cluster.evaluator = false;  // it evaluates between its steps
   one.train.iterations = scale(job.train.iterations);
   one.train.eval_every = scale(job.train.eval_every);
   one.train.log_every = scale(job.train.log_every);

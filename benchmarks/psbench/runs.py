@@ -65,13 +65,21 @@ class Run:
                 "step_ms": self.step_ms}
 
     def read(self):
-        """Reads worker 0's evaluations and every worker's last row from the CSV,
-        and the workers' training starts from the log."""
+        """Reads the evaluations (the evaluator's, cluster.evaluator, else
+        worker 0's) and every worker's last row from the CSV, and the
+        workers' training starts from the log."""
         self.evals, self.last_time_s = [], {}
+        evaluator = []
         self.start_offset_s = 0.0 if self.is_reference else self.read_start_offset()
         offset = self.start_offset_s or 0.0
         with open(self.csv) as f:
             for row in csv.DictReader(f):
+                if row["worker"] == "evaluator":
+                    # Seconds since the evaluator started, at the job's clock.
+                    if row["metric"]:
+                        evaluator.append((int(row["clock"]), float(row["time_s"]),
+                                          float(row["metric"])))
+                    continue
                 worker = int(row["worker"])
                 self.last_time_s[worker] = float(row["time_s"])
                 if worker == 0:
@@ -82,8 +90,10 @@ class Run:
                             clock = clock / float(self.workers)
                         self.evals.append((clock, float(row["time_s"]) + offset,
                                            float(row["metric"])))
+        if evaluator:
+            self.evals = evaluator
         if not self.evals:
-            raise RuntimeError("no evaluations of worker 0 in " + self.csv)
+            raise RuntimeError("no evaluations of worker 0 or the evaluator in " + self.csv)
 
     def read_start_offset(self):
         starts = {}

@@ -149,7 +149,8 @@ def yaml_scalar(v):
 
 
 def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
-             stragglers=None, shards=2, replication=1, after_aggregation=None):
+             stragglers=None, shards=2, replication=1, after_aggregation=None,
+             evaluator=False):
     """The YAML of `w` for `workers` workers, each running steps / workers.
 
     seed: None keeps the workload's seeds; an integer s moves every table's
@@ -160,6 +161,8 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     replication: replication.factor (1: no backups).
     after_aggregation: None keeps replication.after_aggregation's default;
     True or False sets it (factor >= 2).
+    evaluator: cluster.evaluator (an evaluator process evaluates instead of
+    worker 0).
     """
     per_worker = max(1, steps // workers)
     every = max(1, per_worker // evals)
@@ -176,7 +179,8 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     if stragglers or seed is not None:
         parts = [p for p in (stragglers, None if seed is None else "seed: %d" % seed) if p]
         sections = "stragglers: { %s }\n" % ", ".join(parts)
-    return ("cluster: { servers: [%s], workers: %d }\n" % (servers, workers) +
+    return ("cluster: { servers: [%s], workers: %d%s }\n" %
+            (servers, workers, ", evaluator: true" if evaluator else "") +
             "tables:\n" + tables +
             "consistency: %s\n" % consistency +
             "liveness: { heartbeat_ms: 500, timeout_ms: 60000 }\n" +
@@ -200,14 +204,20 @@ def clear_metrics(path):
 
 
 def read_metrics(path):
-    """Worker 0's evaluations and every worker's last samples/s; RuntimeError
-    when worker 0 evaluated nothing."""
-    evaluations, last_rate = [], {}
+    """The job's evaluations (the evaluator's, cluster.evaluator, else worker
+    0's) and every worker's last samples/s; RuntimeError when there are no
+    evaluations."""
+    evaluations, evaluator, last_rate = [], [], {}
     with open(path) as f:
         for row in csv.DictReader(f):
+            if row["worker"] == "evaluator":
+                if row["metric"]:
+                    evaluator.append(float(row["metric"]))
+                continue
             last_rate[row["worker"]] = float(row["samples_per_s"])
             if row["worker"] == "0" and row["metric"]:
                 evaluations.append(float(row["metric"]))
+    evaluations = evaluator or evaluations
     if not evaluations:
         raise RuntimeError("no evaluations in " + path)
     return evaluations, last_rate

@@ -676,6 +676,26 @@ TEST(ConfigTest, MetricsSectionIsReadAndGivesEachProcessAPort) {
   EXPECT_EQ(ServerMetricsPort(*job, 0, 1), 9105u);
   EXPECT_EQ(ServerMetricsPort(*job, 1, 1), 9106u);
   EXPECT_EQ(MaxMetricsPortOffset(*job), 6u);
+  EXPECT_FALSE(job->cluster.evaluator);
+  // The evaluator after every other process.
+  auto evaluated = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 3, "
+      "evaluator: true }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "replication: { factor: 2 }\n"
+      "metrics: { port: 9100 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status().ToString();
+  EXPECT_TRUE(evaluated->cluster.evaluator);
+  EXPECT_EQ(WorkerMetricsPort(*evaluated, kEvaluatorWorker), 9107u);
+  EXPECT_EQ(MaxMetricsPortOffset(*evaluated), 7u);
+  auto crowded = LoadJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1, evaluator: true }\n"
+      "tables: [ { name: w, rows: 4 } ]\n"
+      "metrics: { port: 65534 }\n",
+      "inline.yaml");
+  EXPECT_EQ(crowded.status().code(), StatusCode::kInvalidArgument)
+      << "shard 65534, worker 65535, the evaluator would need 65536";
   auto off = LoadJobString(
       "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
       "tables: [ { name: w, rows: 4 } ]\n",

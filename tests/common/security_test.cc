@@ -46,7 +46,8 @@ TEST_F(SecurityKeysTest, KeygenWritesOnePairPerIdentityWithPrivateSecrets) {
   ASSERT_OK(WriteJobKeys(dir_, 3, /*overwrite=*/false));
   EXPECT_EQ(Mode(dir_), 0700u);
   std::set<std::string> keys;
-  for (const std::string& name : std::vector<std::string>{"server", "worker-0", "worker-1", "worker-2", "admin"}) {
+  for (const std::string& name : std::vector<std::string>{"server", "worker-0", "worker-1",
+                                                          "worker-2", "evaluator", "admin"}) {
     EXPECT_EQ(Mode(Path(name + ".secret")), 0600u) << name;
     EXPECT_EQ(Mode(Path(name + ".public")), 0644u) << name;
     auto secret = ReadKeyFile(Path(name + ".secret"), true);
@@ -59,7 +60,7 @@ TEST_F(SecurityKeysTest, KeygenWritesOnePairPerIdentityWithPrivateSecrets) {
     EXPECT_EQ(*derived, *pub) << name;
     keys.insert(*pub);
   }
-  EXPECT_EQ(keys.size(), 5u) << "every identity has a key of its own";
+  EXPECT_EQ(keys.size(), 6u) << "every identity has a key of its own";
   // A second keygen does not silently replace a job's keys.
   Status again = WriteJobKeys(dir_, 3, false);
   EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
@@ -134,6 +135,17 @@ TEST_F(SecurityKeysTest, AllowlistMapsEachKeyToItsIdentityAndEachRoleReadsItsOwn
   auto admin = ClientCurve(job_, kControlWorker);
   ASSERT_OK(admin);
   EXPECT_EQ(admin->public_key, *ReadKeyFile(Path("admin.public"), false));
+  auto evaluator = ClientCurve(job_, kEvaluatorWorker);
+  ASSERT_OK(evaluator);
+  EXPECT_EQ(evaluator->public_key, *ReadKeyFile(Path("evaluator.public"), false));
+  // Its key is let in only where the job has an evaluator.
+  EXPECT_EQ(allowed->count(evaluator->public_key), 0u);
+  JobOptions with_evaluator = job_;
+  with_evaluator.cluster.evaluator = true;
+  auto with = ServerAllowlist(with_evaluator);
+  ASSERT_OK(with);
+  EXPECT_EQ(with->size(), 5u);
+  EXPECT_EQ(with->at(evaluator->public_key), "evaluator");
   auto server = ServerCurve(job_);
   ASSERT_OK(server);
   EXPECT_TRUE(server->server);
@@ -173,7 +185,8 @@ TEST_F(SecurityKeysTest, RotationKeepsThePreviousKeyAllowedUntilItsFileGoes) {
 TEST(SecurityIdentityTest, UserIdsRoundTripAndOthersAreRefused) {
   for (const PeerIdentity id : {PeerIdentity{PeerIdentity::Role::kWorker, 0},
                                 PeerIdentity{PeerIdentity::Role::kWorker, 4095},
-                                PeerIdentity{PeerIdentity::Role::kAdmin, 0}}) {
+                                PeerIdentity{PeerIdentity::Role::kAdmin, 0},
+                                PeerIdentity{PeerIdentity::Role::kEvaluator, 0}}) {
     auto back = ParseUserId(UserId(id));
     ASSERT_OK(back);
     EXPECT_EQ(back->role, id.role);
@@ -199,6 +212,20 @@ TEST(SecurityIdentityTest, WorkerKeySpeaksOnlyAsItsRankAndAdminOnlyControls) {
   }
   EXPECT_EQ(CheckSender(admin, "PUSH", false, 0).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(CheckSender(admin, "SHUTDOWN", true, 0).code(), StatusCode::kPermissionDenied);
+}
+
+TEST(SecurityIdentityTest, TheEvaluatorKeySpeaksOnlyAsTheEvaluator) {
+  const PeerIdentity evaluator{PeerIdentity::Role::kEvaluator, 0};
+  const PeerIdentity w0{PeerIdentity::Role::kWorker, 0};
+  EXPECT_OK(CheckSender(evaluator, "PULL", false, kEvaluatorWorker));
+  EXPECT_EQ(CheckSender(evaluator, "PUSH", false, 0).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckSender(evaluator, "STATS", true, kControlWorker).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckSender(evaluator, "STATS", true, kEvaluatorWorker).code(),
+            StatusCode::kPermissionDenied);
+  // A worker's key cannot read as the evaluator.
+  const Status s = CheckSender(w0, "PULL", false, kEvaluatorWorker);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
 }
 
 TEST(CurveKeyTest, KeysAreZ85OfThirtyTwoBytes) {

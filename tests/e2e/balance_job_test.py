@@ -23,8 +23,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "util"))
@@ -60,15 +58,6 @@ train:
 """ % (", ".join('"%s"' % s for s in servers), WORKERS, metrics_port, BATCH)
 
 
-def scrape(port):
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open("http://127.0.0.1:%d/metrics" % port, timeout=1) as r:
-            return r.read().decode()
-    except (OSError, urllib.error.URLError):
-        return None
-
-
 def value(text, name):
     m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text or "", re.M)
     return float(m.group(1)) if m else None
@@ -93,7 +82,7 @@ def body(tmp, procs):
     deadline = time.monotonic() + 180
     while launch.poll() is None and time.monotonic() < deadline:
         for r, port in enumerate(worker_ports):
-            text = scrape(port)
+            text = job_checks.scrape(port)
             if text and "ps_worker_steps_total" in text:
                 last[r] = text
         time.sleep(0.1)

@@ -63,7 +63,7 @@ def main():
         rc, out = run([ps_ctl, "keygen", "--config", job])
         check(rc == 0 and "wrote CurveZMQ key pairs" in out, "ps_ctl keygen writes the keys", out)
         names = sorted(os.listdir(keys))
-        expected = sorted(n + s for n in ["server", "worker-0", "worker-1", "admin"]
+        expected = sorted(n + s for n in ["server", "worker-0", "worker-1", "evaluator", "admin"]
                           for s in [".public", ".secret"])
         check(names == expected, "one pair per identity: %s" % names)
         check(all(os.stat(os.path.join(keys, n)).st_mode & 0o077 == 0

@@ -283,6 +283,65 @@ TEST_F(LauncherTest,
   ExpectNoLeftovers(lines_.Pids());
 }
 
+// cluster.evaluator: ps_worker --evaluator runs beside the workers, and the
+// job ends (the servers are stopped) only once it has exited.
+constexpr char kWorkerOrEvaluator[] = R"sh(while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
+if [ "$3" = --evaluator ]; then
+  while [ ! -e "@DIR@/worker_done" ]; do sleep 0.01; done
+  sleep 0.3
+  echo "last evaluation"
+  exit "$(cat "@DIR@/evaluator_code" 2>/dev/null || echo 0)"
+fi
+echo "rank $4 done"
+touch "@DIR@/worker_done"
+)sh";
+
+TEST_F(LauncherTest, TheEvaluatorIsStartedAndWaitedForBeforeTheServersStop) {
+  JobOptions job = Job(1, 1);
+  job.cluster.evaluator = true;
+  Launcher launcher(job, config_, Options(kServer, kWorkerOrEvaluator));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  const std::vector<std::string> lines = lines_.Get();
+  auto at = [&](const std::string& text) {
+    return std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+             return l.find(text) != std::string::npos;
+           }) - lines.begin();
+  };
+  const auto started = at("[launch] started evaluator (pid ");
+  ASSERT_LT(started, static_cast<ptrdiff_t>(lines.size())) << lines_.Dump();
+  EXPECT_NE(lines[started].find("--config " + config_ + " --evaluator --log-level info"),
+            std::string::npos)
+      << lines[started];
+  EXPECT_LT(at("[launch] all workers are done; waiting for the evaluator's last evaluation"),
+            at("[evaluator] last evaluation"))
+      << lines_.Dump();
+  EXPECT_LT(at("[evaluator] last evaluation"), at("[server 0] stopping on TERM")) << lines_.Dump();
+  EXPECT_EQ(lines.back(), "[launch] job succeeded: all 1 workers finished (exit 0)");
+  ExpectNoLeftovers(lines_.Pids());
+}
+
+TEST_F(LauncherTest, AFailedEvaluatorLetsTheWorkersFinishAndFailsTheJob) {
+  JobOptions job = Job(1, 2);
+  job.cluster.evaluator = true;
+  std::ofstream(dir_ + "/evaluator_code") << "3";
+  Launcher launcher(job, config_, Options(kServer, kWorkerOrEvaluator));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 1) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] evaluator exited with code 3; training goes on without "
+                              "evaluations (the shards stop waiting for it after "
+                              "liveness.timeout_ms)"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 0] rank 0 done")) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 done")) << lines_.Dump();
+  EXPECT_EQ(lines_.Get().back(),
+            "[launch] job failed: the workers finished, but the evaluator failed, so the job "
+            "has no final evaluation (exit 1)");
+  ExpectNoLeftovers(lines_.Pids());
+}
+
 TEST_F(LauncherTest, FailingWorkerStopsTheOthersAndIsNamed) {
   const std::string worker = R"(
 while [ ! -e "@DIR@/server_0" ]; do sleep 0.01; done
