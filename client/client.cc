@@ -142,6 +142,8 @@ Status Client::WorkerOnly(std::string_view call) const {
                                  " has no clock and is not counted among the job's workers");
 }
 
+void Client::SetTargetClock(int64_t clock) { target_clock_ = std::clamp<int64_t>(clock, 0, kMaxClock); }
+
 Status Client::SetReadClock(int64_t clock) {
   if (!reader_) {
     return FailedPreconditionError("SetReadClock() is for the evaluator; a worker's pulls carry "
@@ -205,7 +207,10 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   h.dim = part.dim;
   h.first_row = part.first_row;
   h.flags = part.flags;
-  if (op == Op::kHello) h.text = agreement_;
+  if (op == Op::kHello) {
+    h.text = agreement_;
+    h.target_clock = target_clock_;
+  }
   const bool has_keys = keys.size() > 0;
   if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
   // Header, then the keys (when there are any), then a push's values.

@@ -219,6 +219,9 @@ class Client {
   // the clocks below `clock` (the model of those clocks, and perhaps some
   // of the next). FailedPrecondition for a worker or control client.
   Status SetReadClock(int64_t clock);
+  // The clock this worker trains to (train.iterations), told to the shards
+  // with Join() so that `ps_ctl status` can show progress against it.
+  void SetTargetClock(int64_t clock);
 
   // The start-up rendezvous (common/rendezvous.h): sends every shard this
   // worker's view of the job and waits up to rendezvous.timeout_ms for all
@@ -388,6 +391,7 @@ class Client {
   // (SetReadClock), beats and says goodbye; no push, clock, rendezvous or
   // cache, no clock sent after a reconnect.
   const bool reader_;
+  int64_t target_clock_ = 0;  // SetTargetClock
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds down_timeout_;  // liveness.server_down_timeout_ms
   const int64_t bound_;  // staleness bound of the job's consistency mode (none: the evaluator)

@@ -66,6 +66,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_waited_us(h.waited_us);
   p.set_session(h.session);
   p.set_epoch(h.epoch);
+  p.set_target_clock(h.target_clock);
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -104,6 +105,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.waited_us = p.waited_us();
   h.session = p.session();
   h.epoch = p.epoch();
+  h.target_clock = p.target_clock();
   return h;
 }
 

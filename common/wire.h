@@ -125,6 +125,7 @@ struct MessageHeader {
   // Replies of a replicated shard: the epoch of the membership its primary
   // serves at (server/replication.h); 0 otherwise.
   int64_t epoch = 0;
+  int64_t target_clock = 0;  // HELLO: the clock the worker trains to; 0: not said
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };

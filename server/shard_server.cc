@@ -1099,6 +1099,7 @@ Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id
   WorkerState& w = workers_[req.worker];
   const bool resume = req.op == Op::kHeartbeat && (req.flags & kFlagResume) != 0;
   if (req.op == Op::kHello) {
+    if (req.target_clock > 0) w.target_clock = req.target_clock;
     // A worker process (re)starting: it resumes at the largest clock any
     // shard answers, which may be above this shard's by CLOCKs it sent
     // before it stopped that never arrived here.
@@ -1204,6 +1205,9 @@ std::string ShardServer::StatsReport() const {
      << " max_blocked_lead " << counters_.max_blocked_lead << "\n";
   os << "worker_clocks";
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
+  os << "\n";
+  os << "worker_targets";
+  for (const WorkerState& w : workers_) os << " " << w.target_clock;
   os << "\n";
   os << "worker_silent_ms";
   for (const WorkerState& w : workers_) {

@@ -361,6 +361,7 @@ class ShardServer {
     // The parameter-cache counts its last heartbeat reported.
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
+    int64_t target_clock = 0;  // its HELLO's: the clock it trains to; 0: not said
   };
   // A pull waiting for slower workers: the whole message, routing id first,
   // and the request decoded from it on arrival (its spans point into

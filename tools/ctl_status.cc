@@ -205,6 +205,8 @@ StatusOr<ShardStats> ParseShardStats(std::string_view text) {
     } else if (key == "worker_clocks") {
       saw_clocks = true;
       PS_RETURN_IF_ERROR(List(line, words, &stats.worker_clocks));
+    } else if (key == "worker_targets") {
+      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_targets));
     } else if (key == "worker_silent_ms") {
       PS_RETURN_IF_ERROR(List(line, words, &stats.worker_silent_ms));
     } else if (key == "pushes_per_s") {
@@ -407,6 +409,7 @@ JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
       if (w < s->worker_clocks.size()) {
         clock = clock ? std::min(*clock, s->worker_clocks[w]) : s->worker_clocks[w];
       }
+      if (w < s->worker_targets.size()) row.target = std::max(row.target, s->worker_targets[w]);
       if (w < s->worker_silent_ms.size() && s->worker_silent_ms[w] >= 0) {
         const double silent = static_cast<double>(s->worker_silent_ms[w]) / 1000.0;
         row.silent_s = row.silent_s ? std::min(*row.silent_s, silent) : silent;
@@ -455,10 +458,12 @@ std::string FormatJobView(const JobView& view) {
   if (view.workers_rows.empty()) {
     out += "workers: unknown (no shard answered)\n";
   } else {
-    TextTable workers({false, false, false, false, true});
-    workers.Add({"worker", "clock", "behind", "silent", "state"});
+    TextTable workers({false, false, false, false, false, true});
+    workers.Add({"worker", "clock", "of", "behind", "silent", "state"});
     for (const WorkerRow& r : view.workers_rows) {
-      workers.Add({std::to_string(r.worker), std::to_string(r.clock), std::to_string(r.behind),
+      workers.Add({std::to_string(r.worker), std::to_string(r.clock),
+                   r.target > 0 ? std::to_string(r.target) : std::string("-"),
+                   std::to_string(r.behind),
                    r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-"),
                    WorkerStateName(r.state)});
     }
@@ -474,11 +479,11 @@ std::string FormatJobView(const JobView& view) {
              (view.slowest_behind == 1 ? "" : "s") + " behind worker " +
              std::to_string(*view.fastest) + "\n";
     }
-    // The step total is train.iterations, which only the worker's loader
-    // reads (worker/train_options.h); ps_ctl links no worker code.
+    // "of" is train.iterations, as each worker told the shards when it
+    // joined (ps_ctl links no worker code to read the train section).
     out +=
-        "(clock: steps finished, the least over shards; no total: ps_ctl does not read "
-        "train.iterations)\n";
+        "(clock: steps finished, the least over shards; of: the worker's train.iterations, as "
+        "it said when it joined)\n";
   }
   out += "\n";
 
@@ -533,6 +538,7 @@ std::string JobViewJson(const JobView& view) {
   for (const WorkerRow& r : view.workers_rows) {
     if (&r != view.workers_rows.data()) out += ",";
     out += "{\"worker\":" + std::to_string(r.worker) + ",\"clock\":" + std::to_string(r.clock) +
+           ",\"target\":" + (r.target > 0 ? std::to_string(r.target) : std::string("null")) +
            ",\"behind\":" + std::to_string(r.behind) + ",\"silent_s\":" + JsonOptional(r.silent_s) +
            ",\"state\":" + JsonString(WorkerStateName(r.state)) + "}";
   }

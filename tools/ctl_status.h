@@ -33,6 +33,7 @@ struct ShardStats {
   uint64_t waiting_pulls = 0;
   std::vector<int64_t> worker_clocks;        // by worker rank
   std::vector<int64_t> worker_silent_ms;     // by worker rank: since last heard from
+  std::vector<int64_t> worker_targets;       // by worker rank: train.iterations; 0: not said
   double pushes_per_s = 0, pulls_per_s = 0;  // the server's own recent rates
   // Present when the job has checkpoint.dir.
   struct Checkpoint {
@@ -97,6 +98,7 @@ struct WorkerRow {
   uint32_t worker = 0;
   int64_t clock = 0;   // the lowest any answering shard holds: clocks it has finished
   int64_t behind = 0;  // clocks behind the fastest worker
+  int64_t target = 0;  // the clock it trains to (train.iterations, from its HELLO); 0: unknown
   // Since a shard last heard from it (the least over shards); absent
   // while starting.
   std::optional<double> silent_s;

@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
     context.client = client->get();
     return finish(ps::RunEvaluator(context, program));
   }
+  (*client)->SetTargetClock(job->train.iterations);
   if (ps::Status joined = (*client)->Join(); !joined.ok()) {
     PS_LOG_ERROR("cannot join the job: {}", joined.ToString());
     return 1;

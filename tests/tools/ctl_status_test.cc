@@ -26,6 +26,7 @@ constexpr char kReport[] =
     "consistency staleness 3 min_clock 48 slowest_worker 1 waiting_pulls 2 pulls_waited 7 "
     "max_blocked_lead 3\n"
     "worker_clocks 60 48 61\n"
+    "worker_targets 100 100 0\n"
     "worker_silent_ms 12 2300 40\n"
     "pushes_per_s 100.5 pulls_per_s 20\n"
     "recovery started_clock 0 lost_clocks 0 repeated_pushes 0 resumes 0\n"
@@ -157,6 +158,11 @@ TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorke
   EXPECT_EQ(view.workers_rows[0].behind, 2);
   EXPECT_EQ(view.workers_rows[1].behind, 13);
   EXPECT_EQ(view.workers_rows[2].behind, 0);
+  // Shard 1 heard workers 0 and 1 say they train to 100; shard 0's report
+  // has no targets (an older server), and worker 2 said none.
+  EXPECT_EQ(view.workers_rows[0].target, 100);
+  EXPECT_EQ(view.workers_rows[1].target, 100);
+  EXPECT_EQ(view.workers_rows[2].target, 0);
   EXPECT_DOUBLE_EQ(*view.workers_rows[0].silent_s, 0.012);  // the least over shards
   EXPECT_DOUBLE_EQ(*view.workers_rows[1].silent_s, 2.3);
   EXPECT_EQ(view.workers_rows[0].state, WorkerState::kTraining);
@@ -178,6 +184,10 @@ TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorke
   EXPECT_NE(page.find("MB/s needs two samples"), std::string::npos) << page;
   EXPECT_NE(page.find("clock 40, writing"), std::string::npos) << page;
   EXPECT_NE(page.find("2.3 s"), std::string::npos) << page;
+  EXPECT_NE(page.find("of: the worker's train.iterations"), std::string::npos) << page;
+  // Worker 1 at clock 48 of 100; worker 2 said no target.
+  EXPECT_NE(page.find(" 48  100 "), std::string::npos) << page;
+  EXPECT_NE(page.find(" 61    - "), std::string::npos) << page;
 }
 
 TEST(BuildJobViewTest, ByteRatesComeFromTwoRounds) {
@@ -279,6 +289,8 @@ TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   ASSERT_EQ(j["workers"].size(), 3u);
   EXPECT_EQ(j["workers"][1]["worker"], 1);
   EXPECT_EQ(j["workers"][1]["clock"], 48);
+  EXPECT_EQ(j["workers"][1]["target"], 100);
+  EXPECT_TRUE(j["workers"][2]["target"].is_null());
   EXPECT_EQ(j["workers"][1]["behind"], 13);
   EXPECT_DOUBLE_EQ(j["workers"][1]["silent_s"].get<double>(), 2.3);
   EXPECT_EQ(j["workers"][1]["state"], "training");

@@ -143,6 +143,8 @@ TEST_F(PsCtlStatusTest, ShowsWorkersAndShardsOfARunningJobAsTextAndJson) {
   ASSERT_OK(job);
   auto client = Client::Create(*job, 0);
   ASSERT_OK(client);
+  (*client)->SetTargetClock(20);  // as ps_worker says train.iterations
+  ASSERT_OK((*client)->Join());
   for (int step = 0; step < 3; ++step) {
     auto push = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(4000, 1.0f)));
     ASSERT_OK(push);
@@ -170,6 +172,8 @@ TEST_F(PsCtlStatusTest, ShowsWorkersAndShardsOfARunningJobAsTextAndJson) {
   EXPECT_EQ(j["job"]["consistency"], "asp");
   ASSERT_EQ(j["workers"].size(), 2u);
   EXPECT_EQ(j["workers"][0]["clock"], 3);
+  EXPECT_EQ(j["workers"][0]["target"], 20);
+  EXPECT_TRUE(j["workers"][1]["target"].is_null());
   EXPECT_EQ(j["workers"][1]["clock"], 0);
   EXPECT_EQ(j["workers"][1]["behind"], 3);
   EXPECT_EQ(j["workers"][0]["state"], "training");
