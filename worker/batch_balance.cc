@@ -30,8 +30,16 @@ StatusOr<std::unique_ptr<BatchBalancer>> BatchBalancer::Create(const TrainJob& j
     }
     table = *id;
   }
-  return std::unique_ptr<BatchBalancer>(
+  std::unique_ptr<BatchBalancer> balancer(
       new BatchBalancer(job, rank, store, max_batch, table, enabled));
+  if (enabled) {
+    // A worker started again finds the rate its earlier life pushed in its
+    // row: its next push replaces it (a change from it), not adds to it.
+    std::vector<float> own(1);
+    PS_RETURN_IF_ERROR(store->Pull(table, balancer->row_, own.data()));
+    balancer->pushed_rate_ = own[0];
+  }
+  return balancer;
 }
 
 BatchBalancer::BatchBalancer(const TrainJob& job, uint32_t rank, ParamStore* store,

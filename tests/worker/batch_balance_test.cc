@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "worker/param_store.h"
+
 namespace ps {
 namespace {
 
@@ -67,6 +69,33 @@ TEST(BatchBalancerTest, OffItKeepsTheBatchAndWeighsNothing) {
   auto alone = BatchBalancer::Create(job, 0, nullptr, 1000);
   ASSERT_TRUE(alone.ok());
   EXPECT_FALSE((*alone)->enabled());
+}
+
+TEST(BatchBalancerTest, AWorkerStartedAgainReplacesTheRateItsEarlierLifePushed) {
+  auto job = LoadTrainJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
+      "tables: [ { name: w, rows: 1000 } ]\n"
+      "consistency: { mode: bsp }\n"
+      "stragglers: { balance: true, balance_window: 1 }\n"
+      "train: { program: sparse_logistic_regression, table: w, batch_size: 8,\n"
+      "         samples_per_worker: 1000 }\n",
+      "inline.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto store = LocalParamStore::Create(*job);
+  ASSERT_TRUE(store.ok());
+  const uint32_t table = job->TableId(kBalanceTableName).value();
+  const std::vector<uint64_t> row = {1};
+  // Worker 1's earlier life left a rate of 1e12 samples/s in its row.
+  ASSERT_TRUE((*store)->Push(table, row, SharedFloats::Take({1e12f})).ok());
+  auto balancer = BatchBalancer::Create(*job, 1, store->get(), 1000);
+  ASSERT_TRUE(balancer.ok()) << balancer.status().ToString();
+  ASSERT_TRUE((*balancer)->BeginStep(0).ok());
+  ASSERT_TRUE((*balancer)->FinishStep(0).ok());  // a window of one step: its rate is pushed
+  std::vector<float> now(1);
+  ASSERT_TRUE((*store)->Pull(table, row, now.data()).ok());
+  // Its new rate (8 samples over the step's time), not 1e12 more than that.
+  EXPECT_GT(now[0], 0.0f);
+  EXPECT_LT(now[0], 1e11f) << "the old rate was added to, not replaced";
 }
 
 TEST(BatchBalancerTest, OnWithoutItsTableIsAFailedPrecondition) {
