@@ -529,7 +529,8 @@ bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
     return false;
   }
   SubprocessOptions spawn;
-  spawn.argv = CommandFor(child.is_server, child.index, /*restart=*/true, replica, join);
+  spawn.argv = CommandFor(child.is_server, child.index, /*restart=*/true, replica, join,
+                          child.is_evaluator);
   spawn.capture_output = true;
   StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
   if (!process.ok()) {
@@ -568,13 +569,18 @@ void JobRun::HandleExit(Child& child, int wait_status) {
       return;
     }
     if (child.is_evaluator) {
-      // Training never waits for it: a failed evaluator costs the job its
-      // evaluations, and the job's result says so.
+      // Training never waits for it. It holds no state: started again, it
+      // reads from the job's current clock on. Past its restarts a failed
+      // evaluator costs the job its evaluations, and the result says so.
       if (success) {
         Say(how);
       } else {
-        Say(how + "; training goes on without evaluations (the shards stop waiting for it "
-                  "after liveness.timeout_ms)");
+        if (Respawn(child, job_.liveness.worker_restarts, "liveness.worker_restarts", how,
+                    "it evaluates from the job's current clock on", &why_not)) {
+          return;
+        }
+        Say(how + "; training goes on without evaluations (" + why_not +
+            "; the shards stop waiting for it after liveness.timeout_ms)");
         evaluator_failed_ = true;
       }
       MaybeFinish();

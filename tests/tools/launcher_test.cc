@@ -330,10 +330,18 @@ TEST_F(LauncherTest, AFailedEvaluatorLetsTheWorkersFinishAndFailsTheJob) {
   StatusOr<int> code = launcher.Run();
   ASSERT_OK(code);
   EXPECT_EQ(*code, 1) << lines_.Dump();
+  // Started again liveness.worker_restarts (3) times, then given up.
   EXPECT_TRUE(lines_.Contains("[launch] evaluator exited with code 3; training goes on without "
-                              "evaluations (the shards stop waiting for it after "
+                              "evaluations (it was restarted 3 times already "
+                              "(liveness.worker_restarts); the shards stop waiting for it after "
                               "liveness.timeout_ms)"))
       << lines_.Dump();
+  size_t restarts = 0;
+  for (const std::string& line : lines_.Get()) {
+    restarts += line.find("evaluator exited with code 3; restarted it (restart ") != std::string::npos &&
+                line.find("--evaluator") != std::string::npos;
+  }
+  EXPECT_EQ(restarts, 3u) << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[worker 0] rank 0 done")) << lines_.Dump();
   EXPECT_TRUE(lines_.Contains("[worker 1] rank 1 done")) << lines_.Dump();
   EXPECT_EQ(lines_.Get().back(),
