@@ -1253,6 +1253,16 @@ std::string ShardServer::StatsReport() const {
     if (workers_[w].left) os << " " << w;
   }
   os << "\n";
+  if (job_.cluster.evaluator) {
+    os << "evaluator "
+       << (evaluator_.left   ? "left"
+           : evaluator_.dead ? "dead"
+           : evaluator_.heard ? "reading"
+                              : "starting")
+       << " silent_ms "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(now - evaluator_.last_seen).count()
+       << "\n";
+  }
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
   if (replication_->active()) {
     // The backups show the same lines: equal checksums, equal copies.

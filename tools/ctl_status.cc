@@ -228,6 +228,11 @@ StatusOr<ShardStats> ParseShardStats(std::string_view text) {
       PS_RETURN_IF_ERROR(List(line, words, &stats.dead_workers));
     } else if (key == "left_workers") {
       PS_RETURN_IF_ERROR(List(line, words, &stats.left_workers));
+    } else if (key == "evaluator") {
+      // "evaluator STATE silent_ms N"
+      if (words.size() < 2) return BadLine(line, "no state");
+      stats.evaluator_state = std::string(words[1]);
+      PS_RETURN_IF_ERROR(Field(line, words, "silent_ms", &stats.evaluator_silent_ms));
     } else if (key == "memory") {
       uint64_t rss = 0, values = 0;
       PS_RETURN_IF_ERROR(Field(line, words, "rss_bytes", &rss));
@@ -400,6 +405,15 @@ JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
   }
   if (answered.empty()) return view;
 
+  for (const ShardStats* s : answered) {
+    if (s->evaluator_state.empty()) continue;
+    const double silent = static_cast<double>(s->evaluator_silent_ms) / 1000.0;
+    view.evaluator_silent_s =
+        view.evaluator_silent_s ? std::min(*view.evaluator_silent_s, silent) : silent;
+    const bool gone = view.evaluator_state == "left" || view.evaluator_state == "dead";
+    if (!gone) view.evaluator_state = s->evaluator_state;
+  }
+
   for (uint32_t w = 0; w < view.workers; ++w) {
     WorkerRow row;
     row.worker = w;
@@ -479,6 +493,10 @@ std::string FormatJobView(const JobView& view) {
              (view.slowest_behind == 1 ? "" : "s") + " behind worker " +
              std::to_string(*view.fastest) + "\n";
     }
+    if (!view.evaluator_state.empty()) {
+      out += "evaluator: " + view.evaluator_state + ", last heard " +
+             Fixed(view.evaluator_silent_s.value_or(0), 1) + " s ago\n";
+    }
     // "of" is train.iterations, as each worker told the shards when it
     // joined (ps_ctl links no worker code to read the train section).
     out +=
@@ -542,7 +560,12 @@ std::string JobViewJson(const JobView& view) {
            ",\"behind\":" + std::to_string(r.behind) + ",\"silent_s\":" + JsonOptional(r.silent_s) +
            ",\"state\":" + JsonString(WorkerStateName(r.state)) + "}";
   }
-  out += "],\"slowest\":";
+  out += "],\"evaluator\":";
+  out += view.evaluator_state.empty()
+             ? std::string("null")
+             : "{\"state\":" + JsonString(view.evaluator_state) +
+                   ",\"silent_s\":" + JsonOptional(view.evaluator_silent_s) + "}";
+  out += ",\"slowest\":";
   if (view.slowest) {
     out += "{\"worker\":" + std::to_string(*view.slowest) +
            ",\"behind\":" + std::to_string(view.slowest_behind) +

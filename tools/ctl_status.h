@@ -42,6 +42,10 @@ struct ShardStats {
   };
   std::optional<Checkpoint> checkpoint;
   std::vector<uint32_t> dead_workers, left_workers;
+  // From the `evaluator` line (cluster.evaluator): "starting", "reading",
+  // "dead" or "left", and since the shard last heard from it.
+  std::string evaluator_state;
+  int64_t evaluator_silent_ms = 0;
   // From the `memory` line; absent from a server that does not write it.
   std::optional<uint64_t> rss_bytes, values_bytes;
   std::string failed;  // the server's `failed` line, if any
@@ -136,6 +140,10 @@ struct JobView {
   std::optional<uint32_t> slowest, fastest;
   int64_t slowest_behind = 0;
   std::vector<ShardRow> shard_rows;
+  // cluster.evaluator: its state as the answering shards see it (the most
+  // recent hearing; "left" or "dead" as any says); empty: no evaluator.
+  std::string evaluator_state;
+  std::optional<double> evaluator_silent_s;
   bool all_answered = false;
   // Seconds between the two rounds the byte rates come from; absent with one round.
   std::optional<double> interval_s;

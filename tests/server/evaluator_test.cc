@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/control_client.h"
 #include "common/wire.h"
 #include "server/shard_server.h"
 #include "tests/util/fake_clock.h"
@@ -98,6 +99,11 @@ TEST(EvaluatorTest, WorkersNeverWaitForIt) {
   ASSERT_OK(worker->Wait(*worker->PullDense(0, mine.data())));
   EXPECT_EQ(mine[0], 20.0f);
   EXPECT_TRUE(StillWaiting(*evaluator, milliseconds(50)));
+  // STATS says how the shard sees it (ps_ctl status shows it).
+  auto control = ControlClient::Create(job, shards.endpoints()).value();
+  auto stats = control->Stats(0);
+  ASSERT_OK(stats);
+  EXPECT_NE(stats->find("\nevaluator reading silent_ms "), std::string::npos) << *stats;
   shards.Stop();
   EXPECT_EQ(shards.server(0).counters().pulls_waited, 0u)
       << "the evaluator's waits are not the workers' staleness waits";

@@ -39,6 +39,7 @@ constexpr char kReport[] =
     "cache_hit_rate 0:0.5 1:- 2:-\n"
     "dead_workers\n"
     "left_workers 2\n"
+    "evaluator reading silent_ms 150\n"
     "memory rss_bytes 52428800 values_bytes 16000000\n"
     "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n"
     "table w rows 1000 dim 4 owned [500, 1000) non_finite_rows 0\n";
@@ -55,6 +56,7 @@ constexpr char kReport0[] =
     "cache_hit_rate 0:- 1:- 2:-\n"
     "dead_workers\n"
     "left_workers 2\n"
+    "evaluator reading silent_ms 90\n"
     "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n";
 
 JobOptions TwoShardJob() {
@@ -185,6 +187,14 @@ TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorke
   EXPECT_NE(page.find("clock 40, writing"), std::string::npos) << page;
   EXPECT_NE(page.find("2.3 s"), std::string::npos) << page;
   EXPECT_NE(page.find("of: the worker's train.iterations"), std::string::npos) << page;
+  EXPECT_EQ(view.evaluator_state, "reading");
+  EXPECT_DOUBLE_EQ(*view.evaluator_silent_s, 0.09);  // the most recent hearing
+  EXPECT_NE(page.find("evaluator: reading, last heard 0.1 s ago"), std::string::npos) << page;
+  // A shard that saw it leave (or die) says so, whatever the others say.
+  std::string left_report = kReport;
+  left_report.replace(left_report.find("evaluator reading"), 17, "evaluator left");
+  const std::vector<ShardSample> later = {Sample(0, kReport0, t), Sample(1, left_report, t)};
+  EXPECT_EQ(BuildJobView(TwoShardJob(), later, {}).evaluator_state, "left");
   // Worker 1 at clock 48 of 100; worker 2 said no target.
   EXPECT_NE(page.find(" 48  100 "), std::string::npos) << page;
   EXPECT_NE(page.find(" 61    - "), std::string::npos) << page;
@@ -290,6 +300,7 @@ TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   EXPECT_EQ(j["workers"][1]["worker"], 1);
   EXPECT_EQ(j["workers"][1]["clock"], 48);
   EXPECT_EQ(j["workers"][1]["target"], 100);
+  EXPECT_EQ(j["evaluator"]["state"], "reading");
   EXPECT_TRUE(j["workers"][2]["target"].is_null());
   EXPECT_EQ(j["workers"][1]["behind"], 13);
   EXPECT_DOUBLE_EQ(j["workers"][1]["silent_s"].get<double>(), 2.3);
