@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -359,9 +360,7 @@ void Client::RefusedBy(uint32_t s, ConnectionEvent event) {
   Shard& shard = shards_[s];
   ++counters_.refusals;
   const std::string keys = job_.security.keys_dir.empty() ? "the keys folder" : job_.security.keys_dir;
-  const std::string who = control_  ? std::string("admin")
-                          : reader_ ? std::string("evaluator")
-                                    : "worker-" + std::to_string(worker_);
+  const std::string who = KeyName(IdentityOf(worker_));
   const Status refused =
       event == ConnectionEvent::kRefused
           ? PermissionDeniedError(

@@ -80,6 +80,17 @@ std::string Who(const PeerIdentity& identity) {
 
 }  // namespace
 
+PeerIdentity IdentityOf(uint32_t worker) {
+  switch (worker) {
+    case kControlWorker:
+      return {PeerIdentity::Role::kAdmin, 0};
+    case kEvaluatorWorker:
+      return {PeerIdentity::Role::kEvaluator, 0};
+    default:
+      return {PeerIdentity::Role::kWorker, worker};
+  }
+}
+
 std::string UserId(const PeerIdentity& identity) { return RoleName(identity, kWorkerPrefix); }
 
 StatusOr<PeerIdentity> ParseUserId(std::string_view user_id) {
@@ -177,10 +188,7 @@ StatusOr<CurveOptions> ClientCurve(const JobOptions& job, uint32_t worker) {
   CurveOptions curve;
   if (job.security.mode != SecurityMode::kCurve) return curve;
   const std::string& dir = job.security.keys_dir;
-  const PeerIdentity identity =
-      worker == kControlWorker     ? PeerIdentity{PeerIdentity::Role::kAdmin, 0}
-      : worker == kEvaluatorWorker ? PeerIdentity{PeerIdentity::Role::kEvaluator, 0}
-                                   : PeerIdentity{PeerIdentity::Role::kWorker, worker};
+  const PeerIdentity identity = IdentityOf(worker);
   PS_ASSIGN_OR_RETURN(curve.server_key,
                       ReadKeyFile(KeyPath(dir, kServerKeyName, ".public"), false));
   PS_ASSIGN_OR_RETURN(curve.secret_key, ReadKeyFile(KeyPath(dir, KeyName(identity), ".secret"), true));

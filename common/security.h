@@ -44,6 +44,10 @@ struct PeerIdentity {
   uint32_t worker = 0;  // kWorker: the rank
 };
 
+// The identity a client of worker id `worker` speaks as: the admin for
+// kControlWorker, the evaluator for kEvaluatorWorker, else worker `worker`.
+PeerIdentity IdentityOf(uint32_t worker);
+
 // "worker 3", "admin", "evaluator": the user id of an identity.
 std::string UserId(const PeerIdentity& identity);
 // The identity of a user id; InvalidArgument for any other text.

@@ -911,8 +911,9 @@ void ShardServer::ReleaseWaitingPulls() {
        it != waiting_by_clock_.end() && clocks_.PullReady(it->first, bound_); ++it) {
     ready.push_back(it->second);
   }
+  const bool final_model = !reads_by_clock_.empty() && WorkersGone();
   for (auto it = reads_by_clock_.begin();
-       it != reads_by_clock_.end() && (workers_gone_ || it->first <= clocks_.min_clock()); ++it) {
+       it != reads_by_clock_.end() && (final_model || it->first <= clocks_.min_clock()); ++it) {
     ready.push_back(it->second);
   }
   std::sort(ready.begin(), ready.end());
@@ -1065,17 +1066,20 @@ void ShardServer::WorkerLeft(uint32_t worker) {
   StopWhenWorkersGone();
 }
 
+bool ShardServer::WorkersGone() const {
+  return std::all_of(workers_.begin(), workers_.end(),
+                     [](const WorkerState& w) { return w.left || w.dead; });
+}
+
 void ShardServer::StopWhenWorkersGone() {
-  if (!job_.server.exit_when_workers_leave) return;
+  if (!job_.server.exit_when_workers_leave || !WorkersGone()) return;
   std::string dropped;
   for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (!workers_[w].left && !workers_[w].dead) return;
     if (workers_[w].dead) dropped += (dropped.empty() ? "" : ", ") + std::to_string(w);
   }
   if (job_.cluster.evaluator && !evaluator_.left && !evaluator_.dead) {
     // Its last evaluation reads the final model: the clocks it waits for
-    // will not come.
-    workers_gone_ = true;
+    // will not come (PullReady).
     ReleaseWaitingPulls();
     if (!waiting_for_evaluator_logged_) {
       waiting_for_evaluator_logged_ = true;

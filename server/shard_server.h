@@ -286,9 +286,11 @@ class ShardServer {
   // clocks below the one it names.
   // (Once every worker has left, at once: the model is final.)
   bool PullReady(const MessageHeader& req) const {
-    return req.worker == kEvaluatorWorker ? workers_gone_ || clocks_.min_clock() >= req.clock
+    return req.worker == kEvaluatorWorker ? clocks_.min_clock() >= req.clock || WorkersGone()
                                           : clocks_.PullReady(req.clock, bound_);
   }
+  // Every worker left or is dead.
+  bool WorkersGone() const;
   // Takes waiting pull `seq` out of every index.
   struct WaitingPull;
   WaitingPull TakeWaiting(uint64_t seq);
@@ -433,7 +435,6 @@ class ShardServer {
   // but it holds no clock; the shard exits only after it, too, is gone.
   WorkerState evaluator_;
   bool waiting_for_evaluator_logged_ = false;
-  bool workers_gone_ = false;  // every worker left or is dead; the evaluator is served
   // Waiting pulls by arrival (a sequence number), indexed by the clock of
   // the pull (released from the lowest while the minimum clock allows, so
   // a CLOCK walks only the pulls it releases) and by deadline.

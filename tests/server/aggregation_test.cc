@@ -77,10 +77,17 @@ TEST(AggregationTest, BspWithAggregationEqualsASequentialRunOverTheGlobalBatches
   EXPECT_EQ(cluster.server(0).clocks().min_clock(), 60);
 }
 
-TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
+// Two workers whose pushes add up (optimizer add): the applied update is
+// their mean.
+TrainJob TwoWorkersAdding() {
   TrainJob job = Job();
   job.cluster.workers = 2;
   job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  return job;
+}
+
+TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
+  const TrainJob job = TwoWorkersAdding();
   InProcessCluster cluster(job);
   auto a = Client::Create(job, 0, cluster.endpoints()).value();
   auto b = Client::Create(job, 1, cluster.endpoints()).value();
@@ -100,9 +107,7 @@ TEST(AggregationTest, APushShowsFromTheNextClockAsTheMeanOfAllWorkers) {
 // before the others ended it still counts in that clock's mean (it is no
 // longer waited for, but its push is in the sum).
 TEST(AggregationTest, AWorkerThatLeftAfterItsPushStillCountsInThatClocksMean) {
-  TrainJob job = Job();
-  job.cluster.workers = 2;
-  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  const TrainJob job = TwoWorkersAdding();
   InProcessCluster cluster(job);
   auto a = Client::Create(job, 0, cluster.endpoints()).value();
   auto b = Client::Create(job, 1, cluster.endpoints()).value();
