@@ -55,7 +55,8 @@ class SuiteFileTest(unittest.TestCase):
     def test_restrict_refuses_unknown_names_listing_the_known(self):
         s = parse_suite(doc())
         with self.assertRaisesRegex(SuiteError, r"--modes ssp4: not a mode of the suite "
-                                    r"\(it has bsp, ssp1, ssp3, ssp10, asp, bsp_bal, ssp3_bal\)"):
+                                    r"\(it has bsp, ssp1, ssp3, ssp10, asp, bsp_bal, ssp3_bal, "
+                                    r"bsp_agg_lr4_bk1\)"):
             s.restrict(["ssp4"], None)
         s = parse_suite(doc())
         with self.assertRaisesRegex(SuiteError, r"--stragglers fast: .*\(it has none, slow, "
@@ -70,12 +71,38 @@ class SuiteFileTest(unittest.TestCase):
         self.assertEqual(bal.flow, "{ mode: \"ssp\", staleness: 3 }")  # no balance in it
         d = doc()
         d["modes"].append({"mode": "asp", "balance": True})
-        with self.assertRaisesRegex(SuiteError, r"modes\[7\]\.balance: only bsp and ssp"):
+        with self.assertRaisesRegex(SuiteError, r"modes\[8\]\.balance: only bsp and ssp"):
             parse_suite(d)
         d = doc()
         d["modes"][5]["balance"] = "yes"
         with self.assertRaisesRegex(SuiteError, r"modes\[5\]\.balance: got .*expected true"):
             parse_suite(d)
+
+    def test_backup_worker_modes_run_more_workers_and_need_bsp_aggregate(self):
+        s = parse_suite(doc())
+        bk = next(m for m in s.modes if m.name == "bsp_agg_lr4_bk1")
+        self.assertEqual(bk.backups, 1)
+        self.assertEqual(bk.label, "bsp aggregate lr x4 +1 backup")
+        self.assertEqual(bk.lr_scale, 4)
+        self.assertNotIn("lr_scale", bk.flow)  # the suite's, not the job's
+        self.assertIn("backup_workers: 1", bk.flow)  # the job's consistency section
+        from psbench.workloads import job_yaml
+        text = job_yaml({"tables": "      optimizer: { type: sgd, lr: 0.02 }\n", "train": ""},
+                        4, bk.flow, 400, 4, "m.csv", True, backup_workers=1, lr_scale=4)
+        self.assertIn("workers: 5", text)
+        self.assertIn("lr: 0.08", text)
+        self.assertIn("iterations: 100", text)  # steps / 4: four gradients per clock
+        for bad, says in (({"mode": "bsp", "backup_workers": 1}, r"only mode bsp with aggregate"),
+                          ({"mode": "ssp", "staleness": 2, "backup_workers": 1},
+                           r"only mode bsp with aggregate"),
+                          ({"mode": "bsp", "aggregate": True, "backup_workers": 0},
+                           r"got 0; expected an integer >= 1"),
+                          ({"mode": "bsp", "aggregate": True, "balance": True,
+                            "backup_workers": 1}, r"not with balance")):
+            d = doc()
+            d["modes"].append(bad)
+            with self.assertRaisesRegex(SuiteError, r"modes\[8\]\.backup_workers: " + says):
+                parse_suite(d)
 
     def test_restrict_refuses_to_drop_the_run_that_times_the_stragglers(self):
         s = parse_suite(doc())

@@ -474,6 +474,20 @@ StatusOr<Ticket> Client::Clock(Callback done) {
   return ticket;
 }
 
+int64_t Client::CatchUp() {
+  if (job_.consistency.backup_workers == 0 || control_ || reader_ || shards_.empty()) {
+    return clock_;
+  }
+  int64_t job_clock = shards_[0].min_clock;
+  for (const Shard& shard : shards_) job_clock = std::min(job_clock, shard.min_clock);
+  if (job_clock > clock_) {
+    counters_.clocks_skipped += static_cast<uint64_t>(job_clock - clock_);
+    clock_ = job_clock;
+    if (heartbeat_ != nullptr) heartbeat_->set_clock(clock_);
+  }
+  return clock_;
+}
+
 Status Client::Join() {
   PS_RETURN_IF_ERROR(WorkerOnly("Join()"));
   // The rendezvous: a HELLO to every server at once, each waiting up to

@@ -141,6 +141,11 @@ struct ClientCounters {
   // while looking for its primary, and the moves to another replica.
   uint64_t probes = 0;
   uint64_t fail_overs = 0;
+  // consistency.backup_workers: push requests (one per shard and part)
+  // that came after their clock's quorum and were dropped, and the clocks
+  // CatchUp() skipped.
+  uint64_t late_pushes = 0;
+  uint64_t clocks_skipped = 0;
 };
 
 // What a Client runs on; the defaults are the real ones.
@@ -215,6 +220,13 @@ class Client {
   // This worker's clock: the number of Clock() calls so far (or where
   // Join() resumed).
   int64_t clock() const { return clock_; }
+  // consistency.backup_workers: a worker the job left behind continues at
+  // the job's clock. When every shard's newest reply carries a clock past
+  // this worker's, its clock becomes the smallest of them (a gradient of a
+  // clock skipped would arrive late and be dropped); call it after a
+  // step's pulls, whose values are of that clock or newer. Returns the
+  // clock. Without backup workers it never changes the clock.
+  int64_t CatchUp();
   // The evaluator's: later pulls are answered once every worker finished
   // the clocks below `clock` (the model of those clocks, and perhaps some
   // of the next). FailedPrecondition for a worker or control client.

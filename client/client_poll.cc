@@ -31,6 +31,7 @@ void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
   Part& p = *tracker_.Find(h.request_id);  // matched by DecodeReply
   ++counters_.replies;
   shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
+  if (h.op == Op::kPushOk && (h.flags & kFlagLate) != 0) ++counters_.late_pushes;
   if (!checked.ok()) {
     if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
     if (reply.fault == ReplyFault::kRejected && (h.flags & kFlagNotPrimary) != 0 &&

@@ -164,13 +164,16 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
 
 Status ParseConsistency(const YamlReader& r, const YamlValue& value, ConsistencyOptions* c) {
   PS_ASSIGN_OR_RETURN(YamlMap map,
-                      r.ReadMap(value, {"mode", "staleness", "aggregate"},
+                      r.ReadMap(value, {"mode", "staleness", "aggregate", "backup_workers"},
                                 "a map with mode (bsp, ssp, asp) and, for ssp, staleness"));
   PS_ASSIGN_OR_RETURN(const YamlValue* mode,
                       r.Required(map, "mode", "one of \"bsp\", \"ssp\", \"asp\""));
   PS_RETURN_IF_ERROR(r.ReadEnum(*mode, kConsistencyModeNames, &c->mode));
   if (const YamlValue* aggregate = map.Find("aggregate")) {
     PS_RETURN_IF_ERROR(r.ReadBool(*aggregate, &c->aggregate));
+  }
+  if (const YamlValue* backups = map.Find("backup_workers")) {
+    PS_RETURN_IF_ERROR(r.ReadUnsigned(*backups, &c->backup_workers));
   }
   const YamlValue* staleness = map.Find("staleness");
   if (c->mode == ConsistencyMode::kSsp) {

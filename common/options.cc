@@ -344,6 +344,39 @@ Status ValidateConsistency(const std::string& source, const ConsistencyOptions& 
   return Status::Ok();
 }
 
+Status ValidateBackupWorkers(const std::string& source, const JobOptions& job) {
+  const ConsistencyOptions& c = job.consistency;
+  const uint32_t b = c.backup_workers;
+  if (b == 0) return Status::Ok();
+  const std::string got = "got " + std::to_string(b);
+  if (c.mode != ConsistencyMode::kBsp || !c.aggregate) {
+    return InvalidOption(source, "consistency.backup_workers",
+                         got + " with mode " + ConsistencyName(c) +
+                             (c.aggregate ? " aggregate" : " without aggregate"),
+                         "backup workers only under mode bsp with aggregate: true (a clock's "
+                         "update is the mean of the first gradients to arrive), or 0");
+  }
+  if (b >= job.cluster.workers) {
+    return InvalidOption(source, "consistency.backup_workers",
+                         got + " with cluster.workers " + std::to_string(job.cluster.workers),
+                         "fewer than the workers: each clock's update needs workers - "
+                         "backup_workers gradients (at least 1)");
+  }
+  if (job.stragglers.balance) {
+    return InvalidOption(source, "consistency.backup_workers",
+                         got + " with stragglers.balance: true",
+                         "one of the two: balance gives a slow worker less work, backup workers "
+                         "drop its late gradients; set backup_workers: 0 or balance: false");
+  }
+  if (job.replication.factor > 1 && job.replication.after_aggregation) {
+    return InvalidOption(source, "consistency.backup_workers",
+                         got + " with replication.after_aggregation: true",
+                         "replication.after_aggregation: false with backup workers (each push "
+                         "is replicated as it is summed)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
   if (l.heartbeat_ms != 0 && l.timeout_ms < 2ull * l.heartbeat_ms) {
     return InvalidOption(source, "liveness.timeout_ms", "got " + std::to_string(l.timeout_ms),
@@ -669,6 +702,7 @@ Status JobOptions::Validate() const {
         "true under consistency.mode asp, where no worker waits for another",
         "consistency.mode bsp or ssp with balance, or balance: false"));
   }
+  PS_RETURN_IF_ERROR(ValidateBackupWorkers(source, *this));
   PS_RETURN_IF_ERROR(ValidateServer(source, server));
   PS_RETURN_IF_ERROR(ValidateWorker(source, worker));
   PS_RETURN_IF_ERROR(ValidateClient(source, client));

@@ -198,6 +198,18 @@ struct ConsistencyOptions {
   // own pushes then show in its reads from the next clock on. Turns the
   // parameter cache off. Default false.
   bool aggregate = false;
+  // bsp with aggregate only: backup workers (Chen et al., arXiv
+  // 1604.00981). Of the job's workers, a clock's update is the mean of the
+  // first workers - backup_workers gradients to reach each shard; the
+  // others' pushes of that clock arrive late and are dropped (counted and
+  // logged), and a worker left behind continues at the job's clock. A
+  // persistently slow worker then no longer sets the job's pace. < workers;
+  // default 0 (every worker's gradient, as without this setting).
+  uint32_t backup_workers = 0;
+  // How many gradients make a clock's update: workers - backup_workers.
+  uint32_t Quorum(uint32_t workers) const {
+    return backup_workers < workers ? workers - backup_workers : workers;
+  }
 
   // 0 for bsp, staleness for ssp, kUnboundedStaleness for asp.
   int64_t Bound() const {

@@ -13,7 +13,10 @@ std::vector<AgreedField> AgreedFields(const JobOptions& job) {
       {"shards", std::to_string(job.cluster.servers.size())},
       {"workers", std::to_string(job.cluster.workers)},
       {"consistency",
-       ConsistencyName(job.consistency) + (job.consistency.aggregate ? " aggregate" : "")},
+       ConsistencyName(job.consistency) + (job.consistency.aggregate ? " aggregate" : "") +
+           (job.consistency.backup_workers > 0
+                ? " backup_workers " + std::to_string(job.consistency.backup_workers)
+                : "")},
       {"tables", std::to_string(job.tables.size())},
       {"replication.factor", std::to_string(job.replication.factor)},
   };

@@ -79,6 +79,10 @@ inline constexpr uint32_t kFlagBeat = 4u;
 // instead of waiting for clocks that already passed.
 inline constexpr uint32_t kFlagResume = 8u;
 
+// PUSH_OK flag (consistency.backup_workers): the push came after its
+// clock's quorum of gradients and was dropped, not applied.
+inline constexpr uint32_t kFlagLate = 16u;
+
 // MEMBERSHIP flags (the header's first_row is the new epoch): the backup
 // becomes its shard's primary; the primary stops waiting for backup
 // `count` (it is gone); the primary copies its state to backup `count` (a

@@ -231,6 +231,16 @@ void ReplicationLog::Finish(uint32_t worker, int64_t finished) {
   Send(ReplicaEntry::kFinish, h, {});
 }
 
+void ReplicationLog::Late(uint32_t worker, int64_t clock, uint64_t session,
+                          uint64_t request_id) {
+  MessageHeader h;
+  h.worker = worker;
+  h.clock = clock;
+  h.session = session;
+  h.request_id = request_id;
+  Send(ReplicaEntry::kLate, h, {});
+}
+
 void ReplicationLog::Exclude(uint32_t worker) {
   MessageHeader h;
   h.worker = worker;
@@ -332,7 +342,7 @@ std::string ReplicationLog::Describe() const {
 
 BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica)
     : job_(job), shard_(shard), replica_(replica), name_(ReplicaName(job, shard, replica)),
-      clocks_(job.cluster.workers),
+      clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
       // As the primary's (ShardServer): the same pushes are recorded.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64) {}
 
@@ -616,6 +626,8 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       ack();
       recent_pushes_.Insert(req.worker, req.session, req.request_id);
       if (static_cast<ReplicaEntry>(entry.flags) == ReplicaEntry::kAccumulate) {
+        // As the primary admitted it (consistency.backup_workers).
+        clocks_.Admit(req.worker, entry.clock);
         store_->Accumulate(request_, entry.clock);
         return Status::Ok();
       }
@@ -675,6 +687,13 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       PS_RETURN_IF_ERROR(check_worker());
       PS_RETURN_IF_ERROR(check_clock());
       clocks_.Finish(entry.worker, entry.clock);
+      return Status::Ok();
+    case ReplicaEntry::kLate:
+      PS_RETURN_IF_ERROR(check_worker());
+      PS_RETURN_IF_ERROR(check_clock());
+      ack();
+      recent_pushes_.Insert(entry.worker, entry.session, entry.request_id);
+      clocks_.Admit(entry.worker, entry.clock);
       return Status::Ok();
     case ReplicaEntry::kExclude:
       PS_RETURN_IF_ERROR(check_worker());

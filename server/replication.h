@@ -22,6 +22,8 @@
 //   kAggregate   the same with the sums themselves, as the primary added
 //                them (replication.after_aggregation: the clock's pushes
 //                are not sent one by one), and the ids of their pushes;
+//   kLate        a worker's push dropped for coming after its clock's
+//                quorum (consistency.backup_workers): its ids only;
 //   kFinish, kExclude, kInclude
 //                a worker's clock, a worker left out of the minimum (it
 //                left or is dead) or counted again;
@@ -133,6 +135,9 @@ enum class ReplicaEntry : uint32_t {
   // the sums' clocks and tables (int64 pairs), then each sum's values and
   // touched bytes (ShardStore::CopySums).
   kAggregate = 13,
+  // A push found late (consistency.backup_workers): worker, clock,
+  // session, request_id; no frames. Dropped, its id recorded.
+  kLate = 14,
 };
 
 // True for the kinds of a joining backup's copy.
@@ -177,6 +182,7 @@ class ReplicationLog {
   void ApplySums(int64_t below, uint32_t workers, const ShardStore* sums = nullptr,
                  std::span<const uint64_t> pushes = {});
   void Finish(uint32_t worker, int64_t finished);
+  void Late(uint32_t worker, int64_t clock, uint64_t session, uint64_t request_id);
   void Exclude(uint32_t worker);
   void Include(uint32_t worker);
   void End();

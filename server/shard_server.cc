@@ -17,7 +17,7 @@ std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_p
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock)
     : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
       bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
-      clocks_(job.cluster.workers),
+      clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
       workers_(job.cluster.workers), waiting_per_worker_(job.cluster.workers + 1),
       queued_replies_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
@@ -582,6 +582,25 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       // below: held for the next clock's sums, it could wait for a Clock()
       // its worker sends only once it is acknowledged.
 
+      if (clocks_.backups() && !clocks_.Admit(req.worker, req.clock)) {
+        // consistency.backup_workers: the clock's update is (or will be)
+        // the mean of other workers' gradients. Acknowledged, and dropped.
+        reply.flags |= kFlagLate;
+        Reply(routing_id, reply);
+        replication_->Late(req.worker, req.clock, req.session, req.request_id);
+        ++counters_.late_pushes;
+        const uint64_t late = ++workers_[req.worker].late_pushes;
+        uint64_t skipped = 0;
+        if (late_log_.ShouldLog(&skipped)) {
+          PS_LOG_INFO("shard {}: worker {}'s push of clock {} came after {} of the {} workers' "
+                      "gradients of that clock (consistency.backup_workers {}; the job is at "
+                      "clock {}): dropped, its {} late push{} here{}",
+                      shard_, req.worker, req.clock, clocks_.quorum(), clocks_.num_workers(),
+                      job_.consistency.backup_workers, clocks_.min_clock(), late,
+                      late == 1 ? "" : "es", HeldBack(skipped));
+        }
+        return;
+      }
       if (job_.consistency.aggregate) {
         // Summed into its clock (never one already applied) and applied
         // with the others' when the last worker finishes that clock; the
@@ -871,7 +890,16 @@ ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
 }
 
 void ShardServer::MinClockAdvanced() {
-  if (job_.consistency.aggregate) {
+  if (clocks_.backups()) {
+    // consistency.backup_workers: each completed clock's mean over its
+    // members (the first gradients to arrive), with the backups.
+    for (const ClockTable::Completed& done : clocks_.completed()) {
+      store_->ApplyAccumulated(done.clock + 1, 1.0f / static_cast<float>(done.members));
+      replication_->ApplySums(done.clock + 1, done.members);
+      PS_LOG_DEBUG("shard {}: clock {} applied as the mean of {} of {} workers' gradients",
+                   shard_, done.clock, done.members, clocks_.num_workers());
+    }
+  } else if (job_.consistency.aggregate) {
     // The mean over the workers that finished the clock: those it waited
     // for, and any that left (or were dropped) after pushing into it.
     const int64_t below = clocks_.min_clock();
@@ -893,6 +921,8 @@ void ShardServer::MinClockAdvanced() {
     }
     store_->ApplyAccumulated(below, 1.0f / static_cast<float>(workers));
     if (!sums_replicated_) replication_->ApplySums(below, workers);
+  }
+  if (job_.consistency.aggregate) {
     ReportNonFinite(job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag
                         ? "applied in an aggregated update (server.on_non_finite_result: flag)"
                         : "left out of an aggregated update: those rows keep their values "
@@ -1125,7 +1155,11 @@ Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id
   // Every request may carry at most the clock held (a CLOCK of it is the
   // next one; a resume at it changes nothing), or up to the window above
   // it until the worker's clock is heard.
-  const int64_t held = clocks_.clock(req.worker);
+  // With backup workers a worker left behind continues at the job's
+  // clock (Client::CatchUp).
+  const int64_t held = clocks_.backups()
+                           ? std::max(clocks_.clock(req.worker), clocks_.min_clock())
+                           : clocks_.clock(req.worker);
   const std::string what = OpName(req.op) + (resume ? " (resume)" : "") + " request " +
                            std::to_string(req.request_id) + " from worker " +
                            std::to_string(req.worker) + " at clock " + std::to_string(req.clock);
@@ -1218,6 +1252,13 @@ std::string ShardServer::StatsReport() const {
     os << " " << std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count();
   }
   os << "\n";
+  if (clocks_.backups()) {
+    os << "backup_workers " << job_.consistency.backup_workers << " quorum " << clocks_.quorum()
+       << " late_pushes " << counters_.late_pushes << "\n";
+    os << "worker_late_pushes";
+    for (const WorkerState& w : workers_) os << " " << w.late_pushes;
+    os << "\n";
+  }
   os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
   os << "recovery started_clock " << started_clock_ << " lost_clocks " << lost_clocks_
      << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes

@@ -105,6 +105,9 @@ struct ShardServerCounters {
   uint64_t bytes_in = 0;   // request bytes, all frames
   uint64_t bytes_out = 0;  // reply bytes, all frames
   uint64_t repeated_pushes = 0;  // pushes acknowledged but not applied again
+  // consistency.backup_workers: pushes acknowledged and dropped, their
+  // clock's update made of other workers' gradients.
+  uint64_t late_pushes = 0;
   uint64_t resumes = 0;          // HEARTBEATs with kFlagResume
   uint64_t refused_clocks = 0;   // requests refused for a clock the protocol does not allow
   uint64_t refused_results = 0;  // pushes refused for a result that is not finite
@@ -364,6 +367,9 @@ class ShardServer {
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
     int64_t target_clock = 0;  // its HELLO's: the clock it trains to; 0: not said
+    // consistency.backup_workers: its pushes dropped for coming after
+    // their clock's quorum.
+    uint64_t late_pushes = 0;
   };
   // A pull waiting for slower workers: the whole message, routing id first,
   // and the request decoded from it on arrival (its spans point into
@@ -453,7 +459,8 @@ class ShardServer {
   // accepts, expired pulls, failed handshakes.
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
       accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
-      handshake_log_{std::chrono::seconds(1)}, fenced_log_{std::chrono::seconds(1)};
+      handshake_log_{std::chrono::seconds(1)}, fenced_log_{std::chrono::seconds(1)},
+      late_log_{std::chrono::seconds(1)};
   // Metrics (shard_server_metrics.cc): per request op its count, the
   // errors answered to it and the time spent handling it; how long each
   // pull that waited for slower workers waited.

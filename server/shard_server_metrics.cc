@@ -112,6 +112,12 @@ std::string ShardServer::MetricsText() const {
   per_worker("ps_server_worker_cache_misses_total", "counter",
              "Parameter-cache misses each worker's heartbeats reported",
              [&](uint32_t w) { return workers_[w].cache_misses; });
+  if (clocks_.backups()) {
+    per_worker("ps_server_worker_late_pushes_total", "counter",
+               "Each worker's pushes dropped for coming after their clock's quorum "
+               "(consistency.backup_workers)",
+               [&](uint32_t w) { return workers_[w].late_pushes; });
+  }
 
   // Memory, checkpoints and recovery.
   out.Counter("ps_server_copy_on_write_total",

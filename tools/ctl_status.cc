@@ -207,6 +207,8 @@ StatusOr<ShardStats> ParseShardStats(std::string_view text) {
       PS_RETURN_IF_ERROR(List(line, words, &stats.worker_clocks));
     } else if (key == "worker_targets") {
       PS_RETURN_IF_ERROR(List(line, words, &stats.worker_targets));
+    } else if (key == "worker_late_pushes") {
+      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_late_pushes));
     } else if (key == "worker_silent_ms") {
       PS_RETURN_IF_ERROR(List(line, words, &stats.worker_silent_ms));
     } else if (key == "pushes_per_s") {
@@ -424,6 +426,9 @@ JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
         clock = clock ? std::min(*clock, s->worker_clocks[w]) : s->worker_clocks[w];
       }
       if (w < s->worker_targets.size()) row.target = std::max(row.target, s->worker_targets[w]);
+      if (w < s->worker_late_pushes.size()) {
+        row.late_pushes = row.late_pushes.value_or(0) + s->worker_late_pushes[w];
+      }
       if (w < s->worker_silent_ms.size() && s->worker_silent_ms[w] >= 0) {
         const double silent = static_cast<double>(s->worker_silent_ms[w]) / 1000.0;
         row.silent_s = row.silent_s ? std::min(*row.silent_s, silent) : silent;
@@ -472,14 +477,27 @@ std::string FormatJobView(const JobView& view) {
   if (view.workers_rows.empty()) {
     out += "workers: unknown (no shard answered)\n";
   } else {
-    TextTable workers({false, false, false, false, false, true});
-    workers.Add({"worker", "clock", "of", "behind", "silent", "state"});
+    // consistency.backup_workers: each worker's pushes dropped as late.
+    const bool late = std::any_of(view.workers_rows.begin(), view.workers_rows.end(),
+                                  [](const WorkerRow& r) { return r.late_pushes.has_value(); });
+    std::vector<bool> align = {false, false, false, false, false};
+    std::vector<std::string> head = {"worker", "clock", "of", "behind", "silent"};
+    if (late) {
+      align.push_back(false);
+      head.push_back("late pushes");
+    }
+    align.push_back(true);
+    head.push_back("state");
+    TextTable workers(align);
+    workers.Add(head);
     for (const WorkerRow& r : view.workers_rows) {
-      workers.Add({std::to_string(r.worker), std::to_string(r.clock),
-                   r.target > 0 ? std::to_string(r.target) : std::string("-"),
-                   std::to_string(r.behind),
-                   r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-"),
-                   WorkerStateName(r.state)});
+      std::vector<std::string> cells = {
+          std::to_string(r.worker), std::to_string(r.clock),
+          r.target > 0 ? std::to_string(r.target) : std::string("-"), std::to_string(r.behind),
+          r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-")};
+      if (late) cells.push_back(std::to_string(r.late_pushes.value_or(0)));
+      cells.push_back(WorkerStateName(r.state));
+      workers.Add(cells);
     }
     out += workers.Render();
     if (!view.slowest) {
@@ -558,6 +576,8 @@ std::string JobViewJson(const JobView& view) {
     out += "{\"worker\":" + std::to_string(r.worker) + ",\"clock\":" + std::to_string(r.clock) +
            ",\"target\":" + (r.target > 0 ? std::to_string(r.target) : std::string("null")) +
            ",\"behind\":" + std::to_string(r.behind) + ",\"silent_s\":" + JsonOptional(r.silent_s) +
+           ",\"late_pushes\":" +
+           (r.late_pushes ? std::to_string(*r.late_pushes) : std::string("null")) +
            ",\"state\":" + JsonString(WorkerStateName(r.state)) + "}";
   }
   out += "],\"evaluator\":";

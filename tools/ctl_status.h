@@ -34,6 +34,9 @@ struct ShardStats {
   std::vector<int64_t> worker_clocks;        // by worker rank
   std::vector<int64_t> worker_silent_ms;     // by worker rank: since last heard from
   std::vector<int64_t> worker_targets;       // by worker rank: train.iterations; 0: not said
+  // By worker rank: its pushes dropped for coming after their clock's
+  // quorum (consistency.backup_workers); empty without backup workers.
+  std::vector<int64_t> worker_late_pushes;
   double pushes_per_s = 0, pulls_per_s = 0;  // the server's own recent rates
   // Present when the job has checkpoint.dir.
   struct Checkpoint {
@@ -107,6 +110,9 @@ struct WorkerRow {
   // while starting.
   std::optional<double> silent_s;
   WorkerState state = WorkerState::kTraining;  // left or dead as any shard says
+  // consistency.backup_workers: its pushes dropped as late, summed over
+  // the shards; absent without backup workers.
+  std::optional<int64_t> late_pushes;
 };
 
 struct ShardRow {

@@ -222,6 +222,12 @@ int main(int argc, char** argv) {
     // a second, not --timeout-ms.
     job->client.request_timeout_ms = std::min(timeout_ms, ps::kStatusRequestTimeoutMs);
   }
+  if (status->parsed()) {
+    // A server that exits while it is asked (the job ended) is reported as
+    // not answering at the request's deadline, not waited for as a worker
+    // waits for a server to come back.
+    job->liveness.server_down_timeout_ms = job->client.request_timeout_ms;
+  }
   std::vector<std::string> endpoints;
   if (replica.has_value()) {
     if (*replica >= job->replication.factor) {

@@ -91,6 +91,9 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
     // answers once the slowest worker is within the job's staleness bound.
     PS_ASSIGN_OR_RETURN(Ticket pull, client->PullDense(table, w.data()));
     PS_RETURN_IF_ERROR(client->Wait(pull));
+    // consistency.backup_workers: a worker the job left behind continues
+    // at the job's clock, which its pull read.
+    if (step = std::max(step, client->CatchUp()); step >= train.iterations) break;
 
     std::vector<float>& grad = *grads[step % 2];
     for (Ticket t : in_flight[step % 2]) PS_RETURN_IF_ERROR(client->Wait(t));

@@ -182,8 +182,8 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& user_grad = user_grads.For(step);
-    const std::shared_ptr<std::vector<float>>& item_grad = item_grads.For(step);
+    const std::shared_ptr<std::vector<float>>& user_grad = user_grads.Next();
+    const std::shared_ptr<std::vector<float>>& item_grad = item_grads.Next();
     PS_RETURN_IF_ERROR(balancer->BeginStep(step));
     const uint32_t samples = balancer->batch();
     std::span<const Rating> minibatch;
@@ -201,6 +201,12 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
       cursor += samples;
     }
     PS_RETURN_IF_ERROR(rows.Pull(store, user_table, item_table, k, minibatch));
+    // consistency.backup_workers: a worker the job left behind continues
+    // at the job's clock, which its pull read.
+    if (step = store->CatchUp(step); step >= train.iterations) {
+      PS_RETURN_IF_ERROR(progress->StepDone(step, train.iterations, evaluate));
+      break;
+    }
     const auto compute_start = std::chrono::steady_clock::now();
     user_grad->resize(rows.user_factors.size());
     item_grad->resize(rows.item_factors.size());
@@ -219,7 +225,7 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
   PS_RETURN_IF_ERROR(store->Flush());
-  return progress->summary();
+  return progress->Finish();
 }
 
 }  // namespace ps

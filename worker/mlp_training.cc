@@ -175,12 +175,18 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
+    const std::shared_ptr<std::vector<float>>& grads = gradients.Next();
     PS_RETURN_IF_ERROR(balancer->BeginStep(step));
     const uint32_t samples = balancer->batch();
     // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
     PS_RETURN_IF_ERROR(model->SetParameters(params));
+    // consistency.backup_workers: a worker the job left behind continues
+    // at the job's clock, which its pull read.
+    if (step = store->CatchUp(step); step >= train.iterations) {
+      PS_RETURN_IF_ERROR(progress->StepDone(step, train.iterations, evaluate));
+      break;
+    }
     const float* images = nullptr;
     const int32_t* labels = nullptr;
     if (balancer->enabled()) {
@@ -217,7 +223,7 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
   PS_RETURN_IF_ERROR(store->Flush());
-  return progress->summary();
+  return progress->Finish();
 }
 
 }  // namespace ps

@@ -1,8 +1,10 @@
 #include "worker/param_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "common/logging.h"
 #include "common/wire.h"
 #include "store/shard_store.h"
 
@@ -13,9 +15,23 @@ namespace ps {
 
 RemoteParamStore::RemoteParamStore(const JobOptions& job, Client* client)
     : client_(client),
+      backups_(job.consistency.backup_workers > 0),
       description_(std::to_string(job.cluster.servers.size()) +
                    (job.cluster.servers.size() == 1 ? " shard, " : " shards, ") +
                    ConsistencyName(job.consistency)) {}
+
+int64_t RemoteParamStore::CatchUp(int64_t step) {
+  const int64_t clock = client_->CatchUp();
+  if (clock > step && !caught_up_) {
+    // The first time only: the progress lines count the rest.
+    caught_up_ = true;
+    PS_LOG_INFO("step {}: the job is at clock {} already; this worker continues there "
+                "(consistency.backup_workers: its gradients of the clocks between would "
+                "arrive late and be dropped)",
+                step, clock);
+  }
+  return std::max(step, clock);
+}
 
 Status RemoteParamStore::PullDense(uint32_t table, float* out) {
   PS_ASSIGN_OR_RETURN(Ticket pull, client_->PullDense(table, out));
@@ -113,6 +129,15 @@ void RemoteParamStore::WriteMetrics(MetricsWriter& out) const {
               static_cast<double>(c.reconnects));
   out.Counter("ps_worker_resent_total", "Requests sent again after a reconnect",
               static_cast<double>(c.resent));
+  if (backups_) {
+    out.Counter("ps_worker_late_pushes_total",
+                "Push requests dropped for coming after their clock's quorum "
+                "(consistency.backup_workers)",
+                static_cast<double>(c.late_pushes));
+    out.Counter("ps_worker_clocks_skipped_total",
+                "Clocks skipped to continue at the job's clock (consistency.backup_workers)",
+                static_cast<double>(c.clocks_skipped));
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -41,6 +41,17 @@ class ParamStore {
 
   // Steps finished so far (the worker's clock).
   virtual int64_t clock() const = 0;
+  // After a step's pulls: the step this worker is at, moved up to the
+  // job's clock when the job left it behind (consistency.backup_workers,
+  // Client::CatchUp); `step` itself otherwise.
+  virtual int64_t CatchUp(int64_t step) { return step; }
+  // consistency.backup_workers: push requests of this worker dropped as
+  // late, and the clocks CatchUp skipped.
+  struct Lateness {
+    uint64_t late_pushes = 0;
+    uint64_t clocks_skipped = 0;
+  };
+  virtual Lateness lateness() const { return {}; }
   // Reads the whole table into out[0 .. rows * dim).
   virtual Status PullDense(uint32_t table, float* out) = 0;
   // Reads `rows` (sorted rows avoid a copy on the remote store) into
@@ -87,6 +98,11 @@ class RemoteParamStore final : public ParamStore {
  public:
   RemoteParamStore(const JobOptions& job, Client* client);
   int64_t clock() const override { return client_->clock(); }
+  int64_t CatchUp(int64_t step) override;
+  Lateness lateness() const override {
+    const ClientCounters c = client_->counters();
+    return {c.late_pushes, c.clocks_skipped};
+  }
   Status PullDense(uint32_t table, float* out) override;
   Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
   Status PullMany(std::span<const RowsToPull> pulls) override;
@@ -104,9 +120,11 @@ class RemoteParamStore final : public ParamStore {
   Status WaitFor(std::vector<Ticket>* tickets);
 
   Client* const client_;
+  const bool backups_;  // consistency.backup_workers > 0
   const std::string description_;
   std::vector<Ticket> pushes_;     // of the current step
   std::vector<Ticket> in_flight_;  // pushes and clock of the step before (EndStepAsync)
+  bool caught_up_ = false;         // CatchUp moved the step once (logged)
 };
 
 // Every table of the job in this process, held by one ShardStore that owns

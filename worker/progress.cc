@@ -158,6 +158,7 @@ TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const Par
     : rank_(rank),
       log_every_(job.train.log_every),
       eval_every_(job.train.eval_every),
+      backups_(job.consistency.backup_workers > 0),
       store_(store),
       samples_per_epoch_(std::max<uint64_t>(samples_per_epoch, 1)),
       csv_(std::move(csv)),
@@ -240,8 +241,15 @@ std::string TrainingProgress::MetricsText(int64_t done, int64_t total) const {
   return out.Take();
 }
 
+TrainSummary TrainingProgress::Finish() {
+  if (metrics_ != nullptr) metrics_->Publish(MetricsText(done_, total_));
+  return summary_;
+}
+
 Status TrainingProgress::StepDone(int64_t done, int64_t total,
                                   const std::function<StatusOr<double>()>& evaluate) {
+  done_ = done;
+  total_ = total;
   const bool last = done >= total;
   const bool log = last || (log_every_ != 0 && done % log_every_ == 0);
   const bool eval = rank_ == 0 && evaluate &&
@@ -264,12 +272,17 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
   if (interval_steps_ > 0) summary_.last_loss = interval_loss_ / static_cast<double>(interval_steps_);
   const double epoch = static_cast<double>(samples_) / static_cast<double>(samples_per_epoch_);
   const double wall = std::chrono::duration<double>(SteadyClock::now() - start_).count();
+  std::string late;
+  if (backups_) {
+    const ParamStore::Lateness l = store_->lateness();
+    late = fmt::format(" | {} pushes late, {} clocks skipped", l.late_pushes, l.clocks_skipped);
+  }
   PS_LOG_INFO("clock {:6d} epoch {:6.2f} loss {:.4f}{} | {:.0f} samples/s, waited "
-              "{:.2f} s on staleness ({:.0f}%)",
+              "{:.2f} s on staleness ({:.0f}%){}",
               done, epoch, summary_.last_loss,
               metric ? fmt::format(" {} {:.4f}", summary_.metric_name, *metric) : std::string(),
               summary_.samples_per_s, summary_.staleness_wait_s,
-              wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0);
+              wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0, late);
   if (csv_ != nullptr) {
     MetricsCsv::Row row;
     row.time_s = wall;

@@ -97,6 +97,10 @@ class TrainingProgress {
   Status StepDone(int64_t done, int64_t total, const std::function<StatusOr<double>()>& evaluate);
 
   const TrainSummary& summary() const { return summary_; }
+  // After the last step's pushes are acknowledged (ParamStore::Flush):
+  // publishes the final metrics (what metrics.linger_ms serves), with the
+  // counts those acknowledgements brought, and returns the summary.
+  TrainSummary Finish();
   // Adds the balancer's batch and decisions to the metrics (`balancer` must
   // outlive this; null: none).
   void ShowBalance(const BatchBalancer* balancer) { balancer_ = balancer; }
@@ -112,9 +116,11 @@ class TrainingProgress {
   // Times the step just done and publishes the metrics when due.
   void UpdateMetrics(int64_t done, int64_t total);
 
+  int64_t done_ = 0, total_ = 0;  // the last StepDone's
   const uint32_t rank_;
   const uint32_t log_every_;
   const uint32_t eval_every_;
+  const bool backups_;  // consistency.backup_workers > 0: lines count late pushes
   const ParamStore* const store_;
   const uint64_t samples_per_epoch_;
   std::unique_ptr<MetricsCsv> csv_;

@@ -127,7 +127,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
   for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& grads = gradients.For(step);
+    const std::shared_ptr<std::vector<float>>& grads = gradients.Next();
     PS_RETURN_IF_ERROR(balancer->BeginStep(step));
     const uint32_t samples = balancer->batch();
     const SparseClickData* source = &data;
@@ -155,6 +155,12 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
     BatchFeatures(*source, cursor, samples, &ids);
     weights.resize(ids.size());
     PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
+    // consistency.backup_workers: a worker the job left behind continues
+    // at the job's clock, which its pull read.
+    if (step = store->CatchUp(step); step >= train.iterations) {
+      PS_RETURN_IF_ERROR(progress->StepDone(step, train.iterations, evaluate));
+      break;
+    }
     const auto compute_start = std::chrono::steady_clock::now();
     grads->resize(ids.size());
     PS_ASSIGN_OR_RETURN(float loss,
@@ -170,7 +176,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
     PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
   }
   PS_RETURN_IF_ERROR(store->Flush());
-  return progress->summary();
+  return progress->Finish();
 }
 
 }  // namespace ps

@@ -31,11 +31,16 @@ class AlternatingBuffers {
   explicit AlternatingBuffers(size_t floats = 0)
       : buffers_{std::make_shared<std::vector<float>>(floats),
                  std::make_shared<std::vector<float>>(floats)} {}
-  // The buffer of step `step`.
-  const std::shared_ptr<std::vector<float>>& For(int64_t step) const { return buffers_[step % 2]; }
+  // The buffer of the next step: the other one than the last call's (a
+  // step may skip clocks, consistency.backup_workers, so not by parity).
+  const std::shared_ptr<std::vector<float>>& Next() {
+    next_ ^= 1;
+    return buffers_[next_];
+  }
 
  private:
   std::shared_ptr<std::vector<float>> buffers_[2];
+  int next_ = 1;
 };
 
 // The job as one process trains it with no parameter server (ps_worker

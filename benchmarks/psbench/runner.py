@@ -59,7 +59,8 @@ def execute(run, suite, args):
                 parts.append("balance: true")
             flow = ", ".join(parts)
             text = job_yaml(job, suite.workers, run.mode.flow, steps, evals, run.csv,
-                            args.quick, seed=run.seed, stragglers=flow, shards=suite.shards)
+                            args.quick, seed=run.seed, stragglers=flow, shards=suite.shards,
+                            backup_workers=run.mode.backups, lr_scale=run.mode.lr_scale)
         _, _, run.wall_s = run_job(args.bin, run.dir, run.tag, text, run.is_reference,
                                    timeout=args.run_timeout)
         run.read()

@@ -16,8 +16,9 @@ import statistics
 # The line every training program logs as it starts its steps (its progress
 # clock starts right after), as ps_launch prefixes it:
 #   [worker 2] 2026-11-29 23:15:56.466 I worker 2: worker 2: MLP ..., 350 steps (2 shards ...)
+#   [worker 3] 2026-12-02 18:46:39.213 I worker 3: sparse logistic regression, ..., 200 steps (2 shards, bsp)
 TRAINING_START = re.compile(r"^\[worker (\d+)\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) "
-                            r"I worker \d+: worker \d+: .*\b\d+ steps \(")
+                            r"I worker \d+: (?:worker \d+: )?.*\b\d+ steps \(")
 
 
 class Run:
@@ -106,7 +107,8 @@ class Run:
                             m.group(2), "%Y-%m-%d %H:%M:%S.%f")
         except OSError:
             return None
-        if len(starts) != self.workers:
+        backups = 0 if self.is_reference else self.mode.backups
+        if len(starts) != self.workers + backups:
             return None
         return (starts[0] - min(starts.values())).total_seconds()
 

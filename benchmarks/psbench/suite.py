@@ -30,12 +30,23 @@ class Mode:
         self.spec = spec
         kind = spec["mode"]
         self.balance = bool(spec.get("balance"))
+        # consistency.backup_workers: the job runs this many workers more,
+        # each clock's update the mean of the first `workers` gradients.
+        self.backups = int(spec.get("backup_workers", 0))
+        # Every table's learning rate times this (aggregate modes: the mean
+        # of the workers' gradients is one step where bsp takes one each).
+        self.lr_scale = spec.get("lr_scale", 1)
         self.name = kind + (str(spec["staleness"]) if kind == "ssp" else "") + \
-            ("_agg" if spec.get("aggregate") else "") + ("_bal" if self.balance else "")
+            ("_agg" if spec.get("aggregate") else "") + ("_bal" if self.balance else "") + \
+            ("_lr%s" % yaml_scalar(self.lr_scale) if self.lr_scale != 1 else "") + \
+            ("_bk%d" % self.backups if self.backups else "")
         self.label = kind + (" %d" % spec["staleness"] if kind == "ssp" else "") + \
-            (" aggregate" if spec.get("aggregate") else "") + (" balanced" if self.balance else "")
+            (" aggregate" if spec.get("aggregate") else "") + \
+            (" balanced" if self.balance else "") + \
+            (" lr x%s" % yaml_scalar(self.lr_scale) if self.lr_scale != 1 else "") + \
+            (" +%d backup" % self.backups if self.backups else "")
         self.flow = "{ %s }" % ", ".join("%s: %s" % (k, yaml_scalar(v)) for k, v in spec.items()
-                                         if k != "balance")
+                                         if k not in ("balance", "lr_scale"))
 
 
 class Straggler:
@@ -178,7 +189,13 @@ def parse_suite(doc):
     s.modes = []
     for i, spec in enumerate(modes):
         where = "modes[%d]" % i
-        check_map(spec, where, ("mode", "staleness", "aggregate", "balance"), ("mode",))
+        check_map(spec, where, ("mode", "staleness", "aggregate", "balance", "backup_workers",
+                                "lr_scale"), ("mode",))
+        if "lr_scale" in spec and (isinstance(spec["lr_scale"], bool) or
+                                   not isinstance(spec["lr_scale"], (int, float)) or
+                                   not 0 < spec["lr_scale"] <= 1000):
+            raise SuiteError("%s.lr_scale: got %s; expected a number in (0, 1000]" %
+                             (where, describe(spec["lr_scale"])))
         if spec["mode"] not in ("bsp", "ssp", "asp"):
             raise SuiteError("%s.mode: got %s; expected one of bsp, ssp, asp" %
                              (where, describe(spec["mode"])))
@@ -201,6 +218,13 @@ def parse_suite(doc):
             if not isinstance(spec["balance"], bool):
                 raise SuiteError("%s.balance: got %s; expected true or false" %
                                  (where, describe(spec["balance"])))
+        if "backup_workers" in spec:
+            if spec["mode"] != "bsp" or spec.get("aggregate") is not True:
+                raise SuiteError("%s.backup_workers: only mode bsp with aggregate: true has "
+                                 "backup workers" % where)
+            if spec.get("balance"):
+                raise SuiteError("%s.backup_workers: not with balance (one or the other)" % where)
+            check_int(spec["backup_workers"], where + ".backup_workers", 1)
         mode = Mode(spec)
         if any(m.name == mode.name for m in s.modes):
             raise SuiteError("%s: mode %s is listed twice" % (where, mode.label))

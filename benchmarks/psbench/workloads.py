@@ -150,7 +150,7 @@ def yaml_scalar(v):
 
 def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=None,
              stragglers=None, shards=2, replication=1, after_aggregation=None,
-             evaluator=False):
+             evaluator=False, backup_workers=0, lr_scale=1):
     """The YAML of `w` for `workers` workers, each running steps / workers.
 
     seed: None keeps the workload's seeds; an integer s moves every table's
@@ -163,12 +163,24 @@ def job_yaml(w, workers, consistency, steps, evals, metrics_csv, quick, seed=Non
     True or False sets it (factor >= 2).
     evaluator: cluster.evaluator (an evaluator process evaluates instead of
     worker 0).
+    backup_workers: the job runs workers + backup_workers workers (the
+    consistency section sets consistency.backup_workers), each running
+    steps / workers: every clock's update is the mean of `workers`
+    gradients, as without backups; the data is split over all of them.
+    lr_scale: every table's learning rate times this (under
+    consistency.aggregate a clock applies the mean of the workers'
+    gradients once where bsp applies each: the linear scaling rule sets
+    lr_scale to the workers).
     """
     per_worker = max(1, steps // workers)
     every = max(1, per_worker // evals)
+    workers += backup_workers
     ports, offset = free_replica_ports(shards, replication)
     servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
     tables = w["tables"].replace("DECAY", str(per_worker))
+    if lr_scale != 1:
+        tables = re.sub(r"\blr: ([0-9.]+)",
+                        lambda m: "lr: %s" % yaml_scalar(float(m.group(1)) * lr_scale), tables)
     train = w["train"].replace("{samples_per_worker}",
                                str(max(1000, w.get("samples", 0) // workers)))
     if seed is not None:

@@ -4,6 +4,7 @@
 // live in tests/data/config/bad_*.yaml, one per error class; every example
 // job in config/ must load.
 #include "common/config.h"
+#include "common/rendezvous.h"
 #include "common/metrics.h"
 
 #include <cstdint>
@@ -987,6 +988,43 @@ TEST(ConfigTest, AggregateIsOnlyForBsp) {
   EXPECT_TRUE(job->consistency.aggregate);
   EXPECT_TRUE(BadFileRejected("bad_consistency_aggregate_with_ssp.yaml",
                               {"consistency.aggregate: true with mode ssp 2", "only with mode bsp"}));
+}
+
+TEST(ConfigTest, BackupWorkersLoadAndAreCheckedAgainstTheModeAndTheWorkers) {
+  const std::string head =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 4 }\n"
+      "tables: [ { name: w, rows: 4 } ]\n";
+  auto job = LoadJobString(
+      head + "consistency: { mode: bsp, aggregate: true, backup_workers: 1 }\n", "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->consistency.backup_workers, 1u);
+  EXPECT_EQ(job->consistency.Quorum(4), 3u);
+  // Part of the job every process must agree on.
+  EXPECT_NE(EncodeAgreement(*job).find("backup_workers 1"), std::string::npos);
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {"consistency: { mode: bsp, backup_workers: 1 }\n",
+       {"consistency.backup_workers: got 1 with mode bsp without aggregate", "aggregate: true"}},
+      {"consistency: { mode: ssp, staleness: 2, backup_workers: 1 }\n",
+       {"consistency.backup_workers: got 1 with mode ssp 2", "only under mode bsp"}},
+      {"consistency: { mode: bsp, aggregate: true, backup_workers: 4 }\n",
+       {"consistency.backup_workers: got 4 with cluster.workers 4", "fewer than the workers"}},
+      {"consistency: { mode: bsp, aggregate: true, backup_workers: 1 }\n"
+       "stragglers: { balance: true }\n",
+       {"consistency.backup_workers: got 1 with stragglers.balance: true", "one of the two"}},
+      {"consistency: { mode: bsp, aggregate: true, backup_workers: -1 }\n",
+       {"consistency.backup_workers"}},
+  };
+  for (const Case& c : cases) {
+    auto bad = LoadJobString(head + c.yaml, "mem");
+    ASSERT_FALSE(bad.ok()) << c.yaml;
+    for (const std::string& part : c.says) {
+      EXPECT_TRUE(Contains(bad.status().message(), part)) << bad.status().message();
+    }
+  }
 }
 
 TEST(ConfigTest, ConsistencyWithoutModeIsRejected) {

@@ -22,12 +22,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "util"))
 import job_checks  # noqa: E402
-from service_process import free_port  # noqa: E402
+from service_process import free_port, free_port_run  # noqa: E402
 
 checks = job_checks.Checks()
 check = checks.check
@@ -67,9 +66,7 @@ def body(tmp, procs):
     bin_dir = sys.argv[1]
     servers = ["127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()]
     # Metrics ports: shards first, then the workers.
-    first = free_port()
-    while first + 6 > 65535:
-        first = free_port()
+    first = free_port_run(6)
     worker_ports = [first + 2 + r for r in range(WORKERS)]
     config = os.path.join(tmp, "job.yaml")
     with open(config, "w") as f:
@@ -78,14 +75,9 @@ def body(tmp, procs):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     procs.append(launch)
-    last = [None] * WORKERS
-    deadline = time.monotonic() + 180
-    while launch.poll() is None and time.monotonic() < deadline:
-        for r, port in enumerate(worker_ports):
-            text = job_checks.scrape(port)
-            if text and "ps_worker_steps_total" in text:
-                last[r] = text
-        time.sleep(0.1)
+    texts = job_checks.watch_metrics(launch, {p: "ps_worker_steps_total" for p in worker_ports},
+                                     180)
+    last = [texts[p] for p in worker_ports]
     out = launch.communicate(timeout=30)[0]
     check(launch.returncode == 0, "the balanced job succeeded (exit %s)" % launch.returncode,
           out[-3000:])

@@ -36,7 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "util"))
 import job_checks  # noqa: E402
-from service_process import free_port  # noqa: E402
+from service_process import free_port, free_port_run  # noqa: E402
 
 checks = job_checks.Checks()
 check = checks.check
@@ -93,9 +93,7 @@ def same_numbers(tmp, procs, bin_dir):
     check(sorted(reference) == [100, 200, 300],
           "worker 0 evaluated at clocks 100, 200, 300: %s" % reference)
 
-    port = free_port()
-    while port + 5 > 65535:
-        port = free_port()
+    port = free_port_run(5)
     evaluator_port = port + 2 + 2  # after the 2 shards and 2 workers (common/metrics.h)
     config = write(tmp, "evaluated", job_yaml(tmp, "evaluated", evaluator=True, metrics_port=port))
     p = job_checks.spawn([launch, "--config", config])

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -73,3 +74,22 @@ def scrape(port):
             return r.read().decode()
     except (OSError, urllib.error.URLError):
         return None
+
+
+def watch_metrics(proc, wanted, seconds, tick=None):
+    """While `proc` runs (at most `seconds`), reads the metrics of every port
+    of `wanted` (port -> a series name) every 100 ms, and calls tick() once
+    a round when given. Returns port -> the last text that held its series
+    (None: never): after the job, the final values a process serves for
+    metrics.linger_ms."""
+    last = {port: None for port in wanted}
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        for port, series in wanted.items():
+            text = scrape(port)
+            if text and series in text:
+                last[port] = text
+        if tick is not None:
+            tick()
+        time.sleep(0.1)
+    return last

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "util"))
 import job_checks  # noqa: E402
 from prometheus_server import PrometheusServer, free_port  # noqa: E402
+from service_process import free_port_run  # noqa: E402
 
 checks = job_checks.Checks()
 check = checks.check
@@ -59,31 +60,10 @@ train:
 """ % (", ".join('"%s"' % s for s in servers), metrics_port, BATCH, STEPS)
 
 
-def free_run(n):
-    """A first port of n consecutive free loopback ports."""
-    for _ in range(50):
-        first = free_port()
-        if first + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(first, first + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no %d consecutive free ports" % n)
-
-
 def body(tmp, procs):
     bin_dir = sys.argv[1]
     servers = ["127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()]
-    port = free_run(4)
+    port = free_port_run(4)
     targets = ["127.0.0.1:%d" % (port + i) for i in range(4)]
     config = os.path.join(tmp, "job.yaml")
     with open(config, "w") as f:

@@ -144,6 +144,8 @@ void ExpectSameCopies(ReplicatedCluster& cluster, const JobOptions& job) {
         EXPECT_EQ(b.store().Checksum(t), primary.Checksum(t));
       }
       EXPECT_EQ(b.clocks().min_clock(), cluster.primary(s).clocks().min_clock());
+      // With backup workers, each open clock's members and late workers too.
+      EXPECT_EQ(b.clocks().Encode(), cluster.primary(s).clocks().Encode());
       for (uint32_t w = 0; w < job.cluster.workers; ++w) {
         EXPECT_EQ(b.clocks().clock(w), cluster.primary(s).clocks().clock(w));
       }
@@ -240,6 +242,7 @@ struct Mode {
   // Under aggregate: every push to the backups (replication.after_aggregation
   // false) rather than each clock's sums once.
   bool per_push = false;
+  uint32_t backup_workers = 0;  // consistency.backup_workers (per push)
 };
 
 // `shards` shards with replication.factor `factor` and as many workers as
@@ -250,6 +253,7 @@ JobOptions AdamJob(const Mode& m, uint32_t shards, uint32_t factor, uint64_t row
       ReplicatedJob(shards, factor, TestJob().Workers(shards).Mode(m.mode, m.staleness).Table(adam));
   job.consistency.aggregate = m.aggregate;
   job.replication.after_aggregation = !m.per_push;
+  job.consistency.backup_workers = m.backup_workers;
   return job;
 }
 
@@ -263,6 +267,11 @@ TEST_P(ReplicatedTrainingTest, EveryBackupEndsBitForBitEqualToItsPrimary) {
   Train(job, cluster, kRows, 12);
   cluster.Stop();
   ExpectSameCopies(cluster, job);
+  if (m.backup_workers == 1) {
+    // Every worker pushes every clock: of each clock's three pushes the
+    // last to reach a shard is late there, and the backups know it too.
+    for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(cluster.primary(s).counters().late_pushes, 12u);
+  }
   for (uint32_t s = 0; s < 3; ++s) {
     EXPECT_EQ(cluster.backup(s, 1).applied(), cluster.backup(s, 2).applied());
     EXPECT_GT(cluster.backup(s, 1).applied(), 12u);
@@ -274,6 +283,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedTrainingTest,
                                            Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
                                            Mode{"bsp_aggregate_per_push", ConsistencyMode::kBsp,
                                                 0, true, true},
+                                           Mode{"bsp_aggregate_backup_worker",
+                                                ConsistencyMode::kBsp, 0, true, true, 1},
                                            Mode{"ssp2", ConsistencyMode::kSsp, 2, false},
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
@@ -324,6 +335,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, RejoinTest,
                                            Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
                                            Mode{"bsp_aggregate_per_push", ConsistencyMode::kBsp,
                                                 0, true, true},
+                                           Mode{"bsp_aggregate_backup_worker",
+                                                ConsistencyMode::kBsp, 0, true, true, 1},
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -579,7 +592,8 @@ TEST(ReplicationTest, AJoiningBackupTakesOnlyAWholeCopyAndIsNotPromotedBeforeIt)
   rows.count = 5;
   // Only the copy's end is answered.
   peer.Send(rows, OneFrame(std::vector<float>{1, 2, 3, 4, 5}));
-  const std::vector<int64_t> clocks = {3, 1, 3};  // clock, counted, minimum
+  // clock, counted, minimum, no clocks with members (no backup workers)
+  const std::vector<int64_t> clocks = {3, 1, 3, 0};
   peer.Send(CopyEntry(ReplicaEntry::kCopyClocks, 7), OneFrame(clocks));
   peer.Send(CopyEntry(ReplicaEntry::kCopyRecent, 7), OneFrame(std::vector<uint64_t>{0}));
   MessageHeader end = CopyEntry(ReplicaEntry::kCopyEnd, 7);

@@ -273,6 +273,30 @@ TEST(BuildJobViewTest, AWorkerNoShardHeardFromYetIsStartingAndMayBeTheSlowest) {
   EXPECT_NE(page.find("starting"), std::string::npos) << page;
 }
 
+TEST(BuildJobViewTest, BackupWorkersShowEachWorkersLatePushesSummedOverShards) {
+  const auto t = std::chrono::steady_clock::now();
+  // Without backup workers no shard reports them: no column, null in JSON.
+  const std::vector<ShardSample> before = {Sample(0, kReport0, t), Sample(1, kReport, t)};
+  const JobView plain = BuildJobView(TwoShardJob(), before, {});
+  EXPECT_FALSE(plain.workers_rows[1].late_pushes.has_value());
+  EXPECT_EQ(FormatJobView(plain).find("late pushes"), std::string::npos);
+  std::string r0 = kReport0, r1 = kReport;
+  r0 += "backup_workers 1 quorum 2 late_pushes 9\nworker_late_pushes 0 9 0\n";
+  r1 += "backup_workers 1 quorum 2 late_pushes 12\nworker_late_pushes 1 11 0\n";
+  const std::vector<ShardSample> now = {Sample(0, r0, t), Sample(1, r1, t)};
+  const JobView view = BuildJobView(TwoShardJob(), now, {});
+  EXPECT_EQ(view.workers_rows[0].late_pushes, 1);
+  EXPECT_EQ(view.workers_rows[1].late_pushes, 20);
+  EXPECT_EQ(view.workers_rows[2].late_pushes, 0);
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("late pushes"), std::string::npos) << page;
+  EXPECT_NE(page.find("   20 "), std::string::npos) << page;
+  const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["workers"][1]["late_pushes"], 20);
+  EXPECT_TRUE(nlohmann::json::parse(JobViewJson(plain))["workers"][1]["late_pushes"].is_null());
+}
+
 TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   const auto t0 = std::chrono::steady_clock::now();
   ShardSample down;
