@@ -236,8 +236,9 @@ void ReplicationLog::Late(uint32_t worker, int64_t clock, uint64_t session,
   MessageHeader h;
   h.worker = worker;
   h.clock = clock;
-  h.session = session;
-  h.request_id = request_id;
+  // Send() numbers the entry in request_id and puts the epoch in session.
+  h.first_row = session;
+  h.count = request_id;
   Send(ReplicaEntry::kLate, h, {});
 }
 
@@ -692,7 +693,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       PS_RETURN_IF_ERROR(check_worker());
       PS_RETURN_IF_ERROR(check_clock());
       ack();
-      recent_pushes_.Insert(entry.worker, entry.session, entry.request_id);
+      recent_pushes_.Insert(entry.worker, entry.first_row, entry.count);
       clocks_.Admit(entry.worker, entry.clock);
       return Status::Ok();
     case ReplicaEntry::kExclude:

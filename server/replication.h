@@ -135,8 +135,9 @@ enum class ReplicaEntry : uint32_t {
   // the sums' clocks and tables (int64 pairs), then each sum's values and
   // touched bytes (ShardStore::CopySums).
   kAggregate = 13,
-  // A push found late (consistency.backup_workers): worker, clock,
-  // session, request_id; no frames. Dropped, its id recorded.
+  // A push found late (consistency.backup_workers): worker, clock, and
+  // the push's session in first_row and request id in count; no frames.
+  // Dropped, its id recorded.
   kLate = 14,
 };
 
@@ -297,6 +298,7 @@ class BackupServer {
   // REQUIRES: Run() is not running.
   const ShardStore& store() const { return *store_; }
   const ClockTable& clocks() const { return clocks_; }
+  const RecentPushes& recent_pushes() const { return recent_pushes_; }
   uint64_t applied() const { return applied_; }
   uint64_t refused() const { return refused_; }
   // Created with `join` and the primary's copy is not whole yet.

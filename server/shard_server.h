@@ -194,6 +194,7 @@ class ShardServer {
   const ShardServerCounters& counters() const { return counters_; }
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
+  const RecentPushes& recent_pushes() const { return recent_pushes_; }
   size_t waiting_pulls() const { return waiting_.size(); }
   // Bytes of pull replies handed to ZeroMQ and not yet released, over every
   // connection (server.max_queued_reply_bytes). Safe from any thread.

@@ -146,6 +146,8 @@ void ExpectSameCopies(ReplicatedCluster& cluster, const JobOptions& job) {
       EXPECT_EQ(b.clocks().min_clock(), cluster.primary(s).clocks().min_clock());
       // With backup workers, each open clock's members and late workers too.
       EXPECT_EQ(b.clocks().Encode(), cluster.primary(s).clocks().Encode());
+      // Every push the primary recorded, late ones included.
+      EXPECT_EQ(b.recent_pushes().Encode(), cluster.primary(s).recent_pushes().Encode());
       for (uint32_t w = 0; w < job.cluster.workers; ++w) {
         EXPECT_EQ(b.clocks().clock(w), cluster.primary(s).clocks().clock(w));
       }
