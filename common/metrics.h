@@ -11,6 +11,7 @@
 #ifndef PS_COMMON_METRICS_H_
 #define PS_COMMON_METRICS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,6 +21,23 @@
 #include "common/options.h"
 
 namespace ps {
+
+// Adds the wall time from its construction to its destruction, in seconds,
+// to *total: the time a scope took, for a counter of seconds.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double* total)
+      : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedSeconds() {
+    *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double* const total_;
+  const std::chrono::steady_clock::time_point start_;
+};
 
 // Label pairs of one sample, e.g. {{"op", "push"}}.
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;

@@ -9,7 +9,7 @@
 // allocation can serve batches of different sizes); a violation is
 // InvalidArgument and nothing is computed. Ops may run asynchronously on the
 // device: an error from one op can surface from a later call, at the latest
-// from the next Download, which waits for all earlier work.
+// from the next Synchronize or Download, which wait for all earlier work.
 //
 // A Backend and its buffers are thread-compatible: one thread at a time per
 // backend. Buffers must not outlive the backend that allocated them.
@@ -59,6 +59,48 @@ class DeviceBuffer {
   const size_t size_;
 };
 
+// A part of another buffer, or host memory viewed as a buffer of a backend
+// whose memory is host memory (Backend::host_memory): no allocation and no
+// copy, so a model can compute on parameters where they were pulled and
+// write gradients where they are pushed from. Built on the stack or kept
+// as a member; must not outlive what it views. Ops accept it like any
+// buffer of its backend.
+class BufferView final : public DeviceBuffer {
+ public:
+  // [offset, offset + size) of `parent`.
+  // REQUIRES: offset + size <= parent.size().
+  BufferView(const DeviceBuffer& parent, size_t offset, size_t size)
+      : DeviceBuffer(parent.owner(), const_cast<float*>(parent.data()) + offset, size) {}
+  // `size` floats at `host` as a buffer of `backend`.
+  // REQUIRES: backend.host_memory().
+  BufferView(const Backend& backend, float* host, size_t size)
+      : DeviceBuffer(&backend, host, size) {}
+  BufferView(const Backend& backend, const float* host, size_t size)
+      : DeviceBuffer(&backend, const_cast<float*>(host), size) {}
+};
+
+// Host memory made page-locked for a backend's asynchronous copies
+// (Backend::Pin); unlocked when destroyed. Keep it no longer than the
+// memory it pins, and destroy it before the backend.
+class PinnedHost {
+ public:
+  virtual ~PinnedHost() = default;
+  PinnedHost() = default;
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+};
+
+// Time a backend spent on its work since it was created, in seconds:
+// copies into its memory (uploads), compute, copies out of it (downloads).
+// A device backend measures each on the device, where copies run beside
+// compute, so the three may overlap and their sum exceed the wall time;
+// the cpu backend times its ops and copies only when asked to.
+struct DeviceTimes {
+  double upload_s = 0;
+  double compute_s = 0;
+  double download_s = 0;
+};
+
 // Whether an operand of Gemm/Gemv (or the sparse matrix of CsrMatVec) is
 // used as stored or transposed.
 enum class Transpose { kNo, kYes };
@@ -78,9 +120,44 @@ class Backend {
   // REQUIRES: n <= buffer->size(), else InvalidArgument.
   virtual Status Upload(const float* host, size_t n, DeviceBuffer* buffer) = 0;
 
-  // Copies buffer[0, n) to host memory after all earlier ops have finished.
+  // Copies buffer[0, n) to host memory after all earlier ops have finished
+  // (and, like Synchronize, finishes every op queued so far).
   // REQUIRES: n <= buffer.size(), else InvalidArgument.
   virtual Status Download(const DeviceBuffer& buffer, float* host, size_t n) = 0;
+
+  // Whether this backend's memory is host memory (the cpu backend): a
+  // BufferView may then view host memory, and a model can skip its copies.
+  virtual bool host_memory() const { return false; }
+
+  // Upload and Download that may return before the copy is done: the copy
+  // runs on the device's copy engine beside compute, and waits only for what
+  // it must (an upload for earlier ops on the buffer, a download for the
+  // ops queued before it; an op reading an uploaded buffer waits for that
+  // upload alone). `host` must stay unchanged (upload) or unread (download)
+  // until Synchronize returns; it should be pinned (Pin) for the copy to be
+  // asynchronous. The checks and errors are Upload's and Download's.
+  virtual Status UploadAsync(const float* host, size_t n, DeviceBuffer* buffer) {
+    return Upload(host, n, buffer);
+  }
+  virtual Status DownloadAsync(const DeviceBuffer& buffer, float* host, size_t n) {
+    return Download(buffer, host, n);
+  }
+
+  // Waits for every op and copy queued so far; the losses of
+  // SoftmaxCrossEntropy and LogisticLoss are written when it returns. An
+  // error of an earlier asynchronous op surfaces here.
+  virtual Status Synchronize() { return Status::Ok(); }
+
+  // Page-locks `floats` floats at `host` for UploadAsync and DownloadAsync
+  // (a no-op for the cpu backend). Internal when the device refuses.
+  virtual StatusOr<std::unique_ptr<PinnedHost>> Pin(const float* host, size_t floats) {
+    (void)host;
+    (void)floats;
+    return std::make_unique<PinnedHost>();
+  }
+
+  // Busy time so far (DeviceTimes); up to date after Synchronize or Download.
+  virtual DeviceTimes times() const = 0;
 
   // C = alpha * op(A) * op(B) + beta * C, with C m x n, op(A) m x k and
   // op(B) k x n. A is stored m x k (kNo) or k x m (kYes); B is stored k x n
@@ -120,8 +197,10 @@ class Backend {
   virtual Status SumRows(size_t rows, size_t cols, const DeviceBuffer& x, DeviceBuffer* out) = 0;
 
   // Softmax and mean cross-entropy for logits (rows x classes) and integer
-  // labels (rows, in host memory): probs = softmax(logits) per row;
-  // *loss = mean over rows of -log(probs[r][labels[r]]); if grad is not
+  // labels (rows, in host memory, which may be reused at once): probs =
+  // softmax(logits) per row; *loss = mean over rows of
+  // -log(probs[r][labels[r]]), written by the time the next Synchronize or
+  // Download returns (at once by the cpu backend); if grad is not
   // null, grad = (probs - onehot(labels)) / rows, the gradient of *loss with
   // respect to the logits. probs (and grad) may be the logits buffer itself.
   // A label outside [0, classes) is InvalidArgument and nothing is written.
@@ -176,7 +255,8 @@ class Backend {
 
   // Mean logistic loss of n logits z with labels y (host memory, each 0 or
   // 1): *loss = mean over i of log(1 + exp(-z_i)) for y_i = 1 and
-  // log(1 + exp(z_i)) for y_i = 0, computed without overflow for any z. If
+  // log(1 + exp(z_i)) for y_i = 0, computed without overflow for any z,
+  // written by the next Synchronize or Download like SoftmaxCrossEntropy's. If
   // grad is not null, grad[i] = (sigmoid(z_i) - y_i) / n, the gradient of
   // *loss with respect to the logits; grad may be the logits buffer itself.
   // A label other than 0 or 1 is InvalidArgument and nothing is written.

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
+
 namespace ps {
 namespace {
 
@@ -27,6 +29,9 @@ constexpr size_t kMaxBlasDim = static_cast<size_t>(std::numeric_limits<blasint>:
 
 class CpuBackend : public Backend {
  public:
+  bool host_memory() const override { return true; }
+  DeviceTimes times() const override { return times_; }
+
   std::string name() const override {
     const int threads = openblas_get_num_threads();
     return "cpu (OpenBLAS, " + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
@@ -45,12 +50,14 @@ class CpuBackend : public Backend {
 
   Status Upload(const float* host, size_t n, DeviceBuffer* buffer) override {
     PS_RETURN_IF_ERROR(CheckBuffer(buffer, n, "Upload", "buffer"));
+    const ScopedSeconds timer(&times_.upload_s);
     if (n > 0) std::memcpy(buffer->data(), host, n * sizeof(float));
     return Status::Ok();
   }
 
   Status Download(const DeviceBuffer& buffer, float* host, size_t n) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&buffer, n, "Download", "buffer"));
+    const ScopedSeconds timer(&times_.download_s);
     if (n > 0) std::memcpy(host, buffer.data(), n * sizeof(float));
     return Status::Ok();
   }
@@ -58,6 +65,7 @@ class CpuBackend : public Backend {
   Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
               const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
     PS_RETURN_IF_ERROR(CheckGemmArgs(m, n, k, a, b, c, kMaxBlasDim));
+    const ScopedSeconds timer(&times_.compute_s);
     const bool ta = trans_a == Transpose::kYes;
     const bool tb = trans_b == Transpose::kYes;
     // beta == 0 promises to ignore C, which may hold NaN garbage; BLAS
@@ -73,6 +81,7 @@ class CpuBackend : public Backend {
   Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
               const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckGemvArgs(trans, rows, cols, a, x, y, kMaxBlasDim));
+    const ScopedSeconds timer(&times_.compute_s);
     const bool t = trans == Transpose::kYes;
     if (beta == 0.0f) std::fill_n(y->data(), t ? cols : rows, 0.0f);
     cblas_sgemv(CblasRowMajor, t ? CblasTrans : CblasNoTrans, static_cast<blasint>(rows),
@@ -84,6 +93,7 @@ class CpuBackend : public Backend {
   Status Axpy(size_t n, float alpha, const DeviceBuffer& x, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&x, n, "Axpy", "x"));
     PS_RETURN_IF_ERROR(CheckBuffer(y, n, "Axpy", "y"));
+    const ScopedSeconds timer(&times_.compute_s);
     const float* xs = x.data();
     float* ys = y->data();
     for (size_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
@@ -92,6 +102,7 @@ class CpuBackend : public Backend {
 
   Status Scale(size_t n, float alpha, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Scale", "x"));
+    const ScopedSeconds timer(&times_.compute_s);
     float* xs = x->data();
     for (size_t i = 0; i < n; ++i) xs[i] *= alpha;
     return Status::Ok();
@@ -100,6 +111,7 @@ class CpuBackend : public Backend {
   Status AddBias(size_t rows, size_t cols, const DeviceBuffer& bias, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&bias, cols, "AddBias", "bias"));
     PS_RETURN_IF_ERROR(CheckBuffer(x, rows * cols, "AddBias", "X"));
+    const ScopedSeconds timer(&times_.compute_s);
     const float* b = bias.data();
     float* xs = x->data();
     for (size_t r = 0; r < rows; ++r) {
@@ -111,6 +123,7 @@ class CpuBackend : public Backend {
 
   Status Relu(size_t n, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Relu", "x"));
+    const ScopedSeconds timer(&times_.compute_s);
     float* xs = x->data();
     for (size_t i = 0; i < n; ++i) xs[i] = xs[i] > 0.0f ? xs[i] : 0.0f;
     return Status::Ok();
@@ -119,6 +132,7 @@ class CpuBackend : public Backend {
   Status ReluBackward(size_t n, const DeviceBuffer& activations, DeviceBuffer* grad) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&activations, n, "ReluBackward", "activations"));
     PS_RETURN_IF_ERROR(CheckBuffer(grad, n, "ReluBackward", "grad"));
+    const ScopedSeconds timer(&times_.compute_s);
     const float* act = activations.data();
     float* g = grad->data();
     for (size_t i = 0; i < n; ++i) {
@@ -130,6 +144,7 @@ class CpuBackend : public Backend {
   Status SumRows(size_t rows, size_t cols, const DeviceBuffer& x, DeviceBuffer* out) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&x, rows * cols, "SumRows", "X"));
     PS_RETURN_IF_ERROR(CheckBuffer(out, cols, "SumRows", "out"));
+    const ScopedSeconds timer(&times_.compute_s);
     const float* xs = x.data();
     float* o = out->data();
     std::fill_n(o, cols, 0.0f);
@@ -145,6 +160,7 @@ class CpuBackend : public Backend {
                              const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
                              float* loss) override {
     PS_RETURN_IF_ERROR(CheckSoftmaxArgs(rows, classes, logits, labels, probs, grad, loss));
+    const ScopedSeconds timer(&times_.compute_s);
     const float inv_rows = 1.0f / static_cast<float>(rows);
     double total = 0;
     for (size_t r = 0; r < rows; ++r) {
@@ -176,6 +192,7 @@ class CpuBackend : public Backend {
                     size_t m, DeviceBuffer* out) override {
     PS_RETURN_IF_ERROR(
         CheckIndexedRowsArgs("GatherRows", rows, cols, &table, index, m, out, "out"));
+    const ScopedSeconds timer(&times_.compute_s);
     // A plain loop rather than a memcpy per row: rows are often a few floats.
     for (size_t i = 0; i < m; ++i) {
       const float* from = table.data() + size_t{index[i]} * cols;
@@ -189,6 +206,7 @@ class CpuBackend : public Backend {
                         size_t rows, DeviceBuffer* table) override {
     PS_RETURN_IF_ERROR(
         CheckIndexedRowsArgs("ScatterAddRows", rows, cols, table, index, m, &src, "src"));
+    const ScopedSeconds timer(&times_.compute_s);
     for (size_t i = 0; i < m; ++i) {
       const float* from = src.data() + i * cols;
       float* to = table->data() + size_t{index[i]} * cols;
@@ -202,6 +220,7 @@ class CpuBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&a, m * cols, "RowDots", "A"));
     PS_RETURN_IF_ERROR(CheckBuffer(&b, m * cols, "RowDots", "B"));
     PS_RETURN_IF_ERROR(CheckBuffer(out, m, "RowDots", "out"));
+    const ScopedSeconds timer(&times_.compute_s);
     for (size_t i = 0; i < m; ++i) {
       const float* x = a.data() + i * cols;
       const float* y = b.data() + i * cols;
@@ -216,6 +235,7 @@ class CpuBackend : public Backend {
   Status ScaleRows(size_t m, size_t cols, const DeviceBuffer& scale, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&scale, m, "ScaleRows", "scale"));
     PS_RETURN_IF_ERROR(CheckBuffer(x, m * cols, "ScaleRows", "X"));
+    const ScopedSeconds timer(&times_.compute_s);
     for (size_t i = 0; i < m; ++i) {
       const float s = scale.data()[i];
       float* row = x->data() + i * cols;
@@ -226,6 +246,7 @@ class CpuBackend : public Backend {
 
   Status Fill(size_t n, float value, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Fill", "x"));
+    const ScopedSeconds timer(&times_.compute_s);
     std::fill_n(x->data(), n, value);
     return Status::Ok();
   }
@@ -233,6 +254,7 @@ class CpuBackend : public Backend {
   Status CsrMatVec(Transpose trans, size_t rows, size_t cols, const uint64_t* row_offsets,
                    const uint32_t* col_index, const DeviceBuffer& x, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckCsrArgs(trans, rows, cols, row_offsets, col_index, x, y));
+    const ScopedSeconds timer(&times_.compute_s);
     const float* xs = x.data();
     float* ys = y->data();
     if (trans == Transpose::kNo) {
@@ -254,6 +276,7 @@ class CpuBackend : public Backend {
   Status LogisticLoss(size_t n, const DeviceBuffer& logits, const int32_t* labels,
                       DeviceBuffer* grad, float* loss) override {
     PS_RETURN_IF_ERROR(CheckLogisticArgs(n, logits, labels, grad, loss));
+    const ScopedSeconds timer(&times_.compute_s);
     const double inv_n = 1.0 / static_cast<double>(n);
     double total = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -272,6 +295,9 @@ class CpuBackend : public Backend {
     *loss = static_cast<float>(total * inv_n);
     return Status::Ok();
   }
+
+ private:
+  DeviceTimes times_;
 };
 
 }  // namespace

@@ -173,7 +173,8 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
     part_sizes.push_back(parts.back()->size());
   }
   PS_ASSIGN_OR_RETURN(auto progress,
-                      TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(), metrics));
+                      TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(),
+                                               metrics, backend));
   const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
 
   PulledRows rows;

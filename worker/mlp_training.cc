@@ -163,14 +163,35 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
               train.layers.size(), model->num_parameters(), data.num_samples(), batch,
               train.iterations, store->Describe());
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test accuracy",
-                                                              data.num_samples(), metrics));
+                                                              data.num_samples(), metrics, backend));
 
   std::vector<float> params(model->num_parameters());
   AlternatingBuffers gradients(model->num_parameters());
+  // Page-locked on a GPU: pulls land where the device copies from, the
+  // gradients come back where they are pushed from, and the batches are
+  // copied from the training data itself (nothing is pinned on the cpu,
+  // where the model computes on this memory in place).
+  std::vector<std::unique_ptr<PinnedHost>> pins;
+  for (std::vector<float>* memory :
+       {&params, gradients.buffer(0).get(), gradients.buffer(1).get(), &data.images,
+        &all.images, &batch_images}) {
+    StatusOr<std::unique_ptr<PinnedHost>> pin = backend->Pin(memory->data(), memory->size());
+    if (!pin.ok()) {
+      // Still correct, only slower: the copies of unpinned memory wait.
+      PS_LOG_WARN("could not page-lock {} MB of host memory ({}); its copies to and from the "
+                  "device will not overlap compute",
+                  memory->size() * sizeof(float) >> 20, pin.status().ToString());
+      continue;
+    }
+    pins.push_back(std::move(pin).value());
+  }
   StragglerInjector stragglers(job.stragglers, rank);
   std::function<StatusOr<double>()> evaluate;
   if (evaluates) {
-    evaluate = [&]() -> StatusOr<double> { return TestAccuracy(model.get(), test, kTestBatch); };
+    evaluate = [&]() -> StatusOr<double> {
+      PS_RETURN_IF_ERROR(model->SetParameters(params));
+      return TestAccuracy(model.get(), test, kTestBatch);
+    };
   }
   progress->ShowBalance(balancer.get());
   size_t cursor = 0;
@@ -180,7 +201,6 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     const uint32_t samples = balancer->batch();
     // Sees this worker's own last push: the shards handle its requests in order.
     PS_RETURN_IF_ERROR(store->PullDense(table, params.data()));
-    PS_RETURN_IF_ERROR(model->SetParameters(params));
     // consistency.backup_workers: a worker the job left behind continues
     // at the job's clock, which its pull read.
     if (step = store->CatchUp(step); step >= train.iterations) {
@@ -209,8 +229,8 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
     }
     const auto compute_start = std::chrono::steady_clock::now();
     PS_ASSIGN_OR_RETURN(
-        float loss, model->LossAndGradient({images, size_t{samples} * FashionMnistDataset::kPixels},
-                                           {labels, samples}, *grads));
+        float loss, model->TrainStep({images, size_t{samples} * FashionMnistDataset::kPixels},
+                                     {labels, samples}, params, *grads));
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
     progress->AddStep(loss, samples);

@@ -33,17 +33,17 @@ int64_t RemoteParamStore::CatchUp(int64_t step) {
   return std::max(step, clock);
 }
 
-Status RemoteParamStore::PullDense(uint32_t table, float* out) {
+Status RemoteParamStore::DoPullDense(uint32_t table, float* out) {
   PS_ASSIGN_OR_RETURN(Ticket pull, client_->PullDense(table, out));
   return client_->Wait(pull);
 }
 
-Status RemoteParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, float* out) {
+Status RemoteParamStore::DoPull(uint32_t table, std::span<const uint64_t> rows, float* out) {
   PS_ASSIGN_OR_RETURN(Ticket pull, client_->Pull(table, rows, out));
   return client_->Wait(pull);
 }
 
-Status RemoteParamStore::PullMany(std::span<const RowsToPull> pulls) {
+Status RemoteParamStore::DoPullMany(std::span<const RowsToPull> pulls) {
   std::vector<Ticket> tickets;
   Status first;
   for (const RowsToPull& p : pulls) {
@@ -62,13 +62,13 @@ Status RemoteParamStore::PullMany(std::span<const RowsToPull> pulls) {
   return first;
 }
 
-Status RemoteParamStore::PushDense(uint32_t table, SharedFloats gradient) {
+Status RemoteParamStore::DoPushDense(uint32_t table, SharedFloats gradient) {
   PS_ASSIGN_OR_RETURN(Ticket push, client_->PushDense(table, std::move(gradient)));
   pushes_.push_back(push);
   return Status::Ok();
 }
 
-Status RemoteParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
+Status RemoteParamStore::DoPush(uint32_t table, std::span<const uint64_t> rows,
                               SharedFloats gradient) {
   PS_ASSIGN_OR_RETURN(Ticket push, client_->Push(table, rows, std::move(gradient)));
   pushes_.push_back(push);
@@ -85,7 +85,7 @@ Status RemoteParamStore::WaitFor(std::vector<Ticket>* tickets) {
   return first;
 }
 
-Status RemoteParamStore::EndStepAsync() {
+Status RemoteParamStore::DoEndStepAsync() {
   // The clock report follows the pushes on each shard's connection, so it
   // is sent at once.
   StatusOr<Ticket> clock = client_->Clock();
@@ -97,13 +97,13 @@ Status RemoteParamStore::EndStepAsync() {
   return clock.status();
 }
 
-Status RemoteParamStore::EndStep() {
-  Status sent = EndStepAsync();
-  Status done = Flush();
+Status RemoteParamStore::DoEndStep() {
+  Status sent = DoEndStepAsync();
+  Status done = DoFlush();
   return sent.ok() ? done : sent;
 }
 
-Status RemoteParamStore::Flush() { return WaitFor(&in_flight_); }
+Status RemoteParamStore::DoFlush() { return WaitFor(&in_flight_); }
 
 double RemoteParamStore::staleness_wait_seconds() const {
   return static_cast<double>(client_->counters().staleness_wait_us) * 1e-6;
@@ -216,22 +216,22 @@ Status LocalParamStore::Read(uint32_t table, std::span<const uint64_t> rows, boo
   return Status::Ok();
 }
 
-Status LocalParamStore::PullDense(uint32_t table, float* out) {
+Status LocalParamStore::DoPullDense(uint32_t table, float* out) {
   return Read(table, {}, true, out);
 }
 
-Status LocalParamStore::Pull(uint32_t table, std::span<const uint64_t> rows, float* out) {
+Status LocalParamStore::DoPull(uint32_t table, std::span<const uint64_t> rows, float* out) {
   return Read(table, rows, false, out);
 }
 
-Status LocalParamStore::PushDense(uint32_t table, SharedFloats gradient) {
+Status LocalParamStore::DoPushDense(uint32_t table, SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, {}, true, gradient.size()));
   return store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], {}, true,
                                         {gradient.data(), gradient.size()}),
                            clock_);
 }
 
-Status LocalParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
+Status LocalParamStore::DoPush(uint32_t table, std::span<const uint64_t> rows,
                              SharedFloats gradient) {
   PS_RETURN_IF_ERROR(Check("PUSH", table, rows, false, gradient.size()));
   return store_->ApplyPush(LocalRequest(Op::kPush, table, store_->layouts()[table], rows, false,
@@ -239,7 +239,7 @@ Status LocalParamStore::Push(uint32_t table, std::span<const uint64_t> rows,
                            clock_);
 }
 
-Status LocalParamStore::EndStep() {
+Status LocalParamStore::DoEndStep() {
   ++clock_;
   return Status::Ok();
 }

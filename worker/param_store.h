@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/client.h"
@@ -53,25 +54,40 @@ class ParamStore {
   };
   virtual Lateness lateness() const { return {}; }
   // Reads the whole table into out[0 .. rows * dim).
-  virtual Status PullDense(uint32_t table, float* out) = 0;
+  Status PullDense(uint32_t table, float* out) {
+    const ScopedSeconds t(&times_.pull_s);
+    return DoPullDense(table, out);
+  }
   // Reads `rows` (sorted rows avoid a copy on the remote store) into
   // out[0 .. rows.size() * dim), row-major in the order of `rows`.
-  virtual Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) = 0;
+  Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) {
+    const ScopedSeconds t(&times_.pull_s);
+    return DoPull(table, rows, out);
+  }
   // Several Pulls at once (the remote store has them in flight together);
   // the first error.
-  virtual Status PullMany(std::span<const RowsToPull> pulls) {
-    for (const RowsToPull& p : pulls) PS_RETURN_IF_ERROR(Pull(p.table, p.rows, p.out));
-    return Status::Ok();
+  Status PullMany(std::span<const RowsToPull> pulls) {
+    const ScopedSeconds t(&times_.pull_s);
+    return DoPullMany(pulls);
   }
   // Sends the gradient of the whole table. The contents of `gradient` must
   // not change until EndStep returns.
-  virtual Status PushDense(uint32_t table, SharedFloats gradient) = 0;
+  Status PushDense(uint32_t table, SharedFloats gradient) {
+    const ScopedSeconds t(&times_.push_s);
+    return DoPushDense(table, std::move(gradient));
+  }
   // Sends the gradient of `rows` (rows.size() x dim). `rows` may be reused
   // at once; the contents of `gradient` must not change until EndStep.
-  virtual Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) = 0;
+  Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) {
+    const ScopedSeconds t(&times_.push_s);
+    return DoPush(table, rows, std::move(gradient));
+  }
   // Ends the step: every push of the step is applied (remote: acknowledged)
   // and the clock advances.
-  virtual Status EndStep() = 0;
+  Status EndStep() {
+    const ScopedSeconds t(&times_.push_s);
+    return DoEndStep();
+  }
   // Ends the step without waiting for its pushes: the clock advances at
   // once and the pushes and clock report complete while the next step
   // computes (the next pull still sees them: a shard handles one
@@ -79,9 +95,26 @@ class ParamStore {
   // gradients of this step must not change until the next EndStep,
   // EndStepAsync or Flush returns (alternate two buffers). An error of this
   // step surfaces from that call.
-  virtual Status EndStepAsync() { return EndStep(); }
+  Status EndStepAsync() {
+    const ScopedSeconds t(&times_.push_s);
+    return DoEndStepAsync();
+  }
   // Waits for every push and clock report still in flight.
-  virtual Status Flush() { return Status::Ok(); }
+  Status Flush() {
+    const ScopedSeconds t(&times_.push_s);
+    return DoFlush();
+  }
+
+  // Wall time the calls above kept the training thread waiting, in
+  // seconds: pulls (the network, the shards, and the staleness bound's
+  // waits) and pushes (sending, applying in the local store, and the
+  // acknowledgements EndStep and EndStepAsync wait for).
+  struct Times {
+    double pull_s = 0;
+    double push_s = 0;
+  };
+  const Times& times() const { return times_; }
+
   // Seconds pulls spent held back by the staleness bound, waiting for
   // slower workers (0 for the local store).
   virtual double staleness_wait_seconds() const = 0;
@@ -90,6 +123,24 @@ class ParamStore {
   // Adds the store's own metrics (the client's requests, bytes, cache) to
   // a worker's (worker/progress.h); the local store has none.
   virtual void WriteMetrics(MetricsWriter& out) const { (void)out; }
+
+ protected:
+  // What the public calls of the same names do; they time these.
+  virtual Status DoPullDense(uint32_t table, float* out) = 0;
+  virtual Status DoPull(uint32_t table, std::span<const uint64_t> rows, float* out) = 0;
+  virtual Status DoPullMany(std::span<const RowsToPull> pulls) {
+    for (const RowsToPull& p : pulls) PS_RETURN_IF_ERROR(DoPull(p.table, p.rows, p.out));
+    return Status::Ok();
+  }
+  virtual Status DoPushDense(uint32_t table, SharedFloats gradient) = 0;
+  virtual Status DoPush(uint32_t table, std::span<const uint64_t> rows,
+                        SharedFloats gradient) = 0;
+  virtual Status DoEndStep() = 0;
+  virtual Status DoEndStepAsync() { return DoEndStep(); }
+  virtual Status DoFlush() { return Status::Ok(); }
+
+ private:
+  Times times_;
 };
 
 // The job's parameter servers, through `client` (which must have joined and
@@ -103,19 +154,20 @@ class RemoteParamStore final : public ParamStore {
     const ClientCounters c = client_->counters();
     return {c.late_pushes, c.clocks_skipped};
   }
-  Status PullDense(uint32_t table, float* out) override;
-  Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
-  Status PullMany(std::span<const RowsToPull> pulls) override;
-  Status PushDense(uint32_t table, SharedFloats gradient) override;
-  Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
-  Status EndStep() override;
-  Status EndStepAsync() override;
-  Status Flush() override;
   double staleness_wait_seconds() const override;
   std::string Describe() const override { return description_; }
   void WriteMetrics(MetricsWriter& out) const override;
 
  private:
+  Status DoPullDense(uint32_t table, float* out) override;
+  Status DoPull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
+  Status DoPullMany(std::span<const RowsToPull> pulls) override;
+  Status DoPushDense(uint32_t table, SharedFloats gradient) override;
+  Status DoPush(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
+  Status DoEndStep() override;
+  Status DoEndStepAsync() override;
+  Status DoFlush() override;
+
   // Waits for `tickets` (all of them); the first error.
   Status WaitFor(std::vector<Ticket>* tickets);
 
@@ -138,15 +190,16 @@ class LocalParamStore final : public ParamStore {
   ~LocalParamStore() override;
 
   int64_t clock() const override { return clock_; }
-  Status PullDense(uint32_t table, float* out) override;
-  Status Pull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
-  Status PushDense(uint32_t table, SharedFloats gradient) override;
-  Status Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
-  Status EndStep() override;
   double staleness_wait_seconds() const override { return 0.0; }
   std::string Describe() const override { return "in-process, no parameter server"; }
 
  private:
+  Status DoPullDense(uint32_t table, float* out) override;
+  Status DoPull(uint32_t table, std::span<const uint64_t> rows, float* out) override;
+  Status DoPushDense(uint32_t table, SharedFloats gradient) override;
+  Status DoPush(uint32_t table, std::span<const uint64_t> rows, SharedFloats gradient) override;
+  Status DoEndStep() override;
+
   explicit LocalParamStore(std::unique_ptr<ShardStore> store);
   // InvalidArgument for an unknown table, a row out of range or a size mismatch.
   Status Check(const char* op, uint32_t table, std::span<const uint64_t> rows, bool dense,

@@ -27,8 +27,9 @@ int Finish(const StatusOr<TrainSummary>& result, const ProgramContext& context) 
   const TrainSummary& s = *result;
   const std::string& csv = context.job->train.metrics_csv;
   PS_LOG_INFO("done: first loss {:.4f}, last loss {:.4f}, {:.0f} samples/s, {:.2f} s "
-              "waiting on staleness{}{}",
+              "waiting on staleness, {}{}{}",
               s.first_loss, s.last_loss, s.samples_per_s, s.staleness_wait_s,
+              s.breakdown.ToString(),
               s.metrics.empty() ? std::string()
                                 : fmt::format(", {} {:.4f} (mean of the last {}: {:.4f})",
                                               s.metric_name, s.metrics.back(),

@@ -65,12 +65,19 @@ std::string Number(double v) {
 
 namespace {
 
-// InvalidArgument unless the file open at `fd` starts with the header line.
-Status CheckHeader(int fd, const std::string& path) {
-  const std::string expected = std::string(MetricsCsv::kHeader) + "\n";
+// Whether the file open at `fd` starts with the line `header`.
+bool StartsWithLine(int fd, const std::string& header) {
+  const std::string expected = header + "\n";
   std::string head(expected.size(), '\0');
   const ssize_t n = ::pread(fd, head.data(), head.size(), 0);
-  if (n != static_cast<ssize_t>(head.size()) || head != expected) {
+  return n == static_cast<ssize_t>(head.size()) && head == expected;
+}
+
+// InvalidArgument unless the file open at `fd` starts with the header line
+// (or, with `earlier`, the header of the version before the breakdown).
+Status CheckHeader(int fd, const std::string& path, bool earlier = false) {
+  if (!StartsWithLine(fd, MetricsCsv::kHeader) &&
+      !(earlier && StartsWithLine(fd, MetricsCsv::kHeaderWithoutBreakdown))) {
     return InvalidArgumentError("train.metrics_csv: " + path +
                                 " exists and is not a metrics CSV (its first line is not \"" +
                                 MetricsCsv::kHeader + "\"); remove it or choose another path");
@@ -104,7 +111,7 @@ StatusOr<bool> MetricsCsv::SetAside(const std::string& path) {
     return InvalidArgumentError("train.metrics_csv: cannot read " + path + ": " +
                                 ErrnoText(errno));
   }
-  Status header = CheckHeader(fd, path);
+  Status header = CheckHeader(fd, path, /*earlier=*/true);
   ::close(fd);
   PS_RETURN_IF_ERROR(header);
   const std::string prev = path + ".prev";
@@ -121,11 +128,14 @@ MetricsCsv::~MetricsCsv() {
 
 Status MetricsCsv::Append(const Row& row) {
   const bool evaluator = row.worker == kEvaluatorWorker;
+  const StepBreakdown& b = row.breakdown;
   const std::string line = fmt::format(
-      "{:.3f},{},{},{:.4f},{},{},{},{:.1f},{:.3f}\n", row.time_s, row.clock,
-      evaluator ? std::string("evaluator") : std::to_string(row.worker), row.epoch,
-      evaluator ? std::string() : Number(row.loss), row.metric ? row.metric_name : std::string(),
-      row.metric ? Number(*row.metric) : std::string(), row.samples_per_s, row.staleness_wait_s);
+      "{:.3f},{},{},{:.4f},{},{},{},{:.1f},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n",
+      row.time_s, row.clock, evaluator ? std::string("evaluator") : std::to_string(row.worker),
+      row.epoch, evaluator ? std::string() : Number(row.loss),
+      row.metric ? row.metric_name : std::string(),
+      row.metric ? Number(*row.metric) : std::string(), row.samples_per_s, row.staleness_wait_s,
+      b.step_ms, b.pull_ms, b.h2d_ms, b.compute_ms, b.d2h_ms, b.push_ms);
   // One write() per row: with O_APPEND, rows of several processes never interleave.
   if (!WriteAll(fd_, line)) {
     return InternalError("train.metrics_csv: cannot append to " + path_ + ": " + ErrnoText(errno));
@@ -141,20 +151,29 @@ double TrainSummary::TailMean(size_t n) const {
   return sum / static_cast<double>(k);
 }
 
+std::string StepBreakdown::ToString() const {
+  return fmt::format("step {:.2f} ms: pull {:.2f}, h2d {:.2f}, compute {:.2f}, d2h {:.2f}, "
+                     "push {:.2f}",
+                     step_ms, pull_ms, h2d_ms, compute_ms, d2h_ms, push_ms);
+}
+
 StatusOr<std::unique_ptr<TrainingProgress>> TrainingProgress::Create(
     const TrainJob& job, uint32_t rank, const ParamStore* store, std::string metric_name,
-    uint64_t samples_per_epoch, MetricsEndpoint* metrics) {
+    uint64_t samples_per_epoch, MetricsEndpoint* metrics, const Backend* backend) {
   std::unique_ptr<MetricsCsv> csv;
   if (!job.train.metrics_csv.empty()) {
     PS_ASSIGN_OR_RETURN(csv, MetricsCsv::Open(job.train.metrics_csv));
   }
-  return std::unique_ptr<TrainingProgress>(new TrainingProgress(
-      job, rank, store, std::move(metric_name), samples_per_epoch, std::move(csv), metrics));
+  return std::unique_ptr<TrainingProgress>(new TrainingProgress(job, rank, store,
+                                                                std::move(metric_name),
+                                                                samples_per_epoch, std::move(csv),
+                                                                metrics, backend));
 }
 
 TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                                    std::string metric_name, uint64_t samples_per_epoch,
-                                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics)
+                                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics,
+                                   const Backend* backend)
     : rank_(rank),
       log_every_(job.train.log_every),
       eval_every_(job.train.eval_every),
@@ -166,8 +185,44 @@ TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const Par
       metrics_(metrics),
       metrics_interval_(job.metrics.interval_ms),
       step_start_(start_),
-      published_(start_) {
+      published_(start_),
+      backend_(backend) {
   summary_.metric_name = std::move(metric_name);
+  // What the store and backend did before training (loading data, the
+  // first model) is not a step's.
+  left_out_.pull_s = store_->times().pull_s;
+  left_out_.push_s = store_->times().push_s;
+  if (backend_ != nullptr) left_out_.device = backend_->times();
+  logged_ = Now();
+}
+
+TrainingProgress::Totals TrainingProgress::Now() const {
+  Totals t;
+  t.steps = steps_;
+  t.step_s = TrainingSeconds();
+  const ParamStore::Times& store = store_->times();
+  t.pull_s = store.pull_s - left_out_.pull_s;
+  t.push_s = store.push_s - left_out_.push_s;
+  if (backend_ != nullptr) {
+    const DeviceTimes d = backend_->times();
+    t.device.upload_s = d.upload_s - left_out_.device.upload_s;
+    t.device.compute_s = d.compute_s - left_out_.device.compute_s;
+    t.device.download_s = d.download_s - left_out_.device.download_s;
+  }
+  return t;
+}
+
+StepBreakdown TrainingProgress::Between(const Totals& from, const Totals& to) {
+  StepBreakdown b;
+  if (to.steps <= from.steps) return b;
+  const double per_step_ms = 1000.0 / static_cast<double>(to.steps - from.steps);
+  b.step_ms = (to.step_s - from.step_s) * per_step_ms;
+  b.pull_ms = (to.pull_s - from.pull_s) * per_step_ms;
+  b.push_ms = (to.push_s - from.push_s) * per_step_ms;
+  b.h2d_ms = (to.device.upload_s - from.device.upload_s) * per_step_ms;
+  b.compute_ms = (to.device.compute_s - from.device.compute_s) * per_step_ms;
+  b.d2h_ms = (to.device.download_s - from.device.download_s) * per_step_ms;
+  return b;
 }
 
 double TrainingProgress::TrainingSeconds() const {
@@ -181,6 +236,7 @@ void TrainingProgress::AddStep(double loss, uint64_t samples) {
   }
   interval_loss_ += loss;
   ++interval_steps_;
+  ++steps_;
   samples_ += samples;
   last_loss_ = loss;
 }
@@ -222,6 +278,19 @@ std::string TrainingProgress::MetricsText(int64_t done, int64_t total) const {
               store_->staleness_wait_seconds());
   out.Counter("ps_worker_evaluation_seconds_total", "Seconds spent evaluating on the test set",
               std::chrono::duration<double>(evaluating_).count());
+  const Totals totals = Now();
+  out.Family("ps_worker_step_phase_seconds_total", "counter",
+             "Seconds of training steps by phase: waiting in pulls and pushes (wall time), and "
+             "the compute backend's busy time copying to the device (h2d), computing and "
+             "copying back (d2h), which a GPU overlaps");
+  for (const auto& [phase, seconds] :
+       {std::pair<const char*, double>{"pull", totals.pull_s},
+        {"h2d", totals.device.upload_s},
+        {"compute", totals.device.compute_s},
+        {"d2h", totals.device.download_s},
+        {"push", totals.push_s}}) {
+    out.Sample("ps_worker_step_phase_seconds_total", {{"phase", phase}}, seconds);
+  }
   out.Gauge("ps_worker_loss", "Minibatch loss of the last step", last_loss_);
   out.Gauge("ps_worker_epoch", "Epochs of this worker's data processed",
             static_cast<double>(samples_) / static_cast<double>(samples_per_epoch_));
@@ -260,8 +329,16 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
   std::optional<double> metric;
   if (eval) {
     const auto eval_start = SteadyClock::now();
+    const Totals before = Now();
     PS_ASSIGN_OR_RETURN(double value, evaluate());
     evaluating_ += SteadyClock::now() - eval_start;
+    // What the evaluation pulled and computed is not the steps'.
+    const Totals after = Now();
+    left_out_.pull_s += after.pull_s - before.pull_s;
+    left_out_.push_s += after.push_s - before.push_s;
+    left_out_.device.upload_s += after.device.upload_s - before.device.upload_s;
+    left_out_.device.compute_s += after.device.compute_s - before.device.compute_s;
+    left_out_.device.download_s += after.device.download_s - before.device.download_s;
     metric = value;
     summary_.metrics.push_back(value);
     UpdateMetrics(done, total);  // after it: the step's time leaves it out, the value is in
@@ -277,12 +354,17 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
     const ParamStore::Lateness l = store_->lateness();
     late = fmt::format(" | {} pushes late, {} clocks skipped", l.late_pushes, l.clocks_skipped);
   }
+  const Totals now = Now();
+  const StepBreakdown interval = Between(logged_, now);
+  summary_.breakdown = Between(Totals(), now);
+  logged_ = now;
   PS_LOG_INFO("clock {:6d} epoch {:6.2f} loss {:.4f}{} | {:.0f} samples/s, waited "
-              "{:.2f} s on staleness ({:.0f}%){}",
+              "{:.2f} s on staleness ({:.0f}%){} | {}",
               done, epoch, summary_.last_loss,
               metric ? fmt::format(" {} {:.4f}", summary_.metric_name, *metric) : std::string(),
               summary_.samples_per_s, summary_.staleness_wait_s,
-              wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0, late);
+              wall > 0 ? 100.0 * summary_.staleness_wait_s / wall : 0.0, late,
+              interval.ToString());
   if (csv_ != nullptr) {
     MetricsCsv::Row row;
     row.time_s = wall;
@@ -294,6 +376,7 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
     row.metric = metric;
     row.samples_per_s = summary_.samples_per_s;
     row.staleness_wait_s = summary_.staleness_wait_s;
+    row.breakdown = interval;
     PS_RETURN_IF_ERROR(csv_->Append(row));
   }
   interval_loss_ = 0;

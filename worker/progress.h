@@ -1,7 +1,7 @@
 // Progress of one worker's training program: a line per interval (epoch,
 // clock, loss, test metric, samples/s, time spent waiting on the staleness
-// bound) and, when train.metrics_csv is set, the same as a CSV row that the
-// convergence benchmarks plot.
+// bound, where the step's time went) and, when train.metrics_csv is set,
+// the same as a CSV row that the convergence benchmarks plot.
 #ifndef PS_WORKER_PROGRESS_H_
 #define PS_WORKER_PROGRESS_H_
 
@@ -16,11 +16,30 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/status.h"
+#include "worker/backend.h"
 #include "worker/batch_balance.h"
 #include "worker/param_store.h"
 #include "worker/train_options.h"
 
 namespace ps {
+
+// Where the time of a training step went, in milliseconds per step (a mean
+// over some steps; evaluations left out):
+//   - step: wall time;
+//   - pull and push: time the training thread waited in the ParamStore's
+//     pulls and pushes (ParamStore::Times);
+//   - h2d, compute, d2h: the compute backend's busy time (DeviceTimes):
+//     copies to the device, compute, copies back. A GPU runs copies and
+//     compute at once, so these may add up to more than the step. On the
+//     cpu backend the MLP copies nothing (Mlp::TrainStep computes where
+//     the parameters were pulled and writes the gradient where it is
+//     pushed from); the sparse models still copy their pulled rows in and
+//     their gradients out (memcpy), and those copies count here.
+struct StepBreakdown {
+  double step_ms = 0, pull_ms = 0, h2d_ms = 0, compute_ms = 0, d2h_ms = 0, push_ms = 0;
+  // "step 12.30 ms: pull 3.10, h2d 0.40, compute 5.20, d2h 0.40, push 2.00"
+  std::string ToString() const;
+};
 
 // Rows of a metrics CSV shared by every worker of a run. The file is
 // created with its header line when missing (atomically: a half-written
@@ -29,6 +48,11 @@ namespace ps {
 class MetricsCsv {
  public:
   static constexpr const char* kHeader =
+      "time_s,clock,worker,epoch,loss,metric_name,metric,samples_per_s,staleness_wait_s,"
+      "step_ms,pull_ms,h2d_ms,compute_ms,d2h_ms,push_ms";
+  // The header before the step breakdown's columns: SetAside moves such a
+  // file aside too (Open refuses to append to it).
+  static constexpr const char* kHeaderWithoutBreakdown =
       "time_s,clock,worker,epoch,loss,metric_name,metric,samples_per_s,staleness_wait_s";
   // Opens (creating when missing) `path`. InvalidArgument naming the path
   // when it cannot be created or is not a metrics CSV (another header).
@@ -52,6 +76,7 @@ class MetricsCsv {
     std::optional<double> metric;
     double samples_per_s = 0;
     double staleness_wait_s = 0;
+    StepBreakdown breakdown;  // of the interval the row ends
   };
   // One line; Internal naming the path when the write fails (disk full).
   Status Append(const Row& row);
@@ -71,6 +96,7 @@ struct TrainSummary {
   std::vector<double> metrics;  // every evaluation, in order (worker 0 only)
   double samples_per_s = 0;     // over the whole run, evaluations excluded
   double staleness_wait_s = 0;
+  StepBreakdown breakdown;      // over the whole run
 
   // Mean of the last `n` evaluations (fewer if there are fewer); NaN when none.
   double TailMean(size_t n) const;
@@ -81,12 +107,14 @@ class TrainingProgress {
   // `metric_name` names what the program's evaluation measures;
   // `samples_per_epoch` is this worker's data size. Opens train.metrics_csv.
   // With `metrics` (must outlive this), publishes the worker's metrics
-  // there every metrics.interval_ms and at the last step.
+  // there every metrics.interval_ms and at the last step. `backend` (must
+  // outlive this; null: none) gives the breakdown's device times.
   static StatusOr<std::unique_ptr<TrainingProgress>> Create(const TrainJob& job, uint32_t rank,
                                                             const ParamStore* store,
                                                             std::string metric_name,
                                                             uint64_t samples_per_epoch,
-                                                            MetricsEndpoint* metrics = nullptr);
+                                                            MetricsEndpoint* metrics = nullptr,
+                                                            const Backend* backend = nullptr);
 
   // Records one step's minibatch loss and size.
   void AddStep(double loss, uint64_t samples);
@@ -111,8 +139,17 @@ class TrainingProgress {
   using SteadyClock = std::chrono::steady_clock;
   TrainingProgress(const TrainJob& job, uint32_t rank, const ParamStore* store,
                    std::string metric_name, uint64_t samples_per_epoch,
-                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics);
+                   std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics,
+                   const Backend* backend);
   double TrainingSeconds() const;
+  // Running totals of the breakdown's parts, evaluations left out.
+  struct Totals {
+    uint64_t steps = 0;
+    double step_s = 0, pull_s = 0, push_s = 0;
+    DeviceTimes device;
+  };
+  Totals Now() const;
+  static StepBreakdown Between(const Totals& from, const Totals& to);
   // Times the step just done and publishes the metrics when due.
   void UpdateMetrics(int64_t done, int64_t total);
 
@@ -142,6 +179,13 @@ class TrainingProgress {
   double samples_per_s_now_ = 0;    // between the last two publications
   double last_loss_ = 0;
   const BatchBalancer* balancer_ = nullptr;
+  // The breakdown: steps so far, what the store and backend spent outside
+  // steps (before training, in evaluations), and the totals at the last
+  // log line.
+  const Backend* const backend_;
+  uint64_t steps_ = 0;
+  Totals left_out_;
+  Totals logged_;
 };
 
 }  // namespace ps

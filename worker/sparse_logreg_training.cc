@@ -117,7 +117,7 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
     part_sizes.push_back(parts.back()->num_samples());
   }
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
-                                                              data.num_samples(), metrics));
+                                                              data.num_samples(), metrics, backend));
   const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
 
   std::vector<uint64_t> ids;

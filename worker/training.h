@@ -37,6 +37,8 @@ class AlternatingBuffers {
     next_ ^= 1;
     return buffers_[next_];
   }
+  // Buffer 0 or 1 (to pin them, say).
+  const std::shared_ptr<std::vector<float>>& buffer(int i) const { return buffers_[i & 1]; }
 
  private:
   std::shared_ptr<std::vector<float>> buffers_[2];

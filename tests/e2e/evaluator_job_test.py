@@ -115,7 +115,8 @@ def same_numbers(tmp, procs, bin_dir):
     check(not metrics_rows(os.path.join(tmp, "evaluated.csv"), "0"),
           "worker 0 evaluated nothing")
     check(re.search(r"\[worker 0\].*done: first loss [0-9.]+, last loss [0-9.]+, [0-9]+ "
-                    r"samples/s, [0-9.]+ s waiting on staleness, metrics", out) is not None,
+                    r"samples/s, [0-9.]+ s waiting on staleness, step [0-9.]+ ms: [^|]*?, push "
+                    r"[0-9.]+, metrics", out) is not None,
           "worker 0's summary has no test metric", out[-2000:])
     check(re.search(r"\[evaluator\].*done: 3 evaluations, test log-loss", out) is not None,
           "the evaluator's summary counts 3 evaluations", out[-2000:])

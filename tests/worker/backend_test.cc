@@ -341,6 +341,7 @@ TEST_P(BackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   auto dl = Put(logits), dp = Put(logits), dg = Put(logits);
   float loss = 0;
   ASSERT_OK(backend_->SoftmaxCrossEntropy(2, 3, *dl, labels.data(), dp.get(), dg.get(), &loss));
+  ASSERT_OK(backend_->Synchronize());  // writes the loss
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
   EXPECT_LT(RelativeError(Get(*dp, 6), want_probs), tolerance_);
@@ -375,6 +376,7 @@ TEST_P(BackendTest, SoftmaxCrossEntropyGradientMatchesFiniteDifferences) {
         backend_
             ->SoftmaxCrossEntropy(rows, cols, *dl, labels.data(), dp.get(), nullptr, &loss_minus)
             .ok());
+    ASSERT_OK(backend_->Synchronize());
     const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
     EXPECT_NEAR(grad[i], numeric, 2e-3) << "element " << i;
   }
@@ -511,8 +513,10 @@ TEST_P(BackendTest, LogisticLossMatchesReference) {
     // Without a gradient, and with the gradient over the logits, the same.
     float loss2 = -1, loss3 = -1;
     ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss2));
+    ASSERT_OK(backend_->Synchronize());
     EXPECT_FLOAT_EQ(loss2, loss);
     ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), dl.get(), &loss3));
+    ASSERT_OK(backend_->Synchronize());
     EXPECT_FLOAT_EQ(loss3, loss);
     EXPECT_LT(RelativeError(Get(*dl, n), want_grad), tolerance_);
   }
@@ -528,6 +532,7 @@ TEST_P(BackendTest, LogisticLossIsStableForHugeLogits) {
   auto dl = Put(logits), dg = Put(logits);
   float loss = 0;
   ASSERT_OK(backend_->LogisticLoss(logits.size(), *dl, labels.data(), dg.get(), &loss));
+  ASSERT_OK(backend_->Synchronize());
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_LE(std::abs(loss - want_loss), 1e-4 * want_loss);
   const auto grad = Get(*dg, logits.size());
@@ -555,6 +560,7 @@ TEST_P(BackendTest, LogisticLossGradientMatchesFiniteDifferences) {
     perturbed[i] = logits[i] - h;
     ASSERT_OK(backend_->Upload(perturbed.data(), n, dl.get()));
     ASSERT_OK(backend_->LogisticLoss(n, *dl, labels.data(), nullptr, &loss_minus));
+    ASSERT_OK(backend_->Synchronize());
     const double numeric = (double{loss_plus} - loss_minus) / (2.0 * h);
     EXPECT_NEAR(grad[i], numeric, 2e-4) << "element " << i;
   }
@@ -703,6 +709,92 @@ TEST_P(BackendTest, RejectsWrongSizesForeignBuffersAndBadLabels) {
   st = backend_->SoftmaxCrossEntropy(2, 3, *big, labels.data(), big.get(), nullptr, &loss);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("label 3 of row 1"), std::string::npos) << st.message();
+}
+
+// A view computes on its part of a buffer and nothing else; on a backend
+// whose memory is host memory, a view of host memory is that memory.
+TEST_P(BackendTest, ViewsComputeOnTheirPartOnly) {
+  SCOPED_TRACE(Trace());
+  const std::vector<float> ones(10, 1.0f);
+  auto whole = Put(ones);
+  {
+    BufferView middle(*whole, 3, 4);
+    EXPECT_EQ(middle.size(), 4u);
+    EXPECT_EQ(middle.owner(), backend_.get());
+    ASSERT_OK(backend_->Scale(4, 5.0f, &middle));
+    // A view's size is what the checks see.
+    EXPECT_EQ(backend_->Scale(5, 5.0f, &middle).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(Get(*whole, 10),
+            (std::vector<float>{1, 1, 1, 5, 5, 5, 5, 1, 1, 1}));
+  if (!backend_->host_memory()) return;  // views of host memory are for host backends
+  std::vector<float> host = {1, 2, 3};
+  BufferView in_place(*backend_, host.data(), host.size());
+  ASSERT_OK(backend_->Scale(3, 2.0f, &in_place));
+  EXPECT_EQ(host, (std::vector<float>{2, 4, 6}));
+}
+
+// Asynchronous copies from and to pinned memory keep the order of the ops
+// around them: compute reads what was uploaded before it, an upload does
+// not overwrite what earlier compute still reads, and a download sees the
+// compute queued before it and not what follows.
+TEST_P(BackendTest, AsyncCopiesKeepTheOrderOfTheOpsAroundThem) {
+  SCOPED_TRACE(Trace());
+  const size_t n = 1 << 16;
+  std::vector<float> a_old = Random(n), a_new = Random(n), b = Random(n);
+  std::vector<float> before(n), after(n);
+  std::vector<std::unique_ptr<PinnedHost>> pins;
+  for (std::vector<float>* v : {&a_old, &a_new, &b, &before, &after}) {
+    auto pin = backend_->Pin(v->data(), v->size());
+    ASSERT_OK(pin);
+    pins.push_back(std::move(pin).value());
+  }
+  auto da = backend_->Allocate(n).value();
+  auto db = backend_->Allocate(n).value();
+  auto dc = Put(std::vector<float>(n, 0.0f));
+  ASSERT_OK(backend_->UploadAsync(a_old.data(), n, da.get()));
+  ASSERT_OK(backend_->UploadAsync(b.data(), n, db.get()));
+  ASSERT_OK(backend_->Axpy(n, 1.0f, *da, dc.get()));        // c = a_old
+  ASSERT_OK(backend_->UploadAsync(a_new.data(), n, da.get()));
+  ASSERT_OK(backend_->Axpy(n, 1.0f, *da, dc.get()));        // c = a_old + a_new
+  ASSERT_OK(backend_->Axpy(n, 1.0f, *db, dc.get()));        // c = a_old + a_new + b
+  ASSERT_OK(backend_->DownloadAsync(*dc, before.data(), n));
+  ASSERT_OK(backend_->Scale(n, 2.0f, dc.get()));            // after the download
+  ASSERT_OK(backend_->DownloadAsync(*dc, after.data(), n));
+  ASSERT_OK(backend_->Synchronize());
+  for (size_t i = 0; i < n; ++i) {
+    const float want = (a_old[i] + a_new[i]) + b[i];
+    ASSERT_FLOAT_EQ(before[i], want) << "element " << i;
+    ASSERT_FLOAT_EQ(after[i], 2.0f * want) << "element " << i;
+  }
+  // Bad sizes are refused like Upload's and Download's.
+  EXPECT_EQ(backend_->UploadAsync(a_old.data(), n + 1, da.get()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->DownloadAsync(*da, before.data(), n + 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->UploadAsync(a_old.data(), 1, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+// Busy times grow with the work of each kind.
+TEST_P(BackendTest, TimesCountCopiesAndCompute) {
+  SCOPED_TRACE(Trace());
+  const DeviceTimes start = backend_->times();
+  const size_t n = 1 << 18;
+  std::vector<float> host = Random(n);
+  auto d = backend_->Allocate(n).value();
+  ASSERT_OK(backend_->UploadAsync(host.data(), n, d.get()));
+  ASSERT_OK(backend_->Synchronize());
+  const DeviceTimes uploaded = backend_->times();
+  EXPECT_GT(uploaded.upload_s, start.upload_s);
+  EXPECT_EQ(uploaded.download_s, start.download_s);
+  for (int i = 0; i < 10; ++i) ASSERT_OK(backend_->Scale(n, 0.5f, d.get()));
+  ASSERT_OK(backend_->DownloadAsync(*d, host.data(), n));
+  ASSERT_OK(backend_->Synchronize());
+  const DeviceTimes end = backend_->times();
+  EXPECT_GT(end.compute_s, uploaded.compute_s);
+  EXPECT_GT(end.download_s, uploaded.download_s);
+  EXPECT_EQ(end.upload_s, uploaded.upload_s);
+  EXPECT_LT(end.compute_s - start.compute_s, 60.0);  // seconds, not milliseconds
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,

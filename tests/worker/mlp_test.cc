@@ -99,6 +99,58 @@ TEST_P(MlpTest, BadShapesAreRejected) {
             StatusCode::kInvalidArgument);
 }
 
+// A training step from host memory gives what SetParameters and
+// LossAndGradient give, bit for bit, and on a host-memory backend copies
+// nothing: the layers read the parameters and write the gradient in place.
+TEST_P(MlpTest, TrainStepEqualsLossAndGradientAndCopiesNothingOnTheHost) {
+  const std::vector<uint32_t> layers = {20, 16, 12, 5};
+  const uint32_t rows = 13;
+  auto model = Mlp::Create(backend_.get(), layers, 32).value();
+  std::mt19937 gen(3);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> params(model->num_parameters()), x(rows * layers.front());
+  std::vector<int32_t> labels(rows);
+  for (auto& p : params) p = 0.3f * n(gen);
+  for (auto& v : x) v = n(gen);
+  for (auto& l : labels) l = static_cast<int32_t>(gen() % layers.back());
+  std::vector<float> want(params.size()), got(params.size(), -7.0f);
+  ASSERT_OK(model->SetParameters(params));
+  const float want_loss = *model->LossAndGradient(x, labels, want);
+  auto pin_params = backend_->Pin(params.data(), params.size()).value();
+  auto pin_grad = backend_->Pin(got.data(), got.size()).value();
+  const DeviceTimes before = backend_->times();
+  for (int step = 0; step < 3; ++step) {  // buffers are reused step after step
+    const float loss = *model->TrainStep(x, labels, params, got);
+    EXPECT_EQ(loss, want_loss);
+    EXPECT_EQ(got, want);
+  }
+  const DeviceTimes after = backend_->times();
+  EXPECT_GT(after.compute_s, before.compute_s);
+  if (backend_->host_memory()) {
+    EXPECT_EQ(after.upload_s, before.upload_s);
+    EXPECT_EQ(after.download_s, before.download_s);
+  } else {
+    EXPECT_GT(after.upload_s, before.upload_s);
+    EXPECT_GT(after.download_s, before.download_s);
+  }
+  // Wrong sizes are refused.
+  std::vector<float> short_params(params.size() - 1);
+  EXPECT_EQ(model->TrainStep(x, labels, short_params, got).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->TrainStep(x, labels, params, std::span<float>(got).first(3)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->TrainStep(std::span<const float>(x).first(7), labels, params, got)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_P(MlpTest, TrainStepFlopsCountsTheThreeProductsOfEachLayer) {
+  auto model = Mlp::Create(backend_.get(), {784, 100, 10}, 64).value();
+  // Layer 0: forward and weight gradient; layer 1: also the input gradient.
+  EXPECT_DOUBLE_EQ(model->TrainStepFlops(64), 2.0 * 64 * 784 * 100 * 2 + 2.0 * 64 * 100 * 10 * 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, MlpTest, ::testing::Values(BackendKind::kCpu, BackendKind::kCuda),
                          [](const ::testing::TestParamInfo<BackendKind>& param_info) {
                            return param_info.param == BackendKind::kCpu ? std::string("Cpu")

@@ -47,15 +47,37 @@ TEST(MetricsCsvTest, WritersShareOneFileWithOneHeader) {
   row.metric = 0.8125;
   row.samples_per_s = 1000;
   row.staleness_wait_s = 0.5;
+  row.breakdown = {.step_ms = 12.5, .pull_ms = 3, .h2d_ms = 0.25, .compute_ms = 6,
+                   .d2h_ms = 0.125, .push_ms = 2};
   ASSERT_OK((*a)->Append(row));
   row.worker = 1;
   row.metric.reset();
+  row.breakdown = {};
   ASSERT_OK((*b)->Append(row));
   const std::vector<std::string> lines = Lines(path);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], MetricsCsv::kHeader);
-  EXPECT_EQ(lines[1], "1.500,10,0,0.2500,0.75,test accuracy,0.8125,1000.0,0.500");
-  EXPECT_EQ(lines[2], "1.500,10,1,0.2500,0.75,,,1000.0,0.500");
+  EXPECT_EQ(lines[1],
+            "1.500,10,0,0.2500,0.75,test accuracy,0.8125,1000.0,0.500,"
+            "12.5000,3.0000,0.2500,6.0000,0.1250,2.0000");
+  EXPECT_EQ(lines[2],
+            "1.500,10,1,0.2500,0.75,,,1000.0,0.500,0.0000,0.0000,0.0000,0.0000,0.0000,0.0000");
+}
+
+// A CSV of the version before the step breakdown: moved aside before a
+// run like any metrics CSV, never appended to (its rows would not match).
+TEST(MetricsCsvTest, AnEarlierVersionsCsvIsSetAsideNotAppendedTo) {
+  const std::string path = FreshPath("earlier.csv");
+  {
+    std::ofstream(path) << MetricsCsv::kHeaderWithoutBreakdown << "\n1.0,1,0,0.1,0.5,,,10.0,0.0\n";
+  }
+  auto csv = MetricsCsv::Open(path);
+  ASSERT_FALSE(csv.ok());
+  EXPECT_NE(csv.status().message().find("is not a metrics CSV"), std::string::npos);
+  EXPECT_EQ(Lines(path).size(), 2u);
+  EXPECT_TRUE(MetricsCsv::SetAside(path).value());
+  EXPECT_EQ(Lines(path + ".prev").size(), 2u);
+  EXPECT_OK(MetricsCsv::Open(path));
 }
 
 TEST(MetricsCsvTest, ForeignFileIsRefusedAndLeftAlone) {
@@ -135,6 +157,56 @@ TEST(TrainingProgressTest, LogsEveryIntervalAndEvaluatesOnWorkerZero) {
   EXPECT_EQ(lines[2].substr(lines[2].find(',') + 1, 4), "3,0,");
   EXPECT_NE(lines[2].find(",test accuracy,0.6,"), std::string::npos) << lines[2];
   EXPECT_EQ(lines[6].substr(lines[6].find(',') + 1, 4), "2,1,");
+}
+
+// The breakdown: pulls and pushes from the store's times, compute from the
+// backend's; the cpu backend copies nothing in a step, and what an
+// evaluation does is left out (its upload here).
+TEST(TrainingProgressTest, BreakdownSplitsTheStepAndLeavesEvaluationsOut) {
+  const std::string path = FreshPath("breakdown.csv");
+  TrainJob job = LocalJob(path);
+  job.train.eval_every = 2;
+  auto store = LocalParamStore::Create(job).value();
+  auto backend = CreateBackend(BackendKind::kCpu).value();
+  const size_t n = 1 << 16;
+  auto buffer = backend->Allocate(n).value();
+  std::vector<float> params(4), host(n, 1.0f);
+  auto progress =
+      TrainingProgress::Create(job, 0, store.get(), "test accuracy", 100, nullptr, backend.get())
+          .value();
+  for (int64_t step = 1; step <= 4; ++step) {
+    ASSERT_OK(store->PullDense(0, params.data()));
+    for (int i = 0; i < 20; ++i) ASSERT_OK(backend->Scale(n, 0.5f, buffer.get()));
+    ASSERT_OK(store->PushDense(0, SharedFloats::Take(std::vector<float>(4, 0.0f))));
+    ASSERT_OK(store->EndStep());
+    progress->AddStep(1.0, 10);
+    ASSERT_OK(progress->StepDone(step, 4, [&]() -> StatusOr<double> {
+      PS_RETURN_IF_ERROR(backend->Upload(host.data(), n, buffer.get()));
+      return 0.5;
+    }));
+  }
+  const StepBreakdown& b = progress->summary().breakdown;
+  EXPECT_GT(backend->times().upload_s, 0.0);
+  EXPECT_EQ(b.h2d_ms, 0.0);  // the evaluations' uploads are left out
+  EXPECT_EQ(b.d2h_ms, 0.0);
+  EXPECT_GT(b.compute_ms, 0.0);
+  EXPECT_GT(b.pull_ms, 0.0);
+  EXPECT_GT(b.push_ms, 0.0);
+  EXPECT_GT(b.step_ms, 0.0);
+  EXPECT_LE(b.pull_ms + b.compute_ms + b.push_ms, b.step_ms * 1.01);
+  EXPECT_NE(b.ToString().find("step "), std::string::npos);
+  // Every row carries its interval's breakdown.
+  const std::vector<std::string> lines = Lines(path);
+  ASSERT_EQ(lines.size(), 1u + 2u);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> fields;
+    std::stringstream in(lines[i]);
+    for (std::string f; std::getline(in, f, ',');) fields.push_back(f);
+    ASSERT_EQ(fields.size(), 15u) << lines[i];
+    EXPECT_GT(std::stod(fields[9]), 0.0) << "step_ms of " << lines[i];
+    EXPECT_EQ(fields[11], "0.0000") << "h2d_ms of " << lines[i];
+    EXPECT_GT(std::stod(fields[12]), 0.0) << "compute_ms of " << lines[i];
+  }
 }
 
 }  // namespace

@@ -7,6 +7,10 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -239,16 +243,53 @@ __global__ void LogisticLossKernel(size_t n, const float* logits, const int32_t*
   }
 }
 
+// Owns a CUDA event; events are reused from the backend's pool, so one is
+// created only while the pool grows (the first steps).
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { (void)cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
+
+Status CreateEvent(Event* out) {
+  cudaEvent_t e = nullptr;
+  PS_RETURN_IF_ERROR(ToStatus(cudaEventCreate(&e), "cudaEventCreate"));
+  out->reset(e);
+  return Status::Ok();
+}
+
+struct StreamDestroy {
+  void operator()(cudaStream_t s) const { (void)cudaStreamDestroy(s); }
+};
+using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
+
+Status CreateStream(Stream* out) {
+  cudaStream_t s = nullptr;
+  // Non-blocking: no implicit ordering with the legacy default stream.
+  PS_RETURN_IF_ERROR(
+      ToStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  out->reset(s);
+  return Status::Ok();
+}
+
+struct HostFree {
+  void operator()(void* p) const { (void)cudaFreeHost(p); }
+};
+using PinnedMemory = std::unique_ptr<void, HostFree>;
+
 // Device memory for what an op brings from the host (indices, labels) or
 // keeps per element (losses): it grows to the largest request and is reused.
-// Reuse is safe because every op runs on the default stream: a copy into it
-// waits for the kernels launched before, which may still read it.
+// What comes from the host goes through page-locked staging and is copied
+// asynchronously on the backend's compute stream; the staging is written
+// again only once that copy is done (an event), and the device memory is
+// reused by later ops on the same stream, which run in order.
 class Scratch {
  public:
   // At least `bytes` of device memory; the contents are not kept when it grows.
-  StatusOr<void*> Get(size_t bytes) {
+  StatusOr<void*> Get(size_t bytes, cudaStream_t stream) {
     if (bytes > bytes_) {
-      memory_.reset();  // cudaFree waits for the device, so no kernel still reads it
+      // Earlier ops on the stream may still read it.
+      PS_RETURN_IF_ERROR(ToStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+      memory_.reset();
       bytes_ = 0;
       PS_RETURN_IF_ERROR(AllocateDevice(bytes, &memory_));
       bytes_ = bytes;
@@ -257,35 +298,91 @@ class Scratch {
   }
 
   // Copies `count` elements from host memory into the scratch and returns
-  // their device address; `what` names them in an error.
+  // their device address; `what` names them in an error. The host memory
+  // may be reused at once.
   template <typename T>
-  StatusOr<const T*> Put(const T* host, size_t count, const char* what) {
-    PS_ASSIGN_OR_RETURN(void* device, Get(count * sizeof(T)));
-    if (count > 0) {
-      PS_RETURN_IF_ERROR(
-          ToStatus(cudaMemcpy(device, host, count * sizeof(T), cudaMemcpyHostToDevice), what));
+  StatusOr<const T*> Put(const T* host, size_t count, cudaStream_t stream, const char* what) {
+    const size_t bytes = count * sizeof(T);
+    PS_ASSIGN_OR_RETURN(void* device, Get(bytes, stream));
+    if (count == 0) return static_cast<const T*>(device);
+    if (staged_ == nullptr) PS_RETURN_IF_ERROR(CreateEvent(&staged_));
+    // The previous copy out of the staging must be done before it is rewritten.
+    PS_RETURN_IF_ERROR(ToStatus(cudaEventSynchronize(staged_.get()), "cudaEventSynchronize"));
+    if (bytes > staging_bytes_) {
+      void* p = nullptr;
+      staging_.reset();
+      staging_bytes_ = 0;
+      PS_RETURN_IF_ERROR(ToStatus(cudaMallocHost(&p, bytes), "cudaMallocHost (staging)"));
+      staging_.reset(p);
+      staging_bytes_ = bytes;
     }
+    std::memcpy(staging_.get(), host, bytes);
+    PS_RETURN_IF_ERROR(ToStatus(
+        cudaMemcpyAsync(device, staging_.get(), bytes, cudaMemcpyHostToDevice, stream), what));
+    PS_RETURN_IF_ERROR(ToStatus(cudaEventRecord(staged_.get(), stream), "cudaEventRecord"));
     return static_cast<const T*>(device);
   }
 
  private:
   DeviceMemory memory_;
   size_t bytes_ = 0;
+  PinnedMemory staging_;
+  size_t staging_bytes_ = 0;
+  Event staged_;  // recorded after the last copy out of staging_
+};
+
+// Host memory registered with cudaHostRegister until destroyed.
+class RegisteredHost : public PinnedHost {
+ public:
+  explicit RegisteredHost(void* host) : host_(host) {}
+  ~RegisteredHost() override {
+    if (host_ != nullptr) (void)cudaHostUnregister(host_);
+  }
+
+ private:
+  void* const host_;  // null: already page-locked by someone else
 };
 
 constexpr size_t kMaxCublasDim = static_cast<size_t>(INT_MAX);
 
+// Work runs on three streams: compute (cuBLAS and every kernel), upload
+// and download (the asynchronous copies, on the copy engines, beside
+// compute). What orders them:
+//   - an upload waits for the compute queued before it (that may still
+//     read the buffer) only when there is any since the last Synchronize;
+//     it is recorded as pending on its address range, and the first
+//     compute op that touches the range makes the compute stream wait for
+//     it: compute on other buffers (an earlier layer) runs meanwhile;
+//   - a download waits for all compute queued before it, and is pending
+//     on its range until a compute op writes there (which waits for it);
+//   - Synchronize waits for all three and clears what is pending.
+// Busy times come from events: around each copy, and around each run of
+// compute ops between two waits (DeviceTimes).
 class CudaBackend : public Backend {
  public:
-  CudaBackend(int device, std::string device_name, cublasHandle_t handle)
-      : device_(device), device_name_(std::move(device_name)), handle_(handle) {}
-  ~CudaBackend() override { (void)cublasDestroy(handle_); }
+  CudaBackend(int device, std::string device_name, cublasHandle_t handle, Stream compute,
+              Stream upload, Stream download)
+      : device_(device),
+        device_name_(std::move(device_name)),
+        handle_(handle),
+        compute_(std::move(compute)),
+        upload_(std::move(upload)),
+        download_(std::move(download)) {}
+  ~CudaBackend() override {
+    // Buffers and staging are freed after this; nothing may still use them.
+    (void)cudaStreamSynchronize(compute_.get());
+    (void)cudaStreamSynchronize(upload_.get());
+    (void)cudaStreamSynchronize(download_.get());
+    (void)cublasDestroy(handle_);
+  }
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override {
     return "cuda (" + device_name_ + ", device " + std::to_string(device_) + ")";
   }
+
+  DeviceTimes times() const override { return times_; }
 
   StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t floats) override {
     if (floats == 0) return InvalidArgumentError("cuda Allocate: 0 floats requested");
@@ -295,24 +392,104 @@ class CudaBackend : public Backend {
         std::make_unique<CudaBuffer>(this, std::move(memory), floats));
   }
 
+  StatusOr<std::unique_ptr<PinnedHost>> Pin(const float* host, size_t floats) override {
+    if (host == nullptr || floats == 0) return std::make_unique<PinnedHost>();
+    void* p = const_cast<float*>(host);
+    const cudaError_t err = cudaHostRegister(p, floats * sizeof(float), cudaHostRegisterDefault);
+    if (err == cudaErrorHostMemoryAlreadyRegistered) {
+      (void)cudaGetLastError();
+      return std::unique_ptr<PinnedHost>(std::make_unique<RegisteredHost>(nullptr));
+    }
+    PS_RETURN_IF_ERROR(ToStatus(err, "cudaHostRegister"));
+    return std::unique_ptr<PinnedHost>(std::make_unique<RegisteredHost>(p));
+  }
+
   Status Upload(const float* host, size_t n, DeviceBuffer* buffer) override {
     PS_RETURN_IF_ERROR(CheckBuffer(buffer, n, "Upload", "buffer"));
     if (n == 0) return Status::Ok();
-    return ToStatus(cudaMemcpy(buffer->data(), host, n * sizeof(float), cudaMemcpyHostToDevice),
-                    "cudaMemcpy (upload)");
+    PS_RETURN_IF_ERROR(Out(*buffer));
+    PS_RETURN_IF_ERROR(EndCompute());
+    PS_ASSIGN_OR_RETURN(size_t span, BeginSpan(compute_.get(), &times_.upload_s));
+    PS_RETURN_IF_ERROR(ToStatus(cudaMemcpyAsync(buffer->data(), host, n * sizeof(float),
+                                                cudaMemcpyHostToDevice, compute_.get()),
+                                "cudaMemcpyAsync (upload)"));
+    PS_RETURN_IF_ERROR(EndSpan(span, compute_.get()));
+    compute_dirty_ = true;
+    // `host` may be reused when this returns, also when it is page-locked.
+    return ToStatus(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (upload)");
   }
 
   Status Download(const DeviceBuffer& buffer, float* host, size_t n) override {
     PS_RETURN_IF_ERROR(CheckBuffer(&buffer, n, "Download", "buffer"));
-    if (n == 0) return ToStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    // A blocking copy on the default stream waits for every earlier op.
-    return ToStatus(cudaMemcpy(host, buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
-                    "cudaMemcpy (download)");
+    if (n > 0) {
+      PS_RETURN_IF_ERROR(In(buffer));
+      PS_RETURN_IF_ERROR(EndCompute());
+      PS_ASSIGN_OR_RETURN(size_t span, BeginSpan(compute_.get(), &times_.download_s));
+      PS_RETURN_IF_ERROR(ToStatus(cudaMemcpyAsync(host, buffer.data(), n * sizeof(float),
+                                                  cudaMemcpyDeviceToHost, compute_.get()),
+                                  "cudaMemcpyAsync (download)"));
+      PS_RETURN_IF_ERROR(EndSpan(span, compute_.get()));
+    }
+    return Synchronize();
+  }
+
+  Status UploadAsync(const float* host, size_t n, DeviceBuffer* buffer) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(buffer, n, "UploadAsync", "buffer"));
+    if (n == 0) return Status::Ok();
+    const Range range = RangeOf(*buffer, n);
+    cudaStream_t stream = upload_.get();
+    if (compute_dirty_) PS_RETURN_IF_ERROR(StreamWaitsFor(stream, compute_.get()));
+    // Not over a download still reading the range.
+    PS_RETURN_IF_ERROR(WaitForOverlapping(&pending_downloads_, range, stream));
+    PS_ASSIGN_OR_RETURN(size_t span, BeginSpan(stream, &times_.upload_s));
+    PS_RETURN_IF_ERROR(ToStatus(
+        cudaMemcpyAsync(buffer->data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (upload)"));
+    PS_RETURN_IF_ERROR(EndSpan(span, stream));
+    pending_uploads_.push_back({range, spans_[span].end});
+    return Status::Ok();
+  }
+
+  Status DownloadAsync(const DeviceBuffer& buffer, float* host, size_t n) override {
+    PS_RETURN_IF_ERROR(CheckBuffer(&buffer, n, "DownloadAsync", "buffer"));
+    if (n == 0) return Status::Ok();
+    const Range range = RangeOf(buffer, n);
+    cudaStream_t stream = download_.get();
+    PS_RETURN_IF_ERROR(StreamWaitsFor(stream, compute_.get()));
+    // An upload into the range that no compute op has waited for yet.
+    PS_RETURN_IF_ERROR(WaitForOverlapping(&pending_uploads_, range, stream));
+    PS_ASSIGN_OR_RETURN(size_t span, BeginSpan(stream, &times_.download_s));
+    PS_RETURN_IF_ERROR(ToStatus(
+        cudaMemcpyAsync(host, buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (download)"));
+    PS_RETURN_IF_ERROR(EndSpan(span, stream));
+    pending_downloads_.push_back({range, spans_[span].end});
+    return Status::Ok();
+  }
+
+  Status Synchronize() override {
+    const Status waited = WaitForStreams();
+    pending_uploads_.clear();
+    pending_downloads_.clear();
+    compute_dirty_ = false;
+    const Status timed = waited.ok() ? AddSpanTimes() : waited;
+    spans_.clear();
+    events_used_ = 0;
+    if (timed.ok()) {
+      for (const PendingLoss& p : pending_losses_) {
+        double total = 0;
+        for (size_t i = 0; i < p.count; ++i) total += loss_host_[p.first + i];
+        *p.loss = static_cast<float>(total / static_cast<double>(p.count));
+      }
+    }
+    pending_losses_.clear();
+    return timed;
   }
 
   Status Gemm(Transpose trans_a, Transpose trans_b, size_t m, size_t n, size_t k, float alpha,
               const DeviceBuffer& a, const DeviceBuffer& b, float beta, DeviceBuffer* c) override {
     PS_RETURN_IF_ERROR(CheckGemmArgs(m, n, k, a, b, c, kMaxCublasDim));
+    PS_RETURN_IF_ERROR(Compute({&a, &b}, {c}));
     const bool ta = trans_a == Transpose::kYes;
     const bool tb = trans_b == Transpose::kYes;
     // Column-major C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
@@ -327,6 +504,7 @@ class CudaBackend : public Backend {
   Status Gemv(Transpose trans, size_t rows, size_t cols, float alpha, const DeviceBuffer& a,
               const DeviceBuffer& x, float beta, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckGemvArgs(trans, rows, cols, a, x, y, kMaxCublasDim));
+    PS_RETURN_IF_ERROR(Compute({&a, &x}, {y}));
     const bool t = trans == Transpose::kYes;
     // Row-major A (rows x cols) is column-major A^T (cols x rows), so A x is
     // a transposed product in cuBLAS's terms and A^T x a plain one.
@@ -341,6 +519,7 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(y, n, "Axpy", "y"));
     if (n > kMaxCublasDim) return InvalidArgumentError("cuda Axpy: n exceeds cuBLAS's int range");
     if (n == 0) return Status::Ok();
+    PS_RETURN_IF_ERROR(Compute({&x}, {y}));
     return ToStatus(cublasSaxpy(handle_, static_cast<int>(n), &alpha, x.data(), 1, y->data(), 1),
                     "cublasSaxpy");
   }
@@ -349,6 +528,7 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Scale", "x"));
     if (n > kMaxCublasDim) return InvalidArgumentError("cuda Scale: n exceeds cuBLAS's int range");
     if (n == 0) return Status::Ok();
+    PS_RETURN_IF_ERROR(Compute({}, {x}));
     return ToStatus(cublasSscal(handle_, static_cast<int>(n), &alpha, x->data(), 1), "cublasSscal");
   }
 
@@ -356,14 +536,17 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&bias, cols, "AddBias", "bias"));
     PS_RETURN_IF_ERROR(CheckBuffer(x, rows * cols, "AddBias", "X"));
     if (rows == 0 || cols == 0) return Status::Ok();
-    AddBiasKernel<<<Blocks(rows * cols), kThreads>>>(rows, cols, bias.data(), x->data());
+    PS_RETURN_IF_ERROR(Compute({&bias}, {x}));
+    AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, compute_.get()>>>(rows, cols, bias.data(),
+                                                                         x->data());
     return ToStatus(cudaGetLastError(), "AddBias kernel launch");
   }
 
   Status Relu(size_t n, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Relu", "x"));
     if (n == 0) return Status::Ok();
-    ReluKernel<<<Blocks(n), kThreads>>>(n, x->data());
+    PS_RETURN_IF_ERROR(Compute({}, {x}));
+    ReluKernel<<<Blocks(n), kThreads, 0, compute_.get()>>>(n, x->data());
     return ToStatus(cudaGetLastError(), "Relu kernel launch");
   }
 
@@ -371,7 +554,9 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&activations, n, "ReluBackward", "activations"));
     PS_RETURN_IF_ERROR(CheckBuffer(grad, n, "ReluBackward", "grad"));
     if (n == 0) return Status::Ok();
-    ReluBackwardKernel<<<Blocks(n), kThreads>>>(n, activations.data(), grad->data());
+    PS_RETURN_IF_ERROR(Compute({&activations}, {grad}));
+    ReluBackwardKernel<<<Blocks(n), kThreads, 0, compute_.get()>>>(n, activations.data(),
+                                                                   grad->data());
     return ToStatus(cudaGetLastError(), "ReluBackward kernel launch");
   }
 
@@ -379,7 +564,9 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&x, rows * cols, "SumRows", "X"));
     PS_RETURN_IF_ERROR(CheckBuffer(out, cols, "SumRows", "out"));
     if (cols == 0) return Status::Ok();
-    SumRowsKernel<<<Blocks(cols), kThreads>>>(rows, cols, x.data(), out->data());
+    PS_RETURN_IF_ERROR(Compute({&x}, {out}));
+    SumRowsKernel<<<Blocks(cols), kThreads, 0, compute_.get()>>>(rows, cols, x.data(),
+                                                                 out->data());
     return ToStatus(cudaGetLastError(), "SumRows kernel launch");
   }
 
@@ -387,19 +574,20 @@ class CudaBackend : public Backend {
                              const int32_t* labels, DeviceBuffer* probs, DeviceBuffer* grad,
                              float* loss) override {
     PS_RETURN_IF_ERROR(CheckSoftmaxArgs(rows, classes, logits, labels, probs, grad, loss));
-    PS_ASSIGN_OR_RETURN(const int32_t* device_labels,
-                        labels_.Put(labels, rows, "cudaMemcpy (labels)"));
-    PS_ASSIGN_OR_RETURN(void* row_loss, losses_.Get(rows * sizeof(float)));
     const size_t threads = rows * 32;
     const size_t blocks = (threads + kThreads - 1) / kThreads;
     if (blocks > static_cast<size_t>(INT_MAX)) {
       return InvalidArgumentError("cuda SoftmaxCrossEntropy: too many rows");
     }
-    SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(blocks), kThreads>>>(
+    PS_RETURN_IF_ERROR(Compute({&logits}, {probs, grad}));
+    PS_ASSIGN_OR_RETURN(const int32_t* device_labels,
+                        labels_.Put(labels, rows, compute_.get(), "cudaMemcpyAsync (labels)"));
+    PS_ASSIGN_OR_RETURN(void* row_loss, losses_.Get(rows * sizeof(float), compute_.get()));
+    SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, compute_.get()>>>(
         rows, classes, logits.data(), device_labels, probs->data(),
         grad == nullptr ? nullptr : grad->data(), static_cast<float*>(row_loss));
     PS_RETURN_IF_ERROR(ToStatus(cudaGetLastError(), "SoftmaxCrossEntropy kernel launch"));
-    return MeanOnHost(row_loss, rows, loss);
+    return MeanAtSynchronize(row_loss, rows, loss);
   }
 
   Status GatherRows(size_t rows, size_t cols, const DeviceBuffer& table, const uint32_t* index,
@@ -407,10 +595,12 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(
         CheckIndexedRowsArgs("GatherRows", rows, cols, &table, index, m, out, "out"));
     if (m == 0 || cols == 0) return Status::Ok();
-    PS_ASSIGN_OR_RETURN(const uint32_t* device_index,
-                        index_.Put(index, m, "cudaMemcpy (GatherRows index)"));
-    GatherRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, table.data(), device_index,
-                                                     out->data());
+    PS_RETURN_IF_ERROR(Compute({&table}, {out}));
+    PS_ASSIGN_OR_RETURN(
+        const uint32_t* device_index,
+        index_.Put(index, m, compute_.get(), "cudaMemcpyAsync (GatherRows index)"));
+    GatherRowsKernel<<<Blocks(m * cols), kThreads, 0, compute_.get()>>>(
+        m, cols, table.data(), device_index, out->data());
     return ToStatus(cudaGetLastError(), "GatherRows kernel launch");
   }
 
@@ -419,10 +609,12 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(
         CheckIndexedRowsArgs("ScatterAddRows", rows, cols, table, index, m, &src, "src"));
     if (m == 0 || cols == 0) return Status::Ok();
-    PS_ASSIGN_OR_RETURN(const uint32_t* device_index,
-                        index_.Put(index, m, "cudaMemcpy (ScatterAddRows index)"));
-    ScatterAddRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, src.data(), device_index,
-                                                         table->data());
+    PS_RETURN_IF_ERROR(Compute({&src}, {table}));
+    PS_ASSIGN_OR_RETURN(
+        const uint32_t* device_index,
+        index_.Put(index, m, compute_.get(), "cudaMemcpyAsync (ScatterAddRows index)"));
+    ScatterAddRowsKernel<<<Blocks(m * cols), kThreads, 0, compute_.get()>>>(
+        m, cols, src.data(), device_index, table->data());
     return ToStatus(cudaGetLastError(), "ScatterAddRows kernel launch");
   }
 
@@ -432,7 +624,9 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&b, m * cols, "RowDots", "B"));
     PS_RETURN_IF_ERROR(CheckBuffer(out, m, "RowDots", "out"));
     if (m == 0) return Status::Ok();
-    RowDotsKernel<<<Blocks(m * 32), kThreads>>>(m, cols, a.data(), b.data(), out->data());
+    PS_RETURN_IF_ERROR(Compute({&a, &b}, {out}));
+    RowDotsKernel<<<Blocks(m * 32), kThreads, 0, compute_.get()>>>(m, cols, a.data(), b.data(),
+                                                                   out->data());
     return ToStatus(cudaGetLastError(), "RowDots kernel launch");
   }
 
@@ -440,14 +634,17 @@ class CudaBackend : public Backend {
     PS_RETURN_IF_ERROR(CheckBuffer(&scale, m, "ScaleRows", "scale"));
     PS_RETURN_IF_ERROR(CheckBuffer(x, m * cols, "ScaleRows", "X"));
     if (m == 0 || cols == 0) return Status::Ok();
-    ScaleRowsKernel<<<Blocks(m * cols), kThreads>>>(m, cols, scale.data(), x->data());
+    PS_RETURN_IF_ERROR(Compute({&scale}, {x}));
+    ScaleRowsKernel<<<Blocks(m * cols), kThreads, 0, compute_.get()>>>(m, cols, scale.data(),
+                                                                       x->data());
     return ToStatus(cudaGetLastError(), "ScaleRows kernel launch");
   }
 
   Status Fill(size_t n, float value, DeviceBuffer* x) override {
     PS_RETURN_IF_ERROR(CheckBuffer(x, n, "Fill", "x"));
     if (n == 0) return Status::Ok();
-    FillKernel<<<Blocks(n), kThreads>>>(n, value, x->data());
+    PS_RETURN_IF_ERROR(Compute({}, {x}));
+    FillKernel<<<Blocks(n), kThreads, 0, compute_.get()>>>(n, value, x->data());
     return ToStatus(cudaGetLastError(), "Fill kernel launch");
   }
 
@@ -455,66 +652,236 @@ class CudaBackend : public Backend {
                    const uint32_t* col_index, const DeviceBuffer& x, DeviceBuffer* y) override {
     PS_RETURN_IF_ERROR(CheckCsrArgs(trans, rows, cols, row_offsets, col_index, x, y));
     const bool t = trans == Transpose::kYes;
+    PS_RETURN_IF_ERROR(Compute({&x}, {y}));
     if (t && cols > 0) {
       // The column sums accumulate into y, so it starts at zero (all-zero
       // bytes are 0.0f).
-      PS_RETURN_IF_ERROR(ToStatus(cudaMemsetAsync(y->data(), 0, cols * sizeof(float), 0),
-                                  "cudaMemsetAsync (CsrMatVec y)"));
+      PS_RETURN_IF_ERROR(
+          ToStatus(cudaMemsetAsync(y->data(), 0, cols * sizeof(float), compute_.get()),
+                   "cudaMemsetAsync (CsrMatVec y)"));
     }
     if (rows == 0) return Status::Ok();
     const uint64_t nnz = row_offsets[rows];
     PS_ASSIGN_OR_RETURN(const uint64_t* device_offsets,
-                        offsets_.Put(row_offsets, rows + 1, "cudaMemcpy (CsrMatVec row_offsets)"));
-    PS_ASSIGN_OR_RETURN(
-        const uint32_t* device_cols,
-        index_.Put(col_index, static_cast<size_t>(nnz), "cudaMemcpy (CsrMatVec col_index)"));
+                        offsets_.Put(row_offsets, rows + 1, compute_.get(),
+                                     "cudaMemcpyAsync (CsrMatVec row_offsets)"));
+    PS_ASSIGN_OR_RETURN(const uint32_t* device_cols,
+                        index_.Put(col_index, static_cast<size_t>(nnz), compute_.get(),
+                                   "cudaMemcpyAsync (CsrMatVec col_index)"));
     if (t) {
       if (nnz == 0) return Status::Ok();
-      CsrColumnSumsKernel<<<Blocks(rows * 32), kThreads>>>(rows, device_offsets, device_cols,
-                                                           x.data(), y->data());
+      CsrColumnSumsKernel<<<Blocks(rows * 32), kThreads, 0, compute_.get()>>>(
+          rows, device_offsets, device_cols, x.data(), y->data());
       return ToStatus(cudaGetLastError(), "CsrMatVec (transposed) kernel launch");
     }
-    CsrRowSumsKernel<<<Blocks(rows * 32), kThreads>>>(rows, device_offsets, device_cols, x.data(),
-                                                      y->data());
+    CsrRowSumsKernel<<<Blocks(rows * 32), kThreads, 0, compute_.get()>>>(
+        rows, device_offsets, device_cols, x.data(), y->data());
     return ToStatus(cudaGetLastError(), "CsrMatVec kernel launch");
   }
 
   Status LogisticLoss(size_t n, const DeviceBuffer& logits, const int32_t* labels,
                       DeviceBuffer* grad, float* loss) override {
     PS_RETURN_IF_ERROR(CheckLogisticArgs(n, logits, labels, grad, loss));
+    PS_RETURN_IF_ERROR(Compute({&logits}, {grad}));
     PS_ASSIGN_OR_RETURN(const int32_t* device_labels,
-                        labels_.Put(labels, n, "cudaMemcpy (labels)"));
-    PS_ASSIGN_OR_RETURN(void* element_loss, losses_.Get(n * sizeof(float)));
-    LogisticLossKernel<<<Blocks(n), kThreads>>>(n, logits.data(), device_labels,
-                                                grad == nullptr ? nullptr : grad->data(),
-                                                static_cast<float*>(element_loss));
+                        labels_.Put(labels, n, compute_.get(), "cudaMemcpyAsync (labels)"));
+    PS_ASSIGN_OR_RETURN(void* element_loss, losses_.Get(n * sizeof(float), compute_.get()));
+    LogisticLossKernel<<<Blocks(n), kThreads, 0, compute_.get()>>>(
+        n, logits.data(), device_labels, grad == nullptr ? nullptr : grad->data(),
+        static_cast<float*>(element_loss));
     PS_RETURN_IF_ERROR(ToStatus(cudaGetLastError(), "LogisticLoss kernel launch"));
-    return MeanOnHost(element_loss, n, loss);
+    return MeanAtSynchronize(element_loss, n, loss);
   }
 
  private:
-  // *mean = the mean of `n` floats at `device`, taken on the host in double:
-  // n is a batch, so the copy is small. The blocking copy waits for the
-  // kernel that wrote them.
-  Status MeanOnHost(const void* device, size_t n, float* mean) {
-    host_loss_.resize(n);
-    PS_RETURN_IF_ERROR(
-        ToStatus(cudaMemcpy(host_loss_.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy (losses)"));
-    double total = 0;
-    for (float l : host_loss_) total += l;
-    *mean = static_cast<float>(total / static_cast<double>(n));
+  // A buffer's bytes [begin, end) in device memory.
+  struct Range {
+    uintptr_t begin = 0, end = 0;
+    bool Overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
+  };
+  static Range RangeOf(const DeviceBuffer& buffer, size_t floats) {
+    const auto begin = reinterpret_cast<uintptr_t>(buffer.data());
+    return {begin, begin + floats * sizeof(float)};
+  }
+  // An asynchronous copy not yet waited for, and the event after it.
+  struct Pending {
+    Range range;
+    cudaEvent_t done = nullptr;
+  };
+  // A timed stretch of one stream: its events and the total it adds to.
+  struct Span {
+    cudaEvent_t start = nullptr, end = nullptr;
+    double* total = nullptr;
+  };
+  // A loss to write at Synchronize: the mean of `count` floats at
+  // loss_host_[first].
+  struct PendingLoss {
+    size_t first = 0, count = 0;
+    float* loss = nullptr;
+  };
+
+  // Closes the open run of compute and waits for the three streams; the
+  // first error.
+  Status WaitForStreams() {
+    const Status closed = EndCompute();
+    const Status compute = ToStatus(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize");
+    const Status upload = ToStatus(cudaStreamSynchronize(upload_.get()), "cudaStreamSynchronize");
+    const Status download =
+        ToStatus(cudaStreamSynchronize(download_.get()), "cudaStreamSynchronize");
+    for (const Status* st : {&closed, &compute, &upload, &download}) {
+      if (!st->ok()) return *st;
+    }
+    return Status::Ok();
+  }
+
+  // Adds each finished span's time to its total.
+  Status AddSpanTimes() {
+    for (const Span& span : spans_) {
+      float ms = 0;
+      PS_RETURN_IF_ERROR(
+          ToStatus(cudaEventElapsedTime(&ms, span.start, span.end), "cudaEventElapsedTime"));
+      *span.total += ms / 1000.0;
+    }
+    return Status::Ok();
+  }
+
+  // An event of the pool, free until the next Synchronize.
+  StatusOr<cudaEvent_t> NextEvent() {
+    if (events_used_ == events_.size()) {
+      Event e;
+      PS_RETURN_IF_ERROR(CreateEvent(&e));
+      events_.push_back(std::move(e));
+    }
+    return events_[events_used_++].get();
+  }
+
+  // `waiter` waits for the work queued on `stream` so far.
+  Status StreamWaitsFor(cudaStream_t waiter, cudaStream_t stream) {
+    PS_ASSIGN_OR_RETURN(cudaEvent_t e, NextEvent());
+    PS_RETURN_IF_ERROR(ToStatus(cudaEventRecord(e, stream), "cudaEventRecord"));
+    return ToStatus(cudaStreamWaitEvent(waiter, e, 0), "cudaStreamWaitEvent");
+  }
+
+  // `stream` waits for each copy in *pending over `range`. When the compute
+  // stream waits, those copies are no longer pending: what is queued on it
+  // later runs after them. A copy stream's wait leaves them pending.
+  Status WaitForOverlapping(std::vector<Pending>* pending, const Range& range,
+                            cudaStream_t stream) {
+    const bool compute = stream == compute_.get();
+    for (size_t i = 0; i < pending->size();) {
+      if (!(*pending)[i].range.Overlaps(range)) {
+        ++i;
+        continue;
+      }
+      if (compute) PS_RETURN_IF_ERROR(EndCompute());
+      PS_RETURN_IF_ERROR(
+          ToStatus(cudaStreamWaitEvent(stream, (*pending)[i].done, 0), "cudaStreamWaitEvent"));
+      if (!compute) {
+        ++i;
+        continue;
+      }
+      (*pending)[i] = pending->back();
+      pending->pop_back();
+    }
+    return Status::Ok();
+  }
+
+  Status In(const DeviceBuffer& buffer) {
+    return WaitForOverlapping(&pending_uploads_, RangeOf(buffer, buffer.size()), compute_.get());
+  }
+  Status Out(const DeviceBuffer& buffer) {
+    PS_RETURN_IF_ERROR(In(buffer));
+    return WaitForOverlapping(&pending_downloads_, RangeOf(buffer, buffer.size()),
+                              compute_.get());
+  }
+
+  // Before a compute op: waits for the copies its buffers need (null
+  // entries skipped), then opens a timed run of compute if none is open.
+  Status Compute(std::initializer_list<const DeviceBuffer*> inputs,
+                 std::initializer_list<const DeviceBuffer*> outputs) {
+    for (const DeviceBuffer* b : inputs) {
+      if (b != nullptr) PS_RETURN_IF_ERROR(In(*b));
+    }
+    for (const DeviceBuffer* b : outputs) {
+      if (b != nullptr) PS_RETURN_IF_ERROR(Out(*b));
+    }
+    compute_dirty_ = true;
+    if (open_compute_span_) return Status::Ok();
+    PS_ASSIGN_OR_RETURN(compute_span_, BeginSpan(compute_.get(), &times_.compute_s));
+    open_compute_span_ = true;
+    return Status::Ok();
+  }
+
+  // Closes the open run of compute, if any (before the compute stream
+  // waits, or copies).
+  Status EndCompute() {
+    if (!open_compute_span_) return Status::Ok();
+    open_compute_span_ = false;
+    return EndSpan(compute_span_, compute_.get());
+  }
+
+  // Starts a span on `stream` that adds to *total; returns its index.
+  StatusOr<size_t> BeginSpan(cudaStream_t stream, double* total) {
+    PS_ASSIGN_OR_RETURN(cudaEvent_t start, NextEvent());
+    PS_RETURN_IF_ERROR(ToStatus(cudaEventRecord(start, stream), "cudaEventRecord"));
+    spans_.push_back({start, nullptr, total});
+    return spans_.size() - 1;
+  }
+  Status EndSpan(size_t span, cudaStream_t stream) {
+    PS_ASSIGN_OR_RETURN(cudaEvent_t end, NextEvent());
+    spans_[span].end = end;
+    return ToStatus(cudaEventRecord(end, stream), "cudaEventRecord");
+  }
+
+  // *loss = the mean of `n` floats at `device` (per-row losses), written at
+  // the next Synchronize: the floats are copied into page-locked memory on
+  // the compute stream, and the mean is taken on the host in double.
+  Status MeanAtSynchronize(const void* device, size_t n, float* loss) {
+    const size_t first = pending_losses_.empty()
+                             ? 0
+                             : pending_losses_.back().first + pending_losses_.back().count;
+    if (first + n > loss_capacity_) {
+      // Rare (a larger batch): what is pending is written first.
+      PS_RETURN_IF_ERROR(Synchronize());
+      if (n > loss_capacity_) {
+        void* p = nullptr;
+        loss_pinned_.reset();
+        loss_capacity_ = 0;
+        PS_RETURN_IF_ERROR(
+            ToStatus(cudaMallocHost(&p, 2 * n * sizeof(float)), "cudaMallocHost (losses)"));
+        loss_pinned_.reset(p);
+        loss_capacity_ = 2 * n;
+        loss_host_ = static_cast<float*>(p);
+      }
+      return MeanAtSynchronize(device, n, loss);
+    }
+    PS_RETURN_IF_ERROR(ToStatus(cudaMemcpyAsync(loss_host_ + first, device, n * sizeof(float),
+                                                cudaMemcpyDeviceToHost, compute_.get()),
+                                "cudaMemcpyAsync (losses)"));
+    pending_losses_.push_back({first, n, loss});
     return Status::Ok();
   }
 
   const int device_;
   const std::string device_name_;
   const cublasHandle_t handle_;
+  const Stream compute_, upload_, download_;
   Scratch labels_;   // int32 labels of SoftmaxCrossEntropy and LogisticLoss
   Scratch losses_;   // per-row (per-element) losses before their mean
   Scratch index_;    // uint32 row indices, CSR column indices
   Scratch offsets_;  // uint64 CSR row offsets
-  std::vector<float> host_loss_;
+  PinnedMemory loss_pinned_;  // per-row losses on their way to the host
+  float* loss_host_ = nullptr;
+  size_t loss_capacity_ = 0;  // floats
+  std::vector<PendingLoss> pending_losses_;
+  std::vector<Pending> pending_uploads_, pending_downloads_;
+  bool compute_dirty_ = false;  // compute queued since the last Synchronize
+  std::vector<Event> events_;   // the pool; [0, events_used_) are in use
+  size_t events_used_ = 0;
+  std::vector<Span> spans_;
+  bool open_compute_span_ = false;
+  size_t compute_span_ = 0;
+  DeviceTimes times_;
 };
 
 }  // namespace
@@ -545,15 +912,22 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   PS_RETURN_IF_ERROR(ToStatus(cudaSetDevice(device), "cudaSetDevice"));
   cudaDeviceProp prop{};
   PS_RETURN_IF_ERROR(ToStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  Stream compute, upload, download;
+  PS_RETURN_IF_ERROR(CreateStream(&compute));
+  PS_RETURN_IF_ERROR(CreateStream(&upload));
+  PS_RETURN_IF_ERROR(CreateStream(&download));
   cublasHandle_t handle = nullptr;
   PS_RETURN_IF_ERROR(ToStatus(cublasCreate(&handle), "cublasCreate"));
   // Full FP32 products: TF32 would break the parity the tests hold to.
-  Status st = ToStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  if (!st.ok()) {
+  const Status math = ToStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  const Status stream =
+      math.ok() ? ToStatus(cublasSetStream(handle, compute.get()), "cublasSetStream") : math;
+  if (!stream.ok()) {
     (void)cublasDestroy(handle);
-    return st;
+    return stream;
   }
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device, prop.name, handle));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
+      device, prop.name, handle, std::move(compute), std::move(upload), std::move(download)));
 }
 
 }  // namespace ps::cuda

@@ -3,8 +3,10 @@
 // scatter-adds, the sparse (CSR) products and the losses; scatter-adds and
 // transposed CSR products add with atomicAdd. Device memory is owned by the
 // DeviceBuffers, except for scratch the backend keeps for what ops bring
-// from the host (indices, labels) and grows to the largest request. All work
-// runs on the default stream, so a Download sees every earlier op.
+// from the host (indices, labels) and grows to the largest request. Compute
+// runs on one stream, and UploadAsync and DownloadAsync on two copy streams
+// beside it, ordered by events (see CudaBackend in the .cu); Download and
+// Synchronize wait for all three.
 //
 // This header includes no CUDA header, so host code built without the
 // toolkit's include path can call it; cuda_backend.cu is the only file that

@@ -18,16 +18,13 @@ StatusOr<std::unique_ptr<Mlp>> Mlp::Create(Backend* backend, std::vector<uint32_
     layer.in = m->layers_[l - 1];
     layer.out = m->layers_[l];
     layer.offset = m->num_parameters_;
-    const size_t wsize = size_t{layer.in} * layer.out;
-    m->num_parameters_ += wsize + layer.out;
-    PS_ASSIGN_OR_RETURN(layer.w, backend->Allocate(wsize));
-    PS_ASSIGN_OR_RETURN(layer.b, backend->Allocate(layer.out));
+    m->num_parameters_ += layer.size();
     PS_ASSIGN_OR_RETURN(layer.a, backend->Allocate(size_t{max_batch} * layer.out));
     PS_ASSIGN_OR_RETURN(layer.dz, backend->Allocate(size_t{max_batch} * layer.out));
-    PS_ASSIGN_OR_RETURN(layer.dw, backend->Allocate(wsize));
-    PS_ASSIGN_OR_RETURN(layer.db, backend->Allocate(layer.out));
     m->net_.push_back(std::move(layer));
   }
+  PS_ASSIGN_OR_RETURN(m->params_, backend->Allocate(m->num_parameters_));
+  PS_ASSIGN_OR_RETURN(m->grad_, backend->Allocate(m->num_parameters_));
   return m;
 }
 
@@ -36,12 +33,16 @@ Status Mlp::SetParameters(std::span<const float> params) {
     return InvalidArgumentError("MLP: got " + std::to_string(params.size()) +
                                 " parameters, expected " + std::to_string(num_parameters_));
   }
-  for (Layer& l : net_) {
-    const size_t wsize = size_t{l.in} * l.out;
-    PS_RETURN_IF_ERROR(backend_->Upload(params.data() + l.offset, wsize, l.w.get()));
-    PS_RETURN_IF_ERROR(backend_->Upload(params.data() + l.offset + wsize, l.out, l.b.get()));
+  return backend_->Upload(params.data(), params.size(), params_.get());
+}
+
+double Mlp::TrainStepFlops(uint32_t rows) const {
+  double flops = 0;
+  for (size_t i = 0; i < net_.size(); ++i) {
+    const double product = 2.0 * rows * net_[i].in * net_[i].out;
+    flops += product * (i == 0 ? 2 : 3);
   }
-  return Status::Ok();
+  return flops;
 }
 
 Status Mlp::CheckBatch(std::span<const float> x, std::span<const int32_t> labels) const {
@@ -58,60 +59,118 @@ Status Mlp::CheckBatch(std::span<const float> x, std::span<const int32_t> labels
   return Status::Ok();
 }
 
-Status Mlp::Forward(std::span<const float> x, size_t rows) {
-  PS_RETURN_IF_ERROR(backend_->Upload(x.data(), x.size(), x_.get()));
-  const DeviceBuffer* input = x_.get();
+Status Mlp::Forward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows) {
+  const DeviceBuffer* input = &x;
   for (size_t i = 0; i < net_.size(); ++i) {
     Layer& l = net_[i];
+    const size_t wsize = size_t{l.in} * l.out;
+    const BufferView w(params, l.offset, wsize);
+    const BufferView b(params, l.offset + wsize, l.out);
     PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo, rows, l.out, l.in, 1.0f,
-                                      *input, *l.w, 0.0f, l.a.get()));
-    PS_RETURN_IF_ERROR(backend_->AddBias(rows, l.out, *l.b, l.a.get()));
+                                      *input, w, 0.0f, l.a.get()));
+    PS_RETURN_IF_ERROR(backend_->AddBias(rows, l.out, b, l.a.get()));
     if (i + 1 < net_.size()) PS_RETURN_IF_ERROR(backend_->Relu(rows * l.out, l.a.get()));
     input = l.a.get();
   }
   return Status::Ok();
 }
 
-StatusOr<float> Mlp::LossAndGradient(std::span<const float> x, std::span<const int32_t> labels,
-                                     std::span<float> grad) {
+Status Mlp::Backward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows,
+                     DeviceBuffer* grad, float* host) {
+  for (size_t i = net_.size(); i-- > 0;) {
+    Layer& l = net_[i];
+    const size_t wsize = size_t{l.in} * l.out;
+    const DeviceBuffer& input = i == 0 ? x : *net_[i - 1].a;
+    BufferView dw(*grad, l.offset, wsize);
+    BufferView db(*grad, l.offset + wsize, l.out);
+    // dW = input^T dz, db = column sums of dz.
+    PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo, l.in, l.out, rows, 1.0f,
+                                      input, *l.dz, 0.0f, &dw));
+    PS_RETURN_IF_ERROR(backend_->SumRows(rows, l.out, *l.dz, &db));
+    if (host != nullptr) {
+      // W and b are adjacent: one copy per layer, on its way while the
+      // layers below compute.
+      const BufferView layer_grad(*grad, l.offset, l.size());
+      PS_RETURN_IF_ERROR(backend_->DownloadAsync(layer_grad, host + l.offset, l.size()));
+    }
+    if (i > 0) {
+      // dz of the layer below = (dz W^T) where its ReLU output was positive.
+      Layer& below = net_[i - 1];
+      const BufferView w(params, l.offset, wsize);
+      PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, l.in, l.out, 1.0f,
+                                        *l.dz, w, 0.0f, below.dz.get()));
+      PS_RETURN_IF_ERROR(backend_->ReluBackward(rows * l.in, *below.a, below.dz.get()));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<float> Mlp::Step(std::span<const float> x, std::span<const int32_t> labels,
+                          const float* params, std::span<float> grad) {
   PS_RETURN_IF_ERROR(CheckBatch(x, labels));
   if (!grad.empty() && grad.size() != num_parameters_) {
     return InvalidArgumentError("MLP: gradient buffer of " + std::to_string(grad.size()) +
                                 " floats, expected " + std::to_string(num_parameters_));
   }
   const size_t rows = labels.size();
-  PS_RETURN_IF_ERROR(Forward(x, rows));
+  const bool in_place = backend_->host_memory();
+  // Views of the caller's memory where the backend computes on host memory;
+  // the model's own buffers otherwise. Built for both, used for one.
+  const BufferView x_here(*backend_, x.data(), in_place ? x.size() : 0);
+  const BufferView params_here(*backend_, params, in_place && params != nullptr ? num_parameters_ : 0);
+  BufferView grad_here(*backend_, grad.data(), in_place ? grad.size() : 0);
+  const DeviceBuffer* input = x_.get();
+  const DeviceBuffer* weights = params_.get();
+  DeviceBuffer* gradient = grad_.get();
+  float* download = grad.data();
+  if (in_place) {
+    input = &x_here;
+    if (params != nullptr) weights = &params_here;
+    gradient = &grad_here;
+    download = nullptr;
+  } else {
+    // The batch and layer 0 first: the layers' uploads follow in the order
+    // the forward pass needs them.
+    PS_RETURN_IF_ERROR(backend_->UploadAsync(x.data(), x.size(), x_.get()));
+    if (params != nullptr) {
+      for (const Layer& l : net_) {
+        BufferView layer(*params_, l.offset, l.size());
+        PS_RETURN_IF_ERROR(backend_->UploadAsync(params + l.offset, l.size(), &layer));
+      }
+    }
+  }
+  PS_RETURN_IF_ERROR(Forward(*input, *weights, rows));
   Layer& top = net_.back();
   float loss = 0;
   PS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(rows, top.out, *top.a, labels.data(),
                                                    top.a.get(),
                                                    grad.empty() ? nullptr : top.dz.get(), &loss));
-  if (grad.empty()) return loss;
-  for (size_t i = net_.size(); i-- > 0;) {
-    Layer& l = net_[i];
-    const DeviceBuffer& input = i == 0 ? *x_ : *net_[i - 1].a;
-    // dW = input^T dz, db = column sums of dz.
-    PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo, l.in, l.out, rows, 1.0f,
-                                      input, *l.dz, 0.0f, l.dw.get()));
-    PS_RETURN_IF_ERROR(backend_->SumRows(rows, l.out, *l.dz, l.db.get()));
-    if (i > 0) {
-      // dz of the layer below = (dz W^T) where its ReLU output was positive.
-      Layer& below = net_[i - 1];
-      PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, l.in, l.out, 1.0f,
-                                        *l.dz, *l.w, 0.0f, below.dz.get()));
-      PS_RETURN_IF_ERROR(backend_->ReluBackward(rows * l.in, *below.a, below.dz.get()));
-    }
-    const size_t wsize = size_t{l.in} * l.out;
-    PS_RETURN_IF_ERROR(backend_->Download(*l.dw, grad.data() + l.offset, wsize));
-    PS_RETURN_IF_ERROR(backend_->Download(*l.db, grad.data() + l.offset + wsize, l.out));
-  }
+  if (!grad.empty()) PS_RETURN_IF_ERROR(Backward(*input, *weights, rows, gradient, download));
+  PS_RETURN_IF_ERROR(backend_->Synchronize());
   return loss;
+}
+
+StatusOr<float> Mlp::LossAndGradient(std::span<const float> x, std::span<const int32_t> labels,
+                                     std::span<float> grad) {
+  return Step(x, labels, nullptr, grad);
+}
+
+StatusOr<float> Mlp::TrainStep(std::span<const float> x, std::span<const int32_t> labels,
+                               std::span<const float> params, std::span<float> grad) {
+  if (params.size() != num_parameters_ || grad.size() != num_parameters_) {
+    return InvalidArgumentError("MLP: a training step needs " + std::to_string(num_parameters_) +
+                                " parameters and gradient floats, got " +
+                                std::to_string(params.size()) + " and " +
+                                std::to_string(grad.size()));
+  }
+  return Step(x, labels, params.data(), grad);
 }
 
 StatusOr<double> Mlp::Accuracy(std::span<const float> x, std::span<const int32_t> labels) {
   PS_RETURN_IF_ERROR(CheckBatch(x, labels));
   const size_t rows = labels.size();
-  PS_RETURN_IF_ERROR(Forward(x, rows));
+  PS_RETURN_IF_ERROR(backend_->Upload(x.data(), x.size(), x_.get()));
+  PS_RETURN_IF_ERROR(Forward(*x_, *params_, rows));
   const Layer& top = net_.back();
   std::vector<float> logits(rows * top.out);
   PS_RETURN_IF_ERROR(backend_->Download(*top.a, logits.data(), logits.size()));

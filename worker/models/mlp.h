@@ -29,36 +29,73 @@ class Mlp {
   size_t num_parameters() const { return num_parameters_; }
   const std::vector<uint32_t>& layers() const { return layers_; }
 
-  // Loads the parameters (num_parameters() floats).
+  // Loads the parameters (num_parameters() floats) that LossAndGradient
+  // and Accuracy use.
   Status SetParameters(std::span<const float> params);
 
   // For a batch (x: rows x n0, row-major; labels: rows), returns the mean
-  // cross-entropy at the current parameters and, if `grad` is not empty,
-  // writes its gradient (num_parameters() floats).
+  // cross-entropy at the parameters of SetParameters and, if `grad` is not
+  // empty, writes its gradient (num_parameters() floats).
   // REQUIRES: 1 <= rows <= max_batch.
   StatusOr<float> LossAndGradient(std::span<const float> x, std::span<const int32_t> labels,
                                   std::span<float> grad);
 
-  // Fraction of the batch whose most likely class is its label.
+  // A training step from host memory to host memory: the loss and
+  // gradient of LossAndGradient, at `params` (num_parameters() floats)
+  // instead. On a backend whose memory is host memory (cpu) nothing is
+  // copied: the layers read `params` and `x` and write `grad` where they
+  // are. On a device, each layer's parameters are uploaded and each
+  // layer's gradient downloaded asynchronously, in the order the layers
+  // need them: layer 0 computes while the others' parameters are on their
+  // way, and the top layers' gradients travel while the lower layers
+  // compute. For the copies to be asynchronous, `params`, `grad` and `x`
+  // should be pinned (Backend::Pin). Returns when the gradient is in
+  // `grad`. Afterwards the parameters of SetParameters are unspecified
+  // (call it again before Accuracy or LossAndGradient).
+  // REQUIRES: 1 <= rows <= max_batch.
+  StatusOr<float> TrainStep(std::span<const float> x, std::span<const int32_t> labels,
+                            std::span<const float> params, std::span<float> grad);
+
+  // Fraction of the batch whose most likely class is its label, at the
+  // parameters of SetParameters.
   StatusOr<double> Accuracy(std::span<const float> x, std::span<const int32_t> labels);
+
+  // Floating-point operations of one training step on `rows` samples:
+  // 2 * rows * in * out per product, three products per layer (forward,
+  // weight gradient, input gradient) but two for the first layer, whose
+  // input gradient is not needed. The element-wise ops are left out.
+  double TrainStepFlops(uint32_t rows) const;
 
  private:
   struct Layer {
     uint32_t in = 0, out = 0;
     size_t offset = 0;  // of W in the flat parameter vector; b follows W
-    std::unique_ptr<DeviceBuffer> w, b, a, dz, dw, db;  // a: this layer's output
+    std::unique_ptr<DeviceBuffer> a, dz;  // a: this layer's output
+    size_t size() const { return size_t{in} * out + out; }  // W and b
   };
   Mlp(Backend* backend, std::vector<uint32_t> layers, uint32_t max_batch)
       : backend_(backend), layers_(std::move(layers)), max_batch_(max_batch) {}
   Status CheckBatch(std::span<const float> x, std::span<const int32_t> labels) const;
-  // Uploads x and runs every layer; the last layer's `a` holds the logits.
-  Status Forward(std::span<const float> x, size_t rows);
+  // The loss and, with `grad`, the gradient of a batch. params: host
+  // memory (TrainStep) or null for the model's own (SetParameters).
+  StatusOr<float> Step(std::span<const float> x, std::span<const int32_t> labels,
+                       const float* params, std::span<float> grad);
+  // Runs every layer on x (rows x n0) with `params` (flat); the last
+  // layer's `a` holds the logits.
+  Status Forward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows);
+  // From the top layer's dz down: each layer's W and b gradient into
+  // `grad` (flat) and, with `host`, downloaded (asynchronously) to
+  // host[offset] as soon as it is computed.
+  Status Backward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows,
+                  DeviceBuffer* grad, float* host);
 
   Backend* const backend_;
   const std::vector<uint32_t> layers_;
   const uint32_t max_batch_;
   size_t num_parameters_ = 0;
-  std::unique_ptr<DeviceBuffer> x_;
+  // x_: a batch uploaded to the device; params_ and grad_: flat, in the
+  // layout of the table.
+  std::unique_ptr<DeviceBuffer> x_, params_, grad_;
   std::vector<Layer> net_;
 };
 

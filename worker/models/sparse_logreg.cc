@@ -109,13 +109,16 @@ StatusOr<float> SparseLogReg::LossAndGradient(const SparseClickData& data, size_
   // dz = (sigmoid(z) - y) / rows overwrites z.
   PS_RETURN_IF_ERROR(backend_->LogisticLoss(rows, *logits_, data.labels.data() + first,
                                             want_grad ? logits_.get() : nullptr, &loss));
-  if (!want_grad) return loss;
+  if (!want_grad) {
+    PS_RETURN_IF_ERROR(backend_->Synchronize());  // writes the loss
+    return loss;
+  }
   // d(loss) / dw = X^T dz: each pulled weight sums the dz of the samples
   // that use it (0 for ids outside the batch).
   PS_RETURN_IF_ERROR(GrowBuffer(backend_, num_ids, &grad_));
   PS_RETURN_IF_ERROR(backend_->CsrMatVec(Transpose::kYes, rows, num_ids, offsets_.data(),
                                          columns_.data(), *logits_, grad_.get()));
-  PS_RETURN_IF_ERROR(backend_->Download(*grad_, grad.data(), num_ids));
+  PS_RETURN_IF_ERROR(backend_->Download(*grad_, grad.data(), num_ids));  // and the loss
   return loss;
 }
 
