@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the checks that need an NVIDIA GPU, in one run of at most
-# 5 minutes. Run from the repository root on a machine with a GPU:
+# 6 minutes. Run from the repository root on a machine with a GPU:
 #
 #   benchmarks/gpu_check.sh                  # builds build-gpu there
 #   benchmarks/gpu_check.sh --bundle DIR     # runs a bundle from gpu_bundle.sh
@@ -44,9 +44,20 @@
 #    both its workers log "compute backend: cuda", and worker 0's final test
 #    accuracy is >= 0.84 and within 0.01 of the cpu run's. Processes of a
 #    run still there after it are killed (and reported).
+# 7. Speed: benchmarks/gpu_speed.py (python3) trains the wide MLP of
+#    config/fashion_mnist_wide_mlp.yaml (784-2048-2048-10, batch 512) for 60
+#    steps per worker in one process with no parameter server
+#    (ps_worker --standalone) and under ps_launch with 1, 2 and 4 workers on
+#    the GPU and 2 and 4 shards, then with batch 4096 in one process and
+#    with 1 worker and 2 shards, with device $E2E_DEVICE, in at most 150 s;
+#    prints samples/s against the one process, each run's step breakdown
+#    (pull, h2d, compute, d2h, push) and the GEMM-bound floor from step 5's
+#    SGEMM rate. Fails when a run fails. With --bundle, ps_launch, ps_server
+#    and ps_worker run through wrapper scripts like step 6's.
 # Prints a summary table; exits non-zero when any step failed. When the
 # variable OUT names a folder, copies the logs there: gpu_check.log (all
-# steps, the two training jobs' output included) and gemm.log.
+# steps, the training jobs' output included), gemm.log and speed.md (step
+# 7's table).
 #
 # For testing this script without a GPU (not for real checks): with
 # GPU_CHECK_E2E_DEVICE=cpu the first end-to-end run uses device cpu and
@@ -55,7 +66,8 @@
 # with a fake nvidia-smi in /tmp/fakebin that prints "GPU 0: fake".
 set -uo pipefail
 
-readonly DEADLINE=$((SECONDS + 300))
+readonly DEADLINE=$((SECONDS + 360))
+readonly SPEED_BUDGET=150
 readonly BUILD_DIR=build-gpu
 readonly LOADER=ld-linux-x86-64.so.2
 readonly PROGRAMS=(backend_test mlp_test sparse_logreg_test mf_test gemm_bench)
@@ -80,7 +92,7 @@ usage() {
   exit 2
 }
 
-# Seconds left of the 5-minute budget (at least 1).
+# Seconds left of the 6-minute budget (at least 1).
 left() {
   local s=$((DEADLINE - SECONDS))
   ((s > 0)) && echo "$s" || echo 1
@@ -127,13 +139,14 @@ copy_logs() {
   rmdir "$LOG_DIR" 2> /dev/null # only when empty (a usage error)
   [[ -n ${OUT:-} ]] || return 0
   mkdir -p "$OUT" || return 0
-  for f in fail summary env configure build parity gemm e2e-gpu e2e-cpu; do
+  for f in fail summary env configure build parity gemm e2e-gpu e2e-cpu speed; do
     [[ -s "$LOG_DIR/$f.log" ]] || continue
     echo "===== $f.log"
     cat "$LOG_DIR/$f.log"
     echo
   done > "$OUT/gpu_check.log"
   [[ -f "$LOG_DIR/gemm.log" ]] && cp "$LOG_DIR/gemm.log" "$OUT/gemm.log"
+  [[ -s "$LOG_DIR/speed.md" ]] && cp "$LOG_DIR/speed.md" "$OUT/speed.md"
   return 0
 }
 trap copy_logs EXIT
@@ -481,7 +494,7 @@ e2e_run() {
   ((e2e_left == 0)) || echo "# $e2e_left process(es) of the job were still there; killed" >> "$log"
   e2e_backends=$(grep -c "compute backend: $device" "$log")
   e2e_backend_line=$(grep -m1 -o 'compute backend: .*' "$log")
-  done0=$(grep -m1 'worker 0 done:' "$log")
+  done0=$(grep -m1 'worker 0: done:' "$log")
   e2e_acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' <<< "$done0")
   e2e_sps=$(sed -n 's/.* \([0-9]*\) samples\/s.*/\1/p' <<< "$done0")
   # What the step shows: the backends, the launcher's verdicts, errors, the end.
@@ -514,7 +527,7 @@ if ((${#e2e_fails[@]} == 0)); then
     # bundle's programs through its loader.
     E2E_BIN_DIR=$LOG_DIR/e2e-bin
     mkdir -p "$E2E_BIN_DIR"
-    for p in ps_server ps_worker; do
+    for p in ps_launch ps_server ps_worker; do
       {
         echo '#!/bin/sh'
         echo "# benchmarks/gpu_check.sh: the bundle's $p through its loader"
@@ -529,11 +542,12 @@ if ((${#e2e_fails[@]} == 0)); then
     E2E_BIN_DIR=$(cd "$BIN_DIR" && pwd)
   fi
   read -r -a ports < <(free_ports 4)
-  # Each run at most 120 s; the first leaves the second as much time.
-  e2e_run gpu "$E2E_DEVICE" "$(clamp $(($(left) / 2)) 1 120)" "${ports[0]}" "${ports[1]}"
+  # Each run at most 120 s; the first leaves the second as much time, and
+  # both leave step 7 its budget.
+  e2e_run gpu "$E2E_DEVICE" "$(clamp $((($(left) - SPEED_BUDGET) / 2)) 1 120)" "${ports[0]}" "${ports[1]}"
   g_rc=$e2e_rc g_wall=$e2e_wall g_backends=$e2e_backends g_line=$e2e_backend_line
   g_acc=$e2e_acc g_sps=$e2e_sps g_left=$e2e_left
-  e2e_run cpu cpu "$(clamp $(($(left) - 5)) 1 120)" "${ports[2]}" "${ports[3]}"
+  e2e_run cpu cpu "$(clamp $(($(left) - SPEED_BUDGET - 5)) 1 120)" "${ports[2]}" "${ports[3]}"
   c_rc=$e2e_rc c_wall=$e2e_wall c_acc=$e2e_acc c_sps=$e2e_sps c_left=$e2e_left
 
   if ((g_rc != 0)); then
@@ -558,6 +572,34 @@ if ((${#e2e_fails[@]} == 0)); then
   e2e_result="$E2E_DEVICE acc ${g_acc:-?}, ${g_sps:-?} samples/s, $g_wall s; cpu acc ${c_acc:-?}, ${c_sps:-?} samples/s, $c_wall s"
   ((g_left + c_left == 0)) || e2e_result+="; killed $((g_left + c_left)) leftover process(es)"
   [[ -n $g_line ]] && e2e_backend_note=${g_line#compute backend: }
+
+  # ---- 7. Speed: the wide MLP, GPU workers against one process.
+  speed_budget=$(clamp $(($(left) - 10)) 1 "$SPEED_BUDGET")
+  echo "== speed: wide MLP 784-2048-2048-10, device $E2E_DEVICE, at most ${speed_budget}s: batch 512 (one process, 1/2/4 workers, 2/4 shards), then 4096 (one process, 1 worker, 2 shards)"
+  speed_rc=0
+  if ! command -v python3 > /dev/null 2>&1; then
+    speed_rc=1
+    echo "gpu_check: no python3 for benchmarks/gpu_speed.py" | tee "$LOG_DIR/speed.log"
+  else
+    : > "$LOG_DIR/speed.md"
+    # Two thirds of the time for the first table, the rest for the second.
+    for table in "512 1,2,4 2,4 $((speed_budget * 2 / 3))" "4096 1 2 $((speed_budget / 3))"; do
+      read -r batch workers shards budget <<< "$table"
+      timeout -k 10 "$((budget + 20))" python3 benchmarks/gpu_speed.py \
+        --bin-dir "$E2E_BIN_DIR" --device "$E2E_DEVICE" --data "$E2E_DATA" \
+        --gemm-log "$LOG_DIR/gemm.log" --batch "$batch" --workers "$workers" --shards "$shards" \
+        --steps 60 --run-timeout 60 --budget "$budget" --out "$LOG_DIR/speed-$batch" \
+        >> "$LOG_DIR/speed.md" 2>> "$LOG_DIR/speed.log" || speed_rc=1
+      echo >> "$LOG_DIR/speed.md"
+    done
+    cat "$LOG_DIR/speed.log" "$LOG_DIR/speed.md"
+    # Each run's log, for the record.
+    for f in "$LOG_DIR"/speed-*/*.log; do
+      [[ -f $f ]] && { echo "----- ${f#"$LOG_DIR"/}"; grep -E 'compute backend|MLP|clock|done:| E ' "$f" | cut -c1-300; } >> "$LOG_DIR/speed.log"
+    done
+  fi
+else
+  speed_rc=1
 fi
 
 echo
@@ -580,8 +622,11 @@ echo
     printf '%-16s FAIL: %s\n' "e2e mlp" "$(printf '%s; ' "${e2e_fails[@]}")${e2e_result:-not run}"
   fi
   [[ -n ${e2e_backend_note:-} ]] && printf '%-16s %s\n' "" "$E2E_DEVICE run: $e2e_backend_note"
-  printf '%-16s %ss of 300s\n' "elapsed" "$SECONDS"
+  printf '%-16s %s\n' "speed" "$( ((speed_rc == 0)) && echo PASS || echo FAIL): benchmarks/gpu_speed.py"
+  [[ -s $LOG_DIR/speed.md ]] && cat "$LOG_DIR/speed.md"
+  printf '%-16s %ss of 360s\n' "elapsed" "$SECONDS"
 } | tee "$LOG_DIR/summary.log"
 
-((parity_rc == 0 && bench_rc == 0 && ${#e2e_fails[@]} == 0)) || fail "see the summary above"
+((parity_rc == 0 && bench_rc == 0 && ${#e2e_fails[@]} == 0 && speed_rc == 0)) ||
+  fail "see the summary above"
 echo "gpu_check: OK"
