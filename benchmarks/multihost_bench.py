@@ -2,6 +2,8 @@
 """Training over hosts with 1 and 10 Gbit/s links, against the same job on one host.
 
   sudo python3 benchmarks/multihost_bench.py [--quick] [--only mlp sparse_lr]
+      [--modes bsp ssp3 asp] [--networks onehost 10gbit 1gbit]
+      [--wire fp32 bf16 fp16] [--seeds N]
 
 Workloads (psbench/workloads.py, the settings of training_bench.py):
   mlp        Fashion-MNIST MLP 784-100-10, batch 64, sgd with momentum and
@@ -29,6 +31,13 @@ first met the target (its training time, from the metrics CSV; "-" when
 never), the final metric (mean of the last three evaluations) and the wall
 time of the run. The table also gives each run's samples/s as a fraction
 of the one-host run of the same workload and mode.
+
+--wire runs each setting with every table's values on the wire in those
+types (TableOptions::wire, both directions; default fp32 alone), and the
+table adds each run's samples/s against fp32's of the same workload, mode
+and network. --seeds N runs each setting with seeds 0..N-1 (tables' init,
+data order; default: the workloads' own seeds, once) and reports medians
+over them. --modes and --networks run a subset.
 
 --quick: a twentieth of the steps, 3 evaluations; checks that every run
 completes (ctest multihost_bench_quick). Needs root (network namespaces);
@@ -58,15 +67,20 @@ WORKERS = 4
 MODES = [("bsp", "{ mode: bsp }"), ("ssp 3", "{ mode: ssp, staleness: 3 }"),
          ("asp", "{ mode: asp }")]
 NETWORKS = [None, "10gbit", "1gbit"]   # None: one host, loopback
+WIRE_TYPES = ["fp32", "bf16", "fp16"]
 ONE_HOST = "onehost"
 TARGETS = {"mlp": 0.86, "sparse_lr": 0.535}
 RUN_TIMEOUT_S = 600
 
 
-def job_dict(w, consistency, steps, evals, metrics_csv, quick):
+def job_dict(w, consistency, steps, evals, metrics_csv, quick, wire="fp32", seed=None):
     text = workloads.job_yaml(w, WORKERS, consistency, steps, evals, metrics_csv, quick,
-                              shards=SHARDS)
-    return yaml.safe_load(text)
+                              seed=seed, shards=SHARDS)
+    job = yaml.safe_load(text)
+    if wire != "fp32":
+        for table in job["tables"]:
+            table["wire"] = {"pull": wire, "push": wire}
+    return job
 
 
 def time_to_target(name, metrics_csv, target):
@@ -82,17 +96,18 @@ def time_to_target(name, metrics_csv, target):
     return None
 
 
-def run_one(cluster, args, name, mode, consistency, network):
+def run_one(cluster, args, name, mode, consistency, network, wire="fp32", seed=None):
     w = workloads.WORKLOADS[name]
     steps = w.get("quick_steps", w["total_steps"] // 20) if args.quick else w["total_steps"]
     evals = 3 if args.quick else w["evals"]
-    tag = "%s_%s_%s" % (name, mode.replace(" ", ""), network or ONE_HOST)
+    tag = "%s_%s_%s_%s%s" % (name, mode.replace(" ", ""), network or ONE_HOST, wire,
+                             "" if seed is None else "_seed%d" % seed)
     out = os.path.join(args.out, tag)
     os.makedirs(out, exist_ok=True)
     cluster.log_dir = out
     metrics = os.path.join(out, "metrics.csv")
     workloads.clear_metrics(metrics)
-    base = job_dict(w, consistency, steps, evals, metrics, args.quick)
+    base = job_dict(w, consistency, steps, evals, metrics, args.quick, wire, seed)
     start = time.monotonic()
     if network is None:
         config = ps_job.write_yaml(ps_job.job_from(base, ps_job.loopback_servers(SHARDS),
@@ -129,6 +144,14 @@ def main():
                    help="a twentieth of the steps: checks that every run completes")
     p.add_argument("--only", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS),
                    help="these workloads")
+    p.add_argument("--modes", nargs="+", choices=[m.replace(" ", "") for m, _ in MODES],
+                   default=[m.replace(" ", "") for m, _ in MODES], help="these modes")
+    p.add_argument("--networks", nargs="+", choices=["onehost", "10gbit", "1gbit"],
+                   default=["onehost", "10gbit", "1gbit"], help="these networks")
+    p.add_argument("--wire", nargs="+", choices=WIRE_TYPES, default=["fp32"],
+                   help="value types on the wire (every table, both directions)")
+    p.add_argument("--seeds", type=int, default=0,
+                   help="run each setting with seeds 0..N-1 (0: the workloads' own, once)")
     for flag, default in (("--bin", "bin"), ("--out", "multihost_bench")):
         p.add_argument(flag, default=os.path.join(workloads.ROOT, "build", default))
     args = p.parse_args()
@@ -142,33 +165,63 @@ def main():
     netns_cluster.handle_signals()
     hosts = ([ps_job.server_host(i) for i in range(SHARDS)] +
              [ps_job.worker_host(r) for r in range(WORKERS)])
+    modes = [(m, c) for m, c in MODES if m.replace(" ", "") in args.modes]
+    networks = [n for n in NETWORKS if (n or "onehost") in args.networks]
+    seeds = list(range(args.seeds)) if args.seeds > 0 else [None]
     results, failed = {}, []
     os.makedirs(args.out, exist_ok=True)
     with netns_cluster.Cluster(hosts + [ONE_HOST], log_dir=args.out) as cluster:
-        for name in names:
-            for mode, consistency in MODES:
-                for network in NETWORKS:
-                    key = (name, mode, network)
-                    try:
-                        results[key] = r = run_one(cluster, args, name, mode, consistency,
-                                                   network)
-                        print("%s %s %s: %.0f samples/s, final %.4f, target %s, %.1f s" %
-                              (name, mode, network or ONE_HOST, r["samples_s"], r["final"],
-                               "-" if r["ttt"] is None else "at %.1f s" % r["ttt"], r["wall"]),
-                              file=sys.stderr, flush=True)
-                    except (ps_job.JobFailed, RuntimeError, OSError) as e:
-                        failed.append(key)
-                        print("%s %s %s: failed: %s" % (name, mode, network or ONE_HOST, e),
-                              file=sys.stderr, flush=True)
-    print("| workload | mode | network | samples/s | vs one host | time to target s | "
-          "final metric | run s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for (name, mode, network), r in results.items():
-        one = results.get((name, mode, None))
+        # Seeds outermost: an interruption leaves every setting measured alike.
+        for seed in seeds:
+            for name in names:
+                for mode, consistency in modes:
+                    for network in networks:
+                        for wire in args.wire:
+                            key = (name, mode, network, wire)
+                            what = "%s %s %s %s%s" % (name, mode, network or ONE_HOST, wire,
+                                                      "" if seed is None else " seed %d" % seed)
+                            try:
+                                r = run_one(cluster, args, name, mode, consistency, network,
+                                            wire, seed)
+                                results.setdefault(key, []).append(r)
+                                print("%s: %.0f samples/s, final %.4f, target %s, %.1f s" %
+                                      (what, r["samples_s"], r["final"],
+                                       "-" if r["ttt"] is None else "at %.1f s" % r["ttt"],
+                                       r["wall"]), file=sys.stderr, flush=True)
+                            except (ps_job.JobFailed, RuntimeError, OSError) as e:
+                                failed.append(key)
+                                print("%s: failed: %s" % (what, e), file=sys.stderr, flush=True)
+
+    def median(values):
+        values = sorted(values)
+        n = len(values)
+        return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+    def summary(runs):
+        reached = [r["ttt"] for r in runs if r["ttt"] is not None]
+        return {"samples_s": median([r["samples_s"] for r in runs]),
+                "final": median([r["final"] for r in runs]),
+                "ttt": median(reached) if len(reached) == len(runs) else None,
+                "reached": len(reached), "runs": len(runs),
+                "wall": median([r["wall"] for r in runs])}
+
+    table = {key: summary(runs) for key, runs in results.items()}
+    print("| workload | mode | network | wire | samples/s | vs one host | vs fp32 | "
+          "time to target s | final metric | run s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (name, mode, network, wire), r in table.items():
+        one = table.get((name, mode, None, wire))
+        fp32 = table.get((name, mode, network, "fp32"))
         ratio = "%.2fx" % (r["samples_s"] / one["samples_s"]) if one else "-"
-        print("| %s | %s | %s | %.0f | %s | %s | %.4f | %.1f |" %
-              (name, mode, network or "one host", r["samples_s"], ratio,
-               "-" if r["ttt"] is None else "%.1f" % r["ttt"], r["final"], r["wall"]))
+        vs_fp32 = "%.2fx" % (r["samples_s"] / fp32["samples_s"]) if fp32 else "-"
+        ttt = "-" if r["ttt"] is None else "%.1f" % r["ttt"]
+        if r["runs"] > 1 and r["ttt"] is None:
+            ttt = "%d of %d reached" % (r["reached"], r["runs"])
+        print("| %s | %s | %s | %s | %.0f | %s | %s | %s | %.4f | %.1f |" %
+              (name, mode, network or "one host", wire, r["samples_s"], ratio, vs_fp32, ttt,
+               r["final"], r["wall"]))
+    if len(seeds) > 1:
+        print("\nMedians over seeds %s." % ", ".join(map(str, seeds)))
     return 1 if failed else 0
 
 

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/rendezvous.h"
 #include "common/security.h"
+#include "common/wire_floats.h"
 
 namespace ps {
 namespace {
@@ -51,11 +52,13 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
       tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())),
       pushes_wait_for_clock_(job.replication.factor > 1 && job.consistency.aggregate &&
                              job.replication.after_aggregation) {
+  residuals_.resize(job.tables.size());
   expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
     const Part* p = tracker_.Find(request_id);
     if (p == nullptr) return std::nullopt;
     return ReplyExpectation{.request = p->op, .shard = p->shard, .count = p->count,
-                            .dim = p->dim, .clock = p->clock, .bound = bound_};
+                            .dim = p->dim, .clock = p->clock, .bound = bound_,
+                            .dtype = p->dtype};
   };
 }
 
@@ -207,6 +210,7 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   h.dim = part.dim;
   h.first_row = part.first_row;
   h.flags = part.flags;
+  h.dtype = part.dtype;
   if (op == Op::kHello) {
     h.text = agreement_;
     h.target_clock = target_clock_;
@@ -307,13 +311,35 @@ StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
 }
 
 void Client::SendSpec(Ticket ticket, const Call& call, const PartSpec& spec) {
-  const uint32_t dim = job_.tables[call.table].dim;
+  const TableOptions& table = job_.tables[call.table];
+  const uint32_t dim = table.dim;
   const SharedFloats* values = call.values;
   Part part{.ticket = ticket, .shard = spec.shard, .op = call.op, .table = call.table,
             .count = spec.count, .dim = dim, .first_row = spec.first_row,
             .positions = {spec.positions.begin(), spec.positions.end()}};
+  if (call.op == Op::kPull) part.dtype = table.wire.pull;
   Frame keys;
   Frame vals;
+  if (values != nullptr && table.wire.push != WireType::kF32) {
+    // Pushed in 16 bits with error feedback: the part's values are encoded
+    // into a frame of their own.
+    part.dtype = table.wire.push;
+    StatusOr<Frame> encoded = EncodePush(call, spec);
+    if (!encoded.ok()) {
+      return tracker_.Fail(ticket, encoded.status().WithContext(
+                                       "PUSH to table '" + table.name + "' not sent"));
+    }
+    vals = std::move(*encoded);
+    if (spec.kind != PartSpec::Kind::kDenseRange) {
+      auto kf = Frame::Allocate(spec.count * sizeof(uint64_t));
+      if (!kf.ok()) return tracker_.Fail(ticket, kf.status());
+      auto* k = reinterpret_cast<uint64_t*>(kf->mutable_data());
+      for (size_t x = 0; x < spec.count; ++x) k[x] = call.rows[RowIndex(spec, x)];
+      keys = std::move(*kf);
+    }
+    SendPart(std::move(part), std::move(keys), std::move(vals));
+    return;
+  }
   if (spec.kind == PartSpec::Kind::kGathered) {
     // Rows of several shards interleave: this shard's rows (and, for a
     // push, their values) are gathered into frames of their own.
@@ -352,11 +378,55 @@ void Client::SendSpec(Ticket ticket, const Call& call, const PartSpec& spec) {
   SendPart(std::move(part), std::move(keys), std::move(vals));
 }
 
+uint64_t Client::RowIndex(const PartSpec& spec, uint64_t x) {
+  return spec.kind == PartSpec::Kind::kGathered ? spec.gather[x] : spec.offset + x;
+}
+
+StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
+  const TableOptions& t = job_.tables[call.table];
+  const WireType type = t.wire.push;
+  const uint32_t dim = t.dim;
+  std::vector<float>& residual = residuals_[call.table];
+  if (residual.empty()) residual.assign(t.rows * dim, 0.0f);  // on the first push
+  PS_ASSIGN_OR_RETURN(Frame frame, Frame::Allocate(spec.count * dim * WireBytes(type)));
+  auto* out = static_cast<std::byte*>(frame.mutable_data());
+  const float* gradient = call.values->data();
+  const std::span<float> all(residual);
+  if (spec.kind == PartSpec::Kind::kDenseRange) {
+    // The part's rows are table rows first_row.. and request rows offset..
+    PS_RETURN_IF_ERROR(EncodeWithFeedback(
+        type, {gradient + spec.offset * dim, spec.count * dim},
+        all.subspan(spec.first_row * dim, spec.count * dim), out));
+  } else {
+    const size_t row_bytes = dim * WireBytes(type);
+    for (uint64_t x = 0; x < spec.count; ++x) {
+      const uint64_t i = RowIndex(spec, x);
+      PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {gradient + i * dim, dim},
+                                            all.subspan(call.rows[i] * dim, dim),
+                                            out + x * row_bytes));
+    }
+  }
+  if (cache_ != nullptr) {
+    // The cached rows get what the shard applies: the rounded values.
+    std::vector<float> sent(spec.count * dim);
+    DecodeFloats(type, out, sent.size(), sent.data());
+    if (spec.kind == PartSpec::Kind::kDenseRange) {
+      cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent.data());
+    } else {
+      std::vector<uint64_t> rows(spec.count);
+      for (uint64_t x = 0; x < spec.count; ++x) rows[x] = call.rows[RowIndex(spec, x)];
+      cache_->ApplyPush(call.table, 0, rows.data(), spec.count, sent.data());
+    }
+  }
+  return frame;
+}
+
 StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                               Callback done) {
   auto ticket = Issue({.op = Op::kPush, .table = table, .rows = rows, .values = &values},
                       std::move(done));
-  if (ticket.ok() && cache_ != nullptr) {
+  // (A 16-bit push updates the cache as it is encoded: EncodePush.)
+  if (ticket.ok() && cache_ != nullptr && job_.tables[table].wire.push == WireType::kF32) {
     cache_->ApplyPush(table, 0, rows.data(), rows.size(), values.data());
   }
   return ticket;
@@ -365,7 +435,7 @@ StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, Sh
 StatusOr<Ticket> Client::PushDense(uint32_t table, SharedFloats values, Callback done) {
   auto ticket = Issue({.op = Op::kPush, .table = table, .dense = true, .values = &values},
                       std::move(done));
-  if (ticket.ok() && cache_ != nullptr) {
+  if (ticket.ok() && cache_ != nullptr && job_.tables[table].wire.push == WireType::kF32) {
     cache_->ApplyPush(table, 0, nullptr, job_.tables[table].rows, values.data());
   }
   return ticket;

@@ -340,6 +340,13 @@ class Client {
   StatusOr<Ticket> Issue(const Call& call, Callback done);
   // Builds and sends the frames of one part of `call`.
   void SendSpec(Ticket ticket, const Call& call, const PartSpec& spec);
+  // The index in the call's rows (and values) of the part's row x.
+  static uint64_t RowIndex(const PartSpec& spec, uint64_t x);
+  // The values frame of one part of a push to a table whose wire.push is
+  // 16-bit: each value plus its row's residual, rounded, and the residual
+  // kept (error feedback, common/wire_floats.h); the cached rows get the
+  // rounded values. OutOfRange for a value beyond binary16's range.
+  StatusOr<Frame> EncodePush(const Call& call, const PartSpec& spec);
   // A ticket with nothing to send: completes at once.
   Ticket CompletedTicket(Callback done);
   // Sends one part with its keys and values frames (either may be empty),
@@ -375,8 +382,10 @@ class Client {
   void FinishPart(uint64_t request_id, const Status& status);
   // Checks a reply (DecodeReply) and completes the part it answers.
   void HandleReply(uint32_t shard, std::span<Frame> frames);
-  // Copies, scatters or keeps a checked PULL_OK reply's values.
-  void DeliverPull(Part& part, Reply& reply);
+  // Copies, scatters or keeps a checked PULL_OK reply's values (a 16-bit
+  // reply converted to float32 first). ResourceExhausted when the
+  // conversion's memory cannot be had.
+  Status DeliverPull(Part& part, Reply& reply);
   // Ends the parts past their deadline; returns how many ended.
   size_t ExpireDeadlines();
   double MillisSince(ps::Clock::TimePoint t) const;
@@ -414,6 +423,9 @@ class Client {
   const ps::Clock* const time_;  // deadlines and waits are measured on it
   int64_t clock_ = 0;            // this worker's clock
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
+  // Error feedback of 16-bit pushes: per table, rows x dim residuals,
+  // allocated at its first such push (empty otherwise).
+  std::vector<std::vector<float>> residuals_;
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;
   ChannelFactory connect_;  // makes each shard's channel (again, for another replica)

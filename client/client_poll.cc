@@ -11,6 +11,7 @@
 
 #include "common/logging.h"
 #include "common/security.h"
+#include "common/wire_floats.h"
 
 namespace ps {
 
@@ -58,23 +59,33 @@ void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
                                                      : what));
     return;
   }
+  Status delivered;
   if (p.op == Op::kPull) {
     // The shards of one pull wait side by side: the pull waited the longest of them.
     if (h.waited_us > 0) tracker_.NoteWait(p.ticket, h.waited_us);
-    DeliverPull(p, reply);
+    delivered = DeliverPull(p, reply);
   } else if (p.control) {
     control_replies_[h.request_id] = h;
   }
-  FinishPart(h.request_id, Status::Ok());
+  FinishPart(h.request_id, delivered);
 }
 
-void Client::DeliverPull(Part& p, Reply& reply) {
+Status Client::DeliverPull(Part& p, Reply& reply) {
   // Values come as one or more frames of whole rows, in row order (DecodeReply).
+  const uint64_t wire_row_bytes = uint64_t{p.dim} * WireBytes(p.dtype);
   const uint64_t row_bytes = uint64_t{p.dim} * sizeof(float);
   const int64_t min_clock = reply.header.min_clock;
   uint64_t row = 0;  // first row of the current frame within this part
-  for (Frame& frame : reply.values) {
-    const uint64_t rows = frame.size() / row_bytes;
+  for (Frame& wire_frame : reply.values) {
+    const uint64_t rows = wire_frame.size() / wire_row_bytes;
+    // A 16-bit frame becomes a float32 one here (the only copy it takes).
+    Frame converted;
+    if (p.dtype != WireType::kF32) {
+      PS_ASSIGN_OR_RETURN(converted, Frame::Allocate(rows * row_bytes));
+      DecodeFloats(p.dtype, wire_frame.data(), rows * p.dim,
+                   reinterpret_cast<float*>(converted.mutable_data()));
+    }
+    Frame& frame = p.dtype == WireType::kF32 ? wire_frame : converted;
     if (p.view != nullptr) {
       Frame f = std::move(frame);
       if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
@@ -100,6 +111,7 @@ void Client::DeliverPull(Part& p, Reply& reply) {
     }
     row += rows;
   }
+  return Status::Ok();
 }
 
 double Client::MillisSince(ps::Clock::TimePoint t) const {

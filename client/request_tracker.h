@@ -47,6 +47,9 @@ struct Part {
   uint32_t dim = 0;        // floats per row
   uint64_t first_row = 0;  // dense parts: the first row
   uint32_t flags = 0;      // header flags beyond kFlagDenseRange (HEARTBEAT)
+  // PUSH: what its values frame holds; PULL: what the reply is to hold (the
+  // table's wire settings).
+  WireType dtype = WireType::kF32;
   // PULL into a buffer: row i lands at out + i * dim, or at
   // out + positions[i] * dim when positions is not empty.
   float* out = nullptr;

@@ -156,6 +156,16 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
        [](const YamlReader& reader, const YamlValue& v, T* t) {
          return ParseOptimizer(reader, v, &t->optimizer);
        }},
+      {"wire",
+       [](const YamlReader& reader, const YamlValue& v, T* t) {
+         using W = WireOptions;
+         const std::vector<YamlField<W>> wire = {
+             EnumField("pull", &W::pull, kWireTypeNames),
+             EnumField("push", &W::push, kWireTypeNames),
+         };
+         return ReadSection(reader, v, wire,
+                            "a map with pull and push, each fp32, bf16 or fp16", &t->wire);
+       }},
   };
   // A table's own optimizer replaces the job-wide one as a whole.
   table->optimizer = default_optimizer;

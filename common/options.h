@@ -160,6 +160,26 @@ struct OptimizerOptions {
 };
 
 // One key-value table of the model (DESIGN.md section 3).
+// How a table's values travel between workers and shards
+// (common/wire_floats.h): float32, bfloat16 or IEEE binary16. The header's
+// dtype says which a message's values frame holds.
+enum class WireType : uint32_t { kF32 = 0, kBf16 = 1, kF16 = 2 };
+
+inline constexpr EnumName<WireType> kWireTypeNames[] = {
+    {"fp32", WireType::kF32},
+    {"bf16", WireType::kBf16},
+    {"fp16", WireType::kF16},
+};
+
+// A table's `wire` section. Shards keep float32 values and optimizer state
+// whatever these say; pulls are converted on the shard, pushes on the
+// worker (with error feedback: what rounding leaves out of a push is added
+// to the next one).
+struct WireOptions {
+  WireType pull = WireType::kF32;
+  WireType push = WireType::kF32;
+};
+
 struct TableOptions {
   // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
   std::string name;
@@ -169,6 +189,7 @@ struct TableOptions {
   uint32_t dim = 1;
   InitOptions init;
   OptimizerOptions optimizer;
+  WireOptions wire;
 };
 
 enum class ConsistencyMode { kBsp, kSsp, kAsp };

@@ -26,6 +26,9 @@ std::vector<AgreedField> AgreedFields(const JobOptions& job) {
     fields.push_back({path, t.name + " rows=" + std::to_string(t.rows) +
                                 " dim=" + std::to_string(t.dim)});
     fields.push_back({path + ".optimizer", OptimizerDescription(t.optimizer)});
+    fields.push_back({path + ".wire", "pull=" + std::string(NameOf(kWireTypeNames, t.wire.pull)) +
+                                          " push=" +
+                                          std::string(NameOf(kWireTypeNames, t.wire.push))});
   }
   return fields;
 }

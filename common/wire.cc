@@ -5,6 +5,7 @@
 
 #include "common/options.h"
 #include "common/update_rule.h"
+#include "common/wire_floats.h"
 #include "ps.pb.h"
 
 namespace ps {
@@ -67,6 +68,7 @@ Frame EncodeHeader(const MessageHeader& h) {
   p.set_session(h.session);
   p.set_epoch(h.epoch);
   p.set_target_clock(h.target_clock);
+  p.set_dtype(static_cast<wire::DType>(h.dtype));
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
   if (!frame.ok()) std::abort();  // a header is a few dozen bytes
@@ -81,9 +83,9 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
     return InvalidArgumentError("header frame (" + std::to_string(bytes.size()) +
                                 " bytes) is not a valid ps.wire.Header protobuf");
   }
-  if (p.dtype() != wire::F32) {
+  if (p.dtype() != wire::F32 && p.dtype() != wire::BF16 && p.dtype() != wire::F16) {
     return InvalidArgumentError("header dtype " + std::to_string(p.dtype()) +
-                                " is not supported; only F32 (0) is");
+                                " is not supported: F32 (0), BF16 (1) or F16 (2)");
   }
   MessageHeader h;
   h.op = static_cast<Op>(p.op());
@@ -106,6 +108,7 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   h.session = p.session();
   h.epoch = p.epoch();
   h.target_clock = p.target_clock();
+  h.dtype = static_cast<WireType>(p.dtype());
   return h;
 }
 
@@ -201,6 +204,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                   " is outside [0, 2^62]");
     }
   }
+  if (h.dtype != WireType::kF32 && h.op != Op::kPush && h.op != Op::kPull) {
+    return InvalidArgumentError(Where(h) + ": dtype " + WireTypeName(h.dtype) +
+                                " on a request without values; only PUSH and PULL carry one");
+  }
   if (control_op || worker_op || probe_op) {
     const uint32_t allowed_flags =
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
@@ -238,6 +245,15 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));
   }
   const bool push = h.op == Op::kPush;
+  const WireType allowed = push ? t.wire.push : t.wire.pull;
+  if (h.dtype != WireType::kF32 && h.dtype != allowed) {
+    return InvalidArgumentError(
+        Where(h) + ": table '" + t.name + "' " + (push ? "takes pushes" : "answers pulls") +
+        " in fp32" +
+        (allowed == WireType::kF32 ? std::string() : std::string(" or ") + WireTypeName(allowed)) +
+        ", not " + WireTypeName(h.dtype) + " (its wire." + (push ? "push" : "pull") +
+        "); the worker's job file differs from the server's");
+  }
   const size_t expected_frames = 1 + (h.dense() ? 0 : 1) + (push ? 1 : 0);
   if (frames.size() != expected_frames) {
     return InvalidArgumentError(Where(h) + ": expected " + std::to_string(expected_frames) +
@@ -248,7 +264,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   // count <= max_keys and the byte limit keep these products far from overflow;
   // compute in 128 bits anyway so no configuration can wrap them.
   const Uint128 key_bytes = static_cast<Uint128>(h.count) * 8;
-  const Uint128 value_bytes = static_cast<Uint128>(h.count) * h.dim * 4;
+  const Uint128 value_bytes = static_cast<Uint128>(h.count) * h.dim * WireBytes(h.dtype);
 
   std::span<const uint64_t> keys;
   if (h.dense()) {
@@ -284,10 +300,20 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     const Frame& vf = frames.back();
     if (vf.size() != value_bytes) {
       return InvalidArgumentError(Where(h) + ": values frame has " + std::to_string(vf.size()) +
-                                  " bytes, expected count*dim*4 = " +
+                                  " bytes, expected count*dim*" +
+                                  std::to_string(WireBytes(h.dtype)) + " (" +
+                                  WireTypeName(h.dtype) + ") = " +
                                   std::to_string(static_cast<uint64_t>(value_bytes)));
     }
-    values = FrameAs<float>(vf, &out->value_scratch);
+    if (h.dtype == WireType::kF32) {
+      values = FrameAs<float>(vf, &out->value_scratch);
+    } else {
+      // The shard keeps float32: the values are converted here, once.
+      const size_t n = vf.size() / WireBytes(h.dtype);
+      out->value_scratch.resize(n);
+      DecodeFloats(h.dtype, vf.data(), n, out->value_scratch.data());
+      values = out->value_scratch;
+    }
     if (rules.reject_non_finite) {
       // The largest magnitude, at the cost of the finite check alone: the
       // store uses it to know whether the push can overflow (StepBounds).
@@ -345,8 +371,13 @@ Status DecodeReply(std::span<Frame> frames, uint32_t shard, const ReplyLookup& l
                          std::to_string(expect->bound) + " but the shard's minimum clock was " +
                          std::to_string(h.min_clock));
   }
+  if (h.dtype != expect->dtype) {
+    out->fault = ReplyFault::kBadValues;
+    return DataLossError(std::string("reply values are ") + WireTypeName(h.dtype) +
+                         ", the pull asked for " + WireTypeName(expect->dtype));
+  }
   // count and dim come from the client's own checked request.
-  const uint64_t row_bytes = uint64_t{expect->dim} * sizeof(float);
+  const uint64_t row_bytes = uint64_t{expect->dim} * WireBytes(h.dtype);
   const uint64_t expected = expect->count * row_bytes;
   uint64_t got = 0;
   bool whole_rows = row_bytes > 0;

@@ -1,6 +1,7 @@
 // Wire protocol (DESIGN.md section 4): one message = a protobuf header frame,
 // then raw little-endian frames of keys (uint64[count], absent for dense
-// ranges) and values (float32[count*dim]). A request carries its values in
+// ranges) and values (count*dim values of the header's dtype: float32, or
+// bfloat16 or binary16 for a table whose `wire` says so). A request carries its values in
 // one frame; a PULL_OK reply may split them over several frames, each of
 // whole rows, in row order (the shard sends its storage blocks as they are). The only code that includes the
 // generated ps.pb.h is wire.cc; everything else sees MessageHeader.
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/key_range.h"
+#include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
 
@@ -130,6 +132,9 @@ struct MessageHeader {
   // serves at (server/replication.h); 0 otherwise.
   int64_t epoch = 0;
   int64_t target_clock = 0;  // HELLO: the clock the worker trains to; 0: not said
+  // PUSH: what the values frame holds; PULL: what the reply's should hold;
+  // PULL_OK: what they hold. kF32 for every other op.
+  WireType dtype = WireType::kF32;
 
   bool dense() const { return (flags & kFlagDenseRange) != 0; }
 };
@@ -146,6 +151,8 @@ struct TableLayout {
   uint64_t rows = 0;
   uint32_t dim = 0;
   RowRange owned;  // rows this shard holds
+  // Besides float32, the dtype pulls may ask for and pushes may carry.
+  WireOptions wire;
 };
 
 // Who a header's `worker` is, for messages: "worker 3", "worker <control>",
@@ -181,9 +188,12 @@ struct Request {
 // Checks one request (`frames` without the routing id) against `rules`:
 // frame count for the op, header parse, known op, known worker (tools may
 // only ask STATS and SHUTDOWN), clock in [0, kMaxClock], total bytes and key count under the limits,
-// known table, matching dim, keys frame size == count*8, values frame size ==
-// count*dim*4, every key (or the dense range) inside this shard's rows, and
-// finite values. On success fills *out; on failure returns the error for the
+// known table, matching dim, a dtype the table allows (float32 or its
+// `wire` type for the direction; float32 for every op but PUSH and PULL),
+// keys frame size == count*8, values frame size == count*dim times the
+// dtype's bytes, every key (or the dense range) inside this shard's rows,
+// and finite values. A PUSH in a 16-bit dtype is converted to float32 into
+// value_scratch, which `values` then views. On success fills *out; on failure returns the error for the
 // ERROR reply (InvalidArgument, OutOfRange, NotFound, ResourceExhausted,
 // Unimplemented, PermissionDenied) and leaves nothing half-done.
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out);
@@ -203,6 +213,7 @@ struct ReplyExpectation {
   uint32_t dim = 0;           // PULL: floats per row
   int64_t clock = 0;          // PULL: the worker's clock when it was sent
   int64_t bound = 0;          // PULL: the job's staleness bound
+  WireType dtype = WireType::kF32;  // PULL: the dtype it asked for
 };
 
 // The request in flight with this request id, or nullopt when none is (it
@@ -233,8 +244,9 @@ struct Reply {
 // `shard`: header parse; a request in flight to that shard with the
 // header's request id (`lookup`); an ERROR reply; the reply op against the
 // request's; for PULL_OK the staleness bound (the shard's minimum clock is
-// at least clock - bound) and the values frames (at least one, each of
-// whole rows, count*dim*4 bytes in all); for every other reply no frame
+// at least clock - bound), the dtype asked for, and the values frames (at
+// least one, each of whole rows, count*dim values of the dtype in all); for
+// every other reply no frame
 // after the header. Fills *out (out->fault says which check failed, and
 // out->header is set whenever the header parsed) and returns OK, or the
 // error without the request's description: InvalidArgument (kUnreadable),

@@ -62,7 +62,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
   for (const TableOptions& t : job.tables) {
     Table table;
-    table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard)};
+    table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard), t.wire};
     table.optimizer = t.optimizer;
     table.rows_per_block = std::max<uint64_t>(1, kBlockFloats / t.dim);
     const uint64_t owned = table.layout.owned.size();

@@ -220,6 +220,40 @@ TEST(ConfigTest, TableOptimizerReplacesJobWideOneAsAWhole) {
   EXPECT_FLOAT_EQ(job->tables[0].optimizer.lr, OptimizerOptions().lr);
 }
 
+// wire: how each table's values travel; fp32 both ways unless set, each
+// direction on its own, and part of what every process must agree on.
+TEST(ConfigTest, WireTypesPerTableAndDirection) {
+  const std::string yaml =
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+      "tables:\n"
+      "  - { name: a, rows: 4 }\n"
+      "  - { name: b, rows: 4, wire: { pull: bf16 } }\n"
+      "  - { name: c, rows: 4, wire: { pull: fp16, push: bf16 } }\n";
+  StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->tables[0].wire.pull, WireType::kF32);
+  EXPECT_EQ(job->tables[0].wire.push, WireType::kF32);
+  EXPECT_EQ(job->tables[1].wire.pull, WireType::kBf16);
+  EXPECT_EQ(job->tables[1].wire.push, WireType::kF32);
+  EXPECT_EQ(job->tables[2].wire.pull, WireType::kF16);
+  EXPECT_EQ(job->tables[2].wire.push, WireType::kBf16);
+  const std::string agreement = EncodeAgreement(*job);
+  EXPECT_NE(agreement.find("tables[2].wire=pull=fp16 push=bf16"), std::string::npos)
+      << agreement;
+  for (const char* bad : {"wire: { pull: fp8 }", "wire: { pul: bf16 }", "wire: bf16"}) {
+    SCOPED_TRACE(bad);
+    const std::string text =
+        "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+        "tables:\n"
+        "  - { name: a, rows: 4, " + std::string(bad) + " }\n";
+    StatusOr<JobOptions> refused = LoadJobString(text, "mem");
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("wire"), std::string::npos)
+        << refused.status().ToString();
+  }
+}
+
 TEST(ConfigTest, AcceptsYamlCoreNumberForms) {
   StatusOr<JobOptions> job =
       LoadJobString(JobYamlWithTable("name: w, rows: +64, dim: !!int 2,"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "common/wire_floats.h"
 #include "tests/util/status_matchers.h"
 
 namespace ps {
@@ -78,7 +80,7 @@ TEST(WireTest, MisalignedFramesAreReadThroughScratch) {
 }
 
 TEST(WireTest, DecodeRequestAcceptsAValidSparsePush) {
-  TableLayout t{"t", 100, 2, {50, 100}};
+  TableLayout t{"t", 100, 2, {50, 100}, {}};
   RequestRules rules{1, std::span<const TableLayout>(&t, 1), 2, 1 << 20, 1000, true};
   MessageHeader h;
   h.op = Op::kPush;
@@ -102,7 +104,7 @@ TEST(WireTest, DecodeRequestAcceptsAValidSparsePush) {
 }
 
 TEST(WireTest, NonFiniteValuesAreRefusedUnlessAllowed) {
-  TableLayout t{"t", 10, 1, {0, 10}};
+  TableLayout t{"t", 10, 1, {0, 10}, {}};
   RequestRules rules{0, std::span<const TableLayout>(&t, 1), 1, 1 << 20, 1000, true};
   MessageHeader h;
   h.op = Op::kPush;
@@ -277,6 +279,141 @@ TEST_F(DecodeReplyTest, ControlReplyWithExtraFramesIsDataLoss) {
   Status s = Decode(frames);
   EXPECT_EQ(s, DataLossError("CLOCK_OK reply has 2 frames, expected 1 (header)"));
   EXPECT_EQ(reply_.fault, ReplyFault::kBadValues);
+}
+
+// A table whose pushes may come in bf16 and whose pulls may ask for fp16.
+struct DtypeFixture {
+  TableLayout t{"h", 10, 2, {0, 10}, {.pull = WireType::kF16, .push = WireType::kBf16}};
+  RequestRules rules{0, std::span<const TableLayout>(&t, 1), 1, 1 << 20, 1000, true};
+
+  // A dense push of `count` rows from row 0 in `dtype`, its values frame
+  // `value_bytes` long (the values: i / 3).
+  std::vector<Frame> Push(WireType dtype, uint64_t count, size_t value_bytes) const {
+    MessageHeader h;
+    h.op = Op::kPush;
+    h.count = count;
+    h.dim = 2;
+    h.flags = kFlagDenseRange;
+    h.dtype = dtype;
+    std::vector<float> v(count * 2);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) / 3.0f;
+    std::vector<uint8_t> bytes(std::max(value_bytes, v.size() * 4));
+    EncodeFloats(dtype, v.data(), v.size(), bytes.data());
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    frames.push_back(Frame::CopyOf(bytes.data(), value_bytes));
+    return frames;
+  }
+};
+
+TEST(WireTest, DtypeRoundTripsAndUnknownOnesAreRefused) {
+  MessageHeader h;
+  h.op = Op::kPush;
+  h.dtype = WireType::kF16;
+  Frame f = EncodeHeader(h);
+  ASSERT_EQ(DecodeHeader({f.data(), f.size()})->dtype, WireType::kF16);
+  h.dtype = static_cast<WireType>(7);
+  f = EncodeHeader(h);
+  const auto bad = DecodeHeader({f.data(), f.size()});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("dtype 7"), std::string::npos) << bad.status().ToString();
+}
+
+// A bf16 push is converted to float32 once, in the decoder: the shard sees
+// exactly the values the worker rounded to.
+TEST(WireTest, A16BitPushIsDecodedToFloat32) {
+  DtypeFixture x;
+  std::vector<Frame> frames = x.Push(WireType::kBf16, 10, 10 * 2 * 2);
+  Request r;
+  ASSERT_OK(DecodeRequest(frames, x.rules, &r));
+  ASSERT_EQ(r.values.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(r.values[i], Bf16ToFloat(FloatToBf16(static_cast<float>(i) / 3.0f))) << i;
+  }
+  // float32 stays allowed whatever the table's wire says.
+  frames = x.Push(WireType::kF32, 10, 10 * 2 * 4);
+  ASSERT_OK(DecodeRequest(frames, x.rules, &r));
+  EXPECT_EQ(r.values[5], 5.0f / 3.0f);
+}
+
+// Each malformed 16-bit request is refused, naming what is wrong.
+TEST(WireTest, MalformedOrForbiddenDtypesAreRefused) {
+  DtypeFixture x;
+  Request r;
+  struct Case {
+    const char* name;
+    std::vector<Frame> frames;
+    const char* says;
+  };
+  std::vector<Case> cases;
+  // A float32-sized values frame under a bf16 header, a short one, an odd one.
+  cases.push_back({"bf16 header, fp32 bytes", x.Push(WireType::kBf16, 10, 80), "count*dim*2 (bf16)"});
+  cases.push_back({"bf16, one value short", x.Push(WireType::kBf16, 10, 38), "count*dim*2"});
+  cases.push_back({"bf16, odd bytes", x.Push(WireType::kBf16, 10, 41), "count*dim*2"});
+  // A dtype the table does not take for pushes (fp16; only bf16 is).
+  cases.push_back({"fp16 push", x.Push(WireType::kF16, 10, 40), "wire.push"});
+  {
+    // A pull asking for bf16 where the table answers in fp16.
+    MessageHeader h;
+    h.op = Op::kPull;
+    h.count = 10;
+    h.dim = 2;
+    h.flags = kFlagDenseRange;
+    h.dtype = WireType::kBf16;
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    cases.push_back({"bf16 pull", std::move(frames), "wire.pull"});
+  }
+  {
+    // A dtype on a request that carries no values.
+    MessageHeader h;
+    h.op = Op::kClock;
+    h.dtype = WireType::kBf16;
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    cases.push_back({"clock with a dtype", std::move(frames), "only PUSH and PULL"});
+  }
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Status st = DecodeRequest(c.frames, x.rules, &r);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.ToString();
+  }
+  // NaN and Inf keep float32's rule in 16 bits: refused.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    std::vector<Frame> frames = x.Push(WireType::kBf16, 1, 4);
+    const uint16_t v[2] = {FloatToBf16(1.0f), FloatToBf16(bad)};
+    frames[1] = Frame::CopyOf(v, 4);
+    EXPECT_EQ(DecodeRequest(frames, x.rules, &r).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+// A PULL_OK holds what the pull asked for, in that dtype's size.
+TEST(WireTest, ReplyValuesMustBeOfTheDtypeAsked) {
+  const ReplyExpectation expect{.request = Op::kPull, .shard = 0, .count = 4, .dim = 2,
+                                .dtype = WireType::kBf16};
+  auto reply = [](WireType dtype, size_t bytes) {
+    MessageHeader h;
+    h.op = Op::kPullOk;
+    h.request_id = 9;
+    h.dtype = dtype;
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    std::vector<uint8_t> zeros(bytes);
+    frames.push_back(Frame::CopyOf(zeros.data(), bytes));
+    return frames;
+  };
+  const ReplyLookup lookup = [&](uint64_t) { return std::optional<ReplyExpectation>(expect); };
+  Reply out;
+  std::vector<Frame> good = reply(WireType::kBf16, 4 * 2 * 2);
+  ASSERT_OK(DecodeReply(good, 0, lookup, &out));
+  EXPECT_EQ(out.values.size(), 1u);
+  std::vector<Frame> wrong_type = reply(WireType::kF32, 4 * 2 * 4);
+  EXPECT_EQ(DecodeReply(wrong_type, 0, lookup, &out).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(out.fault, ReplyFault::kBadValues);
+  std::vector<Frame> wrong_size = reply(WireType::kBf16, 4 * 2 * 4);
+  EXPECT_EQ(DecodeReply(wrong_size, 0, lookup, &out).code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

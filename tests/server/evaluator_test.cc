@@ -127,7 +127,7 @@ TEST(EvaluatorTest, ItMayOnlyRead) {
 
 // A forged request in the evaluator's name, past the client's checks.
 TEST(EvaluatorTest, TheShardsRefuseWhatAnEvaluatorMayNotSend) {
-  TableLayout t{"t", 4, 1, {0, 4}};
+  TableLayout t{"t", 4, 1, {0, 4}, {}};
   RequestRules rules{0, std::span<const TableLayout>(&t, 1), 2, 1 << 20, 1000, true, true};
   auto decode = [&](Op op, uint32_t flags, const RequestRules& r) {
     MessageHeader h;

@@ -161,7 +161,7 @@ TEST(RendezvousTest, AWorkerThatNeverSpokeIsDeadOnlyAfterTheGracePeriod) {
 TEST(RendezvousAgreementTest, FieldsAndFingerprint) {
   const JobOptions job = Job();
   const std::vector<AgreedField> fields = AgreedFields(job);
-  ASSERT_EQ(fields.size(), 9u);
+  ASSERT_EQ(fields.size(), 11u);  // 5, and per table its layout, optimizer and wire
   EXPECT_EQ(fields[0].name, "shards");
   EXPECT_EQ(fields[0].value, "2");
   EXPECT_EQ(fields[2].value, "ssp 3");
@@ -169,6 +169,17 @@ TEST(RendezvousAgreementTest, FieldsAndFingerprint) {
   EXPECT_EQ(fields[4].value, "1");
   EXPECT_EQ(fields[5].name, "tables[0]");
   EXPECT_EQ(fields[6].name, "tables[0].optimizer");
+  EXPECT_EQ(fields[7].name, "tables[0].wire");
+  EXPECT_EQ(fields[7].value, "pull=fp32 push=fp32");
+  // A worker that would push in bf16 to a shard that takes fp32 only is
+  // refused at the rendezvous, naming the field.
+  JobOptions bf16 = job;
+  bf16.tables[0].wire.push = WireType::kBf16;
+  const Status wire = CompareAgreement(EncodeAgreement(job), EncodeAgreement(bf16), "me", "them");
+  EXPECT_NE(wire.message().find("tables[0].wire: me has \"pull=fp32 push=fp32\", them has "
+                                "\"pull=fp32 push=bf16\""),
+            std::string::npos)
+      << wire.ToString();
   // Servers and workers must agree on the copies: a worker of a
   // replicated job is refused by an unreplicated one, naming the field.
   JobOptions replicated = job;

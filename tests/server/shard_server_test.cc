@@ -274,7 +274,7 @@ std::vector<BadCase> BadCases() {
       {"KeysFrameWrongSize", [] { return Msg(H(Op::kPull, 1, 2, 2), List(K({1}))); },
        StatusCode::kInvalidArgument, "keys frame has 8 bytes, expected count*8 = 16"},
       {"ValuesFrameWrongSize", [] { return Msg(H(Op::kPush, 1, 2, 2), List(K({1, 2}), V(3))); },
-       StatusCode::kInvalidArgument, "values frame has 12 bytes, expected count*dim*4 = 16"},
+       StatusCode::kInvalidArgument, "values frame has 12 bytes, expected count*dim*4 (fp32) = 16"},
       {"KeyOutsideShard", [] { return Msg(H(Op::kPush, 1, 2, 2), List(K({3, 500}), V(4))); },
        StatusCode::kOutOfRange, "key 500 (index 1) of table 'sparse' is not inside this shard's rows [0, 500)"},
       {"KeyBeyondTable", [] { return Msg(H(Op::kPull, 1, 1, 2), List(K({~0ull}))); },
