@@ -398,12 +398,23 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
         type, {gradient + spec.offset * dim, spec.count * dim},
         all.subspan(spec.first_row * dim, spec.count * dim), out));
   } else {
-    const size_t row_bytes = dim * WireBytes(type);
+    // Rows from anywhere in the table: their values and residuals are
+    // gathered, encoded in one pass, and the new residuals put back.
+    const size_t n = spec.count * dim;
+    push_values_.resize(n);
+    push_residuals_.resize(n);
     for (uint64_t x = 0; x < spec.count; ++x) {
       const uint64_t i = RowIndex(spec, x);
-      PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {gradient + i * dim, dim},
-                                            all.subspan(call.rows[i] * dim, dim),
-                                            out + x * row_bytes));
+      std::copy_n(gradient + i * dim, dim, push_values_.data() + x * dim);
+      std::copy_n(residual.data() + call.rows[i] * dim, dim, push_residuals_.data() + x * dim);
+    }
+    PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {push_values_.data(), n},
+                                          {push_residuals_.data(), n}, out));
+    for (uint64_t x = 0; x < spec.count; ++x) {
+      // A row pushed twice in one request: its later residual wins, as if
+      // the two values had been pushed one after the other.
+      std::copy_n(push_residuals_.data() + x * dim, dim,
+                  residual.data() + call.rows[RowIndex(spec, x)] * dim);
     }
   }
   if (cache_ != nullptr) {

@@ -78,27 +78,31 @@ Status Client::DeliverPull(Part& p, Reply& reply) {
   uint64_t row = 0;  // first row of the current frame within this part
   for (Frame& wire_frame : reply.values) {
     const uint64_t rows = wire_frame.size() / wire_row_bytes;
-    // A 16-bit frame becomes a float32 one here (the only copy it takes).
-    Frame converted;
-    if (p.dtype != WireType::kF32) {
-      PS_ASSIGN_OR_RETURN(converted, Frame::Allocate(rows * row_bytes));
-      DecodeFloats(p.dtype, wire_frame.data(), rows * p.dim,
-                   reinterpret_cast<float*>(converted.mutable_data()));
-    }
-    Frame& frame = p.dtype == WireType::kF32 ? wire_frame : converted;
-    if (p.view != nullptr) {
-      Frame f = std::move(frame);
-      if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) != 0) {
-        f = Frame::CopyOf(f.data(), f.size());  // spans of float need alignment
-      }
-      p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(f)});
-    } else if (p.positions.empty()) {
-      std::memcpy(p.out + row * p.dim, frame.data(), frame.size());
+    if (p.view == nullptr && p.positions.empty()) {
+      // Consecutive rows of the output: copied, or decoded, straight there.
+      float* to = p.out + row * p.dim;
+      DecodeFloats(p.dtype, wire_frame.data(), rows * p.dim, to);
       if (p.cache_insert) {
         cache_->Insert(p.table, p.first_row + row,
-                       p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows,
-                       p.out + row * p.dim, min_clock);
+                       p.cache_rows.empty() ? nullptr : p.cache_rows.data() + row, rows, to,
+                       min_clock);
       }
+      row += rows;
+      continue;
+    }
+    // Kept or scattered: a 16-bit frame becomes a float32 one first.
+    Frame frame = std::move(wire_frame);
+    if (p.dtype != WireType::kF32) {
+      PS_ASSIGN_OR_RETURN(Frame converted, Frame::Allocate(rows * row_bytes));
+      DecodeFloats(p.dtype, frame.data(), rows * p.dim,
+                   reinterpret_cast<float*>(converted.mutable_data()));
+      frame = std::move(converted);
+    }
+    if (p.view != nullptr) {
+      if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(float) != 0) {
+        frame = Frame::CopyOf(frame.data(), frame.size());  // spans of float need alignment
+      }
+      p.view->pieces_.push_back({p.view_offset + row * p.dim, std::move(frame)});
     } else {
       const auto* src = reinterpret_cast<const std::byte*>(frame.data());
       for (uint64_t x = 0; x < rows; ++x) {
