@@ -9,7 +9,8 @@
 // that the type represents is kept exactly. NaN stays NaN (quiet, its sign
 // and top payload bits kept) and Inf stays Inf; a finite value beyond the
 // type's range becomes Inf (bfloat16 covers float32's range; binary16 ends
-// at 65504). From the 16-bit types to float32 is exact.
+// at 65504). From the 16-bit types to float32 is exact (a binary16 NaN
+// comes back quiet).
 //
 // Loops over plain arrays with no branches the compiler cannot turn into
 // selects, so they vectorize (benchmarks/convert_bench measures them
@@ -76,7 +77,9 @@ inline float F16ToFloat(uint16_t h) {
   // Normal and subnormal alike: the 15 bits as the bottom of a float32's
   // exponent and mantissa, scaled by 2^112 (exact: a power of two).
   const float finite = std::bit_cast<float>(em << 13) * 0x1p112f;
-  const uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13);  // Inf, NaN
+  // Inf, or NaN made quiet (as the F16C instruction does).
+  const uint32_t special =
+      0x7f800000u | ((em & 0x3ffu) << 13) | SelectBits(em > 0x7c00u, 0x400000u, 0u);
   return std::bit_cast<float>(sign |
                              SelectBits(em >= 0x7c00u, special, std::bit_cast<uint32_t>(finite)));
 }

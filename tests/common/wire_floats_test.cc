@@ -157,6 +157,39 @@ TEST(WireFloatsTest, TiesBoundariesAndSpecials) {
   }
 }
 
+// The array conversions (F16C instructions where the CPU has them) give
+// the one-value functions' bits: every 16-bit pattern, and float32 bit
+// patterns of every kind, NaN payloads included.
+TEST(WireFloatsTest, ArrayConversionsGiveTheOneValueBits) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h <= 0xffff; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> f16(all.size()), bf16(all.size());
+  F16ToFloats(all.data(), all.size(), f16.data());
+  Bf16ToFloats(all.data(), all.size(), bf16.data());
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(f16[h]),
+              std::bit_cast<uint32_t>(F16ToFloat(static_cast<uint16_t>(h)))) << std::hex << h;
+    ASSERT_EQ(std::bit_cast<uint32_t>(bf16[h]),
+              std::bit_cast<uint32_t>(Bf16ToFloat(static_cast<uint16_t>(h)))) << std::hex << h;
+  }
+  std::mt19937 gen(13);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> in(200003);
+  for (float& x : in) x = std::bit_cast<float>(bits(gen));
+  in[0] = std::numeric_limits<float>::signaling_NaN();
+  in[1] = -std::numeric_limits<float>::quiet_NaN();
+  in[2] = 65519.0f;
+  in[3] = 65520.0f;
+  in[4] = 0x1p-25f;
+  std::vector<uint16_t> to_f16(in.size()), to_bf16(in.size());
+  FloatsToF16(in.data(), in.size(), to_f16.data());
+  FloatsToBf16(in.data(), in.size(), to_bf16.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(to_f16[i], FloatToF16(in[i])) << std::hex << std::bit_cast<uint32_t>(in[i]);
+    ASSERT_EQ(to_bf16[i], FloatToBf16(in[i])) << std::hex << std::bit_cast<uint32_t>(in[i]);
+  }
+}
+
 TEST(WireFloatsTest, ArraysMatchTheOneValueFunctions) {
   std::mt19937 gen(3);
   std::normal_distribution<float> n(0.0f, 100.0f);
