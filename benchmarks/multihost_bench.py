@@ -49,6 +49,7 @@ under --out (default build/multihost_bench).
 import argparse
 import csv
 import os
+import statistics
 import sys
 import time
 
@@ -192,18 +193,13 @@ def main():
                                 failed.append(key)
                                 print("%s: failed: %s" % (what, e), file=sys.stderr, flush=True)
 
-    def median(values):
-        values = sorted(values)
-        n = len(values)
-        return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
-
     def summary(runs):
         reached = [r["ttt"] for r in runs if r["ttt"] is not None]
-        return {"samples_s": median([r["samples_s"] for r in runs]),
-                "final": median([r["final"] for r in runs]),
-                "ttt": median(reached) if len(reached) == len(runs) else None,
+        return {"samples_s": statistics.median([r["samples_s"] for r in runs]),
+                "final": statistics.median([r["final"] for r in runs]),
+                "ttt": statistics.median(reached) if len(reached) == len(runs) else None,
                 "reached": len(reached), "runs": len(runs),
-                "wall": median([r["wall"] for r in runs])}
+                "wall": statistics.median([r["wall"] for r in runs])}
 
     table = {key: summary(runs) for key, runs in results.items()}
     print("| workload | mode | network | wire | samples/s | vs one host | vs fp32 | "

@@ -419,14 +419,15 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
   }
   if (cache_ != nullptr) {
     // The cached rows get what the shard applies: the rounded values.
-    std::vector<float> sent(spec.count * dim);
+    std::vector<float>& sent = push_values_;  // free again once encoded
+    sent.resize(spec.count * dim);
     DecodeFloats(type, out, sent.size(), sent.data());
     if (spec.kind == PartSpec::Kind::kDenseRange) {
       cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent.data());
     } else {
-      std::vector<uint64_t> rows(spec.count);
-      for (uint64_t x = 0; x < spec.count; ++x) rows[x] = call.rows[RowIndex(spec, x)];
-      cache_->ApplyPush(call.table, 0, rows.data(), spec.count, sent.data());
+      push_rows_.resize(spec.count);
+      for (uint64_t x = 0; x < spec.count; ++x) push_rows_[x] = call.rows[RowIndex(spec, x)];
+      cache_->ApplyPush(call.table, 0, push_rows_.data(), spec.count, sent.data());
     }
   }
   return frame;

@@ -426,8 +426,10 @@ class Client {
   // Error feedback of 16-bit pushes: per table, rows x dim residuals,
   // allocated at its first such push (empty otherwise).
   std::vector<std::vector<float>> residuals_;
-  // EncodePush's gathered rows of a sparse push: values and residuals.
+  // EncodePush's scratch, kept between pushes: a sparse push's gathered
+  // values and residuals (then the values sent, for the cache) and row ids.
   std::vector<float> push_values_, push_residuals_;
+  std::vector<uint64_t> push_rows_;
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;
   ChannelFactory connect_;  // makes each shard's channel (again, for another replica)

@@ -190,38 +190,42 @@ TrainingProgress::TrainingProgress(const TrainJob& job, uint32_t rank, const Par
   summary_.metric_name = std::move(metric_name);
   // What the store and backend did before training (loading data, the
   // first model) is not a step's.
-  left_out_.pull_s = store_->times().pull_s;
-  left_out_.push_s = store_->times().push_s;
-  if (backend_ != nullptr) left_out_.device = backend_->times();
+  left_out_ = SpentSoFar();
   logged_ = Now();
 }
 
-TrainingProgress::Totals TrainingProgress::Now() const {
-  Totals t;
-  t.steps = steps_;
-  t.step_s = TrainingSeconds();
+TrainingProgress::Spent TrainingProgress::Spent::operator-(const Spent& o) const {
+  return {pull_s - o.pull_s, push_s - o.push_s,
+          {device.upload_s - o.device.upload_s, device.compute_s - o.device.compute_s,
+           device.download_s - o.device.download_s}};
+}
+
+TrainingProgress::Spent TrainingProgress::Spent::operator+(const Spent& o) const {
+  return {pull_s + o.pull_s, push_s + o.push_s,
+          {device.upload_s + o.device.upload_s, device.compute_s + o.device.compute_s,
+           device.download_s + o.device.download_s}};
+}
+
+TrainingProgress::Spent TrainingProgress::SpentSoFar() const {
   const ParamStore::Times& store = store_->times();
-  t.pull_s = store.pull_s - left_out_.pull_s;
-  t.push_s = store.push_s - left_out_.push_s;
-  if (backend_ != nullptr) {
-    const DeviceTimes d = backend_->times();
-    t.device.upload_s = d.upload_s - left_out_.device.upload_s;
-    t.device.compute_s = d.compute_s - left_out_.device.compute_s;
-    t.device.download_s = d.download_s - left_out_.device.download_s;
-  }
-  return t;
+  return {store.pull_s, store.push_s, backend_ != nullptr ? backend_->times() : DeviceTimes()};
+}
+
+TrainingProgress::Totals TrainingProgress::Now() const {
+  return {steps_, TrainingSeconds(), SpentSoFar() - left_out_};
 }
 
 StepBreakdown TrainingProgress::Between(const Totals& from, const Totals& to) {
   StepBreakdown b;
   if (to.steps <= from.steps) return b;
   const double per_step_ms = 1000.0 / static_cast<double>(to.steps - from.steps);
+  const Spent d = to.spent - from.spent;
   b.step_ms = (to.step_s - from.step_s) * per_step_ms;
-  b.pull_ms = (to.pull_s - from.pull_s) * per_step_ms;
-  b.push_ms = (to.push_s - from.push_s) * per_step_ms;
-  b.h2d_ms = (to.device.upload_s - from.device.upload_s) * per_step_ms;
-  b.compute_ms = (to.device.compute_s - from.device.compute_s) * per_step_ms;
-  b.d2h_ms = (to.device.download_s - from.device.download_s) * per_step_ms;
+  b.pull_ms = d.pull_s * per_step_ms;
+  b.push_ms = d.push_s * per_step_ms;
+  b.h2d_ms = d.device.upload_s * per_step_ms;
+  b.compute_ms = d.device.compute_s * per_step_ms;
+  b.d2h_ms = d.device.download_s * per_step_ms;
   return b;
 }
 
@@ -278,7 +282,7 @@ std::string TrainingProgress::MetricsText(int64_t done, int64_t total) const {
               store_->staleness_wait_seconds());
   out.Counter("ps_worker_evaluation_seconds_total", "Seconds spent evaluating on the test set",
               std::chrono::duration<double>(evaluating_).count());
-  const Totals totals = Now();
+  const Spent totals = Now().spent;
   out.Family("ps_worker_step_phase_seconds_total", "counter",
              "Seconds of training steps by phase: waiting in pulls and pushes (wall time), and "
              "the compute backend's busy time copying to the device (h2d), computing and "
@@ -329,16 +333,11 @@ Status TrainingProgress::StepDone(int64_t done, int64_t total,
   std::optional<double> metric;
   if (eval) {
     const auto eval_start = SteadyClock::now();
-    const Totals before = Now();
+    const Spent before = SpentSoFar();
     PS_ASSIGN_OR_RETURN(double value, evaluate());
     evaluating_ += SteadyClock::now() - eval_start;
     // What the evaluation pulled and computed is not the steps'.
-    const Totals after = Now();
-    left_out_.pull_s += after.pull_s - before.pull_s;
-    left_out_.push_s += after.push_s - before.push_s;
-    left_out_.device.upload_s += after.device.upload_s - before.device.upload_s;
-    left_out_.device.compute_s += after.device.compute_s - before.device.compute_s;
-    left_out_.device.download_s += after.device.download_s - before.device.download_s;
+    left_out_ = left_out_ + (SpentSoFar() - before);
     metric = value;
     summary_.metrics.push_back(value);
     UpdateMetrics(done, total);  // after it: the step's time leaves it out, the value is in

@@ -142,12 +142,21 @@ class TrainingProgress {
                    std::unique_ptr<MetricsCsv> csv, MetricsEndpoint* metrics,
                    const Backend* backend);
   double TrainingSeconds() const;
+  // Seconds spent in the store's pulls and pushes and on the backend.
+  struct Spent {
+    double pull_s = 0, push_s = 0;
+    DeviceTimes device;
+    Spent operator-(const Spent& other) const;
+    Spent operator+(const Spent& other) const;
+  };
   // Running totals of the breakdown's parts, evaluations left out.
   struct Totals {
     uint64_t steps = 0;
-    double step_s = 0, pull_s = 0, push_s = 0;
-    DeviceTimes device;
+    double step_s = 0;
+    Spent spent;
   };
+  // What the store and the backend report so far, all of it.
+  Spent SpentSoFar() const;
   Totals Now() const;
   static StepBreakdown Between(const Totals& from, const Totals& to);
   // Times the step just done and publishes the metrics when due.
@@ -184,7 +193,7 @@ class TrainingProgress {
   // log line.
   const Backend* const backend_;
   uint64_t steps_ = 0;
-  Totals left_out_;
+  Spent left_out_;
   Totals logged_;
 };
 
