@@ -65,7 +65,9 @@ void ParamCache::ApplyPush(uint32_t table, uint64_t first_row, const uint64_t* r
     for (uint64_t i = 0; i < count; ++i) t.clock[rows == nullptr ? first_row + i : rows[i]] = -1;
     return;
   }
-  // The shard's arithmetic, exactly (common/update_rule.h).
+  // The shard's arithmetic, exactly (common/update_rule.h), subnormals
+  // flushed alike; set once for all of a sparse push's rows.
+  FlushSubnormals flush;
   if (rows == nullptr) {
     // A dense run: one update per run of cached rows.
     uint64_t i = 0;

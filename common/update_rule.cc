@@ -4,7 +4,44 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace ps {
+
+namespace {
+
+#if defined(__SSE__)
+constexpr uint64_t kFlushBits = 0x8040;  // MXCSR FTZ (bit 15) | DAZ (bit 6)
+uint64_t ReadFloatMode() { return _mm_getcsr(); }
+void WriteFloatMode(uint64_t mode) { _mm_setcsr(static_cast<unsigned>(mode)); }
+#elif defined(__aarch64__)
+constexpr uint64_t kFlushBits = uint64_t{1} << 24;  // FPCR FZ
+uint64_t ReadFloatMode() {
+  uint64_t fpcr;
+  asm volatile("mrs %0, fpcr" : "=r"(fpcr));
+  return fpcr;
+}
+void WriteFloatMode(uint64_t mode) { asm volatile("msr fpcr, %0" : : "r"(mode)); }
+#else
+constexpr uint64_t kFlushBits = 0;  // no such mode known here: subnormals stay
+uint64_t ReadFloatMode() { return 0; }
+void WriteFloatMode(uint64_t) {}
+#endif
+
+}  // namespace
+
+FlushSubnormals::FlushSubnormals() : saved_(ReadFloatMode()), changed_(false) {
+  if ((saved_ & kFlushBits) != kFlushBits) {
+    WriteFloatMode(saved_ | kFlushBits);
+    changed_ = true;
+  }
+}
+
+FlushSubnormals::~FlushSubnormals() {
+  if (changed_) WriteFloatMode(saved_);
+}
 
 namespace {
 
@@ -102,6 +139,7 @@ inline float ShrinkTowardZero(float w, float t) {
 
 void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, float* slot1,
                     const float* g, size_t n, float lr, int64_t step) {
+  FlushSubnormals flush;
   switch (optimizer.kind) {
     case OptimizerKind::kAdd:
       AddRun(w, g, n);

@@ -243,6 +243,7 @@ bool ShardStore::PushProvenFinite(const Request& request, int64_t clock) {
 }
 
 Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
+  FlushSubnormals flush;  // once for all of a sparse push's rows
   Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
@@ -343,6 +344,7 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
     sum.touched.assign(t.blocks.size(), false);
   }
   const OptimizerOptions add{OptimizerKind::kAdd, 0.0f};
+  FlushSubnormals flush;  // once for all of a sparse push's rows
   const float* g = request.values.data();
   if (request.header.dense()) {
     const uint64_t first = request.header.first_row - t.layout.owned.begin;
@@ -361,6 +363,7 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
 }
 
 void ShardStore::ApplyAccumulated(int64_t below, float scale) {
+  FlushSubnormals flush;  // the scaling as well as the updates
   while (!sums_.empty() && sums_.begin()->first < below) {
     const int64_t clock = sums_.begin()->first;
     std::vector<TableSum>& clock_sums = sums_.begin()->second;
