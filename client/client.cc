@@ -418,10 +418,11 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
     }
   }
   if (cache_ != nullptr) {
-    // The cached rows get what the shard applies: the rounded values.
+    // The cached rows get what the shard applies: the rounded values. (A
+    // rule with state drops the rows instead and reads no value.)
     std::vector<float>& sent = push_values_;  // free again once encoded
     sent.resize(spec.count * dim);
-    DecodeFloats(type, out, sent.size(), sent.data());
+    if (t.optimizer.Stateless()) DecodeFloats(type, out, sent.size(), sent.data());
     if (spec.kind == PartSpec::Kind::kDenseRange) {
       cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent.data());
     } else {

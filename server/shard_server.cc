@@ -819,7 +819,6 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
   reply_.push_back(EncodeHeader(reply));
   uint64_t held = 0;
   Status read = store_->ReadRows(pull, &reply_, &held);
-  if (read.ok() && req.dtype != WireType::kF32) read = ConvertValues(req.dtype, &held);
   if (read.ok() && reply_.size() > 2) {
     read = queued_replies_.Charge(reply_[0].view(), req.worker, held,
                                   std::span<Frame>(reply_.data() + 2, reply_.size() - 2));
@@ -837,23 +836,6 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
     PS_LOG_INFO("shard {}: first pull served as the primary of epoch {} (worker {}, clock {})",
                 shard_, promoted_epoch_, req.worker, req.clock);
   }
-}
-
-Status ShardServer::ConvertValues(WireType dtype, uint64_t* bytes) {
-  // The values frames of reply_ (after the routing id and the header) hold
-  // float32 rows, often the store's own blocks: each becomes a frame of
-  // `dtype` values, and the blocks are released.
-  *bytes = 0;
-  for (size_t i = 2; i < reply_.size(); ++i) {
-    const size_t n = reply_[i].size() / sizeof(float);
-    PS_ASSIGN_OR_RETURN(Frame converted, Frame::Allocate(n * WireBytes(dtype)));
-    std::vector<float> scratch;
-    const std::span<const float> values = FrameAs<float>(reply_[i], &scratch);
-    EncodeFloats(dtype, values.data(), n, converted.mutable_data());
-    *bytes += converted.size();
-    reply_[i] = std::move(converted);
-  }
-  return Status::Ok();
 }
 
 void ShardServer::ParkPull(std::vector<Frame>& frames) {

@@ -246,9 +246,6 @@ class ShardServer {
   // long it waited for slower workers (told to the client).
   void ServePull(Frame& routing_id, const Request& pull,
                  Clock::Duration waited = Clock::Duration::zero());
-  // A pull asked for `dtype` (not float32): the values frames of reply_
-  // become frames of that type; *bytes: their size, to charge.
-  Status ConvertValues(WireType dtype, uint64_t* bytes);
   // The minimum clock advanced: applies the finished clocks' sums
   // (aggregation), then answers every waiting pull it allows.
   void MinClockAdvanced();

@@ -9,6 +9,7 @@
 
 #include "common/key_range.h"
 #include "common/update_rule.h"
+#include "common/wire_floats.h"
 
 namespace ps {
 
@@ -112,6 +113,7 @@ ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
     // The I/O thread dropped its reference (release); see its reads of the
     // block before writing over them.
     std::atomic_thread_fence(std::memory_order_acquire);
+    b->encoded.reset();  // the values are about to change
   }
   return b.get();
 }
@@ -426,6 +428,8 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
   const Table& t = tables_[request.header.table];
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
+  const WireType dtype = request.header.dtype;
+  const size_t bytes = WireBytes(dtype);
   uint64_t held = 0;
   if (request.header.dense()) {
     Status shared;
@@ -433,12 +437,19 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
                     [&](uint64_t block, uint64_t in_block, uint64_t n) {
                       if (!shared.ok()) return;
                       const std::shared_ptr<Block>& b = t.blocks[block];
-                      StatusOr<Frame> f = Frame::Share(b->values.data() + in_block * dim,
-                                                       n * dim * sizeof(float),
-                                                       std::shared_ptr<const void>(b));
+                      auto share = [&]() -> StatusOr<Frame> {
+                        if (dtype == WireType::kF32) {
+                          return Frame::Share(b->values.data() + in_block * dim,
+                                              n * dim * bytes, std::shared_ptr<const void>(b));
+                        }
+                        PS_RETURN_IF_ERROR(Encode(b.get(), dtype));
+                        return Frame::Share(b->encoded.get() + in_block * dim, n * dim * bytes,
+                                            std::shared_ptr<const void>(b->encoded));
+                      };
+                      StatusOr<Frame> f = share();
                       if (f.ok()) {
                         frames->push_back(std::move(f).value());
-                        held += b->values.size() * sizeof(float);
+                        held += b->values.size() * bytes;
                       } else {
                         shared = f.status();
                       }
@@ -446,15 +457,35 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
     if (held_bytes != nullptr) *held_bytes = held;
     return shared;
   }
-  PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * sizeof(float)));
+  PS_ASSIGN_OR_RETURN(Frame out, Frame::Allocate(request.keys.size() * dim * bytes));
   if (held_bytes != nullptr) *held_bytes = out.size();
-  auto* dst = reinterpret_cast<float*>(out.mutable_data());
+  float* dst = reinterpret_cast<float*>(out.mutable_data());
+  if (dtype != WireType::kF32) {
+    gathered_.resize(request.keys.size() * dim);
+    dst = gathered_.data();
+  }
   for (size_t i = 0; i < request.keys.size(); ++i) {
     const uint64_t row = request.keys[i] - t.layout.owned.begin;
     std::memcpy(dst + i * dim, t.blocks[row / rpb]->values.data() + (row % rpb) * dim,
                 dim * sizeof(float));
   }
+  if (dtype != WireType::kF32) EncodeFloats(dtype, dst, gathered_.size(), out.mutable_data());
   frames->push_back(std::move(out));
+  return Status::Ok();
+}
+
+Status ShardStore::Encode(Block* block, WireType dtype) {
+  if (block->encoded != nullptr && block->encoded_type == dtype) return Status::Ok();
+  const size_t n = block->values.size();
+  std::shared_ptr<uint16_t[]> encoded(new (std::nothrow) uint16_t[n]);
+  if (encoded == nullptr) {
+    return ResourceExhaustedError("cannot allocate " + std::to_string(n * sizeof(uint16_t)) +
+                                  " bytes for a block's values in 16 bits (a pull's reply)");
+  }
+  EncodeFloats(dtype, block->values.data(), n, encoded.get());
+  block->encoded = std::move(encoded);
+  block->encoded_type = dtype;
+  ++encoded_block_count_;
   return Status::Ok();
 }
 

@@ -91,13 +91,19 @@ class ShardStore {
   uint64_t non_finite_rows(uint32_t table) const { return tables_[table].non_finite_rows; }
 
   // Appends the values a PULL asks for to *frames, row-major in request
-  // order: a dense range as frames that share the store's blocks (no copy,
-  // one frame per block touched); row ids gathered into one new frame.
-  // ResourceExhausted if that frame cannot be allocated. `held_bytes`
-  // (when set) receives what the appended frames keep in memory until they
-  // are released: the values of every block they share (a push meanwhile
-  // copies such a block, leaving this one to the frames), or the size of
-  // the gathered frame.
+  // order and in the request's dtype: a dense range as frames that share
+  // the store's blocks (no copy, one frame per block touched); row ids
+  // gathered into one new frame. In a 16-bit dtype a dense range shares
+  // each block's values in that type, converted by the first such pull
+  // after the block last changed and shared by every later one until the
+  // next write (every worker's pull of one clock under bsp: one
+  // conversion); gathered rows are converted into their frame.
+  // ResourceExhausted if a frame or a conversion cannot be allocated.
+  // `held_bytes` (when set) receives what the appended frames keep in
+  // memory until they are released: every block (or converted block) they
+  // share (a push meanwhile copies such a block, leaving this one to the
+  // frames; a converted block is the frames' alone), or the size of the
+  // gathered frame.
   // REQUIRES: as ApplyPush.
   Status ReadRows(const Request& request, std::vector<Frame>* frames,
                   uint64_t* held_bytes = nullptr);
@@ -116,6 +122,9 @@ class ShardStore {
 
   // Blocks copied because a push met a block still shared with a reply.
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
+  // Blocks converted to a 16-bit dtype for dense pulls (ReadRows): at most
+  // one per block and change, whatever the number of pulls.
+  uint64_t encoded_block_count() const { return encoded_block_count_; }
 
   // The tables' layout as a checkpoint records it (no values): what a
   // generation must match to be restored here (CheckRestorable).
@@ -174,6 +183,12 @@ class ShardStore {
     // Frames of ShareBlock still holding this block (the I/O thread
     // releases them): its optimizer state is copied, not moved, by a push.
     std::atomic<uint32_t> whole_holders{0};
+    // The values in `encoded_type` (a 16-bit dtype), made by the first
+    // dense pull in that type since the block last changed, shared with
+    // the replies of every such pull; Writable drops it (the replies in
+    // flight keep theirs). One type at a time: a table's pulls ask for one.
+    std::shared_ptr<const uint16_t[]> encoded;
+    WireType encoded_type = WireType::kF32;
   };
   struct Table {
     TableLayout layout;
@@ -199,6 +214,8 @@ class ShardStore {
   ShardStore() = default;
   // The block, made private to the store first if a reply still shares it.
   Block* Writable(Table& table, uint64_t block);
+  // Fills block->encoded with the values in `dtype` unless it holds them.
+  Status Encode(Block* block, WireType dtype);
   // One optimizer step on elements [offset, offset + n) of a block, at the
   // learning rate and Adam step of minimum clock `clock`.
   static void Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
@@ -250,6 +267,8 @@ class ShardStore {
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
   uint64_t copy_on_write_count_ = 0;
+  uint64_t encoded_block_count_ = 0;
+  std::vector<float> gathered_;  // ReadRows' rows before their conversion
   std::map<int64_t, std::vector<TableSum>> sums_;  // by clock
   bool refuse_non_finite_ = true;  // job.server.on_non_finite_result is kRefuse
   // Scratch of ApplyPush under kRefuse, kept to reuse its memory: the saved

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "common/key_range.h"
+#include "common/wire_floats.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -126,6 +128,97 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0));
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
+}
+
+// A 16-bit dense pull converts each block once per change: every later
+// pull of the same values shares the converted block, a push drops the
+// converted copy of the blocks it writes (and only those), and a reply in
+// flight keeps the values it was given.
+TEST(ShardStoreTest, SixteenBitPullsConvertEachBlockOncePerChange) {
+  JobOptions job = Job(1, InitKind::kUniform);
+  job.tables[0].rows = 1000;
+  job.tables[0].dim = 1024;
+  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_OK(store);
+  auto pull = [&](WireType dtype, uint64_t first, uint64_t count) {
+    Request r = DenseRequest(Op::kPull, first, count, {});
+    r.header.dtype = dtype;
+    std::vector<Frame> frames;
+    uint64_t held = 0;
+    EXPECT_OK((*store)->ReadRows(r, &frames, &held));
+    std::vector<uint16_t> joined;
+    for (const Frame& f : frames) {
+      const auto* v = reinterpret_cast<const uint16_t*>(f.data());
+      joined.insert(joined.end(), v, v + f.size() / 2);
+    }
+    return std::make_pair(joined, held);
+  };
+  auto expected = [&](WireType dtype, uint64_t first, uint64_t count) {
+    const std::vector<float> all = (*store)->CopyValues(0);
+    std::vector<uint16_t> out(count * 1024);
+    EncodeFloats(dtype, all.data() + first * 1024, out.size(), out.data());
+    return out;
+  };
+
+  // Rows 200..599 touch blocks 0, 1 and 2: converted once, whatever the
+  // number of pulls; each frame holds its converted block.
+  const auto [first, held] = pull(WireType::kBf16, 200, 400);
+  EXPECT_EQ(first, expected(WireType::kBf16, 200, 400));
+  EXPECT_EQ(held, 3u * 256 * 1024 * 2);
+  EXPECT_EQ((*store)->encoded_block_count(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pull(WireType::kBf16, 200, 400).first, first);
+  EXPECT_EQ(pull(WireType::kBf16, 250, 10).first, expected(WireType::kBf16, 250, 10));
+  EXPECT_EQ((*store)->encoded_block_count(), 3u);
+
+  // A push into block 1 (rows 256..511) while a reply still holds the old
+  // conversion: that reply keeps its values, the next pull converts block 1
+  // again and sees the push; blocks 0 and 2 stay converted.
+  Request r = DenseRequest(Op::kPull, 300, 1, {});
+  r.header.dtype = WireType::kBf16;
+  std::vector<Frame> in_flight;
+  ASSERT_OK((*store)->ReadRows(r, &in_flight));
+  const std::vector<uint16_t> before = expected(WireType::kBf16, 300, 1);
+  std::vector<float> ones(10 * 1024, 1.0f);
+  ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 300, 10, ones), 0));
+  EXPECT_EQ((*store)->copy_on_write_count(), 0u);  // the reply holds a converted copy
+  const auto after = pull(WireType::kBf16, 200, 400).first;
+  EXPECT_EQ(after, expected(WireType::kBf16, 200, 400));
+  EXPECT_NE(after, first);
+  EXPECT_EQ((*store)->encoded_block_count(), 4u);
+  ASSERT_EQ(in_flight.size(), 1u);
+  EXPECT_EQ(0, std::memcmp(in_flight[0].data(), before.data(), 1024 * 2));
+
+  // Another 16-bit type converts anew.
+  EXPECT_EQ(pull(WireType::kF16, 0, 256).first, expected(WireType::kF16, 0, 256));
+  EXPECT_EQ((*store)->encoded_block_count(), 5u);
+}
+
+TEST(ShardStoreTest, SixteenBitSparsePullIsGatheredThenConverted) {
+  JobOptions job = Job(1, InitKind::kUniform);
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_OK(store);
+  std::vector<uint64_t> keys = {36, 0, 36};
+  Request r;
+  r.header.op = Op::kPull;
+  r.header.count = 3;
+  r.header.dim = 3;
+  r.header.dtype = WireType::kF16;
+  r.keys = keys;
+  std::vector<Frame> frames;
+  uint64_t held = 0;
+  ASSERT_OK((*store)->ReadRows(r, &frames, &held));
+  ASSERT_EQ(frames.size(), 1u);
+  ASSERT_EQ(frames[0].size(), 9u * 2);
+  EXPECT_EQ(held, 9u * 2);
+  const auto* v = reinterpret_cast<const uint16_t*>(frames[0].data());
+  const std::vector<float> all = (*store)->CopyValues(0);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(v[c], FloatToF16(all[36 * 3 + c]));
+    EXPECT_EQ(v[3 + c], FloatToF16(all[c]));
+    EXPECT_EQ(v[6 + c], FloatToF16(all[36 * 3 + c]));
+  }
+  EXPECT_EQ((*store)->encoded_block_count(), 0u);
 }
 
 TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
