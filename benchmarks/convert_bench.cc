@@ -14,10 +14,13 @@
 //   bf16 feedback  EncodeWithFeedback (bf16): add the residual, round, keep
 //                  the new residual
 //   fp16 feedback  the same in binary16 (its overflow check included)
+// Each conversion runs twice a repetition: with the CPU's conversion
+// instructions where it has them (F16C, AVX512-BF16: the default, what
+// jobs run), then with the portable loops (SetConversionLoops).
 // Reported: GB/s of float32 values (4 bytes x floats / seconds, 10^9), the
 // median over repetitions, and "/ memcpy": the median over repetitions of
 // the path's GB/s over memcpy's of the same repetition (the target: at
-// least 0.8). Afterwards every value the conversions wrote is checked
+// least 0.8); then the same for the portable loops. Afterwards every value the conversions wrote is checked
 // against the one-value functions; a mismatch exits 1. --quick (1,000,003
 // floats, 1 repetition) is the ctest smoke test; its numbers mean nothing.
 
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
   struct Path {
     const char* name;
     std::function<void()> run;
-    std::vector<double> gbps, ratio;
+    std::vector<double> gbps[2], ratio[2];  // [0]: the CPU's instructions, [1]: portable
   };
   std::vector<Path> paths = {
       {"memcpy", [&] { std::memcpy(copy.data(), in.data(), floats * sizeof(float)); }, {}, {}},
@@ -96,17 +99,24 @@ int main(int argc, char** argv) {
        {},
        {}},
   };
+  const ps::ConversionLoops loops[2] = {ps::ConversionLoops::kInstructions,
+                                        ps::ConversionLoops::kPortable};
   for (Path& p : paths) p.run();  // untimed: every page written
   const double bytes = 4.0 * static_cast<double>(floats);
   for (int r = 0; r < reps; ++r) {
     double memcpy_gbps = 0;
     for (Path& p : paths) {
-      const double gbps = bytes / Seconds(p.run) / 1e9;
-      if (&p == &paths[0]) memcpy_gbps = gbps;
-      p.gbps.push_back(gbps);
-      p.ratio.push_back(gbps / memcpy_gbps);
+      for (int l = 0; l < 2; ++l) {
+        if (&p == &paths[0] && l == 1) break;  // memcpy runs once
+        ps::SetConversionLoops(loops[l]);
+        const double gbps = bytes / Seconds(p.run) / 1e9;
+        if (&p == &paths[0]) memcpy_gbps = gbps;
+        p.gbps[l].push_back(gbps);
+        p.ratio[l].push_back(gbps / memcpy_gbps);
+      }
     }
   }
+  ps::SetConversionLoops(ps::ConversionLoops::kInstructions);
 
   // Check: each type's array conversions against its one-value functions.
   for (ps::WireType type : {ps::WireType::kBf16, ps::WireType::kF16}) {
@@ -125,9 +135,15 @@ int main(int argc, char** argv) {
 
   std::printf("convert_bench: %zu floats (%.1f MiB of float32), %d repetitions; cpu: %s\n",
               floats, bytes / (1 << 20), reps, ps::CpuModel().c_str());
-  std::printf("%-14s %10s %10s\n", "path", "GB/s", "/ memcpy");
+  std::printf("%-14s %10s %10s %16s %16s\n", "path", "GB/s", "/ memcpy", "portable GB/s",
+              "portable / memcpy");
   for (const Path& p : paths) {
-    std::printf("%-14s %10.2f %9.2fx\n", p.name, ps::Median(p.gbps), ps::Median(p.ratio));
+    if (p.gbps[1].empty()) {
+      std::printf("%-14s %10.2f %9.2fx\n", p.name, ps::Median(p.gbps[0]), ps::Median(p.ratio[0]));
+      continue;
+    }
+    std::printf("%-14s %10.2f %9.2fx %16.2f %15.2fx\n", p.name, ps::Median(p.gbps[0]),
+                ps::Median(p.ratio[0]), ps::Median(p.gbps[1]), ps::Median(p.ratio[1]));
   }
   return 0;
 }

@@ -84,6 +84,14 @@ inline float F16ToFloat(uint16_t h) {
                              SelectBits(em >= 0x7c00u, special, std::bit_cast<uint32_t>(finite)));
 }
 
+// Which loops the array conversions and the error feedback below run: the
+// CPU's conversion instructions where it has them (F16C for binary16,
+// AVX512-BF16 for bfloat16; the default), or the portable loops (built for
+// AVX2 and baseline x86-64) everywhere. Both give the same bits; tests and
+// convert_bench set it to check and to measure the two side by side.
+enum class ConversionLoops { kInstructions, kPortable };
+void SetConversionLoops(ConversionLoops loops);
+
 // Arrays: out[i] = the conversion of in[i], for n values.
 void FloatsToBf16(const float* in, size_t n, uint16_t* out);
 void Bf16ToFloats(const uint16_t* in, size_t n, float* out);

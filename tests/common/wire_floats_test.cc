@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/util/status_matchers.h"
@@ -157,10 +158,26 @@ TEST(WireFloatsTest, TiesBoundariesAndSpecials) {
   }
 }
 
-// The array conversions (F16C instructions where the CPU has them) give
-// the one-value functions' bits: every 16-bit pattern, and float32 bit
+// The array conversions, with the CPU's conversion instructions (F16C,
+// AVX512-BF16, where it has them) and with the portable loops, give the
+// one-value functions' bits: every 16-bit pattern, and float32 bit
 // patterns of every kind, NaN payloads included.
-TEST(WireFloatsTest, ArrayConversionsGiveTheOneValueBits) {
+class WireFloatsLoopsTest : public testing::TestWithParam<ConversionLoops> {
+ protected:
+  void SetUp() override { SetConversionLoops(GetParam()); }
+  void TearDown() override { SetConversionLoops(ConversionLoops::kInstructions); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Loops, WireFloatsLoopsTest,
+                         testing::Values(ConversionLoops::kInstructions,
+                                         ConversionLoops::kPortable),
+                         [](const testing::TestParamInfo<ConversionLoops>& param) {
+                           return param.param == ConversionLoops::kPortable
+                                      ? std::string("Portable")
+                                      : std::string("Instructions");
+                         });
+
+TEST_P(WireFloatsLoopsTest, ArrayConversionsGiveTheOneValueBits) {
   std::vector<uint16_t> all(65536);
   for (uint32_t h = 0; h <= 0xffff; ++h) all[h] = static_cast<uint16_t>(h);
   std::vector<float> f16(all.size()), bf16(all.size());
@@ -253,6 +270,52 @@ TEST(WireFloatsTest, ErrorFeedbackKeepsTheAppliedSumWithinOneRoundingStep) {
     }
     // Without feedback element 0 loses its rounding error at every push.
     EXPECT_GT(std::fabs(plain[0] - truth[0]), 0.5) << "plain " << plain[0] << " true " << truth[0];
+  }
+}
+
+// The feedback pass, with either loops, gives the bits of its one-value definition: v = g + r goes as
+// round(v) and leaves r = v - round(v), 0 where v is not finite. Sums of
+// every kind: subnormal ones (alone in a run and in runs of their own),
+// NaN, Inf, ties; lengths that leave a tail.
+TEST_P(WireFloatsLoopsTest, ErrorFeedbackArraysGiveTheOneValueBits) {
+  for (WireType type : {WireType::kBf16, WireType::kF16}) {
+    SCOPED_TRACE(WireTypeName(type));
+    std::mt19937 gen(17);
+    std::uniform_int_distribution<uint32_t> bits;
+    const size_t n = 100003;
+    std::vector<float> g(n), r(n);
+    for (size_t i = 0; i < n; ++i) {
+      g[i] = std::bit_cast<float>(bits(gen));
+      r[i] = std::bit_cast<float>(bits(gen) & 0x807fffffu);  // a subnormal or zero residual
+      if (type == WireType::kF16) {
+        // Inside binary16's range, else the push is refused: magnitudes
+        // from subnormal to 2^15, and the specials as they come.
+        const uint32_t x = std::bit_cast<uint32_t>(g[i]);
+        if ((x & 0x7f800000u) != 0x7f800000u) {
+          g[i] = std::ldexp(std::bit_cast<float>((x & 0x807fffffu) | 0x3f800000u),
+                            static_cast<int>(x % 44) - 29);
+        }
+      }
+    }
+    for (size_t i = 0; i < 32; ++i) r[i] = g[i] = 0x1p-140f * static_cast<float>(i);  // subnormals
+    g[40] = std::numeric_limits<float>::quiet_NaN();
+    g[41] = -std::numeric_limits<float>::infinity();
+    g[42] = 1.0f + 0x1p-8f;  // a tie in bf16
+    r[42] = 0.0f;
+    std::vector<float> want_r = r, got_r = r;
+    std::vector<uint16_t> want(n), got(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = g[i] + want_r[i];
+      want[i] = type == WireType::kBf16 ? FloatToBf16(v) : FloatToF16(v);
+      const float back = type == WireType::kBf16 ? Bf16ToFloat(want[i]) : F16ToFloat(want[i]);
+      want_r[i] = std::isfinite(v) ? v - back : 0.0f;
+    }
+    ASSERT_OK(EncodeWithFeedback(type, g, got_r, got.data()));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << i << ": g " << g[i] << " r " << r[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_r[i]), std::bit_cast<uint32_t>(want_r[i]))
+          << i << ": g " << g[i] << " r " << r[i];
+    }
   }
 }
 
