@@ -21,6 +21,17 @@ uint64_t NewSession() {
   return session;
 }
 
+// Copies one row of `dim` floats. One float a row is the common sparse
+// case (a weight per feature), where a memcpy of a size known only at run
+// time would be a library call per value.
+inline void CopyRow(const float* from, uint32_t dim, float* to) {
+  if (dim == 1) {
+    *to = *from;
+  } else {
+    std::memcpy(to, from, dim * sizeof(float));
+  }
+}
+
 }  // namespace
 
 SharedFloats SharedFloats::Take(std::vector<float>&& values) {
@@ -353,7 +364,7 @@ void Client::SendSpec(Ticket ticket, const Call& call, const PartSpec& spec) {
       if (!vf.ok()) return tracker_.Fail(ticket, vf.status());
       auto* v = reinterpret_cast<float*>(vf->mutable_data());
       for (size_t x = 0; x < spec.count; ++x) {
-        std::memcpy(v + x * dim, values->data() + spec.gather[x] * dim, dim * sizeof(float));
+        CopyRow(values->data() + spec.gather[x] * dim, dim, v + x * dim);
       }
       vals = std::move(*vf);
     }
@@ -405,16 +416,16 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
     push_residuals_.resize(n);
     for (uint64_t x = 0; x < spec.count; ++x) {
       const uint64_t i = RowIndex(spec, x);
-      std::copy_n(gradient + i * dim, dim, push_values_.data() + x * dim);
-      std::copy_n(residual.data() + call.rows[i] * dim, dim, push_residuals_.data() + x * dim);
+      CopyRow(gradient + i * dim, dim, push_values_.data() + x * dim);
+      CopyRow(residual.data() + call.rows[i] * dim, dim, push_residuals_.data() + x * dim);
     }
     PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {push_values_.data(), n},
                                           {push_residuals_.data(), n}, out));
     for (uint64_t x = 0; x < spec.count; ++x) {
       // A row pushed twice in one request: its later residual wins, as if
       // the two values had been pushed one after the other.
-      std::copy_n(push_residuals_.data() + x * dim, dim,
-                  residual.data() + call.rows[RowIndex(spec, x)] * dim);
+      CopyRow(push_residuals_.data() + x * dim, dim,
+              residual.data() + call.rows[RowIndex(spec, x)] * dim);
     }
   }
   if (cache_ != nullptr) {
