@@ -431,15 +431,18 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
   if (cache_ != nullptr) {
     // The cached rows get what the shard applies: the rounded values. (A
     // rule with state drops the rows instead and reads no value.)
-    std::vector<float>& sent = push_values_;  // free again once encoded
-    sent.resize(spec.count * dim);
-    if (t.optimizer.Stateless()) DecodeFloats(type, out, sent.size(), sent.data());
+    const float* sent = nullptr;
+    if (t.optimizer.Stateless()) {
+      push_values_.resize(spec.count * dim);  // free again once encoded
+      DecodeFloats(type, out, push_values_.size(), push_values_.data());
+      sent = push_values_.data();
+    }
     if (spec.kind == PartSpec::Kind::kDenseRange) {
-      cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent.data());
+      cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent);
     } else {
       push_rows_.resize(spec.count);
       for (uint64_t x = 0; x < spec.count; ++x) push_rows_[x] = call.rows[RowIndex(spec, x)];
-      cache_->ApplyPush(call.table, 0, push_rows_.data(), spec.count, sent.data());
+      cache_->ApplyPush(call.table, 0, push_rows_.data(), spec.count, sent);
     }
   }
   return frame;

@@ -39,7 +39,8 @@ class ParamCache {
   // The worker pushed `count` rows (`rows` as in Insert) of `values`:
   // cached ones get the same update the shard applies, or are dropped when
   // the table's optimizer has state or a schedule (OptimizerOptions::
-  // Stateless) the worker cannot reproduce.
+  // Stateless) the worker cannot reproduce (`values` is not read then and
+  // may be null).
   void ApplyPush(uint32_t table, uint64_t first_row, const uint64_t* rows, uint64_t count,
                  const float* values);
   // Forgets every row of `table` (after a push that may not have applied).

@@ -194,17 +194,23 @@ TEST(ShardStoreTest, SixteenBitPullsConvertEachBlockOncePerChange) {
   EXPECT_EQ((*store)->encoded_block_count(), 5u);
 }
 
-TEST(ShardStoreTest, SixteenBitSparsePullIsGatheredThenConverted) {
-  JobOptions job = Job(1, InitKind::kUniform);
-  auto store = ShardStore::Create(job, 0);
-  ASSERT_OK(store);
-  std::vector<uint64_t> keys = {36, 0, 36};
+// A PULL of rows 36, 0 and 36 (3 floats each) of Job()'s table, in `dtype`.
+Request SparsePull(WireType dtype) {
+  static const std::vector<uint64_t> keys = {36, 0, 36};
   Request r;
   r.header.op = Op::kPull;
   r.header.count = 3;
   r.header.dim = 3;
-  r.header.dtype = WireType::kF16;
+  r.header.dtype = dtype;
   r.keys = keys;
+  return r;
+}
+
+TEST(ShardStoreTest, SixteenBitSparsePullIsGatheredThenConverted) {
+  JobOptions job = Job(1, InitKind::kUniform);
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_OK(store);
+  const Request r = SparsePull(WireType::kF16);
   std::vector<Frame> frames;
   uint64_t held = 0;
   ASSERT_OK((*store)->ReadRows(r, &frames, &held));
@@ -225,12 +231,7 @@ TEST(ShardStoreTest, SparsePullIsGatheredIntoOneFrame) {
   JobOptions job = Job(1, InitKind::kUniform);
   auto store = ShardStore::Create(job, 0);
   ASSERT_OK(store);
-  std::vector<uint64_t> keys = {36, 0, 36};
-  Request r;
-  r.header.op = Op::kPull;
-  r.header.count = 3;
-  r.header.dim = 3;
-  r.keys = keys;
+  const Request r = SparsePull(WireType::kF32);
   std::vector<Frame> frames;
   ASSERT_OK((*store)->ReadRows(r, &frames));
   ASSERT_EQ(frames.size(), 1u);
