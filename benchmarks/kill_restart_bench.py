@@ -64,7 +64,7 @@ SERVING = re.compile(r"^\[%s\] .*shard \d+ serving " % NAME)
 FIRST_PULL = re.compile(r"^\[%s\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) .*"
                         r"first pull served as the primary" % NAME)
 JOINS = re.compile(r"^\[launch\] .*restarted it .*: it joins shard \d+ as backup \d+")
-REJOINED = re.compile(r"^\[%s\] .*holds the copy as of entry \d+ and is a full replica again" %
+REJOINED = re.compile(r"^\[%s\] .*holds every acknowledged entry \(\d+\) and is a full replica again" %
                       NAME)
 LOST = re.compile(r"^\[%s\] .*worker \d+ is at clock (\d+) and this shard started "
                   r"at clock (\d+).*\((\d+) clocks?\)" % NAME)

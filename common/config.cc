@@ -272,6 +272,7 @@ Status ParseServer(const YamlReader& r, const YamlValue& value, ServerOptions* s
       UnsignedField("socket_hwm", &S::socket_hwm),
       UnsignedField("max_queued_reply_bytes", &S::max_queued_reply_bytes),
       UnsignedField("max_waiting_pulls_per_worker", &S::max_waiting_pulls_per_worker),
+      UnsignedField("max_connections", &S::max_connections),
       UnsignedField("max_pull_wait_ms", &S::max_pull_wait_ms),
   };
   return ReadSection(r, value, fields, "a map of server limits", server);
@@ -316,6 +317,7 @@ Status ParseEtcd(const YamlReader& r, const YamlValue& value, EtcdOptions* etcd)
       StringField("prefix", &E::prefix, "a key prefix such as /ps/myjob"),
       UnsignedField("lease_ttl_s", &E::lease_ttl_s),
       UnsignedField("request_timeout_ms", &E::request_timeout_ms),
+      UnsignedField("start_timeout_ms", &E::start_timeout_ms),
   };
   return ReadSection(r, value, fields, "", etcd);
 }

@@ -570,6 +570,14 @@ Status ValidateReplication(const std::string& source, const JobOptions& job) {
                            "milliseconds >= 10 and below lease_ttl_s (a renewal must fit in a "
                            "lease's life)");
     }
+    if (etcd.start_timeout_ms < etcd.request_timeout_ms) {
+      return InvalidOption(source, "replication.etcd.start_timeout_ms",
+                           "got " + std::to_string(etcd.start_timeout_ms) +
+                               " with request_timeout_ms " +
+                               std::to_string(etcd.request_timeout_ms),
+                           "milliseconds a starting server tries etcd, at least one request's "
+                           "wait (request_timeout_ms)");
+    }
   } else if (!etcd.endpoints.empty() || !etcd.prefix.empty()) {
     return InvalidOption(source, "replication.etcd",
                          "set, but replication.authority is launcher, so etcd would not be used",

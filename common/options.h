@@ -384,6 +384,11 @@ struct WorkerOptions {
 };
 
 // Limits and behaviour of each ps_server process.
+// Descriptors a shard keeps out of server.max_connections's default: its
+// checkpoint files (RocksDB), its own sockets (replication, the metrics
+// endpoint, etcd) and a margin.
+inline constexpr uint32_t kReservedFiles = 128;
+
 struct ServerOptions {
   // Largest request a shard accepts, all frames together, in bytes; larger
   // requests get an ERROR reply. >= 1024. Default 256 MiB. Frames above twice this
@@ -456,10 +461,11 @@ struct ServerOptions {
   // 1 GiB. Otherwise >= 1 MiB; set it lower to bound memory more tightly
   // where workers keep fewer bytes in flight.
   uint64_t max_queued_reply_bytes = 0;
-  // Pulls of one worker id waiting at once for slower workers (the
+  // Pulls of one connection waiting at once for slower workers (the
   // staleness bound); one more gets ResourceExhausted naming this option. A
   // good worker waits with at most its requests in flight, so
-  // >= client.max_in_flight. Default 1024.
+  // >= client.max_in_flight. Per connection, so that whoever else holds a
+  // worker's key cannot use up the worker's own. Default 1024.
   uint32_t max_waiting_pulls_per_worker = 1024;
   // Longest a pull waits for slower workers, whatever its request asks (a
   // request's max_wait_ms of 0 means this); then it is answered
@@ -467,6 +473,15 @@ struct ServerOptions {
   // >= client.request_timeout_ms (the client asks for a little less).
   // Default 600000 (10 minutes).
   uint32_t max_pull_wait_ms = 600000;
+  // Connections a shard keeps open at once (workers, their heartbeats,
+  // ps_ctl, the evaluator); one more is closed as soon as it is accepted,
+  // logged and counted, so that the shard never runs out of file
+  // descriptors (a failed accept is retried at once, over and over) and
+  // keeps some for its checkpoints and its own sockets. 0 (default): the
+  // process's open-file limit (raised to its hard limit at start) less
+  // kReservedFiles. A shard whose limit leaves fewer than 16 refuses to
+  // start, naming the limit.
+  uint32_t max_connections = 0;
 };
 
 // Behaviour of the worker-side client library.
@@ -554,9 +569,16 @@ struct EtcdOptions {
   // that cannot renew it for most of this stops acknowledging writes. >= 1;
   // etcd raises a TTL below its own minimum (1.5 election timeouts). Default 2.
   uint32_t lease_ttl_s = 2;
-  // Longest wait for one etcd request, milliseconds. >= 10, below
-  // lease_ttl_s. Default 500.
+  // Wait for one etcd request's first try, milliseconds. A request that no
+  // endpoint answered is tried again after a pause, each try waiting twice
+  // as long, for as long as the lease allows (a running server) or
+  // start_timeout_ms (a starting one): a slow etcd is not a dead one.
+  // >= 10, below lease_ttl_s. Default 500.
   uint32_t request_timeout_ms = 500;
+  // How long a starting server keeps trying to reach etcd (grant its lease,
+  // find its shard's primary) before it gives up, milliseconds.
+  // >= request_timeout_ms. Default 30000.
+  uint32_t start_timeout_ms = 30000;
 };
 
 // Replicated shards (DESIGN.md section 13, server/replication.h).

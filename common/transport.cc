@@ -1,5 +1,6 @@
 #include "common/transport.h"
 
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include <atomic>
@@ -177,6 +178,9 @@ StatusOr<std::unique_ptr<Socket>> Socket::Create(Context* context, SocketType ty
   PS_RETURN_IF_ERROR(set_int(ZMQ_SNDHWM, options.send_hwm, "ZMQ_SNDHWM"));
   PS_RETURN_IF_ERROR(set_int(ZMQ_RCVHWM, options.recv_hwm, "ZMQ_RCVHWM"));
   PS_RETURN_IF_ERROR(set_int(ZMQ_RECONNECT_IVL, options.reconnect_ivl_ms, "ZMQ_RECONNECT_IVL"));
+  if (options.handshake_ivl_ms >= 0) {
+    PS_RETURN_IF_ERROR(set_int(ZMQ_HANDSHAKE_IVL, options.handshake_ivl_ms, "ZMQ_HANDSHAKE_IVL"));
+  }
   // Detect peers that vanish without closing their connection.
   PS_RETURN_IF_ERROR(set_int(ZMQ_TCP_KEEPALIVE, 1, "ZMQ_TCP_KEEPALIVE"));
   int64_t max = options.max_frame_bytes;
@@ -353,9 +357,12 @@ StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::CreateForAccepts
                                                                                Socket* watched) {
   // And handshakes that failed before any ZAP request: a client without
   // CURVE against a CURVE server (a key the handler refuses is its own to log).
-  return Watch(context, watched,
-               ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+  PS_ASSIGN_OR_RETURN(auto monitor, Watch(context, watched,
+                                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL));
+  monitor->accepts_ = true;
+  return monitor;
 }
 
 StatusOr<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::Watch(Context* context,
@@ -404,22 +411,28 @@ StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
     if (frames_.empty() || frames_[0].size() < sizeof(uint16_t)) continue;
     uint16_t event = 0;
     std::memcpy(&event, frames_[0].data(), sizeof(event));
+    uint32_t value = 0;
+    if (frames_[0].size() >= sizeof(event) + sizeof(value)) {
+      std::memcpy(&value, frames_[0].data() + sizeof(event), sizeof(value));
+    }
+    last_value_ = static_cast<int>(value);
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) return std::optional(ConnectionEvent::kConnected);
-    if (event == ZMQ_EVENT_DISCONNECTED) return std::optional(ConnectionEvent::kDisconnected);
+    if (event == ZMQ_EVENT_ACCEPTED) return std::optional(ConnectionEvent::kAccepted);
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      return std::optional(accepts_ ? ConnectionEvent::kClosed : ConnectionEvent::kDisconnected);
+    }
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return std::optional(ConnectionEvent::kRefused);
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
         event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
       return std::optional(ConnectionEvent::kHandshakeFailed);
     }
-    if (event == ZMQ_EVENT_ACCEPT_FAILED) {
-      uint32_t value = 0;
-      if (frames_[0].size() >= sizeof(event) + sizeof(value)) {
-        std::memcpy(&value, frames_[0].data() + sizeof(event), sizeof(value));
-      }
-      last_error_ = static_cast<int>(value);
-      return std::optional(ConnectionEvent::kAcceptFailed);
-    }
   }
+}
+
+void ConnectionMonitor::CloseAccepted(int fd) {
+  // Not close(): ZeroMQ owns the descriptor and closes it once it sees the
+  // connection end.
+  ::shutdown(fd, SHUT_RDWR);
 }
 
 std::string ZmqVersion() {

@@ -109,6 +109,10 @@ struct CurveOptions {
   bool enabled() const { return !secret_key.empty(); }
 };
 
+// Bytes a CURVE MESSAGE adds to a frame (command name, nonce, MAC, flags),
+// with a margin: ZMQ_MAXMSGSIZE counts them.
+inline constexpr int64_t kCurveFrameOverhead = 64;
+
 struct SocketOptions {
   // Frames larger than this are refused by ZeroMQ, which drops the
   // connection before the frame is read (memory protection). -1: no limit.
@@ -122,6 +126,9 @@ struct SocketOptions {
   std::string routing_id;
   // Reconnect interval after a peer goes away, milliseconds.
   int reconnect_ivl_ms = 100;
+  // A connection whose handshake has not finished after this many
+  // milliseconds is closed. -1: ZeroMQ's default (30 s).
+  int handshake_ivl_ms = -1;
   // Encryption and authentication; default none.
   CurveOptions curve;
   // ROUTER only: a send to a peer whose queue is full (send_hwm) or that
@@ -185,8 +192,11 @@ enum class ConnectionEvent {
   kHandshakeFailed,  // the handshake failed otherwise: the peer speaks
                      // another mechanism (plain TCP against CURVE) or has
                      // another key than the one this socket expects
-  kAcceptFailed,  // a bound socket could not accept a connection
-                  // (ConnectionMonitor::last_error(): EMFILE, ENFILE, ...)
+  kAccepted,      // a bound socket accepted a connection
+                  // (ConnectionMonitor::last_value(): its descriptor)
+  kClosed,        // a connection a bound socket accepted is gone (its
+                  // peer closed, its handshake failed or timed out, or
+                  // CloseAccepted closed it; last_value(): its descriptor)
 };
 
 // Watches the connections of one socket (zmq_socket_monitor), so that its
@@ -199,8 +209,11 @@ class ConnectionMonitor {
   // event comes before the monitor is ready.
   // Reports kConnected and kDisconnected of a connecting socket.
   static StatusOr<std::unique_ptr<ConnectionMonitor>> Create(Context* context, Socket* watched);
-  // Reports kAcceptFailed of a bound socket (a server's): ZeroMQ retries the
-  // accept while the connection waits, so one cause may be reported often.
+  // Reports kAccepted and kClosed of a bound socket's (a server's)
+  // connections, and kHandshakeFailed. Not failed accepts: ZeroMQ retries a
+  // failed accept at once while the connection waits, so out of file
+  // descriptors it would queue events without end; a server keeps its
+  // connections below its limit instead (CloseAccepted).
   static StatusOr<std::unique_ptr<ConnectionMonitor>> CreateForAccepts(Context* context,
                                                                       Socket* watched);
   ~ConnectionMonitor();
@@ -214,8 +227,14 @@ class ConnectionMonitor {
   Socket* socket() { return events_.get(); }
   // The next event, or nullopt when none is waiting (never blocks).
   StatusOr<std::optional<ConnectionEvent>> TryNext();
-  // The errno of the last kAcceptFailed TryNext returned.
-  int last_error() const { return last_error_; }
+  // The value of the last event TryNext returned: the descriptor of a
+  // kAccepted or kClosed connection.
+  int last_value() const { return last_value_; }
+  // Closes the connection the watched socket accepted as descriptor `fd`
+  // (kAccepted): ZeroMQ sees it end and reports kClosed. For a server
+  // past its connection limit. REQUIRES: `fd` was reported kAccepted and
+  // not kClosed since.
+  static void CloseAccepted(int fd);
 
  private:
   static StatusOr<std::unique_ptr<ConnectionMonitor>> Watch(Context* context, Socket* watched,
@@ -225,7 +244,8 @@ class ConnectionMonitor {
   Socket* const watched_;
   std::unique_ptr<Socket> events_;
   std::vector<Frame> frames_;
-  int last_error_ = 0;
+  int last_value_ = 0;
+  bool accepts_ = false;  // CreateForAccepts: a DISCONNECTED is kClosed
 };
 
 // Waits up to `timeout_ms` (-1: forever, 0: just check) until at least one

@@ -56,6 +56,10 @@ StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions&
                       EtcdClient::Create(options.endpoints,
                                          std::chrono::milliseconds(options.request_timeout_ms)));
   const auto granted = WriteLease::Clock::now();
+  // A starting server waits for a slow etcd (one whose disk is loaded)
+  // up to start_timeout_ms; a running one within its lease (Run).
+  a->etcd_->RetryUntil(std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(options.start_timeout_ms));
   PS_ASSIGN_OR_RETURN(a->lease_id_, a->etcd_->GrantLease(options.lease_ttl_s));
   const std::string key = PrimaryKey(a->prefix_, shard);
   PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> primary, a->etcd_->Get(key));
@@ -63,8 +67,7 @@ StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions&
     a->role_ = Role::kJoin;
     a->followed_ = primary->create_revision;
   } else if (replica == 0 && !join) {
-    PS_ASSIGN_OR_RETURN(EtcdTxnResult taken,
-                        a->etcd_->PutIfAbsent(key, std::to_string(replica), a->lease_id_));
+    PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, a->TakeKey(key));
     if (taken.succeeded) {
       a->role_ = Role::kPrimary;
       a->epoch_ = taken.revision;
@@ -94,6 +97,18 @@ StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions&
   PS_ASSIGN_OR_RETURN(a->socket_, Socket::Create(a->context_.get(), SocketType::kDealer, so));
   PS_RETURN_IF_ERROR(a->socket_->Connect(ConnectEndpoint(own)));
   return a;
+}
+
+StatusOr<EtcdTxnResult> EtcdAuthority::TakeKey(const std::string& key) {
+  PS_ASSIGN_OR_RETURN(EtcdTxnResult taken,
+                      etcd_->PutIfAbsent(key, std::to_string(replica_), lease_id_));
+  if (!taken.succeeded && taken.current.has_value() && taken.current->lease == lease_id_) {
+    // A try that timed out was applied after all: the key is this replica's.
+    taken.succeeded = true;
+    taken.revision = taken.current->create_revision;
+    taken.current.reset();
+  }
+  return taken;
 }
 
 void EtcdAuthority::Start(std::function<void(const std::string&)> stop_server) {
@@ -144,6 +159,9 @@ void EtcdAuthority::Run() {
 }
 
 Status EtcdAuthority::Step(WriteLease::Clock::time_point started, std::string* fatal) {
+  // A call that gets no answer is tried again while the lease may still
+  // hold: a slow etcd is not a dead one.
+  etcd_->RetryUntil(started + valid_for_);
   StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_id_);
   if (ttl.status().code() == StatusCode::kNotFound) {
     *fatal = role_ == Role::kPrimary
@@ -262,8 +280,7 @@ Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::str
   }
   if (followed_ == 0) return Status::Ok();  // the job is starting: no primary yet
   // The primary's lease lapsed: take the shard over, if nobody else did.
-  PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, etcd_->PutIfAbsent(key, std::to_string(replica_),
-                                                              lease_id_));
+  PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, TakeKey(key));
   if (!taken.succeeded) {
     if (taken.current.has_value()) followed_ = taken.current->create_revision;
     return Status::Ok();
@@ -271,10 +288,20 @@ Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::str
   const int64_t epoch = taken.revision;
   Status promoted = Tell(kMembershipPromote, 0, epoch);
   if (!promoted.ok()) {
-    // Still taking a copy (it holds no whole state): give the key back.
     PS_LOG_WARN("{}: took shard {}'s primary key at epoch {} but cannot serve: {}; giving it back",
                 name_, shard_, epoch, promoted.ToString());
     PS_RETURN_IF_ERROR(etcd_->DeleteIfHeld(key, epoch).status());
+    if (promoted.code() == StatusCode::kFailedPrecondition) {
+      // Still taking its copy, or not in sync: pushes the dead primary
+      // acknowledged are not here, and will never come.
+      *fatal = "shard " + std::to_string(shard_) +
+               "'s primary is gone and this replica does not hold every push it acknowledged (" +
+               promoted.message() +
+               "); it stops rather than serve without them. A replica in sync takes over if "
+               "there is one; otherwise the shard has none: restart the job from its newest "
+               "checkpoint (checkpoint.dir; ps_launch --restore-clock), the pushes after it "
+               "are lost";
+    }
     return Status::Ok();
   }
   role_ = Role::kPrimary;

@@ -26,8 +26,18 @@
 //  - A backup that followed a primary whose key is gone (its lease lapsed)
 //    takes the key in a transaction that holds only if nobody has it, and
 //    asks its server to become the primary at the key's revision
-//    (kMembershipPromote); a server still taking a copy refuses, and the
-//    key is given back.
+//    (kMembershipPromote). A server that does not hold every push the
+//    primary acknowledged (still taking a copy, or catching up after it:
+//    not in sync, server/replication.h) refuses; the key is given back and
+//    the server stops, saying so: a replica in sync takes over if there is
+//    one, else the shard is down and the job goes back to a checkpoint.
+//    The in-sync set needs no record at etcd: the primary acknowledges
+//    without a backup only once that backup's lease is gone (it drops it
+//    when its registration lapses), and a replica whose lease is gone can
+//    take no key.
+//  - Every call that etcd does not answer is tried again, each try waiting
+//    longer, until the lease may have lapsed (or, starting,
+//    replication.etcd.start_timeout_ms): a slow etcd is not a dead one.
 //  - A primary adds a replica registered "joining" (kMembershipAddBackup)
 //    and drops a backup whose registration is gone (kMembershipDropBackup),
 //    each at the revision of a write that holds only while it still holds
@@ -115,6 +125,9 @@ class EtcdAuthority {
   Status NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal);
   // Takes backup `replica` out of this primary's log at a new epoch.
   Status Drop(uint32_t replica, WriteLease::Clock::time_point started, std::string* fatal);
+  // PutIfAbsent of the shard's primary key for this replica; a try that
+  // timed out and was applied counts as taken.
+  StatusOr<EtcdTxnResult> TakeKey(const std::string& key);
   // MEMBERSHIP to this replica's own server.
   Status Tell(uint32_t flags, uint32_t backup, int64_t epoch);
   void Extend(WriteLease::Clock::time_point renewed);

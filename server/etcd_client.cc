@@ -12,10 +12,12 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "common/endpoint.h"
@@ -187,16 +189,55 @@ class Gateway {
     std::unique_ptr<httplib::Client> http;
   };
 
-  explicit Gateway(std::vector<Endpoint> endpoints) : endpoints_(std::move(endpoints)) {}
+  using SteadyClock = std::chrono::steady_clock;
+
+  Gateway(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout)
+      : endpoints_(std::move(endpoints)), timeout_(timeout) {}
+
+  void RetryUntil(SteadyClock::time_point deadline) { retry_until_ = deadline; }
 
   // POSTs `request` to `path` and returns what `decode` makes of the reply
-  // (a stream's "result"). The one place where transport failures, HTTP and
-  // etcd errors and malformed replies become a Status.
+  // (a stream's "result"); tries again while no endpoint answers, until
+  // retry_until_, each try waiting twice as long.
   template <typename T, typename Decode>
   StatusOr<T> Call(const std::string& path, const json& request, Decode decode) {
+    const std::string body = request.dump();
+    std::chrono::milliseconds wait = timeout_;
+    std::chrono::milliseconds pause(50);
+    while (true) {
+      SetTimeouts(wait);
+      StatusOr<T> result = CallOnce<T>(path, body, decode);
+      const auto now = SteadyClock::now();
+      if (result.ok() || result.status().code() != StatusCode::kUnavailable ||
+          now + pause + std::chrono::milliseconds(10) >= retry_until_) {
+        SetTimeouts(timeout_);
+        return result;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(1));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          retry_until_ - SteadyClock::now());
+      wait = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
+                                                 std::min(wait * 2, left));
+    }
+  }
+
+ private:
+  void SetTimeouts(std::chrono::milliseconds wait) {
+    for (Endpoint& e : endpoints_) {
+      e.http->set_connection_timeout(wait);
+      e.http->set_read_timeout(wait);
+      e.http->set_write_timeout(wait);
+    }
+  }
+
+  // One try at every endpoint. The one place where transport failures, HTTP
+  // and etcd errors and malformed replies become a Status.
+  template <typename T, typename Decode>
+  StatusOr<T> CallOnce(const std::string& path, const std::string& request, Decode decode) {
     std::string where = "etcd " + path;
     try {
-      PS_ASSIGN_OR_RETURN(httplib::Response reply, Post(path, request.dump(), &where));
+      PS_ASSIGN_OR_RETURN(httplib::Response reply, Post(path, request, &where));
       const json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
       if (body.is_object() && body.contains("error")) {
         const json& error = body["error"];
@@ -223,7 +264,6 @@ class Gateway {
     }
   }
 
- private:
   // The first HTTP reply other than 503, trying each endpoint once, from the
   // one that answered last; *where gets the endpoint's name.
   StatusOr<httplib::Response> Post(const std::string& path, const std::string& body,
@@ -258,6 +298,8 @@ class Gateway {
   }
 
   std::vector<Endpoint> endpoints_;
+  const std::chrono::milliseconds timeout_;  // a first try's wait
+  SteadyClock::time_point retry_until_;      // the epoch: no retries
   size_t preferred_ = 0;
 };
 
@@ -288,7 +330,12 @@ StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(std::vector<std::string
     http->set_default_headers({{"Host", host_port.canonical}});
     parsed.push_back({host_port.canonical, std::move(http)});
   }
-  return std::unique_ptr<EtcdClient>(new EtcdClient(std::make_unique<Gateway>(std::move(parsed))));
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(std::make_unique<Gateway>(std::move(parsed), timeout)));
+}
+
+void EtcdClient::RetryUntil(std::chrono::steady_clock::time_point deadline) {
+  gateway_->RetryUntil(deadline);
 }
 
 EtcdClient::EtcdClient(std::unique_ptr<Gateway> gateway) : gateway_(std::move(gateway)) {}

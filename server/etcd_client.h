@@ -11,7 +11,11 @@
 //
 // Deadlines: every call tries the endpoints in the order given, starting with
 // the one that answered last; each try has the `timeout` of Create for its
-// connect and again for each read and write. A call that timed out on one
+// connect and again for each read and write. Until the time RetryUntil set,
+// a call that no endpoint answered is tried again (all endpoints) after a
+// pause of 50 ms doubling up to 1 s, each try waiting twice as long as the
+// one before, but never past that time: a slow etcd (a loaded disk delays
+// its fsyncs) is waited for, a dead one reported. A call that timed out on one
 // endpoint after its request was sent may still have been applied there; the
 // next endpoint then answers for the state after it (a PutIfAbsent may report
 // !succeeded with the caller's own value and lease as `current`).
@@ -83,6 +87,10 @@ class EtcdClient {
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
+
+  // Calls that get no answer are tried again until `deadline` (see the top
+  // of this file); a time in the past (the default): each call tries once.
+  void RetryUntil(std::chrono::steady_clock::time_point deadline);
 
   // Grants a lease of `ttl_seconds`; returns its id. etcd may raise the TTL
   // to its minimum (about 1.5 election timeouts).

@@ -2,8 +2,6 @@
 
 #include <sys/resource.h>
 
-#include <cerrno>
-#include <cstring>
 #include <limits>
 
 namespace ps {
@@ -12,10 +10,6 @@ namespace {
 
 uint64_t FromRlim(rlim_t value) {
   return value == RLIM_INFINITY ? std::numeric_limits<uint64_t>::max() : uint64_t{value};
-}
-
-std::string Describe(uint64_t value) {
-  return value == std::numeric_limits<uint64_t>::max() ? "unlimited" : std::to_string(value);
 }
 
 }  // namespace
@@ -39,24 +33,6 @@ OpenFileLimit RaiseOpenFileLimit(OpenFileLimit* after) {
   }
   *after = CurrentOpenFileLimit();
   return before;
-}
-
-std::string AcceptFailureText(int err, const OpenFileLimit& limit) {
-  const std::string limits = "RLIMIT_NOFILE soft limit " + Describe(limit.soft) + ", hard " +
-                             Describe(limit.hard);
-  if (err == EMFILE) {
-    return "too many open files (" + limits +
-           "): raise `ulimit -n` (the hard limit too where the soft one is already at it, e.g. "
-           "LimitNOFILE= of a systemd service or the container's nofile ulimit)";
-  }
-  if (err == ENFILE) {
-    return "the system's table of open files is full (" + limits +
-           "): raise fs.file-max (sysctl) or stop processes holding many files";
-  }
-  if (err == ENOBUFS || err == ENOMEM) {
-    return std::string(std::strerror(err)) + ": the host is out of socket memory";
-  }
-  return std::string(std::strerror(err)) + " (" + limits + ")";
 }
 
 }  // namespace ps

@@ -1,6 +1,6 @@
 // The process's limit on open files (RLIMIT_NOFILE): every connection a
-// shard accepts takes one, so a shard that reaches it accepts no more
-// workers until some go.
+// shard accepts takes one, so a shard keeps its connections below it
+// (server.max_connections).
 //
 // Thread-safe (the process's limits are the kernel's).
 #ifndef PS_SERVER_OPEN_FILES_H_
@@ -22,11 +22,6 @@ OpenFileLimit CurrentOpenFileLimit();
 // Raises the soft limit to the hard one (what a process may do without
 // privileges). Returns the limit before; `after` receives the limit now.
 OpenFileLimit RaiseOpenFileLimit(OpenFileLimit* after);
-
-// "too many open files (RLIMIT_NOFILE soft limit 1024, hard 4096): raise
-// `ulimit -n`": why a connection could not be accepted (`err`: its errno)
-// and what to do about it.
-std::string AcceptFailureText(int err, const OpenFileLimit& limit);
 
 }  // namespace ps
 

@@ -126,6 +126,7 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
   }
   PS_ASSIGN_OR_RETURN(Backup b, Connect(replica, context_));
   b.copying = true;
+  b.in_sync = false;
   epoch_ = epoch;
   // The state as of entry last_seq_: every block (shared), then the sums,
   // clocks and recent pushes; the entries after it follow on the same
@@ -261,7 +262,17 @@ uint64_t ReplicationLog::committed() const {
   for (const Backup& b : backups_) {
     if (!b.copying) c = std::min(c, b.acked);
   }
+  acknowledged_ = std::max(acknowledged_, c);
   return c;
+}
+
+void ReplicationLog::MaybeInSync(Backup& b) {
+  if (b.in_sync || b.copying || b.acked < b.must_hold) return;
+  b.in_sync = true;
+  PS_LOG_INFO("shard {}: {} holds every acknowledged entry ({}) and is a full replica again",
+              shard_, b.name, b.acked);
+  Status told = SendTo(b, ReplicaEntry::kInSync, MessageHeader(), {});
+  if (!told.ok()) PS_LOG_ERROR("shard {}: {}", shard_, told.ToString());
 }
 
 Status ReplicationLog::ReceiveAcks(size_t index) {
@@ -298,11 +309,17 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       continue;
     }
     if (b.copying && h->flags == static_cast<uint32_t>(ReplicaEntry::kCopyEnd)) {
+      // Entries past the copy were acknowledged to workers without it
+      // (up to what committed() said while it copied): it must hold them
+      // before it is in sync.
+      b.must_hold = std::max(committed(), acknowledged_);
       b.copying = false;
-      PS_LOG_INFO("shard {}: {} holds the copy as of entry {} and is a full replica again", shard_,
-                  b.name, h->request_id);
+      PS_LOG_INFO("shard {}: {} holds the copy as of entry {}; it is in sync once it applied "
+                  "entry {}",
+                  shard_, b.name, h->request_id, b.must_hold);
     }
     b.acked = std::max(b.acked, h->request_id);
+    MaybeInSync(b);
   }
   return Status::Ok();
 }
@@ -333,7 +350,8 @@ std::string ReplicationLog::Describe() const {
   os << "replication factor " << job_.replication.factor << " epoch " << epoch_ << " last_seq "
      << last_seq_ << " committed " << committed();
   for (const Backup& b : backups_) {
-    os << " backup_" << b.replica << (b.copying ? "_copying " : "_acked ") << b.acked;
+    os << " backup_" << b.replica
+       << (b.copying ? "_copying " : b.in_sync ? "_acked " : "_catching_up ") << b.acked;
   }
   return os.str();
 }
@@ -371,6 +389,7 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   }
   if (join) {
     b->copying_ = true;
+    b->in_sync_ = false;
     b->copy_next_row_.resize(job.tables.size(), 0);
   } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
     PS_ASSIGN_OR_RETURN(checkpoints,
@@ -461,6 +480,23 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
           std::to_string(epoch_) + " and may acknowledge nothing more");
       PS_LOG_WARN("{}", fenced.message());
       Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
+      return;
+    }
+    if (entry.flags == static_cast<uint32_t>(ReplicaEntry::kInSync)) {
+      if (copying_ || applied_ < entry.request_id) {
+        ++refused_;
+        PS_LOG_ERROR("{}: its primary says it is in sync as of entry {}, but it {}", name_,
+                     entry.request_id,
+                     copying_ ? "is still taking the copy"
+                              : "applied only " + std::to_string(applied_) + ": entries were lost");
+        return;
+      }
+      if (!in_sync_) {
+        in_sync_ = true;
+        PS_LOG_INFO("{} holds every entry its primary acknowledged (applied {}): a full replica "
+                    "again",
+                    name_, applied_);
+      }
       return;
     }
     if (copying_ && !IsCopyEntry(entry.flags)) {
@@ -567,10 +603,14 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     }
-    if (req.op == Op::kMembership && req.flags == kMembershipPromote && copying_) {
+    if (req.op == Op::kMembership && req.flags == kMembershipPromote && !in_sync_) {
       s = FailedPreconditionError(
-          name_ + " is still taking its primary's copy (" + std::to_string(copy_blocks_) +
-          " blocks so far) and holds no whole state: it cannot be promoted");
+          copying_
+              ? name_ + " is still taking its primary's copy (" + std::to_string(copy_blocks_) +
+                    " blocks so far) and holds no whole state: it cannot be promoted"
+              : name_ + " took its primary's copy but has not yet applied every entry the "
+                        "primary acknowledged meanwhile (it applied " + std::to_string(applied_) +
+                    "): promoted, it would lose acknowledged pushes; it cannot be promoted");
       Reply(routing_id, MakeErrorHeader(req, shard_, s));
       return;
     }
@@ -712,7 +752,8 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     case ReplicaEntry::kCopyClocks:
     case ReplicaEntry::kCopyRecent:
     case ReplicaEntry::kCopyEnd:
-      break;  // ApplyCopy's, never here (Handle)
+    case ReplicaEntry::kInSync:
+      break;  // Handle's, never here
   }
   return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
 }
@@ -803,8 +844,8 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
       }
       copying_ = false;
       applied_ = entry.request_id;
-      PS_LOG_INFO("{} took its primary's copy ({} blocks, clock {}) as of entry {}: a full "
-                  "replica again",
+      PS_LOG_INFO("{} took its primary's copy ({} blocks, clock {}) as of entry {}; it takes the "
+                  "entries after it",
                   name_, copy_blocks_, clocks_.min_clock(), applied_);
       return Status::Ok();
     }

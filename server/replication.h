@@ -36,7 +36,7 @@
 // worker the reply to a request that changed state (PUSH, CLOCK, a
 // resume, a goodbye) only when every backup has acknowledged every entry
 // up to it (ReplicationLog::committed), so an acknowledged push is on
-// every replica. Pulls do not wait.
+// every replica that is in sync. Pulls do not wait.
 //
 // A backup serves no worker (a worker's request gets FailedPrecondition
 // naming the primary). One authority decides the replicas of a shard, with
@@ -66,7 +66,14 @@
 // serving (the store's blocks shared with the transport, copy-on-write
 // against later pushes), then every later entry. The new backup counts
 // toward committed() once it applied the whole copy; until then pushes do
-// not wait for it and it cannot be promoted.
+// not wait for it. The primary acknowledged entries past the copy while
+// it took it, which reach it only after the copy: it is in sync (holds
+// every acknowledged push, kInSync) once it acknowledged all of them, and
+// only a backup in sync can be promoted (Kafka's in-sync replicas). A
+// shard whose primary dies while its only backup catches up has no
+// replica to take over: its authority stops it, saying so, and the job
+// goes back to a checkpoint instead of losing acknowledged pushes
+// silently.
 //
 // Under consistency.aggregate with replication.after_aggregation (not
 // the default) the backups get no worker's push: the primary sums a clock's
@@ -139,6 +146,12 @@ enum class ReplicaEntry : uint32_t {
   // the push's session in first_row and request id in count; no frames.
   // Dropped, its id recorded.
   kLate = 14,
+  // To one backup that joined, once it acknowledged every entry the
+  // primary may have acknowledged to a worker while it took its copy:
+  // it holds every acknowledged push (in sync) and may be promoted. Not
+  // numbered: its request_id is the last entry sent before it, which the
+  // backup has applied when it reads this. Not acknowledged.
+  kInSync = 15,
 };
 
 // True for the kinds of a joining backup's copy.
@@ -193,6 +206,9 @@ class ReplicationLog {
   // The highest sequence number every backup has acknowledged (last_seq()
   // when inactive).
   uint64_t committed() const;
+  // The highest committed() ever returned: every worker's reply the
+  // primary released is at or below it.
+  uint64_t acknowledged() const { return acknowledged_; }
 
   // The backups' sockets, polled beside the shard's own.
   const std::vector<Socket*>& sockets() const { return sockets_; }
@@ -220,7 +236,8 @@ class ReplicationLog {
               const RecentPushes& recent, bool copy_sums = true);
 
   // One STATS line: "replication factor 2 epoch E last_seq N committed N
-  // backup_1_acked N ..." (and "backup_J_copying" for one that joins).
+  // backup_1_acked N ..." ("backup_J_copying" for one that takes its copy,
+  // "backup_J_catching_up" for one that took it and is not in sync yet).
   std::string Describe() const;
 
  private:
@@ -232,7 +249,15 @@ class ReplicationLog {
     // Joining: it applies a copy first (Join) and holds no push back
     // until it acknowledged the copy's end.
     bool copying = false;
+    // It holds every entry the primary acknowledged (a backup from the
+    // start; one that joined once acked >= must_hold).
+    bool in_sync = true;
+    // Joined: the highest entry the primary may have acknowledged to a
+    // worker before this backup counted toward committed().
+    uint64_t must_hold = 0;
   };
+  // Marks `b` in sync once it holds every acknowledged entry, and tells it.
+  void MaybeInSync(Backup& b);
   // Connects a backup's DEALER.
   StatusOr<Backup> Connect(uint32_t replica, Context* context);
   // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).
@@ -248,6 +273,7 @@ class ReplicationLog {
   std::vector<Backup> backups_;
   std::vector<Socket*> sockets_;
   uint64_t last_seq_ = 0;
+  mutable uint64_t acknowledged_ = 0;  // see acknowledged()
   int64_t epoch_ = 0;
   std::vector<Frame> message_;  // reused
   std::vector<Frame> acks_;     // reused
@@ -303,6 +329,10 @@ class BackupServer {
   uint64_t refused() const { return refused_; }
   // Created with `join` and the primary's copy is not whole yet.
   bool copying() const { return copying_; }
+  // It holds every push its primary acknowledged: a backup from the
+  // start, or one that joined once its primary said so (kInSync). Only
+  // such a backup accepts a promotion.
+  bool in_sync() const { return in_sync_; }
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
@@ -342,6 +372,7 @@ class BackupServer {
   // A joining backup: the copy's progress (rows taken per table, in
   // order; blocks taken; whether clocks and recent pushes came).
   bool copying_ = false;
+  bool in_sync_ = true;
   std::vector<uint64_t> copy_next_row_;
   uint64_t copy_blocks_ = 0;
   bool copy_clocks_ = false, copy_recent_ = false;

@@ -19,7 +19,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
     : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
       bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
-      workers_(job.cluster.workers), waiting_per_worker_(job.cluster.workers + 1),
+      workers_(job.cluster.workers),
       queued_replies_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
@@ -105,8 +105,11 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
                                              /*self=*/promoted != nullptr ? promoted->slot : 0));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
-  // absurd ones are cut off by ZeroMQ before they are buffered.
-  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  // absurd ones are cut off by ZeroMQ before they are buffered. ZeroMQ
+  // measures a CURVE frame encrypted, a few dozen bytes longer: the same
+  // requests get the same answer under either mode.
+  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2) +
+                       (job.security.mode == SecurityMode::kCurve ? kCurveFrameOverhead : 0);
   // The last replies (a goodbye's, SHUTDOWN_OK) still reach their workers
   // when the shard exits right after sending them; bounded, so a stuck peer
   // cannot hold the exit.
@@ -122,6 +125,11 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
   so.send_hwm = static_cast<int>(job.server.socket_hwm);
   so.recv_hwm = static_cast<int>(job.server.socket_hwm);
   so.router_mandatory = true;
+  // A connection that never finishes its handshake (a socket that sends
+  // nothing) holds a descriptor and a place under max_connections: not
+  // for long.
+  so.handshake_ivl_ms = kHandshakeTimeoutMs;
+  PS_ASSIGN_OR_RETURN(server->max_connections_, MaxConnections(job, shard));
   PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
   PS_ASSIGN_OR_RETURN(server->accept_monitor_,
                       ConnectionMonitor::CreateForAccepts(server->context_.get(),
@@ -381,8 +389,8 @@ void ShardServer::SendReply(const MessageHeader& header) {
 }
 
 void ShardServer::DrainAcceptEvents() {
-  // ZeroMQ retries a failed accept as long as the connection waits, so the
-  // events may come as fast as they are read: a bounded number per round.
+  // Connections come and go at the rate of TCP handshakes: a bounded
+  // number of their events per round.
   for (int i = 0; i < 1024; ++i) {
     auto event = accept_monitor_->TryNext();
     if (!event.ok() || !event->has_value()) return;
@@ -397,15 +405,54 @@ void ShardServer::DrainAcceptEvents() {
                   HeldBack(skipped));
       continue;
     }
-    if (**event != ConnectionEvent::kAcceptFailed) continue;
-    ++counters_.accept_failures;
+    const int fd = accept_monitor_->last_value();
+    if (**event == ConnectionEvent::kClosed) {
+      // One this shard closed was never counted open.
+      if (closing_.erase(fd) == 0 && open_connections_ > 0) --open_connections_;
+      continue;
+    }
+    if (**event != ConnectionEvent::kAccepted) continue;
+    if (open_connections_ < max_connections_) {
+      ++open_connections_;
+      continue;
+    }
+    // Past the limit: closed at once, so the descriptors never run out.
+    ConnectionMonitor::CloseAccepted(fd);
+    closing_.insert(fd);
+    ++counters_.refused_connections;
     uint64_t skipped = 0;
-    if (!accept_log_.ShouldLog(&skipped)) continue;
-    PS_LOG_ERROR("shard {}: cannot accept a connection: {}; workers that connect now get no "
-                 "reply{}",
-                 shard_, AcceptFailureText(accept_monitor_->last_error(), CurrentOpenFileLimit()),
-                 HeldBack(skipped));
+    if (!connection_log_.ShouldLog(&skipped)) continue;
+    PS_LOG_ERROR("shard {}: refused a connection: {} are open, the most it keeps "
+                 "(server.max_connections {}{}); it is closed, and so is each one more until some "
+                 "close (a connection that does not finish its handshake closes after {} s){}",
+                 shard_, open_connections_, max_connections_,
+                 job_.server.max_connections == 0
+                     ? ", from the open-file limit " + std::to_string(CurrentOpenFileLimit().soft)
+                     : std::string(),
+                 kHandshakeTimeoutMs / 1000, HeldBack(skipped));
   }
+}
+
+StatusOr<uint32_t> ShardServer::MaxConnections(const JobOptions& job, uint32_t shard) {
+  const OpenFileLimit limit = CurrentOpenFileLimit();
+  const uint64_t usable =
+      std::min<uint64_t>(limit.soft, uint64_t{1} << 20) - std::min<uint64_t>(limit.soft, kReservedFiles);
+  const std::string where = "shard " + std::to_string(shard) + ": the open-file limit (RLIMIT_NOFILE) is " +
+                            std::to_string(limit.soft) + " (hard " + std::to_string(limit.hard) +
+                            "), and a shard keeps " + std::to_string(kReservedFiles) +
+                            " descriptors for its checkpoints and its own sockets";
+  if (job.server.max_connections > usable) {
+    return InvalidArgumentError(where + ": server.max_connections " +
+                                std::to_string(job.server.max_connections) +
+                                " would run out of them; raise `ulimit -n` (the hard limit) or "
+                                "lower server.max_connections");
+  }
+  if (job.server.max_connections > 0) return job.server.max_connections;
+  if (usable < 16) {
+    return ResourceExhaustedError(where + ", which leaves " + std::to_string(usable) +
+                                  " connections (at least 16 needed): raise `ulimit -n`");
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(usable, UINT32_MAX));
 }
 
 void ShardServer::Handle(std::vector<Frame>& frames) {
@@ -425,6 +472,57 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+int64_t ShardServer::JobClockBase() const {
+  // A worker's clock is known here once this process accepted a CLOCK or
+  // resume of it; before, it may be anywhere at or above what the shard
+  // holds (a shard restored from a checkpoint, promoted, or started again
+  // without one; CLOCKs still in flight).
+  int64_t synced = kMaxClock;
+  for (uint32_t w = 0; w < workers_.size(); ++w) {
+    if (workers_[w].clock_synced && clocks_.counted(w)) synced = std::min(synced, clocks_.clock(w));
+  }
+  return synced == kMaxClock ? kMaxClock : std::max(synced, clocks_.min_clock());
+}
+
+int64_t ShardServer::LeadCeiling() const {
+  const int64_t base = JobClockBase();
+  if (base == kMaxClock || bound_ == kUnboundedStaleness) return kMaxClock;
+  // A worker's pull at clock c waits here only after its pulls below c
+  // were answered by every shard it read, so c <= the job's clock +
+  // bound + 1; this shard may not have heard yet the CLOCKs of the others
+  // that let them be answered elsewhere: at most their requests in flight.
+  return base + bound_ + 1 + job_.client.max_in_flight;
+}
+
+Status ShardServer::CheckSumClock(const MessageHeader& req) const {
+  const int64_t ceiling = LeadCeiling();
+  if (req.clock <= ceiling) return Status::Ok();
+  return FailedPreconditionError(
+      "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
+      " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock) +
+      " refused: under bsp with aggregate a push is summed into its clock, and no worker pushes "
+      "for a clock above " + std::to_string(ceiling) + " (the job's clock " +
+      std::to_string(JobClockBase()) + " + 1 + client.max_in_flight " +
+      std::to_string(job_.client.max_in_flight) + "); nothing changed (the shard holds sums for " +
+      std::to_string(store_->sum_clocks()) + " clocks, " + std::to_string(store_->sum_bytes()) +
+      " bytes). Is this request really from this job's worker " + std::to_string(req.worker) +
+      "?");
+}
+
+void ShardServer::LogRequestRefusal(const Frame& first_frame, const char* kind,
+                                    const std::string& why) {
+  std::string peer = first_frame.Property("User-Id");
+  if (peer.empty()) peer = first_frame.Property("Peer-Address");
+  if (peer.empty()) peer = "an unknown peer";
+  uint64_t held_back = 0;
+  if (!request_log_.ShouldLog(std::string(kind) + " " + peer, std::chrono::steady_clock::now(),
+                              &held_back)) {
+    ++counters_.refusals_not_logged;
+    return;
+  }
+  PS_LOG_WARN("shard {}: {} request from {}: {}{}", shard_, kind, peer, why, HeldBack(held_back));
+}
+
 Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   for (const Frame& f : frames) counters_.bytes_in += f.size();
   if (frames.size() < 2) return Op::kUnknown;  // a ROUTER always delivers [routing id, ...]
@@ -436,7 +534,7 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
     // Echo whatever of the header could be read, so the client can match it.
     MessageHeader partial;
     if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
-    PS_LOG_WARN("shard {}: rejected request: {}", shard_, s.ToString());
+    LogRequestRefusal(body[0], "rejected", s.ToString());
     Reply(routing_id, MakeErrorHeader(partial, shard_, s));
     return Op::kUnknown;
   }
@@ -507,27 +605,42 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
       return op;
     }
   } else if (req.worker != kControlWorker) {
-    // A beat of the heartbeat thread may overtake the worker's goodbye on
-    // its way here: it never brings back a worker that left.
-    const bool stale_beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0 &&
-                            workers_[req.worker].left;
-    if (stale_beat) {
-      workers_[req.worker].last_seen = clock_->Now();
-      workers_[req.worker].heard = true;
+    // Checked before the worker counts as heard from: a refused request
+    // changes nothing, not even the worker's liveness, and a worker that
+    // left comes back only by HELLO. A beat of the heartbeat thread may
+    // overtake the worker's goodbye on its way here: it is answered and
+    // never brings the worker back.
+    WorkerState& sender = workers_[req.worker];
+    const bool beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0;
+    // A worker that left may still read the model; nothing else of it
+    // changes the shard, and it counts again only after a HELLO.
+    const bool reads_after_leaving = sender.left && (beat || req.op == Op::kPull);
+    Status refused = failed_;
+    if (refused.ok() && sender.left && !reads_after_leaving && req.op != Op::kHello) {
+      refused = FailedPreconditionError(
+          "shard " + std::to_string(shard_) + ": worker " + std::to_string(req.worker) +
+          " left the job (its goodbye came, or it was dropped); its " + OpName(req.op) +
+          " request " + std::to_string(req.request_id) +
+          " is refused and nothing changed: a worker rejoins only by HELLO (restart it); it may "
+          "still pull");
+    }
+    if (refused.ok()) {
+      refused = CheckClock(req);
+      if (!refused.ok()) ++counters_.refused_clocks;
+    }
+    if (!refused.ok()) {
+      ++counters_.errors;
+      if (refused.code() != StatusCode::kAborted) {
+        LogRequestRefusal(body[0], "refused", refused.message());
+      }
+      Reply(routing_id, MakeErrorHeader(req, shard_, refused));
+      return op;
+    }
+    if (reads_after_leaving) {
+      sender.last_seen = clock_->Now();
+      sender.heard = true;
     } else {
       Touch(req.worker);
-    }
-    if (!failed_.ok()) {
-      ++counters_.errors;
-      Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
-      return op;
-    }
-    if (Status clock = CheckClock(req, routing_id); !clock.ok()) {
-      ++counters_.errors;
-      ++counters_.refused_clocks;
-      PS_LOG_WARN("shard {}: refused request: {}", shard_, clock.message());
-      Reply(routing_id, MakeErrorHeader(req, shard_, clock));
-      return op;
     }
   }
   // With backups, what changed state is answered once they have it.
@@ -563,6 +676,16 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
         }
         Reply(routing_id, reply);
         return;
+      }
+      if (job_.consistency.aggregate) {
+        if (Status bounded = CheckSumClock(req); !bounded.ok()) {
+          recent_pushes_.Forget(req.worker, req.session, req.request_id);
+          ++counters_.errors;
+          ++counters_.refused_sum_clocks;
+          LogRequestRefusal(body[0], "refused", bounded.message());
+          Reply(routing_id, MakeErrorHeader(req, shard_, bounded));
+          return;
+        }
       }
       // Served metrics only: the hottest rows cost nothing when none are.
       if (metrics_endpoint_ != nullptr && !request_.keys.empty()) {
@@ -840,26 +963,38 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
 
 void ShardServer::ParkPull(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
-  uint32_t& parked = waiting_per_worker_[WorkerSlot(req.worker)];
+  const std::string connection(frames[0].view());
+  const auto found = waiting_per_connection_.find(connection);
+  const uint32_t parked = found == waiting_per_connection_.end() ? 0 : found->second;
   const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
-  if (parked >= limit) {
-    ++counters_.errors;
-    ++counters_.pulls_refused_waiting;
-    Status refused = ResourceExhaustedError(
+  const int64_t ceiling = LeadCeiling();
+  Status refused;
+  if (req.worker != kEvaluatorWorker && req.clock > ceiling) {
+    // No worker gets there (LeadCeiling).
+    ++counters_.refused_clocks;
+    refused = FailedPreconditionError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
         " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: the worker has " + std::to_string(parked) +
+        " refused: the job is at clock " + std::to_string(JobClockBase()) +
+        " and no worker's pull waits for a clock above " + std::to_string(ceiling) +
+        " (the staleness bound + 1 + client.max_in_flight above it); nothing changed. Is this "
+        "request really from this job's worker?");
+  } else if (parked >= limit) {
+    ++counters_.pulls_refused_waiting;
+    refused = ResourceExhaustedError(
+        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
+        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
+        " refused: its connection has " + std::to_string(parked) +
         " pulls waiting for slower workers already (server.max_waiting_pulls_per_worker " +
         std::to_string(limit) + "); wait for their replies before pulling more");
-    uint64_t skipped = 0;
-    if (refused_log_.ShouldLog(&skipped)) {
-      PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
-                  HeldBack(skipped));
-    }
+  }
+  if (!refused.ok()) {
+    ++counters_.errors;
+    LogRequestRefusal(frames[1], "refused", refused.message());
     Reply(frames[0], MakeErrorHeader(req, shard_, refused));
     return;
   }
-  ++parked;
+  ++waiting_per_connection_[connection];
   const bool evaluator = req.worker == kEvaluatorWorker;
   if (!evaluator) {
     ++counters_.pulls_waited;
@@ -887,7 +1022,10 @@ ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
   (w.request.header.worker == kEvaluatorWorker ? reads_by_clock_ : waiting_by_clock_)
       .erase({w.request.header.clock, seq});
   waiting_by_deadline_.erase({w.deadline, seq});
-  --waiting_per_worker_[WorkerSlot(w.request.header.worker)];
+  const auto parked = waiting_per_connection_.find(std::string(w.frames[0].view()));
+  if (parked != waiting_per_connection_.end() && --parked->second == 0) {
+    waiting_per_connection_.erase(parked);
+  }
   return w;
 }
 
@@ -1131,32 +1269,26 @@ void ShardServer::StopWhenWorkersGone() {
   Stop();
 }
 
-Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id) {
+Status ShardServer::CheckClock(const MessageHeader& req) {
   WorkerState& w = workers_[req.worker];
   const bool resume = req.op == Op::kHeartbeat && (req.flags & kFlagResume) != 0;
   if (req.op == Op::kHello) {
     if (req.target_clock > 0) w.target_clock = req.target_clock;
     // A worker process (re)starting: it resumes at the largest clock any
     // shard answers, which may be above this shard's by CLOCKs it sent
-    // before it stopped that never arrived here.
-    w.connection.assign(reinterpret_cast<const char*>(routing_id.data()), routing_id.size());
-    w.clock_synced = false;
+    // before it stopped that never arrived here (RejoinWindow).
+    w.rejoining = true;
     return Status::Ok();
   }
   if (req.op != Op::kPush && req.op != Op::kPull && req.op != Op::kClock && !resume) {
     return Status::Ok();  // a beat or a goodbye: its clock changes nothing
   }
-  const std::string_view connection(reinterpret_cast<const char*>(routing_id.data()),
-                                    routing_id.size());
-  if (connection != w.connection) {
-    // A new connection: what the old one carried last may be lost, and its
-    // queued tail may arrive before the requests sent again.
-    w.connection.assign(connection);
-    w.clock_synced = false;
-  }
   // Every request may carry at most the clock held (a CLOCK of it is the
   // next one; a resume at it changes nothing), or up to the window above
-  // it until the worker's clock is heard.
+  // it until this shard process first heard the worker's clock: once per
+  // worker, not per connection (a client that reconnects sends again, in
+  // order, every request not acknowledged, so its clocks follow the held
+  // one), and after a HELLO only as far as the job's clock allows.
   // With backup workers a worker left behind continues at the job's
   // clock (Client::CatchUp).
   const int64_t held = clocks_.backups()
@@ -1165,20 +1297,22 @@ Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id
   const std::string what = OpName(req.op) + (resume ? " (resume)" : "") + " request " +
                            std::to_string(req.request_id) + " from worker " +
                            std::to_string(req.worker) + " at clock " + std::to_string(req.clock);
-  const int64_t allowed = w.clock_synced ? 0 : resume_window_;
+  const int64_t allowed = !w.clock_synced ? resume_window_ : w.rejoining ? RejoinWindow(held) : 0;
   if (req.clock - held > allowed) {
     std::string rule;
-    if (w.clock_synced) {
+    if (w.clock_synced && w.rejoining) {
+      rule = "a worker that starts again (HELLO) resumes at most " + std::to_string(allowed) +
+             " clocks above the clock this shard holds for it, as far as the job's clock " +
+             std::to_string(JobClockBase()) + ", its staleness and client.max_in_flight allow";
+    } else if (w.clock_synced) {
       rule = req.op == Op::kClock
                  ? "a worker finishes one clock per CLOCK: the next is clock " +
                        std::to_string(held) + " and lower ones are repeats"
                  : "a worker's requests carry its clock, and its CLOCKs have brought it to " +
                        std::to_string(held) + " here";
     } else {
-      rule = "this shard has not heard the worker's clock since " +
-             std::string(w.heard_clock ? "its HELLO or a new connection"
-                                       : "the shard started at clock " +
-                                             std::to_string(started_clock_)) +
+      rule = "this shard has not heard the worker's clock since it started at clock " +
+             std::to_string(started_clock_) +
              ", and the first clock it accepts then is at most " + std::to_string(held) + " + " +
              std::to_string(resume_window_) + " (server.max_resume_clocks" +
              (job_.server.max_resume_clocks == 0 ? ", derived from the job" : "") + ")";
@@ -1195,17 +1329,32 @@ Status ShardServer::CheckClock(const MessageHeader& req, const Frame& routing_id
     return InvalidArgumentError(what + ": the clock after it would be above 2^62, the largest "
                                 "clock a request may carry");
   }
-  if (req.op == Op::kClock || resume) w.clock_synced = true;
+  if (req.op == Op::kClock || resume) {
+    w.clock_synced = true;
+    w.rejoining = false;
+  }
   return Status::Ok();
+}
+
+int64_t ShardServer::RejoinWindow(int64_t held) const {
+  // Under bsp and ssp a worker's clock is at most LeadCeiling() (its pull
+  // there waits), and one CLOCK more may have been on its way here when it
+  // stopped; under asp (a ceiling of kMaxClock) the whole window.
+  const int64_t ceiling = LeadCeiling();
+  if (ceiling >= kMaxClock) return resume_window_;
+  return std::min(resume_window_, std::max<int64_t>(1, ceiling + 1 - held));
 }
 
 void ShardServer::ReportNonFinite(const std::string& what) {
   for (uint32_t t = 0; t < non_finite_logged_.size(); ++t) {
-    if (non_finite_logged_[t] || store_->non_finite_rows(t) == 0) continue;
+    if (non_finite_logged_[t] ||
+        store_->non_finite_rows(t) + store_->refused_rows(t) == 0) {
+      continue;
+    }
     non_finite_logged_[t] = true;
     PS_LOG_WARN("shard {}: table '{}': an update whose result is not finite (a value or "
                 "optimizer state overflowed to Inf or became NaN) was {}; STATS counts such rows "
-                "(non_finite_rows), and this is logged once per table",
+                "(non_finite_rows applied, refused_rows refused), and this is logged once per table",
                 shard_, job_.tables[t].name, what);
   }
 }
@@ -1216,10 +1365,16 @@ void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
   if (clock <= started_clock_) return;
   const int64_t lost = clock - started_clock_;
   lost_clocks_ = std::max(lost_clocks_, lost);
-  PS_LOG_WARN("shard {}: worker {} is at clock {} and this shard started at clock {}: the "
-              "worker's updates of clocks {}..{} ({} clock{}) to this shard are lost",
-              shard_, worker, clock, started_clock_, started_clock_, clock - 1, lost,
-              lost == 1 ? "" : "s");
+  PS_LOG_WARN("shard {}: worker {} is at clock {} and this shard started at clock {}{}: the "
+              "worker's updates of clocks {}..{} ({} clock{}) to this shard are lost{}",
+              shard_, worker, clock, started_clock_,
+              started_clock_ == 0 ? " with its initial values" : "", started_clock_, clock - 1,
+              lost, lost == 1 ? "" : "s",
+              started_clock_ == 0
+                  ? " if this shard ran before (it was started again without a checkpoint); "
+                    "a shard of a new job expects no worker ahead of clock 0: is this resume "
+                    "really from this job's worker?"
+                  : "");
 }
 
 void ShardServer::FailWaitingPulls(const Status& status) {
@@ -1266,13 +1421,18 @@ std::string ShardServer::StatsReport() const {
      << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
      << "\n";
   os << "refused refused_clocks " << counters_.refused_clocks << " refused_results "
-     << counters_.refused_results << " max_resume_clocks " << resume_window_ << "\n";
+     << counters_.refused_results << " max_resume_clocks " << resume_window_
+     << " refusals_not_logged " << counters_.refusals_not_logged << " refused_sum_clocks "
+     << counters_.refused_sum_clocks << "\n";
+  os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes() << "\n";
   os << "limits queued_reply_bytes " << queued_replies_.total() << " max_connection_bytes "
      << queued_replies_.max_per_connection() << " connections_queued "
      << queued_replies_.connections() << " max_queued_reply_bytes " << max_queued_reply_bytes_
      << " pulls_refused_queued_bytes " << counters_.pulls_refused_queued_bytes
      << " pulls_refused_waiting " << counters_.pulls_refused_waiting << " replies_dropped "
-     << counters_.replies_dropped << " accept_failures " << counters_.accept_failures << "\n";
+     << counters_.replies_dropped << " connections_open " << open_connections_
+     << " connections_refused " << counters_.refused_connections << " max_connections "
+     << max_connections_ << "\n";
   if (checkpoints_ != nullptr) {
     // Read as it is by ps_ctl checkpoint and recovery_bench ("last_clock N writing 0").
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
@@ -1350,7 +1510,7 @@ std::string ShardServer::StatsReport() const {
     const auto id = static_cast<uint32_t>(&t - store_->layouts().data());
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned.begin << ", " << t.owned.end << ") non_finite_rows "
-       << store_->non_finite_rows(id) << "\n";
+       << store_->non_finite_rows(id) << " refused_rows " << store_->refused_rows(id) << "\n";
   }
   return os.str();
 }

@@ -17,8 +17,11 @@
 // at most server.socket_hwm messages per connection (a reply over it is
 // dropped, counted and logged); a connection or worker id with
 // server.max_queued_reply_bytes of replies not yet taken by the kernel gets
-// ResourceExhausted for its next pull (QueuedReplies); a worker may have
-// server.max_waiting_pulls_per_worker pulls waiting, each at most
+// ResourceExhausted for its next pull (QueuedReplies); a worker's
+// connection may have server.max_waiting_pulls_per_worker pulls waiting
+// (per connection: another holder of the worker's identity cannot use up
+// its quota), none more than the staleness bound + 1 above the job's
+// clock (no worker's pull waits longer), each at most
 // server.max_pull_wait_ms; at most one checkpoint is written at a time, and
 // CHECKPOINT requests meeting a write wait for it without holding up other
 // requests (a checkpoint.every_clocks boundary still waits for it, so that
@@ -71,6 +74,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <thread>
 #include <vector>
 
@@ -121,11 +126,19 @@ struct ShardServerCounters {
   // server.max_waiting_pulls_per_worker.
   uint64_t pulls_refused_queued_bytes = 0;
   uint64_t pulls_refused_waiting = 0;
-  uint64_t accept_failures = 0;  // connections the socket could not accept
+  // Connections closed at once for coming past server.max_connections.
+  uint64_t refused_connections = 0;
   // Handshakes that failed before the ZAP handler saw a key (a client
   // without CURVE, or one expecting another server key).
   uint64_t failed_handshakes = 0;
   uint64_t checkpoints_started = 0;  // generations copied and handed to the writer
+  // Rejected (undecodable) and refused requests not logged on a line of
+  // their own: a peer's refusals of one kind are logged once per
+  // kRefusalLogIntervalMs (server/access.h).
+  uint64_t refusals_not_logged = 0;
+  // consistency.aggregate: pushes refused for a clock the shard may not
+  // hold a sum for (CheckSumClock).
+  uint64_t refused_sum_clocks = 0;
 };
 
 class ShardServer {
@@ -298,11 +311,6 @@ class ShardServer {
   // Takes waiting pull `seq` out of every index.
   struct WaitingPull;
   WaitingPull TakeWaiting(uint64_t seq);
-  // The index of `worker` in per-worker counts: kControlWorker and
-  // kEvaluatorWorker are last.
-  uint32_t WorkerSlot(uint32_t worker) const {
-    return worker < workers_.size() ? worker : static_cast<uint32_t>(workers_.size());
-  }
   // True when a line of this kind may be logged now (at most one a
   // second); *skipped: how many were not logged since the last one.
   void ExpireWaitingPulls(Clock::TimePoint now);
@@ -317,14 +325,14 @@ class ShardServer {
   // clock `clock`; the worker's updates of clocks [started_clock_, clock)
   // never reached this process (a restart from a checkpoint lost them).
   void HeardClock(uint32_t worker, int64_t clock);
-  // OK when the clock of `req` (a worker's request, arrived on the
-  // connection `routing_id` names) is one the protocol allows (see the top
-  // of this file); otherwise the error for its ERROR reply:
-  // FailedPrecondition naming the worker, the clock sent and the clock this
-  // shard holds, or InvalidArgument for a CLOCK of kMaxClock. Notes the
-  // connection and, for a HELLO, that the worker's clock is to be heard
-  // again; changes no clock.
-  Status CheckClock(const MessageHeader& req, const Frame& routing_id);
+  // OK when the clock of `req` (a worker's request) is one the protocol
+  // allows (see the top of this file); otherwise the error for its ERROR
+  // reply: FailedPrecondition naming the worker, the clock sent and the
+  // clock this shard holds, or InvalidArgument for a CLOCK of kMaxClock.
+  // Notes, for an accepted CLOCK or resume, that the worker's clock is
+  // heard (the resume window is spent), and for a HELLO that the worker
+  // starts again; changes no clock.
+  Status CheckClock(const MessageHeader& req);
   // Logs, once per table, rows whose result was not finite since the last
   // call (ShardStore::non_finite_rows), saying what `what` did with them.
   void ReportNonFinite(const std::string& what);
@@ -338,6 +346,32 @@ class ShardServer {
   // request that changed state, with backups), only once every backup has
   // the log up to it (FlushDeferred).
   void Reply(Frame& routing_id, const MessageHeader& header);
+  // The job's clock that a worker's bounds count from: the least clock of
+  // the workers whose clock this process heard (a CLOCK or resume), at
+  // least the minimum; kMaxClock when it heard none. The others' clocks
+  // are unknown here (a restored, promoted or restarted shard; CLOCKs in
+  // flight).
+  int64_t JobClockBase() const;
+  // The highest clock an honest worker's pull (or aggregated push) can
+  // carry here: JobClockBase() + the staleness bound + 1 +
+  // client.max_in_flight; kMaxClock under asp or while unknown.
+  int64_t LeadCeiling() const;
+  // server.max_connections, or its default from the open-file limit.
+  // InvalidArgument when the option is above what the limit allows,
+  // ResourceExhausted when the limit leaves fewer than 16.
+  static StatusOr<uint32_t> MaxConnections(const JobOptions& job, uint32_t shard);
+  // A connection whose handshake is not done by then is closed.
+  static constexpr int kHandshakeTimeoutMs = 10000;
+  // How far above `held` a worker's first clock after a HELLO may be.
+  int64_t RejoinWindow(int64_t held) const;
+  // consistency.aggregate: OK when a push of `req` may be summed: its clock
+  // is at most LeadCeiling(); else FailedPrecondition naming the bound. So
+  // the sums a shard holds cover at most 2 + client.max_in_flight clocks.
+  Status CheckSumClock(const MessageHeader& req) const;
+  // Logs a request that was `kind` ("rejected": undecodable; "refused")
+  // with `why`, at most once per kRefusalLogIntervalMs per peer (its key's
+  // identity under curve, else its address) and kind; counts the rest.
+  void LogRequestRefusal(const Frame& first_frame, const char* kind, const std::string& why);
   // Sends the deferred replies every backup has caught up with.
   void FlushDeferred();
   // Reads the backups' acknowledgements; false (Run() stops, exit_status_
@@ -358,12 +392,11 @@ class ShardServer {
     bool left = false;           // said goodbye (or finished while the shard was down)
     bool heard_clock = false;    // a CLOCK or resume told this process its clock
     bool refused = false;        // a HELLO of another job was refused (logged once)
-    // Routing id of the connection its last request came on (heartbeat
-    // beats, on a connection of their own, aside), and whether a CLOCK or
-    // resume of it was accepted on that connection since the shard started
-    // or its last HELLO (CheckClock).
-    std::string connection;
+    // Whether a CLOCK or resume of it was accepted since the shard started
+    // (the resume window is spent), and whether it sent a HELLO since its
+    // last one (it may resume a little above its clock: RejoinWindow).
     bool clock_synced = false;
+    bool rejoining = false;
     // The parameter-cache counts its last heartbeat reported.
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
@@ -452,7 +485,15 @@ class ShardServer {
   std::set<std::pair<int64_t, uint64_t>> reads_by_clock_;
   std::set<std::pair<Clock::TimePoint, uint64_t>> waiting_by_deadline_;
   uint64_t next_waiting_ = 0;
-  std::vector<uint32_t> waiting_per_worker_;  // by WorkerSlot
+  // Pulls parked per connection (routing id): one identity's connections
+  // cannot use up another's quota (server.max_waiting_pulls_per_worker).
+  std::unordered_map<std::string, uint32_t> waiting_per_connection_;
+  // Connections accepted and not closed, the most it keeps
+  // (server.max_connections), and the descriptors of those it closed for
+  // coming past it, until ZeroMQ reports them gone.
+  uint32_t open_connections_ = 0;
+  uint32_t max_connections_ = 0;
+  std::unordered_set<int> closing_;
   // Replies not yet taken by the kernel (server.max_queued_reply_bytes).
   QueuedReplies queued_replies_;
   uint64_t max_queued_reply_bytes_ = 0;  // the limit in force
@@ -460,8 +501,12 @@ class ShardServer {
   // accepts, expired pulls, failed handshakes.
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
       accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
-      handshake_log_{std::chrono::seconds(1)}, fenced_log_{std::chrono::seconds(1)},
-      late_log_{std::chrono::seconds(1)};
+      fenced_log_{std::chrono::seconds(1)}, late_log_{std::chrono::seconds(1)};
+  // Failed handshakes and refused requests: once per kRefusalLogIntervalMs
+  // per kind (and per peer, LogRequestRefusal).
+  LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},
+      request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},
+      connection_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
   // Metrics (shard_server_metrics.cc): per request op its count, the
   // errors answered to it and the time spent handling it; how long each
   // pull that waited for slower workers waited.

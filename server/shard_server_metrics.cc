@@ -146,6 +146,15 @@ std::string ShardServer::MetricsText() const {
               static_cast<double>(counters_.refused_clocks));
   out.Counter("ps_server_refused_results_total", "Pushes refused for a result that is not finite",
               static_cast<double>(counters_.refused_results));
+  out.Counter("ps_server_refused_sum_clocks_total",
+              "Pushes refused under bsp aggregate for a clock the shard holds no sum for",
+              static_cast<double>(counters_.refused_sum_clocks));
+  out.Gauge("ps_server_sum_bytes", "Bytes of the sums of clocks not applied yet (bsp aggregate)",
+            static_cast<double>(store_->sum_bytes()));
+  out.Counter("ps_server_refusals_not_logged_total",
+              "Rejected or refused requests not logged on a line of their own (one line per peer "
+              "and kind per interval)",
+              static_cast<double>(counters_.refusals_not_logged));
   out.Family("ps_server_pulls_refused_total", "counter",
              "Pulls refused over a limit (queued_bytes: server.max_queued_reply_bytes; waiting: "
              "server.max_waiting_pulls_per_worker)");
@@ -153,6 +162,11 @@ std::string ShardServer::MetricsText() const {
              static_cast<double>(counters_.pulls_refused_queued_bytes));
   out.Sample("ps_server_pulls_refused_total", {{"reason", "waiting"}},
              static_cast<double>(counters_.pulls_refused_waiting));
+  out.Gauge("ps_server_connections_open", "Connections the shard holds open",
+            static_cast<double>(open_connections_));
+  out.Counter("ps_server_connections_refused_total",
+              "Connections closed at once for coming past server.max_connections",
+              static_cast<double>(counters_.refused_connections));
   out.Counter("ps_server_replies_dropped_total", "Replies ZeroMQ refused (queue full or peer gone)",
               static_cast<double>(counters_.replies_dropped));
 

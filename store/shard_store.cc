@@ -276,7 +276,7 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
     bool first = true;
     for (uint64_t r = 0; r < rows; ++r) {
       if (Finite(t, *block, offset + r * dim, dim)) continue;
-      ++t.non_finite_rows;
+      ++(refuse ? t.refused_rows : t.non_finite_rows);
       if (first) bad = row + r;
       first = false;
     }
@@ -364,6 +364,16 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
   }
 }
 
+uint64_t ShardStore::sum_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [clock, clock_sums] : sums_) {
+    for (const TableSum& sum : clock_sums) {
+      bytes += sum.values.capacity() * sizeof(float) + sum.touched.capacity() / 8;
+    }
+  }
+  return bytes;
+}
+
 void ShardStore::ApplyAccumulated(int64_t below, float scale) {
   FlushSubnormals flush;  // the scaling as well as the updates
   while (!sums_.empty() && sums_.begin()->first < below) {
@@ -407,8 +417,11 @@ void ShardStore::ApplyChecked(Table& t, Block* block, const float* g, size_t n, 
     // A row whose result is not finite: counted, and under kRefuse put back.
     for (size_t r = 0; r < m; r += dim) {
       if (Finite(t, *block, offset + r, dim)) continue;
-      ++t.non_finite_rows;
-      if (!refuse_non_finite_) continue;
+      if (!refuse_non_finite_) {
+        ++t.non_finite_rows;
+        continue;
+      }
+      ++t.refused_rows;
       std::memcpy(block->values.data() + offset + r, undo_.get() + r, dim * sizeof(float));
       for (uint32_t k = 0; k < slots; ++k) {
         std::memcpy(block->slots[k].data() + offset + r, undo_.get() + (k + 1) * m + r,

@@ -58,7 +58,8 @@ class ShardStore {
   // A result that is not finite (a value or optimizer state that the update
   // overflows or makes NaN) is handled as job.server.on_non_finite_result
   // says: kRefuse: returns OutOfRange naming the table and the row, and no
-  // row of the push changed; kFlag: applied, counted in non_finite_rows().
+  // row of the push changed, counted in refused_rows(); kFlag: applied,
+  // counted in non_finite_rows().
   // Never fails otherwise. Under kRefuse the store keeps a bound on the
   // magnitudes each table holds (measured on its first push after start or
   // restore: one pass over the table) and applies in place a dense push
@@ -83,12 +84,20 @@ class ShardStore {
   // learning rate of that clock), and forgets those sums. Only the blocks
   // that received pushes are touched. A row whose result is not finite
   // keeps its values under kRefuse (its update is skipped) and takes the
-  // result under kFlag; either way it counts in non_finite_rows().
+  // result under kFlag; counted in refused_rows() or non_finite_rows().
   void ApplyAccumulated(int64_t below, float scale);
+  // The clocks that hold a sum not applied yet, and the bytes of those sums
+  // (each table's sum is its owned rows once a push reached it).
+  size_t sum_clocks() const { return sums_.size(); }
+  bool has_sum(int64_t clock) const { return sums_.count(clock) != 0; }
+  uint64_t sum_bytes() const;
 
   // Rows of `table` whose update result was not finite so far: refused,
   // skipped or (kFlag) applied. REQUIRES: table < layouts().size().
   uint64_t non_finite_rows(uint32_t table) const { return tables_[table].non_finite_rows; }
+  // Row updates of `table` refused (kRefuse) for a result that would not be
+  // finite: the rows kept their values. REQUIRES: as non_finite_rows.
+  uint64_t refused_rows(uint32_t table) const { return tables_[table].refused_rows; }
 
   // Appends the values a PULL asks for to *frames, row-major in request
   // order and in the request's dtype: a dense range as frames that share
@@ -196,6 +205,7 @@ class ShardStore {
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;
     uint64_t non_finite_rows = 0;
+    uint64_t refused_rows = 0;
     // kRefuse: when `bounded`, bound[0] is at least the magnitude of every
     // value of the table and bound[1 + k] of every element of state k.
     bool bounded = false;

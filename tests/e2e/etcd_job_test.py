@@ -23,6 +23,11 @@ At the end every row must hold the exact sum of every push (none lost,
 none applied twice), every server must exit 0 with the workers, and each
 fail-over's time from the kill until every worker moved to the promoted
 replica is printed.
+
+All of it runs beside a load that makes etcd slow, as a loaded cluster's
+is: a disk writer that syncs every 4 KiB block (etcd's fsyncs wait behind
+it) and a busy core, both started here, bounded in time and stopped by
+pid. PS_ETCD_TEST_LOAD=0 runs without them.
 """
 
 import os
@@ -44,6 +49,7 @@ checks = job_checks.Checks()
 check = checks.check
 WAIT_S = 60
 LEASE_TTL_S = 2
+LOAD_S = 600
 
 
 def free_ports(n):
@@ -116,9 +122,23 @@ def write_job(path, ports, offset, etcd_endpoint, prefix):
                 " request_timeout_ms: 300 }\n" % (etcd_endpoint, prefix, LEASE_TTL_S))
 
 
+def start_load(tmp, procs):
+    """A disk writer (synced 4 KiB writes) and a busy core, for at most
+    LOAD_S seconds each; run_and_clean_up stops them by process group."""
+    if os.environ.get("PS_ETCD_TEST_LOAD", "1") == "0":
+        return
+    target = os.path.join(tmp, "load")
+    writer = ("end=$((SECONDS + %d)); while [ $SECONDS -lt $end ]; do "
+              "dd if=/dev/zero of=%s bs=4k count=20000 oflag=dsync status=none; done" %
+              (LOAD_S, target))
+    procs.append(job_checks.spawn(["bash", "-c", writer]))
+    procs.append(job_checks.spawn(["bash", "-c", "timeout %d yes > /dev/null" % LOAD_S]))
+
+
 def body(bin_dir, tmp, procs):
     etcd = EtcdServer()
     try:
+        start_load(tmp, procs)
         run(bin_dir, tmp, procs, etcd)
     finally:
         etcd.close()
@@ -205,7 +225,8 @@ def run(bin_dir, tmp, procs, etcd):
         check(p.wait_for(r"joins the shard's primary as a backup") is not None and
               p.wait_for(r"a full replica again", after=started_at) is not None,
               "replica %d of shard %d started again: etcd says the shard has a primary, and it "
-              "joins as a backup that takes a copy" % (replica, shard), p.output())
+              "joins as a backup that takes a copy and holds every acknowledged push" %
+              (replica, shard), p.output())
 
     fail_over(0, dead=0, survivor=1, half_replicated=True)
     rejoin(0, 0)

@@ -47,7 +47,7 @@ class Output {
     if (std::regex_search(text.c_str(), m, restarted)) pids_[m[1]] = std::stoi(m[4]);
     if (std::regex_search(text.c_str(), m, progress)) clock_ = std::max<int64_t>(clock_, std::stoll(m[1]));
     if (text.find("is a full replica again") != std::string::npos &&
-        text.find("holds the copy") != std::string::npos) {
+        text.find("holds every acknowledged entry") != std::string::npos) {
       ++rejoined_;
     }
     changed_.notify_all();

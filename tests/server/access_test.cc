@@ -42,6 +42,7 @@ class CurveShardTest : public ::testing::Test {
     job_.rendezvous.timeout_ms = 20000;
     job_.security.mode = SecurityMode::kCurve;
     job_.security.keys_dir = keys_;
+    job_.server.max_request_bytes = 1 << 20;
     auto server = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
     ASSERT_OK(server);
     server_ = std::move(*server);
@@ -170,6 +171,24 @@ TEST_F(CurveShardTest, AllowedWorkerKeyPushesAndPulls) {
   ASSERT_TRUE(h.has_value());
   EXPECT_EQ(h->op, Op::kPushOk) << h->text;
   EXPECT_EQ(Values(), std::vector<float>(8, 42.0f));
+}
+
+TEST_F(CurveShardTest, ARequestJustUnderTwiceTheLimitIsAnsweredAsWithoutCurve) {
+  // Over max_request_bytes and under twice it: an ERROR reply naming the
+  // limit (ZeroMQ cuts off only what is over twice, counted before CURVE's
+  // own bytes are added).
+  MessageHeader h = Header(Op::kPush, 0);
+  h.table = 0;
+  h.count = 8;
+  h.dim = 1;
+  h.flags = kFlagDenseRange;
+  std::vector<Frame> values;
+  const std::vector<char> big(2 * job_.server.max_request_bytes - 16, 0);
+  values.push_back(Frame::CopyOf(big.data(), big.size()));
+  auto reply = Exchange(As(0), h, std::move(values));
+  ASSERT_TRUE(reply.has_value()) << "no reply";
+  EXPECT_EQ(reply->code, StatusCode::kResourceExhausted) << reply->text;
+  EXPECT_NE(reply->text.find("max_request_bytes"), std::string::npos) << reply->text;
 }
 
 TEST_F(CurveShardTest, ClientsWithoutAnAllowedKeyGetNothingAndChangeNothing) {

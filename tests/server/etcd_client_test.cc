@@ -43,12 +43,13 @@ using std::chrono::steady_clock;
 }
 
 // A loopback listener on a thread of its own that answers every connection
-// with `reply` (after reading the request) and closes it; with an empty
-// `reply` it reads and never answers. Thread-compatible; joined on
-// destruction.
+// with `reply` (after reading the request, and `delay` later: a slow etcd)
+// and closes it; with an empty `reply` it reads and never answers.
+// Thread-compatible; joined on destruction.
 class FixedReplyServer {
  public:
-  explicit FixedReplyServer(std::string reply) : reply_(std::move(reply)) {
+  explicit FixedReplyServer(std::string reply, milliseconds delay = milliseconds(0))
+      : reply_(std::move(reply)), delay_(delay) {
     listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -89,8 +90,9 @@ class FixedReplyServer {
         silent.push_back(fd);
         continue;
       }
-      EXPECT_EQ(send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL),
-                static_cast<ssize_t>(reply_.size()));
+      std::this_thread::sleep_for(delay_);
+      // The client may have given up on this try already.
+      send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL);
       shutdown(fd, SHUT_WR);
       close(fd);
     }
@@ -98,6 +100,7 @@ class FixedReplyServer {
   }
 
   const std::string reply_;
+  const milliseconds delay_;
   int listener_ = -1;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
@@ -375,6 +378,24 @@ TEST_F(EtcdClientTest, SilentEndpointTimesOutAndTheNextOneAnswers) {
   std::unique_ptr<EtcdClient> both =
       Connect({silent.endpoint(), EtcdEndpoint()}, milliseconds(300));
   ASSERT_OK(both->Put(prefix_ + "k", "v"));
+}
+
+TEST_F(EtcdClientTest, ASlowEtcdIsWaitedForWithinTheRetryTimeAndNotAfterIt) {
+  // Every reply comes 400 ms after its request; a try waits 100 ms first.
+  FixedReplyServer slow(HttpReply("200 OK", R"({"header":{"revision":"7"},"ID":"4660","TTL":"5"})"),
+                        milliseconds(400));
+  std::unique_ptr<EtcdClient> client = Connect({slow.endpoint()}, milliseconds(100));
+  EXPECT_TRUE(Refused(client->GrantLease(5).status(), StatusCode::kUnavailable,
+                      {slow.endpoint(), "/v3/lease/grant"}));
+  // Tried again, each try waiting twice as long: answered.
+  client->RetryUntil(steady_clock::now() + std::chrono::seconds(20));
+  StatusOr<int64_t> lease = client->GrantLease(5);
+  ASSERT_OK(lease);
+  EXPECT_EQ(*lease, 4660);
+  // Past the retry time, one try again.
+  client->RetryUntil(steady_clock::now());
+  EXPECT_TRUE(Refused(client->GrantLease(5).status(), StatusCode::kUnavailable,
+                      {slow.endpoint()}));
 }
 
 TEST_F(EtcdClientTest, GarbledRepliesAreErrorsNamingThePathNotCrashes) {

@@ -17,6 +17,7 @@
 #include "client/heartbeat.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -150,20 +151,29 @@ TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
   EXPECT_TRUE(cluster.server(0).clocks().counted(2));
 }
 
+// Worker `rank` joins, finishes one clock and says goodbye.
+void StepAndLeave(const JobOptions& job, uint32_t rank, const InProcessCluster& cluster) {
+  auto worker = Worker(job, rank, cluster);
+  ASSERT_OK(Step(*worker));
+  ASSERT_OK(worker->Leave());
+}
+
+// Moves the shards' clock past the liveness timeout (two steps below it),
+// worker 0 kept alive by its heartbeats.
+void PassTheTimeoutKeeping0(FakeClock& clock, const JobOptions& job, InProcessCluster& cluster) {
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+}
+
 TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
   FakeClock clock;
   InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
-  {
-    auto w1 = Worker(job, 1, cluster);
-    ASSERT_OK(Step(*w1));
-    ASSERT_OK(w1->Leave());
-  }
+  ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
   for (int c = 0; c < 4; ++c) ASSERT_OK(Step(*w0));
   // Past the liveness timeout.
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(PassTheTimeoutKeeping0(clock, job, cluster));
   ASSERT_OK(Step(*w0));
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(1));
@@ -175,11 +185,7 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   FakeClock clock;
   InProcessCluster cluster(job, &clock);
   auto w0 = Worker(job, 0, cluster);
-  {
-    auto w1 = Worker(job, 1, cluster);
-    ASSERT_OK(Step(*w1));
-    ASSERT_OK(w1->Leave());
-  }
+  ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
   // Beats of worker 1's heartbeat thread arriving after its goodbye (they
   // travel on their own connection).
   {
@@ -189,14 +195,49 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   }
   for (int c = 0; c < 3; ++c) ASSERT_OK(Step(*w0));  // not waited for
   // Past the liveness timeout.
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
-  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  ASSERT_NO_FATAL_FAILURE(PassTheTimeoutKeeping0(clock, job, cluster));
   ASSERT_OK(Step(*w0));
   cluster.Stop();
   for (uint32_t s = 0; s < 2; ++s) {
     EXPECT_FALSE(cluster.server(s).clocks().counted(1)) << "shard " << s;
     EXPECT_FALSE(cluster.server(s).worker_dead(1)) << "shard " << s;
   }
+}
+
+TEST(LivenessTest, ARefusedRequestFromAWorkerThatLeftNeitherRevivesNorFailsTheJob) {
+  const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
+  auto w0 = Worker(job, 0, cluster);
+  ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
+  // Worker 1's identity after its goodbye: a CLOCK far ahead (refused
+  // whether or not the worker left), then a CLOCK and a PUSH it could
+  // have sent: each is refused, and none makes it a worker again.
+  RawPeer forged(cluster.endpoints()[0]);
+  MessageHeader tick;
+  tick.op = Op::kClock;
+  tick.worker = 1;
+  tick.request_id = 1;
+  tick.clock = int64_t{1} << 62;
+  MessageHeader reply = forged.Exchange(tick);
+  EXPECT_EQ(reply.op, Op::kError);
+  tick.request_id = 2;
+  tick.clock = 1;
+  reply = forged.Exchange(tick);
+  EXPECT_EQ(reply.op, Op::kError);
+  EXPECT_NE(reply.text.find("left the job"), std::string::npos) << reply.text;
+  EXPECT_NE(reply.text.find("only by HELLO"), std::string::npos) << reply.text;
+  for (int c = 0; c < 3; ++c) ASSERT_OK(Step(*w0));  // not waited for
+  // Past the liveness timeout: worker 1 is not dead, the job goes on.
+  ASSERT_NO_FATAL_FAILURE(PassTheTimeoutKeeping0(clock, job, cluster));
+  ASSERT_OK(Step(*w0));
+  EXPECT_FALSE(cluster.server(0).worker_dead(1));
+  EXPECT_FALSE(cluster.server(0).clocks().counted(1));
+  // A HELLO brings it back.
+  auto again = Worker(job, 1, cluster);
+  cluster.Stop();
+  EXPECT_TRUE(cluster.server(0).clocks().counted(1));
+  EXPECT_FALSE(cluster.server(0).worker_dead(1));
 }
 
 TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {

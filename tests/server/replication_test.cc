@@ -18,6 +18,7 @@
 #include "server/replication.h"
 #include "server/shard_server.h"
 #include "tests/util/free_port.h"
+#include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -328,6 +329,8 @@ TEST_P(RejoinTest, ABackupThatRejoinsWhileWorkersPushEndsBitForBitEqualToItsPrim
   cluster.Stop();
   ExpectSameCopies(cluster, job);
   EXPECT_FALSE(cluster.backup(0, 1).copying());
+  // Its primary told it that it holds every acknowledged push.
+  EXPECT_TRUE(cluster.backup(0, 1).in_sync());
   EXPECT_GT(cluster.backup(0, 1).applied(), 10u);
   EXPECT_EQ(cluster.backup(0, 1).clocks().min_clock(), 30);
 }
@@ -379,44 +382,6 @@ TEST(ReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
   EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 2.0f));
   ExpectSameCopies(cluster, job);
 }
-
-// A DEALER that plays the primary (or the authority) against one backup:
-// sends a header and frames, returns the reply's header.
-class RawPeer {
- public:
-  explicit RawPeer(const std::string& endpoint)
-      : context_(Context::Create(1).value()),
-        socket_(Socket::Create(context_.get(), SocketType::kDealer, SocketOptions()).value()) {
-    EXPECT_OK(socket_->Connect(endpoint));
-  }
-  // Sends an entry that gets no reply (a copy's entries before its end).
-  void Send(const MessageHeader& h, std::vector<Frame> frames = {}) {
-    std::vector<Frame> out;
-    out.push_back(EncodeHeader(h));
-    for (Frame& f : frames) out.push_back(std::move(f));
-    EXPECT_OK(socket_->Send(out));
-  }
-  MessageHeader Exchange(const MessageHeader& h, std::vector<Frame> frames = {}) {
-    Send(h, std::move(frames));
-    return Receive();
-  }
-  // The next reply's header.
-  MessageHeader Receive() {
-    std::vector<Frame> in;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < until) {
-      auto got = socket_->TryRecv(&in);
-      if (got.ok() && *got) return DecodeHeader({in[0].data(), in[0].size()}).value();
-      std::this_thread::sleep_for(milliseconds(2));
-    }
-    ADD_FAILURE() << "no reply from the backup";
-    return MessageHeader();
-  }
-
- private:
-  std::unique_ptr<Context> context_;
-  std::unique_ptr<Socket> socket_;
-};
 
 TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
@@ -570,7 +535,7 @@ TEST(ReplicationTest, APrimaryWhoseWriteLeaseLapsedAcknowledgesNothingAndSaysSo)
   runner.join();
 }
 
-TEST(ReplicationTest, AJoiningBackupTakesOnlyAWholeCopyAndIsNotPromotedBeforeIt) {
+TEST(ReplicationTest, AJoiningBackupIsPromotedOnlyOnceItHoldsEveryAcknowledgedEntry) {
   JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
                                                                        OptimizerKind::kAdd));
   // Shard 0 owns rows [0, 5).
@@ -604,16 +569,30 @@ TEST(ReplicationTest, AJoiningBackupTakesOnlyAWholeCopyAndIsNotPromotedBeforeIt)
   EXPECT_EQ(reply.op, Op::kReplicateOk);
   EXPECT_EQ(reply.request_id, 7u);
   EXPECT_EQ(reply.flags, static_cast<uint32_t>(ReplicaEntry::kCopyEnd));
+  // Whole, but not in sync: the primary may have acknowledged entries
+  // after 7 that have not come yet.
+  reply = peer.Exchange(promote);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "not yet applied every entry"));
   // Then the log goes on from entry 8.
   MessageHeader finish = CopyEntry(ReplicaEntry::kFinish, 8);
   finish.worker = 0;
   finish.clock = 3;
   EXPECT_EQ(peer.Exchange(finish).op, Op::kReplicateOk);
-  backup->Stop();
+  // A word that it is in sync as of an entry it has not applied changes
+  // nothing; as of the one it applied last, it may be promoted.
+  peer.Send(CopyEntry(ReplicaEntry::kInSync, 9), {});
+  reply = peer.Exchange(promote);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "not yet applied every entry"));
+  peer.Send(CopyEntry(ReplicaEntry::kInSync, 8), {});
+  reply = peer.Exchange(promote);
+  EXPECT_EQ(reply.op, Op::kMembershipOk);
   runner.join();
+  EXPECT_TRUE(backup->promoted());
+  EXPECT_TRUE(backup->in_sync());
   EXPECT_FALSE(backup->copying());
-  EXPECT_EQ(backup->applied(), 8u);
-  EXPECT_EQ(backup->refused(), 0u);
+  EXPECT_EQ(backup->refused(), 1u);
   EXPECT_EQ(backup->clocks().clock(0), 4);
   EXPECT_EQ(backup->store().CopyValues(0), (std::vector<float>{1, 2, 3, 4, 5}));
 }

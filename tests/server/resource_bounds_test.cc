@@ -257,7 +257,7 @@ TEST(ResourceBoundsTest, UnreadPullRepliesPastTheByteBoundAreRefusedAndStayUnder
   EXPECT_EQ(attacker.Exchange(attacker.Pull(0, 16)).op, Op::kPullOk);
 }
 
-TEST(ResourceBoundsTest, ParkedPullsPastThePerWorkerBoundAreRefused) {
+TEST(ResourceBoundsTest, ParkedPullsPastThePerConnectionBoundAreRefused) {
   JobOptions job = TestJob().Servers(1).Workers(2).Bsp().Table("w", 64).Build();
   job.client.max_in_flight = 4;
   job.server.max_waiting_pulls_per_worker = 8;
@@ -270,6 +270,10 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerWorkerBoundAreRefused) {
   Peer good(ctx->get(), shard.endpoint(), 0);
   Peer control(ctx->get(), shard.endpoint(), kControlWorker);
 
+  // Worker 0 is heard at clock 0 (a resume that moves nothing).
+  MessageHeader resume = good.Header(Op::kHeartbeat);
+  resume.flags = kFlagResume;
+  ASSERT_EQ(good.Exchange(resume).op, Op::kHeartbeatOk);
   // Worker 1 finishes clock 0 and pulls at clock 1: every pull waits for
   // worker 0, and those past the bound are refused at once.
   MessageHeader clock = ahead.Header(Op::kClock);
@@ -283,10 +287,24 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerWorkerBoundAreRefused) {
     EXPECT_TRUE(IsError(*h, StatusCode::kResourceExhausted, "server.max_waiting_pulls_per_worker"))
         << OpName(h->op) << " " << h->text;
   }
+  // The bound is per connection: another connection of worker 1 (the
+  // worker itself, when whoever else holds its key filled the first) may
+  // still wait; no connection may wait for a clock no worker reaches
+  // (above 0 + the staleness bound + 1 + client.max_in_flight = 5).
+  Peer again(ctx->get(), shard.endpoint(), 1);
+  again.Send(again.Pull(0, 8, /*clock=*/1, /*max_wait_ms=*/60000));
+  for (int64_t c = 1; c <= 5; ++c) {
+    clock = again.Header(Op::kClock);
+    clock.clock = c;
+    ASSERT_EQ(again.Exchange(clock).op, Op::kClockOk);
+  }
+  const MessageHeader beyond = again.Exchange(again.Pull(0, 8, 6, 60000));
+  EXPECT_TRUE(IsError(beyond, StatusCode::kFailedPrecondition, "above 5"))
+      << OpName(beyond.op) << " " << beyond.text;
   auto stats = control.Stats();
-  EXPECT_EQ(stats.at("waiting_pulls"), 8);
+  EXPECT_EQ(stats.at("waiting_pulls"), 9);
   EXPECT_EQ(stats.at("pulls_refused_waiting"), kPulls - 8);
-  // The other worker is served meanwhile, and its CLOCK releases the 8.
+  // The other worker is served meanwhile, and its CLOCK releases the 9.
   EXPECT_EQ(good.Exchange(good.Pull(0, 8)).op, Op::kPullOk);
   clock = good.Header(Op::kClock);
   clock.clock = 0;
@@ -296,6 +314,9 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerWorkerBoundAreRefused) {
     ASSERT_TRUE(h.has_value()) << "released pull " << i << " never came";
     EXPECT_EQ(h->op, Op::kPullOk) << h->text;
   }
+  std::optional<MessageHeader> released = again.Receive();
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->op, Op::kPullOk) << released->text;
   EXPECT_EQ(control.Stats().at("waiting_pulls"), 0);
 }
 
@@ -433,7 +454,16 @@ TEST(ResourceBoundsTest, ManyCheckpointRequestsShareOneGenerationWhileServingGoe
   std::filesystem::remove_all(dir);
 }
 
-TEST(ResourceBoundsTest, ConnectionsPastTheOpenFileLimitAreLoggedWithTheLimit) {
+// The resident memory of process `pid`, in bytes (0 when unreadable).
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+TEST(ResourceBoundsTest, ConnectionsPastTheLimitAreClosedAndTheShardStaysFlatAndServing) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("resource_bounds_fd_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -443,8 +473,10 @@ TEST(ResourceBoundsTest, ConnectionsPastTheOpenFileLimitAreLoggedWithTheLimit) {
                           << "tables:\n  - { name: w, rows: 64 }\n"
                           << "liveness: { heartbeat_ms: 0 }\n"
                           << "server: { exit_when_workers_leave: false }\n";
-  // ulimit -n sets the soft and the hard limit: ps_server cannot raise it.
-  constexpr int kLimit = 64;
+  // ulimit -n sets the soft and the hard limit: ps_server cannot raise it,
+  // and keeps 256 - 128 connections.
+  constexpr int kLimit = 256;
+  constexpr int kMaxConnections = kLimit - 128;
   const std::string server = std::string(PS_BINARY_DIR) + "/bin/ps_server";
   auto process = WatchedProcess::Start(
       {.argv = {"/bin/sh", "-c",
@@ -459,8 +491,10 @@ TEST(ResourceBoundsTest, ConnectionsPastTheOpenFileLimitAreLoggedWithTheLimit) {
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   Peer good(ctx->get(), endpoint, 0);
   EXPECT_EQ(good.Exchange(good.Pull(0, 8)).op, Op::kPullOk);
+  const uint64_t rss_before = ResidentBytes((*process)->pid());
 
-  // Plain TCP connections until the shard runs out of descriptors.
+  // Plain TCP connections that send nothing, twice the limit: those past
+  // it are closed at once, and the rest after the handshake timeout.
   std::vector<int> fds;
   for (int i = 0; i < 2 * kLimit; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -472,15 +506,37 @@ TEST(ResourceBoundsTest, ConnectionsPastTheOpenFileLimitAreLoggedWithTheLimit) {
     EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
     fds.push_back(fd);
   }
-  const std::string line = "cannot accept a connection: too many open files (RLIMIT_NOFILE soft "
-                           "limit " + std::to_string(kLimit) + ", hard " + std::to_string(kLimit) +
-                           "): raise `ulimit -n`";
-  EXPECT_OK((*process)->WaitForLine(line, std::chrono::seconds(30)));
-  // A worker connected before is still served, and the failures are counted.
-  EXPECT_EQ(good.Exchange(good.Pull(0, 8)).op, Op::kPullOk);
-  EXPECT_GT(good.Stats().at("accept_failures"), 0);
+  EXPECT_OK((*process)->WaitForLine(
+      "refused a connection: " + std::to_string(kMaxConnections) + " are open, the most it keeps "
+      "(server.max_connections " + std::to_string(kMaxConnections) + ", from the open-file limit " +
+          std::to_string(kLimit) + ")",
+      std::chrono::seconds(30)));
+  // A worker connected before is served all along; the shard's memory
+  // stays flat (a shard out of descriptors used to grow by tens of MB a
+  // second), and what it refused is counted.
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(good.Exchange(good.Pull(0, 8)).op, Op::kPullOk);
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const uint64_t rss_during = ResidentBytes((*process)->pid());
+  EXPECT_LT(rss_during, rss_before + (32u << 20)) << rss_before << " -> " << rss_during;
+  auto stats = good.Stats();
+  EXPECT_GE(stats.at("connections_refused"), 2 * kLimit - kMaxConnections);
+  EXPECT_LE(stats.at("connections_open"), kMaxConnections);
+  EXPECT_EQ(stats.at("max_connections"), kMaxConnections);
 
+  // Closed, the connections free their places: a new client (ps_ctl's
+  // kind) gets its answer.
   for (int fd : fds) close(fd);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool answered = false;
+  while (!answered && std::chrono::steady_clock::now() < deadline) {
+    Peer admin(ctx->get(), endpoint, kControlWorker);
+    admin.Send(admin.Header(Op::kStats));
+    std::optional<MessageHeader> h = admin.Receive(milliseconds(1000));
+    answered = h.has_value() && h->op == Op::kStatsOk;
+  }
+  EXPECT_TRUE(answered) << "a new connection got no answer after the others closed";
   EXPECT_OK((*process)->Signal(SIGTERM));
   EXPECT_OK((*process)->WaitFor(milliseconds(10000)));
   std::filesystem::remove_all(dir);

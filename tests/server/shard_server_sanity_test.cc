@@ -5,12 +5,16 @@
 // job says so, flagged), the shard's state is unchanged, and a
 // well-behaved worker goes on training.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,6 +213,58 @@ TEST(ShardServerClockTest, ForgedFarFutureClockIsRefusedAndTheClockStays) {
   EXPECT_EQ(shard.server().counters().refused_clocks, 2u);
 }
 
+// The shard's log lines while `body` runs (a sink on the default logger).
+std::string LogDuring(const std::function<void()>& body) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines);
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.push_back(sink);
+  body();
+  sinks.pop_back();
+  return lines.str();
+}
+
+size_t CountOf(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(ShardServerLogTest, ManyBadRequestsFromOnePeerAreLoggedOncePerIntervalAndCounted) {
+  constexpr int kBad = 2000;
+  uint64_t not_logged = 0;
+  std::string stats;
+  // The shard runs only inside: nothing logs while the sink is added or
+  // taken away.
+  const std::string log = LogDuring([&] {
+    Shard shard(TwoWorkerJob());
+    const size_t attacker = shard.Connect();
+    for (int i = 0; i < kBad; ++i) {
+      // Half undecodable (a header frame of garbage), half refused (a
+      // forged clock far ahead).
+      if (i % 2 == 0) {
+        std::vector<Frame> garbage;
+        garbage.push_back(Frame::CopyOf("\xff\xff\xff garbage", 12));
+        EXPECT_EQ(shard.Exchange(attacker, std::move(garbage)).op, Op::kError);
+      } else {
+        EXPECT_EQ(shard.Send(attacker, Op::kClock, 0, int64_t{1} << 40).op, Op::kError);
+      }
+    }
+    stats = shard.Stats(attacker);
+    shard.Stop();
+    not_logged = shard.server().counters().refusals_not_logged;
+  });
+  // One line per kind (the run takes far less than the interval), each
+  // naming the peer, and every other refusal counted.
+  EXPECT_EQ(CountOf(log, "rejected request from 127.0.0.1"), 1u) << log.substr(0, 2000);
+  EXPECT_EQ(CountOf(log, "refused request from 127.0.0.1"), 1u) << log.substr(0, 2000);
+  EXPECT_EQ(not_logged, static_cast<uint64_t>(kBad - 2));
+  EXPECT_NE(StatsLine(stats, "refused refused_clocks")
+                .find("refusals_not_logged " + std::to_string(kBad - 2)),
+            std::string::npos)
+      << stats;
+}
+
 TEST(ShardServerClockTest, RepeatedClockIsAcknowledgedWithoutEffect) {
   Shard shard(TwoWorkerJob());
   const size_t conn = shard.Connect();
@@ -254,6 +310,35 @@ TEST(ShardServerClockTest, ForgedResumeBeyondTheWindowIsRefused) {
   EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 0 1");
 }
 
+TEST(ShardServerClockTest, TheResumeWindowIsSpentOncePerWorkerNotOncePerConnection) {
+  JobOptions job = TwoWorkerJob();
+  job.client.max_in_flight = 4;
+  Shard shard(job);
+  const size_t first = shard.Connect();
+  // Both workers' clocks are heard: worker 0 at 0, worker 1 at 1.
+  EXPECT_EQ(shard.Send(first, Op::kHeartbeat, 0, 0, kFlagResume).op, Op::kHeartbeatOk);
+  EXPECT_EQ(shard.Send(first, Op::kClock, 1, 0).op, Op::kClockOk);
+  // Worker 1's clock is heard: no new connection opens the window again.
+  for (int i = 0; i < 3; ++i) {
+    const size_t conn = shard.Connect();
+    ExpectRefused(shard.Send(conn, Op::kHeartbeat, 1, 5, kFlagResume),
+                  StatusCode::kFailedPrecondition, {"(resume)", "worker 1", "holds clock 1"});
+  }
+  // A worker process that starts again (HELLO) may resume as far as the
+  // job allows (bsp: the job's clock 0 + 1 + client.max_in_flight 4, and
+  // one CLOCK on its way), once.
+  auto client = Client::Create(job, 1, {shard.endpoint()}).value();
+  ASSERT_OK(client->Join());
+  const size_t conn = shard.Connect();
+  ExpectRefused(shard.Send(conn, Op::kHeartbeat, 1, 7, kFlagResume),
+                StatusCode::kFailedPrecondition, {"worker 1", "starts again (HELLO)"});
+  const MessageHeader resumed = shard.Send(conn, Op::kHeartbeat, 1, 6, kFlagResume);
+  EXPECT_EQ(resumed.op, Op::kHeartbeatOk) << resumed.text;
+  ExpectRefused(shard.Send(conn, Op::kHeartbeat, 1, 7, kFlagResume),
+                StatusCode::kFailedPrecondition, {"worker 1", "holds clock 6"});
+  EXPECT_EQ(StatsLine(shard.Stats(conn), "worker_clocks"), "worker_clocks 0 6");
+}
+
 TEST(ShardServerClockTest, FarFuturePullIsRefusedNotParked) {
   Shard shard(TwoWorkerJob());
   const size_t attacker = shard.Connect();
@@ -289,6 +374,44 @@ TEST(ShardServerClockTest, FarFutureAggregatePushIsRefused) {
   const std::vector<float> acc = shard.server().store().CopyValues(1);
   EXPECT_EQ(acc[3], 0.0f);
   EXPECT_EQ(acc[9], 2.0f);
+}
+
+TEST(ShardServerClockTest, AggregatePushesFarAheadOfTheJobsClockAreRefused) {
+  JobOptions job = TwoWorkerJob();
+  job.consistency.aggregate = true;
+  job.client.max_in_flight = 4;
+  Shard shard(job);
+  // Worker 1 finishes clock 0 and stays at clock 1.
+  const size_t good = shard.Connect();
+  EXPECT_EQ(shard.Send(good, Op::kClock, 1, 0).op, Op::kClockOk);
+  const size_t attacker = shard.Connect();
+  // Worker 0's identity moves its own clock one CLOCK at a time (as the
+  // protocol allows) and pushes one float for each clock: each would be a
+  // sum the size of the table. No worker pushes above the job's clock 1 +
+  // 1 + client.max_in_flight.
+  constexpr int kClocks = 50;
+  int refused = 0;
+  for (int64_t c = 0; c < kClocks; ++c) {
+    const MessageHeader pushed = shard.Push(attacker, 0, c, 1, {3}, {100.0f});
+    if (pushed.op == Op::kError) {
+      ++refused;
+      ExpectRefused(pushed, StatusCode::kFailedPrecondition,
+                    {"PUSH request", "worker 0", "no worker pushes for a clock above 6"});
+    }
+    EXPECT_EQ(shard.Send(attacker, Op::kClock, 0, c).op, Op::kClockOk);
+  }
+  // Clocks 0 to 6 are summed; clock 0's sum was applied when both workers
+  // finished it.
+  EXPECT_EQ(refused, kClocks - 7);
+  const std::string stats = shard.Stats(attacker);
+  EXPECT_EQ(StatsLine(stats, "sums clocks").rfind("sums clocks 6 bytes ", 0), 0u) << stats;
+  EXPECT_NE(StatsLine(stats, "refused refused_clocks").find("refused_sum_clocks 43"),
+            std::string::npos)
+      << stats;
+  shard.Stop();
+  EXPECT_EQ(shard.server().counters().refused_sum_clocks, static_cast<uint64_t>(kClocks - 7));
+  EXPECT_EQ(shard.server().store().sum_clocks(), 6u);
+  EXPECT_LE(shard.server().store().sum_bytes(), 6 * (10 * sizeof(float) + 64u));
 }
 
 // One worker, checkpoints every 2 clocks.
@@ -396,10 +519,12 @@ TEST(ShardServerNonFiniteTest, PushesOverflowingAValueAreRefusedUnderRefuse) {
   EXPECT_NEAR(r.w[0] / 3.4e38f, 1.0f, 1e-5f);
   EXPECT_NEAR(r.w[1], -0.1f * static_cast<float>(applied), 1e-5f);  // not the refused pushes' 1
   EXPECT_NE(r.stats.find("refused_results 2"), std::string::npos) << r.stats;
-  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 2"),
+  // The refused rows kept their finite values: none is counted as holding
+  // a value that is not finite.
+  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 0 refused_rows 2"),
             std::string::npos)
       << r.stats;
-  EXPECT_NE(r.stats.find("table acc rows 10 dim 1 owned [0, 10) non_finite_rows 0"),
+  EXPECT_NE(r.stats.find("table acc rows 10 dim 1 owned [0, 10) non_finite_rows 0 refused_rows 0"),
             std::string::npos)
       << r.stats;
 }
@@ -412,7 +537,7 @@ TEST(ShardServerNonFiniteTest, PushesOverflowingAValueAreAppliedAndFlaggedUnderF
   ASSERT_EQ(r.w.size(), 2u);
   EXPECT_TRUE(std::isinf(r.w[0])) << r.w[0];
   EXPECT_NEAR(r.w[1], -1.2f, 1e-5f);
-  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 2"),
+  EXPECT_NE(r.stats.find("table w rows 10 dim 1 owned [0, 10) non_finite_rows 2 refused_rows 0"),
             std::string::npos)
       << r.stats;
 }

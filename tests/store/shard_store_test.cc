@@ -384,7 +384,9 @@ TEST(ShardStoreNonFiniteTest, PushWithAResultThatIsNotFiniteIsRefusedWhole) {
     EXPECT_NE(refused.message().find("row 4500"), std::string::npos) << refused.message();
     EXPECT_EQ(store->CopyValues(0), values) << "every row, before the bad one too, is unchanged";
     EXPECT_EQ(store->CopySlot(0, 0), slot);
-    EXPECT_EQ(store->non_finite_rows(0), 1u);
+    // Refused: no row holds a value that is not finite.
+    EXPECT_EQ(store->refused_rows(0), 1u);
+    EXPECT_EQ(store->non_finite_rows(0), 0u);
   }
 }
 
@@ -435,10 +437,13 @@ TEST(ShardStoreNonFiniteTest, AggregatedUpdateLeavesOutRowsWhoseResultIsNotFinit
     EXPECT_EQ(v[5], 0.5f + 2 + 4);
     if (policy == NonFiniteResultPolicy::kRefuse) {
       EXPECT_EQ(v[1], 0.5f + 3e38f) << "the row keeps its value";
+      EXPECT_EQ(store->refused_rows(0), 1u);
+      EXPECT_EQ(store->non_finite_rows(0), 0u);
     } else {
       EXPECT_TRUE(std::isinf(v[1]));
+      EXPECT_EQ(store->refused_rows(0), 0u);
+      EXPECT_EQ(store->non_finite_rows(0), 1u);
     }
-    EXPECT_EQ(store->non_finite_rows(0), 1u);
   }
 }
 

@@ -33,7 +33,7 @@ constexpr char kReport[] =
     "refused refused_clocks 0 refused_results 0 max_resume_clocks 85\n"
     "limits queued_reply_bytes 0 max_connection_bytes 0 connections_queued 0 "
     "max_queued_reply_bytes 268435456 pulls_refused_queued_bytes 0 pulls_refused_waiting 0 "
-    "replies_dropped 0 accept_failures 0\n"
+    "replies_dropped 0 connections_open 3 connections_refused 0 max_connections 896\n"
     "checkpoint dir /tmp/my checkpoints last_clock 40 writing 1\n"
     "checkpoints started 3 requests_waiting 0\n"
     "cache_hit_rate 0:0.5 1:- 2:-\n"
@@ -42,7 +42,7 @@ constexpr char kReport[] =
     "evaluator reading silent_ms 150\n"
     "memory rss_bytes 52428800 values_bytes 16000000\n"
     "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n"
-    "table w rows 1000 dim 4 owned [500, 1000) non_finite_rows 0\n";
+    "table w rows 1000 dim 4 owned [500, 1000) non_finite_rows 0 refused_rows 0\n";
 
 // Shard 0's report of the same moment: it heard less recently from worker 0.
 constexpr char kReport0[] =
