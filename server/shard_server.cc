@@ -228,12 +228,14 @@ Status ShardServer::Run() {
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     if (readable[1]) DrainAcceptEvents();
     if (!ReceiveReplicaAcks(readable, 2)) break;
+    if (replay_due_) ReplayParkedPushes();  // the clock moved in Tick
     // Drain what is queued, but look at the stop flag now and then.
     for (int i = 0; i < 256 && !stop_requested(); ++i) {
       auto got = socket_->TryRecv(&frames);
       if (!got.ok()) return got.status().WithContext("shard " + std::to_string(shard_));
       if (!*got) break;
       Handle(frames);
+      if (replay_due_) ReplayParkedPushes();
     }
     FlushDeferred();
   }
@@ -643,15 +645,86 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
       Touch(req.worker);
     }
   }
+  DispatchHeldForBackups(frames, op);
+  return op;
+}
+
+void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
   // With backups, what changed state is answered once they have it.
-  deferring_ = replication_->active() && (req.op == Op::kPush || req.op == Op::kClock ||
-                                          req.op == Op::kHeartbeat || req.op == Op::kHello);
+  deferring_ = replication_->active() &&
+               (op == Op::kPush || op == Op::kClock || op == Op::kHeartbeat || op == Op::kHello);
   Dispatch(frames);
   deferring_ = false;
   for (auto it = deferred_.rbegin(); deferred_unassigned_ > 0; ++it, --deferred_unassigned_) {
     it->seq = replication_->last_seq();
   }
-  return op;
+}
+
+bool ShardServer::PushMustWait(int64_t clock) const {
+  const int64_t base = JobClockBase();
+  return base != kMaxClock && clock > base + 1;
+}
+
+void ShardServer::ParkPush(std::vector<Frame>& frames) {
+  const MessageHeader& req = request_.header;
+  const std::string connection(frames[0].view());
+  const auto found = waiting_per_connection_.find(connection);
+  const uint32_t waiting = found == waiting_per_connection_.end() ? 0 : found->second;
+  uint64_t bytes = 0;
+  for (size_t i = 1; i < frames.size(); ++i) bytes += frames[i].size();
+  if (waiting >= job_.server.max_waiting_pulls_per_worker ||
+      parked_push_bytes_ + bytes > max_queued_reply_bytes_) {
+    ++counters_.errors;
+    ++counters_.pulls_refused_waiting;
+    Status refused = ResourceExhaustedError(
+        "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
+        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
+        " refused: it would wait for the job's clock " + std::to_string(JobClockBase()) +
+        " to reach it, and " +
+        (waiting >= job_.server.max_waiting_pulls_per_worker
+             ? "its connection has " + std::to_string(waiting) +
+                   " requests waiting already (server.max_waiting_pulls_per_worker)"
+             : std::to_string(parked_push_bytes_) + " bytes of pushes wait already "
+                                                    "(server.max_queued_reply_bytes)") +
+        "; wait for their replies before sending more");
+    LogRequestRefusal(frames[1], "refused", refused.message());
+    Reply(frames[0], MakeErrorHeader(req, shard_, refused));
+    return;
+  }
+  ++waiting_per_connection_[connection];
+  parked_push_bytes_ += bytes;
+  ++counters_.parked_pushes;
+  const uint64_t seq = next_waiting_++;
+  parked_pushes_.emplace(seq, WaitingPull{std::move(frames), std::move(request_), clock_->Now(),
+                                          Clock::TimePoint::max()});
+  request_ = Request();
+}
+
+void ShardServer::ReplayParkedPushes() {
+  replay_due_ = false;
+  const bool all = WorkersGone() || !failed_.ok();
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    if (!all && PushMustWait(it->second.request.header.clock)) {
+      ++it;
+      continue;
+    }
+    WaitingPull parked = std::move(it->second);
+    it = parked_pushes_.erase(it);
+    const auto waiting = waiting_per_connection_.find(std::string(parked.frames[0].view()));
+    if (waiting != waiting_per_connection_.end() && --waiting->second == 0) {
+      waiting_per_connection_.erase(waiting);
+    }
+    for (size_t i = 1; i < parked.frames.size(); ++i) {
+      parked_push_bytes_ -= parked.frames[i].size();
+    }
+    if (!failed_.ok()) {
+      ++counters_.errors;
+      Reply(parked.frames[0], MakeErrorHeader(parked.request.header, shard_, failed_));
+      continue;
+    }
+    request_ = std::move(parked.request);
+    DispatchHeldForBackups(parked.frames, Op::kPush);
+  }
 }
 
 void ShardServer::Dispatch(std::vector<Frame>& frames) {
@@ -684,6 +757,14 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
           ++counters_.refused_sum_clocks;
           LogRequestRefusal(body[0], "refused", bounded.message());
           Reply(routing_id, MakeErrorHeader(req, shard_, bounded));
+          return;
+        }
+        if (PushMustWait(req.clock)) {
+          // Summed once the job's clock reaches it: the sums cover the
+          // job's clock and the next only. Counted as new when it comes
+          // back (a copy sent again meanwhile is recognised then).
+          recent_pushes_.Forget(req.worker, req.session, req.request_id);
+          ParkPush(frames);
           return;
         }
       }
@@ -1030,6 +1111,9 @@ ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
 }
 
 void ShardServer::MinClockAdvanced() {
+  // Pushes that waited for this clock join their sums once the request
+  // being handled is done (Run): request_ is that request's until then.
+  if (!parked_pushes_.empty()) replay_due_ = true;
   if (clocks_.backups()) {
     // consistency.backup_workers: each completed clock's mean over its
     // members (the first gradients to arrive), with the backups.
@@ -1383,6 +1467,9 @@ void ShardServer::FailWaitingPulls(const Status& status) {
     ++counters_.errors;
     Reply(w.frames[0], MakeErrorHeader(w.request.header, shard_, status));
   }
+  // failed_ is set: the waiting pushes are refused with it (no request is
+  // dispatched, so this may run inside another's handling).
+  if (!parked_pushes_.empty() && !failed_.ok()) ReplayParkedPushes();
 }
 
 std::string ShardServer::StatsReport() const {
@@ -1424,7 +1511,9 @@ std::string ShardServer::StatsReport() const {
      << counters_.refused_results << " max_resume_clocks " << resume_window_
      << " refusals_not_logged " << counters_.refusals_not_logged << " refused_sum_clocks "
      << counters_.refused_sum_clocks << "\n";
-  os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes() << "\n";
+  os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes()
+     << " parked_pushes " << parked_pushes_.size() << " parked_push_bytes " << parked_push_bytes_
+     << "\n";
   os << "limits queued_reply_bytes " << queued_replies_.total() << " max_connection_bytes "
      << queued_replies_.max_per_connection() << " connections_queued "
      << queued_replies_.connections() << " max_queued_reply_bytes " << max_queued_reply_bytes_

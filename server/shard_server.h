@@ -139,6 +139,8 @@ struct ShardServerCounters {
   // consistency.aggregate: pushes refused for a clock the shard may not
   // hold a sum for (CheckSumClock).
   uint64_t refused_sum_clocks = 0;
+  // consistency.aggregate: pushes that waited for the job's clock (ParkPush).
+  uint64_t parked_pushes = 0;
 };
 
 class ShardServer {
@@ -364,10 +366,27 @@ class ShardServer {
   static constexpr int kHandshakeTimeoutMs = 10000;
   // How far above `held` a worker's first clock after a HELLO may be.
   int64_t RejoinWindow(int64_t held) const;
-  // consistency.aggregate: OK when a push of `req` may be summed: its clock
-  // is at most LeadCeiling(); else FailedPrecondition naming the bound. So
-  // the sums a shard holds cover at most 2 + client.max_in_flight clocks.
+  // consistency.aggregate: OK when a push of `req` may be summed or wait:
+  // its clock is at most LeadCeiling(); else FailedPrecondition naming the
+  // bound.
   Status CheckSumClock(const MessageHeader& req) const;
+  // consistency.aggregate: true when a push of `clock` is for a clock above
+  // the job's clock + 1 (JobClockBase), which no sum is held for yet: it
+  // waits (ParkPush).
+  bool PushMustWait(int64_t clock) const;
+  // Keeps the push in `frames` (decoded in request_) until the job's clock
+  // reaches it, unanswered; ResourceExhausted to it past its connection's
+  // server.max_waiting_pulls_per_worker or past max_queued_reply_bytes of
+  // waiting pushes in all.
+  void ParkPush(std::vector<Frame>& frames);
+  // Dispatches, in arrival order, the parked pushes the job's clock has
+  // reached (all of them once every worker is gone; once the job failed,
+  // answers each with the failure). Not while a request is handled, but
+  // after it (request_ is its), except to answer the failure.
+  void ReplayParkedPushes();
+  // Dispatch with the replies of a request that changed state held for the
+  // backups (HandleRequest, ReplayParkedPushes).
+  void DispatchHeldForBackups(std::vector<Frame>& frames, Op op);
   // Logs a request that was `kind` ("rejected": undecodable; "refused")
   // with `why`, at most once per kRefusalLogIntervalMs per peer (its key's
   // identity under curve, else its address) and kind; counts the rest.
@@ -479,6 +498,13 @@ class ShardServer {
   // the pull (released from the lowest while the minimum clock allows, so
   // a CLOCK walks only the pulls it releases) and by deadline.
   std::map<uint64_t, WaitingPull> waiting_;
+  // consistency.aggregate: pushes for a clock above the job's clock + 1,
+  // by arrival, kept (unacknowledged, not summed) until the job's clock
+  // reaches them (ParkPush, ReplayParkedPushes): the sums cover the job's
+  // clock and the next only. Their bytes, all connections together.
+  std::map<uint64_t, WaitingPull> parked_pushes_;
+  uint64_t parked_push_bytes_ = 0;
+  bool replay_due_ = false;  // the job's clock moved: ReplayParkedPushes
   std::set<std::pair<int64_t, uint64_t>> waiting_by_clock_;
   // The evaluator's, by the clock they wait for: each is answered once the
   // minimum clock reaches it, whatever the staleness bound.

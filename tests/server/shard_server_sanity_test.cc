@@ -23,6 +23,7 @@
 #include "common/transport.h"
 #include "common/wire.h"
 #include "server/shard_server.h"
+#include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -376,42 +377,74 @@ TEST(ShardServerClockTest, FarFutureAggregatePushIsRefused) {
   EXPECT_EQ(acc[9], 2.0f);
 }
 
-TEST(ShardServerClockTest, AggregatePushesFarAheadOfTheJobsClockAreRefused) {
+TEST(ShardServerClockTest, AggregatePushesAheadOfTheJobsClockWaitAndFarAheadAreRefused) {
   JobOptions job = TwoWorkerJob();
   job.consistency.aggregate = true;
   job.client.max_in_flight = 4;
   Shard shard(job);
-  // Worker 1 finishes clock 0 and stays at clock 1.
+  // Worker 1 finishes clock 0 and stays at clock 1 for now.
   const size_t good = shard.Connect();
   EXPECT_EQ(shard.Send(good, Op::kClock, 1, 0).op, Op::kClockOk);
-  const size_t attacker = shard.Connect();
   // Worker 0's identity moves its own clock one CLOCK at a time (as the
-  // protocol allows) and pushes one float for each clock: each would be a
-  // sum the size of the table. No worker pushes above the job's clock 1 +
-  // 1 + client.max_in_flight.
+  // protocol allows), then pushes one float for each clock on another
+  // connection: each would be a sum the size of the table.
+  const size_t clocks = shard.Connect();
   constexpr int kClocks = 50;
-  int refused = 0;
   for (int64_t c = 0; c < kClocks; ++c) {
-    const MessageHeader pushed = shard.Push(attacker, 0, c, 1, {3}, {100.0f});
-    if (pushed.op == Op::kError) {
-      ++refused;
-      ExpectRefused(pushed, StatusCode::kFailedPrecondition,
-                    {"PUSH request", "worker 0", "no worker pushes for a clock above 6"});
-    }
-    EXPECT_EQ(shard.Send(attacker, Op::kClock, 0, c).op, Op::kClockOk);
+    EXPECT_EQ(shard.Send(clocks, Op::kClock, 0, c).op, Op::kClockOk);
   }
-  // Clocks 0 to 6 are summed; clock 0's sum was applied when both workers
-  // finished it.
+  RawPeer pusher(shard.endpoint());
+  for (int64_t c = 0; c < kClocks; ++c) {
+    MessageHeader h;
+    h.op = Op::kPush;
+    h.request_id = 1000 + static_cast<uint64_t>(c);
+    h.session = 7;
+    h.worker = 0;
+    h.clock = c;
+    h.table = 1;
+    h.count = 1;
+    h.dim = 1;
+    std::vector<Frame> frames;
+    const uint64_t row = 3;
+    const float value = 100.0f;
+    frames.push_back(Frame::CopyOf(&row, sizeof(row)));
+    frames.push_back(Frame::CopyOf(&value, sizeof(value)));
+    pusher.Send(h, std::move(frames));
+  }
+  // The job is at clock 1: pushes of clocks up to 2 are summed (0 and 1
+  // into clock 1's sum), 3 to 6 wait (1 + 1 + client.max_in_flight 4 is
+  // the most a worker reaches), the rest are refused.
+  int acknowledged = 0, refused = 0;
+  for (int i = 0; i < 3 + (kClocks - 7); ++i) {
+    const MessageHeader reply = pusher.Receive();
+    if (reply.op == Op::kPushOk) ++acknowledged;
+    if (reply.op == Op::kError) {
+      ++refused;
+      EXPECT_NE(reply.text.find("no worker pushes for a clock above 6"), std::string::npos)
+          << reply.text;
+    }
+  }
+  EXPECT_EQ(acknowledged, 3);
   EXPECT_EQ(refused, kClocks - 7);
-  const std::string stats = shard.Stats(attacker);
-  EXPECT_EQ(StatsLine(stats, "sums clocks").rfind("sums clocks 6 bytes ", 0), 0u) << stats;
+  std::string stats = shard.Stats(good);
+  EXPECT_EQ(StatsLine(stats, "sums clocks").rfind("sums clocks 2 bytes ", 0), 0u) << stats;
+  EXPECT_NE(StatsLine(stats, "sums clocks").find("parked_pushes 4"), std::string::npos) << stats;
   EXPECT_NE(StatsLine(stats, "refused refused_clocks").find("refused_sum_clocks 43"),
             std::string::npos)
       << stats;
+  // Worker 1 finishes clock 1: clock 1's sum is applied, and the push of
+  // clock 3 joins clock 3's sum and is acknowledged.
+  EXPECT_EQ(shard.Send(good, Op::kClock, 1, 1).op, Op::kClockOk);
+  const MessageHeader released = pusher.Receive();
+  EXPECT_EQ(released.op, Op::kPushOk) << released.text;
+  EXPECT_EQ(released.request_id, 1003u);
+  stats = shard.Stats(good);
+  EXPECT_EQ(StatsLine(stats, "sums clocks").rfind("sums clocks 2 bytes ", 0), 0u) << stats;
+  EXPECT_NE(StatsLine(stats, "sums clocks").find("parked_pushes 3"), std::string::npos) << stats;
   shard.Stop();
-  EXPECT_EQ(shard.server().counters().refused_sum_clocks, static_cast<uint64_t>(kClocks - 7));
-  EXPECT_EQ(shard.server().store().sum_clocks(), 6u);
-  EXPECT_LE(shard.server().store().sum_bytes(), 6 * (10 * sizeof(float) + 64u));
+  // Clock 1's sum: the pushes of clocks 0 and 1 (mean over 2 workers).
+  EXPECT_EQ(shard.server().store().CopyValues(1)[3], 100.0f);
+  EXPECT_LE(shard.server().store().sum_bytes(), 2 * (10 * sizeof(float) + 64u));
 }
 
 // One worker, checkpoints every 2 clocks.
