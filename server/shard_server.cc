@@ -661,8 +661,10 @@ void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
 }
 
 bool ShardServer::PushMustWait(int64_t clock) const {
-  const int64_t base = JobClockBase();
-  return base != kMaxClock && clock > base + 1;
+  // The minimum itself, not JobClockBase: waiting costs an honest push
+  // only time (a restored shard's resumed workers wait for the others
+  // anyway), and no identity can make a sum for a clock beyond the next.
+  return clock > clocks_.min_clock() + 1;
 }
 
 void ShardServer::ParkPush(std::vector<Frame>& frames) {
@@ -679,7 +681,7 @@ void ShardServer::ParkPush(std::vector<Frame>& frames) {
     Status refused = ResourceExhaustedError(
         "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
         " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: it would wait for the job's clock " + std::to_string(JobClockBase()) +
+        " refused: it would wait for the job's clock " + std::to_string(clocks_.min_clock()) +
         " to reach it, and " +
         (waiting >= job_.server.max_waiting_pulls_per_worker
              ? "its connection has " + std::to_string(waiting) +

@@ -371,8 +371,8 @@ class ShardServer {
   // bound.
   Status CheckSumClock(const MessageHeader& req) const;
   // consistency.aggregate: true when a push of `clock` is for a clock above
-  // the job's clock + 1 (JobClockBase), which no sum is held for yet: it
-  // waits (ParkPush).
+  // the minimum clock + 1, which no sum is held for yet: it waits
+  // (ParkPush).
   bool PushMustWait(int64_t clock) const;
   // Keeps the push in `frames` (decoded in request_) until the job's clock
   // reaches it, unanswered; ResourceExhausted to it past its connection's
