@@ -448,11 +448,14 @@ struct ServerOptions {
   // written to the kernel (a client that does not read its replies stops
   // that). A reply is counted by what it keeps alive: the whole store block
   // (about 1 MiB) of each block it shares, the size of a gathered frame. A
-  // pull arriving while its connection or worker id is at or over this gets
-  // ResourceExhausted naming this option instead of being served, so the
-  // blocks kept from the store (a push into a block still held by a reply
-  // copies it) stay under (cluster.workers + 1) x (this +
-  // max_request_bytes), whatever the number of connections. A good worker
+  // pull arriving while its connection is at or over this gets
+  // ResourceExhausted naming this option instead of being served, and so
+  // does one of a connection holding an equal share or more of
+  // (cluster.workers + 1) x this once all connections together hold that;
+  // so the blocks kept from the store (a push into a block still held by a
+  // reply copies it) stay under twice that plus max_request_bytes per
+  // connection, and another holder of a worker's key cannot use up the
+  // worker's own. A good worker
   // has queued only the pulls it waits for: one per table per step, at most
   // the shard's values, twice over when steps overlap, or a few whole-table
   // pulls kept in flight (8 pulls of 64 MiB, the transport benchmark's

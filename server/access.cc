@@ -72,14 +72,10 @@ Status ShardAccess::Check(const Frame& first_frame, const MessageHeader& header)
                                                          identity.status().message() + ")");
   if (allowed.ok()) return allowed;
   ++refused_requests_;
-  uint64_t held_back = 0;
-  if (request_log_.ShouldLog(user_id, std::chrono::steady_clock::now(), &held_back)) {
-    PS_LOG_WARN("shard {}: refused {} request {} from {} at {}: {}{}", shard_, OpName(header.op),
-                header.request_id, user_id.empty() ? "an unknown peer" : user_id,
-                first_frame.Property("Peer-Address"), allowed.message(),
-                HeldBack(held_back));
-  }
-  return allowed.WithContext("shard " + std::to_string(shard_));
+  return allowed.WithContext("shard " + std::to_string(shard_) + ": " + OpName(header.op) +
+                             " request " + std::to_string(header.request_id) + " from " +
+                             (user_id.empty() ? "an unknown peer" : user_id) + " at " +
+                             first_frame.Property("Peer-Address"));
 }
 
 Status ShardAccess::ReloadAllowlist() {

@@ -73,7 +73,9 @@ class ShardAccess {
 
   bool enabled() const { return zap_ != nullptr; }
   // OK when the sender of `header` (whose first frame is `first_frame`)
-  // may send it; PermissionDenied otherwise (and logged, rate-limited).
+  // may send it; PermissionDenied naming the op, the key and the address
+  // otherwise (the caller logs it, rate-limited with the shard's other
+  // refusals).
   Status Check(const Frame& first_frame, const MessageHeader& header);
   // Reads the key files again (a rotated worker key); keeps the old list
   // and returns the error when they are bad.
@@ -87,7 +89,6 @@ class ShardAccess {
   const JobOptions& job_;  // the shard's; outlives this
   const uint32_t shard_;
   LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
-  LogRateLimit request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
   uint64_t refused_requests_ = 0;
   // Last: stopped (its thread joined) before the logs it uses go.
   std::unique_ptr<ZapHandler> zap_;

@@ -12,9 +12,9 @@ namespace {
 struct ChargedReply {
   std::vector<Frame> frames;
   uint64_t bytes = 0;
-  std::shared_ptr<std::atomic<uint64_t>> peer, worker, total;
+  std::shared_ptr<std::atomic<uint64_t>> peer, total;
   ~ChargedReply() {
-    for (auto* count : {peer.get(), worker.get(), total.get()}) {
+    for (auto* count : {peer.get(), total.get()}) {
       count->fetch_sub(bytes, std::memory_order_relaxed);
     }
   }
@@ -22,27 +22,26 @@ struct ChargedReply {
 
 }  // namespace
 
-QueuedReplies::QueuedReplies(uint32_t workers) : total_(std::make_shared<Count>(0)) {
-  for (uint32_t w = 0; w <= workers; ++w) workers_.push_back(std::make_shared<Count>(0));
+QueuedReplies::QueuedReplies() : total_(std::make_shared<Count>(0)) {}
+
+uint64_t QueuedReplies::Queued(std::string_view routing_id) const {
+  auto it = peers_.find(routing_id);
+  return it == peers_.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
-std::shared_ptr<QueuedReplies::Count>& QueuedReplies::WorkerCount(uint32_t worker) {
-  return workers_[std::min<size_t>(worker, workers_.size() - 1)];
-}
-
-const std::shared_ptr<QueuedReplies::Count>& QueuedReplies::WorkerCount(uint32_t worker) const {
-  return workers_[std::min<size_t>(worker, workers_.size() - 1)];
-}
-
-uint64_t QueuedReplies::Queued(std::string_view routing_id, uint32_t worker) const {
-  uint64_t queued = WorkerCount(worker)->load(std::memory_order_relaxed);
-  if (auto it = peers_.find(routing_id); it != peers_.end()) {
-    queued = std::max(queued, it->second->load(std::memory_order_relaxed));
+bool QueuedReplies::OverBound(std::string_view routing_id, uint64_t per_connection,
+                              uint64_t total) const {
+  const uint64_t queued = Queued(routing_id);
+  if (queued >= per_connection) return true;
+  if (queued == 0 || total_->load(std::memory_order_relaxed) < total) return false;
+  uint64_t holding = 0;
+  for (const auto& [id, count] : peers_) {
+    if (count->load(std::memory_order_relaxed) > 0) ++holding;
   }
-  return queued;
+  return queued >= total / std::max<uint64_t>(holding, 1);
 }
 
-Status QueuedReplies::Charge(std::string_view routing_id, uint32_t worker, uint64_t bytes,
+Status QueuedReplies::Charge(std::string_view routing_id, uint64_t bytes,
                              std::span<Frame> frames) {
   auto it = peers_.find(routing_id);
   if (it == peers_.end()) {
@@ -51,9 +50,8 @@ Status QueuedReplies::Charge(std::string_view routing_id, uint32_t worker, uint6
   auto charged = std::make_shared<ChargedReply>();
   charged->bytes = bytes;
   charged->peer = it->second;
-  charged->worker = WorkerCount(worker);
   charged->total = total_;
-  for (auto* count : {charged->peer.get(), charged->worker.get(), charged->total.get()}) {
+  for (auto* count : {charged->peer.get(), charged->total.get()}) {
     count->fetch_add(bytes, std::memory_order_relaxed);
   }
   // Moved first, then shared from where they stay: a small frame keeps its

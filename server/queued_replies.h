@@ -1,6 +1,12 @@
 // The bytes of pull replies a shard has handed to ZeroMQ that ZeroMQ has not
 // released yet (server.max_queued_reply_bytes), per connection (routing id)
-// and per worker id.
+// and in all.
+//
+// The bound is per connection, not per worker id, so that whoever else
+// holds a worker's key cannot use up the worker's own; all connections
+// together are bounded too (a client may open many), and once they reach
+// that bound only the connections holding at least an equal share of it
+// are refused: a worker that reads its replies is still served.
 //
 // ZeroMQ releases a reply's frames once it has written them to the kernel,
 // so the bytes stay counted while the client does not read. Each value frame
@@ -32,19 +38,22 @@ namespace ps {
 
 class QueuedReplies {
  public:
-  // `workers`: the job's worker count; kControlWorker counts as one more.
-  explicit QueuedReplies(uint32_t workers);
+  QueuedReplies();
 
-  // The bytes queued for connection `routing_id` or for worker `worker`
-  // (every connection speaking for it), whichever is more.
-  uint64_t Queued(std::string_view routing_id, uint32_t worker) const;
+  // The bytes queued for connection `routing_id`.
+  uint64_t Queued(std::string_view routing_id) const;
 
-  // Counts `bytes` for `routing_id` and `worker` until ZeroMQ has released
-  // every frame of `frames`, which are replaced by frames sharing their
-  // bytes. ResourceExhausted when a frame cannot be wrapped; `frames` are
-  // then gone (empty) and nothing stays counted.
-  Status Charge(std::string_view routing_id, uint32_t worker, uint64_t bytes,
-                std::span<Frame> frames);
+  // Whether a pull of connection `routing_id` must be refused: the
+  // connection holds `per_connection` bytes or more, or all connections
+  // together hold `total` or more and this one at least an equal share of
+  // `total` among the connections holding any.
+  bool OverBound(std::string_view routing_id, uint64_t per_connection, uint64_t total) const;
+
+  // Counts `bytes` for `routing_id` until ZeroMQ has released every frame
+  // of `frames`, which are replaced by frames sharing their bytes.
+  // ResourceExhausted when a frame cannot be wrapped; `frames` are then
+  // gone (empty) and nothing stays counted.
+  Status Charge(std::string_view routing_id, uint64_t bytes, std::span<Frame> frames);
 
   // Forgets the connections with nothing queued.
   void Sweep();
@@ -58,11 +67,8 @@ class QueuedReplies {
 
  private:
   using Count = std::atomic<uint64_t>;
-  std::shared_ptr<Count>& WorkerCount(uint32_t worker);
-  const std::shared_ptr<Count>& WorkerCount(uint32_t worker) const;
 
   std::map<std::string, std::shared_ptr<Count>, std::less<>> peers_;
-  std::vector<std::shared_ptr<Count>> workers_;  // by worker id, then kControlWorker
   std::shared_ptr<Count> total_;
 };
 

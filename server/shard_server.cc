@@ -20,7 +20,6 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
       bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
       workers_(job.cluster.workers),
-      queued_replies_(job.cluster.workers),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
@@ -548,6 +547,7 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   // it names.
   if (Status allowed = access_->Check(body[0], req); !allowed.ok()) {
     ++counters_.errors;
+    LogRequestRefusal(body[0], "refused", allowed.message());
     Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
     return op;
   }
@@ -995,22 +995,26 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
   if (waited > Clock::Duration::zero() && req.worker != kEvaluatorWorker) {
     staleness_wait_seconds_.Observe(std::chrono::duration<double>(waited).count());
   }
-  if (const uint64_t queued = queued_replies_.Queued(routing_id.view(), req.worker);
-      queued >= max_queued_reply_bytes_) {
+  // All connections together: as much as one per worker and the admin.
+  const uint64_t total_bound = (uint64_t{job_.cluster.workers} + 1) * max_queued_reply_bytes_;
+  if (queued_replies_.OverBound(routing_id.view(), max_queued_reply_bytes_, total_bound)) {
     // The client does not read its replies (or reads far slower than it
     // asks): serving more would keep more of the store's blocks alive.
     ++counters_.errors;
     ++counters_.pulls_refused_queued_bytes;
     Status refused = ResourceExhaustedError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from " + SenderName(req.worker) + " refused: " + std::to_string(queued) +
-        " bytes of its earlier pull replies are not read yet (server.max_queued_reply_bytes " +
-        std::to_string(max_queued_reply_bytes_) +
-        "); read the replies before pulling more, or raise server.max_queued_reply_bytes");
+        " from " + SenderName(req.worker) + " refused: " +
+        std::to_string(queued_replies_.Queued(routing_id.view())) +
+        " bytes of this connection's earlier pull replies are not read yet "
+        "(server.max_queued_reply_bytes " + std::to_string(max_queued_reply_bytes_) +
+        " per connection, " + std::to_string(total_bound) + " for all connections, of which " +
+        std::to_string(queued_replies_.total()) +
+        " are held); read the replies before pulling more, or raise "
+        "server.max_queued_reply_bytes");
     uint64_t skipped = 0;
     if (refused_log_.ShouldLog(&skipped)) {
-      PS_LOG_WARN("shard {}: {}{}", shard_, refused.message(),
-                  HeldBack(skipped));
+      PS_LOG_WARN("{}{}", refused.message(), HeldBack(skipped));
     }
     Reply(routing_id, MakeErrorHeader(req, shard_, refused));
     return;
@@ -1026,7 +1030,7 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
   uint64_t held = 0;
   Status read = store_->ReadRows(pull, &reply_, &held);
   if (read.ok() && reply_.size() > 2) {
-    read = queued_replies_.Charge(reply_[0].view(), req.worker, held,
+    read = queued_replies_.Charge(reply_[0].view(), held,
                                   std::span<Frame>(reply_.data() + 2, reply_.size() - 2));
   }
   if (!read.ok()) {

@@ -10,6 +10,7 @@ is printed).
 import os
 import signal
 import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -77,6 +78,7 @@ class NetnsClusterTest(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="ps_netns_test_")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
 
     def cluster(self, hosts, **kw):
         return Cluster(hosts, log_dir=self.dir, **kw)

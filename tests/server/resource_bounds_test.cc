@@ -8,9 +8,6 @@
 // The misbehaving clients are plain DEALERs sending hand-built messages,
 // as an attacker with a ZeroMQ library would. Every assertion is on counts
 // and states; waits have deadlines but nothing is timed.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -35,6 +32,7 @@
 #include "server/shard_server.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/free_port.h"
+#include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -158,24 +156,7 @@ class Peer {
     return reply.value_or(MessageHeader{});
   }
   // The shard's STATS report as "key value" pairs.
-  std::map<std::string, int64_t> Stats() {
-    MessageHeader h = Exchange(Header(Op::kStats));
-    std::map<std::string, int64_t> stats;
-    std::istringstream words(h.text);
-    std::string key, value;
-    while (words >> key) {
-      std::streampos at = words.tellg();
-      if (!(words >> value)) break;
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (end != nullptr && *end == '\0' && !value.empty()) {
-        stats[key] = v;
-      } else {
-        words.seekg(at);
-      }
-    }
-    return stats;
-  }
+  std::map<std::string, int64_t> Stats() { return StatsNumbers(Exchange(Header(Op::kStats)).text); }
 
  private:
   const uint32_t worker_;
@@ -255,6 +236,57 @@ TEST(ResourceBoundsTest, UnreadPullRepliesPastTheByteBoundAreRefusedAndStayUnder
   AwaitStats(control, [](const auto& s) { return s.at("queued_reply_bytes") == 0; });
   // Read, the worker is served again.
   EXPECT_EQ(attacker.Exchange(attacker.Pull(0, 16)).op, Op::kPullOk);
+}
+
+TEST(ResourceBoundsTest, UnreadRepliesOfManyConnectionsShareATotalAndAReaderIsStillServed) {
+  // 16 MiB per connection, 3 x 16 = 48 MiB for all.
+  constexpr uint64_t kPerConnection = 16 * kBlockBytes;
+  constexpr uint64_t kTotal = 3 * kPerConnection;
+  JobOptions job = TestJob().Servers(1).Workers(2).Asp().Table("w", 4 * kBlockRows).Build();
+  job.server.max_queued_reply_bytes = kPerConnection;
+  RunningShard shard(job);
+  ASSERT_TRUE(shard.ok());
+  auto ctx = Context::Create(1);
+  ASSERT_OK(ctx);
+  // Eight connections speaking for worker 1 that never read, each asking
+  // in turn for one block per round: they fill the total together, each
+  // below its own bound.
+  constexpr int kConnections = 8, kRounds = 40;
+  std::vector<std::unique_ptr<Peer>> stolen;
+  for (int c = 0; c < kConnections; ++c) {
+    stolen.push_back(std::make_unique<Peer>(ctx->get(), shard.endpoint(), 1, /*recv_hwm=*/1));
+  }
+  Peer control(ctx->get(), shard.endpoint(), kControlWorker);
+  for (int r = 0; r < kRounds; ++r) {
+    for (auto& peer : stolen) peer->Send(peer->Pull(0, kBlockRows));
+  }
+  const auto stats = AwaitStats(control, [&](const auto& s) {
+    return s.at("pulls") + s.at("pulls_refused_queued_bytes") >= kConnections * kRounds;
+  });
+  // Refused by their share of the total, not by their own bound; what all
+  // hold stays near the total (one block past it per connection at most).
+  EXPECT_GT(stats.at("pulls_refused_queued_bytes"), 0);
+  EXPECT_LT(stats.at("max_connection_bytes"), static_cast<int64_t>(kPerConnection));
+  EXPECT_LE(shard.server().queued_reply_bytes(), kTotal + kConnections * kBlockBytes);
+  // Worker 1 itself, on a connection that reads, and worker 0 are served.
+  Peer own(ctx->get(), shard.endpoint(), 1);
+  Peer other(ctx->get(), shard.endpoint(), 0);
+  for (int i = 0; i < 4; ++i) {
+    const MessageHeader h = own.Exchange(own.Pull(0, kBlockRows));
+    EXPECT_EQ(h.op, Op::kPullOk) << h.text;
+    EXPECT_EQ(other.Exchange(other.Pull(kBlockRows, kBlockRows)).op, Op::kPullOk);
+  }
+  // Each stolen connection got an answer to each pull.
+  for (auto& peer : stolen) {
+    for (int r = 0; r < kRounds; ++r) {
+      std::optional<MessageHeader> h = peer->Receive();
+      ASSERT_TRUE(h.has_value()) << "reply " << r << " never came";
+      EXPECT_TRUE(h->op == Op::kPullOk ||
+                  IsError(*h, StatusCode::kResourceExhausted, "for all connections"))
+          << h->text;
+    }
+  }
+  AwaitStats(control, [](const auto& s) { return s.at("queued_reply_bytes") == 0; });
 }
 
 TEST(ResourceBoundsTest, ParkedPullsPastThePerConnectionBoundAreRefused) {
@@ -454,15 +486,6 @@ TEST(ResourceBoundsTest, ManyCheckpointRequestsShareOneGenerationWhileServingGoe
   std::filesystem::remove_all(dir);
 }
 
-// The resident memory of process `pid`, in bytes (0 when unreadable).
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 TEST(ResourceBoundsTest, ConnectionsPastTheLimitAreClosedAndTheShardStaysFlatAndServing) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("resource_bounds_fd_" + std::to_string(getpid()));
@@ -495,17 +518,7 @@ TEST(ResourceBoundsTest, ConnectionsPastTheLimitAreClosedAndTheShardStaysFlatAnd
 
   // Plain TCP connections that send nothing, twice the limit: those past
   // it are closed at once, and the rest after the handshake timeout.
-  std::vector<int> fds;
-  for (int i = 0; i < 2 * kLimit; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
-    fds.push_back(fd);
-  }
+  const std::vector<int> fds = PlainTcpConnections(port, 2 * kLimit);
   EXPECT_OK((*process)->WaitForLine(
       "refused a connection: " + std::to_string(kMaxConnections) + " are open, the most it keeps "
       "(server.max_connections " + std::to_string(kMaxConnections) + ", from the open-file limit " +

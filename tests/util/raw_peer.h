@@ -1,15 +1,28 @@
 // A raw DEALER for tests that play a peer the project's own clients never
 // are: a primary or an authority against one backup, a forged or stale
-// worker against a shard. Sends a header and frames, returns the reply's
-// header; header-only, for tests.
+// worker against a shard, a client holding a stolen key. Sends a header and
+// frames, returns the reply's header; header-only, for tests.
 #ifndef PS_TESTS_UTIL_RAW_PEER_H_
 #define PS_TESTS_UTIL_RAW_PEER_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -21,11 +34,15 @@ namespace ps {
 
 class RawPeer {
  public:
-  explicit RawPeer(const std::string& endpoint)
+  // `options`: e.g. a worker's or the admin's CURVE keys, a small recv_hwm
+  // for a client that does not read.
+  explicit RawPeer(const std::string& endpoint, const SocketOptions& options = SocketOptions())
       : context_(Context::Create(1).value()),
-        socket_(Socket::Create(context_.get(), SocketType::kDealer, SocketOptions()).value()) {
+        socket_(Socket::Create(context_.get(), SocketType::kDealer, options).value()) {
     EXPECT_OK(socket_->Connect(endpoint));
   }
+  // Sends raw frames as they are (an undecodable request).
+  void SendFrames(std::vector<Frame> frames) { EXPECT_OK(socket_->Send(frames)); }
   // Sends a message whose reply, if any, is not awaited.
   void Send(const MessageHeader& h, std::vector<Frame> frames = {}) {
     std::vector<Frame> out;
@@ -39,21 +56,77 @@ class RawPeer {
   }
   // The next reply's header (a failure after 10 s without one).
   MessageHeader Receive() {
+    std::optional<MessageHeader> h = TryReceive(std::chrono::seconds(10));
+    if (!h.has_value()) ADD_FAILURE() << "no reply from the peer";
+    return h.value_or(MessageHeader());
+  }
+  // The next reply's header, or nullopt after `timeout`.
+  std::optional<MessageHeader> TryReceive(std::chrono::milliseconds timeout) {
     std::vector<Frame> in;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < until) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    do {
       auto got = socket_->TryRecv(&in);
       if (got.ok() && *got) return DecodeHeader({in[0].data(), in[0].size()}).value();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    ADD_FAILURE() << "no reply from the peer";
-    return MessageHeader();
+    } while (std::chrono::steady_clock::now() < until);
+    return std::nullopt;
   }
 
  private:
   std::unique_ptr<Context> context_;
   std::unique_ptr<Socket> socket_;
 };
+
+// The numbers of a STATS report as "key value" pairs (words followed by a
+// number; the last one wins where a key repeats).
+inline std::map<std::string, int64_t> StatsNumbers(std::string_view text) {
+  std::map<std::string, int64_t> stats;
+  std::istringstream words{std::string(text)};
+  std::string key, value;
+  while (words >> key) {
+    std::streampos at = words.tellg();
+    if (!(words >> value)) break;
+    char* end = nullptr;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && !value.empty()) {
+      stats[key] = v;
+    } else {
+      words.seekg(at);
+    }
+  }
+  return stats;
+}
+
+// `count` plain TCP connections to 127.0.0.1:`port` that send nothing (a
+// client without the handshake, or a connection flood); their descriptors,
+// for the caller to close. A failure for each that could not be made.
+inline std::vector<int> PlainTcpConnections(int port, int count) {
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      ADD_FAILURE() << "socket: " << std::strerror(errno);
+      continue;
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0)
+        << std::strerror(errno);
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// The resident memory of process `pid`, in bytes (0 when unreadable).
+inline uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
 
 }  // namespace ps
 
