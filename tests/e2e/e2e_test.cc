@@ -771,8 +771,26 @@ TEST_F(E2eTest, ServersStartedByHandExitZeroOnceEveryWorkerHasLeft) {
   for (int s = 0; s < 2; ++s) {
     servers[s] = Start({kServer, "--config", path, "--shard", std::to_string(s)}, true);
   }
-  // Longer than liveness.timeout_ms: within the start-up grace period.
-  std::this_thread::sleep_for(milliseconds(1500));
+  // The workers come once both servers have served twice liveness.timeout_ms
+  // (their uptime in STATS): within the start-up grace period.
+  {
+    auto job = LoadJobFile(path);
+    ASSERT_OK(job);
+    auto control = ControlClient::Create(*job);
+    ASSERT_OK(control);
+    const std::regex uptime(R"(uptime_s ([0-9.e+-]+))");
+    for (uint32_t s = 0; s < 2; ++s) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      double up = 0;
+      while (up < 1.0 && std::chrono::steady_clock::now() < deadline) {
+        auto stats = (*control)->Stats(s);
+        std::smatch m;
+        if (stats.ok() && std::regex_search(*stats, m, uptime)) up = std::stod(m[1]);
+        if (up < 1.0) std::this_thread::sleep_for(milliseconds(50));
+      }
+      ASSERT_GE(up, 1.0) << "server " << s << " did not serve for 1 s within 30 s";
+    }
+  }
   Subprocess* workers[2];
   for (int r = 0; r < 2; ++r) {
     workers[r] = Start({kWorker, "--config", path, "--rank", std::to_string(r)}, true);

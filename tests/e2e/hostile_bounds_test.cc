@@ -333,9 +333,19 @@ TEST_F(HostileBoundsTest, EveryAttackStaysWithinTheDocumentedBoundsAndTheJobTrai
     EXPECT_EQ(late.Exchange(huge).op, Op::kError);
     EXPECT_EQ(late.Exchange(Rows(Op::kPush, 1, ++id, 0, 0, 1, kIterations), OneFloat(1.0f)).op,
               Op::kError);
-    // Past liveness.timeout_ms (8 s): nobody is declared dead.
-    std::this_thread::sleep_for(milliseconds(8000 + 1000));
-    const std::string after = admin.Exchange(Request(Op::kStats, kControlWorker, ++admin_requests)).text;
+    // Once worker 1 has been silent past liveness.timeout_ms (8 s) and a
+    // housekeeping round more (a refused request must not have made it
+    // heard), nobody is declared dead.
+    const std::regex silent(R"(worker_silent_ms \d+ (\d+))");
+    std::string after;
+    bool past = false;
+    const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+    for (std::smatch m; !past && std::chrono::steady_clock::now() < deadline;) {
+      after = admin.Exchange(Request(Op::kStats, kControlWorker, ++admin_requests)).text;
+      past = std::regex_search(after, m, silent) && std::stoll(m[1]) > 8000 + 500;
+      if (!past) std::this_thread::sleep_for(milliseconds(100));
+    }
+    EXPECT_TRUE(past) << after;
     EXPECT_NE(after.find("left_workers 0 1\n"), std::string::npos) << after;
     EXPECT_NE(after.find("dead_workers\n"), std::string::npos) << after;
     EXPECT_EQ(after.find("failed "), std::string::npos) << after;

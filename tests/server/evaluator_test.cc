@@ -194,7 +194,9 @@ TEST(EvaluatorTest, TheShardsServeItAfterTheWorkersLeftUntilItLeaves) {
   ASSERT_OK(worker->Leave());
   ASSERT_OK(evaluator->Wait(last));
   EXPECT_EQ(out[0], 3.0f);
-  std::this_thread::sleep_for(milliseconds(100));
+  // The goodbye was handled (Leave waits for its answer), and a
+  // housekeeping round ran after it: neither stopped a shard.
+  shards.AwaitHousekeeping();
   EXPECT_FALSE(shards.server(0).stop_requested()) << "the evaluator has not left";
   EXPECT_FALSE(shards.server(1).stop_requested());
   ASSERT_OK(evaluator->Leave());

@@ -2,6 +2,12 @@
 // worker of another job is refused naming the field that differs, a server
 // that never answers is named within rendezvous.timeout_ms, one that starts
 // late is found, and a shard gives a worker that never spoke a grace period.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -113,13 +119,30 @@ TEST(RendezvousTest, AMissingServerIsNamedWithinTheTimeout) {
 
 TEST(RendezvousTest, AServerThatStartsAfterTheWorkerIsFound) {
   JobOptions job = TestJob().Workers(1).Asp().Table("w", 4).Build();
-  job.cluster.servers = {"127.0.0.1:" + std::to_string(FreePort())};
+  const int port = FreePort();
+  job.cluster.servers = {"127.0.0.1:" + std::to_string(port)};
   job.rendezvous.timeout_ms = 20000;
+  // A plain listener on the job's address first: the worker's connection
+  // to it shows the worker is trying before the server exists. It is
+  // closed before the handshake, and ZeroMQ keeps the HELLO for the next.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  const int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
   auto client = Client::Create(job, 0);  // connects to the job's address
   ASSERT_OK(client);
   Status joined = InternalError("not joined");
   std::thread joining([&] { joined = (*client)->Join(); });
-  std::this_thread::sleep_for(milliseconds(300));
+  pollfd waiting{.fd = listener, .events = POLLIN, .revents = 0};
+  ASSERT_EQ(poll(&waiting, 1, 10000), 1) << "the worker never connected";
+  close(accept(listener, nullptr, nullptr));
+  close(listener);
   auto server = ShardServer::Create(job, 0);
   ASSERT_OK(server);
   std::thread serving([&] { (*server)->Run().IgnoreError(); });

@@ -507,7 +507,12 @@ TEST(ReplicationTest, APrimaryWhoseWriteLeaseLapsedAcknowledgesNothingAndSaysSo)
     v.push_back(Frame::CopyOf(std::vector<float>(5, 1.0f).data(), 5 * sizeof(float)));
     return v;
   }());
-  std::this_thread::sleep_for(milliseconds(200));  // deferred: the backup is not there
+  // Handled in order: once STATS is answered, the push is deferred (the
+  // backup is not there), counted and unanswered.
+  MessageHeader count;
+  count.op = Op::kStats;
+  count.worker = kControlWorker;
+  EXPECT_EQ(StatsNumbers(peer.Exchange(count).text)["pushes"], 1);
   lease.Revoke();
   reply = peer.Receive();
   EXPECT_EQ(reply.op, Op::kError);
