@@ -6,7 +6,7 @@
           [--jobs N] [--resume] [--report-only] [--bin DIR] [--run-timeout S] [--dpi N]
 
 For every workload of the suite file (benchmarks/suites/convergence.yaml is
-the default suite; its keys are explained there and in benchmarks/README.md),
+the default suite; its keys are explained there and in benchmarks/docs/convergence_suite.md),
 every seed, every straggler setting and every consistency mode, trains the
 workload with ps_launch (the suite's `workers` workers and `shards` shards),
 and once per workload and seed trains the same job in one process with no
@@ -109,7 +109,7 @@ def parse_args(argv):
         description=__doc__.split("\n")[0],
         epilog="Exit codes: 0 ok, 1 a run failed, 2 usage or suite-file error, 77 skipped "
                "(matplotlib, PyYAML or Fashion-MNIST missing). Definitions and outputs: see "
-               "the top of this file and benchmarks/README.md.")
+               "the top of this file and benchmarks/docs/convergence_suite.md.")
     p.add_argument("suite", help="the suite file, e.g. benchmarks/suites/convergence.yaml")
     p.add_argument("--out", default=os.path.join(ROOT, "build", "convergence_suite"),
                    help="results folder (default build/convergence_suite)")

@@ -4,7 +4,7 @@ load_suite(path) returns a Suite: the cluster (workers, shards), the seeds,
 the consistency modes (Mode), the straggler settings (Straggler) and the
 workloads (Workload: a base workload of psbench.workloads with the suite's
 target, steps and evaluations). A bad file raises SuiteError with the key's
-path and what was expected; benchmarks/README.md ("Convergence") explains
+path and what was expected; benchmarks/docs/convergence_suite.md explains
 every key.
 """
 
