@@ -669,13 +669,11 @@ bool ShardServer::PushMustWait(int64_t clock) const {
 
 void ShardServer::ParkPush(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
-  const std::string connection(frames[0].view());
-  const auto found = waiting_per_connection_.find(connection);
-  const uint32_t waiting = found == waiting_per_connection_.end() ? 0 : found->second;
+  const uint32_t waiting = waiting_.connection_count(frames[0].view());
   uint64_t bytes = 0;
   for (size_t i = 1; i < frames.size(); ++i) bytes += frames[i].size();
   if (waiting >= job_.server.max_waiting_pulls_per_worker ||
-      parked_push_bytes_ + bytes > max_queued_reply_bytes_) {
+      waiting_.push_bytes() + bytes > max_queued_reply_bytes_) {
     ++counters_.errors;
     ++counters_.pulls_refused_waiting;
     Status refused = ResourceExhaustedError(
@@ -686,39 +684,24 @@ void ShardServer::ParkPush(std::vector<Frame>& frames) {
         (waiting >= job_.server.max_waiting_pulls_per_worker
              ? "its connection has " + std::to_string(waiting) +
                    " requests waiting already (server.max_waiting_pulls_per_worker)"
-             : std::to_string(parked_push_bytes_) + " bytes of pushes wait already "
-                                                    "(server.max_queued_reply_bytes)") +
+             : std::to_string(waiting_.push_bytes()) + " bytes of pushes wait already "
+                                                       "(server.max_queued_reply_bytes)") +
         "; wait for their replies before sending more");
     LogRequestRefusal(frames[1], "refused", refused.message());
     Reply(frames[0], MakeErrorHeader(req, shard_, refused));
     return;
   }
-  ++waiting_per_connection_[connection];
-  parked_push_bytes_ += bytes;
   ++counters_.parked_pushes;
-  const uint64_t seq = next_waiting_++;
-  parked_pushes_.emplace(seq, WaitingPull{std::move(frames), std::move(request_), clock_->Now(),
-                                          Clock::TimePoint::max()});
+  waiting_.AddPush({std::move(frames), std::move(request_), clock_->Now()});
   request_ = Request();
 }
 
 void ShardServer::ReplayParkedPushes() {
   replay_due_ = false;
   const bool all = WorkersGone() || !failed_.ok();
-  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-    if (!all && PushMustWait(it->second.request.header.clock)) {
-      ++it;
-      continue;
-    }
-    WaitingPull parked = std::move(it->second);
-    it = parked_pushes_.erase(it);
-    const auto waiting = waiting_per_connection_.find(std::string(parked.frames[0].view()));
-    if (waiting != waiting_per_connection_.end() && --waiting->second == 0) {
-      waiting_per_connection_.erase(waiting);
-    }
-    for (size_t i = 1; i < parked.frames.size(); ++i) {
-      parked_push_bytes_ -= parked.frames[i].size();
-    }
+  for (WaitingRequests::Waiting& parked : waiting_.TakePushes([&](const auto& w) {
+         return all || !PushMustWait(w.request.header.clock);
+       })) {
     if (!failed_.ok()) {
       ++counters_.errors;
       Reply(parked.frames[0], MakeErrorHeader(parked.request.header, shard_, failed_));
@@ -1050,9 +1033,7 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
 
 void ShardServer::ParkPull(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
-  const std::string connection(frames[0].view());
-  const auto found = waiting_per_connection_.find(connection);
-  const uint32_t parked = found == waiting_per_connection_.end() ? 0 : found->second;
+  const uint32_t parked = waiting_.connection_count(frames[0].view());
   const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
   const int64_t ceiling = LeadCeiling();
   Status refused;
@@ -1081,7 +1062,6 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
     Reply(frames[0], MakeErrorHeader(req, shard_, refused));
     return;
   }
-  ++waiting_per_connection_[connection];
   const bool evaluator = req.worker == kEvaluatorWorker;
   if (!evaluator) {
     ++counters_.pulls_waited;
@@ -1093,33 +1073,16 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
   const uint32_t most = job_.server.max_pull_wait_ms;
   const uint32_t wait_ms = req.max_wait_ms == 0 ? most : std::min(req.max_wait_ms, most);
   const Clock::TimePoint deadline = now + std::chrono::milliseconds(wait_ms);
-  const uint64_t seq = next_waiting_++;
-  (evaluator ? reads_by_clock_ : waiting_by_clock_).emplace(req.clock, seq);
-  waiting_by_deadline_.emplace(deadline, seq);
   // Moving the vector keeps its frames where they are, so the decoded
   // request's spans stay valid; request_ gets fresh scratch buffers.
-  waiting_.emplace(seq, WaitingPull{std::move(frames), std::move(request_), now, deadline});
+  waiting_.AddPull({std::move(frames), std::move(request_), now, deadline}, evaluator);
   request_ = Request();
-}
-
-ShardServer::WaitingPull ShardServer::TakeWaiting(uint64_t seq) {
-  auto it = waiting_.find(seq);
-  WaitingPull w = std::move(it->second);
-  waiting_.erase(it);
-  (w.request.header.worker == kEvaluatorWorker ? reads_by_clock_ : waiting_by_clock_)
-      .erase({w.request.header.clock, seq});
-  waiting_by_deadline_.erase({w.deadline, seq});
-  const auto parked = waiting_per_connection_.find(std::string(w.frames[0].view()));
-  if (parked != waiting_per_connection_.end() && --parked->second == 0) {
-    waiting_per_connection_.erase(parked);
-  }
-  return w;
 }
 
 void ShardServer::MinClockAdvanced() {
   // Pushes that waited for this clock join their sums once the request
   // being handled is done (Run): request_ is that request's until then.
-  if (!parked_pushes_.empty()) replay_due_ = true;
+  if (waiting_.pushes() > 0) replay_due_ = true;
   if (clocks_.backups()) {
     // consistency.backup_workers: each completed clock's mean over its
     // members (the first gradients to arrive), with the backups.
@@ -1165,21 +1128,13 @@ void ShardServer::MinClockAdvanced() {
 
 void ShardServer::ReleaseWaitingPulls() {
   // The pulls of the lowest clocks, as far as the minimum allows, answered
-  // in arrival order.
-  std::vector<uint64_t> ready;
-  for (auto it = waiting_by_clock_.begin();
-       it != waiting_by_clock_.end() && clocks_.PullReady(it->first, bound_); ++it) {
-    ready.push_back(it->second);
-  }
-  const bool final_model = !reads_by_clock_.empty() && WorkersGone();
-  for (auto it = reads_by_clock_.begin();
-       it != reads_by_clock_.end() && (final_model || it->first <= clocks_.min_clock()); ++it) {
-    ready.push_back(it->second);
-  }
-  std::sort(ready.begin(), ready.end());
+  // in arrival order; the evaluator's once the minimum reaches their clock
+  // (or at once, for the final model, when every worker is gone).
+  const bool final_model = WorkersGone();
   const Clock::TimePoint now = clock_->Now();
-  for (uint64_t seq : ready) {
-    WaitingPull w = TakeWaiting(seq);
+  for (WaitingRequests::Waiting& w : waiting_.TakeReadyPulls(
+           [&](int64_t clock) { return clocks_.PullReady(clock, bound_); },
+           [&](int64_t clock) { return final_model || clock <= clocks_.min_clock(); })) {
     ServePull(w.frames[0], w.request, now - w.since);
   }
 }
@@ -1199,7 +1154,7 @@ int ShardServer::Tick(int cap) {
   queued_replies_.Sweep();
   PublishMetrics(/*now=*/false);
   auto next = now + milliseconds(cap);
-  if (!waiting_by_deadline_.empty()) next = std::min(next, waiting_by_deadline_.begin()->first);
+  if (const auto deadline = waiting_.next_deadline()) next = std::min(next, *deadline);
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
   rounds_.fetch_add(1, std::memory_order_release);
   return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
@@ -1207,8 +1162,7 @@ int ShardServer::Tick(int cap) {
 
 void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
   using std::chrono::milliseconds;
-  while (!waiting_by_deadline_.empty() && waiting_by_deadline_.begin()->first <= now) {
-    WaitingPull w = TakeWaiting(waiting_by_deadline_.begin()->second);
+  for (WaitingRequests::Waiting& w : waiting_.TakeExpiredPulls(now)) {
     const MessageHeader* h = &w.request.header;
     const uint32_t slowest = clocks_.slowest_worker();
     const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
@@ -1468,14 +1422,13 @@ void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
 }
 
 void ShardServer::FailWaitingPulls(const Status& status) {
-  while (!waiting_.empty()) {
-    WaitingPull w = TakeWaiting(waiting_.begin()->first);
+  for (WaitingRequests::Waiting& w : waiting_.TakeAllPulls()) {
     ++counters_.errors;
     Reply(w.frames[0], MakeErrorHeader(w.request.header, shard_, status));
   }
   // failed_ is set: the waiting pushes are refused with it (no request is
   // dispatched, so this may run inside another's handling).
-  if (!parked_pushes_.empty() && !failed_.ok()) ReplayParkedPushes();
+  if (waiting_.pushes() > 0 && !failed_.ok()) ReplayParkedPushes();
 }
 
 std::string ShardServer::StatsReport() const {
@@ -1489,7 +1442,7 @@ std::string ShardServer::StatsReport() const {
   os << "consistency "
      << (bound_ == kUnboundedStaleness ? std::string("asp") : "staleness " + std::to_string(bound_))
      << " min_clock " << clocks_.min_clock() << " slowest_worker " << clocks_.slowest_worker()
-     << " waiting_pulls " << waiting_.size() << " pulls_waited " << counters_.pulls_waited
+     << " waiting_pulls " << waiting_.pulls() << " pulls_waited " << counters_.pulls_waited
      << " max_blocked_lead " << counters_.max_blocked_lead << "\n";
   os << "worker_clocks";
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
@@ -1518,7 +1471,7 @@ std::string ShardServer::StatsReport() const {
      << " refusals_not_logged " << counters_.refusals_not_logged << " refused_sum_clocks "
      << counters_.refused_sum_clocks << "\n";
   os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes()
-     << " parked_pushes " << parked_pushes_.size() << " parked_push_bytes " << parked_push_bytes_
+     << " parked_pushes " << waiting_.pushes() << " parked_push_bytes " << waiting_.push_bytes()
      << "\n";
   os << "limits queued_reply_bytes " << queued_replies_.total() << " max_connection_bytes "
      << queued_replies_.max_per_connection() << " connections_queued "

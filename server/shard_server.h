@@ -93,6 +93,7 @@
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "server/replication.h"
+#include "server/waiting_requests.h"
 #include "server/write_lease.h"
 #include "store/shard_store.h"
 
@@ -210,7 +211,7 @@ class ShardServer {
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
   const RecentPushes& recent_pushes() const { return recent_pushes_; }
-  size_t waiting_pulls() const { return waiting_.size(); }
+  size_t waiting_pulls() const { return waiting_.pulls(); }
   // Bytes of pull replies handed to ZeroMQ and not yet released, over every
   // connection (server.max_queued_reply_bytes). Safe from any thread.
   uint64_t queued_reply_bytes() const { return queued_replies_.total(); }
@@ -311,8 +312,6 @@ class ShardServer {
   // Every worker left or is dead.
   bool WorkersGone() const;
   // Takes waiting pull `seq` out of every index.
-  struct WaitingPull;
-  WaitingPull TakeWaiting(uint64_t seq);
   // True when a line of this kind may be logged now (at most one a
   // second); *skipped: how many were not logged since the last one.
   void ExpireWaitingPulls(Clock::TimePoint now);
@@ -424,15 +423,6 @@ class ShardServer {
     // their clock's quorum.
     uint64_t late_pushes = 0;
   };
-  // A pull waiting for slower workers: the whole message, routing id first,
-  // and the request decoded from it on arrival (its spans point into
-  // `frames`, whose elements never move while the vector is moved).
-  struct WaitingPull {
-    std::vector<Frame> frames;
-    Request request;
-    Clock::TimePoint since;
-    Clock::TimePoint deadline;
-  };
   // A CHECKPOINT request waiting for the write in progress.
   struct CheckpointWaiter {
     Frame routing_id;
@@ -494,26 +484,11 @@ class ShardServer {
   // but it holds no clock; the shard exits only after it, too, is gone.
   WorkerState evaluator_;
   bool waiting_for_evaluator_logged_ = false;
-  // Waiting pulls by arrival (a sequence number), indexed by the clock of
-  // the pull (released from the lowest while the minimum clock allows, so
-  // a CLOCK walks only the pulls it releases) and by deadline.
-  std::map<uint64_t, WaitingPull> waiting_;
-  // consistency.aggregate: pushes for a clock above the job's clock + 1,
-  // by arrival, kept (unacknowledged, not summed) until the job's clock
-  // reaches them (ParkPush, ReplayParkedPushes): the sums cover the job's
-  // clock and the next only. Their bytes, all connections together.
-  std::map<uint64_t, WaitingPull> parked_pushes_;
-  uint64_t parked_push_bytes_ = 0;
+  // Pulls waiting for slower workers, the evaluator's reads, and under
+  // consistency.aggregate pushes for a clock above the job's clock + 1
+  // (ParkPull, ParkPush, ReplayParkedPushes).
+  WaitingRequests waiting_;
   bool replay_due_ = false;  // the job's clock moved: ReplayParkedPushes
-  std::set<std::pair<int64_t, uint64_t>> waiting_by_clock_;
-  // The evaluator's, by the clock they wait for: each is answered once the
-  // minimum clock reaches it, whatever the staleness bound.
-  std::set<std::pair<int64_t, uint64_t>> reads_by_clock_;
-  std::set<std::pair<Clock::TimePoint, uint64_t>> waiting_by_deadline_;
-  uint64_t next_waiting_ = 0;
-  // Pulls parked per connection (routing id): one identity's connections
-  // cannot use up another's quota (server.max_waiting_pulls_per_worker).
-  std::unordered_map<std::string, uint32_t> waiting_per_connection_;
   // Connections accepted and not closed, the most it keeps
   // (server.max_connections), and the descriptors of those it closed for
   // coming past it, until ZeroMQ reports them gone.

@@ -73,7 +73,7 @@ std::string ShardServer::MetricsText() const {
   out.Gauge("ps_server_min_clock", "The slowest worker's clock",
             static_cast<double>(clocks_.min_clock()));
   out.Gauge("ps_server_waiting_pulls", "Pulls waiting for slower workers now",
-            static_cast<double>(waiting_.size()));
+            static_cast<double>(waiting_.pulls()));
   out.Counter("ps_server_pulls_waited_total", "Pulls that had to wait for slower workers",
               static_cast<double>(counters_.pulls_waited));
   out.Family("ps_server_staleness_wait_seconds", "histogram",
