@@ -16,20 +16,22 @@ namespace ps {
 std::string TcpEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
 ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock)
-    : shard_(shard), job_(job), clock_(clock != nullptr ? clock : &steady_clock_),
-      bound_(job.consistency.Bound()), resume_window_(EffectiveMaxResumeClocks(job)),
+    : shard_(shard),
+      job_(job),
+      clock_(clock != nullptr ? clock : &steady_clock_),
+      bound_(job.consistency.Bound()),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
-      workers_(job.cluster.workers),
+      // A worker that never spoke counts as silent only from the end of the
+      // start-up grace period: processes may start in any order.
+      workers_(job.cluster.workers,
+               clock_->Now() + std::chrono::milliseconds(job.rendezvous.timeout_ms)),
       // Requests are sent again oldest first and at most max_in_flight are
       // in flight per shard: four times that covers every repeat.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
-      non_finite_logged_(job.tables.size(), false), agreement_(EncodeAgreement(job)),
-      rate_sampled_(clock_->Now()), started_(rate_sampled_) {
-  // A worker that never spoke counts as silent only from the end of the
-  // start-up grace period: processes may start in any order.
-  const auto grace = std::chrono::milliseconds(job.rendezvous.timeout_ms);
-  for (WorkerState& w : workers_) w.last_seen = started_ + grace;
-  evaluator_.last_seen = started_ + grace;
+      non_finite_logged_(job.tables.size(), false),
+      agreement_(EncodeAgreement(job)),
+      rate_sampled_(clock_->Now()),
+      started_(rate_sampled_) {
   sums_replicated_ = job.replication.factor > 1 && job.consistency.aggregate &&
                      job.replication.after_aggregation;
 }
@@ -64,113 +66,9 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
   if (job.checkpoint.dir.empty() && restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
-  bool restoring = false;
-  if (!job.checkpoint.dir.empty()) {
-    PS_ASSIGN_OR_RETURN(server->checkpoints_,
-                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
-    if (job.checkpoint.restore && promoted == nullptr) {
-      PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, server->checkpoints_->Generations());
-      restoring = !generations.empty();
-    }
-  }
-  if (promoted != nullptr) {
-    // The backup's copy is the shard's state, exactly: every worker's
-    // clock is known, no update was lost.
-    server->store_ = std::move(promoted->store);
-    server->clocks_ = promoted->clocks;
-    server->recent_pushes_ = std::move(promoted->recent_pushes);
-    server->started_clock_ = server->clocks_.min_clock();
-    server->last_checkpoint_clock_ = server->started_clock_;
-    server->first_pull_to_log_ = true;
-    server->promoted_epoch_ = promoted->epoch;
-    for (uint32_t w = 0; w < server->workers_.size(); ++w) {
-      server->workers_[w].heard_clock = true;
-      // Left out of the minimum on the old primary: it left (or was
-      // dropped) and is not waited for.
-      server->workers_[w].left = !server->clocks_.counted(w);
-    }
-  } else {
-    // A store about to be restored skips computing its initial values
-    // (measured: 0.4-0.6 s of a 100M-float shard's 3.3 s recovery).
-    PS_ASSIGN_OR_RETURN(server->store_, ShardStore::Create(job, shard, /*initialize=*/!restoring));
-    if (server->checkpoints_ != nullptr && job.checkpoint.restore) {
-      PS_RETURN_IF_ERROR(server->RestoreCheckpoint(restore_clock));
-    }
-  }
-  PS_ASSIGN_OR_RETURN(server->context_, Context::Create(static_cast<int>(job.server.io_threads)));
-  PS_ASSIGN_OR_RETURN(server->replication_,
-                      ReplicationLog::Create(server->job_, shard, server->context_.get(),
-                                             /*no_backups=*/promoted != nullptr,
-                                             /*self=*/promoted != nullptr ? promoted->slot : 0));
-  SocketOptions so;
-  // Twice the request limit: requests a bit over it get a clear ERROR reply,
-  // absurd ones are cut off by ZeroMQ before they are buffered. ZeroMQ
-  // measures a CURVE frame encrypted, a few dozen bytes longer: the same
-  // requests get the same answer under either mode.
-  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2) +
-                       (job.security.mode == SecurityMode::kCurve ? kCurveFrameOverhead : 0);
-  // The last replies (a goodbye's, SHUTDOWN_OK) still reach their workers
-  // when the shard exits right after sending them; bounded, so a stuck peer
-  // cannot hold the exit.
-  so.linger_ms = 1000;
-  // Under security.mode curve the ZAP handler runs before the socket binds,
-  // so no handshake is ever let in unchecked.
-  PS_ASSIGN_OR_RETURN(server->access_, ShardAccess::Create(server->job_, shard,
-                                                           server->context_.get(), &so.curve));
-  // A good worker has at most client.max_in_flight requests, each with one
-  // reply, per connection (Validate: socket_hwm is more); a reply to a
-  // connection past it fails to send, so it is counted and logged instead
-  // of vanishing.
-  so.send_hwm = static_cast<int>(job.server.socket_hwm);
-  so.recv_hwm = static_cast<int>(job.server.socket_hwm);
-  so.router_mandatory = true;
-  // A connection that never finishes its handshake (a socket that sends
-  // nothing) holds a descriptor and a place under max_connections: not
-  // for long.
-  so.handshake_ivl_ms = kHandshakeTimeoutMs;
-  PS_ASSIGN_OR_RETURN(server->max_connections_, MaxConnections(job, shard));
-  PS_ASSIGN_OR_RETURN(server->socket_, Socket::Create(server->context_.get(), SocketType::kRouter, so));
-  PS_ASSIGN_OR_RETURN(server->accept_monitor_,
-                      ConnectionMonitor::CreateForAccepts(server->context_.get(),
-                                                          server->socket_.get()));
-  // The job's own address unless the caller names another (--bind, tests).
-  std::string endpoint = bind_endpoint;
-  const std::string entry = "cluster.servers[" + std::to_string(shard) + "]";
-  const std::string& address = job.cluster.servers[shard];
-  if (endpoint.empty() && promoted != nullptr) {
-    // A promoted backup serves where it kept its copy: its replica's
-    // address, which it just gave up as a backup. The workers find it there.
-    PS_ASSIGN_OR_RETURN(const HostPort host_port, ReplicaAddress(job, shard, promoted->slot));
-    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
-  } else if (endpoint.empty()) {
-    PS_ASSIGN_OR_RETURN(const HostPort host_port, ServerAddress(job, shard));
-    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job.cluster.bind == BindMode::kAll));
-  }
-  Status bound = server->socket_->Bind(endpoint);
-  // A promoted backup binds the port its backup socket just closed, which
-  // ZeroMQ's I/O thread may not have released yet.
-  const auto bind_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
-         std::chrono::steady_clock::now() < bind_until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    bound = server->socket_->Bind(endpoint);
-  }
-  if (!bound.ok()) {
-    if (bound.code() == StatusCode::kUnavailable && bind_endpoint.empty()) {
-      // EADDRINUSE: the port is taken on this host (Unavailable: it may
-      // be free again later).
-      return UnavailableError(
-          InvalidOption(job.source, entry,
-                        Quote(address) + ": shard " + std::to_string(shard) +
-                            " cannot listen there (" + bound.message() + ")",
-                        "a port no other program on this host uses: is another ps_server (or "
-                        "program) using it? Stop it or change this entry")
-              .message());
-    }
-    return bound.WithContext("shard " + std::to_string(shard) +
-                             ": is another ps_server (or program) using this port? Stop it or "
-                             "change " + (bind_endpoint.empty() ? entry : "the bind endpoint"));
-  }
+  PS_RETURN_IF_ERROR(server->OpenState(restore_clock, promoted));
+  PS_RETURN_IF_ERROR(server->OpenSocket(promoted));
+  PS_RETURN_IF_ERROR(server->BindSocket(bind_endpoint, promoted));
   PS_ASSIGN_OR_RETURN(server->endpoint_, server->socket_->LastEndpoint());
   server->max_queued_reply_bytes_ = job.server.max_queued_reply_bytes;
   if (server->max_queued_reply_bytes_ == 0) {
@@ -185,6 +83,126 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
   }
   server->rules_ = server->store_->Rules(job, shard);
   return server;
+}
+
+Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promoted) {
+  bool restoring = false;
+  if (!job_.checkpoint.dir.empty()) {
+    PS_ASSIGN_OR_RETURN(checkpoints_,
+                        CheckpointDir::Open(ShardCheckpointDir(job_.checkpoint.dir, shard_)));
+    if (job_.checkpoint.restore && promoted == nullptr) {
+      PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, checkpoints_->Generations());
+      restoring = !generations.empty();
+    }
+  }
+  if (promoted != nullptr) {
+    // The backup's copy is the shard's state, exactly: every worker's
+    // clock is known, no update was lost.
+    store_ = std::move(promoted->store);
+    clocks_ = promoted->clocks;
+    recent_pushes_ = std::move(promoted->recent_pushes);
+    started_clock_ = clocks_.min_clock();
+    last_checkpoint_clock_ = started_clock_;
+    first_pull_to_log_ = true;
+    promoted_epoch_ = promoted->epoch;
+    for (uint32_t w = 0; w < workers_.size(); ++w) {
+      workers_.worker(w).heard_clock = true;
+      // Left out of the minimum on the old primary: it left (or was
+      // dropped) and is not waited for.
+      workers_.worker(w).left = !clocks_.counted(w);
+    }
+  } else {
+    // A store about to be restored skips computing its initial values
+    // (measured: 0.4-0.6 s of a 100M-float shard's 3.3 s recovery).
+    PS_ASSIGN_OR_RETURN(store_, ShardStore::Create(job_, shard_, /*initialize=*/!restoring));
+    if (checkpoints_ != nullptr && job_.checkpoint.restore) {
+      PS_RETURN_IF_ERROR(RestoreCheckpoint(restore_clock));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ShardServer::OpenSocket(BackupServer::State* promoted) {
+  PS_ASSIGN_OR_RETURN(context_, Context::Create(static_cast<int>(job_.server.io_threads)));
+  PS_ASSIGN_OR_RETURN(replication_,
+                      ReplicationLog::Create(job_, shard_, context_.get(),
+                                             /*no_backups=*/promoted != nullptr,
+                                             /*self=*/promoted != nullptr ? promoted->slot : 0));
+  SocketOptions so;
+  // Twice the request limit: requests a bit over it get a clear ERROR reply,
+  // absurd ones are cut off by ZeroMQ before they are buffered. ZeroMQ
+  // measures a CURVE frame encrypted, a few dozen bytes longer: the same
+  // requests get the same answer under either mode.
+  so.max_frame_bytes = static_cast<int64_t>(job_.server.max_request_bytes * 2) +
+                       (job_.security.mode == SecurityMode::kCurve ? kCurveFrameOverhead : 0);
+  // The last replies (a goodbye's, SHUTDOWN_OK) still reach their workers
+  // when the shard exits right after sending them; bounded, so a stuck peer
+  // cannot hold the exit.
+  so.linger_ms = 1000;
+  // Under security.mode curve the ZAP handler runs before the socket binds,
+  // so no handshake is ever let in unchecked.
+  PS_ASSIGN_OR_RETURN(access_, ShardAccess::Create(job_, shard_, context_.get(), &so.curve));
+  admission_ = std::make_unique<Admission>(shard_, job_, clocks_, workers_, *access_, agreement_,
+                                           started_clock_);
+  // A good worker has at most client.max_in_flight requests, each with one
+  // reply, per connection (Validate: socket_hwm is more); a reply to a
+  // connection past it fails to send, so it is counted and logged instead
+  // of vanishing.
+  so.send_hwm = static_cast<int>(job_.server.socket_hwm);
+  so.recv_hwm = static_cast<int>(job_.server.socket_hwm);
+  so.router_mandatory = true;
+  // A connection that never finishes its handshake (a socket that sends
+  // nothing) holds a descriptor and a place under max_connections: not
+  // for long.
+  so.handshake_ivl_ms = kHandshakeTimeoutMs;
+  PS_ASSIGN_OR_RETURN(max_connections_, MaxConnections(job_, shard_));
+  PS_ASSIGN_OR_RETURN(socket_, Socket::Create(context_.get(), SocketType::kRouter, so));
+  PS_ASSIGN_OR_RETURN(accept_monitor_,
+                      ConnectionMonitor::CreateForAccepts(context_.get(), socket_.get()));
+  return Status::Ok();
+}
+
+Status ShardServer::BindSocket(const std::string& bind_endpoint, BackupServer::State* promoted) {
+  // The job's own address unless the caller names another (--bind, tests).
+  std::string endpoint = bind_endpoint;
+  const std::string entry = "cluster.servers[" + std::to_string(shard_) + "]";
+  const std::string& address = job_.cluster.servers[shard_];
+  if (endpoint.empty() && promoted != nullptr) {
+    // A promoted backup serves where it kept its copy: its replica's
+    // address, which it just gave up as a backup. The workers find it there.
+    PS_ASSIGN_OR_RETURN(const HostPort host_port, ReplicaAddress(job_, shard_, promoted->slot));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job_.cluster.bind == BindMode::kAll));
+  } else if (endpoint.empty()) {
+    PS_ASSIGN_OR_RETURN(const HostPort host_port, ServerAddress(job_, shard_));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(host_port, job_.cluster.bind == BindMode::kAll));
+  }
+  Status bound = socket_->Bind(endpoint);
+  // A promoted backup binds the port its backup socket just closed, which
+  // ZeroMQ's I/O thread may not have released yet.
+  const auto bind_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
+         std::chrono::steady_clock::now() < bind_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bound = socket_->Bind(endpoint);
+  }
+  if (!bound.ok()) {
+    if (bound.code() == StatusCode::kUnavailable && bind_endpoint.empty()) {
+      // EADDRINUSE: the port is taken on this host (Unavailable: it may
+      // be free again later).
+      return UnavailableError(
+          InvalidOption(job_.source, entry,
+                        Quote(address) + ": shard " + std::to_string(shard_) +
+                            " cannot listen there (" + bound.message() + ")",
+                        "a port no other program on this host uses: is another ps_server (or "
+                        "program) using it? Stop it or change this entry")
+              .message());
+    }
+    return bound.WithContext("shard " + std::to_string(shard_) +
+                             ": is another ps_server (or program) using this port? Stop it or "
+                             "change " +
+                             (bind_endpoint.empty() ? entry : "the bind endpoint"));
+  }
+  return Status::Ok();
 }
 
 Status ShardServer::Run() {
@@ -473,43 +491,6 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-int64_t ShardServer::JobClockBase() const {
-  // A worker's clock is known here once this process accepted a CLOCK or
-  // resume of it; before, it may be anywhere at or above what the shard
-  // holds (a shard restored from a checkpoint, promoted, or started again
-  // without one; CLOCKs still in flight).
-  int64_t synced = kMaxClock;
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (workers_[w].clock_synced && clocks_.counted(w)) synced = std::min(synced, clocks_.clock(w));
-  }
-  return synced == kMaxClock ? kMaxClock : std::max(synced, clocks_.min_clock());
-}
-
-int64_t ShardServer::LeadCeiling() const {
-  const int64_t base = JobClockBase();
-  if (base == kMaxClock || bound_ == kUnboundedStaleness) return kMaxClock;
-  // A worker's pull at clock c waits here only after its pulls below c
-  // were answered by every shard it read, so c <= the job's clock +
-  // bound + 1; this shard may not have heard yet the CLOCKs of the others
-  // that let them be answered elsewhere: at most their requests in flight.
-  return base + bound_ + 1 + job_.client.max_in_flight;
-}
-
-Status ShardServer::CheckSumClock(const MessageHeader& req) const {
-  const int64_t ceiling = LeadCeiling();
-  if (req.clock <= ceiling) return Status::Ok();
-  return FailedPreconditionError(
-      "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
-      " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock) +
-      " refused: under bsp with aggregate a push is summed into its clock, and no worker pushes "
-      "for a clock above " + std::to_string(ceiling) + " (the job's clock " +
-      std::to_string(JobClockBase()) + " + 1 + client.max_in_flight " +
-      std::to_string(job_.client.max_in_flight) + "); nothing changed (the shard holds sums for " +
-      std::to_string(store_->sum_clocks()) + " clocks, " + std::to_string(store_->sum_bytes()) +
-      " bytes). Is this request really from this job's worker " + std::to_string(req.worker) +
-      "?");
-}
-
 void ShardServer::LogRequestRefusal(const Frame& first_frame, const char* kind,
                                     const std::string& why) {
   std::string peer = first_frame.Property("User-Id");
@@ -542,111 +523,39 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
   // Kept aside: a parked pull takes request_ (and req with it) away.
   const Op op = req.op;
-  // Under curve the sender is who its key says, whatever the header claims;
-  // a refused request changes nothing, not even the liveness of the worker
-  // it names.
-  if (Status allowed = access_->Check(body[0], req); !allowed.ok()) {
-    ++counters_.errors;
-    LogRequestRefusal(body[0], "refused", allowed.message());
-    Reply(routing_id, MakeErrorHeader(req, shard_, allowed));
-    return op;
-  }
-  const bool fenced = Fenced();
-  if (req.op == Op::kPrimary) {
-    // A client looking for the shard's primary (its connection to another
-    // replica dropped): this one serves, at epoch(), unless it is fenced.
-    MessageHeader reply = ReplyHeader(req);
-    reply.flags = fenced ? 0 : kFlagServing;
-    Reply(routing_id, reply);
-    return op;
-  }
-  if (fenced && req.worker != kControlWorker) {
-    // Its etcd lease may have lapsed: another replica may hold the shard.
-    // The worker is alive (nothing else of its state changes here).
-    WorkerState& sender = req.worker == kEvaluatorWorker ? evaluator_ : workers_[req.worker];
-    sender.last_seen = clock_->Now();
-    sender.heard = true;
-    ++counters_.errors;
-    ++counters_.fenced_refusals;
-    MessageHeader error = FencedError(req);
-    uint64_t held_back = 0;
-    if (fenced_log_.ShouldLog(&held_back)) {
-      PS_LOG_WARN("shard {}: fenced (its etcd lease may have lapsed): refusing {} of worker {}",
-                  shard_, OpName(req.op), req.worker);
-    }
-    Reply(routing_id, error);
-    return op;
-  }
-  if (req.op == Op::kHello) {
-    // A worker of another job (or another version of this one) is refused
-    // before it counts as one of this job's workers.
-    Status agreed = CompareAgreement(
-        agreement_, req.text, "shard " + std::to_string(shard_) + " (" + job_.cluster.servers[shard_] + ")",
-        "worker " + std::to_string(req.worker));
-    if (!agreed.ok()) {
-      ++counters_.errors;
-      if (!workers_[req.worker].refused) {
-        workers_[req.worker].refused = true;
-        PS_LOG_ERROR("shard {}: refused worker {}: {}", shard_, req.worker, agreed.message());
-      }
-      Reply(routing_id, MakeErrorHeader(req, shard_, agreed));
+  Admission::Verdict verdict = admission_->Check(body[0], req, clock_->Now(), Fenced(), failed_);
+  switch (verdict.action) {
+    case Admission::Verdict::Action::kRefuse:
+      Refuse(routing_id, body[0], req, verdict);
+      return op;
+    case Admission::Verdict::Action::kAnswerPrimary: {
+      // This replica serves, at epoch(), unless it is fenced.
+      MessageHeader reply = ReplyHeader(req);
+      reply.flags = Fenced() ? 0 : kFlagServing;
+      Reply(routing_id, reply);
       return op;
     }
-  }
-  if (req.worker == kEvaluatorWorker) {
-    // It holds no clock: only its liveness changes here.
-    evaluator_.last_seen = clock_->Now();
-    evaluator_.heard = true;
-    if (evaluator_.dead) {
-      PS_LOG_INFO("shard {}: the evaluator is back", shard_);
-      evaluator_.dead = false;
-    }
-    if (!failed_.ok()) {
-      ++counters_.errors;
-      Reply(routing_id, MakeErrorHeader(req, shard_, failed_));
-      return op;
-    }
-  } else if (req.worker != kControlWorker) {
-    // Checked before the worker counts as heard from: a refused request
-    // changes nothing, not even the worker's liveness, and a worker that
-    // left comes back only by HELLO. A beat of the heartbeat thread may
-    // overtake the worker's goodbye on its way here: it is answered and
-    // never brings the worker back.
-    WorkerState& sender = workers_[req.worker];
-    const bool beat = req.op == Op::kHeartbeat && (req.flags & kFlagBeat) != 0;
-    // A worker that left may still read the model; nothing else of it
-    // changes the shard, and it counts again only after a HELLO.
-    const bool reads_after_leaving = sender.left && (beat || req.op == Op::kPull);
-    Status refused = failed_;
-    if (refused.ok() && sender.left && !reads_after_leaving && req.op != Op::kHello) {
-      refused = FailedPreconditionError(
-          "shard " + std::to_string(shard_) + ": worker " + std::to_string(req.worker) +
-          " left the job (its goodbye came, or it was dropped); its " + OpName(req.op) +
-          " request " + std::to_string(req.request_id) +
-          " is refused and nothing changed: a worker rejoins only by HELLO (restart it); it may "
-          "still pull");
-    }
-    if (refused.ok()) {
-      refused = CheckClock(req);
-      if (!refused.ok()) ++counters_.refused_clocks;
-    }
-    if (!refused.ok()) {
-      ++counters_.errors;
-      if (refused.code() != StatusCode::kAborted) {
-        LogRequestRefusal(body[0], "refused", refused.message());
-      }
-      Reply(routing_id, MakeErrorHeader(req, shard_, refused));
-      return op;
-    }
-    if (reads_after_leaving) {
-      sender.last_seen = clock_->Now();
-      sender.heard = true;
-    } else {
+    case Admission::Verdict::Action::kServeAndTouch:
       Touch(req.worker);
-    }
+      break;
+    case Admission::Verdict::Action::kServe:
+      break;
   }
   DispatchHeldForBackups(frames, op);
   return op;
+}
+
+void ShardServer::Refuse(Frame& routing_id, const Frame& first_frame, const MessageHeader& req,
+                         const Admission::Verdict& verdict) {
+  ++counters_.errors;
+  if (verdict.refusal == Admission::Refusal::kClock) ++counters_.refused_clocks;
+  if (verdict.refusal == Admission::Refusal::kFenced) {
+    ++counters_.fenced_refusals;
+    Reply(routing_id, FencedError(req));
+    return;
+  }
+  if (verdict.log) LogRequestRefusal(first_frame, "refused", verdict.status.message());
+  Reply(routing_id, MakeErrorHeader(req, shard_, verdict.status));
 }
 
 void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
@@ -660,180 +569,13 @@ void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
   }
 }
 
-bool ShardServer::PushMustWait(int64_t clock) const {
-  // The minimum itself, not JobClockBase: waiting costs an honest push
-  // only time (a restored shard's resumed workers wait for the others
-  // anyway), and no identity can make a sum for a clock beyond the next.
-  return clock > clocks_.min_clock() + 1;
-}
-
-void ShardServer::ParkPush(std::vector<Frame>& frames) {
-  const MessageHeader& req = request_.header;
-  const uint32_t waiting = waiting_.connection_count(frames[0].view());
-  uint64_t bytes = 0;
-  for (size_t i = 1; i < frames.size(); ++i) bytes += frames[i].size();
-  if (waiting >= job_.server.max_waiting_pulls_per_worker ||
-      waiting_.push_bytes() + bytes > max_queued_reply_bytes_) {
-    ++counters_.errors;
-    ++counters_.pulls_refused_waiting;
-    Status refused = ResourceExhaustedError(
-        "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
-        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: it would wait for the job's clock " + std::to_string(clocks_.min_clock()) +
-        " to reach it, and " +
-        (waiting >= job_.server.max_waiting_pulls_per_worker
-             ? "its connection has " + std::to_string(waiting) +
-                   " requests waiting already (server.max_waiting_pulls_per_worker)"
-             : std::to_string(waiting_.push_bytes()) + " bytes of pushes wait already "
-                                                       "(server.max_queued_reply_bytes)") +
-        "; wait for their replies before sending more");
-    LogRequestRefusal(frames[1], "refused", refused.message());
-    Reply(frames[0], MakeErrorHeader(req, shard_, refused));
-    return;
-  }
-  ++counters_.parked_pushes;
-  waiting_.AddPush({std::move(frames), std::move(request_), clock_->Now()});
-  request_ = Request();
-}
-
-void ShardServer::ReplayParkedPushes() {
-  replay_due_ = false;
-  const bool all = WorkersGone() || !failed_.ok();
-  for (WaitingRequests::Waiting& parked : waiting_.TakePushes([&](const auto& w) {
-         return all || !PushMustWait(w.request.header.clock);
-       })) {
-    if (!failed_.ok()) {
-      ++counters_.errors;
-      Reply(parked.frames[0], MakeErrorHeader(parked.request.header, shard_, failed_));
-      continue;
-    }
-    request_ = std::move(parked.request);
-    DispatchHeldForBackups(parked.frames, Op::kPush);
-  }
-}
-
 void ShardServer::Dispatch(std::vector<Frame>& frames) {
   Frame& routing_id = frames[0];
-  const std::span<const Frame> body(frames.data() + 1, frames.size() - 1);
   const MessageHeader& req = request_.header;
   MessageHeader reply = ReplyHeader(req);
   switch (req.op) {
     case Op::kPush:
-      ++counters_.pushes;
-      if (!recent_pushes_.Insert(req.worker, req.session, req.request_id)) {
-        // Sent again after a dropped connection; the first copy was applied.
-        ++counters_.repeated_pushes;
-        PS_LOG_DEBUG("shard {}: PUSH request {} from worker {} came again; acknowledged, not "
-                     "applied twice",
-                     shard_, req.request_id, req.worker);
-        if (const int64_t clock = SummedInto(req.worker, req.session, req.request_id);
-            clock >= 0) {
-          // Its first copy waits in a sum the backups do not have yet.
-          HoldForSums(clock, routing_id, reply);
-          return;
-        }
-        Reply(routing_id, reply);
-        return;
-      }
-      if (job_.consistency.aggregate) {
-        if (Status bounded = CheckSumClock(req); !bounded.ok()) {
-          recent_pushes_.Forget(req.worker, req.session, req.request_id);
-          ++counters_.errors;
-          ++counters_.refused_sum_clocks;
-          LogRequestRefusal(body[0], "refused", bounded.message());
-          Reply(routing_id, MakeErrorHeader(req, shard_, bounded));
-          return;
-        }
-        if (PushMustWait(req.clock)) {
-          // Summed once the job's clock reaches it: the sums cover the
-          // job's clock and the next only. Counted as new when it comes
-          // back (a copy sent again meanwhile is recognised then).
-          recent_pushes_.Forget(req.worker, req.session, req.request_id);
-          ParkPush(frames);
-          return;
-        }
-      }
-      // Served metrics only: the hottest rows cost nothing when none are.
-      if (metrics_endpoint_ != nullptr && !request_.keys.empty()) {
-        hot_rows_.Add(req.table, request_.keys);
-      }
-      if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
-        // Summed into its clock; the backups get the sum once, when it is
-        // applied (MinClockAdvanced), and the acknowledgement waits for it.
-        std::vector<uint64_t>& ids = summed_pushes_[req.clock];
-        ids.insert(ids.end(), {req.worker, req.session, req.request_id});
-        store_->Accumulate(request_, req.clock);
-        HoldForSums(req.clock, routing_id, reply);
-        return;
-      }
-      // Under replication after aggregation, a push of a clock already
-      // applied (sent again to a promoted backup whose primary died before
-      // replicating that clock's sums) goes to the backups on its own, as
-      // below: held for the next clock's sums, it could wait for a Clock()
-      // its worker sends only once it is acknowledged.
-
-      if (clocks_.backups() && !clocks_.Admit(req.worker, req.clock)) {
-        // consistency.backup_workers: the clock's update is (or will be)
-        // the mean of other workers' gradients. Acknowledged, and dropped.
-        reply.flags |= kFlagLate;
-        Reply(routing_id, reply);
-        replication_->Late(req.worker, req.clock, req.session, req.request_id);
-        ++counters_.late_pushes;
-        const uint64_t late = ++workers_[req.worker].late_pushes;
-        uint64_t skipped = 0;
-        if (late_log_.ShouldLog(&skipped)) {
-          PS_LOG_INFO("shard {}: worker {}'s push of clock {} came after {} of the {} workers' "
-                      "gradients of that clock (consistency.backup_workers {}; the job is at "
-                      "clock {}): dropped, its {} late push{} here{}",
-                      shard_, req.worker, req.clock, clocks_.quorum(), clocks_.num_workers(),
-                      job_.consistency.backup_workers, clocks_.min_clock(), late,
-                      late == 1 ? "" : "es", HeldBack(skipped));
-        }
-        return;
-      }
-      if (job_.consistency.aggregate) {
-        // Summed into its clock (never one already applied) and applied
-        // with the others' when the last worker finishes that clock; the
-        // sum cannot fail, so the acknowledgement goes first.
-        Reply(routing_id, reply);
-        // The backups add it while this shard does.
-        const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
-        replication_->Push(body, sum_clock, /*accumulate=*/true);
-        store_->Accumulate(request_, sum_clock);
-        return;
-      }
-      if (store_->PushProvenFinite(request_, clocks_.min_clock())) {
-        // Acknowledge first, then apply: the push was fully checked, the
-        // apply cannot fail (kFlag, or bounds that rule out a result that
-        // is not finite), and this thread applies it before reading any
-        // later request, so no reader can see the state without it. The
-        // worker's next message travels while the apply runs, and the
-        // backups get the push before it (it cannot fail), so theirs runs
-        // at the same time.
-        Reply(routing_id, reply);
-        replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
-        Status applied = store_->ApplyPush(request_, clocks_.min_clock());
-        if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
-        if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
-          ReportNonFinite("applied (server.on_non_finite_result: flag)");
-        }
-        return;
-      }
-      // Refused when a result is not finite: the reply waits for the apply.
-      if (Status applied = store_->ApplyPush(request_, clocks_.min_clock()); !applied.ok()) {
-        recent_pushes_.Forget(req.worker, req.session, req.request_id);
-        ++counters_.errors;
-        ++counters_.refused_results;
-        Status refused = applied.WithContext("shard " + std::to_string(shard_) + ": PUSH request " +
-                                             std::to_string(req.request_id) + " from worker " +
-                                             std::to_string(req.worker) + " at clock " +
-                                             std::to_string(req.clock));
-        ReportNonFinite("refused (server.on_non_finite_result: refuse): " + refused.message());
-        Reply(routing_id, MakeErrorHeader(req, shard_, refused));
-        return;
-      }
-      replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
-      Reply(routing_id, reply);
+      HandlePush(frames, reply);
       return;
     case Op::kPull:
       if (!PullReady(req)) {
@@ -853,44 +595,9 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       if (advanced) MinClockAdvanced();
       return;
     }
-    case Op::kHeartbeat: {
-      if (req.worker == kEvaluatorWorker) {
-        // A beat, or its goodbye after its last evaluation.
-        if ((req.flags & kFlagLeaving) != 0 && !evaluator_.left) {
-          evaluator_.left = true;
-          PS_LOG_INFO("shard {}: the evaluator left the job", shard_);
-          StopWhenWorkersGone();
-        }
-        reply.min_clock = clocks_.min_clock();
-        Reply(routing_id, reply);
-        return;
-      }
-      bool advanced = false;
-      if (req.flags & kFlagResume) {
-        // The worker's connection came back: it is at clock req.clock.
-        ++counters_.resumes;
-        HeardClock(req.worker, req.clock);
-        if (req.clock > 0) {
-          advanced = clocks_.Finish(req.worker, req.clock - 1);
-          replication_->Finish(req.worker, req.clock - 1);
-        }
-      }
-      if (req.flags & kFlagLeaving) {
-        workers_[req.worker].left = true;
-        advanced = clocks_.Exclude(req.worker);
-        replication_->Exclude(req.worker);
-        PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
-                    clocks_.clock(req.worker));
-        StopWhenWorkersGone();
-      }
-      workers_[req.worker].cache_hits = req.cache_hits;
-      workers_[req.worker].cache_misses = req.cache_misses;
-      reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
-      reply.min_clock = clocks_.min_clock();
-      Reply(routing_id, reply);
-      if (advanced) MinClockAdvanced();
+    case Op::kHeartbeat:
+      HandleHeartbeat(routing_id, reply);
       return;
-    }
     case Op::kHello:
       // The rendezvous: the worker resumes at the clock this shard holds
       // for it (0 in a new job, the minimum for a dropped worker).
@@ -905,32 +612,9 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
     case Op::kCheckpoint:
       HandleCheckpoint(routing_id, req);
       return;
-    case Op::kMembership: {
-      // The authority (ps_launch) says a backup is gone (stop waiting for
-      // it; what it held back is answered as the others acknowledge) or
-      // joins (send it a copy, then the log).
-      const auto replica = static_cast<uint32_t>(req.count);
-      const auto epoch = static_cast<int64_t>(req.first_row);
-      Status changed =
-          req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
-          : req.flags == kMembershipAddBackup
-              ? replication_->Join(replica, epoch, store_.get(), clocks_,
-                                   sums_replicated_ ? ReplicatedPushes() : recent_pushes_,
-                                   /*copy_sums=*/!sums_replicated_)
-              : FailedPreconditionError("shard " + std::to_string(shard_) +
-                                        " is the primary already; only a backup is promoted");
-      if (!changed.ok()) {
-        ++counters_.errors;
-        Reply(routing_id, MakeErrorHeader(req, shard_, changed));
-        return;
-      }
-      PS_LOG_WARN("shard {}: epoch {}: backup {} {}; {} backups ({})", shard_,
-                  replication_->epoch(), replica,
-                  req.flags == kMembershipAddBackup ? "joins" : "is gone",
-                  replication_->sockets().size(), replication_->Describe());
-      Reply(routing_id, reply);
+    case Op::kMembership:
+      HandleMembership(routing_id, reply);
       return;
-    }
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
                   req.worker == kControlWorker ? std::string("a control client")
@@ -941,6 +625,72 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
     default:
       return;  // DecodeRequest admits no other op
   }
+}
+
+void ShardServer::HandleHeartbeat(Frame& routing_id, MessageHeader& reply) {
+  const MessageHeader& req = request_.header;
+  if (req.worker == kEvaluatorWorker) {
+    // A beat, or its goodbye after its last evaluation.
+    if ((req.flags & kFlagLeaving) != 0 && !workers_.evaluator().left) {
+      workers_.evaluator().left = true;
+      PS_LOG_INFO("shard {}: the evaluator left the job", shard_);
+      StopWhenWorkersGone();
+    }
+    reply.min_clock = clocks_.min_clock();
+    Reply(routing_id, reply);
+    return;
+  }
+  bool advanced = false;
+  if (req.flags & kFlagResume) {
+    // The worker's connection came back: it is at clock req.clock.
+    ++counters_.resumes;
+    HeardClock(req.worker, req.clock);
+    if (req.clock > 0) {
+      advanced = clocks_.Finish(req.worker, req.clock - 1);
+      replication_->Finish(req.worker, req.clock - 1);
+    }
+  }
+  WorkerState& worker = workers_.worker(req.worker);
+  if (req.flags & kFlagLeaving) {
+    worker.left = true;
+    advanced = clocks_.Exclude(req.worker);
+    replication_->Exclude(req.worker);
+    PS_LOG_INFO("shard {}: worker {} left the job at clock {}", shard_, req.worker,
+                clocks_.clock(req.worker));
+    StopWhenWorkersGone();
+  }
+  worker.cache_hits = req.cache_hits;
+  worker.cache_misses = req.cache_misses;
+  reply.clock = clocks_.clock(req.worker);  // where a rejoining worker resumes
+  reply.min_clock = clocks_.min_clock();
+  Reply(routing_id, reply);
+  if (advanced) MinClockAdvanced();
+}
+
+void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply) {
+  // The authority (ps_launch) says a backup is gone (stop waiting for it;
+  // what it held back is answered as the others acknowledge) or joins
+  // (send it a copy, then the log).
+  const MessageHeader& req = request_.header;
+  const auto replica = static_cast<uint32_t>(req.count);
+  const auto epoch = static_cast<int64_t>(req.first_row);
+  Status changed =
+      req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
+      : req.flags == kMembershipAddBackup
+          ? replication_->Join(replica, epoch, store_.get(), clocks_,
+                               sums_replicated_ ? ReplicatedPushes() : recent_pushes_,
+                               /*copy_sums=*/!sums_replicated_)
+          : FailedPreconditionError("shard " + std::to_string(shard_) +
+                                    " is the primary already; only a backup is promoted");
+  if (!changed.ok()) {
+    ++counters_.errors;
+    Reply(routing_id, MakeErrorHeader(req, shard_, changed));
+    return;
+  }
+  PS_LOG_WARN("shard {}: epoch {}: backup {} {}; {} backups ({})", shard_, replication_->epoch(),
+              replica, req.flags == kMembershipAddBackup ? "joins" : "is gone",
+              replication_->sockets().size(), replication_->Describe());
+  Reply(routing_id, reply);
 }
 
 MessageHeader ShardServer::FencedError(const MessageHeader& req) const {
@@ -1035,7 +785,7 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
   const uint32_t parked = waiting_.connection_count(frames[0].view());
   const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
-  const int64_t ceiling = LeadCeiling();
+  const int64_t ceiling = admission_->LeadCeiling();
   Status refused;
   if (req.worker != kEvaluatorWorker && req.clock > ceiling) {
     // No worker gets there (LeadCeiling).
@@ -1043,7 +793,7 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
     refused = FailedPreconditionError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
         " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: the job is at clock " + std::to_string(JobClockBase()) +
+        " refused: the job is at clock " + std::to_string(admission_->JobClockBase()) +
         " and no worker's pull waits for a clock above " + std::to_string(ceiling) +
         " (the staleness bound + 1 + client.max_in_flight above it); nothing changed. Is this "
         "request really from this job's worker?");
@@ -1130,7 +880,7 @@ void ShardServer::ReleaseWaitingPulls() {
   // The pulls of the lowest clocks, as far as the minimum allows, answered
   // in arrival order; the evaluator's once the minimum reaches their clock
   // (or at once, for the final model, when every worker is gone).
-  const bool final_model = WorkersGone();
+  const bool final_model = workers_.AllGone();
   const Clock::TimePoint now = clock_->Now();
   for (WaitingRequests::Waiting& w : waiting_.TakeReadyPulls(
            [&](int64_t clock) { return clocks_.PullReady(clock, bound_); },
@@ -1201,16 +951,15 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
   const LivenessOptions& liveness = job_.liveness;
   if (liveness.heartbeat_ms == 0) return;
   const auto timeout = std::chrono::milliseconds(liveness.timeout_ms);
-  if (job_.cluster.evaluator && !evaluator_.dead && !evaluator_.left &&
-      now - evaluator_.last_seen >= timeout) {
+  if (job_.cluster.evaluator && workers_.evaluator().SilentPast(now, timeout)) {
     // Training never waits for the evaluator: its death costs only the
     // evaluations it did not make.
-    evaluator_.dead = true;
+    workers_.evaluator().dead = true;
     PS_LOG_WARN("shard {}: the evaluator is dead: {}; training goes on without it", shard_,
-                evaluator_.heard
+                workers_.evaluator().heard
                     ? "nothing heard from it for " +
                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now - evaluator_.last_seen)
+                                             now - workers_.evaluator().last_seen)
                                              .count()) +
                           " ms (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) + ")"
                     : std::string("it never connected since the shard started (is ps_worker "
@@ -1218,8 +967,8 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
     StopWhenWorkersGone();
   }
   for (uint32_t w = 0; w < workers_.size(); ++w) {
-    WorkerState& worker = workers_[w];
-    if (worker.dead || worker.left || now - worker.last_seen < timeout) continue;
+    WorkerState& worker = workers_.worker(w);
+    if (!worker.SilentPast(now, timeout)) continue;
     worker.dead = true;
     const auto silent =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - worker.last_seen).count();
@@ -1258,7 +1007,7 @@ void ShardServer::CheckLiveness(Clock::TimePoint now) {
 }
 
 void ShardServer::Touch(uint32_t worker) {
-  WorkerState& w = workers_[worker];
+  WorkerState& w = workers_.worker(worker);
   w.last_seen = clock_->Now();
   w.heard = true;
   if (!w.dead && !w.left) return;
@@ -1273,25 +1022,17 @@ void ShardServer::Touch(uint32_t worker) {
 }
 
 void ShardServer::WorkerLeft(uint32_t worker) {
-  workers_[worker].left = true;
+  workers_.worker(worker).left = true;
   clocks_.Exclude(worker);
   replication_->Exclude(worker);
   PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
   StopWhenWorkersGone();
 }
 
-bool ShardServer::WorkersGone() const {
-  return std::all_of(workers_.begin(), workers_.end(),
-                     [](const WorkerState& w) { return w.left || w.dead; });
-}
-
 void ShardServer::StopWhenWorkersGone() {
-  if (!job_.server.exit_when_workers_leave || !WorkersGone()) return;
-  std::string dropped;
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (workers_[w].dead) dropped += (dropped.empty() ? "" : ", ") + std::to_string(w);
-  }
-  if (job_.cluster.evaluator && !evaluator_.left && !evaluator_.dead) {
+  if (!job_.server.exit_when_workers_leave || !workers_.AllGone()) return;
+  const std::string dropped = workers_.Ranks([](const WorkerState& w) { return w.dead; }, ", ");
+  if (job_.cluster.evaluator && !workers_.evaluator().left && !workers_.evaluator().dead) {
     // Its last evaluation reads the final model: the clocks it waits for
     // will not come (PullReady).
     ReleaseWaitingPulls();
@@ -1302,110 +1043,21 @@ void ShardServer::StopWhenWorkersGone() {
     }
     return;
   }
-  PS_LOG_INFO("shard {}: every worker has left the job{}{}; the shard exits "
-              "(server.exit_when_workers_leave: false keeps it serving)",
-              shard_, dropped.empty() ? "" : " (dead: " + dropped + ")",
-              !job_.cluster.evaluator ? ""
-              : evaluator_.dead       ? ", and the evaluator is dead"
-                                      : ", and so has the evaluator");
+  PS_LOG_INFO(
+      "shard {}: every worker has left the job{}{}; the shard exits "
+      "(server.exit_when_workers_leave: false keeps it serving)",
+      shard_, dropped.empty() ? "" : " (dead: " + dropped + ")",
+      !job_.cluster.evaluator     ? ""
+      : workers_.evaluator().dead ? ", and the evaluator is dead"
+                                  : ", and so has the evaluator");
   // Under policy fail a dead worker failed the job: the exit says so.
   exit_status_ = failed_;
   Stop();
 }
 
-Status ShardServer::CheckClock(const MessageHeader& req) {
-  WorkerState& w = workers_[req.worker];
-  const bool resume = req.op == Op::kHeartbeat && (req.flags & kFlagResume) != 0;
-  if (req.op == Op::kHello) {
-    if (req.target_clock > 0) w.target_clock = req.target_clock;
-    // A worker process (re)starting: it resumes at the largest clock any
-    // shard answers, which may be above this shard's by CLOCKs it sent
-    // before it stopped that never arrived here (RejoinWindow).
-    w.rejoining = true;
-    return Status::Ok();
-  }
-  if (req.op != Op::kPush && req.op != Op::kPull && req.op != Op::kClock && !resume) {
-    return Status::Ok();  // a beat or a goodbye: its clock changes nothing
-  }
-  // Every request may carry at most the clock held (a CLOCK of it is the
-  // next one; a resume at it changes nothing), or up to the window above
-  // it until this shard process first heard the worker's clock: once per
-  // worker, not per connection (a client that reconnects sends again, in
-  // order, every request not acknowledged, so its clocks follow the held
-  // one), and after a HELLO only as far as the job's clock allows.
-  // With backup workers a worker left behind continues at the job's
-  // clock (Client::CatchUp).
-  const int64_t held = clocks_.backups()
-                           ? std::max(clocks_.clock(req.worker), clocks_.min_clock())
-                           : clocks_.clock(req.worker);
-  const std::string what = OpName(req.op) + (resume ? " (resume)" : "") + " request " +
-                           std::to_string(req.request_id) + " from worker " +
-                           std::to_string(req.worker) + " at clock " + std::to_string(req.clock);
-  const int64_t allowed = !w.clock_synced ? resume_window_ : w.rejoining ? RejoinWindow(held) : 0;
-  if (req.clock - held > allowed) {
-    std::string rule;
-    if (w.clock_synced && w.rejoining) {
-      rule = "a worker that starts again (HELLO) resumes at most " + std::to_string(allowed) +
-             " clocks above the clock this shard holds for it, as far as the job's clock " +
-             std::to_string(JobClockBase()) + ", its staleness and client.max_in_flight allow";
-    } else if (w.clock_synced) {
-      rule = req.op == Op::kClock
-                 ? "a worker finishes one clock per CLOCK: the next is clock " +
-                       std::to_string(held) + " and lower ones are repeats"
-                 : "a worker's requests carry its clock, and its CLOCKs have brought it to " +
-                       std::to_string(held) + " here";
-    } else {
-      rule = "this shard has not heard the worker's clock since it started at clock " +
-             std::to_string(started_clock_) +
-             ", and the first clock it accepts then is at most " + std::to_string(held) + " + " +
-             std::to_string(resume_window_) + " (server.max_resume_clocks" +
-             (job_.server.max_resume_clocks == 0 ? ", derived from the job" : "") + ")";
-    }
-    return FailedPreconditionError(
-        "shard " + std::to_string(shard_) + ": " + what + " refused: this shard holds clock " +
-        std::to_string(held) + " for worker " + std::to_string(req.worker) + ", and " + rule +
-        "; nothing changed. Is this request really from this job's worker " +
-        std::to_string(req.worker) +
-        "? If that worker is this far ahead (e.g. checkpoints failed for a while), restart the "
-        "job from its checkpoints (ps_launch --resume) or raise server.max_resume_clocks");
-  }
-  if (req.op == Op::kClock && req.clock >= kMaxClock) {
-    return InvalidArgumentError(what + ": the clock after it would be above 2^62, the largest "
-                                "clock a request may carry");
-  }
-  if (req.op == Op::kClock || resume) {
-    w.clock_synced = true;
-    w.rejoining = false;
-  }
-  return Status::Ok();
-}
-
-int64_t ShardServer::RejoinWindow(int64_t held) const {
-  // Under bsp and ssp a worker's clock is at most LeadCeiling() (its pull
-  // there waits), and one CLOCK more may have been on its way here when it
-  // stopped; under asp (a ceiling of kMaxClock) the whole window.
-  const int64_t ceiling = LeadCeiling();
-  if (ceiling >= kMaxClock) return resume_window_;
-  return std::min(resume_window_, std::max<int64_t>(1, ceiling + 1 - held));
-}
-
-void ShardServer::ReportNonFinite(const std::string& what) {
-  for (uint32_t t = 0; t < non_finite_logged_.size(); ++t) {
-    if (non_finite_logged_[t] ||
-        store_->non_finite_rows(t) + store_->refused_rows(t) == 0) {
-      continue;
-    }
-    non_finite_logged_[t] = true;
-    PS_LOG_WARN("shard {}: table '{}': an update whose result is not finite (a value or "
-                "optimizer state overflowed to Inf or became NaN) was {}; STATS counts such rows "
-                "(non_finite_rows applied, refused_rows refused), and this is logged once per table",
-                shard_, job_.tables[t].name, what);
-  }
-}
-
 void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
-  if (workers_[worker].heard_clock) return;
-  workers_[worker].heard_clock = true;
+  if (workers_.worker(worker).heard_clock) return;
+  workers_.worker(worker).heard_clock = true;
   if (clock <= started_clock_) return;
   const int64_t lost = clock - started_clock_;
   lost_clocks_ = std::max(lost_clocks_, lost);
@@ -1448,10 +1100,10 @@ std::string ShardServer::StatsReport() const {
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
   os << "\n";
   os << "worker_targets";
-  for (const WorkerState& w : workers_) os << " " << w.target_clock;
+  for (const WorkerState& w : workers_.workers()) os << " " << w.target_clock;
   os << "\n";
   os << "worker_silent_ms";
-  for (const WorkerState& w : workers_) {
+  for (const WorkerState& w : workers_.workers()) {
     os << " " << std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count();
   }
   os << "\n";
@@ -1459,7 +1111,7 @@ std::string ShardServer::StatsReport() const {
     os << "backup_workers " << job_.consistency.backup_workers << " quorum " << clocks_.quorum()
        << " late_pushes " << counters_.late_pushes << "\n";
     os << "worker_late_pushes";
-    for (const WorkerState& w : workers_) os << " " << w.late_pushes;
+    for (const WorkerState& w : workers_.workers()) os << " " << w.late_pushes;
     os << "\n";
   }
   os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
@@ -1467,7 +1119,7 @@ std::string ShardServer::StatsReport() const {
      << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
      << "\n";
   os << "refused refused_clocks " << counters_.refused_clocks << " refused_results "
-     << counters_.refused_results << " max_resume_clocks " << resume_window_
+     << counters_.refused_results << " max_resume_clocks " << admission_->resume_window()
      << " refusals_not_logged " << counters_.refusals_not_logged << " refused_sum_clocks "
      << counters_.refused_sum_clocks << "\n";
   os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes()
@@ -1490,7 +1142,7 @@ std::string ShardServer::StatsReport() const {
   }
   os << "cache_hit_rate";
   for (uint32_t w = 0; w < workers_.size(); ++w) {
-    const uint64_t hits = workers_[w].cache_hits, misses = workers_[w].cache_misses;
+    const uint64_t hits = workers_.worker(w).cache_hits, misses = workers_.worker(w).cache_misses;
     os << " " << w << ":";
     if (hits + misses == 0) {
       os << "-";
@@ -1499,23 +1151,16 @@ std::string ShardServer::StatsReport() const {
     }
   }
   os << "\n";
-  os << "dead_workers";
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (workers_[w].dead) os << " " << w;
+  for (const auto& [name, dead] : {std::pair{"dead_workers", true}, {"left_workers", false}}) {
+    const std::string ranks =
+        workers_.Ranks([dead](const WorkerState& w) { return dead ? w.dead : w.left; });
+    os << name << (ranks.empty() ? "" : " ") << ranks << "\n";
   }
-  os << "\nleft_workers";
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (workers_[w].left) os << " " << w;
-  }
-  os << "\n";
   if (job_.cluster.evaluator) {
-    os << "evaluator "
-       << (evaluator_.left   ? "left"
-           : evaluator_.dead ? "dead"
-           : evaluator_.heard ? "reading"
-                              : "starting")
-       << " silent_ms "
-       << std::chrono::duration_cast<std::chrono::milliseconds>(now - evaluator_.last_seen).count()
+    os << "evaluator " << workers_.EvaluatorState() << " silent_ms "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                                workers_.evaluator().last_seen)
+              .count()
        << "\n";
   }
   if (!failed_.ok()) os << "failed " << failed_.message() << "\n";

@@ -74,19 +74,20 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
-#include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/metrics.h"
+#include "common/metrics_endpoint.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
-#include "common/metrics.h"
-#include "common/metrics_endpoint.h"
 #include "common/wire.h"
 #include "server/access.h"
+#include "server/admission.h"
 #include "server/checkpoint.h"
 #include "server/clock_table.h"
 #include "server/hot_rows.h"
@@ -94,6 +95,7 @@
 #include "server/recent_pushes.h"
 #include "server/replication.h"
 #include "server/waiting_requests.h"
+#include "server/worker_registry.h"
 #include "server/write_lease.h"
 #include "store/shard_store.h"
 
@@ -218,8 +220,8 @@ class ShardServer {
   // The server.max_queued_reply_bytes in force (0 in the job: derived from
   // the shard's size).
   uint64_t max_queued_reply_bytes() const { return max_queued_reply_bytes_; }
-  bool worker_dead(uint32_t worker) const { return workers_[worker].dead; }
-  bool evaluator_dead() const { return evaluator_.dead; }
+  bool worker_dead(uint32_t worker) const { return workers_.worker(worker).dead; }
+  bool evaluator_dead() const { return workers_.evaluator().dead; }
   // Rounds of the loop's housekeeping (pull deadlines, liveness, rates), each
   // at the clock's time when it ran. Safe from any thread: after moving a
   // FakeClock, a test waits for two more rounds to know one saw the new time.
@@ -249,15 +251,46 @@ class ShardServer {
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
       int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
       BackupServer::State* promoted);
+  // The steps of CreateInternal: the shard's state (a promoted backup's
+  // copy, or a new store restored from checkpoint.dir when asked); the
+  // context, replication log, access control, admission and router socket;
+  // and the bind (the job's address, a promoted backup's replica address,
+  // or `bind_endpoint`).
+  Status OpenState(int64_t restore_clock, BackupServer::State* promoted);
+  Status OpenSocket(BackupServer::State* promoted);
+  Status BindSocket(const std::string& bind_endpoint, BackupServer::State* promoted);
   // Handles one request and, while metrics are served, counts and times it
   // by its op (HandleRequest returns the op it decoded, kUnknown when it
   // decoded none).
   void Handle(std::vector<Frame>& frames);
   Op HandleRequest(std::vector<Frame>& frames);
+  // Answers a request Admission refused (`first_frame`: its first frame
+  // after `routing_id`), counting and logging it as the verdict says.
+  void Refuse(Frame& routing_id, const Frame& first_frame, const MessageHeader& req,
+              const Admission::Verdict& verdict);
   // Publishes MetricsText() when the interval has passed (`now`: always).
   void PublishMetrics(bool now);
   // The op's part of Handle, for a request that passed every check.
   void Dispatch(std::vector<Frame>& frames);
+  // The op handlers Dispatch calls, each answering request_ (decoded from
+  // `frames`, routing id first, or from `routing_id`'s message) with
+  // `reply` (its ReplyHeader) or an error.
+  // A PUSH, by the job's consistency mode (server/shard_server_push.cc).
+  void HandlePush(std::vector<Frame>& frames, MessageHeader& reply);
+  // A HEARTBEAT: a beat, a resume (kFlagResume) or a goodbye (kFlagLeaving).
+  void HandleHeartbeat(Frame& routing_id, MessageHeader& reply);
+  // A MEMBERSHIP change from the authority: a backup dropped or joining.
+  void HandleMembership(Frame& routing_id, const MessageHeader& reply);
+  // The parts of HandlePush: a push sent again (acknowledged, not applied
+  // twice); under aggregation, whether it may be summed now (false: it was
+  // refused past LeadCeiling or parked); a push after its clock's quorum
+  // (backup workers: acknowledged with kFlagLate and dropped); and the
+  // apply of any other, acknowledged before it when its result is proven
+  // finite.
+  void AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply);
+  bool SumMayStart(std::vector<Frame>& frames);
+  void DropLatePush(Frame& routing_id, MessageHeader& reply);
+  void ApplyPushNow(Frame& routing_id, std::span<const Frame> body, const MessageHeader& reply);
   // Answers `pull` (decoded from `routing_id`'s message); `waited` is how
   // long it waited for slower workers (told to the client).
   void ServePull(Frame& routing_id, const Request& pull,
@@ -306,11 +339,9 @@ class ShardServer {
   // clocks below the one it names.
   // (Once every worker has left, at once: the model is final.)
   bool PullReady(const MessageHeader& req) const {
-    return req.worker == kEvaluatorWorker ? clocks_.min_clock() >= req.clock || WorkersGone()
+    return req.worker == kEvaluatorWorker ? clocks_.min_clock() >= req.clock || workers_.AllGone()
                                           : clocks_.PullReady(req.clock, bound_);
   }
-  // Every worker left or is dead.
-  bool WorkersGone() const;
   // Takes waiting pull `seq` out of every index.
   // True when a line of this kind may be logged now (at most one a
   // second); *skipped: how many were not logged since the last one.
@@ -326,14 +357,6 @@ class ShardServer {
   // clock `clock`; the worker's updates of clocks [started_clock_, clock)
   // never reached this process (a restart from a checkpoint lost them).
   void HeardClock(uint32_t worker, int64_t clock);
-  // OK when the clock of `req` (a worker's request) is one the protocol
-  // allows (see the top of this file); otherwise the error for its ERROR
-  // reply: FailedPrecondition naming the worker, the clock sent and the
-  // clock this shard holds, or InvalidArgument for a CLOCK of kMaxClock.
-  // Notes, for an accepted CLOCK or resume, that the worker's clock is
-  // heard (the resume window is spent), and for a HELLO that the worker
-  // starts again; changes no clock.
-  Status CheckClock(const MessageHeader& req);
   // Logs, once per table, rows whose result was not finite since the last
   // call (ShardStore::non_finite_rows), saying what `what` did with them.
   void ReportNonFinite(const std::string& what);
@@ -347,32 +370,12 @@ class ShardServer {
   // request that changed state, with backups), only once every backup has
   // the log up to it (FlushDeferred).
   void Reply(Frame& routing_id, const MessageHeader& header);
-  // The job's clock that a worker's bounds count from: the least clock of
-  // the workers whose clock this process heard (a CLOCK or resume), at
-  // least the minimum; kMaxClock when it heard none. The others' clocks
-  // are unknown here (a restored, promoted or restarted shard; CLOCKs in
-  // flight).
-  int64_t JobClockBase() const;
-  // The highest clock an honest worker's pull (or aggregated push) can
-  // carry here: JobClockBase() + the staleness bound + 1 +
-  // client.max_in_flight; kMaxClock under asp or while unknown.
-  int64_t LeadCeiling() const;
   // server.max_connections, or its default from the open-file limit.
   // InvalidArgument when the option is above what the limit allows,
   // ResourceExhausted when the limit leaves fewer than 16.
   static StatusOr<uint32_t> MaxConnections(const JobOptions& job, uint32_t shard);
   // A connection whose handshake is not done by then is closed.
   static constexpr int kHandshakeTimeoutMs = 10000;
-  // How far above `held` a worker's first clock after a HELLO may be.
-  int64_t RejoinWindow(int64_t held) const;
-  // consistency.aggregate: OK when a push of `req` may be summed or wait:
-  // its clock is at most LeadCeiling(); else FailedPrecondition naming the
-  // bound.
-  Status CheckSumClock(const MessageHeader& req) const;
-  // consistency.aggregate: true when a push of `clock` is for a clock above
-  // the minimum clock + 1, which no sum is held for yet: it waits
-  // (ParkPush).
-  bool PushMustWait(int64_t clock) const;
   // Keeps the push in `frames` (decoded in request_) until the job's clock
   // reaches it, unanswered; ResourceExhausted to it past its connection's
   // server.max_waiting_pulls_per_worker or past max_queued_reply_bytes of
@@ -402,27 +405,6 @@ class ShardServer {
   void SendReply(const MessageHeader& header);
   std::string StatsReport() const;
 
-  // What the shard knows of one worker besides its clock (clocks_).
-  struct WorkerState {
-    Clock::TimePoint last_seen;  // its last request or heartbeat (start: the shard's start)
-    bool heard = false;          // a request or heartbeat arrived since the shard started
-    bool dead = false;           // silent for liveness.timeout_ms
-    bool left = false;           // said goodbye (or finished while the shard was down)
-    bool heard_clock = false;    // a CLOCK or resume told this process its clock
-    bool refused = false;        // a HELLO of another job was refused (logged once)
-    // Whether a CLOCK or resume of it was accepted since the shard started
-    // (the resume window is spent), and whether it sent a HELLO since its
-    // last one (it may resume a little above its clock: RejoinWindow).
-    bool clock_synced = false;
-    bool rejoining = false;
-    // The parameter-cache counts its last heartbeat reported.
-    uint64_t cache_hits = 0;
-    uint64_t cache_misses = 0;
-    int64_t target_clock = 0;  // its HELLO's: the clock it trains to; 0: not said
-    // consistency.backup_workers: its pushes dropped for coming after
-    // their clock's quorum.
-    uint64_t late_pushes = 0;
-  };
   // A CHECKPOINT request waiting for the write in progress.
   struct CheckpointWaiter {
     Frame routing_id;
@@ -434,7 +416,6 @@ class ShardServer {
   const SteadyClock steady_clock_;
   const Clock* const clock_;  // steady_clock_ unless Create was given one
   const int64_t bound_;       // staleness bound of the job's consistency mode
-  const int64_t resume_window_;  // EffectiveMaxResumeClocks(job_)
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
@@ -479,10 +460,13 @@ class ShardServer {
   std::atomic<uint64_t> rounds_{0};
   ShardServerCounters counters_;
   ClockTable clocks_;
-  std::vector<WorkerState> workers_;  // by rank
-  // The evaluator (cluster.evaluator): heard, dead and left as a worker's,
-  // but it holds no clock; the shard exits only after it, too, is gone.
-  WorkerState evaluator_;
+  // Every worker's liveness and what its requests told (the evaluator's
+  // too: heard, dead and left as a worker's, but it holds no clock; the
+  // shard exits only after it, too, is gone).
+  WorkerRegistry workers_;
+  // Whether a request may be served (access, fencing, rendezvous, clocks);
+  // made once access_ is (Create).
+  std::unique_ptr<Admission> admission_;
   bool waiting_for_evaluator_logged_ = false;
   // Pulls waiting for slower workers, the evaluator's reads, and under
   // consistency.aggregate pushes for a clock above the job's clock + 1
@@ -502,7 +486,7 @@ class ShardServer {
   // accepts, expired pulls, failed handshakes.
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
       accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
-      fenced_log_{std::chrono::seconds(1)}, late_log_{std::chrono::seconds(1)};
+      late_log_{std::chrono::seconds(1)};
   // Failed handshakes and refused requests: once per kRefusalLogIntervalMs
   // per kind (and per peer, LogRequestRefusal).
   LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},

@@ -98,9 +98,9 @@ std::string ShardServer::MetricsText() const {
              [&](uint32_t w) { return fastest - clocks_.clock(w); });
   per_worker("ps_server_worker_silent_seconds", "gauge",
              "Seconds since each worker's last request or heartbeat",
-             [&](uint32_t w) { return std::chrono::duration<double>(now - workers_[w].last_seen).count(); });
+             [&](uint32_t w) { return std::chrono::duration<double>(now - workers_.worker(w).last_seen).count(); });
   uint32_t dead = 0, left = 0;
-  for (const WorkerState& w : workers_) {
+  for (const WorkerState& w : workers_.workers()) {
     dead += w.dead ? 1 : 0;
     left += w.left ? 1 : 0;
   }
@@ -108,15 +108,15 @@ std::string ShardServer::MetricsText() const {
   out.Gauge("ps_server_departed_workers", "Workers that finished and left the job", left);
   per_worker("ps_server_worker_cache_hits_total", "counter",
              "Parameter-cache hits each worker's heartbeats reported",
-             [&](uint32_t w) { return workers_[w].cache_hits; });
+             [&](uint32_t w) { return workers_.worker(w).cache_hits; });
   per_worker("ps_server_worker_cache_misses_total", "counter",
              "Parameter-cache misses each worker's heartbeats reported",
-             [&](uint32_t w) { return workers_[w].cache_misses; });
+             [&](uint32_t w) { return workers_.worker(w).cache_misses; });
   if (clocks_.backups()) {
     per_worker("ps_server_worker_late_pushes_total", "counter",
                "Each worker's pushes dropped for coming after their clock's quorum "
                "(consistency.backup_workers)",
-               [&](uint32_t w) { return workers_[w].late_pushes; });
+               [&](uint32_t w) { return workers_.worker(w).late_pushes; });
   }
 
   // Memory, checkpoints and recovery.

@@ -1,0 +1,225 @@
+// The push side of ShardServer (server/shard_server.h): each consistency
+// mode's policy for a PUSH that passed admission.
+//
+//  - A push sent again (same worker, session and request id) is
+//    acknowledged and not applied twice (RecentPushes).
+//  - consistency.aggregate (bsp): summed into its clock and applied with the
+//    others' when the job's clock passes it; a push for a clock above the
+//    job's clock + 1 waits (ParkPush), one above LeadCeiling is refused.
+//  - consistency.backup_workers: a push after its clock's quorum is
+//    acknowledged and dropped.
+//  - otherwise (ssp, asp, bsp without aggregation): applied at once,
+//    acknowledged before the apply when its result is proven finite.
+//  - replicated shards: the backups get every applied push, or with
+//    replication.after_aggregation each clock's sum once, and the
+//    acknowledgement waits for them.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/logging.h"
+#include "server/shard_server.h"
+
+namespace ps {
+
+void ShardServer::HandlePush(std::vector<Frame>& frames, MessageHeader& reply) {
+  Frame& routing_id = frames[0];
+  const MessageHeader& req = request_.header;
+  ++counters_.pushes;
+  if (!recent_pushes_.Insert(req.worker, req.session, req.request_id)) {
+    AcknowledgeRepeat(routing_id, reply);
+    return;
+  }
+  if (job_.consistency.aggregate && !SumMayStart(frames)) return;
+  // Served metrics only: the hottest rows cost nothing when none are.
+  if (metrics_endpoint_ != nullptr && !request_.keys.empty()) {
+    hot_rows_.Add(req.table, request_.keys);
+  }
+  if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
+    // Summed into its clock; the backups get the sum once, when it is
+    // applied (MinClockAdvanced), and the acknowledgement waits for it.
+    std::vector<uint64_t>& ids = summed_pushes_[req.clock];
+    ids.insert(ids.end(), {req.worker, req.session, req.request_id});
+    store_->Accumulate(request_, req.clock);
+    HoldForSums(req.clock, routing_id, reply);
+    return;
+  }
+  // Under replication after aggregation, a push of a clock already
+  // applied (sent again to a promoted backup whose primary died before
+  // replicating that clock's sums) goes to the backups on its own, as
+  // below: held for the next clock's sums, it could wait for a Clock()
+  // its worker sends only once it is acknowledged.
+  if (clocks_.backups() && !clocks_.Admit(req.worker, req.clock)) {
+    DropLatePush(routing_id, reply);
+    return;
+  }
+  const std::span<const Frame> body(frames.data() + 1, frames.size() - 1);
+  if (job_.consistency.aggregate) {
+    // Summed into its clock (never one already applied) and applied with
+    // the others' when the last worker finishes that clock; the sum cannot
+    // fail, so the acknowledgement goes first.
+    Reply(routing_id, reply);
+    // The backups add it while this shard does.
+    const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
+    replication_->Push(body, sum_clock, /*accumulate=*/true);
+    store_->Accumulate(request_, sum_clock);
+    return;
+  }
+  ApplyPushNow(routing_id, body, reply);
+}
+
+void ShardServer::AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply) {
+  // Sent again after a dropped connection; the first copy was applied.
+  const MessageHeader& req = request_.header;
+  ++counters_.repeated_pushes;
+  PS_LOG_DEBUG(
+      "shard {}: PUSH request {} from worker {} came again; acknowledged, not applied "
+      "twice",
+      shard_, req.request_id, req.worker);
+  if (const int64_t clock = SummedInto(req.worker, req.session, req.request_id); clock >= 0) {
+    // Its first copy waits in a sum the backups do not have yet.
+    HoldForSums(clock, routing_id, reply);
+    return;
+  }
+  Reply(routing_id, reply);
+}
+
+bool ShardServer::SumMayStart(std::vector<Frame>& frames) {
+  const MessageHeader& req = request_.header;
+  if (Status bounded = admission_->CheckSumClock(req, store_->sum_clocks(), store_->sum_bytes());
+      !bounded.ok()) {
+    recent_pushes_.Forget(req.worker, req.session, req.request_id);
+    ++counters_.errors;
+    ++counters_.refused_sum_clocks;
+    LogRequestRefusal(frames[1], "refused", bounded.message());
+    Reply(frames[0], MakeErrorHeader(req, shard_, bounded));
+    return false;
+  }
+  if (admission_->PushMustWait(req.clock)) {
+    // Summed once the job's clock reaches it: the sums cover the job's
+    // clock and the next only. Counted as new when it comes back (a copy
+    // sent again meanwhile is recognised then).
+    recent_pushes_.Forget(req.worker, req.session, req.request_id);
+    ParkPush(frames);
+    return false;
+  }
+  return true;
+}
+
+void ShardServer::DropLatePush(Frame& routing_id, MessageHeader& reply) {
+  // consistency.backup_workers: the clock's update is (or will be) the
+  // mean of other workers' gradients. Acknowledged, and dropped.
+  const MessageHeader& req = request_.header;
+  reply.flags |= kFlagLate;
+  Reply(routing_id, reply);
+  replication_->Late(req.worker, req.clock, req.session, req.request_id);
+  ++counters_.late_pushes;
+  const uint64_t late = ++workers_.worker(req.worker).late_pushes;
+  uint64_t skipped = 0;
+  if (late_log_.ShouldLog(&skipped)) {
+    PS_LOG_INFO(
+        "shard {}: worker {}'s push of clock {} came after {} of the {} workers' "
+        "gradients of that clock (consistency.backup_workers {}; the job is at clock "
+        "{}): dropped, its {} late push{} here{}",
+        shard_, req.worker, req.clock, clocks_.quorum(), clocks_.num_workers(),
+        job_.consistency.backup_workers, clocks_.min_clock(), late, late == 1 ? "" : "es",
+        HeldBack(skipped));
+  }
+}
+
+void ShardServer::ApplyPushNow(Frame& routing_id, std::span<const Frame> body,
+                               const MessageHeader& reply) {
+  const MessageHeader& req = request_.header;
+  if (store_->PushProvenFinite(request_, clocks_.min_clock())) {
+    // Acknowledge first, then apply: the push was fully checked, the apply
+    // cannot fail (kFlag, or bounds that rule out a result that is not
+    // finite), and this thread applies it before reading any later
+    // request, so no reader can see the state without it. The worker's
+    // next message travels while the apply runs, and the backups get the
+    // push before it (it cannot fail), so theirs runs at the same time.
+    Reply(routing_id, reply);
+    replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
+    Status applied = store_->ApplyPush(request_, clocks_.min_clock());
+    if (!applied.ok()) PS_LOG_ERROR("shard {}: {}", shard_, applied.ToString());  // a bug
+    if (job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag) {
+      ReportNonFinite("applied (server.on_non_finite_result: flag)");
+    }
+    return;
+  }
+  // Refused when a result is not finite: the reply waits for the apply.
+  if (Status applied = store_->ApplyPush(request_, clocks_.min_clock()); !applied.ok()) {
+    recent_pushes_.Forget(req.worker, req.session, req.request_id);
+    ++counters_.errors;
+    ++counters_.refused_results;
+    Status refused = applied.WithContext(
+        "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
+        " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock));
+    ReportNonFinite("refused (server.on_non_finite_result: refuse): " + refused.message());
+    Reply(routing_id, MakeErrorHeader(req, shard_, refused));
+    return;
+  }
+  replication_->Push(body, clocks_.min_clock(), /*accumulate=*/false);
+  Reply(routing_id, reply);
+}
+
+void ShardServer::ParkPush(std::vector<Frame>& frames) {
+  const MessageHeader& req = request_.header;
+  const uint32_t waiting = waiting_.connection_count(frames[0].view());
+  uint64_t bytes = 0;
+  for (size_t i = 1; i < frames.size(); ++i) bytes += frames[i].size();
+  if (waiting >= job_.server.max_waiting_pulls_per_worker ||
+      waiting_.push_bytes() + bytes > max_queued_reply_bytes_) {
+    ++counters_.errors;
+    ++counters_.pulls_refused_waiting;
+    Status refused = ResourceExhaustedError(
+        "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
+        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
+        " refused: it would wait for the job's clock " + std::to_string(clocks_.min_clock()) +
+        " to reach it, and " +
+        (waiting >= job_.server.max_waiting_pulls_per_worker
+             ? "its connection has " + std::to_string(waiting) +
+                   " requests waiting already (server.max_waiting_pulls_per_worker)"
+             : std::to_string(waiting_.push_bytes()) + " bytes of pushes wait already "
+                                                       "(server.max_queued_reply_bytes)") +
+        "; wait for their replies before sending more");
+    LogRequestRefusal(frames[1], "refused", refused.message());
+    Reply(frames[0], MakeErrorHeader(req, shard_, refused));
+    return;
+  }
+  ++counters_.parked_pushes;
+  waiting_.AddPush({std::move(frames), std::move(request_), clock_->Now()});
+  request_ = Request();
+}
+
+void ShardServer::ReplayParkedPushes() {
+  replay_due_ = false;
+  const bool all = workers_.AllGone() || !failed_.ok();
+  for (WaitingRequests::Waiting& parked : waiting_.TakePushes([&](const auto& w) {
+         return all || !admission_->PushMustWait(w.request.header.clock);
+       })) {
+    if (!failed_.ok()) {
+      ++counters_.errors;
+      Reply(parked.frames[0], MakeErrorHeader(parked.request.header, shard_, failed_));
+      continue;
+    }
+    request_ = std::move(parked.request);
+    DispatchHeldForBackups(parked.frames, Op::kPush);
+  }
+}
+
+void ShardServer::ReportNonFinite(const std::string& what) {
+  for (uint32_t t = 0; t < non_finite_logged_.size(); ++t) {
+    if (non_finite_logged_[t] || store_->non_finite_rows(t) + store_->refused_rows(t) == 0) {
+      continue;
+    }
+    non_finite_logged_[t] = true;
+    PS_LOG_WARN(
+        "shard {}: table '{}': an update whose result is not finite (a value or "
+        "optimizer state overflowed to Inf or became NaN) was {}; STATS counts such rows "
+        "(non_finite_rows applied, refused_rows refused), and this is logged once per table",
+        shard_, job_.tables[t].name, what);
+  }
+}
+
+}  // namespace ps
