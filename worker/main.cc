@@ -29,7 +29,7 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/rank.h"
-#include "worker/backend.h"
+#include "worker/backend_factory.h"
 #include "worker/evaluator.h"
 #include "worker/param_store.h"
 #include "worker/programs.h"
