@@ -3,7 +3,8 @@
 // reads its own keys of the train section, what it checks beyond the
 // limits every program shares (worker/train_options.h), whether it needs
 // the servers, and how it runs. A new program is one file (its reads,
-// checks and training loop, e.g. worker/mlp_training.cc) and one row.
+// checks and training step, e.g. worker/mlp_training.cc, whose steps
+// worker/training_loop.h runs) and one row.
 //
 // Thread-safe: the table is constant.
 #ifndef PS_WORKER_PROGRAMS_H_
