@@ -54,6 +54,7 @@ struct EvaluatorMetrics {
 // The evaluator's rounds: each waits for the workers to reach the next due
 // clock, evaluates there and records the value (metrics, log line, CSV
 // row), until the job's last clock or until the workers are gone.
+// Thread-compatible: the evaluator's one thread runs it.
 class EvaluatorRounds {
  public:
   // `context`, `evaluation` and `started` (the process's start) as in

@@ -134,7 +134,7 @@ StatusOr<std::vector<Rating>> TrainingRatings(const TrainJob& job,
 
 // The matrix factorization's step: pull the user and item rows the
 // minibatch's ratings touch, its loss and the gradients of those rows, push
-// them to both tables.
+// them to both tables. Thread-compatible.
 class MatrixFactorizationStep final : public TrainingStep {
  public:
   // The user table, the item table and the rank of the factorization.

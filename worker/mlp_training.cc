@@ -62,6 +62,7 @@ Status LoadEveryPartition(const TrainJob& job, MlpTrainingData* data) {
 
 // The MLP's step: pull the whole parameter table, a forward and backward
 // pass on the minibatch, push the gradient of every parameter.
+// Thread-compatible.
 class MlpStep final : public TrainingStep {
  public:
   // `max_batch`: the most samples of a step (BatchBalancer::max_batch).

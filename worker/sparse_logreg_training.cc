@@ -85,7 +85,7 @@ namespace {
 
 // The sparse logistic regression's step: pull the weights of the features
 // the minibatch touches (only those travel), its loss and gradient, push
-// the gradient of those rows.
+// the gradient of those rows. Thread-compatible.
 class SparseLogRegStep final : public TrainingStep {
  public:
   // Every pointer must outlive the step; `data` is this worker's partition.

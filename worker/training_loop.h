@@ -28,7 +28,7 @@ namespace ps {
 
 // One program's part of a training step, called by RunTrainingSteps in the
 // order of its methods, once each per step (a step the job left behind
-// ends after Pull).
+// ends after Pull). Thread-compatible.
 class TrainingStep {
  public:
   virtual ~TrainingStep() = default;
@@ -67,6 +67,7 @@ StatusOr<TrainSummary> RunTrainingSteps(const TrainingLoop& loop, TrainingStep* 
 
 // The first sample of each minibatch of a worker's own data: in order, and
 // from the start again when the next minibatch would run past the end.
+// Thread-compatible.
 class MinibatchCursor {
  public:
   // The first of the next `samples` samples of `size`.
