@@ -23,6 +23,7 @@
 
 #include "benchmarks/machine.h"
 #include "worker/backend.h"
+#include "worker/backend_factory.h"
 
 namespace ps {
 namespace {

@@ -2,7 +2,8 @@
 // float32, row-major, and live in backend memory (host memory for the CPU
 // backend, device memory for the CUDA backend) inside DeviceBuffers that the
 // backend allocates. Models are written once against this interface; the
-// worker picks the implementation with CreateBackend (worker.device).
+// worker picks the implementation with CreateBackend (worker.device,
+// worker/backend_factory.h).
 //
 // Every op checks that each buffer was allocated by this backend and is large
 // enough for the shape it is given (buffers may be larger than needed, so one
@@ -444,16 +445,6 @@ using BackendKind = DeviceKind;
 std::string BackendKindName(BackendKind kind);
 // Parses "auto" | "cpu" | "cuda"; anything else is InvalidArgument.
 StatusOr<BackendKind> ParseBackendKind(std::string_view name);
-
-// Number of CUDA devices this process can use: 0 when the CUDA backend was
-// not built, there is no driver or no device. Never fails or aborts.
-int CudaDeviceCount();
-
-// Creates a backend and logs which one and why. kCuda without a usable
-// device (or in a build without the CUDA backend) is FailedPrecondition
-// naming the reason; a CUDA initialisation failure is Internal.
-// cpu_threads: the CPU backend's BLAS threads (CreateCpuBackend).
-StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, uint32_t cpu_threads = 0);
 
 }  // namespace ps
 

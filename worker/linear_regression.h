@@ -13,8 +13,8 @@
 #include "client/client.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
-#include "worker/programs.h"
 #include "worker/train_options.h"
+#include "worker/training.h"
 
 namespace ps {
 

@@ -1,7 +1,6 @@
 #include "worker/mf_training.h"
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <random>
 #include <vector>
@@ -10,8 +9,8 @@
 #include "common/text.h"
 #include "worker/batch_balance.h"
 #include "worker/models/matrix_factorization.h"
-#include "worker/straggler.h"
 #include "worker/training.h"
+#include "worker/training_loop.h"
 
 namespace ps {
 
@@ -116,6 +115,94 @@ StatusOr<Evaluation> MatrixFactorizationEvaluation(const TrainJob& job, ParamSto
   return evaluation;
 }
 
+namespace {
+
+// Worker `rank`'s training ratings: its share, less the held-out ones,
+// shuffled once (generated in (user, item) order) so that a minibatch
+// mixes users and items.
+StatusOr<std::vector<Rating>> TrainingRatings(const TrainJob& job,
+                                              const LowRankRatingsOptions& options,
+                                              uint32_t rank) {
+  PS_ASSIGN_OR_RETURN(LowRankRatingsData share,
+                      GenerateLowRankRatings(options, rank, job.cluster.workers));
+  std::vector<Rating> training, held;
+  SplitRatings(share.ratings, job.train.test_fraction, job.train.seed, &training, &held);
+  std::mt19937_64 shuffle(job.train.seed * 1000003 + rank);
+  std::shuffle(training.begin(), training.end(), shuffle);
+  return training;
+}
+
+// The matrix factorization's step: pull the user and item rows the
+// minibatch's ratings touch, its loss and the gradients of those rows, push
+// them to both tables. Thread-compatible.
+class MatrixFactorizationStep final : public TrainingStep {
+ public:
+  // The user table, the item table and the rank of the factorization.
+  struct Tables {
+    uint32_t users = 0, items = 0, k = 0;
+  };
+  // Every pointer must outlive the step; `ratings` are this worker's.
+  MatrixFactorizationStep(Tables tables, ParamStore* store, MatrixFactorization* model,
+                          const std::vector<Rating>* ratings,
+                          const Partitions<std::vector<Rating>>* partitions)
+      : tables_(tables),
+        store_(store),
+        model_(model),
+        ratings_(ratings),
+        partitions_(partitions) {}
+
+  void TakeMinibatch(int64_t clock, uint32_t samples, const BatchBalancer& balancer) override {
+    if (!balancer.enabled()) {
+      minibatch_ = std::span<const Rating>(
+          ratings_->data() + cursor_.Next(samples, ratings_->size()), samples);
+      return;
+    }
+    gathered_.clear();
+    for (const BatchBalancer::Piece& piece : balancer.Pieces(clock, partitions_->sizes)) {
+      const std::vector<Rating>& part = *partitions_->by_rank[piece.part];
+      gathered_.insert(gathered_.end(), part.begin() + static_cast<ptrdiff_t>(piece.first),
+                       part.begin() + static_cast<ptrdiff_t>(piece.first + piece.count));
+    }
+    minibatch_ = gathered_;
+  }
+
+  Status Pull() override {
+    return rows_.Pull(store_, tables_.users, tables_.items, tables_.k, minibatch_);
+  }
+
+  StatusOr<double> Compute() override {
+    user_grad_ = user_grads_.Next();
+    item_grad_ = item_grads_.Next();
+    user_grad_->resize(rows_.user_factors.size());
+    item_grad_->resize(rows_.item_factors.size());
+    return model_->LossAndGradient(minibatch_, rows_.users, rows_.user_factors, rows_.items,
+                                   rows_.item_factors, 0.0f, *user_grad_, *item_grad_);
+  }
+
+  Status Push(const BatchBalancer& balancer) override {
+    balancer.Weigh(*user_grad_);
+    balancer.Weigh(*item_grad_);
+    PS_RETURN_IF_ERROR(store_->Push(tables_.users, rows_.users, SharedFloats::Of(user_grad_)));
+    return store_->Push(tables_.items, rows_.items, SharedFloats::Of(item_grad_));
+  }
+
+ private:
+  const Tables tables_;
+  ParamStore* const store_;
+  MatrixFactorization* const model_;
+  const std::vector<Rating>* const ratings_;
+  const Partitions<std::vector<Rating>>* const partitions_;
+  std::vector<Rating> gathered_;  // stragglers.balance: the step's ratings
+  MinibatchCursor cursor_;
+  AlternatingBuffers user_grads_, item_grads_;
+  // The step's minibatch, the rows it touches and their gradient buffers.
+  std::span<const Rating> minibatch_;
+  PulledRows rows_;
+  std::shared_ptr<std::vector<float>> user_grad_, item_grad_;
+};
+
+}  // namespace
+
 StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t rank,
                                                 ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics) {
@@ -125,19 +212,7 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   const LowRankRatingsOptions options = RatingsDataOptions(job);
   const uint32_t k = options.rank;
   PS_ASSIGN_OR_RETURN(auto model, MatrixFactorization::Create(backend, k));
-  // Worker r's training ratings: its share, less the held-out ones,
-  // shuffled once (generated in (user, item) order) so that a minibatch
-  // mixes users and items.
-  const auto training_ratings = [&](uint32_t r) -> StatusOr<std::vector<Rating>> {
-    PS_ASSIGN_OR_RETURN(LowRankRatingsData share,
-                        GenerateLowRankRatings(options, r, job.cluster.workers));
-    std::vector<Rating> training, held;
-    SplitRatings(share.ratings, train.test_fraction, train.seed, &training, &held);
-    std::mt19937_64 shuffle(train.seed * 1000003 + r);
-    std::shuffle(training.begin(), training.end(), shuffle);
-    return training;
-  };
-  PS_ASSIGN_OR_RETURN(std::vector<Rating> ratings, training_ratings(rank));
+  PS_ASSIGN_OR_RETURN(std::vector<Rating> ratings, TrainingRatings(job, options, rank));
   if (ratings.size() < train.batch_size) {
     return InvalidArgumentError(
         "worker " + std::to_string(rank) + " has " + std::to_string(ratings.size()) +
@@ -151,82 +226,27 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
   if (EvaluatesBetweenSteps(job, rank)) {
     PS_ASSIGN_OR_RETURN(evaluation, MatrixFactorizationEvaluation(job, store, backend));
   }
-  const uint32_t batch = train.batch_size;
   PS_LOG_INFO("matrix factorization rank {}, {} users x {} items, {} training ratings, "
               "batch {}, {} steps ({})",
-              k, options.num_users, options.num_items, ratings.size(), batch,
+              k, options.num_users, options.num_items, ratings.size(), train.batch_size,
               train.iterations, store->Describe());
   // Before the progress starts its clock: with stragglers.balance every
   // worker's partition is made here, which takes a while.
   PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
-  // stragglers.balance: every worker's training ratings, each step's
-  // gathered from them into `gathered` (BatchBalancer::Pieces).
-  std::vector<std::vector<Rating>> others(balancer->enabled() ? job.cluster.workers : 0);
-  std::vector<const std::vector<Rating>*> parts;  // by rank; this worker's is `ratings`
-  std::vector<uint64_t> part_sizes;
-  std::vector<Rating> gathered;
-  for (uint32_t r = 0; r < others.size(); ++r) {
-    if (r != rank) {
-      PS_ASSIGN_OR_RETURN(others[r], training_ratings(r));
-    }
-    parts.push_back(r == rank ? &ratings : &others[r]);
-    part_sizes.push_back(parts.back()->size());
-  }
+  PS_ASSIGN_OR_RETURN(
+      Partitions<std::vector<Rating>> partitions,
+      MakePartitions(
+          *balancer, job, rank, ratings,
+          [&](uint32_t r) { return TrainingRatings(job, options, r); },
+          [](const std::vector<Rating>& part) { return part.size(); }));
   PS_ASSIGN_OR_RETURN(auto progress,
                       TrainingProgress::Create(job, rank, store, "test RMSE", ratings.size(),
                                                metrics, backend));
-  const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
-
-  PulledRows rows;
-  AlternatingBuffers user_grads, item_grads;
-  StragglerInjector stragglers(job.stragglers, rank);
-  progress->ShowBalance(balancer.get());
-  size_t cursor = 0;
-  for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& user_grad = user_grads.Next();
-    const std::shared_ptr<std::vector<float>>& item_grad = item_grads.Next();
-    PS_RETURN_IF_ERROR(balancer->BeginStep(step));
-    const uint32_t samples = balancer->batch();
-    std::span<const Rating> minibatch;
-    if (balancer->enabled()) {
-      gathered.clear();
-      for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
-        const std::vector<Rating>& part = *parts[piece.part];
-        gathered.insert(gathered.end(), part.begin() + static_cast<ptrdiff_t>(piece.first),
-                        part.begin() + static_cast<ptrdiff_t>(piece.first + piece.count));
-      }
-      minibatch = gathered;
-    } else {
-      if (cursor + samples > ratings.size()) cursor = 0;
-      minibatch = std::span<const Rating>(ratings.data() + cursor, samples);
-      cursor += samples;
-    }
-    PS_RETURN_IF_ERROR(rows.Pull(store, user_table, item_table, k, minibatch));
-    // consistency.backup_workers: a worker the job left behind continues
-    // at the job's clock, which its pull read.
-    if (step = store->CatchUp(step); step >= train.iterations) {
-      PS_RETURN_IF_ERROR(progress->StepDone(step, train.iterations, evaluate));
-      break;
-    }
-    const auto compute_start = std::chrono::steady_clock::now();
-    user_grad->resize(rows.user_factors.size());
-    item_grad->resize(rows.item_factors.size());
-    PS_ASSIGN_OR_RETURN(double loss,
-                        model->LossAndGradient(minibatch, rows.users, rows.user_factors, rows.items,
-                                               rows.item_factors, 0.0f, *user_grad, *item_grad));
-    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
-    PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    progress->AddStep(loss, samples);
-    balancer->Weigh(*user_grad);
-    balancer->Weigh(*item_grad);
-    PS_RETURN_IF_ERROR(store->Push(user_table, rows.users, SharedFloats::Of(user_grad)));
-    PS_RETURN_IF_ERROR(store->Push(item_table, rows.items, SharedFloats::Of(item_grad)));
-    PS_RETURN_IF_ERROR(balancer->FinishStep(step));
-    PS_RETURN_IF_ERROR(store->EndStepAsync());
-    PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
-  }
-  PS_RETURN_IF_ERROR(store->Flush());
-  return progress->Finish();
+  MatrixFactorizationStep step({user_table, item_table, k}, store, model.get(), &ratings,
+                               &partitions);
+  return RunTrainingSteps({.job = &job, .rank = rank, .store = store, .balancer = balancer.get(),
+                           .progress = progress.get(), .evaluate = evaluation.evaluate},
+                          &step);
 }
 
 }  // namespace ps

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "client/client.h"
 #include "common/logging.h"
 #include "worker/linear_regression.h"
 #include "worker/mf_training.h"
@@ -99,13 +98,6 @@ const TrainProgram* FindTrainProgram(std::string_view name) {
     if (program.name == name) return &program;
   }
   return nullptr;
-}
-
-void LeaveJob(const ProgramContext& context) {
-  if (context.client == nullptr) return;
-  if (Status left = context.client->Leave(); !left.ok()) {
-    PS_LOG_WARN("could not say goodbye to every shard: {}", left.ToString());
-  }
 }
 
 }  // namespace ps

@@ -3,44 +3,24 @@
 // reads its own keys of the train section, what it checks beyond the
 // limits every program shares (worker/train_options.h), whether it needs
 // the servers, and how it runs. A new program is one file (its reads,
-// checks and training loop, e.g. worker/mlp_training.cc) and one row.
+// checks and training step, e.g. worker/mlp_training.cc, whose steps
+// worker/training_loop.h runs) and one row.
 //
 // Thread-safe: the table is constant.
 #ifndef PS_WORKER_PROGRAMS_H_
 #define PS_WORKER_PROGRAMS_H_
 
-#include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
 
-#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
 #include "worker/evaluation.h"
 #include "worker/train_options.h"
+#include "worker/training.h"
 
 namespace ps {
-
-class Backend;
-class Client;
-class ParamStore;
-
-// What a program runs with; everything outlives the run.
-struct ProgramContext {
-  const TrainJob* job = nullptr;
-  // This worker's rank, in [0, job->cluster.workers).
-  uint32_t rank = 0;
-  Backend* backend = nullptr;
-  // Where the model lives: the servers (a RemoteParamStore over `client`)
-  // or, with --standalone, this process (a LocalParamStore).
-  ParamStore* store = nullptr;
-  // The servers' client, for a program that drives it itself; null with
-  // --standalone.
-  Client* client = nullptr;
-  // Where the worker's metrics are served (metrics.port); null: nowhere.
-  MetricsEndpoint* metrics = nullptr;
-};
 
 struct TrainProgram {
   // The value of train.program.
@@ -75,11 +55,6 @@ std::vector<std::string_view> TrainProgramNames();
 
 // The program called `name`, or null.
 const TrainProgram* FindTrainProgram(std::string_view name);
-
-// After a run that completed: tells every server this worker is done
-// (Client::Leave), so it is neither waited for nor declared dead; a failure
-// is logged as a warning. Nothing with --standalone.
-void LeaveJob(const ProgramContext& context);
 
 }  // namespace ps
 

@@ -1,6 +1,5 @@
 #include "worker/sparse_logreg_training.h"
 
-#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -8,8 +7,8 @@
 #include "common/text.h"
 #include "worker/batch_balance.h"
 #include "worker/models/sparse_logreg.h"
-#include "worker/straggler.h"
 #include "worker/training.h"
+#include "worker/training_loop.h"
 
 namespace ps {
 
@@ -82,6 +81,83 @@ StatusOr<Evaluation> SparseLogisticRegressionEvaluation(const TrainJob& job, Par
   return evaluation;
 }
 
+namespace {
+
+// The sparse logistic regression's step: pull the weights of the features
+// the minibatch touches (only those travel), its loss and gradient, push
+// the gradient of those rows. Thread-compatible.
+class SparseLogRegStep final : public TrainingStep {
+ public:
+  // Every pointer must outlive the step; `data` is this worker's partition.
+  SparseLogRegStep(uint32_t table, ParamStore* store, SparseLogReg* model,
+                   const SparseClickData* data, const Partitions<SparseClickData>* partitions)
+      : table_(table), store_(store), model_(model), data_(data), partitions_(partitions) {}
+
+  void TakeMinibatch(int64_t clock, uint32_t samples, const BatchBalancer& balancer) override {
+    samples_ = samples;
+    if (!balancer.enabled()) {
+      source_ = data_;
+      first_ = cursor_.Next(samples, data_->num_samples());
+      return;
+    }
+    gathered_.row_offsets.assign(1, 0);
+    gathered_.feature_ids.clear();
+    gathered_.labels.clear();
+    for (const BatchBalancer::Piece& piece : balancer.Pieces(clock, partitions_->sizes)) {
+      const SparseClickData& part = *partitions_->by_rank[piece.part];
+      for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) {
+        gathered_.feature_ids.insert(
+            gathered_.feature_ids.end(),
+            part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i]),
+            part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i + 1]));
+        gathered_.row_offsets.push_back(gathered_.feature_ids.size());
+        gathered_.labels.push_back(part.labels[i]);
+      }
+    }
+    source_ = &gathered_;
+    first_ = 0;
+  }
+
+  Status Pull() override {
+    BatchFeatures(*source_, first_, samples_, &ids_);
+    weights_.resize(ids_.size());
+    return store_->Pull(table_, ids_, weights_.data());
+  }
+
+  StatusOr<double> Compute() override {
+    grads_ = gradients_.Next();
+    grads_->resize(ids_.size());
+    PS_ASSIGN_OR_RETURN(
+        float loss, model_->LossAndGradient(*source_, first_, samples_, ids_, weights_, *grads_));
+    return loss;
+  }
+
+  Status Push(const BatchBalancer& balancer) override {
+    balancer.Weigh(*grads_);
+    return store_->Push(table_, ids_, SharedFloats::Of(grads_));
+  }
+
+ private:
+  const uint32_t table_;
+  ParamStore* const store_;
+  SparseLogReg* const model_;
+  const SparseClickData* const data_;
+  const Partitions<SparseClickData>* const partitions_;
+  SparseClickData gathered_;  // stragglers.balance: the step's samples
+  MinibatchCursor cursor_;
+  AlternatingBuffers gradients_;
+  // The step's minibatch (samples_ from first_ of source_), its features
+  // and their weights, and its gradient buffer.
+  const SparseClickData* source_ = nullptr;
+  size_t first_ = 0;
+  uint32_t samples_ = 0;
+  std::vector<uint64_t> ids_;
+  std::vector<float> weights_;
+  std::shared_ptr<std::vector<float>> grads_;
+};
+
+}  // namespace
+
 StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32_t rank,
                                                      ParamStore* store, Backend* backend,
     MetricsEndpoint* metrics) {
@@ -95,88 +171,25 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
   if (EvaluatesBetweenSteps(job, rank)) {
     PS_ASSIGN_OR_RETURN(evaluation, SparseLogisticRegressionEvaluation(job, store, backend));
   }
-  const uint32_t batch = train.batch_size;
   PS_LOG_INFO("sparse logistic regression, {} features, {} training samples, batch {}, "
               "{} steps ({})",
-              options.num_features, data.num_samples(), batch, train.iterations,
+              options.num_features, data.num_samples(), train.batch_size, train.iterations,
               store->Describe());
   // Before the progress starts its clock: with stragglers.balance every
   // worker's partition is made here, which takes a while.
   PS_ASSIGN_OR_RETURN(auto balancer, BatchBalancer::Create(job, rank, store, UINT32_MAX));
-  // stragglers.balance: every worker's partition, each step's samples
-  // gathered from them into `gathered` (BatchBalancer::Pieces).
-  std::vector<SparseClickData> others(balancer->enabled() ? job.cluster.workers : 0);
-  std::vector<const SparseClickData*> parts;  // by rank; this worker's is `data`
-  std::vector<uint64_t> part_sizes;
-  SparseClickData gathered;
-  for (uint32_t r = 0; r < others.size(); ++r) {
-    if (r != rank) {
-      PS_ASSIGN_OR_RETURN(others[r], GenerateSparseClicks(options, r, job.cluster.workers));
-    }
-    parts.push_back(r == rank ? &data : &others[r]);
-    part_sizes.push_back(parts.back()->num_samples());
-  }
+  PS_ASSIGN_OR_RETURN(
+      Partitions<SparseClickData> partitions,
+      MakePartitions(
+          *balancer, job, rank, data,
+          [&](uint32_t r) { return GenerateSparseClicks(options, r, job.cluster.workers); },
+          [](const SparseClickData& part) { return part.num_samples(); }));
   PS_ASSIGN_OR_RETURN(auto progress, TrainingProgress::Create(job, rank, store, "test log-loss",
                                                               data.num_samples(), metrics, backend));
-  const std::function<StatusOr<double>()>& evaluate = evaluation.evaluate;
-
-  std::vector<uint64_t> ids;
-  std::vector<float> weights;
-  AlternatingBuffers gradients;
-  StragglerInjector stragglers(job.stragglers, rank);
-  progress->ShowBalance(balancer.get());
-  size_t cursor = 0;
-  for (int64_t step = store->clock(); step < train.iterations; ++step) {
-    const std::shared_ptr<std::vector<float>>& grads = gradients.Next();
-    PS_RETURN_IF_ERROR(balancer->BeginStep(step));
-    const uint32_t samples = balancer->batch();
-    const SparseClickData* source = &data;
-    if (balancer->enabled()) {
-      gathered.row_offsets.assign(1, 0);
-      gathered.feature_ids.clear();
-      gathered.labels.clear();
-      for (const BatchBalancer::Piece& piece : balancer->Pieces(step, part_sizes)) {
-        const SparseClickData& part = *parts[piece.part];
-        for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) {
-          gathered.feature_ids.insert(
-              gathered.feature_ids.end(),
-              part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i]),
-              part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i + 1]));
-          gathered.row_offsets.push_back(gathered.feature_ids.size());
-          gathered.labels.push_back(part.labels[i]);
-        }
-      }
-      source = &gathered;
-      cursor = 0;
-    } else if (cursor + samples > data.num_samples()) {
-      cursor = 0;
-    }
-    // Only the rows this minibatch touches travel.
-    BatchFeatures(*source, cursor, samples, &ids);
-    weights.resize(ids.size());
-    PS_RETURN_IF_ERROR(store->Pull(table, ids, weights.data()));
-    // consistency.backup_workers: a worker the job left behind continues
-    // at the job's clock, which its pull read.
-    if (step = store->CatchUp(step); step >= train.iterations) {
-      PS_RETURN_IF_ERROR(progress->StepDone(step, train.iterations, evaluate));
-      break;
-    }
-    const auto compute_start = std::chrono::steady_clock::now();
-    grads->resize(ids.size());
-    PS_ASSIGN_OR_RETURN(float loss,
-                        model->LossAndGradient(*source, cursor, samples, ids, weights, *grads));
-    cursor += samples;
-    stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start, balancer->share());
-    PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    progress->AddStep(loss, samples);
-    balancer->Weigh(*grads);
-    PS_RETURN_IF_ERROR(store->Push(table, ids, SharedFloats::Of(grads)));
-    PS_RETURN_IF_ERROR(balancer->FinishStep(step));
-    PS_RETURN_IF_ERROR(store->EndStepAsync());
-    PS_RETURN_IF_ERROR(progress->StepDone(step + 1, train.iterations, evaluate));
-  }
-  PS_RETURN_IF_ERROR(store->Flush());
-  return progress->Finish();
+  SparseLogRegStep step(table, store, model.get(), &data, &partitions);
+  return RunTrainingSteps({.job = &job, .rank = rank, .store = store, .balancer = balancer.get(),
+                           .progress = progress.get(), .evaluate = evaluation.evaluate},
+                          &step);
 }
 
 }  // namespace ps

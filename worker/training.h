@@ -1,4 +1,7 @@
-// Small pieces shared by ps_worker's training programs.
+// Small pieces shared by ps_worker's training programs: what a program runs
+// with (ProgramContext, the argument of a row's run in worker/programs.h)
+// and what every program does the same way. Thread-safe: nothing here keeps
+// state across calls, except AlternatingBuffers (thread-compatible).
 #ifndef PS_WORKER_TRAINING_H_
 #define PS_WORKER_TRAINING_H_
 
@@ -9,10 +12,36 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "worker/train_options.h"
 
 namespace ps {
+
+class Backend;
+class Client;
+class ParamStore;
+
+// What a program runs with; everything outlives the run.
+struct ProgramContext {
+  const TrainJob* job = nullptr;
+  // This worker's rank, in [0, job->cluster.workers).
+  uint32_t rank = 0;
+  Backend* backend = nullptr;
+  // Where the model lives: the servers (a RemoteParamStore over `client`)
+  // or, with --standalone, this process (a LocalParamStore).
+  ParamStore* store = nullptr;
+  // The servers' client, for a program that drives it itself; null with
+  // --standalone.
+  Client* client = nullptr;
+  // Where the worker's metrics are served (metrics.port); null: nowhere.
+  MetricsEndpoint* metrics = nullptr;
+};
+
+// After a run that completed: tells every server this worker is done
+// (Client::Leave), so it is neither waited for nor declared dead; a failure
+// is logged as a warning. Nothing with --standalone.
+void LeaveJob(const ProgramContext& context);
 
 // FailedPrecondition when a step's loss is NaN or infinite: training has
 // diverged, and the message says what to change.

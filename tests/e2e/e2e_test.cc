@@ -27,7 +27,7 @@
 #include "server/checkpoint.h"
 #include "tests/util/free_port.h"
 #include "tests/util/status_matchers.h"
-#include "worker/backend.h"
+#include "worker/backend_factory.h"
 #include "worker/progress.h"
 
 namespace ps {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/util/status_matchers.h"
+#include "worker/backend_factory.h"
 #include "worker/cpu_backend.h"
 
 namespace ps {

@@ -16,6 +16,7 @@
 
 #include "tests/util/status_matchers.h"
 #include "worker/backend.h"
+#include "worker/backend_factory.h"
 #include "worker/data/generators.h"
 #include "worker/models/matrix_factorization.h"
 

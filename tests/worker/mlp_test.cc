@@ -2,6 +2,7 @@
 // backend: gradients match finite differences of its own loss, and SGD
 // learns a separable problem. CUDA cases skip without a device.
 #include "tests/util/status_matchers.h"
+#include "worker/backend_factory.h"
 #include "worker/models/mlp.h"
 
 #include <gtest/gtest.h>

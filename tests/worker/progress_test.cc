@@ -1,6 +1,7 @@
 // Progress lines and the metrics CSV of the training programs.
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "worker/backend_factory.h"
 #include "worker/progress.h"
 
 #include <gtest/gtest.h>
