@@ -50,30 +50,12 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
-std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard) {
-  return checkpoint_dir + "/shard-" + std::to_string(shard);
-}
-
 std::string CheckpointDir::GenerationPath(int64_t clock) const {
   return (fs::path(path_) / GenerationName(clock)).string();
 }
 
 StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
-  if (dir.empty()) return InvalidArgumentError("the checkpoint folder name is empty");
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return InvalidArgumentError(dir + ": cannot use it as the checkpoint folder: " + ec.message());
-  }
-  if (fs::exists(st) && !fs::is_directory(st)) {
-    return InvalidArgumentError(dir + ": cannot use it as the checkpoint folder: not a folder");
-  }
-  if (!fs::exists(st)) {
-    fs::create_directories(dir, ec);
-    if (ec) {
-      return InvalidArgumentError(dir + ": cannot create the checkpoint folder: " + ec.message());
-    }
-  }
+  PS_RETURN_IF_ERROR(CreateCheckpointFolder(dir));
   return std::unique_ptr<CheckpointDir>(new CheckpointDir(dir));
 }
 

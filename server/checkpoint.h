@@ -17,8 +17,9 @@
 //
 // The parts: checkpoint_format.h (the records as bytes, and their checks),
 // durable_dir.h (fsync, publish by rename, torn and old generations),
-// checkpoint_db.h (the records in RocksDB, the only user of RocksDB), and
-// CheckpointDir here, which puts them together.
+// checkpoint_db.h (the records in RocksDB, the only user of RocksDB),
+// checkpoint_layout.h (the folders: ShardCheckpointDir, the generations
+// every shard holds), and CheckpointDir here, which puts them together.
 //
 // Not thread-safe: one thread at a time per CheckpointDir (a server's
 // writer thread); path() and GenerationPath() are safe from any thread.
@@ -35,14 +36,10 @@
 
 #include "common/status.h"
 #include "server/checkpoint_io.h"
+#include "server/checkpoint_layout.h"
 #include "store/snapshot.h"
 
 namespace ps {
-
-// The folder of shard `shard`'s generations under the job's checkpoint.dir
-// `checkpoint_dir`: "<checkpoint_dir>/shard-<shard>". The one place that
-// names it; the server, the launcher and tests build it here. Pure.
-std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard);
 
 struct CheckpointWriteOptions {
   // fsync the generation's files and folders before it becomes visible.

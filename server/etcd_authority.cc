@@ -18,6 +18,11 @@ constexpr char kJoining[] = "joining";
 // join copies nothing before it answers; the copy goes on after).
 constexpr int kTellTimeoutMs = 5000;
 
+// The replica a primary key names (its value).
+uint32_t ReplicaOf(const EtcdKeyValue& primary) {
+  return static_cast<uint32_t>(std::strtoul(primary.value.c_str(), nullptr, 10));
+}
+
 }  // namespace
 
 std::string EtcdAuthority::PrimaryKey(const std::string& prefix, uint32_t shard) {
@@ -66,6 +71,7 @@ StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions&
   if (primary.has_value()) {
     a->role_ = Role::kJoin;
     a->followed_ = primary->create_revision;
+    a->primary_ = ReplicaOf(*primary);
   } else if (replica == 0 && !join) {
     PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, a->TakeKey(key));
     if (taken.succeeded) {
@@ -73,11 +79,13 @@ StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions&
       a->epoch_ = taken.revision;
       a->held_ = taken.revision;
       a->followed_ = taken.revision;
+      a->primary_ = replica;
       a->Extend(granted);
       for (uint32_t j = 0; j < job.replication.factor; ++j) a->in_log_[j] = j == replica ? -1 : 0;
     } else {
       a->role_ = Role::kJoin;
       a->followed_ = taken.current.has_value() ? taken.current->create_revision : 0;
+      if (taken.current.has_value()) a->primary_ = ReplicaOf(*taken.current);
     }
   } else {
     a->role_ = join ? Role::kJoin : Role::kBackup;
@@ -162,6 +170,8 @@ Status EtcdAuthority::Step(WriteLease::Clock::time_point started, std::string* f
   // A call that gets no answer is tried again while the lease may still
   // hold: a slow etcd is not a dead one.
   etcd_->RetryUntil(started + valid_for_);
+  round_started_ = started;
+  fatal_.clear();
   StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_id_);
   if (ttl.status().code() == StatusCode::kNotFound) {
     *fatal = role_ == Role::kPrimary
@@ -181,7 +191,7 @@ Status EtcdAuthority::Step(WriteLease::Clock::time_point started, std::string* f
                            .status());
     registered_ = true;
   }
-  return role_ == Role::kPrimary ? PrimaryStep(started, fatal) : BackupStep(started, fatal);
+  return role_ == Role::kPrimary ? PrimaryStep(fatal) : BackupStep(fatal);
 }
 
 Status EtcdAuthority::NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal) {
@@ -199,7 +209,7 @@ Status EtcdAuthority::NewEpoch(const std::string& what, int64_t* epoch, std::str
   return Status::Ok();
 }
 
-Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::string* fatal) {
+Status EtcdAuthority::PrimaryStep(std::string* fatal) {
   PS_ASSIGN_OR_RETURN(std::vector<EtcdKeyValue> registered,
                       etcd_->GetPrefix(prefix_ + "/shard/" + std::to_string(shard_) + "/replica/"));
   std::map<uint32_t, const EtcdKeyValue*> present;
@@ -217,12 +227,11 @@ Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::st
     if (it == present.end()) {
       if (in_log <= 0) continue;  // never seen, or not in the log
       // Its lease lapsed: the primary stops waiting for it.
-      PS_RETURN_IF_ERROR(Drop(j, started, fatal));
-      if (fatal->empty()) {
-        PS_LOG_WARN("{}: etcd: replica {}'s lease lapsed; the shard goes on without it (epoch "
-                    "{})",
-                    name_, j, epoch_);
-      }
+      StatusOr<MembershipChange> gone = ReplicaGone(shard_, j);
+      if (!fatal_.empty()) break;
+      PS_RETURN_IF_ERROR(gone.status());
+      PS_LOG_WARN("{}: etcd: replica {}'s lease lapsed; the shard goes on without it (epoch {})",
+                  name_, j, gone->epoch);
       continue;
     }
     const EtcdKeyValue& kv = *it->second;
@@ -232,21 +241,13 @@ Status EtcdAuthority::PrimaryStep(WriteLease::Clock::time_point started, std::st
       continue;
     }
     if (kv.value != kJoining) continue;  // another primary's backup: it stops and rejoins
-    if (in_log >= 0) {
-      // A new life of a replica still in the log: out first.
-      PS_RETURN_IF_ERROR(Drop(j, started, fatal));
-      if (!fatal->empty()) return Status::Ok();
-    }
-    int64_t epoch = 0;
-    PS_RETURN_IF_ERROR(NewEpoch("join " + std::to_string(j), &epoch, fatal));
-    if (!fatal->empty()) return Status::Ok();
-    PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, j, epoch));
-    epoch_ = epoch;
-    Extend(started);
-    in_log_[j] = kv.create_revision;
+    StatusOr<MembershipChange> joined = ReplicaJoins(shard_, j);
+    if (!fatal_.empty()) break;
+    PS_RETURN_IF_ERROR(joined.status());
     PS_LOG_WARN("{}: etcd: replica {} joins; the primary sends it a copy (epoch {})", name_, j,
-                epoch);
+                joined->epoch);
   }
+  *fatal = fatal_;
   return Status::Ok();
 }
 
@@ -264,11 +265,14 @@ Status EtcdAuthority::Drop(uint32_t replica, WriteLease::Clock::time_point start
   return Status::Ok();
 }
 
-Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::string* fatal) {
+Status EtcdAuthority::BackupStep(std::string* fatal) {
   const std::string key = PrimaryKey(prefix_, shard_);
   PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> primary, etcd_->Get(key));
   if (primary.has_value()) {
-    if (followed_ == 0) followed_ = primary->create_revision;
+    if (followed_ == 0) {
+      followed_ = primary->create_revision;
+      primary_ = ReplicaOf(*primary);
+    }
     if (primary->create_revision != followed_) {
       // The shard got another primary than the one this copy follows:
       // its entries will not come here.
@@ -280,10 +284,24 @@ Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::str
   }
   if (followed_ == 0) return Status::Ok();  // the job is starting: no primary yet
   // The primary's lease lapsed: take the shard over, if nobody else did.
+  StatusOr<MembershipChange> promoted = ReplicaGone(shard_, primary_);
+  *fatal = fatal_;
+  // Aborted: another replica took the shard, or this one's server refused
+  // (said where it happened); the next round follows whoever holds it.
+  if (promoted.status().code() == StatusCode::kAborted) return Status::Ok();
+  return promoted.status();
+}
+
+StatusOr<MembershipChange> EtcdAuthority::TakeOver() {
+  const std::string key = PrimaryKey(prefix_, shard_);
   PS_ASSIGN_OR_RETURN(EtcdTxnResult taken, TakeKey(key));
   if (!taken.succeeded) {
-    if (taken.current.has_value()) followed_ = taken.current->create_revision;
-    return Status::Ok();
+    if (taken.current.has_value()) {
+      followed_ = taken.current->create_revision;
+      primary_ = ReplicaOf(*taken.current);
+    }
+    return AbortedError(name_ + ": another replica took shard " + std::to_string(shard_) +
+                        "'s primary key first");
   }
   const int64_t epoch = taken.revision;
   Status promoted = Tell(kMembershipPromote, 0, epoch);
@@ -294,7 +312,7 @@ Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::str
     if (promoted.code() == StatusCode::kFailedPrecondition) {
       // Still taking its copy, or not in sync: pushes the dead primary
       // acknowledged are not here, and will never come.
-      *fatal = "shard " + std::to_string(shard_) +
+      fatal_ = "shard " + std::to_string(shard_) +
                "'s primary is gone and this replica does not hold every push it acknowledged (" +
                promoted.message() +
                "); it stops rather than serve without them. A replica in sync takes over if "
@@ -302,17 +320,90 @@ Status EtcdAuthority::BackupStep(WriteLease::Clock::time_point started, std::str
                "checkpoint (checkpoint.dir; ps_launch --restore-clock), the pushes after it "
                "are lost";
     }
-    return Status::Ok();
+    return AbortedError(name_ + ": its server cannot serve shard " + std::to_string(shard_) +
+                        ": " + promoted.ToString() + "; the key was given back");
   }
   role_ = Role::kPrimary;
   epoch_ = epoch;
   held_ = epoch;
   followed_ = epoch;
+  primary_ = replica_;
   std::fill(in_log_.begin(), in_log_.end(), -1);  // a promoted primary starts with no backups
-  Extend(started);
+  Extend(round_started_);
   PS_LOG_WARN("{}: etcd: the primary's lease lapsed; this replica holds shard {} now (epoch {})",
               name_, shard_, epoch);
+  return MembershipChange::Of(kMembershipPromote, shard_, replica_, epoch);
+}
+
+Status EtcdAuthority::CheckShard(uint32_t shard, uint32_t replica) const {
+  if (shard != shard_ || replica >= job_.replication.factor) {
+    return InvalidArgumentError(name_ + ": decides for its own shard " + std::to_string(shard_) +
+                                " of " + std::to_string(job_.replication.factor) +
+                                " replicas only, not for replica " + std::to_string(replica) +
+                                " of shard " + std::to_string(shard));
+  }
   return Status::Ok();
+}
+
+StatusOr<ShardMembership> EtcdAuthority::Membership(uint32_t shard) const {
+  PS_RETURN_IF_ERROR(CheckShard(shard, replica_));
+  ShardMembership membership;
+  membership.epoch = role_ == Role::kPrimary ? epoch_ : followed_;
+  membership.primary = primary_;
+  return membership;
+}
+
+StatusOr<MembershipChange> EtcdAuthority::ReplicaGone(uint32_t shard, uint32_t replica) {
+  PS_RETURN_IF_ERROR(CheckShard(shard, replica));
+  if (role_ != Role::kPrimary) {
+    if (replica != primary_) {
+      return FailedPreconditionError(name_ + " is a backup: replica " + std::to_string(replica) +
+                                     " is another backup, which its primary drops");
+    }
+    return TakeOver();
+  }
+  if (replica == replica_) {
+    return FailedPreconditionError(name_ + " is the primary: its own loss is etcd's to see (its "
+                                   "lease lapses), not its own to decide");
+  }
+  PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> registered,
+                      etcd_->Get(ReplicaKey(prefix_, shard_, replica)));
+  if (registered.has_value()) {
+    return FailedPreconditionError(name_ + ": replica " + std::to_string(replica) +
+                                   " is still registered at etcd (its lease holds); the primary "
+                                   "drops only a replica whose lease lapsed");
+  }
+  PS_RETURN_IF_ERROR(Drop(replica, round_started_, &fatal_));
+  if (!fatal_.empty()) return FailedPreconditionError(fatal_);
+  return MembershipChange::Of(kMembershipDropBackup, shard_, replica, epoch_);
+}
+
+StatusOr<MembershipChange> EtcdAuthority::ReplicaJoins(uint32_t shard, uint32_t replica) {
+  PS_RETURN_IF_ERROR(CheckShard(shard, replica));
+  if (role_ != Role::kPrimary || replica == replica_) {
+    return FailedPreconditionError(name_ + ": replica " + std::to_string(replica) +
+                                   " joins shard " + std::to_string(shard_) +
+                                   "'s primary, which adds it; this replica is not that primary");
+  }
+  PS_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> kv,
+                      etcd_->Get(ReplicaKey(prefix_, shard_, replica)));
+  if (!kv.has_value() || kv->value != kJoining) {
+    return FailedPreconditionError(name_ + ": replica " + std::to_string(replica) +
+                                   " is not registered at etcd as joining; start it with --join");
+  }
+  if (in_log_[replica] >= 0) {
+    // A new life of a replica still in the log: out first.
+    PS_RETURN_IF_ERROR(Drop(replica, round_started_, &fatal_));
+    if (!fatal_.empty()) return FailedPreconditionError(fatal_);
+  }
+  int64_t epoch = 0;
+  PS_RETURN_IF_ERROR(NewEpoch("join " + std::to_string(replica), &epoch, &fatal_));
+  if (!fatal_.empty()) return FailedPreconditionError(fatal_);
+  PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, replica, epoch));
+  epoch_ = epoch;
+  Extend(round_started_);
+  in_log_[replica] = kv->create_revision;
+  return MembershipChange::Of(kMembershipAddBackup, shard_, replica, epoch);
 }
 
 Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {

@@ -1,9 +1,14 @@
 // etcd as the authority over a shard's replicas (replication.authority
 // etcd; DESIGN.md section 13): which replica is the primary, at which
 // epoch, decided by etcd alone, never by two servers on their own. The
-// same decisions ps_launch takes on one host (tools/launcher.cc), taken
-// here by each ps_server's own thread against etcd, and handed to its
-// server with the same MEMBERSHIP requests ps_launch sends.
+// same decisions ps_launch takes on one host (tools/local_authority.h),
+// behind the same interface (common/authority.h), taken here by each
+// ps_server's own thread against etcd over its own shard, and handed to its
+// server with the same MEMBERSHIP requests ps_launch sends. As an
+// Authority: Membership is what this replica knows (a primary: its epoch,
+// itself; a backup: the epoch at which the primary it follows took the
+// shard, and that primary); ReplicaGone and ReplicaJoins act only on what
+// etcd shows (below), which is how the authority's own rounds call them.
 //
 // Keys, under replication.etcd.prefix (P):
 //   P/shard/<i>/primary     the primary's replica number, attached to its
@@ -52,8 +57,9 @@
 // (not itself) stops, so that, started again, it joins the new one.
 //
 // Thread-safety: Create and role() on the starting thread; then the
-// authority's own thread (Start .. Stop) does everything else. lease() is
-// thread-safe (WriteLease).
+// authority's own thread (Start .. Stop) does everything else, the Authority
+// calls included (before Start, or after Stop, any one thread may make
+// them). lease() is thread-safe (WriteLease).
 #ifndef PS_SERVER_ETCD_AUTHORITY_H_
 #define PS_SERVER_ETCD_AUTHORITY_H_
 
@@ -67,6 +73,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/authority.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -75,7 +82,7 @@
 
 namespace ps {
 
-class EtcdAuthority {
+class EtcdAuthority : public Authority {
  public:
   enum class Role {
     kPrimary,  // holds the shard's primary key
@@ -89,7 +96,7 @@ class EtcdAuthority {
   // REQUIRES: job.Validate().ok(), authority etcd, replica < factor.
   static StatusOr<std::unique_ptr<EtcdAuthority>> Create(const JobOptions& job, uint32_t shard,
                                                          uint32_t replica, bool join);
-  ~EtcdAuthority();  // Stop()
+  ~EtcdAuthority() override;  // Stop()
   EtcdAuthority(const EtcdAuthority&) = delete;
   EtcdAuthority& operator=(const EtcdAuthority&) = delete;
 
@@ -105,6 +112,24 @@ class EtcdAuthority {
   // not take over a shard whose job is ending.
   void Stop();
 
+  // Authority, over this replica's own shard (InvalidArgument for another).
+  StatusOr<ShardMembership> Membership(uint32_t shard) const override;
+  // This replica the primary: drops backup `replica` once etcd shows its
+  // registration gone (FailedPrecondition while it is registered, or for
+  // itself). This replica a backup and `replica` the primary it follows:
+  // takes the shard's primary key if nobody holds it and makes its server
+  // the primary (kMembershipPromote naming itself); Aborted when another
+  // replica took the key first or its server refused (the key is given
+  // back; a server not in sync also stops this replica). FailedPrecondition
+  // for anything else, and when etcd says this replica must stop (its
+  // lease or key is gone); etcd's errors as they come.
+  StatusOr<MembershipChange> ReplicaGone(uint32_t shard, uint32_t replica) override;
+  // This replica the primary: adds backup `replica`, registered at etcd as
+  // joining, at a new epoch (dropping its older life from the log first).
+  // FailedPrecondition when this replica is not the primary, or `replica` is
+  // not registered as joining.
+  StatusOr<MembershipChange> ReplicaJoins(uint32_t shard, uint32_t replica) override;
+
   // Key names (tests).
   static std::string PrimaryKey(const std::string& prefix, uint32_t shard);
   static std::string ReplicaKey(const std::string& prefix, uint32_t shard, uint32_t replica);
@@ -118,8 +143,11 @@ class EtcdAuthority {
   // non-OK status that is not fatal is logged and the next round tries
   // again; *fatal says the server must stop.
   Status Step(WriteLease::Clock::time_point started, std::string* fatal);
-  Status PrimaryStep(WriteLease::Clock::time_point started, std::string* fatal);
-  Status BackupStep(WriteLease::Clock::time_point started, std::string* fatal);
+  Status PrimaryStep(std::string* fatal);
+  Status BackupStep(std::string* fatal);
+  // A backup whose primary's key is gone takes it (ReplicaGone).
+  StatusOr<MembershipChange> TakeOver();
+  Status CheckShard(uint32_t shard, uint32_t replica) const;
   // The epoch of a change of this primary's backups: the revision of a
   // write that holds only while it still holds the primary key.
   Status NewEpoch(const std::string& what, int64_t* epoch, std::string* fatal);
@@ -146,6 +174,11 @@ class EtcdAuthority {
   int64_t epoch_ = 0;         // primary: the epoch it serves at
   int64_t held_ = 0;          // primary: create_revision of the primary key it holds
   int64_t followed_ = 0;      // backup: create_revision of the primary key it saw
+  uint32_t primary_ = 0;      // the replica that primary key names (a primary: itself)
+  // The current round: when it started (leases are extended from it), and
+  // why the server must stop, when etcd says so (empty: it goes on).
+  WriteLease::Clock::time_point round_started_;
+  std::string fatal_;
   bool registered_ = false;
   // Primary: per replica, the registration (create_revision) its log
   // replicates to: -1 none, 0 one from the start not seen yet.

@@ -12,7 +12,7 @@ nlohmann/*). A folder does not name what a layer above it owns: common
 knows that the job file has a train section but nothing of its schema
 (worker/train_options.h). The programs' ELF files are checked too:
 ps_worker and ps_ctl do not load RocksDB, ps_ctl and ps_server no BLAS and
-no CUDA library.
+no CUDA library, ps_launch no RocksDB.
 
     tests/dependency_rule_test.py SOURCE_DIR [BIN_DIR]
 
@@ -70,6 +70,8 @@ FORBIDDEN_LIBS = {
     "ps_worker": ["librocksdb"],
     "ps_ctl": ["librocksdb", "libopenblas", "libblas", "libcublas", "libcudart"],
     "ps_server": ["libopenblas", "libblas", "libcublas", "libcudart"],
+    # The launcher reads checkpoint folder names only (ps_checkpoint_layout).
+    "ps_launch": ["librocksdb"],
 }
 SOURCE_EXTENSIONS = (".h", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

@@ -21,7 +21,8 @@
 //    ("[launch] worker 1 exited with code 3; stopping the job") and stops
 //    all others the same way; exit code 1;
 //  - with checkpoints, every server is started with --restore-clock set to
-//    the newest generation all shards hold (CommonRestoreClock);
+//    the newest generation all shards hold (CommonRestoreClock,
+//    server/checkpoint_layout.h);
 //  - a server that dies by a signal while workers run (a crash, the
 //    out-of-memory killer, kill -9) is started again, when the job has
 //    checkpoint.dir and replication.factor 1, at most
@@ -106,25 +107,6 @@ struct LauncherOptions {
   // Default (empty): written to stdout, flushed per line.
   std::function<void(std::string_view line)> output;
 };
-
-// With checkpoint.dir and checkpoint.restore: the newest generation clock
-// that every shard's folder holds (the launcher passes it to every server as
-// --restore-clock, so the shards resume consistently); -1 when no shard has
-// a generation (a new job). FailedPrecondition, listing each shard's
-// generations, when some do but no clock is common to all.
-StatusOr<int64_t> CommonRestoreClock(const JobOptions& job);
-
-// `max_processes`, or when it is 0 the default limit of processes on a host
-// with `hardware_threads` hardware threads: 16 per thread, at least 64.
-uint32_t MaxLaunchProcesses(uint32_t max_processes,
-                            unsigned hardware_threads = std::thread::hardware_concurrency());
-
-// BLAS threads of each of `workers` workers sharing a host with
-// `hardware_threads` hardware threads: an equal share, at least 1 (0
-// hardware threads, unknown, counts as 1). ps_launch passes it as
-// ps_worker --cpu-threads when worker.cpu_threads is 0 (auto).
-uint32_t WorkerCpuShare(uint32_t workers,
-                        unsigned hardware_threads = std::thread::hardware_concurrency());
 
 // Thread-compatible; Run() may be called again after it returns.
 class Launcher {

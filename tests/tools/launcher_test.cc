@@ -29,6 +29,7 @@
 #include "common/subprocess.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tools/launch_plan.h"
 
 namespace ps {
 namespace {

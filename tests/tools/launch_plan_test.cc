@@ -1,0 +1,104 @@
+// What a launch starts: the checks before it, the restore clock, and each
+// child's command line, from the job and the options alone.
+#include "tools/launch_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+std::vector<std::string> Argv(std::initializer_list<const char*> args) {
+  return std::vector<std::string>(args.begin(), args.end());
+}
+
+TEST(LaunchPlanTest, ARestartedServerRestoresItsOwnGenerationAndHearsWhoFinished) {
+  JobOptions job = TestJob().Servers(2).Workers(3).Build();
+  LauncherOptions options;
+  options.bin_dir = "/opt/ps";
+  ChildSpec server;
+  server.is_server = true;
+  server.index = 1;
+  EXPECT_EQ(ChildCommand(job, "job.yaml", options, server, 20, {}),
+            Argv({"/opt/ps/ps_server", "--config", "job.yaml", "--shard", "1", "--log-level",
+                  "info", "--restore-clock", "20"}));
+  server.restart = true;
+  EXPECT_EQ(ChildCommand(job, "job.yaml", options, server, 20, {0, 2}),
+            Argv({"/opt/ps/ps_server", "--config", "job.yaml", "--shard", "1", "--log-level",
+                  "info", "--left-workers", "0,2"}));
+  // A backup that joins takes a copy: no generation, no finished workers.
+  server.replica = 2;
+  server.join = true;
+  EXPECT_EQ(ChildCommand(job, "job.yaml", options, server, 20, {0, 2}),
+            Argv({"/opt/ps/ps_server", "--config", "job.yaml", "--shard", "1", "--replica", "2",
+                  "--join", "--log-level", "info"}));
+}
+
+TEST(LaunchPlanTest, WorkersGetTheirShareOfTheCoresAndTheEvaluatorItsFlag) {
+  JobOptions job = TestJob().Servers(1).Workers(2).Build();
+  job.cluster.evaluator = true;
+  LauncherOptions options;
+  options.log_level = "";
+  options.worker_command = {"/bin/sh", "-c", "exit 0", "sh"};
+  ChildSpec evaluator;
+  evaluator.is_evaluator = true;
+  EXPECT_EQ(ChildCommand(job, "j.yaml", options, evaluator, -1, {}),
+            Argv({"/bin/sh", "-c", "exit 0", "sh", "--config", "j.yaml", "--evaluator",
+                  "--cpu-threads", std::to_string(WorkerCpuShare(3)).c_str()}));
+  job.worker.cpu_threads = 4;  // set in the job: not overridden
+  ChildSpec worker;
+  worker.index = 1;
+  EXPECT_EQ(ChildCommand(job, "j.yaml", options, worker, 7, {}),
+            Argv({"/bin/sh", "-c", "exit 0", "sh", "--config", "j.yaml", "--rank", "1"}));
+}
+
+TEST(LaunchPlanTest, CheckLaunchRefusesWhatCannotStartNamingTheFile) {
+  LauncherOptions options;
+  JobOptions job = TestJob().Servers(1).Workers(1).Build();
+  EXPECT_OK(CheckLaunch(job, "j.yaml", options));
+  EXPECT_EQ(CheckLaunch(job, "", options).code(), StatusCode::kInvalidArgument);
+  options.max_processes = 1;
+  Status too_many = CheckLaunch(job, "j.yaml", options);
+  EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("'j.yaml' has 2 processes"), std::string::npos)
+      << too_many.ToString();
+  options.max_processes = 0;
+  options.grace = std::chrono::milliseconds(-1);
+  EXPECT_EQ(CheckLaunch(job, "j.yaml", options).code(), StatusCode::kInvalidArgument);
+  job.cluster.workers = 0;
+  EXPECT_NE(CheckLaunch(job, "j.yaml", options).message().find("cluster.workers is 0 in 'j.yaml'"),
+            std::string::npos);
+}
+
+TEST(LaunchPlanTest, ResumeClockIsTheNewestGenerationEveryShardHolds) {
+  const std::string dir = ::testing::TempDir() + "/launch_plan_resume";
+  std::filesystem::remove_all(dir);
+  JobOptions job = TestJob().Servers(2).Workers(1).Build();
+  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/false).value(), -1);
+  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/true).status().code(),
+            StatusCode::kFailedPrecondition);
+  job.checkpoint.dir = dir;
+  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/false).value(), -1);  // a new job
+  EXPECT_NE(ResumeClock(job, "j.yaml", /*resume=*/true).status().message().find(
+                "holds no checkpoint generation"),
+            std::string::npos);
+  for (const char* gen : {"shard-0/gen-10", "shard-0/gen-20", "shard-1/gen-20", "shard-1/gen-30"}) {
+    std::filesystem::create_directories(dir + "/" + gen);
+  }
+  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/true).value(), 20);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchPlanTest, ServersAreNamedByShardAndBackup) {
+  EXPECT_EQ(ServerName(3, 0), "server 3");
+  EXPECT_EQ(ServerName(3, 2), "server 3 backup 2");
+}
+
+}  // namespace
+}  // namespace ps
