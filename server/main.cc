@@ -27,6 +27,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -60,194 +62,208 @@ void OnHangup(int) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{"ps_server: one shard of the parameter server"};
+namespace {
+
+// ps_server's flags.
+struct ServerFlags {
   std::string config_path;
-  ps::RankFlags shard_flags;
+  ps::RankFlags shard;
   std::string log_level = "info";
   std::string bind;
-  app.add_option("--config", config_path, "job YAML file")->required();
-  ps::AddRankFlags(app, "shard", "from mpirun/srun or JOB_COMPLETION_INDEX", "ps-server-3",
-                   &shard_flags);
   bool check = false;
-  app.add_flag("--check", check,
+  int64_t restore_clock = -1;
+  uint32_t replica = 0;
+  bool join = false;
+  std::vector<uint32_t> left_workers;
+  int64_t metrics_port = -1;
+};
+
+void AddFlags(CLI::App& app, ServerFlags* f) {
+  app.add_option("--config", f->config_path, "job YAML file")->required();
+  ps::AddRankFlags(app, "shard", "from mpirun/srun or JOB_COMPLETION_INDEX", "ps-server-3",
+                   &f->shard);
+  app.add_flag("--check", f->check,
                "check the flags and the job file, resolve the shard, print what would run and "
                "exit 0 (resolves no host name, opens no socket)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
-  app.add_option("--bind", bind,
+  app.add_option("--log-level", f->log_level, "trace, debug, info, warn, error, off");
+  app.add_option("--bind", f->bind,
                  "endpoint to bind instead of the config's address, e.g. tcp://0.0.0.0:7000");
-  int64_t restore_clock = -1;
-  app.add_option("--restore-clock", restore_clock,
+  app.add_option("--restore-clock", f->restore_clock,
                  "with checkpoint.dir: restore the generation of this clock instead of the newest")
       ->check(CLI::NonNegativeNumber);
-  uint32_t replica = 0;
-  app.add_option("--replica", replica,
+  app.add_option("--replica", f->replica,
                  "with replication.factor k: run replica j (0..k-1) of the shard's rows at its "
                  "address (0: cluster.servers[shard]; j >= 1: the next servers' hosts at the port "
                  "replication.port_offset sets); 0 (default) starts as the primary, j >= 1 as a "
                  "backup (the authority may promote it), and any with --join as a backup");
-  bool join = false;
-  app.add_flag("--join", join,
+  app.add_flag("--join", f->join,
                "with --replica: start empty and take the state from the shard's running primary "
                "(ps_launch restarts a dead replica so; the primary is told by the authority)");
-  std::vector<uint32_t> left_workers;
-  app.add_option("--left-workers", left_workers,
+  app.add_option("--left-workers", f->left_workers,
                  "ranks of workers that already finished the job (a shard restarted while the "
                  "job runs does not wait for them); ps_launch passes them")
       ->delimiter(',');
-  int64_t metrics_port = -1;
-  app.add_option("--metrics-port", metrics_port,
+  app.add_option("--metrics-port", f->metrics_port,
                  "serve Prometheus metrics on this port instead of the one metrics.port gives "
                  "this replica (0: serve none)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help exits 0; a refused flag exits 2, as a bad config does (CLI11's
-    // own codes would tell a launcher nothing).
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+}
 
-  ps::Status logging = ps::InitLogging("server", log_level);
-  if (!logging.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n", logging.ToString().c_str());
-    return 2;
-  }
-  auto job = ps::LoadJobFile(config_path);
-  if (!job.ok()) {
-    PS_LOG_ERROR("{}", job.status().ToString());
-    return 2;
-  }
-  const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
-  auto resolved = ps::ResolveRankFromFlags(shard_flags, 0, num_servers, "shard");
-  if (!resolved.ok()) {
-    PS_LOG_ERROR("{}", resolved.status().ToString());
-    return 2;
-  }
-  const uint32_t shard = resolved->rank;
-  for (uint32_t w : left_workers) {
-    if (w >= job->cluster.workers) {
-      PS_LOG_ERROR("--left-workers: worker {} is not in this job ({} workers: ranks 0..{})", w,
-                   job->cluster.workers, job->cluster.workers - 1);
-      return 2;
+// OK when the flags fit the job; else the reason (exit code 2).
+ps::Status CheckFlags(const ps::JobOptions& job, const ServerFlags& f, uint32_t shard) {
+  for (uint32_t w : f.left_workers) {
+    if (w >= job.cluster.workers) {
+      return ps::InvalidArgumentError(
+          "--left-workers: worker " + std::to_string(w) + " is not in this job (" +
+          std::to_string(job.cluster.workers) + " workers: ranks 0.." +
+          std::to_string(job.cluster.workers - 1) + ")");
     }
   }
-  if (replica >= job->replication.factor) {
-    PS_LOG_ERROR("--replica {}: the job has replication.factor {}, so shard {} has {}", replica,
-                 job->replication.factor, shard,
-                 job->replication.factor == 1 ? std::string("no backups")
-                                              : "backups 1.." +
-                                                    std::to_string(job->replication.factor - 1));
-    return 2;
+  if (f.replica >= job.replication.factor) {
+    return ps::InvalidArgumentError(
+        "--replica " + std::to_string(f.replica) + ": the job has replication.factor " +
+        std::to_string(job.replication.factor) + ", so shard " + std::to_string(shard) +
+        " has " +
+        (job.replication.factor == 1
+             ? std::string("no backups")
+             : "backups 1.." + std::to_string(job.replication.factor - 1)));
   }
-  if (join && job->replication.factor < 2) {
-    PS_LOG_ERROR("--join: the job has replication.factor 1, so a shard has no primary to copy "
-                 "from; it restores from its checkpoints instead");
-    return 2;
+  if (f.join && job.replication.factor < 2) {
+    return ps::InvalidArgumentError(
+        "--join: the job has replication.factor 1, so a shard has no primary to copy from; it "
+        "restores from its checkpoints instead");
   }
-  if (check) {
-    // Parsed, not resolved: Validate() has parsed every entry already.
-    ps::HostPort address;
-    std::string problem;
-    (void)ps::ParseHostPort(job->cluster.servers[shard], &address, &problem);
-    const std::string binds =
-        !bind.empty() ? bind + " (--bind)"
-        : job->cluster.bind == ps::BindMode::kAll
-            ? "tcp://*:" + std::to_string(address.port) + " (cluster.bind: all)"
-            : "the address " + address.host + " resolves to, port " +
-                  std::to_string(address.port);
-    std::printf("ps_server: shard %u of %u (from %s), listens on %s, binds %s\n", shard,
-                num_servers, resolved->source.c_str(), address.canonical.c_str(), binds.c_str());
-    return 0;
-  }
-  ps::InitLogging("server " + std::to_string(shard) +
-                      (replica > 0 || join ? " backup " + std::to_string(replica) : std::string()),
-                  log_level)
-      .IgnoreError();
-  // Each connection a shard accepts takes a file descriptor: take all the
-  // process may have before the workers come.
+  return ps::Status::Ok();
+}
+
+// --check: one line naming the shard and its address. Parsed, not resolved:
+// Validate() has parsed every entry already.
+void PrintCheck(const ps::JobOptions& job, const ServerFlags& f, const ps::ResolvedRank& shard) {
+  ps::HostPort address;
+  std::string problem;
+  (void)ps::ParseHostPort(job.cluster.servers[shard.rank], &address, &problem);
+  const std::string binds =
+      !f.bind.empty() ? f.bind + " (--bind)"
+      : job.cluster.bind == ps::BindMode::kAll
+          ? "tcp://*:" + std::to_string(address.port) + " (cluster.bind: all)"
+          : "the address " + address.host + " resolves to, port " + std::to_string(address.port);
+  std::printf("ps_server: shard %u of %u (from %s), listens on %s, binds %s\n", shard.rank,
+              static_cast<uint32_t>(job.cluster.servers.size()), shard.source.c_str(),
+              address.canonical.c_str(), binds.c_str());
+}
+
+// Each connection a shard accepts takes a file descriptor: take all the
+// process may have before the workers come.
+void RaiseFileLimit(uint32_t shard) {
   ps::OpenFileLimit raised;
   const ps::OpenFileLimit before = ps::RaiseOpenFileLimit(&raised);
   if (raised.soft != before.soft) {
     PS_LOG_INFO("shard {}: open-file limit (RLIMIT_NOFILE) raised from {} to its hard limit {}",
                 shard, before.soft, raised.soft);
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  // replication.authority etcd: etcd says what this replica is, and the
-  // authority's thread renews its lease and hands its server etcd's
-  // decisions (server/etcd_authority.h).
-  std::unique_ptr<ps::EtcdAuthority> authority;
-  bool as_backup = replica > 0 || join;
-  std::mutex stopped_mu;
-  std::string stopped_by_authority;  // guarded by stopped_mu
-  auto authority_stopped = [&]() {
-    std::lock_guard<std::mutex> lock(stopped_mu);
-    return stopped_by_authority;
-  };
-  if (job->replication.authority == ps::ReplicationAuthority::kEtcd) {
-    auto created = ps::EtcdAuthority::Create(*job, shard, replica, join);
-    if (!created.ok()) {
-      PS_LOG_ERROR("replica {} of shard {}: {}", replica, shard, created.status().ToString());
+}
+
+// One replica's process once its flags are checked: its authority
+// (replication.authority etcd), its metrics, and the server it runs, a
+// backup that may be promoted or the shard's primary. Run() returns the
+// exit code. Not thread-safe, but for the authority's stop callback.
+class ServerProcess {
+ public:
+  ServerProcess(const ps::JobOptions& job, const ServerFlags& flags, uint32_t shard)
+      : job_(job), flags_(flags), shard_(shard), join_(flags.join),
+        as_backup_(flags.replica > 0 || flags.join) {}
+
+  int Run() {
+    if (ps::Status s = Setup(); !s.ok()) {
+      PS_LOG_ERROR("{}", s.ToString());
       return 1;
     }
-    authority = std::move(*created);
-    as_backup = authority->role() != ps::EtcdAuthority::Role::kPrimary;
-    join = authority->role() == ps::EtcdAuthority::Role::kJoin;
+    std::unique_ptr<ps::ShardServer> server;
+    const int code = as_backup_ ? RunBackup(&server) : CreatePrimary(&server);
+    if (server == nullptr) return code;
+    return Serve(std::move(server));
   }
-  auto start_authority = [&]() {
-    if (authority == nullptr) return;
-    authority->Start([&](const std::string& reason) {
+
+ private:
+  // The etcd authority (which says what this replica is) and the metrics.
+  ps::Status Setup() {
+    if (job_.replication.authority == ps::ReplicationAuthority::kEtcd) {
+      auto created = ps::EtcdAuthority::Create(job_, shard_, flags_.replica, join_);
+      if (!created.ok()) {
+        return created.status().WithContext("replica " + std::to_string(flags_.replica) +
+                                            " of shard " + std::to_string(shard_));
+      }
+      authority_ = std::move(*created);
+      as_backup_ = authority_->role() != ps::EtcdAuthority::Role::kPrimary;
+      join_ = authority_->role() == ps::EtcdAuthority::Role::kJoin;
+    }
+    const std::string role =
+        "shard " + std::to_string(shard_) +
+        (flags_.replica > 0 ? " replica " + std::to_string(flags_.replica) : std::string());
+    PS_ASSIGN_OR_RETURN(metrics_, ps::StartProcessMetrics(
+                                      job_.metrics.bind,
+                                      ps::ServerMetricsPort(job_, shard_, flags_.replica),
+                                      flags_.metrics_port, role));
+    return ps::Status::Ok();
+  }
+
+  // The authority's thread renews its lease and hands its server etcd's
+  // decisions (server/etcd_authority.h); when it must stop the process it
+  // says why.
+  void StartAuthority() {
+    if (authority_ == nullptr) return;
+    authority_->Start([this](const std::string& reason) {
       {
-        std::lock_guard<std::mutex> lock(stopped_mu);
-        stopped_by_authority = reason;
+        std::lock_guard<std::mutex> lock(stopped_mu_);
+        stopped_by_authority_ = reason;
       }
       OnSignal(0);
     });
-  };
-  const std::string role = "shard " + std::to_string(shard) +
-                           (replica > 0 ? " replica " + std::to_string(replica) : std::string());
-  auto metrics = ps::StartProcessMetrics(
-      job->metrics.bind, ps::ServerMetricsPort(*job, shard, replica), metrics_port, role);
-  if (!metrics.ok()) {
-    PS_LOG_ERROR("{}", metrics.status().ToString());
-    return 1;
   }
-  auto publish_role = [&](const char* what) {
-    // Until it serves the shard (a backup): who it is; a promoted backup's
-    // ShardServer publishes the shard's own metrics.
-    if (*metrics == nullptr) return;
-    ps::MetricsWriter out({{"shard", std::to_string(shard)}, {"replica", std::to_string(replica)}});
+  std::string StoppedByAuthority() {
+    std::lock_guard<std::mutex> lock(stopped_mu_);
+    return stopped_by_authority_;
+  }
+
+  // Until it serves the shard (a backup): who it is; a promoted backup's
+  // ShardServer publishes the shard's own metrics.
+  void PublishRole(const char* what) {
+    if (metrics_ == nullptr) return;
+    ps::MetricsWriter out(
+        {{"shard", std::to_string(shard_)}, {"replica", std::to_string(flags_.replica)}});
     out.Family("ps_server_role", "gauge", "1, with this replica's role as a label");
     out.Sample("ps_server_role", {{"role", what}}, 1);
-    (*metrics)->Publish(out.Take());
-  };
-  auto linger = [&]() {
-    if (*metrics != nullptr) (*metrics)->Linger(job->metrics.linger_ms, g_signalled);
-  };
-  std::unique_ptr<ps::ShardServer> server;
-  if (as_backup) {
-    publish_role("backup");
-    auto backup = ps::BackupServer::Create(*job, shard, replica, bind, restore_clock, join);
+    metrics_->Publish(out.Take());
+  }
+  void Linger() {
+    if (metrics_ != nullptr) metrics_->Linger(job_.metrics.linger_ms, g_signalled);
+  }
+
+  // Runs the backup until it stops (returns the exit code, *server null)
+  // or the authority promotes it (*server: the shard's new primary).
+  int RunBackup(std::unique_ptr<ps::ShardServer>* server) {
+    PublishRole("backup");
+    auto backup = ps::BackupServer::Create(job_, shard_, flags_.replica, flags_.bind,
+                                           flags_.restore_clock, join_);
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
       return 1;
     }
     g_backup = backup->get();
-    start_authority();
+    StartAuthority();
     ps::Status s = (*backup)->Run();
     g_backup = nullptr;
-    if (!(*backup)->promoted()) publish_role("stopped");
+    if (!(*backup)->promoted()) PublishRole("stopped");
     if (!s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());
       return 1;
     }
-    if (const std::string reason = authority_stopped(); !reason.empty()) {
-      PS_LOG_ERROR("backup {} of shard {} stopped: {}", replica, shard, reason);
+    if (const std::string reason = StoppedByAuthority(); !reason.empty()) {
+      PS_LOG_ERROR("backup {} of shard {} stopped: {}", flags_.replica, shard_, reason);
       return 1;
     }
     if (!(*backup)->promoted()) {
-      linger();
+      Linger();
       return 0;
     }
     // The authority made this copy the shard's primary: it serves at its
@@ -255,46 +271,112 @@ int main(int argc, char** argv) {
     const int64_t epoch = (*backup)->promoted_epoch();
     ps::BackupServer::State state = (*backup)->TakeState();
     backup->reset();  // its own port goes
-    ps::InitLogging("server " + std::to_string(shard), log_level).IgnoreError();
-    auto promoted = ps::ShardServer::CreatePromoted(*job, shard, std::move(state));
+    ps::InitLogging("server " + std::to_string(shard_), flags_.log_level).IgnoreError();
+    auto promoted = ps::ShardServer::CreatePromoted(job_, shard_, std::move(state));
     if (!promoted.ok()) {
-      PS_LOG_ERROR("backup {} of shard {} could not take over: {}", replica, shard,
+      PS_LOG_ERROR("backup {} of shard {} could not take over: {}", flags_.replica, shard_,
                    promoted.status().ToString());
       return 1;
     }
     PS_LOG_WARN("shard {}: backup {} serves as the primary from epoch {} on {}, with no backup "
                 "of its own until one rejoins",
-                shard, replica, epoch, (*promoted)->endpoint());
-    server = std::move(*promoted);
-    if (authority != nullptr) server->SetWriteLease(authority->lease());
-  } else {
+                shard_, flags_.replica, epoch, (*promoted)->endpoint());
+    *server = std::move(*promoted);
+    if (authority_ != nullptr) (*server)->SetWriteLease(authority_->lease());
+    return 0;
+  }
+
+  // The shard's primary (restored from its checkpoints when the job says).
+  int CreatePrimary(std::unique_ptr<ps::ShardServer>* server) {
     const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
-    auto created =
-        ps::ShardServer::Create(*job, shard, bind, restore_clock, /*clock=*/nullptr,
-                                ps::TestStallHook("PS_CHECKPOINT_TEST_STALL",
-                                                  stall == nullptr ? "" : stall));
+    auto created = ps::ShardServer::Create(
+        job_, shard_, flags_.bind, flags_.restore_clock, /*clock=*/nullptr,
+        ps::TestStallHook("PS_CHECKPOINT_TEST_STALL", stall == nullptr ? "" : stall));
     if (!created.ok()) {
       PS_LOG_ERROR("{}", created.status().ToString());
       return 1;
     }
-    server = std::move(*created);
-    for (uint32_t w : left_workers) server->WorkerLeft(w);
-    if (authority != nullptr) server->SetWriteLease(authority->lease());
-    start_authority();
+    *server = std::move(*created);
+    for (uint32_t w : flags_.left_workers) (*server)->WorkerLeft(w);
+    if (authority_ != nullptr) (*server)->SetWriteLease(authority_->lease());
+    StartAuthority();
+    return 0;
   }
-  server->SetMetricsEndpoint(metrics->get());
-  g_server = server.get();
-  std::signal(SIGHUP, OnHangup);
-  ps::Status s = server->Run();
-  g_server = nullptr;
-  linger();
-  if (const std::string reason = authority_stopped(); !reason.empty()) {
-    PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard, replica, reason);
-    return 1;
+
+  int Serve(std::unique_ptr<ps::ShardServer> server) {
+    server->SetMetricsEndpoint(metrics_.get());
+    g_server = server.get();
+    std::signal(SIGHUP, OnHangup);
+    ps::Status s = server->Run();
+    g_server = nullptr;
+    Linger();
+    if (const std::string reason = StoppedByAuthority(); !reason.empty()) {
+      PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard_, flags_.replica, reason);
+      return 1;
+    }
+    if (!s.ok()) {
+      PS_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+    return 0;
   }
-  if (!s.ok()) {
-    PS_LOG_ERROR("{}", s.ToString());
-    return 1;
+
+  const ps::JobOptions& job_;
+  const ServerFlags& flags_;
+  const uint32_t shard_;
+  bool join_;       // --join, or etcd's decision
+  bool as_backup_;  // --replica j >= 1 or --join, or etcd's decision
+  std::unique_ptr<ps::EtcdAuthority> authority_;
+  std::unique_ptr<ps::MetricsEndpoint> metrics_;
+  std::mutex stopped_mu_;
+  std::string stopped_by_authority_;  // guarded by stopped_mu_
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ps_server: one shard of the parameter server"};
+  ServerFlags flags;
+  AddFlags(app, &flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; a refused flag exits 2, as a bad config does (CLI11's
+    // own codes would tell a launcher nothing).
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  return 0;
+  ps::Status logging = ps::InitLogging("server", flags.log_level);
+  if (!logging.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", logging.ToString().c_str());
+    return 2;
+  }
+  auto job = ps::LoadJobFile(flags.config_path);
+  if (!job.ok()) {
+    PS_LOG_ERROR("{}", job.status().ToString());
+    return 2;
+  }
+  const auto num_servers = static_cast<uint32_t>(job->cluster.servers.size());
+  auto resolved = ps::ResolveRankFromFlags(flags.shard, 0, num_servers, "shard");
+  if (!resolved.ok()) {
+    PS_LOG_ERROR("{}", resolved.status().ToString());
+    return 2;
+  }
+  const uint32_t shard = resolved->rank;
+  if (ps::Status fits = CheckFlags(*job, flags, shard); !fits.ok()) {
+    PS_LOG_ERROR("{}", fits.message());
+    return 2;
+  }
+  if (flags.check) {
+    PrintCheck(*job, flags, *resolved);
+    return 0;
+  }
+  ps::InitLogging("server " + std::to_string(shard) +
+                      (flags.replica > 0 || flags.join ? " backup " + std::to_string(flags.replica)
+                                                       : std::string()),
+                  flags.log_level)
+      .IgnoreError();
+  RaiseFileLimit(shard);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  return ServerProcess(*job, flags, shard).Run();
 }

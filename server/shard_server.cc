@@ -154,8 +154,11 @@ Status ShardServer::OpenSocket(BackupServer::State* promoted) {
   // A connection that never finishes its handshake (a socket that sends
   // nothing) holds a descriptor and a place under max_connections: not
   // for long.
-  so.handshake_ivl_ms = kHandshakeTimeoutMs;
-  PS_ASSIGN_OR_RETURN(max_connections_, MaxConnections(job_, shard_));
+  so.handshake_ivl_ms = ConnectionLimit::kHandshakeTimeoutMs;
+  PS_ASSIGN_OR_RETURN(const uint32_t max_connections,
+                      ConnectionLimit::MaxConnections(job_, shard_));
+  connections_ = std::make_unique<ConnectionLimit>(shard_, job_, max_connections,
+                                                   access_->enabled());
   PS_ASSIGN_OR_RETURN(socket_, Socket::Create(context_.get(), SocketType::kRouter, so));
   PS_ASSIGN_OR_RETURN(accept_monitor_,
                       ConnectionMonitor::CreateForAccepts(context_.get(), socket_.get()));
@@ -243,7 +246,7 @@ Status ShardServer::Run() {
     FinishCheckpointWrite(/*may_start=*/true);
     auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
-    if (readable[1]) DrainAcceptEvents();
+    if (readable[1]) connections_->Drain(*accept_monitor_);
     if (!ReceiveReplicaAcks(readable, 2)) break;
     if (replay_due_) ReplayParkedPushes();  // the clock moved in Tick
     // Drain what is queued, but look at the stop flag now and then.
@@ -269,49 +272,20 @@ void ShardServer::Reply(Frame& routing_id, const MessageHeader& header) {
   reply_.clear();
   reply_.push_back(std::move(routing_id));
   reply_.push_back(EncodeHeader(header));
-  if (deferring_) {
-    Defer({0, std::move(reply_), header});
+  if (held_.in_request()) {
+    held_.Hold({0, std::move(reply_), header}, 0);
     reply_.clear();
     return;
   }
   SendReply(header);
 }
 
-void ShardServer::Defer(DeferredReply reply) {
-  if (deferring_) {
-    deferred_.push_back(std::move(reply));
-    ++deferred_unassigned_;
-    return;
-  }
-  reply.seq = replication_->last_seq();
-  deferred_.push_back(std::move(reply));
-}
-
-void ShardServer::HoldForSums(int64_t clock, Frame& routing_id, const MessageHeader& header) {
-  DeferredReply held;
+HeldReplies::Held ShardServer::MakeHeld(Frame& routing_id, const MessageHeader& header) {
+  HeldReplies::Held held;
   held.frames.push_back(std::move(routing_id));
   held.frames.push_back(EncodeHeader(header));
   held.header = header;
-  held_for_sums_[clock].push_back(std::move(held));
-}
-
-int64_t ShardServer::SummedInto(uint32_t worker, uint64_t session, uint64_t request_id) const {
-  for (const auto& [clock, ids] : summed_pushes_) {
-    for (size_t k = 0; k < ids.size(); k += 3) {
-      if (ids[k] == worker && ids[k + 1] == session && ids[k + 2] == request_id) return clock;
-    }
-  }
-  return -1;
-}
-
-RecentPushes ShardServer::ReplicatedPushes() const {
-  RecentPushes replicated = recent_pushes_;
-  for (const auto& [clock, ids] : summed_pushes_) {
-    for (size_t k = 0; k < ids.size(); k += 3) {
-      replicated.Forget(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
-    }
-  }
-  return replicated;
+  return held;
 }
 
 void ShardServer::FlushDeferred() {
@@ -325,11 +299,9 @@ void ShardServer::FlushDeferred() {
       PS_LOG_WARN("shard {}: fenced: its etcd lease may have lapsed (epoch {}); it accepts and "
                   "acknowledges no write until it renews it, and refuses the {} replies that "
                   "wait for its backups",
-                  shard_, epoch(), deferred_.size());
+                  shard_, epoch(), held_.size());
     }
-    while (!deferred_.empty() && deferred_.size() > deferred_unassigned_) {
-      DeferredReply d = std::move(deferred_.front());
-      deferred_.pop_front();
+    for (HeldReplies::Held& d : held_.TakeAllAssigned()) {
       ++counters_.fenced_refusals;
       MessageHeader error = FencedError(d.header);
       reply_.clear();
@@ -344,13 +316,9 @@ void ShardServer::FlushDeferred() {
     PS_LOG_WARN("shard {}: renewed its etcd lease (epoch {}): it accepts writes again", shard_,
                 epoch());
   }
-  const uint64_t committed = replication_->committed();
-  while (!deferred_.empty() && deferred_.size() > deferred_unassigned_ &&
-         deferred_.front().seq <= committed) {
-    reply_ = std::move(deferred_.front().frames);
-    const MessageHeader header = std::move(deferred_.front().header);
-    deferred_.pop_front();
-    SendReply(header);
+  for (HeldReplies::Held& held : held_.TakeCommitted(replication_->committed())) {
+    reply_ = std::move(held.frames);
+    SendReply(held.header);
   }
 }
 
@@ -375,15 +343,15 @@ void ShardServer::EndReplication() {
   // The last replies (goodbyes) wait for the backups, a bounded time.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   std::vector<bool> readable;
-  while (!deferred_.empty() && std::chrono::steady_clock::now() < until) {
+  while (!held_.empty() && std::chrono::steady_clock::now() < until) {
     auto ready = PollReadable(replication_->sockets(), 100, &readable);
     if (!ready.ok() || !ReceiveReplicaAcks(readable, 0)) break;
     FlushDeferred();
   }
-  if (!deferred_.empty()) {
+  if (!held_.empty()) {
     PS_LOG_WARN("shard {}: {} replies not sent: the backups did not acknowledge their entries "
                 "in time ({})",
-                shard_, deferred_.size(), replication_->Describe());
+                shard_, held_.size(), replication_->Describe());
   }
 }
 
@@ -405,73 +373,6 @@ void ShardServer::SendReply(const MessageHeader& header) {
                   HeldBack(skipped));
     }
   }
-}
-
-void ShardServer::DrainAcceptEvents() {
-  // Connections come and go at the rate of TCP handshakes: a bounded
-  // number of their events per round.
-  for (int i = 0; i < 1024; ++i) {
-    auto event = accept_monitor_->TryNext();
-    if (!event.ok() || !event->has_value()) return;
-    if (**event == ConnectionEvent::kHandshakeFailed) {
-      ++counters_.failed_handshakes;
-      uint64_t skipped = 0;
-      if (!handshake_log_.ShouldLog(&skipped)) continue;
-      PS_LOG_WARN("shard {}: refused a connection whose handshake failed: a client without "
-                  "CurveZMQ against this {} server, or one with another server key; it gets "
-                  "nothing (ZeroMQ names no address for this){}",
-                  shard_, access_->enabled() ? "CurveZMQ" : "plain",
-                  HeldBack(skipped));
-      continue;
-    }
-    const int fd = accept_monitor_->last_value();
-    if (**event == ConnectionEvent::kClosed) {
-      // One this shard closed was never counted open.
-      if (closing_.erase(fd) == 0 && open_connections_ > 0) --open_connections_;
-      continue;
-    }
-    if (**event != ConnectionEvent::kAccepted) continue;
-    if (open_connections_ < max_connections_) {
-      ++open_connections_;
-      continue;
-    }
-    // Past the limit: closed at once, so the descriptors never run out.
-    ConnectionMonitor::CloseAccepted(fd);
-    closing_.insert(fd);
-    ++counters_.refused_connections;
-    uint64_t skipped = 0;
-    if (!connection_log_.ShouldLog(&skipped)) continue;
-    PS_LOG_ERROR("shard {}: refused a connection: {} are open, the most it keeps "
-                 "(server.max_connections {}{}); it is closed, and so is each one more until some "
-                 "close (a connection that does not finish its handshake closes after {} s){}",
-                 shard_, open_connections_, max_connections_,
-                 job_.server.max_connections == 0
-                     ? ", from the open-file limit " + std::to_string(CurrentOpenFileLimit().soft)
-                     : std::string(),
-                 kHandshakeTimeoutMs / 1000, HeldBack(skipped));
-  }
-}
-
-StatusOr<uint32_t> ShardServer::MaxConnections(const JobOptions& job, uint32_t shard) {
-  const OpenFileLimit limit = CurrentOpenFileLimit();
-  const uint64_t usable =
-      std::min<uint64_t>(limit.soft, uint64_t{1} << 20) - std::min<uint64_t>(limit.soft, kReservedFiles);
-  const std::string where = "shard " + std::to_string(shard) + ": the open-file limit (RLIMIT_NOFILE) is " +
-                            std::to_string(limit.soft) + " (hard " + std::to_string(limit.hard) +
-                            "), and a shard keeps " + std::to_string(kReservedFiles) +
-                            " descriptors for its checkpoints and its own sockets";
-  if (job.server.max_connections > usable) {
-    return InvalidArgumentError(where + ": server.max_connections " +
-                                std::to_string(job.server.max_connections) +
-                                " would run out of them; raise `ulimit -n` (the hard limit) or "
-                                "lower server.max_connections");
-  }
-  if (job.server.max_connections > 0) return job.server.max_connections;
-  if (usable < 16) {
-    return ResourceExhaustedError(where + ", which leaves " + std::to_string(usable) +
-                                  " connections (at least 16 needed): raise `ulimit -n`");
-  }
-  return static_cast<uint32_t>(std::min<uint64_t>(usable, UINT32_MAX));
 }
 
 void ShardServer::Handle(std::vector<Frame>& frames) {
@@ -560,13 +461,12 @@ void ShardServer::Refuse(Frame& routing_id, const Frame& first_frame, const Mess
 
 void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
   // With backups, what changed state is answered once they have it.
-  deferring_ = replication_->active() &&
-               (op == Op::kPush || op == Op::kClock || op == Op::kHeartbeat || op == Op::kHello);
-  Dispatch(frames);
-  deferring_ = false;
-  for (auto it = deferred_.rbegin(); deferred_unassigned_ > 0; ++it, --deferred_unassigned_) {
-    it->seq = replication_->last_seq();
+  if (replication_->active() &&
+      (op == Op::kPush || op == Op::kClock || op == Op::kHeartbeat || op == Op::kHello)) {
+    held_.BeginRequest();
   }
+  Dispatch(frames);
+  held_.EndRequest(replication_->last_seq());
 }
 
 void ShardServer::Dispatch(std::vector<Frame>& frames) {
@@ -678,7 +578,7 @@ void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply
       req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
       : req.flags == kMembershipAddBackup
           ? replication_->Join(replica, epoch, store_.get(), clocks_,
-                               sums_replicated_ ? ReplicatedPushes() : recent_pushes_,
+                               sums_replicated_ ? held_.Replicated(recent_pushes_) : recent_pushes_,
                                /*copy_sums=*/!sums_replicated_)
           : FailedPreconditionError("shard " + std::to_string(shard_) +
                                     " is the primary already; only a backup is promoted");
@@ -723,112 +623,6 @@ MessageHeader ShardServer::ReplyHeader(const MessageHeader& req) const {
   return reply;
 }
 
-void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Duration waited) {
-  const MessageHeader& req = pull.header;
-  if (waited > Clock::Duration::zero() && req.worker != kEvaluatorWorker) {
-    staleness_wait_seconds_.Observe(std::chrono::duration<double>(waited).count());
-  }
-  // All connections together: as much as one per worker and the admin.
-  const uint64_t total_bound = (uint64_t{job_.cluster.workers} + 1) * max_queued_reply_bytes_;
-  if (queued_replies_.OverBound(routing_id.view(), max_queued_reply_bytes_, total_bound)) {
-    // The client does not read its replies (or reads far slower than it
-    // asks): serving more would keep more of the store's blocks alive.
-    ++counters_.errors;
-    ++counters_.pulls_refused_queued_bytes;
-    Status refused = ResourceExhaustedError(
-        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from " + SenderName(req.worker) + " refused: " +
-        std::to_string(queued_replies_.Queued(routing_id.view())) +
-        " bytes of this connection's earlier pull replies are not read yet "
-        "(server.max_queued_reply_bytes " + std::to_string(max_queued_reply_bytes_) +
-        " per connection, " + std::to_string(total_bound) + " for all connections, of which " +
-        std::to_string(queued_replies_.total()) +
-        " are held); read the replies before pulling more, or raise "
-        "server.max_queued_reply_bytes");
-    uint64_t skipped = 0;
-    if (refused_log_.ShouldLog(&skipped)) {
-      PS_LOG_WARN("{}{}", refused.message(), HeldBack(skipped));
-    }
-    Reply(routing_id, MakeErrorHeader(req, shard_, refused));
-    return;
-  }
-  ++counters_.pulls;
-  MessageHeader reply = ReplyHeader(req);
-  reply.waited_us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
-  reply.dtype = req.dtype;  // DecodeRequest allowed it for the table
-  reply_.clear();
-  reply_.push_back(std::move(routing_id));
-  reply_.push_back(EncodeHeader(reply));
-  uint64_t held = 0;
-  Status read = store_->ReadRows(pull, &reply_, &held);
-  if (read.ok() && reply_.size() > 2) {
-    read = queued_replies_.Charge(reply_[0].view(), held,
-                                  std::span<Frame>(reply_.data() + 2, reply_.size() - 2));
-  }
-  if (!read.ok()) {
-    ++counters_.errors;
-    Frame id = std::move(reply_[0]);
-    Reply(id, MakeErrorHeader(req, shard_, read));
-    return;
-  }
-  SendReply(reply);
-  if (first_pull_to_log_) {
-    // The time of this line ends a fail-over (benchmarks/kill_restart_bench.py).
-    first_pull_to_log_ = false;
-    PS_LOG_INFO("shard {}: first pull served as the primary of epoch {} (worker {}, clock {})",
-                shard_, promoted_epoch_, req.worker, req.clock);
-  }
-}
-
-void ShardServer::ParkPull(std::vector<Frame>& frames) {
-  const MessageHeader& req = request_.header;
-  const uint32_t parked = waiting_.connection_count(frames[0].view());
-  const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
-  const int64_t ceiling = admission_->LeadCeiling();
-  Status refused;
-  if (req.worker != kEvaluatorWorker && req.clock > ceiling) {
-    // No worker gets there (LeadCeiling).
-    ++counters_.refused_clocks;
-    refused = FailedPreconditionError(
-        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: the job is at clock " + std::to_string(admission_->JobClockBase()) +
-        " and no worker's pull waits for a clock above " + std::to_string(ceiling) +
-        " (the staleness bound + 1 + client.max_in_flight above it); nothing changed. Is this "
-        "request really from this job's worker?");
-  } else if (parked >= limit) {
-    ++counters_.pulls_refused_waiting;
-    refused = ResourceExhaustedError(
-        "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
-        " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
-        " refused: its connection has " + std::to_string(parked) +
-        " pulls waiting for slower workers already (server.max_waiting_pulls_per_worker " +
-        std::to_string(limit) + "); wait for their replies before pulling more");
-  }
-  if (!refused.ok()) {
-    ++counters_.errors;
-    LogRequestRefusal(frames[1], "refused", refused.message());
-    Reply(frames[0], MakeErrorHeader(req, shard_, refused));
-    return;
-  }
-  const bool evaluator = req.worker == kEvaluatorWorker;
-  if (!evaluator) {
-    ++counters_.pulls_waited;
-    counters_.max_blocked_lead =
-        std::max(counters_.max_blocked_lead, req.clock - clocks_.min_clock());
-  }
-  const Clock::TimePoint now = clock_->Now();
-  // The request's wait, never more than the server's (0 asks for that).
-  const uint32_t most = job_.server.max_pull_wait_ms;
-  const uint32_t wait_ms = req.max_wait_ms == 0 ? most : std::min(req.max_wait_ms, most);
-  const Clock::TimePoint deadline = now + std::chrono::milliseconds(wait_ms);
-  // Moving the vector keeps its frames where they are, so the decoded
-  // request's spans stay valid; request_ gets fresh scratch buffers.
-  waiting_.AddPull({std::move(frames), std::move(request_), now, deadline}, evaluator);
-  request_ = Request();
-}
-
 void ShardServer::MinClockAdvanced() {
   // Pushes that waited for this clock join their sums once the request
   // being handled is done (Run): request_ is that request's until then.
@@ -850,17 +644,8 @@ void ShardServer::MinClockAdvanced() {
     if (sums_replicated_) {
       // The sums go to the backups before they are applied here; the
       // pushes in them are answered once the backups have them.
-      std::vector<uint64_t> ids;
-      while (!summed_pushes_.empty() && summed_pushes_.begin()->first < below) {
-        ids.insert(ids.end(), summed_pushes_.begin()->second.begin(),
-                   summed_pushes_.begin()->second.end());
-        summed_pushes_.erase(summed_pushes_.begin());
-      }
-      replication_->ApplySums(below, workers, store_.get(), ids);
-      while (!held_for_sums_.empty() && held_for_sums_.begin()->first < below) {
-        for (DeferredReply& held : held_for_sums_.begin()->second) Defer(std::move(held));
-        held_for_sums_.erase(held_for_sums_.begin());
-      }
+      replication_->ApplySums(below, workers, store_.get(), held_.TakeSummedPushes(below));
+      held_.ReleaseSumReplies(below, replication_->last_seq());
     }
     store_->ApplyAccumulated(below, 1.0f / static_cast<float>(workers));
     if (!sums_replicated_) replication_->ApplySums(below, workers);
@@ -874,19 +659,6 @@ void ShardServer::MinClockAdvanced() {
   // Every update of the clocks below the minimum is in the store now.
   MaybeCheckpoint();
   ReleaseWaitingPulls();
-}
-
-void ShardServer::ReleaseWaitingPulls() {
-  // The pulls of the lowest clocks, as far as the minimum allows, answered
-  // in arrival order; the evaluator's once the minimum reaches their clock
-  // (or at once, for the final model, when every worker is gone).
-  const bool final_model = workers_.AllGone();
-  const Clock::TimePoint now = clock_->Now();
-  for (WaitingRequests::Waiting& w : waiting_.TakeReadyPulls(
-           [&](int64_t clock) { return clocks_.PullReady(clock, bound_); },
-           [&](int64_t clock) { return final_model || clock <= clocks_.min_clock(); })) {
-    ServePull(w.frames[0], w.request, now - w.since);
-  }
 }
 
 int ShardServer::Tick(int cap) {
@@ -908,179 +680,6 @@ int ShardServer::Tick(int cap) {
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
   rounds_.fetch_add(1, std::memory_order_release);
   return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
-}
-
-void ShardServer::ExpireWaitingPulls(Clock::TimePoint now) {
-  using std::chrono::milliseconds;
-  for (WaitingRequests::Waiting& w : waiting_.TakeExpiredPulls(now)) {
-    const MessageHeader* h = &w.request.header;
-    const uint32_t slowest = clocks_.slowest_worker();
-    const auto waited = std::chrono::duration_cast<milliseconds>(now - w.since).count();
-    if (h->worker == kEvaluatorWorker) {
-      // Nothing is wrong: the workers have not reached the clock of the
-      // next evaluation yet, and the evaluator asks again.
-      Reply(w.frames[0],
-            MakeErrorHeader(*h, shard_,
-                            DeadlineExceededError(
-                                "the evaluator's PULL at clock " + std::to_string(h->clock) +
-                                " waited " + std::to_string(waited) + " ms on shard " +
-                                std::to_string(shard_) + "; the slowest worker, " +
-                                std::to_string(slowest) + ", is at clock " +
-                                std::to_string(clocks_.clock(slowest)))));
-      continue;
-    }
-    Status late = DeadlineExceededError(
-        "PULL request " + std::to_string(h->request_id) + " from worker " +
-        std::to_string(h->worker) + " at clock " + std::to_string(h->clock) + " waited " +
-        std::to_string(waited) + " ms on shard " + std::to_string(shard_) +
-        " for the slowest worker: worker " + std::to_string(slowest) + " is at clock " +
-        std::to_string(clocks_.clock(slowest)) + ", and this pull needs every worker at clock >= " +
-        std::to_string(h->clock - bound_) + " (staleness " + std::to_string(bound_) +
-        "); is worker " + std::to_string(slowest) + " alive and still training?");
-    ++counters_.errors;
-    uint64_t skipped = 0;
-    if (expired_log_.ShouldLog(&skipped)) {
-      PS_LOG_WARN("shard {}: {}{}", shard_, late.message(),
-                  HeldBack(skipped));
-    }
-    Reply(w.frames[0], MakeErrorHeader(*h, shard_, late));
-  }
-}
-
-void ShardServer::CheckLiveness(Clock::TimePoint now) {
-  const LivenessOptions& liveness = job_.liveness;
-  if (liveness.heartbeat_ms == 0) return;
-  const auto timeout = std::chrono::milliseconds(liveness.timeout_ms);
-  if (job_.cluster.evaluator && workers_.evaluator().SilentPast(now, timeout)) {
-    // Training never waits for the evaluator: its death costs only the
-    // evaluations it did not make.
-    workers_.evaluator().dead = true;
-    PS_LOG_WARN("shard {}: the evaluator is dead: {}; training goes on without it", shard_,
-                workers_.evaluator().heard
-                    ? "nothing heard from it for " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now - workers_.evaluator().last_seen)
-                                             .count()) +
-                          " ms (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) + ")"
-                    : std::string("it never connected since the shard started (is ps_worker "
-                                  "--evaluator running?)"));
-    StopWhenWorkersGone();
-  }
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    WorkerState& worker = workers_.worker(w);
-    if (!worker.SilentPast(now, timeout)) continue;
-    worker.dead = true;
-    const auto silent =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - worker.last_seen).count();
-    const auto up =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
-    const std::string who =
-        "worker " + std::to_string(w) + " is dead: " +
-        (worker.heard ? "nothing heard from it for " + std::to_string(silent) +
-                            " ms (liveness.timeout_ms " + std::to_string(liveness.timeout_ms) + ")"
-                      : "it never connected in the " + std::to_string(up) + " ms since shard " +
-                            std::to_string(shard_) + " started (rendezvous.timeout_ms " +
-                            std::to_string(job_.rendezvous.timeout_ms) +
-                            " + liveness.timeout_ms " + std::to_string(liveness.timeout_ms) +
-                            "): is it running, and can it reach " + job_.cluster.servers[shard_] +
-                            "?") +
-        ", at clock " + std::to_string(clocks_.clock(w));
-    if (liveness.on_dead_worker == DeadWorkerPolicy::kDrop) {
-      PS_LOG_WARN("shard {}: {}; the job goes on without it (liveness.on_dead_worker: drop)",
-                  shard_, who);
-      const bool advanced = clocks_.Exclude(w);
-      replication_->Exclude(w);
-      if (advanced) MinClockAdvanced();
-      StopWhenWorkersGone();
-      continue;
-    }
-    PS_LOG_ERROR("shard {}: {}; the job fails (liveness.on_dead_worker: fail)", shard_, who);
-    if (failed_.ok()) {
-      failed_ = AbortedError("shard " + std::to_string(shard_) + ": " + who +
-                             "; the job stops (liveness.on_dead_worker: fail). Find out why it "
-                             "died, then restart the job, or set on_dead_worker: drop to go on "
-                             "without it");
-      FailWaitingPulls(failed_);
-    }
-    StopWhenWorkersGone();
-  }
-}
-
-void ShardServer::Touch(uint32_t worker) {
-  WorkerState& w = workers_.worker(worker);
-  w.last_seen = clock_->Now();
-  w.heard = true;
-  if (!w.dead && !w.left) return;
-  if (w.dead && !failed_.ok()) return;  // the job has failed for good
-  const bool was_dead = w.dead;
-  w.dead = false;
-  w.left = false;
-  clocks_.Include(worker);
-  replication_->Include(worker);
-  PS_LOG_INFO("shard {}: worker {} {} at clock {}", shard_, worker,
-              was_dead ? "is back and rejoins" : "rejoins", clocks_.clock(worker));
-}
-
-void ShardServer::WorkerLeft(uint32_t worker) {
-  workers_.worker(worker).left = true;
-  clocks_.Exclude(worker);
-  replication_->Exclude(worker);
-  PS_LOG_INFO("shard {}: worker {} already left the job; it is not waited for", shard_, worker);
-  StopWhenWorkersGone();
-}
-
-void ShardServer::StopWhenWorkersGone() {
-  if (!job_.server.exit_when_workers_leave || !workers_.AllGone()) return;
-  const std::string dropped = workers_.Ranks([](const WorkerState& w) { return w.dead; }, ", ");
-  if (job_.cluster.evaluator && !workers_.evaluator().left && !workers_.evaluator().dead) {
-    // Its last evaluation reads the final model: the clocks it waits for
-    // will not come (PullReady).
-    ReleaseWaitingPulls();
-    if (!waiting_for_evaluator_logged_) {
-      waiting_for_evaluator_logged_ = true;
-      PS_LOG_INFO("shard {}: every worker has left the job; serving the evaluator until it "
-                  "leaves (or is silent for liveness.timeout_ms)", shard_);
-    }
-    return;
-  }
-  PS_LOG_INFO(
-      "shard {}: every worker has left the job{}{}; the shard exits "
-      "(server.exit_when_workers_leave: false keeps it serving)",
-      shard_, dropped.empty() ? "" : " (dead: " + dropped + ")",
-      !job_.cluster.evaluator     ? ""
-      : workers_.evaluator().dead ? ", and the evaluator is dead"
-                                  : ", and so has the evaluator");
-  // Under policy fail a dead worker failed the job: the exit says so.
-  exit_status_ = failed_;
-  Stop();
-}
-
-void ShardServer::HeardClock(uint32_t worker, int64_t clock) {
-  if (workers_.worker(worker).heard_clock) return;
-  workers_.worker(worker).heard_clock = true;
-  if (clock <= started_clock_) return;
-  const int64_t lost = clock - started_clock_;
-  lost_clocks_ = std::max(lost_clocks_, lost);
-  PS_LOG_WARN("shard {}: worker {} is at clock {} and this shard started at clock {}{}: the "
-              "worker's updates of clocks {}..{} ({} clock{}) to this shard are lost{}",
-              shard_, worker, clock, started_clock_,
-              started_clock_ == 0 ? " with its initial values" : "", started_clock_, clock - 1,
-              lost, lost == 1 ? "" : "s",
-              started_clock_ == 0
-                  ? " if this shard ran before (it was started again without a checkpoint); "
-                    "a shard of a new job expects no worker ahead of clock 0: is this resume "
-                    "really from this job's worker?"
-                  : "");
-}
-
-void ShardServer::FailWaitingPulls(const Status& status) {
-  for (WaitingRequests::Waiting& w : waiting_.TakeAllPulls()) {
-    ++counters_.errors;
-    Reply(w.frames[0], MakeErrorHeader(w.request.header, shard_, status));
-  }
-  // failed_ is set: the waiting pushes are refused with it (no request is
-  // dispatched, so this may run inside another's handling).
-  if (waiting_.pushes() > 0 && !failed_.ok()) ReplayParkedPushes();
 }
 
 std::string ShardServer::StatsReport() const {
@@ -1130,9 +729,9 @@ std::string ShardServer::StatsReport() const {
      << queued_replies_.connections() << " max_queued_reply_bytes " << max_queued_reply_bytes_
      << " pulls_refused_queued_bytes " << counters_.pulls_refused_queued_bytes
      << " pulls_refused_waiting " << counters_.pulls_refused_waiting << " replies_dropped "
-     << counters_.replies_dropped << " connections_open " << open_connections_
-     << " connections_refused " << counters_.refused_connections << " max_connections "
-     << max_connections_ << "\n";
+     << counters_.replies_dropped << " connections_open " << connections_->open()
+     << " connections_refused " << connections_->refused() << " max_connections "
+     << connections_->max() << "\n";
   if (checkpoints_ != nullptr) {
     // Read as it is by ps_ctl checkpoint and recovery_bench ("last_clock N writing 0").
     os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
@@ -1197,7 +796,7 @@ std::string ShardServer::StatsReport() const {
     os << "memory rss_bytes " << rss_kib * 1024 << " values_bytes " << values_bytes << "\n";
   }
   os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
-     << access_->refused_handshakes() << " failed_handshakes " << counters_.failed_handshakes << " refused_requests " << access_->refused_requests()
+     << access_->refused_handshakes() << " failed_handshakes " << connections_->failed_handshakes() << " refused_requests " << access_->refused_requests()
      << "\n";
   for (const TableLayout& t : store_->layouts()) {
     const auto id = static_cast<uint32_t>(&t - store_->layouts().data());

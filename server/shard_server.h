@@ -90,6 +90,8 @@
 #include "server/admission.h"
 #include "server/checkpoint.h"
 #include "server/clock_table.h"
+#include "server/connection_limit.h"
+#include "server/held_replies.h"
 #include "server/hot_rows.h"
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
@@ -129,11 +131,6 @@ struct ShardServerCounters {
   // server.max_waiting_pulls_per_worker.
   uint64_t pulls_refused_queued_bytes = 0;
   uint64_t pulls_refused_waiting = 0;
-  // Connections closed at once for coming past server.max_connections.
-  uint64_t refused_connections = 0;
-  // Handshakes that failed before the ZAP handler saw a key (a client
-  // without CURVE, or one expecting another server key).
-  uint64_t failed_handshakes = 0;
   uint64_t checkpoints_started = 0;  // generations copied and handed to the writer
   // Rejected (undecodable) and refused requests not logged on a line of
   // their own: a peer's refusals of one kind are logged once per
@@ -322,8 +319,6 @@ class ShardServer {
   void FinishCheckpointWrite(bool may_start);
   // Waits for a checkpoint write in progress.
   void JoinCheckpointWriter();
-  // Logs, at most once a second, why connections cannot be accepted.
-  void DrainAcceptEvents();
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
@@ -366,16 +361,10 @@ class ShardServer {
   // The refusal of `request` (a request, or the reply it was to get) while
   // fenced: FailedPrecondition with kFlagNotPrimary.
   MessageHeader FencedError(const MessageHeader& request) const;
-  // Sends [routing id][header] to the requester; while deferring_ (a
-  // request that changed state, with backups), only once every backup has
+  // Sends [routing id][header] to the requester; inside a request that
+  // changed state, with backups (held_.in_request()), only once every backup has
   // the log up to it (FlushDeferred).
   void Reply(Frame& routing_id, const MessageHeader& header);
-  // server.max_connections, or its default from the open-file limit.
-  // InvalidArgument when the option is above what the limit allows,
-  // ResourceExhausted when the limit leaves fewer than 16.
-  static StatusOr<uint32_t> MaxConnections(const JobOptions& job, uint32_t shard);
-  // A connection whose handshake is not done by then is closed.
-  static constexpr int kHandshakeTimeoutMs = 10000;
   // Keeps the push in `frames` (decoded in request_) until the job's clock
   // reaches it, unanswered; ResourceExhausted to it past its connection's
   // server.max_waiting_pulls_per_worker or past max_queued_reply_bytes of
@@ -422,33 +411,14 @@ class ShardServer {
   std::unique_ptr<Socket> socket_;
   // replication.factor >= 2: the log sent to the backups (inactive at 1).
   std::unique_ptr<ReplicationLog> replication_;
-  // Replies held until the backups have the log up to `seq`, in order.
-  struct DeferredReply {
-    uint64_t seq = 0;
-    std::vector<Frame> frames;
-    MessageHeader header;
-  };
-  std::deque<DeferredReply> deferred_;
-  size_t deferred_unassigned_ = 0;  // the newest ones, whose seq is set after Handle
-  bool deferring_ = false;
-  // Defers a reply until the backups have every entry so far (inside
-  // Handle: every entry Handle makes).
-  void Defer(DeferredReply reply);
-  // Replication after aggregation (replication.after_aggregation under
-  // consistency.aggregate with backups): the pushes summed into each clock
-  // (worker, session, request id each) and their replies, held until
-  // MinClockAdvanced sends the clock's sums to the backups.
+  // Replies held until the backups have the log up to the entry that made
+  // them, and under replication after aggregation (replication.
+  // after_aggregation under consistency.aggregate with backups) the replies
+  // of pushes summed into a clock, until its sum is replicated.
   bool sums_replicated_ = false;
-  std::map<int64_t, std::vector<uint64_t>> summed_pushes_;
-  std::map<int64_t, std::vector<DeferredReply>> held_for_sums_;
-  // Holds the reply `header` to `routing_id` until clock `clock`'s sums
-  // are replicated.
-  void HoldForSums(int64_t clock, Frame& routing_id, const MessageHeader& header);
-  // The clock whose sum holds push (worker, session, request id), or -1.
-  int64_t SummedInto(uint32_t worker, uint64_t session, uint64_t request_id) const;
-  // recent_pushes_ without the pushes of sums not replicated yet: what
-  // the backups know as applied (a joining backup's copy).
-  RecentPushes ReplicatedPushes() const;
+  HeldReplies held_;
+  // A held reply: `header` to `routing_id`.
+  static HeldReplies::Held MakeHeld(Frame& routing_id, const MessageHeader& header);
   // Declared after socket_: destroyed before the socket it watches.
   std::unique_ptr<ConnectionMonitor> accept_monitor_;
   std::string endpoint_;
@@ -473,25 +443,19 @@ class ShardServer {
   // (ParkPull, ParkPush, ReplayParkedPushes).
   WaitingRequests waiting_;
   bool replay_due_ = false;  // the job's clock moved: ReplayParkedPushes
-  // Connections accepted and not closed, the most it keeps
-  // (server.max_connections), and the descriptors of those it closed for
-  // coming past it, until ZeroMQ reports them gone.
-  uint32_t open_connections_ = 0;
-  uint32_t max_connections_ = 0;
-  std::unordered_set<int> closing_;
+  // Connections accepted and not closed, and those past
+  // server.max_connections closed at once (made once access_ is: Create).
+  std::unique_ptr<ConnectionLimit> connections_;
   // Replies not yet taken by the kernel (server.max_queued_reply_bytes).
   QueuedReplies queued_replies_;
   uint64_t max_queued_reply_bytes_ = 0;  // the limit in force
-  // Once a second at most per kind: refused pulls, dropped replies, failed
-  // accepts, expired pulls, failed handshakes.
+  // Once a second at most per kind: refused pulls, dropped replies,
+  // expired pulls, late pushes.
   LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
-      accept_log_{std::chrono::seconds(1)}, expired_log_{std::chrono::seconds(1)},
-      late_log_{std::chrono::seconds(1)};
-  // Failed handshakes and refused requests: once per kRefusalLogIntervalMs
-  // per kind (and per peer, LogRequestRefusal).
-  LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},
-      request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},
-      connection_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+      expired_log_{std::chrono::seconds(1)}, late_log_{std::chrono::seconds(1)};
+  // Refused requests: once per kRefusalLogIntervalMs per peer and kind
+  // (LogRequestRefusal).
+  LogRateLimit request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
   // Metrics (shard_server_metrics.cc): per request op its count, the
   // errors answered to it and the time spent handling it; how long each
   // pull that waited for slower workers waited.

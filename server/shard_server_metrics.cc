@@ -163,10 +163,10 @@ std::string ShardServer::MetricsText() const {
   out.Sample("ps_server_pulls_refused_total", {{"reason", "waiting"}},
              static_cast<double>(counters_.pulls_refused_waiting));
   out.Gauge("ps_server_connections_open", "Connections the shard holds open",
-            static_cast<double>(open_connections_));
+            static_cast<double>(connections_->open()));
   out.Counter("ps_server_connections_refused_total",
               "Connections closed at once for coming past server.max_connections",
-              static_cast<double>(counters_.refused_connections));
+              static_cast<double>(connections_->refused()));
   out.Counter("ps_server_replies_dropped_total", "Replies ZeroMQ refused (queue full or peer gone)",
               static_cast<double>(counters_.replies_dropped));
 

@@ -39,10 +39,9 @@ void ShardServer::HandlePush(std::vector<Frame>& frames, MessageHeader& reply) {
   if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
     // Summed into its clock; the backups get the sum once, when it is
     // applied (MinClockAdvanced), and the acknowledgement waits for it.
-    std::vector<uint64_t>& ids = summed_pushes_[req.clock];
-    ids.insert(ids.end(), {req.worker, req.session, req.request_id});
     store_->Accumulate(request_, req.clock);
-    HoldForSums(req.clock, routing_id, reply);
+    held_.HoldForSum(req.clock, req.worker, req.session, req.request_id,
+                     MakeHeld(routing_id, reply));
     return;
   }
   // Under replication after aggregation, a push of a clock already
@@ -77,9 +76,10 @@ void ShardServer::AcknowledgeRepeat(Frame& routing_id, const MessageHeader& repl
       "shard {}: PUSH request {} from worker {} came again; acknowledged, not applied "
       "twice",
       shard_, req.request_id, req.worker);
-  if (const int64_t clock = SummedInto(req.worker, req.session, req.request_id); clock >= 0) {
+  if (const int64_t clock = held_.SummedInto(req.worker, req.session, req.request_id);
+      clock >= 0) {
     // Its first copy waits in a sum the backups do not have yet.
-    HoldForSums(clock, routing_id, reply);
+    held_.HoldForSum(clock, MakeHeld(routing_id, reply));
     return;
   }
   Reply(routing_id, reply);

@@ -20,6 +20,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -1188,7 +1189,8 @@ TEST(ConfigTest, CheckpointNeedsADirAndAPeriod) {
 }
 
 TEST(ConfigTest, RegularizationAndCheckpointKeysLoad) {
-  const std::string path = ::testing::TempDir() + "/train_keys.yaml";
+  const std::string dir = UniqueTempDir("train_keys");
+  const std::string path = dir + "/job.yaml";
   {
     std::ofstream out(path);
     out << "cluster: { servers: [\"127.0.0.1:7000\"], workers: 2 }\n"
@@ -1214,6 +1216,7 @@ TEST(ConfigTest, RegularizationAndCheckpointKeysLoad) {
   EXPECT_EQ(moved.Fingerprint(), job->Fingerprint());
   moved.tables[0].dim = 8;
   EXPECT_NE(moved.Fingerprint(), job->Fingerprint());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ConfigTest, TopLevelListIsRejected) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -17,7 +18,7 @@ namespace {
 class CheckpointLayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/checkpoint_layout_test";
+    dir_ = UniqueTempDir("checkpoint_layout_test");
     std::filesystem::remove_all(dir_);
     job_ = TestJob().Servers(3).Workers(1).Build();
     job_.checkpoint.dir = dir_;

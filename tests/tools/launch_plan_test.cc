@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -77,7 +78,7 @@ TEST(LaunchPlanTest, CheckLaunchRefusesWhatCannotStartNamingTheFile) {
 }
 
 TEST(LaunchPlanTest, ResumeClockIsTheNewestGenerationEveryShardHolds) {
-  const std::string dir = ::testing::TempDir() + "/launch_plan_resume";
+  const std::string dir = UniqueTempDir("launch_plan_resume");
   std::filesystem::remove_all(dir);
   JobOptions job = TestJob().Servers(2).Workers(1).Build();
   EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/false).value(), -1);

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -139,7 +140,8 @@ TEST(TrainOptionsTest, DoubleOptionsKeepTheirDoublePrecision) {
 }
 
 TEST(TrainOptionsTest, MatrixFactorizationKeysLoad) {
-  const std::string path = ::testing::TempDir() + "/train_keys.yaml";
+  const std::string dir = UniqueTempDir("train_keys");
+  const std::string path = dir + "/job.yaml";
   std::ofstream(path) << JobYaml("{ name: u, rows: 100, dim: 4 }, { name: v, rows: 50, dim: 4 }",
                                  "{ program: matrix_factorization, user_table: u, item_table: v,\n"
                                  "         observe_probability: 0.2, test_fraction: 0.25,"
@@ -152,6 +154,7 @@ TEST(TrainOptionsTest, MatrixFactorizationKeysLoad) {
   EXPECT_FLOAT_EQ(static_cast<float>(job->train.observe_probability), 0.2f);
   EXPECT_FLOAT_EQ(static_cast<float>(job->train.test_fraction), 0.25f);
   EXPECT_EQ(job->train.metrics_csv, "run.csv");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainOptionsTest, MlpTrainingLoadsAndChecksItsTable) {
