@@ -39,39 +39,47 @@ std::string OwnDirectory() {
   return self.parent_path().string();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// ps_launch's flags.
+struct LaunchFlags {
   std::string config_path;
   std::string bin_dir;
   int64_t grace_ms = 5000;
   std::string log_level = "info";
   bool resume = false;
   uint32_t max_processes = 0;
+};
 
-  CLI::App app{
-      "Runs a parameter-server job (servers and workers) on this "
-      "machine."};
-  app.add_option("--config", config_path, "Job file (YAML)")->required();
-  app.add_option("--bin-dir", bin_dir,
+void AddFlags(CLI::App& app, LaunchFlags* f) {
+  app.add_option("--config", f->config_path, "Job file (YAML)")->required();
+  app.add_option("--bin-dir", f->bin_dir,
                  "Directory of ps_server and ps_worker (default: the "
                  "directory of ps_launch)");
-  app.add_option("--grace-ms", grace_ms,
+  app.add_option("--grace-ms", f->grace_ms,
                  "Milliseconds between SIGTERM and SIGKILL when stopping "
                  "children")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--log-level", log_level,
+  app.add_option("--log-level", f->log_level,
                  "Log level of the launcher and its children: trace, debug, "
                  "info, warn, error, off")
       ->capture_default_str();
-  app.add_flag("--resume", resume,
+  app.add_flag("--resume", f->resume,
                "Resume from the newest checkpoint every shard holds, and fail if there is none "
                "(without it a job resumes when checkpoint.dir holds generations, else starts "
                "afresh)");
-  app.add_option("--max-processes", max_processes,
+  app.add_option("--max-processes", f->max_processes,
                  "Refuse a job of more processes (servers + workers) than this, all of which "
                  "would run on this host (default 0: 16 per hardware thread, at least 64)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Runs a parameter-server job (servers and workers) on this "
+      "machine."};
+  LaunchFlags flags;
+  AddFlags(app, &flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -79,7 +87,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitUsage;
   }
 
-  ps::Status logging = ps::InitLogging("ps_launch", log_level);
+  ps::Status logging = ps::InitLogging("ps_launch", flags.log_level);
   if (!logging.ok()) {
     std::fprintf(stderr, "ps_launch: --log-level: %s\n",
                  logging.message().c_str());
@@ -88,7 +96,7 @@ int main(int argc, char** argv) {
 
   // With the train section, so that a bad one is refused before any
   // process starts (the servers skip it).
-  ps::StatusOr<ps::TrainJob> job = ps::LoadTrainJobFile(config_path);
+  ps::StatusOr<ps::TrainJob> job = ps::LoadTrainJobFile(flags.config_path);
   if (!job.ok()) {
     std::fprintf(stderr, "ps_launch: bad job file: %s\n",
                  job.status().ToString().c_str());
@@ -96,7 +104,7 @@ int main(int argc, char** argv) {
   }
 
   if (job->train.program.empty()) {
-    std::fprintf(stderr, "ps_launch: %s\n", ps::NoTrainSectionMessage(config_path).c_str());
+    std::fprintf(stderr, "ps_launch: %s\n", ps::NoTrainSectionMessage(flags.config_path).c_str());
     return kExitUsage;
   }
 
@@ -107,15 +115,15 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   ps::LauncherOptions options;
-  options.bin_dir = bin_dir.empty() ? OwnDirectory() : bin_dir;
-  options.grace = std::chrono::milliseconds(grace_ms);
-  options.log_level = log_level;
-  options.resume = resume;
-  options.max_processes = max_processes;
+  options.bin_dir = flags.bin_dir.empty() ? OwnDirectory() : flags.bin_dir;
+  options.grace = std::chrono::milliseconds(flags.grace_ms);
+  options.log_level = flags.log_level;
+  options.resume = flags.resume;
+  options.max_processes = flags.max_processes;
   options.metrics_csv = job->train.metrics_csv;
   // The launcher takes the job's JobOptions part; the train section is the
   // workers'.
-  ps::Launcher launcher(std::move(*job), config_path, options);
+  ps::Launcher launcher(std::move(*job), flags.config_path, options);
   ps::StatusOr<int> code = launcher.Run();
   if (!code.ok()) {
     std::fprintf(stderr, "ps_launch: %s\n", code.status().ToString().c_str());
