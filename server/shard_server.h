@@ -210,6 +210,7 @@ class ShardServer {
   // REQUIRES: as store().
   const ClockTable& clocks() const { return clocks_; }
   const RecentPushes& recent_pushes() const { return recent_pushes_; }
+  // REQUIRES: as store().
   size_t waiting_pulls() const { return waiting_.pulls(); }
   // Bytes of pull replies handed to ZeroMQ and not yet released, over every
   // connection (server.max_queued_reply_bytes). Safe from any thread.
