@@ -109,7 +109,9 @@ Status ErrnoStatus(int err, const std::string& what);
 // ErrnoCode where `ec` is an errno, `fallback` otherwise.
 Status FileSystemError(const std::error_code& ec, const std::string& what, StatusCode fallback);
 
-// Time, sleeping and files. Thread-safe: every call may come from any
+// Time, sleeping and files together, for a component that needs all
+// three (today's take the piece they use: ShardServer and Client a Clock,
+// CheckpointDir a Filesystem). Thread-safe: every call may come from any
 // thread.
 class Env {
  public:
@@ -122,8 +124,7 @@ class Env {
 };
 
 // The process's steady clock, std::this_thread::sleep_for and the POSIX
-// file system. Cheap to make: a component that is given no Env makes its
-// own.
+// file system. Stateless and cheap to make.
 class OsEnv final : public Env {
  public:
   const Clock& clock() override { return clock_; }
