@@ -53,11 +53,18 @@ class Channel {
   virtual bool HasBuffered() const { return false; }
 };
 
-// Makes the channel of one shard: `context` is the client's (it outlives
-// the channel), `shard` its index, `endpoint` "tcp://host:port", `curve`
-// the client's keys under security.mode curve (disabled otherwise).
+// What a channel carries: a Client's requests and their replies, or a
+// worker's heartbeats (client/heartbeat.h; its channels are used by the
+// heartbeat thread).
+enum class ChannelUse { kRequests, kHeartbeats };
+
+// Makes a channel to one shard: `context` is its user's (it outlives the
+// channel), `shard` its index, `endpoint` "tcp://host:port", `curve` the
+// client's keys under security.mode curve (disabled otherwise), `use` what
+// it carries. Called from the thread that will use the channel.
 using ChannelFactory = std::function<StatusOr<std::unique_ptr<Channel>>(
-    Context* context, uint32_t shard, const std::string& endpoint, const CurveOptions& curve)>;
+    Context* context, uint32_t shard, const std::string& endpoint, const CurveOptions& curve,
+    ChannelUse use)>;
 
 // A DEALER connected to the shard, and its ConnectionMonitor.
 class ZmqChannel final : public Channel {

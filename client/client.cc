@@ -106,13 +106,15 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   // client); nothing otherwise.
   PS_ASSIGN_OR_RETURN(client->curve_, ClientCurve(job, worker));
   const CurveOptions& curve = client->curve_;
+  // The heartbeats go through the same factory, so a connection cut for
+  // the client is cut for them too.
+  ChannelFactory heartbeat_channels = env.channels;
   client->connect_ =
       env.channels != nullptr
           ? std::move(env.channels)
           : [hwm = ZmqChannel::ChannelHwm(job.client.max_in_flight)](
-                Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys) {
-              return ZmqChannel::Connect(context, endpoint, keys, hwm);
-            };
+                Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys,
+                ChannelUse) { return ZmqChannel::Connect(context, endpoint, keys, hwm); };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
     if (endpoints.empty()) {
@@ -129,7 +131,8 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
       shard.endpoint = endpoints[s];
     }
     PS_ASSIGN_OR_RETURN(shard.channel,
-                        client->connect_(client->context_.get(), s, shard.endpoint, curve));
+                        client->connect_(client->context_.get(), s, shard.endpoint, curve,
+                                         ChannelUse::kRequests));
     client->shards_.push_back(std::move(shard));
   }
   for (Shard& shard : client->shards_) {
@@ -144,7 +147,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     PS_ASSIGN_OR_RETURN(client->heartbeat_,
                         HeartbeatSender::Start(eps, worker,
                                                std::chrono::milliseconds(job.liveness.heartbeat_ms),
-                                               curve));
+                                               curve, std::move(heartbeat_channels)));
   }
   return client;
 }

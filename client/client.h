@@ -153,7 +153,8 @@ struct ClientEnv {
   // Deadlines, and how long a server has been away, are measured on it.
   // Null: the process's steady clock. Must outlive the client.
   const Clock* clock = nullptr;
-  // Makes the channel to each shard. Null: ZmqChannel::Connect.
+  // Makes the channels to each shard: the client's (ChannelUse::kRequests)
+  // and its heartbeats' (kHeartbeats). Null: ZmqChannel::Connect.
   ChannelFactory channels = nullptr;
 };
 

@@ -4,20 +4,28 @@
 
 namespace ps {
 
+HeartbeatSender::HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval,
+                                 const CurveOptions& curve, ChannelFactory connect)
+    : worker_(worker),
+      interval_(interval),
+      curve_(curve),
+      connect_(connect != nullptr
+                   ? std::move(connect)
+                   : [](Context* context, uint32_t, const std::string& endpoint,
+                        const CurveOptions& keys, ChannelUse) {
+                       return ZmqChannel::Connect(context, endpoint, keys, kQueued);
+                     }) {}
+
 StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
     const std::vector<std::string>& endpoints, uint32_t worker,
-    std::chrono::milliseconds interval, const CurveOptions& curve) {
-  std::unique_ptr<HeartbeatSender> h(new HeartbeatSender(worker, interval));
+    std::chrono::milliseconds interval, const CurveOptions& curve, ChannelFactory connect) {
+  std::unique_ptr<HeartbeatSender> h(
+      new HeartbeatSender(worker, interval, curve, std::move(connect)));
   PS_ASSIGN_OR_RETURN(h->context_, Context::Create(1));
-  SocketOptions& options = h->options_;
-  options.send_hwm = 4;  // a dead shard must not pile heartbeats up
-  options.curve = curve;
-  options.recv_hwm = 16;  // replies are drained before every beat
-  for (const std::string& endpoint : endpoints) {
-    PS_ASSIGN_OR_RETURN(auto socket,
-                        Socket::Create(h->context_.get(), SocketType::kDealer, options));
-    PS_RETURN_IF_ERROR(socket->Connect(endpoint));
-    h->sockets_.push_back(std::move(socket));
+  for (uint32_t s = 0; s < endpoints.size(); ++s) {
+    PS_ASSIGN_OR_RETURN(auto channel, h->connect_(h->context_.get(), s, endpoints[s], h->curve_,
+                                                  ChannelUse::kHeartbeats));
+    h->channels_.push_back(std::move(channel));
   }
   h->thread_ = std::thread([raw = h.get()] { raw->Run(); });
   return h;
@@ -48,15 +56,20 @@ void HeartbeatSender::Run() {
     retargets.swap(retargets_);
     lock.unlock();
     for (const auto& [shard, endpoint] : retargets) {
-      if (shard >= sockets_.size()) continue;
-      auto socket = Socket::Create(context_.get(), SocketType::kDealer, options_);
-      if (socket.ok() && (*socket)->Connect(endpoint).ok()) sockets_[shard] = std::move(*socket);
+      if (shard >= channels_.size()) continue;
+      auto channel = connect_(context_.get(), shard, endpoint, curve_, ChannelUse::kHeartbeats);
+      if (channel.ok()) channels_[shard] = std::move(*channel);
     }
-    for (auto& socket : sockets_) {
-      // Replies carry nothing the worker needs; drop them.
+    for (auto& channel : channels_) {
+      // Replies and connection events carry nothing the worker needs; drop
+      // them.
       while (true) {
-        auto got = socket->TryRecv(&replies);
+        auto got = channel->TryRecv(&replies);
         if (!got.ok() || !*got) break;
+      }
+      while (true) {
+        auto event = channel->TryNextEvent();
+        if (!event.ok() || !*event) break;
       }
       MessageHeader h;
       h.op = Op::kHeartbeat;
@@ -68,7 +81,7 @@ void HeartbeatSender::Run() {
       h.cache_misses = cache_misses_.load(std::memory_order_relaxed);
       Frame frame = EncodeHeader(h);
       // A full queue means the shard is not reading: skip this beat.
-      if (socket->Send(std::span<Frame>(&frame, 1)).ok()) {
+      if (channel->Send(std::span<Frame>(&frame, 1)).ok()) {
         sent_.fetch_add(1, std::memory_order_relaxed);
       }
     }

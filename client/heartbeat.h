@@ -1,6 +1,8 @@
-// A worker's heartbeats: a thread of its own, with its own sockets, that
-// tells every shard "this worker is alive, at clock c" every interval, so a
-// long compute step (or a blocked pull) never reads as a dead worker.
+// A worker's heartbeats: a thread of its own, with its own channels
+// (client/channel.h), that tells every shard "this worker is alive, at
+// clock c" every interval, so a long compute step (or a blocked pull) never
+// reads as a dead worker. The channels come from the client's
+// ChannelFactory, so what cuts the client's connection cuts its heartbeats.
 //
 // Thread-safe: set_clock() may be called from any thread while it runs.
 #ifndef PS_CLIENT_HEARTBEAT_H_
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/channel.h"
 #include "common/status.h"
 #include "common/transport.h"
 
@@ -27,10 +30,17 @@ class HeartbeatSender {
   // sends a HEARTBEAT from `worker` to every shard every `interval`.
   // `curve`: the worker's keys under security.mode curve (the heartbeats
   // travel on connections of their own, authenticated as the worker).
+  // `connect` makes each channel (ChannelUse::kHeartbeats; on the calling
+  // thread at the start, on the heartbeat thread after a Retarget); null:
+  // ZmqChannel::Connect with room for kQueued heartbeats.
   static StatusOr<std::unique_ptr<HeartbeatSender>> Start(const std::vector<std::string>& endpoints,
                                                           uint32_t worker,
                                                           std::chrono::milliseconds interval,
-                                                          const CurveOptions& curve = {});
+                                                          const CurveOptions& curve = {},
+                                                          ChannelFactory connect = nullptr);
+  // Heartbeats queued per shard before more are dropped (a dead shard must
+  // not pile them up), and replies (drained before each beat: one a beat).
+  static constexpr int kQueued = 4;
   // Stops and joins the thread (unsent heartbeats are dropped).
   ~HeartbeatSender();
   HeartbeatSender(const HeartbeatSender&) = delete;
@@ -52,15 +62,16 @@ class HeartbeatSender {
   void Stop();
 
  private:
-  HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval)
-      : worker_(worker), interval_(interval) {}
+  HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval, const CurveOptions& curve,
+                  ChannelFactory connect);
   void Run();
 
   const uint32_t worker_;
   const std::chrono::milliseconds interval_;
+  const CurveOptions curve_;
+  const ChannelFactory connect_;
   std::unique_ptr<Context> context_;
-  SocketOptions options_;
-  std::vector<std::unique_ptr<Socket>> sockets_;  // used only by the thread
+  std::vector<std::unique_ptr<Channel>> channels_;  // by shard; used only by the thread
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> cache_hits_{0};
   std::atomic<uint64_t> cache_misses_{0};

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <new>
 #include <optional>
-#include <system_error>
 #include <utility>
 
 #include "common/logging.h"
@@ -54,13 +53,15 @@ std::string CheckpointDir::GenerationPath(int64_t clock) const {
   return (fs::path(path_) / GenerationName(clock)).string();
 }
 
-StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir) {
-  PS_RETURN_IF_ERROR(CreateCheckpointFolder(dir));
-  return std::unique_ptr<CheckpointDir>(new CheckpointDir(dir));
+StatusOr<std::unique_ptr<CheckpointDir>> CheckpointDir::Open(const std::string& dir,
+                                                             Filesystem* files) {
+  std::unique_ptr<CheckpointDir> opened(new CheckpointDir(dir, files));
+  PS_RETURN_IF_ERROR(CreateCheckpointFolder(*opened->files_, dir));
+  return opened;
 }
 
 StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
-  return ListGenerations(path_);
+  return ListGenerations(*files_, path_);
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
@@ -73,26 +74,26 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   };
 
   // Torn writes of earlier attempts (of any clock) first.
-  PS_RETURN_IF_ERROR(RemoveTornGenerations(path_));
+  PS_RETURN_IF_ERROR(RemoveTornGenerations(*files_, path_));
 
   Status written;
   try {
-    written = WriteGenerationDatabase(snapshot, tmp, options.at_stage);
+    written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage);
     if (written.ok()) stage(CheckpointStage::kFlushed);
-    if (written.ok() && options.sync) written = SyncFlatFolder(tmp);
+    if (written.ok() && options.sync) written = SyncFlatFolder(*files_, tmp);
     if (written.ok()) stage(CheckpointStage::kSynced);
-    if (written.ok()) written = PublishGeneration(tmp, final_path, options.sync);
+    if (written.ok()) written = PublishGeneration(*files_, tmp, final_path, options.sync);
     if (written.ok()) stage(CheckpointStage::kPublished);
   } catch (const std::bad_alloc&) {
     written = ResourceExhaustedError("out of memory writing " + tmp);
   }
   if (!written.ok()) {
-    RemoveTree(tmp).IgnoreError();
+    files_->RemoveTree(tmp).IgnoreError();
     return written;
   }
 
   const Status pruned =
-      PruneGenerations(path_, options.keep, options.sync,
+      PruneGenerations(*files_, path_, options.keep, options.sync,
                        [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); });
   if (!pruned.ok()) {
     // The new generation is complete and visible; the next Write tries again.
@@ -107,12 +108,13 @@ Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
   if (clock < 0) {
     return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
   }
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return FileSystemError(ec, path + ": cannot read the generation", StatusCode::kDataLoss);
+  const StatusOr<Filesystem::Type> type = files_->TypeOf(path);
+  if (!type.ok()) {
+    const StatusCode code = type.status().code() == StatusCode::kInternal ? StatusCode::kDataLoss
+                                                                          : type.status().code();
+    return Status(code, path + ": cannot read the generation: " + type.status().message());
   }
-  if (!fs::is_directory(st)) return NotFoundError(path + ": no such generation");
+  if (*type != Filesystem::Type::kDirectory) return NotFoundError(path + ": no such generation");
   StatusOr<int64_t> read = [&]() -> StatusOr<int64_t> {
     try {
       return ReadGenerationDatabase(path, sink);

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "server/checkpoint_io.h"
 #include "server/checkpoint_layout.h"
@@ -55,8 +56,11 @@ class CheckpointDir {
  public:
   // Opens (creating it and its parents when missing) the folder of one
   // shard's generations. InvalidArgument naming the path when it cannot be
-  // created or is not a folder.
-  static StatusOr<std::unique_ptr<CheckpointDir>> Open(const std::string& dir);
+  // created or is not a folder. Every file call of Write, Generations and
+  // Read's look at the folder goes through `files` (null: the OS's, an
+  // OsFilesystem of its own); it must outlive the CheckpointDir.
+  static StatusOr<std::unique_ptr<CheckpointDir>> Open(const std::string& dir,
+                                                        Filesystem* files = nullptr);
 
   const std::string& path() const { return path_; }
   // The folder of generation gen-<clock> under path() (whether or not it
@@ -69,9 +73,12 @@ class CheckpointDir {
   // generations. InvalidArgument for keep 0 or a snapshot that
   // ValidateForWrite (server/checkpoint_format.h) refuses, before anything
   // is touched. On another error (disk full: ResourceExhausted;
-  // permissions: PermissionDenied; Internal) nothing visible changes and the
-  // error names the path. A failure to prune is logged, not returned (the
-  // new generation is complete; the next Write prunes again).
+  // permissions: PermissionDenied; Internal) the error names the path and
+  // the previous generations are intact; the new one is not visible, but
+  // for a failure to sync the folder after its publishing rename (it is
+  // then complete, its name perhaps not yet durable). A failure to prune is
+  // logged, not returned (the new generation is complete; the next Write
+  // prunes again).
   Status Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options);
 
   // Clocks of the complete generations, ascending.
@@ -93,8 +100,11 @@ class CheckpointDir {
   Status ReadInto(int64_t clock, RowSink* sink) const;
 
  private:
-  explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
+  CheckpointDir(std::string path, Filesystem* files)
+      : path_(std::move(path)), files_(files != nullptr ? files : &os_files_) {}
   const std::string path_;
+  OsFilesystem os_files_;  // used when Open was given no Filesystem
+  Filesystem* const files_;
 };
 
 }  // namespace ps

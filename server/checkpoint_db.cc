@@ -1,7 +1,8 @@
 // Writing: the database is created with the write-ahead log disabled,
 // filled with write batches of about 1 MiB in key order, flushed and closed,
-// on a file system whose syncs do nothing (the folder is not visible yet;
-// the caller fsyncs every file once afterwards). Reading opens it read-only.
+// through the caller's Filesystem with syncs that do nothing (the folder is
+// not visible yet; the caller fsyncs every file once afterwards). Reading
+// opens it read-only.
 #include "server/checkpoint_db.h"
 
 #include <rocksdb/db.h>
@@ -42,15 +43,35 @@ const std::shared_ptr<rocksdb::Logger>& SharedNullLogger() {
   return logger;
 }
 
-// RocksDB syncs its files as it writes them (each SST file, the manifest,
-// the folder). A generation is not visible until it is renamed, so those
-// syncs buy nothing: writes go through this file system, which drops them,
-// and with CheckpointWriteOptions::sync (server/checkpoint.h) every file is fsynced once after
-// the database is closed (SyncFlatFolder). So sync: false never waits for
-// the disk.
-class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+// The project's Status as RocksDB's: disk full stays disk full (RocksError
+// maps it back), anything else is an I/O error carrying the message.
+rocksdb::IOStatus ToIOStatus(const Status& s) {
+  if (s.ok()) return rocksdb::IOStatus::OK();
+  if (s.code() == StatusCode::kResourceExhausted) return rocksdb::IOStatus::NoSpace(s.message());
+  return rocksdb::IOStatus::IOError(s.message());
+}
+
+// A file of the database, written through the project's Filesystem. Its
+// syncs do nothing: RocksDB syncs each file as it writes it, but a
+// generation is not visible until it is renamed, so those syncs buy
+// nothing; with CheckpointWriteOptions::sync (server/checkpoint.h) every
+// file is fsynced once after the database is closed (SyncFlatFolder). So
+// sync: false never waits for the disk.
+class CheckpointWritableFile : public rocksdb::FSWritableFile {
  public:
-  using rocksdb::FSWritableFileOwnerWrapper::FSWritableFileOwnerWrapper;
+  explicit CheckpointWritableFile(std::unique_ptr<WritableFile> file) : file_(std::move(file)) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions&,
+                           rocksdb::IODebugContext*) override {
+    const Status appended = file_->Append(data.ToStringView());
+    if (appended.ok()) size_ += data.size();
+    return ToIOStatus(appended);
+  }
+  rocksdb::IOStatus Close(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return ToIOStatus(file_->Close());
+  }
+  rocksdb::IOStatus Flush(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();  // nothing is buffered here
+  }
   rocksdb::IOStatus Sync(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
     return rocksdb::IOStatus::OK();
   }
@@ -61,6 +82,13 @@ class UnsyncedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
                               rocksdb::IODebugContext*) override {
     return rocksdb::IOStatus::OK();
   }
+  uint64_t GetFileSize(const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return size_;
+  }
+
+ private:
+  std::unique_ptr<WritableFile> file_;
+  uint64_t size_ = 0;
 };
 
 class UnsyncedDirectory : public rocksdb::FSDirectoryWrapper {
@@ -75,26 +103,47 @@ class UnsyncedDirectory : public rocksdb::FSDirectoryWrapper {
   }
 };
 
-class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
+// The file system of a database write: its files, folders, renames and
+// removals go through the project's Filesystem (so a test's faulty one
+// fails them too), its syncs nowhere (see CheckpointWritableFile); reads
+// and locks go to RocksDB's default.
+class CheckpointFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  UnsyncedFileSystem() : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
-  const char* Name() const override { return "PsCheckpointUnsyncedFileSystem"; }
+  explicit CheckpointFileSystem(Filesystem* files)
+      : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()), files_(files) {}
+  const char* Name() const override { return "PsCheckpointFileSystem"; }
 
-  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions&,
                                     std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                    rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->NewWritableFile(name, options, result, dbg), result);
+                                    rocksdb::IODebugContext*) override {
+    StatusOr<std::unique_ptr<WritableFile>> file = files_->NewWritableFile(name);
+    if (!file.ok()) return ToIOStatus(file.status());
+    *result = std::make_unique<CheckpointWritableFile>(std::move(*file));
+    return rocksdb::IOStatus::OK();
   }
-  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& options,
-                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                       rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->ReopenWritableFile(name, options, result, dbg), result);
+  rocksdb::IOStatus ReopenWritableFile(const std::string& name, const rocksdb::FileOptions&,
+                                       std::unique_ptr<rocksdb::FSWritableFile>*,
+                                       rocksdb::IODebugContext*) override {
+    // A database written once from empty never reopens a file.
+    return rocksdb::IOStatus::NotSupported("reopening " + name + " in a checkpoint");
   }
-  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string& old_name,
-                                      const rocksdb::FileOptions& options,
-                                      std::unique_ptr<rocksdb::FSWritableFile>* result,
-                                      rocksdb::IODebugContext* dbg) override {
-    return Wrap(target()->ReuseWritableFile(name, old_name, options, result, dbg), result);
+  rocksdb::IOStatus ReuseWritableFile(const std::string& name, const std::string&,
+                                      const rocksdb::FileOptions&,
+                                      std::unique_ptr<rocksdb::FSWritableFile>*,
+                                      rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::NotSupported("reusing " + name + " in a checkpoint");
+  }
+  rocksdb::IOStatus CreateDirIfMissing(const std::string& name, const rocksdb::IOOptions&,
+                                       rocksdb::IODebugContext*) override {
+    return ToIOStatus(files_->CreateDirs(name));
+  }
+  rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
+                               const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
+    return ToIOStatus(files_->Rename(from, to));
+  }
+  rocksdb::IOStatus DeleteFile(const std::string& name, const rocksdb::IOOptions&,
+                               rocksdb::IODebugContext*) override {
+    return ToIOStatus(files_->RemoveFile(name));
   }
   rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& options,
                                  std::unique_ptr<rocksdb::FSDirectory>* result,
@@ -105,21 +154,8 @@ class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
   }
 
  private:
-  static rocksdb::IOStatus Wrap(rocksdb::IOStatus s,
-                                std::unique_ptr<rocksdb::FSWritableFile>* result) {
-    if (s.ok()) *result = std::make_unique<UnsyncedWritableFile>(std::move(*result));
-    return s;
-  }
+  Filesystem* const files_;
 };
-
-// The Env of every database write: the default one on UnsyncedFileSystem.
-// Never destroyed: RocksDB's background threads may outlive static
-// destructors.
-rocksdb::Env* UnsyncedEnv() {
-  static rocksdb::Env* const env =
-      rocksdb::NewCompositeEnv(std::make_shared<UnsyncedFileSystem>()).release();
-  return env;
-}
 
 // A RocksDB error as a Status whose message starts with `what`.
 Status RocksError(const rocksdb::Status& s, const std::string& what, StatusCode fallback) {
@@ -151,15 +187,18 @@ rocksdb::Slice AsSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.s
 
 }  // namespace
 
-Status WriteGenerationDatabase(const ShardSnapshot& s, const std::string& path,
+Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const std::string& path,
                                const CheckpointStageHook& at_stage) {
+  // Declared before the database, so it outlives it.
+  const std::unique_ptr<rocksdb::Env> env =
+      rocksdb::NewCompositeEnv(std::make_shared<CheckpointFileSystem>(&files));
   rocksdb::Options o = CommonOptions();
   o.create_if_missing = true;
   o.error_if_exists = true;
   // Keys arrive in order and the database is written once: compactions
   // would only rewrite it.
   o.disable_auto_compactions = true;
-  o.env = UnsyncedEnv();
+  o.env = env.get();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status rs = rocksdb::DB::Open(o, path, &raw);
   if (!rs.ok()) return RocksError(rs, "cannot create database " + path, StatusCode::kInternal);

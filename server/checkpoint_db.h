@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "server/checkpoint_io.h"
 #include "store/snapshot.h"
@@ -29,7 +30,8 @@ namespace ps {
 // ResourceExhausted (disk full) or PermissionDenied; the folder may then
 // hold a partial database.
 // REQUIRES: ValidateForWrite(s, ..).ok().
-Status WriteGenerationDatabase(const ShardSnapshot& s, const std::string& path,
+// Every file, folder, rename and removal of the write goes through `files`.
+Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const std::string& path,
                                const CheckpointStageHook& at_stage);
 
 // Reads the database at `path` read-only (no file in it is created or

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/env.h"
 #include "common/options.h"
 #include "common/status.h"
 
@@ -26,7 +27,7 @@ std::string ShardCheckpointDir(const std::string& checkpoint_dir, uint32_t shard
 // Creates the checkpoint folder `dir` and its parents when missing.
 // InvalidArgument naming the path when it is empty, cannot be created, or
 // is not a folder.
-Status CreateCheckpointFolder(const std::string& dir);
+Status CreateCheckpointFolder(Filesystem& files, const std::string& dir);
 
 // With checkpoint.dir and checkpoint.restore: the newest generation clock
 // that every shard's folder holds (the launcher passes it to every server as

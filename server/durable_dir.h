@@ -15,6 +15,9 @@
 // PermissionDenied (EACCES, EPERM, EROFS), ResourceExhausted (ENOSPC,
 // EDQUOT), or Internal for any other failure of the file system.
 //
+// Every call goes through the Filesystem it is given (common/env.h), so
+// tests can fail any write of it.
+//
 // Thread safety: the functions keep no state; two callers must not work on
 // the same folder at once.
 #ifndef PS_SERVER_DURABLE_DIR_H_
@@ -24,9 +27,9 @@
 #include <functional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
+#include "common/env.h"
 #include "common/status.h"
 
 namespace ps {
@@ -40,23 +43,14 @@ bool IsTmpGenerationName(std::string_view name);
 // The name a generation `final_name` is written under: final_name + ".tmp".
 std::string TmpName(const std::string& final_name);
 
-// A failed file-system call as a Status "<what>: <reason>", with the code
-// of the error (see above; `fallback` for any other).
-Status FileSystemError(const std::error_code& ec, const std::string& what, StatusCode fallback);
 
-// fsyncs the file `path`.
-Status SyncFile(const std::string& path);
-// fsyncs the folder `path` (its entries: names created, renamed, removed).
-Status SyncDir(const std::string& path);
 // fsyncs every regular file directly in `dir` (a flat folder: subfolders
 // are not entered), then `dir` itself.
-Status SyncFlatFolder(const std::string& dir);
+Status SyncFlatFolder(Filesystem& files, const std::string& dir);
 
-// Removes `path` and everything below it; a missing path is fine.
-Status RemoveTree(const std::string& path);
 // Removes every entry of `dir` with a .tmp generation name (torn writes of
 // any clock, generations on their way out); other entries stay.
-Status RemoveTornGenerations(const std::string& dir);
+Status RemoveTornGenerations(Filesystem& files, const std::string& dir);
 
 // Makes the complete folder `tmp` visible as `final_path` (same parent):
 // one rename, or when `final_path` exists, an atomic exchange and the
@@ -66,12 +60,13 @@ Status RemoveTornGenerations(const std::string& dir);
 // neither, the other generations intact). With `sync`, the parent folder is
 // then fsynced, so the new name survives a crash. On an error `tmp` may
 // still exist (the caller removes it) and an old `final_path` is intact.
-Status PublishGeneration(const std::string& tmp, const std::string& final_path, bool sync);
+Status PublishGeneration(Filesystem& files, const std::string& tmp,
+                         const std::string& final_path, bool sync);
 
 // Clocks of the complete generations in `dir` (folders with a generation
 // name; a file of such a name is not one), ascending. Internal (or the
 // code of the error) naming `dir` when it cannot be listed.
-StatusOr<std::vector<int64_t>> ListGenerations(const std::string& dir);
+StatusOr<std::vector<int64_t>> ListGenerations(Filesystem& files, const std::string& dir);
 
 // Removes all but the newest `keep` complete generations of `dir`, oldest
 // first; each is renamed to its .tmp name first, so a crash while removing
@@ -79,7 +74,7 @@ StatusOr<std::vector<int64_t>> ListGenerations(const std::string& dir);
 // after each rename, before the removal, with the .tmp path. With `sync`,
 // `dir` is fsynced after the last removal. Stops at the first error.
 // REQUIRES: keep >= 1.
-Status PruneGenerations(const std::string& dir, uint32_t keep, bool sync,
+Status PruneGenerations(Filesystem& files, const std::string& dir, uint32_t keep, bool sync,
                         const std::function<void(const std::string& doomed)>& renamed);
 
 }  // namespace ps

@@ -381,15 +381,14 @@ void ShardServer::Handle(std::vector<Frame>& frames) {
     HandleRequest(frames);
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_->Now();
   const uint64_t errors = counters_.errors;
   const Op op = HandleRequest(frames);
   OpMetrics& m = op_metrics_[static_cast<size_t>(op) < op_metrics_.size()
                                  ? static_cast<size_t>(op) : 0];
   ++m.requests;
   m.errors += counters_.errors - errors;
-  m.seconds.Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  m.seconds.Observe(std::chrono::duration<double>(clock_->Now() - start).count());
 }
 
 void ShardServer::LogRequestRefusal(const Frame& first_frame, const char* kind,

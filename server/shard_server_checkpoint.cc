@@ -21,7 +21,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
     return Status::Ok();
   }
   const std::string where = checkpoints_->GenerationPath(clock);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_->Now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
   PS_ASSIGN_OR_RETURN(const size_t tables, RestoreStore(*checkpoints_, clock, job_, shard_, store_.get()));
@@ -31,7 +31,7 @@ Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
   last_checkpoint_clock_ = clock;
   PS_LOG_INFO("shard {}: restored {} ({} tables) in {:.2f} s: workers resume at clock {}", shard_,
               where, tables,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              std::chrono::duration<double>(clock_->Now() - start).count(),
               clock);
   return Status::Ok();
 }
@@ -46,13 +46,13 @@ void ShardServer::MaybeCheckpoint() {
   // waited for, serving pauses, and the wait is reported. At most one
   // write is waited for, however many CHECKPOINT requests came.
   if (checkpoint_writing_.load(std::memory_order_acquire)) {
-    const auto wait_start = std::chrono::steady_clock::now();
+    const auto wait_start = clock_->Now();
     JoinCheckpointWriter();
     PS_LOG_WARN("shard {}: serving paused {:.0f} ms for the previous checkpoint to finish before "
                 "the one of clock {} (raise checkpoint.every_clocks, or set checkpoint.sync: "
                 "false)",
                 shard_,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                std::chrono::duration<double, std::milli>(clock_->Now() -
                                                           wait_start)
                     .count(),
                 clock);
@@ -148,10 +148,10 @@ void ShardServer::FinishCheckpointWrite(bool may_start) {
 Status ShardServer::StartCheckpoint(int64_t clock) {
   JoinCheckpointWriter();  // finished (MaybeCheckpoint waited): reap its thread
   last_checkpoint_clock_ = clock;
-  const auto copy_start = std::chrono::steady_clock::now();
+  const auto copy_start = clock_->Now();
   PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, store_->Snapshot(job_, shard_, clock));
   const double copy_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - copy_start)
+      std::chrono::duration<double, std::milli>(clock_->Now() - copy_start)
           .count();
   ++counters_.checkpoints_started;
   checkpoint_write_clock_ = clock;
@@ -162,10 +162,10 @@ Status ShardServer::StartCheckpoint(int64_t clock) {
   options.at_stage = checkpoint_stage_hook_;
   checkpoint_writer_ = std::thread(
       [this, options, copy_ms, snapshot = std::move(snapshot)]() mutable {
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = clock_->Now();
         Status written = checkpoints_->Write(snapshot, options);
         const double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::chrono::duration<double>(clock_->Now() - start).count();
         if (written.ok()) {
           PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
                       "(serving paused {:.1f} ms for the copy)",

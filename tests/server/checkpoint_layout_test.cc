@@ -70,12 +70,13 @@ TEST_F(CheckpointLayoutTest, NoCommonClockListsEachShard) {
 TEST_F(CheckpointLayoutTest, AFileWhereAFolderMustBeIsRefusedByName) {
   std::filesystem::create_directories(dir_);
   std::ofstream(ShardCheckpointDir(dir_, 0)) << "not a folder";
-  Status created = CreateCheckpointFolder(ShardCheckpointDir(dir_, 0));
+  OsFilesystem files;
+  Status created = CreateCheckpointFolder(files, ShardCheckpointDir(dir_, 0));
   EXPECT_EQ(created.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(created.message().find("shard-0: cannot use it as the checkpoint folder: not a folder"),
             std::string::npos);
   EXPECT_EQ(CommonRestoreClock(job_).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(CreateCheckpointFolder("").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateCheckpointFolder(files, "").code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "server/checkpoint.h"
+#include "tests/util/faulty_filesystem.h"
 #include "tests/util/file_permissions.h"
 #include "tests/util/status_matchers.h"
 
@@ -630,6 +631,110 @@ TEST_F(CheckpointTest, UnwritableFoldersAreErrorsNamingThem) {
   EXPECT_EQ(Generations(), std::vector<int64_t>{1});
   EXPECT_OK(ckpt_->Read(1));
   fs::permissions(ckpt_->path(), fs::perms::owner_all);
+}
+
+// Every write call of a generation (RocksDB's files, the syncs, the
+// publishing rename, the pruning) fails in turn: once with ENOSPC, EIO or a
+// short write, and for good (a disk that stays full). A Write that reports
+// success left a generation that reads back exactly; one that fails says
+// what failed and where, and the previous generation reads back exactly
+// (the new one, where its publishing rename was done before the failure,
+// too); once the fault clears, the next Write succeeds.
+TEST_F(CheckpointTest, AFaultAtAnyWriteCallLosesNothingAcknowledged) {
+  OsFilesystem os;
+  FaultyFilesystem faulty(&os);
+  const ShardSnapshot previous = Snapshot(10, 1);
+  const ShardSnapshot next = Snapshot(20, 2);
+  CheckpointWriteOptions options;
+  options.keep = 1;  // a Write that succeeds removes the previous generation
+  // On tmpfs, where there is one, fsyncs cost nothing: the loops below make
+  // hundreds of Writes.
+  const fs::path root = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") / dir_.filename() : dir_;
+  struct RemoveRoot {
+    fs::path path;
+    ~RemoveRoot() { fs::remove_all(path); }
+  } remove_root{root};
+
+  // The write calls of one generation: the loops below make one Write each.
+  uint64_t calls = 0;
+  uint64_t appends = 0;
+  {
+    auto counting = CheckpointDir::Open((root / "count").string(), &faulty);
+    ASSERT_OK(counting);
+    ASSERT_OK((*counting)->Write(previous, options));
+    const uint64_t calls_before = faulty.write_calls();
+    const uint64_t appends_before = faulty.appends();
+    ASSERT_OK((*counting)->Write(next, options));
+    calls = faulty.write_calls() - calls_before;
+    appends = faulty.appends() - appends_before;
+  }
+  ASSERT_GT(appends, 5u);
+  RecordProperty("write_calls", std::to_string(calls));
+  ASSERT_LT(calls, 300u) << "a generation makes more write calls than this test should loop over";
+
+  using Fault = FaultyFilesystem::Fault;
+  struct Case {
+    Fault fault;
+    bool sticky;
+    uint64_t calls;  // the write calls it applies to
+    StatusCode code;
+  };
+  const Case cases[] = {
+      {Fault::kNoSpace, false, calls, StatusCode::kResourceExhausted},
+      {Fault::kIoError, false, calls, StatusCode::kInternal},
+      {Fault::kShortWrite, false, appends, StatusCode::kResourceExhausted},
+      {Fault::kNoSpace, true, calls, StatusCode::kResourceExhausted},
+  };
+  uint64_t failed_writes = 0;
+  for (const Case& c : cases) {
+    for (uint64_t n = 1; n <= c.calls; ++n) {
+      SCOPED_TRACE("fault " + std::to_string(static_cast<int>(c.fault)) +
+                   (c.sticky ? " (sticky)" : "") + " at write call " + std::to_string(n));
+      const fs::path dir = root / "faulty";
+      fs::remove_all(dir);
+      auto opened = CheckpointDir::Open(dir.string(), &faulty);
+      ASSERT_OK(opened);
+      CheckpointDir& ckpt = **opened;
+      ASSERT_OK(ckpt.Write(previous, options));
+
+      faulty.FailNth(n, c.fault, c.sticky);
+      const Status written = ckpt.Write(next, options);
+      EXPECT_TRUE(faulty.fired());
+      faulty.Clear();
+
+      if (written.ok()) {
+        // The fault hit a step whose failure is only logged (removing an
+        // older generation, RocksDB's own cleanup).
+        auto read = ckpt.Read(20);
+        ASSERT_OK(read);
+        ExpectSame(*read, next);
+        continue;
+      }
+      ++failed_writes;
+      EXPECT_EQ(written.code(), c.code) << written.ToString();
+      EXPECT_NE(written.message().find(dir.string()), std::string::npos) << written.ToString();
+      EXPECT_NE(written.message().find("injected"), std::string::npos) << written.ToString();
+      const std::vector<int64_t> generations = ckpt.Generations().value();
+      ASSERT_FALSE(generations.empty());
+      EXPECT_EQ(generations.front(), 10);
+      auto kept = ckpt.Read(10);
+      ASSERT_OK(kept);
+      ExpectSame(*kept, previous);
+      if (generations.back() == 20) {
+        auto published = ckpt.Read(20);
+        ASSERT_OK(published);
+        ExpectSame(*published, next);
+      }
+
+      ASSERT_OK(ckpt.Write(next, options));
+      auto read = ckpt.Read(20);
+      ASSERT_OK(read);
+      ExpectSame(*read, next);
+      EXPECT_EQ(ckpt.Generations().value(), std::vector<int64_t>{20});
+    }
+  }
+  // Most write calls are the generation's own: their failure fails the Write.
+  EXPECT_GT(failed_writes, calls);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ class DurableDirTest : public ::testing::Test {
     return dir_ / name;
   }
 
+  OsFilesystem files_;
   fs::path dir_;
 };
 
@@ -75,14 +76,13 @@ TEST_F(DurableDirTest, ListsOnlyCompleteGenerationFoldersInClockOrder) {
     fs::create_directories(dir_ / name);
   }
   std::ofstream(dir_ / "gen-8") << "a file, not a folder";
-  auto clocks = ListGenerations(dir_.string());
+  auto clocks = ListGenerations(files_, dir_.string());
   ASSERT_OK(clocks);
   EXPECT_EQ(*clocks, (std::vector<int64_t>{9, 10, 100}));
 
-  auto missing = ListGenerations((dir_ / "gone").string());
+  auto missing = ListGenerations(files_, (dir_ / "gone").string());
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("cannot list the checkpoint folder " +
-                                            (dir_ / "gone").string()),
+  EXPECT_NE(missing.status().message().find("cannot list " + (dir_ / "gone").string()),
             std::string::npos)
       << missing.status().ToString();
 }
@@ -93,14 +93,14 @@ TEST_F(DurableDirTest, RemovesTornGenerationsOnly) {
   Folder("gen-2.old.tmp", "replaced");
   std::ofstream(dir_ / "gen-5.tmp") << "a torn file";
   Folder("notes.tmp", "not a generation name");
-  ASSERT_OK(RemoveTornGenerations(dir_.string()));
+  ASSERT_OK(RemoveTornGenerations(files_, dir_.string()));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-3", "notes.tmp"}));
-  EXPECT_FALSE(RemoveTornGenerations((dir_ / "gone").string()).ok());
+  EXPECT_FALSE(RemoveTornGenerations(files_, (dir_ / "gone").string()).ok());
 }
 
 TEST_F(DurableDirTest, PublishRenamesOrReplacesAtomically) {
   Folder("gen-1.tmp", "first");
-  ASSERT_TRUE(PublishGeneration((dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), true)
+  ASSERT_TRUE(PublishGeneration(files_, (dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), true)
                   .ok());
   EXPECT_EQ(Names(dir_), std::set<std::string>{"gen-1"});
   EXPECT_EQ(Slurp(dir_ / "gen-1" / "data"), "first");
@@ -108,14 +108,14 @@ TEST_F(DurableDirTest, PublishRenamesOrReplacesAtomically) {
   // The same clock again: the new folder replaces the old one, which leaves
   // no trace.
   Folder("gen-1.tmp", "second");
-  ASSERT_TRUE(PublishGeneration((dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), false)
+  ASSERT_TRUE(PublishGeneration(files_, (dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), false)
                   .ok());
   EXPECT_EQ(Names(dir_), std::set<std::string>{"gen-1"});
   EXPECT_EQ(Slurp(dir_ / "gen-1" / "data"), "second");
 
   // Nothing to publish: an error naming both paths; the generation stays.
   const Status missing =
-      PublishGeneration((dir_ / "gen-2.tmp").string(), (dir_ / "gen-2").string(), true);
+      PublishGeneration(files_, (dir_ / "gen-2.tmp").string(), (dir_ / "gen-2").string(), true);
   EXPECT_EQ(missing.code(), StatusCode::kInternal) << missing.ToString();
   EXPECT_NE(missing.message().find("cannot rename " + (dir_ / "gen-2.tmp").string() + " to " +
                                    (dir_ / "gen-2").string()),
@@ -134,56 +134,37 @@ TEST_F(DurableDirTest, PruneKeepsTheNewestAndRenamesEachBeforeRemovingIt) {
     EXPECT_FALSE(fs::exists(doomed.substr(0, doomed.size() - 4))) << doomed;
     renamed.push_back(fs::path(doomed).filename().string());
   };
-  ASSERT_OK(PruneGenerations(dir_.string(), 2, true, record));
+  ASSERT_OK(PruneGenerations(files_, dir_.string(), 2, true, record));
   EXPECT_EQ(renamed, (std::vector<std::string>{"gen-5.tmp", "gen-10.tmp"}));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
 
   // Nothing beyond `keep`: nothing happens (and no hook is needed).
-  ASSERT_OK(PruneGenerations(dir_.string(), 2, false, nullptr));
-  ASSERT_OK(PruneGenerations(dir_.string(), 5, false, nullptr));
+  ASSERT_OK(PruneGenerations(files_, dir_.string(), 2, false, nullptr));
+  ASSERT_OK(PruneGenerations(files_, dir_.string(), 5, false, nullptr));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-20", "gen-30", "other"}));
-  ASSERT_OK(PruneGenerations(dir_.string(), 1, false, nullptr));
+  ASSERT_OK(PruneGenerations(files_, dir_.string(), 1, false, nullptr));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-30", "other"}));
-  EXPECT_FALSE(PruneGenerations((dir_ / "gone").string(), 1, false, nullptr).ok());
+  EXPECT_FALSE(PruneGenerations(files_, (dir_ / "gone").string(), 1, false, nullptr).ok());
 }
 
 TEST_F(DurableDirTest, SyncsFilesAndFoldersAndNamesWhatIsMissing) {
   const fs::path folder = Folder("gen-1.tmp", "data");
   std::ofstream(folder / "more") << "more";
   fs::create_directories(folder / "sub");
-  EXPECT_OK(SyncFile((folder / "data").string()));
-  EXPECT_OK(SyncDir(folder.string()));
-  EXPECT_OK(SyncFlatFolder(folder.string()));
+  EXPECT_OK(files_.SyncFile((folder / "data").string()));
+  EXPECT_OK(files_.SyncDir(folder.string()));
+  EXPECT_OK(SyncFlatFolder(files_, folder.string()));
 
   const std::string gone = (dir_ / "gone").string();
-  for (const Status& s : {SyncFile(gone), SyncDir(gone), SyncFlatFolder(gone)}) {
+  for (const Status& s : {files_.SyncFile(gone), files_.SyncDir(gone), SyncFlatFolder(files_, gone)}) {
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find(gone), std::string::npos) << s.ToString();
   }
-  const Status file_as_dir = SyncDir((folder / "data").string());
+  const Status file_as_dir = files_.SyncDir((folder / "data").string());
   EXPECT_FALSE(file_as_dir.ok());
   EXPECT_NE(file_as_dir.message().find("cannot open " + (folder / "data").string() + " to sync it"),
             std::string::npos)
       << file_as_dir.ToString();
-}
-
-TEST(FileSystemErrorTest, MapsErrnoToStatusCodes) {
-  const auto code = [](int err) {
-    return FileSystemError(std::error_code(err, std::generic_category()), "x", StatusCode::kInternal)
-        .code();
-  };
-  EXPECT_EQ(code(EACCES), StatusCode::kPermissionDenied);
-  EXPECT_EQ(code(EPERM), StatusCode::kPermissionDenied);
-  EXPECT_EQ(code(EROFS), StatusCode::kPermissionDenied);
-  EXPECT_EQ(code(ENOSPC), StatusCode::kResourceExhausted);
-  EXPECT_EQ(code(EDQUOT), StatusCode::kResourceExhausted);
-  EXPECT_EQ(code(EIO), StatusCode::kInternal);
-  const Status s =
-      FileSystemError(std::error_code(ENOSPC, std::generic_category()), "cannot write /a", StatusCode::kDataLoss);
-  EXPECT_EQ(s.message().rfind("cannot write /a: ", 0), 0u) << s.ToString();
-  EXPECT_EQ(FileSystemError(std::error_code(EIO, std::generic_category()), "x", StatusCode::kDataLoss)
-                .code(),
-            StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "client/heartbeat.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
+#include "tests/util/faulty_channel.h"
 #include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
@@ -149,6 +150,31 @@ TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
   cluster.Stop();
   EXPECT_FALSE(cluster.server(0).worker_dead(2));
   EXPECT_TRUE(cluster.server(0).clocks().counted(2));
+}
+
+// A worker whose connections are cut goes silent, heartbeats included
+// (they travel through the client's channel factory): its process lives,
+// but the shards drop it after liveness.timeout_ms.
+TEST(LivenessTest, AWorkerCutOffFallsSilentAndIsDroppedThoughItsProcessLives) {
+  const JobOptions job = Job(DeadWorkerPolicy::kDrop, 2);
+  FakeClock clock;
+  InProcessCluster cluster(job, &clock);
+  FaultyChannels channels;  // outlives the worker
+  auto w0 = Worker(job, 0, cluster);
+  auto w1 = Client::Create(job, 1, cluster.endpoints(), {.channels = channels.Factory()}).value();
+  ASSERT_OK(w1->Join());
+  ASSERT_OK(Step(*w0));
+  ASSERT_OK(Step(*w1));
+  // Its beats arrive through the faulty channels while they are whole.
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0, 1}, job, cluster));
+  for (uint32_t s = 0; s < cluster.endpoints().size(); ++s) channels[s].Cut();
+  ASSERT_NO_FATAL_FAILURE(MoveClockKeeping(clock, milliseconds(300), {0}, job, cluster));
+  clock.Advance(milliseconds(200));  // worker 1 silent for 500 ms, worker 0 < 400
+  cluster.AwaitHousekeeping();
+  for (uint32_t s = 0; s < cluster.endpoints().size(); ++s) {
+    EXPECT_TRUE(cluster.server(s).worker_dead(1)) << "shard " << s;
+    EXPECT_FALSE(cluster.server(s).worker_dead(0)) << "shard " << s;
+  }
 }
 
 // Worker `rank` joins, finishes one clock and says goodbye.

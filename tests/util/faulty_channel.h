@@ -7,15 +7,20 @@
 // A cut is what the client sees when a server goes away: a kDisconnected
 // event, then every message either way is lost, until Restore() reports
 // kConnected again (and the client sends its unanswered requests again).
-// The server itself keeps its connection.
+// The server itself keeps its connection. Channels made with one link (as
+// FaultyChannels makes the client's and its heartbeats' to one shard) are
+// cut together: the others lose every message too, without events.
 //
 // Not thread-safe: used by the thread that drives the client, as the
-// client uses it.
+// client uses it; only the cut is seen by the other channels of its link,
+// from their own threads.
 #ifndef PS_TESTS_UTIL_FAULTY_CHANNEL_H_
 #define PS_TESTS_UTIL_FAULTY_CHANNEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "client/channel.h"
+#include "client/heartbeat.h"
 #include "common/wire.h"
 
 namespace ps {
@@ -37,7 +43,13 @@ class FaultyChannel final : public Channel {
     kHold,       // kept until ReleaseHeld (delayed, and reordered when released newest first)
   };
 
-  explicit FaultyChannel(std::unique_ptr<Channel> inner) : inner_(std::move(inner)) {}
+  // A link: whether the connection is cut, shared by the channels cut
+  // together.
+  using Link = std::shared_ptr<std::atomic<bool>>;
+  static Link NewLink() { return std::make_shared<std::atomic<bool>>(false); }
+
+  explicit FaultyChannel(std::unique_ptr<Channel> inner, Link link = NewLink())
+      : inner_(std::move(inner)), cut_(std::move(link)) {}
 
   // The next `times` messages going `direction` whose header op is `op`
   // (Op::kUnknown: any op) get `fault`. Rules apply in the order given.
@@ -70,11 +82,11 @@ class FaultyChannel final : public Channel {
   // Cuts the connection (see the top of this file).
   void Cut() {
     TakeInnerEvents();  // a real event not yet seen comes before the cut
-    cut_ = true;
+    cut_->store(true);
     events_.push_back(ConnectionEvent::kDisconnected);
   }
   void Restore() {
-    cut_ = false;
+    cut_->store(false);
     events_.push_back(ConnectionEvent::kConnected);
   }
 
@@ -82,7 +94,7 @@ class FaultyChannel final : public Channel {
   uint64_t duplicated() const { return duplicated_; }
 
   Status Send(std::span<Frame> frames) override {
-    if (cut_) return Discard(frames);
+    if (cut_->load()) return Discard(frames);
     const std::optional<Fault> fault = Match(Direction::kToServer, frames);
     if (!fault) return inner_->Send(frames);
     switch (*fault) {
@@ -111,7 +123,7 @@ class FaultyChannel final : public Channel {
     while (true) {
       PS_ASSIGN_OR_RETURN(bool got, inner_->TryRecv(frames));
       if (!got) return false;
-      if (cut_) {
+      if (cut_->load()) {
         ++dropped_;
         continue;
       }
@@ -168,7 +180,7 @@ class FaultyChannel final : public Channel {
     while (true) {
       auto event = inner_->TryNextEvent();
       if (!event.ok() || !*event) return;
-      if (!cut_) events_.push_back(**event);
+      if (!cut_->load()) events_.push_back(**event);
     }
   }
   Status Discard(std::span<Frame> frames) {
@@ -192,31 +204,47 @@ class FaultyChannel final : public Channel {
   std::deque<std::vector<Frame>> held_[2];    // by Direction
   std::deque<std::vector<Frame>> ready_;      // for the client, before the inner channel's
   std::deque<ConnectionEvent> events_;
-  bool cut_ = false;
+  const Link cut_;
   uint64_t dropped_ = 0;
   uint64_t duplicated_ = 0;
 };
 
 // A ChannelFactory of FaultyChannels around ZmqChannels; the client owns
-// the channels, `channels` gives the test a handle on each (by shard), valid
-// while the client lives.
+// the channels, `channels[shard]` gives the test a handle on the client's
+// channel to each shard, valid while the client lives. The heartbeats'
+// channel to a shard shares its link: cutting the one cuts the other.
+// Thread-safe: the heartbeat thread makes channels too.
 class FaultyChannels {
  public:
   ChannelFactory Factory() {
     return [this](Context* context, uint32_t shard, const std::string& endpoint,
-                  const CurveOptions& curve) -> StatusOr<std::unique_ptr<Channel>> {
-      PS_ASSIGN_OR_RETURN(std::unique_ptr<Channel> inner,
-                          ZmqChannel::Connect(context, endpoint, curve));
-      auto channel = std::make_unique<FaultyChannel>(std::move(inner));
-      if (channels_.size() <= shard) channels_.resize(shard + 1, nullptr);
-      channels_[shard] = channel.get();
+                  const CurveOptions& curve, ChannelUse use) -> StatusOr<std::unique_ptr<Channel>> {
+      PS_ASSIGN_OR_RETURN(
+          std::unique_ptr<Channel> inner,
+          use == ChannelUse::kHeartbeats
+              ? ZmqChannel::Connect(context, endpoint, curve, HeartbeatSender::kQueued)
+              : ZmqChannel::Connect(context, endpoint, curve));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shards_.size() <= shard) shards_.resize(shard + 1);
+      Shard& s = shards_[shard];
+      if (s.link == nullptr) s.link = FaultyChannel::NewLink();
+      auto channel = std::make_unique<FaultyChannel>(std::move(inner), s.link);
+      if (use == ChannelUse::kRequests) s.requests = channel.get();
       return std::unique_ptr<Channel>(std::move(channel));
     };
   }
-  FaultyChannel& operator[](uint32_t shard) { return *channels_.at(shard); }
+  FaultyChannel& operator[](uint32_t shard) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return *shards_.at(shard).requests;
+  }
 
  private:
-  std::vector<FaultyChannel*> channels_;
+  struct Shard {
+    FaultyChannel* requests = nullptr;
+    FaultyChannel::Link link;
+  };
+  std::mutex mu_;
+  std::vector<Shard> shards_;  // guarded by mu_
 };
 
 }  // namespace ps
