@@ -42,13 +42,12 @@ StatusOr<ShardStore::PendingSum> SumFromFrames(int64_t clock, uint32_t table, co
 
 }  // namespace
 
-std::string ChecksumLines(const ShardStore& store) {
-  std::ostringstream os;
+std::vector<ShardStats::Checksum> Checksums(const ShardStore& store) {
+  std::vector<ShardStats::Checksum> checksums;
   for (uint32_t t = 0; t < store.layouts().size(); ++t) {
-    os << "checksum " << store.layouts()[t].name << " " << std::hex << store.Checksum(t)
-       << std::dec << "\n";
+    checksums.push_back({store.layouts()[t].name, store.Checksum(t)});
   }
-  return os.str();
+  return checksums;
 }
 
 // ---------------------------------------------------------------------------
@@ -345,15 +344,17 @@ Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
   return Status::Ok();
 }
 
-std::string ReplicationLog::Describe() const {
-  std::ostringstream os;
-  os << "replication factor " << job_.replication.factor << " epoch " << epoch_ << " last_seq "
-     << last_seq_ << " committed " << committed();
+ShardStats::Replication ReplicationLog::Stats() const {
+  ShardStats::Replication r{.factor = job_.replication.factor,
+                            .epoch = epoch_,
+                            .last_seq = last_seq_,
+                            .committed = committed(),
+                            .backups = {}};
   for (const Backup& b : backups_) {
-    os << " backup_" << b.replica
-       << (b.copying ? "_copying " : b.in_sync ? "_acked " : "_catching_up ") << b.acked;
+    r.backups.push_back(
+        {b.replica, b.copying ? "copying" : b.in_sync ? "acked" : "catching_up", b.acked});
   }
-  return os.str();
+  return r;
 }
 
 // ---------------------------------------------------------------------------
@@ -587,7 +588,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     reply.shard = shard_;
     reply.min_clock = clocks_.min_clock();
     if (req.op == Op::kStats) {
-      reply.text = StatsReport();
+      reply.text = StatsReplyText(Stats(), req.flags);
       Reply(routing_id, reply);
       return;
     }
@@ -867,16 +868,16 @@ BackupServer::State BackupServer::TakeState() {
   return state;
 }
 
-std::string BackupServer::StatsReport() const {
-  std::ostringstream os;
-  os << "backup " << replica_ << " of shard " << shard_ << " endpoint " << endpoint_ << "\n";
-  os << "replica applied " << applied_ << " refused " << refused_ << " min_clock "
-     << clocks_.min_clock() << " started_clock " << started_clock_ << "\n";
-  os << "worker_clocks";
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
-  os << "\n";
-  os << ChecksumLines(*store_);
-  return os.str();
+ShardStats BackupServer::Stats() const {
+  ShardStats s;
+  s.shard = shard_;
+  s.endpoint = endpoint_;
+  s.backup = ShardStats::BackupReplica{replica_, applied_, refused_, started_clock_};
+  s.min_clock = clocks_.min_clock();
+  s.workers.resize(clocks_.num_workers());
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) s.workers[w].clock = clocks_.clock(w);
+  s.checksums = Checksums(*store_);
+  return s;
 }
 
 }  // namespace ps

@@ -110,6 +110,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
@@ -163,10 +164,9 @@ inline bool IsCopyEntry(uint32_t kind) {
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
 std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica);
 
-// "checksum <table> <hex>" per table of `store` (ShardStore::Checksum), a
-// line each: the primary's and the backups' STATS show them, so equal
-// lines mean equal copies.
-std::string ChecksumLines(const ShardStore& store);
+// Each table's ShardStore::Checksum: the primary's and the backups' STATS
+// show them, so equal checksums mean equal copies.
+std::vector<ShardStats::Checksum> Checksums(const ShardStore& store);
 
 // The primary's side: one DEALER per backup, the entries sent, and what
 // every backup has acknowledged. Inactive (no backups, everything at once
@@ -235,10 +235,12 @@ class ReplicationLog {
   Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
               const RecentPushes& recent, bool copy_sums = true);
 
-  // One STATS line: "replication factor 2 epoch E last_seq N committed N
-  // backup_1_acked N ..." ("backup_J_copying" for one that takes its copy,
-  // "backup_J_catching_up" for one that took it and is not in sync yet).
-  std::string Describe() const;
+  // The log's part of STATS: each backup "acked", "copying" (it takes its
+  // copy) or "catching_up" (it took it and is not in sync yet).
+  ShardStats::Replication Stats() const;
+  // Stats() as its STATS line: "replication factor 2 epoch E last_seq N
+  // committed N backup_1_acked N ...".
+  std::string Describe() const { return ReplicationText(Stats()); }
 
  private:
   struct Backup {
@@ -346,7 +348,8 @@ class BackupServer {
   // is whole and the entries after entry.request_id follow.
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
   void Reply(Frame& routing_id, const MessageHeader& header);
-  std::string StatsReport() const;
+  // The backup's STATS (ShardStats::backup set).
+  ShardStats Stats() const;
 
   const JobOptions job_;
   const uint32_t shard_;
