@@ -291,12 +291,12 @@ int main(int argc, char** argv) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
     for (uint32_t s = 0; s < (*client)->num_shards(); ++s) {
       while (true) {
-        auto report = (*client)->Stats(s);
+        auto report = (*client)->StructuredStats(s);
         if (!report.ok()) {
           std::fprintf(stderr, "ps_ctl: %s\n", report.status().ToString().c_str());
           return 1;
         }
-        if (report->find(" writing 0\n") != std::string::npos) break;
+        if (!report->checkpoint.writing) break;
         if (std::chrono::steady_clock::now() > deadline) {
           std::fprintf(stderr, "ps_ctl: shard %u is still writing its checkpoint after %u s\n",
                        s, wait_s);
