@@ -338,7 +338,20 @@ class BackupServer {
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
+  // One message: an entry of the primary's log, or a request.
   void Handle(std::vector<Frame>& frames);
+  // An entry of the primary's log (`frames`: routing id, `entry`, data).
+  void HandleEntry(const MessageHeader& entry, std::vector<Frame>& frames);
+  // Answers the entries that are not applied: one of a fenced primary,
+  // the in-sync notice, one that comes during the copy. True when `entry`
+  // was one of them.
+  bool AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id);
+  // A kCopy* entry: applied, and its end acknowledged.
+  void TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames);
+  // A request of a client or the authority (`header`: the decoded header
+  // frame, or why it did not decode): STATS, PRIMARY, SHUTDOWN and
+  // MEMBERSHIP are answered; anything else is refused as not primary.
+  void HandleRequest(const StatusOr<MessageHeader>& header, std::vector<Frame>& frames);
   // Applies entry `entry` (its header) with the frames after it; calls
   // `ack` once the entry is checked and before a push's apply (else the
   // caller acknowledges after).
@@ -347,6 +360,8 @@ class BackupServer {
   // Applies one entry of the primary's copy (kCopy*); at kCopyEnd the copy
   // is whole and the entries after entry.request_id follow.
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
+  // ApplyCopy of a kCopyRows entry: rows of one table, values and state.
+  Status ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest);
   void Reply(Frame& routing_id, const MessageHeader& header);
   // The backup's STATS (ShardStats::backup set).
   ShardStats Stats() const;
