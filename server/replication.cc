@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "common/endpoint.h"

@@ -1,7 +1,6 @@
 #include "server/shard_server.h"
 
 #include <algorithm>
-#include <sstream>
 #include <utility>
 
 #include "common/endpoint.h"
