@@ -14,9 +14,9 @@
 // Setup: start ps_server (the binary next to this one, or in --bin-dir) and
 // wait for its "serving" log line; a Client as worker 0 Join()s, pushes
 // one dense gradient (so adam's slots are not zero) and ends clock 0; a
-// control client asks CheckpointServers() and polls Stats() until the shard
-// reports "last_clock 1 writing 0" (the generation gen-1 is written and
-// synced); worker 0 pulls a probe row (the last row) to know its value.
+// control client asks CheckpointServers() and polls StructuredStats() until
+// the shard reports checkpoint last_clock 1, not writing (the generation
+// gen-1 is written and synced); worker 0 pulls a probe row (the last row) to know its value.
 //
 // Each run (--runs, default 3):
 //   1. With --drop-caches (default on when running as root): sync and write
@@ -186,13 +186,13 @@ Status Prepare(const std::string& server_bin, const std::string& config_path, co
   PS_RETURN_IF_ERROR(pushed.WithContext("pushing the gradient"));
   PS_ASSIGN_OR_RETURN(std::vector<std::string> gens, control->CheckpointServers());
   *generation = gens.at(0);
-  const std::string done = "last_clock " + std::to_string(worker->clock()) + " writing 0";
   const auto deadline = SteadyClock::now() + kStartTimeout;
   while (true) {
-    PS_ASSIGN_OR_RETURN(std::string stats, control->Stats(0));
-    if (stats.find(done) != std::string::npos) break;
+    PS_ASSIGN_OR_RETURN(ShardStats stats, control->StructuredStats(0));
+    if (stats.checkpoint.last_clock == worker->clock() && !stats.checkpoint.writing) break;
     if (SteadyClock::now() > deadline) {
-      return DeadlineExceededError("the checkpoint was not written within 600 s; STATS:\n" + stats);
+      return DeadlineExceededError("the checkpoint was not written within 600 s; STATS:\n" +
+                                   ShardStatsText(stats));
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
@@ -242,10 +242,10 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
 
   const SteadyClock::time_point t0 = SteadyClock::now();
   Status killed = (*server)->Signal(SIGKILL);
-  StatusOr<std::string> stats = InternalError("not asked");
+  StatusOr<ShardStats> stats = InternalError("not asked");
   SteadyClock::time_point stats_done;
   std::thread asker([&] {
-    stats = control->Stats(0);
+    stats = control->StructuredStats(0);
     stats_done = SteadyClock::now();
   });
   // Whatever fails below, both threads are joined before returning.
@@ -291,9 +291,9 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
     return InternalError("the new server restored something else than " + generation + ": " +
                          restored_line);
   }
-  if (stats->find("recovery started_clock " + std::to_string(worker->clock())) ==
-      std::string::npos) {
-    return InternalError("STATS after the restart does not show the restored clock:\n" + *stats);
+  if (stats->started_clock != worker->clock()) {
+    return InternalError("STATS after the restart does not show the restored clock:\n" +
+                         ShardStatsText(*stats));
   }
   if (worker->counters().reconnects != reconnects_before + 1 ||
       worker->counters().resent <= resent_before) {

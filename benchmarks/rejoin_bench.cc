@@ -27,6 +27,7 @@
 // ratio rejoin / raw; the medians.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -160,9 +161,17 @@ Status Main(uint64_t floats, const std::string& optimizer, int runs) {
     PS_RETURN_IF_ERROR(control->Membership(0, kMembershipAddBackup, 1, ++epoch));
     const auto give_up = t0 + std::chrono::seconds(300);
     while (true) {
-      PS_ASSIGN_OR_RETURN(std::string stats, control->Stats(0));
-      if (stats.find("backup_1_acked") != std::string::npos) break;
-      if (Clock::now() > give_up) return DeadlineExceededError("the backup did not rejoin: " + stats);
+      PS_ASSIGN_OR_RETURN(ShardStats stats, control->StructuredStats(0));
+      if (stats.replication &&
+          std::any_of(stats.replication->backups.begin(), stats.replication->backups.end(),
+                      [](const ShardStats::Replication::Backup& b) {
+                        return b.replica == 1 && b.state == "acked";
+                      })) {
+        break;
+      }
+      if (Clock::now() > give_up) {
+        return DeadlineExceededError("the backup did not rejoin: " + ShardStatsText(stats));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     const double seconds = Seconds(Clock::now() - t0);

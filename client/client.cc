@@ -698,6 +698,13 @@ StatusOr<std::string> Client::Stats(uint32_t shard) {
   return h.text;
 }
 
+StatusOr<ShardStats> Client::StructuredStats(uint32_t shard) {
+  PS_ASSIGN_OR_RETURN(MessageHeader h, Control(shard, Op::kStats, kFlagStatsJson));
+  auto stats = ParseShardStatsJson(h.text);
+  if (!stats.ok()) return stats.status().WithContext("shard " + std::to_string(shard));
+  return stats;
+}
+
 StatusOr<std::vector<std::string>> Client::CheckpointServers() {
   std::vector<std::string> generations;
   for (uint32_t s = 0; s < shards_.size(); ++s) {

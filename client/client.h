@@ -56,6 +56,7 @@
 #include "client/request_tracker.h"
 #include "common/clock.h"
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
@@ -273,6 +274,10 @@ class Client {
   // The text report of a shard (STATS). InvalidArgument for a shard the
   // job does not have. (ControlClient asks the same as the control worker.)
   StatusOr<std::string> Stats(uint32_t shard);
+  // The same report as numbers (STATS with kFlagStatsJson). Also
+  // InvalidArgument when the reply does not read as one (a shard of
+  // another version).
+  StatusOr<ShardStats> StructuredStats(uint32_t shard);
   // Asks every shard to shut down; returns after all acknowledged.
   Status ShutdownServers();
   // Asks every shard to write a checkpoint of its current state now (the

@@ -33,6 +33,9 @@ class ControlClient {
   // The text report of a shard (STATS). InvalidArgument for a shard the job
   // does not have.
   StatusOr<std::string> Stats(uint32_t shard);
+  // The same report as numbers (common/shard_stats.h); also
+  // InvalidArgument when the reply does not read as one.
+  StatusOr<ShardStats> StructuredStats(uint32_t shard) { return client_->StructuredStats(shard); }
   // Asks every shard to write a checkpoint of its current state now (the
   // write runs in the background; STATS shows when it is done). Returns
   // the generation each shard started ("<dir>/shard-<i>/gen-<clock>").

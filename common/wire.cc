@@ -212,6 +212,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     const uint32_t allowed_flags =
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above
+        : h.op == Op::kStats      ? kFlagStatsJson
                                   : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));

@@ -81,6 +81,10 @@ inline constexpr uint32_t kFlagBeat = 4u;
 // instead of waiting for clocks that already passed.
 inline constexpr uint32_t kFlagResume = 8u;
 
+// STATS flag: the reply's text is the report as JSON (ShardStatsJson),
+// not as lines of text.
+inline constexpr uint32_t kFlagStatsJson = 1u;
+
 // PUSH_OK flag (consistency.backup_workers): the push came after its
 // clock's quorum of gradients and was dropped, not applied.
 inline constexpr uint32_t kFlagLate = 16u;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "common/endpoint.h"
@@ -42,13 +41,12 @@ StatusOr<ShardStore::PendingSum> SumFromFrames(int64_t clock, uint32_t table, co
 
 }  // namespace
 
-std::string ChecksumLines(const ShardStore& store) {
-  std::ostringstream os;
+std::vector<ShardStats::Checksum> Checksums(const ShardStore& store) {
+  std::vector<ShardStats::Checksum> checksums;
   for (uint32_t t = 0; t < store.layouts().size(); ++t) {
-    os << "checksum " << store.layouts()[t].name << " " << std::hex << store.Checksum(t)
-       << std::dec << "\n";
+    checksums.push_back({store.layouts()[t].name, store.Checksum(t)});
   }
-  return os.str();
+  return checksums;
 }
 
 // ---------------------------------------------------------------------------
@@ -345,15 +343,17 @@ Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
   return Status::Ok();
 }
 
-std::string ReplicationLog::Describe() const {
-  std::ostringstream os;
-  os << "replication factor " << job_.replication.factor << " epoch " << epoch_ << " last_seq "
-     << last_seq_ << " committed " << committed();
+ShardStats::Replication ReplicationLog::Stats() const {
+  ShardStats::Replication r{.factor = job_.replication.factor,
+                            .epoch = epoch_,
+                            .last_seq = last_seq_,
+                            .committed = committed(),
+                            .backups = {}};
   for (const Backup& b : backups_) {
-    os << " backup_" << b.replica
-       << (b.copying ? "_copying " : b.in_sync ? "_acked " : "_catching_up ") << b.acked;
+    r.backups.push_back(
+        {b.replica, b.copying ? "copying" : b.in_sync ? "acked" : "catching_up", b.acked});
   }
-  return os.str();
+  return r;
 }
 
 // ---------------------------------------------------------------------------
@@ -463,119 +463,141 @@ void BackupServer::Reply(Frame& routing_id, const MessageHeader& header) {
 
 void BackupServer::Handle(std::vector<Frame>& frames) {
   if (frames.size() < 2) return;
-  Frame& routing_id = frames[0];
   StatusOr<MessageHeader> header = DecodeHeader({frames[1].data(), frames[1].size()});
   if (header.ok() && header->op == Op::kReplicate) {
-    const MessageHeader& entry = *header;
-    MessageHeader reply;
-    reply.shard = shard_;
-    reply.request_id = entry.request_id;
-    if (static_cast<int64_t>(entry.session) < epoch_) {
-      // From a primary of an older membership than one this replica
-      // followed: the authority has replaced it since.
-      ++refused_;
-      const Status fenced = FailedPreconditionError(
-          name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
-          std::to_string(entry.session) + ": its primary was fenced out by epoch " +
-          std::to_string(epoch_) + " and may acknowledge nothing more");
-      PS_LOG_WARN("{}", fenced.message());
-      Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
-      return;
-    }
-    if (entry.flags == static_cast<uint32_t>(ReplicaEntry::kInSync)) {
-      if (copying_ || applied_ < entry.request_id) {
-        ++refused_;
-        PS_LOG_ERROR("{}: its primary says it is in sync as of entry {}, but it {}", name_,
-                     entry.request_id,
-                     copying_ ? "is still taking the copy"
-                              : "applied only " + std::to_string(applied_) + ": entries were lost");
-        return;
-      }
-      if (!in_sync_) {
-        in_sync_ = true;
-        PS_LOG_INFO("{} holds every entry its primary acknowledged (applied {}): a full replica "
-                    "again",
-                    name_, applied_);
-      }
-      return;
-    }
-    if (copying_ && !IsCopyEntry(entry.flags)) {
-      // Not from the primary that sends the copy (an entry of an older
-      // epoch, or a primary that does not know this backup joins): refused,
-      // and the copy goes on.
-      ++refused_;
-      const Status early = DataLossError(
-          name_ + " is still taking the primary's copy and got entry " +
-          std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.session) +
-          " before its end");
-      PS_LOG_WARN("{}", early.message());
-      Reply(routing_id, MakeErrorHeader(entry, shard_, early));
-      return;
-    }
-    if (IsCopyEntry(entry.flags)) {
-      // The primary's copy for a joining backup; only its end is
-      // acknowledged.
-      Status copied =
-          !diverged_.ok() ? diverged_
-          : !copying_ ? FailedPreconditionError(name_ + " holds a copy already; a copy entry "
-                                                      "comes only to a backup that joins")
-              : ApplyCopy(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2));
-      if (!copied.ok()) {
-        ++refused_;
-        PS_LOG_ERROR("{}: refused a copy entry: {}", name_, copied.ToString());
-        diverged_ = copied;
-        Reply(routing_id, MakeErrorHeader(entry, shard_, copied));
-        return;
-      }
-      if (!copying_) {
-        reply.op = Op::kReplicateOk;
-        reply.flags = static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
-        Reply(routing_id, reply);
-      }
-      return;
-    }
-    epoch_ = std::max(epoch_, static_cast<int64_t>(entry.session));
-    if (entry.request_id <= applied_) {
-      // Sent again: applied once already.
-      reply.op = Op::kReplicateOk;
-      Reply(routing_id, reply);
-      return;
-    }
-    bool acked = false;
-    // A push is acknowledged once checked, before its apply, as the
-    // primary does with its workers: this thread applies it before it
-    // reads the next entry, and the apply is the primary's arithmetic.
-    auto ack = [&] {
-      acked = true;
-      reply.op = Op::kReplicateOk;
-      Reply(routing_id, reply);
-    };
-    Status applied =
-        !diverged_.ok() ? diverged_
-        : entry.request_id == applied_ + 1
-            ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2), ack)
-            : DataLossError(name_ + " expected replication entry " +
-                            std::to_string(applied_ + 1) + " and got " +
-                            std::to_string(entry.request_id) + ": entries were lost");
-    if (!applied.ok()) {
-      ++refused_;
-      PS_LOG_ERROR("{}: refused replication entry {}: {}", name_, entry.request_id,
-                   applied.ToString());
-      if (acked) {
-        // Acknowledged, and yet not applied as the primary did: this copy
-        // is not the primary's any more.
-        diverged_ = DataLossError(name_ + " failed to apply entry " +
-                                  std::to_string(entry.request_id) + " (" + applied.message() +
-                                  "); its copy differs from the primary's");
-        return;
-      }
-      Reply(routing_id, MakeErrorHeader(entry, shard_, applied));
-      return;
-    }
-    applied_ = entry.request_id;
-    if (!acked) ack();
+    HandleEntry(*header, frames);
     return;
   }
+  HandleRequest(header, frames);
+}
+
+bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id) {
+  if (static_cast<int64_t>(entry.session) < epoch_) {
+    // From a primary of an older membership than one this replica
+    // followed: the authority has replaced it since.
+    ++refused_;
+    const Status fenced = FailedPreconditionError(
+        name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
+        std::to_string(entry.session) + ": its primary was fenced out by epoch " +
+        std::to_string(epoch_) + " and may acknowledge nothing more");
+    PS_LOG_WARN("{}", fenced.message());
+    Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
+    return true;
+  }
+  if (entry.flags == static_cast<uint32_t>(ReplicaEntry::kInSync)) {
+    if (copying_ || applied_ < entry.request_id) {
+      ++refused_;
+      PS_LOG_ERROR("{}: its primary says it is in sync as of entry {}, but it {}", name_,
+                   entry.request_id,
+                   copying_ ? "is still taking the copy"
+                            : "applied only " + std::to_string(applied_) + ": entries were lost");
+      return true;
+    }
+    if (!in_sync_) {
+      in_sync_ = true;
+      PS_LOG_INFO("{} holds every entry its primary acknowledged (applied {}): a full replica "
+                  "again",
+                  name_, applied_);
+    }
+    return true;
+  }
+  if (copying_ && !IsCopyEntry(entry.flags)) {
+    // Not from the primary that sends the copy (an entry of an older
+    // epoch, or a primary that does not know this backup joins): refused,
+    // and the copy goes on.
+    ++refused_;
+    const Status early = DataLossError(
+        name_ + " is still taking the primary's copy and got entry " +
+        std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.session) +
+        " before its end");
+    PS_LOG_WARN("{}", early.message());
+    Reply(routing_id, MakeErrorHeader(entry, shard_, early));
+    return true;
+  }
+  return false;
+}
+
+void BackupServer::TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  MessageHeader reply;
+  reply.shard = shard_;
+  reply.request_id = entry.request_id;
+  // The primary's copy for a joining backup; only its end is
+  // acknowledged.
+  Status copied =
+      !diverged_.ok() ? diverged_
+      : !copying_ ? FailedPreconditionError(name_ + " holds a copy already; a copy entry "
+                                                  "comes only to a backup that joins")
+          : ApplyCopy(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2));
+  if (!copied.ok()) {
+    ++refused_;
+    PS_LOG_ERROR("{}: refused a copy entry: {}", name_, copied.ToString());
+    diverged_ = copied;
+    Reply(routing_id, MakeErrorHeader(entry, shard_, copied));
+    return;
+  }
+  if (!copying_) {
+    reply.op = Op::kReplicateOk;
+    reply.flags = static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
+    Reply(routing_id, reply);
+  }
+}
+
+void BackupServer::HandleEntry(const MessageHeader& entry, std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  if (AnsweredWithoutApply(entry, routing_id)) return;
+  if (IsCopyEntry(entry.flags)) {
+    TakeCopyEntry(entry, frames);
+    return;
+  }
+  MessageHeader reply;
+  reply.shard = shard_;
+  reply.request_id = entry.request_id;
+  epoch_ = std::max(epoch_, static_cast<int64_t>(entry.session));
+  if (entry.request_id <= applied_) {
+    // Sent again: applied once already.
+    reply.op = Op::kReplicateOk;
+    Reply(routing_id, reply);
+    return;
+  }
+  bool acked = false;
+  // A push is acknowledged once checked, before its apply, as the
+  // primary does with its workers: this thread applies it before it
+  // reads the next entry, and the apply is the primary's arithmetic.
+  auto ack = [&] {
+    acked = true;
+    reply.op = Op::kReplicateOk;
+    Reply(routing_id, reply);
+  };
+  Status applied =
+      !diverged_.ok() ? diverged_
+      : entry.request_id == applied_ + 1
+          ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2), ack)
+          : DataLossError(name_ + " expected replication entry " +
+                          std::to_string(applied_ + 1) + " and got " +
+                          std::to_string(entry.request_id) + ": entries were lost");
+  if (!applied.ok()) {
+    ++refused_;
+    PS_LOG_ERROR("{}: refused replication entry {}: {}", name_, entry.request_id,
+                 applied.ToString());
+    if (acked) {
+      // Acknowledged, and yet not applied as the primary did: this copy
+      // is not the primary's any more.
+      diverged_ = DataLossError(name_ + " failed to apply entry " +
+                                std::to_string(entry.request_id) + " (" + applied.message() +
+                                "); its copy differs from the primary's");
+      return;
+    }
+    Reply(routing_id, MakeErrorHeader(entry, shard_, applied));
+    return;
+  }
+  applied_ = entry.request_id;
+  if (!acked) ack();
+}
+
+void BackupServer::HandleRequest(const StatusOr<MessageHeader>& header,
+                                 std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
   std::span<Frame> body(frames.data() + 1, frames.size() - 1);
   Status s = DecodeRequest(body, rules_, &request_);
   if (s.ok()) {
@@ -587,7 +609,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     reply.shard = shard_;
     reply.min_clock = clocks_.min_clock();
     if (req.op == Op::kStats) {
-      reply.text = StatsReport();
+      reply.text = StatsReplyText(Stats(), req.flags);
       Reply(routing_id, reply);
       return;
     }
@@ -758,45 +780,49 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
   return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
 }
 
+Status BackupServer::ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest) {
+  const auto layouts = store_->layouts();
+  auto floats = [](const Frame& f) { return f.size() / sizeof(float); };
+  if (entry.table >= layouts.size()) {
+    return InvalidArgumentError("a copy of table index " + std::to_string(entry.table));
+  }
+  const TableLayout& t = layouts[entry.table];
+  const uint32_t slots = job_.tables[entry.table].optimizer.Slots();
+  uint64_t& next = copy_next_row_[entry.table];
+  if (entry.first_row != next || entry.count == 0 || entry.count > t.owned.end - next) {
+    return DataLossError("the copy of table '" + t.name + "' sent rows " +
+                         RowsText(entry.first_row, entry.first_row + entry.count) +
+                         " where rows from " + std::to_string(next) + " were expected");
+  }
+  if (rest.size() != 1 + slots) {
+    return InvalidArgumentError("a copy of table '" + t.name + "' rows with " +
+                                std::to_string(rest.size()) + " frames, not " +
+                                std::to_string(1 + slots));
+  }
+  const uint64_t n = entry.count * t.dim;
+  std::vector<const std::byte*> slot_data;
+  for (size_t k = 0; k < rest.size(); ++k) {
+    if (floats(rest[k]) != n || rest[k].size() % sizeof(float) != 0) {
+      return InvalidArgumentError("a copy of table '" + t.name + "' rows " +
+                                  RowsText(entry.first_row, entry.first_row + entry.count) +
+                                  " with a frame of " + std::to_string(rest[k].size()) +
+                                  " bytes, not " + std::to_string(n * sizeof(float)));
+    }
+    if (k > 0) slot_data.push_back(reinterpret_cast<const std::byte*>(rest[k].data()));
+  }
+  store_->RestoreRows(entry.table, entry.first_row, entry.count,
+                      reinterpret_cast<const std::byte*>(rest[0].data()), slot_data);
+  next += entry.count;
+  ++copy_blocks_;
+  return Status::Ok();
+}
+
 Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest) {
   const auto kind = static_cast<ReplicaEntry>(entry.flags);
   const auto layouts = store_->layouts();
-  auto floats = [](const Frame& f) { return f.size() / sizeof(float); };
   switch (kind) {
-    case ReplicaEntry::kCopyRows: {
-      if (entry.table >= layouts.size()) {
-        return InvalidArgumentError("a copy of table index " + std::to_string(entry.table));
-      }
-      const TableLayout& t = layouts[entry.table];
-      const uint32_t slots = job_.tables[entry.table].optimizer.Slots();
-      uint64_t& next = copy_next_row_[entry.table];
-      if (entry.first_row != next || entry.count == 0 || entry.count > t.owned.end - next) {
-        return DataLossError("the copy of table '" + t.name + "' sent rows " +
-                             RowsText(entry.first_row, entry.first_row + entry.count) +
-                             " where rows from " + std::to_string(next) + " were expected");
-      }
-      if (rest.size() != 1 + slots) {
-        return InvalidArgumentError("a copy of table '" + t.name + "' rows with " +
-                                    std::to_string(rest.size()) + " frames, not " +
-                                    std::to_string(1 + slots));
-      }
-      const uint64_t n = entry.count * t.dim;
-      std::vector<const std::byte*> slot_data;
-      for (size_t k = 0; k < rest.size(); ++k) {
-        if (floats(rest[k]) != n || rest[k].size() % sizeof(float) != 0) {
-          return InvalidArgumentError("a copy of table '" + t.name + "' rows " +
-                                      RowsText(entry.first_row, entry.first_row + entry.count) +
-                                      " with a frame of " + std::to_string(rest[k].size()) +
-                                      " bytes, not " + std::to_string(n * sizeof(float)));
-        }
-        if (k > 0) slot_data.push_back(reinterpret_cast<const std::byte*>(rest[k].data()));
-      }
-      store_->RestoreRows(entry.table, entry.first_row, entry.count,
-                          reinterpret_cast<const std::byte*>(rest[0].data()), slot_data);
-      next += entry.count;
-      ++copy_blocks_;
-      return Status::Ok();
-    }
+    case ReplicaEntry::kCopyRows:
+      return ApplyCopyRows(entry, rest);
     case ReplicaEntry::kCopySum: {
       if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
       PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
@@ -867,16 +893,16 @@ BackupServer::State BackupServer::TakeState() {
   return state;
 }
 
-std::string BackupServer::StatsReport() const {
-  std::ostringstream os;
-  os << "backup " << replica_ << " of shard " << shard_ << " endpoint " << endpoint_ << "\n";
-  os << "replica applied " << applied_ << " refused " << refused_ << " min_clock "
-     << clocks_.min_clock() << " started_clock " << started_clock_ << "\n";
-  os << "worker_clocks";
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
-  os << "\n";
-  os << ChecksumLines(*store_);
-  return os.str();
+ShardStats BackupServer::Stats() const {
+  ShardStats s;
+  s.shard = shard_;
+  s.endpoint = endpoint_;
+  s.backup = ShardStats::BackupReplica{replica_, applied_, refused_, started_clock_};
+  s.min_clock = clocks_.min_clock();
+  s.workers.resize(clocks_.num_workers());
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) s.workers[w].clock = clocks_.clock(w);
+  s.checksums = Checksums(*store_);
+  return s;
 }
 
 }  // namespace ps

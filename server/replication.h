@@ -110,6 +110,7 @@
 #include <vector>
 
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
@@ -163,10 +164,9 @@ inline bool IsCopyEntry(uint32_t kind) {
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
 std::string ReplicaName(const JobOptions& job, uint32_t shard, uint32_t replica);
 
-// "checksum <table> <hex>" per table of `store` (ShardStore::Checksum), a
-// line each: the primary's and the backups' STATS show them, so equal
-// lines mean equal copies.
-std::string ChecksumLines(const ShardStore& store);
+// Each table's ShardStore::Checksum: the primary's and the backups' STATS
+// show them, so equal checksums mean equal copies.
+std::vector<ShardStats::Checksum> Checksums(const ShardStore& store);
 
 // The primary's side: one DEALER per backup, the entries sent, and what
 // every backup has acknowledged. Inactive (no backups, everything at once
@@ -235,10 +235,12 @@ class ReplicationLog {
   Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
               const RecentPushes& recent, bool copy_sums = true);
 
-  // One STATS line: "replication factor 2 epoch E last_seq N committed N
-  // backup_1_acked N ..." ("backup_J_copying" for one that takes its copy,
-  // "backup_J_catching_up" for one that took it and is not in sync yet).
-  std::string Describe() const;
+  // The log's part of STATS: each backup "acked", "copying" (it takes its
+  // copy) or "catching_up" (it took it and is not in sync yet).
+  ShardStats::Replication Stats() const;
+  // Stats() as its STATS line: "replication factor 2 epoch E last_seq N
+  // committed N backup_1_acked N ...".
+  std::string Describe() const { return ReplicationText(Stats()); }
 
  private:
   struct Backup {
@@ -336,7 +338,20 @@ class BackupServer {
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
+  // One message: an entry of the primary's log, or a request.
   void Handle(std::vector<Frame>& frames);
+  // An entry of the primary's log (`frames`: routing id, `entry`, data).
+  void HandleEntry(const MessageHeader& entry, std::vector<Frame>& frames);
+  // Answers the entries that are not applied: one of a fenced primary,
+  // the in-sync notice, one that comes during the copy. True when `entry`
+  // was one of them.
+  bool AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id);
+  // A kCopy* entry: applied, and its end acknowledged.
+  void TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames);
+  // A request of a client or the authority (`header`: the decoded header
+  // frame, or why it did not decode): STATS, PRIMARY, SHUTDOWN and
+  // MEMBERSHIP are answered; anything else is refused as not primary.
+  void HandleRequest(const StatusOr<MessageHeader>& header, std::vector<Frame>& frames);
   // Applies entry `entry` (its header) with the frames after it; calls
   // `ack` once the entry is checked and before a push's apply (else the
   // caller acknowledges after).
@@ -345,8 +360,11 @@ class BackupServer {
   // Applies one entry of the primary's copy (kCopy*); at kCopyEnd the copy
   // is whole and the entries after entry.request_id follow.
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
+  // ApplyCopy of a kCopyRows entry: rows of one table, values and state.
+  Status ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest);
   void Reply(Frame& routing_id, const MessageHeader& header);
-  std::string StatsReport() const;
+  // The backup's STATS (ShardStats::backup set).
+  ShardStats Stats() const;
 
   const JobOptions job_;
   const uint32_t shard_;

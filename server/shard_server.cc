@@ -1,7 +1,6 @@
 #include "server/shard_server.h"
 
 #include <algorithm>
-#include <sstream>
 #include <utility>
 
 #include "common/endpoint.h"
@@ -505,7 +504,7 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       Reply(routing_id, reply);
       return;
     case Op::kStats:
-      reply.text = StatsReport();
+      reply.text = StatsReplyText(Stats(), req.flags);
       Reply(routing_id, reply);
       return;
     case Op::kCheckpoint:
@@ -679,131 +678,6 @@ int ShardServer::Tick(int cap) {
   const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count() + 1;
   rounds_.fetch_add(1, std::memory_order_release);
   return static_cast<int>(std::clamp<int64_t>(ms, 0, cap));
-}
-
-std::string ShardServer::StatsReport() const {
-  std::ostringstream os;
-  const Clock::TimePoint now = clock_->Now();
-  const double up = std::chrono::duration<double>(now - started_).count();
-  os << "shard " << shard_ << " endpoint " << endpoint_ << " uptime_s " << up << "\n";
-  os << "pushes " << counters_.pushes << " pulls " << counters_.pulls << " errors "
-     << counters_.errors << " bytes_in " << counters_.bytes_in << " bytes_out "
-     << counters_.bytes_out << " copy_on_write " << store_->copy_on_write_count() << "\n";
-  os << "consistency "
-     << (bound_ == kUnboundedStaleness ? std::string("asp") : "staleness " + std::to_string(bound_))
-     << " min_clock " << clocks_.min_clock() << " slowest_worker " << clocks_.slowest_worker()
-     << " waiting_pulls " << waiting_.pulls() << " pulls_waited " << counters_.pulls_waited
-     << " max_blocked_lead " << counters_.max_blocked_lead << "\n";
-  os << "worker_clocks";
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) os << " " << clocks_.clock(w);
-  os << "\n";
-  os << "worker_targets";
-  for (const WorkerState& w : workers_.workers()) os << " " << w.target_clock;
-  os << "\n";
-  os << "worker_silent_ms";
-  for (const WorkerState& w : workers_.workers()) {
-    os << " " << std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count();
-  }
-  os << "\n";
-  if (clocks_.backups()) {
-    os << "backup_workers " << job_.consistency.backup_workers << " quorum " << clocks_.quorum()
-       << " late_pushes " << counters_.late_pushes << "\n";
-    os << "worker_late_pushes";
-    for (const WorkerState& w : workers_.workers()) os << " " << w.late_pushes;
-    os << "\n";
-  }
-  os << "pushes_per_s " << pushes_per_s_ << " pulls_per_s " << pulls_per_s_ << "\n";
-  os << "recovery started_clock " << started_clock_ << " lost_clocks " << lost_clocks_
-     << " repeated_pushes " << counters_.repeated_pushes << " resumes " << counters_.resumes
-     << "\n";
-  os << "refused refused_clocks " << counters_.refused_clocks << " refused_results "
-     << counters_.refused_results << " max_resume_clocks " << admission_->resume_window()
-     << " refusals_not_logged " << counters_.refusals_not_logged << " refused_sum_clocks "
-     << counters_.refused_sum_clocks << "\n";
-  os << "sums clocks " << store_->sum_clocks() << " bytes " << store_->sum_bytes()
-     << " parked_pushes " << waiting_.pushes() << " parked_push_bytes " << waiting_.push_bytes()
-     << "\n";
-  os << "limits queued_reply_bytes " << queued_replies_.total() << " max_connection_bytes "
-     << queued_replies_.max_per_connection() << " connections_queued "
-     << queued_replies_.connections() << " max_queued_reply_bytes " << max_queued_reply_bytes_
-     << " pulls_refused_queued_bytes " << counters_.pulls_refused_queued_bytes
-     << " pulls_refused_waiting " << counters_.pulls_refused_waiting << " replies_dropped "
-     << counters_.replies_dropped << " connections_open " << connections_->open()
-     << " connections_refused " << connections_->refused() << " max_connections "
-     << connections_->max() << "\n";
-  if (checkpoints_ != nullptr) {
-    // Read as it is by ps_ctl checkpoint and recovery_bench ("last_clock N writing 0").
-    os << "checkpoint dir " << checkpoints_->path() << " last_clock " << last_checkpoint_clock_
-       << " writing " << (checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0) << "\n";
-    os << "checkpoints started " << counters_.checkpoints_started << " requests_waiting "
-       << checkpoint_waiters_.size() << "\n";
-  }
-  os << "cache_hit_rate";
-  for (uint32_t w = 0; w < workers_.size(); ++w) {
-    const uint64_t hits = workers_.worker(w).cache_hits, misses = workers_.worker(w).cache_misses;
-    os << " " << w << ":";
-    if (hits + misses == 0) {
-      os << "-";
-    } else {
-      os << static_cast<double>(hits) / static_cast<double>(hits + misses);
-    }
-  }
-  os << "\n";
-  for (const auto& [name, dead] : {std::pair{"dead_workers", true}, {"left_workers", false}}) {
-    const std::string ranks =
-        workers_.Ranks([dead](const WorkerState& w) { return dead ? w.dead : w.left; });
-    os << name << (ranks.empty() ? "" : " ") << ranks << "\n";
-  }
-  if (job_.cluster.evaluator) {
-    os << "evaluator " << workers_.EvaluatorState() << " silent_ms "
-       << std::chrono::duration_cast<std::chrono::milliseconds>(now -
-                                                                workers_.evaluator().last_seen)
-              .count()
-       << "\n";
-  }
-  if (!failed_.ok()) os << "failed " << failed_.message() << "\n";
-  if (replication_->active()) {
-    // The backups show the same lines: equal checksums, equal copies.
-    os << replication_->Describe() << "\n" << ChecksumLines(*store_);
-  }
-  if (job_.replication.factor > 1) {
-    // Whether it accepts writes now (a split-brain test reads every
-    // replica's line side by side).
-    os << "primary epoch " << epoch() << " accepting "
-       << (Fenced() ? 0 : 1) << " fenced_refusals "
-       << counters_.fenced_refusals << "\n";
-  }
-  {
-    // For ps_ctl status: the process's resident memory (VmRSS of
-    // /proc/self/status, 0 where there is none) and what the store holds
-    // for its owned rows, values and optimizer state arrays at 4 bytes a
-    // float. Not counted there: per-clock sums under aggregation, blocks
-    // still shared with replies (`limits queued_reply_bytes`), replication.
-    unsigned long long rss_kib = 0;
-    if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
-      char line[128];
-      while (std::fgets(line, sizeof(line), f) != nullptr &&
-             std::sscanf(line, "VmRSS: %llu kB", &rss_kib) != 1) {
-      }
-      std::fclose(f);
-    }
-    uint64_t values_bytes = 0;
-    for (const TableLayout& t : store_->layouts()) {
-      const auto id = static_cast<size_t>(&t - store_->layouts().data());
-      values_bytes += t.owned.size() * t.dim * 4 * (1 + job_.tables[id].optimizer.Slots());
-    }
-    os << "memory rss_bytes " << rss_kib * 1024 << " values_bytes " << values_bytes << "\n";
-  }
-  os << "security " << (access_->enabled() ? "curve" : "none") << " refused_handshakes "
-     << access_->refused_handshakes() << " failed_handshakes " << connections_->failed_handshakes() << " refused_requests " << access_->refused_requests()
-     << "\n";
-  for (const TableLayout& t : store_->layouts()) {
-    const auto id = static_cast<uint32_t>(&t - store_->layouts().data());
-    os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
-       << t.owned.begin << ", " << t.owned.end << ") non_finite_rows "
-       << store_->non_finite_rows(id) << " refused_rows " << store_->refused_rows(id) << "\n";
-  }
-  return os.str();
 }
 
 }  // namespace ps

@@ -83,6 +83,7 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "common/wire.h"
@@ -236,6 +237,9 @@ class ShardServer {
   // The metrics as Prometheus text (REQUIRES: on Run()'s thread, or Run()
   // not running).
   std::string MetricsText() const;
+  // The shard's counters and state, as STATS reports them (REQUIRES: as
+  // MetricsText()).
+  ShardStats Stats() const;
 
   // Before Run(): `worker` already left the job (it finished while this
   // shard was down); it is not waited for and never reported dead.
@@ -393,7 +397,8 @@ class ShardServer {
   void EndReplication();
   // Sends reply_ (routing id, header, any value frames) as one message.
   void SendReply(const MessageHeader& header);
-  std::string StatsReport() const;
+  // Stats()'s `limits` part.
+  void StatsLimits(ShardStats& stats) const;
 
   // A CHECKPOINT request waiting for the write in progress.
   struct CheckpointWaiter {

@@ -1,6 +1,9 @@
 // A shard's metrics in Prometheus's text format (config/README.md,
-// "Metrics", lists them). Written on the serving thread from the counters
-// STATS reports, so a scrape and `ps_ctl status` agree.
+// "Metrics", lists them). Written on the serving thread from the same
+// ShardStats that STATS reports, so a scrape and `ps_ctl status` agree;
+// only the per-op request counts, the histograms and the hot rows are
+// the metrics' own.
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -19,157 +22,177 @@ constexpr std::pair<Op, const char*> kOpLabels[] = {
     {Op::kPrimary, "primary"},
 };
 
-}  // namespace
-
-std::string ShardServer::MetricsText() const {
-  MetricsWriter out({{"shard", std::to_string(shard_)}});
-  const Clock::TimePoint now = clock_->Now();
-  out.Family("ps_server_info", "gauge",
-             "1, with the shard's endpoint and consistency mode as labels");
-  out.Sample("ps_server_info",
-             {{"endpoint", endpoint_},
-              {"consistency", bound_ == kUnboundedStaleness ? std::string("asp")
-                                                            : "staleness " + std::to_string(bound_)}},
-             1);
-  out.Gauge("ps_server_uptime_seconds", "Seconds since the shard started serving",
-            std::chrono::duration<double>(now - started_).count());
-
-  // Requests by op: how many, how many were answered with ERROR, and the
-  // time spent handling each (a pull's wait for slower workers is not in
-  // it: see ps_server_staleness_wait_seconds).
+// Requests by op: how many, how many were answered with ERROR, and the
+// time spent handling each (a pull's wait for slower workers is not in
+// it: see ps_server_staleness_wait_seconds).
+template <typename OpMetrics>
+void WriteRequests(const OpMetrics& ops, MetricsWriter& out) {
   out.Family("ps_server_requests_total", "counter",
              "Requests received, by op (invalid: could not be decoded)");
   for (const auto& [op, label] : kOpLabels) {
     out.Sample("ps_server_requests_total", {{"op", label}},
-               static_cast<double>(op_metrics_[static_cast<size_t>(op)].requests));
+               static_cast<double>(ops[static_cast<size_t>(op)].requests));
   }
   out.Family("ps_server_request_errors_total", "counter",
              "Requests answered with ERROR, by op");
   for (const auto& [op, label] : kOpLabels) {
     out.Sample("ps_server_request_errors_total", {{"op", label}},
-               static_cast<double>(op_metrics_[static_cast<size_t>(op)].errors));
+               static_cast<double>(ops[static_cast<size_t>(op)].errors));
   }
   out.Family("ps_server_request_duration_seconds", "histogram",
              "Time the shard spent handling a request, by op (waits for slower workers "
              "excluded)");
   for (const auto& [op, label] : kOpLabels) {
-    op_metrics_[static_cast<size_t>(op)].seconds.Write(out, "ps_server_request_duration_seconds",
-                                                       {{"op", label}});
+    ops[static_cast<size_t>(op)].seconds.Write(out, "ps_server_request_duration_seconds",
+                                               {{"op", label}});
   }
-  out.Counter("ps_server_errors_total", "Requests and waiting pulls answered with ERROR",
-              static_cast<double>(counters_.errors));
-  out.Counter("ps_server_pushes_total", "Pushes accepted (STATS pushes)",
-              static_cast<double>(counters_.pushes));
-  out.Counter("ps_server_pulls_total", "Pulls served (STATS pulls)",
-              static_cast<double>(counters_.pulls));
-  out.Counter("ps_server_clocks_total", "CLOCK requests accepted",
-              static_cast<double>(counters_.clocks));
-  out.Counter("ps_server_received_bytes_total", "Bytes of requests, every frame",
-              static_cast<double>(counters_.bytes_in));
-  out.Counter("ps_server_sent_bytes_total", "Bytes of replies, every frame",
-              static_cast<double>(counters_.bytes_out));
+}
 
-  // Consistency: the staleness bound at work.
-  out.Gauge("ps_server_min_clock", "The slowest worker's clock",
-            static_cast<double>(clocks_.min_clock()));
+void WriteTraffic(const ShardStats& s, MetricsWriter& out) {
+  out.Counter("ps_server_errors_total", "Requests and waiting pulls answered with ERROR",
+              static_cast<double>(s.errors));
+  out.Counter("ps_server_pushes_total", "Pushes accepted (STATS pushes)",
+              static_cast<double>(s.pushes));
+  out.Counter("ps_server_pulls_total", "Pulls served (STATS pulls)",
+              static_cast<double>(s.pulls));
+  out.Counter("ps_server_clocks_total", "CLOCK requests accepted", static_cast<double>(s.clocks));
+  out.Counter("ps_server_received_bytes_total", "Bytes of requests, every frame",
+              static_cast<double>(s.bytes_in));
+  out.Counter("ps_server_sent_bytes_total", "Bytes of replies, every frame",
+              static_cast<double>(s.bytes_out));
+}
+
+// Consistency: the staleness bound at work.
+void WriteConsistency(const ShardStats& s, const Histogram& wait_seconds, MetricsWriter& out) {
+  out.Gauge("ps_server_min_clock", "The slowest worker's clock", static_cast<double>(s.min_clock));
   out.Gauge("ps_server_waiting_pulls", "Pulls waiting for slower workers now",
-            static_cast<double>(waiting_.pulls()));
+            static_cast<double>(s.waiting_pulls));
   out.Counter("ps_server_pulls_waited_total", "Pulls that had to wait for slower workers",
-              static_cast<double>(counters_.pulls_waited));
+              static_cast<double>(s.pulls_waited));
   out.Family("ps_server_staleness_wait_seconds", "histogram",
              "How long each pull that waited for slower workers waited");
-  staleness_wait_seconds_.Write(out, "ps_server_staleness_wait_seconds");
+  wait_seconds.Write(out, "ps_server_staleness_wait_seconds");
+}
 
-  // Workers: clock, lag behind the fastest, silence, state, cache.
+// Workers: clock, lag behind the fastest, silence, state, cache.
+void WriteWorkers(const ShardStats& s, MetricsWriter& out) {
   int64_t fastest = 0;
-  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) fastest = std::max(fastest, clocks_.clock(w));
+  for (const ShardStats::Worker& w : s.workers) fastest = std::max(fastest, w.clock);
   // One family with a sample per worker.
   const auto per_worker = [&](const char* name, const char* type, const char* help,
                               const auto& value) {
     out.Family(name, type, help);
-    for (uint32_t w = 0; w < workers_.size(); ++w) {
-      out.Sample(name, {{"worker", std::to_string(w)}}, static_cast<double>(value(w)));
+    for (uint32_t w = 0; w < s.workers.size(); ++w) {
+      out.Sample(name, {{"worker", std::to_string(w)}}, static_cast<double>(value(s.workers[w])));
     }
   };
+  using Worker = ShardStats::Worker;
   per_worker("ps_server_worker_clock", "gauge", "Each worker's clock as this shard has it",
-             [&](uint32_t w) { return clocks_.clock(w); });
+             [](const Worker& w) { return w.clock; });
   per_worker("ps_server_worker_lag_clocks", "gauge",
              "Clocks each worker is behind the fastest worker",
-             [&](uint32_t w) { return fastest - clocks_.clock(w); });
+             [&](const Worker& w) { return fastest - w.clock; });
   per_worker("ps_server_worker_silent_seconds", "gauge",
              "Seconds since each worker's last request or heartbeat",
-             [&](uint32_t w) { return std::chrono::duration<double>(now - workers_.worker(w).last_seen).count(); });
-  uint32_t dead = 0, left = 0;
-  for (const WorkerState& w : workers_.workers()) {
-    dead += w.dead ? 1 : 0;
-    left += w.left ? 1 : 0;
-  }
-  out.Gauge("ps_server_dead_workers", "Workers silent past liveness.timeout_ms", dead);
-  out.Gauge("ps_server_departed_workers", "Workers that finished and left the job", left);
+             [](const Worker& w) { return static_cast<double>(w.silent_ms) / 1000; });
+  out.Gauge("ps_server_dead_workers", "Workers silent past liveness.timeout_ms",
+            static_cast<double>(s.DeadWorkers().size()));
+  out.Gauge("ps_server_departed_workers", "Workers that finished and left the job",
+            static_cast<double>(s.LeftWorkers().size()));
   per_worker("ps_server_worker_cache_hits_total", "counter",
              "Parameter-cache hits each worker's heartbeats reported",
-             [&](uint32_t w) { return workers_.worker(w).cache_hits; });
+             [](const Worker& w) { return w.cache_hits; });
   per_worker("ps_server_worker_cache_misses_total", "counter",
              "Parameter-cache misses each worker's heartbeats reported",
-             [&](uint32_t w) { return workers_.worker(w).cache_misses; });
-  if (clocks_.backups()) {
+             [](const Worker& w) { return w.cache_misses; });
+  if (s.backup_workers) {
     per_worker("ps_server_worker_late_pushes_total", "counter",
                "Each worker's pushes dropped for coming after their clock's quorum "
                "(consistency.backup_workers)",
-               [&](uint32_t w) { return workers_.worker(w).late_pushes; });
+               [](const Worker& w) { return w.late_pushes; });
   }
+}
 
-  // Memory, checkpoints and recovery.
+// Memory, checkpoints and recovery.
+void WriteRecovery(const ShardStats& s, MetricsWriter& out) {
   out.Counter("ps_server_copy_on_write_total",
               "Store blocks copied because a reply still held them when a push came",
-              static_cast<double>(store_->copy_on_write_count()));
+              static_cast<double>(s.copy_on_write));
   out.Gauge("ps_server_queued_reply_bytes", "Bytes of replies not yet taken by the kernel",
-            static_cast<double>(queued_replies_.total()));
+            static_cast<double>(s.queued_reply_bytes));
   out.Counter("ps_server_checkpoints_started_total", "Checkpoint generations started",
-              static_cast<double>(counters_.checkpoints_started));
+              static_cast<double>(s.checkpoint.started));
   out.Gauge("ps_server_last_checkpoint_clock", "Clock of the newest generation written or restored",
-            static_cast<double>(last_checkpoint_clock_));
+            static_cast<double>(s.checkpoint.last_clock));
   out.Gauge("ps_server_checkpoint_writing", "1 while a checkpoint is being written",
-            checkpoint_writing_.load(std::memory_order_acquire) ? 1 : 0);
+            s.checkpoint.writing ? 1 : 0);
   out.Gauge("ps_server_restored_clock", "The clock the shard started at (0, or a restored generation)",
-            static_cast<double>(started_clock_));
+            static_cast<double>(s.started_clock));
   out.Gauge("ps_server_lost_clocks", "Clocks of updates lost by a restart from a checkpoint",
-            static_cast<double>(lost_clocks_));
+            static_cast<double>(s.lost_clocks));
   out.Counter("ps_server_repeated_pushes_total",
               "Pushes sent again after a reconnect, acknowledged and not applied twice",
-              static_cast<double>(counters_.repeated_pushes));
+              static_cast<double>(s.repeated_pushes));
   out.Counter("ps_server_resumes_total", "Workers that resumed on this shard after a restart",
-              static_cast<double>(counters_.resumes));
+              static_cast<double>(s.resumes));
+}
 
-  // Refusals that protect the shard.
+// Refusals that protect the shard.
+void WriteRefusals(const ShardStats& s, MetricsWriter& out) {
   out.Counter("ps_server_refused_clocks_total", "Requests refused for a clock the protocol forbids",
-              static_cast<double>(counters_.refused_clocks));
+              static_cast<double>(s.refused_clocks));
   out.Counter("ps_server_refused_results_total", "Pushes refused for a result that is not finite",
-              static_cast<double>(counters_.refused_results));
+              static_cast<double>(s.refused_results));
   out.Counter("ps_server_refused_sum_clocks_total",
               "Pushes refused under bsp aggregate for a clock the shard holds no sum for",
-              static_cast<double>(counters_.refused_sum_clocks));
+              static_cast<double>(s.refused_sum_clocks));
   out.Gauge("ps_server_sum_bytes", "Bytes of the sums of clocks not applied yet (bsp aggregate)",
-            static_cast<double>(store_->sum_bytes()));
+            static_cast<double>(s.sum_bytes));
   out.Counter("ps_server_refusals_not_logged_total",
               "Rejected or refused requests not logged on a line of their own (one line per peer "
               "and kind per interval)",
-              static_cast<double>(counters_.refusals_not_logged));
+              static_cast<double>(s.refusals_not_logged));
   out.Family("ps_server_pulls_refused_total", "counter",
              "Pulls refused over a limit (queued_bytes: server.max_queued_reply_bytes; waiting: "
              "server.max_waiting_pulls_per_worker)");
   out.Sample("ps_server_pulls_refused_total", {{"reason", "queued_bytes"}},
-             static_cast<double>(counters_.pulls_refused_queued_bytes));
+             static_cast<double>(s.pulls_refused_queued_bytes));
   out.Sample("ps_server_pulls_refused_total", {{"reason", "waiting"}},
-             static_cast<double>(counters_.pulls_refused_waiting));
+             static_cast<double>(s.pulls_refused_waiting));
   out.Gauge("ps_server_connections_open", "Connections the shard holds open",
-            static_cast<double>(connections_->open()));
+            static_cast<double>(s.connections_open));
   out.Counter("ps_server_connections_refused_total",
               "Connections closed at once for coming past server.max_connections",
-              static_cast<double>(connections_->refused()));
+              static_cast<double>(s.connections_refused));
   out.Counter("ps_server_replies_dropped_total", "Replies ZeroMQ refused (queue full or peer gone)",
-              static_cast<double>(counters_.replies_dropped));
+              static_cast<double>(s.replies_dropped));
+}
 
+void WritePrimary(const ShardStats& s, MetricsWriter& out) {
+  if (!s.primary) return;
+  out.Gauge("ps_server_epoch", "The membership epoch this primary serves at",
+            static_cast<double>(s.primary->epoch));
+  out.Gauge("ps_server_accepting_writes", "1 while this primary accepts writes (not fenced)",
+            s.primary->accepting ? 1 : 0);
+  out.Counter("ps_server_fenced_refusals_total", "Worker requests refused while fenced",
+              static_cast<double>(s.primary->fenced_refusals));
+}
+
+}  // namespace
+
+std::string ShardServer::MetricsText() const {
+  const ShardStats s = Stats();
+  MetricsWriter out({{"shard", std::to_string(s.shard)}});
+  out.Family("ps_server_info", "gauge",
+             "1, with the shard's endpoint and consistency mode as labels");
+  out.Sample("ps_server_info", {{"endpoint", s.endpoint}, {"consistency", s.consistency}}, 1);
+  out.Gauge("ps_server_uptime_seconds", "Seconds since the shard started serving", s.uptime_s);
+  WriteRequests(op_metrics_, out);
+  WriteTraffic(s, out);
+  WriteConsistency(s, staleness_wait_seconds_, out);
+  WriteWorkers(s, out);
+  WriteRecovery(s, out);
+  WriteRefusals(s, out);
   // The rows sparse pushes hit most (server/hot_rows.h: every 16th row of
   // each push counted, so the counts are estimates).
   out.Family("ps_server_hot_row_pushes", "gauge",
@@ -182,15 +205,7 @@ std::string ShardServer::MetricsText() const {
                 {"row", std::to_string(e.row)}},
                static_cast<double>(e.count));
   }
-
-  if (job_.replication.factor > 1) {
-    out.Gauge("ps_server_epoch", "The membership epoch this primary serves at",
-              static_cast<double>(epoch()));
-    out.Gauge("ps_server_accepting_writes", "1 while this primary accepts writes (not fenced)",
-              Fenced() ? 0 : 1);
-    out.Counter("ps_server_fenced_refusals_total", "Worker requests refused while fenced",
-                static_cast<double>(counters_.fenced_refusals));
-  }
+  WritePrimary(s, out);
   return out.Take();
 }
 

@@ -56,7 +56,8 @@ ADAPTERS = [
     (re.compile(r"^(cublas.*|cuda_runtime.*|cuda\.h)$"), {"worker/cuda/cuda_backend.cu"}),
     # cpp-httplib: etcd's HTTP client, and the metrics' HTTP server.
     (re.compile(r"^httplib\.h$"), {"server/etcd_client.cc", "common/metrics_endpoint.cc"}),
-    (re.compile(r"^nlohmann/"), {"server/etcd_client.cc"}),
+    # nlohmann/json: etcd's gateway replies, and a shard's STATS report.
+    (re.compile(r"^nlohmann/"), {"server/etcd_client.cc", "common/shard_stats_json.cc"}),
 ]
 # Names a folder's files must not use, in code or comments: what a layer
 # above it owns. (pattern, what it names)

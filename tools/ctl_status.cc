@@ -1,70 +1,17 @@
 #include "tools/ctl_status.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "common/endpoint.h"
-#include "common/text.h"
 #include "tools/tcp_probe.h"
 
 namespace ps {
 namespace {
-
-std::vector<std::string_view> Words(std::string_view line) {
-  std::vector<std::string_view> words;
-  size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && line[i] == ' ') ++i;
-    const size_t start = i;
-    while (i < line.size() && line[i] != ' ') ++i;
-    if (i > start) words.push_back(line.substr(start, i - start));
-  }
-  return words;
-}
-
-template <typename T>
-bool ParseNumber(std::string_view word, T* out) {
-  const char* end = word.data() + word.size();
-  auto [ptr, ec] = std::from_chars(word.data(), end, *out);
-  return ec == std::errc() && ptr == end;
-}
-
-Status BadLine(std::string_view line, std::string_view what) {
-  return InvalidArgumentError("STATS report: line " + Quote(line) + ": " + std::string(what) +
-                              " (a server of another version? `ps_ctl status --raw` prints the "
-                              "report as it is)");
-}
-
-// The number after `key` among `words`.
-template <typename T>
-Status Field(std::string_view line, const std::vector<std::string_view>& words,
-             std::string_view key, T* out) {
-  for (size_t i = 0; i + 1 < words.size(); ++i) {
-    if (words[i] != key) continue;
-    if (ParseNumber(words[i + 1], out)) return Status::Ok();
-    return BadLine(line, "\"" + std::string(key) + "\" is not followed by a number");
-  }
-  return BadLine(line, "no \"" + std::string(key) + "\"");
-}
-
-// Every word after the first, as numbers.
-template <typename T>
-Status List(std::string_view line, const std::vector<std::string_view>& words,
-            std::vector<T>* out) {
-  out->clear();
-  for (size_t i = 1; i < words.size(); ++i) {
-    T value{};
-    if (!ParseNumber(words[i], &value)) {
-      return BadLine(line, "\"" + std::string(words[i]) + "\" is not a number");
-    }
-    out->push_back(value);
-  }
-  return Status::Ok();
-}
 
 std::string Fixed(double value, int decimals) {
   char buffer[64];
@@ -171,89 +118,6 @@ std::string JsonOptional(const std::optional<T>& value) {
 
 }  // namespace
 
-StatusOr<ShardStats> ParseShardStats(std::string_view text) {
-  ShardStats stats;
-  bool saw_shard = false, saw_clocks = false;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    const std::vector<std::string_view> words = Words(line);
-    if (words.empty()) continue;
-    const std::string_view key = words[0];
-    if (key == "shard" && !saw_shard) {
-      // "shard N endpoint E uptime_s U"
-      saw_shard = true;
-      if (words.size() < 2 || !ParseNumber(words[1], &stats.shard)) {
-        return BadLine(line, "no shard number");
-      }
-      for (size_t i = 2; i + 1 < words.size(); ++i) {
-        if (words[i] == "endpoint") stats.endpoint = std::string(words[i + 1]);
-      }
-      PS_RETURN_IF_ERROR(Field(line, words, "uptime_s", &stats.uptime_s));
-    } else if (key == "pushes") {
-      PS_RETURN_IF_ERROR(Field(line, words, "pushes", &stats.pushes));
-      PS_RETURN_IF_ERROR(Field(line, words, "pulls", &stats.pulls));
-      PS_RETURN_IF_ERROR(Field(line, words, "errors", &stats.errors));
-      PS_RETURN_IF_ERROR(Field(line, words, "bytes_in", &stats.bytes_in));
-      PS_RETURN_IF_ERROR(Field(line, words, "bytes_out", &stats.bytes_out));
-    } else if (key == "consistency") {
-      PS_RETURN_IF_ERROR(Field(line, words, "min_clock", &stats.min_clock));
-      PS_RETURN_IF_ERROR(Field(line, words, "waiting_pulls", &stats.waiting_pulls));
-    } else if (key == "worker_clocks") {
-      saw_clocks = true;
-      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_clocks));
-    } else if (key == "worker_targets") {
-      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_targets));
-    } else if (key == "worker_late_pushes") {
-      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_late_pushes));
-    } else if (key == "worker_silent_ms") {
-      PS_RETURN_IF_ERROR(List(line, words, &stats.worker_silent_ms));
-    } else if (key == "pushes_per_s") {
-      PS_RETURN_IF_ERROR(Field(line, words, "pushes_per_s", &stats.pushes_per_s));
-      PS_RETURN_IF_ERROR(Field(line, words, "pulls_per_s", &stats.pulls_per_s));
-    } else if (key == "checkpoint") {
-      // "checkpoint dir D last_clock N writing 0|1": D may hold spaces, so
-      // the numbers are read from the end.
-      const size_t n = words.size();
-      ShardStats::Checkpoint c;
-      int writing = 0;
-      if (n < 5 || words[n - 4] != "last_clock" || words[n - 2] != "writing" ||
-          !ParseNumber(words[n - 3], &c.last_clock) || !ParseNumber(words[n - 1], &writing)) {
-        return BadLine(line, "does not end in \"last_clock N writing 0|1\"");
-      }
-      c.writing = writing != 0;
-      stats.checkpoint = c;
-    } else if (key == "dead_workers") {
-      PS_RETURN_IF_ERROR(List(line, words, &stats.dead_workers));
-    } else if (key == "left_workers") {
-      PS_RETURN_IF_ERROR(List(line, words, &stats.left_workers));
-    } else if (key == "evaluator") {
-      // "evaluator STATE silent_ms N"
-      if (words.size() < 2) return BadLine(line, "no state");
-      stats.evaluator_state = std::string(words[1]);
-      PS_RETURN_IF_ERROR(Field(line, words, "silent_ms", &stats.evaluator_silent_ms));
-    } else if (key == "memory") {
-      uint64_t rss = 0, values = 0;
-      PS_RETURN_IF_ERROR(Field(line, words, "rss_bytes", &rss));
-      PS_RETURN_IF_ERROR(Field(line, words, "values_bytes", &values));
-      // 0: the server could not read its resident size (no /proc).
-      if (rss > 0) stats.rss_bytes = rss;
-      stats.values_bytes = values;
-    } else if (key == "failed") {
-      stats.failed = std::string(line.substr(std::min(line.size(), line.find(' ') + 1)));
-    }
-  }
-  if (!saw_shard || !saw_clocks) {
-    return InvalidArgumentError(
-        std::string("STATS report without its \"") + (saw_shard ? "worker_clocks" : "shard") +
-        "\" line: " + Quote(text) + " (`ps_ctl status --raw` prints the report as it is)");
-  }
-  return stats;
-}
-
 namespace {
 
 // Why nothing answers at any of `shard`'s addresses, or nullopt when
@@ -308,14 +172,16 @@ std::vector<ShardSample> SampleShards(ControlClient& client, const JobOptions& j
     }
     const auto start = std::chrono::steady_clock::now();
     while (true) {
-      auto report = client.Stats(shard);
+      auto report = client.StructuredStats(shard);
+      if (report.ok() && report->backup) {
+        // A backup holds no worker's state: its primary answers for the shard.
+        sample.problem = "answered as backup " + std::to_string(report->backup->replica) +
+                         " of the shard, not as its primary (`ps_ctl status --raw` prints "
+                         "its report)";
+        break;
+      }
       if (report.ok()) {
-        auto stats = ParseShardStats(*report);
-        if (stats.ok()) {
-          sample.stats = std::move(*stats);
-        } else {
-          sample.problem = stats.status().ToString();
-        }
+        sample.stats = std::move(*report);
         break;
       }
       if (report.status().code() != StatusCode::kDeadlineExceeded) {
@@ -354,98 +220,93 @@ const char* WorkerStateName(WorkerState state) {
   return "?";
 }
 
-JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
-                     std::span<const ShardSample> before) {
-  JobView view;
-  view.config = job.source;
-  view.workers = job.cluster.workers;
-  view.shards = static_cast<uint32_t>(job.cluster.servers.size());
-  view.consistency = ConsistencyName(job.consistency);
-  if (job.consistency.aggregate) view.consistency += " aggregated";
-  view.replication_factor = job.replication.factor;
-  view.all_answered = true;
+namespace {
 
-  std::vector<const ShardStats*> answered;
-  for (const ShardSample& sample : now) {
-    ShardRow row;
-    row.shard = sample.shard;
-    row.address = sample.address;
-    if (!sample.stats) {
-      view.all_answered = false;
-      row.problem = sample.problem;
-      view.shard_rows.push_back(std::move(row));
-      continue;
-    }
-    const ShardStats& s = *sample.stats;
-    answered.push_back(&s);
-    row.answered = true;
-    row.endpoint = s.endpoint;
-    row.uptime_s = s.uptime_s;
-    row.pushes_per_s = s.pushes_per_s;
-    row.pulls_per_s = s.pulls_per_s;
-    row.requests_per_s = s.pushes_per_s + s.pulls_per_s;
-    row.waiting_pulls = s.waiting_pulls;
-    row.errors = s.errors;
-    row.rss_bytes = s.rss_bytes;
-    row.values_bytes = s.values_bytes;
-    row.checkpoint = s.checkpoint;
-    row.failed = s.failed;
-    for (const ShardSample& old : before) {
-      if (old.shard != sample.shard || !old.stats) continue;
-      const double dt = std::chrono::duration<double>(sample.taken - old.taken).count();
-      // Counters start again from 0 when the server restarted in between.
-      if (dt <= 0 || s.uptime_s < old.stats->uptime_s || s.bytes_in < old.stats->bytes_in ||
-          s.bytes_out < old.stats->bytes_out) {
-        break;
-      }
-      row.in_bytes_per_s = static_cast<double>(s.bytes_in - old.stats->bytes_in) / dt;
-      row.out_bytes_per_s = static_cast<double>(s.bytes_out - old.stats->bytes_out) / dt;
-      if (!view.interval_s) view.interval_s = dt;
+// The row of a shard that answered; its byte rates from `before`'s sample
+// of the same shard (and the interval into `view`).
+ShardRow AnsweredRow(const ShardSample& sample, std::span<const ShardSample> before,
+                     JobView& view) {
+  const ShardStats& s = *sample.stats;
+  ShardRow row;
+  row.shard = sample.shard;
+  row.address = sample.address;
+  row.answered = true;
+  row.endpoint = s.endpoint;
+  row.uptime_s = s.uptime_s;
+  row.pushes_per_s = s.pushes_per_s;
+  row.pulls_per_s = s.pulls_per_s;
+  row.requests_per_s = s.pushes_per_s + s.pulls_per_s;
+  row.waiting_pulls = s.waiting_pulls;
+  row.errors = s.errors;
+  // 0: the server could not read its resident size (no /proc).
+  if (s.rss_bytes > 0) row.rss_bytes = s.rss_bytes;
+  row.values_bytes = s.values_bytes;
+  if (s.checkpoint.enabled) row.checkpoint = s.checkpoint;
+  row.failed = s.failed;
+  row.stats = s;
+  for (const ShardSample& old : before) {
+    if (old.shard != sample.shard || !old.stats) continue;
+    const double dt = std::chrono::duration<double>(sample.taken - old.taken).count();
+    // Counters start again from 0 when the server restarted in between.
+    if (dt <= 0 || s.uptime_s < old.stats->uptime_s || s.bytes_in < old.stats->bytes_in ||
+        s.bytes_out < old.stats->bytes_out) {
       break;
     }
-    view.shard_rows.push_back(std::move(row));
+    row.in_bytes_per_s = static_cast<double>(s.bytes_in - old.stats->bytes_in) / dt;
+    row.out_bytes_per_s = static_cast<double>(s.bytes_out - old.stats->bytes_out) / dt;
+    if (!view.interval_s) view.interval_s = dt;
+    break;
   }
-  if (answered.empty()) return view;
+  return row;
+}
 
+// The evaluator as the answering shards see it: the most recent hearing,
+// and "left" or "dead" as any says.
+void EvaluatorOf(std::span<const ShardStats* const> answered, JobView& view) {
   for (const ShardStats* s : answered) {
-    if (s->evaluator_state.empty()) continue;
-    const double silent = static_cast<double>(s->evaluator_silent_ms) / 1000.0;
+    if (!s->evaluator) continue;
+    const double silent = static_cast<double>(s->evaluator->silent_ms) / 1000.0;
     view.evaluator_silent_s =
         view.evaluator_silent_s ? std::min(*view.evaluator_silent_s, silent) : silent;
     const bool gone = view.evaluator_state == "left" || view.evaluator_state == "dead";
-    if (!gone) view.evaluator_state = s->evaluator_state;
+    if (!gone) view.evaluator_state = s->evaluator->state;
   }
+}
 
-  for (uint32_t w = 0; w < view.workers; ++w) {
-    WorkerRow row;
-    row.worker = w;
-    std::optional<int64_t> clock;
-    bool dead = false, left = false;
-    for (const ShardStats* s : answered) {
-      if (w < s->worker_clocks.size()) {
-        clock = clock ? std::min(*clock, s->worker_clocks[w]) : s->worker_clocks[w];
-      }
-      if (w < s->worker_targets.size()) row.target = std::max(row.target, s->worker_targets[w]);
-      if (w < s->worker_late_pushes.size()) {
-        row.late_pushes = row.late_pushes.value_or(0) + s->worker_late_pushes[w];
-      }
-      if (w < s->worker_silent_ms.size() && s->worker_silent_ms[w] >= 0) {
-        const double silent = static_cast<double>(s->worker_silent_ms[w]) / 1000.0;
-        row.silent_s = row.silent_s ? std::min(*row.silent_s, silent) : silent;
-      }
-      dead |= std::find(s->dead_workers.begin(), s->dead_workers.end(), w) != s->dead_workers.end();
-      left |= std::find(s->left_workers.begin(), s->left_workers.end(), w) != s->left_workers.end();
+WorkerRow WorkerRowOf(uint32_t w, std::span<const ShardStats* const> answered) {
+  WorkerRow row;
+  row.worker = w;
+  std::optional<int64_t> clock;
+  bool dead = false, left = false;
+  for (const ShardStats* s : answered) {
+    if (w >= s->workers.size()) continue;
+    const ShardStats::Worker& sw = s->workers[w];
+    clock = clock ? std::min(*clock, sw.clock) : sw.clock;
+    row.target = std::max(row.target, sw.target);
+    if (s->backup_workers) {
+      row.late_pushes = row.late_pushes.value_or(0) + static_cast<int64_t>(sw.late_pushes);
     }
-    row.clock = clock.value_or(0);
-    // A worker that left after a failure may be listed dead too: it is gone
-    // either way, and left says it said goodbye.
-    row.state = left           ? WorkerState::kLeft
-                : dead         ? WorkerState::kDead
-                : row.silent_s ? WorkerState::kTraining
-                               : WorkerState::kStarting;
-    view.workers_rows.push_back(row);
+    if (sw.silent_ms >= 0) {
+      const double silent = static_cast<double>(sw.silent_ms) / 1000.0;
+      row.silent_s = row.silent_s ? std::min(*row.silent_s, silent) : silent;
+    }
+    dead |= sw.dead;
+    left |= sw.left;
   }
-  if (view.workers_rows.empty()) return view;
+  row.clock = clock.value_or(0);
+  // A worker that left after a failure may be listed dead too: it is gone
+  // either way, and left says it said goodbye.
+  row.state = left           ? WorkerState::kLeft
+              : dead         ? WorkerState::kDead
+              : row.silent_s ? WorkerState::kTraining
+                             : WorkerState::kStarting;
+  return row;
+}
+
+// Each row's distance behind the fastest worker, and the slowest worker
+// that is starting or training.
+void SlowestOf(JobView& view) {
+  if (view.workers_rows.empty()) return;
   const WorkerRow* fastest = &view.workers_rows[0];
   for (const WorkerRow& r : view.workers_rows) {
     if (r.clock > fastest->clock) fastest = &r;
@@ -463,66 +324,97 @@ JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
     view.fastest = fastest->worker;
     view.slowest_behind = slowest->behind;
   }
+}
+
+}  // namespace
+
+JobView BuildJobView(const JobOptions& job, std::span<const ShardSample> now,
+                     std::span<const ShardSample> before) {
+  JobView view;
+  view.config = job.source;
+  view.workers = job.cluster.workers;
+  view.shards = static_cast<uint32_t>(job.cluster.servers.size());
+  view.consistency = ConsistencyName(job.consistency);
+  if (job.consistency.aggregate) view.consistency += " aggregated";
+  view.replication_factor = job.replication.factor;
+  view.all_answered = true;
+
+  std::vector<const ShardStats*> answered;
+  for (const ShardSample& sample : now) {
+    if (sample.stats) {
+      answered.push_back(&*sample.stats);
+      view.shard_rows.push_back(AnsweredRow(sample, before, view));
+      continue;
+    }
+    view.all_answered = false;
+    ShardRow row;
+    row.shard = sample.shard;
+    row.address = sample.address;
+    row.problem = sample.problem;
+    view.shard_rows.push_back(std::move(row));
+  }
+  if (answered.empty()) return view;
+  EvaluatorOf(answered, view);
+  for (uint32_t w = 0; w < view.workers; ++w) {
+    view.workers_rows.push_back(WorkerRowOf(w, answered));
+  }
+  SlowestOf(view);
   return view;
 }
 
-std::string FormatJobView(const JobView& view) {
-  std::string out = "job " + view.config + ": " + Count(view.workers, "worker") + ", " +
-                    Count(view.shards, "shard") + ", consistency " + view.consistency;
-  if (view.replication_factor > 1) {
-    out += ", replication factor " + std::to_string(view.replication_factor);
-  }
-  out += "\n\n";
+namespace {
 
-  if (view.workers_rows.empty()) {
-    out += "workers: unknown (no shard answered)\n";
+// The table of workers, the slowest, the evaluator.
+std::string WorkersText(const JobView& view) {
+  if (view.workers_rows.empty()) return "workers: unknown (no shard answered)\n";
+  // consistency.backup_workers: each worker's pushes dropped as late.
+  const bool late = std::any_of(view.workers_rows.begin(), view.workers_rows.end(),
+                                [](const WorkerRow& r) { return r.late_pushes.has_value(); });
+  std::vector<bool> align = {false, false, false, false, false};
+  std::vector<std::string> head = {"worker", "clock", "of", "behind", "silent"};
+  if (late) {
+    align.push_back(false);
+    head.push_back("late pushes");
+  }
+  align.push_back(true);
+  head.push_back("state");
+  TextTable workers(align);
+  workers.Add(head);
+  for (const WorkerRow& r : view.workers_rows) {
+    std::vector<std::string> cells = {
+        std::to_string(r.worker), std::to_string(r.clock),
+        r.target > 0 ? std::to_string(r.target) : std::string("-"), std::to_string(r.behind),
+        r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-")};
+    if (late) cells.push_back(std::to_string(r.late_pushes.value_or(0)));
+    cells.push_back(WorkerStateName(r.state));
+    workers.Add(cells);
+  }
+  std::string out = workers.Render();
+  if (!view.slowest) {
+    out += "no worker is training: every one is dead or left\n";
+  } else if (view.slowest_behind == 0) {
+    out += "the workers are level at clock " +
+           std::to_string(view.workers_rows[*view.slowest].clock) + "\n";
   } else {
-    // consistency.backup_workers: each worker's pushes dropped as late.
-    const bool late = std::any_of(view.workers_rows.begin(), view.workers_rows.end(),
-                                  [](const WorkerRow& r) { return r.late_pushes.has_value(); });
-    std::vector<bool> align = {false, false, false, false, false};
-    std::vector<std::string> head = {"worker", "clock", "of", "behind", "silent"};
-    if (late) {
-      align.push_back(false);
-      head.push_back("late pushes");
-    }
-    align.push_back(true);
-    head.push_back("state");
-    TextTable workers(align);
-    workers.Add(head);
-    for (const WorkerRow& r : view.workers_rows) {
-      std::vector<std::string> cells = {
-          std::to_string(r.worker), std::to_string(r.clock),
-          r.target > 0 ? std::to_string(r.target) : std::string("-"), std::to_string(r.behind),
-          r.silent_s ? Fixed(*r.silent_s, 1) + " s" : std::string("-")};
-      if (late) cells.push_back(std::to_string(r.late_pushes.value_or(0)));
-      cells.push_back(WorkerStateName(r.state));
-      workers.Add(cells);
-    }
-    out += workers.Render();
-    if (!view.slowest) {
-      out += "no worker is training: every one is dead or left\n";
-    } else if (view.slowest_behind == 0) {
-      out += "the workers are level at clock " +
-             std::to_string(view.workers_rows[*view.slowest].clock) + "\n";
-    } else {
-      out += "worker " + std::to_string(*view.slowest) +
-             " is slowest: " + std::to_string(view.slowest_behind) + " clock" +
-             (view.slowest_behind == 1 ? "" : "s") + " behind worker " +
-             std::to_string(*view.fastest) + "\n";
-    }
-    if (!view.evaluator_state.empty()) {
-      out += "evaluator: " + view.evaluator_state + ", last heard " +
-             Fixed(view.evaluator_silent_s.value_or(0), 1) + " s ago\n";
-    }
-    // "of" is train.iterations, as each worker told the shards when it
-    // joined (ps_ctl links no worker code to read the train section).
-    out +=
-        "(clock: steps finished, the least over shards; of: the worker's train.iterations, as "
-        "it said when it joined)\n";
+    out += "worker " + std::to_string(*view.slowest) +
+           " is slowest: " + std::to_string(view.slowest_behind) + " clock" +
+           (view.slowest_behind == 1 ? "" : "s") + " behind worker " +
+           std::to_string(*view.fastest) + "\n";
   }
-  out += "\n";
+  if (!view.evaluator_state.empty()) {
+    out += "evaluator: " + view.evaluator_state + ", last heard " +
+           Fixed(view.evaluator_silent_s.value_or(0), 1) + " s ago\n";
+  }
+  // "of" is train.iterations, as each worker told the shards when it
+  // joined (ps_ctl links no worker code to read the train section).
+  out +=
+      "(clock: steps finished, the least over shards; of: the worker's train.iterations, as "
+      "it said when it joined)\n";
+  return out;
+}
 
+// The table of shards, a line per shard that did not answer or failed.
+std::string ShardsText(const JobView& view) {
   TextTable shards({false, true, false, false, false, false, false, false, false, true});
   shards.Add({"shard", "address", "req/s", "in MB/s", "out MB/s", "waiting", "errors", "RSS MiB",
               "values MiB", "checkpoint"});
@@ -542,13 +434,25 @@ std::string FormatJobView(const JobView& view) {
                 OptionalBytes(r.rss_bytes, kMiB, 1), OptionalBytes(r.values_bytes, kMiB, 1),
                 checkpoint});
   }
-  out += shards.Render();
+  std::string out = shards.Render();
   for (const ShardRow& r : view.shard_rows) {
     if (!r.answered)
       out += "shard " + std::to_string(r.shard) + " at " + r.address + ": " + r.problem + "\n";
     if (!r.failed.empty())
       out += "shard " + std::to_string(r.shard) + " failed: " + r.failed + "\n";
   }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatJobView(const JobView& view) {
+  std::string out = "job " + view.config + ": " + Count(view.workers, "worker") + ", " +
+                    Count(view.shards, "shard") + ", consistency " + view.consistency;
+  if (view.replication_factor > 1) {
+    out += ", replication factor " + std::to_string(view.replication_factor);
+  }
+  out += "\n\n" + WorkersText(view) + "\n" + ShardsText(view);
   if (view.interval_s) {
     out += "(MB/s over the last " + Fixed(*view.interval_s, 1) +
            " s; req/s as the server measures it; waiting: pulls held for slower workers)\n";
@@ -618,7 +522,8 @@ std::string JobViewJson(const JobView& view) {
     } else {
       out += "null";
     }
-    out += ",\"failed\":" + (r.failed.empty() ? std::string("null") : JsonString(r.failed)) + "}";
+    out += ",\"failed\":" + (r.failed.empty() ? std::string("null") : JsonString(r.failed));
+    out += ",\"stats\":" + (r.stats ? ShardStatsJson(*r.stats) : std::string("null")) + "}";
   }
   out += "]}";
   return out;

@@ -1,5 +1,5 @@
-// ps_ctl status for people: every shard's STATS report (ShardServer::
-// StatsReport) read into numbers, the job's state built from one or two
+// ps_ctl status for people: every shard's STATS report (common/
+// shard_stats.h, asked for as JSON), the job's state built from one or two
 // rounds of those reports (worker progress, the slowest worker, each
 // shard's load, memory and checkpoint), and that state as a page of text
 // for a terminal or as one JSON object for scripts.
@@ -18,47 +18,10 @@
 
 #include "client/control_client.h"
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/status.h"
 
 namespace ps {
-
-// The numbers of one STATS report that the view uses.
-struct ShardStats {
-  uint32_t shard = 0;
-  std::string endpoint;  // the address the shard bound
-  double uptime_s = 0;
-  uint64_t pushes = 0, pulls = 0, errors = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;  // since the server started
-  int64_t min_clock = 0;
-  uint64_t waiting_pulls = 0;
-  std::vector<int64_t> worker_clocks;        // by worker rank
-  std::vector<int64_t> worker_silent_ms;     // by worker rank: since last heard from
-  std::vector<int64_t> worker_targets;       // by worker rank: train.iterations; 0: not said
-  // By worker rank: its pushes dropped for coming after their clock's
-  // quorum (consistency.backup_workers); empty without backup workers.
-  std::vector<int64_t> worker_late_pushes;
-  double pushes_per_s = 0, pulls_per_s = 0;  // the server's own recent rates
-  // Present when the job has checkpoint.dir.
-  struct Checkpoint {
-    int64_t last_clock = 0;  // of the newest generation written or restored
-    bool writing = false;
-  };
-  std::optional<Checkpoint> checkpoint;
-  std::vector<uint32_t> dead_workers, left_workers;
-  // From the `evaluator` line (cluster.evaluator): "starting", "reading",
-  // "dead" or "left", and since the shard last heard from it.
-  std::string evaluator_state;
-  int64_t evaluator_silent_ms = 0;
-  // From the `memory` line; absent from a server that does not write it.
-  std::optional<uint64_t> rss_bytes, values_bytes;
-  std::string failed;  // the server's `failed` line, if any
-};
-
-// Reads a STATS report. Lines it does not know are skipped, so a newer
-// server's report still reads. InvalidArgument naming the line when one
-// it knows does not parse, or when the `shard` or `worker_clocks` line is
-// missing (not a STATS report).
-StatusOr<ShardStats> ParseShardStats(std::string_view text);
 
 // What one round learned of one shard.
 struct ShardSample {
@@ -130,8 +93,9 @@ struct ShardRow {
   uint64_t waiting_pulls = 0;
   uint64_t errors = 0;
   std::optional<uint64_t> rss_bytes, values_bytes;
-  std::optional<ShardStats::Checkpoint> checkpoint;
+  std::optional<ShardStats::Checkpoint> checkpoint;  // absent without checkpoint.dir
   std::string failed;
+  std::optional<ShardStats> stats;  // the shard's report as it answered
 };
 
 struct JobView {
@@ -168,7 +132,8 @@ std::string FormatJobView(const JobView& view);
 
 // The same facts as one JSON object (one line, no trailing newline):
 // numbers in base units (bytes, seconds, per second), null for what is
-// not known.
+// not known; each answering shard's row carries its whole report
+// (ShardStatsJson) as "stats".
 std::string JobViewJson(const JobView& view);
 
 }  // namespace ps

@@ -162,6 +162,104 @@ int RunStatus(ps::ControlClient& client, const ps::JobOptions& job, const Status
   return 0;
 }
 
+// The request deadline (--timeout-ms) and, for status, how long a server
+// that does not answer is waited for.
+void SetDeadlines(ps::JobOptions& job, uint32_t timeout_ms, bool status, bool raw) {
+  job.client.request_timeout_ms = timeout_ms;
+  if (status && !raw) {
+    // A short deadline per request, asked again while the server listens
+    // (ps::SampleShards), so that a server that is not running costs about
+    // a second, not --timeout-ms.
+    job.client.request_timeout_ms = std::min(timeout_ms, ps::kStatusRequestTimeoutMs);
+  }
+  if (status) {
+    // A server that exits while it is asked (the job ended) is reported as
+    // not answering at the request's deadline, not waited for as a worker
+    // waits for a server to come back.
+    job.liveness.server_down_timeout_ms = job.client.request_timeout_ms;
+  }
+}
+
+// The endpoints of replica `replica` of every shard; an empty list when
+// none is named (the client finds each shard's primary). Prints why and
+// returns nullopt when there is no such replica.
+std::optional<std::vector<std::string>> ReplicaEndpoints(const ps::JobOptions& job,
+                                                         std::optional<uint32_t> replica) {
+  std::vector<std::string> endpoints;
+  if (!replica.has_value()) return endpoints;
+  if (*replica >= job.replication.factor) {
+    std::fprintf(stderr, "ps_ctl: --replica %u: the job has replication.factor %u, so replicas "
+                         "0..%u\n",
+                 *replica, job.replication.factor, job.replication.factor - 1);
+    return std::nullopt;
+  }
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+    auto where = ps::ReplicaAddress(job, s, *replica);
+    if (!where.ok()) {
+      std::fprintf(stderr, "ps_ctl: %s\n", where.status().ToString().c_str());
+      return std::nullopt;
+    }
+    endpoints.push_back(ps::ConnectEndpoint(*where));
+  }
+  return endpoints;
+}
+
+// ps_ctl status --raw: every shard's STATS text as the server writes it.
+int PrintRawStats(ps::ControlClient& client, std::optional<uint32_t> shard) {
+  int rc = 0;
+  for (uint32_t s = 0; s < client.num_shards(); ++s) {
+    if (shard && *shard != s) continue;
+    auto report = client.Stats(s);
+    if (!report.ok()) {
+      std::fprintf(stderr, "ps_ctl: %s\n", report.status().ToString().c_str());
+      rc = 1;
+      continue;
+    }
+    std::printf("%s", report->c_str());
+  }
+  return rc;
+}
+
+// ps_ctl checkpoint: starts a generation on every shard and waits until
+// no shard reports a write in progress.
+int Checkpoint(ps::ControlClient& client, uint32_t wait_s) {
+  auto generations = client.CheckpointServers();
+  if (!generations.ok()) {
+    std::fprintf(stderr, "ps_ctl: %s\n", generations.status().ToString().c_str());
+    return 1;
+  }
+  for (const std::string& g : *generations) std::printf("writing %s\n", g.c_str());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  for (uint32_t s = 0; s < client.num_shards(); ++s) {
+    while (true) {
+      auto report = client.StructuredStats(s);
+      if (!report.ok()) {
+        std::fprintf(stderr, "ps_ctl: %s\n", report.status().ToString().c_str());
+        return 1;
+      }
+      if (!report->checkpoint.writing) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "ps_ctl: shard %u is still writing its checkpoint after %u s\n", s,
+                     wait_s);
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::printf("all %u checkpoints written\n", client.num_shards());
+  return 0;
+}
+
+int Shutdown(ps::ControlClient& client) {
+  ps::Status s = client.ShutdownServers();
+  if (!s.ok()) {
+    std::fprintf(stderr, "ps_ctl: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("all %u servers acknowledged SHUTDOWN\n", client.num_shards());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,42 +313,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
-  job->client.request_timeout_ms = timeout_ms;
-  if (status->parsed() && !raw) {
-    // A short deadline per request, asked again while the server listens
-    // (ps::SampleShards), so that a server that is not running costs about
-    // a second, not --timeout-ms.
-    job->client.request_timeout_ms = std::min(timeout_ms, ps::kStatusRequestTimeoutMs);
-  }
-  if (status->parsed()) {
-    // A server that exits while it is asked (the job ended) is reported as
-    // not answering at the request's deadline, not waited for as a worker
-    // waits for a server to come back.
-    job->liveness.server_down_timeout_ms = job->client.request_timeout_ms;
-  }
-  std::vector<std::string> endpoints;
-  if (replica.has_value()) {
-    if (*replica >= job->replication.factor) {
-      std::fprintf(stderr, "ps_ctl: --replica %u: the job has replication.factor %u, so replicas "
-                           "0..%u\n",
-                   *replica, job->replication.factor, job->replication.factor - 1);
-      return 2;
-    }
-    for (uint32_t s = 0; s < job->cluster.servers.size(); ++s) {
-      auto where = ps::ReplicaAddress(*job, s, *replica);
-      if (!where.ok()) {
-        std::fprintf(stderr, "ps_ctl: %s\n", where.status().ToString().c_str());
-        return 2;
-      }
-      endpoints.push_back(ps::ConnectEndpoint(*where));
-    }
-  }
-  auto client = ps::ControlClient::Create(*job, endpoints);
+  SetDeadlines(*job, timeout_ms, status->parsed(), raw);
+  const std::optional<std::vector<std::string>> endpoints = ReplicaEndpoints(*job, replica);
+  if (!endpoints) return 2;
+  auto client = ps::ControlClient::Create(*job, *endpoints);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  int rc = 0;
   if (status->parsed() && shard && *shard >= (*client)->num_shards()) {
     std::fprintf(stderr, "ps_ctl: shard %u does not exist; the job has %u servers\n", *shard,
                  (*client)->num_shards());
@@ -269,51 +339,7 @@ int main(int argc, char** argv) {
     }
     return RunStatus(**client, *job, flags);
   }
-  if (status->parsed()) {
-    for (uint32_t s = 0; s < (*client)->num_shards(); ++s) {
-      if (shard && *shard != s) continue;
-      auto report = (*client)->Stats(s);
-      if (!report.ok()) {
-        std::fprintf(stderr, "ps_ctl: %s\n", report.status().ToString().c_str());
-        rc = 1;
-        continue;
-      }
-      std::printf("%s", report->c_str());
-    }
-  } else if (checkpoint->parsed()) {
-    auto generations = (*client)->CheckpointServers();
-    if (!generations.ok()) {
-      std::fprintf(stderr, "ps_ctl: %s\n", generations.status().ToString().c_str());
-      return 1;
-    }
-    for (const std::string& g : *generations) std::printf("writing %s\n", g.c_str());
-    // Done when no shard reports a write in progress.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
-    for (uint32_t s = 0; s < (*client)->num_shards(); ++s) {
-      while (true) {
-        auto report = (*client)->Stats(s);
-        if (!report.ok()) {
-          std::fprintf(stderr, "ps_ctl: %s\n", report.status().ToString().c_str());
-          return 1;
-        }
-        if (report->find(" writing 0\n") != std::string::npos) break;
-        if (std::chrono::steady_clock::now() > deadline) {
-          std::fprintf(stderr, "ps_ctl: shard %u is still writing its checkpoint after %u s\n",
-                       s, wait_s);
-          return 1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    }
-    std::printf("all %u checkpoints written\n", (*client)->num_shards());
-  } else {
-    ps::Status s = (*client)->ShutdownServers();
-    if (!s.ok()) {
-      std::fprintf(stderr, "ps_ctl: %s\n", s.ToString().c_str());
-      rc = 1;
-    } else {
-      std::printf("all %u servers acknowledged SHUTDOWN\n", (*client)->num_shards());
-    }
-  }
-  return rc;
+  if (status->parsed()) return PrintRawStats(**client, shard);
+  if (checkpoint->parsed()) return Checkpoint(**client, wait_s);
+  return Shutdown(**client);
 }

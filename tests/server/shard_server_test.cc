@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/options.h"
+#include "common/shard_stats.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "tests/util/status_matchers.h"
@@ -57,6 +58,18 @@ class ShardServerTest : public ::testing::Test {
     EXPECT_OK(run_status_);
   }
 
+  // The STATS reply's header, to a request with `flags`.
+  StatusOr<MessageHeader> StatsReply(uint32_t flags) {
+    MessageHeader h;
+    h.op = Op::kStats;
+    h.worker = kControlWorker;
+    h.flags = flags;
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    auto reply = Exchange(std::move(req));
+    if (reply.size() != 1) return InternalError(std::to_string(reply.size()) + " reply frames");
+    return DecodeHeader({reply[0].data(), reply[0].size()});
+  }
   // Sends `frames` and returns the reply (fails the test after 5 s).
   std::vector<Frame> Exchange(std::vector<Frame> frames) {
     EXPECT_OK(sock_->Send(frames));
@@ -169,18 +182,66 @@ TEST_F(ShardServerTest, DensePushAddsToTheRange) {
 }
 
 TEST_F(ShardServerTest, StatsReportsCounters) {
-  MessageHeader h;
-  h.op = Op::kStats;
-  h.worker = kControlWorker;
-  std::vector<Frame> req;
-  req.push_back(EncodeHeader(h));
-  auto reply = Exchange(std::move(req));
-  ASSERT_EQ(reply.size(), 1u);
-  auto rh = DecodeHeader({reply[0].data(), reply[0].size()});
+  auto rh = StatsReply(0);
   ASSERT_OK(rh);
   EXPECT_EQ(rh->op, Op::kStatsOk);
   EXPECT_NE(rh->text.find("table dense rows 100 dim 4 owned [0, 50)"), std::string::npos)
       << rh->text;
+}
+
+TEST_F(ShardServerTest, StatsAsJsonWhenAskedAndTheMetricsFromTheSameReport) {
+  auto rh = StatsReply(kFlagStatsJson);
+  ASSERT_OK(rh);
+  EXPECT_EQ(rh->op, Op::kStatsOk);
+  auto stats = ParseShardStatsJson(rh->text);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->endpoint, server_->endpoint());
+  ASSERT_FALSE(stats->tables.empty());
+  EXPECT_EQ(stats->tables[0].name, "dense");
+  EXPECT_EQ(stats->tables[0].owned_end, 50u);
+  EXPECT_NE(ShardStatsText(*stats).find("table dense rows 100 dim 4 owned [0, 50)"),
+            std::string::npos);
+
+  server_->Stop();
+  thread_.join();
+  thread_ = std::thread([] {});  // TearDown joins again
+  const ShardStats now = server_->Stats();
+  const std::string metrics = server_->MetricsText();
+  // The families dashboards and alerts (deploy/) name, in their order.
+  std::vector<std::string> families;
+  for (size_t at = metrics.find("# TYPE "); at != std::string::npos;
+       at = metrics.find("# TYPE ", at + 1)) {
+    const size_t name = at + 7;
+    families.push_back(metrics.substr(name, metrics.find(' ', name) - name));
+  }
+  const std::vector<std::string> expected = {
+      "ps_server_info", "ps_server_uptime_seconds", "ps_server_requests_total",
+      "ps_server_request_errors_total", "ps_server_request_duration_seconds",
+      "ps_server_errors_total", "ps_server_pushes_total", "ps_server_pulls_total",
+      "ps_server_clocks_total", "ps_server_received_bytes_total", "ps_server_sent_bytes_total",
+      "ps_server_min_clock", "ps_server_waiting_pulls", "ps_server_pulls_waited_total",
+      "ps_server_staleness_wait_seconds", "ps_server_worker_clock",
+      "ps_server_worker_lag_clocks", "ps_server_worker_silent_seconds",
+      "ps_server_dead_workers", "ps_server_departed_workers",
+      "ps_server_worker_cache_hits_total", "ps_server_worker_cache_misses_total",
+      "ps_server_copy_on_write_total", "ps_server_queued_reply_bytes",
+      "ps_server_checkpoints_started_total", "ps_server_last_checkpoint_clock",
+      "ps_server_checkpoint_writing", "ps_server_restored_clock", "ps_server_lost_clocks",
+      "ps_server_repeated_pushes_total", "ps_server_resumes_total",
+      "ps_server_refused_clocks_total", "ps_server_refused_results_total",
+      "ps_server_refused_sum_clocks_total", "ps_server_sum_bytes",
+      "ps_server_refusals_not_logged_total", "ps_server_pulls_refused_total",
+      "ps_server_connections_open", "ps_server_connections_refused_total",
+      "ps_server_replies_dropped_total", "ps_server_hot_row_pushes"};
+  EXPECT_EQ(families, expected) << metrics;
+  EXPECT_NE(metrics.find("ps_server_pulls_total{shard=\"0\"} " + std::to_string(now.pulls) +
+                         "\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("ps_server_received_bytes_total{shard=\"0\"} " +
+                         std::to_string(now.bytes_in) + "\n"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(ShardServerTest, ShutdownRequestStopsTheServer) {

@@ -1,5 +1,4 @@
-// What ps_ctl status shows (tools/ctl_status.h): a STATS report read into
-// numbers, the job's view from one or two rounds, the page and the JSON,
+// What ps_ctl status shows (tools/ctl_status.h): the job's view from one or two rounds, the page and the JSON,
 // and the TCP probe (tools/tcp_probe.h).
 #include "tools/ctl_status.h"
 
@@ -8,6 +7,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "tests/util/example_stats.h"
 #include "tests/util/free_port.h"
 #include "tests/util/status_matchers.h"
 #include "tools/tcp_probe.h"
@@ -18,46 +18,36 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// A report as ShardServer::StatsReport writes it (shard 1 of a job of two
-// shards and three workers under ssp 3, with checkpoints; worker 2 left).
-constexpr char kReport[] =
-    "shard 1 endpoint tcp://127.0.0.1:40002 uptime_s 12.5\n"
-    "pushes 600 pulls 20 errors 1 bytes_in 4000000 bytes_out 2000000 copy_on_write 3\n"
-    "consistency staleness 3 min_clock 48 slowest_worker 1 waiting_pulls 2 pulls_waited 7 "
-    "max_blocked_lead 3\n"
-    "worker_clocks 60 48 61\n"
-    "worker_targets 100 100 0\n"
-    "worker_silent_ms 12 2300 40\n"
-    "pushes_per_s 100.5 pulls_per_s 20\n"
-    "recovery started_clock 0 lost_clocks 0 repeated_pushes 0 resumes 0\n"
-    "refused refused_clocks 0 refused_results 0 max_resume_clocks 85\n"
-    "limits queued_reply_bytes 0 max_connection_bytes 0 connections_queued 0 "
-    "max_queued_reply_bytes 268435456 pulls_refused_queued_bytes 0 pulls_refused_waiting 0 "
-    "replies_dropped 0 connections_open 3 connections_refused 0 max_connections 896\n"
-    "checkpoint dir /tmp/my checkpoints last_clock 40 writing 1\n"
-    "checkpoints started 3 requests_waiting 0\n"
-    "cache_hit_rate 0:0.5 1:- 2:-\n"
-    "dead_workers\n"
-    "left_workers 2\n"
-    "evaluator reading silent_ms 150\n"
-    "memory rss_bytes 52428800 values_bytes 16000000\n"
-    "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n"
-    "table w rows 1000 dim 4 owned [500, 1000) non_finite_rows 0 refused_rows 0\n";
+// Shard 1's report: as the example, with worker 1 training, no backup
+// workers and no failure.
+ShardStats Report1() {
+  ShardStats s = ExampleShardStats();
+  s.workers[1].dead = false;
+  s.backup_workers.reset();
+  s.failed.clear();
+  return s;
+}
 
-// Shard 0's report of the same moment: it heard less recently from worker 0.
-constexpr char kReport0[] =
-    "shard 0 endpoint tcp://127.0.0.1:40001 uptime_s 12.4\n"
-    "pushes 500 pulls 10 errors 0 bytes_in 1000000 bytes_out 3000000 copy_on_write 0\n"
-    "consistency staleness 3 min_clock 48 slowest_worker 1 waiting_pulls 0 pulls_waited 0 "
-    "max_blocked_lead 0\n"
-    "worker_clocks 59 48 61\n"
-    "worker_silent_ms 500 2500 30\n"
-    "pushes_per_s 80 pulls_per_s 4.5\n"
-    "cache_hit_rate 0:- 1:- 2:-\n"
-    "dead_workers\n"
-    "left_workers 2\n"
-    "evaluator reading silent_ms 90\n"
-    "security none refused_handshakes 0 failed_handshakes 0 refused_requests 0\n";
+// Shard 0's report of the same moment: it heard less recently from worker
+// 0, and no worker said its target; no checkpoints, no resident size.
+ShardStats Report0() {
+  ShardStats s;
+  s.shard = 0;
+  s.endpoint = "tcp://127.0.0.1:40001";
+  s.uptime_s = 12.4;
+  s.pushes = 500;
+  s.pulls = 10;
+  s.bytes_in = 1000000;
+  s.bytes_out = 3000000;
+  s.consistency = "staleness 3";
+  s.min_clock = 48;
+  s.workers = {ExampleWorker(59, 0, 500), ExampleWorker(48, 0, 2500), ExampleWorker(61, 0, 30)};
+  s.workers[2].left = true;
+  s.pushes_per_s = 80;
+  s.pulls_per_s = 4.5;
+  s.evaluator = ShardStats::Evaluator{"reading", 90};
+  return s;
+}
 
 JobOptions TwoShardJob() {
   JobOptions job;
@@ -69,87 +59,28 @@ JobOptions TwoShardJob() {
   return job;
 }
 
-ShardSample Sample(uint32_t shard, const std::string& text,
+ShardSample Sample(uint32_t shard, const ShardStats& stats,
                    std::chrono::steady_clock::time_point taken) {
   ShardSample s;
   s.shard = shard;
   s.address = "127.0.0.1:4000" + std::to_string(shard + 1);
-  auto stats = ParseShardStats(text);
-  EXPECT_OK(stats);
-  if (stats.ok()) s.stats = *stats;
+  s.stats = stats;
   s.taken = taken;
   return s;
 }
 
-// kReport with its byte counters replaced.
-std::string WithBytes(uint64_t in, uint64_t out, const std::string& uptime = "14.5") {
-  std::string text = kReport;
-  text.replace(text.find("bytes_in 4000000 bytes_out 2000000"),
-               std::string("bytes_in 4000000 bytes_out 2000000").size(),
-               "bytes_in " + std::to_string(in) + " bytes_out " + std::to_string(out));
-  text.replace(text.find("uptime_s 12.5"), std::string("uptime_s 12.5").size(),
-               "uptime_s " + uptime);
-  return text;
-}
-
-TEST(ParseShardStatsTest, ReadsEveryNumberTheViewUses) {
-  auto stats = ParseShardStats(kReport);
-  ASSERT_OK(stats);
-  EXPECT_EQ(stats->shard, 1u);
-  EXPECT_EQ(stats->endpoint, "tcp://127.0.0.1:40002");
-  EXPECT_DOUBLE_EQ(stats->uptime_s, 12.5);
-  EXPECT_EQ(stats->pushes, 600u);
-  EXPECT_EQ(stats->pulls, 20u);
-  EXPECT_EQ(stats->errors, 1u);
-  EXPECT_EQ(stats->bytes_in, 4000000u);
-  EXPECT_EQ(stats->bytes_out, 2000000u);
-  EXPECT_EQ(stats->min_clock, 48);
-  EXPECT_EQ(stats->waiting_pulls, 2u);
-  EXPECT_EQ(stats->worker_clocks, (std::vector<int64_t>{60, 48, 61}));
-  EXPECT_EQ(stats->worker_silent_ms, (std::vector<int64_t>{12, 2300, 40}));
-  EXPECT_DOUBLE_EQ(stats->pushes_per_s, 100.5);
-  EXPECT_DOUBLE_EQ(stats->pulls_per_s, 20);
-  ASSERT_TRUE(stats->checkpoint.has_value());
-  EXPECT_EQ(stats->checkpoint->last_clock, 40);  // the folder's name holds a space
-  EXPECT_TRUE(stats->checkpoint->writing);
-  EXPECT_TRUE(stats->dead_workers.empty());
-  EXPECT_EQ(stats->left_workers, (std::vector<uint32_t>{2}));
-  EXPECT_EQ(stats->rss_bytes, 52428800u);
-  EXPECT_EQ(stats->values_bytes, 16000000u);
-  EXPECT_TRUE(stats->failed.empty());
-}
-
-TEST(ParseShardStatsTest, AReportWithoutMemoryOrCheckpointLeavesThemUnknown) {
-  auto stats = ParseShardStats(kReport0);
-  ASSERT_OK(stats);
-  EXPECT_FALSE(stats->rss_bytes.has_value());
-  EXPECT_FALSE(stats->values_bytes.has_value());
-  EXPECT_FALSE(stats->checkpoint.has_value());
-}
-
-TEST(ParseShardStatsTest, ReadsExponentsAndTheFailedLine) {
-  std::string text = kReport;
-  text.replace(text.find("pushes_per_s 100.5"), std::string("pushes_per_s 100.5").size(),
-               "pushes_per_s 1.5e+06");
-  text += "failed checkpoint write: disk full\n";
-  auto stats = ParseShardStats(text);
-  ASSERT_OK(stats);
-  EXPECT_DOUBLE_EQ(stats->pushes_per_s, 1.5e6);
-  EXPECT_EQ(stats->failed, "checkpoint write: disk full");
-}
-
-TEST(ParseShardStatsTest, RefusesTextThatIsNotAReportNamingTheLine) {
-  EXPECT_EQ(ParseShardStats("hello\n").status().code(), StatusCode::kInvalidArgument);
-  auto bad = ParseShardStats(std::string(kReport) + "worker_clocks 1 x 3\n");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("\"x\" is not a number"), std::string::npos)
-      << bad.status().message();
-  EXPECT_NE(bad.status().message().find("--raw"), std::string::npos);
+// Report1() with its byte counters replaced.
+ShardStats WithBytes(uint64_t in, uint64_t out, double uptime_s = 14.5) {
+  ShardStats s = Report1();
+  s.bytes_in = in;
+  s.bytes_out = out;
+  s.uptime_s = uptime_s;
+  return s;
 }
 
 TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorkerIsNamed) {
   const auto t = std::chrono::steady_clock::now();
-  const std::vector<ShardSample> now = {Sample(0, kReport0, t), Sample(1, kReport, t)};
+  const std::vector<ShardSample> now = {Sample(0, Report0(), t), Sample(1, Report1(), t)};
   const JobView view = BuildJobView(TwoShardJob(), now, {});
   EXPECT_EQ(view.consistency, "ssp 3");
   EXPECT_TRUE(view.all_answered);
@@ -191,9 +122,9 @@ TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorke
   EXPECT_DOUBLE_EQ(*view.evaluator_silent_s, 0.09);  // the most recent hearing
   EXPECT_NE(page.find("evaluator: reading, last heard 0.1 s ago"), std::string::npos) << page;
   // A shard that saw it leave (or die) says so, whatever the others say.
-  std::string left_report = kReport;
-  left_report.replace(left_report.find("evaluator reading"), 17, "evaluator left");
-  const std::vector<ShardSample> later = {Sample(0, kReport0, t), Sample(1, left_report, t)};
+  ShardStats left_report = Report1();
+  left_report.evaluator->state = "left";
+  const std::vector<ShardSample> later = {Sample(0, Report0(), t), Sample(1, left_report, t)};
   EXPECT_EQ(BuildJobView(TwoShardJob(), later, {}).evaluator_state, "left");
   // Worker 1 at clock 48 of 100; worker 2 said no target.
   EXPECT_NE(page.find(" 48  100 "), std::string::npos) << page;
@@ -203,7 +134,7 @@ TEST(BuildJobViewTest, WorkerClockIsTheLeastOverShardsAndTheSlowestTrainingWorke
 TEST(BuildJobViewTest, ByteRatesComeFromTwoRounds) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto t1 = t0 + seconds(2);
-  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
+  const std::vector<ShardSample> before = {Sample(1, Report1(), t0)};
   // 4 MB more in and 1 MB more out over 2 s.
   const std::vector<ShardSample> now = {Sample(1, WithBytes(8000000, 3000000), t1)};
   const JobView view = BuildJobView(TwoShardJob(), now, before);
@@ -220,8 +151,8 @@ TEST(BuildJobViewTest, ByteRatesComeFromTwoRounds) {
 
 TEST(BuildJobViewTest, NoByteRateAcrossAServerRestart) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
-  const std::vector<ShardSample> now = {Sample(1, WithBytes(100, 100, "0.5"), t0 + seconds(2))};
+  const std::vector<ShardSample> before = {Sample(1, Report1(), t0)};
+  const std::vector<ShardSample> now = {Sample(1, WithBytes(100, 100, 0.5), t0 + seconds(2))};
   const JobView view = BuildJobView(TwoShardJob(), now, before);
   EXPECT_FALSE(view.shard_rows[0].in_bytes_per_s.has_value());
   EXPECT_FALSE(view.shard_rows[0].out_bytes_per_s.has_value());
@@ -233,7 +164,7 @@ TEST(BuildJobViewTest, AShardThatDidNotAnswerIsNamedAndTheOthersStillCount) {
   down.shard = 0;
   down.address = "127.0.0.1:40001";
   down.problem = "not running (connection refused)";
-  const std::vector<ShardSample> now = {down, Sample(1, kReport, t)};
+  const std::vector<ShardSample> now = {down, Sample(1, Report1(), t)};
   const JobView view = BuildJobView(TwoShardJob(), now, {});
   EXPECT_FALSE(view.all_answered);
   ASSERT_EQ(view.workers_rows.size(), 3u);
@@ -245,9 +176,8 @@ TEST(BuildJobViewTest, AShardThatDidNotAnswerIsNamedAndTheOthersStillCount) {
 }
 
 TEST(BuildJobViewTest, DeadWorkersAreNotTheSlowest) {
-  std::string text = kReport;
-  text.replace(text.find("dead_workers\n"), std::string("dead_workers\n").size(),
-               "dead_workers 1\n");
+  ShardStats text = Report1();
+  text.workers[1].dead = true;
   const JobView view =
       BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(1, text, {})}, {});
   EXPECT_EQ(view.workers_rows[1].state, WorkerState::kDead);
@@ -260,9 +190,8 @@ TEST(BuildJobViewTest, DeadWorkersAreNotTheSlowest) {
 
 TEST(BuildJobViewTest, AWorkerNoShardHeardFromYetIsStartingAndMayBeTheSlowest) {
   // Within the start-up grace the server reports a negative silence.
-  std::string text = kReport;
-  text.replace(text.find("worker_silent_ms 12 2300 40"),
-               std::string("worker_silent_ms 12 2300 40").size(), "worker_silent_ms 12 -5000 40");
+  ShardStats text = Report1();
+  text.workers[1].silent_ms = -5000;
   const JobView view =
       BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(1, text, {})}, {});
   EXPECT_EQ(view.workers_rows[1].state, WorkerState::kStarting);
@@ -276,13 +205,17 @@ TEST(BuildJobViewTest, AWorkerNoShardHeardFromYetIsStartingAndMayBeTheSlowest) {
 TEST(BuildJobViewTest, BackupWorkersShowEachWorkersLatePushesSummedOverShards) {
   const auto t = std::chrono::steady_clock::now();
   // Without backup workers no shard reports them: no column, null in JSON.
-  const std::vector<ShardSample> before = {Sample(0, kReport0, t), Sample(1, kReport, t)};
+  const std::vector<ShardSample> before = {Sample(0, Report0(), t), Sample(1, Report1(), t)};
   const JobView plain = BuildJobView(TwoShardJob(), before, {});
   EXPECT_FALSE(plain.workers_rows[1].late_pushes.has_value());
   EXPECT_EQ(FormatJobView(plain).find("late pushes"), std::string::npos);
-  std::string r0 = kReport0, r1 = kReport;
-  r0 += "backup_workers 1 quorum 2 late_pushes 9\nworker_late_pushes 0 9 0\n";
-  r1 += "backup_workers 1 quorum 2 late_pushes 12\nworker_late_pushes 1 11 0\n";
+  ShardStats r0 = Report0(), r1 = Report1();
+  r0.backup_workers = ShardStats::BackupWorkers{1, 2, 9};
+  r1.backup_workers = ShardStats::BackupWorkers{1, 2, 12};
+  for (uint32_t w = 0; w < 3; ++w) {
+    r0.workers[w].late_pushes = std::vector<uint64_t>{0, 9, 0}[w];
+    r1.workers[w].late_pushes = std::vector<uint64_t>{1, 11, 0}[w];
+  }
   const std::vector<ShardSample> now = {Sample(0, r0, t), Sample(1, r1, t)};
   const JobView view = BuildJobView(TwoShardJob(), now, {});
   EXPECT_EQ(view.workers_rows[0].late_pushes, 1);
@@ -303,7 +236,7 @@ TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   down.shard = 0;
   down.address = "127.0.0.1:40001";
   down.problem = "not running (connection refused)";
-  const std::vector<ShardSample> before = {Sample(1, kReport, t0)};
+  const std::vector<ShardSample> before = {Sample(1, Report1(), t0)};
   const std::vector<ShardSample> now = {down,
                                         Sample(1, WithBytes(8000000, 3000000), t0 + seconds(2))};
   JobOptions job = TwoShardJob();
@@ -354,11 +287,16 @@ TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   EXPECT_EQ(s["checkpoint"]["last_clock"], 40);
   EXPECT_EQ(s["checkpoint"]["writing"], true);
   EXPECT_TRUE(s["failed"].is_null());
+  // The shard's whole report, as it answered.
+  EXPECT_EQ(s["stats"]["pushes"], 600);
+  EXPECT_EQ(s["stats"]["workers"][2]["left"], true);
+  EXPECT_EQ(s["stats"]["checkpoint"]["dir"], "/tmp/my checkpoints");
+  EXPECT_FALSE(j["shards"][0].contains("stats"));  // as its other facts
 }
 
 TEST(JobViewJsonTest, UnknownRatesAreNull) {
   const JobView view =
-      BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(0, kReport0, {})}, {});
+      BuildJobView(TwoShardJob(), std::vector<ShardSample>{Sample(0, Report0(), {})}, {});
   const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_TRUE(j["interval_s"].is_null());
