@@ -10,42 +10,6 @@
 
 namespace ps {
 
-std::string OpName(Op op) {
-  switch (op) {
-    case Op::kUnknown: return "UNKNOWN";
-    case Op::kPush: return "PUSH";
-    case Op::kPull: return "PULL";
-    case Op::kClock: return "CLOCK";
-    case Op::kHeartbeat: return "HEARTBEAT";
-    case Op::kStats: return "STATS";
-    case Op::kCheckpoint: return "CHECKPOINT";
-    case Op::kShutdown: return "SHUTDOWN";
-    case Op::kHello: return "HELLO";
-    case Op::kReplicate: return "REPLICATE";
-    case Op::kMembership: return "MEMBERSHIP";
-    case Op::kPrimary: return "PRIMARY";
-    case Op::kPushOk: return "PUSH_OK";
-    case Op::kPullOk: return "PULL_OK";
-    case Op::kClockOk: return "CLOCK_OK";
-    case Op::kHeartbeatOk: return "HEARTBEAT_OK";
-    case Op::kStatsOk: return "STATS_OK";
-    case Op::kCheckpointOk: return "CHECKPOINT_OK";
-    case Op::kShutdownOk: return "SHUTDOWN_OK";
-    case Op::kHelloOk: return "HELLO_OK";
-    case Op::kReplicateOk: return "REPLICATE_OK";
-    case Op::kMembershipOk: return "MEMBERSHIP_OK";
-    case Op::kPrimaryOk: return "PRIMARY_OK";
-    case Op::kError: return "ERROR";
-  }
-  return "OP(" + std::to_string(static_cast<int>(op)) + ")";
-}
-
-Op ReplyOp(Op request) {
-  int v = static_cast<int>(request);
-  if (v >= 1 && v <= 11) return static_cast<Op>(v + 100);
-  return Op::kError;
-}
-
 Frame EncodeHeader(const MessageHeader& h) {
   wire::Header p;
   p.set_op(static_cast<wire::Op>(h.op));
@@ -112,6 +76,29 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   return h;
 }
 
+std::vector<std::string> UnmatchedOps() {
+  std::vector<std::string> wrong;
+  const google::protobuf::EnumDescriptor* d = wire::Op_descriptor();
+  for (int i = 0; i < d->value_count(); ++i) {
+    const google::protobuf::EnumValueDescriptor* v = d->value(i);
+    const std::string name(v->name());
+    const Op op = static_cast<Op>(v->number());
+    // The proto says OP_UNKNOWN where the table says UNKNOWN.
+    const std::string expected = op == Op::kUnknown ? "OP_UNKNOWN" : Traits(op).name;
+    if (!KnownOp(op) || name != expected) {
+      wrong.push_back("proto op " + name + " (" + std::to_string(v->number()) +
+                      ") has no row in kOps" +
+                      (KnownOp(op) ? " of its name (the row says " + expected + ")" : ""));
+    }
+  }
+  for (const OpTraits& t : kOps) {
+    if (d->FindValueByNumber(static_cast<int>(t.op)) == nullptr) {
+      wrong.push_back(std::string("row ") + t.name + " of kOps is not a ps.wire.Op value");
+    }
+  }
+  return wrong;
+}
+
 template <typename T>
 std::span<const T> FrameAs(const Frame& frame, std::vector<T>* scratch) {
   const size_t n = frame.size() / sizeof(T);
@@ -145,6 +132,24 @@ std::string SenderName(uint32_t worker) {
   }
 }
 
+namespace {
+
+// "workers, the evaluator or the control client": who `senders` (kBy* bits) names.
+std::string SendersText(uint8_t senders) {
+  std::vector<std::string> who;
+  if (senders & kByWorker) who.push_back("workers");
+  if (senders & kByEvaluator) who.push_back("the evaluator");
+  if (senders & kByControl) who.push_back("the control client");
+  if (senders & kByPrimary) who.push_back("the shard's primary");
+  std::string text;
+  for (size_t i = 0; i < who.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == who.size() ? " or " : ", ") + who[i];
+  }
+  return text;
+}
+
+}  // namespace
+
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out) {
   if (frames.empty()) return InvalidArgumentError("empty message: expected a header frame");
   uint64_t total = 0;
@@ -158,13 +163,9 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
-
-  const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown ||
-                          h.op == Op::kCheckpoint || h.op == Op::kMembership;
-  const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kHello;
-  // Any client may ask which replica serves (workers and the control client).
-  const bool probe_op = h.op == Op::kPrimary;
-  if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op && !probe_op) {
+  const OpTraits& op = Traits(h.op);
+  // REPLICATE goes to a backup, which reads it before this decoder.
+  if (op.op != h.op || op.op_class == OpClass::kReply || op.op_class == OpClass::kReplication) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
   }
   if (h.worker == kEvaluatorWorker) {
@@ -173,7 +174,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
       return PermissionDeniedError(Where(h) + ": this job has no evaluator (cluster.evaluator: "
                                    "false); set it in every process's job file");
     }
-    if (h.op != Op::kPull && h.op != Op::kHeartbeat && !probe_op) {
+    if ((op.senders & kByEvaluator) == 0) {
       return PermissionDeniedError(Where(h) + ": the evaluator may only pull, beat and leave, "
                                    "not send " + OpName(h.op));
     }
@@ -181,19 +182,19 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
       return InvalidArgumentError(Where(h) + ": the evaluator has no clock to resume");
     }
   } else if (h.worker >= rules.num_workers &&
-             !((control_op || probe_op) && h.worker == kControlWorker)) {
+             !(h.worker == kControlWorker && (op.senders & kByControl) != 0)) {
     return PermissionDeniedError(Where(h) + ": unknown worker " + std::to_string(h.worker) +
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));
+  } else if (h.worker < rules.num_workers && (op.senders & kByWorker) == 0) {
+    return PermissionDeniedError(Where(h) + ": " + OpName(h.op) + " comes from " +
+                                 SendersText(op.senders) + " only");
   }
   if (h.clock < 0 || h.clock > kMaxClock) {
     return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
                                 " is outside [0, 2^62]");
   }
   if (h.op == Op::kMembership) {
-    if (h.worker != kControlWorker) {
-      return PermissionDeniedError(Where(h) + ": MEMBERSHIP comes from the control client only");
-    }
     if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup &&
         h.flags != kMembershipAddBackup) {
       return InvalidArgumentError(Where(h) + ": MEMBERSHIP flags " + std::to_string(h.flags) +
@@ -208,7 +209,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": dtype " + WireTypeName(h.dtype) +
                                 " on a request without values; only PUSH and PULL carry one");
   }
-  if (control_op || worker_op || probe_op) {
+  if (op.op_class != OpClass::kData) {
     const uint32_t allowed_flags =
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/key_range.h"
+#include "common/ops.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -31,38 +32,6 @@ namespace ps {
 
 static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and is read in place");
-
-enum class Op : int {
-  kUnknown = 0,
-  kPush = 1,
-  kPull = 2,
-  kClock = 3,
-  kHeartbeat = 4,
-  kStats = 5,
-  kCheckpoint = 6,
-  kShutdown = 7,
-  kHello = 8,  // start-up rendezvous (common/rendezvous.h)
-  kReplicate = 9,  // primary to backup (server/replication.h); never a worker's request
-  kMembership = 10,  // the authority to a replica (server/replication.h): control only
-  kPrimary = 11,     // does this replica serve its shard's writes? (server/replication.h)
-  kPushOk = 101,
-  kPullOk = 102,
-  kClockOk = 103,
-  kHeartbeatOk = 104,
-  kStatsOk = 105,
-  kCheckpointOk = 106,
-  kShutdownOk = 107,
-  kHelloOk = 108,
-  kReplicateOk = 109,
-  kMembershipOk = 110,
-  kPrimaryOk = 111,
-  kError = 200,
-};
-
-// "PUSH", "PULL_OK", ...; "OP(<n>)" for unknown values.
-std::string OpName(Op op);
-// The success reply of a request op (kPush -> kPushOk).
-Op ReplyOp(Op request);
 
 // Header flag: the rows are the dense range [first_row, first_row + count)
 // and there is no keys frame.
@@ -145,6 +114,11 @@ Frame EncodeHeader(const MessageHeader& header);
 // name an unknown dtype.
 StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes);
 
+// The values of ps.wire.Op without a row in kOps (or whose row's name is
+// not the proto's), and the rows without a proto value: empty when the two
+// agree.
+std::vector<std::string> UnmatchedOps();
+
 // What a shard knows about one table, to check requests against.
 struct TableLayout {
   std::string name;
@@ -186,8 +160,8 @@ struct Request {
 };
 
 // Checks one request (`frames` without the routing id) against `rules`:
-// frame count for the op, header parse, known op, known worker (tools may
-// only ask STATS and SHUTDOWN), clock in [0, kMaxClock], total bytes and key count under the limits,
+// frame count for the op, header parse, a request op (kOps), a sender its
+// row allows (common/ops.h), clock in [0, kMaxClock], total bytes and key count under the limits,
 // known table, matching dim, a dtype the table allows (float32 or its
 // `wire` type for the direction; float32 for every op but PUSH and PULL),
 // keys frame size == count*8, values frame size == count*dim times the

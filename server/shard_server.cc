@@ -560,8 +560,7 @@ void ShardServer::Refuse(Frame& routing_id, const Frame& first_frame, const Mess
 
 void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
   // With backups, what changed state is answered once they have it.
-  deferring_ = replication_->active() &&
-               (op == Op::kPush || op == Op::kClock || op == Op::kHeartbeat || op == Op::kHello);
+  deferring_ = replication_->active() && Traits(op).changes_state;
   Dispatch(frames);
   deferring_ = false;
   for (auto it = deferred_.rbegin(); deferred_unassigned_ > 0; ++it, --deferred_unassigned_) {
