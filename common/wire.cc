@@ -1,5 +1,6 @@
 #include "common/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -10,28 +11,31 @@
 
 namespace ps {
 
+namespace {
+
+// Every field of ps.wire.Header that maps one to one onto the MessageHeader
+// member of the same name. EncodeHeader and DecodeHeader are written from
+// this list, and the fields converted by hand (kConvertedFields) make up
+// the rest: UnmappedHeaderFields() checks the two against the proto.
+#define PS_HEADER_PLAIN_FIELDS(X)                                                              \
+  X(request_id) X(worker) X(clock) X(table) X(count) X(dim) X(flags) X(first_row)               \
+  X(min_clock) X(shard) X(max_wait_ms) X(cache_hits) X(cache_misses) X(waited_us) X(session)    \
+  X(epoch) X(target_clock) X(replica)
+
+// Fields whose types differ between the proto and MessageHeader (enums, a
+// string set only when not empty).
+constexpr const char* kConvertedFields[] = {"op", "code", "dtype", "text"};
+
+}  // namespace
+
 Frame EncodeHeader(const MessageHeader& h) {
   wire::Header p;
   p.set_op(static_cast<wire::Op>(h.op));
-  p.set_request_id(h.request_id);
-  p.set_worker(h.worker);
-  p.set_clock(h.clock);
-  p.set_table(h.table);
-  p.set_count(h.count);
-  p.set_dim(h.dim);
-  p.set_flags(h.flags);
-  p.set_first_row(h.first_row);
+#define PS_ENCODE_FIELD(name) p.set_##name(h.name);
+  PS_HEADER_PLAIN_FIELDS(PS_ENCODE_FIELD)
+#undef PS_ENCODE_FIELD
   p.set_code(static_cast<int32_t>(h.code));
   if (!h.text.empty()) p.set_text(h.text);
-  p.set_min_clock(h.min_clock);
-  p.set_shard(h.shard);
-  p.set_max_wait_ms(h.max_wait_ms);
-  p.set_cache_hits(h.cache_hits);
-  p.set_cache_misses(h.cache_misses);
-  p.set_waited_us(h.waited_us);
-  p.set_session(h.session);
-  p.set_epoch(h.epoch);
-  p.set_target_clock(h.target_clock);
   p.set_dtype(static_cast<wire::DType>(h.dtype));
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
@@ -53,27 +57,34 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   }
   MessageHeader h;
   h.op = static_cast<Op>(p.op());
-  h.request_id = p.request_id();
-  h.worker = p.worker();
-  h.clock = p.clock();
-  h.table = p.table();
-  h.count = p.count();
-  h.dim = p.dim();
-  h.flags = p.flags();
-  h.first_row = p.first_row();
+#define PS_DECODE_FIELD(name) h.name = p.name();
+  PS_HEADER_PLAIN_FIELDS(PS_DECODE_FIELD)
+#undef PS_DECODE_FIELD
   h.code = static_cast<StatusCode>(p.code());
   h.text = p.text();
-  h.min_clock = p.min_clock();
-  h.shard = p.shard();
-  h.max_wait_ms = p.max_wait_ms();
-  h.cache_hits = p.cache_hits();
-  h.cache_misses = p.cache_misses();
-  h.waited_us = p.waited_us();
-  h.session = p.session();
-  h.epoch = p.epoch();
-  h.target_clock = p.target_clock();
   h.dtype = static_cast<WireType>(p.dtype());
   return h;
+}
+
+std::vector<std::string> UnmappedHeaderFields() {
+  std::vector<std::string> mapped(std::begin(kConvertedFields), std::end(kConvertedFields));
+#define PS_NAME_FIELD(name) mapped.push_back(#name);
+  PS_HEADER_PLAIN_FIELDS(PS_NAME_FIELD)
+#undef PS_NAME_FIELD
+  std::vector<std::string> wrong;
+  const google::protobuf::Descriptor* d = wire::Header::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string name(d->field(i)->name());
+    if (std::count(mapped.begin(), mapped.end(), name) != 1) {
+      wrong.push_back("proto field " + name + " is not mapped exactly once");
+    }
+  }
+  for (const std::string& name : mapped) {
+    if (d->FindFieldByName(name) == nullptr) {
+      wrong.push_back("mapped field " + name + " is not in ps.wire.Header");
+    }
+  }
+  return wrong;
 }
 
 std::vector<std::string> UnmatchedOps() {
@@ -200,8 +211,8 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
       return InvalidArgumentError(Where(h) + ": MEMBERSHIP flags " + std::to_string(h.flags) +
                                   "; expected 1 (promote), 2 (drop a backup) or 4 (add one)");
     }
-    if (h.first_row > static_cast<uint64_t>(kMaxClock)) {
-      return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.first_row) +
+    if (h.epoch < 0 || h.epoch > kMaxClock) {
+      return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.epoch) +
                                   " is outside [0, 2^62]");
     }
   }

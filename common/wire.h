@@ -54,10 +54,10 @@ inline constexpr uint32_t kFlagResume = 8u;
 // clock's quorum of gradients and was dropped, not applied.
 inline constexpr uint32_t kFlagLate = 16u;
 
-// MEMBERSHIP flags (the header's first_row is the new epoch): the backup
+// MEMBERSHIP flags (the header's epoch is the new epoch): the backup
 // becomes its shard's primary; the primary stops waiting for backup
-// `count` (it is gone); the primary copies its state to backup `count` (a
-// replica that rejoins) and then replicates to it.
+// `replica` (it is gone); the primary copies its state to backup `replica`
+// (a replica that rejoins) and then replicates to it.
 inline constexpr uint32_t kMembershipPromote = 1u;
 inline constexpr uint32_t kMembershipDropBackup = 2u;
 inline constexpr uint32_t kMembershipAddBackup = 4u;
@@ -75,6 +75,9 @@ inline constexpr uint32_t kFlagNotPrimary = 1u;
 // enough that clock + staleness arithmetic cannot overflow.
 inline constexpr int64_t kMaxClock = int64_t{1} << 62;
 
+// The fields of ps.wire.Header. EncodeHeader and DecodeHeader map them
+// from one list (wire.cc), which UnmappedHeaderFields() checks against the
+// proto.
 struct MessageHeader {
   Op op = Op::kUnknown;
   uint64_t request_id = 0;  // chosen by the client, echoed in the reply
@@ -97,9 +100,11 @@ struct MessageHeader {
   // PUSH repeating the (worker, session, request_id) of one the shard
   // applied lately is acknowledged and not applied again.
   uint64_t session = 0;
-  // Replies of a replicated shard: the epoch of the membership its primary
-  // serves at (server/replication.h); 0 otherwise.
+  // The membership epoch (server/replication.h): in replies of a
+  // replicated shard the one its primary serves at; in MEMBERSHIP the new
+  // one; in REPLICATE the sending primary's. 0 otherwise.
   int64_t epoch = 0;
+  uint32_t replica = 0;      // MEMBERSHIP: the backup it drops or adds
   int64_t target_clock = 0;  // HELLO: the clock the worker trains to; 0: not said
   // PUSH: what the values frame holds; PULL: what the reply's should hold;
   // PULL_OK: what they hold. kF32 for every other op.
@@ -114,6 +119,9 @@ Frame EncodeHeader(const MessageHeader& header);
 // name an unknown dtype.
 StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes);
 
+// The fields of ps.wire.Header that EncodeHeader and DecodeHeader do not
+// map, and the mapped names the proto lacks: empty when the two agree.
+std::vector<std::string> UnmappedHeaderFields();
 // The values of ps.wire.Op without a row in kOps (or whose row's name is
 // not the proto's), and the rows without a proto value: empty when the two
 // agree.

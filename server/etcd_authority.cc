@@ -412,8 +412,8 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
   h.request_id = next_request_++;
   h.worker = kControlWorker;
   h.flags = flags;
-  h.count = backup;
-  h.first_row = static_cast<uint64_t>(epoch);
+  h.replica = backup;
+  h.epoch = epoch;
   h.shard = shard_;
   Frame frame = EncodeHeader(h);
   PS_RETURN_IF_ERROR(socket_->Send(std::span<Frame>(&frame, 1)));

@@ -95,7 +95,7 @@ Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header
   header.request_id = last_seq_;
   header.flags = static_cast<uint32_t>(kind);
   header.shard = shard_;
-  header.session = static_cast<uint64_t>(epoch_);
+  header.epoch = epoch_;
   std::vector<Frame> message;
   message.reserve(1 + frames.size());
   message.push_back(EncodeHeader(header));
@@ -185,7 +185,7 @@ void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
   header.request_id = ++last_seq_;
   header.flags = static_cast<uint32_t>(kind);
   header.shard = shard_;
-  header.session = static_cast<uint64_t>(epoch_);
+  header.epoch = epoch_;
   for (Backup& b : backups_) {
     message_.clear();
     message_.push_back(EncodeHeader(header));
@@ -237,8 +237,8 @@ void ReplicationLog::Late(uint32_t worker, int64_t clock, uint64_t session,
   MessageHeader h;
   h.worker = worker;
   h.clock = clock;
-  // Send() numbers the entry in request_id and puts the epoch in session.
-  h.first_row = session;
+  // Send() numbers the entry in request_id: the push's id goes in count.
+  h.session = session;
   h.count = request_id;
   Send(ReplicaEntry::kLate, h, {});
 }
@@ -470,13 +470,13 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     MessageHeader reply;
     reply.shard = shard_;
     reply.request_id = entry.request_id;
-    if (static_cast<int64_t>(entry.session) < epoch_) {
+    if (entry.epoch < epoch_) {
       // From a primary of an older membership than one this replica
       // followed: the authority has replaced it since.
       ++refused_;
       const Status fenced = FailedPreconditionError(
           name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
-          std::to_string(entry.session) + ": its primary was fenced out by epoch " +
+          std::to_string(entry.epoch) + ": its primary was fenced out by epoch " +
           std::to_string(epoch_) + " and may acknowledge nothing more");
       PS_LOG_WARN("{}", fenced.message());
       Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
@@ -506,7 +506,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       ++refused_;
       const Status early = DataLossError(
           name_ + " is still taking the primary's copy and got entry " +
-          std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.session) +
+          std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
           " before its end");
       PS_LOG_WARN("{}", early.message());
       Reply(routing_id, MakeErrorHeader(entry, shard_, early));
@@ -534,7 +534,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       }
       return;
     }
-    epoch_ = std::max(epoch_, static_cast<int64_t>(entry.session));
+    epoch_ = std::max(epoch_, entry.epoch);
     if (entry.request_id <= applied_) {
       // Sent again: applied once already.
       reply.op = Op::kReplicateOk;
@@ -618,7 +618,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
       // The authority's word: the primary is gone and this copy takes
       // over (ps_server builds the primary from it when Run() returns).
       // Entries the primary sent after it are not taken any more.
-      promoted_epoch_ = static_cast<int64_t>(req.first_row);
+      promoted_epoch_ = req.epoch;
       epoch_ = std::max(epoch_, promoted_epoch_);
       PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
                   promoted_epoch_, applied_, clocks_.min_clock());
@@ -733,7 +733,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       PS_RETURN_IF_ERROR(check_worker());
       PS_RETURN_IF_ERROR(check_clock());
       ack();
-      recent_pushes_.Insert(entry.worker, entry.first_row, entry.count);
+      recent_pushes_.Insert(entry.worker, entry.session, entry.count);
       clocks_.Admit(entry.worker, entry.clock);
       return Status::Ok();
     case ReplicaEntry::kExclude:

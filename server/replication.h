@@ -143,7 +143,7 @@ enum class ReplicaEntry : uint32_t {
   // touched bytes (ShardStore::CopySums).
   kAggregate = 13,
   // A push found late (consistency.backup_workers): worker, clock, and
-  // the push's session in first_row and request id in count; no frames.
+  // the push's session in session and its request id in count; no frames.
   // Dropped, its id recorded.
   kLate = 14,
   // To one backup that joined, once it acknowledged every entry the

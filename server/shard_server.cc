@@ -671,8 +671,8 @@ void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply
   // what it held back is answered as the others acknowledge) or joins
   // (send it a copy, then the log).
   const MessageHeader& req = request_.header;
-  const auto replica = static_cast<uint32_t>(req.count);
-  const auto epoch = static_cast<int64_t>(req.first_row);
+  const uint32_t replica = req.replica;
+  const int64_t epoch = req.epoch;
   Status changed =
       req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
       : req.flags == kMembershipAddBackup

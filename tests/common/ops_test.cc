@@ -66,5 +66,9 @@ TEST(OpsTest, MetricsSlotsHoldEveryLabelledOp) {
   EXPECT_EQ(labels.count("invalid"), 1u);  // requests that could not be decoded
 }
 
+TEST(OpsTest, EveryHeaderFieldIsMappedOnce) {
+  EXPECT_EQ(UnmappedHeaderFields(), std::vector<std::string>());
+}
+
 }  // namespace
 }  // namespace ps
