@@ -165,19 +165,32 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   if (frames.empty()) return InvalidArgumentError("empty message: expected a header frame");
   uint64_t total = 0;
   for (const Frame& f : frames) total += f.size();
-  if (total > rules.max_request_bytes) {
+  const auto too_large = [&] {
     return ResourceExhaustedError("message of " + std::to_string(total) +
                                   " bytes exceeds the server's max_request_bytes (" +
                                   std::to_string(rules.max_request_bytes) +
                                   "); split the request or raise server.max_request_bytes");
-  }
+  };
+  // A backup takes its primary's entries whatever their size (a copy
+  // sends whole storage blocks); every other message is bounded.
+  const bool over_limit = total > rules.max_request_bytes;
+  if (over_limit && !rules.replication) return too_large();
   auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
   const OpTraits& op = Traits(h.op);
-  // REPLICATE goes to a backup, which reads it before this decoder.
-  if (op.op != h.op || op.op_class == OpClass::kReply || op.op_class == OpClass::kReplication) {
+  const bool replication = op.op_class == OpClass::kReplication;
+  if (over_limit && !replication) return too_large();
+  if (op.op != h.op || op.op_class == OpClass::kReply || (replication && !rules.replication)) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
+  }
+  if (replication) {
+    // An entry of the primary's log: its fields and frames are the
+    // backup's to check as it applies it (server/replication.cc).
+    out->header = std::move(h);
+    out->keys = {};
+    out->values = {};
+    return Status::Ok();
   }
   if (h.worker == kEvaluatorWorker) {
     // The evaluator reads: pulls, beats, a goodbye, and where the primary is.
@@ -406,6 +419,12 @@ Status DecodeReply(std::span<Frame> frames, uint32_t shard, const ReplyLookup& l
   out->values = frames.subspan(1);
   out->fault = ReplyFault::kNone;
   return Status::Ok();
+}
+
+MessageHeader EchoHeader(std::span<const Frame> frames) {
+  if (frames.empty()) return MessageHeader();
+  StatusOr<MessageHeader> h = DecodeHeader({frames[0].data(), frames[0].size()});
+  return h.ok() ? std::move(*h) : MessageHeader();
 }
 
 MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, const Status& status) {

@@ -150,6 +150,9 @@ struct RequestRules {
   uint64_t max_keys = 0;
   bool reject_non_finite = true;   // NaN or Inf in pushed values
   bool evaluator = false;          // cluster.evaluator: kEvaluatorWorker may read
+  // A backup's rules: REPLICATE entries are taken (unchecked beyond their
+  // header, and above max_request_bytes); a primary refuses them.
+  bool replication = false;
 };
 
 // A validated request. `keys` and `values` point into the frames it was
@@ -179,6 +182,11 @@ struct Request {
 // ERROR reply (InvalidArgument, OutOfRange, NotFound, ResourceExhausted,
 // Unimplemented, PermissionDenied) and leaves nothing half-done.
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out);
+
+// The header of a request DecodeRequest refused, as far as it parses (a
+// default header when it does not), for the ERROR reply to echo so that
+// the client can match it.
+MessageHeader EchoHeader(std::span<const Frame> frames);
 
 // An ERROR reply header for `status` to the request `request` (may be a
 // partially parsed or default header when the request was unreadable).

@@ -281,12 +281,20 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
     PS_ASSIGN_OR_RETURN(bool got, b.socket->TryRecv(&acks_));
     if (!got) return Status::Ok();
     if (acks_.empty()) continue;
-    StatusOr<MessageHeader> h = DecodeHeader({acks_[0].data(), acks_[0].size()});
-    if (!h.ok()) {
-      PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, h.status().ToString());
+    Reply reply;
+    const Status checked = DecodeReply(
+        acks_, shard_,
+        [this](uint64_t id) -> std::optional<ReplyExpectation> {
+          if (id > last_seq_) return std::nullopt;
+          return ReplyExpectation{.request = Op::kReplicate, .shard = shard_};
+        },
+        &reply);
+    if (reply.fault == ReplyFault::kUnreadable) {
+      PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, checked.ToString());
       continue;
     }
-    if (h->op == Op::kError && b.copying) {
+    const MessageHeader* h = &reply.header;
+    if (reply.fault == ReplyFault::kRejected && b.copying) {
       // A backup that never held a whole copy: the shard goes on without
       // it (the authority may start it again).
       PS_LOG_ERROR("shard {}: {} refused its copy ({}); replicating without it", shard_, b.name,
@@ -297,13 +305,13 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       for (Backup& x : backups_) sockets_.push_back(x.socket.get());
       return Status::Ok();
     }
-    if (h->op == Op::kError) {
+    if (reply.fault == ReplyFault::kRejected) {
       return DataLossError("shard " + std::to_string(shard_) + ": " + b.name +
                            " refused replication entry " + std::to_string(h->request_id) + ": " +
                            StatusFromErrorHeader(*h).message() +
                            "; its copy is no longer this primary's");
     }
-    if (h->op != Op::kReplicateOk || h->request_id > last_seq_) {
+    if (reply.fault != ReplyFault::kNone) {
       PS_LOG_WARN("shard {}: unexpected {} {} from {}", shard_, OpName(h->op), h->request_id,
                   b.name);
       continue;
@@ -429,6 +437,7 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   }
   PS_ASSIGN_OR_RETURN(b->endpoint_, b->socket_->LastEndpoint());
   b->rules_ = b->store_->Rules(job, shard);
+  b->rules_.replication = true;  // its primary's entries
   return b;
 }
 
@@ -464,9 +473,11 @@ void BackupServer::Reply(Frame& routing_id, const MessageHeader& header) {
 void BackupServer::Handle(std::vector<Frame>& frames) {
   if (frames.size() < 2) return;
   Frame& routing_id = frames[0];
-  StatusOr<MessageHeader> header = DecodeHeader({frames[1].data(), frames[1].size()});
-  if (header.ok() && header->op == Op::kReplicate) {
-    const MessageHeader& entry = *header;
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  Status s = DecodeRequest(body, rules_, &request_);
+  if (s.ok() && request_.header.op == Op::kReplicate) {
+    // Kept aside: applying a push entry decodes the push into request_.
+    const MessageHeader entry = std::move(request_.header);
     MessageHeader reply;
     reply.shard = shard_;
     reply.request_id = entry.request_id;
@@ -576,8 +587,6 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     if (!acked) ack();
     return;
   }
-  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
-  Status s = DecodeRequest(body, rules_, &request_);
   if (s.ok()) {
     const MessageHeader& req = request_.header;
     MessageHeader reply;
@@ -634,9 +643,7 @@ void BackupServer::Handle(std::vector<Frame>& frames) {
     Reply(routing_id, error);
     return;
   }
-  MessageHeader partial;
-  if (header.ok()) partial = *header;
-  Reply(routing_id, MakeErrorHeader(partial, shard_, s));
+  Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
 }
 
 Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,

@@ -513,11 +513,8 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   Status s = DecodeRequest(body, rules_, &request_);
   if (!s.ok()) {
     ++counters_.errors;
-    // Echo whatever of the header could be read, so the client can match it.
-    MessageHeader partial;
-    if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
     LogRequestRefusal(body[0], "rejected", s.ToString());
-    Reply(routing_id, MakeErrorHeader(partial, shard_, s));
+    Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
     return Op::kUnknown;
   }
   const MessageHeader& req = request_.header;
