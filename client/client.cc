@@ -225,6 +225,8 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   h.first_row = part.first_row;
   h.flags = part.flags;
   h.dtype = part.dtype;
+  h.replica = part.replica;
+  h.epoch = part.epoch;
   if (op == Op::kHello) {
     h.text = agreement_;
     h.target_clock = target_clock_;
@@ -655,25 +657,25 @@ Status Client::Leave() {
   return first;
 }
 
-StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags, uint64_t count,
-                                        uint64_t first_row) {
+StatusOr<MessageHeader> Client::Control(uint32_t shard, Op op, uint32_t flags, uint32_t replica,
+                                        int64_t epoch) {
   if (shard >= shards_.size()) {
     return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
                                 std::to_string(shards_.size()) + " servers");
   }
-  const auto [ticket, rid] = SendControl(shard, op, flags, count, first_row);
+  const auto [ticket, rid] = SendControl(shard, op, flags, replica, epoch);
   return AwaitControl(ticket, rid);
 }
 
 std::pair<Ticket, uint64_t> Client::SendControl(uint32_t shard, Op op, uint32_t flags,
-                                                uint64_t count, uint64_t first_row) {
+                                                uint32_t replica, int64_t epoch) {
   const Ticket ticket = tracker_.NewTicket(nullptr);
   const uint64_t rid = SendPart({.ticket = ticket,
                                  .shard = shard,
                                  .op = op,
-                                 .count = count,
-                                 .first_row = first_row,
                                  .flags = flags,
+                                 .replica = replica,
+                                 .epoch = epoch,
                                  .control = true},
                                 Frame(), Frame());
   tracker_.Release(ticket, Status::Ok());  // the issuing hold
@@ -715,7 +717,7 @@ StatusOr<std::vector<std::string>> Client::CheckpointServers() {
 }
 
 Status Client::Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64_t epoch) {
-  return Control(shard, Op::kMembership, flags, backup, static_cast<uint64_t>(epoch)).status();
+  return Control(shard, Op::kMembership, flags, backup, epoch).status();
 }
 
 Status Client::ShutdownServers() {

@@ -397,13 +397,14 @@ class Client {
   double MillisSince(ps::Clock::TimePoint t) const;
   Status WaitUntilSlot(uint32_t shard);
   // Sends a control request (STATS, SHUTDOWN) to `shard` and waits for its reply header.
-  StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0, uint64_t count = 0,
-                                  uint64_t first_row = 0);
+  // (MEMBERSHIP: `replica` the backup, `epoch` the new epoch.)
+  StatusOr<MessageHeader> Control(uint32_t shard, Op op, uint32_t flags = 0, uint32_t replica = 0,
+                                  int64_t epoch = 0);
   // Control in two halves, to have requests to several shards in flight:
   // sends one (returns its ticket and request id, 0 when it could not be
   // sent: the ticket then holds the error) ...
   std::pair<Ticket, uint64_t> SendControl(uint32_t shard, Op op, uint32_t flags = 0,
-                                          uint64_t count = 0, uint64_t first_row = 0);
+                                          uint32_t replica = 0, int64_t epoch = 0);
   // ... and waits for its reply header.
   StatusOr<MessageHeader> AwaitControl(Ticket ticket, uint64_t rid);
   std::string Describe(const Part& part, uint64_t request_id) const;

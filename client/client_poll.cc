@@ -257,16 +257,23 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
 
 void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
   Shard& shard = shards_[s];
-  StatusOr<MessageHeader> h = frames.empty()
-                                  ? StatusOr<MessageHeader>(DataLossError("an empty message"))
-                                  : DecodeHeader({frames[0].data(), frames[0].size()});
-  if (!h.ok() || h->request_id != shard.probe_id || shard.probe_id == 0 ||
-      (h->op != Op::kPrimaryOk && h->op != Op::kError)) {
+  const uint64_t probe_id = shard.probe_id;
+  ps::Reply reply;
+  (void)DecodeReply(
+      frames, s,
+      [probe_id, s](uint64_t id) -> std::optional<ReplyExpectation> {
+        if (probe_id == 0 || id != probe_id) return std::nullopt;
+        return ReplyExpectation{.request = Op::kPrimary, .shard = s};
+      },
+      &reply);
+  if (reply.fault != ReplyFault::kNone && reply.fault != ReplyFault::kRejected) {
     ++counters_.late_replies;  // an answer of an earlier replica, or not one
     return;
   }
+  const MessageHeader* h = &reply.header;
   const std::string& endpoint = shard.replicas[shard.replica];
-  if (h->op != Op::kPrimaryOk || (h->flags & kFlagServing) == 0 || h->epoch < shard.epoch) {
+  if (reply.fault == ReplyFault::kRejected || (h->flags & kFlagServing) == 0 ||
+      h->epoch < shard.epoch) {
     // A backup, a fenced primary, one of an older epoch than this client
     // saw, or a server that does not know PRIMARY: the next one, soon.
     PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}); asking the next", s,

@@ -47,6 +47,8 @@ struct Part {
   uint32_t dim = 0;        // floats per row
   uint64_t first_row = 0;  // dense parts: the first row
   uint32_t flags = 0;      // header flags beyond kFlagDenseRange (HEARTBEAT)
+  uint32_t replica = 0;    // MEMBERSHIP: the backup it drops or adds
+  int64_t epoch = 0;       // MEMBERSHIP: the new epoch
   // PUSH: what its values frame holds; PULL: what the reply is to hold (the
   // table's wire settings).
   WireType dtype = WireType::kF32;

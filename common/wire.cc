@@ -1,5 +1,6 @@
 #include "common/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -10,64 +11,31 @@
 
 namespace ps {
 
-std::string OpName(Op op) {
-  switch (op) {
-    case Op::kUnknown: return "UNKNOWN";
-    case Op::kPush: return "PUSH";
-    case Op::kPull: return "PULL";
-    case Op::kClock: return "CLOCK";
-    case Op::kHeartbeat: return "HEARTBEAT";
-    case Op::kStats: return "STATS";
-    case Op::kCheckpoint: return "CHECKPOINT";
-    case Op::kShutdown: return "SHUTDOWN";
-    case Op::kHello: return "HELLO";
-    case Op::kReplicate: return "REPLICATE";
-    case Op::kMembership: return "MEMBERSHIP";
-    case Op::kPrimary: return "PRIMARY";
-    case Op::kPushOk: return "PUSH_OK";
-    case Op::kPullOk: return "PULL_OK";
-    case Op::kClockOk: return "CLOCK_OK";
-    case Op::kHeartbeatOk: return "HEARTBEAT_OK";
-    case Op::kStatsOk: return "STATS_OK";
-    case Op::kCheckpointOk: return "CHECKPOINT_OK";
-    case Op::kShutdownOk: return "SHUTDOWN_OK";
-    case Op::kHelloOk: return "HELLO_OK";
-    case Op::kReplicateOk: return "REPLICATE_OK";
-    case Op::kMembershipOk: return "MEMBERSHIP_OK";
-    case Op::kPrimaryOk: return "PRIMARY_OK";
-    case Op::kError: return "ERROR";
-  }
-  return "OP(" + std::to_string(static_cast<int>(op)) + ")";
-}
+namespace {
 
-Op ReplyOp(Op request) {
-  int v = static_cast<int>(request);
-  if (v >= 1 && v <= 11) return static_cast<Op>(v + 100);
-  return Op::kError;
-}
+// Every field of ps.wire.Header that maps one to one onto the MessageHeader
+// member of the same name. EncodeHeader and DecodeHeader are written from
+// this list, and the fields converted by hand (kConvertedFields) make up
+// the rest: UnmappedHeaderFields() checks the two against the proto.
+#define PS_HEADER_PLAIN_FIELDS(X)                                                              \
+  X(request_id) X(worker) X(clock) X(table) X(count) X(dim) X(flags) X(first_row)               \
+  X(min_clock) X(shard) X(max_wait_ms) X(cache_hits) X(cache_misses) X(waited_us) X(session)    \
+  X(epoch) X(target_clock) X(replica)
+
+// Fields whose types differ between the proto and MessageHeader (enums, a
+// string set only when not empty).
+constexpr const char* kConvertedFields[] = {"op", "code", "dtype", "text"};
+
+}  // namespace
 
 Frame EncodeHeader(const MessageHeader& h) {
   wire::Header p;
   p.set_op(static_cast<wire::Op>(h.op));
-  p.set_request_id(h.request_id);
-  p.set_worker(h.worker);
-  p.set_clock(h.clock);
-  p.set_table(h.table);
-  p.set_count(h.count);
-  p.set_dim(h.dim);
-  p.set_flags(h.flags);
-  p.set_first_row(h.first_row);
+#define PS_ENCODE_FIELD(name) p.set_##name(h.name);
+  PS_HEADER_PLAIN_FIELDS(PS_ENCODE_FIELD)
+#undef PS_ENCODE_FIELD
   p.set_code(static_cast<int32_t>(h.code));
   if (!h.text.empty()) p.set_text(h.text);
-  p.set_min_clock(h.min_clock);
-  p.set_shard(h.shard);
-  p.set_max_wait_ms(h.max_wait_ms);
-  p.set_cache_hits(h.cache_hits);
-  p.set_cache_misses(h.cache_misses);
-  p.set_waited_us(h.waited_us);
-  p.set_session(h.session);
-  p.set_epoch(h.epoch);
-  p.set_target_clock(h.target_clock);
   p.set_dtype(static_cast<wire::DType>(h.dtype));
   size_t size = p.ByteSizeLong();
   auto frame = Frame::Allocate(size);
@@ -89,27 +57,57 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes) {
   }
   MessageHeader h;
   h.op = static_cast<Op>(p.op());
-  h.request_id = p.request_id();
-  h.worker = p.worker();
-  h.clock = p.clock();
-  h.table = p.table();
-  h.count = p.count();
-  h.dim = p.dim();
-  h.flags = p.flags();
-  h.first_row = p.first_row();
+#define PS_DECODE_FIELD(name) h.name = p.name();
+  PS_HEADER_PLAIN_FIELDS(PS_DECODE_FIELD)
+#undef PS_DECODE_FIELD
   h.code = static_cast<StatusCode>(p.code());
   h.text = p.text();
-  h.min_clock = p.min_clock();
-  h.shard = p.shard();
-  h.max_wait_ms = p.max_wait_ms();
-  h.cache_hits = p.cache_hits();
-  h.cache_misses = p.cache_misses();
-  h.waited_us = p.waited_us();
-  h.session = p.session();
-  h.epoch = p.epoch();
-  h.target_clock = p.target_clock();
   h.dtype = static_cast<WireType>(p.dtype());
   return h;
+}
+
+std::vector<std::string> UnmappedHeaderFields() {
+  std::vector<std::string> mapped(std::begin(kConvertedFields), std::end(kConvertedFields));
+#define PS_NAME_FIELD(name) mapped.push_back(#name);
+  PS_HEADER_PLAIN_FIELDS(PS_NAME_FIELD)
+#undef PS_NAME_FIELD
+  std::vector<std::string> wrong;
+  const google::protobuf::Descriptor* d = wire::Header::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string name(d->field(i)->name());
+    if (std::count(mapped.begin(), mapped.end(), name) != 1) {
+      wrong.push_back("proto field " + name + " is not mapped exactly once");
+    }
+  }
+  for (const std::string& name : mapped) {
+    if (d->FindFieldByName(name) == nullptr) {
+      wrong.push_back("mapped field " + name + " is not in ps.wire.Header");
+    }
+  }
+  return wrong;
+}
+
+std::vector<std::string> UnmatchedOps() {
+  std::vector<std::string> wrong;
+  const google::protobuf::EnumDescriptor* d = wire::Op_descriptor();
+  for (int i = 0; i < d->value_count(); ++i) {
+    const google::protobuf::EnumValueDescriptor* v = d->value(i);
+    const std::string name(v->name());
+    const Op op = static_cast<Op>(v->number());
+    // The proto says OP_UNKNOWN where the table says UNKNOWN.
+    const std::string expected = op == Op::kUnknown ? "OP_UNKNOWN" : Traits(op).name;
+    if (!KnownOp(op) || name != expected) {
+      wrong.push_back("proto op " + name + " (" + std::to_string(v->number()) +
+                      ") has no row in kOps" +
+                      (KnownOp(op) ? " of its name (the row says " + expected + ")" : ""));
+    }
+  }
+  for (const OpTraits& t : kOps) {
+    if (d->FindValueByNumber(static_cast<int>(t.op)) == nullptr) {
+      wrong.push_back(std::string("row ") + t.name + " of kOps is not a ps.wire.Op value");
+    }
+  }
+  return wrong;
 }
 
 template <typename T>
@@ -145,27 +143,54 @@ std::string SenderName(uint32_t worker) {
   }
 }
 
+namespace {
+
+// "workers, the evaluator or the control client": who `senders` (kBy* bits) names.
+std::string SendersText(uint8_t senders) {
+  std::vector<std::string> who;
+  if (senders & kByWorker) who.push_back("workers");
+  if (senders & kByEvaluator) who.push_back("the evaluator");
+  if (senders & kByControl) who.push_back("the control client");
+  if (senders & kByPrimary) who.push_back("the shard's primary");
+  std::string text;
+  for (size_t i = 0; i < who.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == who.size() ? " or " : ", ") + who[i];
+  }
+  return text;
+}
+
+}  // namespace
+
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out) {
   if (frames.empty()) return InvalidArgumentError("empty message: expected a header frame");
   uint64_t total = 0;
   for (const Frame& f : frames) total += f.size();
-  if (total > rules.max_request_bytes) {
+  const auto too_large = [&] {
     return ResourceExhaustedError("message of " + std::to_string(total) +
                                   " bytes exceeds the server's max_request_bytes (" +
                                   std::to_string(rules.max_request_bytes) +
                                   "); split the request or raise server.max_request_bytes");
-  }
+  };
+  // A backup takes its primary's entries whatever their size (a copy
+  // sends whole storage blocks); every other message is bounded.
+  const bool over_limit = total > rules.max_request_bytes;
+  if (over_limit && !rules.replication) return too_large();
   auto parsed = DecodeHeader({frames[0].data(), frames[0].size()});
   if (!parsed.ok()) return parsed.status();
   MessageHeader& h = *parsed;
-
-  const bool control_op = h.op == Op::kStats || h.op == Op::kShutdown ||
-                          h.op == Op::kCheckpoint || h.op == Op::kMembership;
-  const bool worker_op = h.op == Op::kClock || h.op == Op::kHeartbeat || h.op == Op::kHello;
-  // Any client may ask which replica serves (workers and the control client).
-  const bool probe_op = h.op == Op::kPrimary;
-  if (h.op != Op::kPush && h.op != Op::kPull && !worker_op && !control_op && !probe_op) {
+  const OpTraits& op = Traits(h.op);
+  const bool replication = op.op_class == OpClass::kReplication;
+  if (over_limit && !replication) return too_large();
+  if (op.op != h.op || op.op_class == OpClass::kReply || (replication && !rules.replication)) {
     return InvalidArgumentError(Where(h) + ": op " + OpName(h.op) + " is not a request op");
+  }
+  if (replication) {
+    // An entry of the primary's log: its fields and frames are the
+    // backup's to check as it applies it (server/replication.cc).
+    out->header = std::move(h);
+    out->keys = {};
+    out->values = {};
+    return Status::Ok();
   }
   if (h.worker == kEvaluatorWorker) {
     // The evaluator reads: pulls, beats, a goodbye, and where the primary is.
@@ -173,7 +198,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
       return PermissionDeniedError(Where(h) + ": this job has no evaluator (cluster.evaluator: "
                                    "false); set it in every process's job file");
     }
-    if (h.op != Op::kPull && h.op != Op::kHeartbeat && !probe_op) {
+    if ((op.senders & kByEvaluator) == 0) {
       return PermissionDeniedError(Where(h) + ": the evaluator may only pull, beat and leave, "
                                    "not send " + OpName(h.op));
     }
@@ -181,26 +206,26 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
       return InvalidArgumentError(Where(h) + ": the evaluator has no clock to resume");
     }
   } else if (h.worker >= rules.num_workers &&
-             !((control_op || probe_op) && h.worker == kControlWorker)) {
+             !(h.worker == kControlWorker && (op.senders & kByControl) != 0)) {
     return PermissionDeniedError(Where(h) + ": unknown worker " + std::to_string(h.worker) +
                                  "; this job has workers 0.." +
                                  std::to_string(rules.num_workers - 1));
+  } else if (h.worker < rules.num_workers && (op.senders & kByWorker) == 0) {
+    return PermissionDeniedError(Where(h) + ": " + OpName(h.op) + " comes from " +
+                                 SendersText(op.senders) + " only");
   }
   if (h.clock < 0 || h.clock > kMaxClock) {
     return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
                                 " is outside [0, 2^62]");
   }
   if (h.op == Op::kMembership) {
-    if (h.worker != kControlWorker) {
-      return PermissionDeniedError(Where(h) + ": MEMBERSHIP comes from the control client only");
-    }
     if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup &&
         h.flags != kMembershipAddBackup) {
       return InvalidArgumentError(Where(h) + ": MEMBERSHIP flags " + std::to_string(h.flags) +
                                   "; expected 1 (promote), 2 (drop a backup) or 4 (add one)");
     }
-    if (h.first_row > static_cast<uint64_t>(kMaxClock)) {
-      return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.first_row) +
+    if (h.epoch < 0 || h.epoch > kMaxClock) {
+      return InvalidArgumentError(Where(h) + ": epoch " + std::to_string(h.epoch) +
                                   " is outside [0, 2^62]");
     }
   }
@@ -208,7 +233,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": dtype " + WireTypeName(h.dtype) +
                                 " on a request without values; only PUSH and PULL carry one");
   }
-  if (control_op || worker_op || probe_op) {
+  if (op.op_class != OpClass::kData) {
     const uint32_t allowed_flags =
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above
@@ -395,6 +420,12 @@ Status DecodeReply(std::span<Frame> frames, uint32_t shard, const ReplyLookup& l
   out->values = frames.subspan(1);
   out->fault = ReplyFault::kNone;
   return Status::Ok();
+}
+
+MessageHeader EchoHeader(std::span<const Frame> frames) {
+  if (frames.empty()) return MessageHeader();
+  StatusOr<MessageHeader> h = DecodeHeader({frames[0].data(), frames[0].size()});
+  return h.ok() ? std::move(*h) : MessageHeader();
 }
 
 MessageHeader MakeErrorHeader(const MessageHeader& request, uint32_t shard, const Status& status) {

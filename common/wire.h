@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/key_range.h"
+#include "common/ops.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -31,38 +32,6 @@ namespace ps {
 
 static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and is read in place");
-
-enum class Op : int {
-  kUnknown = 0,
-  kPush = 1,
-  kPull = 2,
-  kClock = 3,
-  kHeartbeat = 4,
-  kStats = 5,
-  kCheckpoint = 6,
-  kShutdown = 7,
-  kHello = 8,  // start-up rendezvous (common/rendezvous.h)
-  kReplicate = 9,  // primary to backup (server/replication.h); never a worker's request
-  kMembership = 10,  // the authority to a replica (server/replication.h): control only
-  kPrimary = 11,     // does this replica serve its shard's writes? (server/replication.h)
-  kPushOk = 101,
-  kPullOk = 102,
-  kClockOk = 103,
-  kHeartbeatOk = 104,
-  kStatsOk = 105,
-  kCheckpointOk = 106,
-  kShutdownOk = 107,
-  kHelloOk = 108,
-  kReplicateOk = 109,
-  kMembershipOk = 110,
-  kPrimaryOk = 111,
-  kError = 200,
-};
-
-// "PUSH", "PULL_OK", ...; "OP(<n>)" for unknown values.
-std::string OpName(Op op);
-// The success reply of a request op (kPush -> kPushOk).
-Op ReplyOp(Op request);
 
 // Header flag: the rows are the dense range [first_row, first_row + count)
 // and there is no keys frame.
@@ -89,10 +58,10 @@ inline constexpr uint32_t kFlagStatsJson = 1u;
 // clock's quorum of gradients and was dropped, not applied.
 inline constexpr uint32_t kFlagLate = 16u;
 
-// MEMBERSHIP flags (the header's first_row is the new epoch): the backup
+// MEMBERSHIP flags (the header's epoch is the new epoch): the backup
 // becomes its shard's primary; the primary stops waiting for backup
-// `count` (it is gone); the primary copies its state to backup `count` (a
-// replica that rejoins) and then replicates to it.
+// `replica` (it is gone); the primary copies its state to backup `replica`
+// (a replica that rejoins) and then replicates to it.
 inline constexpr uint32_t kMembershipPromote = 1u;
 inline constexpr uint32_t kMembershipDropBackup = 2u;
 inline constexpr uint32_t kMembershipAddBackup = 4u;
@@ -110,6 +79,9 @@ inline constexpr uint32_t kFlagNotPrimary = 1u;
 // enough that clock + staleness arithmetic cannot overflow.
 inline constexpr int64_t kMaxClock = int64_t{1} << 62;
 
+// The fields of ps.wire.Header. EncodeHeader and DecodeHeader map them
+// from one list (wire.cc), which UnmappedHeaderFields() checks against the
+// proto.
 struct MessageHeader {
   Op op = Op::kUnknown;
   uint64_t request_id = 0;  // chosen by the client, echoed in the reply
@@ -132,9 +104,11 @@ struct MessageHeader {
   // PUSH repeating the (worker, session, request_id) of one the shard
   // applied lately is acknowledged and not applied again.
   uint64_t session = 0;
-  // Replies of a replicated shard: the epoch of the membership its primary
-  // serves at (server/replication.h); 0 otherwise.
+  // The membership epoch (server/replication.h): in replies of a
+  // replicated shard the one its primary serves at; in MEMBERSHIP the new
+  // one; in REPLICATE the sending primary's. 0 otherwise.
   int64_t epoch = 0;
+  uint32_t replica = 0;      // MEMBERSHIP: the backup it drops or adds
   int64_t target_clock = 0;  // HELLO: the clock the worker trains to; 0: not said
   // PUSH: what the values frame holds; PULL: what the reply's should hold;
   // PULL_OK: what they hold. kF32 for every other op.
@@ -148,6 +122,14 @@ Frame EncodeHeader(const MessageHeader& header);
 // Parses a header frame. InvalidArgument when the bytes are not a header or
 // name an unknown dtype.
 StatusOr<MessageHeader> DecodeHeader(std::span<const std::byte> bytes);
+
+// The fields of ps.wire.Header that EncodeHeader and DecodeHeader do not
+// map, and the mapped names the proto lacks: empty when the two agree.
+std::vector<std::string> UnmappedHeaderFields();
+// The values of ps.wire.Op without a row in kOps (or whose row's name is
+// not the proto's), and the rows without a proto value: empty when the two
+// agree.
+std::vector<std::string> UnmatchedOps();
 
 // What a shard knows about one table, to check requests against.
 struct TableLayout {
@@ -172,6 +154,9 @@ struct RequestRules {
   uint64_t max_keys = 0;
   bool reject_non_finite = true;   // NaN or Inf in pushed values
   bool evaluator = false;          // cluster.evaluator: kEvaluatorWorker may read
+  // A backup's rules: REPLICATE entries are taken (unchecked beyond their
+  // header, and above max_request_bytes); a primary refuses them.
+  bool replication = false;
 };
 
 // A validated request. `keys` and `values` point into the frames it was
@@ -190,8 +175,8 @@ struct Request {
 };
 
 // Checks one request (`frames` without the routing id) against `rules`:
-// frame count for the op, header parse, known op, known worker (tools may
-// only ask STATS and SHUTDOWN), clock in [0, kMaxClock], total bytes and key count under the limits,
+// frame count for the op, header parse, a request op (kOps), a sender its
+// row allows (common/ops.h), clock in [0, kMaxClock], total bytes and key count under the limits,
 // known table, matching dim, a dtype the table allows (float32 or its
 // `wire` type for the direction; float32 for every op but PUSH and PULL),
 // keys frame size == count*8, values frame size == count*dim times the
@@ -201,6 +186,11 @@ struct Request {
 // ERROR reply (InvalidArgument, OutOfRange, NotFound, ResourceExhausted,
 // Unimplemented, PermissionDenied) and leaves nothing half-done.
 Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request* out);
+
+// The header of a request DecodeRequest refused, as far as it parses (a
+// default header when it does not), for the ERROR reply to echo so that
+// the client can match it.
+MessageHeader EchoHeader(std::span<const Frame> frames);
 
 // An ERROR reply header for `status` to the request `request` (may be a
 // partially parsed or default header when the request was unreadable).

@@ -65,8 +65,8 @@ Status ShardAccess::Check(const Frame& first_frame, const MessageHeader& header)
   if (zap_ == nullptr) return Status::Ok();
   const std::string user_id = first_frame.Property("User-Id");
   auto identity = ParseUserId(user_id);
-  const bool admin_op = header.op == Op::kStats || header.op == Op::kCheckpoint ||
-                        header.op == Op::kShutdown || header.op == Op::kMembership;
+  // The operator's ops need the admin key.
+  const bool admin_op = Traits(header.op).op_class == OpClass::kControl;
   Status allowed = identity.ok() ? CheckSender(*identity, OpName(header.op), admin_op, header.worker)
                                  : PermissionDeniedError("a connection without a job identity (" +
                                                          identity.status().message() + ")");

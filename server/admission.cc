@@ -51,7 +51,7 @@ Admission::Verdict Admission::Check(const Frame& first_frame, const MessageHeade
   }
   // A client looking for the shard's primary (its connection to another
   // replica dropped): answered whether fenced or not.
-  if (req.op == Op::kPrimary) return Admit(Action::kAnswerPrimary);
+  if (Traits(req.op).op_class == OpClass::kProbe) return Admit(Action::kAnswerPrimary);
   if (fenced && req.worker != kControlWorker) return Fenced(req, now);
   if (req.op == Op::kHello) {
     if (Status agreed = CheckAgreement(req); !agreed.ok()) {

@@ -412,8 +412,8 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
   h.request_id = next_request_++;
   h.worker = kControlWorker;
   h.flags = flags;
-  h.count = backup;
-  h.first_row = static_cast<uint64_t>(epoch);
+  h.replica = backup;
+  h.epoch = epoch;
   h.shard = shard_;
   Frame frame = EncodeHeader(h);
   PS_RETURN_IF_ERROR(socket_->Send(std::span<Frame>(&frame, 1)));
@@ -428,10 +428,16 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
       PS_ASSIGN_OR_RETURN(bool got, socket_->TryRecv(&reply));
       if (!got) break;
       if (reply.empty()) continue;
-      StatusOr<MessageHeader> r = DecodeHeader({reply[0].data(), reply[0].size()});
-      if (!r.ok() || r->request_id != h.request_id) continue;  // an older request's
-      if (r->op == Op::kError) return StatusFromErrorHeader(*r);
-      return Status::Ok();
+      Reply r;
+      const Status checked = DecodeReply(
+          reply, shard_,
+          [&h, this](uint64_t id) -> std::optional<ReplyExpectation> {
+            if (id != h.request_id) return std::nullopt;  // an older request's
+            return ReplyExpectation{.request = Op::kMembership, .shard = shard_};
+          },
+          &r);
+      if (r.fault == ReplyFault::kUnreadable || r.fault == ReplyFault::kUnmatched) continue;
+      return checked;
     }
   }
   return DeadlineExceededError(name_ + ": its own server did not answer " + OpName(h.op) +

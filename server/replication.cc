@@ -93,7 +93,7 @@ Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header
   header.request_id = last_seq_;
   header.flags = static_cast<uint32_t>(kind);
   header.shard = shard_;
-  header.session = static_cast<uint64_t>(epoch_);
+  header.epoch = epoch_;
   std::vector<Frame> message;
   message.reserve(1 + frames.size());
   message.push_back(EncodeHeader(header));
@@ -183,7 +183,7 @@ void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
   header.request_id = ++last_seq_;
   header.flags = static_cast<uint32_t>(kind);
   header.shard = shard_;
-  header.session = static_cast<uint64_t>(epoch_);
+  header.epoch = epoch_;
   for (Backup& b : backups_) {
     message_.clear();
     message_.push_back(EncodeHeader(header));
@@ -235,8 +235,8 @@ void ReplicationLog::Late(uint32_t worker, int64_t clock, uint64_t session,
   MessageHeader h;
   h.worker = worker;
   h.clock = clock;
-  // Send() numbers the entry in request_id and puts the epoch in session.
-  h.first_row = session;
+  // Send() numbers the entry in request_id: the push's id goes in count.
+  h.session = session;
   h.count = request_id;
   Send(ReplicaEntry::kLate, h, {});
 }
@@ -279,12 +279,20 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
     PS_ASSIGN_OR_RETURN(bool got, b.socket->TryRecv(&acks_));
     if (!got) return Status::Ok();
     if (acks_.empty()) continue;
-    StatusOr<MessageHeader> h = DecodeHeader({acks_[0].data(), acks_[0].size()});
-    if (!h.ok()) {
-      PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, h.status().ToString());
+    Reply reply;
+    const Status checked = DecodeReply(
+        acks_, shard_,
+        [this](uint64_t id) -> std::optional<ReplyExpectation> {
+          if (id > last_seq_) return std::nullopt;
+          return ReplyExpectation{.request = Op::kReplicate, .shard = shard_};
+        },
+        &reply);
+    if (reply.fault == ReplyFault::kUnreadable) {
+      PS_LOG_WARN("shard {}: unreadable reply from {}: {}", shard_, b.name, checked.ToString());
       continue;
     }
-    if (h->op == Op::kError && b.copying) {
+    const MessageHeader* h = &reply.header;
+    if (reply.fault == ReplyFault::kRejected && b.copying) {
       // A backup that never held a whole copy: the shard goes on without
       // it (the authority may start it again).
       PS_LOG_ERROR("shard {}: {} refused its copy ({}); replicating without it", shard_, b.name,
@@ -295,13 +303,13 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       for (Backup& x : backups_) sockets_.push_back(x.socket.get());
       return Status::Ok();
     }
-    if (h->op == Op::kError) {
+    if (reply.fault == ReplyFault::kRejected) {
       return DataLossError("shard " + std::to_string(shard_) + ": " + b.name +
                            " refused replication entry " + std::to_string(h->request_id) + ": " +
                            StatusFromErrorHeader(*h).message() +
                            "; its copy is no longer this primary's");
     }
-    if (h->op != Op::kReplicateOk || h->request_id > last_seq_) {
+    if (reply.fault != ReplyFault::kNone) {
       PS_LOG_WARN("shard {}: unexpected {} {} from {}", shard_, OpName(h->op), h->request_id,
                   b.name);
       continue;
@@ -429,6 +437,7 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   }
   PS_ASSIGN_OR_RETURN(b->endpoint_, b->socket_->LastEndpoint());
   b->rules_ = b->store_->Rules(job, shard);
+  b->rules_.replication = true;  // its primary's entries
   return b;
 }
 
@@ -463,22 +472,25 @@ void BackupServer::Reply(Frame& routing_id, const MessageHeader& header) {
 
 void BackupServer::Handle(std::vector<Frame>& frames) {
   if (frames.size() < 2) return;
-  StatusOr<MessageHeader> header = DecodeHeader({frames[1].data(), frames[1].size()});
-  if (header.ok() && header->op == Op::kReplicate) {
-    HandleEntry(*header, frames);
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  Status s = DecodeRequest(body, rules_, &request_);
+  if (s.ok() && request_.header.op == Op::kReplicate) {
+    // Kept aside: applying a push entry decodes the push into request_.
+    const MessageHeader entry = std::move(request_.header);
+    HandleEntry(entry, frames);
     return;
   }
-  HandleRequest(header, frames);
+  HandleRequest(std::move(s), frames);
 }
 
 bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id) {
-  if (static_cast<int64_t>(entry.session) < epoch_) {
+  if (entry.epoch < epoch_) {
     // From a primary of an older membership than one this replica
     // followed: the authority has replaced it since.
     ++refused_;
     const Status fenced = FailedPreconditionError(
         name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
-        std::to_string(entry.session) + ": its primary was fenced out by epoch " +
+        std::to_string(entry.epoch) + ": its primary was fenced out by epoch " +
         std::to_string(epoch_) + " and may acknowledge nothing more");
     PS_LOG_WARN("{}", fenced.message());
     Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
@@ -508,7 +520,7 @@ bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routi
     ++refused_;
     const Status early = DataLossError(
         name_ + " is still taking the primary's copy and got entry " +
-        std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.session) +
+        std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
         " before its end");
     PS_LOG_WARN("{}", early.message());
     Reply(routing_id, MakeErrorHeader(entry, shard_, early));
@@ -553,7 +565,7 @@ void BackupServer::HandleEntry(const MessageHeader& entry, std::vector<Frame>& f
   MessageHeader reply;
   reply.shard = shard_;
   reply.request_id = entry.request_id;
-  epoch_ = std::max(epoch_, static_cast<int64_t>(entry.session));
+  epoch_ = std::max(epoch_, entry.epoch);
   if (entry.request_id <= applied_) {
     // Sent again: applied once already.
     reply.op = Op::kReplicateOk;
@@ -595,11 +607,9 @@ void BackupServer::HandleEntry(const MessageHeader& entry, std::vector<Frame>& f
   if (!acked) ack();
 }
 
-void BackupServer::HandleRequest(const StatusOr<MessageHeader>& header,
-                                 std::vector<Frame>& frames) {
+void BackupServer::HandleRequest(Status s, std::vector<Frame>& frames) {
   Frame& routing_id = frames[0];
   std::span<Frame> body(frames.data() + 1, frames.size() - 1);
-  Status s = DecodeRequest(body, rules_, &request_);
   if (s.ok()) {
     const MessageHeader& req = request_.header;
     MessageHeader reply;
@@ -640,7 +650,7 @@ void BackupServer::HandleRequest(const StatusOr<MessageHeader>& header,
       // The authority's word: the primary is gone and this copy takes
       // over (ps_server builds the primary from it when Run() returns).
       // Entries the primary sent after it are not taken any more.
-      promoted_epoch_ = static_cast<int64_t>(req.first_row);
+      promoted_epoch_ = req.epoch;
       epoch_ = std::max(epoch_, promoted_epoch_);
       PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
                   promoted_epoch_, applied_, clocks_.min_clock());
@@ -656,9 +666,7 @@ void BackupServer::HandleRequest(const StatusOr<MessageHeader>& header,
     Reply(routing_id, error);
     return;
   }
-  MessageHeader partial;
-  if (header.ok()) partial = *header;
-  Reply(routing_id, MakeErrorHeader(partial, shard_, s));
+  Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
 }
 
 Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
@@ -755,7 +763,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       PS_RETURN_IF_ERROR(check_worker());
       PS_RETURN_IF_ERROR(check_clock());
       ack();
-      recent_pushes_.Insert(entry.worker, entry.first_row, entry.count);
+      recent_pushes_.Insert(entry.worker, entry.session, entry.count);
       clocks_.Admit(entry.worker, entry.clock);
       return Status::Ok();
     case ReplicaEntry::kExclude:

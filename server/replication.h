@@ -144,7 +144,7 @@ enum class ReplicaEntry : uint32_t {
   // touched bytes (ShardStore::CopySums).
   kAggregate = 13,
   // A push found late (consistency.backup_workers): worker, clock, and
-  // the push's session in first_row and request id in count; no frames.
+  // the push's session in session and its request id in count; no frames.
   // Dropped, its id recorded.
   kLate = 14,
   // To one backup that joined, once it acknowledged every entry the
@@ -348,10 +348,10 @@ class BackupServer {
   bool AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id);
   // A kCopy* entry: applied, and its end acknowledged.
   void TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames);
-  // A request of a client or the authority (`header`: the decoded header
-  // frame, or why it did not decode): STATS, PRIMARY, SHUTDOWN and
-  // MEMBERSHIP are answered; anything else is refused as not primary.
-  void HandleRequest(const StatusOr<MessageHeader>& header, std::vector<Frame>& frames);
+  // A request of a client or the authority, decoded into request_ (`s`:
+  // OK, or why it did not decode): STATS, PRIMARY, SHUTDOWN and MEMBERSHIP
+  // are answered; anything else is refused as not primary.
+  void HandleRequest(Status s, std::vector<Frame>& frames);
   // Applies entry `entry` (its header) with the frames after it; calls
   // `ack` once the entry is checked and before a push's apply (else the
   // caller acknowledges after).

@@ -412,11 +412,8 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   Status s = DecodeRequest(body, rules_, &request_);
   if (!s.ok()) {
     ++counters_.errors;
-    // Echo whatever of the header could be read, so the client can match it.
-    MessageHeader partial;
-    if (auto h = DecodeHeader({body[0].data(), body[0].size()}); h.ok()) partial = std::move(*h);
     LogRequestRefusal(body[0], "rejected", s.ToString());
-    Reply(routing_id, MakeErrorHeader(partial, shard_, s));
+    Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
     return Op::kUnknown;
   }
   const MessageHeader& req = request_.header;
@@ -459,10 +456,7 @@ void ShardServer::Refuse(Frame& routing_id, const Frame& first_frame, const Mess
 
 void ShardServer::DispatchHeldForBackups(std::vector<Frame>& frames, Op op) {
   // With backups, what changed state is answered once they have it.
-  if (replication_->active() &&
-      (op == Op::kPush || op == Op::kClock || op == Op::kHeartbeat || op == Op::kHello)) {
-    held_.BeginRequest();
-  }
+  if (replication_->active() && Traits(op).changes_state) held_.BeginRequest();
   Dispatch(frames);
   held_.EndRequest(replication_->last_seq());
 }
@@ -570,8 +564,8 @@ void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply
   // what it held back is answered as the others acknowledge) or joins
   // (send it a copy, then the log).
   const MessageHeader& req = request_.header;
-  const auto replica = static_cast<uint32_t>(req.count);
-  const auto epoch = static_cast<int64_t>(req.first_row);
+  const uint32_t replica = req.replica;
+  const int64_t epoch = req.epoch;
   Status changed =
       req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
       : req.flags == kMembershipAddBackup

@@ -470,7 +470,7 @@ class ShardServer {
     uint64_t errors = 0;
     Histogram seconds{Histogram::LatencyBounds()};
   };
-  std::array<OpMetrics, static_cast<size_t>(Op::kPrimary) + 1> op_metrics_;
+  std::array<OpMetrics, OpMetricsSlots()> op_metrics_;
   Histogram staleness_wait_seconds_{Histogram::LatencyBounds()};
   HotRows hot_rows_;  // sparse pushes' rows, counted while metrics are served
   MetricsEndpoint* metrics_endpoint_ = nullptr;

@@ -12,39 +12,33 @@
 namespace ps {
 namespace {
 
-// The request ops a worker or ps_ctl sends, by their label.
-constexpr std::pair<Op, const char*> kOpLabels[] = {
-    {Op::kUnknown, "invalid"},         {Op::kPush, "push"},
-    {Op::kPull, "pull"},               {Op::kClock, "clock"},
-    {Op::kHeartbeat, "heartbeat"},     {Op::kStats, "stats"},
-    {Op::kCheckpoint, "checkpoint"},   {Op::kShutdown, "shutdown"},
-    {Op::kHello, "hello"},             {Op::kMembership, "membership"},
-    {Op::kPrimary, "primary"},
-};
-
 // Requests by op: how many, how many were answered with ERROR, and the
 // time spent handling each (a pull's wait for slower workers is not in
-// it: see ps_server_staleness_wait_seconds).
+// it: see ps_server_staleness_wait_seconds). The ops and their labels are
+// the ops table's (common/ops.h).
 template <typename OpMetrics>
 void WriteRequests(const OpMetrics& ops, MetricsWriter& out) {
   out.Family("ps_server_requests_total", "counter",
              "Requests received, by op (invalid: could not be decoded)");
-  for (const auto& [op, label] : kOpLabels) {
-    out.Sample("ps_server_requests_total", {{"op", label}},
-               static_cast<double>(ops[static_cast<size_t>(op)].requests));
+  for (const OpTraits& op : kOps) {
+    if (op.metrics_label == nullptr) continue;
+    out.Sample("ps_server_requests_total", {{"op", op.metrics_label}},
+               static_cast<double>(ops[static_cast<size_t>(op.op)].requests));
   }
   out.Family("ps_server_request_errors_total", "counter",
              "Requests answered with ERROR, by op");
-  for (const auto& [op, label] : kOpLabels) {
-    out.Sample("ps_server_request_errors_total", {{"op", label}},
-               static_cast<double>(ops[static_cast<size_t>(op)].errors));
+  for (const OpTraits& op : kOps) {
+    if (op.metrics_label == nullptr) continue;
+    out.Sample("ps_server_request_errors_total", {{"op", op.metrics_label}},
+               static_cast<double>(ops[static_cast<size_t>(op.op)].errors));
   }
   out.Family("ps_server_request_duration_seconds", "histogram",
              "Time the shard spent handling a request, by op (waits for slower workers "
              "excluded)");
-  for (const auto& [op, label] : kOpLabels) {
-    ops[static_cast<size_t>(op)].seconds.Write(out, "ps_server_request_duration_seconds",
-                                               {{"op", label}});
+  for (const OpTraits& op : kOps) {
+    if (op.metrics_label == nullptr) continue;
+    ops[static_cast<size_t>(op.op)].seconds.Write(out, "ps_server_request_duration_seconds",
+                                                  {{"op", op.metrics_label}});
   }
 }
 

@@ -31,6 +31,9 @@ TEST(WireTest, HeaderRoundTripsEveryField) {
   h.text = "what went wrong";
   h.min_clock = 5;
   h.shard = 4;
+  h.session = 77;
+  h.epoch = 6;
+  h.replica = 2;
   Frame f = EncodeHeader(h);
   auto back = DecodeHeader({f.data(), f.size()});
   ASSERT_OK(back);
@@ -47,6 +50,9 @@ TEST(WireTest, HeaderRoundTripsEveryField) {
   EXPECT_EQ(back->text, h.text);
   EXPECT_EQ(back->min_clock, h.min_clock);
   EXPECT_EQ(back->shard, h.shard);
+  EXPECT_EQ(back->session, h.session);
+  EXPECT_EQ(back->epoch, h.epoch);
+  EXPECT_EQ(back->replica, h.replica);
   EXPECT_EQ(StatusFromErrorHeader(*back).code(), StatusCode::kOutOfRange);
 }
 

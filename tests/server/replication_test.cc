@@ -440,12 +440,12 @@ TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
   // Entry 2 of epoch 5 (a membership change), then entry 3 of epoch 4: a
   // primary fenced out by epoch 5 is refused, and says so.
   entry.request_id = 2;
-  entry.session = 5;
+  entry.epoch = 5;
   entry.clock = 4;
   reply = exchange(entry);
   EXPECT_EQ(reply.op, Op::kReplicateOk);
   entry.request_id = 3;
-  entry.session = 4;
+  entry.epoch = 4;
   entry.clock = 5;
   reply = exchange(entry);
   EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
@@ -553,7 +553,7 @@ TEST(ReplicationTest, AJoiningBackupIsPromotedOnlyOnceItHoldsEveryAcknowledgedEn
   promote.op = Op::kMembership;
   promote.worker = kControlWorker;
   promote.flags = kMembershipPromote;
-  promote.first_row = 1;
+  promote.epoch = 1;
   MessageHeader reply = peer.Exchange(promote);
   EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
                      "still taking"));
