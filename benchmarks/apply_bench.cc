@@ -244,8 +244,9 @@ StatusOr<Row> RunCase(const Case& c, const Config& cfg) {
   std::vector<Applied> kernel_history;
   auto kernel = [&] {
     const auto t = static_cast<int64_t>(kernel_history.size()) + 1;
-    ApplyOptimizer(c.optimizer, w.data(), slot0.empty() ? nullptr : slot0.data(),
-                   slot1.empty() ? nullptr : slot1.data(), g.data(), n, c.optimizer.lr, t);
+    ApplyOptimizer(c.optimizer, w.data(),
+                   {slot0.empty() ? nullptr : slot0.data(), slot1.empty() ? nullptr : slot1.data()},
+                   g.data(), n, c.optimizer.lr, t);
     kernel_history.push_back({0, n, t});
   };
 

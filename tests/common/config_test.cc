@@ -1168,6 +1168,22 @@ TEST(ConfigTest, OptimizersAndSchedulesLoad) {
                               {"tables[0].optimizer.momentum: got 1.5", "[0, 1)"}));
 }
 
+TEST(ConfigTest, AParameterOfAnotherRuleIsRefusedWhenBuiltByHand) {
+  // The loader refuses such keys; options built in code are checked alike,
+  // so that no setting is silently ignored.
+  JobOptions job = *LoadJobString(JobYamlWithTable("name: w, rows: 4"), "mem");
+  job.tables[0].optimizer.kind = OptimizerKind::kAdam;
+  job.tables[0].optimizer.l1 = 0.5f;
+  EXPECT_TRUE(InvalidWith(job.Validate(),
+                          {"tables[0].optimizer.l1", "on type adam", "sgd, adagrad"}));
+  job.tables[0].optimizer.kind = OptimizerKind::kAdd;
+  job.tables[0].optimizer.l1 = 0.0f;
+  job.tables[0].optimizer.l2 = 0.5f;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].optimizer.l2", "on type add"}));
+  job.tables[0].optimizer.l2 = 0.0f;
+  EXPECT_OK(job.Validate());
+}
+
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_zero_timeout.yaml",
                               {"client.request_timeout_ms: got 0"}));
