@@ -49,10 +49,11 @@ extern const UpdateRule kSgdRule;
 extern const UpdateRule kAddRule;
 extern const UpdateRule kAdagradRule;
 extern const UpdateRule kAdamRule;
+extern const UpdateRule kFtrlRule;
 
 namespace {
 constexpr const UpdateRule* kUpdateRules[] = {
-    &kSgdRule, &kAddRule, &kAdagradRule, &kAdamRule,
+    &kSgdRule, &kAddRule, &kAdagradRule, &kAdamRule, &kFtrlRule,
 };
 }  // namespace
 

@@ -95,7 +95,7 @@ struct UpdateRule {
 };
 
 // Every update rule, in the order messages list them (sgd, add, adagrad,
-// adam).
+// adam, ftrl).
 std::span<const UpdateRule* const> UpdateRules();
 
 // Every rule's name, in the same order.
@@ -114,7 +114,7 @@ std::string_view OptimizerName(OptimizerKind kind);
 // One step of `optimizer` on w[0..n) for the pushed gradient g[0..n), at
 // learning rate `lr`. `slots` are the rule's state arrays (see
 // OptimizerSlots): sgd's momentum, adagrad's squared-gradient sums, adam's
-// first and second moments. `step` (>= 1) is adam's step
+// first and second moments, ftrl's z and n. `step` (>= 1) is adam's step
 // for bias correction. Does nothing for a kind the registry does not know.
 // REQUIRES: w, g and the slots do not overlap.
 void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, const OptimizerSlots& slots,

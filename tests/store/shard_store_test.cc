@@ -368,12 +368,13 @@ Request DensePush(uint64_t first, std::span<const float> g, uint32_t dim) {
 }
 
 TEST(ShardStoreNonFiniteTest, PushWithAResultThatIsNotFiniteIsRefusedWhole) {
-  // Momentum (a slot) and adagrad's sums (whose square overflows first).
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+  // Momentum (a slot), adagrad's sums and ftrl's n (whose square overflows
+  // first).
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kFtrl}) {
     // 5000 rows of dim 1: a dense push of them is updated in several
     // pieces, and the bad row lies in the last.
     const JobOptions job = OverflowJob(kind, 5000, 1, NonFiniteResultPolicy::kRefuse);
-    const uint32_t last = job.tables[0].optimizer.Slots() - 1;
+    const uint32_t last = job.tables[0].optimizer.Slots() - 1;  // ftrl: n
     auto store = ShardStore::Create(job, 0).value();
     std::vector<float> g(5000, 1.0f);
     ASSERT_OK(store->ApplyPush(DensePush(0, g, 1), 0));
