@@ -81,7 +81,8 @@ struct UpdateRule {
   // Its parameters besides type and the schedule, in the order a message
   // lists them. A parameter not listed must stay at its default.
   std::span<const OptimizerParameter> parameters;
-  // What each state array holds (checkpoints and messages name them so).
+  // What each state array holds, in the order the store, snapshots and
+  // checkpoints keep them (state array k is slot_names[k]).
   std::array<std::string_view, kMaxOptimizerSlots> slot_names;
   // Its number of state arrays under `optimizer` (<= kMaxOptimizerSlots).
   uint32_t (*slots)(const OptimizerOptions& optimizer);
