@@ -5,7 +5,8 @@
 // Workload: one table of --floats values (default 16M = 2^24 floats, 64 MiB;
 // dim 1, uniform init), one gradient of the same size with values in
 // [-1, 1]. Optimizers: sgd (lr 0.01), sgd with momentum 0.9 (lr 0.01),
-// adagrad (lr 0.01), adam (lr 0.001) and add. For each one, every
+// adagrad (lr 0.01), adam (lr 0.001), add and ftrl (alpha 0.1, beta 1,
+// l1 0.001). For each one, every
 // repetition runs these paths once each, in this order (ours and the
 // baselines alternate), all on this thread:
 //   axpy loop      y += a * x, a plain loop over two arrays of --floats
@@ -37,7 +38,8 @@
 //
 // Reported per optimizer: B/elem = bytes of memory each element touches
 // (sgd and add: read g, read and write w = 12, the same as axpy; momentum
-// and adagrad: + read and write one slot = 20; adam: two slots = 28).
+// and adagrad: + read and write one slot = 20; adam and ftrl: two slots =
+// 28).
 // GB/s = gradient bytes (4 x floats) per second, 10^9 bytes, median over the
 // --reps repetitions (default 7). "/ axpy" = median over repetitions of
 // (ours / the axpy loop of the same repetition). Memory GB/s = ApplyPush's
@@ -87,7 +89,7 @@ constexpr float kAxpyA = 0.01f;
 struct Config {
   uint64_t floats = uint64_t{1} << 24;
   int reps = 7;
-  std::vector<std::string> optimizers = {"sgd", "momentum", "adagrad", "adam", "add"};
+  std::vector<std::string> optimizers = {"sgd", "momentum", "adagrad", "adam", "add", "ftrl"};
   uint64_t part_floats = kStoreBlockFloats;  // client.push_part_bytes' default, 1 MiB
 };
 
@@ -117,6 +119,10 @@ std::vector<Case> Cases() {
   o = OptimizerOptions{};
   o.kind = OptimizerKind::kAdd;
   cases.push_back({"add", "add", o, 12});
+  o = OptimizerOptions{};
+  o.kind = OptimizerKind::kFtrl;
+  o.l1 = 0.001f;
+  cases.push_back({"ftrl", "ftrl, l1 0.001", o, 28});
   return cases;
 }
 
@@ -168,6 +174,16 @@ double Reference(const OptimizerOptions& o, double w0, double g, const std::vect
         const double mhat = s0 / (1 - std::pow(b1, static_cast<double>(t)));
         const double vhat = s1 / (1 - std::pow(b2, static_cast<double>(t)));
         w -= o.lr * mhat / (std::sqrt(vhat) + o.epsilon);
+        break;
+      }
+      case OptimizerKind::kFtrl: {
+        // McMahan et al. 2013, Algorithm 1: s0 = z, s1 = n.
+        const double sigma = (std::sqrt(s1 + g * g) - std::sqrt(s1)) / o.alpha;
+        s0 += g - sigma * w;
+        s1 += g * g;
+        w = std::fabs(s0) <= o.l1 ? 0.0
+                                  : -(s0 - std::copysign(double{o.l1}, s0)) /
+                                        ((o.beta + std::sqrt(s1)) / o.alpha + o.l2);
         break;
       }
     }
@@ -244,8 +260,9 @@ StatusOr<Row> RunCase(const Case& c, const Config& cfg) {
   std::vector<Applied> kernel_history;
   auto kernel = [&] {
     const auto t = static_cast<int64_t>(kernel_history.size()) + 1;
-    ApplyOptimizer(c.optimizer, w.data(), slot0.empty() ? nullptr : slot0.data(),
-                   slot1.empty() ? nullptr : slot1.data(), g.data(), n, c.optimizer.lr, t);
+    ApplyOptimizer(c.optimizer, w.data(),
+                   {slot0.empty() ? nullptr : slot0.data(), slot1.empty() ? nullptr : slot1.data()},
+                   g.data(), n, c.optimizer.lr, t);
     kernel_history.push_back({0, n, t});
   };
 
@@ -495,9 +512,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 31));
   app.add_option("--reps", cfg.reps, "Repetitions (GB/s: the median)")->check(CLI::Range(1, 1000));
   app.add_option("--optimizers", cfg.optimizers,
-                 "Optimizers to run (default all): sgd, momentum, adagrad, adam, add")
+                 "Optimizers to run (default all): sgd, momentum, adagrad, adam, add, ftrl")
       ->delimiter(',')
-      ->check(CLI::IsMember({"sgd", "momentum", "adagrad", "adam", "add"}));
+      ->check(CLI::IsMember({"sgd", "momentum", "adagrad", "adam", "add", "ftrl"}));
   app.add_option("--part-floats", cfg.part_floats,
                  "Floats per push in the parts column (default 262144: 1 MiB, the client's "
                  "default push_part_bytes)")

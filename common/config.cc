@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/text.h"
+#include "common/update_rule.h"
 #include "common/yaml_reader.h"
 #include "common/yaml_tree.h"
 
@@ -89,52 +90,57 @@ Status ParseInit(const YamlReader& r, const YamlValue& value, InitOptions* init)
   return Status::Ok();
 }
 
-// The keys an optimizer of type `kind` takes.
-std::vector<std::string_view> OptimizerKeys(OptimizerKind kind) {
-  std::vector<std::string_view> keys = {"type"};
-  if (kind != OptimizerKind::kAdd) {
-    keys.insert(keys.end(),
-                {"lr", "warmup_clocks", "decay", "decay_every", "decay_gamma", "decay_clocks"});
-  }
-  if (kind == OptimizerKind::kSgd) keys.push_back("momentum");
-  if (kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kAdam) keys.push_back("epsilon");
-  if (kind != OptimizerKind::kAdd) keys.push_back("l2");
-  if (kind == OptimizerKind::kSgd || kind == OptimizerKind::kAdagrad) keys.push_back("l1");
-  if (kind == OptimizerKind::kAdam) keys.insert(keys.end(), {"beta1", "beta2"});
-  return keys;
-}
-
-Status ParseOptimizer(const YamlReader& r, const YamlValue& value, OptimizerOptions* optimizer) {
+// The keys of the learning rate and its schedule, taken by the rules that
+// have one (UpdateRule::scheduled).
+std::vector<YamlField<OptimizerOptions>> ScheduleFields() {
   using O = OptimizerOptions;
-  const std::vector<YamlField<O>> fields = {
-      EnumField("type", &O::kind, kOptimizerKindNames),
+  return {
       FloatField("lr", &O::lr),
-      FloatField("momentum", &O::momentum),
-      FloatField("beta1", &O::beta1),
-      FloatField("beta2", &O::beta2),
-      FloatField("epsilon", &O::epsilon),
       UnsignedField("warmup_clocks", &O::warmup_clocks),
       EnumField("decay", &O::decay, kLrDecayNames),
       UnsignedField("decay_every", &O::decay_every),
       FloatField("decay_gamma", &O::decay_gamma),
       UnsignedField("decay_clocks", &O::decay_clocks),
-      FloatField("l1", &O::l1),
-      FloatField("l2", &O::l2),
   };
-  std::vector<std::string_view> keys;
+}
+
+// The optimizer section: its type first, which decides the other keys
+// (the registry's entry of that rule, common/update_rule.h).
+Status ParseOptimizer(const YamlReader& r, const YamlValue& value, OptimizerOptions* optimizer) {
+  using O = OptimizerOptions;
+  // The schedule's fields, then every rule's parameters (each key once).
+  std::vector<YamlField<O>> fields = ScheduleFields();
+  const size_t schedule_fields = fields.size();
+  std::vector<std::string_view> keys = {"type"};
   for (const YamlField<O>& field : fields) keys.push_back(field.key);
+  for (const UpdateRule* rule : UpdateRules()) {
+    for (const OptimizerParameter& p : rule->parameters) {
+      if (std::find(keys.begin(), keys.end(), p.key) != keys.end()) continue;
+      keys.push_back(p.key);
+      fields.push_back(FloatField(p.key, p.field));
+    }
+  }
+  const std::vector<std::string_view> names = OptimizerNames();
   PS_ASSIGN_OR_RETURN(
-      YamlMap map,
-      r.ReadMap(value, keys, "a map with type (sgd, add, adagrad, adam) and its parameters"));
+      YamlMap map, r.ReadMap(value, keys,
+                             "a map with type (" + JoinNames(names) + ") and its parameters"));
   *optimizer = OptimizerOptions();
-  // The type first: it decides which of the other keys are allowed.
-  if (const YamlValue* type = map.Find("type")) PS_RETURN_IF_ERROR(fields[0].read(r, *type, optimizer));
-  PS_RETURN_IF_ERROR(r.CheckKeysForType(map, "optimizer", NameOf(kOptimizerKindNames, optimizer->kind),
-                                        OptimizerKeys(optimizer->kind)));
-  for (size_t i = 1; i < fields.size(); ++i) {
-    const YamlValue* entry = map.Find(fields[i].key);
+  const UpdateRule* rule = FindRule(optimizer->kind);
+  if (const YamlValue* type = map.Find("type")) {
+    PS_ASSIGN_OR_RETURN(size_t index, r.ReadName(*type, names));
+    rule = UpdateRules()[index];
+    optimizer->kind = rule->kind;
+  }
+  std::vector<std::string_view> allowed = {"type"};
+  if (rule->scheduled) {
+    for (size_t i = 0; i < schedule_fields; ++i) allowed.push_back(fields[i].key);
+  }
+  for (const OptimizerParameter& p : rule->parameters) allowed.push_back(p.key);
+  PS_RETURN_IF_ERROR(r.CheckKeysForType(map, "optimizer", rule->name, allowed));
+  for (const YamlField<O>& field : fields) {
+    const YamlValue* entry = map.Find(field.key);
     if (entry == nullptr) continue;
-    PS_RETURN_IF_ERROR(fields[i].read(r, *entry, optimizer));
+    PS_RETURN_IF_ERROR(field.read(r, *entry, optimizer));
   }
   return Status::Ok();
 }

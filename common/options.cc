@@ -4,6 +4,8 @@
 #include "common/metrics.h"
 #include "common/rendezvous.h"
 #include "common/text.h"
+#include "common/update_rule.h"
+#include "common/yaml_reader.h"
 
 #include <algorithm>
 #include <cmath>
@@ -144,29 +146,59 @@ Status ValidateInit(const std::string& source, size_t index,
       "one of " + NameList(kInitKindNames));
 }
 
+// The names of the rules that take parameter `key` ("sgd, adagrad").
+std::string RulesTaking(std::string_view key) {
+  std::vector<std::string_view> names;
+  for (const UpdateRule* rule : UpdateRules()) {
+    for (const OptimizerParameter& p : rule->parameters) {
+      if (p.key == key) names.push_back(rule->name);
+    }
+  }
+  return JoinNames(names);
+}
+
+bool InRange(const OptimizerParameter& p, float v) {
+  if (!std::isfinite(v)) return false;
+  if (v < p.min || (p.min_excluded && v == p.min)) return false;
+  return v < p.max || (!p.max_excluded && v == p.max);
+}
+
 // `at` is the optimizer's YAML path: "optimizer" (the job-wide one) or
-// "tables[i].optimizer".
+// "tables[i].optimizer". The rule's own parameters are checked against
+// their ranges; a parameter of other rules must keep its default, so that
+// a setting is never silently ignored.
 Status ValidateOptimizer(const std::string& source, const std::string& at,
                          const OptimizerOptions& optimizer) {
   auto path = [&at](std::string_view field) { return at + "." + std::string(field); };
-  auto in01 = [](float v) { return v >= 0.0f && v < 1.0f; };
-  if (optimizer.kind != OptimizerKind::kAdd &&
-      (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f))) {
+  const UpdateRule* rule = FindRule(optimizer.kind);
+  if (rule == nullptr) {
+    return InvalidOption(source, path("type"),
+                         "unknown optimizer kind " +
+                             std::to_string(static_cast<int>(optimizer.kind)),
+                         "one of " + JoinNames(OptimizerNames()));
+  }
+  if (rule->scheduled && (!std::isfinite(optimizer.lr) || !(optimizer.lr > 0.0f))) {
     return InvalidOption(source, path("lr"), "got " + FloatText(optimizer.lr),
                    "a finite learning rate > 0");
   }
-  if (!in01(optimizer.momentum)) {
-    return InvalidOption(source, path("momentum"),
-                   "got " + FloatText(optimizer.momentum), "a momentum in [0, 1)");
+  for (const OptimizerParameter& p : rule->parameters) {
+    if (!InRange(p, optimizer.*p.field)) {
+      return InvalidOption(source, path(p.key), "got " + FloatText(optimizer.*p.field),
+                           std::string(p.want));
+    }
   }
-  if (!in01(optimizer.beta1) || !in01(optimizer.beta2)) {
-    return InvalidOption(source, path("beta1/beta2"),
-                   "got " + FloatText(optimizer.beta1) + ", " + FloatText(optimizer.beta2),
-                   "decay rates in [0, 1)");
-  }
-  if (!(optimizer.epsilon > 0.0f) || !std::isfinite(optimizer.epsilon)) {
-    return InvalidOption(source, path("epsilon"),
-                   "got " + FloatText(optimizer.epsilon), "a finite epsilon > 0");
+  const OptimizerOptions defaults;
+  for (const UpdateRule* other : UpdateRules()) {
+    for (const OptimizerParameter& p : other->parameters) {
+      const bool own = std::any_of(rule->parameters.begin(), rule->parameters.end(),
+                                   [&p](const OptimizerParameter& q) { return q.key == p.key; });
+      const float value = optimizer.*p.field;
+      if (own || value == defaults.*p.field) continue;
+      return InvalidOption(source, path(p.key),
+                           "got " + FloatText(value) + " on type " + std::string(rule->name),
+                           std::string(p.key) + " only with " + RulesTaking(p.key) +
+                               " (others keep its default " + FloatText(defaults.*p.field) + ")");
+    }
   }
   if (optimizer.decay == LrDecay::kStep &&
       (optimizer.decay_every < 1 || !(optimizer.decay_gamma > 0.0f && optimizer.decay_gamma <= 1.0f))) {
@@ -175,38 +207,12 @@ Status ValidateOptimizer(const std::string& source, const std::string& at,
                        FloatText(optimizer.decay_gamma),
                    "decay_every >= 1 and decay_gamma in (0, 1]");
   }
-  if (!(optimizer.l1 >= 0.0f) || !std::isfinite(optimizer.l1)) {
-    return InvalidOption(source, path("l1"), "got " + FloatText(optimizer.l1),
-                   "a finite L1 weight >= 0");
-  }
-  if (!(optimizer.l2 >= 0.0f) || !std::isfinite(optimizer.l2)) {
-    return InvalidOption(source, path("l2"), "got " + FloatText(optimizer.l2),
-                   "a finite L2 weight >= 0");
-  }
-  if (optimizer.kind == OptimizerKind::kAdd && (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f)) {
-    return InvalidOption(source, path("l1/l2"), "regularization on type add",
-                   "l1 and l2 only with sgd, adagrad or adam");
-  }
-  if (optimizer.kind == OptimizerKind::kAdam && optimizer.l1 > 0.0f) {
-    return InvalidOption(source, path("l1"), "l1 on type adam",
-                   "l1 only with sgd or adagrad (use l2 with adam)");
-  }
   if (optimizer.decay == LrDecay::kCosine && optimizer.decay_clocks < 1) {
     return InvalidOption(source, path("decay_clocks"),
                    "got " + std::to_string(optimizer.decay_clocks),
                    "decay_clocks >= 1 for cosine decay");
   }
-  switch (optimizer.kind) {
-    case OptimizerKind::kSgd:
-    case OptimizerKind::kAdd:
-    case OptimizerKind::kAdagrad:
-    case OptimizerKind::kAdam:
-      return Status::Ok();
-  }
-  return InvalidOption(source, path("type"),
-                 "unknown optimizer kind " +
-                     std::to_string(static_cast<int>(optimizer.kind)),
-                 "one of " + NameList(kOptimizerKindNames));
+  return Status::Ok();
 }
 
 Status ValidateTables(const std::string& source,
@@ -461,12 +467,27 @@ float OptimizerOptions::LearningRate(int64_t clock) const {
 }
 
 std::string OptimizerDescription(const OptimizerOptions& o) {
-  return fmt::format(
+  // The fields every description has carried, for every rule, so that the
+  // optimizer texts of checkpoints written so far still compare equal; a
+  // rule's other parameters follow as key=value.
+  constexpr std::string_view kAlwaysDescribed[] = {"momentum", "beta1", "beta2",
+                                                   "epsilon",  "l1",    "l2"};
+  std::string text = fmt::format(
       "{} lr={} momentum={} beta1={} beta2={} epsilon={} warmup_clocks={} decay={} "
       "decay_every={} decay_gamma={} decay_clocks={} l1={} l2={}",
-      NameOf(kOptimizerKindNames, o.kind), o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
+      OptimizerName(o.kind), o.lr, o.momentum, o.beta1, o.beta2, o.epsilon,
       o.warmup_clocks, NameOf(kLrDecayNames, o.decay), o.decay_every, o.decay_gamma,
       o.decay_clocks, o.l1, o.l2);
+  if (const UpdateRule* rule = FindRule(o.kind)) {
+    for (const OptimizerParameter& p : rule->parameters) {
+      if (std::find(std::begin(kAlwaysDescribed), std::end(kAlwaysDescribed), p.key) !=
+          std::end(kAlwaysDescribed)) {
+        continue;
+      }
+      text += fmt::format(" {}={}", p.key, o.*p.field);
+    }
+  }
+  return text;
 }
 
 int64_t EffectiveMaxResumeClocks(const JobOptions& job) {

@@ -85,19 +85,20 @@ struct InitOptions {
   uint64_t seed = 1;
 };
 
+// The update rules a table can use. Each has one entry in the registry of
+// common/update_rule.h (its name in job files, parameters, state arrays,
+// loop and bounds), made in a file of its own under common/update_rules/.
 enum class OptimizerKind {
   kSgd,      // v = momentum * v + g; value -= lr * v (plain sgd when momentum is 0)
   kAdd,      // value += pushed (accumulators, counters, exact-sum tests)
   kAdagrad,  // s += g^2; value -= lr * g / (sqrt(s) + epsilon)
   kAdam,     // Kingma & Ba, with bias correction at step t = minimum clock + 1
+  kFtrl,     // FTRL-Proximal (McMahan et al. 2013): value = w from state z and n
 };
 
-inline constexpr EnumName<OptimizerKind> kOptimizerKindNames[] = {
-    {"sgd", OptimizerKind::kSgd},
-    {"add", OptimizerKind::kAdd},
-    {"adagrad", OptimizerKind::kAdagrad},
-    {"adam", OptimizerKind::kAdam},
-};
+// Optimizer state arrays per value, at most, of any update rule: what the
+// store keeps beside each table's values and what a checkpoint holds.
+inline constexpr uint32_t kMaxOptimizerSlots = 2;
 
 enum class LrDecay { kNone, kStep, kCosine };
 
@@ -108,7 +109,10 @@ inline constexpr EnumName<LrDecay> kLrDecayNames[] = {
 };
 
 // A table's update rule, applied by the shard that owns each row. Its state
-// (momentum, squared-gradient sums, Adam moments) lives beside the values.
+// (momentum, squared-gradient sums, Adam moments, FTRL's z and n) lives
+// beside the values. Which fields a rule reads, and their allowed ranges,
+// are its registry entry's (common/update_rule.h); the others must keep
+// their defaults.
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
   // Learning rate (sgd, adagrad, adam); > 0 and finite. Default 0.01.
@@ -133,22 +137,21 @@ struct OptimizerOptions {
   // (lazily: rows no push touches are not decayed). l2: the gradient
   // becomes g + l2 * w (sgd, adagrad, adam). l1: after the step, w moves
   // toward 0 by l1 times the step's learning rate and stops at 0 (a
-  // proximal step; sgd and adagrad, where it yields exact zeros). >= 0,
-  // finite. Defaults 0.
+  // proximal step; sgd and adagrad, where it yields exact zeros). ftrl:
+  // lambda1 and lambda2 of its closed form (w is exactly 0 while
+  // |z| <= l1). >= 0, finite. Defaults 0.
   float l1 = 0.0f;
   float l2 = 0.0f;
+  // ftrl: the per-coordinate learning rate alpha / (beta + sqrt(n)).
+  // alpha > 0, beta >= 0, finite. Defaults 0.1 and 1 (McMahan et al.: "beta
+  // = 1 is usually good enough").
+  float alpha = 0.1f;
+  float beta = 1.0f;
 
-  // Arrays of state per value: 0 (plain sgd, add), 1 (momentum, adagrad),
-  // 2 (adam).
-  uint32_t Slots() const {
-    switch (kind) {
-      case OptimizerKind::kSgd: return momentum > 0.0f ? 1 : 0;
-      case OptimizerKind::kAdd: return 0;
-      case OptimizerKind::kAdagrad: return 1;
-      case OptimizerKind::kAdam: return 2;
-    }
-    return 0;
-  }
+  // Arrays of state per value, at most kMaxOptimizerSlots: 0 (plain sgd,
+  // add), 1 (momentum, adagrad), 2 (adam, ftrl). 0 for a kind the registry
+  // does not know.
+  uint32_t Slots() const;
   // The learning rate at minimum clock `clock` under the schedule.
   float LearningRate(int64_t clock) const;
   // True when a worker can reproduce the shard's update of its own push

@@ -1,8 +1,8 @@
 #include "common/update_rule.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -43,141 +43,68 @@ FlushSubnormals::~FlushSubnormals() {
   if (changed_) WriteFloatMode(saved_);
 }
 
+// The registry: one row per rule, each defined in its own file under
+// common/update_rules/, in the order messages list them.
+extern const UpdateRule kSgdRule;
+extern const UpdateRule kAddRule;
+extern const UpdateRule kAdagradRule;
+extern const UpdateRule kAdamRule;
+extern const UpdateRule kFtrlRule;
+
 namespace {
-
-// Plain loops so the compiler vectorizes them, built for AVX2 and baseline
-// x86-64 (the loader picks); the arrays never alias.
-[[gnu::target_clones("avx2", "default")]] void SgdRun(float* __restrict w,
-                                                      const float* __restrict g, size_t n,
-                                                      float lr) {
-  for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-}
-
-[[gnu::target_clones("avx2", "default")]] void AddRun(float* __restrict w,
-                                                      const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) w[i] += g[i];
-}
-
-[[gnu::target_clones("avx2", "default")]] void MomentumRun(float* __restrict w,
-                                                           float* __restrict v,
-                                                           const float* __restrict g, size_t n,
-                                                           float lr, float momentum) {
-  for (size_t i = 0; i < n; ++i) {
-    v[i] = momentum * v[i] + g[i];
-    w[i] -= lr * v[i];
-  }
-}
-
-[[gnu::target_clones("avx2", "default")]] void AdagradRun(float* __restrict w,
-                                                          float* __restrict s,
-                                                          const float* __restrict g, size_t n,
-                                                          float lr, float epsilon) {
-  for (size_t i = 0; i < n; ++i) {
-    s[i] += g[i] * g[i];
-    w[i] -= lr * g[i] / (std::sqrt(s[i]) + epsilon);
-  }
-}
-
-[[gnu::target_clones("avx2", "default")]] void AdamRun(float* __restrict w, float* __restrict m,
-                                                       float* __restrict v,
-                                                       const float* __restrict g, size_t n,
-                                                       float step_size, float beta1, float beta2,
-                                                       float epsilon_hat) {
-  for (size_t i = 0; i < n; ++i) {
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-    w[i] -= step_size * m[i] / (std::sqrt(v[i]) + epsilon_hat);
-  }
-}
-
-// The regularized rules (optimizer.l1 / l2 > 0): the gradient becomes
-// g + l2 * w, and after the step an L1 proximal step moves w toward 0 by l1
-// times the coordinate's step size, stopping at 0. Kept apart from the
-// plain loops above so those stay as lean as y += a * x.
-inline float ShrinkTowardZero(float w, float t) {
-  return w > t ? w - t : (w < -t ? w + t : 0.0f);
-}
-
-[[gnu::target_clones("avx2", "default")]] void SgdRegularizedRun(
-    float* __restrict w, float* __restrict v, const float* __restrict g, size_t n, float lr,
-    float momentum, float l1, float l2) {
-  for (size_t i = 0; i < n; ++i) {
-    float step = g[i] + l2 * w[i];
-    if (v != nullptr) {
-      v[i] = momentum * v[i] + step;
-      step = v[i];
-    }
-    w[i] = ShrinkTowardZero(w[i] - lr * step, lr * l1);
-  }
-}
-
-[[gnu::target_clones("avx2", "default")]] void AdagradRegularizedRun(
-    float* __restrict w, float* __restrict s, const float* __restrict g, size_t n, float lr,
-    float epsilon, float l1, float l2) {
-  for (size_t i = 0; i < n; ++i) {
-    const float grad = g[i] + l2 * w[i];
-    s[i] += grad * grad;
-    const float rate = lr / (std::sqrt(s[i]) + epsilon);
-    w[i] = ShrinkTowardZero(w[i] - rate * grad, rate * l1);
-  }
-}
-
-[[gnu::target_clones("avx2", "default")]] void AdamL2Run(float* __restrict w, float* __restrict m,
-                                                         float* __restrict v,
-                                                         const float* __restrict g, size_t n,
-                                                         float step_size, float beta1, float beta2,
-                                                         float epsilon_hat, float l2) {
-  for (size_t i = 0; i < n; ++i) {
-    const float grad = g[i] + l2 * w[i];
-    m[i] = beta1 * m[i] + (1.0f - beta1) * grad;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-    w[i] -= step_size * m[i] / (std::sqrt(v[i]) + epsilon_hat);
-  }
-}
-
+constexpr const UpdateRule* kUpdateRules[] = {
+    &kSgdRule, &kAddRule, &kAdagradRule, &kAdamRule, &kFtrlRule,
+};
 }  // namespace
 
-void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, float* slot1,
-                    const float* g, size_t n, float lr, int64_t step) {
-  FlushSubnormals flush;
-  switch (optimizer.kind) {
-    case OptimizerKind::kAdd:
-      AddRun(w, g, n);
-      return;
-    case OptimizerKind::kSgd:
-      if (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f) {
-        SgdRegularizedRun(w, optimizer.momentum > 0.0f ? slot0 : nullptr, g, n, lr,
-                          optimizer.momentum, optimizer.l1, optimizer.l2);
-      } else if (optimizer.momentum > 0.0f) {
-        MomentumRun(w, slot0, g, n, lr, optimizer.momentum);
-      } else {
-        SgdRun(w, g, n, lr);
-      }
-      return;
-    case OptimizerKind::kAdagrad:
-      if (optimizer.l1 > 0.0f || optimizer.l2 > 0.0f) {
-        AdagradRegularizedRun(w, slot0, g, n, lr, optimizer.epsilon, optimizer.l1, optimizer.l2);
-        return;
-      }
-      AdagradRun(w, slot0, g, n, lr, optimizer.epsilon);
-      return;
-    case OptimizerKind::kAdam: {
-      // Bias correction folded into the step size (Kingma & Ba, section 2):
-      // lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), epsilon scaled alike.
-      const double t = static_cast<double>(step < 1 ? 1 : step);
-      const double c1 = 1.0 - std::pow(static_cast<double>(optimizer.beta1), t);
-      const double c2 = std::sqrt(1.0 - std::pow(static_cast<double>(optimizer.beta2), t));
-      const auto step_size = static_cast<float>(lr * c2 / c1);
-      const auto epsilon_hat = static_cast<float>(optimizer.epsilon * c2);
-      if (optimizer.l2 > 0.0f) {
-        AdamL2Run(w, slot0, slot1, g, n, step_size, optimizer.beta1, optimizer.beta2,
-                  epsilon_hat, optimizer.l2);
-        return;
-      }
-      AdamRun(w, slot0, slot1, g, n, step_size, optimizer.beta1, optimizer.beta2, epsilon_hat);
-      return;
-    }
+std::span<const UpdateRule* const> UpdateRules() { return kUpdateRules; }
+
+std::vector<std::string_view> OptimizerNames() {
+  std::vector<std::string_view> names;
+  for (const UpdateRule* rule : kUpdateRules) names.push_back(rule->name);
+  return names;
+}
+
+const UpdateRule* FindRule(OptimizerKind kind) {
+  // The rows are in the enum's order; the loop finds a rule all the same.
+  const auto index = static_cast<size_t>(kind);
+  if (index < std::size(kUpdateRules) && kUpdateRules[index]->kind == kind) {
+    return kUpdateRules[index];
   }
+  for (const UpdateRule* rule : kUpdateRules) {
+    if (rule->kind == kind) return rule;
+  }
+  return nullptr;
+}
+
+const UpdateRule* FindRule(std::string_view name) {
+  for (const UpdateRule* rule : kUpdateRules) {
+    if (rule->name == name) return rule;
+  }
+  return nullptr;
+}
+
+std::string_view OptimizerName(OptimizerKind kind) {
+  const UpdateRule* rule = FindRule(kind);
+  return rule != nullptr ? rule->name : "unknown";
+}
+
+uint32_t OptimizerOptions::Slots() const {
+  const UpdateRule* rule = FindRule(kind);
+  return rule != nullptr ? rule->slots(*this) : 0;
+}
+
+void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, const OptimizerSlots& slots,
+                    const float* g, size_t n, float lr, int64_t step) {
+  const UpdateRule* rule = FindRule(optimizer.kind);
+  if (rule == nullptr) return;
+  ApplyRule(*rule, optimizer, w, slots, g, n, lr, step);
+}
+
+void ApplyRule(const UpdateRule& rule, const OptimizerOptions& optimizer, float* w,
+               const OptimizerSlots& slots, const float* g, size_t n, float lr, int64_t step) {
+  FlushSubnormals flush;
+  rule.apply(optimizer, w, slots, g, n, lr, step);
 }
 
 // An integer max over the bit patterns without sign (non-negative floats
@@ -198,52 +125,19 @@ void ApplyOptimizer(const OptimizerOptions& optimizer, float* w, float* slot0, f
 
 bool AllFinite(const float* v, size_t n) { return MaxAbsBits(v, n) < kNonFiniteBits; }
 
-void StepBounds(const OptimizerOptions& o, const double before[3], double max_grad, float lr,
-                int64_t step, double after[3]) {
-  // In double, where none of this can overflow before the caller's
-  // threshold; 1% on top of each bound covers float rounding.
-  constexpr double kRound = 1.01;
-  const double w = before[0];
-  const double g = max_grad + double{o.l2} * w;  // the gradient the rule sees
-  const double rate = std::max(0.0, double{lr});
-  after[1] = after[2] = 0;
-  switch (o.kind) {
-    case OptimizerKind::kAdd:
-      after[0] = (w + max_grad) * kRound;
-      return;
-    case OptimizerKind::kSgd:
-      if (o.momentum > 0.0f) {
-        after[1] = (double{o.momentum} * before[1] + g) * kRound;
-        after[0] = (w + rate * after[1]) * kRound;
-      } else {
-        after[0] = (w + rate * g) * kRound;
-      }
-      return;  // the L1 step only moves a value toward 0
-    case OptimizerKind::kAdagrad:
-      // s' >= g^2, so |g| / (sqrt(s') + epsilon) <= 1: a step moves a value
-      // by at most lr.
-      after[1] = (before[1] + g * g) * kRound;
-      after[0] = (w + 2.0 * rate) * kRound;
-      return;
-    case OptimizerKind::kAdam: {
-      // m' and v' are convex combinations of what they were and g (g^2).
-      after[1] = std::max(before[1], g) * kRound;
-      after[2] = std::max(before[2], g * g) * kRound;
-      const double t = static_cast<double>(step < 1 ? 1 : step);
-      const double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), t);
-      const double c2 = std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), t));
-      // |m'| / (sqrt(v') + epsilon_hat) <= |m'| / epsilon_hat: loose, finite.
-      const double step_size = rate * c2 / c1;
-      const double epsilon_hat = double{o.epsilon} * c2;
-      after[0] = (w + step_size * after[1] / epsilon_hat) * kRound;
-      return;
-    }
+void StepBounds(const OptimizerOptions& optimizer, const StateBounds& before, double max_grad,
+                float lr, int64_t step, StateBounds& after) {
+  const UpdateRule* rule = FindRule(optimizer.kind);
+  if (rule == nullptr) {
+    for (double& bound : after) bound = HUGE_VAL;
+    return;
   }
-  after[0] = after[1] = after[2] = HUGE_VAL;
+  for (double& bound : after) bound = 0;
+  rule->bounds(optimizer, before, max_grad, lr, step, after);
 }
 
 void ApplyUpdate(const OptimizerOptions& optimizer, float* w, const float* g, size_t n) {
-  ApplyOptimizer(optimizer, w, nullptr, nullptr, g, n, optimizer.lr, 1);
+  ApplyOptimizer(optimizer, w, {}, g, n, optimizer.lr, 1);
 }
 
 }  // namespace ps

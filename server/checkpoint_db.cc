@@ -226,7 +226,7 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
     const uint64_t per_run = RowsPerRun(t.dim);
-    rocksdb::Slice parts[1 + kMaxSlots];
+    rocksdb::Slice parts[1 + kMaxOptimizerSlots];
     const int nparts = static_cast<int>(1 + t.slots.size());
     const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
       return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),

@@ -147,7 +147,7 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
       return corrupt("table '" + t.name + "' owns rows [" + std::to_string(t.owned.begin) + ", " +
                      std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
     }
-    if (slots > kMaxSlots) {
+    if (slots > kMaxOptimizerSlots) {
       return corrupt("table '" + t.name + "' has " + std::to_string(slots) + " optimizer slots");
     }
     t.slots.resize(slots);
@@ -194,7 +194,7 @@ uint64_t RunCount(const ShardSnapshot& s) {
 
 std::optional<size_t> TableElements(const TableSnapshot& t) {
   const Uint128 n = Uint128{t.owned.size()} * t.dim;
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxSlots + 1)) {
+  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxOptimizerSlots + 1)) {
     return std::nullopt;
   }
   return static_cast<size_t>(n);
@@ -236,9 +236,9 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
                                   " values for " + std::to_string(t.owned.size()) +
                                   " rows of dim " + std::to_string(t.dim));
     }
-    if (t.slots.size() > kMaxSlots) {
+    if (t.slots.size() > kMaxOptimizerSlots) {
       return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
-                                  " optimizer slots (at most " + std::to_string(kMaxSlots) + ")");
+                                  " optimizer slots (at most " + std::to_string(kMaxOptimizerSlots) + ")");
     }
     for (size_t k = 0; k < t.slots.size(); ++k) {
       if (t.slots[k].size() != *n) {

@@ -21,7 +21,8 @@
 //                    u64   owned.begin
 //                    u64   owned.end
 //                    str   optimizer (its text)
-//                    u32   slots (0, 1 or 2)
+//                    u32   slots (0..kMaxOptimizerSlots, the rule's state
+//                          arrays in its UpdateRule::slot_names order)
 //                Nothing may follow the last table.
 //
 //   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
@@ -60,6 +61,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/options.h"
 #include "common/status.h"
 #include "store/snapshot.h"
 
@@ -72,9 +74,6 @@ inline constexpr std::string_view kMetaKey = "meta";
 inline constexpr size_t kRowKeySize = 1 + 4 + 8;
 // Floats of values per run record (64 KiB): see RowsPerRun.
 inline constexpr uint64_t kRunFloats = 16384;
-// Optimizer slot arrays per table, at most.
-inline constexpr uint32_t kMaxSlots = 2;
-
 // The meta record of `s` (its layout; values and slots are not read, only
 // the number of slot arrays). REQUIRES: ValidateForWrite(s, ..).ok().
 std::string EncodeMeta(const ShardSnapshot& s);
@@ -85,7 +84,7 @@ std::string EncodeMeta(const ShardSnapshot& s);
 // DataLoss "<where>: the meta record is corrupt: <what>" when it does not
 // start with "PSCK", ends early (inside the shard fields or a table), lists
 // more tables than its bytes can hold, has a table whose owned rows do not
-// lie inside its rows or with more than kMaxSlots slots, or has bytes after
+// lie inside its rows or with more than kMaxOptimizerSlots slots, or has bytes after
 // the last table. FailedPrecondition naming both versions when its format
 // version is not kCheckpointFormatVersion. The sizes are not checked
 // against memory: see TableElements.
@@ -108,7 +107,7 @@ uint64_t RunCount(uint64_t rows, uint32_t dim);
 uint64_t RunCount(const ShardSnapshot& s);
 
 // owned.size() x dim of `t`, or nullopt when that many floats, times
-// 1 + kMaxSlots arrays, would not fit a size_t of bytes.
+// 1 + kMaxOptimizerSlots arrays, would not fit a size_t of bytes.
 std::optional<size_t> TableElements(const TableSnapshot& t);
 // Bytes of row data the run records of `layout` (from DecodeMeta) hold in
 // all: values and slots of every owned row. DataLoss "<where>: the meta
@@ -118,7 +117,7 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
 
 // OK when `s` can be written: clock >= 0, shard < num_shards, owned rows
 // inside each table's rows, values and every slot of owned.size() x dim
-// floats, at most kMaxSlots slots, a table count and table names and
+// floats, at most kMaxOptimizerSlots slots, a table count and table names and
 // optimizer texts that fit a u32.
 // Otherwise InvalidArgument "<where>: ..." naming the table and what is
 // wrong.
@@ -136,7 +135,7 @@ struct RunRecord {
   size_t piece_bytes = 0;
   // The values, then each slot's piece, pointing into the record's value.
   const std::byte* values = nullptr;
-  const std::byte* slots[kMaxSlots] = {};
+  const std::byte* slots[kMaxOptimizerSlots] = {};
   size_t num_slots = 0;
 };
 

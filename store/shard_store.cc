@@ -65,6 +65,12 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
     Table table;
     table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard), t.wire};
     table.optimizer = t.optimizer;
+    table.rule = FindRule(t.optimizer.kind);
+    if (table.rule == nullptr) {
+      return InvalidArgumentError("table '" + t.name + "': unknown optimizer kind " +
+                                  std::to_string(static_cast<int>(t.optimizer.kind)));
+    }
+    table.slots = t.optimizer.Slots();
     table.rows_per_block = std::max<uint64_t>(1, kBlockFloats / t.dim);
     const uint64_t owned = table.layout.owned.size();
     try {
@@ -72,7 +78,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
         const uint64_t rows = std::min(table.rows_per_block, owned - first);
         auto block = std::make_shared<Block>();
         block->values.resize(rows * t.dim);
-        for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) block->slots[k].assign(rows * t.dim, 0.0f);
+        for (uint32_t k = 0; k < table.slots; ++k) block->slots[k].assign(rows * t.dim, 0.0f);
         if (initialize && t.init.kind != InitKind::kZeros) {
           for (uint64_t r = 0; r < rows; ++r) {
             for (uint32_t c = 0; c < t.dim; ++c) {
@@ -120,34 +126,33 @@ ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
 
 void ShardStore::Update(const Table& table, Block* block, size_t offset, const float* g, size_t n,
                         int64_t clock) {
-  const uint32_t slots = table.optimizer.Slots();
+  OptimizerSlots state = {};
+  for (uint32_t k = 0; k < table.slots; ++k) state[k] = block->slots[k].data() + offset;
   // Adam's step t is the job's step, clock + 1: the same for every part of
   // a push and for every worker's push of one clock, and known again from
   // the clock alone after a restart.
-  ApplyOptimizer(table.optimizer, block->values.data() + offset,
-                 slots > 0 ? block->slots[0].data() + offset : nullptr,
-                 slots > 1 ? block->slots[1].data() + offset : nullptr, g, n,
-                 table.optimizer.LearningRate(clock), clock + 1);
+  ApplyRule(*table.rule, table.optimizer, block->values.data() + offset, state, g, n,
+            table.optimizer.LearningRate(clock), clock + 1);
 }
 
 void ShardStore::Magnitudes(const Table& table, const Block& block, size_t offset, size_t n,
-                            uint32_t bits[3]) {
+                            StateBits& bits) {
+  std::fill(std::begin(bits), std::end(bits), 0u);
   bits[0] = MaxAbsBits(block.values.data() + offset, n);
-  bits[1] = bits[2] = 0;
-  for (uint32_t k = 0; k < table.optimizer.Slots(); ++k) {
+  for (uint32_t k = 0; k < table.slots; ++k) {
     bits[1 + k] = MaxAbsBits(block.slots[k].data() + offset, n);
   }
 }
 
-bool ShardStore::Finite(const Table& table, const uint32_t bits[3]) {
-  for (uint32_t k = 0; k <= table.optimizer.Slots(); ++k) {
+bool ShardStore::Finite(const Table& table, const StateBits& bits) {
+  for (uint32_t k = 0; k <= table.slots; ++k) {
     if (bits[k] >= kNonFiniteBits) return false;
   }
   return true;
 }
 
 bool ShardStore::Finite(const Table& table, const Block& block, size_t offset, size_t n) {
-  uint32_t bits[3];
+  StateBits bits;
   Magnitudes(table, block, offset, n, bits);
   return Finite(table, bits);
 }
@@ -161,9 +166,9 @@ double MagnitudeOf(uint32_t bits) {
 }
 }  // namespace
 
-void ShardStore::Widen(Table* t, const uint32_t bits[3]) {
+void ShardStore::Widen(Table* t, const StateBits& bits) {
   if (!t->bounded) return;
-  for (uint32_t k = 0; k <= t->optimizer.Slots(); ++k) {
+  for (uint32_t k = 0; k <= t->slots; ++k) {
     t->bound[k] = std::max(t->bound[k], MagnitudeOf(bits[k]));
   }
 }
@@ -171,16 +176,16 @@ void ShardStore::Widen(Table* t, const uint32_t bits[3]) {
 void ShardStore::MeasureBounds(Table* t) {
   t->bounded = true;
   t->measured = true;
-  t->bound[0] = t->bound[1] = t->bound[2] = 0;
+  std::fill(std::begin(t->bound), std::end(t->bound), 0.0);
   for (const auto& block : t->blocks) {
-    uint32_t bits[3];
+    StateBits bits;
     Magnitudes(*t, *block, 0, block->values.size(), bits);
     Widen(t, bits);
   }
 }
 
 void ShardStore::Save(const Table& table, Block* block, size_t offset, size_t n) {
-  const uint32_t slots = table.optimizer.Slots();
+  const uint32_t slots = table.slots;
   const size_t at = undo_used_;
   const size_t need = at + n * (1 + slots);
   if (need > undo_capacity_) {
@@ -201,7 +206,7 @@ void ShardStore::Save(const Table& table, Block* block, size_t offset, size_t n)
 }
 
 void ShardStore::PutBack(const Table& table) {
-  const uint32_t slots = table.optimizer.Slots();
+  const uint32_t slots = table.slots;
   for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
     const float* saved = undo_.get() + it->at;
     std::memcpy(it->block->values.data() + it->offset, saved, it->n * sizeof(float));
@@ -214,7 +219,7 @@ void ShardStore::PutBack(const Table& table) {
   undo_used_ = 0;
 }
 
-bool ShardStore::ProvenFinite(Table& t, const Request& request, int64_t clock, double after[3]) {
+bool ShardStore::ProvenFinite(Table& t, const Request& request, int64_t clock, StateBounds& after) {
   if (!request.header.dense()) return false;
   constexpr double kSafeMagnitude = 1e36;  // float's largest is 3.4e38
   const double max_grad =
@@ -223,7 +228,7 @@ bool ShardStore::ProvenFinite(Table& t, const Request& request, int64_t clock, d
                       : MaxAbsBits(request.values.data(), request.values.size()));
   auto safe = [&] {
     StepBounds(t.optimizer, t.bound, max_grad, t.optimizer.LearningRate(clock), clock + 1, after);
-    for (uint32_t k = 0; k <= t.optimizer.Slots(); ++k) {
+    for (uint32_t k = 0; k <= t.slots; ++k) {
       if (!(after[k] < kSafeMagnitude)) return false;
     }
     return true;
@@ -240,7 +245,7 @@ bool ShardStore::ProvenFinite(Table& t, const Request& request, int64_t clock, d
 
 bool ShardStore::PushProvenFinite(const Request& request, int64_t clock) {
   if (!refuse_non_finite_) return true;
-  double after[3];
+  StateBounds after;
   return ProvenFinite(tables_[request.header.table], request, clock, after);
 }
 
@@ -257,7 +262,7 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   // saving every row halves the apply rate). The bounds are of one step:
   // a dense push updates each row once, a sparse one may name a row many
   // times, so sparse pushes (a minibatch's rows, small) always save.
-  double after[3] = {0, 0, 0};
+  StateBounds after = {};
   const bool save = refuse && !ProvenFinite(t, request, clock, after);
   // Updates rows [row, row + rows) (global ids), which lie at `offset` of
   // `block`; false when a result is not finite, with *bad the first such row.
@@ -267,7 +272,7 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
     if (save) Save(t, block, offset, n);
     Update(t, block, offset, g, n, clock);
     if (refuse && !save) return true;  // the bounds rule out a result that is not finite
-    uint32_t bits[3];
+    StateBits bits;
     Magnitudes(t, *block, offset, n, bits);
     if (Finite(t, bits)) {
       Widen(&t, bits);
@@ -316,7 +321,7 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   }
   if (ok) {
     if (refuse && !save) {
-      for (uint32_t k = 0; k <= t.optimizer.Slots(); ++k) t.bound[k] = std::max(t.bound[k], after[k]);
+      for (uint32_t k = 0; k <= t.slots; ++k) t.bound[k] = std::max(t.bound[k], after[k]);
     }
     t.measured = false;
     return Status::Ok();
@@ -399,7 +404,7 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
 void ShardStore::ApplyChecked(Table& t, Block* block, const float* g, size_t n, int64_t clock) {
   const uint32_t dim = t.layout.dim;
   const size_t piece = std::max<size_t>(1, kCheckFloats / std::max<uint32_t>(1, dim)) * dim;
-  const uint32_t slots = t.optimizer.Slots();
+  const uint32_t slots = t.slots;
   for (size_t offset = 0; offset < n; offset += piece) {
     const size_t m = std::min(piece, n - offset);
     if (refuse_non_finite_) {
@@ -408,7 +413,7 @@ void ShardStore::ApplyChecked(Table& t, Block* block, const float* g, size_t n, 
       Save(t, block, offset, m);
     }
     Update(t, block, offset, g + offset, m, clock);
-    uint32_t bits[3];
+    StateBits bits;
     Magnitudes(t, *block, offset, m, bits);
     if (Finite(t, bits)) {
       Widen(&t, bits);
@@ -521,7 +526,7 @@ uint64_t ShardStore::Checksum(uint32_t table) const {
   const Table& t = tables_[table];
   for (const auto& b : t.blocks) {
     add(b->values);
-    for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) add(b->slots[k]);
+    for (uint32_t k = 0; k < t.slots; ++k) add(b->slots[k]);
   }
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
@@ -542,7 +547,7 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
     ts.dim = t.layout.dim;
     ts.owned = t.layout.owned;
     ts.optimizer = OptimizerDescription(t.optimizer);
-    ts.slots.resize(t.optimizer.Slots());
+    ts.slots.resize(t.slots);
     snapshot.tables.push_back(std::move(ts));
   }
   return snapshot;
@@ -625,7 +630,7 @@ Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>
     return Status::Ok();
   };
   PS_RETURN_IF_ERROR(share(b->values));
-  for (uint32_t k = 0; k < t.optimizer.Slots(); ++k) PS_RETURN_IF_ERROR(share(b->slots[k]));
+  for (uint32_t k = 0; k < t.slots; ++k) PS_RETURN_IF_ERROR(share(b->slots[k]));
   return Status::Ok();
 }
 

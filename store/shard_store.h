@@ -23,6 +23,7 @@
 
 #include "common/options.h"
 #include "common/status.h"
+#include "common/update_rule.h"
 #include "common/wire.h"
 #include "store/snapshot.h"
 
@@ -188,7 +189,7 @@ class ShardStore {
  private:
   struct Block {
     std::vector<float> values;  // rows_per_block x dim (the last block may be shorter)
-    std::vector<float> slots[2];  // optimizer state, like values (only Slots() of them)
+    std::vector<float> slots[kMaxOptimizerSlots];  // optimizer state, like values (Slots() of them)
     // Frames of ShareBlock still holding this block (the I/O thread
     // releases them): its optimizer state is copied, not moved, by a push.
     std::atomic<uint32_t> whole_holders{0};
@@ -202,6 +203,10 @@ class ShardStore {
   struct Table {
     TableLayout layout;
     OptimizerOptions optimizer;
+    // The optimizer's registry entry and its number of state arrays, looked
+    // up once: a push dispatches through these.
+    const UpdateRule* rule = nullptr;
+    uint32_t slots = 0;
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;
     uint64_t non_finite_rows = 0;
@@ -210,7 +215,7 @@ class ShardStore {
     // value of the table and bound[1 + k] of every element of state k.
     bool bounded = false;
     bool measured = false;  // the bounds were measured and no push came since
-    double bound[3] = {0, 0, 0};
+    StateBounds bound = {};
   };
   // A run of elements saved before a push updated them, to put back when
   // the push is refused (kRefuse): `at` indexes undo_, where the values
@@ -233,15 +238,15 @@ class ShardStore {
   // The largest magnitudes (MaxAbsBits) of elements [offset, offset + n)
   // of the block's values (bits[0]) and of each optimizer state array.
   static void Magnitudes(const Table& table, const Block& block, size_t offset, size_t n,
-                         uint32_t bits[3]);
+                         StateBits& bits);
   // True when the magnitudes of Magnitudes() are all finite.
-  static bool Finite(const Table& table, const uint32_t bits[3]);
+  static bool Finite(const Table& table, const StateBits& bits);
   static bool Finite(const Table& table, const Block& block, size_t offset, size_t n);
   // Raises the table's bounds to `bits` (when it keeps bounds).
-  static void Widen(Table* table, const uint32_t bits[3]);
+  static void Widen(Table* table, const StateBits& bits);
   // Whether the table's bounds prove a dense push's every result finite;
   // fills after[] with the bounds after it. Sparse pushes: false.
-  bool ProvenFinite(Table& table, const Request& request, int64_t clock, double after[3]);
+  bool ProvenFinite(Table& table, const Request& request, int64_t clock, StateBounds& after);
   // Measures the table's bounds: one pass over every value and state.
   static void MeasureBounds(Table* table);
   // Saves elements [offset, offset + n) of the block (values and slots) as

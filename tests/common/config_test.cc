@@ -1169,6 +1169,60 @@ TEST(ConfigTest, OptimizersAndSchedulesLoad) {
                               {"tables[0].optimizer.momentum: got 1.5", "[0, 1)"}));
 }
 
+TEST(ConfigTest, FtrlLoadsWithItsOwnKeys) {
+  auto job = LoadJobString(
+      JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl, alpha: 0.05, beta: 0.5, "
+                       "l1: 1, l2: 0.25 }"),
+      "mem");
+  ASSERT_OK(job);
+  const OptimizerOptions& o = job->tables[0].optimizer;
+  EXPECT_EQ(o.kind, OptimizerKind::kFtrl);
+  EXPECT_FLOAT_EQ(o.alpha, 0.05f);
+  EXPECT_FLOAT_EQ(o.beta, 0.5f);
+  EXPECT_FLOAT_EQ(o.l1, 1.0f);
+  EXPECT_FLOAT_EQ(o.l2, 0.25f);
+  EXPECT_EQ(o.Slots(), 2u);
+  // Defaults: alpha 0.1, beta 1.
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl }"), "mem");
+  ASSERT_OK(job);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.alpha, 0.1f);
+  EXPECT_FLOAT_EQ(job->tables[0].optimizer.beta, 1.0f);
+  // No learning rate or schedule: alpha and beta set the rates.
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl, lr: 0.1 }"),
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(),
+                          {"tables[0].optimizer.lr", "not used by optimizer type ftrl", "alpha"}));
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: sgd, alpha: 0.1 }"),
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(),
+                          {"tables[0].optimizer.alpha", "not used by optimizer type sgd"}));
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl, alpha: 0 }"),
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].optimizer.alpha: got 0", "> 0", "line 3"}));
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl, beta: -1 }"),
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].optimizer.beta: got -1", ">= 0"}));
+  job = LoadJobString(JobYamlWithTable("name: w, rows: 4, optimizer: { type: ftrl, l1: .nan }"),
+                      "mem");
+  EXPECT_TRUE(InvalidWith(job.status(), {"tables[0].optimizer.l1", "L1 weight"}));
+}
+
+TEST(ConfigTest, AParameterOfAnotherRuleIsRefusedWhenBuiltByHand) {
+  // The loader refuses such keys; options built in code are checked alike,
+  // so that no setting is silently ignored.
+  JobOptions job = *LoadJobString(JobYamlWithTable("name: w, rows: 4"), "mem");
+  job.tables[0].optimizer.kind = OptimizerKind::kAdam;
+  job.tables[0].optimizer.l1 = 0.5f;
+  EXPECT_TRUE(InvalidWith(job.Validate(),
+                          {"tables[0].optimizer.l1", "on type adam", "sgd, adagrad, ftrl"}));
+  job.tables[0].optimizer.kind = OptimizerKind::kAdd;
+  job.tables[0].optimizer.l1 = 0.0f;
+  job.tables[0].optimizer.l2 = 0.5f;
+  EXPECT_TRUE(InvalidWith(job.Validate(), {"tables[0].optimizer.l2", "on type add"}));
+  job.tables[0].optimizer.l2 = 0.0f;
+  EXPECT_OK(job.Validate());
+}
+
 TEST(ConfigTest, ZeroRequestTimeoutIsRejected) {
   EXPECT_TRUE(BadFileRejected("bad_zero_timeout.yaml",
                               {"client.request_timeout_ms: got 0"}));

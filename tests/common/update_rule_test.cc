@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string_view>
 #include <vector>
 
 namespace ps {
@@ -30,21 +32,54 @@ TEST(UpdateRuleTest, MaxAbsBitsOrdersMagnitudesAndSeesInfAndNan) {
   EXPECT_GE(MaxAbsBits(v.data(), v.size()), kNonFiniteBits);
 }
 
+// Each registry row is found by its kind and its name, stays within the
+// slot limit, names its state arrays and has defaults its ranges allow.
+TEST(UpdateRuleTest, RegistryRowsAreConsistent) {
+  ASSERT_FALSE(UpdateRules().empty());
+  const OptimizerOptions defaults;
+  for (const UpdateRule* rule : UpdateRules()) {
+    EXPECT_EQ(FindRule(rule->kind), rule) << rule->name;
+    EXPECT_EQ(FindRule(rule->name), rule) << rule->name;
+    EXPECT_EQ(OptimizerName(rule->kind), rule->name);
+    OptimizerOptions o;
+    o.kind = rule->kind;
+    o.momentum = 0.5f;  // the one parameter that changes a rule's slots
+    for (const OptimizerOptions& options : {o, OptimizerOptions{.kind = rule->kind}}) {
+      const uint32_t slots = options.Slots();
+      EXPECT_LE(slots, kMaxOptimizerSlots) << rule->name;
+      for (uint32_t k = 0; k < slots; ++k) EXPECT_FALSE(rule->slot_names[k].empty()) << rule->name;
+    }
+    for (const OptimizerParameter& p : rule->parameters) {
+      const float value = defaults.*p.field;
+      EXPECT_TRUE(value > p.min || (!p.min_excluded && value == p.min)) << rule->name << p.key;
+      EXPECT_TRUE(value < p.max || (!p.max_excluded && value == p.max)) << rule->name << p.key;
+    }
+  }
+  EXPECT_EQ(FindRule("rmsprop"), nullptr);
+  EXPECT_EQ(FindRule(static_cast<OptimizerKind>(99)), nullptr);
+  EXPECT_EQ(OptimizerOptions{.kind = static_cast<OptimizerKind>(99)}.Slots(), 0u);
+}
+
 // StepBounds is what lets a store apply a push in place under
 // on_non_finite_result: refuse: every result of every rule must lie within
 // the bounds it gives, at magnitudes from tiny to huge.
 TEST(UpdateRuleTest, StepBoundsHoldForEveryRule) {
   std::mt19937 rng(7);
   std::vector<OptimizerOptions> rules;
-  for (OptimizerKind kind : {OptimizerKind::kAdd, OptimizerKind::kSgd, OptimizerKind::kAdagrad,
-                             OptimizerKind::kAdam}) {
+  // Every rule of the registry, plain and with each parameter it takes that
+  // changes its loop.
+  for (const UpdateRule* rule : UpdateRules()) {
+    auto takes = [rule](std::string_view key) {
+      return std::any_of(rule->parameters.begin(), rule->parameters.end(),
+                         [key](const OptimizerParameter& p) { return p.key == key; });
+    };
     for (int variant = 0; variant < 3; ++variant) {
       OptimizerOptions o;
-      o.kind = kind;
-      if (variant == 1) o.momentum = 0.9f;
+      o.kind = rule->kind;
+      if (variant == 1 && takes("momentum")) o.momentum = 0.9f;
       if (variant == 2) {
-        o.l2 = 0.5f;
-        if (kind != OptimizerKind::kAdam) o.l1 = 0.01f;
+        if (takes("l2")) o.l2 = 0.5f;
+        if (takes("l1")) o.l1 = 0.01f;
       }
       rules.push_back(o);
     }
@@ -78,7 +113,7 @@ TEST(UpdateRuleTest, StepBoundsHoldForEveryRule) {
         before[1] = max_abs(a);
         before[2] = max_abs(b);
         StepBounds(o, before, max_abs(g), 0.1f, step, after);
-        ApplyOptimizer(o, w2.data(), a.data(), b.data(), g.data(), n, 0.1f, step);
+        ApplyOptimizer(o, w2.data(), {a.data(), b.data()}, g.data(), n, 0.1f, step);
         const std::string what = OptimizerDescription(o) + " scale " + std::to_string(scale) +
                                  " step " + std::to_string(step);
         EXPECT_LE(max_abs(w2), after[0]) << what;
@@ -99,10 +134,10 @@ TEST(UpdateRuleTest, SgdWithMomentumKeepsAVelocity) {
   o.momentum = 0.9f;
   float w[2] = {1.0f, -1.0f}, v[2] = {0, 0};
   const float g1[2] = {0.5f, 1.0f}, g2[2] = {0.5f, -2.0f};
-  ApplyOptimizer(o, w, v, nullptr, g1, 2, 0.1f, 1);
+  ApplyOptimizer(o, w, {v, nullptr}, g1, 2, 0.1f, 1);
   EXPECT_FLOAT_EQ(v[0], 0.5f);
   EXPECT_FLOAT_EQ(w[0], 1.0f - 0.05f);
-  ApplyOptimizer(o, w, v, nullptr, g2, 2, 0.1f, 2);
+  ApplyOptimizer(o, w, {v, nullptr}, g2, 2, 0.1f, 2);
   EXPECT_FLOAT_EQ(v[0], 0.9f * 0.5f + 0.5f);     // 0.95
   EXPECT_FLOAT_EQ(w[0], 0.95f - 0.1f * 0.95f);   // 0.855
   EXPECT_FLOAT_EQ(v[1], 0.9f * 1.0f - 2.0f);     // -1.1
@@ -115,10 +150,10 @@ TEST(UpdateRuleTest, AdagradDividesBySquaredGradientSums) {
   o.epsilon = 1e-8f;
   float w[1] = {0.0f}, s[1] = {0.0f};
   const float g1[1] = {3.0f}, g2[1] = {4.0f};
-  ApplyOptimizer(o, w, s, nullptr, g1, 1, 0.5f, 1);
+  ApplyOptimizer(o, w, {s, nullptr}, g1, 1, 0.5f, 1);
   EXPECT_FLOAT_EQ(s[0], 9.0f);
   EXPECT_NEAR(w[0], -0.5f * 3.0f / 3.0f, 1e-6f);
-  ApplyOptimizer(o, w, s, nullptr, g2, 1, 0.5f, 2);
+  ApplyOptimizer(o, w, {s, nullptr}, g2, 1, 0.5f, 2);
   EXPECT_FLOAT_EQ(s[0], 25.0f);
   EXPECT_NEAR(w[0], -0.5f - 0.5f * 4.0f / 5.0f, 1e-6f);
 }
@@ -134,7 +169,7 @@ TEST(UpdateRuleTest, AdamMatchesTheBiasCorrectedFormula) {
   const float grads[3] = {0.5f, -0.2f, 0.3f};
   for (int t = 1; t <= 3; ++t) {
     const double g = grads[t - 1];
-    ApplyOptimizer(o, w, m, v, &grads[t - 1], 1, 0.01f, t);
+    ApplyOptimizer(o, w, {m, v}, &grads[t - 1], 1, 0.01f, t);
     mr = 0.9 * mr + 0.1 * g;
     vr = 0.999 * vr + 0.001 * g * g;
     const double mhat = mr / (1 - std::pow(0.9, t)), vhat = vr / (1 - std::pow(0.999, t));
@@ -188,7 +223,7 @@ TEST(UpdateRuleTest, SgdL2AddsTheWeightToTheGradient) {
   o.l2 = 0.5f;
   float w[2] = {2.0f, -4.0f};
   const float g[2] = {1.0f, 0.0f};
-  ApplyOptimizer(o, w, nullptr, nullptr, g, 2, 0.1f, 1);
+  ApplyOptimizer(o, w, {nullptr, nullptr}, g, 2, 0.1f, 1);
   EXPECT_FLOAT_EQ(w[0], 2.0f - 0.1f * (1.0f + 0.5f * 2.0f));   // 1.8
   EXPECT_FLOAT_EQ(w[1], -4.0f - 0.1f * (0.0f + 0.5f * -4.0f)); // -3.8
 }
@@ -198,7 +233,7 @@ TEST(UpdateRuleTest, SgdL1ShrinksTowardZeroAndStopsThere) {
   o.l1 = 1.0f;
   float w[3] = {0.5f, 0.05f, -0.5f};
   const float g[3] = {0.0f, 0.0f, 1.0f};
-  ApplyOptimizer(o, w, nullptr, nullptr, g, 3, 0.1f, 1);
+  ApplyOptimizer(o, w, {nullptr, nullptr}, g, 3, 0.1f, 1);
   EXPECT_FLOAT_EQ(w[0], 0.4f);                 // 0.5 - 0.1 * 1
   EXPECT_EQ(w[1], 0.0f);                       // |0.05| < 0.1: exactly zero
   EXPECT_FLOAT_EQ(w[2], -0.6f + 0.1f);         // -0.5 - 0.1 * 1 = -0.6, then shrink by 0.1
@@ -206,7 +241,7 @@ TEST(UpdateRuleTest, SgdL1ShrinksTowardZeroAndStopsThere) {
   o.momentum = 0.5f;
   float wm[1] = {1.0f}, v[1] = {0.2f};
   const float gm[1] = {0.4f};
-  ApplyOptimizer(o, wm, v, nullptr, gm, 1, 0.1f, 1);
+  ApplyOptimizer(o, wm, {v, nullptr}, gm, 1, 0.1f, 1);
   EXPECT_FLOAT_EQ(v[0], 0.5f * 0.2f + 0.4f);   // 0.5
   EXPECT_FLOAT_EQ(wm[0], 1.0f - 0.05f - 0.1f); // step, then shrink by lr * l1
 }
@@ -218,7 +253,7 @@ TEST(UpdateRuleTest, AdagradL1UsesThePerCoordinateStep) {
   o.l2 = 0.25f;
   float w[1] = {2.0f}, s[1] = {0.0f};
   const float g[1] = {2.5f};
-  ApplyOptimizer(o, w, s, nullptr, g, 1, 1.0f, 1);
+  ApplyOptimizer(o, w, {s, nullptr}, g, 1, 1.0f, 1);
   // grad = 2.5 + 0.25 * 2 = 3; s = 9; rate = 1/3; w = 2 - 1 = 1; shrink by 0.5/3.
   EXPECT_FLOAT_EQ(s[0], 9.0f);
   EXPECT_NEAR(w[0], 1.0f - 0.5f / 3.0f, 1e-6f);
@@ -230,7 +265,7 @@ TEST(UpdateRuleTest, AdamL2RegularizesTheGradientItAverages) {
   o.l2 = 0.5f;
   float w[1] = {2.0f}, m[1] = {0}, v[1] = {0};
   const float g[1] = {0.0f};
-  ApplyOptimizer(o, w, m, v, g, 1, 0.01f, 1);
+  ApplyOptimizer(o, w, {m, v}, g, 1, 0.01f, 1);
   // grad = 0 + 0.5 * 2 = 1: the first bias-corrected Adam step is lr * sign(grad).
   EXPECT_NEAR(m[0], 0.1f, 1e-7f);
   EXPECT_NEAR(w[0], 2.0f - 0.01f, 1e-6f);
@@ -254,11 +289,11 @@ TEST(UpdateRuleTest, DecayingSlotsFlushToZeroInsteadOfGoingSubnormal) {
   o.momentum = 0.5f;
   float w[1] = {1.0f}, v[1] = {0.0f};
   const float g1[1] = {1e-30f}, zero[1] = {0.0f};
-  ApplyOptimizer(o, w, v, nullptr, g1, 1, 0.1f, 1);
+  ApplyOptimizer(o, w, {v, nullptr}, g1, 1, 0.1f, 1);
   EXPECT_EQ(v[0], 1e-30f);
   int steps = 0;
   for (; steps < 200 && v[0] != 0.0f; ++steps) {
-    ApplyOptimizer(o, w, v, nullptr, zero, 1, 0.1f, 2 + steps);
+    ApplyOptimizer(o, w, {v, nullptr}, zero, 1, 0.1f, 2 + steps);
     ASSERT_TRUE(v[0] == 0.0f || std::fabs(v[0]) >= std::numeric_limits<float>::min())
         << "step " << steps << " left a subnormal slot " << v[0];
   }

@@ -506,6 +506,29 @@ TEST_F(E2eTest, SparseLogisticRegressionMatchesTheSingleProcessRun) {
   EXPECT_LT(distributed, sequential * 1.02) << out << alone_out;
 }
 
+// The same model under FTRL-Proximal (type ftrl): the job file's keys
+// reach every shard, and the shards' z and n train it as one process does.
+TEST_F(E2eTest, SparseLogisticRegressionUnderFtrlMatchesTheSingleProcessRun) {
+  const std::string job = WriteJob(
+      2, 2,
+      "tables: [ { name: weights, rows: 200000,\n"
+      "            optimizer: { type: ftrl, alpha: 0.5, beta: 1, l1: 0.1, l2: 0.01 } } ]\n"
+      "consistency: { mode: ssp, staleness: 3 }\n"
+      "train: { program: sparse_logistic_regression, samples_per_worker: 20000,\n"
+      "         test_samples: 5000, batch_size: 200, iterations: 300, eval_every: 100,\n"
+      "         log_every: 100 }\n");
+  Subprocess* launch = Start({kLaunch, "--config", job}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  const double distributed = TailMetric(out, "test log-loss");
+  Subprocess* alone = Start({kWorker, "--config", job, "--standalone"}, true);
+  auto [alone_status, alone_out] = Finish(alone, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(alone_status)) << alone_out;
+  const double sequential = TailMetric(alone_out, "test log-loss");
+  EXPECT_LT(sequential, 0.6) << alone_out;
+  EXPECT_LT(distributed, sequential * 1.02) << out << alone_out;
+}
+
 TEST_F(E2eTest, MatrixFactorizationMatchesTheSingleProcessRunUnderBsp) {
   const std::string job = WriteJob(
       2, 2,

@@ -1,7 +1,9 @@
 #include "server/checkpoint.h"
+#include "store/shard_store.h"
 #include "tests/util/faulty_filesystem.h"
 #include "tests/util/file_permissions.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -208,6 +210,61 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   // A read changes nothing in the generation (no log file, no lock).
   EXPECT_EQ(Names(Gen(12)), files);
   EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-12"});
+}
+
+// FTRL's z and n (two state arrays) go to disk and come back into a fresh
+// shard store, which then continues exactly as the one that wrote them.
+TEST_F(CheckpointTest, FtrlStateRoundTripsThroughAShardStore) {
+  TableOptions table = TestTable("ctr", 50, 2);
+  table.optimizer.kind = OptimizerKind::kFtrl;
+  table.optimizer.alpha = 0.2f;
+  table.optimizer.l1 = 0.05f;
+  table.optimizer.l2 = 0.1f;
+  const JobOptions job = TestJob().Servers(1, 7000).Table(table).Build();
+  auto store = ShardStore::Create(job, 0).value();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> grad(0.0f, 1.0f);
+  std::vector<float> dense(100);
+  for (float& g : dense) g = grad(rng);
+  Request push;
+  push.header.op = Op::kPush;
+  push.header.count = 50;
+  push.header.dim = 2;
+  push.header.flags = kFlagDenseRange;
+  push.values = dense;
+  ASSERT_OK(store->ApplyPush(push, 0));
+  Request sparse;
+  sparse.header.op = Op::kPush;
+  sparse.header.count = 3;
+  sparse.header.dim = 2;
+  const std::vector<uint64_t> rows = {4, 17, 40};
+  const std::vector<float> g = {0.5f, -2.0f, 1.0f, 0.25f, -0.75f, 3.0f};
+  sparse.keys = rows;
+  sparse.values = g;
+  ASSERT_OK(store->ApplyPush(sparse, 1));
+
+  auto snapshot = store->Snapshot(job, 0, 2);
+  ASSERT_OK(snapshot);
+  ASSERT_EQ(snapshot->tables[0].slots.size(), 2u);
+  EXPECT_NE(snapshot->tables[0].optimizer.find("ftrl"), std::string::npos);
+  EXPECT_NE(snapshot->tables[0].optimizer.find("alpha=0.2"), std::string::npos);
+  ASSERT_OK(ckpt_->Write(*snapshot, {}));
+  auto read = ckpt_->Read(2);
+  ASSERT_OK(read);
+  auto restored = ShardStore::Create(job, 0).value();
+  ASSERT_OK(CheckRestorable(*read, restored->Layout(job, 0, 2), "gen-2"));
+  restored->Restore(*read);
+  for (uint32_t k = 0; k < 2; ++k) EXPECT_EQ(restored->CopySlot(0, k), store->CopySlot(0, k));
+  EXPECT_EQ(restored->CopyValues(0), store->CopyValues(0));
+  // A store under another FTRL setting is refused: the optimizer differs.
+  JobOptions other = job;
+  other.tables[0].optimizer.beta = 2.0f;
+  auto elsewhere = ShardStore::Create(other, 0).value();
+  EXPECT_FALSE(CheckRestorable(*read, elsewhere->Layout(other, 0, 2), "gen-2").ok());
+  // Both go on alike.
+  ASSERT_OK(store->ApplyPush(sparse, 2));
+  ASSERT_OK(restored->ApplyPush(sparse, 2));
+  EXPECT_EQ(restored->Checksum(0), store->Checksum(0));
 }
 
 // ReadInto hands over the layout first (slot counts, no values), then every

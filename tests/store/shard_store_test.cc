@@ -368,15 +368,18 @@ Request DensePush(uint64_t first, std::span<const float> g, uint32_t dim) {
 }
 
 TEST(ShardStoreNonFiniteTest, PushWithAResultThatIsNotFiniteIsRefusedWhole) {
-  // Momentum (a slot) and adagrad's sums (whose square overflows first).
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+  // Momentum (a slot), adagrad's sums and ftrl's n (whose square overflows
+  // first).
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kFtrl}) {
     // 5000 rows of dim 1: a dense push of them is updated in several
     // pieces, and the bad row lies in the last.
-    auto store =
-        ShardStore::Create(OverflowJob(kind, 5000, 1, NonFiniteResultPolicy::kRefuse), 0).value();
+    const JobOptions job = OverflowJob(kind, 5000, 1, NonFiniteResultPolicy::kRefuse);
+    const uint32_t last = job.tables[0].optimizer.Slots() - 1;  // ftrl: n
+    auto store = ShardStore::Create(job, 0).value();
     std::vector<float> g(5000, 1.0f);
     ASSERT_OK(store->ApplyPush(DensePush(0, g, 1), 0));
     const std::vector<float> values = store->CopyValues(0), slot = store->CopySlot(0, 0);
+    const std::vector<float> last_slot = store->CopySlot(0, last);
     g[4500] = kind == OptimizerKind::kSgd ? -3.4e38f : 3e20f;
     Status refused = store->ApplyPush(DensePush(0, g, 1), 1);
     EXPECT_EQ(refused.code(), StatusCode::kOutOfRange) << refused.ToString();
@@ -384,6 +387,7 @@ TEST(ShardStoreNonFiniteTest, PushWithAResultThatIsNotFiniteIsRefusedWhole) {
     EXPECT_NE(refused.message().find("row 4500"), std::string::npos) << refused.message();
     EXPECT_EQ(store->CopyValues(0), values) << "every row, before the bad one too, is unchanged";
     EXPECT_EQ(store->CopySlot(0, 0), slot);
+    EXPECT_EQ(store->CopySlot(0, last), last_slot);
     // Refused: no row holds a value that is not finite.
     EXPECT_EQ(store->refused_rows(0), 1u);
     EXPECT_EQ(store->non_finite_rows(0), 0u);
