@@ -85,6 +85,7 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
   if (first_step > 0) {
     PS_LOG_INFO("resumes at step {} of {}", first_step, train.iterations);
   }
+  bool computed_any = false;
   for (int64_t step = first_step; step < train.iterations; ++step) {
     // Pushes before this pull on the same connection are applied before it
     // is answered, so the pull sees this worker's own last update; the shard
@@ -104,9 +105,13 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
     cursor += train.batch_size;
     stragglers.HoldBack(std::chrono::steady_clock::now() - compute_start);
     PS_RETURN_IF_ERROR(CheckLossFinite(loss, rank, step));
-    if (step == first_step) result.first_loss = loss;
+    // The first step this worker computed: with backup workers its first
+    // pull may have moved it past first_step already (CatchUp).
+    const bool first = !computed_any;
+    computed_any = true;
+    if (first) result.first_loss = loss;
     const bool last = step + 1 == train.iterations;
-    if (step == first_step || last || (train.log_every != 0 && step % train.log_every == 0)) {
+    if (first || last || (train.log_every != 0 && step % train.log_every == 0)) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       PS_LOG_INFO("step {:5d} loss {:.6f} ({:.1f} steps/s)", step, loss,
