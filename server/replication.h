@@ -357,6 +357,14 @@ class BackupServer {
   // caller acknowledges after).
   Status Apply(const MessageHeader& entry, std::span<Frame> rest,
                const std::function<void()>& ack);
+  // Apply of a kPush or kAccumulate entry (the worker's push request in
+  // `rest`), and of a kAggregate entry (the ids of the pushes in the sums,
+  // the sums' index, then each sum's two frames), each checked whole before
+  // `ack`.
+  Status ApplyPushEntry(const MessageHeader& entry, std::span<Frame> rest,
+                        const std::function<void()>& ack);
+  Status ApplyAggregate(const MessageHeader& entry, std::span<Frame> rest,
+                        const std::function<void()>& ack);
   // Applies one entry of the primary's copy (kCopy*); at kCopyEnd the copy
   // is whole and the entries after entry.request_id follow.
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);

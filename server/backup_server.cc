@@ -1,0 +1,604 @@
+// BackupServer (server/replication.h): a backup replica's loop, which
+// applies the primary's log as the primary did, takes a joining copy, and
+// answers STATS, PRIMARY, SHUTDOWN and the authority's promotion.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "common/endpoint.h"
+#include "common/logging.h"
+#include "server/checkpoint.h"
+#include "server/checkpoint_format.h"
+#include "server/replication.h"
+#include "server/restore.h"
+
+namespace ps {
+
+namespace {
+
+// One sum of ShardStore::CopySums from its two frames: the values and one
+// byte per block.
+StatusOr<ShardStore::PendingSum> SumFromFrames(int64_t clock, uint32_t table, const Frame& values,
+                                               const Frame& touched) {
+  if (values.size() % sizeof(float) != 0) {
+    return InvalidArgumentError("a sum of " + std::to_string(values.size()) +
+                                " bytes, not whole floats");
+  }
+  ShardStore::PendingSum sum;
+  sum.clock = clock;
+  sum.table = table;
+  sum.values.resize(values.size() / sizeof(float));
+  std::memcpy(sum.values.data(), values.data(), values.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(touched.data());
+  sum.touched.assign(bytes, bytes + touched.size());
+  return sum;
+}
+
+}  // namespace
+
+BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica)
+    : job_(job), shard_(shard), replica_(replica), name_(ReplicaName(job, shard, replica)),
+      clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
+      // As the primary's (ShardServer): the same pushes are recorded.
+      recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64) {}
+
+StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& job,
+                                                             uint32_t shard, uint32_t replica,
+                                                             const std::string& bind_endpoint,
+                                                             int64_t restore_clock, bool join) {
+  if (shard >= job.cluster.servers.size() || replica >= job.replication.factor ||
+      job.replication.factor < 2 || (replica == 0 && !join)) {
+    return InvalidArgumentError(
+        "replica " + std::to_string(replica) + " of shard " + std::to_string(shard) +
+        " cannot run as a backup; the job has " + std::to_string(job.cluster.servers.size()) +
+        " shards with replication.factor " + std::to_string(job.replication.factor) +
+        " (replicas 0.." + std::to_string(job.replication.factor - 1) +
+        ", 0 the primary at the start, which comes back as a backup only with --join)");
+  }
+  std::unique_ptr<BackupServer> b(new BackupServer(job, shard, replica));
+  // The same starting state as the primary: the same generation, or the
+  // same initial values.
+  std::unique_ptr<CheckpointDir> checkpoints;
+  int64_t generation = -1;
+  if (join && restore_clock >= 0) {
+    return InvalidArgumentError("a joining backup takes its state from the primary, not from a "
+                                "checkpoint (--join with --restore-clock)");
+  }
+  if (join) {
+    b->copying_ = true;
+    b->in_sync_ = false;
+    b->copy_next_row_.resize(job.tables.size(), 0);
+  } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
+    PS_ASSIGN_OR_RETURN(checkpoints,
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
+    PS_ASSIGN_OR_RETURN(generation, PickGeneration(*checkpoints, restore_clock, shard));
+  } else if (restore_clock >= 0) {
+    return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
+  }
+  PS_ASSIGN_OR_RETURN(b->store_,
+                      ShardStore::Create(job, shard, /*initialize=*/generation < 0 && !join));
+  for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
+    b->copy_next_row_[t] = b->store_->layouts()[t].owned.begin;
+  }
+  if (generation >= 0) {
+    PS_RETURN_IF_ERROR(
+        RestoreStore(*checkpoints, generation, b->job_, shard, b->store_.get()).status());
+    b->clocks_.StartAt(generation);
+    b->started_clock_ = generation;
+    PS_LOG_INFO("{}: restored {}", b->name_, checkpoints->GenerationPath(generation));
+  }
+  PS_ASSIGN_OR_RETURN(b->context_, Context::Create(1));
+  SocketOptions so;
+  // An entry carries a worker's push, which the primary admitted under
+  // server.max_request_bytes.
+  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  so.linger_ms = 1000;
+  PS_ASSIGN_OR_RETURN(b->socket_, Socket::Create(b->context_.get(), SocketType::kRouter, so));
+  std::string endpoint = bind_endpoint;
+  if (endpoint.empty()) {
+    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, replica));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(where, job.cluster.bind == BindMode::kAll));
+  }
+  if (Status bound = b->socket_->Bind(endpoint); !bound.ok()) {
+    return bound.WithContext(b->name_ + ": cannot listen on " + endpoint +
+                             ": is another ps_server (or program) using this port? Stop it, or "
+                             "change replication.port_offset");
+  }
+  PS_ASSIGN_OR_RETURN(b->endpoint_, b->socket_->LastEndpoint());
+  b->rules_ = b->store_->Rules(job, shard);
+  b->rules_.replication = true;  // its primary's entries
+  return b;
+}
+
+Status BackupServer::Run() {
+  PS_LOG_INFO("{} serving its primary on {}", name_, endpoint_);
+  std::vector<Frame> frames;
+  std::vector<bool> readable;
+  Socket* sockets[] = {socket_.get()};
+  while (!stop_requested() && !ended_ && !promoted()) {
+    auto ready = PollReadable(sockets, 100, &readable);
+    if (!ready.ok()) return ready.status().WithContext(name_);
+    for (int i = 0; i < 256 && !stop_requested() && !ended_ && !promoted(); ++i) {
+      auto got = socket_->TryRecv(&frames);
+      if (!got.ok()) return got.status().WithContext(name_);
+      if (!*got) break;
+      Handle(frames);
+    }
+  }
+  PS_LOG_INFO("{} stopped after {} entries{}", name_, applied_,
+              ended_ ? " (its primary stopped)" : "");
+  return Status::Ok();
+}
+
+void BackupServer::Reply(Frame& routing_id, const MessageHeader& header) {
+  reply_.clear();
+  reply_.push_back(std::move(routing_id));
+  reply_.push_back(EncodeHeader(header));
+  Status s = socket_->Send(reply_);
+  reply_.clear();
+  if (!s.ok()) PS_LOG_WARN("{}: reply not sent: {}", name_, s.ToString());
+}
+
+void BackupServer::Handle(std::vector<Frame>& frames) {
+  if (frames.size() < 2) return;
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  Status s = DecodeRequest(body, rules_, &request_);
+  if (s.ok() && request_.header.op == Op::kReplicate) {
+    // Kept aside: applying a push entry decodes the push into request_.
+    const MessageHeader entry = std::move(request_.header);
+    HandleEntry(entry, frames);
+    return;
+  }
+  HandleRequest(std::move(s), frames);
+}
+
+bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routing_id) {
+  if (entry.epoch < epoch_) {
+    // From a primary of an older membership than one this replica
+    // followed: the authority has replaced it since.
+    ++refused_;
+    const Status fenced = FailedPreconditionError(
+        name_ + " refused entry " + std::to_string(entry.request_id) + " of epoch " +
+        std::to_string(entry.epoch) + ": its primary was fenced out by epoch " +
+        std::to_string(epoch_) + " and may acknowledge nothing more");
+    PS_LOG_WARN("{}", fenced.message());
+    Reply(routing_id, MakeErrorHeader(entry, shard_, fenced));
+    return true;
+  }
+  if (entry.flags == static_cast<uint32_t>(ReplicaEntry::kInSync)) {
+    if (copying_ || applied_ < entry.request_id) {
+      ++refused_;
+      PS_LOG_ERROR("{}: its primary says it is in sync as of entry {}, but it {}", name_,
+                   entry.request_id,
+                   copying_ ? "is still taking the copy"
+                            : "applied only " + std::to_string(applied_) + ": entries were lost");
+      return true;
+    }
+    if (!in_sync_) {
+      in_sync_ = true;
+      PS_LOG_INFO("{} holds every entry its primary acknowledged (applied {}): a full replica "
+                  "again",
+                  name_, applied_);
+    }
+    return true;
+  }
+  if (copying_ && !IsCopyEntry(entry.flags)) {
+    // Not from the primary that sends the copy (an entry of an older
+    // epoch, or a primary that does not know this backup joins): refused,
+    // and the copy goes on.
+    ++refused_;
+    const Status early = DataLossError(
+        name_ + " is still taking the primary's copy and got entry " +
+        std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
+        " before its end");
+    PS_LOG_WARN("{}", early.message());
+    Reply(routing_id, MakeErrorHeader(entry, shard_, early));
+    return true;
+  }
+  return false;
+}
+
+void BackupServer::TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  MessageHeader reply;
+  reply.shard = shard_;
+  reply.request_id = entry.request_id;
+  // The primary's copy for a joining backup; only its end is
+  // acknowledged.
+  Status copied =
+      !diverged_.ok() ? diverged_
+      : !copying_ ? FailedPreconditionError(name_ + " holds a copy already; a copy entry "
+                                                  "comes only to a backup that joins")
+          : ApplyCopy(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2));
+  if (!copied.ok()) {
+    ++refused_;
+    PS_LOG_ERROR("{}: refused a copy entry: {}", name_, copied.ToString());
+    diverged_ = copied;
+    Reply(routing_id, MakeErrorHeader(entry, shard_, copied));
+    return;
+  }
+  if (!copying_) {
+    reply.op = Op::kReplicateOk;
+    reply.flags = static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
+    Reply(routing_id, reply);
+  }
+}
+
+void BackupServer::HandleEntry(const MessageHeader& entry, std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  if (AnsweredWithoutApply(entry, routing_id)) return;
+  if (IsCopyEntry(entry.flags)) {
+    TakeCopyEntry(entry, frames);
+    return;
+  }
+  MessageHeader reply;
+  reply.shard = shard_;
+  reply.request_id = entry.request_id;
+  epoch_ = std::max(epoch_, entry.epoch);
+  if (entry.request_id <= applied_) {
+    // Sent again: applied once already.
+    reply.op = Op::kReplicateOk;
+    Reply(routing_id, reply);
+    return;
+  }
+  bool acked = false;
+  // A push is acknowledged once checked, before its apply, as the
+  // primary does with its workers: this thread applies it before it
+  // reads the next entry, and the apply is the primary's arithmetic.
+  auto ack = [&] {
+    acked = true;
+    reply.op = Op::kReplicateOk;
+    Reply(routing_id, reply);
+  };
+  Status applied =
+      !diverged_.ok() ? diverged_
+      : entry.request_id == applied_ + 1
+          ? Apply(entry, std::span<Frame>(frames.data() + 2, frames.size() - 2), ack)
+          : DataLossError(name_ + " expected replication entry " +
+                          std::to_string(applied_ + 1) + " and got " +
+                          std::to_string(entry.request_id) + ": entries were lost");
+  if (!applied.ok()) {
+    ++refused_;
+    PS_LOG_ERROR("{}: refused replication entry {}: {}", name_, entry.request_id,
+                 applied.ToString());
+    if (acked) {
+      // Acknowledged, and yet not applied as the primary did: this copy
+      // is not the primary's any more.
+      diverged_ = DataLossError(name_ + " failed to apply entry " +
+                                std::to_string(entry.request_id) + " (" + applied.message() +
+                                "); its copy differs from the primary's");
+      return;
+    }
+    Reply(routing_id, MakeErrorHeader(entry, shard_, applied));
+    return;
+  }
+  applied_ = entry.request_id;
+  if (!acked) ack();
+}
+
+void BackupServer::HandleRequest(Status s, std::vector<Frame>& frames) {
+  Frame& routing_id = frames[0];
+  std::span<Frame> body(frames.data() + 1, frames.size() - 1);
+  if (s.ok()) {
+    const MessageHeader& req = request_.header;
+    MessageHeader reply;
+    reply.op = ReplyOp(req.op);
+    reply.request_id = req.request_id;
+    reply.worker = req.worker;
+    reply.shard = shard_;
+    reply.min_clock = clocks_.min_clock();
+    if (req.op == Op::kStats) {
+      reply.text = StatsReplyText(Stats(), req.flags);
+      Reply(routing_id, reply);
+      return;
+    }
+    if (req.op == Op::kPrimary) {
+      // A client looking for the shard's primary: not here.
+      reply.epoch = epoch_;
+      Reply(routing_id, reply);
+      return;
+    }
+    if (req.op == Op::kShutdown) {
+      PS_LOG_INFO("{}: SHUTDOWN requested", name_);
+      Stop();
+      Reply(routing_id, reply);
+      return;
+    }
+    if (req.op == Op::kMembership && req.flags == kMembershipPromote && !in_sync_) {
+      s = FailedPreconditionError(
+          copying_
+              ? name_ + " is still taking its primary's copy (" + std::to_string(copy_blocks_) +
+                    " blocks so far) and holds no whole state: it cannot be promoted"
+              : name_ + " took its primary's copy but has not yet applied every entry the "
+                        "primary acknowledged meanwhile (it applied " + std::to_string(applied_) +
+                    "): promoted, it would lose acknowledged pushes; it cannot be promoted");
+      Reply(routing_id, MakeErrorHeader(req, shard_, s));
+      return;
+    }
+    if (req.op == Op::kMembership && req.flags == kMembershipPromote) {
+      // The authority's word: the primary is gone and this copy takes
+      // over (ps_server builds the primary from it when Run() returns).
+      // Entries the primary sent after it are not taken any more.
+      promoted_epoch_ = req.epoch;
+      epoch_ = std::max(epoch_, promoted_epoch_);
+      PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
+                  promoted_epoch_, applied_, clocks_.min_clock());
+      Reply(routing_id, reply);
+      return;
+    }
+    s = FailedPreconditionError(
+        name_ + " is a backup: it keeps a copy and serves no " + OpName(req.op) +
+        "; the shard's primary is another of its replicas (a client asks each with PRIMARY)");
+    MessageHeader error = MakeErrorHeader(req, shard_, s);
+    error.flags = kFlagNotPrimary;
+    error.epoch = epoch_;
+    Reply(routing_id, error);
+    return;
+  }
+  Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
+}
+
+namespace {
+
+// The checks of an entry's fields, each InvalidArgument naming the value.
+Status CheckEntryWorker(const MessageHeader& entry, uint32_t workers) {
+  if (entry.worker < workers) return Status::Ok();
+  return InvalidArgumentError("entry names worker " + std::to_string(entry.worker) +
+                              "; the job has " + std::to_string(workers));
+}
+
+Status CheckEntryClock(const MessageHeader& entry) {
+  if (entry.clock >= 0 && entry.clock < kMaxClock) return Status::Ok();
+  return InvalidArgumentError("entry carries clock " + std::to_string(entry.clock));
+}
+
+// A sums entry's divisor: the workers the clock's mean is over.
+Status CheckEntryMean(const MessageHeader& entry, uint32_t workers) {
+  if (entry.count >= 1 && entry.count <= workers) return Status::Ok();
+  return InvalidArgumentError("sums applied over " + std::to_string(entry.count) + " workers");
+}
+
+}  // namespace
+
+Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
+                           const std::function<void()>& ack) {
+  const uint32_t workers = job_.cluster.workers;
+  switch (static_cast<ReplicaEntry>(entry.flags)) {
+    case ReplicaEntry::kPush:
+    case ReplicaEntry::kAccumulate:
+      PS_RETURN_IF_ERROR(CheckEntryClock(entry));
+      return ApplyPushEntry(entry, rest, ack);
+    case ReplicaEntry::kApplySums:
+      PS_RETURN_IF_ERROR(CheckEntryClock(entry));
+      PS_RETURN_IF_ERROR(CheckEntryMean(entry, workers));
+      store_->ApplyAccumulated(entry.clock, 1.0f / static_cast<float>(entry.count));
+      return Status::Ok();
+    case ReplicaEntry::kAggregate:
+      PS_RETURN_IF_ERROR(CheckEntryClock(entry));
+      PS_RETURN_IF_ERROR(CheckEntryMean(entry, workers));
+      return ApplyAggregate(entry, rest, ack);
+    case ReplicaEntry::kFinish:
+      PS_RETURN_IF_ERROR(CheckEntryWorker(entry, workers));
+      PS_RETURN_IF_ERROR(CheckEntryClock(entry));
+      clocks_.Finish(entry.worker, entry.clock);
+      return Status::Ok();
+    case ReplicaEntry::kLate:
+      PS_RETURN_IF_ERROR(CheckEntryWorker(entry, workers));
+      PS_RETURN_IF_ERROR(CheckEntryClock(entry));
+      ack();
+      recent_pushes_.Insert(entry.worker, entry.session, entry.count);
+      clocks_.Admit(entry.worker, entry.clock);
+      return Status::Ok();
+    case ReplicaEntry::kExclude:
+      PS_RETURN_IF_ERROR(CheckEntryWorker(entry, workers));
+      clocks_.Exclude(entry.worker);
+      return Status::Ok();
+    case ReplicaEntry::kInclude:
+      PS_RETURN_IF_ERROR(CheckEntryWorker(entry, workers));
+      clocks_.Include(entry.worker);
+      return Status::Ok();
+    case ReplicaEntry::kEnd:
+      ended_ = true;
+      return Status::Ok();
+    case ReplicaEntry::kCopyRows:
+    case ReplicaEntry::kCopySum:
+    case ReplicaEntry::kCopyClocks:
+    case ReplicaEntry::kCopyRecent:
+    case ReplicaEntry::kCopyEnd:
+    case ReplicaEntry::kInSync:
+      break;  // Handle's, never here
+  }
+  return InvalidArgumentError("unknown replication entry kind " + std::to_string(entry.flags));
+}
+
+Status BackupServer::ApplyPushEntry(const MessageHeader& entry, std::span<Frame> rest,
+                                    const std::function<void()>& ack) {
+  PS_RETURN_IF_ERROR(DecodeRequest(rest, rules_, &request_));
+  const MessageHeader& req = request_.header;
+  if (req.op != Op::kPush || req.worker >= job_.cluster.workers) {
+    return InvalidArgumentError("a push entry holds a " + OpName(req.op));
+  }
+  ack();
+  recent_pushes_.Insert(req.worker, req.session, req.request_id);
+  if (static_cast<ReplicaEntry>(entry.flags) == ReplicaEntry::kAccumulate) {
+    // As the primary admitted it (consistency.backup_workers).
+    clocks_.Admit(req.worker, entry.clock);
+    store_->Accumulate(request_, entry.clock);
+    return Status::Ok();
+  }
+  // The primary's result was finite, and this is the same arithmetic.
+  return store_->ApplyPush(request_, entry.clock);
+}
+
+Status BackupServer::ApplyAggregate(const MessageHeader& entry, std::span<Frame> rest,
+                                    const std::function<void()>& ack) {
+  const uint32_t workers = job_.cluster.workers;
+  constexpr size_t kIdBytes = 3 * sizeof(uint64_t), kIndexBytes = 2 * sizeof(int64_t);
+  if (rest.size() < 2 || rest[0].size() % kIdBytes != 0 || rest[1].size() % kIndexBytes != 0 ||
+      rest.size() != 2 + 2 * (rest[1].size() / kIndexBytes)) {
+    return InvalidArgumentError("an aggregate entry of " + std::to_string(rest.size()) +
+                                " frames in a malformed shape (ids, index, then two "
+                                "frames per sum)");
+  }
+  std::vector<uint64_t> ids(rest[0].size() / sizeof(uint64_t));
+  std::memcpy(ids.data(), rest[0].data(), rest[0].size());
+  for (size_t k = 0; k < ids.size(); k += 3) {
+    if (ids[k] >= workers) {
+      return InvalidArgumentError("an aggregate entry names a push of worker " +
+                                  std::to_string(ids[k]) + "; the job has " +
+                                  std::to_string(workers));
+    }
+  }
+  std::vector<int64_t> index(rest[1].size() / sizeof(int64_t));
+  std::memcpy(index.data(), rest[1].data(), rest[1].size());
+  std::vector<ShardStore::PendingSum> sums;
+  for (size_t k = 0; k < index.size() / 2; ++k) {
+    if (index[2 * k] >= entry.clock || index[2 * k + 1] < 0 ||
+        index[2 * k + 1] >= static_cast<int64_t>(store_->layouts().size())) {
+      return InvalidArgumentError("an aggregate entry below clock " + std::to_string(entry.clock) +
+                                  " holds a sum of clock " + std::to_string(index[2 * k]) +
+                                  " and table index " + std::to_string(index[2 * k + 1]));
+    }
+    PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
+                        SumFromFrames(index[2 * k], static_cast<uint32_t>(index[2 * k + 1]),
+                                      rest[2 + 2 * k], rest[3 + 2 * k]));
+    PS_RETURN_IF_ERROR(store_->CheckSum(sum));
+    sums.push_back(std::move(sum));
+  }
+  // Checked whole: acknowledged, then taken as the primary applied it.
+  ack();
+  for (size_t k = 0; k < ids.size(); k += 3) {
+    recent_pushes_.Insert(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
+  }
+  for (ShardStore::PendingSum& sum : sums) store_->RestoreSum(std::move(sum)).IgnoreError();
+  store_->ApplyAccumulated(entry.clock, 1.0f / static_cast<float>(entry.count));
+  return Status::Ok();
+}
+
+Status BackupServer::ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest) {
+  const auto layouts = store_->layouts();
+  auto floats = [](const Frame& f) { return f.size() / sizeof(float); };
+  if (entry.table >= layouts.size()) {
+    return InvalidArgumentError("a copy of table index " + std::to_string(entry.table));
+  }
+  const TableLayout& t = layouts[entry.table];
+  const uint32_t slots = job_.tables[entry.table].optimizer.Slots();
+  uint64_t& next = copy_next_row_[entry.table];
+  if (entry.first_row != next || entry.count == 0 || entry.count > t.owned.end - next) {
+    return DataLossError("the copy of table '" + t.name + "' sent rows " +
+                         RowsText(entry.first_row, entry.first_row + entry.count) +
+                         " where rows from " + std::to_string(next) + " were expected");
+  }
+  if (rest.size() != 1 + slots) {
+    return InvalidArgumentError("a copy of table '" + t.name + "' rows with " +
+                                std::to_string(rest.size()) + " frames, not " +
+                                std::to_string(1 + slots));
+  }
+  const uint64_t n = entry.count * t.dim;
+  std::vector<const std::byte*> slot_data;
+  for (size_t k = 0; k < rest.size(); ++k) {
+    if (floats(rest[k]) != n || rest[k].size() % sizeof(float) != 0) {
+      return InvalidArgumentError("a copy of table '" + t.name + "' rows " +
+                                  RowsText(entry.first_row, entry.first_row + entry.count) +
+                                  " with a frame of " + std::to_string(rest[k].size()) +
+                                  " bytes, not " + std::to_string(n * sizeof(float)));
+    }
+    if (k > 0) slot_data.push_back(reinterpret_cast<const std::byte*>(rest[k].data()));
+  }
+  store_->RestoreRows(entry.table, entry.first_row, entry.count,
+                      reinterpret_cast<const std::byte*>(rest[0].data()), slot_data);
+  next += entry.count;
+  ++copy_blocks_;
+  return Status::Ok();
+}
+
+Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest) {
+  const auto kind = static_cast<ReplicaEntry>(entry.flags);
+  const auto layouts = store_->layouts();
+  switch (kind) {
+    case ReplicaEntry::kCopyRows:
+      return ApplyCopyRows(entry, rest);
+    case ReplicaEntry::kCopySum: {
+      if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
+      PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
+                          SumFromFrames(entry.clock, entry.table, rest[0], rest[1]));
+      return store_->RestoreSum(std::move(sum));
+    }
+    case ReplicaEntry::kCopyClocks: {
+      if (rest.size() != 1 || rest[0].size() % sizeof(int64_t) != 0) {
+        return InvalidArgumentError("a copy of the clocks in a malformed shape");
+      }
+      std::vector<int64_t> data(rest[0].size() / sizeof(int64_t));
+      std::memcpy(data.data(), rest[0].data(), rest[0].size());
+      if (!clocks_.Decode(data, kMaxClock)) {
+        return InvalidArgumentError("a copy of the clocks that is not a table of " +
+                                    std::to_string(clocks_.num_workers()) + " workers");
+      }
+      copy_clocks_ = true;
+      return Status::Ok();
+    }
+    case ReplicaEntry::kCopyRecent: {
+      if (rest.size() != 1 || rest[0].size() % sizeof(uint64_t) != 0) {
+        return InvalidArgumentError("a copy of the recent pushes in a malformed shape");
+      }
+      std::vector<uint64_t> data(rest[0].size() / sizeof(uint64_t));
+      std::memcpy(data.data(), rest[0].data(), rest[0].size());
+      if (!recent_pushes_.Decode(data)) {
+        return InvalidArgumentError("a copy of the recent pushes that does not fit " +
+                                    std::to_string(clocks_.num_workers()) + " workers");
+      }
+      copy_recent_ = true;
+      return Status::Ok();
+    }
+    case ReplicaEntry::kCopyEnd: {
+      for (uint32_t t = 0; t < layouts.size(); ++t) {
+        if (copy_next_row_[t] != layouts[t].owned.end) {
+          return DataLossError("the copy ended with table '" + layouts[t].name + "' rows " +
+                               RowsText(copy_next_row_[t], layouts[t].owned.end) + " missing");
+        }
+      }
+      if (!copy_clocks_ || !copy_recent_ || entry.count != copy_blocks_) {
+        return DataLossError("the copy ended after " + std::to_string(copy_blocks_) +
+                             " blocks (the primary sent " + std::to_string(entry.count) +
+                             ")" + (copy_clocks_ ? "" : " without the clocks") +
+                             (copy_recent_ ? "" : " without the recent pushes"));
+      }
+      copying_ = false;
+      applied_ = entry.request_id;
+      PS_LOG_INFO("{} took its primary's copy ({} blocks, clock {}) as of entry {}; it takes the "
+                  "entries after it",
+                  name_, copy_blocks_, clocks_.min_clock(), applied_);
+      return Status::Ok();
+    }
+    default:
+      break;
+  }
+  return InvalidArgumentError("entry kind " + std::to_string(entry.flags) +
+                              " is not part of a copy");
+}
+
+BackupServer::State BackupServer::TakeState() {
+  State state;
+  state.store = std::move(store_);
+  state.clocks = clocks_;
+  state.recent_pushes = std::move(recent_pushes_);
+  state.applied = applied_;
+  state.epoch = promoted_epoch_;
+  state.slot = replica_;
+  return state;
+}
+
+ShardStats BackupServer::Stats() const {
+  ShardStats s;
+  s.shard = shard_;
+  s.endpoint = endpoint_;
+  s.backup = ShardStats::BackupReplica{replica_, applied_, refused_, started_clock_};
+  s.min_clock = clocks_.min_clock();
+  s.workers.resize(clocks_.num_workers());
+  for (uint32_t w = 0; w < clocks_.num_workers(); ++w) s.workers[w].clock = clocks_.clock(w);
+  s.checksums = Checksums(*store_);
+  return s;
+}
+
+}  // namespace ps
