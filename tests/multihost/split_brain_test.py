@@ -245,6 +245,17 @@ class SplitBrainTest:
         return 1 if self.failures else 0
 
 
+def print_log_tails(folder, lines=40):
+    """On a failure: the last lines of every process's log (servers, etcd,
+    workers), which are removed with the folder unless --keep."""
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".log"):
+            continue
+        with open(os.path.join(folder, name), errors="replace") as f:
+            tail = f.read().splitlines()[-lines:]
+        print("---- %s (last %d lines)\n%s" % (name, len(tail), "\n".join(tail)), file=sys.stderr)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", default=os.path.join(HERE, "..", "..", "build", "bin"))
@@ -258,9 +269,12 @@ def main():
         return EXIT_SKIPPED
     netns_cluster.handle_signals()
     folder = tempfile.mkdtemp(prefix="ps_split_brain_")
+    code = 1
     try:
         code = SplitBrainTest(os.path.abspath(args.bin), folder).run()
     finally:
+        if code != 0:
+            print_log_tails(folder)
         if args.keep:
             print("logs in " + folder)
         else:
