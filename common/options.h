@@ -13,26 +13,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/table_options.h"
 
 namespace ps {
-
-// The name of an enum value as job files and logs spell it. Each enum below
-// has one table of these, in the order messages list them; the loader reads
-// names from it and the name functions print from it.
-template <typename Enum>
-struct EnumName {
-  std::string_view name;
-  Enum value;
-};
-
-// The name of `value` in `table`, or "unknown" when it has none.
-template <typename Enum, size_t N>
-constexpr std::string_view NameOf(const EnumName<Enum> (&table)[N], Enum value) {
-  for (const EnumName<Enum>& entry : table) {
-    if (entry.value == value) return entry.name;
-  }
-  return "unknown";
-}
 
 // What a server binds (cluster.bind).
 enum class BindMode {
@@ -64,135 +47,6 @@ struct ClusterOptions {
   // The shards serve it pulls only and keep serving until it says goodbye
   // (or is dead) after the workers left. Default false: worker 0 evaluates.
   bool evaluator = false;
-};
-
-enum class InitKind { kZeros, kConstant, kUniform, kNormal };
-
-inline constexpr EnumName<InitKind> kInitKindNames[] = {
-    {"zeros", InitKind::kZeros},
-    {"constant", InitKind::kConstant},
-    {"uniform", InitKind::kUniform},
-    {"normal", InitKind::kNormal},
-};
-
-// Initial values of a table's rows.
-struct InitOptions {
-  InitKind kind = InitKind::kZeros;
-  // kConstant: the value. kUniform: values in [-scale, scale]. kNormal: stddev.
-  float value = 0.0f;
-  // Seed for kUniform and kNormal; a row's values depend only on (seed, row),
-  // so every shard count gives the same initial model.
-  uint64_t seed = 1;
-};
-
-// The update rules a table can use. Each has one entry in the registry of
-// common/update_rule.h (its name in job files, parameters, state arrays,
-// loop and bounds), made in a file of its own under common/update_rules/.
-enum class OptimizerKind {
-  kSgd,      // v = momentum * v + g; value -= lr * v (plain sgd when momentum is 0)
-  kAdd,      // value += pushed (accumulators, counters, exact-sum tests)
-  kAdagrad,  // s += g^2; value -= lr * g / (sqrt(s) + epsilon)
-  kAdam,     // Kingma & Ba, with bias correction at step t = minimum clock + 1
-  kFtrl,     // FTRL-Proximal (McMahan et al. 2013): value = w from state z and n
-};
-
-// Optimizer state arrays per value, at most, of any update rule: what the
-// store keeps beside each table's values and what a checkpoint holds.
-inline constexpr uint32_t kMaxOptimizerSlots = 2;
-
-enum class LrDecay { kNone, kStep, kCosine };
-
-inline constexpr EnumName<LrDecay> kLrDecayNames[] = {
-    {"none", LrDecay::kNone},
-    {"step", LrDecay::kStep},
-    {"cosine", LrDecay::kCosine},
-};
-
-// A table's update rule, applied by the shard that owns each row. Its state
-// (momentum, squared-gradient sums, Adam moments, FTRL's z and n) lives
-// beside the values. Which fields a rule reads, and their allowed ranges,
-// are its registry entry's (common/update_rule.h); the others must keep
-// their defaults.
-struct OptimizerOptions {
-  OptimizerKind kind = OptimizerKind::kSgd;
-  // Learning rate (sgd, adagrad, adam); > 0 and finite. Default 0.01.
-  float lr = 0.01f;
-  // sgd: momentum in [0, 1). Default 0 (plain sgd, no state).
-  float momentum = 0.0f;
-  // adam: moment decay rates in [0, 1). Defaults 0.9, 0.999.
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  // adagrad, adam: added to the denominator; > 0. Default 1e-8.
-  float epsilon = 1e-8f;
-  // Learning-rate schedule over the shard's minimum clock c: linear warm-up
-  // from lr / warmup_clocks to lr over the first warmup_clocks clocks, then
-  // step (lr * gamma^floor(c / decay_every)) or cosine (to 0 at
-  // decay_clocks) decay. Defaults: no warm-up, no decay.
-  uint32_t warmup_clocks = 0;
-  LrDecay decay = LrDecay::kNone;
-  uint32_t decay_every = 0;   // step: clocks per step, >= 1
-  float decay_gamma = 0.1f;   // step: factor per step, in (0, 1]
-  uint32_t decay_clocks = 0;  // cosine: clocks to reach 0, >= 1
-  // Regularization applied by the rule to every value a push touches
-  // (lazily: rows no push touches are not decayed). l2: the gradient
-  // becomes g + l2 * w (sgd, adagrad, adam). l1: after the step, w moves
-  // toward 0 by l1 times the step's learning rate and stops at 0 (a
-  // proximal step; sgd and adagrad, where it yields exact zeros). ftrl:
-  // lambda1 and lambda2 of its closed form (w is exactly 0 while
-  // |z| <= l1). >= 0, finite. Defaults 0.
-  float l1 = 0.0f;
-  float l2 = 0.0f;
-  // ftrl: the per-coordinate learning rate alpha / (beta + sqrt(n)).
-  // alpha > 0, beta >= 0, finite. Defaults 0.1 and 1 (McMahan et al.: "beta
-  // = 1 is usually good enough").
-  float alpha = 0.1f;
-  float beta = 1.0f;
-
-  // Arrays of state per value, at most kMaxOptimizerSlots: 0 (plain sgd,
-  // add), 1 (momentum, adagrad), 2 (adam, ftrl). 0 for a kind the registry
-  // does not know.
-  uint32_t Slots() const;
-  // The learning rate at minimum clock `clock` under the schedule.
-  float LearningRate(int64_t clock) const;
-  // True when a worker can reproduce the shard's update of its own push
-  // exactly (no state, no schedule): the parameter cache mirrors only these.
-  bool Stateless() const {
-    return Slots() == 0 && warmup_clocks == 0 && decay == LrDecay::kNone && l1 == 0.0f &&
-           l2 == 0.0f;
-  }
-};
-
-// One key-value table of the model (DESIGN.md section 3).
-// How a table's values travel between workers and shards
-// (common/wire_floats.h): float32, bfloat16 or IEEE binary16. The header's
-// dtype says which a message's values frame holds.
-enum class WireType : uint32_t { kF32 = 0, kBf16 = 1, kF16 = 2 };
-
-inline constexpr EnumName<WireType> kWireTypeNames[] = {
-    {"fp32", WireType::kF32},
-    {"bf16", WireType::kBf16},
-    {"fp16", WireType::kF16},
-};
-
-// A table's `wire` section. Shards keep float32 values and optimizer state
-// whatever these say; pulls are converted on the shard, pushes on the
-// worker (with error feedback: what rounding leaves out of a push is added
-// to the next one).
-struct WireOptions {
-  WireType pull = WireType::kF32;
-  WireType push = WireType::kF32;
-};
-
-struct TableOptions {
-  // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
-  std::string name;
-  // Number of rows; >= 1. Rows are range-partitioned across shards.
-  uint64_t rows = 0;
-  // Floats per row; >= 1. Default 1.
-  uint32_t dim = 1;
-  InitOptions init;
-  OptimizerOptions optimizer;
-  WireOptions wire;
 };
 
 enum class ConsistencyMode { kBsp, kSsp, kAsp };
@@ -249,9 +103,6 @@ struct ConsistencyOptions {
 // "bsp", "ssp 3", "asp".
 std::string ConsistencyName(const ConsistencyOptions& consistency);
 
-// Every setting of an optimizer as one line of text ("sgd lr=0.01 ..."), to
-// compare a checkpoint's optimizer with the job's.
-std::string OptimizerDescription(const OptimizerOptions& optimizer);
 
 enum class DeadWorkerPolicy { kFail, kDrop };
 
@@ -686,12 +537,6 @@ struct JobOptions {
 int64_t EffectiveMaxResumeClocks(const JobOptions& job);
 inline constexpr int64_t kAspResumeLead = 1000000;
 
-// The InvalidArgument of a bad option, as JobOptions::Validate() and the
-// checks of the layers above word it: "<source>: <path>: <problem>;
-// expected <expected>" (no "<source>: " when `source` is empty), e.g.
-// "job.yaml: tables[1].rows: got 0; expected a row count >= 1".
-Status InvalidOption(const std::string& source, std::string_view path, std::string_view problem,
-                     std::string_view expected);
 
 // Worker id used by tools (ps_ctl) that are not one of the job's workers.
 // Shards accept it for STATS and SHUTDOWN only.

@@ -30,11 +30,12 @@ Admission::Verdict Refused(Refusal refusal, Status status, bool log) {
 
 }  // namespace
 
-Admission::Admission(uint32_t shard, const JobOptions& job, const ClockTable& clocks,
-                     WorkerRegistry& workers, ShardAccess& access, std::string agreement,
-                     int64_t started_clock)
+Admission::Admission(uint32_t shard, const JobOptions& job, const Clock& clock,
+                     const ClockTable& clocks, WorkerRegistry& workers, ShardAccess& access,
+                     std::string agreement, int64_t started_clock)
     : shard_(shard),
       job_(job),
+      clock_(clock),
       clocks_(clocks),
       workers_(workers),
       access_(access),
@@ -43,8 +44,8 @@ Admission::Admission(uint32_t shard, const JobOptions& job, const ClockTable& cl
       bound_(job.consistency.Bound()),
       resume_window_(EffectiveMaxResumeClocks(job)) {}
 
-Admission::Verdict Admission::Check(const Frame& first_frame, const MessageHeader& req,
-                                    Clock::TimePoint now, bool fenced, const Status& failed) {
+Admission::Verdict Admission::Check(const Frame& first_frame, const MessageHeader& req, bool fenced,
+                                    const Status& failed) {
   // Under curve the sender is who its key says, whatever the header claims.
   if (Status allowed = access_.Check(first_frame, req); !allowed.ok()) {
     return Refused(Refusal::kAccess, std::move(allowed), /*log=*/true);
@@ -52,16 +53,16 @@ Admission::Verdict Admission::Check(const Frame& first_frame, const MessageHeade
   // A client looking for the shard's primary (its connection to another
   // replica dropped): answered whether fenced or not.
   if (Traits(req.op).op_class == OpClass::kProbe) return Admit(Action::kAnswerPrimary);
-  if (fenced && req.worker != kControlWorker) return Fenced(req, now);
+  if (fenced && req.worker != kControlWorker) return Fenced(req);
   if (req.op == Op::kHello) {
     if (Status agreed = CheckAgreement(req); !agreed.ok()) {
       return Refused(Refusal::kAgreement, std::move(agreed), /*log=*/false);
     }
   }
   if (req.worker == kControlWorker) return Admit(Action::kServe);
-  if (req.worker != kEvaluatorWorker) return CheckWorker(req, now, failed);
+  if (req.worker != kEvaluatorWorker) return CheckWorker(req, failed);
   // The evaluator holds no clock: only its liveness changes here.
-  workers_.Seen(req.worker, now);
+  workers_.Seen(req.worker, clock_.Now());
   WorkerState& evaluator = workers_.evaluator();
   if (evaluator.dead) {
     PS_LOG_INFO("shard {}: the evaluator is back", shard_);
@@ -71,10 +72,10 @@ Admission::Verdict Admission::Check(const Frame& first_frame, const MessageHeade
   return Admit(Action::kServe);
 }
 
-Admission::Verdict Admission::Fenced(const MessageHeader& req, Clock::TimePoint now) {
+Admission::Verdict Admission::Fenced(const MessageHeader& req) {
   // Its etcd lease may have lapsed: another replica may hold the shard.
   // The worker is alive (nothing else of its state changes here).
-  workers_.Seen(req.worker, now);
+  workers_.Seen(req.worker, clock_.Now());
   uint64_t held_back = 0;
   if (fenced_log_.ShouldLog(&held_back)) {
     PS_LOG_WARN("shard {}: fenced (its etcd lease may have lapsed): refusing {} of worker {}{}",
@@ -97,8 +98,7 @@ Status Admission::CheckAgreement(const MessageHeader& req) {
   return agreed;
 }
 
-Admission::Verdict Admission::CheckWorker(const MessageHeader& req, Clock::TimePoint now,
-                                          const Status& failed) {
+Admission::Verdict Admission::CheckWorker(const MessageHeader& req, const Status& failed) {
   // Checked before the worker counts as heard from: a refused request
   // changes nothing, not even the worker's liveness, and a worker that
   // left comes back only by HELLO. A beat of the heartbeat thread may
@@ -129,7 +129,7 @@ Admission::Verdict Admission::CheckWorker(const MessageHeader& req, Clock::TimeP
     return Refused(Refusal::kClock, std::move(clock), log);
   }
   if (reads_after_leaving) {
-    workers_.Seen(req.worker, now);
+    workers_.Seen(req.worker, clock_.Now());
     return Admit(Action::kServe);
   }
   return Admit(Action::kServeAndTouch);

@@ -64,17 +64,19 @@ class Admission {
     bool log = false;
   };
 
-  // `clocks`, `workers` and `access` must outlive this. `started_clock`:
-  // the clock this shard process started at (restored, promoted or 0).
-  Admission(uint32_t shard, const JobOptions& job, const ClockTable& clocks,
+  // `clock`, `clocks`, `workers` and `access` must outlive this.
+  // `started_clock`: the clock this shard process started at (restored,
+  // promoted or 0). `clock` dates a sender's last-seen time, read only when
+  // an admitted request sets it here.
+  Admission(uint32_t shard, const JobOptions& job, const Clock& clock, const ClockTable& clocks,
             WorkerRegistry& workers, ShardAccess& access, std::string agreement,
             int64_t started_clock);
 
   // The verdict on `req`, decoded from the message whose first frame after
-  // the routing id is `first_frame`, at time `now`; `fenced`: the write
-  // lease lapsed; `failed`: the job's failure, OK while it runs.
-  Verdict Check(const Frame& first_frame, const MessageHeader& req, Clock::TimePoint now,
-                bool fenced, const Status& failed);
+  // the routing id is `first_frame`; `fenced`: the write lease lapsed;
+  // `failed`: the job's failure, OK while it runs.
+  Verdict Check(const Frame& first_frame, const MessageHeader& req, bool fenced,
+                const Status& failed);
 
   // OK when the clock of `req` (a worker's request) is one the protocol
   // allows; otherwise the error for its ERROR reply: FailedPrecondition
@@ -110,14 +112,15 @@ class Admission {
   // The rendezvous of a HELLO: OK, or the refusal (logged once per worker).
   Status CheckAgreement(const MessageHeader& req);
   // A worker's request (not the evaluator's, not a control client's).
-  Verdict CheckWorker(const MessageHeader& req, Clock::TimePoint now, const Status& failed);
+  Verdict CheckWorker(const MessageHeader& req, const Status& failed);
   // The refusal of `req` while fenced (logged at most once a second); the
   // shard makes its error (ShardServer::FencedError: it knows its address
   // and epoch).
-  Verdict Fenced(const MessageHeader& req, Clock::TimePoint now);
+  Verdict Fenced(const MessageHeader& req);
 
   const uint32_t shard_;
   const JobOptions& job_;
+  const Clock& clock_;
   const ClockTable& clocks_;
   WorkerRegistry& workers_;
   ShardAccess& access_;

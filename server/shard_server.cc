@@ -141,8 +141,8 @@ Status ShardServer::OpenSocket(BackupServer::State* promoted) {
   // Under security.mode curve the ZAP handler runs before the socket binds,
   // so no handshake is ever let in unchecked.
   PS_ASSIGN_OR_RETURN(access_, ShardAccess::Create(job_, shard_, context_.get(), &so.curve));
-  admission_ = std::make_unique<Admission>(shard_, job_, clocks_, workers_, *access_, agreement_,
-                                           started_clock_);
+  admission_ = std::make_unique<Admission>(shard_, job_, *clock_, clocks_, workers_, *access_,
+                                           agreement_, started_clock_);
   // A good worker has at most client.max_in_flight requests, each with one
   // reply, per connection (Validate: socket_hwm is more); a reply to a
   // connection past it fails to send, so it is counted and logged instead
@@ -312,7 +312,7 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
   // Kept aside: a parked pull takes request_ (and req with it) away.
   const Op op = req.op;
-  Admission::Verdict verdict = admission_->Check(body[0], req, clock_->Now(), Fenced(), failed_);
+  Admission::Verdict verdict = admission_->Check(body[0], req, Fenced(), failed_);
   switch (verdict.action) {
     case Admission::Verdict::Action::kRefuse:
       Refuse(routing_id, body[0], req, verdict);

@@ -12,6 +12,7 @@
 
 #include "common/rendezvous.h"
 #include "server/worker_registry.h"
+#include "tests/util/fake_clock.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -35,7 +36,7 @@ class AdmissionTest : public ::testing::Test {
     auto access = ShardAccess::Create(job_, 0, context_.get(), &curve);
     ASSERT_TRUE(access.ok()) << access.status().ToString();
     access_ = std::move(*access);
-    admission_ = std::make_unique<Admission>(0, job_, clocks_, *workers_, *access_,
+    admission_ = std::make_unique<Admission>(0, job_, clock_, clocks_, *workers_, *access_,
                                              EncodeAgreement(job_), started_clock);
   }
 
@@ -51,12 +52,13 @@ class AdmissionTest : public ::testing::Test {
 
   Admission::Verdict Check(const MessageHeader& req, bool fenced = false,
                            const Status& failed = Status::Ok()) {
-    return admission_->Check(first_frame_, req, now_, fenced, failed);
+    return admission_->Check(first_frame_, req, fenced, failed);
   }
 
   JobOptions job_;
   ClockTable clocks_{1};
-  Clock::TimePoint now_ = Clock::TimePoint(std::chrono::seconds(100));
+  FakeClock clock_;
+  const Clock::TimePoint now_ = clock_.Now();
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<Context> context_;
   std::unique_ptr<ShardAccess> access_;

@@ -1,0 +1,149 @@
+// ShardStore's copies of its state (store/shard_store.h): the snapshot a
+// checkpoint writes and a restore reads back, a backup's rows and sums, the
+// values a test or a joining copy reads, and the checksum replicas compare.
+// None of it is on the push or pull path.
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "store/shard_store.h"
+
+namespace ps {
+
+uint64_t ShardStore::Checksum(uint32_t table) const {
+  // FNV-1a over 32-bit words (each float's bits), with a final mix: a few
+  // GB/s, where a byte at a time would hold a large shard's STATS up.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&h](const std::vector<float>& floats) {
+    for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
+    h ^= floats.size();
+  };
+  const Table& t = tables_[table];
+  for (const auto& b : t.blocks) {
+    add(b->values);
+    for (uint32_t k = 0; k < t.slots; ++k) add(b->slots[k]);
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {
+  ShardSnapshot snapshot;
+  snapshot.shard = shard;
+  snapshot.num_shards = static_cast<uint32_t>(job.cluster.servers.size());
+  snapshot.clock = clock;
+  snapshot.fingerprint = job.Fingerprint();
+  for (const Table& t : tables_) {
+    TableSnapshot ts;
+    ts.name = t.layout.name;
+    ts.rows = t.layout.rows;
+    ts.dim = t.layout.dim;
+    ts.owned = t.layout.owned;
+    ts.optimizer = OptimizerDescription(t.optimizer);
+    ts.slots.resize(t.slots);
+    snapshot.tables.push_back(std::move(ts));
+  }
+  return snapshot;
+}
+
+StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t shard,
+                                             int64_t clock) const {
+  ShardSnapshot snapshot = Layout(job, shard, clock);
+  try {
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      const auto table = static_cast<uint32_t>(i);
+      TableSnapshot& ts = snapshot.tables[i];
+      ts.values = CopyValues(table);
+      for (uint32_t slot = 0; slot < ts.slots.size(); ++slot) ts.slots[slot] = CopySlot(table, slot);
+    }
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("shard " + std::to_string(shard) +
+                                  ": not enough memory for a checkpoint's copy of the tables");
+  }
+  return snapshot;
+}
+
+void ShardStore::Restore(const ShardSnapshot& snapshot) {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    const TableSnapshot& ts = snapshot.tables[i];
+    std::vector<const std::byte*> slots;
+    for (const std::vector<float>& slot : ts.slots) {
+      slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
+    }
+    RestoreRows(static_cast<uint32_t>(i), ts.owned.begin, ts.owned.size(),
+                reinterpret_cast<const std::byte*>(ts.values.data()), slots);
+  }
+}
+
+void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
+                             const std::byte* values, std::span<const std::byte* const> slots) {
+  Table& t = tables_[table];
+  t.bounded = false;  // measured again on the next push
+  const size_t row_bytes = size_t{t.layout.dim} * sizeof(float);
+  size_t done = 0;  // bytes of each array consumed
+  ForEachBlockRun(t, first - t.layout.owned.begin, count,
+                  [&](uint64_t block, uint64_t in_block, uint64_t n) {
+                    Block* b = Writable(t, block);
+                    const size_t offset = static_cast<size_t>(in_block) * t.layout.dim;
+                    const size_t bytes = static_cast<size_t>(n) * row_bytes;
+                    std::memcpy(b->values.data() + offset, values + done, bytes);
+                    for (size_t k = 0; k < slots.size(); ++k) {
+                      std::memcpy(b->slots[k].data() + offset, slots[k] + done, bytes);
+                    }
+                    done += bytes;
+                  });
+}
+
+std::vector<float> ShardStore::CopyValues(uint32_t table) const {
+  std::vector<float> all;
+  all.reserve(tables_[table].layout.owned.size() * tables_[table].layout.dim);
+  for (const auto& b : tables_[table].blocks) all.insert(all.end(), b->values.begin(), b->values.end());
+  return all;
+}
+
+void ShardStore::CopySums(int64_t below, std::vector<Frame>* frames,
+                          std::vector<int64_t>* index) const {
+  for (auto it = sums_.begin(); it != sums_.end() && it->first < below; ++it) {
+    for (uint32_t table = 0; table < it->second.size(); ++table) {
+      const TableSum& sum = it->second[table];
+      if (sum.values.empty()) continue;
+      frames->push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
+      std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
+      frames->push_back(Frame::CopyOf(touched.data(), touched.size()));
+      index->push_back(it->first);
+      index->push_back(table);
+    }
+  }
+}
+
+Status ShardStore::RestoreSum(PendingSum sum) {
+  PS_RETURN_IF_ERROR(CheckSum(sum));
+  std::vector<TableSum>& clock_sums = sums_[sum.clock];
+  if (clock_sums.empty()) clock_sums.resize(tables_.size());
+  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched)};
+  return Status::Ok();
+}
+
+Status ShardStore::CheckSum(const PendingSum& sum) const {
+  if (sum.table >= tables_.size()) {
+    return InvalidArgumentError("a sum of table index " + std::to_string(sum.table) + "; " +
+                                std::to_string(tables_.size()) + " tables");
+  }
+  const Table& t = tables_[sum.table];
+  if (sum.values.size() != t.layout.owned.size() * t.layout.dim ||
+      sum.touched.size() != t.blocks.size() || sum.clock < 0) {
+    return InvalidArgumentError("a sum of table '" + t.layout.name + "' of " +
+                                std::to_string(sum.values.size()) + " values and " +
+                                std::to_string(sum.touched.size()) + " blocks at clock " +
+                                std::to_string(sum.clock) + "; the table holds " +
+                                std::to_string(t.layout.owned.size() * t.layout.dim) +
+                                " values in " + std::to_string(t.blocks.size()) + " blocks");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ps
