@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,6 +158,36 @@ StatusOr<uint32_t> FreeReplicaPorts(uint32_t shards, uint32_t factor,
     return offset;
   }
   return UnavailableError("no free loopback ports for the replicas");
+}
+
+StatusOr<BusyCores> BusyCores::Start(uint32_t n) {
+  BusyCores busy;
+  const pid_t parent = ::getpid();
+  for (uint32_t i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      return InternalError(std::string("cannot start a busy process (fork): ") +
+                           std::strerror(errno));
+    }
+    if (pid == 0) {
+      // Only async-signal-safe calls from here on.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::prctl(PR_SET_NAME, "busy-core");
+      if (::getppid() != parent) ::_exit(0);  // the benchmark is gone already
+      volatile uint64_t spins = 0;
+      for (;;) spins = spins + 1;
+    }
+    busy.pids_.push_back(pid);
+  }
+  return busy;
+}
+
+BusyCores::~BusyCores() {
+  for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+  for (pid_t pid : pids_) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
 }
 
 }  // namespace ps

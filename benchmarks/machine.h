@@ -75,6 +75,26 @@ class ScratchDir {
   const std::filesystem::path path_;
 };
 
+// Processes that keep cores busy, as a worker host's data loading and
+// compute do, while a benchmark measures (transport_bench --busy-cores): each
+// spins on its own, unpinned, like `yes > /dev/null`. They are killed and
+// reaped when this goes out of scope, and die with the benchmark if it does
+// (PR_SET_PDEATHSIG).
+class BusyCores {
+ public:
+  // Starts `n` spinning processes. Call before starting threads.
+  static StatusOr<BusyCores> Start(uint32_t n);
+  BusyCores() = default;
+  BusyCores(BusyCores&& other) noexcept : pids_(std::move(other.pids_)) { other.pids_.clear(); }
+  BusyCores& operator=(BusyCores&&) = delete;
+  BusyCores(const BusyCores&) = delete;
+  ~BusyCores();
+  size_t count() const { return pids_.size(); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 }  // namespace ps
 
 #endif  // PS_BENCHMARKS_MACHINE_H_

@@ -31,6 +31,7 @@
 #include "client/client.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "common/transport.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ int Fail(const ps::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::KeepMessageMemory();
   CLI::App app{"Latency of one worker's dense pushes against a running job's servers"};
   std::string config;
   uint32_t rank = 0;

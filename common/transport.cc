@@ -1,5 +1,6 @@
 #include "common/transport.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
@@ -439,6 +440,12 @@ std::string ZmqVersion() {
   int major, minor, patch;
   zmq_version(&major, &minor, &patch);
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+void KeepMessageMemory() {
+  // Setting either turns off glibc's own adjustment of both.
+  ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMessageHeapMaxBytes));
+  ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kMessageHeapKeepBytes));
 }
 
 StatusOr<CurveKeyPair> NewCurveKeyPair() {

@@ -39,6 +39,7 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/rank.h"
+#include "common/transport.h"
 #include "server/checkpoint_stall.h"
 #include "server/open_files.h"
 #include "server/etcd_authority.h"
@@ -335,6 +336,7 @@ class ServerProcess {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::KeepMessageMemory();
   CLI::App app{"ps_server: one shard of the parameter server"};
   ServerFlags flags;
   AddFlags(app, &flags);

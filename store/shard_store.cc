@@ -110,7 +110,7 @@ ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
     copy->values = b->values;
     // A replica's copy (ShareBlock) reads the optimizer state as well.
     const bool whole = b->whole_holders.load(std::memory_order_acquire) > 0;
-    for (std::vector<float>& slot : b->slots) {
+    for (BlockFloats& slot : b->slots) {
       copy->slots[&slot - b->slots] = whole ? slot : std::move(slot);
     }
     b = std::move(copy);
@@ -495,7 +495,7 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
 Status ShardStore::Encode(Block* block, WireType dtype) {
   if (block->encoded != nullptr && block->encoded_type == dtype) return Status::Ok();
   const size_t n = block->values.size();
-  std::shared_ptr<uint16_t[]> encoded(new (std::nothrow) uint16_t[n]);
+  std::shared_ptr<uint16_t[]> encoded = MakeBlockArray<uint16_t>(n);
   if (encoded == nullptr) {
     return ResourceExhaustedError("cannot allocate " + std::to_string(n * sizeof(uint16_t)) +
                                   " bytes for a block's values in 16 bits (a pull's reply)");
@@ -530,7 +530,7 @@ Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>
     ~Holder() { block->whole_holders.fetch_sub(1, std::memory_order_release); }
   };
   auto holder = std::make_shared<const Holder>(b);
-  auto share = [&](const std::vector<float>& v) -> Status {
+  auto share = [&](const BlockFloats& v) -> Status {
     PS_ASSIGN_OR_RETURN(Frame f, Frame::Share(v.data(), v.size() * sizeof(float),
                                               std::shared_ptr<const void>(holder)));
     frames->push_back(std::move(f));

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "common/update_rule.h"
 #include "common/wire.h"
+#include "store/block_memory.h"
 #include "store/snapshot.h"
 
 namespace ps {
@@ -188,8 +189,8 @@ class ShardStore {
 
  private:
   struct Block {
-    std::vector<float> values;  // rows_per_block x dim (the last block may be shorter)
-    std::vector<float> slots[kMaxOptimizerSlots];  // optimizer state, like values (Slots() of them)
+    BlockFloats values;  // rows_per_block x dim (the last block may be shorter)
+    BlockFloats slots[kMaxOptimizerSlots];  // optimizer state, like values (Slots() of them)
     // Frames of ShareBlock still holding this block (the I/O thread
     // releases them): its optimizer state is copied, not moved, by a push.
     std::atomic<uint32_t> whole_holders{0};

@@ -16,7 +16,7 @@ uint64_t ShardStore::Checksum(uint32_t table) const {
   // FNV-1a over 32-bit words (each float's bits), with a final mix: a few
   // GB/s, where a byte at a time would hold a large shard's STATS up.
   uint64_t h = 0xcbf29ce484222325ull;
-  auto add = [&h](const std::vector<float>& floats) {
+  auto add = [&h](const BlockFloats& floats) {
     for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
     h ^= floats.size();
   };

@@ -30,6 +30,7 @@
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/rank.h"
+#include "common/transport.h"
 #include "worker/backend_factory.h"
 #include "worker/evaluator.h"
 #include "worker/param_store.h"
@@ -229,6 +230,7 @@ int RunProcess(const WorkerFlags& flags, const ps::TrainJob& job, uint32_t rank,
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::KeepMessageMemory();
   CLI::App app{"ps_worker: one worker of a parameter-server job"};
   WorkerFlags flags;
   AddFlags(app, &flags);

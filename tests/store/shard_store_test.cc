@@ -130,6 +130,49 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
 }
 
+// A whole block sent as it is starts half a page into a page
+// (store/block_memory.h), so the kernel's copy of it into the socket never
+// writes just past where it reads modulo 4 KiB; so does its copy after a
+// push (copy-on-write) and its 16-bit conversion. A table of a few rows
+// gets a cache line's alignment instead of a page.
+TEST(ShardStoreTest, SharedBlocksStartHalfAPageIntoAPage) {
+  JobOptions job = Job(1, InitKind::kZeros);
+  job.tables[0].rows = 600;
+  job.tables[0].dim = 1024;
+  job.tables[0].optimizer = {OptimizerKind::kAdd, 0.0f};
+  TableOptions small = TestTable("small", 3, 2);
+  job.tables.push_back(small);
+  auto store = ShardStore::Create(job, 0);
+  ASSERT_OK(store);
+  auto page_offset = [](const Frame& f) { return reinterpret_cast<uintptr_t>(f.data()) % 4096; };
+
+  std::vector<Frame> frames;
+  ASSERT_OK((*store)->ReadRows(DenseRequest(Op::kPull, 0, 600, {}), &frames));
+  ASSERT_EQ(frames.size(), 3u);
+  for (const Frame& f : frames) EXPECT_EQ(page_offset(f), 2048u);
+  // Written while shared: the store's copies start there too.
+  std::vector<float> ones(600 * 1024, 1.0f);
+  ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 0, 600, ones), 0));
+  EXPECT_EQ((*store)->copy_on_write_count(), 3u);
+  frames.clear();
+  ASSERT_OK((*store)->ReadRows(DenseRequest(Op::kPull, 0, 600, {}), &frames));
+  for (const Frame& f : frames) EXPECT_EQ(page_offset(f), 2048u);
+
+  Request half = DenseRequest(Op::kPull, 0, 600, {});
+  half.header.dtype = WireType::kBf16;
+  frames.clear();
+  ASSERT_OK((*store)->ReadRows(half, &frames));
+  for (const Frame& f : frames) EXPECT_EQ(page_offset(f), 2048u);
+
+  Request tiny = DenseRequest(Op::kPull, 0, 3, {});
+  tiny.header.table = 1;
+  tiny.header.dim = 2;
+  frames.clear();
+  ASSERT_OK((*store)->ReadRows(tiny, &frames));
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(frames[0].data()) % 64, 0u);
+}
+
 // A 16-bit dense pull converts each block once per change: every later
 // pull of the same values shares the converted block, a push drops the
 // converted copy of the blocks it writes (and only those), and a reply in

@@ -1,0 +1,81 @@
+// Where the store's blocks live in memory: half a page into a page.
+//
+// A dense pull's reply and a replica's copy hand a block's memory straight
+// to the socket (Frame::Share). ZeroMQ copies a large frame's first
+// (8192 - p) bytes into its batch, p being the bytes before them there (the
+// header frame and the frame prefixes, a few dozen), and passes the rest to
+// send(2) from the frame's own memory; the kernel copies that into socket
+// buffer pages where it starts on a page boundary. So the destination is
+// (p - the block's offset in its page) bytes past the source, modulo 4 KiB.
+// On this project's CPU kind (AMD EPYC with FSRM) the kernel's `rep movsb`
+// is several times slower per byte when the destination is a little past
+// the source modulo 4 KiB: at malloc's usual offset (16) behind a 23-byte
+// prefix, 7 bytes past, the copy of a 1 MiB pull took 10 times the CPU of
+// raw ZeroMQ's, and at a page's start (23 bytes past) still 1.5 times. Half
+// a page in, the destination is about 2 KiB behind the source for any
+// header under 2 KiB, and the copy runs at full speed
+// (docs/transport_bench.md, "A busy host").
+//
+// Arrays under a page get a cache line's alignment instead, so a table of a
+// few rows does not pay a page for them.
+#ifndef PS_STORE_BLOCK_MEMORY_H_
+#define PS_STORE_BLOCK_MEMORY_H_
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace ps {
+
+inline constexpr size_t kPageBytes = 4096;
+// Where an array of a page or more starts in its page.
+inline constexpr size_t kBlockPageOffset = kPageBytes / 2;
+
+// Memory for an array of `bytes` (nullptr when it cannot be had) and its
+// release, placed as above.
+inline void* AllocateBlockMemory(size_t bytes) noexcept {
+  if (bytes < kPageBytes) return ::operator new(bytes, std::align_val_t{64}, std::nothrow);
+  void* page = ::operator new(bytes + kBlockPageOffset, std::align_val_t{kPageBytes}, std::nothrow);
+  return page == nullptr ? nullptr : static_cast<std::byte*>(page) + kBlockPageOffset;
+}
+inline void FreeBlockMemory(void* p, size_t bytes) noexcept {
+  if (bytes < kPageBytes) return ::operator delete(p, std::align_val_t{64});
+  ::operator delete(static_cast<std::byte*>(p) - kBlockPageOffset, std::align_val_t{kPageBytes});
+}
+
+template <class T>
+struct BlockAllocator {
+  using value_type = T;
+  BlockAllocator() = default;
+  template <class U>
+  BlockAllocator(const BlockAllocator<U>&) noexcept {}  // NOLINT: allocators convert implicitly
+
+  T* allocate(size_t n) {
+    void* p = AllocateBlockMemory(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) noexcept { FreeBlockMemory(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const BlockAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+// A block's values or one optimizer state array.
+using BlockFloats = std::vector<float, BlockAllocator<float>>;
+
+// An array of `n` T placed as a block's, shared; nullptr when the memory
+// cannot be had.
+template <class T>
+std::shared_ptr<T[]> MakeBlockArray(size_t n) {
+  const size_t bytes = n * sizeof(T);
+  void* p = AllocateBlockMemory(bytes);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<T[]>(static_cast<T*>(p), [bytes](T* q) { FreeBlockMemory(q, bytes); });
+}
+
+}  // namespace ps
+
+#endif  // PS_STORE_BLOCK_MEMORY_H_
