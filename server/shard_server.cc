@@ -180,7 +180,8 @@ Status ShardServer::BindSocket(const std::string& bind_endpoint, BackupServer::S
   }
   Status bound = socket_->Bind(endpoint);
   // A promoted backup binds the port its backup socket just closed, which
-  // ZeroMQ's I/O thread may not have released yet.
+  // ZeroMQ's I/O thread may not have released yet (real time, not clock_:
+  // the wait is for the kernel).
   const auto bind_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
          std::chrono::steady_clock::now() < bind_until) {
@@ -289,8 +290,7 @@ void ShardServer::LogRequestRefusal(const Frame& first_frame, const char* kind,
   if (peer.empty()) peer = first_frame.Property("Peer-Address");
   if (peer.empty()) peer = "an unknown peer";
   uint64_t held_back = 0;
-  if (!request_log_.ShouldLog(std::string(kind) + " " + peer, std::chrono::steady_clock::now(),
-                              &held_back)) {
+  if (!request_log_.ShouldLog(std::string(kind) + " " + peer, clock_->Now(), &held_back)) {
     ++counters_.refusals_not_logged;
     return;
   }

@@ -474,7 +474,7 @@ class ShardServer {
   Histogram staleness_wait_seconds_{Histogram::LatencyBounds()};
   HotRows hot_rows_;  // sparse pushes' rows, counted while metrics are served
   MetricsEndpoint* metrics_endpoint_ = nullptr;
-  std::chrono::steady_clock::time_point metrics_published_{};
+  Clock::TimePoint metrics_published_{};
   Status failed_;  // set under policy fail once a worker died
   Status exit_status_;  // what Run() returns after StopWhenWorkersGone
   // Recovery: pushes applied lately, the clock this process started at, and

@@ -205,7 +205,7 @@ std::string ShardServer::MetricsText() const {
 
 void ShardServer::PublishMetrics(bool now) {
   if (metrics_endpoint_ == nullptr) return;
-  const auto t = std::chrono::steady_clock::now();
+  const Clock::TimePoint t = clock_->Now();
   if (!now && t - metrics_published_ < std::chrono::milliseconds(job_.metrics.interval_ms)) {
     return;
   }
