@@ -19,6 +19,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
       job_(job),
       clock_(clock != nullptr ? clock : &steady_clock_),
       bound_(job.consistency.Bound()),
+      push_policy_(job),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
       // A worker that never spoke counts as silent only from the end of the
       // start-up grace period: processes may start in any order.
@@ -30,10 +31,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
       non_finite_logged_(job.tables.size(), false),
       agreement_(EncodeAgreement(job)),
       rate_sampled_(clock_->Now()),
-      started_(rate_sampled_) {
-  sums_replicated_ = job.replication.factor > 1 && job.consistency.aggregate &&
-                     job.replication.after_aggregation;
-}
+      started_(rate_sampled_) {}
 
 ShardServer::~ShardServer() { JoinCheckpointWriter(); }
 
@@ -220,7 +218,7 @@ Status ShardServer::Run() {
                 "(README, \"Security\")",
                 shard_, endpoint_);
   }
-  if (replication_->active() && sums_replicated_) {
+  if (replication_->active() && push_policy_.sums_replicated()) {
     PS_LOG_INFO("shard {}: replication.factor {} after aggregation: each clock's sums go to its "
                 "{} backups once, and a push is acknowledged once its clock's sums are on them",
                 shard_, job_.replication.factor, job_.replication.factor - 1);
@@ -462,9 +460,10 @@ void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply
   Status changed =
       req.flags == kMembershipDropBackup ? replication_->Drop(replica, epoch)
       : req.flags == kMembershipAddBackup
-          ? replication_->Join(replica, epoch, store_.get(), clocks_,
-                               sums_replicated_ ? held_.Replicated(recent_pushes_) : recent_pushes_,
-                               /*copy_sums=*/!sums_replicated_)
+          ? replication_->Join(
+                replica, epoch, store_.get(), clocks_,
+                push_policy_.sums_replicated() ? held_.Replicated(recent_pushes_) : recent_pushes_,
+                /*copy_sums=*/!push_policy_.sums_replicated())
           : FailedPreconditionError("shard " + std::to_string(shard_) +
                                     " is the primary already; only a backup is promoted");
   if (!changed.ok()) {
@@ -496,14 +495,14 @@ void ShardServer::MinClockAdvanced() {
     // for, and any that left (or were dropped) after pushing into it.
     const int64_t below = clocks_.min_clock();
     const uint32_t workers = std::max<uint32_t>(1, clocks_.num_at_least(below));
-    if (sums_replicated_) {
+    if (push_policy_.sums_replicated()) {
       // The sums go to the backups before they are applied here; the
       // pushes in them are answered once the backups have them.
       replication_->ApplySums(below, workers, store_.get(), held_.TakeSummedPushes(below));
       held_.ReleaseSumReplies(below, replication_->last_seq());
     }
     store_->ApplyAccumulated(below, 1.0f / static_cast<float>(workers));
-    if (!sums_replicated_) replication_->ApplySums(below, workers);
+    if (!push_policy_.sums_replicated()) replication_->ApplySums(below, workers);
   }
   if (job_.consistency.aggregate) {
     ReportNonFinite(job_.server.on_non_finite_result == NonFiniteResultPolicy::kFlag

@@ -94,6 +94,7 @@
 #include "server/connection_limit.h"
 #include "server/held_replies.h"
 #include "server/hot_rows.h"
+#include "server/push_policy.h"
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "server/replication.h"
@@ -283,14 +284,15 @@ class ShardServer {
   void HandleHeartbeat(Frame& routing_id, MessageHeader& reply);
   // A MEMBERSHIP change from the authority: a backup dropped or joining.
   void HandleMembership(Frame& routing_id, const MessageHeader& reply);
-  // The parts of HandlePush: a push sent again (acknowledged, not applied
-  // twice); under aggregation, whether it may be summed now (false: it was
-  // refused past LeadCeiling or parked); a push after its clock's quorum
+  // The routes of HandlePush (PushPolicy): a push sent again (acknowledged,
+  // not applied twice; with `summed_into` >= 0 the reply waits for that
+  // clock's sum, which holds the first copy); under aggregation, one
+  // refused past LeadCeiling (`refused`); a push after its clock's quorum
   // (backup workers: acknowledged with kFlagLate and dropped); and the
   // apply of any other, acknowledged before it when its result is proven
   // finite.
-  void AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply);
-  bool SumMayStart(std::vector<Frame>& frames);
+  void AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply, int64_t summed_into);
+  void RefuseSum(std::vector<Frame>& frames, const Status& refused);
   void DropLatePush(Frame& routing_id, MessageHeader& reply);
   void ApplyPushNow(Frame& routing_id, std::span<const Frame> body, const MessageHeader& reply);
   // Answers `pull` (decoded from `routing_id`'s message); `waited` is how
@@ -411,6 +413,8 @@ class ShardServer {
   const SteadyClock steady_clock_;
   const Clock* const clock_;  // steady_clock_ unless Create was given one
   const int64_t bound_;       // staleness bound of the job's consistency mode
+  // What each consistency mode does with an admitted push.
+  const PushPolicy push_policy_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Context> context_;   // declared before socket_: destroyed after it
   std::unique_ptr<ShardAccess> access_;  // after context_: its ZAP handler goes first
@@ -421,7 +425,6 @@ class ShardServer {
   // them, and under replication after aggregation (replication.
   // after_aggregation under consistency.aggregate with backups) the replies
   // of pushes summed into a clock, until its sum is replicated.
-  bool sums_replicated_ = false;
   HeldReplies held_;
   // A held reply: `header` to `routing_id`.
   static HeldReplies::Held MakeHeld(Frame& routing_id, const MessageHeader& header);

@@ -1,110 +1,136 @@
-// The push side of ShardServer (server/shard_server.h): each consistency
-// mode's policy for a PUSH that passed admission.
+// The push side of ShardServer (server/shard_server.h): carries out the
+// route PushPolicy (server/push_policy.h) gives a PUSH that passed
+// admission.
 //
-//  - A push sent again (same worker, session and request id) is
-//    acknowledged and not applied twice (RecentPushes).
-//  - consistency.aggregate (bsp): summed into its clock and applied with the
-//    others' when the job's clock passes it; a push for a clock above the
-//    job's clock + 1 waits (ParkPush), one above LeadCeiling is refused.
-//  - consistency.backup_workers: a push after its clock's quorum is
-//    acknowledged and dropped.
-//  - otherwise (ssp, asp, bsp without aggregation): applied at once,
+//  - A push applied at once (ssp, asp, bsp without aggregation) is
 //    acknowledged before the apply when its result is proven finite.
+//  - A push refused or parked is forgotten by RecentPushes: a copy sent
+//    again is then new.
 //  - replicated shards: the backups get every applied push, or with
 //    replication.after_aggregation each clock's sum once, and the
 //    acknowledgement waits for them.
-#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/logging.h"
+#include "server/push_policy.h"
 #include "server/shard_server.h"
 
 namespace ps {
 
+namespace {
+
+// What PushPolicy asks about the push `req`, answered from the shard's
+// parts (all must outlive this). Not thread-safe: the shard's thread only.
+class ShardPushFacts final : public PushPolicy::Facts {
+ public:
+  ShardPushFacts(const MessageHeader& req, const Admission& admission, const ShardStore& store,
+                 const HeldReplies& held, ClockTable& clocks)
+      : req_(req), admission_(admission), store_(store), held_(held), clocks_(clocks) {}
+
+  int64_t RepeatSummedInto() const override {
+    return held_.SummedInto(req_.worker, req_.session, req_.request_id);
+  }
+  Status SumClockAllowed() const override {
+    return admission_.CheckSumClock(req_, store_.sum_clocks(), store_.sum_bytes());
+  }
+  bool MustWait() const override { return admission_.PushMustWait(req_.clock); }
+  bool InQuorum() override { return clocks_.Admit(req_.worker, req_.clock); }
+
+ private:
+  const MessageHeader& req_;
+  const Admission& admission_;
+  const ShardStore& store_;
+  const HeldReplies& held_;
+  ClockTable& clocks_;
+};
+
+}  // namespace
+
 void ShardServer::HandlePush(std::vector<Frame>& frames, MessageHeader& reply) {
+  using Route = PushPolicy::Route;
   Frame& routing_id = frames[0];
   const MessageHeader& req = request_.header;
   ++counters_.pushes;
-  if (!recent_pushes_.Insert(req.worker, req.session, req.request_id)) {
-    AcknowledgeRepeat(routing_id, reply);
-    return;
+  PushPolicy::Push push;
+  push.repeat = !recent_pushes_.Insert(req.worker, req.session, req.request_id);
+  push.clock = req.clock;
+  push.min_clock = clocks_.min_clock();
+  ShardPushFacts facts(req, *admission_, *store_, held_, clocks_);
+  PushPolicy::Decision decision = push_policy_.Decide(push, facts);
+  switch (decision.route) {
+    case Route::kAcknowledgeRepeat:
+    case Route::kHoldRepeatForSum:
+      AcknowledgeRepeat(routing_id, reply, decision.clock);
+      return;
+    case Route::kRefuseSum:
+      RefuseSum(frames, decision.status);
+      return;
+    case Route::kPark:
+      // Counted as new when it comes back (a copy sent again meanwhile is
+      // recognised then).
+      recent_pushes_.Forget(req.worker, req.session, req.request_id);
+      ParkPush(frames);
+      return;
+    default:
+      break;
   }
-  if (job_.consistency.aggregate && !SumMayStart(frames)) return;
   // Served metrics only: the hottest rows cost nothing when none are.
   if (metrics_endpoint_ != nullptr && !request_.keys.empty()) {
     hot_rows_.Add(req.table, request_.keys);
   }
-  if (sums_replicated_ && req.clock >= clocks_.min_clock()) {
-    // Summed into its clock; the backups get the sum once, when it is
-    // applied (MinClockAdvanced), and the acknowledgement waits for it.
-    store_->Accumulate(request_, req.clock);
-    held_.HoldForSum(req.clock, req.worker, req.session, req.request_id,
-                     MakeHeld(routing_id, reply));
-    return;
-  }
-  // Under replication after aggregation, a push of a clock already
-  // applied (sent again to a promoted backup whose primary died before
-  // replicating that clock's sums) goes to the backups on its own, as
-  // below: held for the next clock's sums, it could wait for a Clock()
-  // its worker sends only once it is acknowledged.
-  if (clocks_.backups() && !clocks_.Admit(req.worker, req.clock)) {
-    DropLatePush(routing_id, reply);
-    return;
-  }
   const std::span<const Frame> body(frames.data() + 1, frames.size() - 1);
-  if (job_.consistency.aggregate) {
-    // Summed into its clock (never one already applied) and applied with
-    // the others' when the last worker finishes that clock; the sum cannot
-    // fail, so the acknowledgement goes first.
-    Reply(routing_id, reply);
-    // The backups add it while this shard does.
-    const int64_t sum_clock = std::max(req.clock, clocks_.min_clock());
-    replication_->Push(body, sum_clock, /*accumulate=*/true);
-    store_->Accumulate(request_, sum_clock);
-    return;
+  switch (decision.route) {
+    case Route::kAccumulateAndHold:
+      // The backups get the sum once, when it is applied
+      // (MinClockAdvanced), and the acknowledgement waits for it.
+      store_->Accumulate(request_, decision.clock);
+      held_.HoldForSum(decision.clock, req.worker, req.session, req.request_id,
+                       MakeHeld(routing_id, reply));
+      return;
+    case Route::kDropLate:
+      DropLatePush(routing_id, reply);
+      return;
+    case Route::kAcknowledgeAndSum:
+      // Applied with the others' when the last worker finishes that clock;
+      // the sum cannot fail, so the acknowledgement goes first, and the
+      // backups add it while this shard does.
+      Reply(routing_id, reply);
+      replication_->Push(body, decision.clock, /*accumulate=*/true);
+      store_->Accumulate(request_, decision.clock);
+      return;
+    case Route::kApplyNow:
+      ApplyPushNow(routing_id, body, reply);
+      return;
+    default:  // answered above
+      return;
   }
-  ApplyPushNow(routing_id, body, reply);
 }
 
-void ShardServer::AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply) {
-  // Sent again after a dropped connection; the first copy was applied.
+void ShardServer::AcknowledgeRepeat(Frame& routing_id, const MessageHeader& reply,
+                                    int64_t summed_into) {
   const MessageHeader& req = request_.header;
   ++counters_.repeated_pushes;
   PS_LOG_DEBUG(
       "shard {}: PUSH request {} from worker {} came again; acknowledged, not applied "
       "twice",
       shard_, req.request_id, req.worker);
-  if (const int64_t clock = held_.SummedInto(req.worker, req.session, req.request_id);
-      clock >= 0) {
+  if (summed_into >= 0) {
     // Its first copy waits in a sum the backups do not have yet.
-    held_.HoldForSum(clock, MakeHeld(routing_id, reply));
+    held_.HoldForSum(summed_into, MakeHeld(routing_id, reply));
     return;
   }
   Reply(routing_id, reply);
 }
 
-bool ShardServer::SumMayStart(std::vector<Frame>& frames) {
+void ShardServer::RefuseSum(std::vector<Frame>& frames, const Status& refused) {
   const MessageHeader& req = request_.header;
-  if (Status bounded = admission_->CheckSumClock(req, store_->sum_clocks(), store_->sum_bytes());
-      !bounded.ok()) {
-    recent_pushes_.Forget(req.worker, req.session, req.request_id);
-    ++counters_.errors;
-    ++counters_.refused_sum_clocks;
-    LogRequestRefusal(frames[1], "refused", bounded.message());
-    Reply(frames[0], MakeErrorHeader(req, shard_, bounded));
-    return false;
-  }
-  if (admission_->PushMustWait(req.clock)) {
-    // Summed once the job's clock reaches it: the sums cover the job's
-    // clock and the next only. Counted as new when it comes back (a copy
-    // sent again meanwhile is recognised then).
-    recent_pushes_.Forget(req.worker, req.session, req.request_id);
-    ParkPush(frames);
-    return false;
-  }
-  return true;
+  recent_pushes_.Forget(req.worker, req.session, req.request_id);
+  ++counters_.errors;
+  ++counters_.refused_sum_clocks;
+  LogRequestRefusal(frames[1], "refused", refused.message());
+  Reply(frames[0], MakeErrorHeader(req, shard_, refused));
 }
 
 void ShardServer::DropLatePush(Frame& routing_id, MessageHeader& reply) {
