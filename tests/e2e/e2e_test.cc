@@ -88,6 +88,7 @@ class E2eTest : public ::testing::Test {
   // (then it is killed and the test fails). Returns {wait status, output}.
   std::pair<int, std::string> Finish(Subprocess* p, milliseconds timeout,
                                      const std::function<void(const std::string&)>& on_line = {}) {
+    if (p == nullptr) return {-1, ""};  // Start failed, and said why
     std::string out;
     LineReader reader;
     std::vector<std::string> lines;
