@@ -167,7 +167,10 @@ bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routi
     // epoch, or a primary that does not know this backup joins): refused,
     // and the copy goes on.
     ++refused_;
-    const Status early = DataLossError(
+    // FailedPrecondition, not DataLoss: it holds nothing of the log yet,
+    // and a primary that took it for a backup from the start replicates
+    // without it until it joins (ReplicationLog::ReceiveAcks).
+    const Status early = FailedPreconditionError(
         name_ + " is still taking the primary's copy and got entry " +
         std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
         " before its end");

@@ -51,7 +51,12 @@
 //    (another replica holds the key): it joins as a backup that takes a
 //    copy, with or without --join; none, and it is replica 0 (without
 //    --join): it takes the key and is the primary; none, and it is another:
-//    the job is starting, and it is a backup with the initial state.
+//    the job is starting, and it is a backup with the initial state. A
+//    replica that starts after its primary took the key (a slower host at
+//    the job's start) joins, while the primary took it for a backup from
+//    the start: it refuses the entries that come before its copy, the
+//    primary replicates without it (it holds nothing, so no acknowledged
+//    push depends on it), and adds it when this authority says it joins.
 //
 // With replication.factor >= 3 a backup whose shard got another primary
 // (not itself) stops, so that, started again, it joins the new one.

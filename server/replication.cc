@@ -95,11 +95,18 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
                                 std::to_string(job_.replication.factor) + "; this primary is "
                                 "replica " + std::to_string(self_) + ")");
   }
-  for (const Backup& b : backups_) {
-    if (b.replica == replica) {
+  for (size_t i = 0; i < backups_.size(); ++i) {
+    const Backup& b = backups_[i];
+    if (b.replica != replica) continue;
+    if (b.copying || b.acked > 0) {
       return FailedPreconditionError("shard " + std::to_string(shard_) + " replicates to backup " +
-                                std::to_string(replica) + " already; drop it first");
+                                     std::to_string(replica) + " already; drop it first");
     }
+    // Taken for a backup from the start, it acknowledged nothing: the
+    // replica started after this primary took the shard and joins.
+    PS_LOG_INFO("shard {}: {} joins instead of being a backup from the start", shard_, b.name);
+    Forget(i);
+    break;
   }
   PS_ASSIGN_OR_RETURN(Backup b, Connect(replica, context_));
   b.copying = true;
@@ -276,10 +283,19 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       // it (the authority may start it again).
       PS_LOG_ERROR("shard {}: {} refused its copy ({}); replicating without it", shard_, b.name,
                    StatusFromErrorHeader(*h).message());
-      b.socket->DropUnsentOnClose();
-      backups_.erase(backups_.begin() + static_cast<std::ptrdiff_t>(index));
-      sockets_.clear();
-      for (Backup& x : backups_) sockets_.push_back(x.socket.get());
+      Forget(index);
+      return Status::Ok();
+    }
+    if (reply.fault == ReplyFault::kRejected && b.acked == 0 &&
+        StatusFromErrorHeader(*h).code() == StatusCode::kFailedPrecondition) {
+      // Taken for a backup from the start, it waits for a copy instead:
+      // it started after this primary took the shard, registered as one
+      // that joins, and holds no entry, so it is in no one's way; the
+      // authority adds it (Join), and the copy starts then.
+      PS_LOG_WARN("shard {}: {} takes a copy rather than the log from its start ({}); "
+                  "replicating without it until it joins",
+                  shard_, b.name, StatusFromErrorHeader(*h).message());
+      Forget(index);
       return Status::Ok();
     }
     if (reply.fault == ReplyFault::kRejected) {
@@ -309,6 +325,14 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
   return Status::Ok();
 }
 
+void ReplicationLog::Forget(size_t index) {
+  // What it never received must not reach a new replica at its address.
+  backups_[index].socket->DropUnsentOnClose();
+  backups_.erase(backups_.begin() + static_cast<std::ptrdiff_t>(index));
+  sockets_.clear();
+  for (Backup& b : backups_) sockets_.push_back(b.socket.get());
+}
+
 Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
   if (epoch < epoch_) {
     return FailedPreconditionError("shard " + std::to_string(shard_) + " is at epoch " +
@@ -322,11 +346,7 @@ Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {
                          std::to_string(replica) + " to drop");
   }
   epoch_ = epoch;
-  // What it never received must not reach a new replica at its address.
-  it->socket->DropUnsentOnClose();
-  backups_.erase(it);
-  sockets_.clear();
-  for (Backup& b : backups_) sockets_.push_back(b.socket.get());
+  Forget(static_cast<size_t>(it - backups_.begin()));
   return Status::Ok();
 }
 

@@ -260,6 +260,9 @@ class ReplicationLog {
   };
   // Marks `b` in sync once it holds every acknowledged entry, and tells it.
   void MaybeInSync(Backup& b);
+  // Replicates without backups_[index] from now on; what it was not sent
+  // is dropped.
+  void Forget(size_t index);
   // Connects a backup's DEALER.
   StatusOr<Backup> Connect(uint32_t replica, Context* context);
   // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).

@@ -345,6 +345,45 @@ INSTANTIATE_TEST_SUITE_P(Modes, RejoinTest,
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// A replica that starts after its primary took the shard (a slower host
+// at the job's start) finds a primary and joins, while the primary took it
+// for a backup from the start. Whether the primary sends it entries first
+// (it refuses them: it waits for a copy) or the authority adds it first,
+// the shard goes on, the replica gets its copy, and both end equal.
+TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
+  for (bool pushes_first : {true, false}) {
+    SCOPED_TRACE(pushes_first ? "entries before the authority adds it" : "added first");
+    constexpr uint64_t kRows = 10;
+    JobOptions job = ReplicatedJob(1, 2, TestJob().Workers(1).Asp().Table("w", kRows, 1,
+                                                                         OptimizerKind::kAdd));
+    ReplicatedCluster cluster(job, /*start_backups=*/false);
+    cluster.StartBackup(0, 1, /*join=*/true);
+    auto control = ControlClient::Create(job, cluster.endpoints());
+    ASSERT_OK(control);
+    auto client = Client::Create(job, 0, cluster.endpoints());
+    ASSERT_OK(client);
+    ASSERT_OK((*client)->Join());
+    auto push = [&] {
+      auto ticket = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 1.0f)));
+      ASSERT_OK(ticket);
+      ASSERT_OK((*client)->Wait(*ticket));
+    };
+    if (pushes_first) {
+      for (int i = 0; i < 3; ++i) push();
+    }
+    ASSERT_OK((*control)->Membership(0, kMembershipAddBackup, 1, 2));
+    for (int i = 0; i < 3; ++i) push();
+    ASSERT_OK((*client)->Leave());
+    cluster.Stop();
+    EXPECT_EQ(cluster.primary(0).store().CopyValues(0),
+              std::vector<float>(kRows, pushes_first ? 6.0f : 3.0f));
+    BackupServer& b = cluster.backup(0, 1);
+    EXPECT_FALSE(b.copying());
+    EXPECT_EQ(b.store().CopyValues(0), cluster.primary(0).store().CopyValues(0));
+    EXPECT_EQ(b.recent_pushes().Encode(), cluster.primary(0).recent_pushes().Encode());
+  }
+}
+
 TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {
   constexpr uint64_t kRows = 5000;
   JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(2).Bsp().Table("w", kRows, 1,
@@ -614,7 +653,8 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
       // A log entry before the copy.
       MessageHeader finish = CopyEntry(ReplicaEntry::kFinish, 1);
       reply = peer.Exchange(finish);
-      EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "still taking"));
+      EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                          "still taking"));
     } else if (c == 1) {
       // Rows [1, 5) where [0, ...) were expected.
       MessageHeader rows = CopyEntry(ReplicaEntry::kCopyRows, 1);
