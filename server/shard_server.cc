@@ -33,7 +33,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, const Clock* clo
       rate_sampled_(clock_->Now()),
       started_(rate_sampled_) {}
 
-ShardServer::~ShardServer() { JoinCheckpointWriter(); }
+ShardServer::~ShardServer() = default;
 
 StatusOr<std::unique_ptr<ShardServer>> ShardServer::Create(const JobOptions& job, uint32_t shard,
                                                           const std::string& bind_endpoint,
@@ -99,7 +99,6 @@ Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promot
     clocks_ = promoted->clocks;
     recent_pushes_ = std::move(promoted->recent_pushes);
     started_clock_ = clocks_.min_clock();
-    last_checkpoint_clock_ = started_clock_;
     first_pull_to_log_ = true;
     promoted_epoch_ = promoted->epoch;
     for (uint32_t w = 0; w < workers_.size(); ++w) {
@@ -116,6 +115,7 @@ Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promot
       PS_RETURN_IF_ERROR(RestoreCheckpoint(restore_clock));
     }
   }
+  if (checkpoints_ != nullptr) StartCheckpointTrigger();
   return Status::Ok();
 }
 
@@ -241,7 +241,7 @@ Status ShardServer::Run() {
                      reloaded.ToString());
       }
     }
-    FinishCheckpointWrite(/*may_start=*/true);
+    if (checkpoint_trigger_ != nullptr) checkpoint_trigger_->Poll(clocks_.min_clock());
     auto ready = PollReadable(sockets, Tick(100), &readable);
     if (!ready.ok()) return ready.status().WithContext("shard " + std::to_string(shard_));
     if (readable[1]) connections_->Drain(*accept_monitor_);
@@ -258,8 +258,8 @@ Status ShardServer::Run() {
     FlushDeferred();
   }
   EndReplication();
-  JoinCheckpointWriter();  // a generation being written is finished, not torn
-  FinishCheckpointWrite(/*may_start=*/false);  // its waiting requests get their answer
+  // A generation being written is finished, not torn.
+  if (checkpoint_trigger_ != nullptr) checkpoint_trigger_->Stop();
   PublishMetrics(/*now=*/true);  // the final values, for a scrape after the end
   PS_LOG_INFO("shard {} stopped: {} pushes, {} pulls, {} errors", shard_, counters_.pushes,
               counters_.pulls, counters_.errors);
@@ -511,7 +511,7 @@ void ShardServer::MinClockAdvanced() {
                           "(server.on_non_finite_result: refuse)");
   }
   // Every update of the clocks below the minimum is in the store now.
-  MaybeCheckpoint();
+  if (checkpoint_trigger_ != nullptr) checkpoint_trigger_->ClockAdvanced(clocks_.min_clock());
   ReleaseWaitingPulls();
 }
 

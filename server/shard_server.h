@@ -90,6 +90,7 @@
 #include "server/access.h"
 #include "server/admission.h"
 #include "server/checkpoint.h"
+#include "server/checkpoint_trigger.h"
 #include "server/clock_table.h"
 #include "server/connection_limit.h"
 #include "server/held_replies.h"
@@ -133,7 +134,6 @@ struct ShardServerCounters {
   // server.max_waiting_pulls_per_worker.
   uint64_t pulls_refused_queued_bytes = 0;
   uint64_t pulls_refused_waiting = 0;
-  uint64_t checkpoints_started = 0;  // generations copied and handed to the writer
   // Rejected (undecodable) and refused requests not logged on a line of
   // their own: a peer's refusals of one kind are logged once per
   // kRefusalLogIntervalMs (server/access.h).
@@ -304,28 +304,14 @@ class ShardServer {
   void MinClockAdvanced();
   // Restores a generation at start (see Create).
   Status RestoreCheckpoint(int64_t restore_clock);
-  // When the minimum clock crossed a multiple of checkpoint.every_clocks:
-  // copies the tables and writes them on a background thread (first
-  // waiting, with a log line, for a previous write still running).
-  void MaybeCheckpoint();
-  // Answers every CHECKPOINT request waiting for a write: generation
-  // `clock`, or `status` when it is an error.
-  void AnswerCheckpointWaiters(const Status& status, int64_t clock);
-  // Copies the tables as generation `clock` and starts writing it;
-  // ResourceExhausted when the copy does not fit.
-  // REQUIRES: no write is running (checkpoint_writing_ false), so there is
-  // never more than one copy of the shard.
-  Status StartCheckpoint(int64_t clock);
-  // A CHECKPOINT request: starts a generation, or waits for the one being
-  // written (see the CHECKPOINT case of Handle).
+  // A CHECKPOINT request: handed to the checkpoint trigger (an error
+  // without checkpoint.dir).
   void HandleCheckpoint(Frame& routing_id, const MessageHeader& request);
-  // When the write in progress has finished: reaps its thread and answers
-  // the CHECKPOINT requests that waited for it, starting a new generation
-  // for them when the clocks moved on (`may_start`: false once the loop
-  // stopped).
-  void FinishCheckpointWrite(bool may_start);
-  // Waits for a checkpoint write in progress.
-  void JoinCheckpointWriter();
+  // The checkpoint trigger over checkpoints_, counting from the clock the
+  // shard started at (restored, promoted or 0).
+  void StartCheckpointTrigger();
+  // Sends a CHECKPOINT request its answer (CheckpointTrigger's AnswerFn).
+  void SendCheckpointAnswer(CheckpointTrigger::Answer& answer);
   // Answers every waiting pull the current minimum clock allows.
   void ReleaseWaitingPulls();
   // Answers DeadlineExceeded, naming the slowest worker, to every waiting
@@ -401,12 +387,6 @@ class ShardServer {
   void SendReply(const MessageHeader& header);
   // Stats()'s `limits` part.
   void StatsLimits(ShardStats& stats) const;
-
-  // A CHECKPOINT request waiting for the write in progress.
-  struct CheckpointWaiter {
-    Frame routing_id;
-    MessageHeader request;
-  };
 
   const uint32_t shard_;
   const JobOptions job_;
@@ -498,14 +478,9 @@ class ShardServer {
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   CheckpointStageHook checkpoint_stage_hook_;  // set once by Create
-  int64_t last_checkpoint_clock_ = 0;  // clock of the newest generation written or restored
-  std::thread checkpoint_writer_;
-  std::atomic<bool> checkpoint_writing_{false};
-  // The clock and result of the write in progress or last finished; the
-  // result is set by the writer before checkpoint_writing_ goes false.
-  int64_t checkpoint_write_clock_ = 0;
-  Status checkpoint_result_;
-  std::vector<CheckpointWaiter> checkpoint_waiters_;
+  // When generations are written (null without checkpoint.dir); after
+  // checkpoints_, so that its write finishes before the folder goes.
+  std::unique_ptr<CheckpointTrigger> checkpoint_trigger_;
   // Request rates over the last full second (Tick samples the counters).
   Clock::TimePoint rate_sampled_;
   uint64_t rate_pushes_ = 0, rate_pulls_ = 0;  // counters at rate_sampled_

@@ -122,10 +122,12 @@ ShardStats ShardServer::Stats() const {
   StatsLimits(s);
   s.checkpoint = {.enabled = checkpoints_ != nullptr,
                   .dir = checkpoints_ != nullptr ? checkpoints_->path() : std::string(),
-                  .last_clock = last_checkpoint_clock_,
-                  .writing = checkpoint_writing_.load(std::memory_order_acquire),
-                  .started = counters_.checkpoints_started,
-                  .requests_waiting = checkpoint_waiters_.size()};
+                  .last_clock = checkpoint_trigger_ != nullptr ? checkpoint_trigger_->last_clock()
+                                                               : started_clock_,
+                  .writing = checkpoint_trigger_ != nullptr && checkpoint_trigger_->writing(),
+                  .started = checkpoint_trigger_ != nullptr ? checkpoint_trigger_->started() : 0,
+                  .requests_waiting =
+                      checkpoint_trigger_ != nullptr ? checkpoint_trigger_->requests_waiting() : 0};
   if (job_.cluster.evaluator) {
     s.evaluator = ShardStats::Evaluator{workers_.EvaluatorState(),
                                         Milliseconds(now - workers_.evaluator().last_seen)};

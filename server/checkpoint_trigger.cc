@@ -1,0 +1,141 @@
+#include "server/checkpoint_trigger.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "common/logging.h"
+
+namespace ps {
+
+CheckpointTrigger::CheckpointTrigger(CheckpointTriggerOptions options, CheckpointDir& dir,
+                                     SnapshotFn snapshot, const Clock& clock, AnswerFn answer,
+                                     int64_t last_clock)
+    : options_(std::move(options)),
+      dir_(dir),
+      snapshot_(std::move(snapshot)),
+      clock_(clock),
+      answer_(std::move(answer)),
+      last_clock_(last_clock) {}
+
+CheckpointTrigger::~CheckpointTrigger() { JoinWriter(); }
+
+void CheckpointTrigger::ClockAdvanced(int64_t clock) {
+  const int64_t every = options_.every_clocks;
+  if (clock / every <= last_clock_ / every) return;
+  // Every boundary gets its generation, of exactly the state at its clock:
+  // a write still running (of the previous boundary, or one requested) is
+  // waited for, serving pauses, and the wait is reported. At most one
+  // write is waited for, however many CHECKPOINT requests came.
+  if (writing()) {
+    const auto wait_start = clock_.Now();
+    JoinWriter();
+    PS_LOG_WARN("shard {}: serving paused {:.0f} ms for the previous checkpoint to finish before "
+                "the one of clock {} (raise checkpoint.every_clocks, or set checkpoint.sync: "
+                "false)",
+                options_.shard,
+                std::chrono::duration<double, std::milli>(clock_.Now() - wait_start).count(),
+                clock);
+  }
+  Status started = Start(clock);
+  if (!started.ok()) {
+    PS_LOG_ERROR("shard {}: checkpoint of clock {} not taken: {}", options_.shard, clock,
+                 started.ToString());
+  }
+  // Requests that waited for the previous write get this newer generation.
+  AnswerWaiting(started, clock);
+}
+
+void CheckpointTrigger::Request(Frame& routing_id, const MessageHeader& request, int64_t clock) {
+  Finish(clock, /*may_start=*/true);  // a write just done answers its waiting requests first
+  Answer answer;
+  answer.routing_id = std::move(routing_id);
+  answer.request = request;
+  if (writing()) {
+    // Answered when the write in progress is done (Finish): many requests
+    // cost one generation, not one copy of the shard each. Each waiting
+    // request holds a few bytes; max_waiting of them at most.
+    if (waiting_.size() >= options_.max_waiting) {
+      answer.status = UnavailableError(
+          "shard " + std::to_string(options_.shard) + ": " + std::to_string(waiting_.size()) +
+          " CHECKPOINT requests wait already for the generation of clock " +
+          std::to_string(write_clock_) +
+          " being written (server.socket_hwm); try again when it is done");
+      answer_(answer);
+      return;
+    }
+    waiting_.push_back(std::move(answer));
+    return;
+  }
+  PS_LOG_INFO("shard {}: checkpoint of clock {} requested", options_.shard, clock);
+  answer.status = Start(clock);
+  answer.clock = clock;
+  answer.path = dir_.GenerationPath(clock);
+  answer_(answer);
+}
+
+void CheckpointTrigger::Poll(int64_t clock) { Finish(clock, /*may_start=*/true); }
+
+void CheckpointTrigger::AnswerWaiting(const Status& status, int64_t clock) {
+  std::vector<Answer> waiting = std::move(waiting_);
+  waiting_.clear();
+  for (Answer& answer : waiting) {
+    answer.status = status;
+    answer.clock = clock;
+    answer.path = dir_.GenerationPath(clock);
+    answer_(answer);
+  }
+}
+
+void CheckpointTrigger::Finish(int64_t clock, bool may_start) {
+  if (!writer_.joinable() || writing()) return;
+  JoinWriter();
+  if (waiting_.empty()) return;
+  // The generation just written holds the state of its clock: it answers
+  // the requests made at that clock. Once the clocks moved on, they get one
+  // new generation of the current clock instead.
+  if (!may_start || clock == write_clock_) {
+    AnswerWaiting(result_, write_clock_);
+    return;
+  }
+  PS_LOG_INFO("shard {}: checkpoint of clock {} requested ({} requests)", options_.shard, clock,
+              waiting_.size());
+  AnswerWaiting(Start(clock), clock);
+}
+
+Status CheckpointTrigger::Start(int64_t clock) {
+  JoinWriter();  // finished (ClockAdvanced waited): reap its thread
+  last_clock_ = clock;
+  const auto copy_start = clock_.Now();
+  PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, snapshot_(clock));
+  const double copy_ms =
+      std::chrono::duration<double, std::milli>(clock_.Now() - copy_start).count();
+  ++started_;
+  write_clock_ = clock;
+  writing_.store(true, std::memory_order_release);
+  writer_ = std::thread([this, copy_ms, snapshot = std::move(snapshot)] { Write(snapshot, copy_ms); });
+  return Status::Ok();
+}
+
+void CheckpointTrigger::Write(const ShardSnapshot& snapshot, double copy_ms) {
+  const auto start = clock_.Now();
+  Status written = dir_.Write(snapshot, options_.write);
+  const double secs = std::chrono::duration<double>(clock_.Now() - start).count();
+  if (written.ok()) {
+    PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
+                "(serving paused {:.1f} ms for the copy)",
+                options_.shard, snapshot.clock, dir_.GenerationPath(snapshot.clock), secs, copy_ms);
+  } else {
+    PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
+                 "are intact",
+                 options_.shard, snapshot.clock, written.ToString());
+  }
+  result_ = std::move(written);
+  writing_.store(false, std::memory_order_release);
+}
+
+void CheckpointTrigger::JoinWriter() {
+  if (writer_.joinable()) writer_.join();
+}
+
+}  // namespace ps

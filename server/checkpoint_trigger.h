@@ -1,0 +1,156 @@
+// When a shard writes a checkpoint generation, and what the CHECKPOINT
+// requests are answered (DESIGN.md section 7).
+//
+// A generation is written at every checkpoint.every_clocks boundary the
+// minimum clock crosses (ClockAdvanced) and for a CHECKPOINT request when
+// no write runs (Request). The shard's state is copied on the calling
+// thread (the snapshot function: the only pause in serving) and written
+// through the CheckpointDir by a thread of this part. At most one write
+// runs, so there is never more than one copy of the shard:
+// - a boundary waits for a write still running (serving pauses, and the
+//   pause is logged), so that every boundary's generation holds exactly
+//   its clock's state;
+// - a request that starts a write is answered once the write started (its
+//   generation and folder), or with the copy's error;
+// - a request meeting a write waits for it (at most `max_waiting` of them;
+//   Unavailable beyond) without holding up other requests, and is answered
+//   when the write is over (Poll): with that generation, or its error, when
+//   the minimum clock is still the write's; with one new generation of the
+//   current clock once the clock moved on. A boundary crossed meanwhile
+//   answers them with its generation.
+//
+// Answers leave through the AnswerFn given at construction: this part
+// keeps the waiting requests' routing ids but owns no socket.
+//
+// Not thread-safe: the shard's loop thread makes every call, and the
+// AnswerFn and snapshot function run on it. The writer thread is internal:
+// it touches only the copy it was handed, the CheckpointDir and the result
+// it leaves for the loop; writing() is safe from any thread.
+#ifndef PS_SERVER_CHECKPOINT_TRIGGER_H_
+#define PS_SERVER_CHECKPOINT_TRIGGER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "common/wire.h"
+#include "server/checkpoint.h"
+#include "store/snapshot.h"
+
+namespace ps {
+
+struct CheckpointTriggerOptions {
+  // The shard, as log lines and errors name it.
+  uint32_t shard = 0;
+  // A generation whenever the minimum clock reaches a multiple of this
+  // (checkpoint.every_clocks), >= 1.
+  int64_t every_clocks = 1000;
+  // How each generation is written (checkpoint.sync, checkpoint.keep, the
+  // crash-point test hook).
+  CheckpointWriteOptions write;
+  // CHECKPOINT requests that may wait for a write in progress
+  // (server.socket_hwm).
+  size_t max_waiting = 1000;
+};
+
+class CheckpointTrigger {
+ public:
+  // What one CHECKPOINT request is answered.
+  struct Answer {
+    Frame routing_id;
+    MessageHeader request;
+    // OK: generation `clock`, in folder `path`. Otherwise the error the
+    // request is answered (`clock` and `path` then mean nothing).
+    Status status;
+    int64_t clock = 0;
+    std::string path;
+  };
+  using AnswerFn = std::function<void(Answer& answer)>;
+  // The shard's state after every update of the clocks below `clock`
+  // (ShardStore::Snapshot); ResourceExhausted when the copy does not fit.
+  using SnapshotFn = std::function<StatusOr<ShardSnapshot>(int64_t clock)>;
+
+  // `dir` and `clock` must outlive this; `clock` times the copy, the write
+  // and the pause of a boundary. `last_clock`: the clock of the newest
+  // generation written or restored (the clock the shard started at), the
+  // boundary rule counts from it.
+  CheckpointTrigger(CheckpointTriggerOptions options, CheckpointDir& dir, SnapshotFn snapshot,
+                    const Clock& clock, AnswerFn answer, int64_t last_clock);
+  // Waits for a write in progress (a generation is finished, not torn).
+  ~CheckpointTrigger();
+  CheckpointTrigger(const CheckpointTrigger&) = delete;
+  CheckpointTrigger& operator=(const CheckpointTrigger&) = delete;
+
+  // The minimum clock is `clock` now: when it crossed a multiple of
+  // every_clocks since the last generation, copies the state and starts
+  // writing generation `clock` (first waiting, with a log line, for a
+  // write still running); the requests that waited get that generation,
+  // or the error of the copy (which is logged).
+  void ClockAdvanced(int64_t clock);
+  // A CHECKPOINT request, the minimum clock being `clock`: starts
+  // generation `clock`, or waits for the write in progress (see the top).
+  // Answered now (through the AnswerFn) unless it waits; `routing_id` is
+  // taken either way.
+  void Request(Frame& routing_id, const MessageHeader& request, int64_t clock);
+  // When the write in progress has finished: reaps its thread and answers
+  // the requests that waited for it, starting a new generation for them
+  // when the minimum clock (`clock`) moved on. Cheap when nothing finished:
+  // the loop calls it every round.
+  void Poll(int64_t clock);
+  // Waits for a write in progress to finish, once the loop stopped.
+  // Requests still waiting then are not answered (no generation is started
+  // for them, nor are they told of the one just written).
+  void Stop() { JoinWriter(); }
+
+  // Whether a generation is being written. Safe from any thread.
+  bool writing() const { return writing_.load(std::memory_order_acquire); }
+  // The clock of the newest generation started or restored.
+  int64_t last_clock() const { return last_clock_; }
+  // Generations copied and handed to the writer.
+  uint64_t started() const { return started_; }
+  // CHECKPOINT requests waiting for the write in progress.
+  size_t requests_waiting() const { return waiting_.size(); }
+
+ private:
+  // Answers every waiting request: generation `clock`, or `status` when it
+  // is an error.
+  void AnswerWaiting(const Status& status, int64_t clock);
+  // Poll; `may_start`: whether a new generation may be started for the
+  // waiting requests.
+  void Finish(int64_t clock, bool may_start);
+  // Copies the state as generation `clock` and starts writing it; the
+  // copy's error otherwise. REQUIRES: no write is running.
+  Status Start(int64_t clock);
+  // The writer thread's work: writes `snapshot`, logs how it went and
+  // leaves the result for the loop.
+  void Write(const ShardSnapshot& snapshot, double copy_ms);
+  void JoinWriter();
+
+  const CheckpointTriggerOptions options_;
+  CheckpointDir& dir_;
+  const SnapshotFn snapshot_;
+  const Clock& clock_;
+  const AnswerFn answer_;
+  int64_t last_clock_;
+  uint64_t started_ = 0;
+  std::thread writer_;
+  std::atomic<bool> writing_{false};
+  // The clock and result of the write in progress or last finished; the
+  // writer sets result_ before writing_ goes false, the loop reads it after.
+  int64_t write_clock_ = 0;
+  Status result_;
+  // Requests waiting for the write in progress (status, clock and path
+  // filled in when answered).
+  std::vector<Answer> waiting_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_TRIGGER_H_
