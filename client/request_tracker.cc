@@ -103,13 +103,33 @@ const Part* RequestTracker::Find(uint64_t request_id) const {
   return it == parts_.end() ? nullptr : &it->second;
 }
 
+void RequestTracker::FailPart(Ticket ticket, uint32_t shard, const Status& status) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end() || status.ok()) return;
+  TicketState& t = it->second;
+  if (t.status.ok()) {
+    t.status = status;
+    t.failed_shards.push_back(shard);
+    return;
+  }
+  if (t.failed_shards.empty() || t.failed_shards.size() > kMaxOtherShardErrors ||
+      std::find(t.failed_shards.begin(), t.failed_shards.end(), shard) !=
+          t.failed_shards.end()) {
+    return;
+  }
+  t.failed_shards.push_back(shard);
+  t.status = Status(t.status.code(), t.status.message() + "; and " + status.ToString());
+}
+
 void RequestTracker::Finish(uint64_t request_id, const Status& status) {
   auto it = parts_.find(request_id);
   if (it == parts_.end()) return;
   const Ticket ticket = it->second.ticket;
-  --in_flight_[it->second.shard];
+  const uint32_t shard = it->second.shard;
+  --in_flight_[shard];
   parts_.erase(it);
-  Release(ticket, status);
+  FailPart(ticket, shard, status);
+  Release(ticket, Status::Ok());
 }
 
 std::vector<uint64_t> RequestTracker::InFlightTo(uint32_t shard) const {

@@ -4,7 +4,10 @@
 // sockets: the Client sends and receives, the tracker remembers.
 //
 // A ticket completes when every part of it finished and its issuer let go
-// of it (Release); its status is the first error recorded on it. A
+// of it (Release); its status is the first error recorded on it, with the
+// first error of each other shard that failed a part after it appended
+// (a few at most): a pull one shard refused after waiting for a slow
+// worker also says that another shard did not answer at all. A
 // completed ticket with a callback runs it and is forgotten; one without
 // waits to be taken (Take).
 //
@@ -153,13 +156,20 @@ class RequestTracker {
   const Clock& clock() const { return *clock_; }
 
  private:
+  // The most other shards' errors a ticket's status carries.
+  static constexpr size_t kMaxOtherShardErrors = 2;
   struct TicketState {
     Status status;
+    // The shards whose parts' errors are in `status` (parts finished with
+    // an error only).
+    std::vector<uint32_t> failed_shards;
     uint32_t remaining = 0;  // holds: the issuer's and one per part in flight
     Callback done;
     uint64_t waited_us = 0;  // pulls: the longest wait a shard reported
   };
   using Deadline = std::pair<Clock::TimePoint, uint64_t>;
+  // Records the error of a part of `ticket` to `shard` (see the top).
+  void FailPart(Ticket ticket, uint32_t shard, const Status& status);
 
   const Clock* const clock_;
   const std::chrono::milliseconds timeout_;

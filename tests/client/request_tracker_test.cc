@@ -49,6 +49,27 @@ TEST_F(RequestTrackerTest, TicketKeepsItsFirstError) {
   EXPECT_EQ(tracker_.Take(t), DataLossError("first"));
 }
 
+// A pull one shard refused after waiting for a slow worker, while another
+// shard never answered: the ticket's error says both, first error first,
+// each other shard once, a few at most.
+TEST_F(RequestTrackerTest, TicketAppendsTheFirstErrorOfEachOtherShard) {
+  RequestTracker tracker{&clock_, milliseconds(100), 5};
+  const Ticket t = tracker.NewTicket(nullptr);
+  for (uint64_t id = 1; id <= 6; ++id) {
+    tracker.Add(id, {.ticket = t, .shard = static_cast<uint32_t>(id == 6 ? 1 : id - 1)});
+  }
+  tracker.Finish(1, DeadlineExceededError("shard 0 waited for worker 2"));
+  tracker.Finish(2, DeadlineExceededError("server 1 got no reply"));
+  tracker.Finish(6, UnavailableError("server 1 again"));  // shard 1 said its part already
+  tracker.Finish(3, InternalError("server 2 broke"));
+  tracker.Finish(4, InternalError("server 3 broke"));  // past the most carried
+  tracker.Finish(5, Status::Ok());
+  tracker.Release(t, Status::Ok());
+  EXPECT_EQ(tracker.Take(t),
+            DeadlineExceededError("shard 0 waited for worker 2; and DeadlineExceeded: server 1 "
+                                  "got no reply; and Internal: server 2 broke"));
+}
+
 TEST_F(RequestTrackerTest, CallbackRunsOnceAfterTheTicketIsForgotten) {
   int calls = 0;
   Status got;
