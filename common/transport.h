@@ -263,11 +263,12 @@ std::string ZmqVersion();
 // allocates each received message, and with several 1 MiB replies or pushes
 // in flight glibc's malloc returned the freed ones (trimming the heap above
 // 2 MiB) and took fresh zeroed pages for the next, which doubled the CPU of
-// a pull with 8 in flight (docs/transport_bench.md, "A busy host").
+// a pull with 8 in flight (benchmarks/docs/transport_bench.md, "A busy host").
 // Messages up to kMessageHeapMaxBytes come from the heap, and up to
 // kMessageHeapKeepBytes of freed memory stays with the process.
-// Process-wide (mallopt): ps_server, ps_worker and the benchmarks call it at
-// the start of main; a program that embeds the client decides for itself.
+// Process-wide (mallopt): ps_server, ps_worker, transport_bench and
+// push_latency call it at the start of main; a program that embeds the
+// client decides for itself.
 inline constexpr size_t kMessageHeapMaxBytes = size_t{32} << 20;
 inline constexpr size_t kMessageHeapKeepBytes = size_t{128} << 20;
 void KeepMessageMemory();

@@ -14,7 +14,7 @@
 // raw ZeroMQ's, and at a page's start (23 bytes past) still 1.5 times. Half
 // a page in, the destination is about 2 KiB behind the source for any
 // header under 2 KiB, and the copy runs at full speed
-// (docs/transport_bench.md, "A busy host").
+// (benchmarks/docs/transport_bench.md, "A busy host").
 //
 // Arrays under a page get a cache line's alignment instead, so a table of a
 // few rows does not pay a page for them.
