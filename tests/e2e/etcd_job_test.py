@@ -132,7 +132,11 @@ def start_load(tmp, procs):
               "dd if=/dev/zero of=%s bs=4k count=20000 oflag=dsync status=none; done" %
               (LOAD_S, target))
     procs.append(job_checks.spawn(["bash", "-c", writer]))
-    procs.append(job_checks.spawn(["bash", "-c", "timeout %d yes > /dev/null" % LOAD_S]))
+    # --foreground: timeout stays in this process group (it would make one
+    # of its own otherwise, which run_and_clean_up's killpg misses, and the
+    # busy core outlived the test by up to LOAD_S).
+    procs.append(job_checks.spawn(["bash", "-c",
+                                   "exec timeout --foreground %d yes > /dev/null" % LOAD_S]))
 
 
 def body(bin_dir, tmp, procs):
