@@ -135,9 +135,12 @@ def launched(bin_dir, tmp, procs):
 
     # Long enough to kill replicas while it trains. A killed replica comes
     # back as a backup that takes a copy from the running primary; once it
-    # is whole it can take over in turn.
+    # knows it is whole (its own line, not its primary's, which comes
+    # first: killed in between, the primary's word may not reach it) it
+    # can take over in turn.
     kill(launch, bin_dir, job, procs,
-         [("server 0", "is a full replica again"), ("server 0 backup 1", None)],
+         [("server 0", "holds every entry its primary acknowledged"),
+          ("server 0 backup 1", None)],
          ["is shard 0's primary now (epoch 1", "joins shard 0 as backup 0",
           "took its primary's copy", "is shard 0's primary now (epoch 3"])
     kill(launch, bin_dir, job, procs, [("server 1 backup 1", None)],
