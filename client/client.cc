@@ -49,7 +49,7 @@ void PulledValues::CopyTo(float* out) const {
   for (const Piece& p : pieces_) std::memcpy(out + p.offset, p.frame.data(), p.frame.size());
 }
 
-Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
+Client::Client(const JobOptions& job, uint32_t worker, Env* env)
     : job_(job), worker_(worker), control_(worker == kControlWorker),
       reader_(worker == kEvaluatorWorker), timeout_(job.client.request_timeout_ms),
       down_timeout_(job.liveness.server_down_timeout_ms),
@@ -59,7 +59,7 @@ Client::Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock)
       limits_{.max_request_bytes = job.server.max_request_bytes,
               .max_keys = job.server.max_keys_per_request,
               .push_part_bytes = job.client.push_part_bytes},
-      session_(NewSession()), agreement_(EncodeAgreement(job)), time_(clock != nullptr ? clock : &steady_clock_),
+      session_(NewSession()), agreement_(EncodeAgreement(job)), env_(env != nullptr ? env : Env::Default()), time_(&env_->clock()),
       tracker_(time_, timeout_, static_cast<uint32_t>(job.cluster.servers.size())),
       pushes_wait_for_clock_(job.replication.factor > 1 && job.consistency.aggregate &&
                              job.replication.after_aggregation) {
@@ -77,7 +77,7 @@ Client::~Client() = default;
 
 StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t worker,
                                                  std::vector<std::string> endpoints,
-                                                 ClientEnv env) {
+                                                 Env* env) {
   if (worker == kEvaluatorWorker && !job.cluster.evaluator) {
     return InvalidArgumentError("this job has no evaluator: set cluster.evaluator: true in the "
                                 "job file of every process");
@@ -92,7 +92,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
                                 " endpoints for a job with " +
                                 std::to_string(job.cluster.servers.size()) + " servers");
   }
-  std::unique_ptr<Client> client(new Client(job, worker, env.clock));
+  std::unique_ptr<Client> client(new Client(job, worker, env));
   // Only ssp can reuse a pulled row at a later clock: under bsp a read at
   // clock c + 1 needs a pull answered at clock c + 1, and asp has no bound
   // to make a copy fresh enough. (Measured: keeping the cache under bsp
@@ -105,16 +105,6 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
   // security.mode curve: this worker's own keys (the admin's for a control
   // client); nothing otherwise.
   PS_ASSIGN_OR_RETURN(client->curve_, ClientCurve(job, worker));
-  const CurveOptions& curve = client->curve_;
-  // The heartbeats go through the same factory, so a connection cut for
-  // the client is cut for them too.
-  ChannelFactory heartbeat_channels = env.channels;
-  client->connect_ =
-      env.channels != nullptr
-          ? std::move(env.channels)
-          : [hwm = ZmqChannel::ChannelHwm(job.client.max_in_flight)](
-                Context* context, uint32_t, const std::string& endpoint, const CurveOptions& keys,
-                ChannelUse) { return ZmqChannel::Connect(context, endpoint, keys, hwm); };
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     Shard shard;
     if (endpoints.empty()) {
@@ -130,9 +120,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     } else {
       shard.endpoint = endpoints[s];
     }
-    PS_ASSIGN_OR_RETURN(shard.channel,
-                        client->connect_(client->context_.get(), s, shard.endpoint, curve,
-                                         ChannelUse::kRequests));
+    PS_ASSIGN_OR_RETURN(shard.channel, client->Connect(s, shard.endpoint));
     client->shards_.push_back(std::move(shard));
   }
   for (Shard& shard : client->shards_) {
@@ -147,9 +135,19 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     PS_ASSIGN_OR_RETURN(client->heartbeat_,
                         HeartbeatSender::Start(eps, worker,
                                                std::chrono::milliseconds(job.liveness.heartbeat_ms),
-                                               curve, std::move(heartbeat_channels)));
+                                               client->curve_, client->env_));
   }
   return client;
+}
+
+StatusOr<std::unique_ptr<Channel>> Client::Connect(uint32_t s, const std::string& endpoint) {
+  // The heartbeats' channels come from the same Env, so a connection cut
+  // for the client is cut for them too.
+  return env_->Connect(context_.get(), {.shard = s,
+                                        .endpoint = endpoint,
+                                        .curve = curve_,
+                                        .use = ChannelUse::kRequests,
+                                        .hwm = ZmqChannel::ChannelHwm(job_.client.max_in_flight)});
 }
 
 Status Client::WorkerOnly(std::string_view call) const {

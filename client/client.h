@@ -29,9 +29,9 @@
 // (client/partition.h), its parts and tickets are kept by RequestTracker
 // (client/request_tracker.h), each reply is checked by DecodeReply
 // (common/wire.h) before any value is read, and messages travel through one
-// Channel per shard (client/channel.h). The clock and the channels come from
-// ClientEnv, so tests run the client on a fake clock and through faulty
-// channels.
+// Channel per shard (common/channel.h). The clock and the channels come from
+// its Env (common/env.h), so tests run the client on a fake clock and
+// through faulty channels.
 //
 // Thread safety: not thread-safe. One Client belongs to one thread (it
 // drives its sockets from the caller's thread, so a reply is handled with no
@@ -49,12 +49,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "client/channel.h"
+#include "common/channel.h"
 #include "client/heartbeat.h"
 #include "client/param_cache.h"
 #include "client/partition.h"
 #include "client/request_tracker.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/options.h"
 #include "common/shard_stats.h"
 #include "common/status.h"
@@ -149,16 +150,6 @@ struct ClientCounters {
   uint64_t clocks_skipped = 0;
 };
 
-// What a Client runs on; the defaults are the real ones.
-struct ClientEnv {
-  // Deadlines, and how long a server has been away, are measured on it.
-  // Null: the process's steady clock. Must outlive the client.
-  const Clock* clock = nullptr;
-  // Makes the channels to each shard: the client's (ChannelUse::kRequests)
-  // and its heartbeats' (kHeartbeats). Null: ZmqChannel::Connect.
-  ChannelFactory channels = nullptr;
-};
-
 // How long after a failed handshake, with none succeeding since, a client
 // takes the server for one that speaks another security mode or key: a
 // server that dies during a handshake (a crash, a fail-over) fails it too,
@@ -185,10 +176,14 @@ class Client {
   // which may pull, and Leave() when done. Connecting does not wait for the servers: a server that is
   // not up yet is reached when it starts, within the request deadline.
   // InvalidArgument for a rank outside the job or a wrong endpoint count.
+  // `env` (null: Env::Default()) measures deadlines and how long a server
+  // has been away on its clock, and makes the channels to each shard: the
+  // client's (ChannelUse::kRequests) and its heartbeats' (kHeartbeats); it
+  // must outlive the client.
   // REQUIRES: job.Validate().ok().
   static StatusOr<std::unique_ptr<Client>> Create(const JobOptions& job, uint32_t worker,
                                                   std::vector<std::string> endpoints = {},
-                                                  ClientEnv env = {});
+                                                  Env* env = nullptr);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -336,7 +331,9 @@ class Client {
     // instead of out + i * dim.
     std::span<const uint64_t> out_index = {};
   };
-  Client(const JobOptions& job, uint32_t worker, const ps::Clock* clock);
+  Client(const JobOptions& job, uint32_t worker, Env* env);
+  // A request channel to shard `s` at `endpoint`.
+  StatusOr<std::unique_ptr<Channel>> Connect(uint32_t s, const std::string& endpoint);
   // FailedPrecondition when this is a control client: `call` is for
   // workers only.
   Status WorkerOnly(std::string_view call) const;
@@ -426,8 +423,8 @@ class Client {
   const PartLimits limits_;
   const uint64_t session_;  // random, non-zero: names this client's requests
   const std::string agreement_;  // the job as the rendezvous compares it (HELLO)
-  SteadyClock steady_clock_;
-  const ps::Clock* const time_;  // deadlines and waits are measured on it
+  Env* const env_;
+  const ps::Clock* const time_;  // env_'s clock: deadlines and waits are measured on it
   int64_t clock_ = 0;            // this worker's clock
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
   // Error feedback of 16-bit pushes: per table, rows x dim residuals,
@@ -439,7 +436,6 @@ class Client {
   std::vector<uint64_t> push_rows_;
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;
-  ChannelFactory connect_;  // makes each shard's channel (again, for another replica)
   CurveOptions curve_;      // this client's keys under security.mode curve
   std::vector<Shard> shards_;
   std::vector<Socket*> poll_sockets_;  // every channel's messages, then every one's events

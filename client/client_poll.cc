@@ -234,8 +234,7 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   // A channel of its own for each question: the old one's queue may hold
   // requests that a replica that is not the primary must not get, and
   // answers of another replica.
-  PS_ASSIGN_OR_RETURN(auto channel,
-                      connect_(context_.get(), s, endpoint, curve_, ChannelUse::kRequests));
+  PS_ASSIGN_OR_RETURN(auto channel, Connect(s, endpoint));
   shard.channel = std::move(channel);
   shard.awaiting_first_connect = true;
   const size_t n = shards_.size();

@@ -6,9 +6,9 @@ namespace ps {
 
 StatusOr<std::unique_ptr<ControlClient>> ControlClient::Create(const JobOptions& job,
                                                                std::vector<std::string> endpoints,
-                                                               ClientEnv env) {
+                                                               Env* env) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
-                      Client::Create(job, kControlWorker, std::move(endpoints), std::move(env)));
+                      Client::Create(job, kControlWorker, std::move(endpoints), env));
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(client)));
 }
 

@@ -28,7 +28,7 @@ class ControlClient {
   // when not empty), as Client::Create does. REQUIRES: job.Validate().ok().
   static StatusOr<std::unique_ptr<ControlClient>> Create(const JobOptions& job,
                                                          std::vector<std::string> endpoints = {},
-                                                         ClientEnv env = {});
+                                                         Env* env = nullptr);
 
   // The text report of a shard (STATS). InvalidArgument for a shard the job
   // does not have.

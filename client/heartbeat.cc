@@ -5,26 +5,29 @@
 namespace ps {
 
 HeartbeatSender::HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval,
-                                 const CurveOptions& curve, ChannelFactory connect)
+                                 const CurveOptions& curve, Env* env)
     : worker_(worker),
       interval_(interval),
       curve_(curve),
-      connect_(connect != nullptr
-                   ? std::move(connect)
-                   : [](Context* context, uint32_t, const std::string& endpoint,
-                        const CurveOptions& keys, ChannelUse) {
-                       return ZmqChannel::Connect(context, endpoint, keys, kQueued);
-                     }) {}
+      env_(env != nullptr ? env : Env::Default()) {}
+
+StatusOr<std::unique_ptr<Channel>> HeartbeatSender::Connect(uint32_t shard,
+                                                            const std::string& endpoint) {
+  return env_->Connect(context_.get(), {.shard = shard,
+                                        .endpoint = endpoint,
+                                        .curve = curve_,
+                                        .use = ChannelUse::kHeartbeats,
+                                        .hwm = kQueued});
+}
 
 StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
     const std::vector<std::string>& endpoints, uint32_t worker,
-    std::chrono::milliseconds interval, const CurveOptions& curve, ChannelFactory connect) {
+    std::chrono::milliseconds interval, const CurveOptions& curve, Env* env) {
   std::unique_ptr<HeartbeatSender> h(
-      new HeartbeatSender(worker, interval, curve, std::move(connect)));
+      new HeartbeatSender(worker, interval, curve, env));
   PS_ASSIGN_OR_RETURN(h->context_, Context::Create(1));
   for (uint32_t s = 0; s < endpoints.size(); ++s) {
-    PS_ASSIGN_OR_RETURN(auto channel, h->connect_(h->context_.get(), s, endpoints[s], h->curve_,
-                                                  ChannelUse::kHeartbeats));
+    PS_ASSIGN_OR_RETURN(auto channel, h->Connect(s, endpoints[s]));
     h->channels_.push_back(std::move(channel));
   }
   h->thread_ = std::thread([raw = h.get()] { raw->Run(); });
@@ -57,7 +60,7 @@ void HeartbeatSender::Run() {
     lock.unlock();
     for (const auto& [shard, endpoint] : retargets) {
       if (shard >= channels_.size()) continue;
-      auto channel = connect_(context_.get(), shard, endpoint, curve_, ChannelUse::kHeartbeats);
+      auto channel = Connect(shard, endpoint);
       if (channel.ok()) channels_[shard] = std::move(*channel);
     }
     for (auto& channel : channels_) {

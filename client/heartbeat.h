@@ -1,8 +1,8 @@
 // A worker's heartbeats: a thread of its own, with its own channels
-// (client/channel.h), that tells every shard "this worker is alive, at
+// (common/channel.h), that tells every shard "this worker is alive, at
 // clock c" every interval, so a long compute step (or a blocked pull) never
-// reads as a dead worker. The channels come from the client's
-// ChannelFactory, so what cuts the client's connection cuts its heartbeats.
+// reads as a dead worker. The channels come from the client's Env, so what
+// cuts the client's connection cuts its heartbeats.
 //
 // Thread-safe: set_clock() may be called from any thread while it runs.
 #ifndef PS_CLIENT_HEARTBEAT_H_
@@ -18,7 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/channel.h"
+#include "common/channel.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "common/transport.h"
 
@@ -30,14 +31,14 @@ class HeartbeatSender {
   // sends a HEARTBEAT from `worker` to every shard every `interval`.
   // `curve`: the worker's keys under security.mode curve (the heartbeats
   // travel on connections of their own, authenticated as the worker).
-  // `connect` makes each channel (ChannelUse::kHeartbeats; on the calling
-  // thread at the start, on the heartbeat thread after a Retarget); null:
-  // ZmqChannel::Connect with room for kQueued heartbeats.
+  // `env` (null: Env::Default()) makes each channel (ChannelUse::kHeartbeats,
+  // with room for kQueued heartbeats; on the calling thread at the start,
+  // on the heartbeat thread after a Retarget); it must outlive the sender.
   static StatusOr<std::unique_ptr<HeartbeatSender>> Start(const std::vector<std::string>& endpoints,
                                                           uint32_t worker,
                                                           std::chrono::milliseconds interval,
                                                           const CurveOptions& curve = {},
-                                                          ChannelFactory connect = nullptr);
+                                                          Env* env = nullptr);
   // Heartbeats queued per shard before more are dropped (a dead shard must
   // not pile them up), and replies (drained before each beat: one a beat).
   static constexpr int kQueued = 4;
@@ -63,13 +64,15 @@ class HeartbeatSender {
 
  private:
   HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval, const CurveOptions& curve,
-                  ChannelFactory connect);
+                  Env* env);
   void Run();
+  // A heartbeat channel to `shard` at `endpoint`.
+  StatusOr<std::unique_ptr<Channel>> Connect(uint32_t shard, const std::string& endpoint);
 
   const uint32_t worker_;
   const std::chrono::milliseconds interval_;
   const CurveOptions curve_;
-  const ChannelFactory connect_;
+  Env* const env_;
   std::unique_ptr<Context> context_;
   std::vector<std::unique_ptr<Channel>> channels_;  // by shard; used only by the thread
   std::atomic<int64_t> clock_{0};

@@ -169,4 +169,9 @@ Status OsFilesystem::RemoveTree(const std::string& path) {
 
 void OsEnv::SleepFor(Clock::Duration duration) { std::this_thread::sleep_for(duration); }
 
+Env* Env::Default() {
+  static OsEnv* const env = new OsEnv();
+  return env;
+}
+
 }  // namespace ps

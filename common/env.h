@@ -1,14 +1,14 @@
 // The operating system as the server and the client see it: the clock and
-// sleeping (common/clock.h), and the file system checkpoints are written
-// through. OsEnv is the real one (the one adapter of the POSIX file calls
-// checkpoints make); tests pass their own pieces instead: a FakeClock
-// (tests/util/fake_clock.h), a file system that fails the Nth write
-// (tests/util/faulty_filesystem.h). Connections are made by the client's
-// ChannelFactory (client/channel.h), which tests wrap the same way
-// (tests/util/faulty_channel.h).
+// sleeping (common/clock.h), the connections they make (common/channel.h),
+// and the file system checkpoints are written through. OsEnv is the real
+// one (the one adapter of the POSIX file calls checkpoints make); tests
+// pass their own (tests/util/test_env.h): a FakeClock whose sleeps move
+// it, channels that drop, hold or cut (tests/util/faulty_channel.h), a
+// file system that fails the Nth write (tests/util/faulty_filesystem.h).
 //
 // Everything is passed in, never reached through a global: several servers
-// and clients run in one process, each on its own Env.
+// and clients run in one process, each on its own Env. Env::Default() is
+// the process's OsEnv, for a caller given none (it holds no state).
 #ifndef PS_COMMON_ENV_H_
 #define PS_COMMON_ENV_H_
 
@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/channel.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -109,26 +110,37 @@ Status ErrnoStatus(int err, const std::string& what);
 // ErrnoCode where `ec` is an errno, `fallback` otherwise.
 Status FileSystemError(const std::error_code& ec, const std::string& what, StatusCode fallback);
 
-// Time, sleeping and files together, for a component that needs all
-// three (today's take the piece they use: ShardServer and Client a Clock,
-// CheckpointDir a Filesystem). Thread-safe: every call may come from any
-// thread.
+// Time, sleeping, connections and files together: what ShardServer,
+// BackupServer and Client take (a part that needs one piece takes that:
+// RequestTracker a Clock, CheckpointDir a Filesystem). Thread-safe: every
+// call may come from any thread.
 class Env {
  public:
   virtual ~Env() = default;
+  // The process's OsEnv. Never destroyed.
+  static Env* Default();
   // Deadlines, liveness and waits are measured on it.
   virtual const Clock& clock() = 0;
-  // Blocks the calling thread for about `duration`.
+  // Blocks the calling thread for about `duration` of clock().
   virtual void SleepFor(Clock::Duration duration) = 0;
+  // A channel to one server (common/channel.h), made on the calling
+  // thread, which will use it.
+  virtual StatusOr<std::unique_ptr<Channel>> Connect(Context* context,
+                                                     const ChannelOptions& options) = 0;
   virtual Filesystem& filesystem() = 0;
 };
 
-// The process's steady clock, std::this_thread::sleep_for and the POSIX
-// file system. Stateless and cheap to make.
+// The process's steady clock, std::this_thread::sleep_for, ZeroMQ
+// channels (ZmqChannel) and the POSIX file system. Stateless and cheap to
+// make.
 class OsEnv final : public Env {
  public:
   const Clock& clock() override { return clock_; }
   void SleepFor(Clock::Duration duration) override;
+  StatusOr<std::unique_ptr<Channel>> Connect(Context* context,
+                                             const ChannelOptions& options) override {
+    return ZmqChannel::Connect(context, options);
+  }
   Filesystem& filesystem() override { return filesystem_; }
 
  private:

@@ -12,8 +12,8 @@ std::string HeldBack(uint64_t held_back) {
                         : " (" + std::to_string(held_back) + " more since the last line)";
 }
 
-bool LogRateLimit::ShouldLog(const std::string& key, std::chrono::steady_clock::time_point now,
-                           uint64_t* held_back) {
+bool LogRateLimit::ShouldLog(const std::string& key, uint64_t* held_back) {
+  const Clock::TimePoint now = clock_.Now();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
@@ -33,8 +33,9 @@ bool LogRateLimit::ShouldLog(const std::string& key, std::chrono::steady_clock::
 }
 
 StatusOr<std::unique_ptr<ShardAccess>> ShardAccess::Create(const JobOptions& job, uint32_t shard,
-                                                           Context* context, CurveOptions* curve) {
-  std::unique_ptr<ShardAccess> access(new ShardAccess(job, shard));
+                                                           Context* context, const Clock& clock,
+                                                           CurveOptions* curve) {
+  std::unique_ptr<ShardAccess> access(new ShardAccess(job, shard, clock));
   *curve = CurveOptions();
   if (job.security.mode != SecurityMode::kCurve) return access;
   PS_ASSIGN_OR_RETURN(*curve, ServerCurve(job));
@@ -45,8 +46,7 @@ StatusOr<std::unique_ptr<ShardAccess>> ShardAccess::Create(const JobOptions& job
       access->zap_,
       ZapHandler::Start(context, std::move(allowed), [raw](const ZapHandler::Refusal& who) {
         uint64_t held_back = 0;
-        if (!raw->handshake_log_.ShouldLog(who.address, std::chrono::steady_clock::now(),
-                                           &held_back)) {
+        if (!raw->handshake_log_.ShouldLog(who.address, &held_back)) {
           return;
         }
         PS_LOG_WARN("shard {}: refused a {} handshake from {}{}: the key is not one of this "

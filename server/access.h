@@ -23,6 +23,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -33,25 +34,25 @@ namespace ps {
 // A log line of one kind at most once per key (an address, a user id, or
 // none) per interval, with a count of what was held back: what a shard
 // logs of misbehaving peers cannot flood its log. Bounded: past kMaxKeys
-// keys it starts over. Thread-safe.
+// keys it starts over. The interval is of the shard's clock, which must
+// outlive this. Thread-safe.
 class LogRateLimit {
  public:
   static constexpr size_t kMaxKeys = 4096;
-  explicit LogRateLimit(std::chrono::milliseconds interval) : interval_(interval) {}
-  // True when an event of `key` at `now` should be logged; *held_back is
-  // then the number of its events not logged since the last line.
-  bool ShouldLog(const std::string& key, std::chrono::steady_clock::time_point now,
-                 uint64_t* held_back);
-  // The same for events of one kind with no key, now.
-  bool ShouldLog(uint64_t* held_back) {
-    return ShouldLog(std::string(), std::chrono::steady_clock::now(), held_back);
-  }
+  LogRateLimit(const Clock& clock, std::chrono::milliseconds interval)
+      : clock_(clock), interval_(interval) {}
+  // True when an event of `key` should be logged now; *held_back is then
+  // the number of its events not logged since the last line.
+  bool ShouldLog(const std::string& key, uint64_t* held_back);
+  // The same for events of one kind with no key.
+  bool ShouldLog(uint64_t* held_back) { return ShouldLog(std::string(), held_back); }
 
  private:
   struct Entry {
-    std::chrono::steady_clock::time_point last;
+    Clock::TimePoint last;
     uint64_t held_back = 0;
   };
+  const Clock& clock_;
   const std::chrono::milliseconds interval_;
   std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;  // guarded by mu_
@@ -67,9 +68,12 @@ class ShardAccess {
   // Mode none: nothing to start (Check admits everything). Mode curve:
   // reads the allowlist (NotFound / InvalidArgument naming a bad key file)
   // and starts the ZAP handler in `context`, which must outlive this.
-  // Sets *curve to the server socket's CURVE options.
+  // Sets *curve to the server socket's CURVE options. Refused handshakes
+  // are logged at most once per address per kRefusalLogIntervalMs of
+  // `clock`, which must outlive this.
   static StatusOr<std::unique_ptr<ShardAccess>> Create(const JobOptions& job, uint32_t shard,
-                                                       Context* context, CurveOptions* curve);
+                                                       Context* context, const Clock& clock,
+                                                       CurveOptions* curve);
 
   bool enabled() const { return zap_ != nullptr; }
   // OK when the sender of `header` (whose first frame is `first_frame`)
@@ -85,10 +89,11 @@ class ShardAccess {
   uint64_t refused_requests() const { return refused_requests_; }
 
  private:
-  ShardAccess(const JobOptions& job, uint32_t shard) : job_(job), shard_(shard) {}
+  ShardAccess(const JobOptions& job, uint32_t shard, const Clock& clock)
+      : job_(job), shard_(shard), handshake_log_(clock, std::chrono::milliseconds(kRefusalLogIntervalMs)) {}
   const JobOptions& job_;  // the shard's; outlives this
   const uint32_t shard_;
-  LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+  LogRateLimit handshake_log_;
   uint64_t refused_requests_ = 0;
   // Last: stopped (its thread joined) before the logs it uses go.
   std::unique_ptr<ZapHandler> zap_;

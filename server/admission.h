@@ -128,7 +128,7 @@ class Admission {
   const int64_t started_clock_;
   const int64_t bound_;          // staleness bound of the job's consistency mode
   const int64_t resume_window_;  // EffectiveMaxResumeClocks(job)
-  LogRateLimit fenced_log_{std::chrono::seconds(1)};
+  LogRateLimit fenced_log_{clock_, std::chrono::seconds(1)};
 };
 
 }  // namespace ps

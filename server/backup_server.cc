@@ -15,7 +15,6 @@
 
 namespace ps {
 
-
 BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica)
     : job_(job), shard_(shard), replica_(replica), name_(ReplicaName(job, shard, replica)),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
@@ -25,7 +24,8 @@ BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t repli
 StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& job,
                                                              uint32_t shard, uint32_t replica,
                                                              const std::string& bind_endpoint,
-                                                             int64_t restore_clock, bool join) {
+                                                             int64_t restore_clock, bool join,
+                                                             Env* env) {
   if (shard >= job.cluster.servers.size() || replica >= job.replication.factor ||
       job.replication.factor < 2 || (replica == 0 && !join)) {
     return InvalidArgumentError(
@@ -50,7 +50,8 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
     b->copy_next_row_.resize(job.tables.size(), 0);
   } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
     PS_ASSIGN_OR_RETURN(checkpoints,
-                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard)));
+                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard),
+                                            &(env != nullptr ? env : Env::Default())->filesystem()));
     PS_ASSIGN_OR_RETURN(generation, PickGeneration(*checkpoints, restore_clock, shard));
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");

@@ -134,6 +134,20 @@ void CheckpointTrigger::Write(const ShardSnapshot& snapshot, double copy_ms) {
   writing_.store(false, std::memory_order_release);
 }
 
+void CheckpointTrigger::Stop(int64_t clock) {
+  JoinWriter();
+  if (waiting_.empty() || clock == write_clock_) {
+    AnswerWaiting(result_, write_clock_);
+    return;
+  }
+  AnswerWaiting(UnavailableError("shard " + std::to_string(options_.shard) +
+                                 " stopped before it wrote a checkpoint of clock " +
+                                 std::to_string(clock) + "; the newest generation is " +
+                                 dir_.GenerationPath(write_clock_) +
+                                 "; ask again once the shard serves"),
+                clock);
+}
+
 void CheckpointTrigger::JoinWriter() {
   if (writer_.joinable()) writer_.join();
 }

@@ -104,10 +104,12 @@ class CheckpointTrigger {
   // when the minimum clock (`clock`) moved on. Cheap when nothing finished:
   // the loop calls it every round.
   void Poll(int64_t clock);
-  // Waits for a write in progress to finish, once the loop stopped.
-  // Requests still waiting then are not answered (no generation is started
-  // for them, nor are they told of the one just written).
-  void Stop() { JoinWriter(); }
+  // Once the loop stopped, the minimum clock being `clock`: waits for a
+  // write in progress to finish and answers the requests still waiting for
+  // it, with its generation (or its error) when it is of `clock`, and
+  // otherwise with Unavailable: the shard stops before it could write one
+  // of `clock` (none is started now).
+  void Stop(int64_t clock);
 
   // Whether a generation is being written. Safe from any thread.
   bool writing() const { return writing_.load(std::memory_order_acquire); }

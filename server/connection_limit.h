@@ -30,9 +30,13 @@ class ConnectionLimit {
   static StatusOr<uint32_t> MaxConnections(const JobOptions& job, uint32_t shard);
 
   // `max_connections`: MaxConnections(job, shard); `curve`: the router
-  // speaks CurveZMQ (named in the log of a failed handshake).
-  ConnectionLimit(uint32_t shard, const JobOptions& job, uint32_t max_connections, bool curve)
-      : shard_(shard), job_(job), max_(max_connections), curve_(curve) {}
+  // speaks CurveZMQ (named in the log of a failed handshake). Its log
+  // lines are rate-limited on `clock`, which must outlive this.
+  ConnectionLimit(uint32_t shard, const JobOptions& job, uint32_t max_connections, bool curve,
+                  const Clock& clock)
+      : shard_(shard), job_(job), max_(max_connections), curve_(curve),
+        handshake_log_(clock, std::chrono::milliseconds(kRefusalLogIntervalMs)),
+        connection_log_(clock, std::chrono::milliseconds(kRefusalLogIntervalMs)) {}
 
   // Reads the events `monitor` has (a bounded number per call: connections
   // come and go at the rate of TCP handshakes), counting connections and
@@ -57,8 +61,7 @@ class ConnectionLimit {
   // Descriptors of the connections closed past the limit, until ZeroMQ
   // reports them gone (they were never counted open).
   std::unordered_set<int> closing_;
-  LogRateLimit handshake_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)},
-      connection_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+  LogRateLimit handshake_log_, connection_log_;
 };
 
 }  // namespace ps

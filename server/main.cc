@@ -291,7 +291,7 @@ class ServerProcess {
   int CreatePrimary(std::unique_ptr<ps::ShardServer>* server) {
     const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
     auto created = ps::ShardServer::Create(
-        job_, shard_, flags_.bind, flags_.restore_clock, /*clock=*/nullptr,
+        job_, shard_, flags_.bind, flags_.restore_clock, /*env=*/nullptr,
         ps::TestStallHook("PS_CHECKPOINT_TEST_STALL", stall == nullptr ? "" : stall));
     if (!created.ok()) {
       PS_LOG_ERROR("{}", created.status().ToString());

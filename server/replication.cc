@@ -33,34 +33,34 @@ std::vector<ShardStats::Checksum> Checksums(const ShardStore& store) {
 
 StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOptions& job,
                                                                  uint32_t shard,
-                                                                 Context* context,
+                                                                 Context* context, Env* env,
                                                                  bool no_backups, uint32_t self) {
-  std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard, self));
-  log->context_ = context;
+  std::unique_ptr<ReplicationLog> log(new ReplicationLog(job, shard, self, context, env));
   for (uint32_t j = 0; j < job.replication.factor && !no_backups; ++j) {
     if (j == self) continue;
-    PS_ASSIGN_OR_RETURN(Backup b, log->Connect(j, context));
+    PS_ASSIGN_OR_RETURN(Backup b, log->Connect(j));
     log->backups_.push_back(std::move(b));
   }
-  for (Backup& b : log->backups_) log->sockets_.push_back(b.socket.get());
+  for (Backup& b : log->backups_) log->sockets_.push_back(b.channel->poll_sockets().messages);
   return log;
 }
 
-StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica, Context* context) {
+StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica) {
   PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job_, shard_, replica));
-  SocketOptions so;
+  ChannelOptions options;
+  options.shard = shard_;
+  options.endpoint = ConnectEndpoint(where);
+  options.use = ChannelUse::kReplication;
   // No high-water mark: what is in flight is bounded by the replies it
   // holds back (each worker has at most client.max_in_flight requests
   // waiting for an acknowledgement), and an entry must never be dropped.
   // A joining backup's copy is the shard's size once, shared with the
   // store.
-  so.send_hwm = 0;
-  so.recv_hwm = 0;
-  so.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
-  PS_ASSIGN_OR_RETURN(auto socket, Socket::Create(context, SocketType::kDealer, so));
-  PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)));
+  options.hwm = 0;
+  options.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
+  options.events = false;
   Backup b;
-  b.socket = std::move(socket);
+  PS_ASSIGN_OR_RETURN(b.channel, env_->Connect(context_, options));
   b.replica = replica;
   b.name = ReplicaName(job_, shard_, replica);
   return b;
@@ -77,7 +77,7 @@ Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header
   message.reserve(1 + frames.size());
   message.push_back(EncodeHeader(header));
   for (Frame& f : frames) message.push_back(std::move(f));
-  return b.socket->Send(message).WithContext("shard " + std::to_string(shard_) +
+  return b.channel->Send(message).WithContext("shard " + std::to_string(shard_) +
                                              ": the copy for " + b.name);
 }
 
@@ -108,7 +108,7 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
     Forget(i);
     break;
   }
-  PS_ASSIGN_OR_RETURN(Backup b, Connect(replica, context_));
+  PS_ASSIGN_OR_RETURN(Backup b, Connect(replica));
   b.copying = true;
   b.in_sync = false;
   epoch_ = epoch;
@@ -158,7 +158,7 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
               b.name, blocks, last_seq_);
   backups_.push_back(std::move(b));
   sockets_.clear();
-  for (Backup& x : backups_) sockets_.push_back(x.socket.get());
+  for (Backup& x : backups_) sockets_.push_back(x.channel->poll_sockets().messages);
   return Status::Ok();
 }
 
@@ -174,7 +174,7 @@ void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
     message_.clear();
     message_.push_back(EncodeHeader(header));
     for (const Frame& f : request) message_.push_back(f.Clone());
-    Status sent = b.socket->Send(message_);
+    Status sent = b.channel->Send(message_);
     if (!sent.ok()) {
       // With no high-water mark a send fails only when the context is
       // going away; the backup then misses this entry and says so.
@@ -262,7 +262,7 @@ void ReplicationLog::MaybeInSync(Backup& b) {
 Status ReplicationLog::ReceiveAcks(size_t index) {
   Backup& b = backups_[index];
   for (int i = 0; i < 4096; ++i) {
-    PS_ASSIGN_OR_RETURN(bool got, b.socket->TryRecv(&acks_));
+    PS_ASSIGN_OR_RETURN(bool got, b.channel->TryRecv(&acks_));
     if (!got) return Status::Ok();
     if (acks_.empty()) continue;
     Reply reply;
@@ -325,12 +325,19 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
   return Status::Ok();
 }
 
+bool ReplicationLog::AnyBuffered() const {
+  for (const Backup& b : backups_) {
+    if (b.channel->HasBuffered()) return true;
+  }
+  return false;
+}
+
 void ReplicationLog::Forget(size_t index) {
   // What it never received must not reach a new replica at its address.
-  backups_[index].socket->DropUnsentOnClose();
+  backups_[index].channel->DropUnsentOnClose();
   backups_.erase(backups_.begin() + static_cast<std::ptrdiff_t>(index));
   sockets_.clear();
-  for (Backup& b : backups_) sockets_.push_back(b.socket.get());
+  for (Backup& b : backups_) sockets_.push_back(b.channel->poll_sockets().messages);
 }
 
 Status ReplicationLog::Drop(uint32_t replica, int64_t epoch) {

@@ -109,6 +109,8 @@
 #include <string>
 #include <vector>
 
+#include "common/channel.h"
+#include "common/env.h"
 #include "common/options.h"
 #include "common/shard_stats.h"
 #include "common/status.h"
@@ -176,9 +178,10 @@ class ReplicationLog {
   // Connects to every other replica of `shard` than `self`, the one this
   // primary is (they may start later: ZeroMQ keeps the entries until they
   // connect), or to none when `no_backups` (a promoted backup: the others
-  // do not hold its log). `context` must outlive this.
+  // do not hold its log). Its channels come from `env`
+  // (ChannelUse::kReplication). `context` and `env` must outlive this.
   static StatusOr<std::unique_ptr<ReplicationLog>> Create(const JobOptions& job, uint32_t shard,
-                                                          Context* context,
+                                                          Context* context, Env* env,
                                                           bool no_backups = false,
                                                           uint32_t self = 0);
 
@@ -212,6 +215,10 @@ class ReplicationLog {
 
   // The backups' sockets, polled beside the shard's own.
   const std::vector<Socket*>& sockets() const { return sockets_; }
+  // Backup `b`'s channel holds acknowledgements of its own, to be read
+  // whether or not its socket is readable.
+  bool HasBuffered(size_t b) const { return backups_[b].channel->HasBuffered(); }
+  bool AnyBuffered() const;
   // Reads the acknowledgements that arrived on backup `b`'s socket.
   // DataLoss naming the backup when it refused an entry (it missed one:
   // its copy is no longer the primary's). A joining backup that refuses
@@ -244,7 +251,7 @@ class ReplicationLog {
 
  private:
   struct Backup {
-    std::unique_ptr<Socket> socket;
+    std::unique_ptr<Channel> channel;
     uint32_t replica = 0;
     std::string name;  // ReplicaName
     uint64_t acked = 0;
@@ -263,18 +270,19 @@ class ReplicationLog {
   // Replicates without backups_[index] from now on; what it was not sent
   // is dropped.
   void Forget(size_t index);
-  // Connects a backup's DEALER.
-  StatusOr<Backup> Connect(uint32_t replica, Context* context);
+  // Connects a channel to a backup.
+  StatusOr<Backup> Connect(uint32_t replica);
   // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).
   Status SendTo(Backup& b, ReplicaEntry kind, MessageHeader header, std::vector<Frame> frames);
-  Context* context_ = nullptr;
-  ReplicationLog(const JobOptions& job, uint32_t shard, uint32_t self)
-      : job_(job), shard_(shard), self_(self) {}
+  ReplicationLog(const JobOptions& job, uint32_t shard, uint32_t self, Context* context, Env* env)
+      : job_(job), shard_(shard), self_(self), context_(context), env_(env) {}
   void Send(ReplicaEntry kind, MessageHeader header, std::span<const Frame> request);
 
   const JobOptions& job_;  // the shard's; outlives this
   const uint32_t shard_;
   const uint32_t self_;  // the replica this primary is
+  Context* const context_;
+  Env* const env_;
   std::vector<Backup> backups_;
   std::vector<Socket*> sockets_;
   uint64_t last_seq_ = 0;
@@ -295,13 +303,14 @@ class BackupServer {
   // With `join` it starts empty instead and takes its state from the copy
   // a running primary sends (ReplicationLog::Join, after the authority's
   // kMembershipAddBackup): until the copy is whole it refuses any other
-  // entry and a promotion.
+  // entry and a promotion. A restore reads through `env`'s file system
+  // (null: Env::Default()); `env` must outlive the backup.
   // REQUIRES: job.Validate().ok(), 1 <= replica < job.replication.factor.
   static StatusOr<std::unique_ptr<BackupServer>> Create(const JobOptions& job, uint32_t shard,
                                                         uint32_t replica,
                                                         const std::string& bind_endpoint = "",
                                                         int64_t restore_clock = -1,
-                                                        bool join = false);
+                                                        bool join = false, Env* env = nullptr);
 
   // Applies entries until the primary's kEnd (OK), Stop() (OK), a SHUTDOWN
   // from the control client (OK), or a transport error.

@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/metrics.h"
 #include "common/metrics_endpoint.h"
 #include "common/options.h"
@@ -156,25 +157,27 @@ class ShardServer {
   // when it is -1; FailedPrecondition when a generation was written for
   // another model, NotFound for a `restore_clock` that does not exist
   // (listing those that do), DataLoss for a corrupt one.
-  // `clock` measures liveness, pull deadlines, waits and rates (the
-  // process's steady clock when null; tests pass a FakeClock); it must
-  // outlive the server. `checkpoint_stage_hook` (when set) is passed to
+  // `env` (null: Env::Default()) measures liveness, pull deadlines, waits
+  // and rates on its clock, makes the connections to the backups
+  // (ChannelUse::kReplication), and holds the file system checkpoints are
+  // written through (tests pass tests/util/test_env.h); it must outlive
+  // the server. `checkpoint_stage_hook` (when set) is passed to
   // every checkpoint write as CheckpointWriteOptions::at_stage (ps_server's
   // crash-point test hook).
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
   static StatusOr<std::unique_ptr<ShardServer>> Create(
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint = "",
-      int64_t restore_clock = -1, const Clock* clock = nullptr,
+      int64_t restore_clock = -1, Env* env = nullptr,
       CheckpointStageHook checkpoint_stage_hook = nullptr);
   // The primary a promoted backup becomes (server/replication.h): the
   // backup's copy (values, optimizer state, clocks, recent pushes) as its
   // state, no restore, no backups of its own; binds the shard's address
-  // (cluster.servers[shard], or `bind_endpoint`), trying for up to 2 s
-  // while the dead primary's port is still taken. Workers reconnect there
-  // and send again what was not acknowledged.
+  // (cluster.servers[shard], or `bind_endpoint`), trying for up to 2 s (of
+  // env's clock) while the dead primary's port is still taken. Workers
+  // reconnect there and send again what was not acknowledged.
   static StatusOr<std::unique_ptr<ShardServer>> CreatePromoted(
       const JobOptions& job, uint32_t shard, BackupServer::State state,
-      const std::string& bind_endpoint = "", const Clock* clock = nullptr);
+      const std::string& bind_endpoint = "", Env* env = nullptr);
   ~ShardServer();
 
   // Serves requests until a SHUTDOWN request, Stop(), or (with
@@ -248,11 +251,11 @@ class ShardServer {
   void WorkerLeft(uint32_t worker);
 
  private:
-  ShardServer(uint32_t shard, const JobOptions& job, const Clock* clock);
+  ShardServer(uint32_t shard, const JobOptions& job, Env* env);
   // Create and CreatePromoted (`promoted` null: a shard of its own).
   static StatusOr<std::unique_ptr<ShardServer>> CreateInternal(
       const JobOptions& job, uint32_t shard, const std::string& bind_endpoint,
-      int64_t restore_clock, const Clock* clock, CheckpointStageHook checkpoint_stage_hook,
+      int64_t restore_clock, Env* env, CheckpointStageHook checkpoint_stage_hook,
       BackupServer::State* promoted);
   // The steps of CreateInternal: the shard's state (a promoted backup's
   // copy, or a new store restored from checkpoint.dir when asked); the
@@ -390,8 +393,8 @@ class ShardServer {
 
   const uint32_t shard_;
   const JobOptions job_;
-  const SteadyClock steady_clock_;
-  const Clock* const clock_;  // steady_clock_ unless Create was given one
+  Env* const env_;
+  const Clock* const clock_;  // env_'s
   const int64_t bound_;       // staleness bound of the job's consistency mode
   // What each consistency mode does with an admitted push.
   const PushPolicy push_policy_;
@@ -440,11 +443,12 @@ class ShardServer {
   uint64_t max_queued_reply_bytes_ = 0;  // the limit in force
   // Once a second at most per kind: refused pulls, dropped replies,
   // expired pulls, late pushes.
-  LogRateLimit refused_log_{std::chrono::seconds(1)}, dropped_log_{std::chrono::seconds(1)},
-      expired_log_{std::chrono::seconds(1)}, late_log_{std::chrono::seconds(1)};
+  LogRateLimit refused_log_{*clock_, std::chrono::seconds(1)},
+      dropped_log_{*clock_, std::chrono::seconds(1)},
+      expired_log_{*clock_, std::chrono::seconds(1)}, late_log_{*clock_, std::chrono::seconds(1)};
   // Refused requests: once per kRefusalLogIntervalMs per peer and kind
   // (LogRequestRefusal).
-  LogRateLimit request_log_{std::chrono::milliseconds(kRefusalLogIntervalMs)};
+  LogRateLimit request_log_{*clock_, std::chrono::milliseconds(kRefusalLogIntervalMs)};
   // Metrics (shard_server_metrics.cc): per request op its count, the
   // errors answered to it and the time spent handling it; how long each
   // pull that waited for slower workers waited.

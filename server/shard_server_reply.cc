@@ -70,7 +70,7 @@ void ShardServer::FlushDeferred() {
 
 bool ShardServer::ReceiveReplicaAcks(const std::vector<bool>& readable, size_t first) {
   for (size_t b = 0; b < replication_->sockets().size(); ++b) {
-    if (!readable[first + b]) continue;
+    if (!readable[first + b] && !replication_->HasBuffered(b)) continue;
     if (Status acks = replication_->ReceiveAcks(b); !acks.ok()) {
       // A copy that differs from the primary's can no longer take over:
       // the job stops rather than run with a replica it cannot trust.

@@ -20,6 +20,7 @@
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -37,15 +38,18 @@ JobOptions Job(uint32_t shards) {
 
 class ClientTest : public ::testing::Test {
  protected:
-  void Start(JobOptions job, ClientEnv env = {}) {
+  // The client runs on `clock` when given.
+  void Start(JobOptions job, FakeClock* clock = nullptr) {
     job_ = std::move(job);
     cluster_ = std::make_unique<InProcessCluster>(job_);
-    auto c = Client::Create(job_, 0, cluster_->endpoints(), std::move(env));
+    env_ = std::make_unique<TestEnv>(clock);
+    auto c = Client::Create(job_, 0, cluster_->endpoints(), env_.get());
     ASSERT_OK(c);
     client_ = std::move(*c);
   }
   JobOptions job_;
   std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<TestEnv> env_;  // outlives client_
   std::unique_ptr<Client> client_;
 };
 
@@ -214,7 +218,7 @@ TEST_F(ClientTest, SilentServerTurnsIntoDeadlineExceededNamingIt) {
   JobOptions job = Job(2);
   job.client.request_timeout_ms = 300;
   FakeClock clock;
-  Start(job, {.clock = &clock});
+  Start(job, &clock);
   cluster_->Stop();  // server 0 and 1 stop answering; their ports stay bound
   std::vector<float> out(1001 * 3);
   const auto start = std::chrono::steady_clock::now();
@@ -312,7 +316,8 @@ MessageHeader ReplyTo(const MessageHeader& req, Op op) {
 Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000, FakeClock* clock = nullptr) {
   JobOptions job = Job(1);
   job.client.request_timeout_ms = timeout_ms;
-  auto client = Client::Create(job, 0, {fake.endpoint()}, {.clock = clock});
+  TestEnv env(clock);
+  auto client = Client::Create(job, 0, {fake.endpoint()}, &env);
   EXPECT_OK(client);
   std::vector<float> out(1001 * 3);
   auto pull = (*client)->PullDense(0, out.data());

@@ -14,6 +14,7 @@
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -41,11 +42,13 @@ JobOptions Job() {
 
 class FaultInjectionTest : public ::testing::Test {
  protected:
-  void Start(JobOptions job, const Clock* clock = nullptr) {
+  // The client runs on `clock` when given, through channels_.
+  void Start(JobOptions job, FakeClock* clock = nullptr) {
     job_ = std::move(job);
     cluster_ = std::make_unique<InProcessCluster>(job_);
-    auto c = Client::Create(job_, 0, cluster_->endpoints(),
-                            {.clock = clock, .channels = channels_.Factory()});
+    env_ = std::make_unique<TestEnv>(clock);
+    env_->set_channels(channels_.Factory());
+    auto c = Client::Create(job_, 0, cluster_->endpoints(), env_.get());
     ASSERT_OK(c);
     client_ = std::move(*c);
   }
@@ -63,6 +66,7 @@ class FaultInjectionTest : public ::testing::Test {
 
   JobOptions job_;
   FaultyChannels channels_;
+  std::unique_ptr<TestEnv> env_;  // outlives client_
   std::unique_ptr<InProcessCluster> cluster_;
   std::unique_ptr<Client> client_;
 };

@@ -33,7 +33,7 @@ class AdmissionTest : public ::testing::Test {
     ASSERT_TRUE(context.ok());
     context_ = std::move(*context);
     CurveOptions curve;
-    auto access = ShardAccess::Create(job_, 0, context_.get(), &curve);
+    auto access = ShardAccess::Create(job_, 0, context_.get(), clock_, &curve);
     ASSERT_TRUE(access.ok()) << access.status().ToString();
     access_ = std::move(*access);
     admission_ = std::make_unique<Admission>(0, job_, clock_, clocks_, *workers_, *access_,
@@ -226,6 +226,24 @@ TEST(WorkerRegistryTest, TheEvaluatorIsKeptApartAndNamedByItsState) {
   // The evaluator does not count among the workers.
   registry.worker(0).left = true;
   EXPECT_TRUE(registry.AllGone());
+}
+
+// The shard's refusal logs run on its clock: a line per key per interval,
+// with the count of what it held back since.
+TEST(LogRateLimitTest, LogsOncePerKeyPerIntervalOfTheShardsClock) {
+  FakeClock clock;
+  LogRateLimit log(clock, std::chrono::seconds(1));
+  uint64_t held_back = 7;
+  EXPECT_TRUE(log.ShouldLog("10.0.0.1", &held_back));
+  EXPECT_EQ(held_back, 0u);
+  EXPECT_FALSE(log.ShouldLog("10.0.0.1", &held_back));
+  EXPECT_FALSE(log.ShouldLog("10.0.0.1", &held_back));
+  EXPECT_TRUE(log.ShouldLog("10.0.0.2", &held_back));  // another key
+  clock.Advance(std::chrono::milliseconds(999));
+  EXPECT_FALSE(log.ShouldLog("10.0.0.1", &held_back));
+  clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_TRUE(log.ShouldLog("10.0.0.1", &held_back));
+  EXPECT_EQ(held_back, 3u);
 }
 
 }  // namespace

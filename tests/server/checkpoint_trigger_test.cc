@@ -248,6 +248,38 @@ TEST_F(CheckpointTriggerTest, ABoundaryWaitsForTheWriteInProgress) {
   ExpectRestores(10, at10);
 }
 
+// A shard that stops answers the requests still waiting for its write:
+// with that generation when it is of the clock they were made at, and
+// otherwise saying none of their clock was written.
+TEST_F(CheckpointTriggerTest, StopAnswersTheRequestsStillWaiting) {
+  StartTrigger("stop_same_clock");
+  gate_.Close();
+  Request(1, 3);  // starts generation 3
+  Request(2, 3);  // waits for it
+  ASSERT_EQ(answers_.size(), 1u);
+  gate_.Open();
+  trigger_->Stop(3);
+  ASSERT_EQ(answers_.size(), 2u);
+  ExpectGeneration(1, 2, 3);
+  EXPECT_EQ(trigger_->requests_waiting(), 0u);
+
+  answers_.clear();
+  StartTrigger("stop_clock_moved");
+  gate_.Close();
+  Request(3, 3);
+  Request(4, 3);
+  gate_.Open();
+  trigger_->Stop(4);  // the clock moved on: generation 3 no longer holds the state
+  ASSERT_EQ(answers_.size(), 2u);
+  EXPECT_EQ(answers_[1].request.request_id, 4u);
+  EXPECT_EQ(answers_[1].status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(answers_[1].status.message().find("before it wrote a checkpoint of clock 4"),
+            std::string::npos)
+      << answers_[1].status.ToString();
+  EXPECT_NE(answers_[1].status.message().find(dir_->GenerationPath(3)), std::string::npos);
+  EXPECT_EQ(Generations(), (std::vector<int64_t>{3}));
+}
+
 TEST_F(CheckpointTriggerTest, RequestsDuringAWriteWaitAndGetItsGeneration) {
   StartTrigger("requests_wait");
   gate_.Close();

@@ -14,6 +14,7 @@
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -53,7 +54,8 @@ TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   job.client.request_timeout_ms = 2000;  // the shard gives up after 1800 ms
   job.liveness.heartbeat_ms = 0;         // only the pull's deadline counts here
   FakeClock clock;  // the shards' time, moved by hand
-  InProcessCluster shards(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster shards(job, &env);
   auto w0 = Client::Create(job, 0, shards.endpoints()).value();
   auto w2 = Client::Create(job, 2, shards.endpoints()).value();
   for (int c = 0; c < 2; ++c) {

@@ -16,6 +16,7 @@
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -228,7 +229,8 @@ TEST(EvaluatorTest, ASilentEvaluatorIsDeadAndTheShardsExitWithoutIt) {
   job.liveness.timeout_ms = 400;
   job.rendezvous.timeout_ms = 1000;
   FakeClock clock;
-  InProcessCluster shards(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster shards(job, &env);
   auto worker = Client::Create(job, 0, shards.endpoints()).value();
   {
     auto evaluator = Client::Create(job, kEvaluatorWorker, shards.endpoints()).value();

@@ -21,6 +21,7 @@
 #include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -93,7 +94,8 @@ void MoveClockKeeping(FakeClock& clock, milliseconds by, const std::vector<uint3
 TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 3);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   ASSERT_OK(Step(*w0));
@@ -121,7 +123,8 @@ TEST(LivenessTest, AWorkerThatNeverComesFailsTheJobNamingIt) {
 TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
   const JobOptions job = Job(DeadWorkerPolicy::kDrop, 3);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   {
@@ -158,10 +161,13 @@ TEST(LivenessTest, ADroppedWorkerNoLongerHoldsTheOthersBackAndCanRejoin) {
 TEST(LivenessTest, AWorkerCutOffFallsSilentAndIsDroppedThoughItsProcessLives) {
   const JobOptions job = Job(DeadWorkerPolicy::kDrop, 2);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   FaultyChannels channels;  // outlives the worker
+  TestEnv worker_env;
+  worker_env.set_channels(channels.Factory());
   auto w0 = Worker(job, 0, cluster);
-  auto w1 = Client::Create(job, 1, cluster.endpoints(), {.channels = channels.Factory()}).value();
+  auto w1 = Client::Create(job, 1, cluster.endpoints(), &worker_env).value();
   ASSERT_OK(w1->Join());
   ASSERT_OK(Step(*w0));
   ASSERT_OK(Step(*w1));
@@ -194,7 +200,8 @@ void PassTheTimeoutKeeping0(FakeClock& clock, const JobOptions& job, InProcessCl
 TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
   for (int c = 0; c < 4; ++c) ASSERT_OK(Step(*w0));
@@ -209,7 +216,8 @@ TEST(LivenessTest, AWorkerThatLeftIsNeitherWaitedForNorDead) {
 TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
   // Beats of worker 1's heartbeat thread arriving after its goodbye (they
@@ -233,7 +241,8 @@ TEST(LivenessTest, ABeatThatOvertakesTheGoodbyeDoesNotBringTheWorkerBack) {
 TEST(LivenessTest, ARefusedRequestFromAWorkerThatLeftNeitherRevivesNorFailsTheJob) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   ASSERT_NO_FATAL_FAILURE(StepAndLeave(job, 1, cluster));
   // Worker 1's identity after its goodbye: a CLOCK far ahead (refused
@@ -269,7 +278,8 @@ TEST(LivenessTest, ARefusedRequestFromAWorkerThatLeftNeitherRevivesNorFailsTheJo
 TEST(LivenessTest, HeartbeatsKeepABusyWorkerAlive) {
   const JobOptions job = Job(DeadWorkerPolicy::kFail, 2);
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   ASSERT_OK(Step(*w0));
@@ -295,7 +305,8 @@ TEST(LivenessStatsTest, StatusShowsClocksDeadWorkersAndCacheHitRates) {
   job.consistency.mode = ConsistencyMode::kSsp;
   job.consistency.staleness = 2;
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto w0 = Worker(job, 0, cluster);
   auto w1 = Worker(job, 1, cluster);
   std::vector<float> out(8);

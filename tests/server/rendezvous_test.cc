@@ -21,6 +21,7 @@
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -167,7 +168,8 @@ TEST(RendezvousTest, AWorkerThatNeverSpokeIsDeadOnlyAfterTheGracePeriod) {
   // Keep serving when the only worker is dead, to be asked STATS.
   job.server.exit_when_workers_leave = false;
   FakeClock clock;
-  InProcessCluster cluster(job, &clock);
+  TestEnv env(&clock);
+  InProcessCluster cluster(job, &env);
   auto control = ControlClient::Create(job, cluster.endpoints());
   ASSERT_OK(control);
   clock.Advance(milliseconds(5000));  // the grace period ends; silence starts counting

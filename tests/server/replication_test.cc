@@ -17,9 +17,11 @@
 #include "common/endpoint.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
+#include "tests/util/faulty_channel.h"
 #include "tests/util/free_port.h"
 #include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
+#include "tests/util/test_env.h"
 #include "tests/util/test_job.h"
 
 namespace ps {
@@ -59,10 +61,13 @@ JobOptions ReplicatedJob(uint32_t servers, uint32_t factor, TestJob builder) {
 // cluster.servers, backups where ReplicaAddress puts them.
 class ReplicatedCluster {
  public:
-  // `start_backups`: false leaves them to StartBackups().
-  explicit ReplicatedCluster(const JobOptions& job, bool start_backups = true) : job_(job) {
+  // `start_backups`: false leaves them to StartBackups(). `env` (null:
+  // Env::Default()) is every primary's; it must outlive the cluster.
+  explicit ReplicatedCluster(const JobOptions& job, bool start_backups = true,
+                             Env* env = nullptr)
+      : job_(job) {
     for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-      auto server = ShardServer::Create(job_, s);
+      auto server = ShardServer::Create(job_, s, "", -1, env);
       EXPECT_TRUE(server.ok()) << server.status().ToString();
       if (!server.ok()) return;
       endpoints_.push_back((*server)->endpoint());
@@ -420,6 +425,55 @@ TEST(ReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
   cluster.Stop();
   EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 2.0f));
   ExpectSameCopies(cluster, job);
+}
+
+// The primary's connection to its backup goes through the Env's channels
+// (ChannelUse::kReplication). Cut, nothing reaches the backup: a push is
+// applied and logged on the primary but not acknowledged, however long the
+// worker waits, until the authority drops the backup; then it is.
+TEST(ReplicationTest, APrimaryCutOffFromItsBackupAcknowledgesNothingUntilTheAuthorityDropsIt) {
+  constexpr uint64_t kRows = 100;
+  JobOptions job = ReplicatedJob(1, 2, TestJob().Workers(1).Asp().Table("w", kRows, 1,
+                                                                       OptimizerKind::kAdd));
+  FaultyChannels channels;
+  TestEnv env;
+  env.set_channels(channels.Factory());
+  ReplicatedCluster cluster(job, /*start_backups=*/true, &env);
+  const FaultyChannel::Link link =
+      channels.replication_link(ConnectEndpoint(ReplicaAddress(job, 0, 1).value()));
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  auto control = ControlClient::Create(job, cluster.endpoints()).value();
+  ASSERT_OK(client->Join());
+  ASSERT_OK(client->Wait(*client->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 1.0f)))));
+
+  link->store(true);
+  bool acked = false;
+  ASSERT_OK(client->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 2.0f)),
+                              [&](const Status& s) { acked = s.ok(); })
+                .status());
+  // The primary has the push in its log, past what its backup acknowledged.
+  ShardStats::Replication log;
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_OK(client->Poll(10));
+    auto stats = control->StructuredStats(0);
+    ASSERT_OK(stats);
+    ASSERT_TRUE(stats->replication.has_value());
+    log = *stats->replication;
+    if (log.last_seq > log.committed) break;
+  }
+  ASSERT_GT(log.last_seq, log.committed) << "the push never reached the primary's log";
+  // Its acknowledgement waits on the backup: none comes while the link is cut.
+  for (int i = 0; i < 20; ++i) ASSERT_OK(client->Poll(10));
+  EXPECT_FALSE(acked);
+  EXPECT_EQ(client->in_flight(), 1u);
+
+  cluster.KillBackup(0, 1);
+  ASSERT_OK(control->Membership(0, kMembershipDropBackup, 1, 1));
+  ASSERT_OK(client->WaitAll());
+  EXPECT_TRUE(acked);
+  ASSERT_OK(client->Leave());
+  cluster.Stop();
+  EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 3.0f));
 }
 
 TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {

@@ -35,6 +35,7 @@
 #include "tests/util/raw_peer.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_env.h"
 
 namespace ps {
 namespace {
@@ -49,9 +50,8 @@ constexpr uint64_t kBlockBytes = kBlockRows * sizeof(float);
 // One ShardServer (shard 0 of `job`) on a thread of the test.
 class RunningShard {
  public:
-  RunningShard(const JobOptions& job, const Clock* clock = nullptr,
-               CheckpointStageHook hook = nullptr) {
-    auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*", -1, clock, std::move(hook));
+  RunningShard(const JobOptions& job, Env* env = nullptr, CheckpointStageHook hook = nullptr) {
+    auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:*", -1, env, std::move(hook));
     EXPECT_OK(server);
     if (!server.ok()) return;
     server_ = std::move(*server);
@@ -360,7 +360,8 @@ TEST(ResourceBoundsTest, PullWithoutAWaitExpiresAtTheServersMaximum) {
   job.server.max_pull_wait_ms = 1000;
   job.liveness.heartbeat_ms = 0;
   FakeClock clock;
-  RunningShard shard(job, &clock);
+  TestEnv env(&clock);
+  RunningShard shard(job, &env);
   ASSERT_TRUE(shard.ok());
   auto ctx = Context::Create(1);
   ASSERT_OK(ctx);

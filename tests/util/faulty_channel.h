@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -28,8 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/channel.h"
-#include "client/heartbeat.h"
+#include "common/channel.h"
 #include "common/wire.h"
 
 namespace ps {
@@ -154,6 +154,7 @@ class FaultyChannel final : public Channel {
 
   PollSockets poll_sockets() override { return inner_->poll_sockets(); }
   bool HasBuffered() const override { return !ready_.empty() || !events_.empty(); }
+  void DropUnsentOnClose() override { inner_->DropUnsentOnClose(); }
 
  private:
   struct Rule {
@@ -209,33 +210,48 @@ class FaultyChannel final : public Channel {
   uint64_t duplicated_ = 0;
 };
 
-// A ChannelFactory of FaultyChannels around ZmqChannels; the client owns
-// the channels, `channels[shard]` gives the test a handle on the client's
-// channel to each shard, valid while the client lives. The heartbeats'
-// channel to a shard shares its link: cutting the one cuts the other.
+// A ChannelFactory of FaultyChannels around ZmqChannels, for a TestEnv
+// (tests/util/test_env.h); the client owns the channels, `channels[shard]`
+// gives the test a handle on the client's channel to each shard, valid
+// while the client lives. The heartbeats' channel to a shard shares its
+// link: cutting the one cuts the other. A primary's channels to a backup
+// (ChannelUse::kReplication) share a link of their own, by the backup's
+// address (replication_link).
 // Thread-safe: the heartbeat thread makes channels too.
 class FaultyChannels {
  public:
   ChannelFactory Factory() {
-    return [this](Context* context, uint32_t shard, const std::string& endpoint,
-                  const CurveOptions& curve, ChannelUse use) -> StatusOr<std::unique_ptr<Channel>> {
-      PS_ASSIGN_OR_RETURN(
-          std::unique_ptr<Channel> inner,
-          use == ChannelUse::kHeartbeats
-              ? ZmqChannel::Connect(context, endpoint, curve, HeartbeatSender::kQueued)
-              : ZmqChannel::Connect(context, endpoint, curve));
+    return [this](Context* context,
+                  const ChannelOptions& options) -> StatusOr<std::unique_ptr<Channel>> {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<Channel> inner, ZmqChannel::Connect(context, options));
       std::lock_guard<std::mutex> lock(mu_);
-      if (shards_.size() <= shard) shards_.resize(shard + 1);
-      Shard& s = shards_[shard];
+      if (options.use == ChannelUse::kReplication) {
+        // Its events are not watched: the test cuts it through its link
+        // (from any thread), not with Cut().
+        FaultyChannel::Link& link = replication_[options.endpoint];
+        if (link == nullptr) link = FaultyChannel::NewLink();
+        return std::unique_ptr<Channel>(std::make_unique<FaultyChannel>(std::move(inner), link));
+      }
+      if (shards_.size() <= options.shard) shards_.resize(options.shard + 1);
+      Shard& s = shards_[options.shard];
       if (s.link == nullptr) s.link = FaultyChannel::NewLink();
       auto channel = std::make_unique<FaultyChannel>(std::move(inner), s.link);
-      if (use == ChannelUse::kRequests) s.requests = channel.get();
+      if (options.use == ChannelUse::kRequests) s.requests = channel.get();
       return std::unique_ptr<Channel>(std::move(channel));
     };
   }
   FaultyChannel& operator[](uint32_t shard) {
     std::lock_guard<std::mutex> lock(mu_);
     return *shards_.at(shard).requests;
+  }
+  // The link of the replication channels to `endpoint` ("tcp://host:port",
+  // a backup's address), made now when none was: storing true cuts them
+  // (every entry and acknowledgement is lost), false restores them.
+  FaultyChannel::Link replication_link(const std::string& endpoint) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FaultyChannel::Link& link = replication_[endpoint];
+    if (link == nullptr) link = FaultyChannel::NewLink();
+    return link;
   }
 
  private:
@@ -245,6 +261,7 @@ class FaultyChannels {
   };
   std::mutex mu_;
   std::vector<Shard> shards_;  // guarded by mu_
+  std::map<std::string, FaultyChannel::Link> replication_;  // by endpoint; guarded by mu_
 };
 
 }  // namespace ps

@@ -18,11 +18,11 @@ namespace ps {
 
 class InProcessCluster {
  public:
-  // `clock` (null: the steady clock) is every shard's; it must outlive the
+  // `env` (null: Env::Default()) is every shard's; it must outlive the
   // cluster.
-  explicit InProcessCluster(const JobOptions& job, const Clock* clock = nullptr) {
+  explicit InProcessCluster(const JobOptions& job, Env* env = nullptr) {
     for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*", -1, clock);
+      auto server = ShardServer::Create(job, s, "tcp://127.0.0.1:*", -1, env);
       EXPECT_TRUE(server.ok()) << server.status().ToString();
       if (!server.ok()) continue;
       endpoints_.push_back((*server)->endpoint());
