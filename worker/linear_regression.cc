@@ -137,41 +137,6 @@ StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, 
   return result;
 }
 
-namespace {
-// What train.features holds for linear regression.
-constexpr std::string_view kFeatures =
-    "the number of features, >= 1 and equal to the rows of train.table "
-    "(omit the train section for a job without training)";
-}  // namespace
-
-Status ReadLinearRegressionKeys(const YamlReader& r, const YamlMap& section,
-                                TrainOptions* train) {
-  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "features", kFeatures));
-  return r.ReadUnsigned(*value, &train->features);
-}
-
-Status CheckLinearRegression(const TrainJob& job) {
-  // First, as a job without training is most likely what 0 meant.
-  if (job.train.features == 0) return TrainOptionError(job, "features", "got 0", kFeatures);
-  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
-  if (job.train.features != table->rows) {
-    return TrainOptionError(job, "features",
-                            "got " + std::to_string(job.train.features) + " but table " +
-                                Quote(table->name) + " has " + std::to_string(table->rows) +
-                                " rows",
-                            "features equal to the rows of train.table");
-  }
-  if (!job.train.metrics_csv.empty()) {
-    // Its progress is its log lines; a key it would ignore is refused.
-    return TrainOptionError(job, "metrics_csv",
-                            "linear_regression writes no metrics CSV (its progress is its log "
-                            "lines: loss and steps/s)",
-                            "no metrics_csv for this program (mlp, sparse_logistic_regression and "
-                            "matrix_factorization write one)");
-  }
-  return CheckSamplesPerWorker(job);
-}
-
 int RunLinearRegression(const ProgramContext& context) {
   auto result = TrainLinearRegression(*context.job, context.rank, context.client);
   if (!result.ok()) {

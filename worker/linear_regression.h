@@ -48,13 +48,8 @@ struct TrainResult {
 // REQUIRES: ValidateTrain(job).ok(); `client` outlives the call.
 StatusOr<TrainResult> TrainLinearRegression(const TrainJob& job, uint32_t rank, Client* client);
 
-// The program's row (worker/programs.h). Reads train.features, required
-// (>= 1). Checks: train.table has dim 1 and `features` rows, and
-// batch_size fits samples_per_worker.
-Status ReadLinearRegressionKeys(const YamlReader& reader, const YamlMap& section,
-                                TrainOptions* train);
-Status CheckLinearRegression(const TrainJob& job);
-// TrainLinearRegression, then 0 when the weights found the generating ones
+// The program's run (worker/programs.h; its keys and checks are in
+// worker/program_specs.cc): TrainLinearRegression, then 0 when the weights found the generating ones
 // (relative error under 5%), else 1.
 int RunLinearRegression(const ProgramContext& context);
 

@@ -91,7 +91,7 @@ bool ApplyOverrides(const WorkerFlags& flags, ps::TrainJob* job) {
   if (!flags.metrics_csv.empty()) {
     job->train.metrics_csv = flags.metrics_csv;
     // The file's own checks ran at load; the flag's program checks now.
-    if (const ps::TrainProgram* p = ps::FindTrainProgram(job->train.program);
+    if (const ps::ProgramSpec* p = ps::FindProgramSpec(job->train.program);
         p != nullptr && p->check != nullptr) {
       if (ps::Status checked = p->check(*job); !checked.ok()) {
         PS_LOG_ERROR("--metrics-csv: {}", checked.ToString());
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   }
   // Known: LoadTrainJobFile checked the name.
   const ps::TrainProgram& program = *ps::FindTrainProgram(job->train.program);
-  if (flags.standalone && program.needs_servers) {
+  if (flags.standalone && ps::FindProgramSpec(program.name)->needs_servers) {
     PS_LOG_ERROR("training failed: train.program {} needs the servers (it cannot run with "
                  "--standalone)",
                  program.name);

@@ -14,39 +14,6 @@
 
 namespace ps {
 
-Status CheckMatrixFactorization(const TrainJob& job) {
-  const TrainOptions& train = job.train;
-  PS_ASSIGN_OR_RETURN(const TableOptions* users, TrainTable(job, "user_table", train.user_table));
-  PS_ASSIGN_OR_RETURN(const TableOptions* items, TrainTable(job, "item_table", train.item_table));
-  if (users == items) {
-    return TrainOptionError(job, "item_table", "the same table as train.user_table",
-                            "two different tables for user and item factors");
-  }
-  if (users->dim != items->dim) {
-    return TrainOptionError(job, "item_table",
-                            "table " + Quote(items->name) + " has dim " +
-                                std::to_string(items->dim) + " but user table " +
-                                Quote(users->name) + " has dim " + std::to_string(users->dim),
-                            "the same dim (the factorization's rank) for both tables");
-  }
-  if (users->rows < job.cluster.workers) {
-    return TrainOptionError(job, "user_table",
-                            "table " + Quote(users->name) + " has " + std::to_string(users->rows) +
-                                " rows for " + std::to_string(job.cluster.workers) + " workers",
-                            "at least one user per worker");
-  }
-  if (!(train.observe_probability > 0.0 && train.observe_probability <= 1.0)) {
-    return TrainOptionError(job, "observe_probability",
-                            "got " + DoubleText(train.observe_probability),
-                            "a probability in (0, 1]");
-  }
-  if (!(train.test_fraction >= 0.0 && train.test_fraction < 1.0)) {
-    return TrainOptionError(job, "test_fraction", "got " + DoubleText(train.test_fraction),
-                            "a fraction in [0, 1)");
-  }
-  return Status::Ok();
-}
-
 LowRankRatingsOptions RatingsDataOptions(const TrainJob& job) {
   const TableOptions& users = job.tables[job.TableId(job.train.user_table).value()];
   const TableOptions& items = job.tables[job.TableId(job.train.item_table).value()];

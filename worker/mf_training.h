@@ -38,12 +38,6 @@ StatusOr<TrainSummary> TrainMatrixFactorization(const TrainJob& job, uint32_t ra
 StatusOr<Evaluation> MatrixFactorizationEvaluation(const TrainJob& job, ParamStore* store,
                                                    Backend* backend);
 
-// The program's check (its row in worker/programs.h reads train.features
-// when given, and nothing uses it): two different tables of one dim, at
-// least one user per worker, observe_probability in (0, 1], test_fraction
-// in [0, 1).
-Status CheckMatrixFactorization(const TrainJob& job);
-
 }  // namespace ps
 
 #endif  // PS_WORKER_MF_TRAINING_H_

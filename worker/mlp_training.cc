@@ -189,59 +189,6 @@ StatusOr<Evaluation> MlpEvaluation(const TrainJob& job, ParamStore* store, Backe
   return evaluation;
 }
 
-Status ReadMlpKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
-  constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
-  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "layers", kLayers));
-  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(*value, kLayers));
-  train->layers.resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    PS_RETURN_IF_ERROR(r.ReadUnsigned(items[i], &train->layers[i]));
-  }
-  return Status::Ok();
-}
-
-Status CheckMlp(const TrainJob& job) {
-  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
-  const std::vector<uint32_t>& layers = job.train.layers;
-  if (layers.size() < 2 || layers.front() != 784 || layers.back() != 10 ||
-      std::find(layers.begin(), layers.end(), 0u) != layers.end()) {
-    return TrainOptionError(job, "layers", "got " + std::to_string(layers.size()) + " sizes",
-                            "layer sizes from 784 (Fashion-MNIST pixels) to 10 (classes), each "
-                            ">= 1, e.g. [784, 100, 10]");
-  }
-  uint64_t params = 0;
-  for (size_t l = 1; l < layers.size(); ++l) {
-    params += uint64_t{layers[l - 1]} * layers[l] + layers[l];
-  }
-  if (params != table->rows) {
-    return TrainOptionError(job, "table",
-                            "table " + Quote(table->name) + " has " +
-                                std::to_string(table->rows) + " rows but the MLP has " +
-                                std::to_string(params) + " parameters",
-                            "rows equal to the parameter count (" + std::to_string(params) + ")");
-  }
-  // Every worker trains on its own block of the training split
-  // (LoadFashionMnist); the smallest block must hold a minibatch.
-  const uint64_t smallest = kFashionMnistTrainSamples / job.cluster.workers;
-  if (job.train.batch_size < 1 || job.train.batch_size > smallest) {
-    const std::string split = std::to_string(kFashionMnistTrainSamples) +
-                              " Fashion-MNIST training samples split over " +
-                              std::to_string(job.cluster.workers) + " workers";
-    if (smallest == 0) {
-      return InvalidOption(job.source, "cluster.workers",
-                           "got " + std::to_string(job.cluster.workers) + ": " + split +
-                               " leaves workers with no samples",
-                           "at most " + std::to_string(kFashionMnistTrainSamples / std::max<uint32_t>(job.train.batch_size, 1)) +
-                               " workers (a minibatch of train.batch_size each)");
-    }
-    return TrainOptionError(job, "batch_size", "got " + std::to_string(job.train.batch_size),
-                            "1 <= batch_size <= " + std::to_string(smallest) +
-                                ", the smallest worker's samples (" + split +
-                                "); lower batch_size or cluster.workers");
-  }
-  return Status::Ok();
-}
-
 StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* store,
                                 Backend* backend,
     MetricsEndpoint* metrics) {

@@ -31,12 +31,6 @@ StatusOr<TrainSummary> TrainMlp(const TrainJob& job, uint32_t rank, ParamStore* 
 // model of its own: the evaluator's).
 StatusOr<Evaluation> MlpEvaluation(const TrainJob& job, ParamStore* store, Backend* backend);
 
-// The program's row (worker/programs.h). Reads train.layers, required.
-// Checks: layers from 784 to 10, each >= 1; train.table has dim 1 and one
-// row per parameter; batch_size fits samples_per_worker.
-Status ReadMlpKeys(const YamlReader& reader, const YamlMap& section, TrainOptions* train);
-Status CheckMlp(const TrainJob& job);
-
 }  // namespace ps
 
 #endif  // PS_WORKER_MLP_TRAINING_H_

@@ -61,24 +61,12 @@ int RunOnStore(const ProgramContext& context) {
 
 // The programs, one row each.
 const TrainProgram kPrograms[] = {
-    {.name = "linear_regression",
-     .read_keys = ReadLinearRegressionKeys,
-     .check = CheckLinearRegression,
-     .run = RunLinearRegression,
-     .needs_servers = true},
-    {.name = "mlp",
-     .read_keys = ReadMlpKeys,
-     .check = CheckMlp,
-     .run = RunOnStore<TrainMlp>,
-     .evaluation = MlpEvaluation},
+    {.name = "linear_regression", .run = RunLinearRegression},
+    {.name = "mlp", .run = RunOnStore<TrainMlp>, .evaluation = MlpEvaluation},
     {.name = "sparse_logistic_regression",
-     .read_keys = ReadFeaturesIfPresent,
-     .check = CheckSparseLogisticRegression,
      .run = RunOnStore<TrainSparseLogisticRegression>,
      .evaluation = SparseLogisticRegressionEvaluation},
     {.name = "matrix_factorization",
-     .read_keys = ReadFeaturesIfPresent,
-     .check = CheckMatrixFactorization,
      .run = RunOnStore<TrainMatrixFactorization>,
      .evaluation = MatrixFactorizationEvaluation},
 };
@@ -86,12 +74,6 @@ const TrainProgram kPrograms[] = {
 }  // namespace
 
 std::span<const TrainProgram> TrainPrograms() { return kPrograms; }
-
-std::vector<std::string_view> TrainProgramNames() {
-  std::vector<std::string_view> names;
-  for (const TrainProgram& program : kPrograms) names.push_back(program.name);
-  return names;
-}
 
 const TrainProgram* FindTrainProgram(std::string_view name) {
   for (const TrainProgram& program : kPrograms) {

@@ -21,29 +21,6 @@ SparseClickOptions ClickDataOptions(const TrainJob& job) {
   return options;
 }
 
-Status CheckSparseLogisticRegression(const TrainJob& job) {
-  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
-  const TrainOptions& train = job.train;
-  if (train.features != 0 && train.features != table->rows) {
-    return TrainOptionError(job, "features",
-                            "got " + std::to_string(train.features) + " but table " +
-                                Quote(table->name) + " has " + std::to_string(table->rows) +
-                                " rows",
-                            "features equal to the rows of train.table (or omit it)");
-  }
-  // A sample holds up to 50 distinct features, at most half of them all.
-  if (table->rows < 100) {
-    return TrainOptionError(job, "table",
-                            "table " + Quote(table->name) + " has " +
-                                std::to_string(table->rows) + " rows",
-                            "at least 100 features (rows) for the click-like data");
-  }
-  if (train.test_samples < 1) {
-    return TrainOptionError(job, "test_samples", "got 0", "held-out samples >= 1");
-  }
-  return CheckSamplesPerWorker(job);
-}
-
 StatusOr<Evaluation> SparseLogisticRegressionEvaluation(const TrainJob& job, ParamStore* store,
                                                         Backend* backend) {
   PS_ASSIGN_OR_RETURN(uint32_t table, job.TableId(job.train.table));

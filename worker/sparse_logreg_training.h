@@ -38,11 +38,6 @@ StatusOr<TrainSummary> TrainSparseLogisticRegression(const TrainJob& job, uint32
 StatusOr<Evaluation> SparseLogisticRegressionEvaluation(const TrainJob& job, ParamStore* store,
                                                         Backend* backend);
 
-// The program's check (its row in worker/programs.h reads train.features
-// when given): train.table has dim 1 and at least 100 rows, features is 0
-// or its rows, test_samples >= 1, batch_size fits samples_per_worker.
-Status CheckSparseLogisticRegression(const TrainJob& job);
-
 }  // namespace ps
 
 #endif  // PS_WORKER_SPARSE_LOGREG_TRAINING_H_

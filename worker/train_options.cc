@@ -8,7 +8,7 @@
 
 #include "common/config.h"
 #include "common/text.h"
-#include "worker/programs.h"
+#include "worker/program_specs.h"
 
 namespace ps {
 namespace {
@@ -17,11 +17,11 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
   using T = TrainOptions;
   // features and layers are the programs' own keys: allowed with every
   // program, and read (required, checked or left alone) by the program's
-  // row (TrainProgram::read_keys) at the place of the first of them, once
+  // row (ProgramSpec::read_keys) at the place of the first of them, once
   // the program is known.
   const auto read_program_keys = [](const YamlReader& reader, const YamlMap& map,
                                     const YamlValue*, T* t) {
-    const TrainProgram* program = FindTrainProgram(t->program);
+    const ProgramSpec* program = FindProgramSpec(t->program);
     return program->read_keys == nullptr ? Status::Ok() : program->read_keys(reader, map, t);
   };
   const auto read_with_features = [](const YamlReader&, const YamlMap&, const YamlValue*, T*) {
@@ -30,8 +30,8 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
   const std::vector<YamlField<T>> fields = {
       {"program",
        [](const YamlReader& reader, const YamlValue& v, T* t) {
-         PS_ASSIGN_OR_RETURN(size_t index, reader.ReadName(v, TrainProgramNames()));
-         t->program = TrainPrograms()[index].name;
+         PS_ASSIGN_OR_RETURN(size_t index, reader.ReadName(v, ProgramNames()));
+         t->program = ProgramSpecs()[index].name;
          return Status::Ok();
        }},
       StringField("table", &T::table, "a table name"),
@@ -90,10 +90,10 @@ StatusOr<TrainJob> LoadTrainJobString(const std::string& yaml_text, const std::s
 Status ValidateTrain(const TrainJob& job) {
   const TrainOptions& train = job.train;
   if (train.program.empty()) return Status::Ok();  // not a training job
-  const TrainProgram* program = FindTrainProgram(train.program);
+  const ProgramSpec* program = FindProgramSpec(train.program);
   if (program == nullptr) {
     return TrainOptionError(job, "program", "got " + Quote(train.program),
-                            "one of " + JoinNames(TrainProgramNames()));
+                            "one of " + JoinNames(ProgramNames()));
   }
   if (train.batch_size < 1) {
     return TrainOptionError(job, "batch_size", "got 0", "a minibatch size >= 1");
@@ -104,7 +104,7 @@ Status ValidateTrain(const TrainJob& job) {
   if (!std::isfinite(train.noise) || train.noise < 0.0f) {
     return TrainOptionError(job, "noise", "got " + FloatText(train.noise), "a finite stddev >= 0");
   }
-  if (job.cluster.evaluator && program->evaluation == nullptr) {
+  if (job.cluster.evaluator && !program->evaluates) {
     return InvalidOption(job.source, "cluster.evaluator",
                          "got true, but train.program " + train.program +
                              " has no held-out data to evaluate on",

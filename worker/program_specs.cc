@@ -1,0 +1,202 @@
+#include "worker/program_specs.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "common/text.h"
+#include "worker/data/fashion_mnist.h"
+
+namespace ps {
+namespace {
+
+// linear_regression. Reads train.features, required (>= 1). Checks:
+// train.table has dim 1 and `features` rows, and batch_size fits
+// samples_per_worker.
+
+// What train.features holds for linear regression.
+constexpr std::string_view kFeatures =
+    "the number of features, >= 1 and equal to the rows of train.table "
+    "(omit the train section for a job without training)";
+
+Status ReadLinearRegressionKeys(const YamlReader& r, const YamlMap& section,
+                                TrainOptions* train) {
+  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "features", kFeatures));
+  return r.ReadUnsigned(*value, &train->features);
+}
+
+Status CheckLinearRegression(const TrainJob& job) {
+  // First, as a job without training is most likely what 0 meant.
+  if (job.train.features == 0) return TrainOptionError(job, "features", "got 0", kFeatures);
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  if (job.train.features != table->rows) {
+    return TrainOptionError(job, "features",
+                            "got " + std::to_string(job.train.features) + " but table " +
+                                Quote(table->name) + " has " + std::to_string(table->rows) +
+                                " rows",
+                            "features equal to the rows of train.table");
+  }
+  if (!job.train.metrics_csv.empty()) {
+    // Its progress is its log lines; a key it would ignore is refused.
+    return TrainOptionError(job, "metrics_csv",
+                            "linear_regression writes no metrics CSV (its progress is its log "
+                            "lines: loss and steps/s)",
+                            "no metrics_csv for this program (mlp, sparse_logistic_regression and "
+                            "matrix_factorization write one)");
+  }
+  return CheckSamplesPerWorker(job);
+}
+
+// mlp. Reads train.layers, required. Checks: layers from 784 to 10, each
+// >= 1; train.table has dim 1 and one row per parameter; batch_size fits
+// the smallest worker's Fashion-MNIST samples.
+Status ReadMlpKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
+  constexpr std::string_view kLayers = "a list of layer sizes, e.g. [784, 100, 10]";
+  PS_ASSIGN_OR_RETURN(const YamlValue* value, r.Required(section, "layers", kLayers));
+  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(*value, kLayers));
+  train->layers.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    PS_RETURN_IF_ERROR(r.ReadUnsigned(items[i], &train->layers[i]));
+  }
+  return Status::Ok();
+}
+
+Status CheckMlp(const TrainJob& job) {
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  const std::vector<uint32_t>& layers = job.train.layers;
+  if (layers.size() < 2 || layers.front() != 784 || layers.back() != 10 ||
+      std::find(layers.begin(), layers.end(), 0u) != layers.end()) {
+    return TrainOptionError(job, "layers", "got " + std::to_string(layers.size()) + " sizes",
+                            "layer sizes from 784 (Fashion-MNIST pixels) to 10 (classes), each "
+                            ">= 1, e.g. [784, 100, 10]");
+  }
+  uint64_t params = 0;
+  for (size_t l = 1; l < layers.size(); ++l) {
+    params += uint64_t{layers[l - 1]} * layers[l] + layers[l];
+  }
+  if (params != table->rows) {
+    return TrainOptionError(job, "table",
+                            "table " + Quote(table->name) + " has " +
+                                std::to_string(table->rows) + " rows but the MLP has " +
+                                std::to_string(params) + " parameters",
+                            "rows equal to the parameter count (" + std::to_string(params) + ")");
+  }
+  // Every worker trains on its own block of the training split
+  // (LoadFashionMnist); the smallest block must hold a minibatch.
+  const uint64_t smallest = kFashionMnistTrainSamples / job.cluster.workers;
+  if (job.train.batch_size < 1 || job.train.batch_size > smallest) {
+    const std::string split = std::to_string(kFashionMnistTrainSamples) +
+                              " Fashion-MNIST training samples split over " +
+                              std::to_string(job.cluster.workers) + " workers";
+    if (smallest == 0) {
+      return InvalidOption(job.source, "cluster.workers",
+                           "got " + std::to_string(job.cluster.workers) + ": " + split +
+                               " leaves workers with no samples",
+                           "at most " + std::to_string(kFashionMnistTrainSamples / std::max<uint32_t>(job.train.batch_size, 1)) +
+                               " workers (a minibatch of train.batch_size each)");
+    }
+    return TrainOptionError(job, "batch_size", "got " + std::to_string(job.train.batch_size),
+                            "1 <= batch_size <= " + std::to_string(smallest) +
+                                ", the smallest worker's samples (" + split +
+                                "); lower batch_size or cluster.workers");
+  }
+  return Status::Ok();
+}
+
+// sparse_logistic_regression (reads train.features when given): train.table
+// has dim 1 and at least 100 rows, features is 0 or its rows,
+// test_samples >= 1, batch_size fits samples_per_worker.
+Status CheckSparseLogisticRegression(const TrainJob& job) {
+  PS_ASSIGN_OR_RETURN(const TableOptions* table, WeightTable(job));
+  const TrainOptions& train = job.train;
+  if (train.features != 0 && train.features != table->rows) {
+    return TrainOptionError(job, "features",
+                            "got " + std::to_string(train.features) + " but table " +
+                                Quote(table->name) + " has " + std::to_string(table->rows) +
+                                " rows",
+                            "features equal to the rows of train.table (or omit it)");
+  }
+  // A sample holds up to 50 distinct features, at most half of them all.
+  if (table->rows < 100) {
+    return TrainOptionError(job, "table",
+                            "table " + Quote(table->name) + " has " +
+                                std::to_string(table->rows) + " rows",
+                            "at least 100 features (rows) for the click-like data");
+  }
+  if (train.test_samples < 1) {
+    return TrainOptionError(job, "test_samples", "got 0", "held-out samples >= 1");
+  }
+  return CheckSamplesPerWorker(job);
+}
+
+// matrix_factorization (reads train.features when given, and nothing uses
+// it): two different tables of one dim, at least one user per worker,
+// observe_probability in (0, 1], test_fraction in [0, 1).
+Status CheckMatrixFactorization(const TrainJob& job) {
+  const TrainOptions& train = job.train;
+  PS_ASSIGN_OR_RETURN(const TableOptions* users, TrainTable(job, "user_table", train.user_table));
+  PS_ASSIGN_OR_RETURN(const TableOptions* items, TrainTable(job, "item_table", train.item_table));
+  if (users == items) {
+    return TrainOptionError(job, "item_table", "the same table as train.user_table",
+                            "two different tables for user and item factors");
+  }
+  if (users->dim != items->dim) {
+    return TrainOptionError(job, "item_table",
+                            "table " + Quote(items->name) + " has dim " +
+                                std::to_string(items->dim) + " but user table " +
+                                Quote(users->name) + " has dim " + std::to_string(users->dim),
+                            "the same dim (the factorization's rank) for both tables");
+  }
+  if (users->rows < job.cluster.workers) {
+    return TrainOptionError(job, "user_table",
+                            "table " + Quote(users->name) + " has " + std::to_string(users->rows) +
+                                " rows for " + std::to_string(job.cluster.workers) + " workers",
+                            "at least one user per worker");
+  }
+  if (!(train.observe_probability > 0.0 && train.observe_probability <= 1.0)) {
+    return TrainOptionError(job, "observe_probability",
+                            "got " + DoubleText(train.observe_probability),
+                            "a probability in (0, 1]");
+  }
+  if (!(train.test_fraction >= 0.0 && train.test_fraction < 1.0)) {
+    return TrainOptionError(job, "test_fraction", "got " + DoubleText(train.test_fraction),
+                            "a fraction in [0, 1)");
+  }
+  return Status::Ok();
+}
+
+// The programs, one row each.
+const ProgramSpec kSpecs[] = {
+    {.name = "linear_regression",
+     .read_keys = ReadLinearRegressionKeys,
+     .check = CheckLinearRegression,
+     .needs_servers = true},
+    {.name = "mlp", .read_keys = ReadMlpKeys, .check = CheckMlp, .evaluates = true},
+    {.name = "sparse_logistic_regression",
+     .read_keys = ReadFeaturesIfPresent,
+     .check = CheckSparseLogisticRegression,
+     .evaluates = true},
+    {.name = "matrix_factorization",
+     .read_keys = ReadFeaturesIfPresent,
+     .check = CheckMatrixFactorization,
+     .evaluates = true},
+};
+
+}  // namespace
+
+std::span<const ProgramSpec> ProgramSpecs() { return kSpecs; }
+
+std::vector<std::string_view> ProgramNames() {
+  std::vector<std::string_view> names;
+  for (const ProgramSpec& spec : kSpecs) names.push_back(spec.name);
+  return names;
+}
+
+const ProgramSpec* FindProgramSpec(std::string_view name) {
+  for (const ProgramSpec& spec : kSpecs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+}  // namespace ps
