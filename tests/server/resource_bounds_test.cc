@@ -250,19 +250,23 @@ TEST(ResourceBoundsTest, UnreadRepliesOfManyConnectionsShareATotalAndAReaderIsSt
   ASSERT_OK(ctx);
   // Eight connections speaking for worker 1 that never read, each asking
   // in turn for one block per round: they fill the total together, each
-  // below its own bound.
+  // below its own bound. Each round waits until the shard answered the
+  // one before, so that no connection runs ahead of the others (one whose
+  // handshake finished first would otherwise have its whole queue read
+  // before the others', and meet its own bound first).
   constexpr int kConnections = 8, kRounds = 40;
   std::vector<std::unique_ptr<Peer>> stolen;
   for (int c = 0; c < kConnections; ++c) {
     stolen.push_back(std::make_unique<Peer>(ctx->get(), shard.endpoint(), 1, /*recv_hwm=*/1));
   }
   Peer control(ctx->get(), shard.endpoint(), kControlWorker);
+  std::map<std::string, int64_t> stats;
   for (int r = 0; r < kRounds; ++r) {
     for (auto& peer : stolen) peer->Send(peer->Pull(0, kBlockRows));
+    stats = AwaitStats(control, [&](const auto& s) {
+      return s.at("pulls") + s.at("pulls_refused_queued_bytes") >= kConnections * (r + 1);
+    });
   }
-  const auto stats = AwaitStats(control, [&](const auto& s) {
-    return s.at("pulls") + s.at("pulls_refused_queued_bytes") >= kConnections * kRounds;
-  });
   // Refused by their share of the total, not by their own bound. What all
   // hold stays under the documented bound: past the total only connections
   // below an equal share are served, so they rise at most by what the
