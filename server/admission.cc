@@ -226,6 +226,15 @@ int64_t Admission::LeadCeiling() const {
   return base + bound_ + 1 + job_.client.max_in_flight;
 }
 
+int64_t Admission::PullCeiling(uint32_t worker) const {
+  const int64_t ceiling = LeadCeiling();
+  const WorkerState& w = workers_.worker(worker);
+  // Its clock here came one CLOCK at a time (CheckClock) since it was
+  // heard: it is where the worker is.
+  if (ceiling >= kMaxClock || !w.clock_synced || w.rejoining) return ceiling;
+  return std::max(ceiling, clocks_.clock(worker) + 1 + int64_t{job_.client.max_in_flight});
+}
+
 int64_t Admission::RejoinWindow(int64_t held) const {
   // Under bsp and ssp a worker's clock is at most LeadCeiling() (its pull
   // there waits), and one CLOCK more may have been on its way here when it

@@ -95,6 +95,12 @@ class Admission {
   // carry here: JobClockBase() + the staleness bound + 1 +
   // client.max_in_flight; kMaxClock under asp or while unknown.
   int64_t LeadCeiling() const;
+  // The highest clock a pull of `worker` may wait for here: LeadCeiling(),
+  // or, once this shard heard the worker's own CLOCKs, that worker's clock
+  // + 1 + client.max_in_flight when it is higher (a worker that pushes and
+  // finishes clocks without pulling, which nothing under bsp or ssp stops,
+  // runs ahead of the job, and its next pull is at its own clock).
+  int64_t PullCeiling(uint32_t worker) const;
   // How far above `held` a worker's first clock after a HELLO may be.
   int64_t RejoinWindow(int64_t held) const;
   // consistency.aggregate: OK when a push of `req` may be summed or wait:

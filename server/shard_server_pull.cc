@@ -77,18 +77,22 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
   const uint32_t parked = waiting_.connection_count(frames[0].view());
   const uint32_t limit = job_.server.max_waiting_pulls_per_worker;
-  const int64_t ceiling = admission_->LeadCeiling();
+  const bool evaluator = req.worker == kEvaluatorWorker;
+  const int64_t ceiling = evaluator ? kMaxClock : admission_->PullCeiling(req.worker);
   Status refused;
-  if (req.worker != kEvaluatorWorker && req.clock > ceiling) {
-    // No worker gets there (LeadCeiling).
+  if (!evaluator && req.clock > ceiling) {
+    // No worker gets there (PullCeiling).
     ++counters_.refused_clocks;
     refused = FailedPreconditionError(
         "shard " + std::to_string(shard_) + ": PULL request " + std::to_string(req.request_id) +
         " from " + SenderName(req.worker) + " at clock " + std::to_string(req.clock) +
         " refused: the job is at clock " + std::to_string(admission_->JobClockBase()) +
-        " and no worker's pull waits for a clock above " + std::to_string(ceiling) +
-        " (the staleness bound + 1 + client.max_in_flight above it); nothing changed. Is this "
-        "request really from this job's worker?");
+        ", this shard holds clock " + std::to_string(clocks_.clock(req.worker)) +
+        " for the worker, and none of its pulls waits for a clock above " +
+        std::to_string(ceiling) +
+        " (the higher of the job's clock + the staleness bound + 1 and the worker's own clock, "
+        "+ client.max_in_flight); nothing changed. Is this request really from this job's "
+        "worker?");
   } else if (parked >= limit) {
     ++counters_.pulls_refused_waiting;
     refused = ResourceExhaustedError(
@@ -104,7 +108,6 @@ void ShardServer::ParkPull(std::vector<Frame>& frames) {
     Reply(frames[0], MakeErrorHeader(req, shard_, refused));
     return;
   }
-  const bool evaluator = req.worker == kEvaluatorWorker;
   if (!evaluator) {
     ++counters_.pulls_waited;
     counters_.max_blocked_lead =

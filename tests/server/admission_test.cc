@@ -186,6 +186,27 @@ TEST_F(AdmissionTest, LeadCeilingCountsFromTheWorkersWhoseClockWasHeard) {
   EXPECT_TRUE(admission_->PushMustWait(2));
 }
 
+// A worker that pushes and finishes clocks without pulling runs ahead of
+// the job (nothing under bsp stops it); its pull at its own clock waits
+// here instead of being taken for a forged one. One above its own clock +
+// 1 + client.max_in_flight, and above the job's ceiling, is refused.
+TEST_F(AdmissionTest, APullCeilingFollowsAWorkerThatRanAheadByItsOwnClocks) {
+  JobOptions job = TestJob().Workers(2).Bsp().Table("w", 4).Build();
+  job.client.max_in_flight = 4;
+  Start(job);
+  for (int64_t c = 0; c < 300; ++c) {
+    ASSERT_EQ(Check(Request(Op::kClock, 0, c)).action, Action::kServeAndTouch) << c;
+    clocks_.Finish(0, c);
+  }
+  ASSERT_EQ(Check(Request(Op::kClock, 1, 0)).action, Action::kServeAndTouch);
+  clocks_.Finish(1, 0);
+  EXPECT_EQ(admission_->JobClockBase(), 1);
+  EXPECT_EQ(admission_->LeadCeiling(), 1 + 0 + 1 + 4);
+  EXPECT_EQ(admission_->PullCeiling(0), 300 + 1 + 4);
+  EXPECT_EQ(admission_->PullCeiling(1), admission_->LeadCeiling());
+  EXPECT_EQ(Check(Request(Op::kPull, 0, 300)).action, Action::kServeAndTouch);
+}
+
 TEST_F(AdmissionTest, UnderAspTheCeilingIsUnboundedAndARejoinGetsTheWholeWindow) {
   Start(TestJob().Workers(1).Asp().Table("w", 4).Build());
   ASSERT_EQ(Check(Request(Op::kClock, 0, 0)).action, Action::kServeAndTouch);

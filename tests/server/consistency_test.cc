@@ -49,6 +49,36 @@ TEST(ConsistencyTest, BspPullAheadOfTheSlowestWaitsForItsClock) {
   EXPECT_EQ(fast->min_clock(1), 1);
 }
 
+// A worker that pushes and finishes clocks without pulling (nothing under
+// bsp stops it) runs far ahead of the job; its pull at its own clock waits
+// for the others, as any pull ahead does, instead of being refused as a
+// forged one.
+TEST(ConsistencyTest, BspPullOfAWorkerFarAheadByItsOwnClocksWaitsForTheSlowest) {
+  JobOptions job = Job(ConsistencyMode::kBsp, 0, 2);
+  job.client.max_in_flight = 4;
+  InProcessCluster shards(job);
+  auto fast = Client::Create(job, 0, shards.endpoints()).value();
+  auto slow = Client::Create(job, 1, shards.endpoints()).value();
+  constexpr int kAhead = 100;  // far above 1 + 1 + client.max_in_flight
+  // Both workers' clocks are known to the shards: the job is at clock 1.
+  ASSERT_OK(slow->Wait(*slow->PushDense(0, SharedFloats::Take(std::vector<float>{0, 1}))));
+  ASSERT_OK(slow->Wait(*slow->Clock()));
+  for (int c = 0; c < kAhead; ++c) {
+    ASSERT_OK(fast->Wait(*fast->PushDense(0, SharedFloats::Take(std::vector<float>{1, 0}))));
+    ASSERT_OK(fast->Wait(*fast->Clock()));
+  }
+  std::vector<float> out(2);
+  Ticket pull = *fast->PullDense(0, out.data());
+  ASSERT_OK(fast->Poll(100));
+  EXPECT_EQ(fast->in_flight(), 2u) << "the pull waits for worker 1";
+  for (int c = 1; c < kAhead; ++c) {
+    ASSERT_OK(slow->Wait(*slow->PushDense(0, SharedFloats::Take(std::vector<float>{0, 1}))));
+    ASSERT_OK(slow->Wait(*slow->Clock()));
+  }
+  ASSERT_OK(fast->Wait(pull));
+  EXPECT_EQ(out, (std::vector<float>{kAhead, kAhead}));
+}
+
 TEST(ConsistencyTest, PullWaitingPastItsDeadlineNamesTheSlowestWorker) {
   JobOptions job = Job(ConsistencyMode::kSsp, 1, 3);
   job.client.request_timeout_ms = 2000;  // the shard gives up after 1800 ms
