@@ -23,6 +23,8 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge
   iproute2 iptables          # the multi-host tests' network namespaces
   libcpp-httplib-dev nlohmann-json3-dev  # the etcd client (server/etcd_client.cc)
+  libxxhash-dev              # the slot hash of hash-keyed tables (common/hash_slots.cc)
+  libabsl-dev                # hashed_rows_bench's yardstick (absl::flat_hash_map)
   etcd-server                # a real etcd for the etcd client's tests
   prometheus                 # a real Prometheus for the metrics endpoint's test
 )

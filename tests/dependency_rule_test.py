@@ -7,7 +7,7 @@ A library includes only its own headers and those of the layers it stands
 on (store and client do not include each other, nor do server and worker);
 ps_ctl includes only the client library and common. Each third-party
 library with an adapter is included by that adapter alone (zmq.h,
-rocksdb/*, yaml-cpp/*, the generated ps.pb.h, CUDA's headers, httplib.h,
+rocksdb/*, yaml-cpp/*, the generated ps.pb.h, CUDA's headers, httplib.h, xxhash.h,
 nlohmann/*). A folder does not name what a layer above it owns: common
 knows that the job file has a train section but nothing of its schema
 (worker/train_options.h). The programs' ELF files are checked too:
@@ -58,6 +58,8 @@ ADAPTERS = [
     (re.compile(r"^httplib\.h$"), {"server/etcd_client.cc", "common/metrics_endpoint.cc"}),
     # nlohmann/json: etcd's gateway replies, and a shard's STATS report.
     (re.compile(r"^nlohmann/"), {"server/etcd_client.cc", "common/shard_stats_json.cc"}),
+    # xxHash: the slot hash of hash-keyed tables.
+    (re.compile(r"^xxhash\.h$"), {"common/hash_slots.cc"}),
 ]
 # Names a folder's files must not use, in code or comments: what a layer
 # above it owns. (pattern, what it names)

@@ -1,0 +1,202 @@
+// hashed_rows_bench: the rows of a hash-keyed table (store/hashed_rows.h,
+// an open-addressing index of our own over packed rows) against the same
+// rows found through Abseil's flat_hash_map (Debian's libabsl-dev, the
+// SwissTable), in one run, on one thread.
+//
+// Workload: --rows ids (default 1M, 64-bit values from a fixed seed) of
+// --dim floats (default 16, sgd without state), made by a first push each,
+// then, each timed and repeated --reps times (median reported):
+//   gather     a pull of --batch distinct ids (default 4096) drawn from the
+//              ids with rows, values copied into a buffer: the pull path
+//   apply      a push of the same ids with sgd: find each row, update it
+//   miss       a pull of --batch ids that have no row (initial values
+//              computed: the admission-filtered or never-seen ids)
+//   churn      --batch erases of ids with rows and --batch makes of new
+//              ids: eviction under the memory bound
+// Both sides run the same ids in the same order and do the same float
+// work; only the index differs. Reported: million ids per second per side
+// and ours/absl (higher is better for ours).
+#include <absl/container/flat_hash_map.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/update_rule.h"
+#include "store/hashed_rows.h"
+#include "store/shard_store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The same rows behind absl::flat_hash_map: packed rows, the last moved
+// into an erased one's place, as HashedRows does.
+class AbslRows {
+ public:
+  AbslRows(uint32_t dim, const ps::InitOptions& init) : dim_(dim), init_(init) {}
+  const float* Find(uint64_t id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? nullptr : &rows_[size_t{it->second} * dim_];
+  }
+  float* FindOrMake(uint64_t id) {
+    auto [it, made] = index_.try_emplace(id, static_cast<uint32_t>(ids_.size()));
+    if (made) {
+      ids_.push_back(id);
+      rows_.resize(rows_.size() + dim_);
+      for (uint32_t c = 0; c < dim_; ++c) rows_[size_t{it->second} * dim_ + c] = ps::InitialValue(init_, id, c);
+    }
+    return &rows_[size_t{it->second} * dim_];
+  }
+  void Erase(uint64_t id) {
+    auto it = index_.find(id);
+    if (it == index_.end()) return;
+    const uint32_t r = it->second;
+    index_.erase(it);
+    const size_t last = ids_.size() - 1;
+    if (r != last) {
+      std::memcpy(&rows_[size_t{r} * dim_], &rows_[last * dim_], dim_ * sizeof(float));
+      ids_[r] = ids_[last];
+      index_[ids_[r]] = r;
+    }
+    ids_.pop_back();
+    rows_.resize(rows_.size() - dim_);
+  }
+  void Gather(const std::vector<uint64_t>& ids, float* out) const {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (const float* row = Find(ids[i]); row != nullptr) {
+        std::memcpy(out + i * dim_, row, dim_ * sizeof(float));
+      } else {
+        for (uint32_t c = 0; c < dim_; ++c) out[i * dim_ + c] = ps::InitialValue(init_, ids[i], c);
+      }
+    }
+  }
+  void Apply(const std::vector<uint64_t>& ids, const float* grads, const ps::UpdateRule& rule,
+             const ps::OptimizerOptions& optimizer) {
+    ps::FlushSubnormals flush;
+    saved_.resize(dim_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      float* row = FindOrMake(ids[i]);
+      // As HashedRows::Apply under on_non_finite_result: refuse.
+      std::memcpy(saved_.data(), row, dim_ * sizeof(float));
+      rule.apply(optimizer, row, {}, grads + i * dim_, dim_, optimizer.lr, 1);
+      if (!ps::AllFinite(row, dim_)) std::memcpy(row, saved_.data(), dim_ * sizeof(float));
+    }
+  }
+
+ private:
+  const uint32_t dim_;
+  const ps::InitOptions init_;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> ids_;
+  std::vector<float> rows_;
+  std::vector<float> saved_;
+};
+
+template <typename F>
+double MedianSeconds(int reps, F f) {
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    f(r);
+    s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hashed_rows_bench: hash-keyed rows, our index against absl::flat_hash_map"};
+  uint64_t rows = 1000000;
+  uint32_t dim = 16, batch = 4096;
+  int reps = 21;
+  bool quick = false;
+  app.add_option("--rows", rows, "ids with rows")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 28));
+  app.add_option("--dim", dim, "floats per row")->check(CLI::Range(1u, 4096u));
+  app.add_option("--batch", batch, "ids per pull or push")->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--reps", reps, "repetitions of each timed step (median)")->check(CLI::Range(1, 1000));
+  app.add_flag("--quick", quick, "a small run for ctest: 20,000 rows, 5 repetitions");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    rows = 20000;
+    reps = 5;
+    batch = std::min<uint32_t>(batch, 1024);
+  }
+  batch = static_cast<uint32_t>(std::min<uint64_t>(batch, rows));
+
+  ps::InitOptions init;
+  init.kind = ps::InitKind::kUniform;
+  init.value = 0.05f;
+  ps::OptimizerOptions sgd;
+  sgd.kind = ps::OptimizerKind::kSgd;
+  sgd.lr = 0.01f;
+  const ps::UpdateRule& rule = *ps::FindRule(ps::OptimizerKind::kSgd);
+
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> ids(rows);
+  for (uint64_t& id : ids) id = rng();
+  std::vector<float> grads(size_t{batch} * dim, 0.001f);
+  std::vector<float> out(size_t{batch} * dim);
+
+  ps::HashedRows ours(dim, 0, init, rows + size_t{batch} * (reps + 1));
+  AbslRows absl(dim, init);
+  for (size_t first = 0; first < ids.size(); first += batch) {
+    const size_t n = std::min<size_t>(batch, ids.size() - first);
+    std::vector<uint64_t> part(ids.begin() + first, ids.begin() + first + n);
+    ours.Apply(part, grads.data(), rule, sgd, sgd.lr, 1, true);
+    absl.Apply(part, grads.data(), rule, sgd);
+  }
+  // The batches of each repetition: distinct ids with rows, and ids without.
+  std::vector<std::vector<uint64_t>> hits(reps), misses(reps);
+  for (int r = 0; r < reps; ++r) {
+    std::vector<uint64_t> pick = ids;
+    std::shuffle(pick.begin(), pick.end(), rng);
+    hits[r].assign(pick.begin(), pick.begin() + batch);
+    for (uint32_t i = 0; i < batch; ++i) misses[r].push_back(rng() | 1);  // 2^-64 chance of a row
+  }
+
+  struct Row {
+    const char* step;
+    double ours_s, absl_s;
+  };
+  std::vector<Row> table;
+  table.push_back({"gather", MedianSeconds(reps, [&](int r) { ours.Gather(hits[r], out.data()); }),
+                   MedianSeconds(reps, [&](int r) { absl.Gather(hits[r], out.data()); })});
+  table.push_back(
+      {"apply", MedianSeconds(reps, [&](int r) { ours.Apply(hits[r], grads.data(), rule, sgd, sgd.lr, 1, true); }),
+       MedianSeconds(reps, [&](int r) { absl.Apply(hits[r], grads.data(), rule, sgd); })});
+  table.push_back({"miss", MedianSeconds(reps, [&](int r) { ours.Gather(misses[r], out.data()); }),
+                   MedianSeconds(reps, [&](int r) { absl.Gather(misses[r], out.data()); })});
+  table.push_back({"churn",
+                   MedianSeconds(reps,
+                                 [&](int r) {
+                                   for (uint64_t id : hits[r]) ours.Erase(id);
+                                   for (uint64_t id : misses[r]) ours.FindOrMake(id);
+                                 }),
+                   MedianSeconds(reps, [&](int r) {
+                     for (uint64_t id : hits[r]) absl.Erase(id);
+                     for (uint64_t id : misses[r]) absl.FindOrMake(id);
+                   })});
+
+  std::printf("hashed_rows_bench: %llu rows of dim %u, batches of %u ids, median of %d\n\n",
+              static_cast<unsigned long long>(rows), dim, batch, reps);
+  std::printf("| step | ours M ids/s | absl M ids/s | ours/absl |\n|---|---|---|---|\n");
+  for (const Row& row : table) {
+    const double n = row.step == std::string("churn") ? 2.0 * batch : batch;
+    std::printf("| %s | %.1f | %.1f | %.2f |\n", row.step, n / row.ours_s / 1e6, n / row.absl_s / 1e6,
+                row.absl_s / row.ours_s);
+  }
+  std::printf("\nours: %zu bytes per row at the index's fullest (%.1f MiB now for %llu rows)\n",
+              ours.row_bytes(), ours.bytes() / 1048576.0,
+              static_cast<unsigned long long>(ours.size()));
+  return 0;
+}

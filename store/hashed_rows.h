@@ -1,0 +1,129 @@
+// The rows of one hash-keyed table on one shard (DESIGN.md section 15):
+// rows keyed by any uint64 id, made on the first push applied to them, and
+// read as their initial value until then.
+//
+// Storage: each row is one run of floats, its `dim` values followed by
+// each optimizer state array's `dim` floats (a row's update reads and
+// writes one contiguous run). Rows lie packed in chunks of about 256 KiB,
+// in no order; erasing a row moves the last row into its place, so the
+// chunks hold exactly size() rows (and the last chunk is freed once
+// empty). An open-addressing index (linear probing, at most half full,
+// backward-shift deletion: no tombstones) maps an id to its row. Memory:
+// see row_bytes() and bytes().
+//
+// A missing row's values are InitialValue(init, id, c) (store/shard_store.h):
+// a pure function of the table's init seed and the id, so every replica, a
+// restarted shard and a one-process run read the same values, and a read
+// stores nothing.
+//
+// Not thread-safe: the shard's loop owns it.
+#ifndef PS_STORE_HASHED_ROWS_H_
+#define PS_STORE_HASHED_ROWS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/options.h"
+#include "common/status.h"
+#include "common/update_rule.h"
+
+namespace ps {
+
+class HashedRows {
+ public:
+  // Rows of `dim` values with `slots` optimizer state arrays each, starting
+  // at `init`; at most `max_rows` of them (at least 1, at most 2^32 - 2).
+  // Allocates nothing until the first row.
+  HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, uint64_t max_rows);
+
+  uint32_t dim() const { return dim_; }
+  uint32_t slots() const { return slots_; }
+  uint64_t size() const { return ids_.size(); }
+  uint64_t max_rows() const { return max_rows_; }
+  bool full() const { return size() >= max_rows_; }
+  // Floats per row: its values and its state.
+  size_t stride() const { return stride_; }
+
+  // The row of `id` (values, then each state array), null when it has none.
+  const float* Find(uint64_t id) const;
+  float* Find(uint64_t id);
+  // The row of `id`, made now (initial values, zero state) when it has
+  // none; null when it has none and the table is full (the caller evicts
+  // first, or drops the push).
+  float* FindOrMake(uint64_t id, bool* made = nullptr);
+  // Removes the row of `id`: it reads as its initial value again. False
+  // when it had none. Moves the last row into its place (row pointers
+  // from Find are invalid after).
+  bool Erase(uint64_t id);
+
+  // Writes the values of each of `ids` (its row's, or its initial values)
+  // to out[i * dim .. (i + 1) * dim).
+  void Gather(std::span<const uint64_t> ids, float* out) const;
+
+  // One push: grads[i * dim ..) for ids[i], each applied with `rule` at
+  // learning rate `lr` and step `step` to the id's row, made when missing.
+  // A row that the table has no room for is skipped (counted in
+  // *dropped). With `refuse_non_finite`, a row whose result is not finite
+  // keeps its values and state (a row made for it is removed again) and
+  // is counted in *refused; otherwise it takes the result. Subnormals are
+  // flushed (FlushSubnormals), as in dense tables. An id named twice is
+  // updated twice, in order.
+  struct PushCounts {
+    uint64_t made = 0;     // rows made
+    uint64_t dropped = 0;  // rows skipped: the table was full
+    uint64_t refused = 0;  // rows whose result was not finite, kept as they were
+    uint64_t non_finite = 0;  // rows whose result was not finite (refused or taken)
+  };
+  PushCounts Apply(std::span<const uint64_t> ids, const float* grads, const UpdateRule& rule,
+                   const OptimizerOptions& optimizer, float lr, int64_t step,
+                   bool refuse_non_finite);
+
+  // The ids that have rows, in the order of their rows (ids()[i] is row i's).
+  std::span<const uint64_t> ids() const { return ids_; }
+  // Row i (stride() floats). REQUIRES: i < size().
+  const float* row(uint64_t i) const { return RowAt(i); }
+
+  // Bytes per row, index included, when the index is half full (its
+  // fullest; just after it doubles, its part per row is twice that).
+  size_t row_bytes() const;
+  // Bytes the rows and the index take now (their capacity).
+  size_t bytes() const;
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  struct Entry {
+    uint64_t id = 0;
+    uint32_t row = kEmpty;  // kEmpty: a free entry
+  };
+  // The entry of `id`, or the free entry where it would go.
+  size_t Probe(uint64_t id) const;
+  size_t Home(uint64_t id) const;
+  // Doubles the index (or makes its first one) and places every row again.
+  void Grow();
+  // Initial values and zero state into `row`.
+  void InitRow(uint64_t id, float* row) const;
+  float* RowAt(uint64_t i) const {
+    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * stride_;
+  }
+
+  const uint32_t dim_;
+  const uint32_t slots_;
+  const size_t stride_;
+  const InitOptions init_;
+  const uint64_t max_rows_;
+  std::vector<Entry> index_;  // a power of two in size, or empty
+  size_t mask_ = 0;
+  // Rows per chunk (a power of two) and its log2.
+  const uint64_t chunk_rows_;
+  const uint32_t chunk_shift_;
+  std::vector<uint64_t> ids_;  // by row
+  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of stride_ floats each
+  std::vector<float> saved_;   // Apply's copy of a row before its update
+};
+
+}  // namespace ps
+
+#endif  // PS_STORE_HASHED_ROWS_H_

@@ -1,0 +1,212 @@
+// The rows of a hash-keyed table (store/hashed_rows.h): a missing id reads
+// as its initial value and stores nothing, a push makes its row, the index
+// agrees with a reference map under any mix of makes and erases, the bound
+// holds, and updates are the dense tables' own, non-finite results
+// included.
+#include "store/hashed_rows.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/update_rule.h"
+#include "store/shard_store.h"
+
+namespace ps {
+namespace {
+
+InitOptions Uniform(uint64_t seed) {
+  InitOptions init;
+  init.kind = InitKind::kUniform;
+  init.value = 0.5f;
+  init.seed = seed;
+  return init;
+}
+
+OptimizerOptions Optimizer(OptimizerKind kind, float lr = 0.1f) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.lr = lr;
+  return o;
+}
+
+std::vector<float> Initial(const InitOptions& init, uint64_t id, uint32_t dim) {
+  std::vector<float> v(dim);
+  for (uint32_t c = 0; c < dim; ++c) v[c] = InitialValue(init, id, c);
+  return v;
+}
+
+std::vector<float> Read(const HashedRows& rows, uint64_t id) {
+  std::vector<float> v(rows.dim());
+  rows.Gather({&id, 1}, v.data());
+  return v;
+}
+
+TEST(HashedRowsTest, AMissingIdReadsAsItsInitialValueAndStoresNothing) {
+  const InitOptions init = Uniform(7);
+  HashedRows rows(4, 0, init, 100);
+  const std::vector<uint64_t> ids = {0, 1, 42, std::numeric_limits<uint64_t>::max(),
+                                     0x9e3779b97f4a7c15ull};
+  std::vector<float> out(ids.size() * 4);
+  rows.Gather(ids, out.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(std::vector<float>(out.begin() + i * 4, out.begin() + (i + 1) * 4),
+              Initial(init, ids[i], 4))
+        << "id " << ids[i];
+  }
+  EXPECT_EQ(rows.size(), 0u);
+  EXPECT_EQ(rows.Find(42), nullptr);
+  EXPECT_EQ(rows.bytes(), 4 * sizeof(float));  // Apply's scratch row only
+  // Another table's seed gives other values for the same id.
+  EXPECT_NE(Read(rows, 42), Initial(Uniform(8), 42, 4));
+}
+
+TEST(HashedRowsTest, APushMakesTheRowFromItsInitialValue) {
+  const InitOptions init = Uniform(3);
+  HashedRows rows(3, 0, init, 100);
+  const uint64_t id = 123456789;
+  const std::vector<float> grad = {1.0f, -2.0f, 0.5f};
+  const OptimizerOptions sgd = Optimizer(OptimizerKind::kSgd, 0.1f);
+  const HashedRows::PushCounts counts =
+      rows.Apply({&id, 1}, grad.data(), *FindRule(OptimizerKind::kSgd), sgd, 0.1f, 1, true);
+  EXPECT_EQ(counts.made, 1u);
+  EXPECT_EQ(rows.size(), 1u);
+  std::vector<float> expected = Initial(init, id, 3);
+  ApplyOptimizer(sgd, expected.data(), {}, grad.data(), 3, 0.1f, 1);
+  EXPECT_EQ(Read(rows, id), expected);
+  // Erased, it reads as its initial value again.
+  EXPECT_TRUE(rows.Erase(id));
+  EXPECT_FALSE(rows.Erase(id));
+  EXPECT_EQ(Read(rows, id), Initial(init, id, 3));
+  EXPECT_EQ(rows.size(), 0u);
+}
+
+// Adam's two state arrays live in the row beside its values: each row
+// ends bit for bit as a dense table's row given the same pushes.
+TEST(HashedRowsTest, OptimizerStateLivesInTheRowAndMatchesTheDenseUpdate) {
+  constexpr uint32_t kDim = 5;
+  const InitOptions init = Uniform(11);
+  OptimizerOptions adam = Optimizer(OptimizerKind::kAdam, 0.01f);
+  const UpdateRule& rule = *FindRule(OptimizerKind::kAdam);
+  ASSERT_EQ(adam.Slots(), 2u);
+  HashedRows rows(kDim, 2, init, 1000);
+  EXPECT_EQ(rows.stride(), 3u * kDim);
+  const std::vector<uint64_t> ids = {5, 77, 5, 900000000000ull};  // 5 twice: updated twice
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal;
+  std::unordered_map<uint64_t, std::vector<float>> values, m, v;
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<float> grads(ids.size() * kDim);
+    for (float& g : grads) g = normal(rng);
+    rows.Apply(ids, grads.data(), rule, adam, 0.01f, step, true);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto [it, fresh] = values.try_emplace(ids[i], Initial(init, ids[i], kDim));
+      m.try_emplace(ids[i], std::vector<float>(kDim, 0.0f));
+      v.try_emplace(ids[i], std::vector<float>(kDim, 0.0f));
+      ApplyOptimizer(adam, it->second.data(), {m[ids[i]].data(), v[ids[i]].data()},
+                     grads.data() + i * kDim, kDim, 0.01f, step);
+    }
+  }
+  EXPECT_EQ(rows.size(), 3u);
+  for (const auto& [id, expected] : values) {
+    const float* row = rows.Find(id);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(std::vector<float>(row, row + kDim), expected) << "id " << id;
+    EXPECT_EQ(std::vector<float>(row + kDim, row + 2 * kDim), m[id]) << "id " << id;
+    EXPECT_EQ(std::vector<float>(row + 2 * kDim, row + 3 * kDim), v[id]) << "id " << id;
+  }
+}
+
+// Any mix of makes and erases, ids drawn from a small space (so both hit
+// often) and from all 64 bits: the rows agree with a reference map.
+TEST(HashedRowsTest, MakesAndErasesAgreeWithAReferenceMap) {
+  constexpr uint32_t kDim = 2;
+  HashedRows rows(kDim, 0, InitOptions(), 100000);
+  std::unordered_map<uint64_t, float> reference;  // id -> its first value
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t id = (rng() & 1) ? rng() % 5000 : rng();
+    if (rng() % 3 == 0) {
+      EXPECT_EQ(rows.Erase(id), reference.erase(id) == 1) << "erase " << id;
+      continue;
+    }
+    bool made = false;
+    float* row = rows.FindOrMake(id, &made);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(made, reference.count(id) == 0) << "id " << id;
+    if (made) {
+      row[0] = static_cast<float>(i);
+      reference[id] = static_cast<float>(i);
+    }
+    EXPECT_EQ(row[0], reference[id]) << "id " << id;
+  }
+  ASSERT_EQ(rows.size(), reference.size());
+  for (uint64_t r = 0; r < rows.size(); ++r) {
+    const uint64_t id = rows.ids()[r];
+    ASSERT_EQ(reference.count(id), 1u) << "id " << id;
+    EXPECT_EQ(rows.row(r)[0], reference[id]);
+    EXPECT_EQ(rows.Find(id), rows.row(r));
+  }
+  // Emptied, the rows' chunks are given back (the index keeps its size).
+  const size_t held = rows.bytes();
+  const size_t row_floats = rows.size() * rows.stride() * sizeof(float);
+  for (const auto& [id, value] : reference) ASSERT_TRUE(rows.Erase(id));
+  EXPECT_EQ(rows.size(), 0u);
+  EXPECT_LE(rows.bytes(), held - row_floats);
+}
+
+TEST(HashedRowsTest, AFullTableMakesNoRowAndDropsItsPushes) {
+  HashedRows rows(1, 0, InitOptions(), 3);
+  const std::vector<uint64_t> ids = {10, 11, 12, 13, 10};
+  const std::vector<float> grads = {1, 1, 1, 1, 1};
+  const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
+  const HashedRows::PushCounts counts =
+      rows.Apply(ids, grads.data(), *FindRule(OptimizerKind::kAdd), add, 0.0f, 1, true);
+  EXPECT_EQ(counts.made, 3u);
+  EXPECT_EQ(counts.dropped, 1u);  // 13: no room
+  EXPECT_TRUE(rows.full());
+  EXPECT_EQ(rows.Find(13), nullptr);
+  EXPECT_EQ(rows.Find(10)[0], 2.0f);  // its row still takes pushes
+}
+
+TEST(HashedRowsTest, ANonFiniteResultIsRefusedOrTakenAsThePolicySays) {
+  const uint64_t known = 1, fresh = 2;
+  const float big = std::numeric_limits<float>::max();
+  const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
+  const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
+  HashedRows rows(1, 0, InitOptions(), 10);
+  const float one = 1.0f;
+  rows.Apply({&known, 1}, &one, rule, add, 0.0f, 1, true);
+  // Refused: the row keeps its value, a row made for the push goes again.
+  const std::vector<uint64_t> ids = {known, fresh};
+  const std::vector<float> overflow = {big, std::numeric_limits<float>::infinity()};
+  rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, true);
+  HashedRows::PushCounts counts = rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, true);
+  EXPECT_EQ(counts.refused, 2u);
+  EXPECT_EQ(counts.made, 0u);
+  EXPECT_EQ(rows.Find(known)[0], 1.0f + big);  // the first push of big was finite
+  EXPECT_EQ(rows.Find(fresh), nullptr);
+  // Taken (flag): the result stays.
+  counts = rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, false);
+  EXPECT_EQ(counts.non_finite, 2u);
+  EXPECT_EQ(counts.refused, 0u);
+  EXPECT_TRUE(std::isinf(rows.Find(known)[0]));
+  EXPECT_TRUE(std::isinf(rows.Find(fresh)[0]));
+}
+
+TEST(HashedRowsTest, SubnormalResultsAreFlushedAsInDenseTables) {
+  const uint64_t id = 9;
+  HashedRows rows(1, 0, InitOptions(), 10);
+  const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
+  const float tiny = std::numeric_limits<float>::min() / 4;  // subnormal
+  rows.Apply({&id, 1}, &tiny, *FindRule(OptimizerKind::kAdd), add, 0.0f, 1, true);
+  EXPECT_EQ(rows.Find(id)[0], 0.0f);
+}
+
+}  // namespace
+}  // namespace ps
