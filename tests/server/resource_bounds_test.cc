@@ -327,8 +327,9 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerConnectionBoundAreRefused) {
   }
   // The bound is per connection: another connection of worker 1 (the
   // worker itself, when whoever else holds its key filled the first) may
-  // still wait; no connection may wait for a clock no worker reaches
-  // (above 0 + the staleness bound + 1 + client.max_in_flight = 5).
+  // still wait. A worker that finished clocks without pulling is ahead of
+  // the job (here at clock 6, the job at 0): its pull at its own clock
+  // waits too (PullCeiling), and no pull waits for a clock above it.
   Peer again(ctx->get(), shard.endpoint(), 1);
   again.Send(again.Pull(0, 8, /*clock=*/1, /*max_wait_ms=*/60000));
   for (int64_t c = 1; c <= 5; ++c) {
@@ -336,13 +337,14 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerConnectionBoundAreRefused) {
     clock.clock = c;
     ASSERT_EQ(again.Exchange(clock).op, Op::kClockOk);
   }
-  const MessageHeader beyond = again.Exchange(again.Pull(0, 8, 6, 60000));
-  EXPECT_TRUE(IsError(beyond, StatusCode::kFailedPrecondition, "above 5"))
+  const MessageHeader beyond = again.Exchange(again.Pull(0, 8, 7, 60000));
+  EXPECT_TRUE(IsError(beyond, StatusCode::kFailedPrecondition, "brought it to 6"))
       << OpName(beyond.op) << " " << beyond.text;
-  auto stats = control.Stats();
-  EXPECT_EQ(stats.at("waiting_pulls"), 9);
+  again.Send(again.Pull(0, 8, /*clock=*/6, /*max_wait_ms=*/60000));
+  auto stats = AwaitStats(control, [](const auto& s) { return s.at("waiting_pulls") == 10; });
   EXPECT_EQ(stats.at("pulls_refused_waiting"), kPulls - 8);
-  // The other worker is served meanwhile, and its CLOCK releases the 9.
+  // The other worker is served meanwhile; its CLOCK releases the 9 pulls
+  // at clock 1, and its clock 5 the one at clock 6.
   EXPECT_EQ(good.Exchange(good.Pull(0, 8)).op, Op::kPullOk);
   clock = good.Header(Op::kClock);
   clock.clock = 0;
@@ -355,6 +357,16 @@ TEST(ResourceBoundsTest, ParkedPullsPastThePerConnectionBoundAreRefused) {
   std::optional<MessageHeader> released = again.Receive();
   ASSERT_TRUE(released.has_value());
   EXPECT_EQ(released->op, Op::kPullOk) << released->text;
+  EXPECT_EQ(released->clock, 1);
+  for (int64_t c = 1; c <= 5; ++c) {
+    clock = good.Header(Op::kClock);
+    clock.clock = c;
+    ASSERT_EQ(good.Exchange(clock).op, Op::kClockOk);
+  }
+  released = again.Receive();
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->op, Op::kPullOk) << released->text;
+  EXPECT_EQ(released->clock, 6);
   EXPECT_EQ(control.Stats().at("waiting_pulls"), 0);
 }
 
