@@ -24,6 +24,10 @@ uint64_t IndexHash(uint64_t id) {
   return id ^ (id >> 31);
 }
 
+// An occupied entry's tag: 7 bits of the index hash that Home does not use
+// (it uses the low bits), with the top bit set; 0 marks a free entry.
+uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
+
 uint64_t ChunkRows(size_t stride) {
   return std::bit_floor(std::max<uint64_t>(1, kChunkFloats / stride));
 }
@@ -43,15 +47,19 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
 size_t HashedRows::Home(uint64_t id) const { return IndexHash(id) & mask_; }
 
 size_t HashedRows::Probe(uint64_t id) const {
-  size_t i = Home(id);
-  while (index_[i].row != kEmpty && index_[i].id != id) i = (i + 1) & mask_;
+  // The tags first: an id without a row is told apart by them alone (one
+  // byte per entry), and an entry's id is read only when its tag matches.
+  const uint64_t hash = IndexHash(id);
+  const uint8_t tag = Tag(hash);
+  size_t i = hash & mask_;
+  while (tags_[i] != 0 && (tags_[i] != tag || index_[i].id != id)) i = (i + 1) & mask_;
   return i;
 }
 
 const float* HashedRows::Find(uint64_t id) const {
   if (index_.empty()) return nullptr;
-  const Entry& e = index_[Probe(id)];
-  return e.row == kEmpty ? nullptr : RowAt(e.row);
+  const size_t i = Probe(id);
+  return tags_[i] == 0 ? nullptr : RowAt(index_[i].row);
 }
 
 float* HashedRows::Find(uint64_t id) {
@@ -59,14 +67,17 @@ float* HashedRows::Find(uint64_t id) {
 }
 
 void HashedRows::Grow() {
-  std::vector<Entry> old = std::move(index_);
-  index_.assign(old.empty() ? kFirstIndexSize : 2 * old.size(), Entry());
-  mask_ = index_.size() - 1;
-  for (uint64_t r = 0; r < ids_.size(); ++r) {
-    Entry& e = index_[Probe(ids_[r])];
-    e.id = ids_[r];
-    e.row = static_cast<uint32_t>(r);
-  }
+  const size_t size = index_.empty() ? kFirstIndexSize : 2 * index_.size();
+  index_.assign(size, Entry());
+  tags_.assign(size, 0);
+  mask_ = size - 1;
+  for (uint64_t r = 0; r < ids_.size(); ++r) Place(Probe(ids_[r]), ids_[r], r);
+}
+
+void HashedRows::Place(size_t i, uint64_t id, uint64_t row) {
+  index_[i].id = id;
+  index_[i].row = static_cast<uint32_t>(row);
+  tags_[i] = Tag(IndexHash(id));
 }
 
 void HashedRows::InitRow(uint64_t id, float* row) const {
@@ -77,8 +88,8 @@ void HashedRows::InitRow(uint64_t id, float* row) const {
 float* HashedRows::FindOrMake(uint64_t id, bool* made) {
   if (made != nullptr) *made = false;
   if (!index_.empty()) {
-    const Entry& e = index_[Probe(id)];
-    if (e.row != kEmpty) return RowAt(e.row);
+    const size_t i = Probe(id);
+    if (tags_[i] != 0) return RowAt(index_[i].row);
   }
   if (full()) return nullptr;
   // At most half full, so a probe ends soon.
@@ -87,9 +98,7 @@ float* HashedRows::FindOrMake(uint64_t id, bool* made) {
   if ((r >> chunk_shift_) == chunks_.size()) {
     chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
   }
-  Entry& e = index_[Probe(id)];
-  e.id = id;
-  e.row = static_cast<uint32_t>(r);
+  Place(Probe(id), id, r);
   ids_.push_back(id);
   float* row = RowAt(r);
   InitRow(id, row);
@@ -100,7 +109,7 @@ float* HashedRows::FindOrMake(uint64_t id, bool* made) {
 bool HashedRows::Erase(uint64_t id) {
   if (index_.empty()) return false;
   size_t hole = Probe(id);
-  if (index_[hole].row == kEmpty) return false;
+  if (tags_[hole] == 0) return false;
   const uint32_t r = index_[hole].row;
   // The last row moves into the erased one's place.
   const uint64_t last = ids_.size() - 1;
@@ -115,14 +124,16 @@ bool HashedRows::Erase(uint64_t id) {
   }
   // Backward-shift deletion: an entry after the hole whose home is not in
   // (hole, its place] moves into the hole, until a free entry.
-  for (size_t i = (hole + 1) & mask_; index_[i].row != kEmpty; i = (i + 1) & mask_) {
+  for (size_t i = (hole + 1) & mask_; tags_[i] != 0; i = (i + 1) & mask_) {
     const size_t home = Home(index_[i].id);
     const bool stays = hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
     if (stays) continue;
     index_[hole] = index_[i];
+    tags_[hole] = tags_[i];
     hole = i;
   }
   index_[hole] = Entry();
+  tags_[hole] = 0;
   return true;
 }
 
@@ -171,13 +182,14 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
 }
 
 size_t HashedRows::row_bytes() const {
-  // The row's floats and its id, and 2 to 4 index entries.
-  return stride_ * sizeof(float) + sizeof(uint64_t) + 2 * sizeof(Entry);
+  // The row's floats and its id, and 2 index entries and their tags.
+  return stride_ * sizeof(float) + sizeof(uint64_t) + 2 * (sizeof(Entry) + sizeof(uint8_t));
 }
 
 size_t HashedRows::bytes() const {
   return chunks_.size() * chunk_rows_ * stride_ * sizeof(float) +
          ids_.capacity() * sizeof(uint64_t) + index_.capacity() * sizeof(Entry) +
+         tags_.capacity() * sizeof(uint8_t) +
          saved_.capacity() * sizeof(float);
 }
 

@@ -8,8 +8,10 @@
 // in no order; erasing a row moves the last row into its place, so the
 // chunks hold exactly size() rows (and the last chunk is freed once
 // empty). An open-addressing index (linear probing, at most half full,
-// backward-shift deletion: no tombstones) maps an id to its row. Memory:
-// see row_bytes() and bytes().
+// backward-shift deletion: no tombstones) maps an id to its row; a byte
+// per entry beside it (7 bits of the id's hash, 0 when free) is read first,
+// so that an id without a row is told apart without reading entries.
+// Memory: see row_bytes() and bytes().
 //
 // A missing row's values are InitialValue(init, id, c) (store/shard_store.h):
 // a pure function of the table's init seed and the id, so every replica, a
@@ -96,10 +98,12 @@ class HashedRows {
   static constexpr uint32_t kEmpty = UINT32_MAX;
   struct Entry {
     uint64_t id = 0;
-    uint32_t row = kEmpty;  // kEmpty: a free entry
+    uint32_t row = kEmpty;  // kEmpty in a free entry
   };
   // The entry of `id`, or the free entry where it would go.
   size_t Probe(uint64_t id) const;
+  // Entry i holds `id` at row `row`.
+  void Place(size_t i, uint64_t id, uint64_t row);
   size_t Home(uint64_t id) const;
   // Doubles the index (or makes its first one) and places every row again.
   void Grow();
@@ -115,6 +119,7 @@ class HashedRows {
   const InitOptions init_;
   const uint64_t max_rows_;
   std::vector<Entry> index_;  // a power of two in size, or empty
+  std::vector<uint8_t> tags_;  // by entry: Tag of its id's hash, 0 when free
   size_t mask_ = 0;
   // Rows per chunk (a power of two) and its log2.
   const uint64_t chunk_rows_;
