@@ -39,7 +39,7 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
       slots_(slots),
       stride_(size_t{dim} * (1 + slots)),
       init_(init),
-      max_rows_(std::clamp<uint64_t>(max_rows, 1, kEmpty - 1)),
+      max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
       chunk_rows_(ChunkRows(stride_)),
       chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
       saved_(stride_) {}

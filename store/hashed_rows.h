@@ -95,10 +95,11 @@ class HashedRows {
   size_t bytes() const;
 
  private:
-  static constexpr uint32_t kEmpty = UINT32_MAX;
+  // Rows are numbered in 32 bits.
+  static constexpr uint64_t kMostRows = uint64_t{UINT32_MAX} - 1;
   struct Entry {
     uint64_t id = 0;
-    uint32_t row = kEmpty;  // kEmpty in a free entry
+    uint32_t row = 0;  // meaningful only where tags_ says the entry is taken
   };
   // The entry of `id`, or the free entry where it would go.
   size_t Probe(uint64_t id) const;
