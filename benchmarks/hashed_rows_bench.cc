@@ -16,6 +16,11 @@
 // Both sides run the same ids in the same order and do the same float
 // work; only the index differs. Reported: million ids per second per side
 // and ours/absl (higher is better for ours).
+//
+// --memory instead measures what a row costs: for each dim and optimizer
+// of the table in config/README.md, a child process fills one table with
+// --rows rows and reports its resident memory's growth per row (from
+// /proc/self/statm) beside bytes() per row and row_bytes().
 #include <absl/container/flat_hash_map.h>
 
 #include <algorithm>
@@ -28,6 +33,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/update_rule.h"
 #include "store/hashed_rows.h"
@@ -112,6 +119,85 @@ double MedianSeconds(int reps, F f) {
   return s[s.size() / 2];
 }
 
+// Resident bytes of this process.
+uint64_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Fills a table of `dim` values under `kind` with `rows` rows in a child
+// process; returns {resident bytes per row, bytes() per row, row_bytes()}.
+struct RowMemory {
+  double resident = 0, counted = 0, formula = 0;
+};
+RowMemory MeasureRowMemory(uint32_t dim, ps::OptimizerKind kind, uint64_t rows) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    ps::OptimizerOptions optimizer;
+    optimizer.kind = kind;
+    const ps::UpdateRule& rule = *ps::FindRule(kind);
+    ps::InitOptions init;
+    init.kind = ps::InitKind::kUniform;
+    init.value = 0.05f;
+    constexpr size_t kBatch = 4096;
+    std::vector<uint64_t> ids(kBatch);
+    std::vector<float> grads(kBatch * dim, 0.001f);
+    std::mt19937_64 rng(7);
+    const uint64_t before = ResidentBytes();
+    RowMemory m;
+    {
+      ps::HashedRows table(dim, optimizer.Slots(), init, rows);
+      for (uint64_t done = 0; done < rows; done += kBatch) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, rows - done));
+        for (size_t i = 0; i < n; ++i) ids[i] = rng();
+        table.Apply({ids.data(), n}, grads.data(), rule, optimizer, optimizer.lr, 1, true);
+      }
+      m.resident = static_cast<double>(ResidentBytes() - before) / static_cast<double>(table.size());
+      m.counted = static_cast<double>(table.bytes()) / static_cast<double>(table.size());
+      m.formula = static_cast<double>(table.row_bytes());
+    }
+    const ssize_t written = write(fds[1], &m, sizeof(m));
+    _exit(written == sizeof(m) ? 0 : 1);
+  }
+  close(fds[1]);
+  RowMemory m;
+  if (read(fds[0], &m, sizeof(m)) != sizeof(m)) m = {};
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return m;
+}
+
+int RunMemory(uint64_t rows) {
+  std::printf("hashed_rows_bench --memory: bytes per row of a table filled with %llu rows\n\n",
+              static_cast<unsigned long long>(rows));
+  std::printf("| dim | optimizer | state arrays | resident B/row | counted B/row | row_bytes() |\n"
+              "|---|---|---|---|---|---|\n");
+  const std::pair<ps::OptimizerKind, const char*> optimizers[] = {
+      {ps::OptimizerKind::kSgd, "sgd"},
+      {ps::OptimizerKind::kAdagrad, "adagrad"},
+      {ps::OptimizerKind::kAdam, "adam"},
+  };
+  for (uint32_t dim : {8u, 16u, 64u}) {
+    for (const auto& [kind, name] : optimizers) {
+      ps::OptimizerOptions o;
+      o.kind = kind;
+      const RowMemory m = MeasureRowMemory(dim, kind, rows);
+      std::printf("| %u | %s | %u | %.0f | %.0f | %.0f |\n", dim, name, o.Slots(), m.resident,
+                  m.counted, m.formula);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,7 +211,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "ids per pull or push")->check(CLI::Range(1u, 1u << 20));
   app.add_option("--reps", reps, "repetitions of each timed step (median)")->check(CLI::Range(1, 1000));
   app.add_flag("--quick", quick, "a small run for ctest: 20,000 rows, 5 repetitions");
+  bool memory = false;
+  app.add_flag("--memory", memory,
+               "measure each row's memory (resident growth per row) for dims 8, 16, 64 under "
+               "sgd, adagrad and adam instead of timing");
   CLI11_PARSE(app, argc, argv);
+  if (memory) return RunMemory(quick ? 20000 : rows);
   if (quick) {
     rows = 20000;
     reps = 5;

@@ -275,6 +275,7 @@ void Client::FinishPart(uint64_t request_id, const Status& status) {
 Status Client::CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const {
   PS_RETURN_IF_ERROR(CheckTable(table));
   const TableOptions& t = job_.tables[table];
+  if (t.hashed()) return Status::Ok();  // any uint64 is an id
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] >= t.rows) {
       return InvalidArgumentError(OpName(op) + " to table '" + t.name + "': row " +
@@ -297,6 +298,11 @@ StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
   }
   PS_RETURN_IF_ERROR(CheckRows(call.op, call.table, call.rows));
   const TableOptions& t = job_.tables[call.table];
+  if (call.dense && t.hashed()) {
+    return InvalidArgumentError(OpName(call.op) + " of all of table '" + t.name +
+                                "': it is hashed (keys: hashed), so it has no dense form; "
+                                "name the ids to push or pull");
+  }
   const uint64_t n = call.dense ? t.rows : call.rows.size();
   if (call.values != nullptr && call.values->size() != n * t.dim) {
     return InvalidArgumentError(OpName(call.op) + " to table '" + t.name + "': got " +
@@ -315,7 +321,8 @@ StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
   // calls of their own (those split into a Partition of their own).
   Partition partition = std::move(partition_);
   partition.Split({.op = call.op, .table_rows = t.rows, .dim = t.dim, .num_shards = num_shards(),
-                   .dense = call.dense, .rows = call.rows, .out_index = call.out_index},
+                   .dense = call.dense, .rows = call.rows, .out_index = call.out_index,
+                   .hashed = t.hashed(), .slots = t.HashSlots(), .hash_seed = t.HashSeed()},
                   limits_);
   const Ticket ticket = tracker_.NewTicket(std::move(done));
   for (const PartSpec& spec : partition.parts()) SendSpec(ticket, call, spec);

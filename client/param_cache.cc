@@ -12,6 +12,7 @@ ParamCache::ParamCache(const JobOptions& job) {
     Table table;
     table.rows = t.rows;
     table.dim = t.dim;
+    table.hashed = t.hashed();
     table.optimizer = t.optimizer;
     tables_.push_back(std::move(table));
   }
@@ -39,6 +40,7 @@ void ParamCache::ReadAll(uint32_t table, float* out) const {
 void ParamCache::Insert(uint32_t table, uint64_t first_row, const uint64_t* rows, uint64_t count,
                         const float* values, int64_t clock) {
   Table& t = tables_[table];
+  if (t.hashed) return;
   if (t.clock.empty()) {
     t.values.assign(t.rows * t.dim, 0.0f);
     t.clock.assign(t.rows, -1);

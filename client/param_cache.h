@@ -6,6 +6,8 @@
 //
 // Rows are held in one lazily allocated array per table (rows x dim), so a
 // table costs its full size on the worker once any row of it is cached.
+// Hashed tables (keys: hashed) are not cached yet: every read of one is a
+// miss, and their inserts and pushes are not kept.
 // Not thread-safe: owned by one Client.
 #ifndef PS_CLIENT_PARAM_CACHE_H_
 #define PS_CLIENT_PARAM_CACHE_H_
@@ -50,6 +52,7 @@ class ParamCache {
   struct Table {
     uint64_t rows = 0;
     uint32_t dim = 0;
+    bool hashed = false;  // never cached: clock stays empty
     OptimizerOptions optimizer;
     std::vector<float> values;   // rows x dim once anything is cached
     std::vector<int64_t> clock;  // per row; -1: not cached

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/hash_slots.h"
 #include "common/key_range.h"
 
 namespace ps {
@@ -38,7 +39,11 @@ void Partition::Split(const PartitionRequest& request, const PartLimits& limits)
   owner_.resize(rows.size());
   bool grouped = true;  // each shard's rows form one contiguous run
   for (size_t i = 0; i < rows.size(); ++i) {
-    owner_[i] = num_shards == 1 ? 0 : ShardOfRow(request.table_rows, num_shards, rows[i]);
+    owner_[i] = num_shards == 1 ? 0
+                : request.hashed
+                    ? SlotShard(IdSlot(rows[i], request.hash_seed, request.slots), request.slots,
+                                num_shards)
+                    : ShardOfRow(request.table_rows, num_shards, rows[i]);
     if (i > 0 && owner_[i] < owner_[i - 1]) grouped = false;
   }
   if (!grouped) {

@@ -42,6 +42,11 @@ struct PartitionRequest {
   // PULL: row i of the request lands at output row out_index[i] (empty:
   // at output row i).
   std::span<const uint64_t> out_index = {};
+  // A hashed table (keys: hashed): `rows` are ids, each on the shard that
+  // holds its hash slot (common/hash_slots.h); never dense.
+  bool hashed = false;
+  uint32_t slots = 0;
+  uint64_t hash_seed = 0;
 };
 
 // One part. Row offsets count rows (multiply by dim for floats).

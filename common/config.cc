@@ -154,8 +154,23 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
          return reader.ReadString(v, "a table name", &t->name);
        },
        "the table's name"},
-      UnsignedField("rows", &T::rows, "the table's number of rows, >= 1"),
+      EnumField("keys", &T::keys, kKeyKindNames),
+      {.key = "rows",
+       .read = nullptr,
+       // Required of a range table (`keys` is read before it).
+       .read_any = [](const YamlReader& reader, const YamlMap& map, const YamlValue* v, T* t) -> Status {
+         if (v == nullptr && t->keys == KeyKind::kRange) {
+           PS_ASSIGN_OR_RETURN(
+               v, reader.Required(map, "rows",
+                                  "the table's number of rows, >= 1 (or keys: hashed, for "
+                                  "rows keyed by any id)"));
+         }
+         return v == nullptr ? Status::Ok() : reader.ReadUnsigned(*v, &t->rows);
+       }},
       UnsignedField("dim", &T::dim),
+      UnsignedField("max_rows", &T::max_rows),
+      UnsignedField("max_mb", &T::max_mb),
+      UnsignedField("slots", &T::slots),
       {"init",
        [](const YamlReader& reader, const YamlValue& v, T* t) { return ParseInit(reader, v, &t->init); }},
       {"optimizer",
@@ -175,7 +190,10 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
   };
   // A table's own optimizer replaces the job-wide one as a whole.
   table->optimizer = default_optimizer;
-  return ReadSection(r, value, fields, "a table: a map with name and rows", table);
+  return ReadSection(r, value, fields,
+                     "a table: a map with name and rows, or name, keys: hashed and max_rows "
+                     "or max_mb",
+                     table);
 }
 
 Status ParseConsistency(const YamlReader& r, const YamlValue& value, ConsistencyOptions* c) {

@@ -16,4 +16,6 @@ uint64_t IdHash(uint64_t id, uint64_t seed) {
   return XXH3_64bits_withSeed(bytes, sizeof(bytes), seed);
 }
 
+uint64_t NameHash(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
+
 }  // namespace ps

@@ -12,12 +12,16 @@
 //
 // so a user's tool can compute where an id lives (e.g. with Python's
 // xxhash.xxh3_64_intdigest(id.to_bytes(8, "little"), seed) % slots).
+// A table's seed is the XXH3-64 of its name's bytes (NameHash; Python:
+// xxhash.xxh3_64_intdigest(name.encode())), so that one id lands on
+// different shards in different tables.
 //
 // Thread-safe: pure functions.
 #ifndef PS_COMMON_HASH_SLOTS_H_
 #define PS_COMMON_HASH_SLOTS_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "common/key_range.h"
 
@@ -25,6 +29,9 @@ namespace ps {
 
 // The hash of `id` under `seed` (see the top of this file).
 uint64_t IdHash(uint64_t id, uint64_t seed);
+
+// XXH3-64 (seed 0) of `name`'s bytes: a hashed table's seed.
+uint64_t NameHash(std::string_view name);
 
 // The slot of `id` among `slots`. REQUIRES: slots >= 1.
 inline uint32_t IdSlot(uint64_t id, uint64_t seed, uint32_t slots) {

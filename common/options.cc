@@ -284,8 +284,7 @@ std::string JobOptions::Fingerprint() const {
   // its agreement.
   std::string text = "shards=" + std::to_string(cluster.servers.size()) + "\n";
   for (const TableOptions& t : tables) {
-    text += t.name + " rows=" + std::to_string(t.rows) + " dim=" + std::to_string(t.dim) + " " +
-            OptimizerDescription(t.optimizer) + "\n";
+    text += t.Shape() + " " + OptimizerDescription(t.optimizer) + "\n";
   }
   return AgreementFingerprint(text);
 }
@@ -495,6 +494,43 @@ Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
 
 }  // namespace
 
+namespace {
+
+// Hashed tables against the rest of the job: enough slots for the shards,
+// and none of the features they do not have yet.
+Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
+  for (size_t i = 0; i < job.tables.size(); ++i) {
+    const TableOptions& t = job.tables[i];
+    if (!t.hashed()) continue;
+    const std::string path = "tables[" + std::to_string(i) + "]";
+    const size_t shards = job.cluster.servers.size();
+    if (t.HashSlots() < shards) {
+      return InvalidOption(source, path + ".slots",
+                           "got " + std::to_string(t.HashSlots()) + " for " +
+                               std::to_string(shards) + " servers",
+                           "at least one slot per server");
+    }
+    // What hashed tables do not have yet, refused rather than half done.
+    const std::pair<bool, std::string_view> unsupported[] = {
+        {!job.checkpoint.dir.empty(), "checkpoint.dir (checkpoints)"},
+        {job.replication.factor > 1, "replication.factor > 1 (replicated shards)"},
+        {job.consistency.aggregate, "consistency.aggregate (synchronous aggregation)"},
+        {t.wire.push != WireType::kF32, "wire.push other than fp32"},
+    };
+    for (const auto& [set, what] : unsupported) {
+      if (set) {
+        return InvalidOption(source, path + ".keys",
+                             "a hashed table in a job with " + std::string(what),
+                             "keys: range for this job, or a job without it: hashed tables "
+                             "do not support it yet");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateCluster(source, cluster));
   // The job-wide optimizer before the tables that start from it.
@@ -518,7 +554,8 @@ Status JobOptions::Validate() const {
   PS_RETURN_IF_ERROR(ValidateSecurity(source, security));
   PS_RETURN_IF_ERROR(ValidateReplication(source, *this));
   PS_RETURN_IF_ERROR(ValidateMetrics(source, *this));
-  return ValidateCheckpoint(source, checkpoint);
+  PS_RETURN_IF_ERROR(ValidateCheckpoint(source, checkpoint));
+  return ValidateHashedTables(source, *this);
 }
 
 StatusOr<uint32_t> JobOptions::TableId(const std::string& name) const {

@@ -23,8 +23,7 @@ std::vector<AgreedField> AgreedFields(const JobOptions& job) {
   for (size_t i = 0; i < job.tables.size(); ++i) {
     const TableOptions& t = job.tables[i];
     const std::string path = "tables[" + std::to_string(i) + "]";
-    fields.push_back({path, t.name + " rows=" + std::to_string(t.rows) +
-                                " dim=" + std::to_string(t.dim)});
+    fields.push_back({path, t.Shape()});
     fields.push_back({path + ".optimizer", OptimizerDescription(t.optimizer)});
     fields.push_back({path + ".wire", "pull=" + std::string(NameOf(kWireTypeNames, t.wire.pull)) +
                                           " push=" +

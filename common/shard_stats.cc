@@ -131,6 +131,14 @@ void StateText(std::ostream& os, const ShardStats& s) {
      << " failed_handshakes " << s.failed_handshakes << " refused_requests "
      << s.refused_requests << "\n";
   for (const ShardStats::Table& t : s.tables) {
+    if (t.keys == "hashed") {
+      os << "table " << t.name << " keys hashed dim " << t.dim << " slots [" << t.owned_begin
+         << ", " << t.owned_end << ") stored_rows " << t.stored_rows << " max_rows "
+         << t.max_rows << " stored_bytes " << t.stored_bytes << " dropped_rows "
+         << t.dropped_rows << " non_finite_rows " << t.non_finite_rows << " refused_rows "
+         << t.refused_rows << "\n";
+      continue;
+    }
     os << "table " << t.name << " rows " << t.rows << " dim " << t.dim << " owned ["
        << t.owned_begin << ", " << t.owned_end << ") non_finite_rows " << t.non_finite_rows
        << " refused_rows " << t.refused_rows << "\n";

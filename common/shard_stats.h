@@ -90,9 +90,15 @@ struct ShardStats {
     std::string name;
     uint64_t rows = 0;
     uint32_t dim = 0;
-    uint64_t owned_begin = 0, owned_end = 0;  // the rows this shard owns
+    // The rows this shard owns (range tables), or its hash slots (hashed).
+    uint64_t owned_begin = 0, owned_end = 0;
     uint64_t non_finite_rows = 0;
     uint64_t refused_rows = 0;
+    // Hashed tables (keys "hashed"; "range" otherwise): the rows held, the
+    // most the shard may hold, their bytes, and pushed rows dropped because
+    // the table was full.
+    std::string keys = "range";
+    uint64_t stored_rows = 0, max_rows = 0, stored_bytes = 0, dropped_rows = 0;
   };
 
   uint32_t shard = 0;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/hash_slots.h"
 #include "common/text.h"
 #include "common/update_rule.h"
 #include "common/yaml_reader.h"
@@ -152,6 +153,58 @@ Status ValidateOptimizer(const std::string& source, const std::string& at,
   return Status::Ok();
 }
 
+// A range table: rows, and none of the hashed tables' keys.
+Status ValidateRangeKeys(const std::string& source, size_t i, const TableOptions& table) {
+  constexpr std::string_view kOnlyHashed = "only for keys: hashed";
+  const std::pair<std::string_view, uint64_t> hashed_only[] = {
+      {"max_rows", table.max_rows}, {"max_mb", table.max_mb}, {"slots", table.slots}};
+  for (const auto& [key, value] : hashed_only) {
+    if (value != 0) {
+      return InvalidOption(source, TablePath(i, key),
+                           "got " + std::to_string(value) + " for a table of keys: range",
+                           std::string(kOnlyHashed) + " (a range table has rows instead)");
+    }
+  }
+  if (table.rows < 1) {
+    return InvalidOption(source, TablePath(i, "rows"), "got " + std::to_string(table.rows),
+                         "a row count >= 1 (or keys: hashed, for rows keyed by any id)");
+  }
+  return Status::Ok();
+}
+
+// A hashed table: no rows, one memory bound, a slot count.
+Status ValidateHashedKeys(const std::string& source, size_t i, const TableOptions& table) {
+  if (table.rows != 0) {
+    return InvalidOption(source, TablePath(i, "rows"),
+                         "got " + std::to_string(table.rows) + " for a table of keys: hashed",
+                         "no rows: a hashed table makes a row on the first push to an id; "
+                         "bound each shard's memory with max_rows or max_mb");
+  }
+  if ((table.max_rows == 0) == (table.max_mb == 0)) {
+    return InvalidOption(
+        source, TablePath(i),
+        table.max_rows == 0 ? "a hashed table without a memory bound"
+                            : "both max_rows and max_mb",
+        "one of max_rows (rows per shard, >= 1) or max_mb (MiB of rows and index per "
+        "shard, >= 1), so that no shard grows without limit");
+  }
+  constexpr uint64_t kMostRows = uint64_t{UINT32_MAX} - 1;  // rows are numbered in 32 bits
+  if (table.max_rows > kMostRows) {
+    return InvalidOption(source, TablePath(i, "max_rows"),
+                         "got " + std::to_string(table.max_rows),
+                         "at most " + std::to_string(kMostRows) + " rows per shard");
+  }
+  if (table.max_mb > (uint64_t{1} << 30)) {
+    return InvalidOption(source, TablePath(i, "max_mb"), "got " + std::to_string(table.max_mb),
+                         "at most 2^30 MiB per shard");
+  }
+  if (table.slots > kMaxHashSlots) {
+    return InvalidOption(source, TablePath(i, "slots"), "got " + std::to_string(table.slots),
+                         "a slot count in [1, " + std::to_string(kMaxHashSlots) + "]");
+  }
+  return Status::Ok();
+}
+
 Status ValidateTables(const std::string& source,
                       const std::vector<TableOptions>& tables) {
   if (tables.empty()) {
@@ -175,14 +228,15 @@ Status ValidateTables(const std::string& source,
                          TablePath(it->second),
                      "unique table names");
     }
-    if (table.rows < 1) {
-      return InvalidOption(source, TablePath(i, "rows"),
-                     "got " + std::to_string(table.rows), "a row count >= 1");
-    }
     if (table.dim < 1) {
       return InvalidOption(source, TablePath(i, "dim"),
                      "got " + std::to_string(table.dim),
                      "a dim (floats per row) >= 1");
+    }
+    if (table.hashed()) {
+      PS_RETURN_IF_ERROR(ValidateHashedKeys(source, i, table));
+    } else {
+      PS_RETURN_IF_ERROR(ValidateRangeKeys(source, i, table));
     }
     // A shard may hold every row, so the whole table must be addressable
     // in bytes.
@@ -198,6 +252,15 @@ Status ValidateTables(const std::string& source,
     PS_RETURN_IF_ERROR(ValidateOptimizer(source, TablePath(i, "optimizer"), table.optimizer));
   }
   return Status::Ok();
+}
+
+uint64_t TableOptions::HashSeed() const { return NameHash(name); }
+
+std::string TableOptions::Shape() const {
+  if (!hashed()) return fmt::format("{} rows={} dim={}", name, rows, dim);
+  const std::string bound = max_rows != 0 ? fmt::format("max_rows={}", max_rows)
+                                          : fmt::format("max_mb={}", max_mb);
+  return fmt::format("{} keys=hashed slots={} {} dim={}", name, HashSlots(), bound, dim);
 }
 
 float OptimizerOptions::LearningRate(int64_t clock) const {

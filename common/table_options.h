@@ -158,16 +158,53 @@ struct WireOptions {
   WireType push = WireType::kF32;
 };
 
+// How a table's rows are addressed (DESIGN.md section 15): rows 0..rows-1,
+// split among the shards in ranges (`range`), or any uint64 id, the row
+// made on the first push applied to it (`hashed`).
+enum class KeyKind { kRange, kHashed };
+
+inline constexpr EnumName<KeyKind> kKeyKindNames[] = {
+    {"range", KeyKind::kRange},
+    {"hashed", KeyKind::kHashed},
+};
+
+// A hashed table's hash slots when its job file does not say.
+inline constexpr uint32_t kDefaultHashSlots = 4096;
+// The most hash slots a table may have.
+inline constexpr uint32_t kMaxHashSlots = uint32_t{1} << 20;
+
 struct TableOptions {
   // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
   std::string name;
-  // Number of rows; >= 1. Rows are range-partitioned across shards.
+  // Range tables: number of rows; >= 1. Rows are range-partitioned across
+  // shards. Hashed tables: 0 (their rows are made on first touch).
   uint64_t rows = 0;
   // Floats per row; >= 1. Default 1.
   uint32_t dim = 1;
   InitOptions init;
   OptimizerOptions optimizer;
   WireOptions wire;
+  KeyKind keys = KeyKind::kRange;
+  // Hashed tables: the memory bound of each shard, as rows (max_rows) or
+  // as MiB of rows and index (max_mb); exactly one of them, >= 1. 0 for
+  // range tables.
+  uint64_t max_rows = 0;
+  uint64_t max_mb = 0;
+  // Hashed tables: the number of hash slots ids map to (common/hash_slots.h),
+  // 1..kMaxHashSlots and at least the number of shards; 0 means
+  // kDefaultHashSlots. 0 for range tables.
+  uint32_t slots = 0;
+
+  bool hashed() const { return keys == KeyKind::kHashed; }
+  // The hash slots a hashed table has (`slots`, or its default).
+  uint32_t HashSlots() const { return slots != 0 ? slots : kDefaultHashSlots; }
+  // The seed of a hashed table's slot hash: XXH3-64 of its name
+  // (common/hash_slots.h).
+  uint64_t HashSeed() const;
+  // The table's shape as the rendezvous and the job's fingerprint compare
+  // it: "<name> rows=<rows> dim=<dim>" for a range table; for a hashed one
+  // "<name> keys=hashed slots=<slots> max_rows=<n> dim=<dim>" (or max_mb).
+  std::string Shape() const;
 };
 
 // Every setting of an optimizer as one line of text ("sgd lr=0.01 ..."), to

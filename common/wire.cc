@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/hash_slots.h"
 #include "common/options.h"
 #include "common/update_rule.h"
 #include "common/wire_floats.h"
@@ -128,6 +129,39 @@ namespace {
 std::string Where(const MessageHeader& h) {
   return OpName(h.op) + " request " + std::to_string(h.request_id) + " from " +
          SenderName(h.worker);
+}
+
+// Every key of a range table inside this shard's rows.
+Status CheckRangeKeys(const MessageHeader& h, const TableLayout& t,
+                      std::span<const uint64_t> keys) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!t.owned.Contains(keys[i])) {
+      return OutOfRangeError(Where(h) + ": key " + std::to_string(keys[i]) + " (index " +
+                             std::to_string(i) + ") of table '" + t.name +
+                             "' is not inside this shard's rows [" +
+                             std::to_string(t.owned.begin) + ", " +
+                             std::to_string(t.owned.end) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Every id of a hashed table in one of this shard's slots.
+Status CheckHashedKeys(const MessageHeader& h, const TableLayout& t,
+                       std::span<const uint64_t> keys) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t slot = IdSlot(keys[i], t.hash_seed, t.slots);
+    if (!t.owned.Contains(slot)) {
+      return OutOfRangeError(
+          Where(h) + ": id " + std::to_string(keys[i]) + " (index " + std::to_string(i) +
+          ") of table '" + t.name + "' is in hash slot " + std::to_string(slot) +
+          ", which shard " + std::to_string(SlotShard(slot, t.slots, t.shards)) +
+          " holds, not this shard (slots [" + std::to_string(t.owned.begin) + ", " +
+          std::to_string(t.owned.end) + ") of " + std::to_string(t.slots) +
+          "); the client's shard map differs from the server's config");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -293,6 +327,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
   const Uint128 value_bytes = static_cast<Uint128>(h.count) * h.dim * WireBytes(h.dtype);
 
   std::span<const uint64_t> keys;
+  if (t.hashed && h.dense()) {
+    return InvalidArgumentError(Where(h) + ": a dense range of table '" + t.name +
+                                "', which is hashed: its requests name ids in a keys frame");
+  }
   if (h.dense()) {
     if (h.first_row < t.owned.begin || h.first_row > t.owned.end ||
         h.count > t.owned.end - h.first_row) {
@@ -310,14 +348,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
                                   std::to_string(static_cast<uint64_t>(key_bytes)));
     }
     keys = FrameAs<uint64_t>(kf, &out->key_scratch);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!t.owned.Contains(keys[i])) {
-        return OutOfRangeError(Where(h) + ": key " + std::to_string(keys[i]) + " (index " +
-                               std::to_string(i) + ") of table '" + t.name +
-                               "' is not inside this shard's rows [" +
-                               std::to_string(t.owned.begin) + ", " +
-                               std::to_string(t.owned.end) + ")");
-      }
+    if (t.hashed) {
+      PS_RETURN_IF_ERROR(CheckHashedKeys(h, t, keys));
+    } else {
+      PS_RETURN_IF_ERROR(CheckRangeKeys(h, t, keys));
     }
   }
   std::span<const float> values;

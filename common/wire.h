@@ -134,11 +134,19 @@ std::vector<std::string> UnmatchedOps();
 // What a shard knows about one table, to check requests against.
 struct TableLayout {
   std::string name;
-  uint64_t rows = 0;
+  uint64_t rows = 0;  // range tables; 0 for hashed tables
   uint32_t dim = 0;
-  RowRange owned;  // rows this shard holds
+  // Range tables: the rows this shard holds. Hashed tables: the hash slots
+  // it holds (the ids whose IdSlot lies in it, common/hash_slots.h).
+  RowRange owned;
   // Besides float32, the dtype pulls may ask for and pushes may carry.
   WireOptions wire;
+  // Hashed tables (keys: hashed): the slot count, the slot hash's seed, and
+  // the number of shards the slots are split among.
+  bool hashed = false;
+  uint32_t slots = 0;
+  uint64_t hash_seed = 0;
+  uint32_t shards = 0;
 };
 
 // Who a header's `worker` is, for messages: "worker 3", "worker <control>",
@@ -180,7 +188,8 @@ struct Request {
 // known table, matching dim, a dtype the table allows (float32 or its
 // `wire` type for the direction; float32 for every op but PUSH and PULL),
 // keys frame size == count*8, values frame size == count*dim times the
-// dtype's bytes, every key (or the dense range) inside this shard's rows,
+// dtype's bytes, every key (or the dense range) inside this shard's rows
+// (for a hashed table: keys only, every id in one of this shard's slots),
 // and finite values. A PUSH in a 16-bit dtype is converted to float32 into
 // value_scratch, which `values` then views. On success fills *out; on failure returns the error for the
 // ERROR reply (InvalidArgument, OutOfRange, NotFound, ResourceExhausted,

@@ -75,6 +75,7 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
     // large pulls in flight (common/options.h).
     uint64_t values = 0;
     for (const TableLayout& t : server->store_->layouts()) {
+      if (t.hashed) continue;  // its pulls name ids: under max_request_bytes each
       values += (t.owned.end - t.owned.begin) * uint64_t{t.dim} * sizeof(float);
     }
     server->max_queued_reply_bytes_ = std::max<uint64_t>(1ull << 30, 2 * values);

@@ -162,6 +162,41 @@ void WriteRefusals(const ShardStats& s, MetricsWriter& out) {
               static_cast<double>(s.replies_dropped));
 }
 
+// Hashed tables: rows held against the bound, and pushes dropped at it.
+void WriteHashedTables(const ShardStats& s, MetricsWriter& out) {
+  const auto hashed = [&s] {
+    std::vector<const ShardStats::Table*> tables;
+    for (const ShardStats::Table& t : s.tables) {
+      if (t.keys == "hashed") tables.push_back(&t);
+    }
+    return tables;
+  }();
+  if (hashed.empty()) return;
+  const struct {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t ShardStats::Table::*field;
+  } families[] = {
+      {"ps_server_table_rows", "gauge", "Rows a hashed table holds on this shard",
+       &ShardStats::Table::stored_rows},
+      {"ps_server_table_max_rows", "gauge",
+       "The most rows a hashed table may hold on this shard (max_rows or max_mb)",
+       &ShardStats::Table::max_rows},
+      {"ps_server_table_bytes", "gauge", "Bytes of a hashed table's rows and index on this shard",
+       &ShardStats::Table::stored_bytes},
+      {"ps_server_table_dropped_rows_total", "counter",
+       "Pushed rows of ids without a row dropped because the hashed table was full",
+       &ShardStats::Table::dropped_rows},
+  };
+  for (const auto& f : families) {
+    out.Family(f.name, f.type, f.help);
+    for (const ShardStats::Table* t : hashed) {
+      out.Sample(f.name, {{"table", t->name}}, static_cast<double>(t->*f.field));
+    }
+  }
+}
+
 void WritePrimary(const ShardStats& s, MetricsWriter& out) {
   if (!s.primary) return;
   out.Gauge("ps_server_epoch", "The membership epoch this primary serves at",
@@ -187,6 +222,7 @@ std::string ShardServer::MetricsText() const {
   WriteWorkers(s, out);
   WriteRecovery(s, out);
   WriteRefusals(s, out);
+  WriteHashedTables(s, out);
   // The rows sparse pushes hit most (server/hot_rows.h: every 16th row of
   // each push counted, so the counts are estimates).
   out.Family("ps_server_hot_row_pushes", "gauge",

@@ -50,13 +50,17 @@ uint64_t ResidentBytes() {
 }
 
 // What the store holds for its owned rows, values and optimizer state
-// arrays at 4 bytes a float. Not counted: per-clock sums under
+// arrays at 4 bytes a float (a hashed table: its rows and index). Not counted: per-clock sums under
 // aggregation, blocks still shared with replies (queued_reply_bytes),
 // replication.
 uint64_t ValuesBytes(const ShardStore& store, const JobOptions& job) {
   uint64_t bytes = 0;
   for (size_t id = 0; id < store.layouts().size(); ++id) {
     const TableLayout& t = store.layouts()[id];
+    if (t.hashed) {
+      bytes += store.stored_bytes(static_cast<uint32_t>(id));
+      continue;
+    }
     bytes += t.owned.size() * t.dim * 4 * (1 + job.tables[id].optimizer.Slots());
   }
   return bytes;
@@ -72,7 +76,12 @@ std::vector<ShardStats::Table> TableRows(const ShardStore& store) {
                     .owned_begin = t.owned.begin,
                     .owned_end = t.owned.end,
                     .non_finite_rows = store.non_finite_rows(id),
-                    .refused_rows = store.refused_rows(id)});
+                    .refused_rows = store.refused_rows(id),
+                    .keys = t.hashed ? "hashed" : "range",
+                    .stored_rows = store.stored_rows(id),
+                    .max_rows = store.max_rows(id),
+                    .stored_bytes = store.stored_bytes(id),
+                    .dropped_rows = store.dropped_rows(id)});
   }
   return rows;
 }

@@ -38,11 +38,11 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
     : dim_(dim),
       slots_(slots),
       stride_(size_t{dim} * (1 + slots)),
+      slot_floats_(kIdFloats + stride_),
       init_(init),
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
-      chunk_rows_(ChunkRows(stride_)),
-      chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
-      saved_(stride_) {}
+      chunk_rows_(ChunkRows(slot_floats_)),
+      chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))) {}
 
 size_t HashedRows::Home(uint64_t id) const { return IndexHash(id) & mask_; }
 
@@ -71,7 +71,10 @@ void HashedRows::Grow() {
   index_.assign(size, Entry());
   tags_.assign(size, 0);
   mask_ = size - 1;
-  for (uint64_t r = 0; r < ids_.size(); ++r) Place(Probe(ids_[r]), ids_[r], r);
+  for (uint64_t r = 0; r < size_; ++r) {
+    const uint64_t row_id = id(r);
+    Place(Probe(row_id), row_id, r);
+  }
 }
 
 void HashedRows::Place(size_t i, uint64_t id, uint64_t row) {
@@ -93,13 +96,14 @@ float* HashedRows::FindOrMake(uint64_t id, bool* made) {
   }
   if (full()) return nullptr;
   // At most half full, so a probe ends soon.
-  if (2 * (ids_.size() + 1) > index_.size()) Grow();
-  const uint64_t r = ids_.size();
+  if (2 * (size_ + 1) > index_.size()) Grow();
+  const uint64_t r = size_;
   if ((r >> chunk_shift_) == chunks_.size()) {
-    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
+    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * slot_floats_));
   }
   Place(Probe(id), id, r);
-  ids_.push_back(id);
+  ++size_;
+  std::memcpy(SlotAt(r), &id, sizeof(id));
   float* row = RowAt(r);
   InitRow(id, row);
   if (made != nullptr) *made = true;
@@ -112,14 +116,13 @@ bool HashedRows::Erase(uint64_t id) {
   if (tags_[hole] == 0) return false;
   const uint32_t r = index_[hole].row;
   // The last row moves into the erased one's place.
-  const uint64_t last = ids_.size() - 1;
+  const uint64_t last = size_ - 1;
   if (r != last) {
-    std::memcpy(RowAt(r), RowAt(last), stride_ * sizeof(float));
-    ids_[r] = ids_[last];
-    index_[Probe(ids_[r])].row = r;
+    std::memcpy(SlotAt(r), SlotAt(last), slot_floats_ * sizeof(float));  // its id too
+    index_[Probe(HashedRows::id(r))].row = r;
   }
-  ids_.pop_back();
-  if ((ids_.size() & (chunk_rows_ - 1)) == 0 && (ids_.size() >> chunk_shift_) < chunks_.size()) {
+  --size_;
+  if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
     chunks_.pop_back();  // the last chunk is empty
   }
   // Backward-shift deletion: an entry after the hole whose home is not in
@@ -154,6 +157,8 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
                                          int64_t step, bool refuse_non_finite) {
   PushCounts counts;
   FlushSubnormals flush;
+  undo_.clear();
+  saved_.clear();
   for (size_t i = 0; i < ids.size(); ++i) {
     bool made = false;
     float* row = FindOrMake(ids[i], &made);
@@ -161,36 +166,66 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
       ++counts.dropped;
       continue;
     }
-    if (refuse_non_finite) std::memcpy(saved_.data(), row, stride_ * sizeof(float));
+    if (refuse_non_finite) {
+      undo_.push_back({ids[i], made, saved_.size()});
+      if (!made) saved_.insert(saved_.end(), row, row + stride_);
+    }
     OptimizerSlots state{};
     for (uint32_t k = 0; k < slots_; ++k) state[k] = row + size_t{dim_} * (1 + k);
     rule.apply(optimizer, row, state, grads + i * dim_, dim_, lr, step);
-    if (!AllFinite(row, stride_)) {
-      ++counts.non_finite;
-      if (refuse_non_finite) {
-        ++counts.refused;
-        if (made) {
-          Erase(ids[i]);
-          continue;
-        }
-        std::memcpy(row, saved_.data(), stride_ * sizeof(float));
+    if (made) ++counts.made;
+    if (AllFinite(row, stride_)) continue;
+    ++counts.non_finite;
+    if (!refuse_non_finite) continue;
+    // Put every row of the push back, newest first: a row named twice gets
+    // its oldest values, and a row made by the push goes again.
+    for (auto u = undo_.rbegin(); u != undo_.rend(); ++u) {
+      if (u->made) {
+        Erase(u->id);
+      } else {
+        std::memcpy(Find(u->id), saved_.data() + u->at, stride_ * sizeof(float));
       }
     }
-    if (made) ++counts.made;
+    counts.made = 0;
+    counts.refused = 1;
+    counts.refused_id = ids[i];
+    break;
   }
   return counts;
 }
 
-size_t HashedRows::row_bytes() const {
+uint64_t HashedRows::id(uint64_t i) const {
+  uint64_t out;
+  std::memcpy(&out, SlotAt(i), sizeof(out));
+  return out;
+}
+
+uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots) {
+  const uint64_t slot_bytes = (kIdFloats + uint64_t{dim} * (1 + slots)) * sizeof(float);
+  const uint64_t chunk_bytes = ChunkRows(slot_bytes / sizeof(float)) * slot_bytes;
+  const uint64_t entry_bytes = sizeof(Entry) + sizeof(uint8_t);
+  // For each index size, the rows it holds (half of it) and the rows the
+  // bytes left after it and one chunk's rounding pay for.
+  uint64_t best = 1;
+  for (uint64_t entries = kFirstIndexSize; entries / 2 <= kMostRows; entries *= 2) {
+    const uint64_t fixed = entries * entry_bytes + chunk_bytes;
+    if (fixed >= bytes) break;
+    best = std::max(best, std::min(entries / 2, (bytes - fixed) / slot_bytes));
+  }
+  return best;
+}
+
+size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots) {
   // The row's floats and its id, and 2 index entries and their tags.
-  return stride_ * sizeof(float) + sizeof(uint64_t) + 2 * (sizeof(Entry) + sizeof(uint8_t));
+  return size_t{dim} * (1 + slots) * sizeof(float) + sizeof(uint64_t) +
+         2 * (sizeof(Entry) + sizeof(uint8_t));
 }
 
 size_t HashedRows::bytes() const {
-  return chunks_.size() * chunk_rows_ * stride_ * sizeof(float) +
-         ids_.capacity() * sizeof(uint64_t) + index_.capacity() * sizeof(Entry) +
-         tags_.capacity() * sizeof(uint8_t) +
-         saved_.capacity() * sizeof(float);
+  return chunks_.size() * chunk_rows_ * slot_floats_ * sizeof(float) +
+         index_.capacity() * sizeof(Entry) +
+         tags_.capacity() * sizeof(uint8_t) + saved_.capacity() * sizeof(float) +
+         undo_.capacity() * sizeof(Undo);
 }
 
 }  // namespace ps

@@ -4,10 +4,11 @@
 //
 // Storage: each row is one run of floats, its `dim` values followed by
 // each optimizer state array's `dim` floats (a row's update reads and
-// writes one contiguous run). Rows lie packed in chunks of about 256 KiB,
-// in no order; erasing a row moves the last row into its place, so the
-// chunks hold exactly size() rows (and the last chunk is freed once
-// empty). An open-addressing index (linear probing, at most half full,
+// writes one contiguous run), after its id (8 bytes). Rows lie packed in
+// chunks of about 256 KiB, in no order; erasing a row moves the last row
+// into its place, so the chunks hold exactly size() rows (and the last
+// chunk is freed once empty): the memory follows the rows, with nothing
+// that grows by doubling but the index. An open-addressing index (linear probing, at most half full,
 // backward-shift deletion: no tombstones) maps an id to its row; a byte
 // per entry beside it (7 bits of the id's hash, 0 when free) is read first,
 // so that an id without a row is told apart without reading entries.
@@ -43,7 +44,7 @@ class HashedRows {
 
   uint32_t dim() const { return dim_; }
   uint32_t slots() const { return slots_; }
-  uint64_t size() const { return ids_.size(); }
+  uint64_t size() const { return size_; }
   uint64_t max_rows() const { return max_rows_; }
   bool full() const { return size() >= max_rows_; }
   // Floats per row: its values and its state.
@@ -68,29 +69,37 @@ class HashedRows {
   // One push: grads[i * dim ..) for ids[i], each applied with `rule` at
   // learning rate `lr` and step `step` to the id's row, made when missing.
   // A row that the table has no room for is skipped (counted in
-  // *dropped). With `refuse_non_finite`, a row whose result is not finite
-  // keeps its values and state (a row made for it is removed again) and
-  // is counted in *refused; otherwise it takes the result. Subnormals are
+  // `dropped`). With `refuse_non_finite`, the first row whose result is
+  // not finite stops the push and every row of it is put back as it was
+  // (rows it made are removed again): `refused` is 1 and `refused_id`
+  // names the row; otherwise such rows take the result. Subnormals are
   // flushed (FlushSubnormals), as in dense tables. An id named twice is
   // updated twice, in order.
   struct PushCounts {
-    uint64_t made = 0;     // rows made
+    uint64_t made = 0;     // rows made (0 when the push was refused)
     uint64_t dropped = 0;  // rows skipped: the table was full
-    uint64_t refused = 0;  // rows whose result was not finite, kept as they were
-    uint64_t non_finite = 0;  // rows whose result was not finite (refused or taken)
+    uint64_t refused = 0;  // 1 when the push was refused
+    uint64_t refused_id = 0;  // the id whose result was not finite, when refused
+    uint64_t non_finite = 0;  // rows whose result was not finite (taken, or the refused one)
   };
   PushCounts Apply(std::span<const uint64_t> ids, const float* grads, const UpdateRule& rule,
                    const OptimizerOptions& optimizer, float lr, int64_t step,
                    bool refuse_non_finite);
 
-  // The ids that have rows, in the order of their rows (ids()[i] is row i's).
-  std::span<const uint64_t> ids() const { return ids_; }
+  // The id of row i. REQUIRES: i < size().
+  uint64_t id(uint64_t i) const;
   // Row i (stride() floats). REQUIRES: i < size().
   const float* row(uint64_t i) const { return RowAt(i); }
 
   // Bytes per row, index included, when the index is half full (its
   // fullest; just after it doubles, its part per row is twice that).
-  size_t row_bytes() const;
+  size_t row_bytes() const { return RowBytes(dim_, slots_); }
+  static size_t RowBytes(uint32_t dim, uint32_t slots);
+  // The most rows of `dim` values and `slots` state arrays whose bytes()
+  // stay within `bytes` (a max_mb bound): the rows, their chunks (the last
+  // one whole) and the index at the size those rows make it (at most half
+  // full: between 34 and 68 bytes per row). At least 1.
+  static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots);
   // Bytes the rows and the index take now (their capacity).
   size_t bytes() const;
 
@@ -110,13 +119,18 @@ class HashedRows {
   void Grow();
   // Initial values and zero state into `row`.
   void InitRow(uint64_t id, float* row) const;
-  float* RowAt(uint64_t i) const {
-    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * stride_;
+  // Row i's place in its chunk: its id, then its floats (RowAt).
+  float* SlotAt(uint64_t i) const {
+    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * slot_floats_;
   }
+  float* RowAt(uint64_t i) const { return SlotAt(i) + kIdFloats; }
+  // The floats a row's id takes in its chunk.
+  static constexpr size_t kIdFloats = sizeof(uint64_t) / sizeof(float);
 
   const uint32_t dim_;
   const uint32_t slots_;
   const size_t stride_;
+  const size_t slot_floats_;  // kIdFloats + stride_
   const InitOptions init_;
   const uint64_t max_rows_;
   std::vector<Entry> index_;  // a power of two in size, or empty
@@ -125,9 +139,18 @@ class HashedRows {
   // Rows per chunk (a power of two) and its log2.
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;
-  std::vector<uint64_t> ids_;  // by row
-  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of stride_ floats each
-  std::vector<float> saved_;   // Apply's copy of a row before its update
+  uint64_t size_ = 0;  // rows
+  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of slot_floats_ each
+  // Apply's undo log under refuse_non_finite: each row it updated, in
+  // order (made, or saved: its stride_ floats before the update lie at
+  // saved_[at]).
+  struct Undo {
+    uint64_t id;
+    bool made;
+    size_t at;
+  };
+  std::vector<Undo> undo_;
+  std::vector<float> saved_;
 };
 
 }  // namespace ps

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "common/hash_slots.h"
 #include "common/key_range.h"
 #include "common/update_rule.h"
 #include "common/wire_floats.h"
@@ -63,7 +64,6 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
   for (const TableOptions& t : job.tables) {
     Table table;
-    table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard), t.wire};
     table.optimizer = t.optimizer;
     table.rule = FindRule(t.optimizer.kind);
     if (table.rule == nullptr) {
@@ -71,6 +71,19 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
                                   std::to_string(static_cast<int>(t.optimizer.kind)));
     }
     table.slots = t.optimizer.Slots();
+    if (t.hashed()) {
+      // No rows until pushes make them: the bound only.
+      table.layout = {t.name,  0,    t.dim,          ShardSlots(t.HashSlots(), num_shards, shard),
+                      t.wire,  true, t.HashSlots(), t.HashSeed(), num_shards};
+      const uint64_t max_rows = t.max_rows != 0
+                                    ? t.max_rows
+                                    : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots);
+      table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows);
+      store->layouts_.push_back(table.layout);
+      store->tables_.push_back(std::move(table));
+      continue;
+    }
+    table.layout = {t.name, t.rows, t.dim, ShardRows(t.rows, num_shards, shard), t.wire};
     table.rows_per_block = std::max<uint64_t>(1, kBlockFloats / t.dim);
     const uint64_t owned = table.layout.owned.size();
     try {
@@ -249,9 +262,43 @@ bool ShardStore::PushProvenFinite(const Request& request, int64_t clock) {
   return ProvenFinite(tables_[request.header.table], request, clock, after);
 }
 
+uint64_t ShardStore::stored_rows(uint32_t table) const {
+  const Table& t = tables_[table];
+  return t.hashed != nullptr ? t.hashed->size() : 0;
+}
+
+uint64_t ShardStore::max_rows(uint32_t table) const {
+  const Table& t = tables_[table];
+  return t.hashed != nullptr ? t.hashed->max_rows() : 0;
+}
+
+uint64_t ShardStore::stored_bytes(uint32_t table) const {
+  const Table& t = tables_[table];
+  return t.hashed != nullptr ? t.hashed->bytes() : 0;
+}
+
+Status ShardStore::ApplyHashed(Table& t, const Request& request, int64_t clock) {
+  const HashedRows::PushCounts counts =
+      t.hashed->Apply(request.keys, request.values.data(), *t.rule, t.optimizer,
+                      t.optimizer.LearningRate(clock), clock + 1, refuse_non_finite_);
+  t.dropped_rows += counts.dropped;
+  if (counts.refused == 0) {
+    t.non_finite_rows += counts.non_finite;
+    return Status::Ok();
+  }
+  ++t.refused_rows;
+  return OutOfRangeError("table '" + t.layout.name + "': the update of id " +
+                         std::to_string(counts.refused_id) + " (" +
+                         OptimizerDescription(t.optimizer) +
+                         ") gives a value or optimizer state that is not finite; no row of the "
+                         "push was applied (server.on_non_finite_result: refuse). Lower the "
+                         "learning rate or clip the gradients");
+}
+
 Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
-  FlushSubnormals flush;  // once for all of a sparse push's rows
   Table& t = tables_[request.header.table];
+  if (t.hashed != nullptr) return ApplyHashed(t, request, clock);
+  FlushSubnormals flush;  // once for all of a sparse push's rows
   const uint32_t dim = t.layout.dim;
   const uint64_t rpb = t.rows_per_block;
   const bool refuse = refuse_non_finite_;
@@ -482,10 +529,14 @@ Status ShardStore::ReadRows(const Request& request, std::vector<Frame>* frames,
     gathered_.resize(request.keys.size() * dim);
     dst = gathered_.data();
   }
-  for (size_t i = 0; i < request.keys.size(); ++i) {
-    const uint64_t row = request.keys[i] - t.layout.owned.begin;
-    std::memcpy(dst + i * dim, t.blocks[row / rpb]->values.data() + (row % rpb) * dim,
-                dim * sizeof(float));
+  if (t.hashed != nullptr) {
+    t.hashed->Gather(request.keys, dst);
+  } else {
+    for (size_t i = 0; i < request.keys.size(); ++i) {
+      const uint64_t row = request.keys[i] - t.layout.owned.begin;
+      std::memcpy(dst + i * dim, t.blocks[row / rpb]->values.data() + (row % rpb) * dim,
+                  dim * sizeof(float));
+    }
   }
   if (dtype != WireType::kF32) EncodeFloats(dtype, dst, gathered_.size(), out.mutable_data());
   frames->push_back(std::move(out));

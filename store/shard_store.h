@@ -26,6 +26,7 @@
 #include "common/update_rule.h"
 #include "common/wire.h"
 #include "store/block_memory.h"
+#include "store/hashed_rows.h"
 #include "store/snapshot.h"
 
 namespace ps {
@@ -69,6 +70,10 @@ class ShardStore {
   // dense push of a healthy job; a dense push that might overflow, and every
   // sparse push (it may name a row more than once), has its rows saved
   // before their update, to be put back.
+  // A hashed table's push (HashedRows::Apply) makes the rows of ids that
+  // have none, and drops the rows of ids it has no room for (dropped_rows);
+  // under kRefuse a result that is not finite refuses the whole push, as
+  // for a sparse push of a range table.
   // REQUIRES: `request` passed DecodeRequest against layouts().
   Status ApplyPush(const Request& request, int64_t clock);
   // True when ApplyPush of `request` at `clock` cannot fail: under kFlag
@@ -79,7 +84,8 @@ class ShardStore {
 
   // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
   // to the running sum of clock `clock` instead of applying them.
-  // REQUIRES: as ApplyPush.
+  // REQUIRES: as ApplyPush, and a range table (JobOptions::Validate refuses
+  // aggregation with hashed tables).
   void Accumulate(const Request& request, int64_t clock);
   // Applies, in clock order, the sum of every clock < `below` scaled by
   // `scale` (1 / workers: their mean) with each table's optimizer (at the
@@ -93,6 +99,16 @@ class ShardStore {
   size_t sum_clocks() const { return sums_.size(); }
   bool has_sum(int64_t clock) const { return sums_.count(clock) != 0; }
   uint64_t sum_bytes() const;
+
+  // Hashed tables (keys: hashed): the rows this shard holds, the most it
+  // may hold (max_rows, or max_mb over HashedRows::RowBytes), the bytes
+  // they take (HashedRows::bytes), and the rows of pushes dropped because
+  // the table was full (an id without a row; its pull reads the initial
+  // value). 0 for range tables. REQUIRES: table < layouts().size().
+  uint64_t stored_rows(uint32_t table) const;
+  uint64_t max_rows(uint32_t table) const;
+  uint64_t stored_bytes(uint32_t table) const;
+  uint64_t dropped_rows(uint32_t table) const { return tables_[table].dropped_rows; }
 
   // Rows of `table` whose update result was not finite so far: refused,
   // skipped or (kFlag) applied. REQUIRES: table < layouts().size().
@@ -108,7 +124,9 @@ class ShardStore {
   // each block's values in that type, converted by the first such pull
   // after the block last changed and shared by every later one until the
   // next write (every worker's pull of one clock under bsp: one
-  // conversion); gathered rows are converted into their frame.
+  // conversion); gathered rows are converted into their frame. A hashed
+  // table's ids are gathered: the values of its row, or the initial values
+  // of an id that has none (nothing is stored).
   // ResourceExhausted if a frame or a conversion cannot be allocated.
   // `held_bytes` (when set) receives what the appended frames keep in
   // memory until they are released: every block (or converted block) they
@@ -120,7 +138,8 @@ class ShardStore {
                   uint64_t* held_bytes = nullptr);
 
   // A copy of table `table`'s values on this shard (owned rows x dim), for
-  // tests and checkpoints. REQUIRES: table < layouts().size().
+  // tests and checkpoints; empty for a hashed table. REQUIRES: table <
+  // layouts().size().
   std::vector<float> CopyValues(uint32_t table) const;
   // A copy of optimizer state array `slot` (< the optimizer's Slots()) of
   // `table`, laid out like CopyValues.
@@ -128,7 +147,9 @@ class ShardStore {
 
   // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values and optimizer state,
   // bit for bit: two replicas of a range hold the same state exactly when
-  // their checksums agree (STATS shows it; tests compare replicas).
+  // their checksums agree (STATS shows it; tests compare replicas). For a
+  // hashed table, the sum over its rows of a hash of each row's id, values
+  // and state: the rows' order in memory does not count.
   uint64_t Checksum(uint32_t table) const;
 
   // Blocks copied because a push met a block still shared with a reply.
@@ -209,7 +230,9 @@ class ShardStore {
     const UpdateRule* rule = nullptr;
     uint32_t slots = 0;
     uint64_t rows_per_block = 1;
-    std::vector<std::shared_ptr<Block>> blocks;
+    std::vector<std::shared_ptr<Block>> blocks;  // range tables
+    std::unique_ptr<HashedRows> hashed;  // hashed tables (and no blocks)
+    uint64_t dropped_rows = 0;
     uint64_t non_finite_rows = 0;
     uint64_t refused_rows = 0;
     // kRefuse: when `bounded`, bound[0] is at least the magnitude of every
@@ -228,6 +251,8 @@ class ShardStore {
     size_t at;
   };
   ShardStore() = default;
+  // ApplyPush of a hashed table.
+  Status ApplyHashed(Table& t, const Request& request, int64_t clock);
   // The block, made private to the store first if a reply still shares it.
   Block* Writable(Table& table, uint64_t block);
   // Fills block->encoded with the values in `dtype` unless it holds them.

@@ -20,15 +20,28 @@ uint64_t ShardStore::Checksum(uint32_t table) const {
     for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
     h ^= floats.size();
   };
+  auto finish = [](uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 33);
+  };
   const Table& t = tables_[table];
   for (const auto& b : t.blocks) {
     add(b->values);
     for (uint32_t k = 0; k < t.slots; ++k) add(b->slots[k]);
   }
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
+  if (t.hashed == nullptr) return finish(h);
+  // Each row hashed on its own (its id, then its floats) and the hashes
+  // summed: the same rows in any order give the same checksum.
+  uint64_t sum = 0;
+  const size_t stride = t.hashed->stride();
+  for (uint64_t r = 0; r < t.hashed->size(); ++r) {
+    uint64_t rh = (0xcbf29ce484222325ull ^ t.hashed->id(r)) * 0x100000001b3ull;
+    const float* row = t.hashed->row(r);
+    for (size_t i = 0; i < stride; ++i) rh = (rh ^ std::bit_cast<uint32_t>(row[i])) * 0x100000001b3ull;
+    sum += finish(rh);
+  }
+  return finish(sum ^ t.hashed->size());
 }
 
 ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {

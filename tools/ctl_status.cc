@@ -444,6 +444,28 @@ std::string ShardsText(const JobView& view) {
   return out;
 }
 
+// Each hashed table's rows on each answering shard against its bound;
+// empty when the job has none.
+std::string HashedTablesText(const JobView& view) {
+  TextTable tables({true, false, false, false, false, false});
+  tables.Add({"hashed table", "shard", "rows", "max rows", "MiB", "dropped"});
+  bool any = false;
+  for (const ShardRow& r : view.shard_rows) {
+    if (!r.stats) continue;
+    for (const ShardStats::Table& t : r.stats->tables) {
+      if (t.keys != "hashed") continue;
+      any = true;
+      tables.Add({t.name, std::to_string(r.shard), std::to_string(t.stored_rows),
+                  std::to_string(t.max_rows), Fixed(static_cast<double>(t.stored_bytes) / kMiB, 1),
+                  std::to_string(t.dropped_rows)});
+    }
+  }
+  return any ? "\n" + tables.Render() +
+                   "(dropped: pushed rows of new ids refused at the shard's bound, max_rows or "
+                   "max_mb)\n"
+             : std::string();
+}
+
 }  // namespace
 
 std::string FormatJobView(const JobView& view) {
@@ -452,7 +474,7 @@ std::string FormatJobView(const JobView& view) {
   if (view.replication_factor > 1) {
     out += ", replication factor " + std::to_string(view.replication_factor);
   }
-  out += "\n\n" + WorkersText(view) + "\n" + ShardsText(view);
+  out += "\n\n" + WorkersText(view) + "\n" + ShardsText(view) + HashedTablesText(view);
   if (view.interval_s) {
     out += "(MB/s over the last " + Fixed(*view.interval_s, 1) +
            " s; req/s as the server measures it; waiting: pulls held for slower workers)\n";

@@ -255,6 +255,83 @@ TEST(ConfigTest, WireTypesPerTableAndDirection) {
   }
 }
 
+TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
+  const std::string yaml =
+      "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
+      "tables:\n"
+      "  - { name: dense, rows: 4 }\n"
+      "  - { name: users, keys: hashed, dim: 8, max_rows: 1000 }\n"
+      "  - { name: ads, keys: hashed, dim: 4, max_mb: 64, slots: 256 }\n";
+  StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+  ASSERT_OK(job);
+  EXPECT_FALSE(job->tables[0].hashed());
+  EXPECT_TRUE(job->tables[1].hashed());
+  EXPECT_EQ(job->tables[1].rows, 0u);
+  EXPECT_EQ(job->tables[1].max_rows, 1000u);
+  EXPECT_EQ(job->tables[1].HashSlots(), kDefaultHashSlots);
+  EXPECT_EQ(job->tables[2].max_mb, 64u);
+  EXPECT_EQ(job->tables[2].HashSlots(), 256u);
+  // The rendezvous compares a hashed table's bound and slots.
+  const std::string agreement = EncodeAgreement(*job);
+  EXPECT_NE(agreement.find("tables[1]=users keys=hashed slots=4096 max_rows=1000 dim=8"),
+            std::string::npos)
+      << agreement;
+  EXPECT_NE(agreement.find("tables[2]=ads keys=hashed slots=256 max_mb=64 dim=4"),
+            std::string::npos)
+      << agreement;
+  EXPECT_NE(agreement.find("tables[0]=dense rows=4 dim=1"), std::string::npos) << agreement;
+}
+
+TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
+  const std::string two_servers = "[\"127.0.0.1:7000\", \"127.0.0.1:7001\"]";
+  struct Case {
+    std::string table;
+    std::string extra;  // top-level sections
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"keys: hashed, dim: 2", "", {"tables[1]: a hashed table without a memory bound",
+                                    "max_rows", "max_mb"}},
+      {"keys: hashed, max_rows: 5, max_mb: 5", "", {"tables[1]: both max_rows and max_mb"}},
+      {"keys: hashed, rows: 10, max_rows: 5", "",
+       {"tables[1].rows: got 10 for a table of keys: hashed", "first push"}},
+      {"keys: hashed, max_rows: 0", "", {"without a memory bound"}},
+      {"keys: hashed, max_rows: 5000000000", "", {"tables[1].max_rows", "at most 4294967294"}},
+      {"keys: hashed, max_mb: 5, slots: 2000000", "", {"tables[1].slots: got 2000000"}},
+      {"keys: hashed, max_mb: 5, slots: 1", "",
+       {"tables[1].slots: got 1 for 2 servers", "at least one slot per server"}},
+      {"rows: 10, max_rows: 5", "",
+       {"tables[1].max_rows: got 5 for a table of keys: range", "only for keys: hashed"}},
+      {"rows: 10, slots: 8", "", {"tables[1].slots: got 8 for a table of keys: range"}},
+      {"keys: sorted, max_rows: 5", "", {"tables[1].keys", "range, hashed"}},
+      {"keys: hashed", "", {"tables[1]: a hashed table without a memory bound"}},
+      {"max_rows: 5", "", {"tables[1].rows: missing required key", "keys: hashed"}},
+      {"keys: hashed, max_rows: 5", "checkpoint: { dir: /tmp/x }\n",
+       {"tables[1].keys: a hashed table in a job with checkpoint.dir"}},
+      {"keys: hashed, max_rows: 5", "replication: { factor: 2 }\n",
+       {"tables[1].keys", "replication.factor > 1"}},
+      {"keys: hashed, max_rows: 5", "consistency: { mode: bsp, aggregate: true }\n",
+       {"tables[1].keys", "consistency.aggregate"}},
+      {"keys: hashed, max_rows: 5, wire: { push: bf16 }", "", {"tables[1].keys", "wire.push"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.table + " / " + c.extra);
+    const std::string yaml = "cluster: { servers: " + two_servers +
+                             ", workers: 1 }\n"
+                             "tables:\n"
+                             "  - { name: a, rows: 4 }\n"
+                             "  - { name: h, " +
+                             c.table + " }\n" + c.extra;
+    StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
+    ASSERT_FALSE(job.ok());
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+    for (const std::string& part : c.parts) {
+      EXPECT_NE(job.status().message().find(part), std::string::npos)
+          << "lacks \"" << part << "\": " << job.status().message();
+    }
+  }
+}
+
 TEST(ConfigTest, AcceptsYamlCoreNumberForms) {
   StatusOr<JobOptions> job =
       LoadJobString(JobYamlWithTable("name: w, rows: +64, dim: !!int 2,"
@@ -378,7 +455,7 @@ TEST(ConfigTest, UndefinedAliasIsSyntaxError) {
 TEST(ConfigTest, UnknownKeyNamesItsPathAndTheAllowedKeys) {
   EXPECT_TRUE(BadFileRejected("bad_unknown_key.yaml",
                               {"tables[0].rowz: unknown key",
-                               "name, rows, dim, init, optimizer", "line 5"}));
+                               "name, keys, rows, dim, max_rows, max_mb, slots, init, optimizer", "line 5"}));
 }
 
 TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {

@@ -2,6 +2,7 @@
 // is the documented XXH3-64, and ids spread over the shards evenly, even
 // when a few ids take most requests (Zipf).
 #include "common/hash_slots.h"
+#include "common/table_options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +24,14 @@ TEST(HashSlotsTest, TheHashIsXxh3OfTheIdsLittleEndianBytes) {
   EXPECT_EQ(IdHash(1, 0), 0x2fbc593564db792eull);
   EXPECT_NE(IdHash(1, 1), IdHash(1, 0));  // the table's seed changes it
   EXPECT_EQ(IdSlot(1, 0, 4096), 0x2fbc593564db792eull % 4096);
+}
+
+// A table's seed: what `printf emb | xxhsum -H3` prints.
+TEST(HashSlotsTest, ATablesSeedIsXxh3OfItsName) {
+  EXPECT_EQ(NameHash("emb"), 0x68f33834bcc78b6eull);
+  TableOptions t;
+  t.name = "emb";
+  EXPECT_EQ(t.HashSeed(), 0x68f33834bcc78b6eull);
 }
 
 TEST(HashSlotsTest, SlotsSplitIntoRangesAndEverySlotHasOneShard) {

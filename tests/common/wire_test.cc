@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash_slots.h"
 #include "common/options.h"
 #include "common/wire_floats.h"
 #include "tests/util/status_matchers.h"
@@ -107,6 +108,51 @@ TEST(WireTest, DecodeRequestAcceptsAValidSparsePush) {
   keys[0] = 49;
   frames[1] = Frame::CopyOf(keys.data(), 16);
   EXPECT_EQ(DecodeRequest(frames, rules, &r).code(), StatusCode::kOutOfRange);
+}
+
+TEST(WireTest, AHashedTablesIdsMustLieInThisShardsSlots) {
+  // Shard 1 of 3 holds slots [22, 43) of 64.
+  constexpr uint32_t kSlots = 64;
+  const uint64_t seed = NameHash("emb");
+  TableLayout t{"emb", 0, 1, ShardSlots(kSlots, 3, 1), {}, true, kSlots, seed, 3};
+  RequestRules rules{1, std::span<const TableLayout>(&t, 1), 1, 1 << 20, 1000, true};
+  // Ids of each shard, found by their slots.
+  std::vector<uint64_t> mine, other;
+  for (uint64_t id = 1; mine.size() < 3 || other.empty(); id = id * 6364136223846793005ull + 1) {
+    const uint32_t owner = SlotShard(IdSlot(id, seed, kSlots), kSlots, 3);
+    if (owner == 1 && mine.size() < 3) mine.push_back(id);
+    if (owner == 2 && other.empty()) other.push_back(id);
+  }
+  MessageHeader h;
+  h.op = Op::kPull;
+  h.count = 3;
+  h.dim = 1;
+  auto decode = [&](const std::vector<uint64_t>& keys) {
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    frames.push_back(Frame::CopyOf(keys.data(), keys.size() * 8));
+    Request r;
+    return DecodeRequest(frames, rules, &r);
+  };
+  EXPECT_OK(decode(mine));
+  std::vector<uint64_t> keys = mine;
+  keys[2] = other[0];
+  const Status refused = decode(keys);
+  EXPECT_EQ(refused.code(), StatusCode::kOutOfRange);
+  const std::string slot = std::to_string(IdSlot(other[0], seed, kSlots));
+  EXPECT_NE(refused.message().find("id " + std::to_string(other[0]) + " (index 2) of table "
+                                   "'emb' is in hash slot " + slot + ", which shard 2 holds"),
+            std::string::npos)
+      << refused.ToString();
+  // A dense range of a hashed table is refused: it has no rows to range over.
+  h.flags = kFlagDenseRange;
+  h.first_row = 22;
+  std::vector<Frame> frames;
+  frames.push_back(EncodeHeader(h));
+  Request r;
+  const Status dense = DecodeRequest(frames, rules, &r);
+  EXPECT_EQ(dense.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dense.message().find("which is hashed"), std::string::npos) << dense.ToString();
 }
 
 TEST(WireTest, NonFiniteValuesAreRefusedUnlessAllowed) {

@@ -8,6 +8,7 @@
 
 #include <random>
 
+#include "common/hash_slots.h"
 #include "common/options.h"
 #include "common/wire.h"
 #include "store/shard_store.h"
@@ -20,7 +21,32 @@ namespace {
 JobOptions FuzzJob() {
   TableOptions b = TestTable("b", 1000, 1);
   b.optimizer.lr = 0.5f;
-  return TestJob().Servers(2).Workers(3).Table("a", 64, 3, OptimizerKind::kAdd).Table(b).Build();
+  TableOptions c = TestTable("c", 0, 2, OptimizerKind::kAdagrad);
+  c.keys = KeyKind::kHashed;
+  c.max_rows = 40;  // fewer than the pool of ids below: pushes meet the bound
+  c.slots = 16;
+  return TestJob()
+      .Servers(2)
+      .Workers(3)
+      .Table("a", 64, 3, OptimizerKind::kAdd)
+      .Table(b)
+      .Table(c)
+      .Build();
+}
+
+// Ids of the hashed table "c" that shard 0 holds.
+const std::vector<uint64_t>& ShardZeroIds() {
+  static const std::vector<uint64_t> ids = [] {
+    const uint64_t seed = NameHash("c");
+    std::vector<uint64_t> out;
+    std::mt19937_64 gen(7);
+    while (out.size() < 64) {
+      const uint64_t id = gen();
+      if (SlotShard(IdSlot(id, seed, 16), 16, 2) == 0) out.push_back(id);
+    }
+    return out;
+  }();
+  return ids;
 }
 
 std::vector<Frame> ValidRequest(std::mt19937_64& gen) {
@@ -28,13 +54,18 @@ std::vector<Frame> ValidRequest(std::mt19937_64& gen) {
   h.op = gen() % 2 ? Op::kPush : Op::kPull;
   h.request_id = gen();
   h.worker = static_cast<uint32_t>(gen() % 3);
-  h.table = static_cast<uint32_t>(gen() % 2);
-  const uint32_t dim = h.table == 0 ? 3 : 1;
+  h.table = static_cast<uint32_t>(gen() % 3);
+  const uint32_t dim = h.table == 0 ? 3 : h.table == 1 ? 1 : 2;
   const uint64_t owned = h.table == 0 ? 32 : 500;  // shard 0 owns the first half
   h.dim = dim;
   h.count = 1 + gen() % 8;
   std::vector<Frame> frames;
-  if (gen() % 2) {
+  if (h.table == 2) {  // hashed: ids of shard 0's slots
+    std::vector<uint64_t> keys(h.count);
+    for (auto& k : keys) k = ShardZeroIds()[gen() % ShardZeroIds().size()];
+    frames.push_back(EncodeHeader(h));
+    frames.push_back(Frame::CopyOf(keys.data(), keys.size() * 8));
+  } else if (gen() % 2) {
     h.flags = kFlagDenseRange;
     h.first_row = gen() % (owned - h.count + 1);
     frames.push_back(EncodeHeader(h));
@@ -120,10 +151,16 @@ TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
     // Accepted: the request is well-formed for this shard, so applying or
     // reading it must stay inside the store.
     const auto& h = request.header;
-    ASSERT_LT(h.table, 2u);
+    ASSERT_LT(h.table, 3u);
     const TableLayout& t = (*store)->layouts()[h.table];
     ASSERT_EQ(h.dim, t.dim);
-    if (h.dense()) {
+    if (t.hashed) {
+      ASSERT_FALSE(h.dense());
+      ASSERT_EQ(request.keys.size(), h.count);
+      for (uint64_t k : request.keys) {
+        ASSERT_TRUE(t.owned.Contains(IdSlot(k, t.hash_seed, t.slots))) << k;
+      }
+    } else if (h.dense()) {
       ASSERT_GE(h.first_row, t.owned.begin);
       ASSERT_LE(h.count, t.owned.end - h.first_row);
     } else {
@@ -144,6 +181,7 @@ TEST(DecodeFuzzTest, MutatedRequestsAreRefusedCleanlyOrAppliedAsValid) {
   }
   EXPECT_GT(refused, 10000);
   EXPECT_GT(accepted, 100);
+  EXPECT_LE((*store)->stored_rows(2), 40u);  // the hashed table kept its bound
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ TEST(HashedRowsTest, AMissingIdReadsAsItsInitialValueAndStoresNothing) {
   }
   EXPECT_EQ(rows.size(), 0u);
   EXPECT_EQ(rows.Find(42), nullptr);
-  EXPECT_EQ(rows.bytes(), 4 * sizeof(float));  // Apply's scratch row only
+  EXPECT_EQ(rows.bytes(), 0u);  // nothing until a push makes a row
   // Another table's seed gives other values for the same id.
   EXPECT_NE(Read(rows, 42), Initial(Uniform(8), 42, 4));
 }
@@ -147,7 +147,7 @@ TEST(HashedRowsTest, MakesAndErasesAgreeWithAReferenceMap) {
   }
   ASSERT_EQ(rows.size(), reference.size());
   for (uint64_t r = 0; r < rows.size(); ++r) {
-    const uint64_t id = rows.ids()[r];
+    const uint64_t id = rows.id(r);
     ASSERT_EQ(reference.count(id), 1u) << "id " << id;
     EXPECT_EQ(rows.row(r)[0], reference[id]);
     EXPECT_EQ(rows.Find(id), rows.row(r));
@@ -158,6 +158,33 @@ TEST(HashedRowsTest, MakesAndErasesAgreeWithAReferenceMap) {
   for (const auto& [id, value] : reference) ASSERT_TRUE(rows.Erase(id));
   EXPECT_EQ(rows.size(), 0u);
   EXPECT_LE(rows.bytes(), held - row_floats);
+}
+
+TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
+  const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
+  const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
+  struct Case {
+    uint64_t bytes;
+    uint32_t dim, slots;
+  };
+  for (const Case& c : {Case{1 << 20, 16, 0}, Case{1 << 20, 16, 2}, Case{3 << 20, 1, 0},
+                        Case{5 << 20, 64, 1}, Case{(1 << 20) + 12345, 8, 2}}) {
+    SCOPED_TRACE(std::to_string(c.bytes) + " bytes, dim " + std::to_string(c.dim) + ", slots " +
+                 std::to_string(c.slots));
+    const uint64_t max_rows = HashedRows::RowsWithin(c.bytes, c.dim, c.slots);
+    HashedRows rows(c.dim, c.slots, InitOptions(), max_rows);
+    std::vector<uint64_t> ids(max_rows + 10);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 0x9e3779b97f4a7c15ull;
+    const std::vector<float> grads(ids.size() * c.dim, 1.0f);
+    const HashedRows::PushCounts counts =
+        rows.Apply(ids, grads.data(), rule, add, 0.0f, 1, false);
+    EXPECT_EQ(counts.made, max_rows);
+    EXPECT_EQ(counts.dropped, 10u);
+    // Full, within the bound, and using at least half of it (the index
+    // doubles: a bound between two of its sizes leaves some unused).
+    EXPECT_LE(rows.bytes(), c.bytes);
+    EXPECT_GE(rows.bytes(), c.bytes / 2);
+  }
 }
 
 TEST(HashedRowsTest, AFullTableMakesNoRowAndDropsItsPushes) {
@@ -174,28 +201,33 @@ TEST(HashedRowsTest, AFullTableMakesNoRowAndDropsItsPushes) {
   EXPECT_EQ(rows.Find(10)[0], 2.0f);  // its row still takes pushes
 }
 
-TEST(HashedRowsTest, ANonFiniteResultIsRefusedOrTakenAsThePolicySays) {
-  const uint64_t known = 1, fresh = 2;
+TEST(HashedRowsTest, ANonFiniteResultRefusesTheWholePushOrIsTakenAsThePolicySays) {
+  const uint64_t known = 1, fresh = 2, other = 3;
   const float big = std::numeric_limits<float>::max();
   const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
   const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
   HashedRows rows(1, 0, InitOptions(), 10);
   const float one = 1.0f;
   rows.Apply({&known, 1}, &one, rule, add, 0.0f, 1, true);
-  // Refused: the row keeps its value, a row made for the push goes again.
-  const std::vector<uint64_t> ids = {known, fresh};
-  const std::vector<float> overflow = {big, std::numeric_limits<float>::infinity()};
-  rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, true);
+  // Refused: no row of the push changes. `known` is named twice (its first
+  // update is finite) and `other` is made before `fresh` overflows: both
+  // are put back, and the rows made by the push go again.
+  const std::vector<uint64_t> ids = {known, other, known, fresh};
+  const std::vector<float> overflow = {big, 5.0f, 2.0f, std::numeric_limits<float>::infinity()};
   HashedRows::PushCounts counts = rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, true);
-  EXPECT_EQ(counts.refused, 2u);
+  EXPECT_EQ(counts.refused, 1u);
+  EXPECT_EQ(counts.refused_id, fresh);
   EXPECT_EQ(counts.made, 0u);
-  EXPECT_EQ(rows.Find(known)[0], 1.0f + big);  // the first push of big was finite
+  EXPECT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows.Find(known)[0], 1.0f);
+  EXPECT_EQ(rows.Find(other), nullptr);
   EXPECT_EQ(rows.Find(fresh), nullptr);
-  // Taken (flag): the result stays.
+  // Taken (flag): the results stay.
   counts = rows.Apply(ids, overflow.data(), rule, add, 0.0f, 1, false);
-  EXPECT_EQ(counts.non_finite, 2u);
+  EXPECT_EQ(counts.non_finite, 1u);
   EXPECT_EQ(counts.refused, 0u);
-  EXPECT_TRUE(std::isinf(rows.Find(known)[0]));
+  EXPECT_EQ(counts.made, 2u);
+  EXPECT_EQ(rows.Find(other)[0], 5.0f);
   EXPECT_TRUE(std::isinf(rows.Find(fresh)[0]));
 }
 

@@ -230,6 +230,33 @@ TEST(BuildJobViewTest, BackupWorkersShowEachWorkersLatePushesSummedOverShards) {
   EXPECT_TRUE(nlohmann::json::parse(JobViewJson(plain))["workers"][1]["late_pushes"].is_null());
 }
 
+TEST(BuildJobViewTest, HashedTablesShowEachShardsRowsAgainstItsBound) {
+  const auto t = std::chrono::steady_clock::now();
+  const std::vector<ShardSample> plain_samples = {Sample(0, Report0(), t), Sample(1, Report1(), t)};
+  EXPECT_EQ(FormatJobView(BuildJobView(TwoShardJob(), plain_samples, {})).find("hashed table"),
+            std::string::npos);
+  ShardStats r0 = Report0(), r1 = Report1();
+  ShardStats::Table emb{.name = "emb", .dim = 8, .owned_begin = 0, .owned_end = 2048};
+  emb.keys = "hashed";
+  emb.stored_rows = 1000;
+  emb.max_rows = 5000;
+  emb.stored_bytes = 3 * 1024 * 1024;
+  r0.tables.push_back(emb);
+  emb.stored_rows = 5000;
+  emb.dropped_rows = 77;
+  r1.tables.push_back(emb);
+  const std::vector<ShardSample> now = {Sample(0, r0, t), Sample(1, r1, t)};
+  const JobView view = BuildJobView(TwoShardJob(), now, {});
+  const std::string page = FormatJobView(view);
+  EXPECT_NE(page.find("hashed table"), std::string::npos) << page;
+  EXPECT_NE(page.find("emb               1  5000      5000  3.0       77"), std::string::npos)
+      << page;
+  const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["dropped_rows"], 77);
+  EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["keys"], "hashed");
+}
+
 TEST(JobViewJsonTest, CarriesTheSameFactsInBaseUnits) {
   const auto t0 = std::chrono::steady_clock::now();
   ShardSample down;

@@ -1,0 +1,274 @@
+// Hash-keyed tables (keys: hashed) through the client and real shards in
+// this process (tests/util/in_process_cluster.h): reads of ids without a
+// row, rows made by pushes on the shard of their slot, the memory bound,
+// refused results, 16-bit pulls, and clocks under bsp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "common/hash_slots.h"
+#include "common/wire_floats.h"
+#include "store/shard_store.h"
+#include "tests/util/in_process_cluster.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+TableOptions Hashed(std::string name, uint32_t dim, uint64_t max_rows,
+                    OptimizerKind optimizer = OptimizerKind::kAdd) {
+  TableOptions t = TestTable(std::move(name), 0, dim, optimizer);
+  t.keys = KeyKind::kHashed;
+  t.max_rows = max_rows;
+  t.slots = 64;
+  t.init.kind = InitKind::kUniform;
+  t.init.value = 0.5f;
+  t.init.seed = 17;
+  return t;
+}
+
+JobOptions Job(uint32_t shards, TableOptions table) {
+  return TestJob()
+      .Servers(shards)
+      .Workers(1)
+      .Table("dense", 16, 4, OptimizerKind::kAdd)
+      .Table(std::move(table))
+      .RequestTimeoutMs(10000)
+      .Build();
+}
+
+std::vector<float> Initial(const InitOptions& init, std::span<const uint64_t> ids, uint32_t dim) {
+  std::vector<float> out;
+  for (uint64_t id : ids) {
+    for (uint32_t c = 0; c < dim; ++c) out.push_back(InitialValue(init, id, c));
+  }
+  return out;
+}
+
+std::vector<uint64_t> RandomIds(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::set<uint64_t> ids;
+  while (ids.size() < n) ids.insert(rng());
+  return {ids.begin(), ids.end()};
+}
+
+class HashedTableTest : public ::testing::Test {
+ protected:
+  void Start(JobOptions job) {
+    job_ = std::move(job);
+    ASSERT_OK(job_.Validate());
+    cluster_ = std::make_unique<InProcessCluster>(job_);
+    auto c = Client::Create(job_, 0, cluster_->endpoints());
+    ASSERT_OK(c);
+    client_ = std::move(*c);
+  }
+  // The hashed table's stats on every shard.
+  std::vector<ShardStats::Table> TableStats() {
+    std::vector<ShardStats::Table> out;
+    for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
+      StatusOr<ShardStats> stats = client_->StructuredStats(s);
+      EXPECT_OK(stats);
+      if (stats.ok()) out.push_back(stats->tables.at(1));
+    }
+    return out;
+  }
+  JobOptions job_;
+  std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(HashedTableTest, IdsWithoutRowsReadAsTheirInitialValueAndStoreNothing) {
+  Start(Job(3, Hashed("emb", 4, 1000)));
+  const std::vector<uint64_t> ids = {0, 1, 42, 1ull << 40, std::numeric_limits<uint64_t>::max(),
+                                     42};
+  std::vector<float> out(ids.size() * 4, -9.0f);
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  EXPECT_EQ(out, Initial(job_.tables[1].init, ids, 4));
+  // The initial value is the one a range table of the same init gives its
+  // row of the same number: a one-process run agrees.
+  EXPECT_EQ(out[2 * 4], InitialValue(job_.tables[1].init, 42, 0));
+  for (const ShardStats::Table& t : TableStats()) {
+    EXPECT_EQ(t.keys, "hashed");
+    EXPECT_EQ(t.stored_rows, 0u);
+    EXPECT_EQ(t.stored_bytes, 0u);
+    EXPECT_EQ(t.max_rows, 1000u);
+  }
+}
+
+TEST_F(HashedTableTest, PushesMakeRowsOnTheShardOfTheirSlot) {
+  Start(Job(3, Hashed("emb", 2, 1000)));
+  const TableOptions& t = job_.tables[1];
+  const std::vector<uint64_t> ids = RandomIds(300, 5);
+  std::vector<float> grads(ids.size() * 2);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 7) + 1.0f;
+  // Twice, the second time with one id named twice in the push.
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(grads))));
+  std::vector<uint64_t> again = ids;
+  again.push_back(ids[0]);
+  std::vector<float> grads2 = grads;
+  grads2.push_back(10.0f);
+  grads2.push_back(20.0f);
+  ASSERT_OK(client_->PushSync(1, again, SharedFloats::Take(std::move(grads2))));
+
+  std::vector<float> out(ids.size() * 2);
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  const std::vector<float> init = Initial(t.init, ids, 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float extra = i == 0 ? 10.0f : i == 1 ? 20.0f : 0.0f;
+    EXPECT_FLOAT_EQ(out[i], init[i] + 2 * grads[i] + extra) << "value " << i;
+  }
+  // Each shard holds the ids of its slots, and only those.
+  std::vector<uint64_t> expected(3, 0);
+  for (uint64_t id : ids) ++expected[SlotShard(IdSlot(id, t.HashSeed(), 64), 64, 3)];
+  const std::vector<ShardStats::Table> stats = TableStats();
+  ASSERT_EQ(stats.size(), 3u);
+  for (uint32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(stats[s].stored_rows, expected[s]) << "shard " << s;
+    EXPECT_GT(stats[s].stored_rows, 0u) << "shard " << s;
+    const RowRange slots = ShardSlots(64, 3, s);
+    EXPECT_EQ(stats[s].owned_begin, slots.begin);
+    EXPECT_EQ(stats[s].owned_end, slots.end);
+    EXPECT_GT(stats[s].stored_bytes, stats[s].stored_rows * 2 * sizeof(float));
+  }
+}
+
+TEST_F(HashedTableTest, AShardAtItsBoundDropsThePushesOfNewIdsAndCountsThem) {
+  Start(Job(1, Hashed("emb", 1, 4)));
+  const std::vector<uint64_t> ids = {11, 12, 13, 14, 15, 16, 11};
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take({1, 1, 1, 1, 1, 1, 1})));
+  std::vector<float> out(ids.size());
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  const InitOptions& init = job_.tables[1].init;
+  EXPECT_FLOAT_EQ(out[0], InitialValue(init, 11, 0) + 2);  // a row that exists still learns
+  EXPECT_FLOAT_EQ(out[3], InitialValue(init, 14, 0) + 1);
+  EXPECT_EQ(out[4], InitialValue(init, 15, 0));  // dropped: reads its initial value
+  EXPECT_EQ(out[5], InitialValue(init, 16, 0));
+  const std::vector<ShardStats::Table> stats = TableStats();
+  EXPECT_EQ(stats[0].stored_rows, 4u);
+  EXPECT_EQ(stats[0].dropped_rows, 2u);
+  StatusOr<std::string> text = client_->Stats(0);
+  ASSERT_OK(text);
+  EXPECT_NE(text->find("table emb keys hashed dim 1 slots [0, 64) stored_rows 4 max_rows 4"),
+            std::string::npos)
+      << *text;
+  cluster_->Stop();  // MetricsText reads the shard's state off its thread
+  const std::string metrics = cluster_->server(0).MetricsText();
+  for (const char* line : {"ps_server_table_rows{shard=\"0\",table=\"emb\"} 4",
+                           "ps_server_table_max_rows{shard=\"0\",table=\"emb\"} 4",
+                           "ps_server_table_dropped_rows_total{shard=\"0\",table=\"emb\"} 2"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+  }
+}
+
+TEST_F(HashedTableTest, MaxMbBoundsTheRowsByTheirMeasuredSize) {
+  TableOptions t = Hashed("emb", 16, 0, OptimizerKind::kAdagrad);
+  t.max_mb = 1;
+  Start(Job(2, t));
+  // 16 values and 16 of adagrad's state, an id, the index (its size for
+  // those rows), within 1 MiB.
+  for (const ShardStats::Table& s : TableStats()) {
+    EXPECT_EQ(s.max_rows, HashedRows::RowsWithin(1 << 20, 16, 1));
+    EXPECT_GT(s.max_rows, (1u << 19) / HashedRows::RowBytes(16, 1));
+  }
+}
+
+TEST_F(HashedTableTest, AResultThatIsNotFiniteRefusesTheWholePush) {
+  Start(Job(2, Hashed("emb", 1, 100)));
+  const std::vector<uint64_t> ids = RandomIds(20, 9);
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(20, 1.0f))));
+  std::vector<float> before(20);
+  ASSERT_OK(client_->PullSync(1, ids, before.data()));
+  // One huge value next to ordinary ones: max + max overflows.
+  std::vector<uint64_t> push = {ids[3], ids[3], ids[7], 777};
+  std::vector<float> grads = {std::numeric_limits<float>::max(),
+                              std::numeric_limits<float>::max(), 1.0f, 1.0f};
+  Status refused = client_->PushSync(1, push, SharedFloats::Take(std::move(grads)));
+  EXPECT_EQ(refused.code(), StatusCode::kOutOfRange) << refused.ToString();
+  EXPECT_NE(refused.message().find("no row of the push was applied"), std::string::npos)
+      << refused.ToString();
+  std::vector<float> after(20);
+  ASSERT_OK(client_->PullSync(1, ids, after.data()));
+  EXPECT_EQ(after, before);
+}
+
+TEST_F(HashedTableTest, PullsInSixteenBitsAreTheRoundedValues) {
+  TableOptions t = Hashed("emb", 3, 100);
+  t.wire.pull = WireType::kBf16;
+  Start(Job(2, t));
+  const std::vector<uint64_t> ids = RandomIds(40, 3);
+  std::vector<float> out(ids.size() * 3);
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  std::vector<float> init = Initial(t.init, ids, 3);
+  std::vector<uint16_t> encoded(init.size());
+  EncodeFloats(WireType::kBf16, init.data(), init.size(), encoded.data());
+  std::vector<float> rounded(init.size());
+  DecodeFloats(WireType::kBf16, encoded.data(), encoded.size(), rounded.data());
+  EXPECT_EQ(out, rounded);
+}
+
+TEST_F(HashedTableTest, DenseCallsOfAHashedTableAreRefused) {
+  Start(Job(1, Hashed("emb", 1, 10)));
+  std::vector<float> out(10);
+  StatusOr<Ticket> pull = client_->PullDense(1, out.data());
+  ASSERT_FALSE(pull.ok());
+  EXPECT_EQ(pull.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pull.status().message().find("hashed"), std::string::npos) << pull.status().ToString();
+}
+
+TEST_F(HashedTableTest, TwoWorkersUnderBspSeeEveryPushOfEachClock) {
+  JobOptions job = Job(2, Hashed("emb", 1, 1000));
+  job.cluster.workers = 2;
+  job.consistency.mode = ConsistencyMode::kBsp;
+  Start(job);
+  auto second = Client::Create(job_, 1, cluster_->endpoints());
+  ASSERT_OK(second);
+  std::unique_ptr<Client> other = std::move(*second);
+  const std::vector<uint64_t> ids = RandomIds(50, 11);
+  constexpr int kClocks = 5;
+  // Worker w pushes w + 1 to every id each clock, then reads at the next
+  // clock: under bsp both workers' pushes of every clock before are in (a
+  // faster worker's push of the new clock may be too).
+  auto run = [&](Client* c, float value) -> Status {
+    PS_RETURN_IF_ERROR(c->Join());
+    std::vector<float> read(ids.size());
+    for (int k = 0; k < kClocks; ++k) {
+      PS_RETURN_IF_ERROR(
+          c->PushSync(1, ids, SharedFloats::Take(std::vector<float>(ids.size(), value))));
+      PS_ASSIGN_OR_RETURN(Ticket t, c->Clock());
+      PS_RETURN_IF_ERROR(c->Wait(t));
+      PS_RETURN_IF_ERROR(c->PullSync(1, ids, read.data()));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const float least = InitialValue(job_.tables[1].init, ids[i], 0) + 3.0f * (k + 1);
+        if (read[i] < least - 1e-4f || read[i] > least + 2.0f + 1e-4f) {  // sums in any order
+          return InternalError("clock " + std::to_string(k) + " id " + std::to_string(ids[i]) +
+                               ": read " + std::to_string(read[i]) + ", expected " +
+                               std::to_string(least) + " (+ at most the other's next push)");
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  Status s1;
+  std::thread t([&] { s1 = run(other.get(), 2.0f); });
+  Status s0 = run(client_.get(), 1.0f);
+  t.join();
+  ASSERT_OK(s0);
+  ASSERT_OK(s1);
+  std::vector<float> last(ids.size());
+  ASSERT_OK(client_->PullSync(1, ids, last.data()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_FLOAT_EQ(last[i], InitialValue(job_.tables[1].init, ids[i], 0) + 3.0f * kClocks);
+  }
+  EXPECT_OK(client_->Leave());
+  EXPECT_OK(other->Leave());
+}
+
+}  // namespace
+}  // namespace ps
