@@ -514,7 +514,6 @@ Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
     const std::pair<bool, std::string_view> unsupported[] = {
         {!job.checkpoint.dir.empty(), "checkpoint.dir (checkpoints)"},
         {job.replication.factor > 1, "replication.factor > 1 (replicated shards)"},
-        {job.consistency.aggregate, "consistency.aggregate (synchronous aggregation)"},
         {t.wire.push != WireType::kF32, "wire.push other than fp32"},
     };
     for (const auto& [set, what] : unsupported) {

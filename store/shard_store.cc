@@ -390,9 +390,20 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
 void ShardStore::Accumulate(const Request& request, int64_t clock) {
   std::vector<TableSum>& clock_sums = sums_[clock];
   if (clock_sums.empty()) clock_sums.resize(tables_.size());
-  const Table& t = tables_[request.header.table];
+  Table& t = tables_[request.header.table];
   TableSum& sum = clock_sums[request.header.table];
   const uint32_t dim = t.layout.dim;
+  if (t.hashed != nullptr) {
+    if (sum.hashed == nullptr) {
+      sum.hashed = std::make_unique<HashedRows>(dim, 0, InitOptions(), t.hashed->max_rows());
+    }
+    const OptimizerOptions add{OptimizerKind::kAdd, 0.0f};
+    t.dropped_rows += sum.hashed
+                          ->Apply(request.keys, request.values.data(), *FindRule(add.kind), add,
+                                  0.0f, 0, false)
+                          .dropped;
+    return;
+  }
   if (sum.values.empty()) {
     sum.values.assign(t.layout.owned.size() * dim, 0.0f);
     sum.touched.assign(t.blocks.size(), false);
@@ -420,7 +431,8 @@ uint64_t ShardStore::sum_bytes() const {
   uint64_t bytes = 0;
   for (const auto& [clock, clock_sums] : sums_) {
     for (const TableSum& sum : clock_sums) {
-      bytes += sum.values.capacity() * sizeof(float) + sum.touched.capacity() / 8;
+      bytes += sum.values.capacity() * sizeof(float) + sum.touched.capacity() / 8 +
+               (sum.hashed != nullptr ? sum.hashed->bytes() : 0);
     }
   }
   return bytes;
@@ -433,8 +445,12 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
     std::vector<TableSum>& clock_sums = sums_.begin()->second;
     for (size_t ti = 0; ti < clock_sums.size(); ++ti) {
       TableSum& sum = clock_sums[ti];
-      if (sum.values.empty()) continue;
       Table& t = tables_[ti];
+      if (sum.hashed != nullptr) {
+        ApplyHashedSum(t, *sum.hashed, scale, clock);
+        continue;
+      }
+      if (sum.values.empty()) continue;
       const uint64_t block_floats = t.rows_per_block * t.layout.dim;
       for (uint64_t b = 0; b < t.blocks.size(); ++b) {
         if (!sum.touched[b]) continue;
@@ -445,6 +461,27 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
       }
     }
     sums_.erase(sums_.begin());
+  }
+}
+
+void ShardStore::ApplyHashedSum(Table& t, const HashedRows& sum, float scale, int64_t clock) {
+  const uint32_t dim = t.layout.dim;
+  gathered_.resize(dim);
+  const float lr = t.optimizer.LearningRate(clock);
+  for (uint64_t r = 0; r < sum.size(); ++r) {
+    const uint64_t id = sum.id(r);
+    const float* g = sum.row(r);
+    for (uint32_t c = 0; c < dim; ++c) gathered_[c] = g[c] * scale;
+    // One id at a time: a row whose result is not finite keeps its values
+    // (kRefuse) and the others still take theirs, as for a range table.
+    const HashedRows::PushCounts counts = t.hashed->Apply(
+        {&id, 1}, gathered_.data(), *t.rule, t.optimizer, lr, clock + 1, refuse_non_finite_);
+    t.dropped_rows += counts.dropped;
+    if (counts.refused != 0) {
+      ++t.refused_rows;
+    } else {
+      t.non_finite_rows += counts.non_finite;
+    }
   }
 }
 

@@ -83,14 +83,15 @@ class ShardStore {
   bool PushProvenFinite(const Request& request, int64_t clock);
 
   // Synchronous aggregation (consistency.aggregate): adds a PUSH's values
-  // to the running sum of clock `clock` instead of applying them.
-  // REQUIRES: as ApplyPush, and a range table (JobOptions::Validate refuses
-  // aggregation with hashed tables).
+  // to the running sum of clock `clock` instead of applying them (a
+  // hashed table's: by id, ids beyond its max_rows dropped and counted).
+  // REQUIRES: as ApplyPush.
   void Accumulate(const Request& request, int64_t clock);
   // Applies, in clock order, the sum of every clock < `below` scaled by
   // `scale` (1 / workers: their mean) with each table's optimizer (at the
   // learning rate of that clock), and forgets those sums. Only the blocks
-  // that received pushes are touched. A row whose result is not finite
+  // that received pushes are touched (a hashed table: the ids, each one
+  // update, making its row as a push would). A row whose result is not finite
   // keeps its values under kRefuse (its update is skipped) and takes the
   // result under kFlag; counted in refused_rows() or non_finite_rows().
   void ApplyAccumulated(int64_t below, float scale);
@@ -278,6 +279,8 @@ class ShardStore {
   // Saves elements [offset, offset + n) of the block (values and slots) as
   // the next run of saved_.
   void Save(const Table& table, Block* block, size_t offset, size_t n);
+  // ApplyAccumulated of a hashed table's sum.
+  void ApplyHashedSum(Table& t, const HashedRows& sum, float scale, int64_t clock);
   // Update() of elements [0, n) of a block (whole rows) with the checks of
   // ApplyAccumulated: a row whose result is not finite is counted and,
   // under kRefuse, keeps its values.
@@ -300,16 +303,19 @@ class ShardStore {
 
   // One clock's sums: per table, owned rows x dim floats (allocated on the
   // first push to the table) and which blocks they touch.
+  // A hashed table's sum is a table of its own: a row per id pushed this
+  // clock (add onto zeros), at most the table's max_rows of them.
   struct TableSum {
     std::vector<float> values;
     std::vector<bool> touched;  // per block
+    std::unique_ptr<HashedRows> hashed;  // hashed tables: values and touched stay empty
   };
 
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
   uint64_t copy_on_write_count_ = 0;
   uint64_t encoded_block_count_ = 0;
-  std::vector<float> gathered_;  // ReadRows' rows before their conversion
+  std::vector<float> gathered_;  // ReadRows' rows before their conversion; a scaled sum row
   std::map<int64_t, std::vector<TableSum>> sums_;  // by clock
   bool refuse_non_finite_ = true;  // job.server.on_non_finite_result is kRefuse
   // Scratch of ApplyPush under kRefuse, kept to reuse its memory: the saved

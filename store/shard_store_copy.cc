@@ -123,6 +123,8 @@ void ShardStore::CopySums(int64_t below, std::vector<Frame>* frames,
   for (auto it = sums_.begin(); it != sums_.end() && it->first < below; ++it) {
     for (uint32_t table = 0; table < it->second.size(); ++table) {
       const TableSum& sum = it->second[table];
+      // A hashed table's sum is not copied: JobOptions::Validate refuses
+      // replication with hashed tables.
       if (sum.values.empty()) continue;
       frames->push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
       std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
@@ -137,7 +139,7 @@ Status ShardStore::RestoreSum(PendingSum sum) {
   PS_RETURN_IF_ERROR(CheckSum(sum));
   std::vector<TableSum>& clock_sums = sums_[sum.clock];
   if (clock_sums.empty()) clock_sums.resize(tables_.size());
-  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched)};
+  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched), nullptr};
   return Status::Ok();
 }
 

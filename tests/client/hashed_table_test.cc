@@ -270,5 +270,62 @@ TEST_F(HashedTableTest, TwoWorkersUnderBspSeeEveryPushOfEachClock) {
   EXPECT_OK(other->Leave());
 }
 
+TEST_F(HashedTableTest, BspAggregationAppliesTheMeanOfEachClockOncePerId) {
+  // adagrad, whose state makes one update of the mean differ from two
+  // updates of the parts.
+  TableOptions table = Hashed("emb", 2, 1000, OptimizerKind::kAdagrad);
+  table.optimizer.lr = 0.5f;
+  JobOptions job = Job(2, table);
+  job.cluster.workers = 2;
+  job.consistency.mode = ConsistencyMode::kBsp;
+  job.consistency.aggregate = true;
+  Start(job);
+  auto second = Client::Create(job_, 1, cluster_->endpoints());
+  ASSERT_OK(second);
+  std::unique_ptr<Client> other = std::move(*second);
+  const std::vector<uint64_t> shared = RandomIds(30, 21);
+  const uint64_t only_first = 5;  // pushed by worker 0 alone
+  constexpr int kClocks = 3;
+  auto run = [&](Client* c, float value, bool with_own) -> Status {
+    PS_RETURN_IF_ERROR(c->Join());
+    for (int k = 0; k < kClocks; ++k) {
+      std::vector<uint64_t> ids = shared;
+      if (with_own) ids.push_back(only_first);
+      PS_RETURN_IF_ERROR(
+          c->PushSync(1, ids, SharedFloats::Take(std::vector<float>(ids.size() * 2, value))));
+      PS_ASSIGN_OR_RETURN(Ticket t, c->Clock());
+      PS_RETURN_IF_ERROR(c->Wait(t));
+    }
+    return Status::Ok();
+  };
+  Status s1;
+  std::thread t([&] { s1 = run(other.get(), 3.0f, false); });
+  Status s0 = run(client_.get(), 1.0f, true);
+  t.join();
+  ASSERT_OK(s0);
+  ASSERT_OK(s1);
+  // The reference: adagrad applied once a clock to the mean of the two
+  // workers' pushes (2 for the shared ids, 1/2 for the id only worker 0
+  // pushed).
+  auto expected = [&](uint64_t id, float mean) {
+    float w = InitialValue(job_.tables[1].init, id, 0), s = 0;
+    for (int k = 0; k < kClocks; ++k) {
+      s += mean * mean;
+      w -= 0.5f * mean / (std::sqrt(s) + 1e-8f);
+    }
+    return w;
+  };
+  std::vector<uint64_t> ids = shared;
+  ids.push_back(only_first);
+  std::vector<float> out(ids.size() * 2);
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float mean = ids[i] == only_first ? 0.5f : 2.0f;
+    EXPECT_NEAR(out[i * 2], expected(ids[i], mean), 1e-5f) << "id " << ids[i];
+  }
+  EXPECT_OK(client_->Leave());
+  EXPECT_OK(other->Leave());
+}
+
 }  // namespace
 }  // namespace ps

@@ -310,8 +310,6 @@ TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
        {"tables[1].keys: a hashed table in a job with checkpoint.dir"}},
       {"keys: hashed, max_rows: 5", "replication: { factor: 2 }\n",
        {"tables[1].keys", "replication.factor > 1"}},
-      {"keys: hashed, max_rows: 5", "consistency: { mode: bsp, aggregate: true }\n",
-       {"tables[1].keys", "consistency.aggregate"}},
       {"keys: hashed, max_rows: 5, wire: { push: bf16 }", "", {"tables[1].keys", "wire.push"}},
   };
   for (const Case& c : cases) {
