@@ -512,7 +512,6 @@ Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
     }
     // What hashed tables do not have yet, refused rather than half done.
     const std::pair<bool, std::string_view> unsupported[] = {
-        {!job.checkpoint.dir.empty(), "checkpoint.dir (checkpoints)"},
         {job.replication.factor > 1, "replication.factor > 1 (replicated shards)"},
         {t.wire.push != WireType::kF32, "wire.push other than fp32"},
     };

@@ -29,13 +29,17 @@ class SnapshotSink : public RowSink {
       const size_t n = *TableElements(t);  // checked by ReadGenerationDatabase
       t.values.resize(n);
       for (std::vector<float>& slot : t.slots) slot.resize(n);
+      if (t.hashed) t.ids.reserve(t.stored_rows);
     }
     return Status::Ok();
   }
   void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
             std::span<const std::byte* const> slots) override {
     TableSnapshot& t = out_->tables[table];
-    const size_t offset = static_cast<size_t>(first - t.owned.begin) * t.dim;
+    // A hashed table's rows come one at a time, in id order.
+    const uint64_t row = t.hashed ? t.ids.size() : first - t.owned.begin;
+    if (t.hashed) t.ids.push_back(first);
+    const size_t offset = static_cast<size_t>(row) * t.dim;
     const size_t bytes = static_cast<size_t>(count) * t.dim * sizeof(float);
     std::memcpy(t.values.data() + offset, values, bytes);
     for (size_t k = 0; k < slots.size(); ++k) {

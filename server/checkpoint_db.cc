@@ -225,16 +225,23 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   char key[kRowKeySize];
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
-    const uint64_t per_run = RowsPerRun(t.dim);
+    // A range table's records are runs of rows; a hashed table's, one row
+    // each, keyed by its id.
+    const uint64_t per_run = t.hashed ? 1 : RowsPerRun(t.dim);
     rocksdb::Slice parts[1 + kMaxOptimizerSlots];
     const int nparts = static_cast<int>(1 + t.slots.size());
     const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
       return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
                             floats * sizeof(float));
     };
-    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
-      const uint64_t n = std::min(per_run, t.owned.size() - first);
-      EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
+    const uint64_t rows = t.RowCount();
+    for (uint64_t first = 0; first < rows; first += per_run) {
+      const uint64_t n = std::min(per_run, rows - first);
+      if (t.hashed) {
+        EncodeIdKey(static_cast<uint32_t>(ti), t.ids[first], key);
+      } else {
+        EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
+      }
       const size_t offset = static_cast<size_t>(first) * t.dim;
       const size_t floats = static_cast<size_t>(n) * t.dim;
       parts[0] = piece(t.values, offset, floats);
@@ -294,7 +301,8 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
   }
   PS_RETURN_IF_ERROR(sink->Begin(layout));
 
-  // One pass over the records in key order: table by table, run by run.
+  // One pass over the records in key order: the hashed tables' rows, by
+  // table and id, then the range tables', table by table, run by run.
   RunChecker checker(layout, path);
   RunRecord run;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));

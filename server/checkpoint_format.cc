@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/hash_slots.h"
+
 namespace ps {
 namespace {
 
@@ -14,6 +16,7 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
 constexpr char kRowTag = 'r';
+constexpr char kIdTag = 'h';
 
 // Little-endian encoding of the meta record.
 class MetaWriter {
@@ -101,6 +104,11 @@ std::string EncodeMeta(const ShardSnapshot& s) {
     w.U64(t.owned.end);
     w.Str(t.optimizer);
     w.U32(static_cast<uint32_t>(t.slots.size()));
+    w.U32(t.hashed ? 1 : 0);
+    if (t.hashed) {
+      w.U32(t.hash_slots);
+      w.U64(t.stored_rows);
+    }
   }
   return w.Take();
 }
@@ -116,12 +124,14 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
   }
   uint32_t version = 0;
   if (!r.U32(&version)) return corrupt("it ends before the format version");
-  if (version != kCheckpointFormatVersion) {
+  if (version < kOldestCheckpointFormatVersion || version > kCheckpointFormatVersion) {
     return FailedPreconditionError(
         where + ": checkpoint format version " + std::to_string(version) +
-        ", but this build reads only version " + std::to_string(kCheckpointFormatVersion) +
+        ", but this build reads only versions " + std::to_string(kOldestCheckpointFormatVersion) +
+        " to " + std::to_string(kCheckpointFormatVersion) +
         " (the record format changed); start the job with a new checkpoint.dir");
   }
+  const bool has_keys = version >= 3;
   ShardSnapshot s;
   uint32_t table_count = 0;
   if (!r.U32(&s.shard) || !r.U32(&s.num_shards) || !r.I64(&s.clock) || !r.Str(&s.fingerprint) ||
@@ -130,7 +140,7 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
   }
   // Each table takes at least kMinTableBytes: do not trust a count the
   // record cannot hold.
-  constexpr size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4;
+  const size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4 + (has_keys ? 4 : 0);
   if (table_count > r.remaining() / kMinTableBytes) {
     return corrupt("it lists " + std::to_string(table_count) + " tables in " +
                    std::to_string(r.remaining()) + " bytes");
@@ -139,11 +149,28 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
   for (uint32_t i = 0; i < table_count; ++i) {
     TableSnapshot& t = s.tables[i];
     uint32_t slots = 0;
+    uint32_t keys = 0;
     if (!r.Str(&t.name) || !r.U64(&t.rows) || !r.U32(&t.dim) || !r.U64(&t.owned.begin) ||
-        !r.U64(&t.owned.end) || !r.Str(&t.optimizer) || !r.U32(&slots)) {
+        !r.U64(&t.owned.end) || !r.Str(&t.optimizer) || !r.U32(&slots) ||
+        (has_keys && !r.U32(&keys))) {
       return corrupt("it ends inside table " + std::to_string(i));
     }
-    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
+    if (keys > 1) {
+      return corrupt("table '" + t.name + "' has keys " + std::to_string(keys) +
+                     " (0 range, 1 hashed)");
+    }
+    if (keys == 1) {
+      t.hashed = true;
+      if (!r.U32(&t.hash_slots) || !r.U64(&t.stored_rows)) {
+        return corrupt("it ends inside table " + std::to_string(i));
+      }
+      if (t.rows != 0 || t.hash_slots == 0 || t.owned.begin > t.owned.end ||
+          t.owned.end > t.hash_slots) {
+        return corrupt("hashed table '" + t.name + "' of " + std::to_string(t.rows) +
+                       " rows owns slots [" + std::to_string(t.owned.begin) + ", " +
+                       std::to_string(t.owned.end) + ") of " + std::to_string(t.hash_slots));
+      }
+    } else if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
       return corrupt("table '" + t.name + "' owns rows [" + std::to_string(t.owned.begin) + ", " +
                      std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
     }
@@ -158,23 +185,45 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
   return s;
 }
 
-void EncodeRowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
-  out[0] = kRowTag;
+namespace {
+
+// A record key: `tag`, the table index (u32) and a row or id (u64), both
+// big-endian.
+void EncodeKey(char tag, uint32_t table, uint64_t n, char out[kRowKeySize]) {
+  out[0] = tag;
   PutBigEndian(out + 1, table, 4);
-  PutBigEndian(out + 5, row, 8);
+  PutBigEndian(out + 5, n, 8);
 }
 
-std::string RowKey(uint32_t table, uint64_t row) {
+std::string Key(char tag, uint32_t table, uint64_t n) {
   std::string key(kRowKeySize, '\0');
-  EncodeRowKey(table, row, key.data());
+  EncodeKey(tag, table, n, key.data());
   return key;
 }
 
-bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row) {
-  if (key.size() != kRowKeySize || key[0] != kRowTag) return false;
+bool DecodeKey(char tag, std::string_view key, uint32_t* table, uint64_t* n) {
+  if (key.size() != kRowKeySize || key[0] != tag) return false;
   *table = static_cast<uint32_t>(GetBigEndian(key.data() + 1, 4));
-  *row = GetBigEndian(key.data() + 5, 8);
+  *n = GetBigEndian(key.data() + 5, 8);
   return true;
+}
+
+}  // namespace
+
+void EncodeRowKey(uint32_t table, uint64_t row, char out[kRowKeySize]) {
+  EncodeKey(kRowTag, table, row, out);
+}
+std::string RowKey(uint32_t table, uint64_t row) { return Key(kRowTag, table, row); }
+bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row) {
+  return DecodeKey(kRowTag, key, table, row);
+}
+
+void EncodeIdKey(uint32_t table, uint64_t id, char out[kRowKeySize]) {
+  EncodeKey(kIdTag, table, id, out);
+}
+std::string IdKey(uint32_t table, uint64_t id) { return Key(kIdTag, table, id); }
+bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id) {
+  return DecodeKey(kIdTag, key, table, id);
 }
 
 uint64_t RowsPerRun(uint32_t dim) {
@@ -188,12 +237,14 @@ uint64_t RunCount(uint64_t rows, uint32_t dim) {
 
 uint64_t RunCount(const ShardSnapshot& s) {
   uint64_t runs = 0;
-  for (const TableSnapshot& t : s.tables) runs += RunCount(t.owned.size(), t.dim);
+  for (const TableSnapshot& t : s.tables) {
+    runs += t.hashed ? t.stored_rows : RunCount(t.owned.size(), t.dim);
+  }
   return runs;
 }
 
 std::optional<size_t> TableElements(const TableSnapshot& t) {
-  const Uint128 n = Uint128{t.owned.size()} * t.dim;
+  const Uint128 n = Uint128{t.RowCount()} * t.dim;
   if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxOptimizerSlots + 1)) {
     return std::nullopt;
   }
@@ -213,6 +264,33 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
   return bytes;
 }
 
+namespace {
+
+// A hashed table's ids: as many as stored_rows, ascending, each in one of
+// the shard's slots.
+Status ValidateIds(const TableSnapshot& t, const std::string& table) {
+  if (t.ids.size() != t.stored_rows || t.rows != 0 || t.hash_slots == 0) {
+    return InvalidArgumentError(table + " (hashed) has " + std::to_string(t.ids.size()) +
+                                " ids for " + std::to_string(t.stored_rows) + " rows, rows " +
+                                std::to_string(t.rows) + " and " +
+                                std::to_string(t.hash_slots) + " hash slots");
+  }
+  const uint64_t seed = NameHash(t.name);
+  for (size_t i = 0; i < t.ids.size(); ++i) {
+    if (i > 0 && t.ids[i] <= t.ids[i - 1]) {
+      return InvalidArgumentError(table + ": id " + std::to_string(t.ids[i]) +
+                                  " does not come after " + std::to_string(t.ids[i - 1]));
+    }
+    if (!t.owned.Contains(IdSlot(t.ids[i], seed, t.hash_slots))) {
+      return InvalidArgumentError(table + ": id " + std::to_string(t.ids[i]) +
+                                  " is not in the shard's hash slots");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
   if (s.clock < 0) {
     return InvalidArgumentError(where + ": clock " + std::to_string(s.clock) + " is negative");
@@ -226,14 +304,17 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
   }
   for (const TableSnapshot& t : s.tables) {
     const std::string table = where + ": table '" + t.name + "'";
-    if (t.owned.begin > t.owned.end || t.owned.end > t.rows) {
-      return InvalidArgumentError(table + " owns rows [" + std::to_string(t.owned.begin) + ", " +
-                                  std::to_string(t.owned.end) + ") of " + std::to_string(t.rows));
+    const uint64_t end = t.hashed ? t.hash_slots : t.rows;
+    if (t.owned.begin > t.owned.end || t.owned.end > end) {
+      return InvalidArgumentError(table + " owns " + (t.hashed ? "hash slots" : "rows") + " [" +
+                                  std::to_string(t.owned.begin) + ", " +
+                                  std::to_string(t.owned.end) + ") of " + std::to_string(end));
     }
+    if (t.hashed) PS_RETURN_IF_ERROR(ValidateIds(t, table));
     const std::optional<size_t> n = TableElements(t);
     if (!n || t.values.size() != *n) {
       return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
-                                  " values for " + std::to_string(t.owned.size()) +
+                                  " values for " + std::to_string(t.RowCount()) +
                                   " rows of dim " + std::to_string(t.dim));
     }
     if (t.slots.size() > kMaxOptimizerSlots) {
@@ -265,7 +346,8 @@ RunChecker::RunChecker(const ShardSnapshot& layout, std::string where)
       next_row_(layout.tables.empty() ? 0 : layout.tables[0].owned.begin) {}
 
 void RunChecker::SkipFullTables() {
-  while (cur_ < layout_.tables.size() && next_row_ == layout_.tables[cur_].owned.end) {
+  while (cur_ < layout_.tables.size() &&
+         (layout_.tables[cur_].hashed || next_row_ == layout_.tables[cur_].owned.end)) {
     ++cur_;
     if (cur_ < layout_.tables.size()) next_row_ = layout_.tables[cur_].owned.begin;
   }
@@ -281,18 +363,87 @@ Status RunChecker::Missing() const {
                        "' rows " + RowsText(next_row_, ExpectedEnd()) + " is missing");
 }
 
+Status RunChecker::HashedUpTo(size_t table) {
+  while (hashed_cur_ < table) {
+    const TableSnapshot& t = layout_.tables[hashed_cur_];
+    if (t.hashed && hashed_seen_ != t.stored_rows) {
+      return DataLossError(where_ + ": table '" + t.name + "' has " +
+                           std::to_string(hashed_seen_) + " row records, but its meta record says " +
+                           std::to_string(t.stored_rows));
+    }
+    ++hashed_cur_;
+    hashed_seen_ = 0;
+  }
+  return Status::Ok();
+}
+
+Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecord* run) {
+  uint32_t ti = 0;
+  uint64_t id = 0;
+  DecodeIdKey(key, &ti, &id);
+  if (ti >= layout_.tables.size() || !layout_.tables[ti].hashed) {
+    return DataLossError(where_ + ": a record of id " + std::to_string(id) + " of " +
+                         (ti < layout_.tables.size() ? "table '" + layout_.tables[ti].name + "'"
+                                                     : "table index " + std::to_string(ti)) +
+                         ", which is not hashed");
+  }
+  const TableSnapshot& t = layout_.tables[ti];
+  if (ti < hashed_cur_ || (ti == hashed_cur_ && hashed_seen_ > 0 && id <= last_id_)) {
+    return DataLossError(where_ + ": table '" + t.name + "' has a record of id " +
+                         std::to_string(id) + " out of order");
+  }
+  PS_RETURN_IF_ERROR(HashedUpTo(ti));
+  if (hashed_seen_ == t.stored_rows) {
+    return DataLossError(where_ + ": table '" + t.name + "' has " +
+                         std::to_string(hashed_seen_ + 1) +
+                         " row records or more, but its meta record says " +
+                         std::to_string(t.stored_rows));
+  }
+  const uint32_t slot = IdSlot(id, NameHash(t.name), t.hash_slots);
+  if (!t.owned.Contains(slot)) {
+    return DataLossError(where_ + ": table '" + t.name + "' has a record of id " +
+                         std::to_string(id) + " in hash slot " + std::to_string(slot) +
+                         ", outside its slots " + RowsText(t.owned.begin, t.owned.end));
+  }
+  const size_t num_slots = t.slots.size();
+  const size_t bytes = size_t{t.dim} * sizeof(float);
+  if (value.size() != bytes * (1 + num_slots)) {
+    return DataLossError(where_ + ": the record of table '" + t.name + "' id " +
+                         std::to_string(id) + " has " + std::to_string(value.size()) +
+                         " bytes, not " + std::to_string(bytes * (1 + num_slots)));
+  }
+  const auto* data = reinterpret_cast<const std::byte*>(value.data());
+  run->table = ti;
+  run->first = id;
+  run->count = 1;
+  run->piece_bytes = bytes;
+  run->values = data;
+  run->num_slots = num_slots;
+  for (size_t k = 0; k < num_slots; ++k) run->slots[k] = data + (1 + k) * bytes;
+  ++hashed_seen_;
+  last_id_ = id;
+  return Status::Ok();
+}
+
 Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord* run) {
   uint32_t ti = 0;
   uint64_t row = 0;
+  if (DecodeIdKey(key, &ti, &row)) return NextId(key, value, run);
   if (!DecodeRowKey(key, &ti, &row)) {
     return DataLossError(where_ + ": unexpected record with key " + Hex(key));
   }
+  // The 'h' records sort first: every hashed table is complete by now.
+  PS_RETURN_IF_ERROR(HashedUpTo(layout_.tables.size()));
   if (ti >= layout_.tables.size()) {
     return DataLossError(where_ + ": a record of table index " + std::to_string(ti) +
                          ", but the meta record lists " + std::to_string(layout_.tables.size()) +
                          " tables");
   }
   const TableSnapshot& t = layout_.tables[ti];
+  if (t.hashed) {
+    return DataLossError(where_ + ": a record of rows from " + std::to_string(row) +
+                         " of table '" + t.name + "', which is hashed (its records are by id)");
+  }
   SkipFullTables();
   if (ti != cur_ || row != next_row_) {
     if (!t.owned.Contains(row)) {
@@ -329,6 +480,7 @@ Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord*
 }
 
 Status RunChecker::Finish() {
+  PS_RETURN_IF_ERROR(HashedUpTo(layout_.tables.size()));
   SkipFullTables();
   if (cur_ < layout_.tables.size()) return Missing();
   return Status::Ok();

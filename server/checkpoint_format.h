@@ -8,7 +8,9 @@
 //   key "meta"   the shard's layout, in this binary format (all integers
 //                little-endian; str = u32 byte length, then the bytes):
 //                  char[4] "PSCK"
-//                  u32     format version (kCheckpointFormatVersion, 2)
+//                  u32     format version (kCheckpointFormatVersion, 3;
+//                          version 2 is read too: it has no `keys` and
+//                          after, every table a range table)
 //                  u32     shard
 //                  u32     num_shards
 //                  i64     clock
@@ -23,6 +25,10 @@
 //                    str   optimizer (its text)
 //                    u32   slots (0..kMaxOptimizerSlots, the rule's state
 //                          arrays in its UpdateRule::slot_names order)
+//                    u32   keys: 0 range, 1 hashed; for hashed:
+//                      u32 hash slots (rows is 0 and owned the shard's
+//                          slots of these)
+//                      u64 rows held: the table's 'h' records
 //                Nothing may follow the last table.
 //
 //   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
@@ -43,6 +49,16 @@
 //                missing, extra, overlapping, short or long record shows as
 //                a key or a size other than the next one expected
 //                (RunChecker).
+//
+//   key 'h' + table index (u32 big-endian) + id (u64 big-endian)
+//                one record per row of a hashed table (ids as keys): its
+//                values (dim floats), then each slot's dim floats, as
+//                little-endian IEEE float32: (1 + slots) * dim * 4 bytes.
+//                Every id lies in one of the shard's hash slots, and a
+//                table has exactly the rows its meta record says. 'h' keys
+//                sort before "meta" and the 'r' records, by table and id:
+//                a read meets each hashed table's rows in id order, then
+//                the range tables' runs (RunChecker).
 //
 // Version 1 (never released) held one record per row, its values followed
 // by its slots; DecodeMeta refuses it (FailedPrecondition).
@@ -67,7 +83,9 @@
 
 namespace ps {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 2;
+inline constexpr uint32_t kCheckpointFormatVersion = 3;
+// The oldest version DecodeMeta reads (range tables only).
+inline constexpr uint32_t kOldestCheckpointFormatVersion = 2;
 // The key of the meta record.
 inline constexpr std::string_view kMetaKey = "meta";
 // Bytes of a run record's key: tag, table index, first row.
@@ -98,15 +116,20 @@ std::string RowKey(uint32_t table, uint64_t row);
 // The table index and first row of a run record's key; false when `key` is
 // not of that shape (size or tag).
 bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row);
+// The key of the record of id `id` of the hashed table index `table`, and
+// its inverse (false when `key` is not of that shape).
+void EncodeIdKey(uint32_t table, uint64_t id, char out[kRowKeySize]);
+std::string IdKey(uint32_t table, uint64_t id);
+bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id);
 
 // Rows per run record of a table of `dim` (see the format above); >= 1.
 uint64_t RowsPerRun(uint32_t dim);
 // Run records of a table owning `rows` rows of `dim`: ceil(rows / RowsPerRun).
 uint64_t RunCount(uint64_t rows, uint32_t dim);
-// Run records of every table of `s`.
+// Run records of every table of `s`, and a hashed table's row records.
 uint64_t RunCount(const ShardSnapshot& s);
 
-// owned.size() x dim of `t`, or nullopt when that many floats, times
+// RowCount() x dim of `t`, or nullopt when that many floats, times
 // 1 + kMaxOptimizerSlots arrays, would not fit a size_t of bytes.
 std::optional<size_t> TableElements(const TableSnapshot& t);
 // Bytes of row data the run records of `layout` (from DecodeMeta) hold in
@@ -116,8 +139,9 @@ std::optional<size_t> TableElements(const TableSnapshot& t);
 StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& where);
 
 // OK when `s` can be written: clock >= 0, shard < num_shards, owned rows
-// inside each table's rows, values and every slot of owned.size() x dim
-// floats, at most kMaxOptimizerSlots slots, a table count and table names and
+// inside each table's rows (a hashed table: slots inside its hash slots,
+// ids ascending and as many as stored_rows), values and every slot of
+// RowCount() x dim floats, at most kMaxOptimizerSlots slots, a table count and table names and
 // optimizer texts that fit a u32.
 // Otherwise InvalidArgument "<where>: ..." naming the table and what is
 // wrong.
@@ -126,10 +150,11 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where);
 // "[first, end)", as errors print row ranges.
 std::string RowsText(uint64_t first, uint64_t end);
 
-// One run record, as RunChecker::Next found it.
+// One run record, as RunChecker::Next found it (a hashed table's row
+// record: one row, `first` its id).
 struct RunRecord {
   uint32_t table = 0;
-  uint64_t first = 0;  // global row id
+  uint64_t first = 0;  // global row id, or a hashed table's id
   uint64_t count = 0;  // rows
   // Bytes of each piece (count x dim floats); 0 for a table of dim 0.
   size_t piece_bytes = 0;
@@ -149,7 +174,12 @@ struct RunRecord {
 //   "table '<t>' has a record of rows from <r>, inside the record of rows
 //    [b, e) before it"                            an overlap or a repeat;
 //   "the record of table '<t>' rows [b, e) is missing";
-//   "the record of table '<t>' rows [b, e) has <n> bytes, not <m>".
+//   "the record of table '<t>' rows [b, e) has <n> bytes, not <m>";
+// and for a hashed table's 'h' records:
+//   "a record of id <x> of table '<t>', which is not hashed";
+//   "table '<t>' has a record of id <x> in hash slot <s>, outside its slots [b, e)";
+//   "table '<t>' has <n> row records, but its meta record says <m>";
+//   "the record of table '<t>' id <x> has <n> bytes, not <m>".
 // Not thread-safe.
 class RunChecker {
  public:
@@ -163,8 +193,14 @@ class RunChecker {
   Status Finish();
 
  private:
-  // Moves past tables whose every run was seen.
+  // Moves past tables whose every run was seen (and hashed tables, whose
+  // records are the 'h' ones).
   void SkipFullTables();
+  // A hashed table's row record.
+  Status NextId(std::string_view key, std::string_view value, RunRecord* run);
+  // Moves the hashed tables' reading to table index `table` (the end: the
+  // table count), each hashed table before it complete.
+  Status HashedUpTo(size_t table);
   // The end row of the run expected at next_row_ of table cur_;
   // REQUIRES: cur_ < tables.
   uint64_t ExpectedEnd() const;
@@ -177,6 +213,11 @@ class RunChecker {
   size_t cur_ = 0;
   uint64_t next_row_ = 0;
   uint64_t last_first_ = 0, last_end_ = 0;
+  // The hashed table whose 'h' records are being read, how many of them
+  // came, and the last id.
+  size_t hashed_cur_ = 0;
+  uint64_t hashed_seen_ = 0;
+  uint64_t last_id_ = 0;
 };
 
 }  // namespace ps

@@ -68,7 +68,9 @@ class RowSink {
   virtual Status Begin(const ShardSnapshot& layout) = 0;
   // Rows [first, first + count) of table `table` (global row ids inside its
   // owned range; each row arrives exactly once): `values` and each of
-  // `slots` hold count x dim floats, row-major, possibly unaligned.
+  // `slots` hold count x dim floats, row-major, possibly unaligned. A
+  // hashed table's rows arrive one at a time (count 1), `first` the id, in
+  // ascending order of id.
   virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                     std::span<const std::byte* const> slots) = 0;
 };

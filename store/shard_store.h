@@ -172,7 +172,8 @@ class ShardStore {
   // Restore a run of rows at a time (as a checkpoint read delivers them,
   // server/restore.h): rows [first, first + count) of `table` (global row ids inside its
   // owned range) take `values` and the optimizer state arrays `slots`
-  // (count x dim floats each, row-major, possibly unaligned).
+  // (count x dim floats each, row-major, possibly unaligned). A hashed
+  // table's: one row (count 1), `first` its id, made or overwritten.
   // REQUIRES: the generation passed CheckRestorable against Layout().
   void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                    std::span<const std::byte* const> slots);
@@ -252,6 +253,8 @@ class ShardStore {
     size_t at;
   };
   ShardStore() = default;
+  // A hashed table's rows into a snapshot, in ascending order of id.
+  static void CopyHashed(const HashedRows& rows, TableSnapshot* ts);
   // ApplyPush of a hashed table.
   Status ApplyHashed(Table& t, const Request& request, int64_t clock);
   // The block, made private to the store first if a reply still shares it.

@@ -58,6 +58,12 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
     ts.owned = t.layout.owned;
     ts.optimizer = OptimizerDescription(t.optimizer);
     ts.slots.resize(t.slots);
+    if (t.hashed != nullptr) {
+      ts.hashed = true;
+      ts.hash_slots = t.layout.slots;
+      ts.stored_rows = t.hashed->size();
+      ts.max_rows = t.hashed->max_rows();
+    }
     snapshot.tables.push_back(std::move(ts));
   }
   return snapshot;
@@ -70,6 +76,10 @@ StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t sha
     for (size_t i = 0; i < tables_.size(); ++i) {
       const auto table = static_cast<uint32_t>(i);
       TableSnapshot& ts = snapshot.tables[i];
+      if (tables_[i].hashed != nullptr) {
+        CopyHashed(*tables_[i].hashed, &ts);
+        continue;
+      }
       ts.values = CopyValues(table);
       for (uint32_t slot = 0; slot < ts.slots.size(); ++slot) ts.slots[slot] = CopySlot(table, slot);
     }
@@ -87,8 +97,40 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
     for (const std::vector<float>& slot : ts.slots) {
       slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
     }
+    if (ts.hashed) {
+      // A row at a time, as a checkpoint read delivers them.
+      const size_t dim = ts.dim;
+      for (size_t r = 0; r < ts.ids.size(); ++r) {
+        std::vector<const std::byte*> row_slots;
+        for (const std::byte* slot : slots) row_slots.push_back(slot + r * dim * sizeof(float));
+        RestoreRows(static_cast<uint32_t>(i), ts.ids[r], 1,
+                    reinterpret_cast<const std::byte*>(ts.values.data() + r * dim), row_slots);
+      }
+      continue;
+    }
     RestoreRows(static_cast<uint32_t>(i), ts.owned.begin, ts.owned.size(),
                 reinterpret_cast<const std::byte*>(ts.values.data()), slots);
+  }
+}
+
+void ShardStore::CopyHashed(const HashedRows& rows, TableSnapshot* ts) {
+  // In ascending order of id, as the checkpoint's keys sort.
+  std::vector<uint64_t> order(rows.size());
+  for (uint64_t r = 0; r < rows.size(); ++r) order[r] = r;
+  std::sort(order.begin(), order.end(),
+            [&rows](uint64_t a, uint64_t b) { return rows.id(a) < rows.id(b); });
+  const size_t dim = rows.dim();
+  ts->stored_rows = rows.size();
+  ts->ids.resize(rows.size());
+  ts->values.resize(rows.size() * dim);
+  for (std::vector<float>& slot : ts->slots) slot.resize(rows.size() * dim);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const float* row = rows.row(order[i]);
+    ts->ids[i] = rows.id(order[i]);
+    std::memcpy(ts->values.data() + i * dim, row, dim * sizeof(float));
+    for (size_t k = 0; k < ts->slots.size(); ++k) {
+      std::memcpy(ts->slots[k].data() + i * dim, row + (k + 1) * dim, dim * sizeof(float));
+    }
   }
 }
 
@@ -97,6 +139,19 @@ void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
   Table& t = tables_[table];
   t.bounded = false;  // measured again on the next push
   const size_t row_bytes = size_t{t.layout.dim} * sizeof(float);
+  if (t.hashed != nullptr) {
+    // One row, `first` its id (REQUIRES of the header).
+    float* row = t.hashed->FindOrMake(first);
+    if (row == nullptr) {  // CheckRestorable refuses more rows than the bound
+      ++t.dropped_rows;
+      return;
+    }
+    std::memcpy(row, values, row_bytes);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      std::memcpy(row + (k + 1) * t.layout.dim, slots[k], row_bytes);
+    }
+    return;
+  }
   size_t done = 0;  // bytes of each array consumed
   ForEachBlockRun(t, first - t.layout.owned.begin, count,
                   [&](uint64_t block, uint64_t in_block, uint64_t n) {

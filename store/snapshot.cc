@@ -29,6 +29,19 @@ std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& ex
       return differ("table " + std::to_string(i) + " is", "'" + a.name + "'", "'" + b.name + "'");
     }
     const std::string table = "table '" + a.name + "' has";
+    if (a.hashed != b.hashed) {
+      return differ(table, a.hashed ? "keys hashed" : "keys range",
+                    b.hashed ? "hashed" : "range");
+    }
+    if (a.hash_slots != b.hash_slots) {
+      return differ(table, std::to_string(a.hash_slots) + " hash slots",
+                    std::to_string(b.hash_slots));
+    }
+    if (a.hashed && a.stored_rows > b.max_rows) {
+      return table + " " + std::to_string(a.stored_rows) +
+             " rows on this shard in the checkpoint, more than its bound of " +
+             std::to_string(b.max_rows) + " rows in the job (max_rows or max_mb)";
+    }
     if (a.rows != b.rows) {
       return differ(table, std::to_string(a.rows) + " rows", std::to_string(b.rows));
     }

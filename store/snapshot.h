@@ -28,6 +28,22 @@ struct TableSnapshot {
   std::vector<float> values;
   // The optimizer's state arrays (0, 1 or 2), each laid out like values.
   std::vector<std::vector<float>> slots;
+
+  // A hashed table (keys: hashed): `rows` is 0 and `owned` the shard's
+  // hash slots of `hash_slots`; the rows are those of `ids`, in ascending
+  // order, with values and each slot array ids.size() x dim.
+  bool hashed = false;
+  uint32_t hash_slots = 0;
+  // Hashed: the rows the shard held (ids.size() once the values are read;
+  // a meta record says it before them).
+  uint64_t stored_rows = 0;
+  // Hashed, in a store's layout (ShardStore::Layout): the most rows the
+  // shard may hold; a checkpoint of more is not restorable.
+  uint64_t max_rows = 0;
+  std::vector<uint64_t> ids;
+
+  // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
+  uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }
 };
 
 // The state of one shard at a clock boundary.
@@ -45,7 +61,8 @@ struct ShardSnapshot {
 
 // OK when `saved` (read from disk) can be restored into a shard whose
 // layout is `expected` (same shard and shard count, fingerprint, tables
-// with the same names, rows, dim, owned rows and optimizer). Otherwise
+// with the same names, kind, rows or hash slots, dim, owned rows and
+// optimizer, and no more rows of a hashed table than its max_rows). Otherwise
 // FailedPrecondition naming `where` (the generation's path), the first
 // difference, and both values.
 Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <set>
@@ -325,6 +326,57 @@ TEST_F(HashedTableTest, BspAggregationAppliesTheMeanOfEachClockOncePerId) {
   }
   EXPECT_OK(client_->Leave());
   EXPECT_OK(other->Leave());
+}
+
+TEST(HashedCheckpointTest, AGenerationRestoresEveryRowAndItsStateByTheirIds) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "hashed_table_test_checkpoint";
+  std::filesystem::remove_all(dir);
+  JobOptions job = Job(2, Hashed("emb", 3, 1000, OptimizerKind::kAdagrad));
+  job.consistency.mode = ConsistencyMode::kBsp;
+  job.checkpoint.dir = dir.string();
+  job.checkpoint.every_clocks = 2;
+  job.checkpoint.sync = false;
+  job.server.exit_when_workers_leave = false;
+  ASSERT_OK(job.Validate());
+  const std::vector<uint64_t> ids = RandomIds(200, 31);
+  std::vector<float> before(ids.size() * 3);
+  std::vector<uint64_t> checksums, rows;
+  {
+    InProcessCluster cluster(job);
+    auto client = Client::Create(job, 0, cluster.endpoints()).value();
+    ASSERT_OK(client->Join());
+    for (int c = 0; c < 4; ++c) {
+      // Clock c pushes to the first 50 * (c + 1) ids: rows made over time.
+      const std::vector<uint64_t> part(ids.begin(), ids.begin() + 50 * (c + 1));
+      std::vector<float> grads(part.size() * 3);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 13 + c);
+      ASSERT_OK(client->PushSync(1, part, SharedFloats::Take(std::move(grads))));
+      ASSERT_OK(client->Wait(*client->Clock()));
+    }
+    ASSERT_OK(client->PullSync(1, ids, before.data()));
+    ASSERT_OK(client->Leave());
+    cluster.Stop();  // the writes finish
+    for (uint32_t s = 0; s < 2; ++s) {
+      checksums.push_back(cluster.server(s).store().Checksum(1));
+      rows.push_back(cluster.server(s).store().stored_rows(1));
+    }
+  }
+  EXPECT_EQ(rows[0] + rows[1], ids.size());
+  InProcessCluster restored(job);
+  auto client = Client::Create(job, 0, restored.endpoints()).value();
+  ASSERT_OK(client->Join());
+  EXPECT_EQ(client->clock(), 4);
+  std::vector<float> after(ids.size() * 3);
+  ASSERT_OK(client->PullSync(1, ids, after.data()));
+  EXPECT_EQ(after, before);
+  ASSERT_OK(client->Leave());
+  restored.Stop();
+  for (uint32_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(restored.server(s).store().stored_rows(1), rows[s]) << "shard " << s;
+    // Values and adagrad's state, bit for bit.
+    EXPECT_EQ(restored.server(s).store().Checksum(1), checksums[s]) << "shard " << s;
+  }
 }
 
 }  // namespace

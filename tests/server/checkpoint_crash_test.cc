@@ -30,6 +30,7 @@
 #include <ostream>
 #include <string>
 #include <system_error>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,20 @@ constexpr milliseconds kLineTimeout(30000);
 constexpr uint64_t kRows = 50000;
 constexpr uint32_t kDim = 4;
 constexpr size_t kFloats = kRows * kDim;
+// A hashed table beside it (keys: hashed, dim kDim, adam): clock c pushes
+// to the first kIdsPerClock * (c + 1) of kIds ids, so each generation
+// holds more rows than the one before; its rows are records keyed by id.
+constexpr size_t kIds = 6000;
+constexpr size_t kIdsPerClock = 700;
+
+const std::vector<uint64_t>& HashedIds() {
+  static const std::vector<uint64_t> ids = [] {
+    std::vector<uint64_t> out;
+    for (uint64_t i = 0; i < kIds; ++i) out.push_back(i * 0x9e3779b97f4a7c15ull + 12345);
+    return out;
+  }();
+  return ids;
+}
 
 // One ps_server child whose merged stdout and stderr the test reads.
 class ServerProcess {
@@ -117,6 +132,17 @@ std::vector<float> Gradient(int64_t clock) {
   return g;
 }
 
+// The dense table's part of what PullAll reads.
+std::vector<float> Dense(const std::vector<float>& all) {
+  return std::vector<float>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kFloats));
+}
+
+// The rows the hashed table holds at the start of `clock`: every id pushed
+// by the clocks before it.
+size_t HashedRowsAt(int64_t clock) {
+  return std::min(kIds, kIdsPerClock * static_cast<size_t>(clock));
+}
+
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -135,18 +161,28 @@ std::string FirstDifference(const std::vector<float>& a, const std::vector<float
   return "none";
 }
 
+// The dense table's values, then the hashed table's at every id (those
+// without a row read as their initial value).
 Status PullAll(Client* client, std::vector<float>* out) {
-  out->assign(kFloats, 0.0f);
+  out->assign(kFloats + kIds * kDim, 0.0f);
   PS_ASSIGN_OR_RETURN(Ticket t, client->PullDense(0, out->data()));
-  return client->Wait(t);
+  PS_ASSIGN_OR_RETURN(Ticket h, client->Pull(1, HashedIds(), out->data() + kFloats));
+  PS_RETURN_IF_ERROR(client->Wait(t));
+  return client->Wait(h);
 }
 
-// One step of worker 0 at its current clock: push that clock's gradient,
+// One step of worker 0 at its current clock: push that clock's gradients,
 // then end the clock.
 Status Step(Client* client) {
-  PS_ASSIGN_OR_RETURN(Ticket push,
-                      client->PushDense(0, SharedFloats::Take(Gradient(client->clock()))));
+  const int64_t at = client->clock();
+  PS_ASSIGN_OR_RETURN(Ticket push, client->PushDense(0, SharedFloats::Take(Gradient(at))));
+  const size_t n = std::min(kIds, kIdsPerClock * static_cast<size_t>(at + 1));
+  std::vector<float> g = Gradient(at);
+  g.resize(n * kDim);
+  const std::span<const uint64_t> ids(HashedIds().data(), n);
+  PS_ASSIGN_OR_RETURN(Ticket hashed, client->Push(1, ids, SharedFloats::Take(std::move(g))));
   PS_RETURN_IF_ERROR(client->Wait(push));
+  PS_RETURN_IF_ERROR(client->Wait(hashed));
   PS_ASSIGN_OR_RETURN(Ticket clock, client->Clock());
   return client->Wait(clock);
 }
@@ -209,6 +245,9 @@ class CheckpointCrashTest : public ::testing::Test {
         << "tables:\n"
         << "  - { name: w, rows: " << kRows << ", dim: " << kDim
         << ", init: { type: normal, stddev: 0.1, seed: 7 },\n"
+        << "      optimizer: { type: adam, lr: 0.01 } }\n"
+        << "  - { name: h, keys: hashed, max_rows: 100000, dim: " << kDim
+        << ", init: { type: uniform, scale: 0.1, seed: 9 },\n"
         << "      optimizer: { type: adam, lr: 0.01 } }\n"
         << "consistency: { mode: bsp }\n"
         // No heartbeats: the test's pauses never make the worker dead.
@@ -328,8 +367,10 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
     auto read = (*copy)->Read(torn_clock);
     if (c.torn_holds_every_record) {
       ASSERT_OK(read) << name << ": " << read.status().ToString();
-      EXPECT_TRUE(BitEqual(read->tables[0].values, state.at(torn_clock)))
-          << name << ": " << FirstDifference(read->tables[0].values, state.at(torn_clock));
+      EXPECT_TRUE(BitEqual(read->tables[0].values, Dense(state.at(torn_clock))))
+          << name << ": "
+          << FirstDifference(read->tables[0].values, Dense(state.at(torn_clock)));
+      EXPECT_EQ(read->tables[1].ids.size(), HashedRowsAt(torn_clock)) << name;
     } else {
       EXPECT_FALSE(read.ok()) << name << " holds a complete generation after a kill at " << stall
                               << ": the hook stopped later than its stage says";
@@ -337,10 +378,16 @@ TEST_P(CheckpointCrashStageTest, SigkillLeavesNoTornGenerationAndRestartRestores
   }
   auto saved = CheckpointDir::Open(shard_dir_).value()->Read(c.restored_clock);
   ASSERT_OK(saved);
-  ASSERT_EQ(saved->tables.size(), 1u);
+  ASSERT_EQ(saved->tables.size(), 2u);
   EXPECT_EQ(saved->tables[0].slots.size(), 2u);  // Adam's two moments
-  EXPECT_TRUE(BitEqual(saved->tables[0].values, state.at(c.restored_clock)))
-      << FirstDifference(saved->tables[0].values, state.at(c.restored_clock));
+  EXPECT_TRUE(BitEqual(saved->tables[0].values, Dense(state.at(c.restored_clock))))
+      << FirstDifference(saved->tables[0].values, Dense(state.at(c.restored_clock)));
+  // The hashed table: a row for every id pushed before the generation's
+  // clock, each a record of its id (the values are compared after the
+  // restart, through pulls).
+  EXPECT_TRUE(saved->tables[1].hashed);
+  EXPECT_EQ(saved->tables[1].ids.size(), HashedRowsAt(c.restored_clock));
+  EXPECT_EQ(saved->tables[1].slots.size(), 2u);
 
   // Run 2, with the hook off: the server restores the newest published
   // generation and worker 0 resumes at its clock.

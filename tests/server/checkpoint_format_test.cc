@@ -1,5 +1,6 @@
 // The record format of a checkpoint generation, without a database.
 #include "server/checkpoint_format.h"
+#include "common/hash_slots.h"
 #include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
@@ -84,7 +85,7 @@ TEST(CheckpointFormatTest, MetaStartsWithMagicAndVersionLittleEndian) {
   // magic, version, shard, num_shards, clock, fingerprint "", table count 0.
   ASSERT_EQ(meta.size(), 4u + 4 + 4 + 4 + 8 + 4 + 4);
   EXPECT_EQ(meta.substr(0, 4), "PSCK");
-  EXPECT_EQ(meta.substr(4, 4), std::string("\x02\0\0\0", 4));
+  EXPECT_EQ(meta.substr(4, 4), std::string("\x03\0\0\0", 4));
   EXPECT_EQ(meta.substr(12, 4), std::string("\x01\0\0\0", 4));
   EXPECT_EQ(meta.substr(16, 8), "\x08\x07\x06\x05\x04\x03\x02\x01");
 }
@@ -112,15 +113,15 @@ TEST(CheckpointFormatTest, BadMagicOrTrailingBytesAreRefused) {
 
 TEST(CheckpointFormatTest, OtherFormatVersionsAreFailedPrecondition) {
   std::string meta = EncodeMeta(Snapshot());
-  for (int version : {0, 1, 3, 255}) {
+  for (int version : {0, 1, 4, 255}) {
     meta[4] = static_cast<char>(version);
     auto got = DecodeMeta(meta, kWhere);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status().ToString();
     EXPECT_NE(got.status().message().find(
                   kWhere + ": checkpoint format version " + std::to_string(version) +
-                  ", but this build reads only version 2 (the record format changed); start the "
-                  "job with a new checkpoint.dir"),
+                  ", but this build reads only versions 2 to 3 (the record format changed); "
+                  "start the job with a new checkpoint.dir"),
               std::string::npos)
         << got.status().ToString();
   }
@@ -143,7 +144,7 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 4294967295 tables in ");
   m = meta;
   put32(&m, count_at, 2);
-  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 2 tables in 61 bytes");
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 2 tables in 65 bytes");
   // Enough bytes for two tables' least size, but the second is cut short.
   m += std::string(39, '\0');
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 1");
@@ -151,9 +152,9 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   put32(&m, fingerprint_at, 0xfffffff0u);
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside the shard fields");
   // The table: name (4 + 1), rows (8), dim (4), owned.begin (8), owned.end
-  // (8), optimizer (4 + n), slots (4).
+  // (8), optimizer (4 + n), slots (4), keys (4).
   const size_t rows_at = table_at + 5, begin_at = rows_at + 12, end_at = begin_at + 8;
-  const size_t slots_at = meta.size() - 4;
+  const size_t slots_at = meta.size() - 8, keys_at = meta.size() - 4;
   m = meta;
   put32(&m, table_at, 0xffffffffu);
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 0");
@@ -167,6 +168,12 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   m = meta;
   put32(&m, slots_at, 3);
   ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' has 3 optimizer slots");
+  m = meta;
+  put32(&m, keys_at, 2);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' has keys 2 (0 range, 1 hashed)");
+  m = meta;
+  put32(&m, keys_at, 1);  // hashed, but its slot count and rows are cut off
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 0");
   ASSERT_OK(DecodeMeta(meta, kWhere));
 
   // A table too large for memory is refused when its row data is counted.
@@ -263,8 +270,9 @@ std::vector<std::pair<std::string, std::string>> Records(const ShardSnapshot& s)
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
     const uint64_t per_run = RowsPerRun(t.dim);
-    for (uint64_t first = 0; first < t.owned.size(); first += per_run) {
-      const uint64_t n = std::min(per_run, t.owned.size() - first);
+    const uint64_t owned = t.hashed ? 0 : t.owned.size();
+    for (uint64_t first = 0; first < owned; first += per_run) {
+      const uint64_t n = std::min(per_run, owned - first);
       std::string value;
       const auto append = [&](const std::vector<float>& a) {
         value.append(reinterpret_cast<const char*>(a.data() + first * t.dim), n * t.dim * 4);
@@ -273,7 +281,17 @@ std::vector<std::pair<std::string, std::string>> Records(const ShardSnapshot& s)
       for (const auto& slot : t.slots) append(slot);
       out.emplace_back(RowKey(static_cast<uint32_t>(ti), t.owned.begin + first), value);
     }
+    for (size_t r = 0; r < t.ids.size(); ++r) {  // a hashed table: a record per id
+      std::string value;
+      const auto append = [&](const std::vector<float>& a) {
+        value.append(reinterpret_cast<const char*>(a.data() + r * t.dim), t.dim * 4);
+      };
+      append(t.values);
+      for (const auto& slot : t.slots) append(slot);
+      out.emplace_back(IdKey(static_cast<uint32_t>(ti), t.ids[r]), value);
+    }
   }
+  std::sort(out.begin(), out.end());  // the database's key order
   return out;
 }
 
@@ -356,6 +374,161 @@ TEST(RunCheckerTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
   long_run[4].second += "abcd";
   expect(long_run, "the record of table 'long' rows [33768, 35000) has 9860 bytes, not 9856");
   expect({}, "the record of table 'emb' rows [250, 500) is missing");
+}
+
+// A hashed table "emb_h" of dim 2 with adam's 2 slots on shard 1 of 4 (slots
+// [16, 32) of 64), holding `n` rows of ids of those slots, ascending.
+TableSnapshot HashedTable(size_t n) {
+  TableSnapshot t;
+  t.name = "emb_h";
+  t.dim = 2;
+  t.hashed = true;
+  t.hash_slots = 64;
+  t.owned = {16, 32};
+  t.optimizer = "adam lr=0.01";
+  const uint64_t seed = NameHash(t.name);
+  for (uint64_t id = 7; t.ids.size() < n; id = id * 6364136223846793005ull + 1442695040888963407ull) {
+    if (t.owned.Contains(IdSlot(id, seed, 64))) t.ids.push_back(id);
+  }
+  std::sort(t.ids.begin(), t.ids.end());
+  t.stored_rows = n;
+  for (size_t i = 0; i < n * 2; ++i) t.values.push_back(static_cast<float>(i));
+  t.slots.assign(2, std::vector<float>(n * 2, 0.25f));
+  return t;
+}
+
+ShardSnapshot WithHashed() {
+  ShardSnapshot s = Snapshot();
+  s.tables.insert(s.tables.begin() + 1, HashedTable(3));
+  TableSnapshot empty = HashedTable(0);
+  empty.name = "empty_h";
+  s.tables.push_back(empty);
+  return s;
+}
+
+TEST(CheckpointFormatTest, HashedTablesRoundTripTheirSlotsAndRowCount) {
+  const ShardSnapshot s = WithHashed();
+  ASSERT_OK(ValidateForWrite(s, kWhere));
+  auto got = DecodeMeta(EncodeMeta(s), kWhere);
+  ASSERT_OK(got);
+  const TableSnapshot& t = got->tables[1];
+  EXPECT_TRUE(t.hashed);
+  EXPECT_EQ(t.hash_slots, 64u);
+  EXPECT_EQ(t.stored_rows, 3u);
+  EXPECT_EQ(t.owned, (RowRange{16, 32}));
+  EXPECT_EQ(t.slots.size(), 2u);
+  EXPECT_FALSE(got->tables[0].hashed);
+  EXPECT_EQ(RunCount(s), RunCount(Snapshot()) + 3);
+  const StatusOr<Uint128> bytes = RowDataBytes(*got, kWhere);
+  ASSERT_OK(bytes);
+  EXPECT_EQ(*bytes - *RowDataBytes(Snapshot(), kWhere), Uint128{3 * 2 * 4 * 3});
+  // A hashed table whose slots do not lie inside its slot count is corrupt.
+  ShardSnapshot bad = s;
+  bad.tables[1].owned = {16, 65};
+  ExpectDataLoss(DecodeMeta(EncodeMeta(bad), kWhere),
+                 "hashed table 'emb_h' of 0 rows owns slots [16, 65) of 64");
+}
+
+TEST(CheckpointFormatTest, AVersion2MetaIsReadAsRangeTables) {
+  // Version 2's layout: no keys field after each table's slot count.
+  const ShardSnapshot s = Snapshot();
+  std::string meta = EncodeMeta(s);
+  meta[4] = 2;
+  std::string v2 = meta.substr(0, 4 + 4 + 4 + 4 + 8 + 4 + s.fingerprint.size() + 4);
+  for (const TableSnapshot& t : s.tables) {
+    const auto u32 = [&v2](uint32_t v) { v2.append(reinterpret_cast<const char*>(&v), 4); };
+    const auto u64 = [&v2](uint64_t v) { v2.append(reinterpret_cast<const char*>(&v), 8); };
+    u32(static_cast<uint32_t>(t.name.size()));
+    v2 += t.name;
+    u64(t.rows);
+    u32(t.dim);
+    u64(t.owned.begin);
+    u64(t.owned.end);
+    u32(static_cast<uint32_t>(t.optimizer.size()));
+    v2 += t.optimizer;
+    u32(static_cast<uint32_t>(t.slots.size()));
+  }
+  auto got = DecodeMeta(v2, kWhere);
+  ASSERT_OK(got);
+  EXPECT_OK(CheckRestorable(*got, s, kWhere));
+}
+
+TEST(CheckpointFormatTest, HashedSnapshotsThatCannotBeReadBackAreRefusedForWriting) {
+  const auto refused = [](ShardSnapshot s, const std::string& text) {
+    const Status st = ValidateForWrite(s, kWhere);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
+  };
+  ShardSnapshot s = WithHashed();
+  std::swap(s.tables[1].ids[0], s.tables[1].ids[1]);
+  refused(s, "does not come after");
+  s = WithHashed();
+  s.tables[1].stored_rows = 4;
+  refused(s, "has 3 ids for 4 rows");
+  s = WithHashed();
+  s.tables[1].ids[2] = s.tables[1].ids[2] + 1;
+  while (ShardSlots(64, 4, 1).Contains(IdSlot(s.tables[1].ids[2], NameHash("emb_h"), 64))) {
+    ++s.tables[1].ids[2];
+  }
+  refused(s, "is not in the shard's hash slots");
+}
+
+TEST(RunCheckerTest, AHashedTablesRowsComeByIdAndEachIsChecked) {
+  const ShardSnapshot s = WithHashed();
+  const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
+  const auto records = Records(s);
+  std::vector<RunRecord> runs;
+  ASSERT_OK(Check(layout, records, &runs));
+  ASSERT_EQ(runs.size(), 6u + 3);
+  for (size_t i = 0; i < 3; ++i) {  // 'h' keys sort first
+    EXPECT_EQ(runs[i].table, 1u);
+    EXPECT_EQ(runs[i].first, s.tables[1].ids[i]);
+    EXPECT_EQ(runs[i].count, 1u);
+    EXPECT_EQ(runs[i].piece_bytes, 8u);
+    ASSERT_EQ(runs[i].num_slots, 2u);
+    EXPECT_EQ(std::memcmp(runs[i].values, s.tables[1].values.data() + 2 * i, 8), 0);
+  }
+  const auto expect = [&](const std::vector<std::pair<std::string, std::string>>& changed,
+                          const std::string& text) {
+    const Status st = Check(layout, changed);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << text << ": " << st.ToString();
+    EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
+  };
+  auto missing = records;
+  missing.erase(missing.begin() + 1);
+  expect(missing, "table 'emb_h' has 2 row records, but its meta record says 3");
+  const std::string row(24, 'x');
+  auto extra = records;
+  extra.emplace_back(IdKey(1, s.tables[1].ids[2] + 1), row);
+  std::sort(extra.begin(), extra.end());
+  // The extra id sorts after the last one: a fourth record, or one outside
+  // the shard's slots, both refused.
+  const Status st = Check(layout, extra);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  auto outside = records;
+  uint64_t foreign = 1;
+  while (ShardSlots(64, 4, 1).Contains(IdSlot(foreign, NameHash("emb_h"), 64))) ++foreign;
+  outside[0] = {IdKey(1, foreign), row};
+  std::sort(outside.begin(), outside.end());
+  expect(outside, "table 'emb_h' has a record of id " + std::to_string(foreign) +
+                      " in hash slot " + std::to_string(IdSlot(foreign, NameHash("emb_h"), 64)) +
+                      ", outside its slots [16, 32)");
+  auto short_row = records;
+  short_row[0].second.pop_back();
+  expect(short_row, "the record of table 'emb_h' id " + std::to_string(s.tables[1].ids[0]) +
+                        " has 23 bytes, not 24");
+  auto of_range = records;
+  of_range.emplace_back(IdKey(0, 5), row);
+  std::sort(of_range.begin(), of_range.end());
+  expect(of_range, "a record of id 5 of table 'emb', which is not hashed");
+  auto as_rows = records;
+  as_rows.emplace_back(RowKey(1, 0), row);
+  std::sort(as_rows.begin(), as_rows.end());
+  expect(as_rows, "a record of rows from 0 of table 'emb_h', which is hashed");
+  auto in_empty = records;
+  in_empty.emplace_back(IdKey(6, s.tables[1].ids[0]), row);
+  std::sort(in_empty.begin(), in_empty.end());
+  expect(in_empty, "table 'empty_h' has 1 row records or more, but its meta record says 0");
 }
 
 }  // namespace
