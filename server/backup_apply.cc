@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/hash_slots.h"
 #include "common/logging.h"
 #include "server/checkpoint_format.h"
 #include "server/replication.h"
@@ -101,6 +102,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     case ReplicaEntry::kCopyClocks:
     case ReplicaEntry::kCopyRecent:
     case ReplicaEntry::kCopyEnd:
+    case ReplicaEntry::kCopyIds:
     case ReplicaEntry::kInSync:
       break;  // Handle's, never here
   }
@@ -208,12 +210,51 @@ Status BackupServer::ApplyCopyRows(const MessageHeader& entry, std::span<Frame> 
   return Status::Ok();
 }
 
+Status BackupServer::ApplyCopyIds(const MessageHeader& entry, std::span<Frame> rest) {
+  const auto layouts = store_->layouts();
+  if (entry.table >= layouts.size() || !layouts[entry.table].hashed) {
+    return InvalidArgumentError("a copy of rows by id of table index " +
+                                std::to_string(entry.table) + ", which is not a hashed table");
+  }
+  const TableLayout& t = layouts[entry.table];
+  const uint64_t stride = uint64_t{t.dim} * (1 + job_.tables[entry.table].optimizer.Slots());
+  uint64_t& next = copy_next_row_[entry.table];
+  if (entry.first_row != next || entry.count == 0) {
+    return DataLossError("the copy of table '" + t.name + "' sent its rows " +
+                         RowsText(entry.first_row, entry.first_row + entry.count) +
+                         " where rows from " + std::to_string(next) + " were expected");
+  }
+  if (rest.size() != 2 || rest[0].size() != entry.count * sizeof(uint64_t) ||
+      rest[1].size() != entry.count * stride * sizeof(float)) {
+    return InvalidArgumentError("a copy of " + std::to_string(entry.count) +
+                                " rows of table '" + t.name + "' in a malformed shape (" +
+                                std::to_string(rest.size()) + " frames)");
+  }
+  std::vector<uint64_t> scratch;
+  const std::span<const uint64_t> ids = FrameAs<uint64_t>(rest[0], &scratch);
+  for (uint64_t id : ids) {
+    const uint32_t slot = IdSlot(id, t.hash_seed, t.slots);
+    if (!t.owned.Contains(slot)) {
+      return DataLossError("the copy of table '" + t.name + "' sent id " + std::to_string(id) +
+                           " of hash slot " + std::to_string(slot) + ", outside this shard's " +
+                           RowsText(t.owned.begin, t.owned.end));
+    }
+  }
+  PS_RETURN_IF_ERROR(store_->RestoreIds(entry.table, ids,
+                                        reinterpret_cast<const std::byte*>(rest[1].data())));
+  next += entry.count;
+  ++copy_blocks_;
+  return Status::Ok();
+}
+
 Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest) {
   const auto kind = static_cast<ReplicaEntry>(entry.flags);
   const auto layouts = store_->layouts();
   switch (kind) {
     case ReplicaEntry::kCopyRows:
       return ApplyCopyRows(entry, rest);
+    case ReplicaEntry::kCopyIds:
+      return ApplyCopyIds(entry, rest);
     case ReplicaEntry::kCopySum: {
       if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
       PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
@@ -248,7 +289,8 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
     }
     case ReplicaEntry::kCopyEnd: {
       for (uint32_t t = 0; t < layouts.size(); ++t) {
-        if (copy_next_row_[t] != layouts[t].owned.end) {
+        // A hashed table's chunks are counted in the entries (below).
+        if (!layouts[t].hashed && copy_next_row_[t] != layouts[t].owned.end) {
           return DataLossError("the copy ended with table '" + layouts[t].name + "' rows " +
                                RowsText(copy_next_row_[t], layouts[t].owned.end) + " missing");
         }

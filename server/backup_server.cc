@@ -59,7 +59,9 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   PS_ASSIGN_OR_RETURN(b->store_,
                       ShardStore::Create(job, shard, /*initialize=*/generation < 0 && !join));
   for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
-    b->copy_next_row_[t] = b->store_->layouts()[t].owned.begin;
+    // A hashed table's copy counts its rows from 0.
+    const TableLayout& layout = b->store_->layouts()[t];
+    b->copy_next_row_[t] = layout.hashed ? 0 : layout.owned.begin;
   }
   if (generation >= 0) {
     PS_RETURN_IF_ERROR(

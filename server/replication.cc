@@ -117,6 +117,23 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
   // connection, so the backup applies them after the copy.
   uint64_t blocks = 0;
   for (uint32_t t = 0; t < store->layouts().size(); ++t) {
+    if (store->layouts()[t].hashed) {
+      // A hashed table's rows, copied now in chunks of about 1 MiB (its
+      // rows are not shared blocks).
+      const uint64_t rows = store->stored_rows(t);
+      const uint64_t chunk = store->HashedRowsPerCopy(t);
+      for (uint64_t first = 0; first < rows; first += chunk) {
+        std::vector<Frame> frames;
+        MessageHeader h;
+        h.table = t;
+        h.first_row = first;
+        h.count = std::min(chunk, rows - first);
+        PS_RETURN_IF_ERROR(store->CopyIds(t, first, h.count, &frames));
+        PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyIds, h, std::move(frames)));
+        ++blocks;
+      }
+      continue;
+    }
     for (uint64_t k = 0; k < store->block_count(t); ++k) {
       std::vector<Frame> frames;
       MessageHeader h;

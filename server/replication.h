@@ -155,12 +155,20 @@ enum class ReplicaEntry : uint32_t {
   // numbered: its request_id is the last entry sent before it, which the
   // backup has applied when it reads this. Not acknowledged.
   kInSync = 15,
+  // A copy's rows of a hashed table (after kCopyRows, before kCopyEnd):
+  // table, first_row (the chunk's first row among the table's rows in the
+  // copy: chunks come in order from 0), count; frames: the ids (u64
+  // each), then the rows (count x (1 + slots) x dim floats, each row its
+  // values, then each optimizer state array). Counted with the kCopyRows
+  // entries in kCopyEnd's count.
+  kCopyIds = 16,
 };
 
 // True for the kinds of a joining backup's copy.
 inline bool IsCopyEntry(uint32_t kind) {
-  return kind >= static_cast<uint32_t>(ReplicaEntry::kCopyRows) &&
-         kind <= static_cast<uint32_t>(ReplicaEntry::kCopyEnd);
+  return (kind >= static_cast<uint32_t>(ReplicaEntry::kCopyRows) &&
+          kind <= static_cast<uint32_t>(ReplicaEntry::kCopyEnd)) ||
+         kind == static_cast<uint32_t>(ReplicaEntry::kCopyIds);
 }
 
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
@@ -382,6 +390,8 @@ class BackupServer {
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
   // ApplyCopy of a kCopyRows entry: rows of one table, values and state.
   Status ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest);
+  // ApplyCopy of a kCopyIds entry: rows of a hashed table by id.
+  Status ApplyCopyIds(const MessageHeader& entry, std::span<Frame> rest);
   void Reply(Frame& routing_id, const MessageHeader& header);
   // The backup's STATS (ShardStats::backup set).
   ShardStats Stats() const;

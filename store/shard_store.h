@@ -190,6 +190,19 @@ class ShardStore {
   // the moment of the call. REQUIRES: block < block_count(table).
   Status ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>* frames, uint64_t* first,
                     uint64_t* rows);
+  // A hashed table's rows for a replica that joins, copied (they are not
+  // shared blocks): rows [first, first + count) in the table's own order
+  // (valid until the next push) as two frames, their ids (u64 each) and
+  // their floats (each row its values, then each optimizer state array).
+  // HashedRowsPerCopy: rows per such copy, about 1 MiB. ResourceExhausted
+  // when the frames cannot be allocated. REQUIRES: a hashed table,
+  // first + count <= stored_rows(table).
+  uint64_t HashedRowsPerCopy(uint32_t table) const;
+  Status CopyIds(uint32_t table, uint64_t first, uint64_t count, std::vector<Frame>* frames) const;
+  // Takes rows CopyIds gave (`rows`: ids.size() rows of floats, possibly
+  // unaligned), each made or overwritten. DataLoss when the table has no
+  // room for one (the bound differs from the primary's).
+  Status RestoreIds(uint32_t table, std::span<const uint64_t> ids, const std::byte* rows);
   // The sums of synchronous aggregation not applied yet, one per clock and
   // table that received pushes: for each sum of a clock < `below` (clock
   // order, then table), appends two frames to *frames, a copy of its

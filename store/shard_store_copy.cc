@@ -166,6 +166,46 @@ void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
                   });
 }
 
+uint64_t ShardStore::HashedRowsPerCopy(uint32_t table) const {
+  constexpr uint64_t kCopyFloats = 256 * 1024;  // 1 MiB
+  return std::max<uint64_t>(1, kCopyFloats / tables_[table].hashed->stride());
+}
+
+Status ShardStore::CopyIds(uint32_t table, uint64_t first, uint64_t count,
+                           std::vector<Frame>* frames) const {
+  const HashedRows& rows = *tables_[table].hashed;
+  const size_t stride = rows.stride();
+  PS_ASSIGN_OR_RETURN(Frame ids, Frame::Allocate(count * sizeof(uint64_t)));
+  PS_ASSIGN_OR_RETURN(Frame floats, Frame::Allocate(count * stride * sizeof(float)));
+  std::byte* id_out = ids.mutable_data();
+  std::byte* row_out = floats.mutable_data();
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t id = rows.id(first + i);
+    std::memcpy(id_out + i * sizeof(uint64_t), &id, sizeof(id));
+    std::memcpy(row_out + i * stride * sizeof(float), rows.row(first + i), stride * sizeof(float));
+  }
+  frames->push_back(std::move(ids));
+  frames->push_back(std::move(floats));
+  return Status::Ok();
+}
+
+Status ShardStore::RestoreIds(uint32_t table, std::span<const uint64_t> ids,
+                              const std::byte* rows) {
+  Table& t = tables_[table];
+  const size_t bytes = t.hashed->stride() * sizeof(float);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* row = t.hashed->FindOrMake(ids[i]);
+    if (row == nullptr) {
+      return DataLossError("table '" + t.layout.name + "' has no room for id " +
+                           std::to_string(ids[i]) + ": it holds its bound of " +
+                           std::to_string(t.hashed->max_rows()) +
+                           " rows; the primary's job holds more (max_rows or max_mb differ)");
+    }
+    std::memcpy(row, rows + i * bytes, bytes);
+  }
+  return Status::Ok();
+}
+
 std::vector<float> ShardStore::CopyValues(uint32_t table) const {
   std::vector<float> all;
   all.reserve(tables_[table].layout.owned.size() * tables_[table].layout.dim);

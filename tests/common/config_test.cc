@@ -306,8 +306,9 @@ TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
       {"keys: sorted, max_rows: 5", "", {"tables[1].keys", "range, hashed"}},
       {"keys: hashed", "", {"tables[1]: a hashed table without a memory bound"}},
       {"max_rows: 5", "", {"tables[1].rows: missing required key", "keys: hashed"}},
-      {"keys: hashed, max_rows: 5", "replication: { factor: 2 }\n",
-       {"tables[1].keys", "replication.factor > 1"}},
+      {"keys: hashed, max_rows: 5",
+       "replication: { factor: 2 }\nconsistency: { mode: bsp, aggregate: true }\n",
+       {"tables[1].keys", "replication.factor > 1 and consistency.aggregate"}},
       {"keys: hashed, max_rows: 5, wire: { push: bf16 }", "", {"tables[1].keys", "wire.push"}},
   };
   for (const Case& c : cases) {

@@ -4,12 +4,14 @@
 //   replica_pusher --stop-file F --config job.yaml --rank R [--log-level L]
 //
 // Rank r adds r + 1 to every row of table 0 (optimizer add) once per
-// clock (under consistency.aggregate the mean of the ranks' pushes is
-// applied). It reports its clock every 100 clocks ("clock N"); once F holds a
-// clock T it stops at T, pulls the table (under bsp: after every worker's
-// T pushes) and checks that every row holds exactly sum over ranks of
-// (r + 1) x T (divided by the workers under aggregate): a push lost or applied twice shows as a wrong row. Exit 0
-// when exact, 1 otherwise (naming the first wrong row), 2 on bad flags.
+// clock, and, when table 1 is a hashed table (add), to each of 5000 ids of
+// it (under consistency.aggregate the mean of the ranks' pushes is
+// applied). It reports its clock every 100 clocks ("clock N"); once F
+// holds a clock T it stops at T, pulls the table and the ids (under bsp:
+// after every worker's T pushes) and checks that each holds exactly sum
+// over ranks of (r + 1) x T (divided by the workers under aggregate): a
+// push lost or applied twice shows as a wrong row. Exit 0 when exact, 1
+// otherwise (naming the first wrong row or id), 2 on bad flags.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -58,6 +60,13 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Fail(client.status());
   if (ps::Status s = (*client)->Join(); !s.ok()) return Fail(s);
   const uint64_t rows = job->tables[0].rows;
+  // Table 1, when hashed: the same pushes to kIds ids spread over the
+  // uint64 space (rows made by the first push, copied by id to a replica
+  // that rejoins).
+  const bool hashed = job->tables.size() > 1 && job->tables[1].hashed();
+  constexpr uint64_t kIds = 5000;
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; hashed && i < kIds; ++i) ids.push_back(i * 0x9e3779b97f4a7c15ull + 7);
   constexpr int64_t kMaxClocks = 1000000;
   int64_t stop = -1;
   int64_t clock = 0;
@@ -65,6 +74,12 @@ int main(int argc, char** argv) {
     std::vector<float> update(rows, static_cast<float>(rank + 1));
     auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));
     if (!push.ok()) return Fail(push.status());
+    if (hashed) {
+      auto by_id = (*client)->Push(
+          1, ids, ps::SharedFloats::Take(std::vector<float>(ids.size(), static_cast<float>(rank + 1))));
+      if (!by_id.ok()) return Fail(by_id.status());
+      if (ps::Status s = (*client)->Wait(*by_id); !s.ok()) return Fail(s);
+    }
     // The clock before the push's acknowledgement: under replication
     // after aggregation that comes once the clock's sums are replicated.
     auto ticket = (*client)->Clock();
@@ -76,27 +91,32 @@ int main(int argc, char** argv) {
     if (stop < 0 && clock % 10 == 0) stop = StopClock(stop_file);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::vector<float> pulled(rows);
+  std::vector<float> pulled(rows + ids.size());
   auto pull = (*client)->PullDense(0, pulled.data());
   if (!pull.ok()) return Fail(pull.status());
   if (ps::Status s = (*client)->Wait(*pull); !s.ok()) return Fail(s);
+  if (hashed) {  // the ids' values follow the rows, checked alike
+    if (ps::Status s = (*client)->PullSync(1, ids, pulled.data() + rows); !s.ok()) return Fail(s);
+  }
   double per_clock = 0;
   for (uint32_t r = 0; r < job->cluster.workers; ++r) per_clock += r + 1;
   // consistency.aggregate applies the mean of a clock's pushes.
   if (job->consistency.aggregate) per_clock /= job->cluster.workers;
   const float expected = static_cast<float>(per_clock * static_cast<double>(clock));
-  for (uint64_t row = 0; row < rows; ++row) {
+  for (uint64_t row = 0; row < pulled.size(); ++row) {
     if (pulled[row] != expected) {
-      std::printf("row %llu holds %.1f after %lld clocks, expected %.1f: %s\n",
-                  static_cast<unsigned long long>(row), pulled[row],
+      std::printf("%s %llu holds %.1f after %lld clocks, expected %.1f: %s\n",
+                  row < rows ? "row" : "hashed id",
+                  static_cast<unsigned long long>(row < rows ? row : ids[row - rows]), pulled[row],
                   static_cast<long long>(clock), expected,
                   pulled[row] < expected ? "acknowledged pushes were lost"
                                          : "pushes were applied twice");
       return 1;
     }
   }
-  std::printf("exact: every one of %llu rows holds %.1f after %lld clocks\n",
-              static_cast<unsigned long long>(rows), expected, static_cast<long long>(clock));
+  std::printf("exact: every one of %llu rows and %llu hashed ids holds %.1f after %lld clocks\n",
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(ids.size()),
+              expected, static_cast<long long>(clock));
   std::fflush(stdout);
   if (ps::Status s = (*client)->Leave(); !s.ok()) return Fail(s);
   return 0;

@@ -5,7 +5,8 @@
 // that every shard always has a copy to promote. ps_launch promotes or
 // drops, and starts the dead one again as a backup that copies the shard.
 // At the end every row must hold the exact sum of every push: none lost,
-// none applied twice.
+// none applied twice; under bsp also every id of a hashed table, whose
+// rows a rejoining replica copies by id.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -97,6 +98,11 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
   std::ofstream(config) << "cluster: { servers: [\"127.0.0.1:" << ports[0] << "\", \"127.0.0.1:"
                         << ports[1] << "\", \"127.0.0.1:" << ports[2] << "\"], workers: 2 }\n"
                         << "tables:\n  - { name: w, rows: 30000, dim: 1, optimizer: { type: add } }\n"
+                        // A hashed table too, where its replication allows (not with
+                        // replicated sums).
+                        << (consistency == "bsp" ? "  - { name: h, keys: hashed, max_rows: 100000, "
+                                                   "optimizer: { type: add } }\n"
+                                                 : "")
                         << "consistency: { mode: bsp"
                         << (consistency == "bsp_aggregate" ? ", aggregate: true" : "") << " }\n"
                         << "client: { request_timeout_ms: 20000 }\n"

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -297,6 +298,21 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedTrainingTest,
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// The authority's part of a rejoin: backup 1 of shard 0 dies, is dropped
+// at epoch 1, starts again empty and is added back at epoch 2 (it takes a
+// copy from its primary). Returns the control client it used (null when
+// it could not make one).
+std::unique_ptr<ControlClient> RejoinBackup(ReplicatedCluster& cluster, const JobOptions& job) {
+  cluster.KillBackup(0, 1);
+  auto control = ControlClient::Create(job, cluster.endpoints());
+  EXPECT_OK(control);
+  if (!control.ok()) return nullptr;
+  EXPECT_OK((*control)->Membership(0, kMembershipDropBackup, 1, 1));
+  cluster.StartBackup(0, 1, /*join=*/true);
+  EXPECT_OK((*control)->Membership(0, kMembershipAddBackup, 1, 2));
+  return std::move(*control);
+}
+
 // A backup dies while the workers train; it comes back empty and takes a
 // copy from the running primary (snapshot, then the log since): at the end
 // it holds the primary's state bit for bit, and the sums are exact.
@@ -314,14 +330,10 @@ TEST_P(RejoinTest, ABackupThatRejoinsWhileWorkersPushEndsBitForBitEqualToItsPrim
   std::shared_future<void> rejoined_future = rejoined.get_future().share();
   std::thread authority([&] {
     reached.get_future().wait();
-    cluster.KillBackup(0, 1);
-    auto control = ControlClient::Create(job, cluster.endpoints());
-    ASSERT_OK(control);
-    EXPECT_OK((*control)->Membership(0, kMembershipDropBackup, 1, 1));
-    cluster.StartBackup(0, 1, /*join=*/true);
-    EXPECT_OK((*control)->Membership(0, kMembershipAddBackup, 1, 2));
+    std::unique_ptr<ControlClient> control = RejoinBackup(cluster, job);
+    ASSERT_NE(control, nullptr);
     // Adding it twice is refused: it is a backup of the log already.
-    EXPECT_FALSE((*control)->Membership(0, kMembershipAddBackup, 1, 3).ok());
+    EXPECT_FALSE(control->Membership(0, kMembershipAddBackup, 1, 3).ok());
     rejoined.set_value();
   });
   Train(job, cluster, kRows, 30, [&](uint32_t rank, int clock) {
@@ -387,6 +399,84 @@ TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
     EXPECT_EQ(b.store().CopyValues(0), cluster.primary(0).store().CopyValues(0));
     EXPECT_EQ(b.recent_pushes().Encode(), cluster.primary(0).recent_pushes().Encode());
   }
+}
+
+// A hashed table on replicated shards: every push reaches the backups, a
+// backup that dies and rejoins takes the rows by id in its copy (adagrad's
+// state with them), and the sums of integer pushes are exact on every
+// copy.
+TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsById) {
+  TableOptions sums = TestTable("sums", 0, 2, OptimizerKind::kAdd);
+  sums.keys = KeyKind::kHashed;
+  sums.max_rows = 100000;
+  TableOptions emb = TestTable("emb", 0, 4, OptimizerKind::kAdagrad);
+  emb.keys = KeyKind::kHashed;
+  emb.max_rows = 100000;
+  emb.init.kind = InitKind::kUniform;
+  emb.init.value = 0.1f;
+  JobOptions job = ReplicatedJob(
+      2, 2, TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd).Table(sums).Table(emb));
+  ASSERT_OK(job.Validate());
+  ReplicatedCluster cluster(job);
+  // 3000 ids; worker r pushes r + 1 to the first 500 * (clock + 1) of them.
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 3000; ++i) ids.push_back(i * 0x9e3779b97f4a7c15ull + 99);
+  constexpr int kClocks = 8;
+  std::promise<void> reached, rejoined;
+  std::shared_future<void> rejoined_future = rejoined.get_future().share();
+  std::thread authority([&] {
+    reached.get_future().wait();
+    EXPECT_NE(RejoinBackup(cluster, job), nullptr);
+    rejoined.set_value();
+  });
+  std::vector<std::thread> workers;
+  std::vector<Status> results(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      results[r] = [&]() -> Status {
+        PS_ASSIGN_OR_RETURN(auto client, Client::Create(job, r, cluster.endpoints()));
+        PS_RETURN_IF_ERROR(client->Join());
+        for (int c = 0; c < kClocks; ++c) {
+          const std::span<const uint64_t> part(ids.data(), std::min<size_t>(ids.size(), 500 * (c + 1)));
+          PS_RETURN_IF_ERROR(client->PushSync(
+              1, part, SharedFloats::Take(std::vector<float>(part.size() * 2, float(r + 1)))));
+          PS_RETURN_IF_ERROR(client->PushSync(
+              2, part, SharedFloats::Take(std::vector<float>(part.size() * 4, 0.01f * float(r + 1)))));
+          PS_ASSIGN_OR_RETURN(Ticket t, client->Clock());
+          PS_RETURN_IF_ERROR(client->Wait(t));
+          if (r == 0 && c == 2) reached.set_value();
+          if (r == 0 && c == 3) rejoined_future.wait();  // clocks pass after the copy
+        }
+        return client->Leave();
+      }();
+    });
+  }
+  for (auto& t : workers) t.join();
+  authority.join();
+  for (const Status& st : results) EXPECT_OK(st);
+  cluster.Stop();
+  ExpectSameCopies(cluster, job);  // every table's checksum, the hashed ones too
+  EXPECT_FALSE(cluster.backup(0, 1).copying());
+  // The integer sums are exact on every copy: the i-th id was pushed 1 + 2
+  // a clock from clock floor(i / 500) on.
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+  uint64_t rows = 0;
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (const ShardStore* store : {&cluster.primary(s).store(), &cluster.backup(s, 1).store()}) {
+      const ShardSnapshot snapshot = store->Snapshot(job, s, 0).value();
+      const TableSnapshot& t = snapshot.tables[1];
+      for (size_t r = 0; r < t.ids.size(); ++r) {
+        const float expected = 3.0f * static_cast<float>(kClocks - index.at(t.ids[r]) / 500);
+        ASSERT_EQ(t.values[2 * r], expected) << "shard " << s << " id " << t.ids[r];
+        ASSERT_EQ(t.values[2 * r + 1], expected) << "shard " << s << " id " << t.ids[r];
+      }
+    }
+    rows += cluster.primary(s).store().stored_rows(1);
+    EXPECT_EQ(cluster.backup(s, 1).store().stored_rows(1),
+              cluster.primary(s).store().stored_rows(1));
+  }
+  EXPECT_EQ(rows, ids.size());
 }
 
 TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {

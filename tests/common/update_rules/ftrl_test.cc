@@ -1,5 +1,6 @@
 // FTRL-Proximal against a plain double-precision transcription of McMahan
-// et al. 2013, Algorithm 1, over dense and sparse pushes.
+// et al. 2013, Algorithm 1, over dense and sparse pushes and in a hashed
+// table's rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "common/options.h"
 #include "common/update_rule.h"
+#include "store/hashed_rows.h"
 
 namespace ps {
 namespace {
@@ -99,6 +101,49 @@ TEST(FtrlTest, MatchesReferenceOverDenseAndSparsePushes) {
                         " step " + std::to_string(step));
     }
   }
+}
+
+// The same rule in a hashed table's rows (store/hashed_rows.h: a row's w,
+// then z, then n), each id's row made by its first push.
+TEST(FtrlTest, MatchesReferenceInAHashedTable) {
+  constexpr uint32_t kDim = 4;
+  constexpr size_t kIds = 40;
+  const Case c{0.05f, 1.0f, 0.5f, 1.0f};
+  const OptimizerOptions o = Ftrl(c.alpha, c.beta, c.l1, c.l2);
+  HashedRows rows(kDim, o.Slots(), InitOptions(), 1000);
+  ReferenceFtrl ref(kIds * kDim, c.alpha, c.beta, c.l1, c.l2);
+  std::vector<uint64_t> ids(kIds);
+  std::mt19937_64 rng(5);
+  for (uint64_t& id : ids) id = rng();
+  std::normal_distribution<float> grad(0.0f, 1.0f);
+  std::bernoulli_distribution touched(0.4);
+  for (int step = 1; step <= 20; ++step) {
+    std::vector<uint64_t> pushed;
+    std::vector<size_t> which;
+    std::vector<float> g;
+    for (size_t k = 0; k < kIds; ++k) {
+      if (!touched(rng)) continue;
+      pushed.push_back(ids[k]);
+      which.push_back(k);
+      for (uint32_t d = 0; d < kDim; ++d) g.push_back(grad(rng));
+    }
+    rows.Apply(pushed, g.data(), *FindRule(OptimizerKind::kFtrl), o, 0.0f, step, true);
+    for (size_t x = 0; x < which.size(); ++x) {
+      for (uint32_t d = 0; d < kDim; ++d) ref.Update(which[x] * kDim + d, g[x * kDim + d]);
+    }
+  }
+  std::vector<float> w(kIds * kDim, 0.0f), z(kIds * kDim, 0.0f), n(kIds * kDim, 0.0f);
+  for (size_t k = 0; k < kIds; ++k) {
+    const float* row = rows.Find(ids[k]);
+    if (row == nullptr) continue;  // never pushed: 0 everywhere, as the reference holds
+    for (uint32_t d = 0; d < kDim; ++d) {
+      w[k * kDim + d] = row[d];
+      z[k * kDim + d] = row[kDim + d];
+      n[k * kDim + d] = row[2 * kDim + d];
+    }
+  }
+  EXPECT_GT(rows.size(), kIds / 2);
+  ExpectMatches(ref, w, z, n, "hashed");
 }
 
 TEST(FtrlTest, L1HoldsWeightsAtExactlyZero) {
