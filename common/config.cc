@@ -171,6 +171,17 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
       UnsignedField("max_rows", &T::max_rows),
       UnsignedField("max_mb", &T::max_mb),
       UnsignedField("slots", &T::slots),
+      {"admit",
+       [](const YamlReader& reader, const YamlValue& v, T* t) {
+         using A = AdmitOptions;
+         const std::vector<YamlField<A>> admit = {
+             UnsignedField("min_pushes", &A::min_pushes),
+             FloatField("probability", &A::probability),
+             UnsignedField("sketch_width", &A::sketch_width),
+         };
+         return ReadSection(reader, v, admit,
+                            "a map with min_pushes, probability and sketch_width", &t->admit);
+       }},
       {"init",
        [](const YamlReader& reader, const YamlValue& v, T* t) { return ParseInit(reader, v, &t->init); }},
       {"optimizer",

@@ -135,7 +135,8 @@ void StateText(std::ostream& os, const ShardStats& s) {
       os << "table " << t.name << " keys hashed dim " << t.dim << " slots [" << t.owned_begin
          << ", " << t.owned_end << ") stored_rows " << t.stored_rows << " max_rows "
          << t.max_rows << " stored_bytes " << t.stored_bytes << " dropped_rows "
-         << t.dropped_rows << " non_finite_rows " << t.non_finite_rows << " refused_rows "
+         << t.dropped_rows << " unadmitted_rows " << t.unadmitted_rows << " sketch_bytes "
+         << t.sketch_bytes << " non_finite_rows " << t.non_finite_rows << " refused_rows "
          << t.refused_rows << "\n";
       continue;
     }

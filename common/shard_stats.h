@@ -99,6 +99,9 @@ struct ShardStats {
     // the table was full.
     std::string keys = "range";
     uint64_t stored_rows = 0, max_rows = 0, stored_bytes = 0, dropped_rows = 0;
+    // With an admission filter: pushed rows of ids it has not admitted
+    // yet (dropped), and its sketch's bytes.
+    uint64_t unadmitted_rows = 0, sketch_bytes = 0;
   };
 
   uint32_t shard = 0;

@@ -156,6 +156,14 @@ Status ValidateOptimizer(const std::string& source, const std::string& at,
 // A range table: rows, and none of the hashed tables' keys.
 Status ValidateRangeKeys(const std::string& source, size_t i, const TableOptions& table) {
   constexpr std::string_view kOnlyHashed = "only for keys: hashed";
+  const AdmitOptions no_admit;
+  const bool admit_set = table.admit.min_pushes != no_admit.min_pushes ||
+                         table.admit.probability != no_admit.probability ||
+                         table.admit.sketch_width != no_admit.sketch_width;
+  if (admit_set) {
+    return InvalidOption(source, TablePath(i, "admit"), "set on a table of keys: range",
+                         std::string(kOnlyHashed) + " (a range table has a row for every id)");
+  }
   const std::pair<std::string_view, uint64_t> hashed_only[] = {
       {"max_rows", table.max_rows}, {"max_mb", table.max_mb}, {"slots", table.slots}};
   for (const auto& [key, value] : hashed_only) {
@@ -197,6 +205,22 @@ Status ValidateHashedKeys(const std::string& source, size_t i, const TableOption
   if (table.max_mb > (uint64_t{1} << 30)) {
     return InvalidOption(source, TablePath(i, "max_mb"), "got " + std::to_string(table.max_mb),
                          "at most 2^30 MiB per shard");
+  }
+  const AdmitOptions& admit = table.admit;
+  if (admit.min_pushes > 65535) {
+    return InvalidOption(source, TablePath(i, "admit.min_pushes"),
+                         "got " + std::to_string(admit.min_pushes),
+                         "at most 65535 (the sketch counts in 16 bits)");
+  }
+  if (!(admit.probability > 0.0f && admit.probability <= 1.0f)) {
+    return InvalidOption(source, TablePath(i, "admit.probability"),
+                         fmt::format("got {}", admit.probability), "a probability in (0, 1]");
+  }
+  if (admit.sketch_width < (1u << 10) || admit.sketch_width > (1u << 26) ||
+      (admit.sketch_width & (admit.sketch_width - 1)) != 0) {
+    return InvalidOption(source, TablePath(i, "admit.sketch_width"),
+                         "got " + std::to_string(admit.sketch_width),
+                         "a power of two in [1024, 67108864] (8 bytes per counter column)");
   }
   if (table.slots > kMaxHashSlots) {
     return InvalidOption(source, TablePath(i, "slots"), "got " + std::to_string(table.slots),
@@ -260,7 +284,11 @@ std::string TableOptions::Shape() const {
   if (!hashed()) return fmt::format("{} rows={} dim={}", name, rows, dim);
   const std::string bound = max_rows != 0 ? fmt::format("max_rows={}", max_rows)
                                           : fmt::format("max_mb={}", max_mb);
-  return fmt::format("{} keys=hashed slots={} {} dim={}", name, HashSlots(), bound, dim);
+  std::string shape = fmt::format("{} keys=hashed slots={} {} dim={}", name, HashSlots(), bound, dim);
+  if (admit.enabled()) {
+    shape += fmt::format(" admit={},{},{}", admit.min_pushes, admit.probability, admit.sketch_width);
+  }
+  return shape;
 }
 
 float OptimizerOptions::LearningRate(int64_t clock) const {

@@ -173,6 +173,25 @@ inline constexpr uint32_t kDefaultHashSlots = 4096;
 // The most hash slots a table may have.
 inline constexpr uint32_t kMaxHashSlots = uint32_t{1} << 20;
 
+// A hashed table's admission filter (`admit`): an id gets a row only at its
+// min_pushes-th push (counted in a bounded sketch, store/push_sketch.h),
+// and from then on each push without a row makes one with `probability`
+// (a hash of the id and its count decides, so every replica decides
+// alike). Until then its pushes are counted and dropped and its pulls read
+// its initial value.
+struct AdmitOptions {
+  // 0 or 1: at the first push (no filter by count); at most 65535.
+  uint32_t min_pushes = 0;
+  // In (0, 1]; 1: every push that reached min_pushes.
+  float probability = 1.0f;
+  // Counters per row of the sketch (4 rows of 16-bit counters: 8 * width
+  // bytes per shard and table); a power of two in [2^10, 2^26].
+  uint32_t sketch_width = 1u << 20;
+
+  // True when the filter is on (min_pushes > 1 or probability < 1).
+  bool enabled() const { return min_pushes > 1 || probability < 1.0f; }
+};
+
 struct TableOptions {
   // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
   std::string name;
@@ -194,6 +213,8 @@ struct TableOptions {
   // 1..kMaxHashSlots and at least the number of shards; 0 means
   // kDefaultHashSlots. 0 for range tables.
   uint32_t slots = 0;
+  // Hashed tables: the admission filter (off by default).
+  AdmitOptions admit;
 
   bool hashed() const { return keys == KeyKind::kHashed; }
   // The hash slots a hashed table has (`slots`, or its default).
@@ -203,7 +224,9 @@ struct TableOptions {
   uint64_t HashSeed() const;
   // The table's shape as the rendezvous and the job's fingerprint compare
   // it: "<name> rows=<rows> dim=<dim>" for a range table; for a hashed one
-  // "<name> keys=hashed slots=<slots> max_rows=<n> dim=<dim>" (or max_mb).
+  // "<name> keys=hashed slots=<slots> max_rows=<n> dim=<dim>" (or max_mb),
+  // then " admit=<min_pushes>,<probability>,<sketch_width>" when the
+  // admission filter is on.
   std::string Shape() const;
 };
 

@@ -103,6 +103,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     case ReplicaEntry::kCopyRecent:
     case ReplicaEntry::kCopyEnd:
     case ReplicaEntry::kCopyIds:
+    case ReplicaEntry::kCopySketch:
     case ReplicaEntry::kInSync:
       break;  // Handle's, never here
   }
@@ -255,6 +256,17 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
       return ApplyCopyRows(entry, rest);
     case ReplicaEntry::kCopyIds:
       return ApplyCopyIds(entry, rest);
+    case ReplicaEntry::kCopySketch:
+      if (entry.table >= layouts.size() || rest.size() != 1 ||
+          !store_->RestoreSketch(entry.table,
+                                 {reinterpret_cast<const std::byte*>(rest[0].data()),
+                                  rest[0].size()})) {
+        return InvalidArgumentError("a copy of an admission sketch of table index " +
+                                    std::to_string(entry.table) + " that does not fit its "
+                                    "sketch (" + std::to_string(rest.size()) + " frames)");
+      }
+      ++copy_blocks_;
+      return Status::Ok();
     case ReplicaEntry::kCopySum: {
       if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
       PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,

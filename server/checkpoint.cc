@@ -46,6 +46,9 @@ class SnapshotSink : public RowSink {
       std::memcpy(t.slots[k].data() + offset, slots[k], bytes);
     }
   }
+  void Sketch(uint32_t table, std::span<const std::byte> counters) override {
+    out_->tables[table].sketch.assign(counters.begin(), counters.end());
+  }
 
  private:
   ShardSnapshot* out_;

@@ -225,6 +225,11 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   char key[kRowKeySize];
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
+    if (t.sketch_width != 0) {
+      rs = batch.Put(AsSlice(SketchKey(static_cast<uint32_t>(ti))),
+                     rocksdb::Slice(reinterpret_cast<const char*>(t.sketch.data()), t.sketch.size()));
+      if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+    }
     // A range table's records are runs of rows; a hashed table's, one row
     // each, keyed by its id.
     const uint64_t per_run = t.hashed ? 1 : RowsPerRun(t.dim);
@@ -310,7 +315,9 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
     const rocksdb::Slice key = it->key();
     if (key == AsSlice(kMetaKey)) continue;
     PS_RETURN_IF_ERROR(checker.Next(key.ToStringView(), it->value().ToStringView(), &run));
-    if (run.piece_bytes > 0) {
+    if (run.sketch) {
+      sink->Sketch(run.table, {run.values, run.piece_bytes});
+    } else if (run.piece_bytes > 0) {
       sink->Rows(run.table, run.first, run.count, run.values,
                  std::span<const std::byte* const>(run.slots, run.num_slots));
     }

@@ -17,6 +17,7 @@ static_assert(std::endian::native == std::endian::little,
 constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
 constexpr char kRowTag = 'r';
 constexpr char kIdTag = 'h';
+constexpr char kSketchTag = 'a';
 
 // Little-endian encoding of the meta record.
 class MetaWriter {
@@ -108,6 +109,7 @@ std::string EncodeMeta(const ShardSnapshot& s) {
     if (t.hashed) {
       w.U32(t.hash_slots);
       w.U64(t.stored_rows);
+      w.U32(t.sketch_width);
     }
   }
   return w.Take();
@@ -161,7 +163,7 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
     }
     if (keys == 1) {
       t.hashed = true;
-      if (!r.U32(&t.hash_slots) || !r.U64(&t.stored_rows)) {
+      if (!r.U32(&t.hash_slots) || !r.U64(&t.stored_rows) || !r.U32(&t.sketch_width)) {
         return corrupt("it ends inside table " + std::to_string(i));
       }
       if (t.rows != 0 || t.hash_slots == 0 || t.owned.begin > t.owned.end ||
@@ -226,6 +228,12 @@ bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id) {
   return DecodeKey(kIdTag, key, table, id);
 }
 
+std::string SketchKey(uint32_t table) { return Key(kSketchTag, table, 0); }
+bool DecodeSketchKey(std::string_view key, uint32_t* table) {
+  uint64_t zero = 0;
+  return DecodeKey(kSketchTag, key, table, &zero) && zero == 0;
+}
+
 uint64_t RowsPerRun(uint32_t dim) {
   return dim == 0 ? kRunFloats : std::max<uint64_t>(1, kRunFloats / dim);
 }
@@ -259,7 +267,7 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
       return DataLossError(where + ": the meta record is corrupt: table '" + t.name +
                            "' is too large");
     }
-    bytes += Uint128{*n} * sizeof(float) * (1 + t.slots.size());
+    bytes += Uint128{*n} * sizeof(float) * (1 + t.slots.size()) + SketchBytes(t.sketch_width);
   }
   return bytes;
 }
@@ -311,6 +319,10 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
                                   std::to_string(t.owned.end) + ") of " + std::to_string(end));
     }
     if (t.hashed) PS_RETURN_IF_ERROR(ValidateIds(t, table));
+    if (t.sketch.size() != SketchBytes(t.sketch_width) || (!t.hashed && t.sketch_width != 0)) {
+      return InvalidArgumentError(table + " has a sketch of " + std::to_string(t.sketch.size()) +
+                                  " bytes for width " + std::to_string(t.sketch_width));
+    }
     const std::optional<size_t> n = TableElements(t);
     if (!n || t.values.size() != *n) {
       return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
@@ -425,9 +437,47 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
   return Status::Ok();
 }
 
+Status RunChecker::NextSketch(uint32_t ti, std::string_view value, RunRecord* run) {
+  if (ti >= layout_.tables.size() || layout_.tables[ti].sketch_width == 0) {
+    return DataLossError(where_ + ": a sketch record of " +
+                         (ti < layout_.tables.size() ? "table '" + layout_.tables[ti].name + "'"
+                                                     : "table index " + std::to_string(ti)) +
+                         ", which has no admission sketch");
+  }
+  const TableSnapshot& t = layout_.tables[ti];
+  if (value.size() != SketchBytes(t.sketch_width)) {
+    return DataLossError(where_ + ": the sketch record of table '" + t.name + "' has " +
+                         std::to_string(value.size()) + " bytes, not " +
+                         std::to_string(SketchBytes(t.sketch_width)));
+  }
+  sketch_seen_.resize(layout_.tables.size(), false);
+  sketch_seen_[ti] = true;
+  run->table = ti;
+  run->sketch = true;
+  run->values = reinterpret_cast<const std::byte*>(value.data());
+  run->piece_bytes = value.size();
+  return Status::Ok();
+}
+
+Status RunChecker::SketchesDone() {
+  if (sketches_done_) return Status::Ok();
+  sketch_seen_.resize(layout_.tables.size(), false);
+  for (size_t ti = 0; ti < layout_.tables.size(); ++ti) {
+    if (layout_.tables[ti].sketch_width != 0 && !sketch_seen_[ti]) {
+      return DataLossError(where_ + ": the sketch record of table '" + layout_.tables[ti].name +
+                           "' is missing");
+    }
+  }
+  sketches_done_ = true;
+  return Status::Ok();
+}
+
 Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord* run) {
+  *run = RunRecord();
   uint32_t ti = 0;
   uint64_t row = 0;
+  if (DecodeSketchKey(key, &ti)) return NextSketch(ti, value, run);
+  PS_RETURN_IF_ERROR(SketchesDone());  // 'a' keys sort first
   if (DecodeIdKey(key, &ti, &row)) return NextId(key, value, run);
   if (!DecodeRowKey(key, &ti, &row)) {
     return DataLossError(where_ + ": unexpected record with key " + Hex(key));
@@ -480,6 +530,7 @@ Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord*
 }
 
 Status RunChecker::Finish() {
+  PS_RETURN_IF_ERROR(SketchesDone());
   PS_RETURN_IF_ERROR(HashedUpTo(layout_.tables.size()));
   SkipFullTables();
   if (cur_ < layout_.tables.size()) return Missing();

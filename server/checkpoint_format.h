@@ -29,6 +29,8 @@
 //                      u32 hash slots (rows is 0 and owned the shard's
 //                          slots of these)
 //                      u64 rows held: the table's 'h' records
+//                      u32 admission sketch width (0: no sketch, and no
+//                          'a' record)
 //                Nothing may follow the last table.
 //
 //   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
@@ -49,6 +51,11 @@
 //                missing, extra, overlapping, short or long record shows as
 //                a key or a size other than the next one expected
 //                (RunChecker).
+//
+//   key 'a' + table index (u32 big-endian) + 0 (u64)
+//                a hashed table's admission sketch (store/push_sketch.h):
+//                its counters, 4 x width u16 little-endian. 'a' keys sort
+//                first: a read has each sketch before any row.
 //
 //   key 'h' + table index (u32 big-endian) + id (u64 big-endian)
 //                one record per row of a hashed table (ids as keys): its
@@ -76,6 +83,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/options.h"
 #include "common/status.h"
@@ -121,6 +129,11 @@ bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row);
 void EncodeIdKey(uint32_t table, uint64_t id, char out[kRowKeySize]);
 std::string IdKey(uint32_t table, uint64_t id);
 bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id);
+// The key of a hashed table's admission sketch record, and its inverse.
+std::string SketchKey(uint32_t table);
+bool DecodeSketchKey(std::string_view key, uint32_t* table);
+// Bytes of the sketch record of a table whose meta gives it `width`.
+inline uint64_t SketchBytes(uint32_t width) { return uint64_t{width} * 4 * 2; }
 
 // Rows per run record of a table of `dim` (see the format above); >= 1.
 uint64_t RowsPerRun(uint32_t dim);
@@ -162,6 +175,9 @@ struct RunRecord {
   const std::byte* values = nullptr;
   const std::byte* slots[kMaxOptimizerSlots] = {};
   size_t num_slots = 0;
+  // A hashed table's sketch record: `values` and piece_bytes its counters,
+  // no rows (count 0).
+  bool sketch = false;
 };
 
 // Checks the run records of one generation, handed over in key order (the
@@ -179,7 +195,11 @@ struct RunRecord {
 //   "a record of id <x> of table '<t>', which is not hashed";
 //   "table '<t>' has a record of id <x> in hash slot <s>, outside its slots [b, e)";
 //   "table '<t>' has <n> row records, but its meta record says <m>";
-//   "the record of table '<t>' id <x> has <n> bytes, not <m>".
+//   "the record of table '<t>' id <x> has <n> bytes, not <m>";
+// and for the sketch records:
+//   "a sketch record of table '<t>', which has no admission sketch";
+//   "the sketch record of table '<t>' has <n> bytes, not <m>";
+//   "the sketch record of table '<t>' is missing".
 // Not thread-safe.
 class RunChecker {
  public:
@@ -196,8 +216,12 @@ class RunChecker {
   // Moves past tables whose every run was seen (and hashed tables, whose
   // records are the 'h' ones).
   void SkipFullTables();
-  // A hashed table's row record.
+  // A hashed table's row record, and its sketch record.
   Status NextId(std::string_view key, std::string_view value, RunRecord* run);
+  Status NextSketch(uint32_t table, std::string_view value, RunRecord* run);
+  // Every sketch record the meta record promises has come (before the
+  // first row record).
+  Status SketchesDone();
   // Moves the hashed tables' reading to table index `table` (the end: the
   // table count), each hashed table before it complete.
   Status HashedUpTo(size_t table);
@@ -218,6 +242,9 @@ class RunChecker {
   size_t hashed_cur_ = 0;
   uint64_t hashed_seen_ = 0;
   uint64_t last_id_ = 0;
+  // The sketch records seen, by table, and whether rows came after them.
+  std::vector<bool> sketch_seen_;
+  bool sketches_done_ = false;
 };
 
 }  // namespace ps

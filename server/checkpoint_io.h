@@ -73,6 +73,10 @@ class RowSink {
   // ascending order of id.
   virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                     std::span<const std::byte* const> slots) = 0;
+  // A hashed table's admission sketch (its counters, PushSketch::Data),
+  // before the table's rows; once for each table whose meta record gives
+  // it a sketch width.
+  virtual void Sketch(uint32_t table, std::span<const std::byte> counters) = 0;
 };
 
 }  // namespace ps

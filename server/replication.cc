@@ -132,6 +132,16 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
         PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyIds, h, std::move(frames)));
         ++blocks;
       }
+      if (const std::span<const std::byte> sketch = store->SketchData(t); !sketch.empty()) {
+        // The admission counts, so that the replica admits the ids its
+        // primary admits.
+        MessageHeader h;
+        h.table = t;
+        std::vector<Frame> frames;
+        frames.push_back(Frame::CopyOf(sketch.data(), sketch.size()));
+        PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopySketch, h, std::move(frames)));
+        ++blocks;
+      }
       continue;
     }
     for (uint64_t k = 0; k < store->block_count(t); ++k) {

@@ -162,13 +162,17 @@ enum class ReplicaEntry : uint32_t {
   // values, then each optimizer state array). Counted with the kCopyRows
   // entries in kCopyEnd's count.
   kCopyIds = 16,
+  // A copy's admission sketch of a hashed table (admit): table; frame: its
+  // counters (PushSketch::Data). Counted like kCopyIds.
+  kCopySketch = 17,
 };
 
 // True for the kinds of a joining backup's copy.
 inline bool IsCopyEntry(uint32_t kind) {
   return (kind >= static_cast<uint32_t>(ReplicaEntry::kCopyRows) &&
           kind <= static_cast<uint32_t>(ReplicaEntry::kCopyEnd)) ||
-         kind == static_cast<uint32_t>(ReplicaEntry::kCopyIds);
+         kind == static_cast<uint32_t>(ReplicaEntry::kCopyIds) ||
+         kind == static_cast<uint32_t>(ReplicaEntry::kCopySketch);
 }
 
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.

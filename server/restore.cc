@@ -58,6 +58,9 @@ StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const Job
               std::span<const std::byte* const> slots) override {
       store_->RestoreRows(table, first, count, values, slots);
     }
+    void Sketch(uint32_t table, std::span<const std::byte> counters) override {
+      store_->RestoreSketch(table, counters);  // the size was checked against the same width
+    }
     size_t tables = 0;
 
    private:

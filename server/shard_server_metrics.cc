@@ -188,6 +188,12 @@ void WriteHashedTables(const ShardStats& s, MetricsWriter& out) {
       {"ps_server_table_dropped_rows_total", "counter",
        "Pushed rows of ids without a row dropped because the hashed table was full",
        &ShardStats::Table::dropped_rows},
+      {"ps_server_table_unadmitted_rows_total", "counter",
+       "Pushed rows of ids the admission filter has not admitted yet (counted and dropped)",
+       &ShardStats::Table::unadmitted_rows},
+      {"ps_server_table_sketch_bytes", "gauge",
+       "Bytes of a hashed table's admission sketch on this shard (0 without admit)",
+       &ShardStats::Table::sketch_bytes},
   };
   for (const auto& f : families) {
     out.Family(f.name, f.type, f.help);

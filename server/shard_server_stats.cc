@@ -50,7 +50,8 @@ uint64_t ResidentBytes() {
 }
 
 // What the store holds for its owned rows, values and optimizer state
-// arrays at 4 bytes a float (a hashed table: its rows and index). Not counted: per-clock sums under
+// arrays at 4 bytes a float (a hashed table: its rows and index, and its
+// admission sketch). Not counted: per-clock sums under
 // aggregation, blocks still shared with replies (queued_reply_bytes),
 // replication.
 uint64_t ValuesBytes(const ShardStore& store, const JobOptions& job) {
@@ -58,7 +59,8 @@ uint64_t ValuesBytes(const ShardStore& store, const JobOptions& job) {
   for (size_t id = 0; id < store.layouts().size(); ++id) {
     const TableLayout& t = store.layouts()[id];
     if (t.hashed) {
-      bytes += store.stored_bytes(static_cast<uint32_t>(id));
+      bytes += store.stored_bytes(static_cast<uint32_t>(id)) +
+               store.sketch_bytes(static_cast<uint32_t>(id));
       continue;
     }
     bytes += t.owned.size() * t.dim * 4 * (1 + job.tables[id].optimizer.Slots());
@@ -81,7 +83,9 @@ std::vector<ShardStats::Table> TableRows(const ShardStore& store) {
                     .stored_rows = store.stored_rows(id),
                     .max_rows = store.max_rows(id),
                     .stored_bytes = store.stored_bytes(id),
-                    .dropped_rows = store.dropped_rows(id)});
+                    .dropped_rows = store.dropped_rows(id),
+                    .unadmitted_rows = store.unadmitted_rows(id),
+                    .sketch_bytes = store.sketch_bytes(id)});
   }
   return rows;
 }

@@ -79,6 +79,10 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
                                     ? t.max_rows
                                     : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots);
       table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows);
+      if (t.admit.enabled()) {
+        table.admit = t.admit;
+        table.sketch = std::make_unique<PushSketch>(t.admit.sketch_width);
+      }
       store->layouts_.push_back(table.layout);
       store->tables_.push_back(std::move(table));
       continue;
@@ -277,10 +281,57 @@ uint64_t ShardStore::stored_bytes(uint32_t table) const {
   return t.hashed != nullptr ? t.hashed->bytes() : 0;
 }
 
+uint64_t ShardStore::sketch_bytes(uint32_t table) const {
+  const Table& t = tables_[table];
+  return t.sketch != nullptr ? t.sketch->bytes() : 0;
+}
+
+std::span<const std::byte> ShardStore::SketchData(uint32_t table) const {
+  const Table& t = tables_[table];
+  return t.sketch != nullptr ? t.sketch->Data() : std::span<const std::byte>();
+}
+
+bool ShardStore::RestoreSketch(uint32_t table, std::span<const std::byte> data) {
+  Table& t = tables_[table];
+  return t.sketch != nullptr && t.sketch->Restore(data);
+}
+
+void ShardStore::Admitted(Table& t, const Request& request, std::span<const uint64_t>* ids,
+                          const float** grads) {
+  *ids = request.keys;
+  *grads = request.values.data();
+  if (t.sketch == nullptr) return;
+  const uint32_t dim = t.layout.dim;
+  admitted_ids_.clear();
+  admitted_grads_.clear();
+  const uint32_t least = std::max<uint32_t>(1, t.admit.min_pushes);
+  for (size_t i = 0; i < request.keys.size(); ++i) {
+    const uint64_t id = request.keys[i];
+    if (t.hashed->Find(id) == nullptr) {
+      const uint32_t count = t.sketch->Add(id);
+      // The probability's draw: a hash of the id and its count, the same
+      // on every replica.
+      if (count < least ||
+          (t.admit.probability < 1.0f && Unit(Mix(id ^ Mix(count))) >= t.admit.probability)) {
+        ++t.unadmitted_rows;
+        continue;
+      }
+    }
+    admitted_ids_.push_back(id);
+    const float* g = request.values.data() + i * dim;
+    admitted_grads_.insert(admitted_grads_.end(), g, g + dim);
+  }
+  *ids = admitted_ids_;
+  *grads = admitted_grads_.data();
+}
+
 Status ShardStore::ApplyHashed(Table& t, const Request& request, int64_t clock) {
+  std::span<const uint64_t> ids;
+  const float* grads = nullptr;
+  Admitted(t, request, &ids, &grads);
   const HashedRows::PushCounts counts =
-      t.hashed->Apply(request.keys, request.values.data(), *t.rule, t.optimizer,
-                      t.optimizer.LearningRate(clock), clock + 1, refuse_non_finite_);
+      t.hashed->Apply(ids, grads, *t.rule, t.optimizer, t.optimizer.LearningRate(clock),
+                      clock + 1, refuse_non_finite_);
   t.dropped_rows += counts.dropped;
   if (counts.refused == 0) {
     t.non_finite_rows += counts.non_finite;
@@ -398,10 +449,10 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
       sum.hashed = std::make_unique<HashedRows>(dim, 0, InitOptions(), t.hashed->max_rows());
     }
     const OptimizerOptions add{OptimizerKind::kAdd, 0.0f};
-    t.dropped_rows += sum.hashed
-                          ->Apply(request.keys, request.values.data(), *FindRule(add.kind), add,
-                                  0.0f, 0, false)
-                          .dropped;
+    std::span<const uint64_t> ids;
+    const float* grads = nullptr;
+    Admitted(t, request, &ids, &grads);
+    t.dropped_rows += sum.hashed->Apply(ids, grads, *FindRule(add.kind), add, 0.0f, 0, false).dropped;
     return;
   }
   if (sum.values.empty()) {

@@ -27,6 +27,7 @@
 #include "common/wire.h"
 #include "store/block_memory.h"
 #include "store/hashed_rows.h"
+#include "store/push_sketch.h"
 #include "store/snapshot.h"
 
 namespace ps {
@@ -110,6 +111,15 @@ class ShardStore {
   uint64_t max_rows(uint32_t table) const;
   uint64_t stored_bytes(uint32_t table) const;
   uint64_t dropped_rows(uint32_t table) const { return tables_[table].dropped_rows; }
+  // Hashed tables with an admission filter (`admit`): pushed rows of ids
+  // without a row that the filter dropped, and the bytes of its sketch;
+  // 0 otherwise. The sketch as bytes (PushSketch::Data; empty without a
+  // filter), and its restore from a joining replica's copy (false when
+  // the size does not fit).
+  uint64_t unadmitted_rows(uint32_t table) const { return tables_[table].unadmitted_rows; }
+  uint64_t sketch_bytes(uint32_t table) const;
+  std::span<const std::byte> SketchData(uint32_t table) const;
+  bool RestoreSketch(uint32_t table, std::span<const std::byte> data);
 
   // Rows of `table` whose update result was not finite so far: refused,
   // skipped or (kFlag) applied. REQUIRES: table < layouts().size().
@@ -247,6 +257,10 @@ class ShardStore {
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;  // range tables
     std::unique_ptr<HashedRows> hashed;  // hashed tables (and no blocks)
+    // Hashed tables with `admit` on: the filter's settings and its counts.
+    AdmitOptions admit;
+    std::unique_ptr<PushSketch> sketch;
+    uint64_t unadmitted_rows = 0;
     uint64_t dropped_rows = 0;
     uint64_t non_finite_rows = 0;
     uint64_t refused_rows = 0;
@@ -270,6 +284,12 @@ class ShardStore {
   static void CopyHashed(const HashedRows& rows, TableSnapshot* ts);
   // ApplyPush of a hashed table.
   Status ApplyHashed(Table& t, const Request& request, int64_t clock);
+  // A hashed table's push with the rows of ids the admission filter does
+  // not admit (yet) left out: *ids and *grads view the request, or
+  // admitted_ids_ and admitted_grads_. Counts each id without a row in the
+  // sketch.
+  void Admitted(Table& t, const Request& request, std::span<const uint64_t>* ids,
+                const float** grads);
   // The block, made private to the store first if a reply still shares it.
   Block* Writable(Table& table, uint64_t block);
   // Fills block->encoded with the values in `dtype` unless it holds them.
@@ -332,6 +352,8 @@ class ShardStore {
   uint64_t copy_on_write_count_ = 0;
   uint64_t encoded_block_count_ = 0;
   std::vector<float> gathered_;  // ReadRows' rows before their conversion; a scaled sum row
+  std::vector<uint64_t> admitted_ids_;  // Admitted's rows of a push
+  std::vector<float> admitted_grads_;
   std::map<int64_t, std::vector<TableSum>> sums_;  // by clock
   bool refuse_non_finite_ = true;  // job.server.on_non_finite_result is kRefuse
   // Scratch of ApplyPush under kRefuse, kept to reuse its memory: the saved

@@ -63,6 +63,7 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
       ts.hash_slots = t.layout.slots;
       ts.stored_rows = t.hashed->size();
       ts.max_rows = t.hashed->max_rows();
+      ts.sketch_width = t.sketch != nullptr ? t.sketch->width() : 0;
     }
     snapshot.tables.push_back(std::move(ts));
   }
@@ -78,6 +79,8 @@ StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t sha
       TableSnapshot& ts = snapshot.tables[i];
       if (tables_[i].hashed != nullptr) {
         CopyHashed(*tables_[i].hashed, &ts);
+        const std::span<const std::byte> sketch = SketchData(table);
+        ts.sketch.assign(sketch.begin(), sketch.end());
         continue;
       }
       ts.values = CopyValues(table);
@@ -98,6 +101,7 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
       slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
     }
     if (ts.hashed) {
+      if (!ts.sketch.empty()) RestoreSketch(static_cast<uint32_t>(i), ts.sketch);
       // A row at a time, as a checkpoint read delivers them.
       const size_t dim = ts.dim;
       for (size_t r = 0; r < ts.ids.size(); ++r) {

@@ -37,6 +37,10 @@ std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& ex
       return differ(table, std::to_string(a.hash_slots) + " hash slots",
                     std::to_string(b.hash_slots));
     }
+    if (a.sketch_width != b.sketch_width) {
+      return differ(table, "an admission sketch of width " + std::to_string(a.sketch_width),
+                    std::to_string(b.sketch_width));
+    }
     if (a.hashed && a.stored_rows > b.max_rows) {
       return table + " " + std::to_string(a.stored_rows) +
              " rows on this shard in the checkpoint, more than its bound of " +

@@ -5,6 +5,7 @@
 #ifndef PS_STORE_SNAPSHOT_H_
 #define PS_STORE_SNAPSHOT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct TableSnapshot {
   // shard may hold; a checkpoint of more is not restorable.
   uint64_t max_rows = 0;
   std::vector<uint64_t> ids;
+  // Hashed, with an admission filter: its sketch's width (0: none) and,
+  // when taken from a store, its counters (PushSketch::Data).
+  uint32_t sketch_width = 0;
+  std::vector<std::byte> sketch;
 
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }

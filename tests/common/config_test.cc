@@ -261,7 +261,8 @@ TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
       "tables:\n"
       "  - { name: dense, rows: 4 }\n"
       "  - { name: users, keys: hashed, dim: 8, max_rows: 1000 }\n"
-      "  - { name: ads, keys: hashed, dim: 4, max_mb: 64, slots: 256 }\n";
+      "  - { name: ads, keys: hashed, dim: 4, max_mb: 64, slots: 256,\n"
+      "      admit: { min_pushes: 3, probability: 0.5, sketch_width: 65536 } }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
   ASSERT_OK(job);
   EXPECT_FALSE(job->tables[0].hashed());
@@ -271,12 +272,16 @@ TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
   EXPECT_EQ(job->tables[1].HashSlots(), kDefaultHashSlots);
   EXPECT_EQ(job->tables[2].max_mb, 64u);
   EXPECT_EQ(job->tables[2].HashSlots(), 256u);
+  EXPECT_EQ(job->tables[2].admit.min_pushes, 3u);
+  EXPECT_EQ(job->tables[2].admit.probability, 0.5f);
+  EXPECT_EQ(job->tables[2].admit.sketch_width, 65536u);
+  EXPECT_FALSE(job->tables[1].admit.enabled());
   // The rendezvous compares a hashed table's bound and slots.
   const std::string agreement = EncodeAgreement(*job);
   EXPECT_NE(agreement.find("tables[1]=users keys=hashed slots=4096 max_rows=1000 dim=8"),
             std::string::npos)
       << agreement;
-  EXPECT_NE(agreement.find("tables[2]=ads keys=hashed slots=256 max_mb=64 dim=4"),
+  EXPECT_NE(agreement.find("tables[2]=ads keys=hashed slots=256 max_mb=64 dim=4 admit=3,0.5,65536"),
             std::string::npos)
       << agreement;
   EXPECT_NE(agreement.find("tables[0]=dense rows=4 dim=1"), std::string::npos) << agreement;
@@ -310,6 +315,15 @@ TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
        "replication: { factor: 2 }\nconsistency: { mode: bsp, aggregate: true }\n",
        {"tables[1].keys", "replication.factor > 1 and consistency.aggregate"}},
       {"keys: hashed, max_rows: 5, wire: { push: bf16 }", "", {"tables[1].keys", "wire.push"}},
+      {"rows: 10, admit: { min_pushes: 2 }", "",
+       {"tables[1].admit: set on a table of keys: range", "only for keys: hashed"}},
+      {"keys: hashed, max_rows: 5, admit: { min_pushes: 70000 }", "",
+       {"tables[1].admit.min_pushes: got 70000", "at most 65535"}},
+      {"keys: hashed, max_rows: 5, admit: { probability: 0 }", "",
+       {"tables[1].admit.probability: got 0", "(0, 1]"}},
+      {"keys: hashed, max_rows: 5, admit: { sketch_width: 3000 }", "",
+       {"tables[1].admit.sketch_width: got 3000", "a power of two"}},
+      {"keys: hashed, max_rows: 5, admit: { min_push: 2 }", "", {"tables[1].admit.min_push"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.table + " / " + c.extra);
@@ -452,7 +466,7 @@ TEST(ConfigTest, UndefinedAliasIsSyntaxError) {
 TEST(ConfigTest, UnknownKeyNamesItsPathAndTheAllowedKeys) {
   EXPECT_TRUE(BadFileRejected("bad_unknown_key.yaml",
                               {"tables[0].rowz: unknown key",
-                               "name, keys, rows, dim, max_rows, max_mb, slots, init, optimizer", "line 5"}));
+                               "name, keys, rows, dim, max_rows, max_mb, slots, admit, init, optimizer", "line 5"}));
 }
 
 TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {

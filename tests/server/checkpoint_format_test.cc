@@ -281,6 +281,10 @@ std::vector<std::pair<std::string, std::string>> Records(const ShardSnapshot& s)
       for (const auto& slot : t.slots) append(slot);
       out.emplace_back(RowKey(static_cast<uint32_t>(ti), t.owned.begin + first), value);
     }
+    if (t.sketch_width != 0) {
+      out.emplace_back(SketchKey(static_cast<uint32_t>(ti)),
+                       std::string(reinterpret_cast<const char*>(t.sketch.data()), t.sketch.size()));
+    }
     for (size_t r = 0; r < t.ids.size(); ++r) {  // a hashed table: a record per id
       std::string value;
       const auto append = [&](const std::vector<float>& a) {
@@ -400,6 +404,8 @@ TableSnapshot HashedTable(size_t n) {
 ShardSnapshot WithHashed() {
   ShardSnapshot s = Snapshot();
   s.tables.insert(s.tables.begin() + 1, HashedTable(3));
+  s.tables[1].sketch_width = 1024;  // an admission sketch
+  s.tables[1].sketch.assign(SketchBytes(1024), std::byte{7});
   TableSnapshot empty = HashedTable(0);
   empty.name = "empty_h";
   s.tables.push_back(empty);
@@ -421,7 +427,8 @@ TEST(CheckpointFormatTest, HashedTablesRoundTripTheirSlotsAndRowCount) {
   EXPECT_EQ(RunCount(s), RunCount(Snapshot()) + 3);
   const StatusOr<Uint128> bytes = RowDataBytes(*got, kWhere);
   ASSERT_OK(bytes);
-  EXPECT_EQ(*bytes - *RowDataBytes(Snapshot(), kWhere), Uint128{3 * 2 * 4 * 3});
+  EXPECT_EQ(*bytes - *RowDataBytes(Snapshot(), kWhere), Uint128{3 * 2 * 4 * 3 + 8192});
+  EXPECT_EQ(got->tables[1].sketch_width, 1024u);
   // A hashed table whose slots do not lie inside its slot count is corrupt.
   ShardSnapshot bad = s;
   bad.tables[1].owned = {16, 65};
@@ -479,14 +486,19 @@ TEST(RunCheckerTest, AHashedTablesRowsComeByIdAndEachIsChecked) {
   const auto records = Records(s);
   std::vector<RunRecord> runs;
   ASSERT_OK(Check(layout, records, &runs));
-  ASSERT_EQ(runs.size(), 6u + 3);
-  for (size_t i = 0; i < 3; ++i) {  // 'h' keys sort first
-    EXPECT_EQ(runs[i].table, 1u);
-    EXPECT_EQ(runs[i].first, s.tables[1].ids[i]);
-    EXPECT_EQ(runs[i].count, 1u);
-    EXPECT_EQ(runs[i].piece_bytes, 8u);
-    ASSERT_EQ(runs[i].num_slots, 2u);
-    EXPECT_EQ(std::memcmp(runs[i].values, s.tables[1].values.data() + 2 * i, 8), 0);
+  ASSERT_EQ(runs.size(), 1u + 3 + 6);
+  EXPECT_TRUE(runs[0].sketch);  // 'a' keys sort first, then 'h'
+  EXPECT_EQ(runs[0].table, 1u);
+  EXPECT_EQ(runs[0].piece_bytes, SketchBytes(1024));
+  for (size_t i = 0; i < 3; ++i) {
+    const RunRecord& run = runs[1 + i];
+    EXPECT_FALSE(run.sketch);
+    EXPECT_EQ(run.table, 1u);
+    EXPECT_EQ(run.first, s.tables[1].ids[i]);
+    EXPECT_EQ(run.count, 1u);
+    EXPECT_EQ(run.piece_bytes, 8u);
+    ASSERT_EQ(run.num_slots, 2u);
+    EXPECT_EQ(std::memcmp(run.values, s.tables[1].values.data() + 2 * i, 8), 0);
   }
   const auto expect = [&](const std::vector<std::pair<std::string, std::string>>& changed,
                           const std::string& text) {
@@ -495,8 +507,18 @@ TEST(RunCheckerTest, AHashedTablesRowsComeByIdAndEachIsChecked) {
     EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
   };
   auto missing = records;
-  missing.erase(missing.begin() + 1);
+  missing.erase(missing.begin() + 2);
   expect(missing, "table 'emb_h' has 2 row records, but its meta record says 3");
+  auto no_sketch = records;
+  no_sketch.erase(no_sketch.begin());
+  expect(no_sketch, "the sketch record of table 'emb_h' is missing");
+  auto short_sketch = records;
+  short_sketch[0].second.pop_back();
+  expect(short_sketch, "the sketch record of table 'emb_h' has 8191 bytes, not 8192");
+  auto stray_sketch = records;
+  stray_sketch.emplace_back(SketchKey(0), "xx");
+  std::sort(stray_sketch.begin(), stray_sketch.end());
+  expect(stray_sketch, "a sketch record of table 'emb', which has no admission sketch");
   const std::string row(24, 'x');
   auto extra = records;
   extra.emplace_back(IdKey(1, s.tables[1].ids[2] + 1), row);
@@ -508,13 +530,13 @@ TEST(RunCheckerTest, AHashedTablesRowsComeByIdAndEachIsChecked) {
   auto outside = records;
   uint64_t foreign = 1;
   while (ShardSlots(64, 4, 1).Contains(IdSlot(foreign, NameHash("emb_h"), 64))) ++foreign;
-  outside[0] = {IdKey(1, foreign), row};
+  outside[1] = {IdKey(1, foreign), row};
   std::sort(outside.begin(), outside.end());
   expect(outside, "table 'emb_h' has a record of id " + std::to_string(foreign) +
                       " in hash slot " + std::to_string(IdSlot(foreign, NameHash("emb_h"), 64)) +
                       ", outside its slots [16, 32)");
   auto short_row = records;
-  short_row[0].second.pop_back();
+  short_row[1].second.pop_back();
   expect(short_row, "the record of table 'emb_h' id " + std::to_string(s.tables[1].ids[0]) +
                         " has 23 bytes, not 24");
   auto of_range = records;

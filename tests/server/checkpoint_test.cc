@@ -297,6 +297,9 @@ TEST_F(CheckpointTest, ReadIntoGivesTheLayoutThenEveryRowOnce) {
       for (size_t k = 0; k < slots.size(); ++k) std::memcpy(t.slots[k].data() + at, slots[k], bytes);
       for (uint64_t r = 0; r < count; ++r) ++seen[table][first - t.owned.begin + r];
     }
+    void Sketch(uint32_t, std::span<const std::byte>) override {
+      ADD_FAILURE() << "a sketch from a generation of range tables";
+    }
     Status refuse;
     int begins = 0;
     ShardSnapshot got;

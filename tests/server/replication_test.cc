@@ -403,8 +403,8 @@ TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
 
 // A hashed table on replicated shards: every push reaches the backups, a
 // backup that dies and rejoins takes the rows by id in its copy (adagrad's
-// state with them), and the sums of integer pushes are exact on every
-// copy.
+// state and the admission counts with them), and the sums of integer
+// pushes are exact on every copy.
 TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsById) {
   TableOptions sums = TestTable("sums", 0, 2, OptimizerKind::kAdd);
   sums.keys = KeyKind::kHashed;
@@ -414,6 +414,10 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
   emb.max_rows = 100000;
   emb.init.kind = InitKind::kUniform;
   emb.init.value = 0.1f;
+  // Rows only at an id's second push: the rejoining backup must take the
+  // primary's counts too, or it would admit other ids than its primary.
+  emb.admit.min_pushes = 2;
+  emb.admit.sketch_width = 4096;
   JobOptions job = ReplicatedJob(
       2, 2, TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd).Table(sums).Table(emb));
   ASSERT_OK(job.Validate());

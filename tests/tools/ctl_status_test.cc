@@ -244,12 +244,14 @@ TEST(BuildJobViewTest, HashedTablesShowEachShardsRowsAgainstItsBound) {
   r0.tables.push_back(emb);
   emb.stored_rows = 5000;
   emb.dropped_rows = 77;
+  emb.unadmitted_rows = 12;
   r1.tables.push_back(emb);
   const std::vector<ShardSample> now = {Sample(0, r0, t), Sample(1, r1, t)};
   const JobView view = BuildJobView(TwoShardJob(), now, {});
   const std::string page = FormatJobView(view);
   EXPECT_NE(page.find("hashed table"), std::string::npos) << page;
-  EXPECT_NE(page.find("emb               1  5000      5000  3.0       77"), std::string::npos)
+  EXPECT_NE(page.find("emb               1  5000      5000  3.0       77          12"),
+            std::string::npos)
       << page;
   const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
