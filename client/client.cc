@@ -460,6 +460,22 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
 
 StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                               Callback done) {
+  if (table < job_.tables.size() && job_.tables[table].hashed() &&
+      values.size() == rows.size() * job_.tables[table].dim) {
+    // A hashed table's ids once each, their rows summed (client/id_dedup.h).
+    std::vector<float> sums;
+    if (dedup_.SumDuplicates(rows, values.data(), job_.tables[table].dim, &unique_ids_, &sums)) {
+      counters_.summed_rows += rows.size() - unique_ids_.size();
+      SharedFloats summed = SharedFloats::Take(std::move(sums));
+      // Taken for this call (a callback run while it waits for a slot may
+      // push too); Issue copies the ids into the requests' frames.
+      std::vector<uint64_t> unique = std::move(unique_ids_);
+      auto ticket = Issue({.op = Op::kPush, .table = table, .rows = unique, .values = &summed},
+                          std::move(done));
+      unique_ids_ = std::move(unique);
+      return ticket;
+    }
+  }
   auto ticket = Issue({.op = Op::kPush, .table = table, .rows = rows, .values = &values},
                       std::move(done));
   // (A 16-bit push updates the cache as it is encoded: EncodePush.)

@@ -51,6 +51,7 @@
 
 #include "common/channel.h"
 #include "client/heartbeat.h"
+#include "client/id_dedup.h"
 #include "client/param_cache.h"
 #include "client/partition.h"
 #include "client/request_tracker.h"
@@ -132,6 +133,7 @@ struct ClientCounters {
   uint64_t cache_hits = 0;        // rows read from the parameter cache
   uint64_t cache_misses = 0;      // rows pulled from the shards (cache on)
   uint64_t cache_bytes_saved = 0; // value bytes the cache kept off the network
+  uint64_t summed_rows = 0;       // hashed pushes: rows of repeated ids summed into one
   // Time pulls spent held back at the shards by the staleness bound
   // (waiting for slower workers), summed over pulls, microseconds.
   uint64_t staleness_wait_us = 0;
@@ -191,7 +193,9 @@ class Client {
   // Pushes values (rows.size() x dim, row-major) for `rows` of `table`; each
   // server applies them with the table's update rule. Rows grouped by shard
   // (e.g. sorted) are sent without copying the values; otherwise they are
-  // gathered per shard (one copy). InvalidArgument for an unknown table, a
+  // gathered per shard (one copy). A hashed table's id named more than
+  // once is sent once with its rows summed (one update of the sum;
+  // counters().summed_rows). InvalidArgument for an unknown table, a
   // row out of range or a size mismatch (nothing is sent).
   StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                         Callback done = nullptr);
@@ -433,6 +437,9 @@ class Client {
   // EncodePush's scratch, kept between pushes: a sparse push's gathered
   // values and residuals (then the values sent, for the cache) and row ids.
   std::vector<float> push_values_, push_residuals_;
+  // Push: a hashed table's ids once each (client/id_dedup.h).
+  IdDedup dedup_;
+  std::vector<uint64_t> unique_ids_;
   std::vector<uint64_t> push_rows_;
   std::unique_ptr<HeartbeatSender> heartbeat_;  // null: heartbeats off, or a control client
   std::unique_ptr<Context> context_;

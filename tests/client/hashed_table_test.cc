@@ -184,12 +184,15 @@ TEST_F(HashedTableTest, AResultThatIsNotFiniteRefusesTheWholePush) {
   Start(Job(2, Hashed("emb", 1, 100)));
   const std::vector<uint64_t> ids = RandomIds(20, 9);
   ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(20, 1.0f))));
+  // ids[3] near the largest float, then a push that takes it past it.
+  const uint64_t huge = ids[3];
+  ASSERT_OK(client_->PushSync(1, {&huge, 1},
+                              SharedFloats::Take({std::numeric_limits<float>::max()})));
   std::vector<float> before(20);
   ASSERT_OK(client_->PullSync(1, ids, before.data()));
-  // One huge value next to ordinary ones: max + max overflows.
-  std::vector<uint64_t> push = {ids[3], ids[3], ids[7], 777};
-  std::vector<float> grads = {std::numeric_limits<float>::max(),
-                              std::numeric_limits<float>::max(), 1.0f, 1.0f};
+  // The overflowing row between ordinary ones, one of them new.
+  std::vector<uint64_t> push = {ids[7], ids[3], 777};
+  std::vector<float> grads = {1.0f, std::numeric_limits<float>::max(), 1.0f};
   Status refused = client_->PushSync(1, push, SharedFloats::Take(std::move(grads)));
   EXPECT_EQ(refused.code(), StatusCode::kOutOfRange) << refused.ToString();
   EXPECT_NE(refused.message().find("no row of the push was applied"), std::string::npos)
@@ -326,6 +329,32 @@ TEST_F(HashedTableTest, BspAggregationAppliesTheMeanOfEachClockOncePerId) {
   }
   EXPECT_OK(client_->Leave());
   EXPECT_OK(other->Leave());
+}
+
+TEST_F(HashedTableTest, AnIdNamedTwiceInAPushIsUpdatedOnceWithTheSumOfItsRows) {
+  // adagrad: one update of g1 + g2 differs from an update of g1, then g2.
+  TableOptions t = Hashed("emb", 2, 1000, OptimizerKind::kAdagrad);
+  t.optimizer.lr = 0.5f;
+  Start(Job(2, t));
+  const std::vector<uint64_t> ids = {11, 22, 11, 33, 11};
+  std::vector<float> grads = {1, 2, 10, 20, 3, 4, 30, 40, 5, 6};
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::move(grads))));
+  EXPECT_EQ(client_->counters().summed_rows, 2u);
+  const std::vector<uint64_t> read = {11, 22, 33};
+  std::vector<float> out(6);
+  ASSERT_OK(client_->PullSync(1, read, out.data()));
+  const InitOptions& init = job_.tables[1].init;
+  // One adagrad step of g: w - lr * g / (|g| + eps) = w - lr * sign(g).
+  const auto stepped = [&](uint64_t id, uint32_t c, float g) {
+    return InitialValue(init, id, c) - 0.5f * g / (std::sqrt(g * g) + 1e-8f);
+  };
+  EXPECT_FLOAT_EQ(out[0], stepped(11, 0, 1 + 3 + 5));
+  EXPECT_FLOAT_EQ(out[1], stepped(11, 1, 2 + 4 + 6));
+  EXPECT_FLOAT_EQ(out[2], stepped(22, 0, 10));
+  EXPECT_FLOAT_EQ(out[5], stepped(33, 1, 40));
+  // A push of distinct ids is sent as it is.
+  ASSERT_OK(client_->PushSync(1, read, SharedFloats::Take(std::vector<float>(6, 1.0f))));
+  EXPECT_EQ(client_->counters().summed_rows, 2u);
 }
 
 TEST_F(HashedTableTest, AnIdGetsARowOnlyAtItsMinPushesThPushAndItsPushesBeforeAreDropped) {
