@@ -38,10 +38,9 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
     : dim_(dim),
       slots_(slots),
       stride_(size_t{dim} * (1 + slots)),
-      slot_floats_(kIdFloats + stride_),
       init_(init),
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
-      chunk_rows_(ChunkRows(slot_floats_)),
+      chunk_rows_(ChunkRows(stride_)),
       chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))) {}
 
 size_t HashedRows::Home(uint64_t id) const { return IndexHash(id) & mask_; }
@@ -99,11 +98,12 @@ float* HashedRows::FindOrMake(uint64_t id, bool* made) {
   if (2 * (size_ + 1) > index_.size()) Grow();
   const uint64_t r = size_;
   if ((r >> chunk_shift_) == chunks_.size()) {
-    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * slot_floats_));
+    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
+    id_chunks_.push_back(std::make_unique_for_overwrite<uint64_t[]>(chunk_rows_));
   }
   Place(Probe(id), id, r);
   ++size_;
-  std::memcpy(SlotAt(r), &id, sizeof(id));
+  IdAt(r) = id;
   float* row = RowAt(r);
   InitRow(id, row);
   if (made != nullptr) *made = true;
@@ -118,12 +118,14 @@ bool HashedRows::Erase(uint64_t id) {
   // The last row moves into the erased one's place.
   const uint64_t last = size_ - 1;
   if (r != last) {
-    std::memcpy(SlotAt(r), SlotAt(last), slot_floats_ * sizeof(float));  // its id too
+    std::memcpy(RowAt(r), RowAt(last), stride_ * sizeof(float));
+    IdAt(r) = IdAt(last);
     index_[Probe(HashedRows::id(r))].row = r;
   }
   --size_;
   if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
     chunks_.pop_back();  // the last chunk is empty
+    id_chunks_.pop_back();
   }
   // Backward-shift deletion: an entry after the hole whose home is not in
   // (hole, its place] moves into the hole, until a free entry.
@@ -195,14 +197,13 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
 }
 
 uint64_t HashedRows::id(uint64_t i) const {
-  uint64_t out;
-  std::memcpy(&out, SlotAt(i), sizeof(out));
-  return out;
+  return IdAt(i);
 }
 
 uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots) {
-  const uint64_t slot_bytes = (kIdFloats + uint64_t{dim} * (1 + slots)) * sizeof(float);
-  const uint64_t chunk_bytes = ChunkRows(slot_bytes / sizeof(float)) * slot_bytes;
+  const uint64_t row_floats = uint64_t{dim} * (1 + slots);
+  const uint64_t slot_bytes = row_floats * sizeof(float) + sizeof(uint64_t);  // and its id
+  const uint64_t chunk_bytes = ChunkRows(row_floats) * slot_bytes;
   const uint64_t entry_bytes = sizeof(Entry) + sizeof(uint8_t);
   // For each index size, the rows it holds (half of it) and the rows the
   // bytes left after it and one chunk's rounding pay for.
@@ -222,7 +223,7 @@ size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots) {
 }
 
 size_t HashedRows::bytes() const {
-  return chunks_.size() * chunk_rows_ * slot_floats_ * sizeof(float) +
+  return chunks_.size() * chunk_rows_ * (stride_ * sizeof(float) + sizeof(uint64_t)) +
          index_.capacity() * sizeof(Entry) +
          tags_.capacity() * sizeof(uint8_t) + saved_.capacity() * sizeof(float) +
          undo_.capacity() * sizeof(Undo);

@@ -4,8 +4,8 @@
 //
 // Storage: each row is one run of floats, its `dim` values followed by
 // each optimizer state array's `dim` floats (a row's update reads and
-// writes one contiguous run), after its id (8 bytes). Rows lie packed in
-// chunks of about 256 KiB, in no order; erasing a row moves the last row
+// writes one contiguous run); its id (8 bytes) lies in a chunk of ids
+// beside. Rows lie packed in chunks of about 256 KiB, in no order; erasing a row moves the last row
 // into its place, so the chunks hold exactly size() rows (and the last
 // chunk is freed once empty): the memory follows the rows, with nothing
 // that grows by doubling but the index. An open-addressing index (linear probing, at most half full,
@@ -120,17 +120,16 @@ class HashedRows {
   // Initial values and zero state into `row`.
   void InitRow(uint64_t id, float* row) const;
   // Row i's place in its chunk: its id, then its floats (RowAt).
-  float* SlotAt(uint64_t i) const {
-    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * slot_floats_;
+  float* RowAt(uint64_t i) const {
+    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * stride_;
   }
-  float* RowAt(uint64_t i) const { return SlotAt(i) + kIdFloats; }
-  // The floats a row's id takes in its chunk.
-  static constexpr size_t kIdFloats = sizeof(uint64_t) / sizeof(float);
+  uint64_t& IdAt(uint64_t i) const {
+    return id_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)];
+  }
 
   const uint32_t dim_;
   const uint32_t slots_;
   const size_t stride_;
-  const size_t slot_floats_;  // kIdFloats + stride_
   const InitOptions init_;
   const uint64_t max_rows_;
   std::vector<Entry> index_;  // a power of two in size, or empty
@@ -140,7 +139,10 @@ class HashedRows {
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;
   uint64_t size_ = 0;  // rows
-  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of slot_floats_ each
+  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of stride_ floats each
+  // Beside each chunk, its rows' ids (so that a row's floats stay aligned
+  // as they are, and the ids grow by chunks, not by doubling).
+  std::vector<std::unique_ptr<uint64_t[]>> id_chunks_;
   // Apply's undo log under refuse_non_finite: each row it updated, in
   // order (made, or saved: its stride_ floats before the update lie at
   // saved_[at]).
