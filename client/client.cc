@@ -21,17 +21,6 @@ uint64_t NewSession() {
   return session;
 }
 
-// Copies one row of `dim` floats. One float a row is the common sparse
-// case (a weight per feature), where a memcpy of a size known only at run
-// time would be a library call per value.
-inline void CopyRow(const float* from, uint32_t dim, float* to) {
-  if (dim == 1) {
-    *to = *from;
-  } else {
-    std::memcpy(to, from, dim * sizeof(float));
-  }
-}
-
 }  // namespace
 
 SharedFloats SharedFloats::Take(std::vector<float>&& values) {
@@ -401,97 +390,6 @@ void Client::SendSpec(Ticket ticket, const Call& call, const PartSpec& spec) {
 
 uint64_t Client::RowIndex(const PartSpec& spec, uint64_t x) {
   return spec.kind == PartSpec::Kind::kGathered ? spec.gather[x] : spec.offset + x;
-}
-
-StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
-  const TableOptions& t = job_.tables[call.table];
-  const WireType type = t.wire.push;
-  const uint32_t dim = t.dim;
-  std::vector<float>& residual = residuals_[call.table];
-  if (residual.empty()) residual.assign(t.rows * dim, 0.0f);  // on the first push
-  PS_ASSIGN_OR_RETURN(Frame frame, Frame::Allocate(spec.count * dim * WireBytes(type)));
-  auto* out = static_cast<std::byte*>(frame.mutable_data());
-  const float* gradient = call.values->data();
-  const std::span<float> all(residual);
-  if (spec.kind == PartSpec::Kind::kDenseRange) {
-    // The part's rows are table rows first_row.. and request rows offset..
-    PS_RETURN_IF_ERROR(EncodeWithFeedback(
-        type, {gradient + spec.offset * dim, spec.count * dim},
-        all.subspan(spec.first_row * dim, spec.count * dim), out));
-  } else {
-    // Rows from anywhere in the table: their values and residuals are
-    // gathered, encoded in one pass, and the new residuals put back.
-    const size_t n = spec.count * dim;
-    push_values_.resize(n);
-    push_residuals_.resize(n);
-    for (uint64_t x = 0; x < spec.count; ++x) {
-      const uint64_t i = RowIndex(spec, x);
-      CopyRow(gradient + i * dim, dim, push_values_.data() + x * dim);
-      CopyRow(residual.data() + call.rows[i] * dim, dim, push_residuals_.data() + x * dim);
-    }
-    PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {push_values_.data(), n},
-                                          {push_residuals_.data(), n}, out));
-    for (uint64_t x = 0; x < spec.count; ++x) {
-      // A row pushed twice in one request: its later residual wins, as if
-      // the two values had been pushed one after the other.
-      CopyRow(push_residuals_.data() + x * dim, dim,
-              residual.data() + call.rows[RowIndex(spec, x)] * dim);
-    }
-  }
-  if (cache_ != nullptr) {
-    // The cached rows get what the shard applies: the rounded values. (A
-    // rule with state drops the rows instead and reads no value.)
-    const float* sent = nullptr;
-    if (t.optimizer.Stateless()) {
-      push_values_.resize(spec.count * dim);  // free again once encoded
-      DecodeFloats(type, out, push_values_.size(), push_values_.data());
-      sent = push_values_.data();
-    }
-    if (spec.kind == PartSpec::Kind::kDenseRange) {
-      cache_->ApplyPush(call.table, spec.first_row, nullptr, spec.count, sent);
-    } else {
-      push_rows_.resize(spec.count);
-      for (uint64_t x = 0; x < spec.count; ++x) push_rows_[x] = call.rows[RowIndex(spec, x)];
-      cache_->ApplyPush(call.table, 0, push_rows_.data(), spec.count, sent);
-    }
-  }
-  return frame;
-}
-
-StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
-                              Callback done) {
-  if (table < job_.tables.size() && job_.tables[table].hashed() &&
-      values.size() == rows.size() * job_.tables[table].dim) {
-    // A hashed table's ids once each, their rows summed (client/id_dedup.h).
-    std::vector<float> sums;
-    if (dedup_.SumDuplicates(rows, values.data(), job_.tables[table].dim, &unique_ids_, &sums)) {
-      counters_.summed_rows += rows.size() - unique_ids_.size();
-      SharedFloats summed = SharedFloats::Take(std::move(sums));
-      // Taken for this call (a callback run while it waits for a slot may
-      // push too); Issue copies the ids into the requests' frames.
-      std::vector<uint64_t> unique = std::move(unique_ids_);
-      auto ticket = Issue({.op = Op::kPush, .table = table, .rows = unique, .values = &summed},
-                          std::move(done));
-      unique_ids_ = std::move(unique);
-      return ticket;
-    }
-  }
-  auto ticket = Issue({.op = Op::kPush, .table = table, .rows = rows, .values = &values},
-                      std::move(done));
-  // (A 16-bit push updates the cache as it is encoded: EncodePush.)
-  if (ticket.ok() && cache_ != nullptr && job_.tables[table].wire.push == WireType::kF32) {
-    cache_->ApplyPush(table, 0, rows.data(), rows.size(), values.data());
-  }
-  return ticket;
-}
-
-StatusOr<Ticket> Client::PushDense(uint32_t table, SharedFloats values, Callback done) {
-  auto ticket = Issue({.op = Op::kPush, .table = table, .dense = true, .values = &values},
-                      std::move(done));
-  if (ticket.ok() && cache_ != nullptr && job_.tables[table].wire.push == WireType::kF32) {
-    cache_->ApplyPush(table, 0, nullptr, job_.tables[table].rows, values.data());
-  }
-  return ticket;
 }
 
 StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, float* out,

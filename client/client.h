@@ -42,6 +42,7 @@
 #include <chrono>
 #include <optional>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -354,6 +355,16 @@ class Client {
   // kept (error feedback, common/wire_floats.h); the cached rows get the
   // rounded values. OutOfRange for a value beyond binary16's range.
   StatusOr<Frame> EncodePush(const Call& call, const PartSpec& spec);
+  // Copies one row of `dim` floats. One float a row is the common sparse
+  // case (a weight per feature), where a memcpy of a size known only at
+  // run time would be a library call per value.
+  static void CopyRow(const float* from, uint32_t dim, float* to) {
+    if (dim == 1) {
+      *to = *from;
+    } else {
+      std::memcpy(to, from, dim * sizeof(float));
+    }
+  }
   // A ticket with nothing to send: completes at once.
   Ticket CompletedTicket(Callback done);
   // Sends one part with its keys and values frames (either may be empty),

@@ -11,6 +11,7 @@
 #include "common/key_range.h"
 #include "common/update_rule.h"
 #include "common/wire_floats.h"
+#include "store/split_mix.h"
 
 namespace ps {
 
@@ -23,18 +24,6 @@ constexpr uint64_t kBlockFloats = 256 * 1024;
 // check reads what the update just wrote from the L1 cache.
 constexpr uint64_t kCheckFloats = 2048;
 
-// SplitMix64: a counter-based generator, so a row's initial values can be
-// computed from its index alone on any shard.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in (0, 1), from the top 24 bits.
-float Unit(uint64_t bits) { return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f); }
-
 }  // namespace
 
 float InitialValue(const InitOptions& init, uint64_t row, uint32_t col) {
@@ -44,13 +33,13 @@ float InitialValue(const InitOptions& init, uint64_t row, uint32_t col) {
     case InitKind::kConstant:
       return init.value;
     case InitKind::kUniform: {
-      uint64_t r = Mix(init.seed ^ Mix(row * 0x100000001b3ull + col));
-      return init.value * (2.0f * Unit(r) - 1.0f);
+      uint64_t r = SplitMix(init.seed ^ SplitMix(row * 0x100000001b3ull + col));
+      return init.value * (2.0f * UnitFloat(r) - 1.0f);
     }
     case InitKind::kNormal: {
-      uint64_t r1 = Mix(init.seed ^ Mix(row * 0x100000001b3ull + col));
-      uint64_t r2 = Mix(r1);
-      float u1 = Unit(r1), u2 = Unit(r2);
+      uint64_t r1 = SplitMix(init.seed ^ SplitMix(row * 0x100000001b3ull + col));
+      uint64_t r2 = SplitMix(r1);
+      float u1 = UnitFloat(r1), u2 = UnitFloat(r2);
       return init.value * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
     }
   }
@@ -266,86 +255,6 @@ bool ShardStore::PushProvenFinite(const Request& request, int64_t clock) {
   return ProvenFinite(tables_[request.header.table], request, clock, after);
 }
 
-uint64_t ShardStore::stored_rows(uint32_t table) const {
-  const Table& t = tables_[table];
-  return t.hashed != nullptr ? t.hashed->size() : 0;
-}
-
-uint64_t ShardStore::max_rows(uint32_t table) const {
-  const Table& t = tables_[table];
-  return t.hashed != nullptr ? t.hashed->max_rows() : 0;
-}
-
-uint64_t ShardStore::stored_bytes(uint32_t table) const {
-  const Table& t = tables_[table];
-  return t.hashed != nullptr ? t.hashed->bytes() : 0;
-}
-
-uint64_t ShardStore::sketch_bytes(uint32_t table) const {
-  const Table& t = tables_[table];
-  return t.sketch != nullptr ? t.sketch->bytes() : 0;
-}
-
-std::span<const std::byte> ShardStore::SketchData(uint32_t table) const {
-  const Table& t = tables_[table];
-  return t.sketch != nullptr ? t.sketch->Data() : std::span<const std::byte>();
-}
-
-bool ShardStore::RestoreSketch(uint32_t table, std::span<const std::byte> data) {
-  Table& t = tables_[table];
-  return t.sketch != nullptr && t.sketch->Restore(data);
-}
-
-void ShardStore::Admitted(Table& t, const Request& request, std::span<const uint64_t>* ids,
-                          const float** grads) {
-  *ids = request.keys;
-  *grads = request.values.data();
-  if (t.sketch == nullptr) return;
-  const uint32_t dim = t.layout.dim;
-  admitted_ids_.clear();
-  admitted_grads_.clear();
-  const uint32_t least = std::max<uint32_t>(1, t.admit.min_pushes);
-  for (size_t i = 0; i < request.keys.size(); ++i) {
-    const uint64_t id = request.keys[i];
-    if (t.hashed->Find(id) == nullptr) {
-      const uint32_t count = t.sketch->Add(id);
-      // The probability's draw: a hash of the id and its count, the same
-      // on every replica.
-      if (count < least ||
-          (t.admit.probability < 1.0f && Unit(Mix(id ^ Mix(count))) >= t.admit.probability)) {
-        ++t.unadmitted_rows;
-        continue;
-      }
-    }
-    admitted_ids_.push_back(id);
-    const float* g = request.values.data() + i * dim;
-    admitted_grads_.insert(admitted_grads_.end(), g, g + dim);
-  }
-  *ids = admitted_ids_;
-  *grads = admitted_grads_.data();
-}
-
-Status ShardStore::ApplyHashed(Table& t, const Request& request, int64_t clock) {
-  std::span<const uint64_t> ids;
-  const float* grads = nullptr;
-  Admitted(t, request, &ids, &grads);
-  const HashedRows::PushCounts counts =
-      t.hashed->Apply(ids, grads, *t.rule, t.optimizer, t.optimizer.LearningRate(clock),
-                      clock + 1, refuse_non_finite_);
-  t.dropped_rows += counts.dropped;
-  if (counts.refused == 0) {
-    t.non_finite_rows += counts.non_finite;
-    return Status::Ok();
-  }
-  ++t.refused_rows;
-  return OutOfRangeError("table '" + t.layout.name + "': the update of id " +
-                         std::to_string(counts.refused_id) + " (" +
-                         OptimizerDescription(t.optimizer) +
-                         ") gives a value or optimizer state that is not finite; no row of the "
-                         "push was applied (server.on_non_finite_result: refuse). Lower the "
-                         "learning rate or clip the gradients");
-}
-
 Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
   Table& t = tables_[request.header.table];
   if (t.hashed != nullptr) return ApplyHashed(t, request, clock);
@@ -445,14 +354,7 @@ void ShardStore::Accumulate(const Request& request, int64_t clock) {
   TableSum& sum = clock_sums[request.header.table];
   const uint32_t dim = t.layout.dim;
   if (t.hashed != nullptr) {
-    if (sum.hashed == nullptr) {
-      sum.hashed = std::make_unique<HashedRows>(dim, 0, InitOptions(), t.hashed->max_rows());
-    }
-    const OptimizerOptions add{OptimizerKind::kAdd, 0.0f};
-    std::span<const uint64_t> ids;
-    const float* grads = nullptr;
-    Admitted(t, request, &ids, &grads);
-    t.dropped_rows += sum.hashed->Apply(ids, grads, *FindRule(add.kind), add, 0.0f, 0, false).dropped;
+    AccumulateHashed(t, request, &sum);
     return;
   }
   if (sum.values.empty()) {
@@ -512,27 +414,6 @@ void ShardStore::ApplyAccumulated(int64_t below, float scale) {
       }
     }
     sums_.erase(sums_.begin());
-  }
-}
-
-void ShardStore::ApplyHashedSum(Table& t, const HashedRows& sum, float scale, int64_t clock) {
-  const uint32_t dim = t.layout.dim;
-  gathered_.resize(dim);
-  const float lr = t.optimizer.LearningRate(clock);
-  for (uint64_t r = 0; r < sum.size(); ++r) {
-    const uint64_t id = sum.id(r);
-    const float* g = sum.row(r);
-    for (uint32_t c = 0; c < dim; ++c) gathered_[c] = g[c] * scale;
-    // One id at a time: a row whose result is not finite keeps its values
-    // (kRefuse) and the others still take theirs, as for a range table.
-    const HashedRows::PushCounts counts = t.hashed->Apply(
-        {&id, 1}, gathered_.data(), *t.rule, t.optimizer, lr, clock + 1, refuse_non_finite_);
-    t.dropped_rows += counts.dropped;
-    if (counts.refused != 0) {
-      ++t.refused_rows;
-    } else {
-      t.non_finite_rows += counts.non_finite;
-    }
   }
 }
 

@@ -107,9 +107,9 @@ class ShardStore {
   // they take (HashedRows::bytes), and the rows of pushes dropped because
   // the table was full (an id without a row; its pull reads the initial
   // value). 0 for range tables. REQUIRES: table < layouts().size().
-  uint64_t stored_rows(uint32_t table) const;
-  uint64_t max_rows(uint32_t table) const;
-  uint64_t stored_bytes(uint32_t table) const;
+  uint64_t stored_rows(uint32_t table) const { return OfHashed(table, &HashedRows::size); }
+  uint64_t max_rows(uint32_t table) const { return OfHashed(table, &HashedRows::max_rows); }
+  uint64_t stored_bytes(uint32_t table) const { return OfHashed(table, &HashedRows::bytes); }
   uint64_t dropped_rows(uint32_t table) const { return tables_[table].dropped_rows; }
   // Hashed tables with an admission filter (`admit`): pushed rows of ids
   // without a row that the filter dropped, and the bytes of its sketch;
@@ -117,7 +117,10 @@ class ShardStore {
   // filter), and its restore from a joining replica's copy (false when
   // the size does not fit).
   uint64_t unadmitted_rows(uint32_t table) const { return tables_[table].unadmitted_rows; }
-  uint64_t sketch_bytes(uint32_t table) const;
+  uint64_t sketch_bytes(uint32_t table) const {
+    const PushSketch* sketch = tables_[table].sketch.get();
+    return sketch != nullptr ? sketch->bytes() : 0;
+  }
   std::span<const std::byte> SketchData(uint32_t table) const;
   bool RestoreSketch(uint32_t table, std::span<const std::byte> data);
 
@@ -282,6 +285,12 @@ class ShardStore {
   ShardStore() = default;
   // A hashed table's rows into a snapshot, in ascending order of id.
   static void CopyHashed(const HashedRows& rows, TableSnapshot* ts);
+  // `count` of table `table`'s HashedRows; 0 for a range table.
+  template <typename Count>
+  uint64_t OfHashed(uint32_t table, Count (HashedRows::*count)() const) const {
+    const HashedRows* rows = tables_[table].hashed.get();
+    return rows != nullptr ? static_cast<uint64_t>((rows->*count)()) : 0;
+  }
   // ApplyPush of a hashed table.
   Status ApplyHashed(Table& t, const Request& request, int64_t clock);
   // A hashed table's push with the rows of ids the admission filter does
@@ -346,6 +355,8 @@ class ShardStore {
     std::vector<bool> touched;  // per block
     std::unique_ptr<HashedRows> hashed;  // hashed tables: values and touched stay empty
   };
+  // Accumulate of a hashed table: into its sum of the clock, by id.
+  void AccumulateHashed(Table& t, const Request& request, TableSum* sum);
 
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
