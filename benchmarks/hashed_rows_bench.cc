@@ -17,6 +17,16 @@
 // work; only the index differs. Reported: million ids per second per side
 // and ours/absl (higher is better for ours).
 //
+// --evict instead times eviction (`evict`): a table of --rows rows of
+// --dim floats under adagrad takes pushes of --batch new ids, one clock
+// each, timed one by one: with room (no eviction: the baseline), at its
+// bound under lru and under lfu (each push evicts --batch rows), and with
+// every row idle (idle_clocks: each push also removes up to
+// max(1024, 2 * batch) idle rows). The tables with room may double their
+// index during the timed pushes: their longest push is that. Reported: the median, 99th percentile
+// and longest push, and the median against the baseline's: the longest
+// step eviction adds to the shard's loop.
+//
 // --memory instead measures what a row costs: for each dim and optimizer
 // of the table in config/README.md, a child process fills one table with
 // --rows rows and reports its resident memory's growth per row (from
@@ -198,6 +208,71 @@ int RunMemory(uint64_t rows) {
   return 0;
 }
 
+// Pushes `pushes` batches of `batch` new ids into `table` (clock 1 + p for
+// push p, or `clock` when set), timing each; sorted seconds.
+std::vector<double> TimePushes(ps::HashedRows& table, size_t pushes, uint32_t batch, uint64_t seed,
+                               int64_t clock = -1) {
+  ps::OptimizerOptions adagrad;
+  adagrad.kind = ps::OptimizerKind::kAdagrad;
+  adagrad.lr = 0.05f;
+  const ps::UpdateRule& rule = *ps::FindRule(adagrad.kind);
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> ids(batch);
+  std::vector<float> grads(size_t{batch} * table.dim(), 0.001f);
+  std::vector<double> seconds;
+  for (size_t p = 0; p < pushes; ++p) {
+    for (uint64_t& id : ids) id = rng();
+    const auto start = std::chrono::steady_clock::now();
+    table.Apply(ids, grads.data(), rule, adagrad, adagrad.lr, 1, true,
+                clock >= 0 ? clock : static_cast<int64_t>(1 + p));
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds;
+}
+
+int RunEvict(uint64_t rows, uint32_t dim, uint32_t batch, size_t pushes) {
+  ps::InitOptions init;
+  init.kind = ps::InitKind::kUniform;
+  init.value = 0.05f;
+  struct Case {
+    const char* name;
+    ps::EvictOptions evict;
+    uint64_t max_rows;
+    int64_t clock;  // of the timed pushes; -1: one clock each
+  };
+  ps::EvictOptions none, lru, lfu, idle;
+  lru.policy = ps::EvictPolicy::kLru;
+  lfu.policy = ps::EvictPolicy::kLfu;
+  idle.idle_clocks = 1;
+  const uint64_t room = rows + (pushes + 1) * batch;
+  const Case cases[] = {{"room, no evict", none, room, -1},
+                        {"room, evict: lru (uses kept)", lru, room, -1},
+                        {"lru at the bound", lru, rows, -1},
+                        {"lfu at the bound", lfu, rows, -1},
+                        {"every row idle", idle, room, 1000}};
+  std::printf("hashed_rows_bench --evict: %llu rows of dim %u (adagrad), %zu pushes of %u new ids "
+              "each\n\n",
+              static_cast<unsigned long long>(rows), dim, pushes, batch);
+  std::printf("| table | median ms/push | p99 ms | longest ms | median / room's | rows evicted |\n"
+              "|---|---|---|---|---|---|\n");
+  double baseline = 0;
+  for (const Case& c : cases) {
+    ps::HashedRows table(dim, 1, init, c.max_rows, c.evict);
+    // Filled at clock 0 (its index grown to its size), then timed.
+    TimePushes(table, (rows + batch - 1) / batch, batch, 1, 0);
+    const uint64_t filled = table.size();
+    const std::vector<double> s = TimePushes(table, pushes, batch, 2, c.clock);
+    const uint64_t evicted = filled + pushes * batch - table.size();
+    const double median = s[s.size() / 2];
+    if (baseline == 0) baseline = median;
+    std::printf("| %s | %.3f | %.3f | %.3f | %.2f | %llu |\n", c.name, median * 1e3,
+                s[std::min(s.size() - 1, s.size() * 99 / 100)] * 1e3, s.back() * 1e3,
+                median / baseline, static_cast<unsigned long long>(evicted));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,8 +290,13 @@ int main(int argc, char** argv) {
   app.add_flag("--memory", memory,
                "measure each row's memory (resident growth per row) for dims 8, 16, 64 under "
                "sgd, adagrad and adam instead of timing");
+  bool evict = false;
+  app.add_flag("--evict", evict,
+               "time pushes of new ids into a table with room, at its bound (lru, lfu) and with "
+               "every row idle, one by one, instead of comparing indexes");
   CLI11_PARSE(app, argc, argv);
   if (memory) return RunMemory(quick ? 20000 : rows);
+  if (evict) return RunEvict(quick ? 20000 : rows, dim, quick ? 1024 : batch, quick ? 20 : 200);
   if (quick) {
     rows = 20000;
     reps = 5;

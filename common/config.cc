@@ -182,6 +182,16 @@ Status ParseTable(const YamlReader& r, const YamlValue& value,
          return ReadSection(reader, v, admit,
                             "a map with min_pushes, probability and sketch_width", &t->admit);
        }},
+      {"evict",
+       [](const YamlReader& reader, const YamlValue& v, T* t) {
+         using E = EvictOptions;
+         const std::vector<YamlField<E>> evict = {
+             EnumField("policy", &E::policy, kEvictPolicyNames),
+             UnsignedField("idle_clocks", &E::idle_clocks),
+         };
+         return ReadSection(reader, v, evict, "a map with policy (none, lru or lfu) and idle_clocks",
+                            &t->evict);
+       }},
       {"init",
        [](const YamlReader& reader, const YamlValue& v, T* t) { return ParseInit(reader, v, &t->init); }},
       {"optimizer",

@@ -136,7 +136,8 @@ void StateText(std::ostream& os, const ShardStats& s) {
          << ", " << t.owned_end << ") stored_rows " << t.stored_rows << " max_rows "
          << t.max_rows << " stored_bytes " << t.stored_bytes << " dropped_rows "
          << t.dropped_rows << " unadmitted_rows " << t.unadmitted_rows << " sketch_bytes "
-         << t.sketch_bytes << " non_finite_rows " << t.non_finite_rows << " refused_rows "
+         << t.sketch_bytes << " evicted_rows " << t.evicted_rows << " expired_rows "
+         << t.expired_rows << " non_finite_rows " << t.non_finite_rows << " refused_rows "
          << t.refused_rows << "\n";
       continue;
     }

@@ -102,6 +102,9 @@ struct ShardStats {
     // With an admission filter: pushed rows of ids it has not admitted
     // yet (dropped), and its sketch's bytes.
     uint64_t unadmitted_rows = 0, sketch_bytes = 0;
+    // With eviction: rows evicted at the bound to make room for new ids,
+    // and rows evicted for idleness.
+    uint64_t evicted_rows = 0, expired_rows = 0;
   };
 
   uint32_t shard = 0;

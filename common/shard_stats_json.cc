@@ -48,7 +48,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardStats::Checksum, table, val
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardStats::Table, name, rows, dim, owned_begin,
                                                 owned_end, non_finite_rows, refused_rows, keys,
                                                 stored_rows, max_rows, stored_bytes,
-                                                dropped_rows, unadmitted_rows, sketch_bytes)
+                                                dropped_rows, unadmitted_rows, sketch_bytes,
+                                                evicted_rows, expired_rows)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     ShardStats, shard, endpoint, uptime_s, pushes, pulls, errors, clocks, bytes_in, bytes_out,
     copy_on_write, pushes_per_s, pulls_per_s, consistency, min_clock, slowest_worker,

@@ -164,6 +164,10 @@ Status ValidateRangeKeys(const std::string& source, size_t i, const TableOptions
     return InvalidOption(source, TablePath(i, "admit"), "set on a table of keys: range",
                          std::string(kOnlyHashed) + " (a range table has a row for every id)");
   }
+  if (table.evict.enabled()) {
+    return InvalidOption(source, TablePath(i, "evict"), "set on a table of keys: range",
+                         std::string(kOnlyHashed) + " (a range table keeps every row)");
+  }
   const std::pair<std::string_view, uint64_t> hashed_only[] = {
       {"max_rows", table.max_rows}, {"max_mb", table.max_mb}, {"slots", table.slots}};
   for (const auto& [key, value] : hashed_only) {
@@ -287,6 +291,9 @@ std::string TableOptions::Shape() const {
   std::string shape = fmt::format("{} keys=hashed slots={} {} dim={}", name, HashSlots(), bound, dim);
   if (admit.enabled()) {
     shape += fmt::format(" admit={},{},{}", admit.min_pushes, admit.probability, admit.sketch_width);
+  }
+  if (evict.enabled()) {
+    shape += fmt::format(" evict={},{}", NameOf(kEvictPolicyNames, evict.policy), evict.idle_clocks);
   }
   return shape;
 }

@@ -192,6 +192,34 @@ struct AdmitOptions {
   bool enabled() const { return min_pushes > 1 || probability < 1.0f; }
 };
 
+// What a hashed table's shard removes (`evict`), so that new ids keep
+// getting rows: rows not pushed for `idle_clocks` clocks, and, at the
+// table's memory bound, the rows `policy` picks, to make room for a push's
+// new ids (DESIGN.md section 15). A row's use is a push that names it; an
+// evicted id reads as its initial value again. Off by default: at the
+// bound the rows of new ids are dropped.
+enum class EvictPolicy { kNone, kLru, kLfu };
+
+inline constexpr EnumName<EvictPolicy> kEvictPolicyNames[] = {
+    {"none", EvictPolicy::kNone},
+    {"lru", EvictPolicy::kLru},
+    {"lfu", EvictPolicy::kLfu},
+};
+
+struct EvictOptions {
+  // At the bound: none (drop the new ids' rows), lru (the least recently
+  // pushed rows go first) or lfu (the rows pushed by the fewest pushes, in
+  // classes 1, 2-3, 4-7, ..., go first; in a class the least recently
+  // pushed).
+  EvictPolicy policy = EvictPolicy::kNone;
+  // Rows whose last push was idle_clocks or more clocks before the current
+  // minimum clock go; 0: never for idleness.
+  uint32_t idle_clocks = 0;
+
+  // True when rows are ever evicted (each row then keeps its use: 24 bytes).
+  bool enabled() const { return policy != EvictPolicy::kNone || idle_clocks > 0; }
+};
+
 struct TableOptions {
   // Unique, non-empty, [A-Za-z0-9_.-]. Table id = index in JobOptions::tables.
   std::string name;
@@ -215,6 +243,8 @@ struct TableOptions {
   uint32_t slots = 0;
   // Hashed tables: the admission filter (off by default).
   AdmitOptions admit;
+  // Hashed tables: what the shard evicts (off by default).
+  EvictOptions evict;
 
   bool hashed() const { return keys == KeyKind::kHashed; }
   // The hash slots a hashed table has (`slots`, or its default).
@@ -226,7 +256,8 @@ struct TableOptions {
   // it: "<name> rows=<rows> dim=<dim>" for a range table; for a hashed one
   // "<name> keys=hashed slots=<slots> max_rows=<n> dim=<dim>" (or max_mb),
   // then " admit=<min_pushes>,<probability>,<sketch_width>" when the
-  // admission filter is on.
+  // admission filter is on and " evict=<policy>,<idle_clocks>" when
+  // eviction is.
   std::string Shape() const;
 };
 

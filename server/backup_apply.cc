@@ -225,8 +225,11 @@ Status BackupServer::ApplyCopyIds(const MessageHeader& entry, std::span<Frame> r
                          RowsText(entry.first_row, entry.first_row + entry.count) +
                          " where rows from " + std::to_string(next) + " were expected");
   }
-  if (rest.size() != 2 || rest[0].size() != entry.count * sizeof(uint64_t) ||
-      rest[1].size() != entry.count * stride * sizeof(float)) {
+  // Ids, rows and, when the table evicts, their uses.
+  const bool uses = job_.tables[entry.table].evict.enabled();
+  if (rest.size() != (uses ? 3u : 2u) || rest[0].size() != entry.count * sizeof(uint64_t) ||
+      rest[1].size() != entry.count * stride * sizeof(float) ||
+      (uses && rest[2].size() != entry.count * kRowUseBytes)) {
     return InvalidArgumentError("a copy of " + std::to_string(entry.count) +
                                 " rows of table '" + t.name + "' in a malformed shape (" +
                                 std::to_string(rest.size()) + " frames)");
@@ -241,8 +244,9 @@ Status BackupServer::ApplyCopyIds(const MessageHeader& entry, std::span<Frame> r
                            RowsText(t.owned.begin, t.owned.end));
     }
   }
-  PS_RETURN_IF_ERROR(store_->RestoreIds(entry.table, ids,
-                                        reinterpret_cast<const std::byte*>(rest[1].data())));
+  PS_RETURN_IF_ERROR(store_->RestoreIds(
+      entry.table, ids, reinterpret_cast<const std::byte*>(rest[1].data()),
+      uses ? reinterpret_cast<const std::byte*>(rest[2].data()) : nullptr));
   next += entry.count;
   ++copy_blocks_;
   return Status::Ok();

@@ -34,11 +34,12 @@ class SnapshotSink : public RowSink {
     return Status::Ok();
   }
   void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-            std::span<const std::byte* const> slots) override {
+            std::span<const std::byte* const> slots, const std::byte* use) override {
     TableSnapshot& t = out_->tables[table];
     // A hashed table's rows come one at a time, in id order.
     const uint64_t row = t.hashed ? t.ids.size() : first - t.owned.begin;
     if (t.hashed) t.ids.push_back(first);
+    if (use != nullptr) t.uses.push_back(DecodeRowUse(use));
     const size_t offset = static_cast<size_t>(row) * t.dim;
     const size_t bytes = static_cast<size_t>(count) * t.dim * sizeof(float);
     std::memcpy(t.values.data() + offset, values, bytes);

@@ -233,8 +233,10 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
     // A range table's records are runs of rows; a hashed table's, one row
     // each, keyed by its id.
     const uint64_t per_run = t.hashed ? 1 : RowsPerRun(t.dim);
-    rocksdb::Slice parts[1 + kMaxOptimizerSlots];
-    const int nparts = static_cast<int>(1 + t.slots.size());
+    // Each row's use follows its floats, when the table evicts.
+    rocksdb::Slice parts[2 + kMaxOptimizerSlots];
+    const int nparts = static_cast<int>(1 + t.slots.size() + (t.row_uses ? 1 : 0));
+    std::byte use[kRowUseBytes];
     const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
       return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
                             floats * sizeof(float));
@@ -251,6 +253,10 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
       const size_t floats = static_cast<size_t>(n) * t.dim;
       parts[0] = piece(t.values, offset, floats);
       for (size_t k = 0; k < t.slots.size(); ++k) parts[1 + k] = piece(t.slots[k], offset, floats);
+      if (t.row_uses) {
+        EncodeRowUse(t.uses[first], use);
+        parts[1 + t.slots.size()] = rocksdb::Slice(reinterpret_cast<const char*>(use), kRowUseBytes);
+      }
       const rocksdb::Slice key_slice(key, kRowKeySize);
       rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
@@ -319,7 +325,7 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
       sink->Sketch(run.table, {run.values, run.piece_bytes});
     } else if (run.piece_bytes > 0) {
       sink->Rows(run.table, run.first, run.count, run.values,
-                 std::span<const std::byte* const>(run.slots, run.num_slots));
+                 std::span<const std::byte* const>(run.slots, run.num_slots), run.use);
     }
   }
   if (!it->status().ok()) {

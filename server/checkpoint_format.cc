@@ -110,6 +110,7 @@ std::string EncodeMeta(const ShardSnapshot& s) {
       w.U32(t.hash_slots);
       w.U64(t.stored_rows);
       w.U32(t.sketch_width);
+      w.U32(t.row_uses ? 1 : 0);
     }
   }
   return w.Take();
@@ -134,6 +135,7 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
         " (the record format changed); start the job with a new checkpoint.dir");
   }
   const bool has_keys = version >= 3;
+  const bool has_uses = version >= 4;
   ShardSnapshot s;
   uint32_t table_count = 0;
   if (!r.U32(&s.shard) || !r.U32(&s.num_shards) || !r.I64(&s.clock) || !r.Str(&s.fingerprint) ||
@@ -163,9 +165,16 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
     }
     if (keys == 1) {
       t.hashed = true;
-      if (!r.U32(&t.hash_slots) || !r.U64(&t.stored_rows) || !r.U32(&t.sketch_width)) {
+      uint32_t uses = 0;
+      if (!r.U32(&t.hash_slots) || !r.U64(&t.stored_rows) || !r.U32(&t.sketch_width) ||
+          (has_uses && !r.U32(&uses))) {
         return corrupt("it ends inside table " + std::to_string(i));
       }
+      if (uses > 1) {
+        return corrupt("hashed table '" + t.name + "' has row uses " + std::to_string(uses) +
+                       " (0 none, 1 each row's)");
+      }
+      t.row_uses = uses == 1;
       if (t.rows != 0 || t.hash_slots == 0 || t.owned.begin > t.owned.end ||
           t.owned.end > t.hash_slots) {
         return corrupt("hashed table '" + t.name + "' of " + std::to_string(t.rows) +
@@ -267,7 +276,8 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
       return DataLossError(where + ": the meta record is corrupt: table '" + t.name +
                            "' is too large");
     }
-    bytes += Uint128{*n} * sizeof(float) * (1 + t.slots.size()) + SketchBytes(t.sketch_width);
+    bytes += Uint128{*n} * sizeof(float) * (1 + t.slots.size()) + SketchBytes(t.sketch_width) +
+             (t.row_uses ? Uint128{t.stored_rows} * kRowUseBytes : 0);
   }
   return bytes;
 }
@@ -319,6 +329,10 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
                                   std::to_string(t.owned.end) + ") of " + std::to_string(end));
     }
     if (t.hashed) PS_RETURN_IF_ERROR(ValidateIds(t, table));
+    if (t.uses.size() != (t.row_uses ? t.ids.size() : 0) || (!t.hashed && t.row_uses)) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.uses.size()) +
+                                  " row uses for " + std::to_string(t.ids.size()) + " rows");
+    }
     if (t.sketch.size() != SketchBytes(t.sketch_width) || (!t.hashed && t.sketch_width != 0)) {
       return InvalidArgumentError(table + " has a sketch of " + std::to_string(t.sketch.size()) +
                                   " bytes for width " + std::to_string(t.sketch_width));
@@ -419,12 +433,14 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
   }
   const size_t num_slots = t.slots.size();
   const size_t bytes = size_t{t.dim} * sizeof(float);
-  if (value.size() != bytes * (1 + num_slots)) {
+  const size_t expected = bytes * (1 + num_slots) + (t.row_uses ? kRowUseBytes : 0);
+  if (value.size() != expected) {
     return DataLossError(where_ + ": the record of table '" + t.name + "' id " +
                          std::to_string(id) + " has " + std::to_string(value.size()) +
-                         " bytes, not " + std::to_string(bytes * (1 + num_slots)));
+                         " bytes, not " + std::to_string(expected));
   }
   const auto* data = reinterpret_cast<const std::byte*>(value.data());
+  if (t.row_uses) run->use = data + bytes * (1 + num_slots);
   run->table = ti;
   run->first = id;
   run->count = 1;

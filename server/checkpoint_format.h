@@ -91,7 +91,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 3;
+inline constexpr uint32_t kCheckpointFormatVersion = 4;
 // The oldest version DecodeMeta reads (range tables only).
 inline constexpr uint32_t kOldestCheckpointFormatVersion = 2;
 // The key of the meta record.
@@ -178,6 +178,9 @@ struct RunRecord {
   // A hashed table's sketch record: `values` and piece_bytes its counters,
   // no rows (count 0).
   bool sketch = false;
+  // A hashed row's use (kRowUseBytes) after its slots, when its table
+  // evicts; null otherwise.
+  const std::byte* use = nullptr;
 };
 
 // Checks the run records of one generation, handed over in key order (the

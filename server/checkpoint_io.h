@@ -70,9 +70,10 @@ class RowSink {
   // owned range; each row arrives exactly once): `values` and each of
   // `slots` hold count x dim floats, row-major, possibly unaligned. A
   // hashed table's rows arrive one at a time (count 1), `first` the id, in
-  // ascending order of id.
+  // ascending order of id, with `use` its use (kRowUseBytes) when the
+  // table evicts (null otherwise).
   virtual void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-                    std::span<const std::byte* const> slots) = 0;
+                    std::span<const std::byte* const> slots, const std::byte* use) = 0;
   // A hashed table's admission sketch (its counters, PushSketch::Data),
   // before the table's rows; once for each table whose meta record gives
   // it a sketch width.

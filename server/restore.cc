@@ -55,8 +55,8 @@ StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const Job
       return CheckRestorable(layout, expected_, where_);
     }
     void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-              std::span<const std::byte* const> slots) override {
-      store_->RestoreRows(table, first, count, values, slots);
+              std::span<const std::byte* const> slots, const std::byte* use) override {
+      store_->RestoreRows(table, first, count, values, slots, use);
     }
     void Sketch(uint32_t table, std::span<const std::byte> counters) override {
       store_->RestoreSketch(table, counters);  // the size was checked against the same width

@@ -194,6 +194,12 @@ void WriteHashedTables(const ShardStats& s, MetricsWriter& out) {
       {"ps_server_table_sketch_bytes", "gauge",
        "Bytes of a hashed table's admission sketch on this shard (0 without admit)",
        &ShardStats::Table::sketch_bytes},
+      {"ps_server_table_evicted_rows_total", "counter",
+       "Rows a hashed table evicted at its bound to make room for new ids (evict.policy)",
+       &ShardStats::Table::evicted_rows},
+      {"ps_server_table_expired_rows_total", "counter",
+       "Rows a hashed table evicted for idleness (evict.idle_clocks)",
+       &ShardStats::Table::expired_rows},
   };
   for (const auto& f : families) {
     out.Family(f.name, f.type, f.help);

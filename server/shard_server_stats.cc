@@ -85,7 +85,9 @@ std::vector<ShardStats::Table> TableRows(const ShardStore& store) {
                     .stored_bytes = store.stored_bytes(id),
                     .dropped_rows = store.dropped_rows(id),
                     .unadmitted_rows = store.unadmitted_rows(id),
-                    .sketch_bytes = store.sketch_bytes(id)});
+                    .sketch_bytes = store.sketch_bytes(id),
+                    .evicted_rows = store.evicted_rows(id),
+                    .expired_rows = store.expired_rows(id)});
   }
   return rows;
 }

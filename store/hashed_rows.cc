@@ -28,20 +28,26 @@ uint64_t IndexHash(uint64_t id) {
 // (it uses the low bits), with the top bit set; 0 marks a free entry.
 uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
 
+// lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
+constexpr uint32_t kUseClasses = 16;
+
 uint64_t ChunkRows(size_t stride) {
   return std::bit_floor(std::max<uint64_t>(1, kChunkFloats / stride));
 }
 
 }  // namespace
 
-HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, uint64_t max_rows)
+HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, uint64_t max_rows,
+                       const EvictOptions& evict)
     : dim_(dim),
       slots_(slots),
       stride_(size_t{dim} * (1 + slots)),
       init_(init),
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
       chunk_rows_(ChunkRows(stride_)),
-      chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))) {}
+      chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
+      evict_(evict),
+      lists_(!evict.enabled() ? 0 : evict.policy == EvictPolicy::kLfu ? kUseClasses : 1) {}
 
 size_t HashedRows::Home(uint64_t id) const { return IndexHash(id) & mask_; }
 
@@ -87,45 +93,77 @@ void HashedRows::InitRow(uint64_t id, float* row) const {
   std::fill(row + dim_, row + stride_, 0.0f);
 }
 
+uint32_t HashedRows::RowOf(uint64_t id) const {
+  if (index_.empty()) return kNil;
+  const size_t i = Probe(id);
+  return tags_[i] == 0 ? kNil : index_[i].row;
+}
+
 float* HashedRows::FindOrMake(uint64_t id, bool* made) {
-  if (made != nullptr) *made = false;
-  if (!index_.empty()) {
-    const size_t i = Probe(id);
-    if (tags_[i] != 0) return RowAt(index_[i].row);
-  }
-  if (full()) return nullptr;
+  bool is_new = false;
+  const uint32_t r = FindOrMakeRow(id, &is_new);
+  if (made != nullptr) *made = is_new;
+  return r == kNil ? nullptr : RowAt(r);
+}
+
+uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
+  *made = false;
+  if (const uint32_t found = RowOf(id); found != kNil) return found;
+  if (full()) return kNil;
   // At most half full, so a probe ends soon.
   if (2 * (size_ + 1) > index_.size()) Grow();
-  const uint64_t r = size_;
+  const auto r = static_cast<uint32_t>(size_);
   if ((r >> chunk_shift_) == chunks_.size()) {
     chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
     id_chunks_.push_back(std::make_unique_for_overwrite<uint64_t[]>(chunk_rows_));
+    if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
   }
   Place(Probe(id), id, r);
   ++size_;
   IdAt(r) = id;
-  float* row = RowAt(r);
-  InitRow(id, row);
-  if (made != nullptr) *made = true;
-  return row;
+  InitRow(id, RowAt(r));
+  if (tracks_use()) {
+    // Pushed once, by the current push.
+    UseAt(r) = Use{.use = {next_seq_++, clock_, 1}};
+    if (!unlinked_) Link(r);
+  }
+  *made = true;
+  return r;
 }
 
 bool HashedRows::Erase(uint64_t id) {
   if (index_.empty()) return false;
-  size_t hole = Probe(id);
+  const size_t hole = Probe(id);
   if (tags_[hole] == 0) return false;
+  EraseEntry(hole);
+  return true;
+}
+
+void HashedRows::EraseEntry(size_t hole) {
   const uint32_t r = index_[hole].row;
+  const bool linked = tracks_use() && !unlinked_;
+  if (linked) Unlink(r);
   // The last row moves into the erased one's place.
-  const uint64_t last = size_ - 1;
+  const auto last = static_cast<uint32_t>(size_ - 1);
   if (r != last) {
     std::memcpy(RowAt(r), RowAt(last), stride_ * sizeof(float));
     IdAt(r) = IdAt(last);
     index_[Probe(HashedRows::id(r))].row = r;
+    if (tracks_use()) {
+      Use& moved = UseAt(r);
+      moved = UseAt(last);
+      if (linked) {
+        List& list = lists_[ListOf(moved.use.uses)];
+        (moved.prev != kNil ? UseAt(moved.prev).next : list.head) = r;
+        (moved.next != kNil ? UseAt(moved.next).prev : list.tail) = r;
+      }
+    }
   }
   --size_;
   if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
     chunks_.pop_back();  // the last chunk is empty
     id_chunks_.pop_back();
+    if (tracks_use()) use_chunks_.pop_back();
   }
   // Backward-shift deletion: an entry after the hole whose home is not in
   // (hole, its place] moves into the hole, until a free entry.
@@ -139,7 +177,93 @@ bool HashedRows::Erase(uint64_t id) {
   }
   index_[hole] = Entry();
   tags_[hole] = 0;
-  return true;
+}
+
+uint32_t HashedRows::ListOf(uint32_t uses) const {
+  if (lists_.size() == 1) return 0;
+  return static_cast<uint32_t>(std::min<int>(std::bit_width(std::max(uses, 1u)), kUseClasses)) - 1;
+}
+
+void HashedRows::Link(uint32_t r) {
+  Use& u = UseAt(r);
+  List& list = lists_[ListOf(u.use.uses)];
+  u.prev = list.tail;
+  u.next = kNil;
+  (list.tail != kNil ? UseAt(list.tail).next : list.head) = r;
+  list.tail = r;
+}
+
+void HashedRows::Unlink(uint32_t r) {
+  const Use& u = UseAt(r);
+  List& list = lists_[ListOf(u.use.uses)];
+  (u.prev != kNil ? UseAt(u.prev).next : list.head) = u.next;
+  (u.next != kNil ? UseAt(u.next).prev : list.tail) = u.prev;
+}
+
+void HashedRows::Touch(uint32_t r) {
+  Use& u = UseAt(r);
+  if (u.use.seq >= push_seq_) return;  // the push counted it already
+  Unlink(r);
+  u.use.seq = next_seq_++;
+  u.use.clock = clock_;
+  if (u.use.uses < UINT32_MAX) ++u.use.uses;
+  Link(r);
+}
+
+void HashedRows::Relink() {
+  if (!unlinked_) return;
+  for (List& list : lists_) list = List();
+  std::vector<uint32_t> order(size_);
+  for (uint32_t r = 0; r < size_; ++r) order[r] = r;
+  std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+    const uint64_t sa = UseAt(a).use.seq, sb = UseAt(b).use.seq;
+    return sa != sb ? sa < sb : IdAt(a) < IdAt(b);
+  });
+  for (const uint32_t r : order) {
+    Link(r);
+    next_seq_ = std::max(next_seq_, UseAt(r).use.seq + 1);
+  }
+  unlinked_ = false;
+}
+
+uint32_t HashedRows::Victim() const {
+  // A list is in order of last push: when its head was named by the
+  // current push, so was every row of it.
+  for (const List& list : lists_) {
+    if (list.head != kNil && UseAt(list.head).use.seq < push_seq_) return list.head;
+  }
+  return kNil;
+}
+
+uint64_t HashedRows::EvictIdle(uint64_t budget) {
+  if (evict_.idle_clocks == 0 || clock_ < evict_.idle_clocks) return 0;
+  // Rows last pushed at a clock below this one are idle_clocks or more
+  // clocks old; each list is in order of last push, so they are its head.
+  const uint32_t below = clock_ - evict_.idle_clocks + 1;
+  uint64_t evicted = 0;
+  for (List& list : lists_) {
+    while (evicted < budget && list.head != kNil && UseAt(list.head).use.clock < below) {
+      EraseEntry(Probe(IdAt(list.head)));
+      ++evicted;
+    }
+  }
+  return evicted;
+}
+
+RowUse HashedRows::use(uint64_t i) const { return UseAt(i).use; }
+
+float* HashedRows::Restore(uint64_t id, const RowUse* use) {
+  // The lists are rebuilt from the uses once restoring is done.
+  if (tracks_use()) unlinked_ = true;
+  bool made = false;
+  const uint32_t r = FindOrMakeRow(id, &made);
+  if (r == kNil) return nullptr;
+  if (tracks_use()) {
+    RowUse& u = UseAt(r).use;
+    u = use != nullptr ? *use : RowUse{next_seq_, 0, 1};
+    next_seq_ = std::max(next_seq_, u.seq + 1);
+  }
+  return RowAt(r);
 }
 
 void HashedRows::Gather(std::span<const uint64_t> ids, float* out) const {
@@ -156,18 +280,40 @@ void HashedRows::Gather(std::span<const uint64_t> ids, float* out) const {
 HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const float* grads,
                                          const UpdateRule& rule,
                                          const OptimizerOptions& optimizer, float lr,
-                                         int64_t step, bool refuse_non_finite) {
+                                         int64_t step, bool refuse_non_finite, int64_t clock) {
   PushCounts counts;
   FlushSubnormals flush;
   undo_.clear();
   saved_.clear();
+  const bool evicting = evict_.policy != EvictPolicy::kNone;
+  if (tracks_use()) {
+    Relink();
+    push_seq_ = next_seq_;
+    clock_ = static_cast<uint32_t>(std::clamp<int64_t>(clock, 0, UINT32_MAX));
+    // When the push may not fit, its rows count their use first, so that
+    // no row it names is evicted to make room for another.
+    if (evicting && size_ + ids.size() > max_rows_) {
+      for (const uint64_t id : ids) {
+        if (const uint32_t r = RowOf(id); r != kNil) Touch(r);
+      }
+    }
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     bool made = false;
-    float* row = FindOrMake(ids[i], &made);
-    if (row == nullptr) {
+    uint32_t r = FindOrMakeRow(ids[i], &made);
+    if (r == kNil && evicting) {
+      if (const uint32_t victim = Victim(); victim != kNil) {
+        EraseEntry(Probe(IdAt(victim)));
+        ++counts.evicted;
+        r = FindOrMakeRow(ids[i], &made);
+      }
+    }
+    if (r == kNil) {
       ++counts.dropped;
       continue;
     }
+    if (!made && tracks_use()) Touch(r);
+    float* row = RowAt(r);
     if (refuse_non_finite) {
       undo_.push_back({ids[i], made, saved_.size()});
       if (!made) saved_.insert(saved_.end(), row, row + stride_);
@@ -193,6 +339,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
     counts.refused_id = ids[i];
     break;
   }
+  if (tracks_use()) counts.expired = EvictIdle(std::max<uint64_t>(1024, 2 * ids.size()));
   return counts;
 }
 
@@ -200,9 +347,11 @@ uint64_t HashedRows::id(uint64_t i) const {
   return IdAt(i);
 }
 
-uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots) {
+uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use) {
   const uint64_t row_floats = uint64_t{dim} * (1 + slots);
-  const uint64_t slot_bytes = row_floats * sizeof(float) + sizeof(uint64_t);  // and its id
+  // The floats, the id and the use.
+  const uint64_t slot_bytes =
+      row_floats * sizeof(float) + sizeof(uint64_t) + (use ? sizeof(Use) : 0);
   const uint64_t chunk_bytes = ChunkRows(row_floats) * slot_bytes;
   const uint64_t entry_bytes = sizeof(Entry) + sizeof(uint8_t);
   // For each index size, the rows it holds (half of it) and the rows the
@@ -216,17 +365,16 @@ uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots) {
   return best;
 }
 
-size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots) {
-  // The row's floats and its id, and 2 index entries and their tags.
+size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use) {
+  // The row's floats, its id and its use, and 2 index entries and their tags.
   return size_t{dim} * (1 + slots) * sizeof(float) + sizeof(uint64_t) +
-         2 * (sizeof(Entry) + sizeof(uint8_t));
+         (use ? sizeof(Use) : 0) + 2 * (sizeof(Entry) + sizeof(uint8_t));
 }
 
 size_t HashedRows::bytes() const {
-  return chunks_.size() * chunk_rows_ * (stride_ * sizeof(float) + sizeof(uint64_t)) +
-         index_.capacity() * sizeof(Entry) +
-         tags_.capacity() * sizeof(uint8_t) + saved_.capacity() * sizeof(float) +
-         undo_.capacity() * sizeof(Undo);
+  return chunks_.size() * chunk_rows_ *
+             (stride_ * sizeof(float) + sizeof(uint64_t) + (tracks_use() ? sizeof(Use) : 0)) +
+         index_.capacity() * sizeof(Entry) + tags_.capacity() * sizeof(uint8_t);
 }
 
 }  // namespace ps

@@ -19,6 +19,17 @@
 // restarted shard and a one-process run read the same values, and a read
 // stores nothing.
 //
+// Eviction (EvictOptions, when enabled): each row keeps its use (the
+// number of its last push in the table's order, that push's clock and how
+// many pushes named it: RowUse) and a place in a doubly linked list in the
+// order of last push, one list for lru (and idle eviction alone), one per
+// use class 1, 2-3, 4-7, ... for lfu. So the rows that go are the heads of
+// lists: each eviction is O(1) and a push evicts at most as many rows as
+// it makes, plus a bounded sweep of idle rows; nothing scans the table.
+// The lists' order follows from the pushes alone, not from where rows lie
+// in memory, so replicas that applied the same pushes evict the same rows,
+// and a restored or copied table rebuilds them from the rows' uses.
+//
 // Not thread-safe: the shard's loop owns it.
 #ifndef PS_STORE_HASHED_ROWS_H_
 #define PS_STORE_HASHED_ROWS_H_
@@ -32,6 +43,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/update_rule.h"
+#include "store/snapshot.h"
 
 namespace ps {
 
@@ -40,7 +52,8 @@ class HashedRows {
   // Rows of `dim` values with `slots` optimizer state arrays each, starting
   // at `init`; at most `max_rows` of them (at least 1, at most 2^32 - 2).
   // Allocates nothing until the first row.
-  HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, uint64_t max_rows);
+  HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, uint64_t max_rows,
+             const EvictOptions& evict = {});
 
   uint32_t dim() const { return dim_; }
   uint32_t slots() const { return slots_; }
@@ -66,10 +79,15 @@ class HashedRows {
   // to out[i * dim .. (i + 1) * dim).
   void Gather(std::span<const uint64_t> ids, float* out) const;
 
-  // One push: grads[i * dim ..) for ids[i], each applied with `rule` at
-  // learning rate `lr` and step `step` to the id's row, made when missing.
-  // A row that the table has no room for is skipped (counted in
-  // `dropped`). With `refuse_non_finite`, the first row whose result is
+  // One push at minimum clock `clock`: grads[i * dim ..) for ids[i], each
+  // applied with `rule` at learning rate `lr` and step `step` to the id's
+  // row, made when missing. With an eviction policy, a push whose new ids
+  // do not fit first evicts as many rows as it lacks room for (counted in
+  // `evicted`; never a row the push names); a row that the table still
+  // has no room for is skipped (counted in `dropped`). With idle_clocks,
+  // the push then evicts rows idle since clock - idle_clocks or before, at
+  // most max(1024, 2 * ids.size()) of them (counted in `expired`; the
+  // rest go with the next pushes). With `refuse_non_finite`, the first row whose result is
   // not finite stops the push and every row of it is put back as it was
   // (rows it made are removed again): `refused` is 1 and `refused_id`
   // names the row; otherwise such rows take the result. Subnormals are
@@ -81,10 +99,26 @@ class HashedRows {
     uint64_t refused = 0;  // 1 when the push was refused
     uint64_t refused_id = 0;  // the id whose result was not finite, when refused
     uint64_t non_finite = 0;  // rows whose result was not finite (taken, or the refused one)
+    uint64_t evicted = 0;  // rows evicted at the bound to make room for it
+    uint64_t expired = 0;  // rows evicted for idleness
   };
+  // A refused push changes no row it names, but its pushes count as uses,
+  // and the rows evicted to make room for it stay evicted.
   PushCounts Apply(std::span<const uint64_t> ids, const float* grads, const UpdateRule& rule,
                    const OptimizerOptions& optimizer, float lr, int64_t step,
-                   bool refuse_non_finite);
+                   bool refuse_non_finite, int64_t clock = 0);
+
+  // Whether rows keep their use (RowUse, store/snapshot.h): eviction on.
+  bool tracks_use() const { return evict_.enabled(); }
+  // Row i's use. REQUIRES: tracks_use(), i < size().
+  RowUse use(uint64_t i) const;
+  // The row of `id` as a checkpoint or a joining replica's copy gives it:
+  // made when missing (initial values; null when the table is full) or
+  // overwritten by the caller. With eviction on, `use` is its use (null:
+  // it was not kept, as in a table written without eviction: the rows
+  // then count as pushed once, in the order they are restored). The lists
+  // are rebuilt from the uses before the next push.
+  float* Restore(uint64_t id, const RowUse* use);
 
   // The id of row i. REQUIRES: i < size().
   uint64_t id(uint64_t i) const;
@@ -92,15 +126,19 @@ class HashedRows {
   const float* row(uint64_t i) const { return RowAt(i); }
 
   // Bytes per row, index included, when the index is half full (its
-  // fullest; just after it doubles, its part per row is twice that).
-  size_t row_bytes() const { return RowBytes(dim_, slots_); }
-  static size_t RowBytes(uint32_t dim, uint32_t slots);
+  // fullest; just after it doubles, its part per row is twice that), and
+  // its use when `use` (eviction on).
+  size_t row_bytes() const { return RowBytes(dim_, slots_, tracks_use()); }
+  static size_t RowBytes(uint32_t dim, uint32_t slots, bool use = false);
   // The most rows of `dim` values and `slots` state arrays whose bytes()
   // stay within `bytes` (a max_mb bound): the rows, their chunks (the last
   // one whole) and the index at the size those rows make it (at most half
   // full: between 34 and 68 bytes per row). At least 1.
-  static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots);
-  // Bytes the rows and the index take now (their capacity).
+  static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use = false);
+  // Bytes the rows (with their ids and uses) and the index take now (their
+  // capacity). Apply's undo log is not counted: a copy of the rows of the
+  // largest push so far, a cost of the push's size (server.max_request_bytes
+  // bounds it), not of the table's.
   size_t bytes() const;
 
  private:
@@ -109,6 +147,17 @@ class HashedRows {
   struct Entry {
     uint64_t id = 0;
     uint32_t row = 0;  // meaningful only where tags_ says the entry is taken
+  };
+  // A row's use and its neighbours in its list (kNil: none).
+  static constexpr uint32_t kNil = UINT32_MAX;
+  struct Use {
+    RowUse use;
+    uint32_t prev = kNil;
+    uint32_t next = kNil;
+  };
+  struct List {
+    uint32_t head = kNil;
+    uint32_t tail = kNil;
   };
   // The entry of `id`, or the free entry where it would go.
   size_t Probe(uint64_t id) const;
@@ -126,6 +175,27 @@ class HashedRows {
   uint64_t& IdAt(uint64_t i) const {
     return id_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)];
   }
+  Use& UseAt(uint64_t i) const { return use_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  // The list of a row pushed `uses` times.
+  uint32_t ListOf(uint32_t uses) const;
+  void Link(uint32_t r);
+  void Unlink(uint32_t r);
+  // Row r counts a use by the current push (once per push): it moves to
+  // its list's tail.
+  void Touch(uint32_t r);
+  // Rebuilds the lists from the rows' uses (after Restore).
+  void Relink();
+  // The row to evict at the bound: the first head, in the lists' order,
+  // that the current push has not named; kNil when none.
+  uint32_t Victim() const;
+  // Evicts up to `budget` rows idle since clock_ - idle_clocks; returns how many.
+  uint64_t EvictIdle(uint64_t budget);
+  // The row of `id`, kNil when none.
+  uint32_t RowOf(uint64_t id) const;
+  // FindOrMake by row number (kNil: none, and no room).
+  uint32_t FindOrMakeRow(uint64_t id, bool* made);
+  // Erases the row of index entry `hole` (a taken one).
+  void EraseEntry(size_t hole);
 
   const uint32_t dim_;
   const uint32_t slots_;
@@ -143,6 +213,16 @@ class HashedRows {
   // Beside each chunk, its rows' ids (so that a row's floats stay aligned
   // as they are, and the ids grow by chunks, not by doubling).
   std::vector<std::unique_ptr<uint64_t[]>> id_chunks_;
+  // Eviction: beside each chunk, its rows' uses; the lists; the next
+  // push's number, the first number of the current push and its clock;
+  // whether Restore left the lists to be rebuilt.
+  const EvictOptions evict_;
+  std::vector<std::unique_ptr<Use[]>> use_chunks_;
+  std::vector<List> lists_;
+  uint64_t next_seq_ = 1;
+  uint64_t push_seq_ = 1;
+  uint32_t clock_ = 0;
+  bool unlinked_ = false;
   // Apply's undo log under refuse_non_finite: each row it updated, in
   // order (made, or saved: its stride_ floats before the update lie at
   // saved_[at]).

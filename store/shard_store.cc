@@ -66,8 +66,9 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
                       t.wire,  true, t.HashSlots(), t.HashSeed(), num_shards};
       const uint64_t max_rows = t.max_rows != 0
                                     ? t.max_rows
-                                    : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots);
-      table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows);
+                                    : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots,
+                                                             t.evict.enabled());
+      table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows, t.evict);
       if (t.admit.enabled()) {
         table.admit = t.admit;
         table.sketch = std::make_unique<PushSketch>(t.admit.sketch_width);

@@ -111,6 +111,10 @@ class ShardStore {
   uint64_t max_rows(uint32_t table) const { return OfHashed(table, &HashedRows::max_rows); }
   uint64_t stored_bytes(uint32_t table) const { return OfHashed(table, &HashedRows::bytes); }
   uint64_t dropped_rows(uint32_t table) const { return tables_[table].dropped_rows; }
+  // Hashed tables that evict (`evict`): rows evicted at the bound to make
+  // room for new ids, and rows evicted for idleness; 0 otherwise.
+  uint64_t evicted_rows(uint32_t table) const { return tables_[table].evicted_rows; }
+  uint64_t expired_rows(uint32_t table) const { return tables_[table].expired_rows; }
   // Hashed tables with an admission filter (`admit`): pushed rows of ids
   // without a row that the filter dropped, and the bytes of its sketch;
   // 0 otherwise. The sketch as bytes (PushSketch::Data; empty without a
@@ -186,10 +190,12 @@ class ShardStore {
   // server/restore.h): rows [first, first + count) of `table` (global row ids inside its
   // owned range) take `values` and the optimizer state arrays `slots`
   // (count x dim floats each, row-major, possibly unaligned). A hashed
-  // table's: one row (count 1), `first` its id, made or overwritten.
+  // table's: one row (count 1), `first` its id, made or overwritten, with
+  // its use (kRowUseBytes, EncodeRowUse) when its table evicts (null: the
+  // checkpoint kept none).
   // REQUIRES: the generation passed CheckRestorable against Layout().
   void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
-                   std::span<const std::byte* const> slots);
+                   std::span<const std::byte* const> slots, const std::byte* use = nullptr);
 
   // A copy for a replica that joins (server/replication.h), taken while
   // the shard serves.
@@ -206,16 +212,19 @@ class ShardStore {
   // A hashed table's rows for a replica that joins, copied (they are not
   // shared blocks): rows [first, first + count) in the table's own order
   // (valid until the next push) as two frames, their ids (u64 each) and
-  // their floats (each row its values, then each optimizer state array).
+  // their floats (each row its values, then each optimizer state array),
+  // and a third, their uses (kRowUseBytes each), when the table evicts.
   // HashedRowsPerCopy: rows per such copy, about 1 MiB. ResourceExhausted
   // when the frames cannot be allocated. REQUIRES: a hashed table,
   // first + count <= stored_rows(table).
   uint64_t HashedRowsPerCopy(uint32_t table) const;
   Status CopyIds(uint32_t table, uint64_t first, uint64_t count, std::vector<Frame>* frames) const;
   // Takes rows CopyIds gave (`rows`: ids.size() rows of floats, possibly
-  // unaligned), each made or overwritten. DataLoss when the table has no
-  // room for one (the bound differs from the primary's).
-  Status RestoreIds(uint32_t table, std::span<const uint64_t> ids, const std::byte* rows);
+  // unaligned; `uses`: their uses, or null), each made or overwritten.
+  // DataLoss when the table has no room for one (the bound differs from
+  // the primary's).
+  Status RestoreIds(uint32_t table, std::span<const uint64_t> ids, const std::byte* rows,
+                    const std::byte* uses = nullptr);
   // The sums of synchronous aggregation not applied yet, one per clock and
   // table that received pushes: for each sum of a clock < `below` (clock
   // order, then table), appends two frames to *frames, a copy of its
@@ -265,6 +274,8 @@ class ShardStore {
     std::unique_ptr<PushSketch> sketch;
     uint64_t unadmitted_rows = 0;
     uint64_t dropped_rows = 0;
+    uint64_t evicted_rows = 0;
+    uint64_t expired_rows = 0;
     uint64_t non_finite_rows = 0;
     uint64_t refused_rows = 0;
     // kRefuse: when `bounded`, bound[0] is at least the magnitude of every
@@ -291,6 +302,8 @@ class ShardStore {
     const HashedRows* rows = tables_[table].hashed.get();
     return rows != nullptr ? static_cast<uint64_t>((rows->*count)()) : 0;
   }
+  // Adds a hashed push's dropped and evicted rows to the table's counts.
+  static void Count(Table& t, const HashedRows::PushCounts& counts);
   // ApplyPush of a hashed table.
   Status ApplyHashed(Table& t, const Request& request, int64_t clock);
   // A hashed table's push with the rows of ids the admission filter does

@@ -64,6 +64,7 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
       ts.stored_rows = t.hashed->size();
       ts.max_rows = t.hashed->max_rows();
       ts.sketch_width = t.sketch != nullptr ? t.sketch->width() : 0;
+      ts.row_uses = t.hashed->tracks_use();
     }
     snapshot.tables.push_back(std::move(ts));
   }
@@ -107,8 +108,11 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
       for (size_t r = 0; r < ts.ids.size(); ++r) {
         std::vector<const std::byte*> row_slots;
         for (const std::byte* slot : slots) row_slots.push_back(slot + r * dim * sizeof(float));
+        std::byte use[kRowUseBytes];
+        if (!ts.uses.empty()) EncodeRowUse(ts.uses[r], use);
         RestoreRows(static_cast<uint32_t>(i), ts.ids[r], 1,
-                    reinterpret_cast<const std::byte*>(ts.values.data() + r * dim), row_slots);
+                    reinterpret_cast<const std::byte*>(ts.values.data() + r * dim), row_slots,
+                    ts.uses.empty() ? nullptr : use);
       }
       continue;
     }
@@ -126,11 +130,13 @@ void ShardStore::CopyHashed(const HashedRows& rows, TableSnapshot* ts) {
   const size_t dim = rows.dim();
   ts->stored_rows = rows.size();
   ts->ids.resize(rows.size());
+  if (rows.tracks_use()) ts->uses.resize(rows.size());
   ts->values.resize(rows.size() * dim);
   for (std::vector<float>& slot : ts->slots) slot.resize(rows.size() * dim);
   for (size_t i = 0; i < order.size(); ++i) {
     const float* row = rows.row(order[i]);
     ts->ids[i] = rows.id(order[i]);
+    if (rows.tracks_use()) ts->uses[i] = rows.use(order[i]);
     std::memcpy(ts->values.data() + i * dim, row, dim * sizeof(float));
     for (size_t k = 0; k < ts->slots.size(); ++k) {
       std::memcpy(ts->slots[k].data() + i * dim, row + (k + 1) * dim, dim * sizeof(float));
@@ -139,13 +145,16 @@ void ShardStore::CopyHashed(const HashedRows& rows, TableSnapshot* ts) {
 }
 
 void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
-                             const std::byte* values, std::span<const std::byte* const> slots) {
+                             const std::byte* values, std::span<const std::byte* const> slots,
+                             const std::byte* use) {
   Table& t = tables_[table];
   t.bounded = false;  // measured again on the next push
   const size_t row_bytes = size_t{t.layout.dim} * sizeof(float);
   if (t.hashed != nullptr) {
     // One row, `first` its id (REQUIRES of the header).
-    float* row = t.hashed->FindOrMake(first);
+    RowUse row_use;
+    if (use != nullptr) row_use = DecodeRowUse(use);
+    float* row = t.hashed->Restore(first, use != nullptr ? &row_use : nullptr);
     if (row == nullptr) {  // CheckRestorable refuses more rows than the bound
       ++t.dropped_rows;
       return;
@@ -181,24 +190,29 @@ Status ShardStore::CopyIds(uint32_t table, uint64_t first, uint64_t count,
   const size_t stride = rows.stride();
   PS_ASSIGN_OR_RETURN(Frame ids, Frame::Allocate(count * sizeof(uint64_t)));
   PS_ASSIGN_OR_RETURN(Frame floats, Frame::Allocate(count * stride * sizeof(float)));
+  PS_ASSIGN_OR_RETURN(Frame uses, Frame::Allocate(rows.tracks_use() ? count * kRowUseBytes : 0));
   std::byte* id_out = ids.mutable_data();
   std::byte* row_out = floats.mutable_data();
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t id = rows.id(first + i);
     std::memcpy(id_out + i * sizeof(uint64_t), &id, sizeof(id));
     std::memcpy(row_out + i * stride * sizeof(float), rows.row(first + i), stride * sizeof(float));
+    if (rows.tracks_use()) EncodeRowUse(rows.use(first + i), uses.mutable_data() + i * kRowUseBytes);
   }
   frames->push_back(std::move(ids));
   frames->push_back(std::move(floats));
+  if (rows.tracks_use()) frames->push_back(std::move(uses));
   return Status::Ok();
 }
 
 Status ShardStore::RestoreIds(uint32_t table, std::span<const uint64_t> ids,
-                              const std::byte* rows) {
+                              const std::byte* rows, const std::byte* uses) {
   Table& t = tables_[table];
   const size_t bytes = t.hashed->stride() * sizeof(float);
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* row = t.hashed->FindOrMake(ids[i]);
+    RowUse use;
+    if (uses != nullptr) use = DecodeRowUse(uses + i * kRowUseBytes);
+    float* row = t.hashed->Restore(ids[i], uses != nullptr ? &use : nullptr);
     if (row == nullptr) {
       return DataLossError("table '" + t.layout.name + "' has no room for id " +
                            std::to_string(ids[i]) + ": it holds its bound of " +

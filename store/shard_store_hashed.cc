@@ -51,14 +51,20 @@ void ShardStore::Admitted(Table& t, const Request& request, std::span<const uint
   *grads = admitted_grads_.data();
 }
 
+void ShardStore::Count(Table& t, const HashedRows::PushCounts& counts) {
+  t.dropped_rows += counts.dropped;
+  t.evicted_rows += counts.evicted;
+  t.expired_rows += counts.expired;
+}
+
 Status ShardStore::ApplyHashed(Table& t, const Request& request, int64_t clock) {
   std::span<const uint64_t> ids;
   const float* grads = nullptr;
   Admitted(t, request, &ids, &grads);
   const HashedRows::PushCounts counts =
       t.hashed->Apply(ids, grads, *t.rule, t.optimizer, t.optimizer.LearningRate(clock),
-                      clock + 1, refuse_non_finite_);
-  t.dropped_rows += counts.dropped;
+                      clock + 1, refuse_non_finite_, clock);
+  Count(t, counts);
   if (counts.refused == 0) {
     t.non_finite_rows += counts.non_finite;
     return Status::Ok();
@@ -94,8 +100,8 @@ void ShardStore::ApplyHashedSum(Table& t, const HashedRows& sum, float scale, in
     // One id at a time: a row whose result is not finite keeps its values
     // (kRefuse) and the others still take theirs, as for a range table.
     const HashedRows::PushCounts counts = t.hashed->Apply(
-        {&id, 1}, gathered_.data(), *t.rule, t.optimizer, lr, clock + 1, refuse_non_finite_);
-    t.dropped_rows += counts.dropped;
+        {&id, 1}, gathered_.data(), *t.rule, t.optimizer, lr, clock + 1, refuse_non_finite_, clock);
+    Count(t, counts);
     if (counts.refused != 0) {
       ++t.refused_rows;
     } else {

@@ -1,6 +1,22 @@
 #include "store/snapshot.h"
 
+#include <cstring>
+
 namespace ps {
+
+void EncodeRowUse(const RowUse& use, std::byte* out) {
+  std::memcpy(out, &use.seq, 8);
+  std::memcpy(out + 8, &use.clock, 4);
+  std::memcpy(out + 12, &use.uses, 4);
+}
+
+RowUse DecodeRowUse(const std::byte* in) {
+  RowUse use;
+  std::memcpy(&use.seq, in, 8);
+  std::memcpy(&use.clock, in + 8, 4);
+  std::memcpy(&use.uses, in + 12, 4);
+  return use;
+}
 
 namespace {
 
@@ -40,6 +56,10 @@ std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& ex
     if (a.sketch_width != b.sketch_width) {
       return differ(table, "an admission sketch of width " + std::to_string(a.sketch_width),
                     std::to_string(b.sketch_width));
+    }
+    if (a.row_uses != b.row_uses) {
+      return differ(table, a.row_uses ? "eviction (rows with their uses)" : "no eviction",
+                    b.row_uses ? "eviction" : "none");
     }
     if (a.hashed && a.stored_rows > b.max_rows) {
       return table + " " + std::to_string(a.stored_rows) +

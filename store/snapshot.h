@@ -15,6 +15,21 @@
 
 namespace ps {
 
+// A hashed row's use, kept when its table evicts (HashedRows): `seq`
+// numbers its last push in the table's order of pushes (1, 2, ...),
+// `clock` is that push's minimum clock and `uses` counts the pushes that
+// named it. 16 bytes as a checkpoint or a replica's copy stores it
+// (EncodeRowUse).
+struct RowUse {
+  uint64_t seq = 0;
+  uint32_t clock = 0;
+  uint32_t uses = 0;
+};
+inline constexpr size_t kRowUseBytes = 16;
+// Little-endian, as every record: seq, clock, uses.
+void EncodeRowUse(const RowUse& use, std::byte* out);
+RowUse DecodeRowUse(const std::byte* in);
+
 // One table of a shard: its layout, and (when taken from a store) a copy of
 // its values and optimizer state.
 struct TableSnapshot {
@@ -46,6 +61,10 @@ struct TableSnapshot {
   // when taken from a store, its counters (PushSketch::Data).
   uint32_t sketch_width = 0;
   std::vector<std::byte> sketch;
+  // Hashed, evicting (`evict`): whether its rows carry their use, and,
+  // when taken from a store, each row's (in the order of ids).
+  bool row_uses = false;
+  std::vector<RowUse> uses;
 
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }

@@ -447,8 +447,9 @@ std::string ShardsText(const JobView& view) {
 // Each hashed table's rows on each answering shard against its bound;
 // empty when the job has none.
 std::string HashedTablesText(const JobView& view) {
-  TextTable tables({true, false, false, false, false, false, false});
-  tables.Add({"hashed table", "shard", "rows", "max rows", "MiB", "dropped", "unadmitted"});
+  TextTable tables({true, false, false, false, false, false, false, false, false});
+  tables.Add({"hashed table", "shard", "rows", "max rows", "MiB", "dropped", "unadmitted",
+              "evicted", "expired"});
   bool any = false;
   for (const ShardRow& r : view.shard_rows) {
     if (!r.stats) continue;
@@ -457,13 +458,15 @@ std::string HashedTablesText(const JobView& view) {
       any = true;
       tables.Add({t.name, std::to_string(r.shard), std::to_string(t.stored_rows),
                   std::to_string(t.max_rows), Fixed(static_cast<double>(t.stored_bytes) / kMiB, 1),
-                  std::to_string(t.dropped_rows), std::to_string(t.unadmitted_rows)});
+                  std::to_string(t.dropped_rows), std::to_string(t.unadmitted_rows),
+                  std::to_string(t.evicted_rows), std::to_string(t.expired_rows)});
     }
   }
   return any ? "\n" + tables.Render() +
                    "(dropped: pushed rows of new ids refused at the shard's bound, max_rows or "
                    "max_mb; unadmitted: pushed rows of ids the admission filter has not admitted "
-                   "yet)\n"
+                   "yet; evicted: rows evicted at the bound for new ids; expired: rows evicted "
+                   "for idleness)\n"
              : std::string();
 }
 

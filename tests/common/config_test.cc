@@ -262,7 +262,8 @@ TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
       "  - { name: dense, rows: 4 }\n"
       "  - { name: users, keys: hashed, dim: 8, max_rows: 1000 }\n"
       "  - { name: ads, keys: hashed, dim: 4, max_mb: 64, slots: 256,\n"
-      "      admit: { min_pushes: 3, probability: 0.5, sketch_width: 65536 } }\n";
+      "      admit: { min_pushes: 3, probability: 0.5, sketch_width: 65536 },\n"
+      "      evict: { policy: lfu, idle_clocks: 100 } }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
   ASSERT_OK(job);
   EXPECT_FALSE(job->tables[0].hashed());
@@ -276,12 +277,15 @@ TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
   EXPECT_EQ(job->tables[2].admit.probability, 0.5f);
   EXPECT_EQ(job->tables[2].admit.sketch_width, 65536u);
   EXPECT_FALSE(job->tables[1].admit.enabled());
+  EXPECT_FALSE(job->tables[1].evict.enabled());
+  EXPECT_EQ(job->tables[2].evict.policy, EvictPolicy::kLfu);
+  EXPECT_EQ(job->tables[2].evict.idle_clocks, 100u);
   // The rendezvous compares a hashed table's bound and slots.
   const std::string agreement = EncodeAgreement(*job);
   EXPECT_NE(agreement.find("tables[1]=users keys=hashed slots=4096 max_rows=1000 dim=8"),
             std::string::npos)
       << agreement;
-  EXPECT_NE(agreement.find("tables[2]=ads keys=hashed slots=256 max_mb=64 dim=4 admit=3,0.5,65536"),
+  EXPECT_NE(agreement.find("tables[2]=ads keys=hashed slots=256 max_mb=64 dim=4 admit=3,0.5,65536 evict=lfu,100"),
             std::string::npos)
       << agreement;
   EXPECT_NE(agreement.find("tables[0]=dense rows=4 dim=1"), std::string::npos) << agreement;
@@ -324,6 +328,12 @@ TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
       {"keys: hashed, max_rows: 5, admit: { sketch_width: 3000 }", "",
        {"tables[1].admit.sketch_width: got 3000", "a power of two"}},
       {"keys: hashed, max_rows: 5, admit: { min_push: 2 }", "", {"tables[1].admit.min_push"}},
+      {"rows: 10, evict: { policy: lru }", "",
+       {"tables[1].evict: set on a table of keys: range", "only for keys: hashed"}},
+      {"keys: hashed, max_rows: 5, evict: { policy: fifo }", "",
+       {"tables[1].evict.policy", "none, lru, lfu"}},
+      {"keys: hashed, max_rows: 5, evict: { idle_clocks: -1 }", "", {"tables[1].evict.idle_clocks"}},
+      {"keys: hashed, max_rows: 5, evict: lru", "", {"tables[1].evict", "policy (none, lru or lfu)"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.table + " / " + c.extra);
@@ -466,7 +476,7 @@ TEST(ConfigTest, UndefinedAliasIsSyntaxError) {
 TEST(ConfigTest, UnknownKeyNamesItsPathAndTheAllowedKeys) {
   EXPECT_TRUE(BadFileRejected("bad_unknown_key.yaml",
                               {"tables[0].rowz: unknown key",
-                               "name, keys, rows, dim, max_rows, max_mb, slots, admit, init, optimizer", "line 5"}));
+                               "name, keys, rows, dim, max_rows, max_mb, slots, admit, evict, init, optimizer", "line 5"}));
 }
 
 TEST(ConfigTest, UnknownTopLevelKeyListsTheTopLevelKeys) {

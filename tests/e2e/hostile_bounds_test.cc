@@ -71,30 +71,6 @@ std::string JobYaml(int port) {
          "         iterations: " + std::to_string(kIterations) + ", log_every: 5000 }\n";
 }
 
-// The highest resident memory of a process, sampled every 10 ms on a
-// thread of its own until destroyed.
-class PeakMemory {
- public:
-  explicit PeakMemory(pid_t pid)
-      : thread_([this, pid] {
-          while (!stop_.load()) {
-            const uint64_t now = ResidentBytes(pid);
-            if (now > peak_.load()) peak_.store(now);
-            std::this_thread::sleep_for(milliseconds(10));
-          }
-        }) {}
-  ~PeakMemory() {
-    stop_.store(true);
-    thread_.join();
-  }
-  uint64_t peak() const { return peak_.load(); }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> peak_{0};
-  std::thread thread_;
-};
-
 class HostileBoundsTest : public ::testing::Test {
  protected:
   void SetUp() override {

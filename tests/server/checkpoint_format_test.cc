@@ -85,7 +85,7 @@ TEST(CheckpointFormatTest, MetaStartsWithMagicAndVersionLittleEndian) {
   // magic, version, shard, num_shards, clock, fingerprint "", table count 0.
   ASSERT_EQ(meta.size(), 4u + 4 + 4 + 4 + 8 + 4 + 4);
   EXPECT_EQ(meta.substr(0, 4), "PSCK");
-  EXPECT_EQ(meta.substr(4, 4), std::string("\x03\0\0\0", 4));
+  EXPECT_EQ(meta.substr(4, 4), std::string("\x04\0\0\0", 4));
   EXPECT_EQ(meta.substr(12, 4), std::string("\x01\0\0\0", 4));
   EXPECT_EQ(meta.substr(16, 8), "\x08\x07\x06\x05\x04\x03\x02\x01");
 }
@@ -113,14 +113,14 @@ TEST(CheckpointFormatTest, BadMagicOrTrailingBytesAreRefused) {
 
 TEST(CheckpointFormatTest, OtherFormatVersionsAreFailedPrecondition) {
   std::string meta = EncodeMeta(Snapshot());
-  for (int version : {0, 1, 4, 255}) {
+  for (int version : {0, 1, 5, 255}) {
     meta[4] = static_cast<char>(version);
     auto got = DecodeMeta(meta, kWhere);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status().ToString();
     EXPECT_NE(got.status().message().find(
                   kWhere + ": checkpoint format version " + std::to_string(version) +
-                  ", but this build reads only versions 2 to 3 (the record format changed); "
+                  ", but this build reads only versions 2 to 4 (the record format changed); "
                   "start the job with a new checkpoint.dir"),
               std::string::npos)
         << got.status().ToString();
@@ -292,6 +292,11 @@ std::vector<std::pair<std::string, std::string>> Records(const ShardSnapshot& s)
       };
       append(t.values);
       for (const auto& slot : t.slots) append(slot);
+      if (t.row_uses) {  // an evicting table: the row's use after its floats
+        char use[kRowUseBytes];
+        EncodeRowUse(t.uses[r], reinterpret_cast<std::byte*>(use));
+        value.append(use, kRowUseBytes);
+      }
       out.emplace_back(IdKey(static_cast<uint32_t>(ti), t.ids[r]), value);
     }
   }
@@ -458,6 +463,80 @@ TEST(CheckpointFormatTest, AVersion2MetaIsReadAsRangeTables) {
   auto got = DecodeMeta(v2, kWhere);
   ASSERT_OK(got);
   EXPECT_OK(CheckRestorable(*got, s, kWhere));
+}
+
+// A version 3 meta record: version 4's without each hashed table's row
+// uses field.
+TEST(CheckpointFormatTest, AVersion3MetaIsReadAsHashedTablesWithoutUses) {
+  ShardSnapshot s = WithHashed();
+  std::string meta = EncodeMeta(s);
+  meta[4] = 3;
+  // The hashed tables' last field (row uses, 0) follows their sketch width:
+  // cut it out of each, from the last one back.
+  std::vector<size_t> ends;
+  size_t at = 4 + 4 + 4 + 4 + 8 + 4 + s.fingerprint.size() + 4;
+  for (const TableSnapshot& t : s.tables) {
+    at += 4 + t.name.size() + 8 + 4 + 8 + 8 + 4 + t.optimizer.size() + 4 + 4;
+    if (t.hashed) {
+      at += 4 + 8 + 4;
+      ends.push_back(at);
+      at += 4;
+    }
+  }
+  ASSERT_EQ(at, meta.size());
+  for (auto it = ends.rbegin(); it != ends.rend(); ++it) meta.erase(*it, 4);
+  auto got = DecodeMeta(meta, kWhere);
+  ASSERT_OK(got);
+  EXPECT_FALSE(got->tables[1].row_uses);
+  EXPECT_EQ(got->tables[1].stored_rows, 3u);
+  EXPECT_EQ(got->tables[1].sketch_width, 1024u);
+  EXPECT_EQ(EncodeMeta(*got), EncodeMeta(s));  // the same layout, written as version 4
+}
+
+// An evicting table's rows carry their use (16 bytes after the floats),
+// checked for size like the floats.
+TEST(CheckpointFormatTest, AnEvictingTablesRowsCarryTheirUses) {
+  ShardSnapshot s = WithHashed();
+  TableSnapshot& t = s.tables[1];
+  t.row_uses = true;
+  t.uses = {{5, 1, 2}, {9, 2, 1}, {7, 2, 40000}};
+  ASSERT_OK(ValidateForWrite(s, kWhere));
+  const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
+  EXPECT_TRUE(layout.tables[1].row_uses);
+  EXPECT_FALSE(layout.tables[0].row_uses);
+  EXPECT_EQ(*RowDataBytes(layout, kWhere) - *RowDataBytes(WithHashed(), kWhere), Uint128{3 * 16});
+  const auto records = Records(s);
+  std::vector<RunRecord> runs;
+  ASSERT_OK(Check(layout, records, &runs));
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_NE(runs[1 + i].use, nullptr);
+    const RowUse use = DecodeRowUse(runs[1 + i].use);
+    EXPECT_EQ(use.seq, t.uses[i].seq);
+    EXPECT_EQ(use.clock, t.uses[i].clock);
+    EXPECT_EQ(use.uses, t.uses[i].uses);
+  }
+  EXPECT_EQ(runs[0].use, nullptr);  // the sketch
+  auto short_use = records;
+  short_use[1].second.pop_back();
+  const Status st = Check(layout, short_use);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("has 39 bytes, not 40"), std::string::npos) << st.ToString();
+  // A snapshot whose uses do not match its rows is refused for writing,
+  // and a meta record with another value of the field is corrupt.
+  ShardSnapshot missing = s;
+  missing.tables[1].uses.pop_back();
+  EXPECT_EQ(ValidateForWrite(missing, kWhere).code(), StatusCode::kInvalidArgument);
+  std::string meta = EncodeMeta(s);
+  // emb_h's sketch width (1024), then its row uses field (1).
+  const size_t w = meta.find(std::string("\x00\x04\x00\x00\x01\x00\x00\x00", 8));
+  ASSERT_NE(w, std::string::npos);
+  meta[w + 4] = 2;
+  ExpectDataLoss(DecodeMeta(meta, kWhere), "hashed table 'emb_h' has row uses 2");
+  // Restoring into a table that evicts differently names it.
+  ShardSnapshot job = s;
+  job.tables[1].row_uses = false;
+  const Status differ = CheckRestorable(s, job, kWhere);
+  EXPECT_NE(differ.message().find("eviction"), std::string::npos) << differ.ToString();
 }
 
 TEST(CheckpointFormatTest, HashedSnapshotsThatCannotBeReadBackAreRefusedForWriting) {

@@ -418,8 +418,17 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
   // primary's counts too, or it would admit other ids than its primary.
   emb.admit.min_pushes = 2;
   emb.admit.sketch_width = 4096;
-  JobOptions job = ReplicatedJob(
-      2, 2, TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd).Table(sums).Table(emb));
+  // Rows evicted at a bound of 300 per shard (lru) and after 2 idle clocks:
+  // the rejoining backup takes each row's use with it, or it would evict
+  // other rows than its primary.
+  TableOptions lru = TestTable("lru", 0, 1, OptimizerKind::kAdd);
+  lru.keys = KeyKind::kHashed;
+  lru.max_rows = 300;
+  lru.evict.policy = EvictPolicy::kLru;
+  lru.evict.idle_clocks = 2;
+  JobOptions job = ReplicatedJob(2, 2,
+                                 TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd)
+                                     .Table(sums).Table(emb).Table(lru));
   ASSERT_OK(job.Validate());
   ReplicatedCluster cluster(job);
   // 3000 ids; worker r pushes r + 1 to the first 500 * (clock + 1) of them.
@@ -446,6 +455,12 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
               1, part, SharedFloats::Take(std::vector<float>(part.size() * 2, float(r + 1)))));
           PS_RETURN_IF_ERROR(client->PushSync(
               2, part, SharedFloats::Take(std::vector<float>(part.size() * 4, 0.01f * float(r + 1)))));
+          // A window of 300 ids moving by 100 a clock (idle after 2 clocks),
+          // and at clock 1 a burst of 1000 more (over the bound).
+          std::vector<uint64_t> window(ids.begin() + 100 * c, ids.begin() + 100 * c + 300);
+          if (c == 1) window.insert(window.end(), ids.begin() + 2000, ids.end());
+          PS_RETURN_IF_ERROR(client->PushSync(
+              3, window, SharedFloats::Take(std::vector<float>(window.size(), float(r + 1)))));
           PS_ASSIGN_OR_RETURN(Ticket t, client->Clock());
           PS_RETURN_IF_ERROR(client->Wait(t));
           if (r == 0 && c == 2) reached.set_value();
@@ -481,6 +496,12 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
               cluster.primary(s).store().stored_rows(1));
   }
   EXPECT_EQ(rows, ids.size());
+  for (uint32_t s = 0; s < 2; ++s) {
+    const ShardStore& primary = cluster.primary(s).store();
+    EXPECT_GT(primary.evicted_rows(3), 0u) << "shard " << s;
+    EXPECT_GT(primary.expired_rows(3), 0u) << "shard " << s;
+    EXPECT_EQ(cluster.backup(s, 1).store().stored_rows(3), primary.stored_rows(3));
+  }
 }
 
 TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {

@@ -169,10 +169,14 @@ TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
   };
   for (const Case& c : {Case{1 << 20, 16, 0}, Case{1 << 20, 16, 2}, Case{3 << 20, 1, 0},
                         Case{5 << 20, 64, 1}, Case{(1 << 20) + 12345, 8, 2}}) {
+   // With eviction each row also keeps its use.
+   for (const bool use : {false, true}) {
     SCOPED_TRACE(std::to_string(c.bytes) + " bytes, dim " + std::to_string(c.dim) + ", slots " +
-                 std::to_string(c.slots));
-    const uint64_t max_rows = HashedRows::RowsWithin(c.bytes, c.dim, c.slots);
-    HashedRows rows(c.dim, c.slots, InitOptions(), max_rows);
+                 std::to_string(c.slots) + (use ? ", evicting" : ""));
+    const uint64_t max_rows = HashedRows::RowsWithin(c.bytes, c.dim, c.slots, use);
+    EvictOptions evict;
+    if (use) evict.idle_clocks = 1000;
+    HashedRows rows(c.dim, c.slots, InitOptions(), max_rows, evict);
     std::vector<uint64_t> ids(max_rows + 10);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 0x9e3779b97f4a7c15ull;
     const std::vector<float> grads(ids.size() * c.dim, 1.0f);
@@ -184,6 +188,7 @@ TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
     // doubles: a bound between two of its sizes leaves some unused).
     EXPECT_LE(rows.bytes(), c.bytes);
     EXPECT_GE(rows.bytes(), c.bytes / 2);
+   }
   }
 }
 

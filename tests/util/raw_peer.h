@@ -1,7 +1,8 @@
 // A raw DEALER for tests that play a peer the project's own clients never
 // are: a primary or an authority against one backup, a forged or stale
 // worker against a shard, a client holding a stolen key. Sends a header and
-// frames, returns the reply's header; header-only, for tests.
+// frames, returns the reply's header; and a process's resident memory
+// (ResidentBytes, PeakMemory). Header-only, for tests.
 #ifndef PS_TESTS_UTIL_RAW_PEER_H_
 #define PS_TESTS_UTIL_RAW_PEER_H_
 
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -127,6 +129,30 @@ inline uint64_t ResidentBytes(pid_t pid) {
   }
   return 0;
 }
+
+// The highest resident memory of process `pid`, sampled every `period` on
+// a thread of its own until destroyed.
+class PeakMemory {
+ public:
+  explicit PeakMemory(pid_t pid, std::chrono::milliseconds period = std::chrono::milliseconds(10))
+      : thread_([this, pid, period] {
+          while (!stop_.load()) {
+            const uint64_t now = ResidentBytes(pid);
+            if (now > peak_.load()) peak_.store(now);
+            std::this_thread::sleep_for(period);
+          }
+        }) {}
+  ~PeakMemory() {
+    stop_.store(true);
+    thread_.join();
+  }
+  uint64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> peak_{0};
+  std::thread thread_;
+};
 
 }  // namespace ps
 
