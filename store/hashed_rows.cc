@@ -28,6 +28,15 @@ uint64_t IndexHash(uint64_t id) {
 // (it uses the low bits), with the top bit set; 0 marks a free entry.
 uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
 
+// An old index's entry erased before it moved (no Tag: those have the top
+// bit set).
+constexpr uint8_t kTombstone = 1;
+// Old index slots moved per row made while the index doubles: the doubling
+// starts at half the old size in rows and must end before the new index is
+// half full (as many rows again), so at least 2; 16 ends it after a 16th
+// of the old size in rows made.
+constexpr size_t kMovesPerMake = 4;
+
 // lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
 constexpr uint32_t kUseClasses = 16;
 
@@ -61,10 +70,25 @@ size_t HashedRows::Probe(uint64_t id) const {
   return i;
 }
 
-const float* HashedRows::Find(uint64_t id) const {
-  if (index_.empty()) return nullptr;
+size_t HashedRows::ProbeOld(uint64_t id) const {
+  if (old_size_ == 0) return kNoSlot;
+  const uint64_t hash = IndexHash(id);
+  const uint8_t tag = Tag(hash);
+  // Tombstones keep the probe going; they match no tag.
+  for (size_t i = hash & old_mask_; old_tags_[i] != 0; i = (i + 1) & old_mask_) {
+    if (old_tags_[i] == tag && old_index_[i].id == id) return i >= moved_ ? i : kNoSlot;
+  }
+  return kNoSlot;
+}
+
+uint32_t& HashedRows::EntryRow(uint64_t id) {
   const size_t i = Probe(id);
-  return tags_[i] == 0 ? nullptr : RowAt(index_[i].row);
+  return tags_[i] != 0 ? index_[i].row : old_index_[ProbeOld(id)].row;
+}
+
+const float* HashedRows::Find(uint64_t id) const {
+  const uint32_t r = RowOf(id);
+  return r == kNil ? nullptr : RowAt(r);
 }
 
 float* HashedRows::Find(uint64_t id) {
@@ -72,13 +96,35 @@ float* HashedRows::Find(uint64_t id) {
 }
 
 void HashedRows::Grow() {
-  const size_t size = index_.empty() ? kFirstIndexSize : 2 * index_.size();
-  index_.assign(size, Entry());
-  tags_.assign(size, 0);
+  MoveSome(SIZE_MAX);  // a previous doubling's rest (never left, at kMovesPerMake)
+  const size_t size = index_size_ == 0 ? kFirstIndexSize : 2 * index_size_;
+  old_index_ = std::move(index_);
+  old_tags_ = std::move(tags_);
+  old_size_ = index_size_;
+  old_mask_ = mask_;
+  moved_ = 0;
+  // Neither is written now (the tags are calloc's zero pages): the pages
+  // become resident as entries land, so a doubling costs no pause.
+  index_ = std::make_unique_for_overwrite<Entry[]>(size);
+  tags_.reset(static_cast<uint8_t*>(std::calloc(size, 1)));
+  if (tags_ == nullptr) throw std::bad_alloc();
+  index_size_ = size;
   mask_ = size - 1;
-  for (uint64_t r = 0; r < size_; ++r) {
-    const uint64_t row_id = id(r);
-    Place(Probe(row_id), row_id, r);
+}
+
+void HashedRows::MoveSome(size_t slots) {
+  if (old_size_ == 0) return;
+  const size_t end = std::min(old_size_, moved_ + std::min(slots, old_size_));
+  for (; moved_ < end; ++moved_) {
+    if ((old_tags_[moved_] & 0x80) == 0) continue;  // free, or a tombstone
+    const Entry& e = old_index_[moved_];
+    Place(Probe(e.id), e.id, e.row);
+  }
+  if (moved_ == old_size_) {
+    old_index_.reset();
+    old_tags_.reset();
+    old_size_ = 0;
+    moved_ = 0;
   }
 }
 
@@ -94,9 +140,10 @@ void HashedRows::InitRow(uint64_t id, float* row) const {
 }
 
 uint32_t HashedRows::RowOf(uint64_t id) const {
-  if (index_.empty()) return kNil;
-  const size_t i = Probe(id);
-  return tags_[i] == 0 ? kNil : index_[i].row;
+  if (index_size_ == 0) return kNil;
+  if (const size_t i = Probe(id); tags_[i] != 0) return index_[i].row;
+  const size_t old = ProbeOld(id);
+  return old == kNoSlot ? kNil : old_index_[old].row;
 }
 
 float* HashedRows::FindOrMake(uint64_t id, bool* made) {
@@ -111,7 +158,7 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   if (const uint32_t found = RowOf(id); found != kNil) return found;
   if (full()) return kNil;
   // At most half full, so a probe ends soon.
-  if (2 * (size_ + 1) > index_.size()) Grow();
+  if (2 * (size_ + 1) > index_size_) Grow();
   const auto r = static_cast<uint32_t>(size_);
   if ((r >> chunk_shift_) == chunks_.size()) {
     chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
@@ -119,6 +166,7 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
     if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
   }
   Place(Probe(id), id, r);
+  MoveSome(kMovesPerMake);
   ++size_;
   IdAt(r) = id;
   InitRow(id, RowAt(r));
@@ -132,15 +180,35 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
 }
 
 bool HashedRows::Erase(uint64_t id) {
-  if (index_.empty()) return false;
-  const size_t hole = Probe(id);
-  if (tags_[hole] == 0) return false;
-  EraseEntry(hole);
+  if (index_size_ == 0) return false;
+  if (const size_t hole = Probe(id); tags_[hole] != 0) {
+    EraseEntry(hole);
+    return true;
+  }
+  const size_t old = ProbeOld(id);
+  if (old == kNoSlot) return false;
+  // The old index is not probed again once moved: a tombstone does.
+  old_tags_[old] = kTombstone;
+  RemoveRow(old_index_[old].row);
   return true;
 }
 
 void HashedRows::EraseEntry(size_t hole) {
-  const uint32_t r = index_[hole].row;
+  RemoveRow(index_[hole].row);
+  // Backward-shift deletion: an entry after the hole whose home is not in
+  // (hole, its place] moves into the hole, until a free entry.
+  for (size_t i = (hole + 1) & mask_; tags_[i] != 0; i = (i + 1) & mask_) {
+    const size_t home = Home(index_[i].id);
+    const bool stays = hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
+    if (stays) continue;
+    index_[hole] = index_[i];
+    tags_[hole] = tags_[i];
+    hole = i;
+  }
+  tags_[hole] = 0;
+}
+
+void HashedRows::RemoveRow(uint32_t r) {
   const bool linked = tracks_use() && !unlinked_;
   if (linked) Unlink(r);
   // The last row moves into the erased one's place.
@@ -148,7 +216,7 @@ void HashedRows::EraseEntry(size_t hole) {
   if (r != last) {
     std::memcpy(RowAt(r), RowAt(last), stride_ * sizeof(float));
     IdAt(r) = IdAt(last);
-    index_[Probe(HashedRows::id(r))].row = r;
+    EntryRow(IdAt(r)) = r;
     if (tracks_use()) {
       Use& moved = UseAt(r);
       moved = UseAt(last);
@@ -165,18 +233,6 @@ void HashedRows::EraseEntry(size_t hole) {
     id_chunks_.pop_back();
     if (tracks_use()) use_chunks_.pop_back();
   }
-  // Backward-shift deletion: an entry after the hole whose home is not in
-  // (hole, its place] moves into the hole, until a free entry.
-  for (size_t i = (hole + 1) & mask_; tags_[i] != 0; i = (i + 1) & mask_) {
-    const size_t home = Home(index_[i].id);
-    const bool stays = hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
-    if (stays) continue;
-    index_[hole] = index_[i];
-    tags_[hole] = tags_[i];
-    hole = i;
-  }
-  index_[hole] = Entry();
-  tags_[hole] = 0;
 }
 
 uint32_t HashedRows::ListOf(uint32_t uses) const {
@@ -243,7 +299,7 @@ uint64_t HashedRows::EvictIdle(uint64_t budget) {
   uint64_t evicted = 0;
   for (List& list : lists_) {
     while (evicted < budget && list.head != kNil && UseAt(list.head).use.clock < below) {
-      EraseEntry(Probe(IdAt(list.head)));
+      Erase(IdAt(list.head));
       ++evicted;
     }
   }
@@ -303,7 +359,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
     uint32_t r = FindOrMakeRow(ids[i], &made);
     if (r == kNil && evicting) {
       if (const uint32_t victim = Victim(); victim != kNil) {
-        EraseEntry(Probe(IdAt(victim)));
+        Erase(IdAt(victim));
         ++counts.evicted;
         r = FindOrMakeRow(ids[i], &made);
       }
@@ -355,11 +411,16 @@ uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bo
   const uint64_t chunk_bytes = ChunkRows(row_floats) * slot_bytes;
   const uint64_t entry_bytes = sizeof(Entry) + sizeof(uint8_t);
   // For each index size, the rows it holds (half of it) and the rows the
-  // bytes left after it and one chunk's rounding pay for.
+  // bytes left after it and one chunk's rounding pay for; and it must be
+  // reached: while the index doubled to it, the old one (half its size)
+  // was there too, with the rows made until its entries moved (a quarter
+  // of its size, and a 16th of the old size more).
   uint64_t best = 1;
   for (uint64_t entries = kFirstIndexSize; entries / 2 <= kMostRows; entries *= 2) {
     const uint64_t fixed = entries * entry_bytes + chunk_bytes;
-    if (fixed >= bytes) break;
+    const uint64_t doubling = fixed + entries / 2 * entry_bytes +
+                              (entries / 4 + entries / 2 / kMovesPerMake + 1) * slot_bytes;
+    if (fixed >= bytes || (entries > kFirstIndexSize && doubling > bytes)) break;
     best = std::max(best, std::min(entries / 2, (bytes - fixed) / slot_bytes));
   }
   return best;
@@ -374,7 +435,7 @@ size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use) {
 size_t HashedRows::bytes() const {
   return chunks_.size() * chunk_rows_ *
              (stride_ * sizeof(float) + sizeof(uint64_t) + (tracks_use() ? sizeof(Use) : 0)) +
-         index_.capacity() * sizeof(Entry) + tags_.capacity() * sizeof(uint8_t);
+         (index_size_ + old_size_) * (sizeof(Entry) + sizeof(uint8_t));
 }
 
 }  // namespace ps

@@ -8,10 +8,16 @@
 // beside. Rows lie packed in chunks of about 256 KiB, in no order; erasing a row moves the last row
 // into its place, so the chunks hold exactly size() rows (and the last
 // chunk is freed once empty): the memory follows the rows, with nothing
-// that grows by doubling but the index. An open-addressing index (linear probing, at most half full,
-// backward-shift deletion: no tombstones) maps an id to its row; a byte
-// per entry beside it (7 bits of the id's hash, 0 when free) is read first,
-// so that an id without a row is told apart without reading entries.
+// that grows by doubling but the index. An open-addressing index (linear
+// probing, at most half full, backward-shift deletion: no tombstones) maps
+// an id to its row; a byte per entry beside it (7 bits of the id's hash, 0
+// when free) is read first, so that an id without a row is told apart
+// without reading entries. The index doubles without a pause: the new one
+// takes new rows at once, and each row made after it moves the entries of
+// kMovesPerMake slots of the old one, which is freed when all are moved;
+// meanwhile a lookup that misses in the new index looks in the old one's
+// slots not moved yet (an erase there leaves a tombstone, as the old index
+// is never probed again once moved).
 // Memory: see row_bytes() and bytes().
 //
 // A missing row's values are InitialValue(init, id, c) (store/shard_store.h):
@@ -36,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <vector>
@@ -133,7 +140,9 @@ class HashedRows {
   // The most rows of `dim` values and `slots` state arrays whose bytes()
   // stay within `bytes` (a max_mb bound): the rows, their chunks (the last
   // one whole) and the index at the size those rows make it (at most half
-  // full: between 34 and 68 bytes per row). At least 1.
+  // full: between 34 and 68 bytes per row), also while it doubled to that
+  // size (the old index beside it, and the rows made until its entries
+  // moved). At least 1.
   static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use = false);
   // Bytes the rows (with their ids and uses) and the index take now (their
   // capacity). Apply's undo log is not counted: a copy of the rows of the
@@ -144,10 +153,17 @@ class HashedRows {
  private:
   // Rows are numbered in 32 bits.
   static constexpr uint64_t kMostRows = uint64_t{UINT32_MAX} - 1;
+  // No initializers: a new index is not written when made (its pages are
+  // touched as entries land).
   struct Entry {
-    uint64_t id = 0;
-    uint32_t row = 0;  // meaningful only where tags_ says the entry is taken
+    uint64_t id;
+    uint32_t row;  // meaningful only where tags_ says the entry is taken
   };
+  struct FreeBytes {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  // calloc'd: zero pages that become resident as they are written.
+  using Tags = std::unique_ptr<uint8_t[], FreeBytes>;
   // A row's use and its neighbours in its list (kNil: none).
   static constexpr uint32_t kNil = UINT32_MAX;
   struct Use {
@@ -161,11 +177,24 @@ class HashedRows {
   };
   // The entry of `id`, or the free entry where it would go.
   size_t Probe(uint64_t id) const;
+  // While the index grows: the slot of the old index that holds `id` and
+  // is not moved yet, or kNoSlot.
+  static constexpr size_t kNoSlot = SIZE_MAX;
+  size_t ProbeOld(uint64_t id) const;
+  // The row number in the entry of `id` (in the index, or in the old one
+  // while it grows). REQUIRES: `id` has a row.
+  uint32_t& EntryRow(uint64_t id);
   // Entry i holds `id` at row `row`.
   void Place(size_t i, uint64_t id, uint64_t row);
   size_t Home(uint64_t id) const;
-  // Doubles the index (or makes its first one) and places every row again.
+  // Starts doubling the index (or makes its first one): the old one's
+  // entries move in steps (MoveSome), the rest of a previous doubling at once.
   void Grow();
+  // Moves the entries of up to `slots` slots of the old index into the index.
+  void MoveSome(size_t slots);
+  // Removes row r (its entry already gone or going): the last row moves
+  // into its place.
+  void RemoveRow(uint32_t r);
   // Initial values and zero state into `row`.
   void InitRow(uint64_t id, float* row) const;
   // Row i's place in its chunk: its id, then its floats (RowAt).
@@ -202,9 +231,17 @@ class HashedRows {
   const size_t stride_;
   const InitOptions init_;
   const uint64_t max_rows_;
-  std::vector<Entry> index_;  // a power of two in size, or empty
-  std::vector<uint8_t> tags_;  // by entry: Tag of its id's hash, 0 when free
+  std::unique_ptr<Entry[]> index_;  // index_size_ entries: a power of two, or none
+  Tags tags_;  // by entry: Tag of its id's hash, 0 when free
+  size_t index_size_ = 0;
   size_t mask_ = 0;
+  // While the index doubles: the old index, its tags (kTombstone: an entry
+  // erased before it moved) and the slots [0, moved_) whose entries moved.
+  std::unique_ptr<Entry[]> old_index_;
+  Tags old_tags_;
+  size_t old_size_ = 0;
+  size_t old_mask_ = 0;
+  size_t moved_ = 0;
   // Rows per chunk (a power of two) and its log2.
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;

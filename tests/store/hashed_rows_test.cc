@@ -160,6 +160,34 @@ TEST(HashedRowsTest, MakesAndErasesAgreeWithAReferenceMap) {
   EXPECT_LE(rows.bytes(), held - row_floats);
 }
 
+// The index doubles in steps: while its old entries move, every row is
+// still found (in the old index or the new) and erases reach either.
+TEST(HashedRowsTest, TheIndexDoublesInStepsAndEveryRowStaysFound) {
+  HashedRows rows(1, 0, InitOptions(), 100000);
+  std::unordered_map<uint64_t, bool> kept;  // id -> it has a row
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> ids;
+  for (uint64_t n = 0; n < 6000; ++n) {
+    const uint64_t id = rng();
+    ids.push_back(id);
+    bool made = false;
+    ASSERT_NE(rows.FindOrMake(id, &made), nullptr);
+    ASSERT_TRUE(made);
+    kept[id] = true;
+    if (n % 3 == 0) {  // erase an earlier id, wherever its entry lies now
+      const uint64_t gone = ids[rng() % ids.size()];
+      ASSERT_EQ(rows.Erase(gone), kept[gone]) << "id " << gone;
+      kept[gone] = false;
+    }
+    if (n % 97 == 0) {
+      for (const auto& [k, has] : kept) ASSERT_EQ(rows.Find(k) != nullptr, has) << "id " << k;
+    }
+  }
+  uint64_t with_rows = 0;
+  for (const auto& [k, has] : kept) with_rows += has ? 1 : 0;
+  EXPECT_EQ(rows.size(), with_rows);
+}
+
 TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
   const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
   const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
@@ -177,17 +205,27 @@ TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
     EvictOptions evict;
     if (use) evict.idle_clocks = 1000;
     HashedRows rows(c.dim, c.slots, InitOptions(), max_rows, evict);
-    std::vector<uint64_t> ids(max_rows + 10);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 0x9e3779b97f4a7c15ull;
-    const std::vector<float> grads(ids.size() * c.dim, 1.0f);
-    const HashedRows::PushCounts counts =
-        rows.Apply(ids, grads.data(), rule, add, 0.0f, 1, false);
-    EXPECT_EQ(counts.made, max_rows);
-    EXPECT_EQ(counts.dropped, 10u);
-    // Full, within the bound, and using at least half of it (the index
-    // doubles: a bound between two of its sizes leaves some unused).
-    EXPECT_LE(rows.bytes(), c.bytes);
-    EXPECT_GE(rows.bytes(), c.bytes / 2);
+    // Filled 64 rows at a time: within the bound after each push, also
+    // while the index doubles (the old one and the new side by side).
+    const std::vector<float> grads(64 * c.dim, 1.0f);
+    uint64_t made = 0, dropped = 0, peak = 0;
+    for (uint64_t first = 0; first < max_rows + 10; first += 64) {
+      std::vector<uint64_t> ids;
+      for (uint64_t i = first; i < std::min(first + 64, max_rows + 10); ++i) {
+        ids.push_back(i * 0x9e3779b97f4a7c15ull);
+      }
+      const HashedRows::PushCounts counts = rows.Apply(ids, grads.data(), rule, add, 0.0f, 1, false);
+      made += counts.made;
+      dropped += counts.dropped;
+      peak = std::max<uint64_t>(peak, rows.bytes());
+    }
+    EXPECT_EQ(made, max_rows);
+    EXPECT_EQ(dropped, 10u);
+    // Full, within the bound throughout, and using at least a third of it
+    // (the index doubles: a bound between two of its sizes, or one that
+    // could not hold a doubling to the next, leaves some unused).
+    EXPECT_LE(peak, c.bytes);
+    EXPECT_GE(rows.bytes(), c.bytes / 3);
    }
   }
 }
