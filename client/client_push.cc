@@ -79,6 +79,10 @@ StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, Sh
       std::vector<uint64_t> unique = std::move(unique_ids_);
       auto ticket = Issue({.op = Op::kPush, .table = table, .rows = unique, .values = &summed},
                           std::move(done));
+      // The cache takes what the shard applies: one update of each sum.
+      if (ticket.ok() && cache_ != nullptr) {
+        cache_->ApplyPush(table, 0, unique.data(), unique.size(), summed.data());
+      }
       unique_ids_ = std::move(unique);
       return ticket;
     }

@@ -1,6 +1,7 @@
 // The client's parameter cache against real shards: reads are served from
 // the cache without network traffic exactly while the staleness bound
-// allows, they include the worker's own pushes, and asp never caches.
+// allows, they include the worker's own pushes, and asp never caches; a
+// hashed table's rows are cached by id, within one shard's bound.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -108,6 +109,85 @@ TEST_F(ParamCacheTest, PushesToAStatefulTableDropTheCachedRows) {
   EXPECT_EQ(requests(), sent);
   Pull({7});  // pushed: the shard's Adam step cannot be mirrored, so pulled again
   EXPECT_EQ(requests(), sent + 1);
+}
+
+// A hashed table of `dim` 2 under ssp 3 (add; lru at max_rows per shard).
+JobOptions HashedJob(uint64_t max_rows) {
+  TableOptions t = TestTable("h", 0, 2, OptimizerKind::kAdd);
+  t.keys = KeyKind::kHashed;
+  t.max_rows = max_rows;
+  t.evict.policy = EvictPolicy::kLru;
+  t.init.kind = InitKind::kUniform;
+  t.init.value = 1.0f;
+  return TestJob().Servers(2).Mode(ConsistencyMode::kSsp, 3).Table(t).Build();
+}
+
+// What the shards hold for `ids` of table 0, read by a client of its own.
+std::vector<float> ShardValues(const JobOptions& job, const InProcessCluster& cluster,
+                               std::vector<uint64_t> ids) {
+  JobOptions fresh = job;
+  fresh.consistency.mode = ConsistencyMode::kAsp;
+  fresh.consistency.staleness = 0;
+  auto other = Client::Create(fresh, 0, cluster.endpoints()).value();
+  std::vector<float> values(ids.size() * 2);
+  EXPECT_OK(other->PullSync(0, ids, values.data()));
+  return values;
+}
+
+TEST_F(ParamCacheTest, HashedRowsAreCachedByIdWithTheWorkersOwnPushes) {
+  const JobOptions job = HashedJob(1000);
+  Start(job);
+  const uint64_t big = uint64_t{1} << 60;
+  const std::vector<float> before = Pull({5, big});
+  // Named twice: the client sends the sum once, and the cache takes that.
+  std::vector<uint64_t> ids = {big, big};
+  ASSERT_OK(client_->PushSync(0, ids, SharedFloats::Take({1.0f, 2.0f, 0.5f, 0.25f})));
+  const uint64_t sent = requests();
+  const std::vector<float> cached = Pull({big, 5});
+  EXPECT_EQ(requests(), sent) << "served from the cache";
+  EXPECT_EQ(cached, (std::vector<float>{before[2] + 1.5f, before[3] + 2.25f, before[0], before[1]}));
+  EXPECT_EQ(cached, ShardValues(job, *cluster_, {big, 5}));
+  // Repeated ids, every one a hit: copied into place all the same.
+  const std::vector<float> twice = Pull({5, big, 5});
+  EXPECT_EQ(requests(), sent);
+  EXPECT_EQ(twice, (std::vector<float>{cached[2], cached[3], cached[0], cached[1], cached[2],
+                                       cached[3]}));
+  Tick();
+  Tick();
+  Tick();
+  Tick();  // clock 4: rows pulled at min clock 0 are too old for a bound of 3
+  const uint64_t ticked = requests();
+  Pull({5});
+  EXPECT_EQ(requests(), ticked + 1);
+}
+
+TEST_F(ParamCacheTest, HashedRowsThatAPushMayNotReachAreDroppedFromTheCache) {
+  // An admission filter drops an id's first push on the shard: the worker
+  // cannot mirror that, so it pulls the row again (and reads what the
+  // shard has, its initial value).
+  JobOptions job = HashedJob(1000);
+  job.tables[0].admit.min_pushes = 2;
+  job.tables[0].admit.sketch_width = 1024;
+  Start(job);
+  const std::vector<float> before = Pull({9});
+  std::vector<uint64_t> ids = {9};
+  ASSERT_OK(client_->PushSync(0, ids, SharedFloats::Take({1.0f, 1.0f})));
+  const uint64_t sent = requests();
+  EXPECT_EQ(Pull({9}), before);
+  EXPECT_EQ(requests(), sent + 1);
+}
+
+TEST_F(ParamCacheTest, AHashedTablesCacheHoldsAtMostOneShardsRowsAndStartsOver) {
+  Start(HashedJob(4));
+  Pull({1, 2, 3, 4});
+  const uint64_t sent = requests();
+  Pull({4});
+  EXPECT_EQ(requests(), sent);
+  Pull({5});  // a fifth row: the cache starts over with it
+  Pull({5});
+  EXPECT_EQ(requests(), sent + 1);
+  Pull({4});
+  EXPECT_EQ(requests(), sent + 2);
 }
 
 TEST_F(ParamCacheTest, PartialHitsPullOnlyTheMissingRowsInOrder) {
