@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -275,13 +276,13 @@ Status Client::CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) 
   return Status::Ok();
 }
 
-Ticket Client::CompletedTicket(Callback done) {
-  const Ticket ticket = tracker_.NewTicket(std::move(done));
+Ticket Client::CompletedTicket(Callback done, Callback finish) {
+  const Ticket ticket = tracker_.NewTicket(std::move(done), std::move(finish));
   tracker_.Release(ticket, Status::Ok());
   return ticket;
 }
 
-StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
+StatusOr<Ticket> Client::Issue(const Call& call, Callback done, Callback finish) {
   if (reader_ && call.op == Op::kPush) {
     return FailedPreconditionError("the evaluator only pulls; a push comes from a worker");
   }
@@ -313,7 +314,7 @@ StatusOr<Ticket> Client::Issue(const Call& call, Callback done) {
                    .dense = call.dense, .rows = call.rows, .out_index = call.out_index,
                    .hashed = t.hashed(), .slots = t.HashSlots(), .hash_seed = t.HashSeed()},
                   limits_);
-  const Ticket ticket = tracker_.NewTicket(std::move(done));
+  const Ticket ticket = tracker_.NewTicket(std::move(done), std::move(finish));
   for (const PartSpec& spec : partition.parts()) SendSpec(ticket, call, spec);
   partition_ = std::move(partition);
   tracker_.Release(ticket, Status::Ok());  // the issuing hold
@@ -394,8 +395,33 @@ uint64_t Client::RowIndex(const PartSpec& spec, uint64_t x) {
 
 StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
                               Callback done) {
+  if (out != nullptr && table < job_.tables.size() && job_.tables[table].hashed()) {
+    // A hashed table's ids once each (client/id_dedup.h), pulled into a
+    // buffer of their own and copied to each place when the pull completes.
+    auto places = std::make_shared<std::vector<uint32_t>>();
+    std::vector<uint64_t> unique;
+    if (dedup_.Distinct(rows, &unique, places.get())) {
+      counters_.distinct_pull_rows += rows.size() - unique.size();
+      const uint32_t dim = job_.tables[table].dim;
+      auto pulled = std::make_shared<std::vector<float>>(unique.size() * dim);
+      float* into = pulled->data();
+      Callback copy = [pulled, places, out, dim](const Status& status) {
+        if (!status.ok()) return;
+        for (size_t i = 0; i < places->size(); ++i) {
+          std::memcpy(out + i * dim, pulled->data() + size_t{(*places)[i]} * dim, dim * sizeof(float));
+        }
+      };
+      return PullRows(table, unique, into, std::move(done), std::move(copy));
+    }
+  }
+  return PullRows(table, rows, out, std::move(done), nullptr);
+}
+
+StatusOr<Ticket> Client::PullRows(uint32_t table, std::span<const uint64_t> rows, float* out,
+                                  Callback done, Callback finish) {
   if (cache_ == nullptr || out == nullptr) {
-    return Issue({.op = Op::kPull, .table = table, .rows = rows, .out = out}, std::move(done));
+    return Issue({.op = Op::kPull, .table = table, .rows = rows, .out = out}, std::move(done),
+                 std::move(finish));
   }
   PS_RETURN_IF_ERROR(CheckRows(Op::kPull, table, rows));
   const uint32_t dim = job_.tables[table].dim;
@@ -411,12 +437,13 @@ StatusOr<Ticket> Client::Pull(uint32_t table, std::span<const uint64_t> rows, fl
   counters_.cache_hits += hits;
   counters_.cache_misses += missing.size();
   counters_.cache_bytes_saved += hits * dim * sizeof(float);
-  if (missing.empty()) return CompletedTicket(std::move(done));
+  if (missing.empty()) return CompletedTicket(std::move(done), std::move(finish));
   if (missing.size() == rows.size()) {
-    return Issue({.op = Op::kPull, .table = table, .rows = rows, .out = out}, std::move(done));
+    return Issue({.op = Op::kPull, .table = table, .rows = rows, .out = out}, std::move(done),
+                 std::move(finish));
   }
   return Issue({.op = Op::kPull, .table = table, .rows = missing, .out = out, .out_index = index},
-               std::move(done));
+               std::move(done), std::move(finish));
 }
 
 StatusOr<Ticket> Client::PullDense(uint32_t table, float* out, Callback done) {

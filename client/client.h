@@ -135,6 +135,7 @@ struct ClientCounters {
   uint64_t cache_misses = 0;      // rows pulled from the shards (cache on)
   uint64_t cache_bytes_saved = 0; // value bytes the cache kept off the network
   uint64_t summed_rows = 0;       // hashed pushes: rows of repeated ids summed into one
+  uint64_t distinct_pull_rows = 0;  // hashed pulls: rows of repeated ids pulled once
   // Time pulls spent held back at the shards by the staleness bound
   // (waiting for slower workers), summed over pulls, microseconds.
   uint64_t staleness_wait_us = 0;
@@ -203,7 +204,9 @@ class Client {
   // Pushes the whole table (rows x dim values), each shard its slice, zero-copy.
   StatusOr<Ticket> PushDense(uint32_t table, SharedFloats values, Callback done = nullptr);
   // Pulls `rows` of `table` into out[0 .. rows.size()*dim), row-major in the
-  // order of `rows`. `out` must stay valid until the ticket completes.
+  // order of `rows`. `out` must stay valid until the ticket completes. A
+  // hashed table's id named more than once is pulled once and its row
+  // copied to each place (counters().distinct_pull_rows).
   StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> rows, float* out,
                         Callback done = nullptr);
   // Pulls the whole table into out[0 .. rows*dim).
@@ -345,7 +348,12 @@ class Client {
   Status CheckTable(uint32_t table) const;
   Status CheckRows(Op op, uint32_t table, std::span<const uint64_t> rows) const;
   // Splits a call into parts (Partition) and sends them.
-  StatusOr<Ticket> Issue(const Call& call, Callback done);
+  // `finish`: NewTicket's.
+  StatusOr<Ticket> Issue(const Call& call, Callback done, Callback finish = nullptr);
+  // Pull() of rows named once each (or of a range table), `finish` run when
+  // it completes.
+  StatusOr<Ticket> PullRows(uint32_t table, std::span<const uint64_t> rows, float* out,
+                            Callback done, Callback finish);
   // Builds and sends the frames of one part of `call`.
   void SendSpec(Ticket ticket, const Call& call, const PartSpec& spec);
   // The index in the call's rows (and values) of the part's row x.
@@ -366,7 +374,7 @@ class Client {
     }
   }
   // A ticket with nothing to send: completes at once.
-  Ticket CompletedTicket(Callback done);
+  Ticket CompletedTicket(Callback done, Callback finish = nullptr);
   // Sends one part with its keys and values frames (either may be empty),
   // after waiting for a free slot to its shard; on failure records the
   // error on the ticket. Returns its request id, 0 if not sent. Takes the

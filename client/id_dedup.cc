@@ -17,10 +17,22 @@ uint64_t Mix(uint64_t x) {
 
 bool IdDedup::SumDuplicates(std::span<const uint64_t> ids, const float* values, uint32_t dim,
                             std::vector<uint64_t>* unique, std::vector<float>* sums) {
+  if (!Distinct(ids, unique, &first_)) return false;
+  sums->assign(unique->size() * dim, 0.0f);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* out = sums->data() + size_t{first_[i]} * dim;
+    const float* in = values + i * dim;
+    for (uint32_t c = 0; c < dim; ++c) out[c] += in[c];
+  }
+  return true;
+}
+
+bool IdDedup::Distinct(std::span<const uint64_t> ids, std::vector<uint64_t>* unique,
+                       std::vector<uint32_t>* places) {
   if (ids.size() < 2) return false;
   const size_t size = std::bit_ceil(2 * ids.size());
   slots_.assign(size, 0);
-  first_.resize(ids.size());
+  places->resize(ids.size());
   unique->clear();
   const size_t mask = size - 1;
   bool repeated = false;
@@ -33,16 +45,9 @@ bool IdDedup::SumDuplicates(std::span<const uint64_t> ids, const float* values, 
     } else {
       repeated = true;
     }
-    first_[i] = slots_[at] - 1;
+    (*places)[i] = slots_[at] - 1;
   }
-  if (!repeated) return false;
-  sums->assign(unique->size() * dim, 0.0f);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    float* out = sums->data() + size_t{first_[i]} * dim;
-    const float* in = values + i * dim;
-    for (uint32_t c = 0; c < dim; ++c) out[c] += in[c];
-  }
-  return true;
+  return repeated;
 }
 
 }  // namespace ps

@@ -2,7 +2,8 @@
 // client sums the rows of an id a minibatch names several times before it
 // sends the push, so the shard applies one update of the summed gradient
 // (an update rule with state, adagrad or adam, gives another result for
-// two updates than for one of their sum).
+// two updates than for one of their sum). A pull names each id once too:
+// the rows of repeated ids are copied on the worker after it.
 //
 // Not thread-safe: one per Client; its storage is kept between pushes.
 #ifndef PS_CLIENT_ID_DEDUP_H_
@@ -22,6 +23,11 @@ class IdDedup {
   // true. Otherwise returns false and leaves both alone.
   bool SumDuplicates(std::span<const uint64_t> ids, const float* values, uint32_t dim,
                      std::vector<uint64_t>* unique, std::vector<float>* sums);
+  // When `ids` names an id more than once: fills *unique with each id once
+  // (in the order of its first appearance) and *places with the place in
+  // *unique of each of `ids`, and returns true. Otherwise returns false.
+  bool Distinct(std::span<const uint64_t> ids, std::vector<uint64_t>* unique,
+                std::vector<uint32_t>* places);
 
  private:
   // Open addressing over the positions in *unique (+1; 0 is free),

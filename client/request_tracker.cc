@@ -9,11 +9,12 @@ RequestTracker::RequestTracker(const Clock* clock, std::chrono::milliseconds tim
                                uint32_t num_shards)
     : clock_(clock), timeout_(timeout), in_flight_(num_shards, 0) {}
 
-Ticket RequestTracker::NewTicket(Callback done) {
+Ticket RequestTracker::NewTicket(Callback done, Callback finish) {
   const Ticket t = next_ticket_++;
   TicketState& st = tickets_[t];
   st.remaining = 1;
   st.done = std::move(done);
+  st.finish = std::move(finish);
   return t;
 }
 
@@ -28,6 +29,10 @@ void RequestTracker::Release(Ticket ticket, const Status& status) {
   if (t == tickets_.end()) return;
   if (--t->second.remaining > 0) return;
   staleness_wait_us_ += t->second.waited_us;
+  if (t->second.finish) {
+    Callback finish = std::move(t->second.finish);
+    finish(t->second.status);
+  }
   if (t->second.done) {
     // Forgotten first: the callback may issue new requests.
     Callback done = std::move(t->second.done);

@@ -93,8 +93,10 @@ class RequestTracker {
   RequestTracker& operator=(const RequestTracker&) = delete;
 
   // A new ticket, held once by its issuer (so it cannot complete while its
-  // parts are being sent) until Release.
-  Ticket NewTicket(Callback done);
+  // parts are being sent) until Release. `finish` (when set) runs when it
+  // completes, before `done` and before Take can see it (the caller's last
+  // step, e.g. copying pulled rows into place); it must not issue requests.
+  Ticket NewTicket(Callback done, Callback finish = nullptr);
   // Records `status` on the ticket unless it already has an error.
   void Fail(Ticket ticket, const Status& status);
   // Fail(), then drops one hold (a part's, or the issuer's); the last one
@@ -165,6 +167,7 @@ class RequestTracker {
     std::vector<uint32_t> failed_shards;
     uint32_t remaining = 0;  // holds: the issuer's and one per part in flight
     Callback done;
+    Callback finish;
     uint64_t waited_us = 0;  // pulls: the longest wait a shard reported
   };
   using Deadline = std::pair<Clock::TimePoint, uint64_t>;

@@ -357,6 +357,31 @@ TEST_F(HashedTableTest, AnIdNamedTwiceInAPushIsUpdatedOnceWithTheSumOfItsRows) {
   EXPECT_EQ(client_->counters().summed_rows, 2u);
 }
 
+TEST_F(HashedTableTest, AnIdNamedTwiceInAPullIsPulledOnceAndCopiedToEachPlace) {
+  Start(Job(2, Hashed("emb", 3, 1000)));
+  const std::vector<uint64_t> pushed = {11, 22, 33};
+  ASSERT_OK(client_->PushSync(1, pushed, SharedFloats::Take({1, 2, 3, 4, 5, 6, 7, 8, 9})));
+  const std::vector<uint64_t> read = {22, 11, 22, 44, 11, 22};
+  std::vector<float> out(read.size() * 3, -1.0f);
+  ASSERT_OK(client_->PullSync(1, read, out.data()));
+  EXPECT_EQ(client_->counters().distinct_pull_rows, 3u);
+  for (size_t i = 0; i < read.size(); ++i) {
+    std::vector<float> one(3);
+    ASSERT_OK(client_->PullSync(1, {&read[i], 1}, one.data()));
+    EXPECT_EQ(std::vector<float>(out.begin() + 3 * i, out.begin() + 3 * i + 3), one) << i;
+  }
+  // With a callback: every place is filled when it runs.
+  std::vector<float> again(read.size() * 3, -1.0f);
+  bool ran = false;
+  ASSERT_OK(client_->Pull(1, read, again.data(), [&](const Status& status) {
+    EXPECT_OK(status);
+    EXPECT_EQ(again, out);
+    ran = true;
+  }));
+  ASSERT_OK(client_->WaitAll());
+  EXPECT_TRUE(ran);
+}
+
 TEST_F(HashedTableTest, AnIdGetsARowOnlyAtItsMinPushesThPushAndItsPushesBeforeAreDropped) {
   TableOptions t = Hashed("emb", 1, 1000);
   t.admit.min_pushes = 3;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "tests/util/fake_clock.h"
@@ -37,6 +38,26 @@ TEST_F(RequestTrackerTest, TicketCompletesWhenItsPartsAndItsIssuerAreDone) {
   EXPECT_EQ(tracker_.CheckWaitable(t).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tracker_.size(), 0u);
   EXPECT_EQ(tracker_.in_flight(0), 0u);
+}
+
+TEST_F(RequestTrackerTest, AFinishStepRunsOnceWhenTheTicketCompletesBeforeItsCallback) {
+  std::vector<std::string> order;
+  const Ticket t = tracker_.NewTicket([&](const Status&) { order.push_back("done"); },
+                                      [&](const Status& status) {
+                                        EXPECT_EQ(status, DataLossError("lost"));
+                                        order.push_back("finish");
+                                      });
+  tracker_.Add(1, {.ticket = t});
+  tracker_.Release(t, Status::Ok());
+  EXPECT_TRUE(order.empty());  // a part is still in flight
+  tracker_.Finish(1, DataLossError("lost"));
+  EXPECT_EQ(order, (std::vector<std::string>{"finish", "done"}));
+  // Without a callback: it has run before the ticket can be taken.
+  bool finished = false;
+  const Ticket u = tracker_.NewTicket(nullptr, [&](const Status&) { finished = true; });
+  tracker_.Release(u, Status::Ok());
+  EXPECT_TRUE(finished);
+  EXPECT_OK(tracker_.Take(u));
 }
 
 TEST_F(RequestTrackerTest, TicketKeepsItsFirstError) {
