@@ -245,6 +245,8 @@ TEST(BuildJobViewTest, HashedTablesShowEachShardsRowsAgainstItsBound) {
   emb.stored_rows = 5000;
   emb.dropped_rows = 77;
   emb.unadmitted_rows = 12;
+  emb.evicted_rows = 4321;
+  emb.expired_rows = 987;
   r1.tables.push_back(emb);
   const std::vector<ShardSample> now = {Sample(0, r0, t), Sample(1, r1, t)};
   const JobView view = BuildJobView(TwoShardJob(), now, {});
@@ -255,7 +257,14 @@ TEST(BuildJobViewTest, HashedTablesShowEachShardsRowsAgainstItsBound) {
       << page;
   const nlohmann::json j = nlohmann::json::parse(JobViewJson(view), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
+  // Then the rows evicted at the bound and for idleness.
+  const size_t line = page.find("emb               1  5000");
+  ASSERT_NE(line, std::string::npos) << page;
+  const std::string row = page.substr(line, page.find('\n', line) - line);
+  EXPECT_NE(row.find("12     4321      987"), std::string::npos) << row;
   EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["dropped_rows"], 77);
+  EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["evicted_rows"], 4321);
+  EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["expired_rows"], 987);
   EXPECT_EQ(j["shards"][1]["stats"]["tables"].back()["keys"], "hashed");
 }
 
