@@ -67,32 +67,33 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
 
 StatusOr<Ticket> Client::Push(uint32_t table, std::span<const uint64_t> rows, SharedFloats values,
                               Callback done) {
+  // What is sent: the call's rows, or a hashed table's ids once each with
+  // their rows summed (client/id_dedup.h).
+  std::span<const uint64_t> ids = rows;
+  const SharedFloats* sent = &values;
+  SharedFloats summed;
+  // Taken for this call (a callback run while it waits for a slot may push
+  // too); Issue copies the ids into the requests' frames.
+  std::vector<uint64_t> unique;
   if (table < job_.tables.size() && job_.tables[table].hashed() &&
       values.size() == rows.size() * job_.tables[table].dim) {
-    // A hashed table's ids once each, their rows summed (client/id_dedup.h).
     std::vector<float> sums;
     if (dedup_.SumDuplicates(rows, values.data(), job_.tables[table].dim, &unique_ids_, &sums)) {
       counters_.summed_rows += rows.size() - unique_ids_.size();
-      SharedFloats summed = SharedFloats::Take(std::move(sums));
-      // Taken for this call (a callback run while it waits for a slot may
-      // push too); Issue copies the ids into the requests' frames.
-      std::vector<uint64_t> unique = std::move(unique_ids_);
-      auto ticket = Issue({.op = Op::kPush, .table = table, .rows = unique, .values = &summed},
-                          std::move(done));
-      // The cache takes what the shard applies: one update of each sum.
-      if (ticket.ok() && cache_ != nullptr) {
-        cache_->ApplyPush(table, 0, unique.data(), unique.size(), summed.data());
-      }
-      unique_ids_ = std::move(unique);
-      return ticket;
+      summed = SharedFloats::Take(std::move(sums));
+      unique = std::move(unique_ids_);
+      ids = unique;
+      sent = &summed;
     }
   }
-  auto ticket = Issue({.op = Op::kPush, .table = table, .rows = rows, .values = &values},
+  auto ticket = Issue({.op = Op::kPush, .table = table, .rows = ids, .values = sent},
                       std::move(done));
-  // (A 16-bit push updates the cache as it is encoded: EncodePush.)
+  // The cache takes what the shard applies (a 16-bit push updates it as it
+  // is encoded: EncodePush).
   if (ticket.ok() && cache_ != nullptr && job_.tables[table].wire.push == WireType::kF32) {
-    cache_->ApplyPush(table, 0, rows.data(), rows.size(), values.data());
+    cache_->ApplyPush(table, 0, ids.data(), ids.size(), sent->data());
   }
+  if (!unique.empty()) unique_ids_ = std::move(unique);
   return ticket;
 }
 

@@ -33,8 +33,8 @@ uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
 constexpr uint8_t kTombstone = 1;
 // Old index slots moved per row made while the index doubles: the doubling
 // starts at half the old size in rows and must end before the new index is
-// half full (as many rows again), so at least 2; 16 ends it after a 16th
-// of the old size in rows made.
+// half full (as many rows again), so at least 2; 4 ends it after an 8th
+// of the old size in rows made, a 4th of what it may take.
 constexpr size_t kMovesPerMake = 4;
 
 // lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
@@ -74,8 +74,9 @@ size_t HashedRows::ProbeOld(uint64_t id) const {
   if (old_size_ == 0) return kNoSlot;
   const uint64_t hash = IndexHash(id);
   const uint8_t tag = Tag(hash);
+  const size_t mask = old_size_ - 1;
   // Tombstones keep the probe going; they match no tag.
-  for (size_t i = hash & old_mask_; old_tags_[i] != 0; i = (i + 1) & old_mask_) {
+  for (size_t i = hash & mask; old_tags_[i] != 0; i = (i + 1) & mask) {
     if (old_tags_[i] == tag && old_index_[i].id == id) return i >= moved_ ? i : kNoSlot;
   }
   return kNoSlot;
@@ -101,7 +102,6 @@ void HashedRows::Grow() {
   old_index_ = std::move(index_);
   old_tags_ = std::move(tags_);
   old_size_ = index_size_;
-  old_mask_ = mask_;
   moved_ = 0;
   // Neither is written now (the tags are calloc's zero pages): the pages
   // become resident as entries land, so a doubling costs no pause.

@@ -240,7 +240,6 @@ class HashedRows {
   std::unique_ptr<Entry[]> old_index_;
   Tags old_tags_;
   size_t old_size_ = 0;
-  size_t old_mask_ = 0;
   size_t moved_ = 0;
   // Rows per chunk (a power of two) and its log2.
   const uint64_t chunk_rows_;
