@@ -68,35 +68,15 @@ class SparseLogRegStep final : public TrainingStep {
   // Every pointer must outlive the step; `data` is this worker's partition.
   SparseLogRegStep(uint32_t table, ParamStore* store, SparseLogReg* model,
                    const SparseClickData* data, const Partitions<SparseClickData>* partitions)
-      : table_(table), store_(store), model_(model), data_(data), partitions_(partitions) {}
+      : table_(table), store_(store), model_(model), batch_(data, partitions, SparseClickData()) {}
 
   void TakeMinibatch(int64_t clock, uint32_t samples, const BatchBalancer& balancer) override {
     samples_ = samples;
-    if (!balancer.enabled()) {
-      source_ = data_;
-      first_ = cursor_.Next(samples, data_->num_samples());
-      return;
-    }
-    gathered_.row_offsets.assign(1, 0);
-    gathered_.feature_ids.clear();
-    gathered_.labels.clear();
-    for (const BatchBalancer::Piece& piece : balancer.Pieces(clock, partitions_->sizes)) {
-      const SparseClickData& part = *partitions_->by_rank[piece.part];
-      for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) {
-        gathered_.feature_ids.insert(
-            gathered_.feature_ids.end(),
-            part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i]),
-            part.feature_ids.begin() + static_cast<ptrdiff_t>(part.row_offsets[i + 1]));
-        gathered_.row_offsets.push_back(gathered_.feature_ids.size());
-        gathered_.labels.push_back(part.labels[i]);
-      }
-    }
-    source_ = &gathered_;
-    first_ = 0;
+    batch_.Take(clock, samples, balancer);
   }
 
   Status Pull() override {
-    BatchFeatures(*source_, first_, samples_, &ids_);
+    BatchFeatures(batch_.data(), batch_.first(), samples_, &ids_);
     weights_.resize(ids_.size());
     return store_->Pull(table_, ids_, weights_.data());
   }
@@ -105,7 +85,8 @@ class SparseLogRegStep final : public TrainingStep {
     grads_ = gradients_.Next();
     grads_->resize(ids_.size());
     PS_ASSIGN_OR_RETURN(
-        float loss, model_->LossAndGradient(*source_, first_, samples_, ids_, weights_, *grads_));
+        float loss,
+        model_->LossAndGradient(batch_.data(), batch_.first(), samples_, ids_, weights_, *grads_));
     return loss;
   }
 
@@ -118,15 +99,10 @@ class SparseLogRegStep final : public TrainingStep {
   const uint32_t table_;
   ParamStore* const store_;
   SparseLogReg* const model_;
-  const SparseClickData* const data_;
-  const Partitions<SparseClickData>* const partitions_;
-  SparseClickData gathered_;  // stragglers.balance: the step's samples
-  MinibatchCursor cursor_;
+  MinibatchSamples<SparseClickData> batch_;
   AlternatingBuffers gradients_;
-  // The step's minibatch (samples_ from first_ of source_), its features
-  // and their weights, and its gradient buffer.
-  const SparseClickData* source_ = nullptr;
-  size_t first_ = 0;
+  // The step's minibatch (samples_ of batch_), its features and their
+  // weights, and its gradient buffer.
   uint32_t samples_ = 0;
   std::vector<uint64_t> ids_;
   std::vector<float> weights_;

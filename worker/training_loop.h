@@ -111,6 +111,48 @@ StatusOr<Partitions<Data>> MakePartitions(const BatchBalancer& balancer, const T
   return partitions;
 }
 
+// The samples of each step's minibatch from a program's data of type Data
+// (which has num_samples(), ClearSamples() and Append(other, i)): a
+// MinibatchCursor's block of the worker's own partition or, with
+// stragglers.balance, the balancer's Pieces of every worker's partition
+// gathered into a Data of its own. Thread-compatible.
+template <typename Data>
+class MinibatchSamples {
+ public:
+  // `own` (this worker's partition) and `partitions` must outlive this;
+  // `gathered` is an empty Data of own's shape.
+  MinibatchSamples(const Data* own, const Partitions<Data>* partitions, Data gathered)
+      : own_(own), partitions_(partitions), gathered_(std::move(gathered)) {}
+
+  // Chooses the `samples` samples of the step at `clock`.
+  void Take(int64_t clock, uint32_t samples, const BatchBalancer& balancer) {
+    if (!balancer.enabled()) {
+      source_ = own_;
+      first_ = cursor_.Next(samples, own_->num_samples());
+      return;
+    }
+    gathered_.ClearSamples();
+    for (const BatchBalancer::Piece& piece : balancer.Pieces(clock, partitions_->sizes)) {
+      const Data& part = *partitions_->by_rank[piece.part];
+      for (uint64_t i = piece.first; i < piece.first + piece.count; ++i) gathered_.Append(part, i);
+    }
+    source_ = &gathered_;
+    first_ = 0;
+  }
+
+  // The step's samples are data()'s [first(), first() + samples).
+  const Data& data() const { return *source_; }
+  size_t first() const { return first_; }
+
+ private:
+  const Data* const own_;
+  const Partitions<Data>* const partitions_;
+  Data gathered_;
+  MinibatchCursor cursor_;
+  const Data* source_ = nullptr;
+  size_t first_ = 0;
+};
+
 }  // namespace ps
 
 #endif  // PS_WORKER_TRAINING_LOOP_H_

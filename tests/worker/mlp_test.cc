@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -34,7 +35,8 @@ class MlpTest : public ::testing::TestWithParam<BackendKind> {
     std::vector<int32_t> labels(rows);
     for (auto& p : params) p = 0.5f * n(gen);
     for (auto& v : x) v = n(gen);
-    for (auto& l : labels) l = static_cast<int32_t>(gen() % layers.back());
+    // One output: a binary classifier, labels 0 or 1.
+    for (auto& l : labels) l = static_cast<int32_t>(gen() % std::max(layers.back(), 2u));
     ASSERT_OK(model->SetParameters(params));
     ASSERT_OK(model->LossAndGradient(x, labels, grad));
     const float eps = 1e-2f;
@@ -57,6 +59,57 @@ class MlpTest : public ::testing::TestWithParam<BackendKind> {
 TEST_P(MlpTest, SoftmaxRegressionGradientMatchesFiniteDifferences) { CheckGradient({7, 4}); }
 
 TEST_P(MlpTest, TwoHiddenLayerGradientMatchesFiniteDifferences) { CheckGradient({6, 5, 4, 3}); }
+
+TEST_P(MlpTest, LogisticOutputGradientMatchesFiniteDifferences) { CheckGradient({6, 5, 1}); }
+
+// The inputs' gradient (TrainStep's dx, for inputs that are parameters
+// themselves) against central differences of the loss in each input, with
+// a softmax and a logistic top.
+TEST_P(MlpTest, InputGradientMatchesFiniteDifferences) {
+  for (const std::vector<uint32_t>& layers :
+       {std::vector<uint32_t>{5, 4, 3}, std::vector<uint32_t>{5, 6, 1}, std::vector<uint32_t>{5, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(layers));
+    const uint32_t rows = 7;
+    auto model = Mlp::Create(backend_.get(), layers, 8).value();
+    std::mt19937 gen(11);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    std::vector<float> params(model->num_parameters()), grad(params.size());
+    std::vector<float> x(rows * layers.front()), dx(x.size(), -1.0f);
+    std::vector<int32_t> labels(rows);
+    for (auto& p : params) p = 0.5f * n(gen);
+    for (auto& v : x) v = n(gen);
+    for (auto& l : labels) l = static_cast<int32_t>(gen() % std::max(layers.back(), 2u));
+    const float loss = *model->TrainStep(x, labels, params, grad, dx);
+    ASSERT_OK(model->SetParameters(params));
+    EXPECT_FLOAT_EQ(loss, *model->LossAndGradient(x, labels, {}));
+    const float eps = 1e-2f;
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<float> moved = x;
+      moved[i] += eps;
+      const float up = *model->LossAndGradient(moved, labels, {});
+      moved[i] -= 2 * eps;
+      const float down = *model->LossAndGradient(moved, labels, {});
+      const float numeric = (up - down) / (2 * eps);
+      EXPECT_NEAR(dx[i], numeric, 2e-3f + 2e-2f * std::abs(numeric)) << "input " << i;
+    }
+    // A dx of the wrong size, or without the parameters' gradient, is refused.
+    std::vector<float> short_dx(x.size() - 1);
+    EXPECT_FALSE(model->TrainStep(x, labels, params, grad, short_dx).ok());
+  }
+}
+
+// One output: the logit of label 1, so Logits and Accuracy agree with it.
+TEST_P(MlpTest, LogitsAndAccuracyOfALogisticOutput) {
+  auto model = Mlp::Create(backend_.get(), {2, 1}, 4).value();
+  ASSERT_OK(model->SetParameters(std::vector<float>{1.0f, -1.0f, 0.5f}));  // z = a - b + 0.5
+  const std::vector<float> x = {1, 0, 0, 1, 2, 2, 0, 3};
+  std::vector<float> logits(4);
+  ASSERT_OK(model->Logits(x, logits));
+  EXPECT_EQ(logits, (std::vector<float>{1.5f, -0.5f, 0.5f, -2.5f}));
+  EXPECT_DOUBLE_EQ(*model->Accuracy(x, std::vector<int32_t>{1, 0, 0, 0}), 0.75);
+  std::vector<float> wrong(3);
+  EXPECT_FALSE(model->Logits(x, wrong).ok());
+}
 
 TEST_P(MlpTest, SgdLearnsASeparableProblem) {
   constexpr uint32_t kRows = 60;

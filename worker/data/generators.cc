@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <numeric>
 #include <string>
 #include <utility>
+
+#include "worker/data/random_stream.h"
 
 namespace ps {
 namespace {
@@ -20,48 +21,6 @@ enum StreamTag : uint64_t {
   kItemTag = 5,
   kObserveTag = 6,
 };
-
-// SplitMix64's finalizer: a bijective 64-bit mix.
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-// A SplitMix64 stream keyed by (seed, tag, index): counter-based, so any
-// sample can be generated without generating the ones before it.
-class Stream {
- public:
-  Stream(uint64_t seed, uint64_t tag, uint64_t index)
-      : state_(Mix(Mix(seed + kGolden) ^ Mix(tag * kGolden + index))) {}
-
-  uint64_t Next() {
-    state_ += kGolden;
-    return Mix(state_);
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Standard normal by Box-Muller (one value per call, for simplicity).
-  double Normal() {
-    const double u1 = 1.0 - Uniform();  // (0, 1]: log is finite
-    const double u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
-
- private:
-  uint64_t state_;
-};
-
-Status CheckRank(const char* what, uint32_t rank, uint32_t num_ranks) {
-  if (num_ranks == 0 || rank >= num_ranks) {
-    return InvalidArgumentError(std::string(what) + ": rank " + std::to_string(rank) + " of " +
-                                std::to_string(num_ranks) +
-                                " ranks is impossible; pass num_ranks >= 1 and rank < num_ranks");
-  }
-  return Status::Ok();
-}
 
 Status BadField(const char* options, const char* field, const std::string& value,
                 const char* want) {
@@ -93,6 +52,15 @@ std::vector<float> TrueWeights(const SparseClickOptions& o) {
 
 }  // namespace
 
+Status CheckRank(const char* what, uint32_t rank, uint32_t num_ranks) {
+  if (num_ranks == 0 || rank >= num_ranks) {
+    return InvalidArgumentError(std::string(what) + ": rank " + std::to_string(rank) + " of " +
+                                std::to_string(num_ranks) +
+                                " ranks is impossible; pass num_ranks >= 1 and rank < num_ranks");
+  }
+  return Status::Ok();
+}
+
 Status SparseClickOptions::Validate() const {
   constexpr char kName[] = "SparseClickOptions";
   if (num_features == 0) return BadField(kName, "num_features", "0", "must be >= 1");
@@ -117,6 +85,15 @@ Status SparseClickOptions::Validate() const {
                     "must be finite and >= 0");
   }
   return Status::Ok();
+}
+
+void SparseClickData::Append(const SparseClickData& other, size_t i) {
+  if (row_offsets.empty()) row_offsets.push_back(0);
+  feature_ids.insert(feature_ids.end(),
+                     other.feature_ids.begin() + static_cast<ptrdiff_t>(other.row_offsets[i]),
+                     other.feature_ids.begin() + static_cast<ptrdiff_t>(other.row_offsets[i + 1]));
+  row_offsets.push_back(feature_ids.size());
+  labels.push_back(other.labels[i]);
 }
 
 uint64_t FeatureIdOfPopularityRank(const SparseClickOptions& options, uint64_t k) {

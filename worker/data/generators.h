@@ -19,6 +19,10 @@
 
 namespace ps {
 
+// InvalidArgument naming `what` unless num_ranks >= 1 and rank < num_ranks:
+// the partition check of every generator and reader of training data.
+Status CheckRank(const char* what, uint32_t rank, uint32_t num_ranks);
+
 struct SparseClickOptions {
   // Feature ids are 0..num_features-1. Default 10^6.
   uint64_t num_features = 1'000'000;
@@ -67,6 +71,14 @@ struct SparseClickData {
   RowRange range;
 
   size_t num_samples() const { return labels.size(); }
+  // Appends local sample i of `other` (not its range or true weights).
+  void Append(const SparseClickData& other, size_t i);
+  // Removes every sample.
+  void ClearSamples() {
+    row_offsets.assign(1, 0);
+    feature_ids.clear();
+    labels.clear();
+  }
 };
 
 // Generates rank `rank`'s share of the data set described by `options`: the

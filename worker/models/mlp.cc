@@ -76,7 +76,7 @@ Status Mlp::Forward(const DeviceBuffer& x, const DeviceBuffer& params, size_t ro
 }
 
 Status Mlp::Backward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows,
-                     DeviceBuffer* grad, float* host) {
+                     DeviceBuffer* grad, float* host, DeviceBuffer* dx) {
   for (size_t i = net_.size(); i-- > 0;) {
     Layer& l = net_[i];
     const size_t wsize = size_t{l.in} * l.out;
@@ -100,17 +100,34 @@ Status Mlp::Backward(const DeviceBuffer& x, const DeviceBuffer& params, size_t r
       PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, l.in, l.out, 1.0f,
                                         *l.dz, w, 0.0f, below.dz.get()));
       PS_RETURN_IF_ERROR(backend_->ReluBackward(rows * l.in, *below.a, below.dz.get()));
+    } else if (dx != nullptr) {
+      // The inputs are not activations: no ReLU between them and layer 0.
+      const BufferView w(params, l.offset, wsize);
+      PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kYes, rows, l.in, l.out, 1.0f,
+                                        *l.dz, w, 0.0f, dx));
     }
   }
   return Status::Ok();
 }
 
+Status Mlp::Loss(size_t rows, std::span<const int32_t> labels, DeviceBuffer* dz, float* loss) {
+  Layer& top = net_.back();
+  if (top.out == 1) return backend_->LogisticLoss(rows, *top.a, labels.data(), dz, loss);
+  return backend_->SoftmaxCrossEntropy(rows, top.out, *top.a, labels.data(), top.a.get(), dz,
+                                       loss);
+}
+
 StatusOr<float> Mlp::Step(std::span<const float> x, std::span<const int32_t> labels,
-                          const float* params, std::span<float> grad) {
+                          const float* params, std::span<float> grad, std::span<float> dx) {
   PS_RETURN_IF_ERROR(CheckBatch(x, labels));
   if (!grad.empty() && grad.size() != num_parameters_) {
     return InvalidArgumentError("MLP: gradient buffer of " + std::to_string(grad.size()) +
                                 " floats, expected " + std::to_string(num_parameters_));
+  }
+  if (!dx.empty() && (grad.empty() || dx.size() != x.size())) {
+    return InvalidArgumentError("MLP: input gradient buffer of " + std::to_string(dx.size()) +
+                                " floats, expected " + std::to_string(x.size()) +
+                                " (one per input) and a parameter gradient beside it");
   }
   const size_t rows = labels.size();
   const bool in_place = backend_->host_memory();
@@ -119,6 +136,18 @@ StatusOr<float> Mlp::Step(std::span<const float> x, std::span<const int32_t> lab
   const BufferView x_here(*backend_, x.data(), in_place ? x.size() : 0);
   const BufferView params_here(*backend_, params, in_place && params != nullptr ? num_parameters_ : 0);
   BufferView grad_here(*backend_, grad.data(), in_place ? grad.size() : 0);
+  BufferView dx_here(*backend_, dx.data(), in_place ? dx.size() : 0);
+  DeviceBuffer* input_grad = nullptr;
+  if (!dx.empty()) {
+    if (in_place) {
+      input_grad = &dx_here;
+    } else {
+      if (dx_ == nullptr) {
+        PS_ASSIGN_OR_RETURN(dx_, backend_->Allocate(size_t{max_batch_} * layers_[0]));
+      }
+      input_grad = dx_.get();
+    }
+  }
   const DeviceBuffer* input = x_.get();
   const DeviceBuffer* weights = params_.get();
   DeviceBuffer* gradient = grad_.get();
@@ -140,44 +169,64 @@ StatusOr<float> Mlp::Step(std::span<const float> x, std::span<const int32_t> lab
     }
   }
   PS_RETURN_IF_ERROR(Forward(*input, *weights, rows));
-  Layer& top = net_.back();
   float loss = 0;
-  PS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(rows, top.out, *top.a, labels.data(),
-                                                   top.a.get(),
-                                                   grad.empty() ? nullptr : top.dz.get(), &loss));
-  if (!grad.empty()) PS_RETURN_IF_ERROR(Backward(*input, *weights, rows, gradient, download));
+  PS_RETURN_IF_ERROR(Loss(rows, labels, grad.empty() ? nullptr : net_.back().dz.get(), &loss));
+  if (!grad.empty()) {
+    PS_RETURN_IF_ERROR(Backward(*input, *weights, rows, gradient, download, input_grad));
+  }
+  if (input_grad != nullptr && !in_place) {
+    PS_RETURN_IF_ERROR(backend_->DownloadAsync(*input_grad, dx.data(), dx.size()));
+  }
   PS_RETURN_IF_ERROR(backend_->Synchronize());
   return loss;
 }
 
 StatusOr<float> Mlp::LossAndGradient(std::span<const float> x, std::span<const int32_t> labels,
                                      std::span<float> grad) {
-  return Step(x, labels, nullptr, grad);
+  return Step(x, labels, nullptr, grad, {});
 }
 
 StatusOr<float> Mlp::TrainStep(std::span<const float> x, std::span<const int32_t> labels,
-                               std::span<const float> params, std::span<float> grad) {
+                               std::span<const float> params, std::span<float> grad,
+                               std::span<float> dx) {
   if (params.size() != num_parameters_ || grad.size() != num_parameters_) {
     return InvalidArgumentError("MLP: a training step needs " + std::to_string(num_parameters_) +
                                 " parameters and gradient floats, got " +
                                 std::to_string(params.size()) + " and " +
                                 std::to_string(grad.size()));
   }
-  return Step(x, labels, params.data(), grad);
+  return Step(x, labels, params.data(), grad, dx);
+}
+
+Status Mlp::Logits(std::span<const float> x, std::span<float> out) {
+  const size_t rows = x.size() / layers_[0];
+  const Layer& top = net_.back();
+  if (rows == 0 || rows > max_batch_ || x.size() != rows * layers_[0] ||
+      out.size() != rows * top.out) {
+    return InvalidArgumentError("MLP: " + std::to_string(x.size()) + " inputs and " +
+                                std::to_string(out.size()) + " outputs; expected 1.." +
+                                std::to_string(max_batch_) + " rows of " +
+                                std::to_string(layers_[0]) + " inputs and " +
+                                std::to_string(top.out) + " outputs");
+  }
+  PS_RETURN_IF_ERROR(backend_->Upload(x.data(), x.size(), x_.get()));
+  PS_RETURN_IF_ERROR(Forward(*x_, *params_, rows));
+  return backend_->Download(*top.a, out.data(), out.size());
 }
 
 StatusOr<double> Mlp::Accuracy(std::span<const float> x, std::span<const int32_t> labels) {
   PS_RETURN_IF_ERROR(CheckBatch(x, labels));
   const size_t rows = labels.size();
-  PS_RETURN_IF_ERROR(backend_->Upload(x.data(), x.size(), x_.get()));
-  PS_RETURN_IF_ERROR(Forward(*x_, *params_, rows));
-  const Layer& top = net_.back();
-  std::vector<float> logits(rows * top.out);
-  PS_RETURN_IF_ERROR(backend_->Download(*top.a, logits.data(), logits.size()));
+  const uint32_t classes = net_.back().out;
+  std::vector<float> logits(rows * classes);
+  PS_RETURN_IF_ERROR(Logits(x, logits));
   size_t right = 0;
   for (size_t r = 0; r < rows; ++r) {
-    const float* row = logits.data() + r * top.out;
-    right += std::max_element(row, row + top.out) - row == labels[r];
+    const float* row = logits.data() + r * classes;
+    // One output: the logit of label 1.
+    const int32_t predicted = classes == 1 ? (row[0] > 0 ? 1 : 0)
+                                           : static_cast<int32_t>(std::max_element(row, row + classes) - row);
+    right += predicted == labels[r];
   }
   return static_cast<double>(right) / static_cast<double>(rows);
 }

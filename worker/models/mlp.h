@@ -1,7 +1,9 @@
 // A multilayer perceptron on a compute backend: layers {n0, n1, ..., nL}
 // map n0 inputs through ReLU hidden layers to nL classes, with mean
 // softmax cross-entropy loss. Layers {features, classes} is softmax
-// regression. Parameters are one flat vector, per layer W (in x out,
+// regression. A last layer of one output is a binary classifier instead:
+// its output is the logit of label 1 and the loss is the mean logistic loss
+// (labels 0 or 1). Parameters are one flat vector, per layer W (in x out,
 // row-major) then b (out), the layout of the model's table on the servers.
 //
 // Thread-compatible; `backend` must outlive the model.
@@ -52,9 +54,18 @@ class Mlp {
   // should be pinned (Backend::Pin). Returns when the gradient is in
   // `grad`. Afterwards the parameters of SetParameters are unspecified
   // (call it again before Accuracy or LossAndGradient).
+  // With `dx` not empty (rows x n0 floats), also writes the gradient of the
+  // loss with respect to the inputs there (a model whose inputs are
+  // themselves parameters, such as embeddings, pushes it on).
   // REQUIRES: 1 <= rows <= max_batch.
   StatusOr<float> TrainStep(std::span<const float> x, std::span<const int32_t> labels,
-                            std::span<const float> params, std::span<float> grad);
+                            std::span<const float> params, std::span<float> grad,
+                            std::span<float> dx = {});
+
+  // The outputs (logits) of the last layer for a batch at the parameters of
+  // SetParameters: rows x nL floats into `out`.
+  // REQUIRES: 1 <= rows <= max_batch, out.size() == rows * nL.
+  Status Logits(std::span<const float> x, std::span<float> out);
 
   // Fraction of the batch whose most likely class is its label, at the
   // parameters of SetParameters.
@@ -76,18 +87,23 @@ class Mlp {
   Mlp(Backend* backend, std::vector<uint32_t> layers, uint32_t max_batch)
       : backend_(backend), layers_(std::move(layers)), max_batch_(max_batch) {}
   Status CheckBatch(std::span<const float> x, std::span<const int32_t> labels) const;
-  // The loss and, with `grad`, the gradient of a batch. params: host
-  // memory (TrainStep) or null for the model's own (SetParameters).
+  // The loss and, with `grad`, the gradient of a batch (and with `dx` its
+  // inputs'). params: host memory (TrainStep) or null for the model's own
+  // (SetParameters).
   StatusOr<float> Step(std::span<const float> x, std::span<const int32_t> labels,
-                       const float* params, std::span<float> grad);
+                       const float* params, std::span<float> grad, std::span<float> dx);
   // Runs every layer on x (rows x n0) with `params` (flat); the last
   // layer's `a` holds the logits.
   Status Forward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows);
   // From the top layer's dz down: each layer's W and b gradient into
   // `grad` (flat) and, with `host`, downloaded (asynchronously) to
-  // host[offset] as soon as it is computed.
+  // host[offset] as soon as it is computed; with `dx`, the inputs'
+  // gradient (rows x n0) into it.
   Status Backward(const DeviceBuffer& x, const DeviceBuffer& params, size_t rows,
-                  DeviceBuffer* grad, float* host);
+                  DeviceBuffer* grad, float* host, DeviceBuffer* dx);
+  // The loss of the top layer's logits (softmax cross-entropy, or logistic
+  // for one output) and, with `dz`, its gradient there.
+  Status Loss(size_t rows, std::span<const int32_t> labels, DeviceBuffer* dz, float* loss);
 
   Backend* const backend_;
   const std::vector<uint32_t> layers_;
@@ -96,6 +112,8 @@ class Mlp {
   // x_: a batch uploaded to the device; params_ and grad_: flat, in the
   // layout of the table.
   std::unique_ptr<DeviceBuffer> x_, params_, grad_;
+  // The inputs' gradient, allocated by the first step that asks for it.
+  std::unique_ptr<DeviceBuffer> dx_;
   std::vector<Layer> net_;
 };
 
