@@ -6,6 +6,7 @@
   python3 benchmarks/training_bench.py curve [--runs 3]
   python3 benchmarks/training_bench.py replication [--runs 5]
   python3 benchmarks/training_bench.py evaluator [--runs 3]
+  python3 benchmarks/training_bench.py ctr [--runs 3]
 
 accuracy: every workload (psbench/workloads.py) with 1, 2 and 4 workers
 under bsp and ssp 3 (2 shards), each run with ps_launch, plus the same job
@@ -39,6 +40,12 @@ per clock (worker 1's training time over its clocks: under bsp every worker
 waits for the slowest, worker 0 while it evaluates), the evaluation at the
 last clock, and the ratio evaluator / worker 0, median of --runs.
 
+ctr: the click-through-rate program (hashed embeddings and an MLP, one
+pass over 2 x 10^6 generated samples) in one process and with 1, 2 and 4
+workers under bsp and ssp 3 (2 shards), side by side in each round:
+samples/s of all workers against one process, and the test AUC after the
+last step against one process's (target: within 0.002), median of --runs.
+
 Needs the binaries in build/bin (./ps build). Writes a markdown table to
 stdout and every run's metrics CSV and log under --out (default
 build/training_bench). Exit code 1 when a run fails or misses its target.
@@ -65,6 +72,9 @@ def verdict(w, score, sequential):
         return score >= value, ">= %.2f" % value
     if kind == "about":
         return score >= value - 0.01, "about %.2f" % value
+    if kind == "within_abs_of_sequential":
+        gap = sequential - score if higher_is_better(w) else score - sequential
+        return gap <= value, "within %g of 1 process" % value
     lower_is_better = not higher_is_better(w)
     limit = sequential * (1 + value) if lower_is_better else sequential * (1 - value)
     ok = score <= limit if lower_is_better else score >= limit
@@ -261,14 +271,58 @@ def evaluator(args):
     return 0
 
 
+def ctr(args):
+    w = WORKLOADS["ctr"]
+    steps = w["total_steps"] // 20 if args.quick else w["total_steps"]
+    evals = 3 if args.quick else w["evals"]
+    out = os.path.join(args.out, "ctr")
+    settings = [("1 process", None, 1)] + [(m, c, n) for m, c in MODES for n in WORKERS]
+    rows = {name_of(s): [] for s in settings}
+    failed = False
+    for r in range(args.runs):
+        # Side by side: every setting in each round, the same data and steps.
+        for mode, consistency, n in settings:
+            tag = name_of((mode, consistency, n))
+            csv_path = os.path.join(out, tag.replace(" ", "_") + ".csv")
+            yaml_text = job_yaml(w, n, consistency or "{ mode: bsp }", steps, evals, csv_path,
+                                 args.quick)
+            _, rate, secs = run_job(args.bin, out, tag.replace(" ", "_"), yaml_text,
+                                    consistency is None)
+            final = read_metrics(csv_path)[0][-1]  # the AUC after the last step
+            rows[tag].append((rate, final))
+            print("round %d: %s: %.0f samples/s, AUC %.4f (%.0f s)" % (r + 1, tag, rate, final,
+                                                                     secs), file=sys.stderr)
+    one = rows[name_of(settings[0])]
+    print("| setting | samples/s, all workers | / 1 process | final test AUC | - 1 process |")
+    print("|---|---:|---:|---:|---:|")
+    for setting in settings:
+        tag = name_of(setting)
+        rates = [x[0] for x in rows[tag]]
+        aucs = [x[1] for x in rows[tag]]
+        ratio = statistics.median(a[0] / b[0] for a, b in zip(rows[tag], one))
+        gap = statistics.median(a[1] - b[1] for a, b in zip(rows[tag], one))
+        ok, _ = verdict(w, statistics.median(aucs), statistics.median(x[1] for x in one))
+        failed = failed or (not ok and not args.quick)
+        print("| %s | %.0f | %.2fx | %.4f | %+.4f%s |" %
+              (tag, statistics.median(rates), ratio, statistics.median(aucs), gap,
+               "" if ok or args.quick else " (missed)"))
+    return 1 if failed else 0
+
+
+def name_of(setting):
+    mode, consistency, n = setting
+    return mode if consistency is None else "%s, %d worker%s" % (mode, n, "s" if n > 1 else "")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["accuracy", "speed", "curve", "replication", "evaluator"])
+    p.add_argument("what",
+                   choices=["accuracy", "speed", "curve", "replication", "evaluator", "ctr"])
     p.add_argument("--quick", action="store_true",
                    help="a twentieth of the steps: checks that every run completes")
     p.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="accuracy: these workloads")
     p.add_argument("--runs", type=int, default=3,
-                   help="speed, curve, replication, evaluator: rounds (median reported)")
+                   help="speed, curve, replication, evaluator, ctr: rounds (median reported)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--out", default=os.path.join(ROOT, "build", "training_bench"))
     args = p.parse_args()
@@ -277,7 +331,7 @@ def main():
         print(missing, file=sys.stderr)
         return 2
     return {"accuracy": accuracy, "speed": speed, "curve": curve,
-            "replication": replication, "evaluator": evaluator}[args.what](args)
+            "replication": replication, "evaluator": evaluator, "ctr": ctr}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -200,13 +200,12 @@ Status ValidateHashedKeys(const std::string& source, size_t i, const TableOption
         "one of max_rows (rows per shard, >= 1) or max_mb (MiB of rows and index per "
         "shard, >= 1), so that no shard grows without limit");
   }
-  constexpr uint64_t kMostRows = uint64_t{UINT32_MAX} - 1;  // rows are numbered in 32 bits
-  if (table.max_rows > kMostRows) {
+  if (table.max_rows > kMaxHashedRows) {
     return InvalidOption(source, TablePath(i, "max_rows"),
                          "got " + std::to_string(table.max_rows),
-                         "at most " + std::to_string(kMostRows) + " rows per shard");
+                         "at most " + std::to_string(kMaxHashedRows) + " rows per shard");
   }
-  if (table.max_mb > (uint64_t{1} << 30)) {
+  if (table.max_mb > kMaxHashedMb) {
     return InvalidOption(source, TablePath(i, "max_mb"), "got " + std::to_string(table.max_mb),
                          "at most 2^30 MiB per shard");
   }

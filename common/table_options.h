@@ -173,6 +173,11 @@ inline constexpr uint32_t kDefaultHashSlots = 4096;
 // The most hash slots a table may have.
 inline constexpr uint32_t kMaxHashSlots = uint32_t{1} << 20;
 
+// The largest max_rows and max_mb of a hashed table (rows are numbered in
+// 32 bits).
+inline constexpr uint64_t kMaxHashedRows = uint64_t{UINT32_MAX} - 1;
+inline constexpr uint64_t kMaxHashedMb = uint64_t{1} << 30;
+
 // A hashed table's admission filter (`admit`): an id gets a row only at its
 // min_pushes-th push (counted in a bounded sketch, store/push_sketch.h),
 // and from then on each push without a row makes one with `probability`

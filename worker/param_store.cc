@@ -150,6 +150,13 @@ LocalParamStore::~LocalParamStore() = default;
 StatusOr<std::unique_ptr<LocalParamStore>> LocalParamStore::Create(const JobOptions& job) {
   // One shard that owns every row: the servers' code, without the servers.
   JobOptions one = job;
+  // A hashed table's bound is per shard: the one shard holds what all of
+  // them would, so that the same job trains the same rows here.
+  const uint64_t shards = job.cluster.servers.size();
+  for (TableOptions& table : one.tables) {
+    table.max_rows = std::min<uint64_t>(table.max_rows * shards, kMaxHashedRows);
+    table.max_mb = std::min<uint64_t>(table.max_mb * shards, kMaxHashedMb);
+  }
   one.cluster.servers.resize(1);
   one.cluster.workers = 1;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Create(one, 0));
@@ -164,8 +171,13 @@ Status LocalParamStore::Check(const char* op, uint32_t table, std::span<const ui
                                 " (the job has " + std::to_string(tables.size()) + ")");
   }
   const TableLayout& t = tables[table];
+  if (t.hashed && dense) {
+    return InvalidArgumentError(std::string(op) + " " + t.name +
+                                ": a hashed table has no dense form; name its ids");
+  }
   const uint64_t count = dense ? t.rows : rows.size();
-  for (uint64_t row : rows) {
+  // A hashed table takes any id.
+  for (uint64_t row : t.hashed ? std::span<const uint64_t>() : rows) {
     if (row >= t.rows) {
       return InvalidArgumentError(std::string(op) + " " + t.name + ": row " + std::to_string(row) +
                                   " is out of range (the table has " + std::to_string(t.rows) +

@@ -1,10 +1,12 @@
 #include "worker/program_specs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "common/text.h"
+#include "worker/data/ctr_data.h"
 #include "worker/data/fashion_mnist.h"
 
 namespace ps {
@@ -165,6 +167,125 @@ Status CheckMatrixFactorization(const TrainJob& job) {
   return Status::Ok();
 }
 
+// ctr. Reads train.ctr (optional: every key has a default). Checks:
+// ctr.embedding_table is a hashed table, train.table a range table of dim 1
+// with one row per MLP parameter, the generated data's shape (or both
+// Criteo files), test_samples >= 1 and batch_size within
+// samples_per_worker.
+Status ReadCtrKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
+  const YamlValue* value = section.Find("ctr");
+  if (value == nullptr) return Status::Ok();
+  using C = CtrOptions;
+  const auto read_list = [](auto member, std::string_view expected) {
+    return [member, expected](const YamlReader& reader, const YamlValue& v, C* c) {
+      // A single number stands for a list of one.
+      std::vector<YamlValue> items;
+      if (v.node->IsScalar()) {
+        items.push_back(v);
+      } else {
+        PS_ASSIGN_OR_RETURN(items, reader.ReadList(v, expected));
+      }
+      auto& out = c->*member;
+      out.resize(items.size());
+      for (size_t i = 0; i < items.size(); ++i) {
+        PS_RETURN_IF_ERROR(reader.ReadUnsigned(items[i], &out[i]));
+      }
+      return Status::Ok();
+    };
+  };
+  const std::vector<YamlField<C>> fields = {
+      StringField("embedding_table", &C::embedding_table, "a table name"),
+      UnsignedField("fields", &C::fields),
+      UnsignedField("dense", &C::dense),
+      {"vocabulary", read_list(&C::vocabulary, "a count, or a list of one count per field")},
+      DoubleField("zipf_exponent", &C::zipf_exponent),
+      {"hidden", read_list(&C::hidden, "a list of hidden layer sizes, e.g. [64, 32]")},
+      StringField("criteo_train", &C::criteo_train, "a file path"),
+      StringField("criteo_test", &C::criteo_test, "a file path"),
+  };
+  return ReadSection(r, *value, fields, "", &train->ctr);
+}
+
+// The most fields of the generated data (each a block of the MLP's input).
+constexpr uint32_t kMaxCtrFields = 1024;
+
+Status CheckCtr(const TrainJob& job) {
+  const TrainOptions& train = job.train;
+  const CtrOptions& ctr = train.ctr;
+  PS_ASSIGN_OR_RETURN(const TableOptions* embeddings,
+                      TrainTable(job, "ctr.embedding_table", ctr.embedding_table));
+  if (!embeddings->hashed()) {
+    return TrainOptionError(job, "ctr.embedding_table",
+                            "table " + Quote(embeddings->name) + " has keys: range",
+                            "a table with keys: hashed (ids are any 64-bit value)");
+  }
+  const bool criteo = !ctr.criteo_train.empty() || !ctr.criteo_test.empty();
+  if (criteo && (ctr.criteo_train.empty() || ctr.criteo_test.empty())) {
+    return TrainOptionError(job, ctr.criteo_train.empty() ? "ctr.criteo_train" : "ctr.criteo_test",
+                            "missing while the other Criteo file is given",
+                            "both criteo_train and criteo_test, or neither (generated data)");
+  }
+  const uint32_t fields = criteo ? kCriteoFields : ctr.fields;
+  const uint32_t dense = criteo ? kCriteoDense : ctr.dense;
+  if (!criteo) {
+    if (ctr.fields < 1 || ctr.fields > kMaxCtrFields) {
+      return TrainOptionError(job, "ctr.fields", "got " + std::to_string(ctr.fields),
+                              "1.." + std::to_string(kMaxCtrFields) + " categorical fields");
+    }
+    if (ctr.dense > kMaxCtrFields) {
+      return TrainOptionError(job, "ctr.dense", "got " + std::to_string(ctr.dense),
+                              "0.." + std::to_string(kMaxCtrFields) + " dense features");
+    }
+    if (ctr.vocabulary.size() != 1 && ctr.vocabulary.size() != ctr.fields) {
+      return TrainOptionError(job, "ctr.vocabulary",
+                              "got " + std::to_string(ctr.vocabulary.size()) + " counts for " +
+                                  std::to_string(ctr.fields) + " fields",
+                              "one count for every field, or one per field");
+    }
+    for (uint64_t v : ctr.vocabulary) {
+      if (v < 1 || v > (uint64_t{1} << 40)) {
+        return TrainOptionError(job, "ctr.vocabulary", "got " + std::to_string(v),
+                                "values per field in 1..2^40");
+      }
+    }
+    if (!(ctr.zipf_exponent > 0) || !std::isfinite(ctr.zipf_exponent)) {
+      return TrainOptionError(job, "ctr.zipf_exponent", "got " + DoubleText(ctr.zipf_exponent),
+                              "a finite exponent > 0 (1.1 is typical of click logs)");
+    }
+    PS_RETURN_IF_ERROR(CheckSamplesPerWorker(job));
+  }
+  if (std::find(ctr.hidden.begin(), ctr.hidden.end(), 0u) != ctr.hidden.end()) {
+    return TrainOptionError(job, "ctr.hidden", "a layer of size 0",
+                            "hidden layer sizes >= 1, e.g. [64, 32]");
+  }
+  PS_ASSIGN_OR_RETURN(const TableOptions* mlp, WeightTable(job));
+  if (mlp->hashed()) {
+    return TrainOptionError(job, "table", "table " + Quote(mlp->name) + " has keys: hashed",
+                            "a range table (keys: range) for the MLP's parameters");
+  }
+  const uint64_t inputs = uint64_t{fields} * embeddings->dim + dense;
+  uint64_t params = 0, in = inputs;
+  for (uint32_t out : ctr.hidden) {
+    params += in * out + out;
+    in = out;
+  }
+  params += in + 1;
+  if (params != mlp->rows) {
+    return TrainOptionError(
+        job, "table",
+        "table " + Quote(mlp->name) + " has " + std::to_string(mlp->rows) +
+            " rows but the MLP (" + std::to_string(fields) + " fields x dim " +
+            std::to_string(embeddings->dim) + " + " + std::to_string(dense) +
+            " dense inputs, hidden " + std::to_string(ctr.hidden.size()) + " layers, 1 output) has " +
+            std::to_string(params) + " parameters",
+        "rows equal to the parameter count (" + std::to_string(params) + ")");
+  }
+  if (train.test_samples < 1) {
+    return TrainOptionError(job, "test_samples", "got 0", "held-out samples >= 1");
+  }
+  return Status::Ok();
+}
+
 // The programs, one row each.
 const ProgramSpec kSpecs[] = {
     {.name = "linear_regression",
@@ -180,6 +301,7 @@ const ProgramSpec kSpecs[] = {
      .read_keys = ReadFeaturesIfPresent,
      .check = CheckMatrixFactorization,
      .evaluates = true},
+    {.name = "ctr", .read_keys = ReadCtrKeys, .check = CheckCtr, .evaluates = true},
 };
 
 }  // namespace

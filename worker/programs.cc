@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "worker/ctr_training.h"
 #include "worker/linear_regression.h"
 #include "worker/mf_training.h"
 #include "worker/mlp_training.h"
@@ -69,6 +70,7 @@ const TrainProgram kPrograms[] = {
     {.name = "matrix_factorization",
      .run = RunOnStore<TrainMatrixFactorization>,
      .evaluation = MatrixFactorizationEvaluation},
+    {.name = "ctr", .run = RunOnStore<TrainCtr>, .evaluation = CtrEvaluation},
 };
 
 }  // namespace

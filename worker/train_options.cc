@@ -15,7 +15,7 @@ namespace {
 
 Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOptions* train) {
   using T = TrainOptions;
-  // features and layers are the programs' own keys: allowed with every
+  // features, layers and ctr are the programs' own keys: allowed with every
   // program, and read (required, checked or left alone) by the program's
   // row (ProgramSpec::read_keys) at the place of the first of them, once
   // the program is known.
@@ -39,6 +39,7 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
       StringField("item_table", &T::item_table, "a table name"),
       {"features", {}, {}, read_program_keys},
       {"layers", {}, {}, read_with_features},
+      {"ctr", {}, {}, read_with_features},
       UnsignedField("eval_every", &T::eval_every),
       StringField("data_dir", &T::data_dir, "a folder"),
       UnsignedField("samples_per_worker", &T::samples_per_worker),

@@ -31,6 +31,32 @@ std::string NoTrainSectionMessage(const std::string& path);
 // The program of a train section that names none.
 inline constexpr std::string_view kDefaultTrainProgram = "linear_regression";
 
+// The ctr program's own settings (train.ctr; config/README.md, "The ctr
+// program"): its data (generated from a planted teacher, or Criteo files)
+// and its model.
+struct CtrOptions {
+  // The hashed table (keys: hashed) of every field's embeddings; its dim is
+  // the embedding's. train.table is the MLP's dense table.
+  std::string embedding_table = "embeddings";
+  // Categorical fields of the generated data, 1..1024. Default 8.
+  uint32_t fields = 8;
+  // Dense features of the generated data. Default 4.
+  uint32_t dense = 4;
+  // Values per field of the generated data (one entry: every field's; or
+  // one per field), each 1..2^40. Default 100000.
+  std::vector<uint64_t> vocabulary = {100000};
+  // Zipf exponent of the generated values, > 0. Default 1.1.
+  double zipf_exponent = 1.1;
+  // Sizes of the MLP's hidden layers, each >= 1 (none: a linear model over
+  // the embeddings). Default [64, 32].
+  std::vector<uint32_t> hidden = {64, 32};
+  // Criteo TSV files (worker/data/ctr_data.h) to train and evaluate on
+  // instead of generated data; both or neither. The fields and dense are
+  // then the format's, 26 and 13.
+  std::string criteo_train;
+  std::string criteo_test;
+};
+
 struct TrainOptions {
   // What ps_worker trains: the name of a program (worker/programs.h). Empty
   // (the default of a job built in code): the job has no train section and
@@ -77,6 +103,8 @@ struct TrainOptions {
   // Stddev of the label noise (linear regression) or the rating noise
   // (matrix factorization); finite, >= 0. Default 0.01.
   float noise = 0.01f;
+  // ctr: its data and model.
+  CtrOptions ctr;
   // Seed of the true weights and the data.
   uint64_t seed = 42;
   // Print the loss every this many iterations (0: only first and last).

@@ -89,13 +89,31 @@ WORKLOADS = {
         "train": "  program: matrix_factorization\n  observe_probability: 0.05\n  noise: 0.1\n"
                  "  test_fraction: 0.1\n  batch_size: 100\n",
     },
+    "ctr": {
+        "what": "ctr: 8 fields x 20,000 values (hashed embeddings, dim 16) + 4 dense, "
+                "MLP 132-64-32-1, 2 x 10^6 samples, one pass",
+        "metric": "test AUC",
+        "target": ("within_abs_of_sequential", 0.002),
+        "total_steps": 7800,
+        "evals": 6,
+        "tables": "  - { name: embeddings, keys: hashed, dim: 16, max_rows: 200000,\n"
+                  "      evict: { policy: lru }, init: { type: normal, stddev: 0.01, seed: 5 },\n"
+                  "      optimizer: { type: adagrad, lr: 0.1 } }\n"
+                  "  - { name: mlp, rows: 10625, init: { type: uniform, scale: 0.1, seed: 6 },\n"
+                  "      optimizer: { type: adagrad, lr: 0.02 } }\n",
+        "train": "  program: ctr\n  table: mlp\n  samples_per_worker: {samples_per_worker}\n"
+                 "  test_samples: 20000\n  batch_size: 256\n"
+                 "  ctr: { embedding_table: embeddings, fields: 8, dense: 4, vocabulary: 20000,\n"
+                 "         hidden: [64, 32] }\n",
+        "samples": 2000000,
+    },
 }
 
 
 def higher_is_better(w):
-    """True when a higher metric of workload `w` is better (accuracy), False
-    for a loss or an error."""
-    return w["metric"] == "test accuracy"
+    """True when a higher metric of workload `w` is better (accuracy, AUC),
+    False for a loss or an error."""
+    return w["metric"] in ("test accuracy", "test AUC")
 
 
 def free_port():

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -528,6 +529,92 @@ TEST_F(E2eTest, SparseLogisticRegressionUnderFtrlMatchesTheSingleProcessRun) {
   const double sequential = TailMetric(alone_out, "test log-loss");
   EXPECT_LT(sequential, 0.6) << alone_out;
   EXPECT_LT(distributed, sequential * 1.02) << out << alone_out;
+}
+
+// The ctr program: embeddings in a hashed table (made on first touch,
+// evicted beyond 3,000 rows a shard) and an MLP in a dense table, trained by
+// two workers on two shards under bsp, reach the AUC of one process
+// training the same job, and learn the planted teacher (well above the 0.5
+// of no model).
+TEST_F(E2eTest, CtrWithHashedEmbeddingsMatchesTheSingleProcessRun) {
+  // 4 fields x dim 4 + 2 dense = 18 inputs, hidden [16]: 18*16+16 + 16+1.
+  const std::string job = WriteJob(
+      2, 2,
+      "tables:\n"
+      "  - { name: emb, keys: hashed, dim: 4, max_rows: 3000, evict: { policy: lru },\n"
+      "      init: { type: normal, stddev: 0.01 }, optimizer: { type: adagrad, lr: 0.1 } }\n"
+      "  - { name: mlp, rows: 321, init: { type: uniform, scale: 0.1 },\n"
+      "      optimizer: { type: adagrad, lr: 0.02 } }\n"
+      "consistency: { mode: bsp }\n"
+      "train: { program: ctr, table: mlp, samples_per_worker: 40000, test_samples: 5000,\n"
+      "         batch_size: 128, iterations: 300, eval_every: 100, log_every: 100,\n"
+      "         ctr: { embedding_table: emb, fields: 4, dense: 2, vocabulary: 2000,\n"
+      "                hidden: [16] } }\n");
+  Subprocess* launch = Start({kLaunch, "--config", job}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  const double distributed = TailMetric(out, "test AUC");
+  EXPECT_NE(out.find("at the planted teacher's probabilities"), std::string::npos) << out;
+  Subprocess* alone = Start({kWorker, "--config", job, "--standalone"}, true);
+  auto [alone_status, alone_out] = Finish(alone, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(alone_status)) << alone_out;
+  const double sequential = TailMetric(alone_out, "test AUC");
+  std::printf("test AUC: 2 workers %.4f, one process %.4f\n", distributed, sequential);
+  EXPECT_GT(sequential, 0.7) << alone_out;
+  EXPECT_NEAR(distributed, sequential, 0.01) << out << alone_out;
+}
+
+// A file in the Criteo format (label, 13 integers, 26 hex categories, some
+// empty) trains through ps_launch: the click depends on C1 and on I1, so a
+// model that reads both columns reaches a high AUC on the test file. Worker
+// 1 is slowed and stragglers.balance moves samples of its block to worker
+// 0's minibatches (gathered from both workers' lines).
+TEST_F(E2eTest, CtrTrainsOnCriteoFiles) {
+  std::mt19937_64 rng(3);
+  auto write = [&](const std::string& name, int lines) {
+    std::ofstream out(dir_ / name);
+    for (int i = 0; i < lines; ++i) {
+      const uint32_t c1 = static_cast<uint32_t>(rng() % 50) * 0x01000193u;
+      const int i1 = static_cast<int>(rng() % 20);
+      const bool likely = (c1 / 0x01000193u) % 2 == 0 && i1 > 5;
+      const int label = (rng() % 100) < (likely ? 80u : 15u) ? 1 : 0;
+      out << label << '\t' << i1;
+      for (int d = 1; d < 13; ++d) out << '\t' << (d % 3 == 0 ? "" : std::to_string(rng() % 7));
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "%08x", c1);
+      out << '\t' << hex;
+      for (int f = 1; f < 26; ++f) {
+        std::snprintf(hex, sizeof hex, "%08x", static_cast<uint32_t>(rng() % 30));
+        out << '\t' << (f % 5 == 0 ? "" : hex);
+      }
+      out << '\n';
+    }
+  };
+  write("train.tsv", 8000);
+  write("test.tsv", 2000);
+  // 26 fields x dim 2 + 13 = 65 inputs, hidden [8]: 65*8+8 + 8+1.
+  const std::string job = WriteJob(
+      1, 2,
+      "tables:\n"
+      "  - { name: emb, keys: hashed, dim: 2, max_rows: 100000,\n"
+      "      init: { type: normal, stddev: 0.01 }, optimizer: { type: adagrad, lr: 0.1 } }\n"
+      "  - { name: mlp, rows: 537, init: { type: uniform, scale: 0.1 },\n"
+      "      optimizer: { type: adagrad, lr: 0.02 } }\n"
+      "consistency: { mode: ssp, staleness: 2 }\n"
+      "stragglers: { slow_worker: 1, slow_factor: 3, step_ms: 2, balance: true,\n"
+      "              balance_window: 10 }\n"
+      "train: { program: ctr, table: mlp, test_samples: 2000, batch_size: 100,\n"
+      "         iterations: 200, eval_every: 100, log_every: 100,\n"
+      "         ctr: { embedding_table: emb, hidden: [8],\n"
+      "                criteo_train: " + (dir_ / "train.tsv").string() + ",\n"
+      "                criteo_test: " + (dir_ / "test.tsv").string() + " } }\n");
+  Subprocess* launch = Start({kLaunch, "--config", job}, true);
+  auto [status, out] = Finish(launch, milliseconds(120000));
+  ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+  EXPECT_NE(out.find("4000 training samples from " + (dir_ / "train.tsv").string()),
+            std::string::npos) << out;
+  EXPECT_GT(TailMetric(out, "test AUC"), 0.75) << out;
+  EXPECT_NE(out.find("balance at clock"), std::string::npos) << out;
 }
 
 TEST_F(E2eTest, MatrixFactorizationMatchesTheSingleProcessRunUnderBsp) {

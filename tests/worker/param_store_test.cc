@@ -107,6 +107,51 @@ INSTANTIATE_TEST_SUITE_P(EndStepKinds, ParamStoreSteps, ::testing::Bool(),
                            return std::string(param_info.param ? "Async" : "Waiting");
                          });
 
+// A hashed table (any 64-bit id, rows made on first push): the in-process
+// store reads and trains the ids exactly as two shards do, ids never pushed
+// included (their initial values), and refuses a dense pull of it.
+TEST(ParamStoreTest, LocalStoreTrainsAHashedTableAsTheServersDo) {
+  TableOptions emb = TestTable("emb", 0, 3, OptimizerKind::kAdagrad);
+  emb.keys = KeyKind::kHashed;
+  emb.max_rows = 10000;
+  emb.init = {InitKind::kNormal, 0.1f, 8};
+  emb.optimizer.lr = 0.1f;
+  const JobOptions job =
+      TestJob().Servers(2).Workers(1).Mode(ConsistencyMode::kBsp, 0).Liveness(0).Table(emb).Build();
+  ASSERT_OK(job.Validate());
+  InProcessCluster cluster(job);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  ASSERT_OK(client->Join());
+  RemoteParamStore remote(job, client.get());
+  auto local = LocalParamStore::Create(job).value();
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> pool(400);
+  for (uint64_t& id : pool) id = rng();
+  for (ParamStore* store : {static_cast<ParamStore*>(&remote), static_cast<ParamStore*>(local.get())}) {
+    std::mt19937_64 steps(9);
+    for (int step = 0; step < 6; ++step) {
+      std::vector<uint64_t> ids;
+      for (int i = 0; i < 100; ++i) ids.push_back(pool[steps() % pool.size()]);
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::vector<float> grad(ids.size() * 3);
+      for (float& g : grad) g = static_cast<float>(steps() % 1000) / 500.0f - 1.0f;
+      ASSERT_OK(store->Push(0, ids, SharedFloats::Take(std::move(grad))));
+      ASSERT_OK(store->EndStep());
+    }
+  }
+  std::vector<uint64_t> read = pool;
+  read.push_back(0);
+  read.push_back(~uint64_t{0});
+  std::sort(read.begin(), read.end());
+  std::vector<float> a(read.size() * 3), b(a.size());
+  ASSERT_OK(remote.Pull(0, read, a.data()));
+  ASSERT_OK(local->Pull(0, read, b.data()));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  std::vector<float> dense(3);
+  EXPECT_TRUE(InvalidWith(local->PullDense(0, dense.data()), {"hashed", "name its ids"}));
+}
+
 TEST(ParamStoreTest, PullManyReadsWhatSeparatePullsRead) {
   const JobOptions job = TwoTableJob(1, ConsistencyMode::kAsp);
   InProcessCluster cluster(job);

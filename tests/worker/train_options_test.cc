@@ -176,6 +176,58 @@ TEST(TrainOptionsTest, MlpTrainingLoadsAndChecksItsTable) {
   EXPECT_NE(bad_layers.status().message().find("train.layers"), std::string::npos);
 }
 
+// The ctr program: its keys under train.ctr, its tables (a hashed table of
+// embeddings, a range table with one row per MLP parameter) and each check
+// of its data, named.
+TEST(TrainOptionsTest, CtrKeysLoadAndItsTablesAreChecked) {
+  // 3 fields x dim 4 + 2 dense = 14 inputs; hidden [5]: 14*5+5 + 5+1 = 81.
+  const std::string tables =
+      "{ name: emb, keys: hashed, dim: 4, max_rows: 1000 }, { name: mlp, rows: 81 }";
+  const auto train = [](const std::string& ctr) {
+    const std::string hidden = ctr.find("hidden") == std::string::npos ? ", hidden: [5]" : "";
+    return "{ program: ctr, table: mlp, samples_per_worker: 100, batch_size: 10,\n"
+           "  ctr: { embedding_table: emb, fields: 3, dense: 2" + hidden + ctr + " } }";
+  };
+  auto job = LoadTrainJobString(JobYaml(tables, train(", vocabulary: [10, 20, 30], "
+                                                      "zipf_exponent: 0.9")),
+                                "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.program, "ctr");
+  EXPECT_EQ(job->train.ctr.embedding_table, "emb");
+  EXPECT_EQ(job->train.ctr.vocabulary, (std::vector<uint64_t>{10, 20, 30}));
+  EXPECT_EQ(job->train.ctr.hidden, (std::vector<uint32_t>{5}));
+  EXPECT_DOUBLE_EQ(job->train.ctr.zipf_exponent, 0.9);
+  auto one = LoadTrainJobString(JobYaml(tables, train(", vocabulary: 7")), "mem");
+  ASSERT_OK(one);
+  EXPECT_EQ(one->train.ctr.vocabulary, (std::vector<uint64_t>{7}));
+  const struct {
+    std::string tables, ctr;
+    std::initializer_list<std::string> parts;
+  } bad[] = {
+      {"{ name: emb, rows: 100, dim: 4 }, { name: mlp, rows: 81 }", "",
+       {"train.ctr.embedding_table", "keys: range", "keys: hashed"}},
+      {tables, ", hidden: [6]", {"train.table", "81 rows", "has 97 parameters"}},
+      {tables, ", vocabulary: [10, 20]", {"train.ctr.vocabulary", "2 counts for 3 fields"}},
+      {tables, ", vocabulary: 0", {"train.ctr.vocabulary", "1..2^40"}},
+      {tables, ", zipf_exponent: 0", {"train.ctr.zipf_exponent", "> 0"}},
+      {tables, ", hidden: [0]", {"train.ctr.hidden", "size 0"}},
+      {tables, ", criteo_train: a.tsv", {"train.ctr.criteo_test", "both"}},
+      {tables, ", colour: red", {"train.ctr", "colour", "embedding_table"}},
+      {"{ name: emb, keys: hashed, dim: 4, max_rows: 1000 }, { name: mlp, rows: 81, dim: 2 }", "",
+       {"train.table", "dim 2"}},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.ctr);
+    EXPECT_TRUE(InvalidWith(LoadTrainJobString(JobYaml(c.tables, train(c.ctr)), "mem").status(),
+                            c.parts));
+  }
+  // Criteo files fix the shape: 26 fields x 4 + 13 = 117 inputs.
+  const std::string criteo_tables =
+      "{ name: emb, keys: hashed, dim: 4, max_rows: 1000 }, { name: mlp, rows: 596 }";
+  EXPECT_OK(LoadTrainJobString(
+      JobYaml(criteo_tables, train(", criteo_train: a.tsv, criteo_test: b.tsv")), "mem"));
+}
+
 TEST(TrainOptionsTest, LoaderErrorsNameTheTrainPathLineAndColumn) {
   const std::string table = "{ name: weights, rows: 64 }";
   auto job = LoadTrainJobString(JobYaml(table, "{ features: 64, batchsize: 8 }"), "mem");
