@@ -54,6 +54,7 @@ Client::Client(const JobOptions& job, uint32_t worker, Env* env)
       pushes_wait_for_clock_(job.replication.factor > 1 && job.consistency.aggregate &&
                              job.replication.after_aggregation) {
   residuals_.resize(job.tables.size());
+  hashed_residuals_.resize(job.tables.size());
   expectation_ = [this](uint64_t request_id) -> std::optional<ReplyExpectation> {
     const Part* p = tracker_.Find(request_id);
     if (p == nullptr) return std::nullopt;
@@ -494,6 +495,9 @@ Status Client::WaitAll() {
 ClientCounters Client::counters() const {
   ClientCounters c = counters_;
   c.staleness_wait_us = tracker_.staleness_wait_us();
+  for (const std::unique_ptr<HashedResiduals>& kept : hashed_residuals_) {
+    if (kept != nullptr) c.residuals_dropped += kept->dropped();
+  }
   return c;
 }
 

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "common/channel.h"
+#include "client/hashed_residuals.h"
 #include "client/heartbeat.h"
 #include "client/id_dedup.h"
 #include "client/param_cache.h"
@@ -136,6 +137,10 @@ struct ClientCounters {
   uint64_t cache_bytes_saved = 0; // value bytes the cache kept off the network
   uint64_t summed_rows = 0;       // hashed pushes: rows of repeated ids summed into one
   uint64_t distinct_pull_rows = 0;  // hashed pulls: rows of repeated ids pulled once
+  // Hashed tables' 16-bit pushes: ids whose residual the worker let go at
+  // its bound (client/hashed_residuals.h), each losing less than one
+  // rounding step of its values.
+  uint64_t residuals_dropped = 0;
   // Time pulls spent held back at the shards by the staleness bound
   // (waiting for slower workers), summed over pulls, microseconds.
   uint64_t staleness_wait_us = 0;
@@ -360,8 +365,9 @@ class Client {
   static uint64_t RowIndex(const PartSpec& spec, uint64_t x);
   // The values frame of one part of a push to a table whose wire.push is
   // 16-bit: each value plus its row's residual, rounded, and the residual
-  // kept (error feedback, common/wire_floats.h); the cached rows get the
-  // rounded values. OutOfRange for a value beyond binary16's range.
+  // kept (error feedback, common/wire_floats.h; a hashed table's by id,
+  // client/hashed_residuals.h); the cached rows get the rounded values.
+  // OutOfRange for a value beyond binary16's range.
   StatusOr<Frame> EncodePush(const Call& call, const PartSpec& spec);
   // Copies one row of `dim` floats. One float a row is the common sparse
   // case (a weight per feature), where a memcpy of a size known only at
@@ -450,12 +456,17 @@ class Client {
   const ps::Clock* const time_;  // env_'s clock: deadlines and waits are measured on it
   int64_t clock_ = 0;            // this worker's clock
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
-  // Error feedback of 16-bit pushes: per table, rows x dim residuals,
-  // allocated at its first such push (empty otherwise).
+  // Error feedback of 16-bit pushes: per range table, rows x dim
+  // residuals, allocated at its first such push (empty otherwise) ...
   std::vector<std::vector<float>> residuals_;
+  // ... and per hashed table, the residuals of the ids it pushed lately,
+  // made at its first such push (null otherwise).
+  std::vector<std::unique_ptr<HashedResiduals>> hashed_residuals_;
   // EncodePush's scratch, kept between pushes: a sparse push's gathered
-  // values and residuals (then the values sent, for the cache) and row ids.
+  // values and residuals (then the values sent, for the cache), where each
+  // row's residual is kept (null: nowhere), and row ids.
   std::vector<float> push_values_, push_residuals_;
+  std::vector<float*> push_kept_;
   // Push: a hashed table's ids once each (client/id_dedup.h).
   IdDedup dedup_;
   std::vector<uint64_t> unique_ids_;

@@ -1,7 +1,10 @@
 // Client's pushes: a push of rows (a hashed table's repeated ids summed
 // first, client/id_dedup.h) or of the whole table, and the encoding of a
 // push part in a 16-bit wire type with each value's residual (error
-// feedback), which also updates the parameter cache with what was sent.
+// feedback: a range table's by row, a hashed table's by id), which also
+// updates the parameter cache with what was sent.
+#include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -15,34 +18,47 @@ StatusOr<Frame> Client::EncodePush(const Call& call, const PartSpec& spec) {
   const WireType type = t.wire.push;
   const uint32_t dim = t.dim;
   std::vector<float>& residual = residuals_[call.table];
-  if (residual.empty()) residual.assign(t.rows * dim, 0.0f);  // on the first push
+  std::unique_ptr<HashedResiduals>& kept = hashed_residuals_[call.table];
+  // On the first push: a range table's residuals for every row, a hashed
+  // table's store of them by id.
+  if (t.hashed() && kept == nullptr) {
+    kept = std::make_unique<HashedResiduals>(dim, HashedResiduals::BoundFor(t));
+  } else if (!t.hashed() && residual.empty()) {
+    residual.assign(t.rows * dim, 0.0f);
+  }
   PS_ASSIGN_OR_RETURN(Frame frame, Frame::Allocate(spec.count * dim * WireBytes(type)));
   auto* out = static_cast<std::byte*>(frame.mutable_data());
   const float* gradient = call.values->data();
-  const std::span<float> all(residual);
   if (spec.kind == PartSpec::Kind::kDenseRange) {
     // The part's rows are table rows first_row.. and request rows offset..
     PS_RETURN_IF_ERROR(EncodeWithFeedback(
         type, {gradient + spec.offset * dim, spec.count * dim},
-        all.subspan(spec.first_row * dim, spec.count * dim), out));
+        std::span<float>(residual).subspan(spec.first_row * dim, spec.count * dim), out));
   } else {
     // Rows from anywhere in the table: their values and residuals are
     // gathered, encoded in one pass, and the new residuals put back.
     const size_t n = spec.count * dim;
     push_values_.resize(n);
     push_residuals_.resize(n);
+    push_kept_.resize(spec.count);
+    if (kept != nullptr) kept->StartRequest();
     for (uint64_t x = 0; x < spec.count; ++x) {
       const uint64_t i = RowIndex(spec, x);
       CopyRow(gradient + i * dim, dim, push_values_.data() + x * dim);
-      CopyRow(residual.data() + call.rows[i] * dim, dim, push_residuals_.data() + x * dim);
+      float* r = kept != nullptr ? kept->Find(call.rows[i]) : residual.data() + call.rows[i] * dim;
+      push_kept_[x] = r;
+      if (r != nullptr) {
+        CopyRow(r, dim, push_residuals_.data() + x * dim);
+      } else {  // no room to keep it: rounded without one
+        std::fill_n(push_residuals_.data() + x * dim, dim, 0.0f);
+      }
     }
     PS_RETURN_IF_ERROR(EncodeWithFeedback(type, {push_values_.data(), n},
                                           {push_residuals_.data(), n}, out));
     for (uint64_t x = 0; x < spec.count; ++x) {
       // A row pushed twice in one request: its later residual wins, as if
       // the two values had been pushed one after the other.
-      CopyRow(push_residuals_.data() + x * dim, dim,
-              residual.data() + call.rows[RowIndex(spec, x)] * dim);
+      if (push_kept_[x] != nullptr) CopyRow(push_residuals_.data() + x * dim, dim, push_kept_[x]);
     }
   }
   if (cache_ != nullptr) {

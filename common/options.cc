@@ -514,7 +514,6 @@ Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
     const std::pair<bool, std::string_view> unsupported[] = {
         {job.replication.factor > 1 && job.consistency.aggregate,
          "replication.factor > 1 and consistency.aggregate (replicated sums)"},
-        {t.wire.push != WireType::kF32, "wire.push other than fp32"},
     };
     for (const auto& [set, what] : unsupported) {
       if (set) {

@@ -1,7 +1,8 @@
 // Hash-keyed tables (keys: hashed) through the client and real shards in
 // this process (tests/util/in_process_cluster.h): reads of ids without a
 // row, rows made by pushes on the shard of their slot, the memory bound,
-// refused results, 16-bit pulls, and clocks under bsp.
+// refused results, 16-bit pulls and pushes (error feedback by id), and
+// clocks under bsp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -215,6 +216,147 @@ TEST_F(HashedTableTest, PullsInSixteenBitsAreTheRoundedValues) {
   std::vector<float> rounded(init.size());
   DecodeFloats(WireType::kBf16, encoded.data(), encoded.size(), rounded.data());
   EXPECT_EQ(out, rounded);
+}
+
+TableOptions SixteenBitPushes(std::string name, uint32_t dim, uint64_t max_rows, WireType push) {
+  TableOptions t = Hashed(std::move(name), dim, max_rows);
+  t.init.kind = InitKind::kZeros;
+  t.wire.push = push;
+  return t;
+}
+
+float Bf16(float v) { return Bf16ToFloat(FloatToBf16(v)); }
+float F16(float v) { return F16ToFloat(FloatToF16(v)); }
+
+// The same small gradient pushed many times in 16 bits, to ids of every
+// shard: the shard's sum stays within one rounding step of the true sum
+// (error feedback, kept by id), where each push rounded alone would lose
+// the same share every time.
+TEST_F(HashedTableTest, SixteenBitPushesSumToTheTrueSumWithinOneRoundingStep) {
+  JobOptions job = Job(2, SixteenBitPushes("bf16", 3, 1000, WireType::kBf16));
+  job.tables.push_back(SixteenBitPushes("fp16", 3, 1000, WireType::kF16));
+  Start(job);
+  const std::vector<uint64_t> ids = RandomIds(50, 21);
+  // Value 0 of each row: 1 plus 0.9 of half a bf16 unit at 1, which bf16
+  // alone always rounds down and fp16 alone always up (by 0.4 of its unit);
+  // the others small and random.
+  const float g0 = 1.0f + 0.9f * 0x1p-8f;
+  std::mt19937 random(2);
+  std::uniform_real_distribution<float> small(-0.01f, 0.01f);
+  std::vector<double> truth(ids.size() * 3, 0.0);
+  constexpr int kPushes = 300;
+  for (int p = 0; p < kPushes; ++p) {
+    std::vector<float> g(ids.size() * 3);
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = i % 3 == 0 ? g0 : small(random);
+      truth[i] += g[i];
+    }
+    ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(g))));
+    ASSERT_OK(client_->PushSync(2, ids, SharedFloats::Take(std::move(g))));
+  }
+  for (const auto& [table, unit] :
+       {std::pair<uint32_t, double>{1, 0x1p-7}, std::pair<uint32_t, double>{2, 0x1p-10}}) {
+    SCOPED_TRACE(job_.tables[table].name);
+    std::vector<float> w(ids.size() * 3);
+    ASSERT_OK(client_->PullSync(table, ids, w.data()));
+    for (size_t i = 0; i < w.size(); ++i) {
+      // One unit of the values pushed (values in [1, 2)), plus float32's
+      // own rounding of the shard's additions (half a unit at 300 each).
+      ASSERT_LE(std::fabs(w[i] - truth[i]), unit + kPushes * 0x1p-16)
+          << "id " << ids[i / 3] << " value " << i % 3 << ": shard " << w[i] << ", true "
+          << truth[i];
+    }
+  }
+  // Without feedback value 0 would be this far off.
+  EXPECT_GT(truth[0] - kPushes * Bf16(g0), 1.0);
+  EXPECT_GT(kPushes * F16(g0) - truth[0], 0.1);
+  EXPECT_EQ(client_->counters().residuals_dropped, 0u);
+}
+
+// A worker keeps the residuals of at most one shard's rows of a hashed
+// table (client/hashed_residuals.h): under a stream of fresh ids it lets
+// the old ones go, counted, while ids pushed in every push keep theirs.
+TEST_F(HashedTableTest, SixteenBitPushResidualsStayWithinTheBoundUnderFreshIds) {
+  // Residuals for 64 ids: two generations of 32, as many as a push names.
+  Start(Job(1, SixteenBitPushes("emb", 1, 64, WireType::kBf16)));
+  const std::vector<uint64_t> hot = {1, 2, 3, 4};
+  const float g0 = 1.0f + 0.9f * 0x1p-8f;
+  std::mt19937_64 random(8);
+  constexpr int kPushes = 200;
+  constexpr size_t kFresh = 28;
+  for (int p = 0; p < kPushes; ++p) {
+    std::vector<uint64_t> ids = hot;
+    for (size_t i = 0; i < kFresh; ++i) ids.push_back(random() | (uint64_t{1} << 63));
+    std::vector<float> g(ids.size(), 0.3f);
+    std::fill_n(g.begin(), hot.size(), g0);
+    ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::move(g))));
+  }
+  const uint64_t seen = hot.size() + kPushes * kFresh;
+  EXPECT_GE(client_->counters().residuals_dropped, seen - 64);
+  EXPECT_LT(client_->counters().residuals_dropped, seen);
+  std::vector<float> w(hot.size());
+  ASSERT_OK(client_->PullSync(1, hot, w.data()));
+  for (size_t i = 0; i < hot.size(); ++i) {
+    EXPECT_LE(std::fabs(w[i] - kPushes * static_cast<double>(g0)), 0x1p-7 + kPushes * 0x1p-17)
+        << "id " << hot[i] << " lost its residual: " << w[i];
+  }
+}
+
+// A 16-bit push to a hashed table is checked on the shard as a float32 one
+// is: NaN or Inf refuses it, and a subnormal result is flushed to zero. An
+// fp16 value beyond 65504 fails on the worker, naming it.
+TEST_F(HashedTableTest, SixteenBitPushesAreCheckedAsFloat32Ones) {
+  JobOptions job = Job(1, SixteenBitPushes("bf16", 2, 100, WireType::kBf16));
+  job.tables.push_back(SixteenBitPushes("fp16", 2, 100, WireType::kF16));
+  Start(job);
+  const std::vector<uint64_t> ids = RandomIds(4, 13);
+  std::vector<float> g(ids.size() * 2, 1.0f);
+  g[5] = std::numeric_limits<float>::quiet_NaN();
+  Status refused = client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(g)));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("NaN or Inf"), std::string::npos) << refused.ToString();
+  std::vector<float> w(ids.size() * 2, -1.0f);
+  ASSERT_OK(client_->PullSync(1, ids, w.data()));
+  EXPECT_EQ(w, std::vector<float>(w.size(), 0.0f)) << "nothing of the push applied";
+
+  // 1e-39 is subnormal in float32 and in bf16 (float32's exponent range).
+  ASSERT_NE(FloatToBf16(1e-39f) & 0x7fffu, 0u);
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(8, 1e-39f))));
+  ASSERT_OK(client_->PullSync(1, ids, w.data()));
+  EXPECT_EQ(w, std::vector<float>(w.size(), 0.0f)) << "subnormal results flushed";
+
+  Status overflow = client_->PushSync(2, ids, SharedFloats::Take(std::vector<float>(8, 1e6f)));
+  EXPECT_EQ(overflow.code(), StatusCode::kOutOfRange) << overflow.ToString();
+  EXPECT_NE(overflow.message().find("65504"), std::string::npos) << overflow.ToString();
+}
+
+// Under ssp the cache serves reads between pulls: a bf16 push updates the
+// cached rows with what the shard applies (the rounded values), so a read
+// after it sees the push, equal to what the shard answers another worker.
+TEST_F(HashedTableTest, TheCacheKeepsReadMyWritesWithBf16Pushes) {
+  TableOptions t = SixteenBitPushes("emb", 2, 1000, WireType::kBf16);
+  t.evict.policy = EvictPolicy::kLru;  // every push reaches its row: the cache applies it
+  JobOptions job = Job(2, t);
+  job.cluster.workers = 2;
+  job.consistency.mode = ConsistencyMode::kSsp;
+  job.consistency.staleness = 2;
+  Start(job);
+  const std::vector<uint64_t> ids = RandomIds(30, 17);
+  std::vector<float> out(ids.size() * 2);
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));  // fills the cache
+  std::vector<float> g(out.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f + 1e-3f * static_cast<float>(i);
+  ASSERT_OK(client_->PushSync(1, ids, SharedFloats::Take(std::vector<float>(g))));
+  const uint64_t hits = client_->counters().cache_hits;
+  ASSERT_OK(client_->PullSync(1, ids, out.data()));
+  EXPECT_EQ(client_->counters().cache_hits, hits + ids.size()) << "the read came from the cache";
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], Bf16(g[i])) << i;
+  auto other = Client::Create(job_, 1, cluster_->endpoints());
+  ASSERT_OK(other);
+  std::vector<float> fresh(out.size());
+  ASSERT_OK((*other)->PullSync(1, ids, fresh.data()));
+  EXPECT_EQ((*other)->counters().cache_hits, 0u);
+  EXPECT_EQ(fresh, out);
 }
 
 TEST_F(HashedTableTest, DenseCallsOfAHashedTableAreRefused) {

@@ -255,15 +255,15 @@ TEST(ConfigTest, WireTypesPerTableAndDirection) {
   }
 }
 
-TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
+TEST(ConfigTest, HashedTablesAreReadWithTheirBoundSlotsAndWireTypes) {
   const std::string yaml =
       "cluster: { servers: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], workers: 1 }\n"
       "tables:\n"
       "  - { name: dense, rows: 4 }\n"
-      "  - { name: users, keys: hashed, dim: 8, max_rows: 1000 }\n"
+      "  - { name: users, keys: hashed, dim: 8, max_rows: 1000, wire: { push: bf16 } }\n"
       "  - { name: ads, keys: hashed, dim: 4, max_mb: 64, slots: 256,\n"
       "      admit: { min_pushes: 3, probability: 0.5, sketch_width: 65536 },\n"
-      "      evict: { policy: lfu, idle_clocks: 100 } }\n";
+      "      evict: { policy: lfu, idle_clocks: 100 }, wire: { pull: fp16, push: fp16 } }\n";
   StatusOr<JobOptions> job = LoadJobString(yaml, "mem");
   ASSERT_OK(job);
   EXPECT_FALSE(job->tables[0].hashed());
@@ -289,6 +289,12 @@ TEST(ConfigTest, HashedTablesAreReadWithTheirBoundAndSlots) {
             std::string::npos)
       << agreement;
   EXPECT_NE(agreement.find("tables[0]=dense rows=4 dim=1"), std::string::npos) << agreement;
+  // 16-bit pushes, with the worker's error feedback kept by id.
+  EXPECT_EQ(job->tables[1].wire.push, WireType::kBf16);
+  EXPECT_EQ(job->tables[2].wire.push, WireType::kF16);
+  EXPECT_EQ(job->tables[2].wire.pull, WireType::kF16);
+  EXPECT_NE(agreement.find("tables[1].wire=pull=fp32 push=bf16"), std::string::npos) << agreement;
+  EXPECT_NE(agreement.find("tables[2].wire=pull=fp16 push=fp16"), std::string::npos) << agreement;
 }
 
 TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
@@ -318,7 +324,6 @@ TEST(ConfigTest, BadHashedTablesAreRejectedNamingTheKey) {
       {"keys: hashed, max_rows: 5",
        "replication: { factor: 2 }\nconsistency: { mode: bsp, aggregate: true }\n",
        {"tables[1].keys", "replication.factor > 1 and consistency.aggregate"}},
-      {"keys: hashed, max_rows: 5, wire: { push: bf16 }", "", {"tables[1].keys", "wire.push"}},
       {"rows: 10, admit: { min_pushes: 2 }", "",
        {"tables[1].admit: set on a table of keys: range", "only for keys: hashed"}},
       {"keys: hashed, max_rows: 5, admit: { min_pushes: 70000 }", "",
