@@ -109,6 +109,18 @@ char ProcessState(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
+std::string LoadAverage() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "unknown";
+  double one = 0, five = 0, fifteen = 0;
+  const int got = std::fscanf(f, "%lf %lf %lf", &one, &five, &fifteen);
+  std::fclose(f);
+  if (got != 3) return "unknown";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f %.2f %.2f", one, five, fifteen);
+  return text;
+}
+
 StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>* buffer) {
   uint64_t total = 0;
   std::error_code ec;

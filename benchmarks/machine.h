@@ -55,6 +55,10 @@ Status DropCaches(std::string_view off_flag);
 // The state letter of /proc/<pid>/stat ('T' once stopped), or '?'.
 char ProcessState(pid_t pid);
 
+// The 1, 5 and 15 minute load averages of /proc/loadavg ("2.41 2.10
+// 1.95"), or "unknown".
+std::string LoadAverage();
+
 // Reads every regular file under `dir` with read() calls of buffer->size()
 // bytes into `buffer`. Returns the bytes read.
 StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>* buffer);
