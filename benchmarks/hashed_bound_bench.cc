@@ -24,14 +24,18 @@
 // full table: its rows, their ids and uses, and its index).
 //
 // Sampled on a thread of its own: each server's VmRSS (/proc/<pid>/status)
-// every 100 ms, for its peak, and once a second a line per second of the
-// run (RSS, the rows held and evicted from STATS, through a ControlClient
-// of its own). Reported per shard: fixed cost, peak RSS, peak - fixed
-// against the bound, whether every sample stayed within fixed + 1.1 x the
-// bound (the issue's "within 10% of the bound the whole run"), rows held
-// at the end, rows evicted and evictions/s (over the time the table was at
-// its bound: from when the stream had sent as many ids as the shards hold
-// to its end); and for the run, ids/s pushed and its wall time.
+// every 100 ms, and once a second its `ids` table's rows held, bytes and
+// rows evicted from STATS (through a ControlClient of its own). Reported
+// per shard: fixed cost; the bound; the counted peak (the most bytes the
+// table reported during the run: while its index doubles, the old index
+// is counted beside the new one until its entries moved, which may be
+// after the table reached max_rows); the peak RSS above the fixed cost
+// against both; the RSS at the end against the bound; how many RSS samples
+// were above fixed + 1.1 x the bound ("within 10% of the bound the whole
+// run"); rows evicted and evictions/s (over the time the table was at its
+// bound: from when the stream had sent as many ids as the shards hold to
+// its end); and for the run, ids/s pushed and its wall time. A line per
+// second (sums over the shards) follows the table.
 //
 // Bounded: the stream stops after --ids ids or --time-limit seconds
 // (default 1800), whichever comes first (a stream cut short says so); every
@@ -99,7 +103,7 @@ double MiB(double bytes) { return bytes / 1048576.0; }
 // One second of the run, per shard.
 struct Sample {
   double t = 0;  // seconds since the stream started
-  std::vector<uint64_t> rss, stored_rows, evicted_rows;
+  std::vector<uint64_t> rss, stored_rows, stored_bytes, evicted_rows;
 };
 
 // Samples each server's resident memory every 100 ms and, once a second,
@@ -142,10 +146,12 @@ class Sampler {
           if (!stats.ok()) {
             if (error_.ok()) error_ = stats.status();
             sample.stored_rows.push_back(0);
+            sample.stored_bytes.push_back(0);
             sample.evicted_rows.push_back(0);
             continue;
           }
           sample.stored_rows.push_back(stats->tables[kIdsTable].stored_rows);
+          sample.stored_bytes.push_back(stats->tables[kIdsTable].stored_bytes);
           sample.evicted_rows.push_back(stats->tables[kIdsTable].evicted_rows);
         }
         samples_.push_back(std::move(sample));
@@ -310,7 +316,8 @@ Status Run(const Config& cfg) {
 
   // Per shard: the bound, the samples against it, the evictions.
   struct Shard {
-    uint64_t fixed = 0, peak = 0, bound = 0, stored = 0, evicted = 0, dropped = 0;
+    uint64_t fixed = 0, peak = 0, end_rss = 0, bound = 0, counted_peak = 0, stored = 0;
+    uint64_t evicted = 0, dropped = 0;
     uint64_t samples_above = 0, samples = 0;
     double evict_s = 0;
   };
@@ -331,9 +338,15 @@ Status Run(const Config& cfg) {
       ++sh.samples;
       if (rss > limit) ++sh.samples_above;
     }
+    sh.end_rss = sampler.rss()[s].empty() ? 0 : sampler.rss()[s].back();
+    for (const Sample& x : samples) sh.counted_peak = std::max(sh.counted_peak, x.stored_bytes[s]);
     if (sh.peak > limit) within = false;
     sh.evict_s = full_s >= 0 ? stream_s - full_s : 0;
   }
+  auto above_fixed = [](uint64_t rss, const Shard& sh, uint64_t bytes) {
+    return static_cast<double>(rss - std::min(rss, sh.fixed)) /
+           static_cast<double>(std::max<uint64_t>(1, bytes));
+  };
 
   std::printf("# hashed_bound_bench: %" PRIu64 " distinct ids over %u shards, bound 1/%u of them\n\n",
               pushed, cfg.shards, cfg.fraction);
@@ -347,17 +360,22 @@ Status Run(const Config& cfg) {
       cut_short ? "CUT SHORT by --time-limit" : "every id pushed", full_s,
       static_cast<double>(pushed) / stream_s / 1e6, total_s);
   std::printf(
-      "| shard | fixed MiB | bound MiB (rows at the end) | peak RSS MiB | (peak - fixed) / bound | "
-      "samples above fixed + 1.1 bound | rows evicted | evictions/s at the bound |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "bound = the table's bytes at the end (full: max_rows rows); counted peak = the most "
+      "bytes its STATS reported during the run (sampled each second); RSS sampled every 100 "
+      "ms; \"above\" = (RSS - fixed) / bytes.\n\n");
+  std::printf(
+      "| shard | fixed MiB | bound MiB (rows) | counted peak MiB | peak RSS MiB | peak above / "
+      "bound | peak above / counted peak | RSS at the end MiB | end above / bound | samples "
+      "above fixed + 1.1 bound | rows evicted | evictions/s at the bound |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (uint32_t s = 0; s < cfg.shards; ++s) {
     const Shard& sh = shards[s];
-    std::printf("| %u | %.0f | %.0f (%" PRIu64 ") | %.0f | %.3f | %" PRIu64 " of %" PRIu64
-                " | %" PRIu64 " | %.0f |\n",
-                s, MiB(sh.fixed), MiB(sh.bound), sh.stored, MiB(sh.peak),
-                static_cast<double>(sh.peak - std::min(sh.peak, sh.fixed)) /
-                    static_cast<double>(std::max<uint64_t>(1, sh.bound)),
-                sh.samples_above, sh.samples, sh.evicted,
+    std::printf("| %u | %.0f | %.0f (%" PRIu64 ") | %.0f | %.0f | %.3f | %.3f | %.0f | %.3f | "
+                "%" PRIu64 " of %" PRIu64 " | %" PRIu64 " | %.0f |\n",
+                s, MiB(sh.fixed), MiB(sh.bound), sh.stored, MiB(sh.counted_peak), MiB(sh.peak),
+                above_fixed(sh.peak, sh, sh.bound), above_fixed(sh.peak, sh, sh.counted_peak),
+                MiB(sh.end_rss), above_fixed(sh.end_rss, sh, sh.bound), sh.samples_above,
+                sh.samples, sh.evicted,
                 sh.evict_s > 0 ? static_cast<double>(sh.evicted) / sh.evict_s : 0.0);
   }
   uint64_t evicted = 0, dropped = 0;
@@ -366,21 +384,22 @@ Status Run(const Config& cfg) {
     dropped += sh.dropped;
   }
   std::printf("\nAll shards: %" PRIu64 " rows evicted, %.0f evictions/s over the stream; %" PRIu64
-              " rows dropped. Peak RSS within fixed + 1.1 x the bound on every shard: %s "
-              "(sampled every 100 ms).\n",
+              " rows dropped. Peak RSS within fixed + 1.1 x the bound on every shard: %s.\n",
               evicted, static_cast<double>(evicted) / stream_s, dropped, within ? "yes" : "NO");
-  std::printf("\nPer second (sum over shards): t s | RSS MiB | rows held | rows evicted\n");
+  std::printf("\nPer second (sum over shards): t s | RSS MiB | counted MiB | rows held | rows "
+              "evicted\n");
   const size_t step = std::max<size_t>(1, samples.size() / 30);
   for (size_t i = 0; i < samples.size(); i += step) {
     const Sample& x = samples[i];
-    uint64_t rss = 0, stored = 0, ev = 0;
+    uint64_t rss = 0, counted = 0, stored = 0, ev = 0;
     for (uint32_t s = 0; s < cfg.shards; ++s) {
       rss += x.rss[s];
+      counted += x.stored_bytes[s];
       stored += x.stored_rows[s];
       ev += x.evicted_rows[s];
     }
-    std::printf("  %6.1f | %7.0f | %10" PRIu64 " | %10" PRIu64 "\n", x.t, MiB(static_cast<double>(rss)),
-                stored, ev);
+    std::printf("  %6.1f | %7.0f | %7.0f | %10" PRIu64 " | %10" PRIu64 "\n", x.t,
+                MiB(static_cast<double>(rss)), MiB(static_cast<double>(counted)), stored, ev);
   }
 
   for (const Shard& sh : shards) {
