@@ -10,7 +10,9 @@
 //   ids    a hashed table of --dim floats (default 4) under adagrad (lr
 //          0.05, init uniform 0.01), evict { policy: lru }, max_rows =
 //          --ids / --fraction / --shards a shard (defaults: 10^8 / 4 / 4 =
-//          6.25M): the shards together hold a --fraction-th of the ids
+//          6.25M): the shards together hold a --fraction-th of the ids;
+//          or, with --max-mb, max_mb instead (the rows it pays for,
+//          HashedRows::RowsWithin, as the shard reports them)
 // consistency asp (no clocks), exit_when_workers_leave false. One worker
 // (Client, worker 0) pushes --ids ids never repeated (SplitMix(i) for i =
 // 0, 1, ...: a bijection) to `ids` in pushes of --batch ids (default
@@ -21,7 +23,7 @@
 // into `warm`; a shard's fixed cost is its highest resident memory over
 // 20 samples 10 ms apart after them. The bound: the `ids` table's bytes at
 // max_rows as the shard's STATS reports them at the end (stored_bytes of a
-// full table: its rows, their ids and uses, and its index).
+// full table: its rows, their ids and uses, and its index), or max_mb.
 //
 // Sampled on a thread of its own: each server's VmRSS (/proc/<pid>/status)
 // every 100 ms, and once a second its `ids` table's rows held, bytes and
@@ -91,6 +93,7 @@ struct Config {
   uint32_t dim = 4;
   uint32_t batch = 16384;
   uint32_t depth = 4;
+  uint64_t max_mb = 0;  // > 0: the table's bound in MiB instead of max_rows
   double time_limit_s = 1800;
   std::string bin_dir;
   std::string dir = "/tmp";
@@ -173,6 +176,8 @@ class Sampler {
 
 std::string JobYaml(const Config& cfg, const std::vector<std::string>& servers,
                     uint64_t max_rows) {
+  const std::string bound = cfg.max_mb > 0 ? "max_mb: " + std::to_string(cfg.max_mb)
+                                           : "max_rows: " + std::to_string(max_rows);
   std::string list;
   for (const std::string& s : servers) list += (list.empty() ? "\"" : ", \"") + s + "\"";
   const std::string dim = std::to_string(cfg.dim);
@@ -180,9 +185,7 @@ std::string JobYaml(const Config& cfg, const std::vector<std::string>& servers,
          "tables:\n"
          "  - { name: warm, keys: hashed, dim: " + dim +
          ", max_rows: 8192, evict: { policy: lru } }\n"
-         "  - { name: ids, keys: hashed, dim: " + dim + ", max_rows: " +
-         std::to_string(max_rows) +
-         ", init: { type: uniform, scale: 0.01 }, optimizer: { type: adagrad, lr: 0.05 }, "
+         "  - { name: ids, keys: hashed, dim: " + dim + ", " + bound + ", init: { type: uniform, scale: 0.01 }, optimizer: { type: adagrad, lr: 0.05 }, "
          "evict: { policy: lru } }\n"
          "consistency: { mode: asp }\n"
          "server: { exit_when_workers_leave: false }\n"
@@ -192,7 +195,9 @@ std::string JobYaml(const Config& cfg, const std::vector<std::string>& servers,
 
 Status Run(const Config& cfg) {
   PS_ASSIGN_OR_RETURN(const std::string server_bin, ExecutableIn(cfg.bin_dir, "ps_server"));
-  const uint64_t max_rows = std::max<uint64_t>(1, cfg.ids / cfg.fraction / cfg.shards);
+  // With --max-mb, the rows that bound pays for (HashedRows::RowsWithin),
+  // as the shard reports them.
+  uint64_t max_rows = std::max<uint64_t>(1, cfg.ids / cfg.fraction / cfg.shards);
   std::error_code ec;
   const fs::path folder = fs::path(cfg.dir) / ("ps_hashed_bound_bench_" + std::to_string(::getpid()));
   fs::create_directories(folder, ec);
@@ -248,8 +253,13 @@ Status Run(const Config& cfg) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   PS_ASSIGN_OR_RETURN(ShardStats first_stats, control->StructuredStats(0));
-  if (first_stats.tables.size() <= kIdsTable || first_stats.tables[kIdsTable].max_rows != max_rows) {
-    return InternalError("shard 0 does not report the ids table with max_rows " +
+  if (first_stats.tables.size() <= kIdsTable) {
+    return InternalError("shard 0 does not report the ids table");
+  }
+  if (cfg.max_mb > 0) max_rows = first_stats.tables[kIdsTable].max_rows;
+  if (first_stats.tables[kIdsTable].max_rows != max_rows) {
+    return InternalError("shard 0 reports max_rows " +
+                         std::to_string(first_stats.tables[kIdsTable].max_rows) + ", not " +
                          std::to_string(max_rows));
   }
 
@@ -328,7 +338,7 @@ Status Run(const Config& cfg) {
     Shard& sh = shards[s];
     const ShardStats::Table& t = last[s].tables[kIdsTable];
     sh.fixed = fixed[s];
-    sh.bound = t.stored_bytes;
+    sh.bound = cfg.max_mb > 0 ? cfg.max_mb << 20 : t.stored_bytes;
     sh.stored = t.stored_rows;
     sh.evicted = t.evicted_rows;
     sh.dropped = t.dropped_rows;
@@ -348,21 +358,26 @@ Status Run(const Config& cfg) {
            static_cast<double>(std::max<uint64_t>(1, bytes));
   };
 
+  const std::string bound_text =
+      cfg.max_mb > 0 ? "max_mb " + std::to_string(cfg.max_mb) + " a shard (max_rows " +
+                           std::to_string(max_rows) + ")"
+                     : "max_rows " + std::to_string(max_rows) + " a shard";
   std::printf("# hashed_bound_bench: %" PRIu64 " distinct ids over %u shards, bound 1/%u of them\n\n",
               pushed, cfg.shards, cfg.fraction);
   std::printf(
       "%u hardware threads, CPU %s; load %s before, %s after. Table `ids`: dim %u, adagrad, "
-      "evict lru, max_rows %" PRIu64 " a shard; pushes of %u ids, %u in flight, one worker. "
+      "evict lru, %s; pushes of %u ids, %u in flight, one worker. "
       "Stream %.1f s (%s; the shards' rows sent by %.1f s), %.2f M ids/s pushed; run %.1f s "
       "with the last second of samples.\n\n",
       std::thread::hardware_concurrency(), CpuModel().c_str(), load_before.c_str(),
-      LoadAverage().c_str(), cfg.dim, max_rows, cfg.batch, cfg.depth, stream_s,
+      LoadAverage().c_str(), cfg.dim, bound_text.c_str(), cfg.batch, cfg.depth, stream_s,
       cut_short ? "CUT SHORT by --time-limit" : "every id pushed", full_s,
       static_cast<double>(pushed) / stream_s / 1e6, total_s);
   std::printf(
-      "bound = the table's bytes at the end (full: max_rows rows); counted peak = the most "
+      "bound = %s; counted peak = the most "
       "bytes its STATS reported during the run (sampled each second); RSS sampled every 100 "
-      "ms; \"above\" = (RSS - fixed) / bytes.\n\n");
+      "ms; \"above\" = (RSS - fixed) / bytes.\n\n",
+      cfg.max_mb > 0 ? "max_mb" : "the table's bytes at the end (full: max_rows rows)");
   std::printf(
       "| shard | fixed MiB | bound MiB (rows) | counted peak MiB | peak RSS MiB | peak above / "
       "bound | peak above / counted peak | RSS at the end MiB | end above / bound | samples "
@@ -423,6 +438,10 @@ int main(int argc, char** argv) {
   app.add_option("--fraction", cfg.fraction,
                  "the shards together hold ids / fraction rows (max_rows = ids / fraction / shards)")
       ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-mb", cfg.max_mb,
+                 "bound each shard's table by max_mb (MiB) instead of max_rows; the report's "
+                 "bound is then max_mb")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   app.add_option("--dim", cfg.dim, "floats per row")->check(CLI::Range(1u, 4096u));
   app.add_option("--batch", cfg.batch, "ids per push")->check(CLI::Range(1u, 1u << 20));
   app.add_option("--depth", cfg.depth, "pushes in flight")->check(CLI::Range(1u, 64u));
