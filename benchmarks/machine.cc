@@ -58,6 +58,16 @@ std::string OwnDir() {
   return ec ? std::string(".") : exe.parent_path().string();
 }
 
+StatusOr<std::string> ExecutableIn(const std::string& bin_dir, const std::string& name) {
+  const std::string dir = bin_dir.empty() ? OwnDir() : bin_dir;
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  if (::access(path.c_str(), X_OK) != 0) {
+    return NotFoundError("no executable " + name + " in " + dir + " (build the " + name +
+                         " target, or pass --bin-dir)");
+  }
+  return path;
+}
+
 namespace {
 // Binds a loopback TCP socket to `port` (0: any) and returns the port it
 // got, closing the socket.
@@ -107,6 +117,31 @@ char ProcessState(pid_t pid) {
   const std::string stat(buf, n > 0 ? static_cast<size_t>(n) : 0);
   const size_t paren = stat.rfind(')');  // the command name may hold spaces
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+uint64_t ResidentBytes(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+std::string LoadAverage() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "unknown";
+  double one = 0, five = 0, fifteen = 0;
+  const int got = std::fscanf(f, "%lf %lf %lf", &one, &five, &fifteen);
+  std::fclose(f);
+  if (got != 3) return "unknown";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f %.2f %.2f", one, five, fifteen);
+  return text;
 }
 
 StatusOr<uint64_t> ReadTree(const std::filesystem::path& dir, std::vector<char>* buffer) {

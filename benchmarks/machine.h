@@ -37,6 +37,11 @@ double Time(Fn fn) {
 // The folder of this executable ("." when it cannot be read).
 std::string OwnDir();
 
+// The path of the executable `name` in `bin_dir` (empty: OwnDir(), where
+// the benchmarks and the servers are built). NotFound, saying to build the
+// target or pass --bin-dir, when there is none.
+StatusOr<std::string> ExecutableIn(const std::string& bin_dir, const std::string& name);
+
 // A loopback TCP port that was free a moment ago.
 StatusOr<int> FreePort();
 // Whether loopback TCP port `port` can be bound now.
@@ -54,6 +59,14 @@ Status DropCaches(std::string_view off_flag);
 
 // The state letter of /proc/<pid>/stat ('T' once stopped), or '?'.
 char ProcessState(pid_t pid);
+
+// The resident memory of process `pid` (VmRSS of /proc/<pid>/status), in
+// bytes; 0 when it cannot be read (the process is gone).
+uint64_t ResidentBytes(pid_t pid);
+
+// The 1, 5 and 15 minute load averages of /proc/loadavg ("2.41 2.10
+// 1.95"), or "unknown".
+std::string LoadAverage();
 
 // Reads every regular file under `dir` with read() calls of buffer->size()
 // bytes into `buffer`. Returns the bytes read.

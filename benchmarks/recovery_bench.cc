@@ -317,12 +317,7 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
 }
 
 Status RunAll(const Config& cfg) {
-  const std::string bin_dir = cfg.bin_dir.empty() ? OwnDir() : cfg.bin_dir;
-  const std::string server_bin = (fs::path(bin_dir) / "ps_server").string();
-  if (::access(server_bin.c_str(), X_OK) != 0) {
-    return NotFoundError("no executable ps_server in " + bin_dir +
-                         " (build the ps_server target, or pass --bin-dir)");
-  }
+  PS_ASSIGN_OR_RETURN(const std::string server_bin, ExecutableIn(cfg.bin_dir, "ps_server"));
   std::error_code ec;
   const fs::path folder = fs::path(cfg.dir) / ("ps_recovery_bench_" + std::to_string(::getpid()));
   fs::create_directories(folder, ec);
