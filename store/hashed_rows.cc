@@ -33,9 +33,15 @@ uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
 constexpr uint8_t kTombstone = 1;
 // Old index slots moved per row made while the index doubles: the doubling
 // starts at half the old size in rows and must end before the new index is
-// half full (as many rows again), so at least 2; 4 ends it after an 8th
-// of the old size in rows made, a 4th of what it may take.
-constexpr size_t kMovesPerMake = 4;
+// half full (as many rows again), so at least 2; 8 ends it after a 16th
+// of the old size in rows made, an 8th of what it may take, so that the
+// two indexes are there together while few rows are (a table whose bound
+// lies just past a doubling stays within it).
+constexpr size_t kMovesPerMake = 8;
+// Old index slots moved per id a push names, besides: a table that stops
+// growing (at its bound, or whose ids all have rows) still ends its
+// doubling, and stops probing two indexes, within a few pushes.
+constexpr size_t kMovesPerPushedId = 4;
 
 // lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
 constexpr uint32_t kUseClasses = 16;
@@ -323,10 +329,34 @@ float* HashedRows::Restore(uint64_t id, const RowUse* use) {
 }
 
 void HashedRows::Gather(std::span<const uint64_t> ids, float* out) const {
-  for (size_t i = 0; i < ids.size(); ++i) {
+  // A pull's ids lie anywhere in the index and the rows: each costs a tag,
+  // an entry and a row, three cache misses in a large table, one after
+  // the other. So the lookups run as a pipeline: the tag and entry of the
+  // id kSlotsAhead on are fetched, the row of the id kRowsAhead on is found
+  // and fetched, and the id at hand is copied, with its misses overlapped.
+  constexpr size_t kSlotsAhead = 16, kRowsAhead = 8;
+  const size_t n = ids.size();
+  uint32_t found[kRowsAhead];  // the rows of ids [i, i + kRowsAhead), by i % kRowsAhead
+  const auto fetch_slot = [&](uint64_t id) {
+    if (index_size_ == 0) return;
+    const size_t home = Home(id);
+    __builtin_prefetch(&tags_[home]);
+    __builtin_prefetch(&index_[home]);
+  };
+  const auto find_row = [&](size_t i) {
+    const uint32_t r = RowOf(ids[i]);
+    found[i % kRowsAhead] = r;
+    if (r != kNil) __builtin_prefetch(RowAt(r));
+  };
+  for (size_t i = 0; i < std::min(n, kSlotsAhead); ++i) fetch_slot(ids[i]);
+  for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) find_row(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kSlotsAhead < n) fetch_slot(ids[i + kSlotsAhead]);
+    const uint32_t r = found[i % kRowsAhead];
+    if (i + kRowsAhead < n) find_row(i + kRowsAhead);
     float* dst = out + i * dim_;
-    if (const float* row = Find(ids[i]); row != nullptr) {
-      std::memcpy(dst, row, dim_ * sizeof(float));
+    if (r != kNil) {
+      std::memcpy(dst, RowAt(r), dim_ * sizeof(float));
     } else {
       for (uint32_t c = 0; c < dim_; ++c) dst[c] = InitialValue(init_, ids[i], c);
     }
@@ -341,6 +371,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
   FlushSubnormals flush;
   undo_.clear();
   saved_.clear();
+  MoveSome(kMovesPerPushedId * std::max<size_t>(ids.size(), 1));
   const bool evicting = evict_.policy != EvictPolicy::kNone;
   if (tracks_use()) {
     Relink();
@@ -414,7 +445,7 @@ uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bo
   // bytes left after it and one chunk's rounding pay for; and it must be
   // reached: while the index doubled to it, the old one (half its size)
   // was there too, with the rows made until its entries moved (a quarter
-  // of its size, and a 16th of the old size more).
+  // of its size, and the old size / kMovesPerMake more).
   uint64_t best = 1;
   for (uint64_t entries = kFirstIndexSize; entries / 2 <= kMostRows; entries *= 2) {
     const uint64_t fixed = entries * entry_bytes + chunk_bytes;

@@ -14,7 +14,9 @@
 // when free) is read first, so that an id without a row is told apart
 // without reading entries. The index doubles without a pause: the new one
 // takes new rows at once, and each row made after it moves the entries of
-// kMovesPerMake slots of the old one, which is freed when all are moved;
+// kMovesPerMake slots of the old one (and each push those of a few slots
+// per id it names, so that a table that stops growing ends its doubling
+// too), which is freed when all are moved;
 // meanwhile a lookup that misses in the new index looks in the old one's
 // slots not moved yet (an erase there leaves a tombstone, as the old index
 // is never probed again once moved).

@@ -188,6 +188,37 @@ TEST(HashedRowsTest, TheIndexDoublesInStepsAndEveryRowStaysFound) {
   EXPECT_EQ(rows.size(), with_rows);
 }
 
+// A table that stops growing right after its index doubled (its ids all
+// have rows, or it is at its bound) still ends the doubling: pushes of ids
+// it holds move the old index's entries too, and its memory falls back to
+// one index within a few pushes.
+TEST(HashedRowsTest, PushesOfKnownIdsEndADoubling) {
+  HashedRows rows(1, 0, InitOptions(), 1000000);
+  std::vector<uint64_t> ids;
+  std::mt19937_64 rng(7);
+  size_t before = 0;
+  // Rows until the index doubles: bytes() jumps by more than a row.
+  for (;;) {
+    ids.push_back(rng());
+    ASSERT_NE(rows.FindOrMake(ids.back(), nullptr), nullptr);
+    if (before != 0 && rows.bytes() > before + 4096) break;
+    before = rows.bytes();
+    ASSERT_LT(ids.size(), 100000u);
+  }
+  const size_t doubling = rows.bytes();
+  const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
+  std::vector<float> grads(64, 1.0f);
+  for (int push = 0; push < 64 && rows.bytes() == doubling; ++push) {
+    std::vector<uint64_t> known(64);
+    for (uint64_t& id : known) id = ids[rng() % ids.size()];
+    const HashedRows::PushCounts counts =
+        rows.Apply(known, grads.data(), *FindRule(OptimizerKind::kAdd), add, 0.0f, 1, true);
+    ASSERT_EQ(counts.made, 0u);
+  }
+  EXPECT_LT(rows.bytes(), doubling) << "the old index is still there after 64 pushes";
+  for (uint64_t id : ids) ASSERT_NE(rows.Find(id), nullptr) << "id " << id;
+}
+
 TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
   const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
   const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
