@@ -327,7 +327,7 @@ int RunVsDense(uint64_t rows, uint32_t dim, uint32_t batch, int reps, uint32_t b
               hashed_counted / n, hashed_counted / dense_counted);
   std::printf("| resident (growth while made) | %.1f | %.1f | %.2f |\n", dense_resident / n,
               hashed_resident / n, hashed_resident / dense_resident);
-  std::printf("\nhashed: %zu B/row at its index's fullest (half full), %.1f B/row now with an "
+  std::printf("\nhashed: %zu B/row at its index's fullest (7/8 full), %.1f B/row now with an "
               "index of %.0f MiB for %llu rows\n",
               ps::HashedRows::RowBytes(dim, slots), hashed_counted / n,
               (hashed_counted - n * (8.0 + dim * sizeof(float) * (1 + slots))) / 1048576.0,

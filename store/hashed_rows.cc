@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <iterator>
 #include <new>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "store/shard_store.h"
 
@@ -24,31 +29,40 @@ uint64_t IndexHash(uint64_t id) {
   return id ^ (id >> 31);
 }
 
-// An occupied entry's tag: 7 bits of the index hash that Home does not use
-// (it uses the low bits), with the top bit set; 0 marks a free entry.
-uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 57) | 0x80); }
+// A taken entry's tag: the index hash's top 8 bits (Home uses the low
+// ones), 0 made 1, as 0 marks a free entry.
+uint8_t Tag(uint64_t hash) {
+  const auto tag = static_cast<uint8_t>(hash >> 56);
+  return tag != 0 ? tag : 1;
+}
 
-// An old index's entry erased before it moved (no Tag: those have the top
-// bit set).
-constexpr uint8_t kTombstone = 1;
-// Old index slots moved per row made while the index doubles: the doubling
-// starts at half the old size in rows and must end before the new index is
-// half full (as many rows again), so at least 2; 8 ends it after a 16th
-// of the old size in rows made, an 8th of what it may take, so that the
-// two indexes are there together while few rows are (a table whose bound
-// lies just past a doubling stays within it).
-constexpr size_t kMovesPerMake = 8;
-// Old index slots moved per id a push names, besides: a table that stops
-// growing (at its bound, or whose ids all have rows) still ends its
-// doubling, and stops probing two indexes, within a few pushes.
-constexpr size_t kMovesPerPushedId = 4;
+// A group's overflow count that reached this stays (too many ids passed
+// it to count): probes keep going past it.
+constexpr uint8_t kStuck = UINT8_MAX;
+
+// The index's first size, in groups.
+constexpr size_t kFirstGroups = 2;
+// Old index groups moved per row made while the index doubles: the
+// doubling starts at Capacity(old groups) rows and must end before the
+// new index is full (as many rows again), so 1 ends it after
+// 1 / 10.5 of that: the two indexes are there together while few rows
+// are (a table whose bound lies just past a doubling stays within it).
+constexpr size_t kGroupsPerMake = 1;
+// A group of the old index moved per this many ids a push names,
+// besides: a table that stops growing (at its bound, or whose ids all
+// have rows) still ends its doubling, and stops probing two indexes,
+// within a few pushes.
+constexpr size_t kPushedIdsPerGroup = 3;
 
 // lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
 constexpr uint32_t kUseClasses = 16;
 
-uint64_t ChunkRows(size_t stride) {
-  return std::bit_floor(std::max<uint64_t>(1, kChunkFloats / stride));
+uint64_t ChunkRows(size_t slot_floats) {
+  return std::bit_floor(std::max<uint64_t>(1, kChunkFloats / slot_floats));
 }
+
+// The floats a row of `stride` floats takes in its chunk, its id included.
+size_t SlotFloats(size_t stride) { return (2 + stride + 1) & ~size_t{1}; }
 
 }  // namespace
 
@@ -57,40 +71,86 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
     : dim_(dim),
       slots_(slots),
       stride_(size_t{dim} * (1 + slots)),
+      slot_floats_(SlotFloats(stride_)),
       init_(init),
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
-      chunk_rows_(ChunkRows(stride_)),
+      chunk_rows_(ChunkRows(slot_floats_)),
       chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
       evict_(evict),
       lists_(!evict.enabled() ? 0 : evict.policy == EvictPolicy::kLfu ? kUseClasses : 1) {}
 
-size_t HashedRows::Home(uint64_t id) const { return IndexHash(id) & mask_; }
-
-size_t HashedRows::Probe(uint64_t id) const {
-  // The tags first: an id without a row is told apart by them alone (one
-  // byte per entry), and an entry's id is read only when its tag matches.
-  const uint64_t hash = IndexHash(id);
-  const uint8_t tag = Tag(hash);
-  size_t i = hash & mask_;
-  while (tags_[i] != 0 && (tags_[i] != tag || index_[i].id != id)) i = (i + 1) & mask_;
-  return i;
+uint32_t HashedRows::Match(const Group& group, uint8_t tag) {
+#if defined(__SSE2__)
+  // The tags are the group's first 16 bytes (with its overflow count and
+  // spare bytes, masked off).
+  const __m128i line = _mm_load_si128(reinterpret_cast<const __m128i*>(group.tags));
+  const __m128i same = _mm_cmpeq_epi8(line, _mm_set1_epi8(static_cast<char>(tag)));
+  return static_cast<uint32_t>(_mm_movemask_epi8(same)) & ((1u << kGroupSlots) - 1);
+#else
+  uint32_t bits = 0;
+  for (size_t s = 0; s < kGroupSlots; ++s) bits |= uint32_t{group.tags[s] == tag} << s;
+  return bits;
+#endif
 }
 
-size_t HashedRows::ProbeOld(uint64_t id) const {
-  if (old_size_ == 0) return kNoSlot;
-  const uint64_t hash = IndexHash(id);
+HashedRows::Index HashedRows::MakeIndex(size_t count) {
+  // calloc's zero pages: nothing is written now, so a doubling costs no
+  // pause; the pages become resident as entries land.
+  Index index;
+  index.memory.reset(std::calloc(count * sizeof(Group) + alignof(Group), 1));
+  if (index.memory == nullptr) throw std::bad_alloc();
+  const auto at = reinterpret_cast<uintptr_t>(index.memory.get());
+  index.groups = reinterpret_cast<Group*>((at + alignof(Group) - 1) & ~uintptr_t{alignof(Group) - 1});
+  index.count = count;
+  return index;
+}
+
+size_t HashedRows::Lookup(const Index& index, uint64_t hash, uint64_t id) const {
+  if (index.count == 0) return kNoSlot;
   const uint8_t tag = Tag(hash);
-  const size_t mask = old_size_ - 1;
-  // Tombstones keep the probe going; they match no tag.
-  for (size_t i = hash & mask; old_tags_[i] != 0; i = (i + 1) & mask) {
-    if (old_tags_[i] == tag && old_index_[i].id == id) return i >= moved_ ? i : kNoSlot;
+  const size_t mask = index.count - 1;
+  size_t g = hash & mask;
+  // At most every group once: overflow counts that stay (kStuck) could
+  // otherwise send a probe round for good.
+  for (size_t n = 0; n < index.count; ++n, g = (g + 1) & mask) {
+    const Group& group = index.groups[g];
+    for (uint32_t m = Match(group, tag); m != 0; m &= m - 1) {
+      const int slot = std::countr_zero(m);
+      if (IdAt(group.rows[slot]) == id) return g * kGroupSlots + slot;
+    }
+    if (group.overflow == 0) break;
   }
   return kNoSlot;
 }
 
+void HashedRows::Insert(Index& index, uint64_t hash, uint32_t row) {
+  // Never full (Capacity), so a group with a free entry comes.
+  const size_t mask = index.count - 1;
+  for (size_t g = hash & mask;; g = (g + 1) & mask) {
+    Group& group = index.groups[g];
+    if (const uint32_t free = Match(group, 0); free != 0) {
+      const int slot = std::countr_zero(free);
+      group.tags[slot] = Tag(hash);
+      group.rows[slot] = row;
+      return;
+    }
+    if (group.overflow != kStuck) ++group.overflow;
+  }
+}
+
+void HashedRows::Remove(Index& index, uint64_t hash, size_t slot) {
+  const size_t at = slot / kGroupSlots;
+  index.groups[at].tags[slot % kGroupSlots] = 0;
+  const size_t mask = index.count - 1;
+  for (size_t g = hash & mask; g != at; g = (g + 1) & mask) {
+    if (index.groups[g].overflow != kStuck) --index.groups[g].overflow;
+  }
+}
+
 uint32_t& HashedRows::EntryRow(uint64_t id) {
-  const size_t i = Probe(id);
-  return tags_[i] != 0 ? index_[i].row : old_index_[ProbeOld(id)].row;
+  const uint64_t hash = IndexHash(id);
+  const size_t slot = Lookup(index_, hash, id);
+  return slot != kNoSlot ? RowIn(index_, slot) : RowIn(old_, Lookup(old_, hash, id));
 }
 
 const float* HashedRows::Find(uint64_t id) const {
@@ -103,41 +163,34 @@ float* HashedRows::Find(uint64_t id) {
 }
 
 void HashedRows::Grow() {
-  MoveSome(SIZE_MAX);  // a previous doubling's rest (never left, at kMovesPerMake)
-  const size_t size = index_size_ == 0 ? kFirstIndexSize : 2 * index_size_;
-  old_index_ = std::move(index_);
-  old_tags_ = std::move(tags_);
-  old_size_ = index_size_;
+  MoveSome(SIZE_MAX);  // a previous doubling's rest (never left, at kGroupsPerMake)
+  old_ = std::move(index_);
   moved_ = 0;
-  // Neither is written now (the tags are calloc's zero pages): the pages
-  // become resident as entries land, so a doubling costs no pause.
-  index_ = std::make_unique_for_overwrite<Entry[]>(size);
-  tags_.reset(static_cast<uint8_t*>(std::calloc(size, 1)));
-  if (tags_ == nullptr) throw std::bad_alloc();
-  index_size_ = size;
-  mask_ = size - 1;
+  index_ = MakeIndex(old_.count == 0 ? kFirstGroups : 2 * old_.count);
 }
 
-void HashedRows::MoveSome(size_t slots) {
-  if (old_size_ == 0) return;
-  const size_t end = std::min(old_size_, moved_ + std::min(slots, old_size_));
+void HashedRows::MoveSome(size_t groups) {
+  if (old_.count == 0) return;
+  const size_t end = std::min(old_.count, moved_ + std::min(groups, old_.count));
   for (; moved_ < end; ++moved_) {
-    if ((old_tags_[moved_] & 0x80) == 0) continue;  // free, or a tombstone
-    const Entry& e = old_index_[moved_];
-    Place(Probe(e.id), e.id, e.row);
+    Group& group = old_.groups[moved_];
+    // The entries' ids lie anywhere beside the rows: fetched together.
+    const uint32_t taken = ~Match(group, 0) & ((1u << kGroupSlots) - 1);
+    for (uint32_t m = taken; m != 0; m &= m - 1) {
+      __builtin_prefetch(RowAt(group.rows[std::countr_zero(m)]) - kIdFloats);
+    }
+    for (uint32_t m = taken; m != 0; m &= m - 1) {
+      const uint32_t row = group.rows[std::countr_zero(m)];
+      Insert(index_, IndexHash(IdAt(row)), row);
+    }
+    // Moved: no lookup matches here again; the overflow counts stay, as
+    // probes of the entries still to move pass through.
+    std::fill(std::begin(group.tags), std::end(group.tags), uint8_t{0});
   }
-  if (moved_ == old_size_) {
-    old_index_.reset();
-    old_tags_.reset();
-    old_size_ = 0;
+  if (moved_ == old_.count) {
+    old_ = Index();
     moved_ = 0;
   }
-}
-
-void HashedRows::Place(size_t i, uint64_t id, uint64_t row) {
-  index_[i].id = id;
-  index_[i].row = static_cast<uint32_t>(row);
-  tags_[i] = Tag(IndexHash(id));
 }
 
 void HashedRows::InitRow(uint64_t id, float* row) const {
@@ -146,10 +199,14 @@ void HashedRows::InitRow(uint64_t id, float* row) const {
 }
 
 uint32_t HashedRows::RowOf(uint64_t id) const {
-  if (index_size_ == 0) return kNil;
-  if (const size_t i = Probe(id); tags_[i] != 0) return index_[i].row;
-  const size_t old = ProbeOld(id);
-  return old == kNoSlot ? kNil : old_index_[old].row;
+  const uint64_t hash = IndexHash(id);
+  if (const size_t slot = Lookup(index_, hash, id); slot != kNoSlot) {
+    return index_.groups[slot / kGroupSlots].rows[slot % kGroupSlots];
+  }
+  if (const size_t slot = Lookup(old_, hash, id); slot != kNoSlot) {
+    return old_.groups[slot / kGroupSlots].rows[slot % kGroupSlots];
+  }
+  return kNil;
 }
 
 float* HashedRows::FindOrMake(uint64_t id, bool* made) {
@@ -163,18 +220,17 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   *made = false;
   if (const uint32_t found = RowOf(id); found != kNil) return found;
   if (full()) return kNil;
-  // At most half full, so a probe ends soon.
-  if (2 * (size_ + 1) > index_size_) Grow();
+  if (size_ + 1 > Capacity(index_.count)) Grow();
   const auto r = static_cast<uint32_t>(size_);
   if ((r >> chunk_shift_) == chunks_.size()) {
-    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * stride_));
-    id_chunks_.push_back(std::make_unique_for_overwrite<uint64_t[]>(chunk_rows_));
+    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * slot_floats_));
     if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
   }
-  Place(Probe(id), id, r);
-  MoveSome(kMovesPerMake);
+  // The row's id first: lookups read it through the entry.
+  SetId(r, id);
   ++size_;
-  IdAt(r) = id;
+  Insert(index_, IndexHash(id), r);
+  MoveSome(kGroupsPerMake);
   InitRow(id, RowAt(r));
   if (tracks_use()) {
     // Pushed once, by the current push.
@@ -186,32 +242,16 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
 }
 
 bool HashedRows::Erase(uint64_t id) {
-  if (index_size_ == 0) return false;
-  if (const size_t hole = Probe(id); tags_[hole] != 0) {
-    EraseEntry(hole);
-    return true;
+  const uint64_t hash = IndexHash(id);
+  for (Index* index : {&index_, &old_}) {
+    if (const size_t slot = Lookup(*index, hash, id); slot != kNoSlot) {
+      const uint32_t r = RowIn(*index, slot);
+      Remove(*index, hash, slot);
+      RemoveRow(r);
+      return true;
+    }
   }
-  const size_t old = ProbeOld(id);
-  if (old == kNoSlot) return false;
-  // The old index is not probed again once moved: a tombstone does.
-  old_tags_[old] = kTombstone;
-  RemoveRow(old_index_[old].row);
-  return true;
-}
-
-void HashedRows::EraseEntry(size_t hole) {
-  RemoveRow(index_[hole].row);
-  // Backward-shift deletion: an entry after the hole whose home is not in
-  // (hole, its place] moves into the hole, until a free entry.
-  for (size_t i = (hole + 1) & mask_; tags_[i] != 0; i = (i + 1) & mask_) {
-    const size_t home = Home(index_[i].id);
-    const bool stays = hole <= i ? (hole < home && home <= i) : (hole < home || home <= i);
-    if (stays) continue;
-    index_[hole] = index_[i];
-    tags_[hole] = tags_[i];
-    hole = i;
-  }
-  tags_[hole] = 0;
+  return false;
 }
 
 void HashedRows::RemoveRow(uint32_t r) {
@@ -220,8 +260,7 @@ void HashedRows::RemoveRow(uint32_t r) {
   // The last row moves into the erased one's place.
   const auto last = static_cast<uint32_t>(size_ - 1);
   if (r != last) {
-    std::memcpy(RowAt(r), RowAt(last), stride_ * sizeof(float));
-    IdAt(r) = IdAt(last);
+    std::memcpy(RowAt(r) - kIdFloats, RowAt(last) - kIdFloats, slot_floats_ * sizeof(float));
     EntryRow(IdAt(r)) = r;
     if (tracks_use()) {
       Use& moved = UseAt(r);
@@ -236,7 +275,6 @@ void HashedRows::RemoveRow(uint32_t r) {
   --size_;
   if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
     chunks_.pop_back();  // the last chunk is empty
-    id_chunks_.pop_back();
     if (tracks_use()) use_chunks_.pop_back();
   }
 }
@@ -329,31 +367,45 @@ float* HashedRows::Restore(uint64_t id, const RowUse* use) {
 }
 
 void HashedRows::Gather(std::span<const uint64_t> ids, float* out) const {
-  // A pull's ids lie anywhere in the index and the rows: each costs a tag,
-  // an entry and a row, three cache misses in a large table, one after
-  // the other. So the lookups run as a pipeline: the tag and entry of the
-  // id kSlotsAhead on are fetched, the row of the id kRowsAhead on is found
-  // and fetched, and the id at hand is copied, with its misses overlapped.
-  constexpr size_t kSlotsAhead = 16, kRowsAhead = 8;
+  // A pull's ids lie anywhere in the index and the rows: each costs its
+  // index group, then its row's id and values, cache misses in a large
+  // table, the second waiting on the first. So the lookups run as a
+  // pipeline: the group of the id kGroupsAhead on is fetched; the id
+  // kRowsAhead on takes the row of the first entry of its group whose tag
+  // matches, and that row's id and values are fetched; the id at hand is
+  // checked against that row's id and copied. When it is not that row's
+  // (a tag shared in its group, an id past its group or in the old index
+  // while it doubles, or no row) it is looked up in full.
+  constexpr size_t kGroupsAhead = 16, kRowsAhead = 8;
+  // The lines of a row's values fetched ahead: at most this many.
+  constexpr size_t kLinesAhead = 4;
   const size_t n = ids.size();
-  uint32_t found[kRowsAhead];  // the rows of ids [i, i + kRowsAhead), by i % kRowsAhead
-  const auto fetch_slot = [&](uint64_t id) {
-    if (index_size_ == 0) return;
-    const size_t home = Home(id);
-    __builtin_prefetch(&tags_[home]);
-    __builtin_prefetch(&index_[home]);
+  const size_t mask = index_.count - 1;
+  const size_t value_bytes = std::min<size_t>((kIdFloats + dim_) * sizeof(float), kLinesAhead * 64);
+  uint32_t guess[kRowsAhead];  // the rows of ids [i, i + kRowsAhead), by i % kRowsAhead
+  const auto fetch_group = [&](size_t i) {
+    if (index_.count != 0) __builtin_prefetch(&index_.groups[IndexHash(ids[i]) & mask]);
   };
-  const auto find_row = [&](size_t i) {
-    const uint32_t r = RowOf(ids[i]);
-    found[i % kRowsAhead] = r;
-    if (r != kNil) __builtin_prefetch(RowAt(r));
+  const auto guess_row = [&](size_t i) {
+    uint32_t r = kNil;
+    if (index_.count != 0) {
+      const uint64_t hash = IndexHash(ids[i]);
+      const Group& group = index_.groups[hash & mask];
+      if (const uint32_t m = Match(group, Tag(hash)); m != 0) {
+        r = group.rows[std::countr_zero(m)];
+        const auto* values = reinterpret_cast<const char*>(RowAt(r) - kIdFloats);
+        for (size_t at = 0; at < value_bytes; at += 64) __builtin_prefetch(values + at);
+      }
+    }
+    guess[i % kRowsAhead] = r;
   };
-  for (size_t i = 0; i < std::min(n, kSlotsAhead); ++i) fetch_slot(ids[i]);
-  for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) find_row(i);
+  for (size_t i = 0; i < std::min(n, kGroupsAhead); ++i) fetch_group(i);
+  for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) guess_row(i);
   for (size_t i = 0; i < n; ++i) {
-    if (i + kSlotsAhead < n) fetch_slot(ids[i + kSlotsAhead]);
-    const uint32_t r = found[i % kRowsAhead];
-    if (i + kRowsAhead < n) find_row(i + kRowsAhead);
+    if (i + kGroupsAhead < n) fetch_group(i + kGroupsAhead);
+    uint32_t r = guess[i % kRowsAhead];
+    if (i + kRowsAhead < n) guess_row(i + kRowsAhead);
+    if (r == kNil || IdAt(r) != ids[i]) r = RowOf(ids[i]);
     float* dst = out + i * dim_;
     if (r != kNil) {
       std::memcpy(dst, RowAt(r), dim_ * sizeof(float));
@@ -371,7 +423,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
   FlushSubnormals flush;
   undo_.clear();
   saved_.clear();
-  MoveSome(kMovesPerPushedId * std::max<size_t>(ids.size(), 1));
+  MoveSome(ids.size() / kPushedIdsPerGroup + 1);
   const bool evicting = evict_.policy != EvictPolicy::kNone;
   if (tracks_use()) {
     Relink();
@@ -435,38 +487,37 @@ uint64_t HashedRows::id(uint64_t i) const {
 }
 
 uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use) {
-  const uint64_t row_floats = uint64_t{dim} * (1 + slots);
-  // The floats, the id and the use.
-  const uint64_t slot_bytes =
-      row_floats * sizeof(float) + sizeof(uint64_t) + (use ? sizeof(Use) : 0);
-  const uint64_t chunk_bytes = ChunkRows(row_floats) * slot_bytes;
-  const uint64_t entry_bytes = sizeof(Entry) + sizeof(uint8_t);
-  // For each index size, the rows it holds (half of it) and the rows the
+  const uint64_t slot_floats = SlotFloats(uint64_t{dim} * (1 + slots));
+  // The id, the floats and the use.
+  const uint64_t slot_bytes = slot_floats * sizeof(float) + (use ? sizeof(Use) : 0);
+  const uint64_t chunk_bytes = ChunkRows(slot_floats) * slot_bytes;
+  // For each index size, the rows it holds (Capacity) and the rows the
   // bytes left after it and one chunk's rounding pay for; and it must be
   // reached: while the index doubled to it, the old one (half its size)
-  // was there too, with the rows made until its entries moved (a quarter
-  // of its size, and the old size / kMovesPerMake more).
+  // was there too, with the rows made until its groups moved (the old
+  // one's capacity, and a row for each kGroupsPerMake of its groups).
   uint64_t best = 1;
-  for (uint64_t entries = kFirstIndexSize; entries / 2 <= kMostRows; entries *= 2) {
-    const uint64_t fixed = entries * entry_bytes + chunk_bytes;
-    const uint64_t doubling = fixed + entries / 2 * entry_bytes +
-                              (entries / 4 + entries / 2 / kMovesPerMake + 1) * slot_bytes;
-    if (fixed >= bytes || (entries > kFirstIndexSize && doubling > bytes)) break;
-    best = std::max(best, std::min(entries / 2, (bytes - fixed) / slot_bytes));
+  for (uint64_t groups = kFirstGroups; Capacity(groups / 2) <= kMostRows; groups *= 2) {
+    const uint64_t fixed = groups * sizeof(Group) + chunk_bytes;
+    const uint64_t doubling = fixed + groups / 2 * sizeof(Group) +
+                              (Capacity(groups / 2) + groups / 2 / kGroupsPerMake + 1) * slot_bytes;
+    if (fixed >= bytes || (groups > kFirstGroups && doubling > bytes)) break;
+    best = std::max(best, std::min(Capacity(groups), (bytes - fixed) / slot_bytes));
   }
   return best;
 }
 
 size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use) {
-  // The row's floats, its id and its use, and 2 index entries and their tags.
-  return size_t{dim} * (1 + slots) * sizeof(float) + sizeof(uint64_t) +
-         (use ? sizeof(Use) : 0) + 2 * (sizeof(Entry) + sizeof(uint8_t));
+  // The row's floats, its id and its use, and its part of the index at
+  // its fullest (rounded up).
+  const size_t index = (2 * sizeof(Group) + Capacity(2) - 1) / Capacity(2);
+  return SlotFloats(size_t{dim} * (1 + slots)) * sizeof(float) + (use ? sizeof(Use) : 0) + index;
 }
 
 size_t HashedRows::bytes() const {
   return chunks_.size() * chunk_rows_ *
-             (stride_ * sizeof(float) + sizeof(uint64_t) + (tracks_use() ? sizeof(Use) : 0)) +
-         (index_size_ + old_size_) * (sizeof(Entry) + sizeof(uint8_t));
+             (slot_floats_ * sizeof(float) + (tracks_use() ? sizeof(Use) : 0)) +
+         (index_.count + old_.count) * sizeof(Group);
 }
 
 }  // namespace ps

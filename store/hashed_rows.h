@@ -2,24 +2,31 @@
 // rows keyed by any uint64 id, made on the first push applied to them, and
 // read as their initial value until then.
 //
-// Storage: each row is one run of floats, its `dim` values followed by
-// each optimizer state array's `dim` floats (a row's update reads and
-// writes one contiguous run); its id (8 bytes) lies in a chunk of ids
-// beside. Rows lie packed in chunks of about 256 KiB, in no order; erasing a row moves the last row
-// into its place, so the chunks hold exactly size() rows (and the last
+// Storage: each row is its id (8 bytes), then one run of floats, its
+// `dim` values followed by each optimizer state array's `dim` floats (a
+// row's update reads and writes one contiguous run, and the id a lookup
+// checks lies beside the values a pull copies). Rows lie packed in chunks
+// of about 256 KiB, in no order; erasing a row moves the last row into
+// its place, so the chunks hold exactly size() rows (and the last
 // chunk is freed once empty): the memory follows the rows, with nothing
-// that grows by doubling but the index. An open-addressing index (linear
-// probing, at most half full, backward-shift deletion: no tombstones) maps
-// an id to its row; a byte per entry beside it (7 bits of the id's hash, 0
-// when free) is read first, so that an id without a row is told apart
-// without reading entries. The index doubles without a pause: the new one
-// takes new rows at once, and each row made after it moves the entries of
-// kMovesPerMake slots of the old one (and each push those of a few slots
-// per id it names, so that a table that stops growing ends its doubling
-// too), which is freed when all are moved;
-// meanwhile a lookup that misses in the new index looks in the old one's
-// slots not moved yet (an erase there leaves a tombstone, as the old index
-// is never probed again once moved).
+// that grows by doubling but the index. The index maps an id to its row:
+// open addressing over groups of 12 entries, each group one cache line
+// (a byte per entry, a hash tag of the id or 0 when free; an overflow
+// count; the entries' 32-bit row numbers), probed group after group,
+// at most 7/8 full. An id's group is told by its hash; the tags of a
+// group are compared at once (SSE2), and only an entry whose tag matches
+// has its row's id read, so an id is found with one cache line of the
+// index and its row's, and a missing one usually with the index's line
+// alone. A group's overflow count is the
+// number of ids that passed it full to lie further on: a probe stops at a
+// group without them, and an erase takes its id's count back from the
+// groups it passed (no tombstones, no moves). The index doubles without a
+// pause: the new one takes new rows at once, and each row made after it
+// moves the entries of kGroupsPerMake groups of the old one (and each
+// push those of a group per kPushedIdsPerGroup ids it names, so that a
+// table that stops growing ends its doubling too), which is freed when
+// all are moved; meanwhile a lookup that misses in the new index looks in
+// the old one, whose moved groups keep only their overflow counts.
 // Memory: see row_bytes() and bytes().
 //
 // A missing row's values are InitialValue(init, id, c) (store/shard_store.h):
@@ -45,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -134,15 +142,15 @@ class HashedRows {
   // Row i (stride() floats). REQUIRES: i < size().
   const float* row(uint64_t i) const { return RowAt(i); }
 
-  // Bytes per row, index included, when the index is half full (its
-  // fullest; just after it doubles, its part per row is twice that), and
+  // Bytes per row, index included, when the index is 7/8 full (its
+  // fullest, 6.1 bytes a row; just after it doubles, twice that), and
   // its use when `use` (eviction on).
   size_t row_bytes() const { return RowBytes(dim_, slots_, tracks_use()); }
   static size_t RowBytes(uint32_t dim, uint32_t slots, bool use = false);
   // The most rows of `dim` values and `slots` state arrays whose bytes()
   // stay within `bytes` (a max_mb bound): the rows, their chunks (the last
-  // one whole) and the index at the size those rows make it (at most half
-  // full: between 34 and 68 bytes per row), also while it doubled to that
+  // one whole) and the index at the size those rows make it (at most 7/8
+  // full: between 6.1 and 12.2 bytes per row), also while it doubled to that
   // size (the old index beside it, and the rows made until its entries
   // moved). At least 1.
   static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use = false);
@@ -155,17 +163,6 @@ class HashedRows {
  private:
   // Rows are numbered in 32 bits.
   static constexpr uint64_t kMostRows = uint64_t{UINT32_MAX} - 1;
-  // No initializers: a new index is not written when made (its pages are
-  // touched as entries land).
-  struct Entry {
-    uint64_t id;
-    uint32_t row;  // meaningful only where tags_ says the entry is taken
-  };
-  struct FreeBytes {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  // calloc'd: zero pages that become resident as they are written.
-  using Tags = std::unique_ptr<uint8_t[], FreeBytes>;
   // A row's use and its neighbours in its list (kNil: none).
   static constexpr uint32_t kNil = UINT32_MAX;
   struct Use {
@@ -177,35 +174,66 @@ class HashedRows {
     uint32_t head = kNil;
     uint32_t tail = kNil;
   };
-  // The entry of `id`, or the free entry where it would go.
-  size_t Probe(uint64_t id) const;
-  // While the index grows: the slot of the old index that holds `id` and
-  // is not moved yet, or kNoSlot.
+  // The index's groups: one cache line each.
+  static constexpr size_t kGroupSlots = 12;
+  struct alignas(64) Group {
+    uint8_t tags[kGroupSlots];  // Tag of the entry's id's hash; 0: free
+    uint8_t overflow;           // ids that passed this group full (255: too many to count)
+    uint8_t spare[3];
+    uint32_t rows[kGroupSlots];  // meaningful only where the tag is not 0
+  };
+  static_assert(sizeof(Group) == 64);
+  struct FreeBytes {
+    void operator()(void* p) const { std::free(p); }
+  };
+  // An index: `count` groups (a power of two, or none), calloc'd (zero
+  // pages that become resident as they are written) and aligned to a line.
+  struct Index {
+    std::unique_ptr<void, FreeBytes> memory;
+    Group* groups = nullptr;
+    size_t count = 0;
+  };
+  static Index MakeIndex(size_t count);
+  // The entries of `group` whose tag is `tag` (0: the free ones), a bit each.
+  static uint32_t Match(const Group& group, uint8_t tag);
+  // An entry's place: its group's number times kGroupSlots plus its slot.
   static constexpr size_t kNoSlot = SIZE_MAX;
-  size_t ProbeOld(uint64_t id) const;
+  // The entry of `id` (whose IndexHash is `hash`) in `index`, or kNoSlot.
+  size_t Lookup(const Index& index, uint64_t hash, uint64_t id) const;
+  // Puts `row` in the first free entry of `hash`'s probe in `index`,
+  // counting the overflow of each full group it passes.
+  static void Insert(Index& index, uint64_t hash, uint32_t row);
+  // Frees entry `slot` of `index` (of an id whose IndexHash is `hash`),
+  // taking its overflow back from the groups before it.
+  static void Remove(Index& index, uint64_t hash, size_t slot);
+  static uint32_t& RowIn(Index& index, size_t slot) {
+    return index.groups[slot / kGroupSlots].rows[slot % kGroupSlots];
+  }
+  // The rows the index of `groups` takes before it doubles.
+  static uint64_t Capacity(size_t groups) { return groups * kGroupSlots * 7 / 8; }
   // The row number in the entry of `id` (in the index, or in the old one
-  // while it grows). REQUIRES: `id` has a row.
+  // while it doubles). REQUIRES: `id` has a row.
   uint32_t& EntryRow(uint64_t id);
-  // Entry i holds `id` at row `row`.
-  void Place(size_t i, uint64_t id, uint64_t row);
-  size_t Home(uint64_t id) const;
   // Starts doubling the index (or makes its first one): the old one's
   // entries move in steps (MoveSome), the rest of a previous doubling at once.
   void Grow();
-  // Moves the entries of up to `slots` slots of the old index into the index.
-  void MoveSome(size_t slots);
-  // Removes row r (its entry already gone or going): the last row moves
-  // into its place.
+  // Moves the entries of up to `groups` groups of the old index into the index.
+  void MoveSome(size_t groups);
+  // Removes row r (its entry already gone): the last row moves into its
+  // place.
   void RemoveRow(uint32_t r);
   // Initial values and zero state into `row`.
   void InitRow(uint64_t id, float* row) const;
-  // Row i's place in its chunk: its id, then its floats (RowAt).
+  // Row i's floats (its id lies in the kIdFloats before them).
   float* RowAt(uint64_t i) const {
-    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * stride_;
+    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * slot_floats_ + kIdFloats;
   }
-  uint64_t& IdAt(uint64_t i) const {
-    return id_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)];
+  uint64_t IdAt(uint64_t i) const {
+    uint64_t id;
+    std::memcpy(&id, RowAt(i) - kIdFloats, sizeof(id));
+    return id;
   }
+  void SetId(uint64_t i, uint64_t id) { std::memcpy(RowAt(i) - kIdFloats, &id, sizeof(id)); }
   Use& UseAt(uint64_t i) const { return use_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
   // The list of a row pushed `uses` times.
   uint32_t ListOf(uint32_t uses) const;
@@ -225,32 +253,26 @@ class HashedRows {
   uint32_t RowOf(uint64_t id) const;
   // FindOrMake by row number (kNil: none, and no room).
   uint32_t FindOrMakeRow(uint64_t id, bool* made);
-  // Erases the row of index entry `hole` (a taken one).
-  void EraseEntry(size_t hole);
 
   const uint32_t dim_;
   const uint32_t slots_;
   const size_t stride_;
+  // A row's place in its chunk: its id (kIdFloats floats' room), then its
+  // stride_ floats, made even so that every id lies on 8 bytes.
+  static constexpr size_t kIdFloats = sizeof(uint64_t) / sizeof(float);
+  const size_t slot_floats_;
   const InitOptions init_;
   const uint64_t max_rows_;
-  std::unique_ptr<Entry[]> index_;  // index_size_ entries: a power of two, or none
-  Tags tags_;  // by entry: Tag of its id's hash, 0 when free
-  size_t index_size_ = 0;
-  size_t mask_ = 0;
-  // While the index doubles: the old index, its tags (kTombstone: an entry
-  // erased before it moved) and the slots [0, moved_) whose entries moved.
-  std::unique_ptr<Entry[]> old_index_;
-  Tags old_tags_;
-  size_t old_size_ = 0;
+  Index index_;
+  // While the index doubles: the old index, and its groups [0, moved_)
+  // whose entries moved (their tags cleared, their overflow counts kept).
+  Index old_;
   size_t moved_ = 0;
   // Rows per chunk (a power of two) and its log2.
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;
   uint64_t size_ = 0;  // rows
-  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of stride_ floats each
-  // Beside each chunk, its rows' ids (so that a row's floats stay aligned
-  // as they are, and the ids grow by chunks, not by doubling).
-  std::vector<std::unique_ptr<uint64_t[]>> id_chunks_;
+  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of slot_floats_ floats each
   // Eviction: beside each chunk, its rows' uses; the lists; the next
   // push's number, the first number of the current push and its clock;
   // whether Restore left the lists to be rebuilt.

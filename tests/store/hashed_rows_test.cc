@@ -5,6 +5,7 @@
 // included.
 #include "store/hashed_rows.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -158,6 +159,61 @@ TEST(HashedRowsTest, MakesAndErasesAgreeWithAReferenceMap) {
   for (const auto& [id, value] : reference) ASSERT_TRUE(rows.Erase(id));
   EXPECT_EQ(rows.size(), 0u);
   EXPECT_LE(rows.bytes(), held - row_floats);
+}
+
+// At its fullest (a bound the index reaches without doubling: 7/8 of its
+// entries) and under churn (every erase followed by a new id), probes
+// past full groups stay right as erases take their overflow back: every
+// row is found, every erased id reads as missing, and a pull of many ids
+// at once (Gather's read-ahead) reads what each id's row holds.
+TEST(HashedRowsTest, AFullIndexUnderChurnFindsEveryRowAndNoErasedOne) {
+  constexpr uint64_t kRows = 10752;  // 7/8 of 1,024 groups of 12 entries
+  const InitOptions init = Uniform(11);
+  HashedRows rows(1, 0, init, kRows);
+  std::unordered_map<uint64_t, float> reference;  // id -> its value
+  std::vector<uint64_t> present;
+  std::mt19937_64 rng(13);
+  const auto make = [&](float value) {
+    const uint64_t id = rng();
+    bool made = false;
+    float* row = rows.FindOrMake(id, &made);
+    ASSERT_NE(row, nullptr);
+    ASSERT_TRUE(made);
+    *row = value;
+    reference[id] = value;
+    present.push_back(id);
+  };
+  for (uint64_t i = 0; i < kRows; ++i) make(static_cast<float>(i));
+  ASSERT_TRUE(rows.full());
+  const size_t full_bytes = rows.bytes();
+  std::vector<uint64_t> erased;
+  for (int op = 0; op < 60000; ++op) {
+    const size_t at = rng() % present.size();
+    const uint64_t gone = present[at];
+    present[at] = present.back();
+    present.pop_back();
+    ASSERT_TRUE(rows.Erase(gone)) << "id " << gone;
+    reference.erase(gone);
+    erased.push_back(gone);
+    make(static_cast<float>(op));
+    if (op % 6000 != 0) continue;
+    // Everything at once: the rows, the erased ids, and each twice.
+    std::vector<uint64_t> ids(present);
+    ids.insert(ids.end(), erased.end() - std::min<size_t>(erased.size(), 3000), erased.end());
+    ids.insert(ids.end(), present.begin(), present.begin() + 1000);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<float> out(ids.size());
+    rows.Gather(ids, out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto it = reference.find(ids[i]);
+      const float want = it != reference.end() ? it->second : InitialValue(init, ids[i], 0);
+      ASSERT_EQ(out[i], want) << "id " << ids[i] << " at op " << op;
+      ASSERT_EQ(rows.Find(ids[i]) != nullptr, it != reference.end()) << "id " << ids[i];
+    }
+  }
+  EXPECT_EQ(rows.size(), kRows);
+  EXPECT_EQ(rows.bytes(), full_bytes) << "churn at the bound should not grow the index";
+  for (uint64_t r = 0; r < rows.size(); ++r) ASSERT_EQ(rows.row(r)[0], reference.at(rows.id(r)));
 }
 
 // The index doubles in steps: while its old entries move, every row is
