@@ -20,14 +20,20 @@ bool UsesCriteo(const TrainJob& job) { return !job.train.ctr.criteo_train.empty(
 
 // Worker `rank`'s training samples.
 StatusOr<CtrData> TrainingData(const TrainJob& job, uint32_t rank) {
-  if (UsesCriteo(job)) return ReadCriteoTsv(job.train.ctr.criteo_train, rank, job.cluster.workers);
+  if (UsesCriteo(job)) {
+    return ReadCriteoTsv(job.train.ctr.criteo_train, rank, job.cluster.workers, 0,
+                         job.train.ctr.bags);
+  }
   return GenerateCtrData(CtrGeneratedOptions(job), rank, job.cluster.workers);
 }
 
 // The held-out samples: fresh draws of the teacher, or the first
 // test_samples lines of the Criteo test file.
 StatusOr<CtrData> HeldOutData(const TrainJob& job) {
-  if (UsesCriteo(job)) return ReadCriteoTsv(job.train.ctr.criteo_test, 0, 1, job.train.test_samples);
+  if (UsesCriteo(job)) {
+    return ReadCriteoTsv(job.train.ctr.criteo_test, 0, 1, job.train.test_samples,
+                         job.train.ctr.bags);
+  }
   CtrDataOptions options = CtrGeneratedOptions(job);
   options.first_sample = options.num_samples;
   options.num_samples = job.train.test_samples;
@@ -59,14 +65,6 @@ StatusOr<CtrTables> FindTables(const TrainJob& job) {
   return t;
 }
 
-// No samples, the fields and dense of `data`.
-CtrData EmptyLike(const CtrData& data) {
-  CtrData empty;
-  empty.fields = data.fields;
-  empty.dense = data.dense;
-  return empty;
-}
-
 // The ctr model's step: pull the MLP and the embeddings of the minibatch's
 // distinct ids, their loss and gradient, push both gradients.
 // Thread-compatible.
@@ -78,7 +76,7 @@ class CtrStep final : public TrainingStep {
       : tables_(tables),
         store_(store),
         model_(model),
-        batch_(data, partitions, EmptyLike(*data)),
+        batch_(data, partitions, data->EmptyLike()),
         params_(model->num_parameters()),
         mlp_gradients_(model->num_parameters()) {}
 
@@ -135,6 +133,7 @@ CtrDataOptions CtrGeneratedOptions(const TrainJob& job) {
   options.dense = ctr.dense;
   options.vocabulary = ctr.vocabulary;
   options.zipf_exponent = ctr.zipf_exponent;
+  options.bags = ctr.bags;
   options.num_samples = job.train.samples_per_worker * job.cluster.workers;
   options.seed = job.train.seed;
   return options;
@@ -213,9 +212,15 @@ StatusOr<TrainSummary> TrainCtr(const TrainJob& job, uint32_t rank, ParamStore* 
           *balancer, job, rank, data, [&](uint32_t r) { return TrainingData(job, r); },
           [](const CtrData& part) { return part.num_samples(); }));
   PS_ASSIGN_OR_RETURN(auto model, MakeModel(job, backend, balancer->max_batch()));
-  PS_LOG_INFO("ctr: {} fields (embedding dim {}, table {}) and {} dense features into an MLP of "
-              "{} parameters; {} training samples{}, batch {}, {} steps ({})",
-              data.fields, tables.dim, train.ctr.embedding_table, data.dense,
+  PS_LOG_INFO("ctr: {} fields{} (embedding dim {}, table {}) and {} dense features into an MLP "
+              "of {} parameters; {} training samples{}, batch {}, {} steps ({})",
+              data.fields,
+              data.has_bags()
+                  ? fmt::format(", {} of them bags ({:.2f} ids a sample)", train.ctr.bags.size(),
+                                static_cast<double>(data.ids.size()) /
+                                    static_cast<double>(data.num_samples()))
+                  : std::string(),
+              tables.dim, train.ctr.embedding_table, data.dense,
               model->num_parameters(), data.num_samples(),
               UsesCriteo(job) ? " from " + train.ctr.criteo_train : std::string(),
               train.batch_size, train.iterations, store->Describe());

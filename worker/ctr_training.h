@@ -1,7 +1,9 @@
 // The click-through-rate program of ps_worker (train.program: ctr): a model
 // of hashed embeddings and an MLP (worker/models/ctr.h) trained on
 // categorical click data (worker/data/ctr_data.h), generated from a planted
-// teacher or read from Criteo TSV files (train.ctr). The embeddings of every
+// teacher or read from Criteo TSV files (train.ctr), a field holding one
+// value per sample or, for the fields of train.ctr.bags, several whose
+// embeddings are summed. The embeddings of every
 // field are rows of one hashed table (train.ctr.embedding_table), keyed by
 // CtrId(field, value); the MLP's parameters are a dense table
 // (train.table). Per step: pull the MLP and the embeddings of the

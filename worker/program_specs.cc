@@ -167,10 +167,28 @@ Status CheckMatrixFactorization(const TrainJob& job) {
   return Status::Ok();
 }
 
+// train.ctr.bags: a list of {field, max_values} maps, both keys required.
+Status ReadCtrBags(const YamlReader& r, const YamlValue& value, CtrOptions* ctr) {
+  constexpr std::string_view kBags =
+      "a list of multi-valued fields, e.g. [{field: 3, max_values: 5}]";
+  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(value, kBags));
+  using B = CtrBagField;
+  const std::vector<YamlField<B>> keys = {
+      UnsignedField("field", &B::field, "the field's index, from 0"),
+      UnsignedField("max_values", &B::max_values, "the most values a sample holds in it"),
+  };
+  ctr->bags.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    PS_RETURN_IF_ERROR(ReadSection(r, items[i], keys, "", &ctr->bags[i]));
+  }
+  return Status::Ok();
+}
+
 // ctr. Reads train.ctr (optional: every key has a default). Checks:
 // ctr.embedding_table is a hashed table, train.table a range table of dim 1
 // with one row per MLP parameter, the generated data's shape (or both
-// Criteo files), test_samples >= 1 and batch_size within
+// Criteo files), each bag field (a field of the data, named once, 1 to
+// kCtrMaxBagValues values), test_samples >= 1 and batch_size within
 // samples_per_worker.
 Status ReadCtrKeys(const YamlReader& r, const YamlMap& section, TrainOptions* train) {
   const YamlValue* value = section.Find("ctr");
@@ -199,6 +217,7 @@ Status ReadCtrKeys(const YamlReader& r, const YamlMap& section, TrainOptions* tr
       UnsignedField("dense", &C::dense),
       {"vocabulary", read_list(&C::vocabulary, "a count, or a list of one count per field")},
       DoubleField("zipf_exponent", &C::zipf_exponent),
+      {"bags", ReadCtrBags},
       {"hidden", read_list(&C::hidden, "a list of hidden layer sizes, e.g. [64, 32]")},
       StringField("criteo_train", &C::criteo_train, "a file path"),
       StringField("criteo_test", &C::criteo_test, "a file path"),
@@ -253,6 +272,30 @@ Status CheckCtr(const TrainJob& job) {
                               "a finite exponent > 0 (1.1 is typical of click logs)");
     }
     PS_RETURN_IF_ERROR(CheckSamplesPerWorker(job));
+  }
+  for (size_t i = 0; i < ctr.bags.size(); ++i) {
+    const CtrBagField& bag = ctr.bags[i];
+    const std::string entry = "ctr.bags[" + std::to_string(i) + "]";
+    if (bag.field >= fields) {
+      return TrainOptionError(job, entry + ".field",
+                              "got " + std::to_string(bag.field) + " for " +
+                                  std::to_string(fields) +
+                                  (criteo ? " fields (the Criteo columns C1..C26)" : " fields"),
+                              "a field index 0.." + std::to_string(fields - 1));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (ctr.bags[j].field == bag.field) {
+        return TrainOptionError(job, entry + ".field",
+                                "got " + std::to_string(bag.field) + ", which ctr.bags[" +
+                                    std::to_string(j) + "] names too",
+                                "each field in at most one entry");
+      }
+    }
+    if (bag.max_values < 1 || bag.max_values > kCtrMaxBagValues) {
+      return TrainOptionError(job, entry + ".max_values", "got " + std::to_string(bag.max_values),
+                              "the most values a sample holds in the field, 1.." +
+                                  std::to_string(kCtrMaxBagValues));
+    }
   }
   if (std::find(ctr.hidden.begin(), ctr.hidden.end(), 0u) != ctr.hidden.end()) {
     return TrainOptionError(job, "ctr.hidden", "a layer of size 0",

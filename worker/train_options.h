@@ -20,6 +20,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/yaml_reader.h"
+#include "worker/data/ctr_data.h"
 
 namespace ps {
 
@@ -47,6 +48,10 @@ struct CtrOptions {
   std::vector<uint64_t> vocabulary = {100000};
   // Zipf exponent of the generated values, > 0. Default 1.1.
   double zipf_exponent = 1.1;
+  // The multi-valued fields, each named once, of the generated data or of
+  // the Criteo files (CtrBagField, worker/data/ctr_data.h): field below the
+  // fields, max_values 1..kCtrMaxBagValues. Default none.
+  std::vector<CtrBagField> bags;
   // Sizes of the MLP's hidden layers, each >= 1 (none: a linear model over
   // the embeddings). Default [64, 32].
   std::vector<uint32_t> hidden = {64, 32};

@@ -535,9 +535,11 @@ TEST_F(E2eTest, SparseLogisticRegressionUnderFtrlMatchesTheSingleProcessRun) {
 // evicted beyond 3,000 rows a shard) and an MLP in a dense table, trained by
 // two workers on two shards under bsp, reach the AUC of one process
 // training the same job, and learn the planted teacher (well above the 0.5
-// of no model).
+// of no model). Field 1 is a bag of 1 to 4 values a sample, its input the
+// sum of their embeddings.
 TEST_F(E2eTest, CtrWithHashedEmbeddingsMatchesTheSingleProcessRun) {
   // 4 fields x dim 4 + 2 dense = 18 inputs, hidden [16]: 18*16+16 + 16+1.
+  // A bag sums its values' embeddings into its field's 4 inputs.
   const std::string job = WriteJob(
       2, 2,
       "tables:\n"
@@ -549,12 +551,13 @@ TEST_F(E2eTest, CtrWithHashedEmbeddingsMatchesTheSingleProcessRun) {
       "train: { program: ctr, table: mlp, samples_per_worker: 40000, test_samples: 5000,\n"
       "         batch_size: 128, iterations: 300, eval_every: 100, log_every: 100,\n"
       "         ctr: { embedding_table: emb, fields: 4, dense: 2, vocabulary: 2000,\n"
-      "                hidden: [16] } }\n");
+      "                hidden: [16], bags: [{ field: 1, max_values: 4 }] } }\n");
   Subprocess* launch = Start({kLaunch, "--config", job}, true);
   auto [status, out] = Finish(launch, milliseconds(120000));
   ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
   const double distributed = TailMetric(out, "test AUC");
   EXPECT_NE(out.find("at the planted teacher's probabilities"), std::string::npos) << out;
+  EXPECT_NE(out.find("ctr: 4 fields, 1 of them bags"), std::string::npos) << out;
   Subprocess* alone = Start({kWorker, "--config", job, "--standalone"}, true);
   auto [alone_status, alone_out] = Finish(alone, milliseconds(120000));
   ASSERT_TRUE(ExitedSuccessfully(alone_status)) << alone_out;
@@ -566,9 +569,10 @@ TEST_F(E2eTest, CtrWithHashedEmbeddingsMatchesTheSingleProcessRun) {
 
 // A file in the Criteo format (label, 13 integers, 26 hex categories, some
 // empty) trains through ps_launch: the click depends on C1 and on I1, so a
-// model that reads both columns reaches a high AUC on the test file. Worker
-// 1 is slowed and stragglers.balance moves samples of its block to worker
-// 0's minibatches (gathered from both workers' lines).
+// model that reads both columns reaches a high AUC on the test file. C2 is
+// a bag field of 1 to 3 values a line (train.ctr.bags). Worker 1 is slowed
+// and stragglers.balance moves samples of its block to worker 0's
+// minibatches (gathered from both workers' lines).
 TEST_F(E2eTest, CtrTrainsOnCriteoFiles) {
   std::mt19937_64 rng(3);
   auto write = [&](const std::string& name, int lines) {
@@ -586,6 +590,10 @@ TEST_F(E2eTest, CtrTrainsOnCriteoFiles) {
       for (int f = 1; f < 26; ++f) {
         std::snprintf(hex, sizeof hex, "%08x", static_cast<uint32_t>(rng() % 30));
         out << '\t' << (f % 5 == 0 ? "" : hex);
+        for (uint64_t more = f == 1 ? rng() % 3 : 0; more > 0; --more) {
+          std::snprintf(hex, sizeof hex, "%x", static_cast<uint32_t>(rng() % 30));
+          out << ',' << hex;
+        }
       }
       out << '\n';
     }
@@ -605,7 +613,7 @@ TEST_F(E2eTest, CtrTrainsOnCriteoFiles) {
       "              balance_window: 10 }\n"
       "train: { program: ctr, table: mlp, test_samples: 2000, batch_size: 100,\n"
       "         iterations: 200, eval_every: 100, log_every: 100,\n"
-      "         ctr: { embedding_table: emb, hidden: [8],\n"
+      "         ctr: { embedding_table: emb, hidden: [8], bags: [{ field: 1, max_values: 3 }],\n"
       "                criteo_train: " + (dir_ / "train.tsv").string() + ",\n"
       "                criteo_test: " + (dir_ / "test.tsv").string() + " } }\n");
   Subprocess* launch = Start({kLaunch, "--config", job}, true);
@@ -613,6 +621,7 @@ TEST_F(E2eTest, CtrTrainsOnCriteoFiles) {
   ASSERT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
   EXPECT_NE(out.find("4000 training samples from " + (dir_ / "train.tsv").string()),
             std::string::npos) << out;
+  EXPECT_NE(out.find("26 fields, 1 of them bags"), std::string::npos) << out;
   EXPECT_GT(TailMetric(out, "test AUC"), 0.75) << out;
   EXPECT_NE(out.find("balance at clock"), std::string::npos) << out;
 }

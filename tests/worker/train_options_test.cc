@@ -200,6 +200,16 @@ TEST(TrainOptionsTest, CtrKeysLoadAndItsTablesAreChecked) {
   auto one = LoadTrainJobString(JobYaml(tables, train(", vocabulary: 7")), "mem");
   ASSERT_OK(one);
   EXPECT_EQ(one->train.ctr.vocabulary, (std::vector<uint64_t>{7}));
+  EXPECT_TRUE(one->train.ctr.bags.empty());
+  auto bags = LoadTrainJobString(
+      JobYaml(tables, train(", bags: [{ field: 2, max_values: 5 }, { field: 0, max_values: 1 }]")),
+      "mem");
+  ASSERT_OK(bags);
+  ASSERT_EQ(bags->train.ctr.bags.size(), 2u);
+  EXPECT_EQ(bags->train.ctr.bags[0].field, 2u);
+  EXPECT_EQ(bags->train.ctr.bags[0].max_values, 5u);
+  EXPECT_EQ(bags->train.ctr.bags[1].field, 0u);
+  EXPECT_EQ(bags->train.ctr.bags[1].max_values, 1u);
   const struct {
     std::string tables, ctr;
     std::initializer_list<std::string> parts;
@@ -213,6 +223,22 @@ TEST(TrainOptionsTest, CtrKeysLoadAndItsTablesAreChecked) {
       {tables, ", hidden: [0]", {"train.ctr.hidden", "size 0"}},
       {tables, ", criteo_train: a.tsv", {"train.ctr.criteo_test", "both"}},
       {tables, ", colour: red", {"train.ctr", "colour", "embedding_table"}},
+      {tables, ", bags: [{ field: 3, max_values: 2 }]",
+       {"mem: train.ctr.bags[0].field: got 3 for 3 fields; expected a field index 0..2",
+        "(line 4, column"}},
+      {tables, ", bags: [{ field: 1, max_values: 2 }, { field: 1, max_values: 3 }]",
+       {"train.ctr.bags[1].field: got 1, which ctr.bags[0] names too",
+        "expected each field in at most one entry"}},
+      {tables, ", bags: [{ field: 1, max_values: 0 }]",
+       {"train.ctr.bags[0].max_values: got 0", "1..1024"}},
+      {tables, ", bags: [{ field: 1, max_values: 1025 }]",
+       {"train.ctr.bags[0].max_values: got 1025", "1..1024"}},
+      {tables, ", bags: [{ field: 1 }]", {"train.ctr.bags[0]", "max_values"}},
+      {tables, ", bags: [{ field: 1, max_values: 2, values: 3 }]",
+       {"train.ctr.bags[0].values", "unknown key", "field, max_values"}},
+      {tables, ", bags: [{ field: -1, max_values: 2 }]", {"train.ctr.bags[0].field"}},
+      {tables, ", bags: { field: 1, max_values: 2 }",
+       {"train.ctr.bags", "a list of multi-valued fields"}},
       {"{ name: emb, keys: hashed, dim: 4, max_rows: 1000 }, { name: mlp, rows: 81, dim: 2 }", "",
        {"train.table", "dim 2"}},
   };
@@ -226,6 +252,17 @@ TEST(TrainOptionsTest, CtrKeysLoadAndItsTablesAreChecked) {
       "{ name: emb, keys: hashed, dim: 4, max_rows: 1000 }, { name: mlp, rows: 596 }";
   EXPECT_OK(LoadTrainJobString(
       JobYaml(criteo_tables, train(", criteo_train: a.tsv, criteo_test: b.tsv")), "mem"));
+  // A bag of the Criteo data may name any of its 26 columns.
+  EXPECT_OK(LoadTrainJobString(JobYaml(criteo_tables,
+                                       train(", criteo_train: a.tsv, criteo_test: b.tsv, "
+                                             "bags: [{ field: 25, max_values: 4 }]")),
+                               "mem"));
+  EXPECT_TRUE(InvalidWith(
+      LoadTrainJobString(JobYaml(criteo_tables, train(", criteo_train: a.tsv, criteo_test: b.tsv, "
+                                                      "bags: [{ field: 26, max_values: 4 }]")),
+                         "mem")
+          .status(),
+      {"train.ctr.bags[0].field: got 26 for 26 fields (the Criteo columns C1..C26)", "0..25"}));
 }
 
 TEST(TrainOptionsTest, LoaderErrorsNameTheTrainPathLineAndColumn) {

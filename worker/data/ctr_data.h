@@ -9,17 +9,24 @@
 // a field a sample has no value for (an empty Criteo column), a row of its
 // own per field.
 //
+// Bags. A field is single-valued (one id per sample) unless it is a bag
+// field (CtrBagField): a sample then holds a list of its values, a value
+// possibly more than once, and the model's input for the field is the sum
+// of their embeddings (an empty list: zeros). CtrData keeps every id of a
+// sample together in field order, so a sample's ids name their fields
+// themselves (CtrField) and per-sample offsets are all a bag needs.
+//
 // The teacher. Field f's value v has a vector of teacher_dim standard
 // normals drawn from (seed, id) alone, and each dense feature is a standard
 // normal. A sample's logit z is a one-hidden-layer ReLU network (16 units,
-// weights fixed by the seed) of its fields' vectors and its dense features,
-// scaled so that z has a variance near 2.5 and the click rate is near 0.3;
-// the label is Bernoulli(sigmoid(z)). The ctr model (worker/models/ctr.h)
-// can represent the teacher exactly (embeddings of dim >= teacher_dim, a
-// hidden layer of >= 16 units), so what separates them is data and
-// training. No model does better on average than the teacher's own
-// probabilities: the log-loss at them (MeanLogLoss of teacher_logits) is
-// the best a model can reach.
+// weights fixed by the seed) of its fields' vectors (a bag field's: the
+// sum of its values' vectors) and its dense features, scaled so that z has
+// a variance near 2.5 and the click rate is near 0.3; the label is
+// Bernoulli(sigmoid(z)). The ctr model (worker/models/ctr.h) can represent
+// the teacher exactly (embeddings of dim >= teacher_dim, a hidden layer of
+// >= 16 units), so what separates them is data and training. No model does
+// better on average than the teacher's own probabilities: the log-loss at
+// them (MeanLogLoss of teacher_logits) is the best a model can reach.
 //
 // Determinism and partition as in worker/data/generators.h: a sample is a
 // pure function of (seed, global index); rank r of M gets the contiguous
@@ -52,12 +59,34 @@ inline constexpr uint32_t kCtrMaxFields = 1u << (64 - kCtrValueBits);
 inline uint64_t CtrId(uint32_t field, uint64_t value) {
   return (uint64_t{field} << kCtrValueBits) | value;
 }
+// The field an id names.
+inline uint32_t CtrField(uint64_t id) { return static_cast<uint32_t>(id >> kCtrValueBits); }
+
+// The most values a sample may hold in one bag field.
+inline constexpr uint32_t kCtrMaxBagValues = 1024;
+
+// A multi-valued field (train.ctr.bags): generated data draws 1..max_values
+// of its values per sample, uniformly; a Criteo column of it holds up to
+// max_values values separated by kCriteoBagSeparator.
+struct CtrBagField {
+  // The field, 0-based (Criteo column C(field + 1)); below the fields.
+  uint32_t field = 0;
+  // The most values a sample holds in it, 1..kCtrMaxBagValues.
+  uint32_t max_values = 1;
+};
 
 struct CtrData {
   uint32_t fields = 0;
   uint32_t dense = 0;
-  // num_samples() x fields ids (CtrId), row-major.
+  // Every sample's ids (CtrId), sample after sample, each sample's in field
+  // order (CtrField never decreases within a sample): one id of each
+  // single-valued field, a bag field's values in the sample's order.
   std::vector<uint64_t> ids;
+  // Empty when every sample holds exactly one id per field: sample i's ids
+  // are ids[i * fields, (i + 1) * fields). Otherwise (data with bag
+  // fields) num_samples() + 1 entries from 0: sample i's ids are
+  // ids[offsets[i], offsets[i + 1]).
+  std::vector<uint64_t> offsets;
   // num_samples() x dense values, row-major.
   std::vector<float> dense_values;
   // 0 or 1.
@@ -68,15 +97,22 @@ struct CtrData {
   std::vector<float> teacher_logits;
 
   size_t num_samples() const { return labels.size(); }
-  // Appends sample i of `other`, which has the same fields and dense.
-  void Append(const CtrData& other, size_t i);
-  // Removes every sample (the fields and dense stay).
-  void ClearSamples() {
-    ids.clear();
-    dense_values.clear();
-    labels.clear();
-    teacher_logits.clear();
+  // Whether the data has bag fields, its samples' ids found by offsets.
+  bool has_bags() const { return !offsets.empty(); }
+  // Where sample i's ids begin in `ids`; IdsBegin(num_samples()) is
+  // ids.size(). REQUIRES: i <= num_samples().
+  size_t IdsBegin(size_t i) const { return has_bags() ? offsets[i] : i * fields; }
+  // Sample i's ids. REQUIRES: i < num_samples().
+  std::span<const uint64_t> SampleIds(size_t i) const {
+    return std::span<const uint64_t>(ids).subspan(IdsBegin(i), IdsBegin(i + 1) - IdsBegin(i));
   }
+  // No samples, with this data's fields, dense and layout (offsets or not).
+  CtrData EmptyLike() const;
+  // Appends sample i of `other`, which has the same fields, dense and
+  // layout (EmptyLike).
+  void Append(const CtrData& other, size_t i);
+  // Removes every sample (the fields, dense and layout stay).
+  void ClearSamples();
 };
 
 struct CtrDataOptions {
@@ -98,11 +134,52 @@ struct CtrDataOptions {
   // Length of the teacher's interaction vectors u, 1 .. 64. Default 4.
   uint32_t teacher_dim = 4;
   uint64_t seed = 1;
+  // The multi-valued fields, each at most once (none: every field holds one
+  // value per sample, and the data has no offsets).
+  std::vector<CtrBagField> bags;
 
   // The vocabulary of field f.
   uint64_t Vocabulary(uint32_t f) const { return vocabulary[vocabulary.size() == 1 ? 0 : f]; }
   // InvalidArgument naming the field for any impossible value above.
   Status Validate() const;
+};
+
+// The planted teacher of the generated data (see the top of this file),
+// its weights open for a model that copies them. The logit of an input x
+// (inputs() values: teacher_dim per field, then the dense features) is
+// bias() + sum over units j of out_weights()[j] * max(0, sum over k of
+// hidden_weights()[j * inputs() + k] * x[k]).
+// Thread-compatible: constant after construction.
+class CtrTeacher {
+ public:
+  static constexpr uint32_t kHidden = 16;
+
+  // REQUIRES: options.Validate().ok().
+  explicit CtrTeacher(const CtrDataOptions& options);
+
+  // The vector of `id` (teacher_dim standard normals from (seed, id)) into
+  // out[0, teacher_dim).
+  void IdVector(uint64_t id, double* out) const;
+  // The teacher's input for one sample's ids (as in CtrData) and dense
+  // features, into `input` (inputs() values): each field's block the sum
+  // of its ids' vectors (zeros for none), then the dense features.
+  // REQUIRES: each id's field < fields; dense.size() == the options' dense.
+  void Input(std::span<const uint64_t> ids, std::span<const double> dense,
+             std::span<double> input) const;
+  // The logit of an input of inputs() values.
+  double Logit(std::span<const double> input) const;
+
+  uint32_t inputs() const { return inputs_; }
+  std::span<const double> hidden_weights() const { return hidden_weights_; }
+  std::span<const double> out_weights() const { return out_weights_; }
+  double bias() const { return bias_; }
+
+ private:
+  const uint64_t seed_;
+  const uint32_t fields_, dim_, inputs_;
+  std::vector<double> hidden_weights_;
+  std::vector<double> out_weights_;
+  double bias_ = 0;
 };
 
 // Rank `rank`'s share of the generated data set: the samples first_sample +
@@ -114,18 +191,26 @@ StatusOr<CtrData> GenerateCtrData(const CtrDataOptions& options, uint32_t rank,
 // The Criteo layout: a label, 13 integer columns, 26 categorical columns.
 inline constexpr uint32_t kCriteoDense = 13;
 inline constexpr uint32_t kCriteoFields = 26;
+// What separates the values of a bag field's column.
+inline constexpr char kCriteoBagSeparator = ',';
 
 // Rank `rank`'s block ShardRows(lines, num_ranks, rank) of the lines of a
 // Criteo TSV file (the first `max_lines` lines, or every line for 0): each
 // line is a label (0 or 1), 13 integer columns and 26 categorical columns
 // of up to 12 hex digits, tab-separated; any column but the label may be
 // empty. An integer n becomes the dense value sign(n) * log(1 + |n|) (0 when
-// empty); hex value v of column c becomes CtrId(c, v) (kCtrMissing when
-// empty). Errors: NotFound or Internal for a file that cannot be read;
-// InvalidArgument "<path>:<line>: ..." naming the column and what it holds
-// for a malformed line, and for a file with fewer lines than ranks.
+// empty); hex value v of categorical column c (0-based) becomes CtrId(c, v)
+// (kCtrMissing when empty). The column of a field in `bags` may hold up to
+// its max_values hex values separated by kCriteoBagSeparator, a comma
+// ("a3,ff,a3" is three values, a3 twice; empty: the one value
+// kCtrMissing); with bags the data has offsets. Errors: NotFound or
+// Internal for a file that cannot be read; InvalidArgument "<path>:<line>:
+// ..." naming the column and what it holds for a malformed line, and for a
+// file with fewer lines than ranks; InvalidArgument naming the entry for a
+// bag of a field past the 26, named twice, or of max_values outside
+// 1..kCtrMaxBagValues.
 StatusOr<CtrData> ReadCriteoTsv(const std::string& path, uint32_t rank, uint32_t num_ranks,
-                                uint64_t max_lines = 0);
+                                uint64_t max_lines = 0, std::span<const CtrBagField> bags = {});
 
 // The mean log-loss of `labels` at `logits` (a sample's probability of label
 // 1 is the sigmoid of its logit), computed without overflow for any logit.

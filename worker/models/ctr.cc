@@ -7,8 +7,8 @@ namespace ps {
 
 void BatchIds(const CtrData& data, size_t first, size_t rows, std::vector<uint64_t>* ids) {
   const size_t end = std::min(first + rows, data.num_samples());
-  ids->assign(data.ids.begin() + static_cast<ptrdiff_t>(std::min(first, end) * data.fields),
-              data.ids.begin() + static_cast<ptrdiff_t>(end * data.fields));
+  ids->assign(data.ids.begin() + static_cast<ptrdiff_t>(data.IdsBegin(std::min(first, end))),
+              data.ids.begin() + static_cast<ptrdiff_t>(data.IdsBegin(end)));
   std::sort(ids->begin(), ids->end());
   ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
 }
@@ -36,7 +36,7 @@ StatusOr<std::unique_ptr<CtrModel>> CtrModel::Create(Backend* backend, uint32_t 
   const size_t inputs = size_t{max_batch} * (size_t{fields} * embedding_dim + dense);
   model->inputs_.resize(inputs);
   model->input_grad_.resize(inputs);
-  model->positions_.resize(size_t{max_batch} * fields);
+  model->positions_.reserve(size_t{max_batch} * fields);
   return model;
 }
 
@@ -55,6 +55,20 @@ Status CtrModel::Gather(const CtrData& data, size_t first, size_t rows,
                                 std::to_string(data.num_samples()) + " in batches of 1.." +
                                 std::to_string(max_batch_));
   }
+  const bool offsets_fit =
+      data.has_bags() ? data.offsets.size() == data.num_samples() + 1 &&
+                            data.offsets.front() == 0 && data.offsets.back() == data.ids.size() &&
+                            std::is_sorted(data.offsets.begin() + static_cast<ptrdiff_t>(first),
+                                           data.offsets.begin() +
+                                               static_cast<ptrdiff_t>(first + rows + 1))
+                      : data.ids.size() == data.num_samples() * data.fields;
+  if (!offsets_fit) {
+    return InvalidArgumentError(
+        "CTR model: data of " + std::to_string(data.num_samples()) + " samples holds " +
+        std::to_string(data.ids.size()) + " ids and " + std::to_string(data.offsets.size()) +
+        " offsets; expected fields ids a sample without offsets, or samples + 1 offsets from 0 "
+        "to the ids, never decreasing");
+  }
   if (embeddings.size() != ids.size() * dim_) {
     return InvalidArgumentError("CTR model: " + std::to_string(embeddings.size()) +
                                 " embedding floats for " + std::to_string(ids.size()) +
@@ -64,19 +78,41 @@ Status CtrModel::Gather(const CtrData& data, size_t first, size_t rows,
     return InvalidArgumentError("CTR model: ids must be strictly increasing (BatchIds)");
   }
   const size_t width = size_t{fields_} * dim_ + dense_;
+  positions_.clear();
   for (size_t r = 0; r < rows; ++r) {
     float* input = inputs_.data() + r * width;
-    for (uint32_t f = 0; f < fields_; ++f) {
-      const uint64_t id = data.ids[(first + r) * fields_ + f];
+    // A field's first id copies its embedding and the others add to it; a
+    // field no id names (an empty bag) is zeros. The fields below `next`
+    // are written.
+    uint32_t next = 0;
+    for (const uint64_t id : data.SampleIds(first + r)) {
+      const uint32_t f = CtrField(id);
+      if (f >= fields_ || f + 1 < next) {
+        return InvalidArgumentError(
+            "CTR model: id " + std::to_string(id) + " of sample " + std::to_string(first + r) +
+            " names field " + std::to_string(f) +
+            (f >= fields_ ? " of a model of " + std::to_string(fields_) + " fields"
+                          : " after an id of field " + std::to_string(next - 1) +
+                                "; a sample's ids must be in field order"));
+      }
       const auto at = std::lower_bound(ids.begin(), ids.end(), id);
       if (at == ids.end() || *at != id) {
         return InvalidArgumentError("CTR model: id " + std::to_string(id) + " of sample " +
                                     std::to_string(first + r) + " is not among the pulled ids");
       }
       const auto position = static_cast<uint32_t>(at - ids.begin());
-      positions_[r * fields_ + f] = position;
-      std::copy_n(embeddings.data() + size_t{position} * dim_, dim_, input + size_t{f} * dim_);
+      positions_.push_back(position);
+      const float* from = embeddings.data() + size_t{position} * dim_;
+      float* to = input + size_t{f} * dim_;
+      if (f + 1 == next) {
+        for (uint32_t k = 0; k < dim_; ++k) to[k] += from[k];
+        continue;
+      }
+      std::fill(input + size_t{next} * dim_, to, 0.0f);
+      std::copy_n(from, dim_, to);
+      next = f + 1;
     }
+    std::fill(input + size_t{next} * dim_, input + size_t{fields_} * dim_, 0.0f);
     std::copy_n(data.dense_values.data() + (first + r) * dense_, dense_,
                 input + size_t{fields_} * dim_);
   }
@@ -101,10 +137,11 @@ StatusOr<float> CtrModel::TrainStep(const CtrData& data, size_t first, size_t ro
   PS_ASSIGN_OR_RETURN(
       float loss, mlp_->TrainStep(x, {data.labels.data() + first, rows}, params, params_grad, dx));
   std::fill(embedding_grad.begin(), embedding_grad.end(), 0.0f);
+  const uint32_t* position = positions_.data();
   for (size_t r = 0; r < rows; ++r) {
-    for (uint32_t f = 0; f < fields_; ++f) {
-      const float* from = dx.data() + r * width + size_t{f} * dim_;
-      float* to = embedding_grad.data() + size_t{positions_[r * fields_ + f]} * dim_;
+    for (const uint64_t id : data.SampleIds(first + r)) {
+      const float* from = dx.data() + r * width + size_t{CtrField(id)} * dim_;
+      float* to = embedding_grad.data() + size_t{*position++} * dim_;
       for (uint32_t k = 0; k < dim_; ++k) to[k] += from[k];
     }
   }

@@ -1,6 +1,8 @@
 // A click-through-rate model (the ctr program, worker/ctr_training.h) over
-// CtrData (worker/data/ctr_data.h): the id of each of a sample's F fields
-// looks up an embedding of dim E in a hashed table; the F embeddings and
+// CtrData (worker/data/ctr_data.h): each id of a sample looks up an
+// embedding of dim E in a hashed table, and each of its F fields is one
+// embedding: its id's, or for a bag field the sum of its ids' embeddings
+// (an embedding bag; zeros for an empty bag). The F field embeddings and
 // the sample's D dense features, concatenated, are the input of an MLP
 // (worker/models/mlp.h) with ReLU hidden layers and one logistic output,
 // p(click) = sigmoid(output); the loss is the mean log-loss of a batch.
@@ -8,12 +10,14 @@
 // Embeddings travel as the rows a worker pulls for a batch: `ids` is the
 // sorted list of the batch's distinct ids (BatchIds) and embeddings holds
 // ids.size() x E floats in that order; their gradient has the same layout,
-// an id used by several samples or fields receiving the sum, ready to push.
+// ready to push. Each id of a field receives the field's input gradient
+// (the gradient of a sum), and an id used several times (by several
+// samples, or twice in one bag) receives the sum of its uses.
 // The MLP's parameters are one flat vector (Mlp's layout), a dense table.
 //
-// The host gathers each sample's embeddings and dense features into the
-// MLP's input and adds the input's gradient into the embeddings' gradient;
-// the MLP runs on the compute backend.
+// The host gathers (and sums) each sample's embeddings and dense features
+// into the MLP's input and adds the input's gradient into the embeddings'
+// gradient; the MLP runs on the compute backend.
 //
 // Thread-compatible (it reuses its buffers between calls); `backend` must
 // outlive the model.
@@ -34,7 +38,8 @@
 namespace ps {
 
 // Replaces *ids with the sorted distinct ids of the samples [first, first +
-// rows) of `data`. A range reaching past the data is cut at its end.
+// rows) of `data` (every value of their bags). A range reaching past the
+// data is cut at its end.
 void BatchIds(const CtrData& data, size_t first, size_t rows, std::vector<uint64_t>* ids);
 
 class CtrModel {
@@ -61,7 +66,8 @@ class CtrModel {
   // use gets 0) and params_grad (num_parameters()). InvalidArgument when
   // rows is 0 or above max_batch, the samples run past the data, the data's
   // fields or dense differ from the model's, ids is not strictly increasing,
-  // a sample's id is missing from ids, or a span has the wrong size.
+  // a sample's id is missing from ids, a sample's ids are not in field
+  // order or name a field past the model's, or a span has the wrong size.
   StatusOr<float> TrainStep(const CtrData& data, size_t first, size_t rows,
                             std::span<const uint64_t> ids, std::span<const float> embeddings,
                             std::span<const float> params, std::span<float> embedding_grad,
@@ -80,8 +86,9 @@ class CtrModel {
   CtrModel(uint32_t fields, uint32_t dense, uint32_t dim, uint32_t max_batch,
            std::unique_ptr<Mlp> mlp)
       : fields_(fields), dense_(dense), dim_(dim), max_batch_(max_batch), mlp_(std::move(mlp)) {}
-  // Checks the batch and writes its MLP input into inputs_ and each
-  // (sample, field)'s position in ids into positions_.
+  // Checks the batch and writes its MLP input into inputs_ and the position
+  // in ids of each of its samples' ids into positions_ (in data.ids order
+  // from the batch's first id).
   Status Gather(const CtrData& data, size_t first, size_t rows, std::span<const uint64_t> ids,
                 std::span<const float> embeddings);
 
