@@ -163,11 +163,19 @@ class ShardStore {
   // `table`, laid out like CopyValues.
   std::vector<float> CopySlot(uint32_t table, uint32_t slot) const;
 
-  // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values and optimizer state,
-  // bit for bit: two replicas of a range hold the same state exactly when
-  // their checksums agree (STATS shows it; tests compare replicas). For a
-  // hashed table, the sum over its rows of a hash of each row's id, values
-  // and state: the rows' order in memory does not count.
+  // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values
+  // and optimizer state, and of its sums not applied yet (consistency.
+  // aggregate: each with its clock, a range table's touched blocks and a
+  // hashed table's ids), bit for bit: two replicas of a range hold the
+  // same state exactly when their checksums agree (STATS shows it; tests
+  // compare replicas). For a hashed table, the sum over its rows of a hash
+  // of each row's id, values and state: the rows' order in memory does not
+  // count; a sum's rows count in their order, which its apply follows.
+  // Not in it: a hashed table's row uses (eviction), whose push numbers a
+  // copy may start elsewhere with the same order. Under replication.
+  // after_aggregation a backup gets a clock's sums only as they are
+  // applied, so its checksums agree with its primary's while the primary
+  // holds no sum (at the end of a job).
   uint64_t Checksum(uint32_t table) const;
 
   // Blocks copied because a push met a block still shared with a reply.

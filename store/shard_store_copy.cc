@@ -3,6 +3,7 @@
 // values a test or a joining copy reads, and the checksum replicas compare.
 // None of it is on the push or pull path.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -12,36 +13,58 @@
 
 namespace ps {
 
+namespace {
+
+// FNV-1a over 64-bit words (each float's bits, an id, a clock), with a
+// final mix: a few GB/s, where a byte at a time would hold a large shard's
+// STATS up.
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+uint64_t AddWord(uint64_t h, uint64_t word) { return (h ^ word) * 0x100000001b3ull; }
+uint64_t AddFloats(uint64_t h, const float* floats, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = AddWord(h, std::bit_cast<uint32_t>(floats[i]));
+  return h ^ n;
+}
+uint64_t Finish(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  return x ^ (x >> 33);
+}
+
+}  // namespace
+
 uint64_t ShardStore::Checksum(uint32_t table) const {
-  // FNV-1a over 32-bit words (each float's bits), with a final mix: a few
-  // GB/s, where a byte at a time would hold a large shard's STATS up.
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto add = [&h](const BlockFloats& floats) {
-    for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
-    h ^= floats.size();
-  };
-  auto finish = [](uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-  };
   const Table& t = tables_[table];
+  uint64_t h = kFnvBasis;
   for (const auto& b : t.blocks) {
-    add(b->values);
-    for (uint32_t k = 0; k < t.slots; ++k) add(b->slots[k]);
+    h = AddFloats(h, b->values.data(), b->values.size());
+    for (uint32_t k = 0; k < t.slots; ++k) h = AddFloats(h, b->slots[k].data(), b->slots[k].size());
   }
-  if (t.hashed == nullptr) return finish(h);
-  // Each row hashed on its own (its id, then its floats) and the hashes
-  // summed: the same rows in any order give the same checksum.
-  uint64_t sum = 0;
-  const size_t stride = t.hashed->stride();
-  for (uint64_t r = 0; r < t.hashed->size(); ++r) {
-    uint64_t rh = (0xcbf29ce484222325ull ^ t.hashed->id(r)) * 0x100000001b3ull;
-    const float* row = t.hashed->row(r);
-    for (size_t i = 0; i < stride; ++i) rh = (rh ^ std::bit_cast<uint32_t>(row[i])) * 0x100000001b3ull;
-    sum += finish(rh);
+  if (t.hashed != nullptr) {
+    // Each row hashed on its own (its id, then its floats) and the hashes
+    // summed: the same rows in any order give the same checksum.
+    uint64_t rows = 0;
+    const HashedRows& hashed = *t.hashed;
+    for (uint64_t r = 0; r < hashed.size(); ++r) {
+      rows += Finish(AddFloats(AddWord(kFnvBasis, hashed.id(r)), hashed.row(r), hashed.stride()));
+    }
+    h = AddWord(h, Finish(rows ^ hashed.size()));
   }
-  return finish(sum ^ t.hashed->size());
+  // The sums not applied yet, in clock order: a replica without one would
+  // apply another update at that clock's end. A hashed sum's rows in their
+  // order, which its apply follows (and with it eviction).
+  for (const auto& [clock, clock_sums] : sums_) {
+    const TableSum& sum = clock_sums[table];
+    if (sum.values.empty() && sum.hashed == nullptr) continue;
+    h = AddWord(h, static_cast<uint64_t>(clock));
+    h = AddFloats(h, sum.values.data(), sum.values.size());
+    for (const bool touched : sum.touched) h = AddWord(h, touched ? 1 : 0);
+    if (sum.hashed == nullptr) continue;
+    for (uint64_t r = 0; r < sum.hashed->size(); ++r) {
+      h = AddFloats(AddWord(h, sum.hashed->id(r)), sum.hashed->row(r), sum.hashed->stride());
+    }
+    h = AddWord(h, sum.hashed->size());
+  }
+  return Finish(h);
 }
 
 ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {
