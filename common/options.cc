@@ -496,8 +496,7 @@ Status ValidateTimeouts(const std::string& source, const JobOptions& job) {
 
 namespace {
 
-// Hashed tables against the rest of the job: enough slots for the shards,
-// and none of the features they do not have yet.
+// Hashed tables against the rest of the job: enough slots for the shards.
 Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
   for (size_t i = 0; i < job.tables.size(); ++i) {
     const TableOptions& t = job.tables[i];
@@ -509,19 +508,6 @@ Status ValidateHashedTables(const std::string& source, const JobOptions& job) {
                            "got " + std::to_string(t.HashSlots()) + " for " +
                                std::to_string(shards) + " servers",
                            "at least one slot per server");
-    }
-    // What hashed tables do not have yet, refused rather than half done.
-    const std::pair<bool, std::string_view> unsupported[] = {
-        {job.replication.factor > 1 && job.consistency.aggregate,
-         "replication.factor > 1 and consistency.aggregate (replicated sums)"},
-    };
-    for (const auto& [set, what] : unsupported) {
-      if (set) {
-        return InvalidOption(source, path + ".keys",
-                             "a hashed table in a job with " + std::string(what),
-                             "keys: range for this job, or a job without it: hashed tables "
-                             "do not support it yet");
-      }
     }
   }
   return Status::Ok();

@@ -18,25 +18,6 @@ namespace ps {
 
 namespace {
 
-// One sum of ShardStore::CopySums from its two frames: the values and one
-// byte per block.
-StatusOr<ShardStore::PendingSum> SumFromFrames(int64_t clock, uint32_t table, const Frame& values,
-                                               const Frame& touched) {
-  if (values.size() % sizeof(float) != 0) {
-    return InvalidArgumentError("a sum of " + std::to_string(values.size()) +
-                                " bytes, not whole floats");
-  }
-  ShardStore::PendingSum sum;
-  sum.clock = clock;
-  sum.table = table;
-  sum.values.resize(values.size() / sizeof(float));
-  std::memcpy(sum.values.data(), values.data(), values.size());
-  const auto* bytes = reinterpret_cast<const uint8_t*>(touched.data());
-  sum.touched.assign(bytes, bytes + touched.size());
-  return sum;
-}
-
-
 // The checks of an entry's fields, each InvalidArgument naming the value.
 Status CheckEntryWorker(const MessageHeader& entry, uint32_t workers) {
   if (entry.worker < workers) return Status::Ok();
@@ -132,12 +113,13 @@ Status BackupServer::ApplyPushEntry(const MessageHeader& entry, std::span<Frame>
 Status BackupServer::ApplyAggregate(const MessageHeader& entry, std::span<Frame> rest,
                                     const std::function<void()>& ack) {
   const uint32_t workers = job_.cluster.workers;
-  constexpr size_t kIdBytes = 3 * sizeof(uint64_t), kIndexBytes = 2 * sizeof(int64_t);
+  constexpr size_t kIdBytes = 3 * sizeof(uint64_t);
+  constexpr size_t kIndexBytes = ShardStore::kSumIndexFields * sizeof(int64_t);
   if (rest.size() < 2 || rest[0].size() % kIdBytes != 0 || rest[1].size() % kIndexBytes != 0 ||
       rest.size() != 2 + 2 * (rest[1].size() / kIndexBytes)) {
     return InvalidArgumentError("an aggregate entry of " + std::to_string(rest.size()) +
-                                " frames in a malformed shape (ids, index, then two "
-                                "frames per sum)");
+                                " frames in a malformed shape (ids, index of clock, table and "
+                                "count per sum, then two frames per sum)");
   }
   std::vector<uint64_t> ids(rest[0].size() / sizeof(uint64_t));
   std::memcpy(ids.data(), rest[0].data(), rest[0].size());
@@ -151,17 +133,16 @@ Status BackupServer::ApplyAggregate(const MessageHeader& entry, std::span<Frame>
   std::vector<int64_t> index(rest[1].size() / sizeof(int64_t));
   std::memcpy(index.data(), rest[1].data(), rest[1].size());
   std::vector<ShardStore::PendingSum> sums;
-  for (size_t k = 0; k < index.size() / 2; ++k) {
-    if (index[2 * k] >= entry.clock || index[2 * k + 1] < 0 ||
-        index[2 * k + 1] >= static_cast<int64_t>(store_->layouts().size())) {
+  for (size_t k = 0; k < index.size() / ShardStore::kSumIndexFields; ++k) {
+    const int64_t* at = index.data() + k * ShardStore::kSumIndexFields;
+    if (at[0] >= entry.clock) {
       return InvalidArgumentError("an aggregate entry below clock " + std::to_string(entry.clock) +
-                                  " holds a sum of clock " + std::to_string(index[2 * k]) +
-                                  " and table index " + std::to_string(index[2 * k + 1]));
+                                  " holds a sum of clock " + std::to_string(at[0]) +
+                                  " and table index " + std::to_string(at[1]));
     }
     PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
-                        SumFromFrames(index[2 * k], static_cast<uint32_t>(index[2 * k + 1]),
-                                      rest[2 + 2 * k], rest[3 + 2 * k]));
-    PS_RETURN_IF_ERROR(store_->CheckSum(sum));
+                        store_->SumFromFrames(at[0], at[1], at[2], rest[2 + 2 * k],
+                                              rest[3 + 2 * k]));
     sums.push_back(std::move(sum));
   }
   // Checked whole: acknowledged, then taken as the primary applied it.
@@ -272,9 +253,17 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
       ++copy_blocks_;
       return Status::Ok();
     case ReplicaEntry::kCopySum: {
-      if (rest.size() != 2) return InvalidArgumentError("a copy of a sum in a malformed shape");
+      if (rest.size() != 2) {
+        return InvalidArgumentError("a copy of a sum of " + std::to_string(rest.size()) +
+                                    " frames in a malformed shape (two frames)");
+      }
       PS_ASSIGN_OR_RETURN(ShardStore::PendingSum sum,
-                          SumFromFrames(entry.clock, entry.table, rest[0], rest[1]));
+                          store_->SumFromFrames(entry.clock, entry.table,
+                                                static_cast<int64_t>(entry.count), rest[0],
+                                                rest[1]));
+      if (layouts[sum.table].hashed) ++copy_hashed_sums_;
+      ++copy_sums_;
+      ++copy_blocks_;
       return store_->RestoreSum(std::move(sum));
     }
     case ReplicaEntry::kCopyClocks: {
@@ -313,15 +302,17 @@ Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest
       }
       if (!copy_clocks_ || !copy_recent_ || entry.count != copy_blocks_) {
         return DataLossError("the copy ended after " + std::to_string(copy_blocks_) +
-                             " blocks (the primary sent " + std::to_string(entry.count) +
-                             ")" + (copy_clocks_ ? "" : " without the clocks") +
+                             " entries of rows and sums (the primary sent " +
+                             std::to_string(entry.count) + ")" +
+                             (copy_clocks_ ? "" : " without the clocks") +
                              (copy_recent_ ? "" : " without the recent pushes"));
       }
       copying_ = false;
       applied_ = entry.request_id;
-      PS_LOG_INFO("{} took its primary's copy ({} blocks, clock {}) as of entry {}; it takes the "
-                  "entries after it",
-                  name_, copy_blocks_, clocks_.min_clock(), applied_);
+      PS_LOG_INFO("{} took its primary's copy ({} blocks and {} pending sums, {} of them of "
+                  "hashed tables; clock {}) as of entry {}; it takes the entries after it",
+                  name_, copy_blocks_ - copy_sums_, copy_sums_, copy_hashed_sums_,
+                  clocks_.min_clock(), applied_);
       return Status::Ok();
     }
     default:

@@ -153,18 +153,24 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
       ++blocks;
     }
   }
+  uint64_t sum_count = 0;
   if (copy_sums) {
+    // Every clock's sums not applied yet, of range and hashed tables: the
+    // backup applies them with the clock's end as this primary does.
     std::vector<Frame> sums;
     std::vector<int64_t> index;
     store->CopySums(kMaxClock, &sums, &index);
-    for (size_t k = 0; k < index.size() / 2; ++k) {
+    constexpr size_t kFields = ShardStore::kSumIndexFields;
+    for (size_t k = 0; k < index.size() / kFields; ++k) {
       MessageHeader h;
-      h.clock = index[2 * k];
-      h.table = static_cast<uint32_t>(index[2 * k + 1]);
+      h.clock = index[kFields * k];
+      h.table = static_cast<uint32_t>(index[kFields * k + 1]);
+      h.count = static_cast<uint64_t>(index[kFields * k + 2]);
       std::vector<Frame> frames;
       frames.push_back(std::move(sums[2 * k]));
       frames.push_back(std::move(sums[2 * k + 1]));
       PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopySum, h, std::move(frames)));
+      ++sum_count;
     }
   }
   const std::vector<int64_t> clock_data = clocks.Encode();
@@ -178,11 +184,12 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
   PS_RETURN_IF_ERROR(
       SendTo(b, ReplicaEntry::kCopyRecent, MessageHeader(), std::move(recent_frames)));
   MessageHeader end;
-  end.count = blocks;
+  end.count = blocks + sum_count;
   PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyEnd, end, {}));
   b.acked = last_seq_;  // what it will hold once the copy is applied
-  PS_LOG_INFO("shard {}: epoch {}: sending {} a copy of {} blocks as of entry {}", shard_, epoch,
-              b.name, blocks, last_seq_);
+  PS_LOG_INFO("shard {}: epoch {}: sending {} a copy of {} blocks and {} pending sums as of "
+              "entry {}",
+              shard_, epoch, b.name, blocks, sum_count, last_seq_);
   backups_.push_back(std::move(b));
   sockets_.clear();
   for (Backup& x : backups_) sockets_.push_back(x.channel->poll_sockets().messages);

@@ -90,7 +90,11 @@
 // primary replicates a push of a clock already applied on its own, as
 // without aggregation, so that no push waits for a Clock() its worker
 // sends only once the push is acknowledged). None is lost or doubled; the
-// dead primary's last clock may be applied one clock late.
+// dead primary's last clock may be applied one clock late. A hashed
+// table's sum goes as its ids and rows, in the order its pushes first
+// named them, which its apply follows (and with it eviction); its
+// admission counts (admit) count the pushes, which the backups do not get:
+// theirs stay those they started with or copied.
 //
 // The authority is ps_launch on one host (tools/launcher.cc), or etcd
 // with replication.authority etcd (server/etcd_authority.h), which takes
@@ -135,15 +139,18 @@ enum class ReplicaEntry : uint32_t {
   // carrying the sequence number of the last entry the copy holds:
   kCopyRows = 8,    // one block of rows: table, first_row, count; frames:
                     // the values, then each optimizer state array
-  kCopySum = 9,     // a sum of synchronous aggregation: table, clock;
-                    // frames: the values, then one byte per block (touched)
+  kCopySum = 9,     // a sum of synchronous aggregation: table, clock,
+                    // count; frames as ShardStore::CopySums gives them (a
+                    // range table's values and one byte per block, touched;
+                    // a hashed table's count ids and count rows)
   kCopyClocks = 10, // frame: ClockTable::Encode (int64 each)
   kCopyRecent = 11, // frame: RecentPushes::Encode (uint64 each)
-  kCopyEnd = 12,    // the copy is whole: count = its kCopyRows entries
+  kCopyEnd = 12,    // the copy is whole: count = its kCopyRows, kCopyIds,
+                    // kCopySketch and kCopySum entries
   // Replication after aggregation: kApplySums with the sums. Frames: the
   // ids of the pushes in them (worker, session, request id: uint64 each),
-  // the sums' clocks and tables (int64 pairs), then each sum's values and
-  // touched bytes (ShardStore::CopySums).
+  // the sums' clocks, tables and counts (int64 triples), then each sum's
+  // two frames (ShardStore::CopySums).
   kAggregate = 13,
   // A push found late (consistency.backup_workers): worker, clock, and
   // the push's session in session and its request id in count; no frames.
@@ -245,8 +252,9 @@ class ReplicationLog {
 
   // The authority's word that backup `replica` (re)joins at epoch
   // `epoch`: connects to it and sends it a copy of the shard's state as of
-  // the last entry (the store's blocks shared, not copied; the sums unless
-  // `copy_sums` is false, the clocks and `recent`, the pushes the backups
+  // the last entry (the store's blocks shared, not copied; the sums not
+  // applied yet, a hashed table's by id, unless `copy_sums` is false; the
+  // clocks and `recent`, the pushes the backups
   // hold), then every later entry as to the others. Pushes do
   // not wait for it until it has applied the whole copy (joined, in
   // Describe); then they do. FailedPrecondition for an epoch below the
@@ -422,11 +430,13 @@ class BackupServer {
   int64_t promoted_epoch_ = -1;
   int64_t epoch_ = 0;  // the newest epoch its primary's entries carried
   // A joining backup: the copy's progress (rows taken per table, in
-  // order; blocks taken; whether clocks and recent pushes came).
+  // order; entries of rows, sketches and sums taken, the sums among them
+  // and those of hashed tables; whether clocks and recent pushes came).
   bool copying_ = false;
   bool in_sync_ = true;
   std::vector<uint64_t> copy_next_row_;
   uint64_t copy_blocks_ = 0;
+  uint64_t copy_sums_ = 0, copy_hashed_sums_ = 0;
   bool copy_clocks_ = false, copy_recent_ = false;
 };
 

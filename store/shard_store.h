@@ -163,11 +163,19 @@ class ShardStore {
   // `table`, laid out like CopyValues.
   std::vector<float> CopySlot(uint32_t table, uint32_t slot) const;
 
-  // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values and optimizer state,
-  // bit for bit: two replicas of a range hold the same state exactly when
-  // their checksums agree (STATS shows it; tests compare replicas). For a
-  // hashed table, the sum over its rows of a hash of each row's id, values
-  // and state: the rows' order in memory does not count.
+  // A 64-bit hash (FNV-1a over the floats' bits) of table `table`'s values
+  // and optimizer state, and of its sums not applied yet (consistency.
+  // aggregate: each with its clock, a range table's touched blocks and a
+  // hashed table's ids), bit for bit: two replicas of a range hold the
+  // same state exactly when their checksums agree (STATS shows it; tests
+  // compare replicas). For a hashed table, the sum over its rows of a hash
+  // of each row's id, values and state: the rows' order in memory does not
+  // count; a sum's rows count in their order, which its apply follows.
+  // Not in it: a hashed table's row uses (eviction), whose push numbers a
+  // copy may start elsewhere with the same order. Under replication.
+  // after_aggregation a backup gets a clock's sums only as they are
+  // applied, so its checksums agree with its primary's while the primary
+  // holds no sum (at the end of a job).
   uint64_t Checksum(uint32_t table) const;
 
   // Blocks copied because a push met a block still shared with a reply.
@@ -227,21 +235,43 @@ class ShardStore {
                     const std::byte* uses = nullptr);
   // The sums of synchronous aggregation not applied yet, one per clock and
   // table that received pushes: for each sum of a clock < `below` (clock
-  // order, then table), appends two frames to *frames, a copy of its
-  // values (owned rows x dim) and one byte per block (1: touched), and its
-  // clock and table to *index. A backup takes them (RestoreSum) to hold the
-  // same sums: a joining replica's copy, or a clock's sums replicated once
+  // order, then table), appends two frames to *frames and its clock, table
+  // and count to *index (kSumIndexFields int64 each):
+  //   a range table's: a copy of its values (owned rows x dim floats) and
+  //     one byte per block (1: touched); the count is its blocks;
+  //   a hashed table's: its ids (u64 each) and their rows (count x dim
+  //     floats, row by row), in the order its pushes first named them,
+  //     which is the order its apply follows; the count is its ids.
+  // A backup takes them (SumFromFrames, then RestoreSum) to hold the same
+  // sums: a joining replica's copy, or a clock's sums replicated once
   // before they are applied (replication.after_aggregation).
   void CopySums(int64_t below, std::vector<Frame>* frames, std::vector<int64_t>* index) const;
+  static constexpr size_t kSumIndexFields = 3;
+  // One sum as the store holds it, with its clock and table.
   struct PendingSum {
     int64_t clock = 0;
     uint32_t table = 0;
+    // A range table's: owned rows x dim floats, and per block whether a
+    // push touched it.
     std::vector<float> values;
     std::vector<bool> touched;
+    // A hashed table's: a row per id (no optimizer state), at most the
+    // table's max_rows, in the primary's order.
+    std::unique_ptr<HashedRows> hashed;
   };
-  // Takes one sum CopySums() gave, in place of any sum of its clock and
-  // table. InvalidArgument when it does not fit the table (index, sizes;
-  // CheckSum says so beforehand).
+  // The sum of clock `clock` and table index `table` from one index entry
+  // of CopySums (`count`) and its two frames, checked whole (CheckSum).
+  // InvalidArgument naming the sum and what does not fit: a table or
+  // clock out of range; a range table's values not whole floats or not
+  // its owned rows x dim, or touched bytes other than `count` and its
+  // blocks; a hashed table's count above its max_rows, ids or rows frames
+  // of other sizes than `count` ids and `count` x dim floats, an id named
+  // twice, or an id outside this shard's hash slots.
+  StatusOr<PendingSum> SumFromFrames(int64_t clock, int64_t table, int64_t count,
+                                     const Frame& first, const Frame& second) const;
+  // Takes one sum, in place of any sum of its clock and table.
+  // InvalidArgument when it does not fit the table (CheckSum says so
+  // beforehand).
   Status RestoreSum(PendingSum sum);
   Status CheckSum(const PendingSum& sum) const;
 

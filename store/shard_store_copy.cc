@@ -3,45 +3,70 @@
 // values a test or a joining copy reads, and the checksum replicas compare.
 // None of it is on the push or pull path.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "common/hash_slots.h"
 #include "store/shard_store.h"
 
 namespace ps {
 
+namespace {
+
+// FNV-1a over 64-bit words (each float's bits, an id, a clock), with a
+// final mix: a few GB/s, where a byte at a time would hold a large shard's
+// STATS up.
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+uint64_t AddWord(uint64_t h, uint64_t word) { return (h ^ word) * 0x100000001b3ull; }
+uint64_t AddFloats(uint64_t h, const float* floats, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = AddWord(h, std::bit_cast<uint32_t>(floats[i]));
+  return h ^ n;
+}
+uint64_t Finish(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  return x ^ (x >> 33);
+}
+
+}  // namespace
+
 uint64_t ShardStore::Checksum(uint32_t table) const {
-  // FNV-1a over 32-bit words (each float's bits), with a final mix: a few
-  // GB/s, where a byte at a time would hold a large shard's STATS up.
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto add = [&h](const BlockFloats& floats) {
-    for (float f : floats) h = (h ^ std::bit_cast<uint32_t>(f)) * 0x100000001b3ull;
-    h ^= floats.size();
-  };
-  auto finish = [](uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    return x ^ (x >> 33);
-  };
   const Table& t = tables_[table];
+  uint64_t h = kFnvBasis;
   for (const auto& b : t.blocks) {
-    add(b->values);
-    for (uint32_t k = 0; k < t.slots; ++k) add(b->slots[k]);
+    h = AddFloats(h, b->values.data(), b->values.size());
+    for (uint32_t k = 0; k < t.slots; ++k) h = AddFloats(h, b->slots[k].data(), b->slots[k].size());
   }
-  if (t.hashed == nullptr) return finish(h);
-  // Each row hashed on its own (its id, then its floats) and the hashes
-  // summed: the same rows in any order give the same checksum.
-  uint64_t sum = 0;
-  const size_t stride = t.hashed->stride();
-  for (uint64_t r = 0; r < t.hashed->size(); ++r) {
-    uint64_t rh = (0xcbf29ce484222325ull ^ t.hashed->id(r)) * 0x100000001b3ull;
-    const float* row = t.hashed->row(r);
-    for (size_t i = 0; i < stride; ++i) rh = (rh ^ std::bit_cast<uint32_t>(row[i])) * 0x100000001b3ull;
-    sum += finish(rh);
+  if (t.hashed != nullptr) {
+    // Each row hashed on its own (its id, then its floats) and the hashes
+    // summed: the same rows in any order give the same checksum.
+    uint64_t rows = 0;
+    const HashedRows& hashed = *t.hashed;
+    for (uint64_t r = 0; r < hashed.size(); ++r) {
+      rows += Finish(AddFloats(AddWord(kFnvBasis, hashed.id(r)), hashed.row(r), hashed.stride()));
+    }
+    h = AddWord(h, Finish(rows ^ hashed.size()));
   }
-  return finish(sum ^ t.hashed->size());
+  // The sums not applied yet, in clock order: a replica without one would
+  // apply another update at that clock's end. A hashed sum's rows in their
+  // order, which its apply follows (and with it eviction).
+  for (const auto& [clock, clock_sums] : sums_) {
+    const TableSum& sum = clock_sums[table];
+    if (sum.values.empty() && sum.hashed == nullptr) continue;
+    h = AddWord(h, static_cast<uint64_t>(clock));
+    h = AddFloats(h, sum.values.data(), sum.values.size());
+    for (const bool touched : sum.touched) h = AddWord(h, touched ? 1 : 0);
+    if (sum.hashed == nullptr) continue;
+    for (uint64_t r = 0; r < sum.hashed->size(); ++r) {
+      h = AddFloats(AddWord(h, sum.hashed->id(r)), sum.hashed->row(r), sum.hashed->stride());
+    }
+    h = AddWord(h, sum.hashed->size());
+  }
+  return Finish(h);
 }
 
 ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t clock) const {
@@ -236,23 +261,110 @@ void ShardStore::CopySums(int64_t below, std::vector<Frame>* frames,
   for (auto it = sums_.begin(); it != sums_.end() && it->first < below; ++it) {
     for (uint32_t table = 0; table < it->second.size(); ++table) {
       const TableSum& sum = it->second[table];
-      // A hashed table's sum is not copied: JobOptions::Validate refuses
-      // replication with hashed tables.
-      if (sum.values.empty()) continue;
-      frames->push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
-      std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
-      frames->push_back(Frame::CopyOf(touched.data(), touched.size()));
+      int64_t count = 0;
+      if (sum.hashed != nullptr) {
+        // Its ids and rows in its own order: the backup makes them in the
+        // same order and applies them in it, as this shard does.
+        const HashedRows& rows = *sum.hashed;
+        const size_t dim = rows.dim();
+        std::vector<uint64_t> ids(rows.size());
+        std::vector<float> values(rows.size() * dim);
+        for (uint64_t r = 0; r < rows.size(); ++r) {
+          ids[r] = rows.id(r);
+          std::memcpy(values.data() + r * dim, rows.row(r), dim * sizeof(float));
+        }
+        frames->push_back(Frame::CopyOf(ids.data(), ids.size() * sizeof(uint64_t)));
+        frames->push_back(Frame::CopyOf(values.data(), values.size() * sizeof(float)));
+        count = static_cast<int64_t>(rows.size());
+      } else if (!sum.values.empty()) {
+        frames->push_back(Frame::CopyOf(sum.values.data(), sum.values.size() * sizeof(float)));
+        std::vector<uint8_t> touched(sum.touched.begin(), sum.touched.end());
+        frames->push_back(Frame::CopyOf(touched.data(), touched.size()));
+        count = static_cast<int64_t>(touched.size());
+      } else {
+        continue;  // no push reached the table at this clock
+      }
       index->push_back(it->first);
       index->push_back(table);
+      index->push_back(count);
     }
   }
+}
+
+StatusOr<ShardStore::PendingSum> ShardStore::SumFromFrames(int64_t clock, int64_t table,
+                                                           int64_t count, const Frame& first,
+                                                           const Frame& second) const {
+  if (table < 0 || static_cast<uint64_t>(table) >= tables_.size()) {
+    return InvalidArgumentError("a sum of table index " + std::to_string(table) +
+                                "; the shard has " + std::to_string(tables_.size()) + " tables");
+  }
+  const Table& t = tables_[table];
+  const std::string what =
+      "a sum of clock " + std::to_string(clock) + " of table '" + t.layout.name + "'";
+  if (clock < 0 || clock >= kMaxClock) return InvalidArgumentError(what + ": no such clock");
+  PendingSum sum;
+  sum.clock = clock;
+  sum.table = static_cast<uint32_t>(table);
+  if (t.hashed == nullptr) {
+    if (first.size() % sizeof(float) != 0) {
+      return InvalidArgumentError(what + " of " + std::to_string(first.size()) +
+                                  " bytes of values, not whole floats");
+    }
+    if (count < 0 || static_cast<uint64_t>(count) != second.size()) {
+      return InvalidArgumentError(what + " counted as " + std::to_string(count) +
+                                  " blocks with touched bytes for " +
+                                  std::to_string(second.size()));
+    }
+    sum.values.resize(first.size() / sizeof(float));
+    std::memcpy(sum.values.data(), first.data(), first.size());
+    const auto* touched = reinterpret_cast<const uint8_t*>(second.data());
+    sum.touched.assign(touched, touched + second.size());
+    PS_RETURN_IF_ERROR(CheckSum(sum));
+    return sum;
+  }
+  // A hashed table's: `count` ids and as many rows, checked before
+  // anything is allocated for them.
+  const uint64_t bound = t.hashed->max_rows();
+  const size_t dim = t.layout.dim;
+  if (count < 0 || static_cast<uint64_t>(count) > bound) {
+    return InvalidArgumentError(what + " of " + std::to_string(count) +
+                                " ids; the table holds at most " + std::to_string(bound) +
+                                " rows on this shard");
+  }
+  const auto n = static_cast<uint64_t>(count);
+  if (first.size() != n * sizeof(uint64_t)) {
+    return InvalidArgumentError(what + " of " + std::to_string(n) + " ids with an ids frame of " +
+                                std::to_string(first.size()) + " bytes, not " +
+                                std::to_string(n * sizeof(uint64_t)));
+  }
+  if (second.size() != n * dim * sizeof(float)) {
+    return InvalidArgumentError(what + " of " + std::to_string(n) + " ids with a rows frame of " +
+                                std::to_string(second.size()) + " bytes, not " +
+                                std::to_string(n * dim * sizeof(float)) + " (" +
+                                std::to_string(dim) + " floats a row)");
+  }
+  sum.hashed = std::make_unique<HashedRows>(t.layout.dim, 0, InitOptions(), bound);
+  std::vector<uint64_t> scratch;
+  const std::span<const uint64_t> ids = FrameAs<uint64_t>(first, &scratch);
+  const std::byte* rows = second.data();
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t size = sum.hashed->size();
+    float* row = sum.hashed->Restore(ids[i], nullptr);
+    if (row == nullptr || sum.hashed->size() == size) {
+      return InvalidArgumentError(what + " names id " + std::to_string(ids[i]) + " twice");
+    }
+    std::memcpy(row, rows + i * dim * sizeof(float), dim * sizeof(float));
+  }
+  PS_RETURN_IF_ERROR(CheckSum(sum));
+  return sum;
 }
 
 Status ShardStore::RestoreSum(PendingSum sum) {
   PS_RETURN_IF_ERROR(CheckSum(sum));
   std::vector<TableSum>& clock_sums = sums_[sum.clock];
   if (clock_sums.empty()) clock_sums.resize(tables_.size());
-  clock_sums[sum.table] = TableSum{std::move(sum.values), std::move(sum.touched), nullptr};
+  clock_sums[sum.table] =
+      TableSum{std::move(sum.values), std::move(sum.touched), std::move(sum.hashed)};
   return Status::Ok();
 }
 
@@ -262,14 +374,45 @@ Status ShardStore::CheckSum(const PendingSum& sum) const {
                                 std::to_string(tables_.size()) + " tables");
   }
   const Table& t = tables_[sum.table];
-  if (sum.values.size() != t.layout.owned.size() * t.layout.dim ||
-      sum.touched.size() != t.blocks.size() || sum.clock < 0) {
-    return InvalidArgumentError("a sum of table '" + t.layout.name + "' of " +
-                                std::to_string(sum.values.size()) + " values and " +
-                                std::to_string(sum.touched.size()) + " blocks at clock " +
-                                std::to_string(sum.clock) + "; the table holds " +
-                                std::to_string(t.layout.owned.size() * t.layout.dim) +
-                                " values in " + std::to_string(t.blocks.size()) + " blocks");
+  const std::string what =
+      "a sum of clock " + std::to_string(sum.clock) + " of table '" + t.layout.name + "'";
+  if (sum.clock < 0 || sum.clock >= kMaxClock) {
+    return InvalidArgumentError(what + ": no such clock");
+  }
+  if (t.hashed == nullptr) {
+    if (sum.hashed != nullptr) {
+      return InvalidArgumentError(what + " holds rows by id; the table is not a hashed table");
+    }
+    if (sum.values.size() != t.layout.owned.size() * t.layout.dim ||
+        sum.touched.size() != t.blocks.size()) {
+      return InvalidArgumentError(what + " of " + std::to_string(sum.values.size()) +
+                                  " values and " + std::to_string(sum.touched.size()) +
+                                  " blocks; the table holds " +
+                                  std::to_string(t.layout.owned.size() * t.layout.dim) +
+                                  " values in " + std::to_string(t.blocks.size()) + " blocks");
+    }
+    return Status::Ok();
+  }
+  const HashedRows* rows = sum.hashed.get();
+  if (rows == nullptr || !sum.values.empty() || !sum.touched.empty()) {
+    return InvalidArgumentError(what + " without its rows by id; the table is a hashed table");
+  }
+  if (rows->dim() != t.layout.dim || rows->slots() != 0 ||
+      rows->max_rows() != t.hashed->max_rows()) {
+    return InvalidArgumentError(what + " of rows of " + std::to_string(rows->dim()) +
+                                " values and a bound of " + std::to_string(rows->max_rows()) +
+                                " rows; the table's rows hold " + std::to_string(t.layout.dim) +
+                                " values, at most " + std::to_string(t.hashed->max_rows()));
+  }
+  const TableLayout& layout = t.layout;
+  for (uint64_t r = 0; r < rows->size(); ++r) {
+    const uint32_t slot = IdSlot(rows->id(r), layout.hash_seed, layout.slots);
+    if (!layout.owned.Contains(slot)) {
+      return InvalidArgumentError(
+          what + " names id " + std::to_string(rows->id(r)) + " of hash slot " +
+          std::to_string(slot) + ", outside this shard's slots [" +
+          std::to_string(layout.owned.begin) + ", " + std::to_string(layout.owned.end) + ")");
+    }
   }
   return Status::Ok();
 }

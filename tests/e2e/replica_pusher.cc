@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,17 +75,21 @@ int main(int argc, char** argv) {
     std::vector<float> update(rows, static_cast<float>(rank + 1));
     auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));
     if (!push.ok()) return Fail(push.status());
+    std::optional<ps::Ticket> by_id;
     if (hashed) {
-      auto by_id = (*client)->Push(
+      auto pushed = (*client)->Push(
           1, ids, ps::SharedFloats::Take(std::vector<float>(ids.size(), static_cast<float>(rank + 1))));
-      if (!by_id.ok()) return Fail(by_id.status());
-      if (ps::Status s = (*client)->Wait(*by_id); !s.ok()) return Fail(s);
+      if (!pushed.ok()) return Fail(pushed.status());
+      by_id = *pushed;
     }
-    // The clock before the push's acknowledgement: under replication
-    // after aggregation that comes once the clock's sums are replicated.
+    // The clock before the pushes' acknowledgements: under replication
+    // after aggregation they come once the clock's sums are replicated.
     auto ticket = (*client)->Clock();
     if (!ticket.ok()) return Fail(ticket.status());
     if (ps::Status s = (*client)->Wait(*push); !s.ok()) return Fail(s);
+    if (by_id.has_value()) {
+      if (ps::Status s = (*client)->Wait(*by_id); !s.ok()) return Fail(s);
+    }
     if (ps::Status s = (*client)->Wait(*ticket); !s.ok()) return Fail(s);
     if ((clock + 1) % 100 == 0) std::printf("clock %lld\n", static_cast<long long>(clock + 1));
     std::fflush(stdout);

@@ -1,12 +1,16 @@
 // replication.factor 2 under SIGKILLs: ps_launch runs 3 real ps_server
 // shards, their backups and 2 workers (replica_pusher) that push integers
-// under bsp; the test SIGKILLs a random server 10 times while they train,
-// each time after the last one's replica has rejoined (its copy whole), so
-// that every shard always has a copy to promote. ps_launch promotes or
-// drops, and starts the dead one again as a backup that copies the shard.
-// At the end every row must hold the exact sum of every push: none lost,
-// none applied twice; under bsp also every id of a hashed table, whose
-// rows a rejoining replica copies by id.
+// under bsp, to a range table and to 5000 ids of a hashed table; the test
+// SIGKILLs a server 10 times while they train, each time after the last
+// one's replica has rejoined (its copy whole), so that every shard always
+// has a copy to promote. ps_launch promotes or drops, and starts the dead
+// one again as a backup that copies the shard (a hashed table's rows by
+// id). At the end every row and id must hold the exact sum of every push:
+// none lost, none applied twice. Under bsp with aggregation each clock's
+// pushes wait in sums until the clock ends: replicated one by one, a
+// rejoining replica copies the sums not applied yet (of the hashed table
+// by id), and the test kills only primaries, so that each kill after a
+// shard's first promotes a replica that joined with such a copy.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +44,10 @@ class Output {
     static const std::regex restarted(
         R"(^\[launch\] (server [0-9]+( backup [0-9]+)?) (killed|exited).*restarted it \(restart [0-9]+ of [0-9]+, pid ([0-9]+)\))");
     static const std::regex progress(R"(^\[worker [0-9]+\] clock ([0-9]+))");
+    static const std::regex promoted(
+        R"(^\[launch\] .*; (server [0-9]+( backup [0-9]+)?) is shard ([0-9]+)'s primary now)");
+    static const std::regex copied(
+        R"(primary's copy \([0-9]+ blocks and [0-9]+ pending sums, ([0-9]+) of them of hashed)");
     std::lock_guard<std::mutex> lock(mu_);
     lines_.emplace_back(line);
     std::cmatch m;
@@ -50,6 +58,13 @@ class Output {
     if (text.find("is a full replica again") != std::string::npos &&
         text.find("holds every acknowledged entry") != std::string::npos) {
       ++rejoined_;
+    }
+    if (std::regex_search(text.c_str(), m, promoted)) {
+      primaries_[std::stoul(m[3])] = m[1];
+      ++counts_.failovers;
+    }
+    if (std::regex_search(text.c_str(), m, copied) && std::stoul(m[1]) > 0) {
+      ++counts_.hashed_sum_copies;
     }
     changed_.notify_all();
   }
@@ -62,6 +77,21 @@ class Output {
   std::map<std::string, int> pids() {
     std::lock_guard<std::mutex> lock(mu_);
     return pids_;
+  }
+  // Each shard's primary, by its launcher name.
+  std::vector<std::string> primaries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return primaries_;
+  }
+  // Fail-overs (a backup promoted), and copies that held a pending sum of
+  // a hashed table.
+  struct Counts {
+    uint32_t failovers = 0;
+    uint32_t hashed_sum_copies = 0;
+  };
+  Counts counts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counts_;
   }
   std::string Text() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -77,17 +107,28 @@ class Output {
   std::condition_variable changed_;
   std::vector<std::string> lines_;
   std::map<std::string, int> pids_;  // the latest pid of every server child
+  std::vector<std::string> primaries_ = {"server 0", "server 1", "server 2"};
+  Counts counts_;
 };
 
-// Plain bsp (every push replicated as it comes) and bsp with aggregation
-// (replication after aggregation: a clock's pushes reach the backups only
-// as its sums, so a primary killed mid-clock leaves pushes that are
-// acknowledged by nobody and sent again to the promoted backup).
-class ReplicatedKillsTest : public ::testing::TestWithParam<std::string> {};
+struct Mode {
+  const char* name;
+  bool aggregate;          // consistency.aggregate
+  bool after_aggregation;  // replication.after_aggregation
+  bool primaries_only;     // kill only the shards' primaries
+};
 
-TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoubleNone) {
-  const std::string consistency = GetParam();
-  const std::string dir = ::testing::TempDir() + "ps_replicated_kills_" + consistency + "_" +
+// Plain bsp (every push replicated as it comes); bsp with aggregation and
+// replication after aggregation (a clock's pushes reach the backups only as
+// its sums, so a primary killed mid-clock leaves pushes that are
+// acknowledged by nobody and sent again to the promoted backup); and bsp
+// with aggregation and every push replicated (a rejoining replica copies
+// the pending sums, and is promoted by the next kill of its shard).
+class ReplicatedKillsTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ReplicatedKillsTest, TenKillsOfServersLoseNoAcknowledgedPushAndDoubleNone) {
+  const Mode mode = GetParam();
+  const std::string dir = ::testing::TempDir() + "ps_replicated_kills_" + mode.name + "_" +
                           std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -98,19 +139,14 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
   std::ofstream(config) << "cluster: { servers: [\"127.0.0.1:" << ports[0] << "\", \"127.0.0.1:"
                         << ports[1] << "\", \"127.0.0.1:" << ports[2] << "\"], workers: 2 }\n"
                         << "tables:\n  - { name: w, rows: 30000, dim: 1, optimizer: { type: add } }\n"
-                        // A hashed table too, where its replication allows (not with
-                        // replicated sums).
-                        << (consistency == "bsp" ? "  - { name: h, keys: hashed, max_rows: 100000, "
-                                                   "optimizer: { type: add } }\n"
-                                                 : "")
+                        << "  - { name: h, keys: hashed, max_rows: 100000, optimizer: { type: add } }\n"
                         << "consistency: { mode: bsp"
-                        << (consistency == "bsp_aggregate" ? ", aggregate: true" : "") << " }\n"
+                        << (mode.aggregate ? ", aggregate: true" : "") << " }\n"
                         << "client: { request_timeout_ms: 20000 }\n"
                         << "liveness: { server_down_timeout_ms: 20000, server_restarts: 10 }\n"
                         << "worker: { cpu_threads: 1 }\n"
                         << "replication: { factor: 2, port_offset: " << offset
-                        << (consistency == "bsp_aggregate" ? ", after_aggregation: true" : "")
-                        << " }\n";
+                        << (mode.after_aggregation ? ", after_aggregation: true" : "") << " }\n";
   auto job = LoadJobFile(config);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   const std::string stop_file = dir + "/stop";
@@ -133,10 +169,17 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
   int kills = 0;
   if (output.WaitFor(60, [&] { return output.clock_ >= 100; })) {
     for (; kills < 10; ++kills) {
-      // A random server, now that every shard has two whole copies.
+      // A random server (or a random shard's primary), now that every
+      // shard has two whole copies.
       std::map<std::string, int> pids = output.pids();
       auto it = pids.begin();
-      std::advance(it, std::uniform_int_distribution<size_t>(0, pids.size() - 1)(random));
+      if (mode.primaries_only) {
+        const std::vector<std::string> primaries = output.primaries();
+        it = pids.find(primaries[std::uniform_int_distribution<size_t>(0, 2)(random)]);
+        ASSERT_NE(it, pids.end()) << "no pid for the primary " << output.Text();
+      } else {
+        std::advance(it, std::uniform_int_distribution<size_t>(0, pids.size() - 1)(random));
+      }
       ASSERT_EQ(kill(it->second, SIGKILL), 0) << it->first;
       // Its replacement took a whole copy.
       const uint32_t want = static_cast<uint32_t>(kills + 1);
@@ -154,11 +197,12 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
   std::ofstream(stop_file) << stop << "\n";
   launcher.join();
   const std::string text = output.Text();
-  // What happened, for the log: the kills, fail-overs and the sums.
+  // What happened, for the log: the kills, fail-overs, copies and the sums.
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.find("killed by signal") != std::string::npos ||
         line.find("full replica again") != std::string::npos ||
+        line.find("took its primary's copy") != std::string::npos ||
         line.find("exact: ") != std::string::npos || line.find("job ") == 9) {
       std::printf("%s\n", line.substr(0, 200).c_str());
     }
@@ -168,11 +212,20 @@ TEST_P(ReplicatedKillsTest, TenKillsOfRandomServersLoseNoAcknowledgedPushAndDoub
   for (const char* worker : {"[worker 0] exact: ", "[worker 1] exact: "}) {
     EXPECT_NE(text.find(worker), std::string::npos) << worker << "\n" << text;
   }
+  if (mode.primaries_only) {
+    // Every kill a fail-over, and replicas joined with pending sums of the
+    // hashed table in their copies.
+    EXPECT_EQ(output.counts().failovers, 10u) << text;
+    EXPECT_GT(output.counts().hashed_sum_copies, 0u) << text;
+  }
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedKillsTest, ::testing::Values("bsp", "bsp_aggregate"),
-                         [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedKillsTest,
+                         ::testing::Values(Mode{"bsp", false, false, false},
+                                           Mode{"bsp_aggregate", true, true, false},
+                                           Mode{"bsp_aggregate_per_push", true, false, true}),
+                         [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace ps

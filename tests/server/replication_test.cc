@@ -16,6 +16,7 @@
 #include "client/client.h"
 #include "client/control_client.h"
 #include "common/endpoint.h"
+#include "common/hash_slots.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
 #include "tests/util/faulty_channel.h"
@@ -401,11 +402,16 @@ TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
   }
 }
 
-// A hashed table on replicated shards: every push reaches the backups, a
-// backup that dies and rejoins takes the rows by id in its copy (adagrad's
-// state and the admission counts with them), and the sums of integer
-// pushes are exact on every copy.
-TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsById) {
+// A hashed table on replicated shards: every push reaches the backups (or,
+// under bsp with aggregation, each clock's sums once, with
+// replication.after_aggregation), a backup that dies and rejoins takes the
+// rows by id in its copy (adagrad's state and the admission counts with
+// them, and the sums not applied yet), and the sums of integer pushes are
+// exact on every copy.
+class HashedReplicationTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(HashedReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsById) {
+  const Mode m = GetParam();
   TableOptions sums = TestTable("sums", 0, 2, OptimizerKind::kAdd);
   sums.keys = KeyKind::kHashed;
   sums.max_rows = 100000;
@@ -429,6 +435,8 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
   JobOptions job = ReplicatedJob(2, 2,
                                  TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd)
                                      .Table(sums).Table(emb).Table(lru));
+  job.consistency.aggregate = m.aggregate;
+  job.replication.after_aggregation = m.aggregate && !m.per_push;
   ASSERT_OK(job.Validate());
   ReplicatedCluster cluster(job);
   // 3000 ids; worker r pushes r + 1 to the first 500 * (clock + 1) of them.
@@ -451,17 +459,24 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
         PS_RETURN_IF_ERROR(client->Join());
         for (int c = 0; c < kClocks; ++c) {
           const std::span<const uint64_t> part(ids.data(), std::min<size_t>(ids.size(), 500 * (c + 1)));
-          PS_RETURN_IF_ERROR(client->PushSync(
-              1, part, SharedFloats::Take(std::vector<float>(part.size() * 2, float(r + 1)))));
-          PS_RETURN_IF_ERROR(client->PushSync(
-              2, part, SharedFloats::Take(std::vector<float>(part.size() * 4, 0.01f * float(r + 1)))));
           // A window of 300 ids moving by 100 a clock (idle after 2 clocks),
           // and at clock 1 a burst of 1000 more (over the bound).
           std::vector<uint64_t> window(ids.begin() + 100 * c, ids.begin() + 100 * c + 300);
           if (c == 1) window.insert(window.end(), ids.begin() + 2000, ids.end());
-          PS_RETURN_IF_ERROR(client->PushSync(
-              3, window, SharedFloats::Take(std::vector<float>(window.size(), float(r + 1)))));
+          std::vector<Ticket> pushes;
+          PS_ASSIGN_OR_RETURN(pushes.emplace_back(),
+                              client->Push(1, part, SharedFloats::Take(std::vector<float>(
+                                                        part.size() * 2, float(r + 1)))));
+          PS_ASSIGN_OR_RETURN(pushes.emplace_back(),
+                              client->Push(2, part, SharedFloats::Take(std::vector<float>(
+                                                        part.size() * 4, 0.01f * float(r + 1)))));
+          PS_ASSIGN_OR_RETURN(pushes.emplace_back(),
+                              client->Push(3, window, SharedFloats::Take(std::vector<float>(
+                                                          window.size(), float(r + 1)))));
+          // The clock before the pushes' acknowledgements: under
+          // replication after aggregation they come with the clock's sums.
           PS_ASSIGN_OR_RETURN(Ticket t, client->Clock());
+          for (Ticket push : pushes) PS_RETURN_IF_ERROR(client->Wait(push));
           PS_RETURN_IF_ERROR(client->Wait(t));
           if (r == 0 && c == 2) reached.set_value();
           if (r == 0 && c == 3) rejoined_future.wait();  // clocks pass after the copy
@@ -477,7 +492,9 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
   ExpectSameCopies(cluster, job);  // every table's checksum, the hashed ones too
   EXPECT_FALSE(cluster.backup(0, 1).copying());
   // The integer sums are exact on every copy: the i-th id was pushed 1 + 2
-  // a clock from clock floor(i / 500) on.
+  // a clock from clock floor(i / 500) on (their mean, 1.5, under
+  // aggregation).
+  const float per_clock = m.aggregate ? 1.5f : 3.0f;
   std::map<uint64_t, size_t> index;
   for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
   uint64_t rows = 0;
@@ -486,7 +503,7 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
       const ShardSnapshot snapshot = store->Snapshot(job, s, 0).value();
       const TableSnapshot& t = snapshot.tables[1];
       for (size_t r = 0; r < t.ids.size(); ++r) {
-        const float expected = 3.0f * static_cast<float>(kClocks - index.at(t.ids[r]) / 500);
+        const float expected = per_clock * static_cast<float>(kClocks - index.at(t.ids[r]) / 500);
         ASSERT_EQ(t.values[2 * r], expected) << "shard " << s << " id " << t.ids[r];
         ASSERT_EQ(t.values[2 * r + 1], expected) << "shard " << s << " id " << t.ids[r];
       }
@@ -501,6 +518,81 @@ TEST(ReplicationTest, AHashedTableIsReplicatedAndARejoiningBackupCopiesItsRowsBy
     EXPECT_GT(primary.evicted_rows(3), 0u) << "shard " << s;
     EXPECT_GT(primary.expired_rows(3), 0u) << "shard " << s;
     EXPECT_EQ(cluster.backup(s, 1).store().stored_rows(3), primary.stored_rows(3));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, HashedReplicationTest,
+                         ::testing::Values(Mode{"bsp", ConsistencyMode::kBsp, 0, false},
+                                           Mode{"bsp_aggregate", ConsistencyMode::kBsp, 0, true},
+                                           Mode{"bsp_aggregate_per_push", ConsistencyMode::kBsp,
+                                                0, true, true}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// Under bsp with aggregation, pushes replicated one by one: a backup that
+// rejoins while a clock's pushes wait in their sums takes those sums in
+// its copy, a hashed table's by id and in its order, and applies them with
+// the clock's end as its primary does. Without them its rows would lack
+// that clock's pushes.
+TEST(ReplicationTest, ARejoiningBackupTakesTheSumsNotAppliedYetOfHashedTables) {
+  TableOptions sums = TestTable("sums", 0, 2, OptimizerKind::kAdd);
+  sums.keys = KeyKind::kHashed;
+  sums.max_rows = 100000;
+  TableOptions emb = TestTable("emb", 0, 3, OptimizerKind::kAdam);
+  emb.keys = KeyKind::kHashed;
+  emb.max_rows = 100;  // a shard's sum of about 200 ids holds 100 of them
+  emb.evict.policy = EvictPolicy::kLru;
+  JobOptions job = ReplicatedJob(2, 2,
+                                 TestJob().Workers(2).Bsp().Table("w", 10, 1, OptimizerKind::kAdd)
+                                     .Table(sums).Table(emb));
+  job.consistency.aggregate = true;
+  job.replication.after_aggregation = false;
+  ASSERT_OK(job.Validate());
+  ReplicatedCluster cluster(job);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (uint32_t r = 0; r < 2; ++r) {
+    clients.push_back(Client::Create(job, r, cluster.endpoints()).value());
+    ASSERT_OK(clients[r]->Join());
+  }
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 1000; ++i) ids.push_back(i * 0x9e3779b97f4a7c15ull + 5);
+  constexpr int kClocks = 6;
+  for (int c = 0; c < kClocks; ++c) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      // Each clock another order of the ids and another set of emb's.
+      std::vector<uint64_t> order(ids.rbegin(), ids.rend());
+      if ((c + r) % 2 == 0) order = ids;
+      ASSERT_OK(clients[r]->PushSync(
+          0, std::vector<uint64_t>{3, 4},
+          SharedFloats::Take(std::vector<float>(2, static_cast<float>(r + 1)))));
+      ASSERT_OK(clients[r]->PushSync(
+          1, order, SharedFloats::Take(std::vector<float>(order.size() * 2, float(r + 1)))));
+      const std::vector<uint64_t> some(ids.begin() + 100 * c, ids.begin() + 100 * c + 400);
+      std::vector<float> grads(some.size() * 3);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * static_cast<float>(i % 29 + r);
+      ASSERT_OK(clients[r]->PushSync(2, some, SharedFloats::Take(std::move(grads))));
+    }
+    // Every push of clock c acknowledged: on the primary and its backup,
+    // in the sums. The backup of shard 0 dies now and takes a copy.
+    if (c == 2) {
+      ASSERT_NE(RejoinBackup(cluster, job), nullptr);
+    }
+    std::vector<Ticket> clocks;
+    for (auto& client : clients) clocks.push_back(client->Clock().value());
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_OK(clients[r]->Wait(clocks[r]));
+  }
+  for (auto& client : clients) ASSERT_OK(client->Leave());
+  cluster.Stop();
+  ExpectSameCopies(cluster, job);
+  EXPECT_TRUE(cluster.backup(0, 1).in_sync());
+  EXPECT_EQ(cluster.backup(0, 1).clocks().min_clock(), kClocks);
+  // Exact: each id holds 1.5 a clock on every copy, the copied clock's too.
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (const ShardStore* store : {&cluster.primary(s).store(), &cluster.backup(s, 1).store()}) {
+      const ShardSnapshot snapshot = store->Snapshot(job, s, 0).value();
+      EXPECT_GT(snapshot.tables[1].ids.size(), 300u);
+      for (float v : snapshot.tables[1].values) ASSERT_EQ(v, 1.5f * kClocks) << "shard " << s;
+      EXPECT_EQ(snapshot.tables[2].ids.size(), 100u);
+    }
   }
 }
 
@@ -844,9 +936,69 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
   }
 }
 
+// An entry a backup must refuse: what it is, the entry and its frames,
+// and a part of the refusal that names what is wrong.
+struct RefusedEntry {
+  const char* what;
+  MessageHeader header;
+  std::vector<Frame> frames;
+  const char* names;
+};
+
+// A joining backup's copy of a hashed table's sum (kCopySum: clock, table
+// and count; its ids and rows): a forged one is refused naming what is
+// wrong, the copy stops there, and the backup holds nothing of it.
+TEST(ReplicationTest, AJoiningBackupRefusesAForgedSumOfAHashedTable) {
+  TableOptions h = TestTable("h", 0, 2, OptimizerKind::kAdd);
+  h.keys = KeyKind::kHashed;
+  h.max_rows = 10;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(2).Bsp().Table(h));
+  job.consistency.aggregate = true;
+  ASSERT_OK(job.Validate());
+  // An id of shard 1's hash slots: not shard 0's.
+  const TableLayout other = ShardStore::Create(job, 1).value()->layouts()[0];
+  uint64_t foreign = 1;
+  while (!other.owned.Contains(IdSlot(foreign, other.hash_seed, other.slots))) ++foreign;
+  auto sum = [](int64_t clock, uint64_t count) {
+    MessageHeader entry = CopyEntry(ReplicaEntry::kCopySum, 3);
+    entry.clock = clock;
+    entry.count = count;
+    return entry;
+  };
+  auto frames = [](const std::vector<uint64_t>& ids, size_t floats) {
+    std::vector<Frame> f = OneFrame(ids);
+    f.push_back(Frame::CopyOf(std::vector<float>(floats, 1.5f).data(), floats * sizeof(float)));
+    return f;
+  };
+  std::vector<RefusedEntry> cases;
+  cases.push_back({"more ids than its count", sum(1, 2), frames({1, 2, 3}, 6),
+                   "of 2 ids with an ids frame of 24 bytes, not 16"});
+  cases.push_back({"rows for fewer ids", sum(1, 3), frames({1, 2, 3}, 4),
+                   "with a rows frame of 16 bytes, not 24"});
+  cases.push_back({"an id twice", sum(1, 3), frames({1, 2, 1}, 6), "names id 1 twice"});
+  cases.push_back({"more ids than the table holds", sum(1, 11), frames({}, 0),
+                   "holds at most 10 rows"});
+  cases.push_back({"an id of another shard", sum(1, 1), frames({foreign}, 2),
+                   "outside this shard's slots"});
+  cases.push_back({"one frame", sum(1, 1), OneFrame(std::vector<uint64_t>{1}),
+                   "malformed shape"});
+  for (RefusedEntry& c : cases) {
+    auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*", -1, true).value();
+    std::thread runner([&] { backup->Run().IgnoreError(); });
+    RawPeer peer(backup->endpoint());
+    const MessageHeader reply = peer.Exchange(c.header, std::move(c.frames));
+    EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, c.names))
+        << c.what;
+    backup->Stop();
+    runner.join();
+    EXPECT_TRUE(backup->copying()) << c.what;
+    EXPECT_EQ(backup->store().sum_clocks(), 0u) << c.what;
+  }
+}
+
 // A kAggregate entry (replication after aggregation): the ids of the
-// pushes in the sums, their index, then each sum's values and touched
-// blocks.
+// pushes in the sums, their index (clock, table, count), then each sum's
+// values and touched blocks.
 std::vector<Frame> AggregateFrames(const std::vector<uint64_t>& ids,
                                    const std::vector<int64_t>& index,
                                    const std::vector<std::vector<float>>& values,
@@ -874,13 +1026,7 @@ TEST(ReplicationTest, ABackupRefusesAMalformedAggregateEntryWithItsStateUnchange
   entry.count = 2;  // the mean over 2 workers
   const std::vector<uint64_t> ids = {0, 77, 1, 1, 78, 1};  // worker, session, request id
   const std::vector<float> sum = {2, 4, 6, 8, 10};
-  struct Case {
-    const char* what;
-    MessageHeader header;
-    std::vector<Frame> frames;
-    const char* names;
-  };
-  std::vector<Case> cases;
+  std::vector<RefusedEntry> cases;
   auto header = [&](uint32_t count) {
     MessageHeader h = entry;
     h.count = count;
@@ -888,30 +1034,34 @@ TEST(ReplicationTest, ABackupRefusesAMalformedAggregateEntryWithItsStateUnchange
   };
   cases.push_back({"no frames", entry, {}, "malformed shape"});
   cases.push_back({"an index without its sum's frames", entry,
-                   AggregateFrames(ids, {0, 0}, {}, {}), "malformed shape"});
+                   AggregateFrames(ids, {0, 0, 1}, {}, {}), "malformed shape"});
   cases.push_back({"ids not in triples", entry,
-                   AggregateFrames({0, 77}, {0, 0}, {sum}, {{1}}), "malformed shape"});
+                   AggregateFrames({0, 77}, {0, 0, 1}, {sum}, {{1}}), "malformed shape"});
   cases.push_back({"a worker the job does not have", entry,
-                   AggregateFrames({5, 77, 1}, {0, 0}, {sum}, {{1}}), "worker 5"});
+                   AggregateFrames({5, 77, 1}, {0, 0, 1}, {sum}, {{1}}), "worker 5"});
   cases.push_back({"a sum of a clock not below the entry's", entry,
-                   AggregateFrames(ids, {1, 0}, {sum}, {{1}}), "sum of clock 1"});
+                   AggregateFrames(ids, {1, 0, 1}, {sum}, {{1}}), "sum of clock 1"});
   cases.push_back({"a table the job does not have", entry,
-                   AggregateFrames(ids, {0, 3}, {sum}, {{1}}), "table index 3"});
+                   AggregateFrames(ids, {0, 3, 1}, {sum}, {{1}}), "table index 3"});
   cases.push_back({"a sum of the wrong size", entry,
-                   AggregateFrames(ids, {0, 0}, {{1, 2, 3}}, {{1}}), "3 values"});
+                   AggregateFrames(ids, {0, 0, 1}, {{1, 2, 3}}, {{1}}), "3 values"});
   cases.push_back({"touched bytes for two blocks", entry,
-                   AggregateFrames(ids, {0, 0}, {sum}, {{1, 1}}), "2 blocks"});
-  cases.push_back({"a mean over 0 workers", header(0), AggregateFrames(ids, {0, 0}, {sum}, {{1}}),
-                   "0 workers"});
+                   AggregateFrames(ids, {0, 0, 2}, {sum}, {{1, 1}}), "2 blocks"});
+  cases.push_back({"a count other than its touched bytes", entry,
+                   AggregateFrames(ids, {0, 0, 2}, {sum}, {{1}}), "counted as 2 blocks"});
+  cases.push_back({"an index in pairs", entry, AggregateFrames(ids, {0, 0}, {sum}, {{1}}),
+                   "malformed shape"});
+  cases.push_back({"a mean over 0 workers", header(0),
+                   AggregateFrames(ids, {0, 0, 1}, {sum}, {{1}}), "0 workers"});
   cases.push_back({"a mean over 3 of 2 workers", header(3),
-                   AggregateFrames(ids, {0, 0}, {sum}, {{1}}), "3 workers"});
+                   AggregateFrames(ids, {0, 0, 1}, {sum}, {{1}}), "3 workers"});
   {
     // Values that are not whole floats.
-    std::vector<Frame> frames = AggregateFrames(ids, {0, 0}, {sum}, {{1}});
+    std::vector<Frame> frames = AggregateFrames(ids, {0, 0, 1}, {sum}, {{1}});
     frames[2] = Frame::CopyOf("abcde", 5);
     cases.push_back({"values of 5 bytes", entry, std::move(frames), "not whole floats"});
   }
-  for (Case& c : cases) {
+  for (RefusedEntry& c : cases) {
     const MessageHeader reply = peer.Exchange(c.header, std::move(c.frames));
     EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, c.names))
         << c.what;
@@ -919,11 +1069,11 @@ TEST(ReplicationTest, ABackupRefusesAMalformedAggregateEntryWithItsStateUnchange
   EXPECT_EQ(backup->applied(), 0u);
   EXPECT_EQ(backup->refused(), cases.size());
   // The good entry: the mean of the sum applied, once.
-  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0}, {sum}, {{1}})).op,
+  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0, 1}, {sum}, {{1}})).op,
             Op::kReplicateOk);
   // Sent again (the primary resends what it has no acknowledgement of):
   // acknowledged, not applied twice.
-  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0}, {sum}, {{1}})).op,
+  EXPECT_EQ(peer.Exchange(entry, AggregateFrames(ids, {0, 0, 1}, {sum}, {{1}})).op,
             Op::kReplicateOk);
   backup->Stop();
   runner.join();
