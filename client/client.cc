@@ -479,9 +479,13 @@ Status Client::CheckPushWait(Ticket ticket) const {
       "or set replication.after_aggregation: false");
 }
 
-Status Client::Wait(Ticket ticket) {
+Status Client::CheckWait(Ticket ticket) const {
   PS_RETURN_IF_ERROR(tracker_.CheckWaitable(ticket));
-  PS_RETURN_IF_ERROR(CheckPushWait(ticket));
+  return CheckPushWait(ticket);
+}
+
+Status Client::Wait(Ticket ticket) {
+  PS_RETURN_IF_ERROR(CheckWait(ticket));
   while (!tracker_.Done(ticket)) PS_RETURN_IF_ERROR(Poll(1000));
   return tracker_.Take(ticket);
 }

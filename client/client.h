@@ -265,6 +265,15 @@ class Client {
   // its per-shard requests). A ticket is consumed by Wait or by its
   // callback; waiting for an unknown or consumed ticket is InvalidArgument.
   Status Wait(Ticket ticket);
+  // The error Wait(ticket) returns at once, without waiting: InvalidArgument
+  // for an unknown or consumed ticket, FailedPrecondition for a push that
+  // is acknowledged only after this worker's Clock(); OK otherwise. For a
+  // caller that waits in slices (Poll and Done), letting other threads use
+  // the client between them.
+  Status CheckWait(Ticket ticket) const;
+  // True when `ticket` completed (its status is Wait's to take), or is
+  // unknown or consumed. Handles nothing: call Poll() to make progress.
+  bool Done(Ticket ticket) const { return tracker_.Done(ticket); }
   // Waits for every outstanding ticket; returns the first error among those
   // without a callback (all of them are consumed).
   Status WaitAll();

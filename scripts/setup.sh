@@ -27,6 +27,9 @@ PACKAGES=(
   libabsl-dev                # hashed_rows_bench's yardstick (absl::flat_hash_map)
   etcd-server                # a real etcd for the etcd client's tests
   prometheus                 # a real Prometheus for the metrics endpoint's test
+  # The Python module (python/): pybind11 and the headers to build it,
+  # numpy for its arrays, pytest for its tests (tests/python/).
+  pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
 )
 
 missing=()

@@ -2,6 +2,7 @@
 """The dependency rule of the source tree, checked on every include.
 
     proto <- common <- {store, client} <- {server, worker} <- tools
+                               client <- python
 
 A library includes only its own headers and those of the layers it stands
 on (store and client do not include each other, nor do server and worker);
@@ -36,6 +37,8 @@ LAYERS = {
     "server": {"common", "store"},
     "worker": {"common", "store", "client"},
     "tools": {"common", "store", "client", "server", "worker"},
+    # The Python module: a worker over the client, beside ps_worker.
+    "python": {"common", "client"},
 }
 # Files held to a narrower rule than their folder's.
 # An entry is a layer or one header (ps_ctl's own status code, which stays
@@ -60,6 +63,10 @@ ADAPTERS = [
     (re.compile(r"^nlohmann/"), {"server/etcd_client.cc", "common/shard_stats_json.cc"}),
     # xxHash: the slot hash of hash-keyed tables.
     (re.compile(r"^xxhash\.h$"), {"common/hash_slots.cc"}),
+    # pybind11 and Python's C API: the Python module alone.
+    (re.compile(r"^(pybind11/|Python\.h$)"), {"python/module.cc", "python/worker.h",
+                                               "python/worker.cc", "python/arrays.h",
+                                               "python/arrays.cc"}),
 ]
 # Names a folder's files must not use, in code or comments: what a layer
 # above it owns. (pattern, what it names)

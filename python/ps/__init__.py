@@ -1,0 +1,40 @@
+"""The parameter server from Python: a worker over the C++ client.
+
+    import numpy as np
+    import ps
+
+    with ps.Worker("job.yaml") as w:          # rank from --rank or the launcher
+        t = w.tables["weights"]
+        values = t.pull()                     # the whole table, (rows, dim) float32
+        t.push(np.ones(t.shape, np.float32))  # gradients, applied by the shards
+        w.clock()
+
+Everything here is the C++ client's (client/client.h): the same protocol,
+rank sources, rendezvous, consistency and errors. Arrays are float32 values
+and uint64 ids, read and written in place through the buffer protocol.
+Errors of the C++ side are ps.Error subclasses carrying the status code and
+the whole message. See docs/python.md.
+"""
+
+import argparse as _argparse
+
+from ps._ps import *  # noqa: F401,F403
+from ps._ps import Error, Future, Table, Worker  # noqa: F401
+
+
+def worker_from_argv(argv=None, **kwargs):
+    """A Worker from ps_worker's own flags in `argv` (sys.argv[1:] when
+    None): --config FILE, --rank N, --rank-from-hostname. Flags it does not
+    know are left for the program. Returns (worker, the remaining args).
+
+    A launcher starts a Python worker with the flags it gives ps_worker, so
+    a training script written this way runs under ps_launch, mpirun, Slurm
+    and Kubernetes alike. `kwargs` go to Worker (e.g. log_level).
+    """
+    parser = _argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config", required=True, help="job YAML file")
+    parser.add_argument("--rank", type=int, default=None)
+    parser.add_argument("--rank-from-hostname", action="store_true")
+    args, rest = parser.parse_known_args(argv)
+    worker = Worker(args.config, args.rank, rank_from_hostname=args.rank_from_hostname, **kwargs)
+    return worker, rest

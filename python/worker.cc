@@ -1,0 +1,277 @@
+#include "python/worker.h"
+
+#include <pybind11/numpy.h>
+
+#include <span>
+#include <utility>
+
+#include "common/config.h"
+#include "common/logging.h"
+#include "common/rank.h"
+
+namespace py = pybind11;
+
+namespace ps::python {
+
+void ThrowIfError(const Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+Graveyard::~Graveyard() {
+  // Deliberately leaked (see the header): releasing needs the GIL.
+  views_.clear();
+}
+
+void Graveyard::Bury(py::buffer_info* view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  views_.push_back(view);
+}
+
+void Graveyard::Release() {
+  std::vector<py::buffer_info*> views;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    views.swap(views_);
+  }
+  for (py::buffer_info* view : views) delete view;
+}
+
+void TurnLock::lock() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t ticket = next_++;
+  turn_.wait(lock, [&] { return serving_ == ticket; });
+}
+
+void TurnLock::unlock() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++serving_;
+  }
+  turn_.notify_all();
+}
+
+py::object Future::Wait() { return worker_->Wait(call_); }
+
+bool Future::Done() { return worker_->Done(*call_); }
+
+std::shared_ptr<Worker> Worker::Open(const std::string& config, std::optional<int64_t> rank,
+                                     bool rank_from_hostname, const std::string& log_level) {
+  StatusOr<JobOptions> job = LoadJobFile(config);
+  ThrowIfError(job.status());
+  StatusOr<ResolvedRank> resolved = ResolveRankFromFlags(
+      RankFlags{.value = rank, .from_hostname = rank_from_hostname},
+      static_cast<uint32_t>(job->cluster.servers.size()), job->cluster.workers, "rank");
+  ThrowIfError(resolved.status());
+  ThrowIfError(InitLogging("worker " + std::to_string(resolved->rank), log_level));
+  StatusOr<std::unique_ptr<Client>> client = Client::Create(*job, resolved->rank);
+  ThrowIfError(client.status());
+  return std::shared_ptr<Worker>(new Worker(std::move(*job), resolved->rank,
+                                            std::move(resolved->source), std::move(*client)));
+}
+
+Worker::Worker(JobOptions job, uint32_t rank, std::string rank_source,
+               std::unique_ptr<Client> client)
+    : job_(std::move(job)),
+      rank_(rank),
+      rank_source_(std::move(rank_source)),
+      client_(std::move(client)) {}
+
+Worker::~Worker() {
+  try {
+    Close();
+  } catch (const std::exception& e) {
+    PS_LOG_WARN("worker {}: closing: {}", rank_, e.what());
+  }
+}
+
+bool Worker::joined() {
+  py::gil_scoped_release release;
+  std::lock_guard<TurnLock> lock(mu_);
+  return joined_;
+}
+
+bool Worker::closed() {
+  py::gil_scoped_release release;
+  std::lock_guard<TurnLock> lock(mu_);
+  return client_ == nullptr;
+}
+
+Status Worker::CheckOpen(const char* call) const {
+  if (client_ != nullptr) return Status::Ok();
+  return FailedPreconditionError(std::string(call) + ": worker " + std::to_string(rank_) +
+                                 " is closed (it left the job); make a new ps.Worker");
+}
+
+int64_t Worker::current_clock() {
+  py::gil_scoped_release release;
+  std::lock_guard<TurnLock> lock(mu_);
+  ThrowIfError(CheckOpen("current_clock"));
+  return client_->clock();
+}
+
+void Worker::Join() {
+  graveyard_->Release();
+  Status joined;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<TurnLock> lock(mu_);
+    joined = CheckOpen("join()");
+    if (joined.ok() && joined_) {
+      joined = FailedPreconditionError("join(): worker " + std::to_string(rank_) +
+                                       " joined the job already");
+    }
+    if (joined.ok()) joined = client_->Join();
+    joined_ = joined.ok();
+  }
+  ThrowIfError(joined);
+}
+
+void Worker::Close() {
+  std::vector<std::shared_ptr<PendingCall>> calls;
+  calls.reserve(pending_.size());
+  for (const auto& [ticket, call] : pending_) calls.push_back(call);
+  Status left;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<TurnLock> lock(mu_);
+    if (client_ != nullptr) {
+      // Each call's own status stays with its future.
+      for (const std::shared_ptr<PendingCall>& call : calls) {
+        if (call->finished) continue;
+        call->status = client_->Wait(call->ticket);
+        call->finished = true;
+      }
+      if (joined_) left = client_->Leave();
+      joined_ = false;
+      // Its ZeroMQ context ends here and releases every frame it held.
+      client_.reset();
+    }
+  }
+  pending_.clear();
+  graveyard_->Release();
+  ThrowIfError(left);
+}
+
+template <typename Issue>
+Future Worker::Track(const char* what, Issue issue, std::vector<View> views, py::object result) {
+  graveyard_->Release();
+  auto call = std::make_shared<PendingCall>();
+  call->views = std::move(views);
+  call->result = std::move(result);
+  StatusOr<Ticket> ticket = [&]() -> StatusOr<Ticket> {
+    py::gil_scoped_release release;
+    std::lock_guard<TurnLock> lock(mu_);
+    PS_RETURN_IF_ERROR(CheckOpen(what));
+    return issue(*client_);
+  }();
+  ThrowIfError(ticket.status());
+  call->ticket = *ticket;
+  pending_[*ticket] = call;
+  return Future(shared_from_this(), std::move(call));
+}
+
+bool Worker::WaitSlice(PendingCall& call) {
+  if (call.finished) return true;
+  if (client_ == nullptr) {
+    call.status = CheckOpen("wait()");
+  } else if (Status waitable = client_->CheckWait(call.ticket); !waitable.ok()) {
+    call.status = waitable;
+  } else if (client_->Done(call.ticket)) {
+    call.status = client_->Wait(call.ticket);  // at once: it is done
+  } else {
+    // Poll's error ends the wait as Wait's does.
+    call.status = client_->Poll(kWaitSliceMs);
+    if (call.status.ok()) return false;
+  }
+  call.finished = true;
+  return true;
+}
+
+py::object Worker::Wait(const std::shared_ptr<PendingCall>& call) {
+  Status status;
+  {
+    py::gil_scoped_release release;
+    // In slices, so that other threads' calls to this worker (the next
+    // pull, another worker's future) go on while this one waits.
+    for (;;) {
+      std::lock_guard<TurnLock> lock(mu_);
+      if (WaitSlice(*call)) {
+        status = call->status;
+        break;
+      }
+    }
+  }
+  Forget(call);
+  ThrowIfError(status);
+  return call->result;
+}
+
+bool Worker::Done(const PendingCall& call) {
+  py::gil_scoped_release release;
+  std::lock_guard<TurnLock> lock(mu_);
+  if (call.finished || client_ == nullptr) return true;
+  ThrowIfError(client_->Poll(0));
+  return client_->Done(call.ticket);
+}
+
+void Worker::Forget(const std::shared_ptr<PendingCall>& call) {
+  pending_.erase(call->ticket);
+  call->views.clear();
+  graveyard_->Release();
+}
+
+Future Worker::Clock() {
+  return Track("clock()", [](Client& client) { return client.Clock(); }, {}, py::none());
+}
+
+Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* views) const {
+  const TableOptions& options = job_.tables.at(table);
+  Rows rows;
+  rows.dense = ids.is_none();
+  rows.dim = static_cast<int64_t>(options.dim);
+  if (rows.dense) {
+    rows.count = static_cast<int64_t>(options.rows);
+    return rows;
+  }
+  views->push_back(IdView(ids, "ids"));
+  rows.ids = {static_cast<const uint64_t*>(views->back()->ptr), IdCount(views->back())};
+  rows.count = static_cast<int64_t>(rows.ids.size());
+  return rows;
+}
+
+Future Worker::Pull(uint32_t table, py::handle ids, py::handle out) {
+  std::vector<View> views;
+  const Rows rows = RowsOf(table, ids, &views);
+  const int64_t count = rows.count, dim = rows.dim;
+  py::object result = out.is_none() ? py::array_t<float>({count, dim})
+                                    : py::reinterpret_borrow<py::object>(out);
+  views.push_back(FloatView(result, "out", {count, dim}, /*writable=*/true));
+  float* into = static_cast<float*>(views.back()->ptr);
+  return Track(
+      "pull()", [&](Client& client) {
+        return rows.dense ? client.PullDense(table, into) : client.Pull(table, rows.ids, into);
+      },
+      std::move(views), std::move(result));
+}
+
+Future Worker::Push(uint32_t table, py::handle ids, py::handle values) {
+  std::vector<View> views;
+  const Rows rows = RowsOf(table, ids, &views);
+  View grads = FloatView(values, "grads", {rows.count, rows.dim}, /*writable=*/false);
+  const auto* data = static_cast<const float*>(grads->ptr);
+  const auto size = static_cast<size_t>(rows.count * rows.dim);
+  // The frames may outlive the call (ZeroMQ sends them on its own thread):
+  // the view goes to the graveyard, whoever drops it last.
+  std::shared_ptr<const void> owner(grads.release(),
+                                    [graveyard = graveyard_](py::buffer_info* view) {
+                                      graveyard->Bury(view);
+                                    });
+  SharedFloats shared(std::move(owner), data, size);
+  return Track(
+      "push()", [&](Client& client) {
+        return rows.dense ? client.PushDense(table, shared) : client.Push(table, rows.ids, shared);
+      },
+      std::move(views), py::none());
+}
+
+}  // namespace ps::python

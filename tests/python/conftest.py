@@ -1,0 +1,125 @@
+"""What the Python module's tests share: a job on loopback with its real
+ps_server processes, started by the test and always stopped by pid.
+
+    def test_x(cluster):
+        job = cluster(workers=1)          # writes the job file, starts the shards
+        with ps.Worker(job.path, 0) as w:
+            ...
+
+Environment (set by ctest, tests/python/CMakeLists.txt): PS_BIN_DIR, the
+folder of ps_server; PYTHONPATH, build/python.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+BIN_DIR = os.environ.get("PS_BIN_DIR", "")
+STOP_GRACE_S = 5
+
+# Two tables of every test job: a dense one (rows 0..9, 3 floats each) and a
+# hashed one (any uint64 id, 2 floats), both summing what is pushed (`add`),
+# so that integer pushes give exact results.
+TABLES = """tables:
+  - name: dense
+    rows: 10
+    dim: 3
+    optimizer: { type: add }
+  - name: by_id
+    keys: hashed
+    dim: 2
+    max_rows: 1000
+    optimizer: { type: add }
+"""
+
+
+def free_port():
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_text(servers, workers, consistency="bsp", extra=""):
+    addresses = ", ".join('"127.0.0.1:%d"' % free_port() for _ in range(servers))
+    return ("cluster:\n  servers: [%s]\n  workers: %d\n%s"
+            "consistency: { mode: %s }\n%s" % (addresses, workers, TABLES, consistency, extra))
+
+
+class Job:
+    """A job file and the ps_server processes serving it."""
+
+    def __init__(self, tmp, servers, workers, consistency, extra, start):
+        self.path = str(tmp / "job.yaml")
+        self.tmp = tmp
+        with open(self.path, "w") as f:
+            f.write(job_text(servers, workers, consistency, extra))
+        self.servers = []
+        self.logs = []
+        if start:
+            for shard in range(servers):
+                log = str(tmp / ("server%d.log" % shard))
+                with open(log, "w") as out:
+                    self.servers.append(subprocess.Popen(
+                        [os.path.join(BIN_DIR, "ps_server"), "--config", self.path,
+                         "--shard", str(shard)],
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        start_new_session=True))
+                self.logs.append(log)
+
+    def wait_servers(self, timeout):
+        """Each server's exit code, waiting up to `timeout` seconds in all."""
+        return [p.wait(timeout) for p in self.servers]
+
+    def server_logs(self):
+        text = ""
+        for log in self.logs:
+            with open(log, errors="replace") as f:
+                text += "--- %s\n%s" % (log, f.read())
+        return text
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after STOP_GRACE_S, to each server still running; reaped."""
+        for p in self.servers:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.servers:
+            try:
+                p.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    """cluster(servers=2, workers=1, consistency="bsp", extra="", start=True):
+    a Job whose servers run until the test ends (also when it fails)."""
+    if not os.access(os.path.join(BIN_DIR, "ps_server"), os.X_OK):
+        pytest.fail("PS_BIN_DIR=%r holds no ps_server: run the tests through ctest" % BIN_DIR)
+    jobs = []
+
+    def make(servers=2, workers=1, consistency="bsp", extra="", start=True):
+        job = Job(tmp_path, servers, workers, consistency, extra, start)
+        jobs.append(job)
+        return job
+
+    yield make
+    failed = getattr(request.node, "rep_call", None)
+    for job in jobs:
+        job.stop()
+        if failed is not None and failed.failed:
+            sys.stdout.write(job.server_logs())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item (the fixture prints the
+    servers' logs when the test failed)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
