@@ -44,6 +44,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
   switch (static_cast<ReplicaEntry>(entry.flags)) {
     case ReplicaEntry::kPush:
     case ReplicaEntry::kAccumulate:
+    case ReplicaEntry::kRefusedPush:
       PS_RETURN_IF_ERROR(CheckEntryClock(entry));
       return ApplyPushEntry(entry, rest, ack);
     case ReplicaEntry::kApplySums:
@@ -98,9 +99,27 @@ Status BackupServer::ApplyPushEntry(const MessageHeader& entry, std::span<Frame>
   if (req.op != Op::kPush || req.worker >= job_.cluster.workers) {
     return InvalidArgumentError("a push entry holds a " + OpName(req.op));
   }
+  const auto kind = static_cast<ReplicaEntry>(entry.flags);
+  if (kind == ReplicaEntry::kRefusedPush && !store_->layouts()[req.table].hashed) {
+    return InvalidArgumentError("a refused push entry names table " + std::to_string(req.table) +
+                                ", which is not a hashed table (only a hashed table keeps "
+                                "marks of a refused push)");
+  }
   ack();
+  if (kind == ReplicaEntry::kRefusedPush) {
+    // The same state and the same arithmetic as the primary's: refused
+    // here too, leaving the same marks, and not recorded as applied.
+    if (store_->ApplyPush(request_, entry.clock).ok()) {
+      return InternalError("PUSH request " + std::to_string(req.request_id) + " from worker " +
+                           std::to_string(req.worker) +
+                           ", which the primary refused for a result that is not finite, was "
+                           "applied here: this backup's state differs from its primary's; "
+                           "restart it so that it takes a copy");
+    }
+    return Status::Ok();
+  }
   recent_pushes_.Insert(req.worker, req.session, req.request_id);
-  if (static_cast<ReplicaEntry>(entry.flags) == ReplicaEntry::kAccumulate) {
+  if (kind == ReplicaEntry::kAccumulate) {
     // As the primary admitted it (consistency.backup_workers).
     clocks_.Admit(req.worker, entry.clock);
     store_->Accumulate(request_, entry.clock);

@@ -225,6 +225,12 @@ void ReplicationLog::Push(std::span<const Frame> request, int64_t clock, bool ac
   Send(accumulate ? ReplicaEntry::kAccumulate : ReplicaEntry::kPush, h, request);
 }
 
+void ReplicationLog::RefusedPush(std::span<const Frame> request, int64_t clock) {
+  MessageHeader h;
+  h.clock = clock;
+  Send(ReplicaEntry::kRefusedPush, h, request);
+}
+
 void ReplicationLog::ApplySums(int64_t below, uint32_t workers, const ShardStore* sums,
                                std::span<const uint64_t> pushes) {
   MessageHeader h;

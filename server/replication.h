@@ -172,6 +172,13 @@ enum class ReplicaEntry : uint32_t {
   // A copy's admission sketch of a hashed table (admit): table; frame: its
   // counters (PushSketch::Data). Counted like kCopyIds.
   kCopySketch = 17,
+  // A worker's PUSH to a hashed table that the primary refused for a
+  // result that is not finite (server.on_non_finite_result: refuse), as
+  // kPush: its admission counts, its rows' uses and the rows evicted to
+  // make room for it stay (HashedRows::Apply), so the backup applies it
+  // too and must refuse it alike. Not recorded as a push applied: the
+  // worker may send it again.
+  kRefusedPush = 18,
 };
 
 // True for the kinds of a joining backup's copy.
@@ -211,6 +218,8 @@ class ReplicationLog {
   // copied); `clock` is the minimum clock it was applied at (kPush) or the
   // clock whose sum it joined (kAccumulate).
   void Push(std::span<const Frame> request, int64_t clock, bool accumulate);
+  // A push the store refused at `clock` that still changed it (kRefusedPush).
+  void RefusedPush(std::span<const Frame> request, int64_t clock);
   // With `sums` (replication.after_aggregation), the entry carries the
   // sums of every clock below `below` in `sums` (copied before they are
   // applied) and `pushes`, the ids of the pushes in them (worker, session,

@@ -182,6 +182,9 @@ void ShardServer::ApplyPushNow(Frame& routing_id, std::span<const Frame> body,
         "shard " + std::to_string(shard_) + ": PUSH request " + std::to_string(req.request_id) +
         " from worker " + std::to_string(req.worker) + " at clock " + std::to_string(req.clock));
     ReportNonFinite("refused (server.on_non_finite_result: refuse): " + refused.message());
+    // A hashed table keeps marks of a refused push (rows evicted for it,
+    // its uses and admission counts): the backups take it too.
+    if (store_->layouts()[req.table].hashed) replication_->RefusedPush(body, clocks_.min_clock());
     Reply(routing_id, MakeErrorHeader(req, shard_, refused));
     return;
   }

@@ -596,6 +596,53 @@ TEST(ReplicationTest, ARejoiningBackupTakesTheSumsNotAppliedYetOfHashedTables) {
   }
 }
 
+// A push that a primary refuses for a result that is not finite
+// (server.on_non_finite_result: refuse) still leaves its marks on an
+// evicting hashed table: the rows evicted to make room for its new ids
+// stay evicted, and the rows it named count it as a use. The backups take
+// it too and refuse it the same way, so every copy holds the same rows and
+// later evictions pick the same victims; none records it as applied.
+TEST(ReplicationTest, APushRefusedForAResultThatIsNotFiniteLeavesEveryReplicaAlike) {
+  TableOptions emb = TestTable("emb", 0, 1, OptimizerKind::kAdd);
+  emb.keys = KeyKind::kHashed;
+  emb.max_rows = 8;
+  emb.evict.policy = EvictPolicy::kLru;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table(emb));
+  job.server.on_non_finite_result = NonFiniteResultPolicy::kRefuse;
+  ASSERT_OK(job.Validate());
+  ReplicatedCluster cluster(job);
+  auto client = Client::Create(job, 0, cluster.endpoints()).value();
+  ASSERT_OK(client->Join());
+  const auto push = [&](std::vector<uint64_t> ids, float grad) {
+    const size_t n = ids.size();
+    return client->PushSync(0, std::move(ids), SharedFloats::Take(std::vector<float>(n, grad)));
+  };
+  // Both shards at their bound, and one id near the float range's end.
+  std::vector<uint64_t> full;
+  for (uint64_t i = 0; i < 40; ++i) full.push_back(i * 0x9e3779b97f4a7c15ull + 1);
+  ASSERT_OK(push(full, 1.0f));
+  constexpr uint64_t kHuge = 77;
+  ASSERT_OK(push({kHuge}, 3e38f));
+  // New ids first (rows evicted for them on both shards), then the huge
+  // id again: its shard refuses its part of the push.
+  std::vector<uint64_t> refused;
+  for (uint64_t i = 0; i < 20; ++i) refused.push_back(i * 0xbf58476d1ce4e5b9ull + 3);
+  refused.push_back(kHuge);
+  const Status status = push(refused, 3e38f);
+  EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << status.ToString();
+  // More pushes at the bound: their victims follow every earlier use.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint64_t> more(full.begin() + round * 10, full.begin() + round * 10 + 12);
+    ASSERT_OK(push(more, 1.0f));
+  }
+  ASSERT_OK(client->Leave());
+  cluster.Stop();
+  uint64_t refused_rows = 0;
+  for (uint32_t s = 0; s < 2; ++s) refused_rows += cluster.primary(s).store().refused_rows(0);
+  EXPECT_EQ(refused_rows, 1u);
+  ExpectSameCopies(cluster, job);
+}
+
 TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {
   constexpr uint64_t kRows = 5000;
   JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(2).Bsp().Table("w", kRows, 1,
@@ -1011,6 +1058,68 @@ std::vector<Frame> AggregateFrames(const std::vector<uint64_t>& ids,
     frames.push_back(Frame::CopyOf(touched[k].data(), touched[k].size()));
   }
   return frames;
+}
+
+// A refused push entry (kRefusedPush) is taken only for a hashed table and
+// only when this backup refuses it too.
+TEST(ReplicationTest, ABackupTakesARefusedPushOnlyWhenItRefusesItToo) {
+  TableOptions emb = TestTable("emb", 0, 1, OptimizerKind::kAdd);
+  emb.keys = KeyKind::kHashed;
+  emb.max_rows = 100;
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd)
+                                           .Table(emb));
+  job.server.on_non_finite_result = NonFiniteResultPolicy::kRefuse;
+  ASSERT_OK(job.Validate());
+  // Two ids of shard 0's slots.
+  const auto shard_zero_id = [&](uint64_t from) {
+    const uint32_t slots = job.tables[1].HashSlots();
+    while (SlotShard(IdSlot(from, NameHash("emb"), slots), slots, 2) != 0) ++from;
+    return from;
+  };
+  const uint64_t id = shard_zero_id(1), other = shard_zero_id(id + 1);
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*").value();
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  RawPeer peer(backup->endpoint());
+  uint64_t next = 1;
+  // Entry `next` of `kind` holding worker 0's push of `value` to `row` of table `table`.
+  auto push = [&](ReplicaEntry kind, uint32_t table, uint64_t row, float value) {
+    MessageHeader entry;
+    entry.op = Op::kReplicate;
+    entry.request_id = next;
+    entry.flags = static_cast<uint32_t>(kind);
+    MessageHeader h;
+    h.op = Op::kPush;
+    h.request_id = 100 + next;
+    h.table = table;
+    h.dim = 1;
+    h.count = 1;
+    std::vector<Frame> frames;
+    frames.push_back(EncodeHeader(h));
+    frames.push_back(Frame::CopyOf(&row, sizeof(row)));
+    frames.push_back(Frame::CopyOf(&value, sizeof(value)));
+    return peer.Exchange(entry, std::move(frames));
+  };
+  // Of a range table: refused before it is taken.
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(push(ReplicaEntry::kRefusedPush, 0, 2, 1.0f)),
+                      StatusCode::kInvalidArgument, "not a hashed table"));
+  // The state the primary had, and a push the backup refuses too: taken.
+  EXPECT_EQ(push(ReplicaEntry::kPush, 1, id, 3e38f).op, Op::kReplicateOk);
+  ++next;
+  EXPECT_EQ(push(ReplicaEntry::kRefusedPush, 1, id, 3e38f).op, Op::kReplicateOk);
+  ++next;
+  // One the backup applies (a row the primary's refusal did not reach):
+  // acknowledged as it arrived, then its state differs from its
+  // primary's, said, and it takes no more.
+  EXPECT_EQ(push(ReplicaEntry::kRefusedPush, 1, other, 1.0f).op, Op::kReplicateOk);
+  ++next;
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(push(ReplicaEntry::kPush, 1, id, 1.0f)),
+                      StatusCode::kDataLoss, "was applied here"));
+  backup->Stop();
+  runner.join();
+  EXPECT_EQ(backup->store().refused_rows(1), 1u);
+  // The range table's entry, the one applied here and the one after it.
+  EXPECT_EQ(backup->refused(), 3u);
 }
 
 TEST(ReplicationTest, ABackupRefusesAMalformedAggregateEntryWithItsStateUnchanged) {
