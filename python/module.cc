@@ -208,7 +208,7 @@ PYBIND11_MODULE(_ps, m) {
           kPushAsyncDoc, py::arg("ids_or_grads"), py::arg("grads") = py::none())
       .def("__repr__", &TableRepr);
 
-  py::class_<Worker, std::shared_ptr<Worker>>(m, "Worker", R"(One worker of a job, over the C++ client.
+  py::class_<Worker, std::shared_ptr<Worker>>(m, "Worker", py::dynamic_attr(), R"(One worker of a job, over the C++ client.
 
 Worker(config, rank=None, *, rank_from_hostname=False, log_level="info")
 reads the job file `config` and finds this worker's rank as ps_worker does

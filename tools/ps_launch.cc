@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -37,6 +38,21 @@ std::string OwnDirectory() {
       std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return ".";
   return self.parent_path().string();
+}
+
+// From the build tree (bin_dir is build/bin), the Python module ps built
+// beside it (build/python) goes first on PYTHONPATH for the workers a
+// train.command starts (they inherit this process's environment). An
+// installed module needs nothing.
+void PutBuiltPythonModuleOnPath(const std::string& bin_dir) {
+  std::error_code error;
+  const std::filesystem::path python =
+      std::filesystem::weakly_canonical(std::filesystem::path(bin_dir) / ".." / "python", error);
+  if (error || !std::filesystem::exists(python / "ps" / "__init__.py", error)) return;
+  const char* path = std::getenv("PYTHONPATH");
+  const std::string joined =
+      python.string() + (path != nullptr && *path != '\0' ? ":" + std::string(path) : "");
+  ::setenv("PYTHONPATH", joined.c_str(), 1);
 }
 
 // ps_launch's flags.
@@ -121,6 +137,9 @@ int main(int argc, char** argv) {
   options.resume = flags.resume;
   options.max_processes = flags.max_processes;
   options.metrics_csv = job->train.metrics_csv;
+  // The workers' own program (train.command), started with ps_worker's flags.
+  options.worker_command = job->train.command;
+  if (!options.worker_command.empty()) PutBuiltPythonModuleOnPath(options.bin_dir);
   // The launcher takes the job's JobOptions part; the train section is the
   // workers'.
   ps::Launcher launcher(std::move(*job), flags.config_path, options);

@@ -266,6 +266,15 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("{}", ps::NoTrainSectionMessage(flags.config_path));
     return kExitBadConfig;
   }
+  if (!job->train.command.empty()) {
+    std::string command;
+    for (const std::string& arg : job->train.command) command += (command.empty() ? "" : " ") + arg;
+    PS_LOG_ERROR("{}: the job's workers run train.command ({}), not a program of ps_worker; "
+                 "start them with ps_launch --config {}, or run that command with --config {} "
+                 "--rank N",
+                 flags.config_path, command, flags.config_path, flags.config_path);
+    return kExitBadConfig;
+  }
   // Known: LoadTrainJobFile checked the name.
   const ps::TrainProgram& program = *ps::FindTrainProgram(job->train.program);
   if (flags.standalone && ps::FindProgramSpec(program.name)->needs_servers) {

@@ -13,6 +13,36 @@
 namespace ps {
 namespace {
 
+// train.command: a non-empty list of strings, the first not empty; not
+// with train.program (the workers run one or the other).
+Status ReadCommand(const YamlReader& r, const YamlMap& map, const YamlValue* value,
+                   TrainOptions* train) {
+  if (value == nullptr) return Status::Ok();
+  constexpr std::string_view kExpected =
+      "a list of strings: the worker's program and its arguments, e.g. [python3, train.py]";
+  PS_ASSIGN_OR_RETURN(std::vector<YamlValue> items, r.ReadList(*value, kExpected));
+  if (items.empty()) {
+    return r.WithPosition(InvalidOption(r.source(), "train.command", "got an empty list",
+                                        std::string(kExpected)));
+  }
+  train->command.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    PS_RETURN_IF_ERROR(r.ReadString(items[i], kExpected, &train->command[i]));
+  }
+  if (train->command[0].empty()) {
+    return r.WithPosition(InvalidOption(r.source(), "train.command[0]", "got an empty string",
+                                        "the worker's program (a path, or a name on PATH)"));
+  }
+  if (map.Find("program") != nullptr) {
+    return r.WithPosition(InvalidOption(
+        r.source(), "train.command",
+        "given with train.program " + train->program,
+        "one of them: train.program runs a built-in program in ps_worker, train.command runs "
+        "the workers' own"));
+  }
+  return Status::Ok();
+}
+
 Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOptions* train) {
   using T = TrainOptions;
   // features, layers and ctr are the programs' own keys: allowed with every
@@ -21,6 +51,17 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
   // the program is known.
   const auto read_program_keys = [](const YamlReader& reader, const YamlMap& map,
                                     const YamlValue*, T* t) {
+    if (!t->command.empty()) {
+      // The workers' own program: no built-in program reads these.
+      for (const std::string_view key : {"features", "layers", "ctr"}) {
+        if (map.Find(key) == nullptr) continue;
+        return reader.WithPosition(InvalidOption(
+            reader.source(), "train." + std::string(key), "given with train.command",
+            "no train." + std::string(key) + ": it belongs to a built-in train.program, and "
+            "train.command runs the workers' own program"));
+      }
+      return Status::Ok();
+    }
     const ProgramSpec* program = FindProgramSpec(t->program);
     return program->read_keys == nullptr ? Status::Ok() : program->read_keys(reader, map, t);
   };
@@ -34,6 +75,8 @@ Status ReadTrainSection(const YamlReader& r, const YamlValue& value, TrainOption
          t->program = ProgramSpecs()[index].name;
          return Status::Ok();
        }},
+      // Before the programs' keys, which a command's job has none of.
+      {"command", {}, {}, ReadCommand},
       StringField("table", &T::table, "a table name"),
       StringField("user_table", &T::user_table, "a table name"),
       StringField("item_table", &T::item_table, "a table name"),
@@ -91,6 +134,14 @@ StatusOr<TrainJob> LoadTrainJobString(const std::string& yaml_text, const std::s
 Status ValidateTrain(const TrainJob& job) {
   const TrainOptions& train = job.train;
   if (train.program.empty()) return Status::Ok();  // not a training job
+  if (!train.command.empty()) {
+    if (job.cluster.evaluator) {
+      return InvalidOption(job.source, "cluster.evaluator",
+                           "got true with train.command (the workers run their own program)",
+                           "false: the evaluator runs a built-in train.program");
+    }
+    return Status::Ok();  // the workers' own program reads what it needs
+  }
   const ProgramSpec* program = FindProgramSpec(train.program);
   if (program == nullptr) {
     return TrainOptionError(job, "program", "got " + Quote(train.program),

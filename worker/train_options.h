@@ -114,6 +114,14 @@ struct TrainOptions {
   uint64_t seed = 42;
   // Print the loss every this many iterations (0: only first and last).
   uint32_t log_every = 20;
+  // The program every worker runs instead of ps_worker, started by
+  // ps_launch: its argv, e.g. ["python3", "train.py"] (a Python worker,
+  // docs/python.md), to which ps_launch appends the flags it gives
+  // ps_worker (--config FILE --rank N, and --log-level, --cpu-threads).
+  // Relative paths are the launcher's working folder's. Empty (the
+  // default): ps_worker runs `program`. With a command the job names no
+  // program, and the programs' keys and the evaluator do not apply.
+  std::vector<std::string> command;
   // When set, every worker appends a row per progress line to this CSV
   // (time_s, clock, worker, epoch, loss, metric_name, metric,
   // samples_per_s, staleness_wait_s); the file is created with its header

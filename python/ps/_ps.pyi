@@ -76,6 +76,8 @@ class Table:
 
 class Worker:
     """One worker of a job; `with Worker(...) as w:` joins and leaves."""
+    # Set by ps.worker_from_argv: the launcher's --cpu-threads, or None.
+    cpu_threads: Optional[int]
     def __init__(self, config: str, rank: Optional[int] = None, *,
                  rank_from_hostname: bool = False, log_level: str = "info") -> None: ...
     @property

@@ -176,6 +176,45 @@ TEST(TrainOptionsTest, MlpTrainingLoadsAndChecksItsTable) {
   EXPECT_NE(bad_layers.status().message().find("train.layers"), std::string::npos);
 }
 
+// train.command: the workers' own program (ps_launch starts it with
+// ps_worker's flags): read as an argv, with no program checks, and each
+// key it cannot go with named.
+TEST(TrainOptionsTest, ACommandRunsTheWorkersOwnProgramAndGoesWithNoProgramKeys) {
+  const std::string tables = "{ name: mine, rows: 5 }";
+  auto job = LoadTrainJobString(JobYaml(tables, "{ command: [python3, train.py, --epochs, 3] }"),
+                                "mem");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->train.command,
+            (std::vector<std::string>{"python3", "train.py", "--epochs", "3"}));
+  struct Bad {
+    std::string train;
+    std::vector<std::string> names;
+  };
+  const Bad bad[] = {
+      {"{ command: [] }", {"train.command", "got an empty list"}},
+      {"{ command: python3 }", {"train.command", "a list of strings"}},
+      {"{ command: [\"\", x.py] }", {"train.command[0]", "an empty string"}},
+      {"{ command: [python3, [x]] }", {"a list of strings"}},
+      {"{ program: mlp, command: [python3, x.py] }", {"train.command", "train.program mlp"}},
+      {"{ command: [python3, x.py], features: 5 }", {"train.features", "given with train.command"}},
+      {"{ command: [python3, x.py], layers: [5, 1] }", {"train.layers", "train.command"}},
+  };
+  for (const Bad& b : bad) {
+    auto refused = LoadTrainJobString(JobYaml(tables, b.train), "mem");
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << b.train;
+    for (const std::string& name : b.names) {
+      EXPECT_NE(refused.status().message().find(name), std::string::npos)
+          << b.train << ": " << refused.status().ToString();
+    }
+  }
+  auto evaluator = LoadTrainJobString(
+      "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1, evaluator: true }\n"
+      "tables: [ " + tables + " ]\ntrain: { command: [python3, x.py] }\n",
+      "mem");
+  EXPECT_NE(evaluator.status().message().find("cluster.evaluator"), std::string::npos)
+      << evaluator.status().ToString();
+}
+
 // The ctr program: its keys under train.ctr, its tables (a hashed table of
 // embeddings, a range table with one row per MLP parameter) and each check
 // of its data, named.
