@@ -129,6 +129,12 @@ void RemoteParamStore::WriteMetrics(MetricsWriter& out) const {
               static_cast<double>(c.reconnects));
   out.Counter("ps_worker_resent_total", "Requests sent again after a reconnect",
               static_cast<double>(c.resent));
+  out.Counter("ps_worker_summed_rows_total",
+              "Hashed pushes: rows of ids repeated in a push, summed into one",
+              static_cast<double>(c.summed_rows));
+  out.Counter("ps_worker_residuals_dropped_total",
+              "Hashed 16-bit pushes: ids whose rounding residual was let go at its bound",
+              static_cast<double>(c.residuals_dropped));
   if (backups_) {
     out.Counter("ps_worker_late_pushes_total",
                 "Push requests dropped for coming after their clock's quorum "

@@ -140,6 +140,11 @@ def body(tmp, procs):
         got = prom.values(last("ps_worker_requests_total"), "worker")
         check(len(got) == 2 and all(v > 0 for v in got.values()),
               "each worker counted its requests: %s" % got)
+        # Of hashed tables only, which this job has none of: served, and 0.
+        for name in ("ps_worker_summed_rows_total", "ps_worker_residuals_dropped_total"):
+            got = prom.values(last(name), "worker")
+            check(len(got) == 2 and all(v == 0 for v in got.values()),
+                  "each worker served %s, 0 without hashed tables: %s" % (name, got))
 
     # A taken metrics port: the process that needs it says so and fails.
     with socket.socket() as taken:
