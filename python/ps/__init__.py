@@ -12,7 +12,8 @@
 Everything here is the C++ client's (client/client.h): the same protocol,
 rank sources, rendezvous, consistency and errors. Arrays are float32 values
 and uint64 ids, read and written in place through the buffer protocol;
-CPU torch tensors (float32, int64 ids) in place too.
+CPU torch tensors (float32, int64 ids) in place too. ps.torch keeps a
+torch.nn.Module's parameters on the servers (import ps.torch).
 Errors of the C++ side are ps.Error subclasses carrying the status code and
 the whole message. See docs/python.md.
 """

@@ -1,6 +1,9 @@
-"""CPU torch tensors through the ps module with no copy, against real
-ps_server processes on loopback (conftest.py)."""
+"""CPU torch tensors through the ps module with no copy, and ps.torch:
+tables written from a module, checked against the job, and a module's
+parameters trained through real ps_server processes on loopback
+(conftest.py), matching a one-process PyTorch run on the same batches."""
 
+import os
 import subprocess
 import sys
 
@@ -9,6 +12,12 @@ import pytest
 import torch
 
 import ps
+import ps.torch
+from conftest import run_python_workers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_train_worker as trainer  # noqa: E402
 
 
 def test_pull_into_a_tensor_writes_in_place(cluster):
@@ -89,6 +98,86 @@ def test_wrong_tensors_raise_naming_expected_and_got(cluster):
 
 
 def test_import_ps_works_without_torch():
-    code = "import sys; sys.modules['torch'] = None\nimport ps\nprint('ps ok, ps.torch needs torch')\n"
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import ps\n"
+            "try:\n    import ps.torch\nexcept ImportError:\n    print('ps ok, ps.torch needs torch')\n")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert got.returncode == 0 and "ps ok, ps.torch needs torch" in got.stdout, got.stderr
+
+
+def small_model():
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+
+
+def test_tables_for_writes_a_table_per_parameter_that_the_job_file_takes(cluster):
+    model = small_model()
+    text = ps.torch.tables_for(model, optimizer={"type": "adam", "lr": 0.01})
+    job = cluster(start=False, tables=text)
+    w = ps.Worker(job.path, 0)
+    assert list(w.tables) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [t.shape for t in w.tables.values()] == [(3, 4), (3, 1), (1, 3), (1, 1)]
+    assert "optimizer: { type: adam, lr: 0.01 }" in text
+    assert "init: { type: uniform, scale: 0.5, seed: 1 }" in text  # 1/sqrt(fan_in 4)
+    tables = ps.torch.check_tables(w, model)
+    assert tables["2.weight"] is not None and tables["2.weight"].name == "2.weight"
+    wider = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(), torch.nn.Linear(5, 1))
+    with pytest.raises(ValueError, match=r"parameter '0.weight' \(shape \(5, 4\)\) needs table "
+                                         r"'0.weight' .* rows: 5 and dim: 4, got rows: 3, dim: 4"):
+        ps.torch.check_tables(w, wider)
+    deeper = torch.nn.Sequential(*small_model(), torch.nn.Linear(1, 1))
+    with pytest.raises(ValueError, match=r"parameter '3.weight' \(shape \(1, 1\)\) has no "
+                                         r"table '3.weight' in .*job.yaml"):
+        ps.torch.ParameterServer(w, deeper)
+    w.close()
+
+
+def test_parameter_server_pulls_into_the_parameters_in_place(cluster):
+    model = small_model()
+    job = cluster(tables=ps.torch.tables_for(model, init={"type": "constant", "value": 0.25}))
+    with ps.Worker(job.path, 0) as w:
+        pointers = [p.data_ptr() for p in model.parameters()]
+        server = ps.torch.ParameterServer(w, model)
+        assert [p.data_ptr() for p in model.parameters()] == pointers
+        for p in model.parameters():
+            assert torch.equal(p.detach(), torch.full_like(p, 0.25))
+        model(torch.ones(2, 4)).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        server.step()  # sgd, lr 0.1
+        assert [p.data_ptr() for p in model.parameters()] == pointers
+        for name, p in model.named_parameters():
+            expected = torch.full_like(p, 0.25) - torch.tensor(0.1) * grads[name]
+            torch.testing.assert_close(p.detach(), expected, rtol=0, atol=1e-6)
+        with pytest.raises(TypeError, match=r"parameter '0.weight': expected a float32 tensor"):
+            ps.torch.ParameterServer(w, small_model().double())
+
+
+def test_two_workers_train_as_one_pytorch_process_under_bsp(cluster, tmp_path):
+    job = cluster(servers=2, workers=2,
+                  tables=ps.torch.tables_for(trainer.make_model(),
+                                             optimizer={"type": "sgd", "lr": trainer.LR}))
+    prefix = str(tmp_path / "params")
+    for r, (code, out) in enumerate(run_python_workers(
+            "torch_train_worker.py", job.path, 2, ["--out", prefix])):
+        assert code == 0 and "trained" in out, "worker %d (exit %s):\n%s" % (r, code, out)
+    results = [torch.load("%s%d.pt" % (prefix, r)) for r in range(2)]
+
+    # One process, the whole batch of each step, plain SGD, from the
+    # servers' initial values.
+    model = trainer.make_model()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(results[0]["initial"][name])
+    x, y = trainer.make_data()
+    for step in range(trainer.STEPS):
+        xb, yb = trainer.batch(x, y, step)
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= trainer.LR * p.grad
+    for r, result in enumerate(results):
+        for name, p in model.named_parameters():
+            assert torch.equal(result["initial"][name], results[0]["initial"][name])
+            assert not torch.equal(result["final"][name], result["initial"][name]), name
+            torch.testing.assert_close(result["final"][name], p.detach(), rtol=0, atol=1e-5,
+                                       msg=lambda m: "worker %d, %s: %s" % (r, name, m))

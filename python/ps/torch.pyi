@@ -1,0 +1,34 @@
+"""Type hints of ps.torch (python/ps/torch.py)."""
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from ps._ps import Table, Worker
+
+DEFAULT_OPTIMIZER: Dict[str, Any]
+
+def table_shape(parameter: torch.Tensor) -> Tuple[int, int]:
+    """(rows, dim): the first dimension and the product of the others."""
+def tables_for(model: torch.nn.Module, optimizer: Optional[Mapping[str, Any]] = None,
+               init: Optional[Mapping[str, Any]] = None, prefix: str = "") -> str:
+    """The YAML `tables:` section with one range table per parameter."""
+def check_tables(worker: Worker, model: torch.nn.Module, prefix: str = "") -> Dict[str, Table]:
+    """Raises ValueError naming a parameter whose table is missing or of another shape."""
+
+class ParameterServer:
+    """A module's parameters kept on the servers of a joined worker's job."""
+    worker: Worker
+    model: torch.nn.Module
+    # Each step() also waits until every worker pulled (synchronous SGD under bsp).
+    barrier: bool
+    def __init__(self, worker: Worker, model: torch.nn.Module, prefix: str = "",
+                 pull: bool = True, barrier: bool = False) -> None: ...
+    def pull(self) -> None:
+        """The servers' values into the parameters, in place."""
+    def push_gradients(self) -> None:
+        """Every parameter's .grad to its table; waits until accepted."""
+    def step(self) -> None:
+        """push_gradients(), clock, pull()."""
+    def zero_grad(self) -> None: ...
+    def parameters(self) -> Dict[str, Table]: ...
