@@ -145,6 +145,14 @@ class ParameterServer:
     workers compute exactly what one process would on the union of their
     batches (synchronous SGD), at the price of one more round trip a step.
 
+    overlap=True pushes each parameter's gradient from a hook as soon as
+    the backward pass has it, while the pass goes on with the layers before
+    (as DistributedDataParallel overlaps its all-reduce with the backward
+    pass; each parameter is a table, and its push a request of its own);
+    step() then only waits for them. Each backward pass must then be
+    followed by step(): gradients are pushed as they come, not summed in
+    .grad over several passes.
+
     Unless pull=False, the constructor reads the servers' values into the
     parameters and spends one clock so that every worker starts from the
     same values: a one-row pull at the next clock waits until every worker
@@ -153,10 +161,13 @@ class ParameterServer:
     Not thread-safe: call it from the training loop's thread.
     """
 
-    def __init__(self, worker, model, prefix="", pull=True, barrier=False):
+    def __init__(self, worker, model, prefix="", pull=True, barrier=False, overlap=False):
         self.worker = worker
         self.model = model
         self.barrier = barrier
+        self.overlap = overlap
+        self._hooks = []
+        self._in_flight = {}  # parameter name -> its push, started by a hook
         tables = check_tables(worker, model, prefix)
         # (name, parameter, table, the parameter's memory as a (rows, dim) array)
         self._entries = []
@@ -167,6 +178,9 @@ class ParameterServer:
         if self._entries:
             self._barrier_ids = _np.zeros(1, _np.uint64)
             self._barrier_out = _np.empty((1, self._entries[0][2].dim), _np.float32)
+        if overlap:
+            for name, parameter, table, _ in self._entries:
+                self._hooks.append(parameter.register_hook(self._push_when_ready(name, table)))
         if pull:
             self.pull()
             # No worker's first push may reach a shard before every worker
@@ -185,14 +199,46 @@ class ParameterServer:
     def push_gradients(self):
         """Pushes every parameter's .grad (parameters without one are
         skipped); pushes of all tables in flight at once, and waits until the
-        shards accepted them."""
-        futures = []
-        for name, parameter, table, _ in self._entries:
-            grad = parameter.grad
-            if grad is None:
-                continue
-            grads = _tensors.float_array(grad, "gradient of %r" % name)
-            futures.append(table.push_async(grads.reshape(table.shape)))
+        shards accepted them. With overlap=True, waits for the pushes the
+        backward pass started instead (a parameter the pass did not reach
+        pushes nothing)."""
+        if self.overlap:
+            futures = list(self._in_flight.values())
+            self._in_flight = {}
+        else:
+            futures = []
+            for name, parameter, table, _ in self._entries:
+                if parameter.grad is not None:
+                    futures.append(self._push(name, table, parameter.grad))
+        for future in futures:
+            future.wait()
+
+    def _push(self, name, table, grad):
+        grads = _tensors.float_array(grad, "gradient of %r" % name)
+        return table.push_async(grads.reshape(table.shape))
+
+    def _push_when_ready(self, name, table):
+        """A hook for the parameter `name`: autograd calls it with the
+        parameter's whole gradient of this backward pass, as soon as it is
+        known, and the push starts while the pass goes on."""
+        def hook(grad):
+            if name in self._in_flight:
+                raise RuntimeError(
+                    "parameter %r: a second gradient before step(); with overlap=True each "
+                    "backward pass pushes its gradients, so call step() after each one (or "
+                    "use overlap=False to accumulate .grad over several passes)" % name)
+            # A gradient may come transposed (the backward of a matmul): the
+            # push needs it contiguous, and it must not change until sent.
+            self._in_flight[name] = self._push(name, table, grad.contiguous())
+        return hook
+
+    def close(self):
+        """Removes the gradient hooks of overlap=True and waits for their
+        pushes in flight."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        futures, self._in_flight = list(self._in_flight.values()), {}
         for future in futures:
             future.wait()
 

@@ -22,8 +22,10 @@ class ParameterServer:
     model: torch.nn.Module
     # Each step() also waits until every worker pulled (synchronous SGD under bsp).
     barrier: bool
+    # Each parameter's gradient pushed from a hook during the backward pass.
+    overlap: bool
     def __init__(self, worker: Worker, model: torch.nn.Module, prefix: str = "",
-                 pull: bool = True, barrier: bool = False) -> None: ...
+                 pull: bool = True, barrier: bool = False, overlap: bool = False) -> None: ...
     def pull(self) -> None:
         """The servers' values into the parameters, in place."""
     def push_gradients(self) -> None:
@@ -31,4 +33,6 @@ class ParameterServer:
     def step(self) -> None:
         """push_gradients(), clock, pull()."""
     def zero_grad(self) -> None: ...
+    def close(self) -> None:
+        """Removes overlap's hooks; waits for their pushes in flight."""
     def parameters(self) -> Dict[str, Table]: ...

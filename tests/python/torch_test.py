@@ -151,13 +151,44 @@ def test_parameter_server_pulls_into_the_parameters_in_place(cluster):
             ps.torch.ParameterServer(w, small_model().double())
 
 
-def test_two_workers_train_as_one_pytorch_process_under_bsp(cluster, tmp_path):
+def test_overlap_pushes_each_gradient_during_the_backward_pass(cluster):
+    model = small_model()
+    job = cluster(tables=ps.torch.tables_for(model, optimizer={"type": "add"},
+                                             init={"type": "constant", "value": 0.0}))
+    with ps.Worker(job.path, 0) as w:
+        server = ps.torch.ParameterServer(w, model, overlap=True)
+        with torch.no_grad():  # zeros would give zero gradients
+            for p in model.parameters():
+                p.fill_(0.5)
+        model(torch.ones(2, 4)).sum().backward()
+        in_flight = server._in_flight
+        assert sorted(in_flight) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+        for future in in_flight.values():
+            future.wait()
+        for name, p in model.named_parameters():  # pushed already, summed by `add`
+            np.testing.assert_array_equal(w.tables[name].pull().reshape(p.shape),
+                                          p.grad.numpy())
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        server.step()  # waits for those pushes and pushes nothing again
+        for name, p in model.named_parameters():
+            assert torch.equal(p.detach(), grads[name])
+        model(torch.ones(1, 4)).sum().backward()
+        with pytest.raises(RuntimeError, match=r"parameter '2\.(bias|weight)': a second gradient "
+                                               r"before step\(\)"):
+            model(torch.ones(1, 4)).sum().backward()
+        server.close()
+        model(torch.ones(1, 4)).sum().backward()  # no hooks any more
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["push_in_step", "overlap"])
+def test_two_workers_train_as_one_pytorch_process_under_bsp(cluster, tmp_path, overlap):
     job = cluster(servers=2, workers=2,
                   tables=ps.torch.tables_for(trainer.make_model(),
                                              optimizer={"type": "sgd", "lr": trainer.LR}))
     prefix = str(tmp_path / "params")
     for r, (code, out) in enumerate(run_python_workers(
-            "torch_train_worker.py", job.path, 2, ["--out", prefix])):
+            "torch_train_worker.py", job.path, 2,
+            ["--out", prefix] + (["--overlap"] if overlap else []))):
         assert code == 0 and "trained" in out, "worker %d (exit %s):\n%s" % (r, code, out)
     results = [torch.load("%s%d.pt" % (prefix, r)) for r in range(2)]
 

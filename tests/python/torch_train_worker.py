@@ -1,7 +1,7 @@
 """A Python worker for torch_test.py: a small PyTorch MLP trained through
 the parameter server (ps.torch.ParameterServer), started like ps_worker.
 
-    torch_train_worker.py --config job.yaml --rank R --out PREFIX
+    torch_train_worker.py --config job.yaml --rank R --out PREFIX [--overlap]
 
 Step s of every worker takes its 1/workers share of the step's batch of
 generated data (the same in every process), pushes the gradient of its
@@ -9,7 +9,8 @@ mean loss divided by the worker count, clocks and pulls: under bsp with
 the servers' sgd that is one step of plain SGD on the whole batch. Writes
 PREFIX<rank>.pt: the parameters it started from (the servers' init) and
 those it ended with. The data and model are also what the test's
-one-process run uses (make_model, make_data, batch).
+one-process run uses (make_model, make_data, batch). --overlap: the
+gradients are pushed from hooks during the backward pass.
 """
 
 import argparse
@@ -53,12 +54,14 @@ def main():
     worker, rest = ps.worker_from_argv()
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    out = parser.parse_args(rest).out
+    parser.add_argument("--overlap", action="store_true")
+    args = parser.parse_args(rest)
+    out = args.out
     torch.set_num_threads(1)
     model = make_model()
     x, y = make_data()
     with worker as w:
-        server = ps.torch.ParameterServer(w, model, barrier=True)  # pulls the servers' initial values
+        server = ps.torch.ParameterServer(w, model, barrier=True, overlap=args.overlap)  # pulls the servers' initial values
         initial = snapshot(model)
         for step in range(STEPS):
             xb, yb = batch(x, y, step, w.rank, w.num_workers)
