@@ -27,6 +27,10 @@ optimizer is needed, and hold the parameters' initial values (the tables'
 
 Parameters are read and written in place through numpy views of their
 memory: they must be float32, contiguous and on the CPU.
+
+Embedding is a module over a table of rows looked up by id (range or
+hashed): the forward pass pulls the batch's distinct ids, the backward
+pass pushes their gradients.
 """
 
 import math
@@ -126,6 +130,49 @@ def check_tables(worker, model, prefix=""):
     return tables
 
 
+class Embedding(torch.nn.Module):
+    """Rows of a table of `worker`'s job looked up by id, as
+    torch.nn.Embedding does, with the rows kept by the servers: forward(ids)
+    pulls the batch's distinct ids once each (any int64 tensor; a hashed
+    table takes any id, read as uint64), and the backward pass pushes their
+    gradients, summed over repeats, for the table's optimizer to apply. The
+    module holds no torch parameter; the table is the job file's (a range
+    table of rows x dim, or keys: hashed).
+
+    The pushes start during the backward pass; wait() waits for them, and a
+    ParameterServer over a model holding this module does in step().
+    Raises ValueError when the job has no table `name`. Not thread-safe.
+    """
+
+    def __init__(self, worker, name):
+        super().__init__()
+        if name not in worker.tables:
+            raise ValueError("Embedding: %s has no table %r (tables: %s)"
+                             % (worker.config, name, ", ".join(worker.tables)))
+        self.table = worker.tables[name]
+        self.dim = self.table.dim
+        self._in_flight = []
+
+    def forward(self, ids):
+        distinct, where = torch.unique(ids.reshape(-1), return_inverse=True)
+        rows = self.table.pull(distinct)  # a tensor: ids is one (ps/_tensors.py)
+        if torch.is_grad_enabled():
+            rows.requires_grad_()
+            rows.register_hook(lambda grad: self._in_flight.append(
+                self.table.push_async(distinct, grad.contiguous())))
+        return rows[where].reshape(*ids.shape, self.dim)
+
+    def wait(self):
+        """Waits until the shards accepted every push the backward passes
+        started; raises the first one's error."""
+        futures, self._in_flight = self._in_flight, []
+        for future in futures:
+            future.wait()
+
+    def extra_repr(self):
+        return "table=%r, dim=%d" % (self.table.name, self.dim)
+
+
 class ParameterServer:
     """Keeps the parameters of `model` (a torch.nn.Module) on the servers of
     `worker`'s job (a joined ps.Worker; both must outlive this object).
@@ -201,7 +248,11 @@ class ParameterServer:
         skipped); pushes of all tables in flight at once, and waits until the
         shards accepted them. With overlap=True, waits for the pushes the
         backward pass started instead (a parameter the pass did not reach
-        pushes nothing)."""
+        pushes nothing). Waits for the pushes of the model's Embedding
+        modules too."""
+        for module in self.model.modules():
+            if isinstance(module, Embedding):
+                module.wait()
         if self.overlap:
             futures = list(self._in_flight.values())
             self._in_flight = {}
@@ -272,4 +323,5 @@ class ParameterServer:
         return {name: table for name, _, table, _ in self._entries}
 
 
-__all__ = ["tables_for", "check_tables", "table_shape", "ParameterServer", "DEFAULT_OPTIMIZER"]
+__all__ = ["tables_for", "check_tables", "table_shape", "Embedding", "ParameterServer",
+           "DEFAULT_OPTIMIZER"]

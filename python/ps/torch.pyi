@@ -16,6 +16,16 @@ def tables_for(model: torch.nn.Module, optimizer: Optional[Mapping[str, Any]] = 
 def check_tables(worker: Worker, model: torch.nn.Module, prefix: str = "") -> Dict[str, Table]:
     """Raises ValueError naming a parameter whose table is missing or of another shape."""
 
+class Embedding(torch.nn.Module):
+    """Rows of table `name` by id; pulls the distinct ids, pushes their summed gradients."""
+    table: Table
+    dim: int
+    def __init__(self, worker: Worker, name: str) -> None: ...
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: int64, any shape; returns shape ids.shape + (dim,)."""
+    def wait(self) -> None:
+        """Waits for the pushes the backward passes started."""
+
 class ParameterServer:
     """A module's parameters kept on the servers of a joined worker's job."""
     worker: Worker

@@ -240,3 +240,58 @@ def test_two_workers_train_under_ssp_and_asp(cluster, tmp_path, consistency):
     for r, result in enumerate(results):
         assert loss(result["final"]) < 0.9 * start, "worker %d: loss %s -> %s" % (
             r, start, loss(result["final"]))
+
+
+def test_embedding_pulls_rows_and_pushes_the_gradients_of_torch_embedding(cluster):
+    job = cluster()  # dense: 10 x 3, by_id: hashed, dim 2; both sum what is pushed
+    with ps.Worker(job.path, 0) as w:
+        values = np.arange(30, dtype=np.float32).reshape(10, 3)
+        w.tables["dense"].push(values)
+        embedding = ps.torch.Embedding(w, "dense")
+        reference = torch.nn.Embedding(10, 3)
+        with torch.no_grad():
+            reference.weight.copy_(torch.from_numpy(values))
+        ids = torch.tensor([[1, 2, 1], [9, 0, 1]])
+        out = embedding(ids)
+        assert out.shape == (2, 3, 3) and torch.equal(out, reference(ids))
+        weights = torch.arange(18, dtype=torch.float32).reshape(2, 3, 3)
+        (embedding(ids) * weights).sum().backward()
+        (reference(ids) * weights).sum().backward()
+        embedding.wait()
+        pushed = w.tables["dense"].pull() - values  # `add`: the pushed gradients
+        np.testing.assert_array_equal(pushed, reference.weight.grad.numpy())
+
+        by_id = ps.torch.Embedding(w, "by_id")
+        ids = torch.tensor([-1, 5, -1])
+        (by_id(ids) * torch.tensor([[1.0], [2], [3]])).sum().backward()
+        by_id.wait()
+        np.testing.assert_array_equal(w.tables["by_id"].pull(np.array([2**64 - 1, 5], np.uint64)),
+                                      [[4, 4], [2, 2]])
+        with torch.no_grad():
+            assert torch.equal(by_id(torch.tensor([5])), torch.tensor([[2.0, 2]]))
+        assert by_id._in_flight == []  # no_grad: nothing to push
+        with pytest.raises(ValueError, match=r"Embedding: .*job.yaml has no table 'nope'"):
+            ps.torch.Embedding(w, "nope")
+
+
+def test_parameter_server_waits_for_the_pushes_of_its_embeddings(cluster):
+    head = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Flatten(), torch.nn.Linear(6, 1))
+    tables = ps.torch.tables_for(head) + ("  - name: emb\n    rows: 10\n    dim: 3\n"
+                                          "    init: { type: constant, value: 0.5 }\n"
+                                          "    optimizer: { type: sgd, lr: 0.1 }\n")
+    job = cluster(tables=tables)
+    with ps.Worker(job.path, 0) as w:
+        embedding = ps.torch.Embedding(w, "emb")
+        model = torch.nn.Sequential(embedding, *head[1:])
+        server = ps.torch.ParameterServer(w, model)
+        assert list(server.parameters()) == ["2.weight", "2.bias"]
+        ids = torch.tensor([[3, 7]])
+        rows = embedding(ids)
+        rows.retain_grad()
+        model[2](model[1](rows)).sum().backward()
+        server.step()
+        assert embedding._in_flight == []
+        got = w.tables["emb"].pull()
+        expected = np.full((10, 3), 0.5, np.float32)
+        expected[[3, 7]] -= np.float32(0.1) * rows.grad[0].numpy()
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
