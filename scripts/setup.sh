@@ -28,8 +28,10 @@ PACKAGES=(
   etcd-server                # a real etcd for the etcd client's tests
   prometheus                 # a real Prometheus for the metrics endpoint's test
   # The Python module (python/): pybind11 and the headers to build it,
-  # numpy for its arrays, pytest for its tests (tests/python/).
+  # numpy for its arrays, pytest for its tests (tests/python/), and
+  # PyTorch for ps.torch (python/ps/torch.py) and its tests.
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
+  python3-torch
 )
 
 missing=()

@@ -1,12 +1,18 @@
 """Type hints of the ps module (python/module.cc)."""
 
-from typing import Dict, Optional, Tuple, overload
+from typing import Dict, Optional, Tuple, TypeVar, Union, overload
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 Floats = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.uint64]
+# CPU torch tensors are taken too (ps/_tensors.py): float32 values, int64
+# ids read as uint64; a pull returns a tensor where out= or ids is one.
+FloatsIn = Union[Floats, torch.Tensor]
+IdsIn = Union[Ids, torch.Tensor]
+Out = TypeVar("Out", Floats, torch.Tensor)
 
 class Error(Exception):
     """An error of the C++ side: str(e) is "<CodeName>: <message>"."""
@@ -33,8 +39,9 @@ class DataLossError(Error): ...
 
 class Future:
     """The result of a *_async call."""
-    def wait(self) -> Optional[Floats]:
-        """Waits (GIL released); a pull's array, or None. Raises the call's error."""
+    def wait(self) -> Union[Floats, torch.Tensor, None]:
+        """Waits (GIL released); a pull's array (its tensor, where out= or ids
+        was one), or None. Raises the call's error."""
     def done(self) -> bool:
         """True when wait() would return at once."""
 
@@ -59,20 +66,27 @@ class Table:
         """"fp32", "bf16" or "fp16"."""
     @property
     def wire_push(self) -> str: ...
-    def pull(self, ids: Optional[Ids] = None, *, out: Optional[Floats] = None) -> Floats:
-        """The whole table (ids None) or the rows `ids`, shape (n, dim); into `out` when given."""
-    def pull_async(self, ids: Optional[Ids] = None, *,
-                   out: Optional[Floats] = None) -> Future: ...
     @overload
-    def push(self, ids_or_grads: Floats) -> None:
+    def pull(self, ids: Optional[IdsIn] = None, *, out: Out) -> Out:
+        """The whole table (ids None) or the rows `ids`, shape (n, dim), into `out`."""
+    @overload
+    def pull(self, ids: Optional[Ids] = None) -> Floats:
+        """The whole table (ids None) or the rows `ids`, shape (n, dim)."""
+    @overload
+    def pull(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rows `ids` (int64), as a tensor over the pulled array."""
+    def pull_async(self, ids: Optional[IdsIn] = None, *,
+                   out: Optional[FloatsIn] = None) -> Future: ...
+    @overload
+    def push(self, ids_or_grads: FloatsIn) -> None:
         """Pushes grads for the whole table, shape (rows, dim)."""
     @overload
-    def push(self, ids_or_grads: Ids, grads: Floats) -> None:
+    def push(self, ids_or_grads: IdsIn, grads: FloatsIn) -> None:
         """Pushes grads for the rows `ids`, shape (len(ids), dim)."""
     @overload
-    def push_async(self, ids_or_grads: Floats) -> Future: ...
+    def push_async(self, ids_or_grads: FloatsIn) -> Future: ...
     @overload
-    def push_async(self, ids_or_grads: Ids, grads: Floats) -> Future: ...
+    def push_async(self, ids_or_grads: IdsIn, grads: FloatsIn) -> Future: ...
 
 class Worker:
     """One worker of a job; `with Worker(...) as w:` joins and leaves."""

@@ -44,20 +44,40 @@ def free_port():
         return s.getsockname()[1]
 
 
-def job_text(servers, workers, consistency="bsp", extra=""):
+def job_text(servers, workers, consistency="bsp", extra="", tables=TABLES):
     addresses = ", ".join('"127.0.0.1:%d"' % free_port() for _ in range(servers))
     return ("cluster:\n  servers: [%s]\n  workers: %d\n%s"
-            "consistency: { mode: %s }\n%s" % (addresses, workers, TABLES, consistency, extra))
+            "consistency: { mode: %s }\n%s" % (addresses, workers, tables, consistency, extra))
+
+
+def run_python_workers(script, config, workers, args=(), timeout=120):
+    """Runs `script` (a file beside this one) once per rank with ps_worker's
+    flags (--config, --rank) and `args`, all at once, each a process of its
+    own; [(exit code, output)] by rank. Processes still running after
+    `timeout` seconds are killed, also when the test fails meanwhile."""
+    processes = [subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script),
+         "--config", config, "--rank", str(rank), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for rank in range(workers)]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [(p.returncode, out) for p, out in zip(processes, outputs)]
 
 
 class Job:
     """A job file and the ps_server processes serving it."""
 
-    def __init__(self, tmp, servers, workers, consistency, extra, start):
+    def __init__(self, tmp, servers, workers, consistency, extra, start, tables):
         self.path = str(tmp / "job.yaml")
         self.tmp = tmp
         with open(self.path, "w") as f:
-            f.write(job_text(servers, workers, consistency, extra))
+            f.write(job_text(servers, workers, consistency, extra, tables))
         self.servers = []
         self.logs = []
         if start:
@@ -97,14 +117,15 @@ class Job:
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    """cluster(servers=2, workers=1, consistency="bsp", extra="", start=True):
-    a Job whose servers run until the test ends (also when it fails)."""
+    """cluster(servers=2, workers=1, consistency="bsp", extra="", start=True,
+    tables=TABLES): a Job whose servers run until the test ends (also when
+    it fails); `tables` is the job file's tables section."""
     if not os.access(os.path.join(BIN_DIR, "ps_server"), os.X_OK):
         pytest.fail("PS_BIN_DIR=%r holds no ps_server: run the tests through ctest" % BIN_DIR)
     jobs = []
 
-    def make(servers=2, workers=1, consistency="bsp", extra="", start=True):
-        job = Job(tmp_path, servers, workers, consistency, extra, start)
+    def make(servers=2, workers=1, consistency="bsp", extra="", start=True, tables=TABLES):
+        job = Job(tmp_path, servers, workers, consistency, extra, start, tables)
         jobs.append(job)
         return job
 
