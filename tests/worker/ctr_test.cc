@@ -79,6 +79,16 @@ CtrData Joined(const std::vector<CtrData>& parts) {
   return joined;
 }
 
+// The samples of `parts` joined in order are those of `whole`: its ids,
+// offsets, dense values and labels.
+void ExpectJoinedEqual(const std::vector<CtrData>& parts, const CtrData& whole) {
+  const CtrData joined = Joined(parts);
+  EXPECT_EQ(joined.ids, whole.ids);
+  EXPECT_EQ(joined.offsets, whole.offsets);
+  EXPECT_EQ(joined.dense_values, whole.dense_values);
+  EXPECT_EQ(joined.labels, whole.labels);
+}
+
 // The data of `o` on one rank, checked against the blocks of 3 ranks joined
 // and against a set of its last sample alone.
 CtrData CheckedWholeData(const CtrDataOptions& o) {
@@ -86,12 +96,8 @@ CtrData CheckedWholeData(const CtrDataOptions& o) {
   EXPECT_EQ(whole.num_samples(), o.num_samples);
   std::vector<CtrData> parts;
   for (uint32_t r = 0; r < 3; ++r) parts.push_back(GenerateCtrData(o, r, 3).value());
-  const CtrData joined = Joined(parts);
-  EXPECT_EQ(joined.ids, whole.ids);
-  EXPECT_EQ(joined.offsets, whole.offsets);
-  EXPECT_EQ(joined.dense_values, whole.dense_values);
-  EXPECT_EQ(joined.labels, whole.labels);
-  EXPECT_EQ(joined.teacher_logits, whole.teacher_logits);
+  ExpectJoinedEqual(parts, whole);
+  EXPECT_EQ(Joined(parts).teacher_logits, whole.teacher_logits);
   // A set that starts later is the tail of a longer one.
   CtrDataOptions tail = o;
   tail.first_sample = o.num_samples - 1;
@@ -331,10 +337,7 @@ TEST_F(CriteoTest, ReadsEachColumnAndPartitionsTheLines) {
   EXPECT_EQ(all.ids[1], CtrId(1, uint64_t{2} * 2654435761u & 0xffffffffu));
   std::vector<CtrData> parts;
   for (uint32_t r = 0; r < 3; ++r) parts.push_back(ReadCriteoTsv(path, r, 3).value());
-  const CtrData joined = Joined(parts);
-  EXPECT_EQ(joined.ids, all.ids);
-  EXPECT_EQ(joined.dense_values, all.dense_values);
-  EXPECT_EQ(joined.labels, all.labels);
+  ExpectJoinedEqual(parts, all);
   EXPECT_EQ(ReadCriteoTsv(path, 0, 1, 3)->num_samples(), 3u);  // max_lines
 }
 
@@ -418,11 +421,7 @@ TEST_F(CriteoTest, ReadsBagColumnsAndPartitionsTheirLines) {
   for (uint32_t f : {0u, 1u, 3u, 5u, 25u}) EXPECT_EQ(FieldIds(all, 0, f), FieldIds(plain, 0, f)) << f;
   std::vector<CtrData> parts;
   for (uint32_t r = 0; r < 3; ++r) parts.push_back(ReadCriteoTsv(path, r, 3, 0, bags).value());
-  const CtrData joined = Joined(parts);
-  EXPECT_EQ(joined.ids, all.ids);
-  EXPECT_EQ(joined.offsets, all.offsets);
-  EXPECT_EQ(joined.dense_values, all.dense_values);
-  EXPECT_EQ(joined.labels, all.labels);
+  ExpectJoinedEqual(parts, all);
   const CtrData head = ReadCriteoTsv(path, 0, 1, 2, bags).value();  // max_lines
   EXPECT_EQ(head.offsets, std::vector<uint64_t>(all.offsets.begin(), all.offsets.begin() + 3));
 }
