@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iterator>
 #include <new>
+#include <utility>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -366,45 +367,69 @@ float* HashedRows::Restore(uint64_t id, const RowUse* use) {
   return RowAt(r);
 }
 
+void HashedRows::StepAhead(LookAhead& ahead, size_t c) const {
+  const size_t n = ahead.ids.size();
+  const auto chunk = [n](size_t k) {
+    return std::pair<size_t, size_t>{std::min(n, k * kChunk), std::min(n, (k + 1) * kChunk)};
+  };
+  if (index_.count == 0) {
+    std::fill_n(ahead.guesses[(c + 1) % 3], kChunk, kNil);
+    return;
+  }
+  const size_t mask = index_.count - 1;
+  // The groups of chunk c + 2.
+  const auto [group_begin, group_end] = chunk(c + 2);
+  uint64_t* hash = ahead.hashes[(c + 2) % 3];
+  for (size_t i = group_begin; i < group_end; ++i) {
+    hash[i - group_begin] = IndexHash(ahead.ids[i]);
+    __builtin_prefetch(&index_.groups[hash[i - group_begin] & mask]);
+  }
+  // The guessed rows of chunk c + 1, whose groups were fetched a step ago.
+  const auto [row_begin, row_end] = chunk(c + 1);
+  const uint64_t* row_hash = ahead.hashes[(c + 1) % 3];
+  uint32_t* guess = ahead.guesses[(c + 1) % 3];
+  for (size_t i = row_begin; i < row_end; ++i) {
+    const uint64_t h = row_hash[i - row_begin];
+    const Group& group = index_.groups[h & mask];
+    uint32_t r = kNil;
+    if (const uint32_t m = Match(group, Tag(h)); m != 0) {
+      r = group.rows[std::countr_zero(m)];
+      const auto* line = reinterpret_cast<const char*>(RowAt(r) - kIdFloats);
+      for (size_t at = 0; at < ahead.row_bytes; at += 64) __builtin_prefetch(line + at);
+    }
+    guess[i - row_begin] = r;
+  }
+}
+
+void HashedRows::StartAhead(LookAhead& ahead) const {
+  // Chunk 0's groups (its hashes in slot 0), then the step before chunk
+  // 0's: the groups of chunk 1 and the rows of chunk 0.
+  const size_t n = ahead.ids.size();
+  if (index_.count != 0) {
+    for (size_t i = 0; i < std::min(n, kChunk); ++i) {
+      ahead.hashes[0][i] = IndexHash(ahead.ids[i]);
+      __builtin_prefetch(&index_.groups[ahead.hashes[0][i] & (index_.count - 1)]);
+    }
+  }
+  StepAhead(ahead, SIZE_MAX);  // c = -1: c + 1 and c + 2 wrap to 0 and 1
+}
+
 void HashedRows::Gather(std::span<const uint64_t> ids, float* out) const {
   // A pull's ids lie anywhere in the index and the rows: each costs its
   // index group, then its row's id and values, cache misses in a large
-  // table, the second waiting on the first. So the lookups run as a
-  // pipeline: the group of the id kGroupsAhead on is fetched; the id
-  // kRowsAhead on takes the row of the first entry of its group whose tag
-  // matches, and that row's id and values are fetched; the id at hand is
-  // checked against that row's id and copied. When it is not that row's
-  // (a tag shared in its group, an id past its group or in the old index
-  // while it doubles, or no row) it is looked up in full.
-  constexpr size_t kGroupsAhead = 16, kRowsAhead = 8;
-  // The lines of a row's values fetched ahead: at most this many.
-  constexpr size_t kLinesAhead = 4;
-  const size_t n = ids.size();
-  const size_t mask = index_.count - 1;
-  const size_t value_bytes = std::min<size_t>((kIdFloats + dim_) * sizeof(float), kLinesAhead * 64);
-  uint32_t guess[kRowsAhead];  // the rows of ids [i, i + kRowsAhead), by i % kRowsAhead
-  const auto fetch_group = [&](size_t i) {
-    if (index_.count != 0) __builtin_prefetch(&index_.groups[IndexHash(ids[i]) & mask]);
-  };
-  const auto guess_row = [&](size_t i) {
-    uint32_t r = kNil;
-    if (index_.count != 0) {
-      const uint64_t hash = IndexHash(ids[i]);
-      const Group& group = index_.groups[hash & mask];
-      if (const uint32_t m = Match(group, Tag(hash)); m != 0) {
-        r = group.rows[std::countr_zero(m)];
-        const auto* values = reinterpret_cast<const char*>(RowAt(r) - kIdFloats);
-        for (size_t at = 0; at < value_bytes; at += 64) __builtin_prefetch(values + at);
-      }
-    }
-    guess[i % kRowsAhead] = r;
-  };
-  for (size_t i = 0; i < std::min(n, kGroupsAhead); ++i) fetch_group(i);
-  for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) guess_row(i);
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kGroupsAhead < n) fetch_group(i + kGroupsAhead);
-    uint32_t r = guess[i % kRowsAhead];
-    if (i + kRowsAhead < n) guess_row(i + kRowsAhead);
+  // table, the second waiting on the first. So they are fetched ahead
+  // (LookAhead): the groups of the chunk after next and the guessed rows
+  // of the next, whose loads do not wait on each other, so that a
+  // chunk's misses are in flight together. Each id is then checked
+  // against its guessed row's id and its values copied; an id that is not
+  // its guess's (a tag shared in its group, an id past its group or in the
+  // old index while it doubles, or no row) is looked up in full.
+  constexpr size_t kLinesAhead = 4;  // at most this many lines of a row's values
+  LookAhead ahead(ids, std::min<size_t>((kIdFloats + dim_) * sizeof(float), kLinesAhead * 64));
+  StartAhead(ahead);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i % kChunk == 0) StepAhead(ahead, i / kChunk);
+    uint32_t r = ahead.guesses[(i / kChunk) % 3][i % kChunk];
     if (r == kNil || IdAt(r) != ids[i]) r = RowOf(ids[i]);
     float* dst = out + i * dim_;
     if (r != kNil) {
@@ -437,7 +462,13 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
       }
     }
   }
+  // Each id's group and row fetched ahead, as in Gather (only fetched:
+  // the loop looks each id up itself, as a push may move rows).
+  constexpr size_t kLinesAhead = 8;  // at most this many lines of a row
+  LookAhead ahead(ids, std::min<size_t>(slot_floats_ * sizeof(float), kLinesAhead * 64));
+  StartAhead(ahead);
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (i % kChunk == 0) StepAhead(ahead, i / kChunk);
     bool made = false;
     uint32_t r = FindOrMakeRow(ids[i], &made);
     if (r == kNil && evicting) {

@@ -253,6 +253,24 @@ class HashedRows {
   uint32_t RowOf(uint64_t id) const;
   // FindOrMake by row number (kNil: none, and no room).
   uint32_t FindOrMakeRow(uint64_t id, bool* made);
+  // Fetching ahead, for a pull or push of many ids (Gather, Apply): the
+  // ids go in chunks of kChunk; before chunk c is read, the index groups
+  // of chunk c + 2 and the rows of chunk c + 1 are fetched (each id's
+  // guess: the row of the first entry of its group whose tag matches;
+  // kNil when none), so that the misses of a chunk are in flight together
+  // and each id's row waits on its group by a chunk's time, not on a miss.
+  static constexpr size_t kChunk = 16;
+  struct LookAhead {
+    LookAhead(std::span<const uint64_t> i, size_t bytes) : ids(i), row_bytes(bytes) {}
+    std::span<const uint64_t> ids;
+    size_t row_bytes;  // of a guessed row fetched, from its id on
+    uint64_t hashes[3][kChunk];  // by chunk number % 3: IndexHash of its ids
+    uint32_t guesses[3][kChunk];  // and their guessed rows
+  };
+  // Fetches chunk 0's groups and rows and chunk 1's groups.
+  void StartAhead(LookAhead& ahead) const;
+  // At chunk c: fetches the groups of chunk c + 2 and the rows of c + 1.
+  void StepAhead(LookAhead& ahead, size_t c) const;
 
   const uint32_t dim_;
   const uint32_t slots_;

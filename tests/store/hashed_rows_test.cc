@@ -217,31 +217,44 @@ TEST(HashedRowsTest, AFullIndexUnderChurnFindsEveryRowAndNoErasedOne) {
 }
 
 // The index doubles in steps: while its old entries move, every row is
-// still found (in the old index or the new) and erases reach either.
+// still found (in the old index or the new), by Find and by a pull of any
+// number of ids (Gather works through them in chunks: fewer
+// than a chunk, a chunk, a chunk and one, several), and erases reach either.
 TEST(HashedRowsTest, TheIndexDoublesInStepsAndEveryRowStaysFound) {
-  HashedRows rows(1, 0, InitOptions(), 100000);
-  std::unordered_map<uint64_t, bool> kept;  // id -> it has a row
+  const InitOptions init = Uniform(5);
+  HashedRows rows(1, 0, init, 100000);
+  std::unordered_map<uint64_t, float> kept;  // id -> its row's value
   std::mt19937_64 rng(3);
   std::vector<uint64_t> ids;
   for (uint64_t n = 0; n < 6000; ++n) {
     const uint64_t id = rng();
     ids.push_back(id);
     bool made = false;
-    ASSERT_NE(rows.FindOrMake(id, &made), nullptr);
+    float* row = rows.FindOrMake(id, &made);
+    ASSERT_NE(row, nullptr);
     ASSERT_TRUE(made);
-    kept[id] = true;
+    *row = static_cast<float>(n + 1);
+    kept[id] = *row;
     if (n % 3 == 0) {  // erase an earlier id, wherever its entry lies now
       const uint64_t gone = ids[rng() % ids.size()];
-      ASSERT_EQ(rows.Erase(gone), kept[gone]) << "id " << gone;
-      kept[gone] = false;
+      ASSERT_EQ(rows.Erase(gone), kept.erase(gone) == 1) << "id " << gone;
     }
-    if (n % 97 == 0) {
-      for (const auto& [k, has] : kept) ASSERT_EQ(rows.Find(k) != nullptr, has) << "id " << k;
+    if (n % 97 != 0) continue;
+    for (const uint64_t k : ids) ASSERT_EQ(rows.Find(k) != nullptr, kept.contains(k)) << "id " << k;
+    for (const size_t length : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17},
+                                size_t{33}, size_t{50}, ids.size()}) {
+      std::vector<uint64_t> pull(length);
+      for (uint64_t& k : pull) k = ids[rng() % ids.size()];
+      std::vector<float> out(length);
+      rows.Gather(pull, out.data());
+      for (size_t i = 0; i < length; ++i) {
+        const auto it = kept.find(pull[i]);
+        ASSERT_EQ(out[i], it != kept.end() ? it->second : InitialValue(init, pull[i], 0))
+            << "id " << pull[i] << " of a pull of " << length << " after " << n + 1 << " rows";
+      }
     }
   }
-  uint64_t with_rows = 0;
-  for (const auto& [k, has] : kept) with_rows += has ? 1 : 0;
-  EXPECT_EQ(rows.size(), with_rows);
+  EXPECT_EQ(rows.size(), kept.size());
 }
 
 // A table that stops growing right after its index doubled (its ids all
