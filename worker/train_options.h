@@ -118,7 +118,8 @@ struct TrainOptions {
   // ps_launch: its argv, e.g. ["python3", "train.py"] (a Python worker,
   // docs/python.md), to which ps_launch appends the flags it gives
   // ps_worker (--config FILE --rank N, and --log-level, --cpu-threads).
-  // Relative paths are the launcher's working folder's. Empty (the
+  // deploy/slurm/ps_job.sbatch runs it too (--config FILE, the rank from
+  // SLURM_PROCID). Relative paths are the launcher's working folder's. Empty (the
   // default): ps_worker runs `program`. With a command the job names no
   // program, and the programs' keys and the evaluator do not apply.
   std::vector<std::string> command;

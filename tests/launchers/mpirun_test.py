@@ -57,17 +57,29 @@ def check_too_many_servers(readme, bin_dir, work):
     job = launcher_job.write_job(os.path.join(work, "bad.yaml"), servers=2, workers=4)
     argv = one_host_argv(readme, bin_dir, job)
     argv[argv.index("-np") + 1] = "3"  # three servers for a job of two
-    rc, out = launcher_job.run_in_group(argv, DEADLINE_S, cwd=work)
-    if rc == 0:
-        raise Failure("mpirun with 3 servers for a 2-server job exited 0:\n" + out)
-    if not re.search(r"shard 2 \(from environment variable OMPI_COMM_WORLD_RANK\S*\) is out of "
-                     r"range", out):
-        raise Failure("no error naming shard 2 out of range:\n" + out)
+    rc = expect_refused(argv, work, "3 servers for a 2-server job",
+                        r"shard 2 \(from environment variable OMPI_COMM_WORLD_RANK\S*\) is out of "
+                        r"range")
     print("one host, 3 servers for 2: mpirun exit %d, naming shard 2" % rc)
 
 
-def check_cluster_placement(readme, work):
-    line = launcher_job.readme_block(readme, "cluster")
+def expect_refused(argv, work, what, error):
+    """Runs the mpirun line `argv`, which starts `what` (a wrong process
+    count): it must exit non-zero before the deadline, with output that
+    matches the regular expression `error`. Returns its exit code."""
+    rc, out = launcher_job.run_in_group(argv, DEADLINE_S, cwd=work)
+    if rc == 0:
+        raise Failure("mpirun with %s exited 0:\n%s" % (what, out))
+    if not re.search(error, out):
+        raise Failure("mpirun with %s: no error matching /%s/:\n%s" % (what, error, out))
+    return rc
+
+
+def check_cluster_placement(readme, work, marker="cluster"):
+    """The block after `<!-- marker -->`, run with --do-not-launch
+    --display-map on a hostfile of three hosts: 2 servers and 4 workers,
+    shard i on host i."""
+    line = launcher_job.readme_block(readme, marker)
     hosts = os.path.join(work, "hosts")
     with open(hosts, "w") as f:
         f.write("node01 slots=2\nnode02 slots=2\nnode03 slots=2\n")
@@ -92,29 +104,39 @@ def check_cluster_placement(readme, work):
     if placed.get(0) != "node01" or placed.get(1) != "node02" or len(placed) != 6:
         raise Failure("cluster block: expected shard 0 on node01, shard 1 on node02 and 6 "
                       "ranks, got %s:\n%s" % (placed, out))
-    print("cluster block: shard 0 on node01, shard 1 on node02, workers on %s"
-          % [placed[r] for r in range(2, 6)])
+    print("%s block: shard 0 on node01, shard 1 on node02, workers on %s"
+          % (marker, [placed[r] for r in range(2, 6)]))
 
 
-def main():
-    source_dir, bin_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+def run_checks(name, checks):
+    """Runs each of `checks`, a function of a temporary folder, in order
+    and returns the test's exit code: SKIP when mpirun is not installed, 1
+    at the first Failure (printed), else 0. The folder is removed."""
     launcher_job.exit_on_signals()
     if shutil.which("mpirun") is None:
         print("SKIP: mpirun is not installed (Debian: openmpi-bin, see scripts/setup.sh)")
         return launcher_job.SKIP
-    readme = os.path.join(source_dir, "deploy", "mpi", "README.md")
     work = tempfile.mkdtemp(prefix="ps_mpirun_")
     try:
-        check_one_host(readme, bin_dir, work)
-        check_too_many_servers(readme, bin_dir, work)
-        check_cluster_placement(readme, work)
+        for check in checks:
+            check(work)
     except Failure as e:
         print("FAILED: %s" % e)
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("mpirun_launch_test: passed")
+    print("%s: passed" % name)
     return 0
+
+
+def main():
+    source_dir, bin_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    readme = os.path.join(source_dir, "deploy", "mpi", "README.md")
+    return run_checks("mpirun_launch_test", [
+        lambda work: check_one_host(readme, bin_dir, work),
+        lambda work: check_too_many_servers(readme, bin_dir, work),
+        lambda work: check_cluster_placement(readme, work),
+    ])
 
 
 if __name__ == "__main__":

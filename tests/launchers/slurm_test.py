@@ -269,11 +269,14 @@ class SlurmCluster:
         return killed
 
 
-def one_node_line(source_dir, job):
+def one_node_line(source_dir, job, marker="tested: one node"):
+    """The sbatch block after `<!-- marker -->`, with this checkout's
+    deploy/slurm/ and the job file `job`."""
     line = launcher_job.readme_block(os.path.join(source_dir, "deploy", "slurm", "README.md"),
-                                     "tested: one node")
+                                     marker)
     if "deploy/slurm/" not in line or "job.yaml" not in line:
-        raise Failure("the one-node block no longer names deploy/slurm/ and job.yaml: " + line)
+        raise Failure("the %s block no longer names deploy/slurm/ and job.yaml: %s"
+                      % (marker, line))
     return (line.replace("deploy/slurm/", os.path.join(source_dir, "deploy", "slurm") + "/")
             .replace("job.yaml", shlex.quote(job)))
 
@@ -346,8 +349,13 @@ def check_cluster_plan(cluster, source_dir, bin_dir, work):
           "workers on %s" % hosts[2:])
 
 
-def main():
-    source_dir, bin_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+def run_checks(name, checks):
+    """Brings up the one-node cluster in a temporary folder, runs each of
+    `checks`, a function of (cluster, folder), in order, and takes the
+    cluster down (also on a failure or a signal). Returns the test's exit
+    code: SKIP when a program is missing, the test is not root or a daemon
+    cannot start; 1 at the first Failure (printed) or when a process of the
+    cluster outlived it; else 0."""
     missing = [p for p in PROGRAMS if shutil.which(p, path=os.environ.get("PATH", "") +
                                                    ":/usr/sbin:/sbin") is None]
     if missing:
@@ -365,10 +373,8 @@ def main():
     try:
         cluster.start()
         print("slurm: node %s idle (slurmctld, slurmd, munged in %s)" % (cluster.node, work))
-        check_job(cluster, source_dir, bin_dir, work)
-        check_too_few_tasks(cluster, source_dir, bin_dir, work)
-        check_failing_worker(cluster, source_dir, bin_dir, work)
-        check_cluster_plan(cluster, source_dir, bin_dir, work)
+        for check in checks:
+            check(cluster, work)
     except Skip as e:
         print("SKIP: %s" % e)
         rc = launcher_job.SKIP
@@ -383,8 +389,18 @@ def main():
             rc = 1
         shutil.rmtree(work, ignore_errors=True)
     if rc == 0:
-        print("slurm_launch_test: passed")
+        print("%s: passed" % name)
     return rc
+
+
+def main():
+    source_dir, bin_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    return run_checks("slurm_launch_test", [
+        lambda cluster, work: check_job(cluster, source_dir, bin_dir, work),
+        lambda cluster, work: check_too_few_tasks(cluster, source_dir, bin_dir, work),
+        lambda cluster, work: check_failing_worker(cluster, source_dir, bin_dir, work),
+        lambda cluster, work: check_cluster_plan(cluster, source_dir, bin_dir, work),
+    ])
 
 
 if __name__ == "__main__":

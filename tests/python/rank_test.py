@@ -1,15 +1,19 @@
 """A Python worker's rank comes from where ps_worker's does (common/rank.h):
 rank=, the flags a launcher passes (ps_launch: --config and --rank), Open
 MPI, PMI, Slurm and a Kubernetes Indexed Job's environment, the host name
-when asked for; with the same precedence and errors. No server is needed:
-a Worker connects without waiting."""
+when asked for; with the same precedence and errors, checked against
+ps_worker --check in the same environment. No server is needed: a Worker
+connects without waiting."""
 
+import os
 import re
 import socket
+import subprocess
 
 import pytest
 
 import ps
+from conftest import BIN_DIR
 
 RANK_VARIABLES = ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
                   "SLURM_PROCID", "SLURM_NTASKS", "JOB_COMPLETION_INDEX"]
@@ -57,6 +61,42 @@ def test_rank_from_the_launchers_environment(job, monkeypatch, variables, rank, 
     got_rank, got_source = rank_of(job)
     assert got_rank == rank
     assert source in got_source
+
+
+@pytest.mark.parametrize("variables", [
+    # mpirun -np 2 ps_server : -np 3 (ps_worker or python3 train.py)
+    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "5"},
+    # the workers started by an mpirun of their own
+    {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3"},
+    # no world size: the offset applies
+    {"OMPI_COMM_WORLD_RANK": "4"},
+    {"PMI_RANK": "2", "PMI_SIZE": "3"},
+    # srun --multi-prog (ps_job.sbatch), and srun of the workers alone
+    {"SLURM_PROCID": "4", "SLURM_NTASKS": "5"},
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "3"},
+    {"JOB_COMPLETION_INDEX": "2", "SLURM_PROCID": "3", "SLURM_NTASKS": "5"},
+    # refused alike: a server's world rank, one worker too many, not a number, none
+    {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "5"},
+    {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6"},
+    {"SLURM_PROCID": "-1", "SLURM_NTASKS": "5"},
+    {},
+])
+def test_the_same_rank_or_error_as_ps_worker(job, monkeypatch, variables):
+    """ps_worker --check and ps.Worker in one environment: the same rank
+    from the same source, or the same error."""
+    with open(job, "a") as f:
+        f.write("train: { table: t, features: 4 }\n")  # ps_worker needs a program
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    cpp = subprocess.run([os.path.join(BIN_DIR, "ps_worker"), "--config", job, "--check"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    try:
+        rank, source = rank_of(job)
+    except ps.InvalidArgumentError as e:
+        assert cpp.returncode == 2 and str(e) in cpp.stderr, (str(e), cpp.stdout, cpp.stderr)
+        return
+    assert cpp.returncode == 0, cpp.stderr
+    assert "rank %d of 3 (from %s)" % (rank, source) in cpp.stdout, (rank, source, cpp.stdout)
 
 
 def test_rank_argument_wins_over_the_environment(job, monkeypatch):

@@ -1,15 +1,16 @@
-"""A Python worker for sums_job_test.py: started like ps_worker
-(--config, --rank), it pushes integer-valued gradients for CLOCKS clocks
-and checks what it pulls.
+"""A Python worker for sums_job_test.py, launch_test.py and the launcher
+tests (tests/launchers/): started like ps_worker (--config, and --rank or
+the launcher's environment), it pushes integer-valued gradients for C
+clocks (default 10) and checks what it pulls.
 
-    sum_worker.py --config job.yaml --rank R --clocks C
+    sum_worker.py --config job.yaml [--rank R] [--clocks C]
 
 Clock c of worker r pushes (r + 1) * (c + 1) to every value of the dense
 table, and the same to ids 2^63 + c and 7 of the hashed table. Under bsp
 the pull after clock c holds at least every worker's pushes of clocks
 <= c; after the last clock it holds exactly all of them (the sums of
-integers are exact in float32). Prints "sums ok <values>" and exits 0, or
-exits 1 naming what differed.
+integers are exact in float32). Prints "worker <rank>: sums ok <value>
+(rank from <source>)" and exits 0, or exits 1 naming what differed.
 """
 
 import argparse
@@ -28,7 +29,7 @@ def pushed_through(clock, workers):
 def main():
     worker, rest = ps.worker_from_argv()
     parser = argparse.ArgumentParser()
-    parser.add_argument("--clocks", type=int, required=True)
+    parser.add_argument("--clocks", type=int, default=10)
     clocks = parser.parse_args(rest).clocks
     with worker as w:
         dense, by_id = w.tables["dense"], w.tables["by_id"]
@@ -58,7 +59,9 @@ def main():
                 not (by_id.pull(np.array([7], np.uint64)) == total).all():
             print("hashed table: pulled %s, expected %s and %d" % (per_clock, expected, total))
             return 1
-        print("sums ok %d" % total)
+        # One write: under PYTHONUNBUFFERED print writes the line and its end
+        # apart, and a launcher that merges workers' output may part them.
+        sys.stdout.write("worker %d: sums ok %d (rank from %s)\n" % (w.rank, total, w.rank_source))
     return 0
 
 
