@@ -16,8 +16,11 @@
 namespace ps {
 namespace {
 
-// Floats per chunk of rows: about 256 KiB.
+// Floats per chunk of rows: about 256 KiB; in a table whose rows may take
+// kLargeTableBytes or more, at least a 2 MiB page's worth (2 to 4 MiB), so
+// that most of each chunk lies on one (store/huge_memory.h).
 constexpr uint64_t kChunkFloats = 64 * 1024;
+constexpr uint64_t kLargeTableBytes = uint64_t{64} << 20;
 constexpr size_t kFirstIndexSize = 16;
 
 // The index's hash of an id: SplitMix64's finalizer, independent of the
@@ -58,7 +61,11 @@ constexpr size_t kPushedIdsPerGroup = 3;
 // lfu's use classes: 1, 2-3, 4-7, ..., 2^15 and more pushes.
 constexpr uint32_t kUseClasses = 16;
 
-uint64_t ChunkRows(size_t slot_floats) {
+uint64_t ChunkRows(size_t slot_floats, uint64_t max_rows) {
+  const uint64_t slot_bytes = slot_floats * sizeof(float);
+  if (max_rows >= kLargeTableBytes / slot_bytes) {
+    return std::bit_ceil((kHugePageBytes + slot_bytes - 1) / slot_bytes);
+  }
   return std::bit_floor(std::max<uint64_t>(1, kChunkFloats / slot_floats));
 }
 
@@ -75,7 +82,7 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
       slot_floats_(SlotFloats(stride_)),
       init_(init),
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
-      chunk_rows_(ChunkRows(slot_floats_)),
+      chunk_rows_(ChunkRows(slot_floats_, max_rows_)),
       chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
       evict_(evict),
       lists_(!evict.enabled() ? 0 : evict.policy == EvictPolicy::kLfu ? kUseClasses : 1) {}
@@ -95,13 +102,11 @@ uint32_t HashedRows::Match(const Group& group, uint8_t tag) {
 }
 
 HashedRows::Index HashedRows::MakeIndex(size_t count) {
-  // calloc's zero pages: nothing is written now, so a doubling costs no
-  // pause; the pages become resident as entries land.
+  // A large index is mapped zero pages: nothing is written now, so a
+  // doubling costs no pause; the pages become resident as entries land.
   Index index;
-  index.memory.reset(std::calloc(count * sizeof(Group) + alignof(Group), 1));
-  if (index.memory == nullptr) throw std::bad_alloc();
-  const auto at = reinterpret_cast<uintptr_t>(index.memory.get());
-  index.groups = reinterpret_cast<Group*>((at + alignof(Group) - 1) & ~uintptr_t{alignof(Group) - 1});
+  index.memory = HugeMemory::Allocate(count * sizeof(Group));
+  index.groups = static_cast<Group*>(index.memory.get());
   index.count = count;
   return index;
 }
@@ -224,7 +229,7 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   if (size_ + 1 > Capacity(index_.count)) Grow();
   const auto r = static_cast<uint32_t>(size_);
   if ((r >> chunk_shift_) == chunks_.size()) {
-    chunks_.push_back(std::make_unique_for_overwrite<float[]>(chunk_rows_ * slot_floats_));
+    chunks_.push_back(HugeMemory::Allocate(chunk_rows_ * slot_floats_ * sizeof(float)));
     if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
   }
   // The row's id first: lookups read it through the entry.
@@ -521,7 +526,7 @@ uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bo
   const uint64_t slot_floats = SlotFloats(uint64_t{dim} * (1 + slots));
   // The id, the floats and the use.
   const uint64_t slot_bytes = slot_floats * sizeof(float) + (use ? sizeof(Use) : 0);
-  const uint64_t chunk_bytes = ChunkRows(slot_floats) * slot_bytes;
+  const uint64_t chunk_bytes = ChunkRows(slot_floats, bytes / slot_bytes) * slot_bytes;
   // For each index size, the rows it holds (Capacity) and the rows the
   // bytes left after it and one chunk's rounding pay for; and it must be
   // reached: while the index doubled to it, the old one (half its size)

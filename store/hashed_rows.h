@@ -6,7 +6,8 @@
 // `dim` values followed by each optimizer state array's `dim` floats (a
 // row's update reads and writes one contiguous run, and the id a lookup
 // checks lies beside the values a pull copies). Rows lie packed in chunks
-// of about 256 KiB, in no order; erasing a row moves the last row into
+// of about 256 KiB (2 to 4 MiB, on 2 MiB pages, in a table whose bound
+// allows 64 MiB of rows or more: store/huge_memory.h), in no order; erasing a row moves the last row into
 // its place, so the chunks hold exactly size() rows (and the last
 // chunk is freed once empty): the memory follows the rows, with nothing
 // that grows by doubling but the index. The index maps an id to its row:
@@ -60,6 +61,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/update_rule.h"
+#include "store/huge_memory.h"
 #include "store/snapshot.h"
 
 namespace ps {
@@ -183,13 +185,10 @@ class HashedRows {
     uint32_t rows[kGroupSlots];  // meaningful only where the tag is not 0
   };
   static_assert(sizeof(Group) == 64);
-  struct FreeBytes {
-    void operator()(void* p) const { std::free(p); }
-  };
-  // An index: `count` groups (a power of two, or none), calloc'd (zero
-  // pages that become resident as they are written) and aligned to a line.
+  // An index: `count` groups (a power of two, or none), zeroed, on 2 MiB
+  // pages when large (store/huge_memory.h).
   struct Index {
-    std::unique_ptr<void, FreeBytes> memory;
+    HugeMemory memory;
     Group* groups = nullptr;
     size_t count = 0;
   };
@@ -226,7 +225,8 @@ class HashedRows {
   void InitRow(uint64_t id, float* row) const;
   // Row i's floats (its id lies in the kIdFloats before them).
   float* RowAt(uint64_t i) const {
-    return chunks_[i >> chunk_shift_].get() + (i & (chunk_rows_ - 1)) * slot_floats_ + kIdFloats;
+    return static_cast<float*>(chunks_[i >> chunk_shift_].get()) +
+           (i & (chunk_rows_ - 1)) * slot_floats_ + kIdFloats;
   }
   uint64_t IdAt(uint64_t i) const {
     uint64_t id;
@@ -290,7 +290,7 @@ class HashedRows {
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;
   uint64_t size_ = 0;  // rows
-  std::vector<std::unique_ptr<float[]>> chunks_;  // chunk_rows_ rows of slot_floats_ floats each
+  std::vector<HugeMemory> chunks_;  // chunk_rows_ rows of slot_floats_ floats each
   // Eviction: beside each chunk, its rows' uses; the lists; the next
   // push's number, the first number of the current push and its clock;
   // whether Restore left the lists to be rebuilt.

@@ -288,6 +288,45 @@ TEST(HashedRowsTest, PushesOfKnownIdsEndADoubling) {
   for (uint64_t id : ids) ASSERT_NE(rows.Find(id), nullptr) << "id " << id;
 }
 
+// A table whose bound allows 64 MiB of rows or more keeps them in chunks
+// of at least a 2 MiB page: rows made across several chunks and erased
+// back (the last row moving into each erased one's place, empty chunks
+// freed) keep their values.
+TEST(HashedRowsTest, ALargeTableKeepsItsRowsAcrossChunksOfHugePages) {
+  const InitOptions init = Uniform(9);
+  HashedRows rows(16, 1, init, 1000000);  // 136 bytes a row: 130 MiB at the bound
+  std::unordered_map<uint64_t, float> kept;
+  std::mt19937_64 rng(21);
+  std::vector<uint64_t> ids;
+  for (int n = 0; n < 40000; ++n) {
+    ids.push_back(rng());
+    float* row = rows.FindOrMake(ids.back());
+    ASSERT_NE(row, nullptr);
+    for (uint32_t c = 0; c < 32; ++c) row[c] = static_cast<float>(n) + 0.5f * c;
+    kept[ids.back()] = static_cast<float>(n);
+  }
+  const size_t full = rows.bytes();
+  // At least 2 MiB of rows a chunk: 40,000 rows fill few chunks.
+  EXPECT_GE(full, 40000u * 136);
+  EXPECT_LE(full, 40000u * 136 + 3 * (4u << 20) + 2 * 64 * 8192);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int n = 0; n < 30000; ++n) {
+    ASSERT_TRUE(rows.Erase(ids.back()));
+    kept.erase(ids.back());
+    ids.pop_back();
+  }
+  EXPECT_LT(rows.bytes(), full) << "emptied chunks are freed";
+  std::vector<float> out(ids.size() * 16);
+  rows.Gather(ids, out.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float first = kept.at(ids[i]);
+    for (uint32_t c = 0; c < 16; ++c) ASSERT_EQ(out[i * 16 + c], first + 0.5f * c) << ids[i];
+    const float* row = rows.Find(ids[i]);
+    ASSERT_NE(row, nullptr);
+    for (uint32_t c = 16; c < 32; ++c) ASSERT_EQ(row[c], first + 0.5f * c) << ids[i];
+  }
+}
+
 TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
   const OptimizerOptions add = Optimizer(OptimizerKind::kAdd);
   const UpdateRule& rule = *FindRule(OptimizerKind::kAdd);
@@ -296,7 +335,8 @@ TEST(HashedRowsTest, RowsWithinABoundKeepItsBytesWithinIt) {
     uint32_t dim, slots;
   };
   for (const Case& c : {Case{1 << 20, 16, 0}, Case{1 << 20, 16, 2}, Case{3 << 20, 1, 0},
-                        Case{5 << 20, 64, 1}, Case{(1 << 20) + 12345, 8, 2}}) {
+                        Case{5 << 20, 64, 1}, Case{(1 << 20) + 12345, 8, 2},
+                        Case{uint64_t{80} << 20, 16, 1}}) {  // chunks of 2 MiB pages
    // With eviction each row also keeps its use.
    for (const bool use : {false, true}) {
     SCOPED_TRACE(std::to_string(c.bytes) + " bytes, dim " + std::to_string(c.dim) + ", slots " +
