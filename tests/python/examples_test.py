@@ -1,0 +1,114 @@
+"""The Python examples (examples/python/) run as their job files say, with
+ps_launch starting the real ps_server processes and the Python workers on
+loopback: the PyTorch Fashion-MNIST MLP reaches test accuracy 0.87 under
+bsp with 2 workers, and a worker without the data set fails the job
+saying what to install.
+
+Each test runs the example's own job file with free ports and the
+scripts' absolute paths (and --summary, for the figures), from a folder
+without the ps module: ps_launch's build tree provides it.
+"""
+
+import json
+import os
+import sys
+
+import yaml
+
+from conftest import free_port, run_ps_launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "python")
+sys.path.insert(0, EXAMPLES)
+import fashion_mnist_mlp  # noqa: E402
+
+
+def example_job(tmp_path, name, extra_args=(), workers=None):
+    """examples/python/<name>.yaml with free ports, the command's script by
+    its absolute path and `extra_args` appended, written to tmp_path;
+    returns (its path, the job as a dict)."""
+    with open(os.path.join(EXAMPLES, name + ".yaml")) as f:
+        job = yaml.safe_load(f)
+    job["cluster"]["servers"] = ["127.0.0.1:%d" % free_port()
+                                 for _ in job["cluster"]["servers"]]
+    if workers is not None:
+        job["cluster"]["workers"] = workers
+    command = job["train"]["command"]
+    assert command[1] == "examples/python/%s.py" % name, command
+    command[1] = os.path.join(EXAMPLES, name + ".py")
+    command.extend(extra_args)
+    path = str(tmp_path / (name + ".yaml"))
+    with open(path, "w") as f:
+        yaml.safe_dump(job, f, sort_keys=False)
+    return path, job
+
+
+def launch(tmp_path, config, timeout=300):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return run_ps_launch(config, str(tmp_path), timeout, env)
+
+
+def summaries(prefix, workers):
+    result = []
+    for rank in range(workers):
+        with open("%s%d.json" % (prefix, rank)) as f:
+            result.append(json.load(f))
+    return result
+
+
+def test_the_pytorch_mlp_reaches_0_87_under_bsp_with_two_workers(tmp_path):
+    prefix = str(tmp_path / "mlp")
+    config, job = example_job(tmp_path, "fashion_mnist_mlp", ["--summary", prefix])
+    assert job["consistency"]["mode"] == "bsp" and job["cluster"]["workers"] == 2
+    code, out = launch(tmp_path, config)
+    assert code == 0, out
+    assert "job succeeded" in out, out
+    results = summaries(prefix, 2)
+    accuracy = results[0]["test_accuracy"]
+    assert accuracy >= 0.87, "final test accuracy %.4f < 0.87:\n%s" % (accuracy, out)
+    assert "[worker 0] worker 0: final test accuracy %.4f" % accuracy in out, out
+    # Worker 0 reported as it went, from the initial parameters on.
+    steps = [step for step, _ in results[0]["evaluations"]]
+    assert steps[0] == 0 and len(steps) >= 5 and steps[-1] == results[0]["steps"], steps
+    assert results[0]["evaluations"][0][1] < 0.5  # before training
+    # Both workers trained every step on their own half of the images.
+    for r in results:
+        assert r["workers"] == 2 and r["steps"] == results[0]["steps"] and r["steps"] > 0
+        assert r["samples_per_s"] > 0
+        assert "[worker %d] worker %d: step 250/" % (r["rank"], r["rank"]) in out, out
+
+
+def test_the_mlp_job_file_has_the_tables_of_the_model(tmp_path):
+    """The job file's tables are the model's parameters (names and shapes),
+    as ps.torch.tables_for writes them."""
+    import ps.torch
+    with open(os.path.join(EXAMPLES, "fashion_mnist_mlp.yaml")) as f:
+        job = yaml.safe_load(f)
+    written = yaml.safe_load(ps.torch.tables_for(fashion_mnist_mlp.make_model()))["tables"]
+    assert [(t["name"], t["rows"], t["dim"], t.get("init")) for t in job["tables"]] == \
+        [(t["name"], t["rows"], t["dim"], t.get("init")) for t in written]
+
+
+def test_a_worker_without_the_data_set_fails_the_job_saying_what_to_install(tmp_path):
+    config, _ = example_job(tmp_path, "fashion_mnist_mlp",
+                            ["--data-dir", str(tmp_path / "nowhere")], workers=1)
+    code, out = launch(tmp_path, config, timeout=120)
+    assert code != 0, out
+    assert "nowhere/train-labels-idx1-ubyte.gz: no such file; install the Debian package " \
+           "dataset-fashion-mnist" in out, out
+
+
+def test_a_truncated_data_file_is_refused_naming_it(tmp_path):
+    import gzip
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / "train-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(b"\x00\x00\x08\x01" + (60000).to_bytes(4, "big") + bytes(100))
+    try:
+        fashion_mnist_mlp.load_fashion_mnist(str(data), "train")
+    except fashion_mnist_mlp.DataError as e:
+        assert "train-labels-idx1-ubyte.gz: IDX dimensions (60000,) and 100 payload bytes, " \
+               "expected (60000,)" in str(e), str(e)
+    else:
+        raise AssertionError("a truncated file was read")
