@@ -1,25 +1,29 @@
 """The Python examples (examples/python/) run as their job files say, with
 ps_launch starting the real ps_server processes and the Python workers on
 loopback: the PyTorch Fashion-MNIST MLP reaches test accuracy 0.87 under
-bsp with 2 workers, and a worker without the data set fails the job
-saying what to install.
+bsp with 2 workers, the click model's held-out loss falls and its AUC
+rises, and a worker without the data set fails the job saying what to
+install.
 
 Each test runs the example's own job file with free ports and the
 scripts' absolute paths (and --summary, for the figures), from a folder
 without the ps module: ps_launch's build tree provides it.
 """
 
+import gzip
 import json
 import os
 import sys
 
 import yaml
 
+import ps.torch
 from conftest import free_port, run_ps_launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "python")
 sys.path.insert(0, EXAMPLES)
+import click_model  # noqa: E402
 import fashion_mnist_mlp  # noqa: E402
 
 
@@ -79,15 +83,28 @@ def test_the_pytorch_mlp_reaches_0_87_under_bsp_with_two_workers(tmp_path):
         assert "[worker %d] worker %d: step 250/" % (r["rank"], r["rank"]) in out, out
 
 
-def test_the_mlp_job_file_has_the_tables_of_the_model(tmp_path):
-    """The job file's tables are the model's parameters (names and shapes),
-    as ps.torch.tables_for writes them."""
+def job_tables(name):
+    with open(os.path.join(EXAMPLES, name + ".yaml")) as f:
+        return yaml.safe_load(f)["tables"]
+
+
+def shapes(tables):
+    return [(t["name"], t["rows"], t["dim"], t.get("init")) for t in tables]
+
+
+def test_the_job_files_have_the_tables_of_their_models():
+    """Each job file's range tables are its model's parameters (names,
+    shapes, initial values) as ps.torch.tables_for writes them."""
     import ps.torch
-    with open(os.path.join(EXAMPLES, "fashion_mnist_mlp.yaml")) as f:
-        job = yaml.safe_load(f)
+    import click_model
     written = yaml.safe_load(ps.torch.tables_for(fashion_mnist_mlp.make_model()))["tables"]
-    assert [(t["name"], t["rows"], t["dim"], t.get("init")) for t in job["tables"]] == \
-        [(t["name"], t["rows"], t["dim"], t.get("init")) for t in written]
+    assert shapes(job_tables("fashion_mnist_mlp")) == shapes(written)
+    embeddings, *mlp = job_tables("click_model")
+    defaults = click_model.parse_args([])
+    model = click_model.ClickModel(None, defaults.fields, embeddings["dim"], defaults.dense)
+    written = yaml.safe_load(ps.torch.tables_for(model.mlp, prefix="mlp."))["tables"]
+    assert shapes(mlp) == shapes(written)
+    assert embeddings["name"] == defaults.table and embeddings["keys"] == "hashed"
 
 
 def test_a_worker_without_the_data_set_fails_the_job_saying_what_to_install(tmp_path):
@@ -100,7 +117,6 @@ def test_a_worker_without_the_data_set_fails_the_job_saying_what_to_install(tmp_
 
 
 def test_a_truncated_data_file_is_refused_naming_it(tmp_path):
-    import gzip
     data = tmp_path / "data"
     data.mkdir()
     with gzip.open(data / "train-labels-idx1-ubyte.gz", "wb") as f:
@@ -112,3 +128,24 @@ def test_a_truncated_data_file_is_refused_naming_it(tmp_path):
                "expected (60000,)" in str(e), str(e)
     else:
         raise AssertionError("a truncated file was read")
+
+
+def test_the_click_model_learns_its_loss_falls_and_auc_rises(tmp_path):
+    prefix = str(tmp_path / "click")
+    # A shorter run than the example's: 100,000 samples a worker.
+    config, job = example_job(tmp_path, "click_model",
+                              ["--summary", prefix, "--samples", "100000", "--eval-every", "130"])
+    assert job["tables"][0]["keys"] == "hashed"
+    code, out = launch(tmp_path, config)
+    assert code == 0, out
+    results = summaries(prefix, 2)
+    evaluations = results[0]["evaluations"]  # (step, log-loss, AUC)
+    assert len(evaluations) >= 3, evaluations
+    first, last = evaluations[0], evaluations[-1]
+    assert first[0] == 0 and last[0] == results[0]["steps"]
+    assert last[1] < first[1] - 0.05, evaluations  # held-out log-loss
+    assert last[2] > first[2] + 0.03 and last[2] > 0.72, evaluations  # AUC
+    for r in results:  # every worker's training loss falls
+        losses = [loss for _, loss in r["training_losses"]]
+        assert len(losses) >= 3 and losses[-1] < losses[0], losses
+    assert "held-out log-loss" in out and "teacher on the 20000 held-out samples" in out, out
