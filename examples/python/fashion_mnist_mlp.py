@@ -139,11 +139,16 @@ def parse_args(argv):
                     "which adds --config and --rank).")
     parser.add_argument("--epochs", type=float, default=4.0,
                         help="passes over this worker's share of the training images")
+    parser.add_argument("--steps", type=int,
+                        help="steps a worker, instead of --epochs (benchmarks/torch_mlp_bench.py)")
     parser.add_argument("--batch-size", type=int, default=64, help="samples a step and worker")
     parser.add_argument("--eval-every", type=int, default=250,
                         help="worker 0: the test accuracy every this many steps (0: at the end)")
     parser.add_argument("--log-every", type=int, default=250,
                         help="a progress line every this many steps (0: at the end)")
+    parser.add_argument("--threads", type=int,
+                        help="torch's threads (default: ps_launch's share of the cores, "
+                             "--cpu-threads)")
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     parser.add_argument("--seed", type=int, default=1, help="of the minibatch order")
     parser.add_argument("--summary", help="write the run's figures to SUMMARY<rank>.json")
@@ -158,8 +163,9 @@ def main():
     args = parse_args(rest)
     if args.epochs <= 0 or args.batch_size < 1:
         sys.exit("--epochs must be > 0 and --batch-size >= 1")
-    if worker.cpu_threads:
-        torch.set_num_threads(worker.cpu_threads)  # ps_launch's share of the cores
+    threads = args.threads or worker.cpu_threads  # ps_launch's share of the cores
+    if threads:
+        torch.set_num_threads(threads)
     rank, workers = worker.rank, worker.num_workers
 
     def say(text):
@@ -172,7 +178,7 @@ def main():
         sys.exit("worker %d: %s" % (rank, e))
     # Every worker takes the same number of steps (the shares differ by at
     # most one sample): under bsp each clock waits for every worker.
-    steps = int(args.epochs * (TRAIN_SAMPLES // workers) // args.batch_size)
+    steps = args.steps or int(args.epochs * (TRAIN_SAMPLES // workers) // args.batch_size)
     if steps < 1:
         sys.exit("--epochs %g of %d samples in batches of %d is no step" % (
             args.epochs, TRAIN_SAMPLES // workers, args.batch_size))

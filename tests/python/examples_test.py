@@ -95,8 +95,6 @@ def shapes(tables):
 def test_the_job_files_have_the_tables_of_their_models():
     """Each job file's range tables are its model's parameters (names,
     shapes, initial values) as ps.torch.tables_for writes them."""
-    import ps.torch
-    import click_model
     written = yaml.safe_load(ps.torch.tables_for(fashion_mnist_mlp.make_model()))["tables"]
     assert shapes(job_tables("fashion_mnist_mlp")) == shapes(written)
     embeddings, *mlp = job_tables("click_model")
