@@ -70,6 +70,42 @@ def run_python_workers(script, config, workers, args=(), timeout=120):
     return [(p.returncode, out) for p, out in zip(processes, outputs)]
 
 
+def run_ps_launch(config, cwd, timeout=120, env=None):
+    """Runs `ps_launch --config config` in `cwd` until it exits; (exit code,
+    its output: every child's lines, as ps_launch relays them). Past
+    `timeout` seconds ps_launch gets SIGTERM (it stops its servers and
+    workers), then SIGKILL after STOP_GRACE_S (its children die with it:
+    they ask the kernel for SIGKILL when their parent dies), and the test
+    fails; so does anything else that stops the test meanwhile, with the
+    same clean-up."""
+    process = subprocess.Popen([os.path.join(BIN_DIR, "ps_launch"), "--config", config],
+                               cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        output = process.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        stop_process_group(process)
+        pytest.fail("ps_launch --config %s ran past %d s:\n%s"
+                    % (config, timeout, process.communicate()[0]))
+    finally:
+        stop_process_group(process)
+    return process.returncode, output
+
+
+def stop_process_group(process):
+    """SIGTERM to the process group of `process` (started with
+    start_new_session) while it runs, SIGKILL after STOP_GRACE_S; reaped."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 class Job:
     """A job file and the ps_server processes serving it."""
 

@@ -2,7 +2,8 @@
 tables written from a module, checked against the job, and a module's
 parameters trained through real ps_server processes on loopback
 (conftest.py): under bsp matching a one-process PyTorch run on the same
-batches, under ssp and asp lowering the loss."""
+batches (an MLP; an embedding model under bsp with aggregate), under ssp
+and asp lowering the loss."""
 
 import os
 import subprocess
@@ -295,3 +296,65 @@ def test_parameter_server_waits_for_the_pushes_of_its_embeddings(cluster):
         expected = np.full((10, 3), 0.5, np.float32)
         expected[[3, 7]] -= np.float32(0.1) * rows.grad[0].numpy()
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
+
+
+def test_two_workers_train_an_embedding_model_as_one_pytorch_process(cluster, tmp_path):
+    """The click model of examples/python/ (a ps.torch.Embedding over a
+    hashed table, an MLP on top) trained by 2 workers under bsp with
+    aggregate ends where one PyTorch process with torch.nn.Embedding ends
+    with plain SGD on the union of their batches: every step's gradients,
+    the embedding rows' summed over repeated ids, are the same.
+
+    Under aggregate a shard applies a clock's pushes only once every worker
+    finished the clock, so the embedding's pull in a forward pass never
+    sees another worker's pushes of the same clock (here the results agree
+    to 2e-8). Plain bsp with barrier=True does not rule that out for an
+    Embedding: it pulls in the forward pass, after the barrier, when a
+    faster worker may have pushed that step's gradients already (measured:
+    2e-5 apart, more than atol here)."""
+    import torch_embedding_worker as emb
+    tables = ("  - { name: embeddings, keys: hashed, dim: %d, max_rows: 1000,\n"
+              "      init: { type: normal, stddev: 0.3, seed: 5 },\n"
+              "      optimizer: { type: sgd, lr: %r } }\n" % (emb.DIM, emb.LR))
+    tables += ps.torch.tables_for(emb.make_model(None).mlp, prefix="mlp.",
+                                  optimizer={"type": "sgd", "lr": emb.LR}).replace("tables:\n", "")
+    job = cluster(servers=2, workers=2, consistency="bsp, aggregate: true",
+                  tables="tables:\n" + tables)
+    prefix = str(tmp_path / "params")
+    for r, (code, out) in enumerate(run_python_workers(
+            "torch_embedding_worker.py", job.path, 2, ["--out", prefix])):
+        assert code == 0 and "trained" in out, "worker %d (exit %s):\n%s" % (r, code, out)
+    results = [torch.load("%s%d.pt" % (prefix, r)) for r in range(2)]
+    ids = results[0]["ids"]
+    for result in results:
+        assert torch.equal(result["ids"], ids)
+        assert torch.equal(result["initial"]["rows"], results[0]["initial"]["rows"])
+
+    # One process: torch.nn.Embedding over the ids made compact, the
+    # servers' initial values, the whole batch of each step, plain SGD.
+    reference = torch.nn.Embedding(len(ids), emb.DIM)
+    model = emb.make_model(reference)
+    start = results[0]["initial"]
+    with torch.no_grad():
+        reference.weight.copy_(start["rows"])
+        for name, p in model.mlp.named_parameters():
+            p.copy_(start["mlp"]["mlp." + name])
+    data = emb.make_data()
+    for step in range(emb.STEPS):
+        batch_ids, dense, clicks = emb.batch(data, step)
+        model.zero_grad()
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            model(torch.searchsorted(ids, batch_ids), dense), clicks).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= emb.LR * p.grad
+    expected = {"rows": reference.weight.detach()}
+    expected.update({"mlp." + n: p.detach() for n, p in model.mlp.named_parameters()})
+    for r, result in enumerate(results):
+        got = {"rows": result["final"]["rows"], **result["final"]["mlp"]}
+        assert sorted(got) == sorted(expected)
+        for name, value in expected.items():
+            initial = start["rows"] if name == "rows" else start["mlp"][name]
+            assert not torch.equal(got[name], initial), name
+            torch.testing.assert_close(got[name], value, rtol=0, atol=1e-6,
+                                       msg=lambda m: "worker %d, %s: %s" % (r, name, m))
