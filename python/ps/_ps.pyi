@@ -8,8 +8,10 @@ import torch
 
 Floats = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.uint64]
-# CPU torch tensors are taken too (ps/_tensors.py): float32 values, int64
-# ids read as uint64; a pull returns a tensor where out= or ids is one.
+# Torch tensors are taken too (ps/_tensors.py): float32 values, int64 ids
+# read as uint64; CPU tensors in place, CUDA tensors through a pinned host
+# buffer per table; a pull returns a tensor where out= or ids is one (on
+# the ids' device).
 FloatsIn = Union[Floats, torch.Tensor]
 IdsIn = Union[Ids, torch.Tensor]
 Out = TypeVar("Out", Floats, torch.Tensor)

@@ -91,10 +91,15 @@ def test_wrong_tensors_raise_naming_expected_and_got(cluster):
         t.pull(torch.tensor([1, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"ids: expected one dimension, got shape \(1, 2\)"):
         t.pull(torch.tensor([[1, 2]]))
-    with pytest.raises(TypeError, match=r"out: expected a CPU tensor, got a tensor on meta"):
+    with pytest.raises(TypeError, match=r"out: expected a CPU or CUDA tensor, got a tensor on "
+                                        r"meta \(move it with out.cpu\(\)"):
         t.pull(out=torch.zeros(10, 3, device="meta"))
-    with pytest.raises(TypeError, match=r"grads: expected a CPU tensor"):
+    with pytest.raises(TypeError, match=r"grads: expected a CPU or CUDA tensor, got a tensor on "
+                                        r"meta"):
         t.push(torch.tensor([1]), torch.zeros(1, 3, device="meta"))
+    with pytest.raises(TypeError, match=r"ids: expected a CPU or CUDA tensor, got a tensor on "
+                                        r"meta"):
+        t.pull(torch.zeros(2, dtype=torch.int64, device="meta"))
     w.close()
 
 
@@ -295,3 +300,65 @@ def test_parameter_server_waits_for_the_pushes_of_its_embeddings(cluster):
         expected = np.full((10, 3), 0.5, np.float32)
         expected[[3, 7]] -= np.float32(0.1) * rows.grad[0].numpy()
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
+
+
+@pytest.fixture
+def staged_cpu(monkeypatch):
+    """CPU tensors through the staging path of CUDA tensors (ps/_tensors.py):
+    its buffers, reuse and waits run without a GPU (pinned memory needs
+    CUDA, so the buffers are plain host memory here)."""
+    monkeypatch.setattr(ps._tensors, "STAGED_DEVICES", {"cuda", "cpu"})
+
+
+def staging_buffer(table, direction):
+    return table.worker._staging[(table.id, direction)].buffer
+
+
+def test_staged_pulls_and_pushes_reuse_one_buffer_per_table(cluster, staged_cpu):
+    job = cluster()
+    with ps.Worker(job.path, 0) as w:
+        t = w.tables["dense"]
+        values = torch.arange(30, dtype=torch.float32).reshape(10, 3)
+        t.push(values)
+        pushed = staging_buffer(t, "push")
+        assert pushed.data_ptr() != values.data_ptr()  # sent from the buffer, a copy
+        out = torch.zeros(10, 3)
+        before = out.data_ptr()
+        assert t.pull(out=out) is out and out.data_ptr() == before
+        assert torch.equal(out, values)
+        buffer = staging_buffer(t, "pull")
+        future = t.pull_async(out=torch.zeros(10, 3))
+        assert torch.equal(future.wait(), values) and future.done()
+        assert staging_buffer(t, "pull").data_ptr() == buffer.data_ptr()  # reused
+
+        # The source may change once push_async returns: the buffer holds a
+        # copy. A second push of the table waits for the first's buffer.
+        grads = torch.ones(10, 3)
+        first = t.push_async(grads)
+        grads.fill_(1000)
+        second = t.push_async(torch.full((10, 3), 2.0))
+        assert first.done()
+        first.wait()
+        second.wait()
+        assert staging_buffer(t, "push").data_ptr() == pushed.data_ptr()
+        w.clock()
+        assert torch.equal(t.pull(out=torch.empty(10, 3)), values + 3)
+
+        # Rows by id land in a new tensor on the ids' device; the buffer
+        # grows to the largest call and serves smaller ones.
+        rows = t.pull(torch.tensor([9, 0]))
+        assert isinstance(rows, torch.Tensor) and torch.equal(rows, (values + 3)[[9, 0]])
+        t.pull(torch.arange(10))
+        grown = staging_buffer(t, "pull")
+        assert grown.numel() == 30
+        assert torch.equal(t.pull(torch.tensor([4])), (values + 3)[[4]])
+        assert staging_buffer(t, "pull").data_ptr() == grown.data_ptr()
+
+        by_id = w.tables["by_id"]
+        w.push_batch([(t, torch.ones(10, 3)),
+                      (by_id, torch.tensor([-1, 5]), torch.tensor([[1.0, 2], [3, 4]]))])
+        w.clock()
+        assert torch.equal(t.pull(out=torch.empty(10, 3)), values + 4)
+        assert torch.equal(by_id.pull(torch.tensor([5, -1])), torch.tensor([[3.0, 4], [1, 2]]))
+        with pytest.raises(ValueError, match=r"out: expected shape \(10, 3\), got \(3, 10\)"):
+            t.pull(out=torch.zeros(3, 10))
