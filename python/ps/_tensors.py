@@ -89,19 +89,6 @@ def check_values(obj, name):
         _check(obj, name, _torch().float32, "a float32 tensor (torch.float32)", "float")
 
 
-def float_array(obj, name):
-    """`obj` itself, or the numpy array sharing a float32 CPU tensor's
-    memory. TypeError for a tensor that is not on the CPU."""
-    if not is_tensor(obj):
-        return obj
-    check_values(obj, name)
-    if staged(obj):
-        raise TypeError("%s: expected a CPU tensor here, got a tensor on %s" % (name, obj.device))
-    # detach(): the same memory without autograd's record (a parameter
-    # requires grad, and .numpy() refuses those).
-    return obj.detach().numpy()
-
-
 def id_array(obj, name="ids"):
     """`obj` itself, or a uint64 numpy view of a one-dimensional int64 tensor
     (a CUDA tensor's ids copied to the host first)."""
