@@ -231,7 +231,7 @@ PYBIND11_MODULE(_ps, m) {
       .def(
           "pull",
           [](const Table& t, py::handle ids, py::handle out) {
-            return t.worker().Pull(t.id(), ids, out).Wait();
+            return t.worker().Pull(t.id(), ids, out, /*wait=*/true).Wait();
           },
           kPullDoc, py::arg("ids") = py::none(), py::kw_only(), py::arg("out") = py::none())
       .def(
@@ -243,8 +243,9 @@ PYBIND11_MODULE(_ps, m) {
       .def(
           "push",
           [](const Table& t, py::handle ids_or_grads, py::handle grads) {
-            Future f = grads.is_none() ? t.worker().Push(t.id(), py::none(), ids_or_grads)
-                                       : t.worker().Push(t.id(), ids_or_grads, grads);
+            Future f = grads.is_none()
+                           ? t.worker().Push(t.id(), py::none(), ids_or_grads, /*wait=*/true)
+                           : t.worker().Push(t.id(), ids_or_grads, grads, /*wait=*/true);
             f.Wait();
           },
           kPushDoc, py::arg("ids_or_grads"), py::arg("grads") = py::none())
@@ -316,21 +317,24 @@ sends or waits.)")
       .def(
           "clock",
           [](Worker& w) {
-            w.Clock().Wait();
+            w.Clock(/*wait=*/true).Wait();
           },
           "Finishes this worker's clock at every shard (after the pushes sent\n"
           "before it) and waits for them to acknowledge it.")
       .def(
           "push_batch",
-          [](Worker& w, const py::sequence& pushes) { w.PushBatch(BatchPushes(w, pushes)).Wait(); },
+          [](Worker& w, const py::sequence& pushes) {
+            w.PushBatch(BatchPushes(w, pushes), /*batch=*/true, /*wait=*/true).Wait();
+          },
           kPushBatchDoc, py::arg("pushes"))
       .def(
           "push_batch_async",
           [](Worker& w, const py::sequence& pushes) { return w.PushBatch(BatchPushes(w, pushes)); },
           kPushBatchAsyncDoc, py::arg("pushes"))
-      .def("clock_async", &Worker::Clock,
-           "As clock(), without waiting: returns a Future. Later pulls already\n"
-           "carry the next clock.")
+      .def(
+          "clock_async", [](Worker& w) { return w.Clock(); },
+          "As clock(), without waiting: returns a Future. Later pulls already\n"
+          "carry the next clock.")
       .def("__enter__",
            [](const std::shared_ptr<Worker>& w) {
              w->Join();

@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/rank.h"
+#include "common/transport.h"
 
 namespace py = pybind11;
 
@@ -63,6 +64,9 @@ std::shared_ptr<Worker> Worker::Open(const std::string& config, std::optional<in
       static_cast<uint32_t>(job->cluster.servers.size()), job->cluster.workers, "rank");
   ThrowIfError(resolved.status());
   ThrowIfError(InitLogging("worker " + std::to_string(resolved->rank), log_level));
+  // As ps_worker does: a step's pulls of every table in flight at once
+  // must not cost fresh zeroed pages for each reply.
+  KeepMessageMemory();
   StatusOr<std::unique_ptr<Client>> client = Client::Create(*job, resolved->rank);
   ThrowIfError(client.status());
   return std::shared_ptr<Worker>(new Worker(std::move(*job), resolved->rank,
@@ -155,20 +159,37 @@ void Worker::Close() {
 }
 
 template <typename Issue>
-Future Worker::Track(const char* what, Issue issue, std::vector<View> views, py::object result) {
+Future Worker::Track(const char* what, Issue issue, std::vector<View> views, py::object result,
+                     bool wait) {
   graveyard_->Release();
   auto call = std::make_shared<PendingCall>();
   call->views = std::move(views);
   call->result = std::move(result);
   const Status issued = [&]() -> Status {
     py::gil_scoped_release release;
-    std::lock_guard<TurnLock> lock(mu_);
-    PS_RETURN_IF_ERROR(CheckOpen(what));
-    return issue(*client_, call->tickets);
+    Status status;
+    {
+      std::lock_guard<TurnLock> lock(mu_);
+      status = CheckOpen(what);
+      if (status.ok()) status = issue(*client_, call->tickets);
+    }
+    if (wait && !call->tickets.empty()) {
+      // As Wait does, in slices; the call is this thread's alone.
+      for (bool done = false; !done;) {
+        std::lock_guard<TurnLock> lock(mu_);
+        done = WaitSlice(*call);
+      }
+      if (status.ok()) status = call->status;
+    }
+    return status;
   }();
-  // What was issued is tracked, also when a later part of the call failed:
-  // its arrays must live until it is done.
-  if (!call->tickets.empty()) {
+  if (wait) {
+    call->finished = true;
+    call->views.clear();
+    graveyard_->Release();
+  } else if (!call->tickets.empty()) {
+    // What was issued is tracked, also when a later part of the call
+    // failed: its arrays must live until it is done.
     call->id = next_call_id_++;
     pending_[call->id] = call;
   }
@@ -202,6 +223,12 @@ bool Worker::WaitSlice(PendingCall& call) {
 }
 
 py::object Worker::Wait(const std::shared_ptr<PendingCall>& call) {
+  if (call->finished && call->id == 0) {
+    // Waited for already (Track's `wait`, or an empty batch): nothing to
+    // release the GIL for.
+    ThrowIfError(call->status);
+    return call->result;
+  }
   Status status;
   {
     py::gil_scoped_release release;
@@ -237,7 +264,7 @@ void Worker::Forget(const std::shared_ptr<PendingCall>& call) {
   graveyard_->Release();
 }
 
-Future Worker::Clock() {
+Future Worker::Clock(bool wait) {
   return Track(
       "clock()",
       [](Client& client, std::vector<Ticket>& tickets) -> Status {
@@ -245,7 +272,7 @@ Future Worker::Clock() {
         tickets.push_back(ticket);
         return Status::Ok();
       },
-      {}, py::none());
+      {}, py::none(), wait);
 }
 
 Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* views,
@@ -264,7 +291,7 @@ Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* v
   return rows;
 }
 
-Future Worker::Pull(uint32_t table, py::handle ids, py::handle out) {
+Future Worker::Pull(uint32_t table, py::handle ids, py::handle out, bool wait) {
   std::vector<View> views;
   const Rows rows = RowsOf(table, ids, &views);
   const int64_t count = rows.count, dim = rows.dim;
@@ -280,7 +307,7 @@ Future Worker::Pull(uint32_t table, py::handle ids, py::handle out) {
         tickets.push_back(ticket);
         return Status::Ok();
       },
-      std::move(views), std::move(result));
+      std::move(views), std::move(result), wait);
 }
 
 SharedFloats Worker::Share(View values, size_t size) const {
@@ -290,14 +317,14 @@ SharedFloats Worker::Share(View values, size_t size) const {
   return SharedFloats(std::move(owner), data, size);
 }
 
-Future Worker::Push(uint32_t table, py::handle ids, py::handle values) {
+Future Worker::Push(uint32_t table, py::handle ids, py::handle values, bool wait) {
   return PushBatch({BatchPush{.table = table,
                               .ids = py::reinterpret_borrow<py::object>(ids),
                               .values = py::reinterpret_borrow<py::object>(values)}},
-                   /*batch=*/false);
+                   /*batch=*/false, wait);
 }
 
-Future Worker::PushBatch(const std::vector<BatchPush>& pushes, bool batch) {
+Future Worker::PushBatch(const std::vector<BatchPush>& pushes, bool batch, bool wait) {
   // Every argument is checked before anything is sent.
   std::vector<View> views;
   std::vector<Rows> rows;
@@ -326,7 +353,7 @@ Future Worker::PushBatch(const std::vector<BatchPush>& pushes, bool batch) {
         }
         return Status::Ok();
       },
-      std::move(views), py::none());
+      std::move(views), py::none(), wait);
 }
 
 }  // namespace ps::python

@@ -155,7 +155,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // server (without waiting for them). Throws StatusError: NotFound or
   // InvalidArgument from the job file (naming file, path and line),
   // InvalidArgument for a rank that cannot be resolved or is outside the
-  // job, and the Client's errors.
+  // job, and the Client's errors. Keeps freed message memory in the process
+  // as ps_worker does (KeepMessageMemory, common/transport.h: process-wide).
   static std::shared_ptr<Worker> Open(const std::string& config, std::optional<int64_t> rank,
                                       bool rank_from_hostname, const std::string& log_level);
   // Closes (Close()) and logs what fails.
@@ -179,15 +180,20 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Throws the first error of Leave.
   void Close();
 
+  // The calls below issue a call of the Client and return its Future. With
+  // `wait` they also wait for it before the GIL is taken back (one release
+  // of the GIL and no tracking of the call: what a blocking call from
+  // Python needs); the returned Future is done.
+
   // Client::Clock.
-  Future Clock();
+  Future Clock(bool wait = false);
   // Pulls the whole table (`ids` None) or the rows `ids` into `out` (None:
   // a new array) of shape (rows, dim). TypeError or ValueError for an
   // array of the wrong type or shape, StatusError for the Client's errors.
-  Future Pull(uint32_t table, pybind11::handle ids, pybind11::handle out);
+  Future Pull(uint32_t table, pybind11::handle ids, pybind11::handle out, bool wait = false);
   // Pushes `values` of shape (rows, dim): the whole table (`ids` None) or
   // the rows `ids`. The values are read in place until the push is sent.
-  Future Push(uint32_t table, pybind11::handle ids, pybind11::handle values);
+  Future Push(uint32_t table, pybind11::handle ids, pybind11::handle values, bool wait = false);
   // One push of a batch: as Push's arguments.
   struct BatchPush {
     uint32_t table = 0;
@@ -201,7 +207,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // "pushes[i].grads" when `batch`, else as Push), so a wrong one sends
   // nothing. Should the client refuse a later push, those issued before go
   // on (their arrays are kept until done) and the error is thrown.
-  Future PushBatch(const std::vector<BatchPush>& pushes, bool batch = true);
+  Future PushBatch(const std::vector<BatchPush>& pushes, bool batch = true, bool wait = false);
 
  private:
   friend class Future;
@@ -212,9 +218,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
   Status CheckOpen(const char* call) const;
   // Issues the call `what` ("pull()") through `issue` (GIL released, mu_
   // held), which appends the client's tickets to its second argument, and
-  // tracks it with the views it keeps.
+  // tracks it with the views it keeps; with `wait`, waits for it instead,
+  // with the GIL still released (also for what was issued before an error
+  // of `issue`, which is then thrown).
   template <typename Issue>
-  Future Track(const char* what, Issue issue, std::vector<View> views, pybind11::object result);
+  Future Track(const char* what, Issue issue, std::vector<View> views, pybind11::object result,
+               bool wait);
   // The frames' owner of a push's values: its view goes to the graveyard,
   // whoever drops it last (ZeroMQ may send the frames on its own thread).
   SharedFloats Share(View values, size_t size) const;

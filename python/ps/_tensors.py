@@ -30,6 +30,7 @@ imported torch, so `import ps` works without it.
 
 import functools
 import sys
+import weakref
 
 import numpy as _np
 
@@ -54,11 +55,11 @@ def staged(tensor):
     """True when `tensor`'s values go through a staging buffer (a CUDA
     tensor); False for a CPU tensor, read in place; None for another
     device (which the calls refuse)."""
-    kind = tensor.device.type
-    if kind in STAGED_DEVICES:
-        return True
-    if kind == "cpu":
-        return False
+    # is_cuda and is_cpu, not device.type: they make no device object.
+    if tensor.is_cuda:
+        return "cuda" in STAGED_DEVICES
+    if tensor.is_cpu:
+        return "cpu" in STAGED_DEVICES
     return None
 
 
@@ -66,12 +67,13 @@ def _check(tensor, name, dtype, expected, convert, one_dimension=False):
     """Raises TypeError unless `tensor` is on the CPU or a CUDA device with
     element type `dtype`, ValueError unless it is contiguous (and
     one-dimensional when asked); `expected` and `convert` word the dtype's
-    message."""
-    if staged(tensor) is None:
+    message. Returns staged(tensor)."""
+    where = staged(tensor)
+    if where is None:
         raise TypeError(
             "%s: expected a CPU or CUDA tensor, got a tensor on %s (move it with %s.cpu() and "
             "copy the result back with .copy_())" % (name, tensor.device, name))
-    if tensor.dtype != dtype:
+    if tensor.dtype is not dtype:
         raise TypeError("%s: expected %s, got %s (convert with %s.%s())"
                         % (name, expected, tensor.dtype, name, convert))
     if one_dimension and tensor.dim() != 1:
@@ -80,13 +82,46 @@ def _check(tensor, name, dtype, expected, convert, one_dimension=False):
         raise ValueError("%s: expected a contiguous tensor, got strides %s for shape %s (make "
                          "one with %s.contiguous())"
                          % (name, tuple(tensor.stride()), tuple(tensor.shape), name))
+    return where
+
+
+# The numpy views of CPU tensors by id(tensor): (a weak reference to the
+# tensor, its view, the data_ptr and shape it was made for). Making a view
+# (tensor.detach().numpy()) costs a few microseconds, a good part of a
+# 4 KiB pull; a training loop passes the same tensors (out=, parameters)
+# call after call. An entry goes when its tensor does, and is made anew
+# when the tensor's memory or shape changed (set_, resize_).
+_views = {}
+
+
+def _forget_view(key, ref):
+    entry = _views.get(key)
+    if entry is not None and entry[0] is ref:
+        del _views[key]
+
+
+def _view(tensor):
+    """The numpy array over a CPU tensor's memory (without autograd's record:
+    a parameter requires grad, and .numpy() refuses those)."""
+    key = id(tensor)
+    entry = _views.get(key)
+    pointer = tensor.data_ptr()
+    if (entry is not None and entry[0]() is tensor and entry[2] == pointer
+            and entry[3] == tensor.shape):
+        return entry[1]
+    array = tensor.detach().numpy()
+    ref = weakref.ref(tensor, lambda ref, key=key: _forget_view(key, ref))
+    _views[key] = (ref, array, pointer, tensor.shape)
+    return array
 
 
 def check_values(obj, name):
     """Raises as a call would for float32 values `obj` (a tensor) that are
-    not a contiguous float32 CPU or CUDA tensor; anything else passes."""
+    not a contiguous float32 CPU or CUDA tensor; anything else passes.
+    Returns staged(obj) for a tensor, None otherwise."""
     if is_tensor(obj):
-        _check(obj, name, _torch().float32, "a float32 tensor (torch.float32)", "float")
+        return _check(obj, name, _torch().float32, "a float32 tensor (torch.float32)", "float")
+    return None
 
 
 def id_array(obj, name="ids"):
@@ -96,9 +131,9 @@ def id_array(obj, name="ids"):
         return obj
     _check(obj, name, _torch().int64, "an int64 tensor (torch.int64, read as uint64)", "long",
            one_dimension=True)
-    if obj.device.type != "cpu":
+    if not obj.is_cpu:
         obj = obj.to("cpu")
-    return obj.numpy().view(_np.uint64)
+    return _view(obj).view(_np.uint64)
 
 
 class _Staging:
@@ -162,9 +197,8 @@ def stage_values(table, values, name):
     staging or None); the caller sets staging.busy to the push's future."""
     if not is_tensor(values):
         return values, None
-    check_values(values, name)
-    if not staged(values):
-        return values.detach().numpy(), None
+    if not check_values(values, name):
+        return _view(values), None
     staging = _staging(table, "push")
     host = staging.take(values.numel(), values.device).view(values.shape)
     host.copy_(values.detach(), non_blocking=True)
@@ -229,37 +263,40 @@ def _pull(calls, table, ids, out, sync):
     future: a Future, a TensorFuture (a CPU tensor result) or a StagedPull
     (a staged tensor result)."""
     pull, pull_async = calls
-    ids_tensor = ids if is_tensor(ids) else None
+    torch = _torch()
+    if torch is None or not (isinstance(out, torch.Tensor) or isinstance(ids, torch.Tensor)):
+        return pull(table, ids, out=out) if sync else pull_async(table, ids, out=out)
+    ids_tensor = ids if isinstance(ids, torch.Tensor) else None
     ids = id_array(ids)
     if out is None and ids_tensor is not None and staged(ids_tensor):
         # The rows of ids on a CUDA device land on that device.
-        torch = _torch()
         out = torch.empty((ids.shape[0], table.dim), dtype=torch.float32,
                           device=ids_tensor.device)
-    if is_tensor(out):
-        check_values(out, "out")
+    if isinstance(out, torch.Tensor):
         tensor = out
-        if staged(tensor):
+        if check_values(tensor, "out"):
             staging = _staging(table, "pull")
             host = staging.take(tensor.numel(), tensor.device).view(tensor.shape)
             # The C++ side checks the shape: the buffer has the tensor's.
             future = StagedPull(pull_async(table, ids, out=host.numpy()), host, tensor, staging)
             staging.busy = future
             return future.wait() if sync else future
-        array = tensor.detach().numpy()
+        array = _view(tensor)
         if sync:
             pull(table, ids, out=array)
             return tensor
         return TensorFuture(pull_async(table, ids, out=array), lambda _: tensor)
     if sync:
-        result = pull(table, ids, out=out)
-        return result if ids_tensor is None else _torch().from_numpy(result)
-    future = pull_async(table, ids, out=out)
-    return future if ids_tensor is None else TensorFuture(future, _torch().from_numpy)
+        return torch.from_numpy(pull(table, ids, out=out))
+    return TensorFuture(pull_async(table, ids, out=out), torch.from_numpy)
 
 
 def _push(call, table, ids_or_grads, grads):
     """A push through `call` (the C++ push or push_async): its result."""
+    torch = _torch()
+    if torch is None or not (isinstance(ids_or_grads, torch.Tensor)
+                             or isinstance(grads, torch.Tensor)):
+        return call(table, ids_or_grads, grads)
     if grads is None:
         values, staging = stage_values(table, ids_or_grads, "grads")
         result = call(table, values)

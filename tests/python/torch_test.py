@@ -40,6 +40,30 @@ def test_pull_into_a_tensor_writes_in_place(cluster):
         assert torch.equal(out, torch.full((10, 3), 5.0))
 
 
+def test_a_tensor_whose_memory_changed_is_written_where_it_is_now(cluster):
+    job = cluster()
+    with ps.Worker(job.path, 0) as w:
+        t = w.tables["dense"]
+        t.push(np.full((10, 3), 5, np.float32))
+        out = torch.zeros(10, 3)
+        t.pull(out=out)
+        views = len(ps._tensors._views)
+        t.pull(out=out)  # the same tensor: its numpy view is kept
+        assert len(ps._tensors._views) == views
+        out.set_(torch.zeros(10, 3))  # other memory
+        t.pull(out=out)
+        assert torch.equal(out, torch.full((10, 3), 5.0))
+        rows = torch.zeros(2, 3)
+        t.pull(torch.tensor([1, 2]), out=rows)
+        rows.set_(torch.zeros(5, 3))  # other memory and shape
+        t.pull(torch.tensor([1, 2, 3, 4, 5]), out=rows)
+        assert torch.equal(rows, torch.full((5, 3), 5.0))
+        del out, rows
+        # The views went with their tensors.
+        assert all(entry[0]() is not None for entry in ps._tensors._views.values())
+        assert len(ps._tensors._views) < views
+
+
 def test_a_pull_by_id_tensor_returns_a_tensor_over_the_pulled_memory(cluster):
     job = cluster()
     with ps.Worker(job.path, 0) as w:
