@@ -8,7 +8,7 @@
 // job.
 //
 //   push_latency --config job.yaml [--rank R] [--tables T ...] [--ops push,pull]
-//                [--seconds S] [--warmup N]
+//                [--seconds S] [--warmup N] [--stdin]
 //
 // Workload: the worker joins; then, for each table T in turn and each op
 // of --ops in turn (push by default), it pushes the whole table (dense,
@@ -18,7 +18,10 @@
 // replication.factor k: once every backup has it) or its values, for S
 // seconds after N not counted. Then it leaves, so the servers exit (unless
 // server.exit_when_workers_leave is false or other workers are still in
-// the job).
+// the job). With --stdin the requests to time come from standard input
+// instead, a line "TABLE push|pull SECONDS" each, each answered by its
+// output line at once (a caller alternating with other clients on the same
+// servers), until the end of the input.
 //
 // Output, a line per table and op:
 //   "table T pushes N bytes B p50_us X p90_us Y p99_us Z mb_s M"
@@ -30,6 +33,8 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -66,7 +71,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"push", "pull"}));
   app.add_option("--seconds", seconds, "How long to time pushes")->check(CLI::Range(0.01, 600.0));
-  app.add_option("--warmup", warmup, "Pushes first, not timed")->check(CLI::Range(0, 100000));
+  app.add_option("--warmup", warmup, "Requests first, not timed")->check(CLI::Range(0, 100000));
+  bool from_stdin = false;
+  app.add_flag("--stdin", from_stdin,
+               "Read \"TABLE push|pull SECONDS\" lines from stdin instead, a result line each");
   CLI11_PARSE(app, argc, argv);
 
   if (ps::Status log = ps::InitLogging("push_latency", "warn"); !log.ok()) return Fail(log);
@@ -108,40 +116,58 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
         .count();
   };
-  for (const uint32_t table : tables) {
-    for (const std::string& op : ops) {
-      const bool push = op == "push";
-      const uint64_t floats = job->tables[table].rows * job->tables[table].dim;
-      const ps::SharedFloats values = ps::SharedFloats::Take(std::vector<float>(floats, 1e-6f));
-      std::vector<float> pulled(floats);
-      auto once = [&]() {
-        return push ? push_once(table, values) : pull_once(table, pulled.data());
-      };
-      for (int i = 0; i < warmup; ++i) {
-        if (auto us = once(); !us.ok()) return Fail(us.status());
+  // Times `op` ("push" or "pull") of the whole table `table` for
+  // `timed_seconds` after `warmup` requests, and prints its line.
+  auto measure = [&](uint32_t table, bool push, double timed_seconds) -> ps::Status {
+    const uint64_t floats = job->tables[table].rows * job->tables[table].dim;
+    const ps::SharedFloats values = ps::SharedFloats::Take(std::vector<float>(floats, 1e-6f));
+    std::vector<float> pulled(floats);
+    auto once = [&]() { return push ? push_once(table, values) : pull_once(table, pulled.data()); };
+    for (int i = 0; i < warmup; ++i) PS_RETURN_IF_ERROR(once().status());
+    std::vector<double> latencies_us;
+    const auto timed_from = std::chrono::steady_clock::now();
+    const auto until = timed_from + std::chrono::duration<double>(timed_seconds);
+    // Bounded by the time, and by a count should requests return at once.
+    constexpr size_t kMaxRequests = 10000000;
+    while (latencies_us.size() < kMaxRequests && std::chrono::steady_clock::now() < until) {
+      PS_ASSIGN_OR_RETURN(const double us, once());
+      latencies_us.push_back(us);
+    }
+    const double timed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_from).count();
+    const uint64_t bytes = floats * sizeof(float);
+    const size_t n = latencies_us.size();
+    const double mb_s = timed_s > 0 ? static_cast<double>(n * bytes) / timed_s / 1e6 : 0;
+    const double p50 = ps::Percentile(latencies_us, 0.5);
+    const double p90 = ps::Percentile(latencies_us, 0.9);
+    const double p99 = ps::Percentile(latencies_us, 0.99);
+    std::printf("table %u %s %zu bytes %" PRIu64 " p50_us %.1f p90_us %.1f p99_us %.1f mb_s %.1f\n",
+                table, push ? "pushes" : "pulls", n, bytes, p50, p90, p99, mb_s);
+    std::fflush(stdout);
+    return ps::Status::Ok();
+  };
+  if (from_stdin) {
+    // "TABLE push|pull SECONDS" a line, each answered by its result line.
+    for (std::string line; std::getline(std::cin, line);) {
+      std::istringstream words(line);
+      uint32_t table = 0;
+      std::string op;
+      double timed_seconds = 0;
+      if (!(words >> table >> op >> timed_seconds) || table >= job->tables.size() ||
+          (op != "push" && op != "pull") || !(timed_seconds > 0 && timed_seconds <= 600)) {
+        std::fprintf(stderr,
+                     "push_latency: stdin: expected \"TABLE push|pull SECONDS\" (a table "
+                     "of %zu, 0 < SECONDS <= 600), got \"%s\"\n",
+                     job->tables.size(), line.c_str());
+        return 2;
       }
-      std::vector<double> latencies_us;
-      const auto timed_from = std::chrono::steady_clock::now();
-      const auto until = timed_from + std::chrono::duration<double>(seconds);
-      // Bounded by the time, and by a count should requests return at once.
-      constexpr size_t kMaxRequests = 10000000;
-      while (latencies_us.size() < kMaxRequests && std::chrono::steady_clock::now() < until) {
-        auto us = once();
-        if (!us.ok()) return Fail(us.status());
-        latencies_us.push_back(*us);
+      if (ps::Status s = measure(table, op == "push", timed_seconds); !s.ok()) return Fail(s);
+    }
+  } else {
+    for (const uint32_t table : tables) {
+      for (const std::string& op : ops) {
+        if (ps::Status s = measure(table, op == "push", seconds); !s.ok()) return Fail(s);
       }
-      const double timed_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_from).count();
-      const uint64_t bytes = floats * sizeof(float);
-      const size_t n = latencies_us.size();
-      const double mb_s = timed_s > 0 ? static_cast<double>(n * bytes) / timed_s / 1e6 : 0;
-      const double p50 = ps::Percentile(latencies_us, 0.5);
-      const double p90 = ps::Percentile(latencies_us, 0.9);
-      const double p99 = ps::Percentile(latencies_us, 0.99);
-      std::printf("table %u %s %zu bytes %" PRIu64
-                  " p50_us %.1f p90_us %.1f p99_us %.1f mb_s %.1f\n",
-                  table, push ? "pushes" : "pulls", n, bytes, p50, p90, p99, mb_s);
-      std::fflush(stdout);
     }
   }
   if (ps::Status s = (*client)->Leave(); !s.ok()) return Fail(s);
