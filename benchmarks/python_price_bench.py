@@ -3,7 +3,7 @@
 module (numpy arrays and torch tensors) against the C++ client, on the same
 server processes, side by side in one run.
 
-  /usr/bin/python3 benchmarks/python_price_bench.py [--quick] [--rounds 15] [--seconds 0.3]
+  /usr/bin/python3 benchmarks/python_price_bench.py [--quick] [--rounds 60] [--seconds 0.1]
       [--sizes 4K 64K 1M] [--servers 1] [--bin build/bin] [--python build/python]
       [--out build/python_price_bench]
 
@@ -19,8 +19,8 @@ flight, a request sent and then waited for:
   - torch:    t.push(tensor) / t.pull(out=tensor), a CPU float32 tensor.
 A round times each size and op on the three sides in turn (the order of
 the sides turned round by round), each for --seconds after --warmup
-requests not counted; the sides never run at once, and a slow spell of the
-host falls on all three alike.
+requests not counted; the sides never run at once, and in slices this
+short a slow spell of a shared host falls on all three alike.
 
 Reported: per size and op, the median over rounds of each side's p50 and
 MB/s (value bytes per second of the timed requests), and the median of the
@@ -211,10 +211,10 @@ def report(runs, sizes):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--seconds", type=float, default=0.3,
+    p.add_argument("--rounds", type=int, default=60)
+    p.add_argument("--seconds", type=float, default=0.1,
                    help="timed seconds per side, size and op in a round")
-    p.add_argument("--warmup", type=int, default=20, help="requests first, not timed")
+    p.add_argument("--warmup", type=int, default=5, help="requests first, not timed")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--servers", type=int, default=1)
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))

@@ -92,6 +92,7 @@ def _check(tensor, name, dtype, expected, convert, one_dimension=False):
 # call after call. An entry goes when its tensor does, and is made anew
 # when the tensor's memory or shape changed (set_, resize_).
 _views = {}
+_FLOAT32 = _np.dtype(_np.float32)
 
 
 def _forget_view(key, ref):
@@ -100,28 +101,49 @@ def _forget_view(key, ref):
         del _views[key]
 
 
+def _kept_view(tensor):
+    """The kept view of `tensor` when its memory, shape and strides are
+    still those it was made for, else None."""
+    entry = _views.get(id(tensor))
+    if (entry is not None and entry[0]() is tensor and entry[2] == tensor.data_ptr()
+            and entry[3] == tensor.shape and entry[4] == tensor.stride()):
+        return entry[1]
+    return None
+
+
 def _view(tensor):
     """The numpy array over a CPU tensor's memory (without autograd's record:
     a parameter requires grad, and .numpy() refuses those)."""
-    key = id(tensor)
-    entry = _views.get(key)
-    pointer = tensor.data_ptr()
-    if (entry is not None and entry[0]() is tensor and entry[2] == pointer
-            and entry[3] == tensor.shape):
-        return entry[1]
+    array = _kept_view(tensor)
+    if array is not None:
+        return array
     array = tensor.detach().numpy()
+    key = id(tensor)
     ref = weakref.ref(tensor, lambda ref, key=key: _forget_view(key, ref))
-    _views[key] = (ref, array, pointer, tensor.shape)
+    _views[key] = (ref, array, tensor.data_ptr(), tensor.shape, tensor.stride())
     return array
+
+
+def _values_view(tensor, name):
+    """The numpy array over the memory of float32 values `tensor`, a CPU
+    tensor, or None for a staged one; raises as _check does. A tensor whose
+    view is kept passed the checks when it was made, and its memory, shape
+    and strides say it still would."""
+    array = _kept_view(tensor)
+    if array is not None and array.dtype == _FLOAT32 and "cpu" not in STAGED_DEVICES:
+        return array
+    return None if _check_values(tensor, name) else _view(tensor)
+
+
+def _check_values(tensor, name):
+    return _check(tensor, name, _torch().float32, "a float32 tensor (torch.float32)", "float")
 
 
 def check_values(obj, name):
     """Raises as a call would for float32 values `obj` (a tensor) that are
     not a contiguous float32 CPU or CUDA tensor; anything else passes.
     Returns staged(obj) for a tensor, None otherwise."""
-    if is_tensor(obj):
-        return _check(obj, name, _torch().float32, "a float32 tensor (torch.float32)", "float")
-    return None
+    return _check_values(obj, name) if is_tensor(obj) else None
 
 
 def id_array(obj, name="ids"):
@@ -197,8 +219,9 @@ def stage_values(table, values, name):
     staging or None); the caller sets staging.busy to the push's future."""
     if not is_tensor(values):
         return values, None
-    if not check_values(values, name):
-        return _view(values), None
+    array = _values_view(values, name)
+    if array is not None:
+        return array, None
     staging = _staging(table, "push")
     host = staging.take(values.numel(), values.device).view(values.shape)
     host.copy_(values.detach(), non_blocking=True)
@@ -266,22 +289,23 @@ def _pull(calls, table, ids, out, sync):
     torch = _torch()
     if torch is None or not (isinstance(out, torch.Tensor) or isinstance(ids, torch.Tensor)):
         return pull(table, ids, out=out) if sync else pull_async(table, ids, out=out)
-    ids_tensor = ids if isinstance(ids, torch.Tensor) else None
-    ids = id_array(ids)
+    ids_tensor = None
+    if isinstance(ids, torch.Tensor):
+        ids_tensor, ids = ids, id_array(ids)
     if out is None and ids_tensor is not None and staged(ids_tensor):
         # The rows of ids on a CUDA device land on that device.
         out = torch.empty((ids.shape[0], table.dim), dtype=torch.float32,
                           device=ids_tensor.device)
     if isinstance(out, torch.Tensor):
         tensor = out
-        if check_values(tensor, "out"):
+        array = _values_view(tensor, "out")
+        if array is None:
             staging = _staging(table, "pull")
             host = staging.take(tensor.numel(), tensor.device).view(tensor.shape)
             # The C++ side checks the shape: the buffer has the tensor's.
             future = StagedPull(pull_async(table, ids, out=host.numpy()), host, tensor, staging)
             staging.busy = future
             return future.wait() if sync else future
-        array = _view(tensor)
         if sync:
             pull(table, ids, out=array)
             return tensor

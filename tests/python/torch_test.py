@@ -58,6 +58,12 @@ def test_a_tensor_whose_memory_changed_is_written_where_it_is_now(cluster):
         rows.set_(torch.zeros(5, 3))  # other memory and shape
         t.pull(torch.tensor([1, 2, 3, 4, 5]), out=rows)
         assert torch.equal(rows, torch.full((5, 3), 5.0))
+        # Strides changed in place: checked again, and refused.
+        rows = torch.zeros(10, 3)
+        t.pull(out=rows)
+        rows.as_strided_((10, 3), (1, 10))
+        with pytest.raises(ValueError, match=r"out: expected a contiguous tensor"):
+            t.pull(out=rows)
         del out, rows
         # The views went with their tensors.
         assert all(entry[0]() is not None for entry in ps._tensors._views.values())
