@@ -84,6 +84,7 @@ class Table {
   Table(std::shared_ptr<Worker> worker, uint32_t id) : worker_(std::move(worker)), id_(id) {}
   const TableOptions& options() const { return worker_->job().tables[id_]; }
   Worker& worker() const { return *worker_; }
+  const std::shared_ptr<Worker>& worker_ptr() const { return worker_; }
   uint32_t id() const { return id_; }
 
  private:
@@ -131,6 +132,53 @@ its rows summed.
 grads must be C-contiguous float32; it is sent from its own memory without
 a copy. Raises TypeError, ValueError or ps.Error as pull() does.)";
 
+constexpr const char* kPushBatchDoc = R"(Pushes to several tables at once and waits until every
+shard accepted every push.
+
+pushes: a sequence of (table, grads) (the whole table, as table.push(grads))
+and (table, ids, grads) (rows by id, as table.push(ids, grads)) tuples,
+each table a Table of this worker. The pushes are issued in order in one
+call to the client (the GIL released once), each from its array's own
+memory. Every argument is checked before the first push is sent: a wrong
+one raises TypeError or ValueError naming it ("pushes[2].grads: ...") and
+sends nothing. Raises ps.Error as push() does (the first push's error).)";
+
+constexpr const char* kPushBatchAsyncDoc =
+    "As push_batch(), without waiting: returns one Future, done when every push is;\n"
+    "wait() returns None or raises the first error. No array may change until then.";
+
+// The pushes of push_batch(): (table, grads) and (table, ids, grads) tuples
+// of tables of `worker`.
+std::vector<Worker::BatchPush> BatchPushes(const Worker& worker, const py::sequence& pushes) {
+  std::vector<Worker::BatchPush> batch;
+  batch.reserve(pushes.size());
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    const std::string where = "pushes[" + std::to_string(i) + "]";
+    py::handle item = pushes[i];
+    if (!py::isinstance<py::tuple>(item) || (py::len(item) != 2 && py::len(item) != 3)) {
+      throw py::type_error(where +
+                           ": expected a (table, grads) or (table, ids, grads) tuple, got " +
+                           std::string(py::str(item.get_type().attr("__name__"))));
+    }
+    const auto entry = py::reinterpret_borrow<py::tuple>(item);
+    const py::object first = entry[0];
+    if (!py::isinstance<Table>(first)) {
+      throw py::type_error(where + ": expected a ps.Table first, got " +
+                           std::string(py::str(first.get_type().attr("__name__"))));
+    }
+    const Table& table = first.cast<const Table&>();
+    if (&table.worker() != &worker) {
+      throw py::value_error(where + ": table '" + table.options().name +
+                            "' is a table of another worker");
+    }
+    const bool by_id = entry.size() == 3;
+    batch.push_back(Worker::BatchPush{.table = table.id(),
+                                      .ids = by_id ? py::object(entry[1]) : py::none(),
+                                      .values = entry[by_id ? 2 : 1]});
+  }
+  return batch;
+}
+
 constexpr const char* kPullAsyncDoc =
     "As pull(), without waiting: returns a Future whose wait() returns the array.\n"
     "`out` (or the new array) must not be read until the future is done.";
@@ -162,6 +210,7 @@ PYBIND11_MODULE(_ps, m) {
   py::class_<Table>(m, "Table", "A table of the job (w.tables[name]).")
       .def_property_readonly("name", [](const Table& t) { return t.options().name; })
       .def_property_readonly("id", &Table::id, "Its index in the job file's tables.")
+      .def_property_readonly("worker", &Table::worker_ptr, "The Worker it belongs to.")
       .def_property_readonly(
           "kind", [](const Table& t) { return std::string(NameOf(kKeyKindNames, t.options().keys)); },
           "\"range\" (rows 0..rows-1 split among the shards) or \"hashed\" (any uint64 id).")
@@ -182,7 +231,7 @@ PYBIND11_MODULE(_ps, m) {
       .def(
           "pull",
           [](const Table& t, py::handle ids, py::handle out) {
-            return t.worker().Pull(t.id(), ids, out).Wait();
+            return t.worker().Pull(t.id(), ids, out, /*wait=*/true).Wait();
           },
           kPullDoc, py::arg("ids") = py::none(), py::kw_only(), py::arg("out") = py::none())
       .def(
@@ -194,8 +243,9 @@ PYBIND11_MODULE(_ps, m) {
       .def(
           "push",
           [](const Table& t, py::handle ids_or_grads, py::handle grads) {
-            Future f = grads.is_none() ? t.worker().Push(t.id(), py::none(), ids_or_grads)
-                                       : t.worker().Push(t.id(), ids_or_grads, grads);
+            Future f = grads.is_none()
+                           ? t.worker().Push(t.id(), py::none(), ids_or_grads, /*wait=*/true)
+                           : t.worker().Push(t.id(), ids_or_grads, grads, /*wait=*/true);
             f.Wait();
           },
           kPushDoc, py::arg("ids_or_grads"), py::arg("grads") = py::none())
@@ -267,13 +317,24 @@ sends or waits.)")
       .def(
           "clock",
           [](Worker& w) {
-            w.Clock().Wait();
+            w.Clock(/*wait=*/true).Wait();
           },
           "Finishes this worker's clock at every shard (after the pushes sent\n"
           "before it) and waits for them to acknowledge it.")
-      .def("clock_async", &Worker::Clock,
-           "As clock(), without waiting: returns a Future. Later pulls already\n"
-           "carry the next clock.")
+      .def(
+          "push_batch",
+          [](Worker& w, const py::sequence& pushes) {
+            w.PushBatch(BatchPushes(w, pushes), /*batch=*/true, /*wait=*/true).Wait();
+          },
+          kPushBatchDoc, py::arg("pushes"))
+      .def(
+          "push_batch_async",
+          [](Worker& w, const py::sequence& pushes) { return w.PushBatch(BatchPushes(w, pushes)); },
+          kPushBatchAsyncDoc, py::arg("pushes"))
+      .def(
+          "clock_async", [](Worker& w) { return w.Clock(); },
+          "As clock(), without waiting: returns a Future. Later pulls already\n"
+          "carry the next clock.")
       .def("__enter__",
            [](const std::shared_ptr<Worker>& w) {
              w->Join();

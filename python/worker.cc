@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/rank.h"
+#include "common/transport.h"
 
 namespace py = pybind11;
 
@@ -63,6 +64,9 @@ std::shared_ptr<Worker> Worker::Open(const std::string& config, std::optional<in
       static_cast<uint32_t>(job->cluster.servers.size()), job->cluster.workers, "rank");
   ThrowIfError(resolved.status());
   ThrowIfError(InitLogging("worker " + std::to_string(resolved->rank), log_level));
+  // As ps_worker does: a step's pulls of every table in flight at once
+  // must not cost fresh zeroed pages for each reply.
+  KeepMessageMemory();
   StatusOr<std::unique_ptr<Client>> client = Client::Create(*job, resolved->rank);
   ThrowIfError(client.status());
   return std::shared_ptr<Worker>(new Worker(std::move(*job), resolved->rank,
@@ -129,7 +133,7 @@ void Worker::Join() {
 void Worker::Close() {
   std::vector<std::shared_ptr<PendingCall>> calls;
   calls.reserve(pending_.size());
-  for (const auto& [ticket, call] : pending_) calls.push_back(call);
+  for (const auto& [id, call] : pending_) calls.push_back(call);
   Status left;
   {
     py::gil_scoped_release release;
@@ -138,7 +142,9 @@ void Worker::Close() {
       // Each call's own status stays with its future.
       for (const std::shared_ptr<PendingCall>& call : calls) {
         if (call->finished) continue;
-        call->status = client_->Wait(call->ticket);
+        for (; call->next < call->tickets.size(); ++call->next) {
+          call->Record(client_->Wait(call->tickets[call->next]));
+        }
         call->finished = true;
       }
       if (joined_) left = client_->Leave();
@@ -153,41 +159,76 @@ void Worker::Close() {
 }
 
 template <typename Issue>
-Future Worker::Track(const char* what, Issue issue, std::vector<View> views, py::object result) {
+Future Worker::Track(const char* what, Issue issue, std::vector<View> views, py::object result,
+                     bool wait) {
   graveyard_->Release();
   auto call = std::make_shared<PendingCall>();
   call->views = std::move(views);
   call->result = std::move(result);
-  StatusOr<Ticket> ticket = [&]() -> StatusOr<Ticket> {
+  const Status issued = [&]() -> Status {
     py::gil_scoped_release release;
-    std::lock_guard<TurnLock> lock(mu_);
-    PS_RETURN_IF_ERROR(CheckOpen(what));
-    return issue(*client_);
+    Status status;
+    {
+      std::lock_guard<TurnLock> lock(mu_);
+      status = CheckOpen(what);
+      if (status.ok()) status = issue(*client_, call->tickets);
+    }
+    if (wait && !call->tickets.empty()) {
+      // As Wait does, in slices; the call is this thread's alone.
+      for (bool done = false; !done;) {
+        std::lock_guard<TurnLock> lock(mu_);
+        done = WaitSlice(*call);
+      }
+      if (status.ok()) status = call->status;
+    }
+    return status;
   }();
-  ThrowIfError(ticket.status());
-  call->ticket = *ticket;
-  pending_[*ticket] = call;
+  if (wait) {
+    call->finished = true;
+    call->views.clear();
+    graveyard_->Release();
+  } else if (!call->tickets.empty()) {
+    // What was issued is tracked, also when a later part of the call
+    // failed: its arrays must live until it is done.
+    call->id = next_call_id_++;
+    pending_[call->id] = call;
+  }
+  ThrowIfError(issued);
   return Future(shared_from_this(), std::move(call));
 }
 
 bool Worker::WaitSlice(PendingCall& call) {
   if (call.finished) return true;
-  if (client_ == nullptr) {
-    call.status = CheckOpen("wait()");
-  } else if (Status waitable = client_->CheckWait(call.ticket); !waitable.ok()) {
-    call.status = waitable;
-  } else if (client_->Done(call.ticket)) {
-    call.status = client_->Wait(call.ticket);  // at once: it is done
-  } else {
-    // Poll's error ends the wait as Wait's does.
-    call.status = client_->Poll(kWaitSliceMs);
-    if (call.status.ok()) return false;
+  while (call.next < call.tickets.size()) {
+    const Ticket ticket = call.tickets[call.next];
+    if (client_ == nullptr) {
+      call.Record(CheckOpen("wait()"));
+      break;
+    }
+    if (Status waitable = client_->CheckWait(ticket); !waitable.ok()) {
+      call.Record(waitable);
+    } else if (client_->Done(ticket)) {
+      call.Record(client_->Wait(ticket));  // at once: it is done
+    } else {
+      // Poll's error ends the wait as Wait's does.
+      const Status polled = client_->Poll(kWaitSliceMs);
+      if (polled.ok()) return false;
+      call.Record(polled);
+      break;
+    }
+    ++call.next;
   }
   call.finished = true;
   return true;
 }
 
 py::object Worker::Wait(const std::shared_ptr<PendingCall>& call) {
+  if (call->finished && call->id == 0) {
+    // Waited for already (Track's `wait`, or an empty batch): nothing to
+    // release the GIL for.
+    ThrowIfError(call->status);
+    return call->result;
+  }
   Status status;
   {
     py::gil_scoped_release release;
@@ -211,20 +252,31 @@ bool Worker::Done(const PendingCall& call) {
   std::lock_guard<TurnLock> lock(mu_);
   if (call.finished || client_ == nullptr) return true;
   ThrowIfError(client_->Poll(0));
-  return client_->Done(call.ticket);
+  for (size_t i = call.next; i < call.tickets.size(); ++i) {
+    if (!client_->Done(call.tickets[i])) return false;
+  }
+  return true;
 }
 
 void Worker::Forget(const std::shared_ptr<PendingCall>& call) {
-  pending_.erase(call->ticket);
+  pending_.erase(call->id);
   call->views.clear();
   graveyard_->Release();
 }
 
-Future Worker::Clock() {
-  return Track("clock()", [](Client& client) { return client.Clock(); }, {}, py::none());
+Future Worker::Clock(bool wait) {
+  return Track(
+      "clock()",
+      [](Client& client, std::vector<Ticket>& tickets) -> Status {
+        PS_ASSIGN_OR_RETURN(const Ticket ticket, client.Clock());
+        tickets.push_back(ticket);
+        return Status::Ok();
+      },
+      {}, py::none(), wait);
 }
 
-Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* views) const {
+Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* views,
+                            const char* name) const {
   const TableOptions& options = job_.tables.at(table);
   Rows rows;
   rows.dense = ids.is_none();
@@ -233,13 +285,13 @@ Worker::Rows Worker::RowsOf(uint32_t table, py::handle ids, std::vector<View>* v
     rows.count = static_cast<int64_t>(options.rows);
     return rows;
   }
-  views->push_back(IdView(ids, "ids"));
+  views->push_back(IdView(ids, name));
   rows.ids = {static_cast<const uint64_t*>(views->back()->ptr), IdCount(views->back())};
   rows.count = static_cast<int64_t>(rows.ids.size());
   return rows;
 }
 
-Future Worker::Pull(uint32_t table, py::handle ids, py::handle out) {
+Future Worker::Pull(uint32_t table, py::handle ids, py::handle out, bool wait) {
   std::vector<View> views;
   const Rows rows = RowsOf(table, ids, &views);
   const int64_t count = rows.count, dim = rows.dim;
@@ -248,30 +300,60 @@ Future Worker::Pull(uint32_t table, py::handle ids, py::handle out) {
   views.push_back(FloatView(result, "out", {count, dim}, /*writable=*/true));
   float* into = static_cast<float*>(views.back()->ptr);
   return Track(
-      "pull()", [&](Client& client) {
-        return rows.dense ? client.PullDense(table, into) : client.Pull(table, rows.ids, into);
+      "pull()",
+      [&](Client& client, std::vector<Ticket>& tickets) -> Status {
+        PS_ASSIGN_OR_RETURN(const Ticket ticket, rows.dense ? client.PullDense(table, into)
+                                                            : client.Pull(table, rows.ids, into));
+        tickets.push_back(ticket);
+        return Status::Ok();
       },
-      std::move(views), std::move(result));
+      std::move(views), std::move(result), wait);
 }
 
-Future Worker::Push(uint32_t table, py::handle ids, py::handle values) {
+SharedFloats Worker::Share(View values, size_t size) const {
+  const auto* data = static_cast<const float*>(values->ptr);
+  std::shared_ptr<const void> owner(
+      values.release(), [graveyard = graveyard_](py::buffer_info* view) { graveyard->Bury(view); });
+  return SharedFloats(std::move(owner), data, size);
+}
+
+Future Worker::Push(uint32_t table, py::handle ids, py::handle values, bool wait) {
+  return PushBatch({BatchPush{.table = table,
+                              .ids = py::reinterpret_borrow<py::object>(ids),
+                              .values = py::reinterpret_borrow<py::object>(values)}},
+                   /*batch=*/false, wait);
+}
+
+Future Worker::PushBatch(const std::vector<BatchPush>& pushes, bool batch, bool wait) {
+  // Every argument is checked before anything is sent.
   std::vector<View> views;
-  const Rows rows = RowsOf(table, ids, &views);
-  View grads = FloatView(values, "grads", {rows.count, rows.dim}, /*writable=*/false);
-  const auto* data = static_cast<const float*>(grads->ptr);
-  const auto size = static_cast<size_t>(rows.count * rows.dim);
-  // The frames may outlive the call (ZeroMQ sends them on its own thread):
-  // the view goes to the graveyard, whoever drops it last.
-  std::shared_ptr<const void> owner(grads.release(),
-                                    [graveyard = graveyard_](py::buffer_info* view) {
-                                      graveyard->Bury(view);
-                                    });
-  SharedFloats shared(std::move(owner), data, size);
+  std::vector<Rows> rows;
+  std::vector<SharedFloats> shared;
+  rows.reserve(pushes.size());
+  shared.reserve(pushes.size());
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    const BatchPush& push = pushes[i];
+    // A batch names the push of a wrong argument: "pushes[2].grads".
+    const std::string prefix = batch ? "pushes[" + std::to_string(i) + "]." : "";
+    rows.push_back(RowsOf(push.table, push.ids, &views, (prefix + "ids").c_str()));
+    const Rows& r = rows.back();
+    View grads = FloatView(push.values, (prefix + "grads").c_str(), {r.count, r.dim},
+                           /*writable=*/false);
+    shared.push_back(Share(std::move(grads), static_cast<size_t>(r.count * r.dim)));
+  }
   return Track(
-      "push()", [&](Client& client) {
-        return rows.dense ? client.PushDense(table, shared) : client.Push(table, rows.ids, shared);
+      batch ? "push_batch()" : "push()",
+      [&](Client& client, std::vector<Ticket>& tickets) -> Status {
+        for (size_t i = 0; i < pushes.size(); ++i) {
+          const uint32_t table = pushes[i].table;
+          PS_ASSIGN_OR_RETURN(const Ticket ticket,
+                              rows[i].dense ? client.PushDense(table, shared[i])
+                                            : client.Push(table, rows[i].ids, shared[i]));
+          tickets.push_back(ticket);
+        }
+        return Status::Ok();
       },
-      std::move(views), py::none());
+      std::move(views), py::none(), wait);
 }
 
 }  // namespace ps::python

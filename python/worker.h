@@ -85,17 +85,28 @@ class Graveyard {
   std::vector<pybind11::buffer_info*> views_;  // guarded by mu_
 };
 
-// One Push, Pull or Clock issued and not yet waited for.
+// One Push, Pull or Clock issued and not yet waited for, or one batch of
+// pushes (Worker::PushBatch): a ticket of the client per push.
 struct PendingCall {
-  Ticket ticket = 0;
+  // The key of the call in Worker::pending_.
+  uint64_t id = 0;
+  // Its client tickets; those before `next` are consumed (their status is
+  // in `status`). Touched under Worker::mu_ once issued.
+  std::vector<Ticket> tickets;
+  size_t next = 0;
   // The arrays the call reads or writes while in flight (a pull's ids and
   // out). Touched with the GIL held.
   std::vector<View> views;
   // What Wait returns: a pull's array, None for a push or a clock.
   pybind11::object result = pybind11::none();
-  // Set once, under Worker::mu_, by the first wait.
+  // Set once, under Worker::mu_, when every ticket was consumed (or a wait
+  // failed); `status` is the first error of its tickets.
   bool finished = false;
   Status status;
+  // Keeps the first error.
+  void Record(const Status& s) {
+    if (status.ok()) status = s;
+  }
 };
 
 // A mutex that lets threads in in the order they asked (a ticket lock), so
@@ -144,7 +155,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // server (without waiting for them). Throws StatusError: NotFound or
   // InvalidArgument from the job file (naming file, path and line),
   // InvalidArgument for a rank that cannot be resolved or is outside the
-  // job, and the Client's errors.
+  // job, and the Client's errors. Keeps freed message memory in the process
+  // as ps_worker does (KeepMessageMemory, common/transport.h: process-wide).
   static std::shared_ptr<Worker> Open(const std::string& config, std::optional<int64_t> rank,
                                       bool rank_from_hostname, const std::string& log_level);
   // Closes (Close()) and logs what fails.
@@ -168,15 +180,34 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Throws the first error of Leave.
   void Close();
 
+  // The calls below issue a call of the Client and return its Future. With
+  // `wait` they also wait for it before the GIL is taken back (one release
+  // of the GIL and no tracking of the call: what a blocking call from
+  // Python needs); the returned Future is done.
+
   // Client::Clock.
-  Future Clock();
+  Future Clock(bool wait = false);
   // Pulls the whole table (`ids` None) or the rows `ids` into `out` (None:
   // a new array) of shape (rows, dim). TypeError or ValueError for an
   // array of the wrong type or shape, StatusError for the Client's errors.
-  Future Pull(uint32_t table, pybind11::handle ids, pybind11::handle out);
+  Future Pull(uint32_t table, pybind11::handle ids, pybind11::handle out, bool wait = false);
   // Pushes `values` of shape (rows, dim): the whole table (`ids` None) or
   // the rows `ids`. The values are read in place until the push is sent.
-  Future Push(uint32_t table, pybind11::handle ids, pybind11::handle values);
+  Future Push(uint32_t table, pybind11::handle ids, pybind11::handle values, bool wait = false);
+  // One push of a batch: as Push's arguments.
+  struct BatchPush {
+    uint32_t table = 0;
+    pybind11::object ids;  // None: the whole table
+    pybind11::object values;
+  };
+  // Issues the pushes in order, in one turn of the client (the GIL is
+  // released once), and returns one Future that is done when every one of
+  // them is; its error is the first of theirs. Every argument is checked
+  // before the first push is issued (TypeError, ValueError naming
+  // "pushes[i].grads" when `batch`, else as Push), so a wrong one sends
+  // nothing. Should the client refuse a later push, those issued before go
+  // on (their arrays are kept until done) and the error is thrown.
+  Future PushBatch(const std::vector<BatchPush>& pushes, bool batch = true, bool wait = false);
 
  private:
   friend class Future;
@@ -186,9 +217,16 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // REQUIRES: mu_ held.
   Status CheckOpen(const char* call) const;
   // Issues the call `what` ("pull()") through `issue` (GIL released, mu_
-  // held) and tracks it with the views it keeps.
+  // held), which appends the client's tickets to its second argument, and
+  // tracks it with the views it keeps; with `wait`, waits for it instead,
+  // with the GIL still released (also for what was issued before an error
+  // of `issue`, which is then thrown).
   template <typename Issue>
-  Future Track(const char* what, Issue issue, std::vector<View> views, pybind11::object result);
+  Future Track(const char* what, Issue issue, std::vector<View> views, pybind11::object result,
+               bool wait);
+  // The frames' owner of a push's values: its view goes to the graveyard,
+  // whoever drops it last (ZeroMQ may send the frames on its own thread).
+  SharedFloats Share(View values, size_t size) const;
   // The rows a pull or push names: the whole table (`ids` None), or the
   // ids, whose view goes to *views.
   struct Rows {
@@ -197,7 +235,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
     int64_t count = 0;  // rows
     int64_t dim = 0;
   };
-  Rows RowsOf(uint32_t table, pybind11::handle ids, std::vector<View>* views) const;
+  // `name` names the ids in errors.
+  Rows RowsOf(uint32_t table, pybind11::handle ids, std::vector<View>* views,
+              const char* name = "ids") const;
   // One slice of a wait for `call`: polls the client up to kWaitSliceMs
   // unless the call completed. True (status set, finished) when it did.
   // REQUIRES: mu_ held.
@@ -216,9 +256,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
   TurnLock mu_;
   std::unique_ptr<Client> client_;  // guarded by mu_; null once closed
   bool joined_ = false;             // guarded by mu_
-  // Calls in flight by ticket, also those whose Future was dropped (their
+  // Calls in flight by id, also those whose Future was dropped (their
   // arrays must live until they complete). Touched with the GIL held.
-  std::unordered_map<Ticket, std::shared_ptr<PendingCall>> pending_;
+  std::unordered_map<uint64_t, std::shared_ptr<PendingCall>> pending_;
+  uint64_t next_call_id_ = 1;  // touched with the GIL held
 };
 
 }  // namespace ps::python

@@ -12,7 +12,8 @@
 Everything here is the C++ client's (client/client.h): the same protocol,
 rank sources, rendezvous, consistency and errors. Arrays are float32 values
 and uint64 ids, read and written in place through the buffer protocol;
-CPU torch tensors (float32, int64 ids) in place too. ps.torch keeps a
+torch tensors too (float32, int64 ids): CPU ones in place, CUDA ones
+through a pinned host buffer. ps.torch keeps a
 torch.nn.Module's parameters on the servers (import ps.torch).
 Errors of the C++ side are ps.Error subclasses carrying the status code and
 the whole message. See docs/python.md.
@@ -24,7 +25,7 @@ from ps._ps import *  # noqa: F401,F403
 from ps._ps import Error, Future, Table, Worker  # noqa: F401
 from ps import _tensors
 
-_tensors.install()  # CPU torch tensors wherever an array is taken (ps/_tensors.py)
+_tensors.install()  # torch tensors wherever an array is taken (ps/_tensors.py)
 
 
 def worker_from_argv(argv=None, **kwargs):

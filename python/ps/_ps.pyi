@@ -1,6 +1,6 @@
 """Type hints of the ps module (python/module.cc)."""
 
-from typing import Dict, Optional, Tuple, TypeVar, Union, overload
+from typing import Dict, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -8,11 +8,15 @@ import torch
 
 Floats = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.uint64]
-# CPU torch tensors are taken too (ps/_tensors.py): float32 values, int64
-# ids read as uint64; a pull returns a tensor where out= or ids is one.
+# Torch tensors are taken too (ps/_tensors.py): float32 values, int64 ids
+# read as uint64; CPU tensors in place, CUDA tensors through a pinned host
+# buffer per table; a pull returns a tensor where out= or ids is one (on
+# the ids' device).
 FloatsIn = Union[Floats, torch.Tensor]
 IdsIn = Union[Ids, torch.Tensor]
 Out = TypeVar("Out", Floats, torch.Tensor)
+# A push of Worker.push_batch: (table, grads) or (table, ids, grads).
+BatchPush = Union[Tuple["Table", FloatsIn], Tuple["Table", IdsIn, FloatsIn]]
 
 class Error(Exception):
     """An error of the C++ side: str(e) is "<CodeName>: <message>"."""
@@ -51,6 +55,9 @@ class Table:
     def name(self) -> str: ...
     @property
     def id(self) -> int: ...
+    @property
+    def worker(self) -> "Worker":
+        """The Worker it belongs to."""
     @property
     def kind(self) -> str:
         """"range" or "hashed"."""
@@ -116,5 +123,10 @@ class Worker:
     def close(self) -> None: ...
     def clock(self) -> None: ...
     def clock_async(self) -> Future: ...
+    def push_batch(self, pushes: Sequence[BatchPush]) -> None:
+        """(table, grads) and (table, ids, grads) pushes issued in one call;
+        waits until every shard accepted every one."""
+    def push_batch_async(self, pushes: Sequence[BatchPush]) -> Future:
+        """As push_batch(), without waiting: one Future for all of them."""
     def __enter__(self) -> "Worker": ...
     def __exit__(self, *exc: object) -> None: ...

@@ -20,17 +20,18 @@ One range table per parameter, named as the parameter
 (model.named_parameters(): "0.weight", "2.bias"), with rows = the
 parameter's first dimension and dim = the product of the others (a 0-d
 parameter is 1 x 1): a weight of shape (out, in) is `out` rows of `in`
-floats, spread over the shards by row, and an embedding's rows are its ids.
-The shards apply the job's optimizer to the pushed gradients, so no torch
-optimizer is needed, and hold the parameters' initial values (the tables'
-`init`): the first pull replaces the module's own initialization.
+floats, spread over the shards by row. The shards apply the job's
+optimizer to the pushed gradients, so no torch optimizer is needed, and
+hold the parameters' initial values (the tables' `init`): the first pull
+replaces the module's own initialization.
 
-Parameters are read and written in place through numpy views of their
-memory: they must be float32, contiguous and on the CPU.
+Parameters are float32 and contiguous. CPU parameters are read and written
+in place through numpy views of their memory; CUDA parameters through a
+pinned host buffer per table (ps/_tensors.py).
 
-Embedding is a module over a table of rows looked up by id (range or
-hashed): the forward pass pulls the batch's distinct ids, the backward
-pass pushes their gradients.
+Embedding and EmbeddingBag are modules over a table of rows looked up by id
+(range or hashed): the forward pass pulls the batch's distinct ids, the
+backward pass pushes their gradients. tables_for writes their tables too.
 """
 
 import math
@@ -74,19 +75,27 @@ def _default_init(dim, seed):
 
 
 def tables_for(model, optimizer=None, init=None, prefix=""):
-    """The YAML text of a job file's `tables:` section with one range table
-    per parameter of `model` (a torch.nn.Module), named `prefix` + the
-    parameter's name.
+    """The YAML text of a job file's `tables:` section: one range table per
+    parameter of `model` (a torch.nn.Module), named `prefix` + the
+    parameter's name, then the table of each Embedding and EmbeddingBag
+    module of the model, named as the module names it (no prefix), as the
+    module declares it (rows= or max_rows= / max_mb=, and dim=; two modules
+    may share a table they declare alike).
 
     optimizer: the tables' update rule, as the job file writes it (a dict:
     {"type": "sgd", "lr": 0.1} by default; "adam", "adagrad", ... with their
     keys). init: the tables' initial values as a dict ({"type": "normal",
     "stddev": 0.01}), or None: uniform in +-1/sqrt(fan_in) (PyTorch's scale
     for Linear and Conv weights) for parameters of two or more dimensions,
-    zeros for the others, each table with a seed of its own.
+    zeros for the others, normal with stddev 1 (PyTorch's for embeddings)
+    for the embedding tables, each table with a seed of its own. A module's
+    own init= and optimizer= win over both. Raises ValueError for a module
+    that does not declare its table, or two that declare one table
+    differently.
     """
     optimizer = DEFAULT_OPTIMIZER if optimizer is None else optimizer
     lines = ["tables:"]
+    names = set()
     for index, (name, parameter) in enumerate(model.named_parameters()):
         rows, dim = table_shape(parameter)
         if init is not None:
@@ -95,12 +104,33 @@ def tables_for(model, optimizer=None, init=None, prefix=""):
             table_init = _default_init(dim, index + 1)
         else:
             table_init = None
+        names.add(prefix + name)
         lines.append('  - name: "%s%s"' % (prefix, name))
         lines.append("    rows: %d" % rows)
         lines.append("    dim: %d" % dim)
         if table_init is not None:
             lines.append("    init: %s" % _yaml_map(table_init))
         lines.append("    optimizer: %s" % _yaml_map(optimizer))
+    written = {}  # table name -> (its options, its seed)
+    for module in _table_modules(model):
+        if module.name in written:
+            first, seed = written[module.name]
+            options = module.table_options(init, optimizer, seed)
+            if options != first:
+                raise ValueError("%s %r: declared as %s by one module and as %s by another"
+                                 % (module._kind, module.name, first, options))
+            continue
+        if module.name in names:
+            raise ValueError("%s %r: a parameter's table has that name already"
+                             % (module._kind, module.name))
+        seed = len(names) + len(written) + 1  # the table's place, as a parameter's
+        options = module.table_options(init, optimizer, seed)
+        written[module.name] = (dict(options), seed)
+        name = options.pop("name")
+        lines.append('  - name: "%s"' % name)
+        for key, value in options.items():
+            text = _yaml_map(value) if isinstance(value, dict) else _yaml_value(value)
+            lines.append("    %s: %s" % (key, text))
     return "\n".join(lines) + "\n"
 
 
@@ -130,37 +160,138 @@ def check_tables(worker, model, prefix=""):
     return tables
 
 
-class Embedding(torch.nn.Module):
-    """Rows of a table of `worker`'s job looked up by id, as
-    torch.nn.Embedding does, with the rows kept by the servers: forward(ids)
-    pulls the batch's distinct ids once each (any int64 tensor; a hashed
-    table takes any id, read as uint64), and the backward pass pushes their
-    gradients, summed over repeats, for the table's optimizer to apply. The
-    module holds no torch parameter; the table is the job file's (a range
-    table of rows x dim, or keys: hashed).
+class _TableModule(torch.nn.Module):
+    """What Embedding and EmbeddingBag share: a table of rows by id, declared
+    (for tables_for) and bound to a worker's table, and the pushes of the
+    backward passes."""
 
-    The pushes start during the backward pass; wait() waits for them, and a
-    ParameterServer over a model holding this module does in step().
-    Raises ValueError when the job has no table `name`. Not thread-safe.
-    """
-
-    def __init__(self, worker, name):
+    def __init__(self, kind, worker, name, rows, dim, max_rows, max_mb, init, optimizer):
         super().__init__()
-        if name not in worker.tables:
-            raise ValueError("Embedding: %s has no table %r (tables: %s)"
-                             % (worker.config, name, ", ".join(worker.tables)))
-        self.table = worker.tables[name]
-        self.dim = self.table.dim
+        if rows is not None and (max_rows is not None or max_mb is not None):
+            raise ValueError("%s %r: rows= declares a range table, max_rows= and max_mb= a "
+                             "hashed one: give one of them" % (kind, name))
+        if max_rows is not None and max_mb is not None:
+            raise ValueError("%s %r: give one of max_rows= and max_mb=" % (kind, name))
+        for option, value in (("rows", rows), ("dim", dim), ("max_rows", max_rows),
+                              ("max_mb", max_mb)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError("%s %r: %s: expected an integer >= 1, got %r"
+                                 % (kind, name, option, value))
+        self._kind = kind
+        self.name = name
+        self.rows = rows
+        self.dim = dim
+        self.max_rows = max_rows
+        self.max_mb = max_mb
+        self.init = init
+        self.optimizer = optimizer
+        self.table = None
         self._in_flight = []
+        if worker is not None:
+            self.bind(worker)
 
-    def forward(self, ids):
+    @property
+    def hashed(self):
+        """True for a hashed table (max_rows= or max_mb=, or a bound hashed
+        one), False for a range table (rows=), None when undeclared."""
+        if self.table is not None:
+            return self.table.kind == "hashed"
+        if self.rows is not None:
+            return False
+        if self.max_rows is not None or self.max_mb is not None:
+            return True
+        return None
+
+    def bind(self, worker):
+        """Looks up the table in `worker`'s job (a ps.Worker) and checks it
+        against what the module declared: ValueError when the job has no
+        such table, or one of another kind, rows or dim. The undeclared
+        rows and dim are the table's. Returns self."""
+        if self.name not in worker.tables:
+            raise ValueError("%s: %s has no table %r (tables: %s; ps.torch.tables_for(model) "
+                             "writes it)" % (self._kind, worker.config, self.name,
+                                             ", ".join(worker.tables)))
+        table = worker.tables[self.name]
+        declared_hashed = self.hashed
+        wrong = []
+        if declared_hashed is not None and declared_hashed != (table.kind == "hashed"):
+            wrong.append("keys: %s" % table.kind)
+        if self.dim is not None and self.dim != table.dim:
+            wrong.append("dim: %d" % table.dim)
+        if self.rows is not None and table.kind == "range" and self.rows != table.rows:
+            wrong.append("rows: %d" % table.rows)
+        if wrong:
+            raise ValueError("%s: table %r of %s is declared %s, got %s"
+                             % (self._kind, self.name, worker.config, self._declared(),
+                                ", ".join(wrong)))
+        self.table = table
+        self.dim = table.dim
+        if table.kind == "range":
+            self.rows = table.rows
+        return self
+
+    def _declared(self):
+        words = []
+        if self.rows is not None:
+            words.append("rows: %d" % self.rows)
+        elif self.hashed:
+            words.append("keys: hashed")
+        if self.dim is not None:
+            words.append("dim: %d" % self.dim)
+        return ", ".join(words) or "(nothing)"
+
+    def table_options(self, init=None, optimizer=None, seed=1):
+        """The job file's options of the table as a dict (name, keys or rows,
+        dim, max_rows or max_mb, init, optimizer), for tables_for: the
+        module's own init and optimizer, else `init` and `optimizer`, else
+        PyTorch's embedding init (normal, stddev 1, seeded with `seed`) and
+        DEFAULT_OPTIMIZER. ValueError when the module does not say its dim,
+        or, for a hashed table, its memory bound."""
+        if self.dim is None:
+            raise ValueError("%s %r: declare dim= (and rows= or max_rows=) for tables_for"
+                             % (self._kind, self.name))
+        options = {"name": self.name}
+        if self.hashed:
+            if self.max_rows is None and self.max_mb is None:
+                raise ValueError("%s %r: a hashed table needs a memory bound: declare "
+                                 "max_rows= or max_mb=" % (self._kind, self.name))
+            options["keys"] = "hashed"
+        elif self.rows is None:
+            raise ValueError("%s %r: declare rows= (a range table) or max_rows= / max_mb= (a "
+                             "hashed one) for tables_for" % (self._kind, self.name))
+        else:
+            options["rows"] = self.rows
+        options["dim"] = self.dim
+        if self.max_rows is not None:
+            options["max_rows"] = self.max_rows
+        if self.max_mb is not None:
+            options["max_mb"] = self.max_mb
+        options["init"] = (self.init if self.init is not None else init if init is not None
+                           else {"type": "normal", "stddev": 1.0, "seed": seed})
+        options["optimizer"] = (self.optimizer if self.optimizer is not None else optimizer
+                                if optimizer is not None else DEFAULT_OPTIMIZER)
+        return options
+
+    def _rows(self, ids):
+        """(rows, where): the rows of the distinct ids of `ids` (an int64
+        tensor), pulled once each, and each id's index among them (shape of
+        ids). With autograd on, the backward pass pushes the rows' gradient."""
+        if self.table is None:
+            raise RuntimeError("%s %r is not bound to a worker: pass one to the constructor, "
+                               "call bind(worker), or hand the model to "
+                               "ps.torch.ParameterServer" % (self._kind, self.name))
+        if ids.dtype != torch.int64:
+            raise TypeError("%s %r: expected int64 ids (torch.int64), got %s (convert with "
+                            "ids.long())" % (self._kind, self.name, ids.dtype))
         distinct, where = torch.unique(ids.reshape(-1), return_inverse=True)
-        rows = self.table.pull(distinct)  # a tensor: ids is one (ps/_tensors.py)
+        if distinct.numel() == 0:
+            return torch.zeros(0, self.dim, device=ids.device), where.reshape(ids.shape)
+        rows = self.table.pull(distinct)  # a tensor: distinct is one (ps/_tensors.py)
         if torch.is_grad_enabled():
             rows.requires_grad_()
             rows.register_hook(lambda grad: self._in_flight.append(
                 self.table.push_async(distinct, grad.contiguous())))
-        return rows[where].reshape(*ids.shape, self.dim)
+        return rows, where.reshape(ids.shape)
 
     def wait(self):
         """Waits until the shards accepted every push the backward passes
@@ -170,7 +301,144 @@ class Embedding(torch.nn.Module):
             future.wait()
 
     def extra_repr(self):
-        return "table=%r, dim=%d" % (self.table.name, self.dim)
+        return "table=%r, %s" % (self.name, self._declared())
+
+
+class Embedding(_TableModule):
+    """Rows of a table of the job looked up by id, as torch.nn.Embedding
+    does, with the rows kept by the servers: forward(ids) pulls the batch's
+    distinct ids once each (any int64 tensor; a hashed table takes any id,
+    read as uint64), and the backward pass pushes their gradients, summed
+    over repeats, for the table's optimizer to apply. The module holds no
+    torch parameter.
+
+    Embedding(worker, name): the table `name` of `worker`'s job (a range
+    table of rows x dim, or keys: hashed). Embedding(None, name, rows=...,
+    dim=...) or (None, name, dim=..., max_rows=...) declares the table
+    instead (range or hashed; init= and optimizer= as the job file writes
+    them), so that ps.torch.tables_for(model) writes it; bind(worker), or a
+    ParameterServer over the model, then binds it to the worker's table,
+    checking what was declared. Raises ValueError for a missing table or
+    one that differs from the declaration.
+
+    The pushes start during the backward pass; wait() waits for them, and a
+    ParameterServer over a model holding this module does in step().
+    Not thread-safe.
+    """
+
+    def __init__(self, worker, name, *, rows=None, dim=None, max_rows=None, max_mb=None,
+                 init=None, optimizer=None):
+        super().__init__("Embedding", worker, name, rows, dim, max_rows, max_mb, init,
+                         optimizer)
+
+    def forward(self, ids):
+        """ids: an int64 tensor of any shape; returns shape ids.shape + (dim,)."""
+        rows, where = self._rows(ids)
+        return rows[where]
+
+
+class EmbeddingBag(_TableModule):
+    """Sums, means or maxima of bags of rows of a table looked up by id, as
+    torch.nn.EmbeddingBag computes them, with the rows kept by the servers:
+    forward pulls the distinct ids of the whole batch once each, and the
+    backward pass pushes their gradients, summed over every bag and repeat,
+    for the table's optimizer to apply. The module holds no torch
+    parameter.
+
+    mode: "sum", "mean" (torch's default) or "max". The table is bound or
+    declared as for Embedding. forward(input, offsets=None,
+    per_sample_weights=None) takes torch.nn.EmbeddingBag's arguments: a 2-D
+    int64 input of equal bags (one a row), or a 1-D input cut into bags at
+    `offsets` (include_last_offset as torch's); per_sample_weights (mode
+    "sum") weights each id. Returns (bags, dim). Not thread-safe.
+    """
+
+    def __init__(self, worker, name, *, mode="mean", include_last_offset=False, rows=None,
+                 dim=None, max_rows=None, max_mb=None, init=None, optimizer=None):
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError("EmbeddingBag %r: mode: expected \"sum\", \"mean\" or \"max\", "
+                             "got %r" % (name, mode))
+        super().__init__("EmbeddingBag", worker, name, rows, dim, max_rows, max_mb, init,
+                         optimizer)
+        self.mode = mode
+        self.include_last_offset = include_last_offset
+
+    def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002 (torch's name)
+        rows, where = self._rows(input)
+        # torch's own bag reduction over the pulled rows, by their index:
+        # its gradient is the rows' gradient, summed per distinct id.
+        return torch.nn.functional.embedding_bag(
+            where, rows, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+            include_last_offset=self.include_last_offset)
+
+    def extra_repr(self):
+        return "%s, mode=%r" % (super().extra_repr(), self.mode)
+
+
+def _table_modules(model):
+    """The Embedding and EmbeddingBag modules of `model`, in modules() order."""
+    return [m for m in model.modules() if isinstance(m, _TableModule)]
+
+
+# ParameterServer's default bucket size, MiB: see its doc.
+DEFAULT_BUCKET_MB = 1.0
+
+
+class _Entry:
+    """A parameter kept by a ParameterServer."""
+
+    __slots__ = ("name", "parameter", "table", "values", "bucket", "grad", "pushed")
+
+    def __init__(self, name, parameter, table, values):
+        self.name = name
+        self.parameter = parameter
+        self.table = table
+        self.values = values  # its memory as (rows, dim): a numpy view, or the CUDA tensor's view
+        self.bucket = None    # its _Bucket
+        self.grad = None      # overlap: this pass's gradient, waiting for its bucket
+        self.pushed = False   # overlap: pushed with its bucket since the last step()
+
+
+class _Bucket:
+    """Parameters whose gradients are pushed together (overlap=True)."""
+
+    __slots__ = ("entries", "ready", "future")
+
+    def __init__(self, entries):
+        self.entries = entries
+        self.ready = 0       # gradients in this pass
+        self.future = None   # the push of this pass, once sent
+
+
+def make_buckets(sizes, bucket_mb):
+    """Groups parameters of `sizes` (bytes each, in model.parameters()
+    order) into buckets: lists of their indices, in the reverse order
+    (the order backward passes mostly produce gradients in, as
+    DistributedDataParallel assumes), each holding parameters until the next
+    would take it past `bucket_mb` MiB. A parameter larger than that is a
+    bucket of its own; bucket_mb=0 makes a bucket per parameter."""
+    if bucket_mb < 0:
+        raise ValueError("bucket_mb: expected a size >= 0 (MiB), got %r" % (bucket_mb,))
+    cap = bucket_mb * 2**20
+    buckets, current, size = [], [], 0
+    for index in reversed(range(len(sizes))):
+        if current and size + sizes[index] > cap:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(index)
+        size += sizes[index]
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def _memory(parameter, name, shape):
+    """The parameter's memory as a (rows, dim) array: a numpy view of a CPU
+    tensor, a view of a CUDA one (pulled through a staging buffer)."""
+    _tensors.check_values(parameter, name)
+    if _tensors.staged(parameter):
+        return parameter.detach().view(shape)
+    return parameter.detach().numpy().reshape(shape)
 
 
 class ParameterServer:
@@ -183,7 +451,9 @@ class ParameterServer:
     the job's consistency mode says (bsp: for every worker's pushes of this
     clock; ssp and asp: as far as their bound). Raises ValueError when a
     table is missing or of another shape (check_tables), TypeError for a
-    parameter that is not a float32 CPU tensor.
+    parameter that is not a contiguous float32 tensor on the CPU or a CUDA
+    device. The model's Embedding and EmbeddingBag modules that were
+    declared without a worker are bound to this worker's tables.
 
     Under bsp a pull at clock c holds every worker's pushes of the clocks
     before c, and may hold some of clock c from workers already past their
@@ -192,13 +462,23 @@ class ParameterServer:
     workers compute exactly what one process would on the union of their
     batches (synchronous SGD), at the price of one more round trip a step.
 
-    overlap=True pushes each parameter's gradient from a hook as soon as
-    the backward pass has it, while the pass goes on with the layers before
-    (as DistributedDataParallel overlaps its all-reduce with the backward
-    pass; each parameter is a table, and its push a request of its own);
-    step() then only waits for them. Each backward pass must then be
-    followed by step(): gradients are pushed as they come, not summed in
-    .grad over several passes.
+    overlap=True pushes gradients from hooks during the backward pass,
+    while the pass goes on with the layers before (as
+    DistributedDataParallel overlaps its all-reduce with the backward
+    pass), in buckets: a bucket is a group of parameters, taken in the
+    reverse order of model.parameters() (the order backward mostly
+    produces their gradients) up to `bucket_mb` MiB of float32 values
+    (DEFAULT_BUCKET_MB, 1 MiB; a larger parameter is a bucket of its own,
+    bucket_mb=0 a bucket per parameter). Each parameter keeps its own table;
+    once every gradient of a bucket is in, and not before, the bucket's
+    pushes, one per table, are issued together in one call of the client
+    (Worker.push_batch_async). Smaller buckets start pushing sooner; larger
+    ones cost fewer calls. step() pushes the buckets a pass left incomplete
+    (a parameter it did not reach pushes nothing), then waits for every
+    push. Each backward pass must be followed by step(): gradients are
+    pushed as they come, not summed in .grad over several passes (a second
+    gradient of a parameter before step() raises RuntimeError).
+    Without overlap, push_gradients() pushes every .grad in one batch.
 
     Unless pull=False, the constructor reads the servers' values into the
     parameters and spends one clock so that every worker starts from the
@@ -208,26 +488,37 @@ class ParameterServer:
     Not thread-safe: call it from the training loop's thread.
     """
 
-    def __init__(self, worker, model, prefix="", pull=True, barrier=False, overlap=False):
+    def __init__(self, worker, model, prefix="", pull=True, barrier=False, overlap=False,
+                 bucket_mb=DEFAULT_BUCKET_MB):
         self.worker = worker
         self.model = model
         self.barrier = barrier
         self.overlap = overlap
+        self.bucket_mb = bucket_mb
         self._hooks = []
-        self._in_flight = {}  # parameter name -> its push, started by a hook
         tables = check_tables(worker, model, prefix)
-        # (name, parameter, table, the parameter's memory as a (rows, dim) array)
         self._entries = []
         for name, parameter in model.named_parameters():
             table = tables[name]
-            values = _tensors.float_array(parameter, "parameter %r" % name)
-            self._entries.append((name, parameter, table, values.reshape(table.shape)))
+            values = _memory(parameter, "parameter %r" % name, table.shape)
+            self._entries.append(_Entry(name, parameter, table, values))
+        self._embeddings = _table_modules(model)
+        for module in self._embeddings:
+            if module.table is None:
+                module.bind(worker)
+        # Parameters that take no gradient are in no bucket.
+        learned = [e for e in self._entries if e.parameter.requires_grad]
+        self._buckets = [_Bucket([learned[i] for i in indices]) for indices in make_buckets(
+            [e.parameter.numel() * 4 for e in learned], bucket_mb)]
+        for bucket in self._buckets:
+            for entry in bucket.entries:
+                entry.bucket = bucket
         if self._entries:
             self._barrier_ids = _np.zeros(1, _np.uint64)
-            self._barrier_out = _np.empty((1, self._entries[0][2].dim), _np.float32)
+            self._barrier_out = _np.empty((1, self._entries[0].table.dim), _np.float32)
         if overlap:
-            for name, parameter, table, _ in self._entries:
-                self._hooks.append(parameter.register_hook(self._push_when_ready(name, table)))
+            for entry in learned:
+                self._hooks.append(entry.parameter.register_hook(self._push_when_ready(entry)))
         if pull:
             self.pull()
             # No worker's first push may reach a shard before every worker
@@ -235,63 +526,91 @@ class ParameterServer:
             # apart by design).
             self._wait_for_every_worker()
 
+    @property
+    def buckets(self):
+        """The buckets of overlap=True: lists of parameter names, in the
+        order they are expected to fill."""
+        return [[e.name for e in bucket.entries] for bucket in self._buckets]
+
     def pull(self):
         """Writes every parameter's values from the servers into its own
         memory (the same tensors, no new ones); pulls of all tables in
         flight at once."""
-        futures = [table.pull_async(out=values) for _, _, table, values in self._entries]
+        futures = [e.table.pull_async(out=e.values) for e in self._entries]
         for future in futures:
             future.wait()
 
     def push_gradients(self):
         """Pushes every parameter's .grad (parameters without one are
-        skipped); pushes of all tables in flight at once, and waits until the
-        shards accepted them. With overlap=True, waits for the pushes the
-        backward pass started instead (a parameter the pass did not reach
-        pushes nothing). Waits for the pushes of the model's Embedding
-        modules too."""
-        for module in self.model.modules():
-            if isinstance(module, Embedding):
-                module.wait()
+        skipped) in one batch, and waits until the shards accepted them.
+        With overlap=True, pushes the buckets the backward pass left
+        incomplete and waits for every bucket's push instead (a parameter
+        the pass did not reach pushes nothing). Waits for the pushes of the
+        model's Embedding and EmbeddingBag modules too."""
+        for module in self._embeddings:
+            module.wait()
         if self.overlap:
-            futures = list(self._in_flight.values())
-            self._in_flight = {}
-        else:
-            futures = []
-            for name, parameter, table, _ in self._entries:
-                if parameter.grad is not None:
-                    futures.append(self._push(name, table, parameter.grad))
+            self._flush_buckets()
+            return
+        pushes = [(e.table, e.parameter.grad.detach().contiguous().view(e.table.shape))
+                  for e in self._entries if e.parameter.grad is not None]
+        if pushes:
+            self.worker.push_batch(pushes)
+
+    def _push_bucket(self, bucket):
+        pushes = []
+        for entry in bucket.entries:
+            if entry.grad is not None:
+                pushes.append((entry.table, entry.grad))
+                entry.grad = None
+                entry.pushed = True
+        bucket.future = self.worker.push_batch_async(pushes)
+
+    def _flush_buckets(self):
+        """Pushes the buckets holding gradients not sent yet, then waits
+        for every bucket's push and makes them ready for the next pass."""
+        for bucket in self._buckets:
+            if bucket.future is None and bucket.ready > 0:
+                self._push_bucket(bucket)
+        futures = []
+        for bucket in self._buckets:
+            if bucket.future is not None:
+                futures.append(bucket.future)
+            bucket.future = None
+            bucket.ready = 0
+            for entry in bucket.entries:
+                entry.pushed = False
         for future in futures:
             future.wait()
 
-    def _push(self, name, table, grad):
-        grads = _tensors.float_array(grad, "gradient of %r" % name)
-        return table.push_async(grads.reshape(table.shape))
-
-    def _push_when_ready(self, name, table):
-        """A hook for the parameter `name`: autograd calls it with the
+    def _push_when_ready(self, entry):
+        """A hook for the parameter of `entry`: autograd calls it with the
         parameter's whole gradient of this backward pass, as soon as it is
-        known, and the push starts while the pass goes on."""
+        known; the parameter's bucket is pushed once it holds every
+        gradient, while the pass goes on."""
         def hook(grad):
-            if name in self._in_flight:
+            if entry.grad is not None or entry.pushed:
                 raise RuntimeError(
                     "parameter %r: a second gradient before step(); with overlap=True each "
                     "backward pass pushes its gradients, so call step() after each one (or "
-                    "use overlap=False to accumulate .grad over several passes)" % name)
+                    "use overlap=False to accumulate .grad over several passes)" % entry.name)
             # A gradient may come transposed (the backward of a matmul): the
             # push needs it contiguous, and it must not change until sent.
-            self._in_flight[name] = self._push(name, table, grad.contiguous())
+            entry.grad = grad.detach().contiguous().view(entry.table.shape)
+            bucket = entry.bucket
+            bucket.ready += 1
+            if bucket.ready == len(bucket.entries):
+                self._push_bucket(bucket)
         return hook
 
     def close(self):
-        """Removes the gradient hooks of overlap=True and waits for their
-        pushes in flight."""
+        """Removes the gradient hooks of overlap=True, pushes the gradients
+        still waiting in an incomplete bucket and waits for every push in
+        flight."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
-        futures, self._in_flight = list(self._in_flight.values()), {}
-        for future in futures:
-            future.wait()
+        self._flush_buckets()
 
     def step(self):
         """push_gradients(), then the worker's clock, then pull(); with
@@ -309,19 +628,18 @@ class ParameterServer:
         (under bsp): a one-row pull at the next clock."""
         clocked = self.worker.clock_async()
         if self._entries:
-            table = self._entries[0][2]
-            table.pull(self._barrier_ids, out=self._barrier_out)
+            self._entries[0].table.pull(self._barrier_ids, out=self._barrier_out)
         clocked.wait()
 
     def zero_grad(self):
         """Sets every parameter's .grad to None (as torch optimizers do)."""
-        for _, parameter, _, _ in self._entries:
-            parameter.grad = None
+        for entry in self._entries:
+            entry.parameter.grad = None
 
     def parameters(self):
         """{parameter name: ps.Table}."""
-        return {name: table for name, _, table, _ in self._entries}
+        return {e.name: e.table for e in self._entries}
 
 
-__all__ = ["tables_for", "check_tables", "table_shape", "Embedding", "ParameterServer",
-           "DEFAULT_OPTIMIZER"]
+__all__ = ["tables_for", "check_tables", "table_shape", "make_buckets", "Embedding",
+           "EmbeddingBag", "ParameterServer", "DEFAULT_OPTIMIZER", "DEFAULT_BUCKET_MB"]

@@ -1,7 +1,7 @@
 """A Python worker for torch_test.py: a small PyTorch MLP trained through
 the parameter server (ps.torch.ParameterServer), started like ps_worker.
 
-    torch_train_worker.py --config job.yaml --rank R --out PREFIX [--overlap]
+    torch_train_worker.py --config job.yaml --rank R --out PREFIX [--overlap [--bucket-mb M]]
 
 Step s of every worker takes its 1/workers share of the step's batch of
 generated data (the same in every process), pushes the gradient of its
@@ -10,7 +10,8 @@ the servers' sgd that is one step of plain SGD on the whole batch. Writes
 PREFIX<rank>.pt: the parameters it started from (the servers' init) and
 those it ended with. The data and model are also what the test's
 one-process run uses (make_model, make_data, batch). --overlap: the
-gradients are pushed from hooks during the backward pass.
+gradients are pushed from hooks during the backward pass, in buckets of
+--bucket-mb MiB.
 """
 
 import argparse
@@ -55,13 +56,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--overlap", action="store_true")
+    parser.add_argument("--bucket-mb", type=float, default=ps.torch.DEFAULT_BUCKET_MB)
     args = parser.parse_args(rest)
     out = args.out
     torch.set_num_threads(1)
     model = make_model()
     x, y = make_data()
     with worker as w:
-        server = ps.torch.ParameterServer(w, model, barrier=True, overlap=args.overlap)  # pulls the servers' initial values
+        server = ps.torch.ParameterServer(w, model, barrier=True, overlap=args.overlap,
+                                          bucket_mb=args.bucket_mb)  # pulls the servers' init
         initial = snapshot(model)
         for step in range(STEPS):
             xb, yb = batch(x, y, step, w.rank, w.num_workers)

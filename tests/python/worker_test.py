@@ -197,6 +197,51 @@ def test_futures(cluster):
     assert w.closed
 
 
+def test_push_batch_issues_pushes_to_several_tables_as_one_call(cluster):
+    job = cluster()
+    with ps.Worker(job.path, 0) as w:
+        dense, by_id = w.tables["dense"], w.tables["by_id"]
+        assert dense.worker is w
+        ids = np.array([7, 2**64 - 1], np.uint64)
+        w.push_batch([(dense, dense_of(1)), (by_id, ids, np.full((2, 2), 3, np.float32)),
+                      (dense, np.array([9], np.uint64), np.full((1, 3), 10, np.float32))])
+        future = w.push_batch_async([(dense, dense_of(2)), (by_id, ids[:1], np.ones((1, 2),
+                                                                                    np.float32))])
+        assert future.wait() is None and future.done()
+        assert w.push_batch_async([]).wait() is None
+        w.clock()
+        expected = dense_of(3)
+        expected[9] += 10
+        np.testing.assert_array_equal(dense.pull(), expected)
+        np.testing.assert_array_equal(by_id.pull(ids), [[4, 4], [3, 3]])
+
+        # Wrong arguments name their push, and nothing is sent.
+        with pytest.raises(ValueError, match=r"pushes\[1\]\.grads: expected shape \(10, 3\), "
+                                             r"got \(3, 10\)"):
+            w.push_batch([(dense, dense_of(100)), (dense, np.zeros((3, 10), np.float32))])
+        with pytest.raises(TypeError, match=r"pushes\[0\]\.ids: expected a one-dimensional "
+                                            r"uint64 array"):
+            w.push_batch([(by_id, np.array([1]), np.ones((1, 2), np.float32))])
+        with pytest.raises(TypeError, match=r"pushes\[0\]: expected a \(table, grads\) or "
+                                            r"\(table, ids, grads\) tuple, got list"):
+            w.push_batch([[dense, dense_of(100)]])
+        with pytest.raises(TypeError, match=r"pushes\[0\]: expected a ps.Table first, got str"):
+            w.push_batch([("dense", dense_of(100))])
+        other = ps.Worker(job.path, 0)
+        with pytest.raises(ValueError, match=r"pushes\[0\]: table 'dense' is a table of "
+                                             r"another worker"):
+            w.push_batch([(other.tables["dense"], dense_of(100))])
+        other.close()
+        np.testing.assert_array_equal(dense.pull(), expected)
+
+        # A push the client refuses: those issued before it go on.
+        with pytest.raises(ps.InvalidArgumentError, match="99"):
+            w.push_batch([(dense, dense_of(1)),
+                          (dense, np.array([99], np.uint64), np.ones((1, 3), np.float32))])
+        w.clock()
+        np.testing.assert_array_equal(dense.pull(), expected + 1)
+
+
 def test_the_gil_is_released_while_a_pull_waits_for_another_worker(cluster):
     job = cluster(workers=2)
     with ps.Worker(job.path, 0) as w0, ps.Worker(job.path, 1) as w1:
