@@ -187,6 +187,9 @@ class _TableModule(torch.nn.Module):
         self.optimizer = optimizer
         self.table = None
         self._in_flight = []
+        # None: gradients pushed as the backward pass produces them; a list:
+        # held there until _release() (ParameterServer with barrier=True).
+        self._held = None
         if worker is not None:
             self.bind(worker)
 
@@ -289,9 +292,20 @@ class _TableModule(torch.nn.Module):
         rows = self.table.pull(distinct)  # a tensor: distinct is one (ps/_tensors.py)
         if torch.is_grad_enabled():
             rows.requires_grad_()
-            rows.register_hook(lambda grad: self._in_flight.append(
-                self.table.push_async(distinct, grad.contiguous())))
+            rows.register_hook(lambda grad: self._push_rows(distinct, grad.contiguous()))
         return rows, where.reshape(ids.shape)
+
+    def _push_rows(self, ids, grad):
+        if self._held is not None:
+            self._held.append((ids, grad))
+        else:
+            self._in_flight.append(self.table.push_async(ids, grad))
+
+    def _release(self):
+        """Starts the pushes held since the last call."""
+        held, self._held = self._held or [], ([] if self._held is not None else None)
+        for ids, grad in held:
+            self._in_flight.append(self.table.push_async(ids, grad))
 
     def wait(self):
         """Waits until the shards accepted every push the backward passes
@@ -461,6 +475,11 @@ class ParameterServer:
     clock waiting until every worker pulled (a one-row pull), so that the
     workers compute exactly what one process would on the union of their
     batches (synchronous SGD), at the price of one more round trip a step.
+    A model with Embedding or EmbeddingBag modules pulls their rows in the
+    forward pass, after that wait: with barrier=True their gradients are
+    then held until step(), which first spends one more clock waiting until
+    every worker reached it (every forward pass of the step has pulled),
+    and only then pushes them (three clocks a step).
 
     overlap=True pushes gradients from hooks during the backward pass,
     while the pass goes on with the layers before (as
@@ -506,6 +525,8 @@ class ParameterServer:
         for module in self._embeddings:
             if module.table is None:
                 module.bind(worker)
+            if barrier:
+                module._held = []
         # Parameters that take no gradient are in no bucket.
         learned = [e for e in self._entries if e.parameter.requires_grad]
         self._buckets = [_Bucket([learned[i] for i in indices]) for indices in make_buckets(
@@ -605,17 +626,29 @@ class ParameterServer:
 
     def close(self):
         """Removes the gradient hooks of overlap=True, pushes the gradients
-        still waiting in an incomplete bucket and waits for every push in
+        still waiting in an incomplete bucket (and those of Embedding and
+        EmbeddingBag modules held for step()) and waits for every push in
         flight."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        for module in self._embeddings:
+            module._release()
+            module._held = None
+            module.wait()
         self._flush_buckets()
 
     def step(self):
         """push_gradients(), then the worker's clock, then pull(); with
         barrier=True then one more clock and a one-row pull that waits until
-        every worker finished this step's pull."""
+        every worker finished this step's pull (and, for a model with
+        Embedding or EmbeddingBag modules, before the pushes one more that
+        waits until every worker reached this step() before their held
+        gradients go)."""
+        if self.barrier and self._embeddings:
+            self._wait_for_every_worker()
+            for module in self._embeddings:
+                module._release()
         self.push_gradients()
         clocked = self.worker.clock_async()  # later pulls already carry the next clock
         self.pull()

@@ -471,31 +471,37 @@ def test_parameter_server_waits_for_the_pushes_of_its_embeddings(cluster):
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
 
 
-def test_two_workers_train_an_embedding_model_as_one_pytorch_process(cluster, tmp_path):
+@pytest.mark.parametrize("mode", ["aggregate", "barrier"])
+def test_two_workers_train_an_embedding_model_as_one_pytorch_process(cluster, tmp_path, mode):
     """The click model of examples/python/ (a ps.torch.Embedding over a
-    hashed table, an MLP on top) trained by 2 workers under bsp with
-    aggregate ends where one PyTorch process with torch.nn.Embedding ends
-    with plain SGD on the union of their batches: every step's gradients,
-    the embedding rows' summed over repeated ids, are the same.
+    hashed table, an MLP on top) trained by 2 workers under bsp ends where
+    one PyTorch process with torch.nn.Embedding ends with plain SGD on the
+    union of their batches: every step's gradients, the embedding rows'
+    summed over repeated ids, are the same.
 
-    Under aggregate a shard applies a clock's pushes only once every worker
+    aggregate: a shard applies a clock's pushes only once every worker
     finished the clock, so the embedding's pull in a forward pass never
     sees another worker's pushes of the same clock (here the results agree
-    to 2e-8). Plain bsp with barrier=True does not rule that out for an
-    Embedding: it pulls in the forward pass, after the barrier, when a
-    faster worker may have pushed that step's gradients already (measured:
-    2e-5 apart, more than atol here)."""
+    to 2e-8). barrier: plain bsp with ParameterServer(barrier=True), worker
+    1 slowed down so that worker 0 runs ahead: the embedding pulls in the
+    forward pass, and its gradients are held until every worker reached
+    step() (without that hold the results were 2e-5 apart, more than atol
+    here)."""
     import torch_embedding_worker as emb
     tables = ("  - { name: embeddings, keys: hashed, dim: %d, max_rows: 1000,\n"
               "      init: { type: normal, stddev: 0.3, seed: 5 },\n"
               "      optimizer: { type: sgd, lr: %r } }\n" % (emb.DIM, emb.LR))
     tables += ps.torch.tables_for(emb.make_model(None).mlp, prefix="mlp.",
                                   optimizer={"type": "sgd", "lr": emb.LR}).replace("tables:\n", "")
-    job = cluster(servers=2, workers=2, consistency="bsp, aggregate: true",
+    job = cluster(servers=2, workers=2,
+                  consistency="bsp, aggregate: true" if mode == "aggregate" else "bsp",
                   tables="tables:\n" + tables)
     prefix = str(tmp_path / "params")
+    args = ["--out", prefix]
+    if mode == "barrier":
+        args += ["--barrier", "--sum", "--slow-rank", "1"]
     for r, (code, out) in enumerate(run_python_workers(
-            "torch_embedding_worker.py", job.path, 2, ["--out", prefix])):
+            "torch_embedding_worker.py", job.path, 2, args)):
         assert code == 0 and "trained" in out, "worker %d (exit %s):\n%s" % (r, code, out)
     results = [torch.load("%s%d.pt" % (prefix, r)) for r in range(2)]
     ids = results[0]["ids"]
