@@ -174,8 +174,14 @@ class PythonClient:
         for size in sizes:
             table = worker.tables["t" + size]
             arrays = {"numpy": (np.full(table.shape, 1e-6, np.float32),
-                                np.empty(table.shape, np.float32)),
-                      "torch": (torch.full(table.shape, 1e-6), torch.empty(table.shape))}
+                                np.empty(table.shape, np.float32))}
+            if args.torch_memory == "numpy":
+                # The same allocator, so the same place in a page, as the
+                # numpy side's arrays (torch's own start 64 bytes in).
+                arrays["torch"] = (torch.from_numpy(np.full(table.shape, 1e-6, np.float32)),
+                                   torch.from_numpy(np.empty(table.shape, np.float32)))
+            else:
+                arrays["torch"] = (torch.full(table.shape, 1e-6), torch.empty(table.shape))
             for side, (grads, out) in arrays.items():
                 self.calls[(side, size, "push")] = functools.partial(table.push, grads)
                 self.calls[(side, size, "pull")] = functools.partial(table.pull, out=out)
@@ -217,6 +223,9 @@ def main():
     p.add_argument("--warmup", type=int, default=5, help="requests first, not timed")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--servers", type=int, default=1)
+    p.add_argument("--torch-memory", choices=["torch", "numpy"], default="torch",
+                   help="where the torch side's tensors live: torch's allocator (default) "
+                        "or numpy arrays' memory (torch.from_numpy)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--python", default=os.path.join(ROOT, "build", "python"),
                    help="the folder holding the built ps package")
