@@ -5,6 +5,8 @@
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
+//   ps_ctl export     --checkpoint-dir DIR [--clock C] --out OUT [--force]
+//                     (tools/ctl_export.h)
 // status prints one page for people: every worker's clock, how far it
 // trails the fastest, how long it has been silent and whether it trains,
 // is dead or left; the slowest worker; every shard's requests/s, MB/s in
@@ -40,6 +42,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "tools/ctl_export.h"
 #include "tools/ctl_status.h"
 
 namespace {
@@ -263,7 +266,8 @@ int Shutdown(ps::ControlClient& client) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job"};
+  CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job, and "
+               "export of its checkpoints"};
   app.require_subcommand(1);
   std::string config_path;
   std::optional<uint32_t> shard;
@@ -285,6 +289,8 @@ int main(int argc, char** argv) {
   keygen->add_option("--rotate", rotate, "a new key pair for this worker rank only")
       ->excludes(force_flag);
   keygen->add_option("--config", config_path, "job YAML file")->required();
+  ps::ExportFlags export_flags;
+  CLI::App* export_cmd = ps::AddExportCommand(app, &export_flags);
   for (CLI::App* sub : {status, shutdown, checkpoint}) {
     sub->add_option("--config", config_path, "job YAML file")->required();
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
@@ -307,6 +313,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!ps::InitLogging("ps_ctl", "warn").ok()) return 2;
+  if (export_cmd->parsed()) return ps::RunExport(export_flags);
   auto job = ps::LoadJobFile(config_path);
   if (!job.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", job.status().ToString().c_str());
