@@ -7,11 +7,8 @@
 
 namespace ps {
 
-CLI::App* AddExportCommand(CLI::App& app, ExportFlags* flags) {
-  CLI::App* sub = app.add_subcommand(
-      "export",
-      "write a checkpoint generation as numpy .npy files and manifest.json (docs/checkpoints.md); "
-      "contacts no server");
+void AddExportFlags(CLI::App& app, ExportFlags* flags) {
+  CLI::App* sub = &app;
   sub->add_option("--checkpoint-dir", flags->checkpoint_dir,
                   "the job's checkpoint.dir (holding shard-0, shard-1, ...); default: the "
                   "checkpoint.dir of --config");
@@ -23,7 +20,6 @@ CLI::App* AddExportCommand(CLI::App& app, ExportFlags* flags) {
   sub->add_flag("--force", flags->force,
                 "write into a folder that already holds files (files of the same names are "
                 "replaced)");
-  return sub;
 }
 
 int RunExport(const ExportFlags& flags) {

@@ -1,6 +1,8 @@
-// ps_ctl export: a generation of a job's checkpoint written as numpy .npy
-// files and a JSON manifest (server/checkpoint_export.h), read from the
-// shards' folders on this host; talks to no server.
+// ps_ctl export (the program ps_export, which `ps_ctl export` runs): a
+// generation of a job's checkpoint written as numpy .npy files and a JSON
+// manifest (server/checkpoint_export.h), read from the shards' folders on
+// this host; talks to no server. A program of its own so that ps_ctl links
+// no RocksDB.
 //   ps_ctl export --checkpoint-dir DIR [--clock C] --out OUT [--force]
 //   ps_ctl export --config job.yaml [--clock C] --out OUT [--force]
 // With --config alone, DIR is the job's checkpoint.dir. Progress goes to
@@ -26,9 +28,9 @@ struct ExportFlags {
   bool force = false;           // --force
 };
 
-// Adds the `export` subcommand to `app`, its flags written into `flags`
-// (which must outlive the parse).
-CLI::App* AddExportCommand(CLI::App& app, ExportFlags* flags);
+// Adds export's flags to `app`, written into `flags` (which must outlive
+// the parse).
+void AddExportFlags(CLI::App& app, ExportFlags* flags);
 
 // Runs the export; returns the exit code.
 int RunExport(const ExportFlags& flags);
