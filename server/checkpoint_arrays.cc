@@ -65,7 +65,8 @@ class MetaSink final : public RowSink {
 
 std::string Describe(const TableSnapshot& t) {
   std::string text = "'" + t.name + "' (" + (t.hashed ? "hashed, " : "range, ");
-  text += t.hashed ? std::to_string(t.hash_slots) + " hash slots" : std::to_string(t.rows) + " rows";
+  text +=
+      t.hashed ? std::to_string(t.hash_slots) + " hash slots" : std::to_string(t.rows) + " rows";
   text += ", dim " + std::to_string(t.dim) + ", " + std::to_string(t.slots.size()) +
           " state arrays, optimizer '" + t.optimizer + "')";
   return text;
@@ -108,17 +109,17 @@ Status CheckCoverage(const ArrayGeneration& g, size_t t, const std::vector<Shard
     const RowRange r = layouts[s].tables[t].owned;
     if (r.begin < r.end) owned.push_back({r.begin, r.end, s});
   }
-  std::sort(owned.begin(), owned.end(), [](const Owned& a, const Owned& b) {
-    return a.begin < b.begin;
-  });
+  std::sort(owned.begin(), owned.end(),
+            [](const Owned& a, const Owned& b) { return a.begin < b.begin; });
   const std::string what = g.tables[t].hashed ? "hash slots" : "rows";
-  const std::string where = g.dir + ": generation " + std::to_string(g.clock) + ": table '" +
-                            g.tables[t].name + "': ";
+  const std::string where =
+      g.dir + ": generation " + std::to_string(g.clock) + ": table '" + g.tables[t].name + "': ";
   uint64_t next = 0;
   for (size_t i = 0; i < owned.size(); ++i) {
     if (owned[i].begin > next) {
       return DataLossError(where + "no shard holds its " + what + " " +
-                           RowsText(next, owned[i].begin) + "; the shard folders are not of one job");
+                           RowsText(next, owned[i].begin) +
+                           "; the shard folders are not of one job");
     }
     if (owned[i].begin < next) {
       return DataLossError(where + "shard-" + std::to_string(owned[i - 1].shard) + " and shard-" +
@@ -143,8 +144,10 @@ class AssembleSink final : public RowSink {
                const std::string& path)
       : g_(g), expected_(expected), arrays_(arrays), ids_(ids), path_(path) {
     for (size_t t = 0; t < g.tables.size(); ++t) {
-      if (g.tables[t].hashed) held_before_.push_back((*ids)[t].size());
-      else held_before_.push_back(0);
+      if (g.tables[t].hashed)
+        held_before_.push_back((*ids)[t].size());
+      else
+        held_before_.push_back(0);
     }
   }
 
@@ -173,8 +176,10 @@ class AssembleSink final : public RowSink {
       std::vector<uint64_t>& ids = (*ids_)[table];
       const TableSnapshot& e = expected_.tables[table];
       if (count != 1 || ids.size() - held_before_[table] >= e.stored_rows) {
-        error_ = DataLossError(path_ + ": table '" + t.name + "' holds more rows than its meta "
-                               "record says (" + std::to_string(e.stored_rows) + ")");
+        error_ = DataLossError(path_ + ": table '" + t.name +
+                               "' holds more rows than its meta "
+                               "record says (" +
+                               std::to_string(e.stored_rows) + ")");
         return;
       }
       at = ids.size();
@@ -192,7 +197,8 @@ class AssembleSink final : public RowSink {
     const size_t offset = static_cast<size_t>(at) * row_bytes;
     const size_t bytes = static_cast<size_t>(count) * row_bytes;
     std::memcpy(a.values.data() + offset, values, bytes);
-    for (size_t k = 0; k < slots.size(); ++k) std::memcpy(a.slots[k].data() + offset, slots[k], bytes);
+    for (size_t k = 0; k < slots.size(); ++k)
+      std::memcpy(a.slots[k].data() + offset, slots[k], bytes);
   }
 
   void Sketch(uint32_t, std::span<const std::byte>) override {}
@@ -256,12 +262,14 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
   Filesystem& fs = files != nullptr ? *files : os_files;
   PS_ASSIGN_OR_RETURN(const Filesystem::Type type, fs.TypeOf(dir));
   if (type == Filesystem::Type::kMissing) {
-    return NotFoundError(dir + ": no such folder; give the job's checkpoint.dir (the folder that "
-                               "holds shard-0, shard-1, ...)");
+    return NotFoundError(dir +
+                         ": no such folder; give the job's checkpoint.dir (the folder that "
+                         "holds shard-0, shard-1, ...)");
   }
   if (type != Filesystem::Type::kDirectory) {
-    return InvalidArgumentError(dir + ": not a folder; give the job's checkpoint.dir (the folder "
-                                      "that holds shard-0, shard-1, ...)");
+    return InvalidArgumentError(dir +
+                                ": not a folder; give the job's checkpoint.dir (the folder "
+                                "that holds shard-0, shard-1, ...)");
   }
   PS_ASSIGN_OR_RETURN(const std::vector<Filesystem::Entry> entries, fs.List(dir));
   std::vector<uint32_t> numbers;
@@ -271,8 +279,9 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
   }
   std::sort(numbers.begin(), numbers.end());
   if (numbers.empty()) {
-    return NotFoundError(dir + ": holds no shard-<i> folder, so no checkpoint; give the job's "
-                               "checkpoint.dir (the folder that holds shard-0, shard-1, ...)");
+    return NotFoundError(dir +
+                         ": holds no shard-<i> folder, so no checkpoint; give the job's "
+                         "checkpoint.dir (the folder that holds shard-0, shard-1, ...)");
   }
   std::string found;
   for (uint32_t n : numbers) found += (found.empty() ? "shard-" : ", shard-") + std::to_string(n);
@@ -307,8 +316,8 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
   if (clock.has_value()) {
     if (!everywhere(*clock)) {
       return NotFoundError(dir + ": generation " + std::to_string(*clock) +
-                           " is not complete in every shard's folder (complete generations" +
-                           have + "); name a clock every shard holds, or leave the clock out "
+                           " is not complete in every shard's folder (complete generations" + have +
+                           "); name a clock every shard holds, or leave the clock out "
                            "for the newest such");
     }
     g.clock = *clock;
@@ -318,9 +327,12 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
       if (everywhere(*it)) newest = *it;
     }
     if (!newest) {
-      return NotFoundError(dir + ": no generation is complete in every shard's folder (complete "
-                                 "generations" + have + "); a job writes one at every "
-                                 "checkpoint.every_clocks, or on `ps_ctl checkpoint`");
+      return NotFoundError(dir +
+                           ": no generation is complete in every shard's folder (complete "
+                           "generations" +
+                           have +
+                           "); a job writes one at every "
+                           "checkpoint.every_clocks, or on `ps_ctl checkpoint`");
     }
     g.clock = *newest;
   }
@@ -332,13 +344,14 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
     if (!sink.got()) return read;
     g.paths.push_back(shards[i]->GenerationPath(g.clock));
   }
-  if (layouts.empty()) return NotFoundError(dir + ": holds no shard-<i> folder");  // (checked above)
+  if (layouts.empty())
+    return NotFoundError(dir + ": holds no shard-<i> folder");  // (checked above)
   const uint32_t num_shards = layouts[0].num_shards;
   if (num_shards > num_folders) {
     return NotFoundError(ShardCheckpointDir(dir, num_folders) + " is missing: generation " +
-                         std::to_string(g.clock) + " was written by " +
-                         std::to_string(num_shards) + " shards (" + g.paths[0] + " says so), and " +
-                         dir + " holds " + found + "; copy the missing folders back");
+                         std::to_string(g.clock) + " was written by " + std::to_string(num_shards) +
+                         " shards (" + g.paths[0] + " says so), and " + dir + " holds " + found +
+                         "; copy the missing folders back");
   }
   for (uint32_t i = 0; i < num_folders; ++i) {
     const ShardSnapshot& l = layouts[i];
@@ -351,8 +364,8 @@ StatusOr<std::unique_ptr<CheckpointArrays>> CheckpointArrays::Open(const std::st
     }
     if (l.fingerprint != layouts[0].fingerprint) {
       return DataLossError(g.paths[i] + ": written for another model than " + g.paths[0] +
-                           " (fingerprints '" + l.fingerprint + "' and '" +
-                           layouts[0].fingerprint + "'); the shard folders are not of one job");
+                           " (fingerprints '" + l.fingerprint + "' and '" + layouts[0].fingerprint +
+                           "'); the shard folders are not of one job");
     }
     if (l.tables.size() != layouts[0].tables.size()) {
       return DataLossError(g.paths[i] + ": holds " + std::to_string(l.tables.size()) +

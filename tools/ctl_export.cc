@@ -26,8 +26,9 @@ int RunExport(const ExportFlags& flags) {
   std::string dir = flags.checkpoint_dir;
   if (dir.empty()) {
     if (flags.config.empty()) {
-      std::fprintf(stderr, "ps_ctl export: which checkpoint? Give --checkpoint-dir DIR (a job's "
-                           "checkpoint.dir) or --config job.yaml\n");
+      std::fprintf(stderr,
+                   "ps_ctl export: which checkpoint? Give --checkpoint-dir DIR (a job's "
+                   "checkpoint.dir) or --config job.yaml\n");
       return 2;
     }
     auto job = LoadJobFile(flags.config);

@@ -12,20 +12,19 @@
 #ifndef PS_TOOLS_CTL_EXPORT_H_
 #define PS_TOOLS_CTL_EXPORT_H_
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 namespace ps {
 
 struct ExportFlags {
-  std::string checkpoint_dir;   // --checkpoint-dir; empty: the job's checkpoint.dir
-  std::string config;           // --config; empty: none
+  std::string checkpoint_dir;    // --checkpoint-dir; empty: the job's checkpoint.dir
+  std::string config;            // --config; empty: none
   std::optional<int64_t> clock;  // --clock; unset: the newest complete everywhere
-  std::string out;              // --out
-  bool force = false;           // --force
+  std::string out;               // --out
+  bool force = false;            // --force
 };
 
 // Adds export's flags to `app`, written into `flags` (which must outlive

@@ -7,8 +7,9 @@
 #include "tools/ctl_export.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ps_ctl export: write a checkpoint generation of a job as numpy .npy files and "
-               "manifest.json (docs/checkpoints.md); contacts no server"};
+  CLI::App app{
+      "ps_ctl export: write a checkpoint generation of a job as numpy .npy files and "
+      "manifest.json (docs/checkpoints.md); contacts no server"};
   app.name("ps_ctl export");
   ps::ExportFlags flags;
   ps::AddExportFlags(app, &flags);

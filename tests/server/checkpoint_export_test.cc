@@ -214,7 +214,8 @@ TEST_F(CheckpointExportTest, DefaultsToTheNewestClockEveryShardHoldsAndTakesAnOl
   EXPECT_EQ(done->clock, 4);
   const Npy npy = ParseNpy(fs::path(out_) / "emb.values.npy");
   std::string want;
-  for (uint32_t s = 0; s < 2; ++s) want += Bytes(TestCheckpointShard(s, 2, 4, false, 4).tables[0].values);
+  for (uint32_t s = 0; s < 2; ++s)
+    want += Bytes(TestCheckpointShard(s, 2, 4, false, 4).tables[0].values);
   EXPECT_TRUE(npy.data == want) << "the export is not generation 4's";
 }
 
@@ -266,7 +267,7 @@ TEST_F(CheckpointExportTest, NamesAMissingShardFolder) {
   auto last = ExportCheckpoint(ckpt_, out_, {});
   EXPECT_EQ(last.status().code(), StatusCode::kNotFound);
   EXPECT_NE(last.status().message().find(ckpt_ + "/shard-2 is missing: generation 8 was written "
-                                                  "by 3 shards"),
+                                                 "by 3 shards"),
             std::string::npos)
       << last.status().ToString();
 }
@@ -315,7 +316,8 @@ TEST_F(CheckpointExportTest, PassesOnTheDataLossOfACorruptGeneration) {
   ASSERT_TRUE(flipped) << "no .sst file in " << gen;
   auto corrupt = ExportCheckpoint(ckpt_, out_, {});
   EXPECT_EQ(corrupt.status().code(), StatusCode::kDataLoss) << corrupt.status().ToString();
-  EXPECT_NE(corrupt.status().message().find(gen.string()), std::string::npos) << corrupt.status().ToString();
+  EXPECT_NE(corrupt.status().message().find(gen.string()), std::string::npos)
+      << corrupt.status().ToString();
   EXPECT_FALSE(fs::exists(fs::path(out_) / "manifest.json"))
       << "a failed export must not look complete";
 }
@@ -366,7 +368,8 @@ TEST_F(CheckpointExportTest, RefusesAFolderWithFilesUnlessForced) {
 
   std::ofstream(dir_ / "a_file") << "x";
   auto not_folder = ExportCheckpoint(ckpt_, (dir_ / "a_file").string(), {});
-  EXPECT_EQ(not_folder.status().code(), StatusCode::kInvalidArgument) << not_folder.status().ToString();
+  EXPECT_EQ(not_folder.status().code(), StatusCode::kInvalidArgument)
+      << not_folder.status().ToString();
 }
 
 TEST(ExportFileStemTest, KeepsSafeCharactersAndEncodesTheRest) {
