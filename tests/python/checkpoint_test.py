@@ -7,6 +7,7 @@ No job runs: both read folders.
 import json
 import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -150,3 +151,45 @@ def test_load_export_refuses_what_is_not_a_finished_export(tmp_path, checkpoint)
     np.save(out / "emb.values.npy", np.zeros((3, 8), np.float32))
     with pytest.raises(ValueError, match="emb.values.npy: float32 \\(3, 8\\)"):
         ps.load_export(out)
+
+
+def test_a_running_jobs_checkpoint_reads_back_as_the_worker_pulled_it(cluster, tmp_path):
+    """Two real ps_server processes write generations every 2 clocks while
+    one worker pushes integers (add: exact sums); generation 4 read with
+    read_checkpoint and exported with `ps_ctl export --config` holds what
+    the worker pulls after clock 4, bit for bit."""
+    ckpt = tmp_path / "job_ckpt"
+    job = cluster(servers=2, workers=1,
+                  extra="checkpoint: { dir: %s, every_clocks: 2, sync: false }\n" % ckpt)
+    ids = np.array([3, 17, 2**40 + 5, 2**63 + 11, 123456789], dtype=np.uint64)
+    with ps.Worker(job.path, 0) as w:
+        dense, by_id = w.tables["dense"], w.tables["by_id"]
+        initial = dense.pull()
+        for clock in range(4):
+            dense.push(np.full((10, 3), clock + 1, np.float32))
+            by_id.push(ids[clock:], np.arange(2 * len(ids[clock:]), dtype=np.float32)
+                       .reshape(-1, 2) + clock)
+            w.clock()
+        pulled_dense = dense.pull()
+        pulled_rows = by_id.pull(np.sort(ids))
+        np.testing.assert_array_equal(pulled_dense, initial + 10)  # 1 + 2 + 3 + 4
+        gens = [ckpt / ("shard-%d" % s) / "gen-4" for s in range(2)]
+        deadline = time.monotonic() + 30
+        while not all(g.is_dir() for g in gens) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(g.is_dir() for g in gens), "no generation 4 in 30 s:\n" + job.server_logs()
+
+    tables = ps.read_checkpoint(ckpt, clock=4)
+    assert tables["dense"].values.tobytes() == pulled_dense.tobytes()
+    h = tables["by_id"]
+    assert h.kind == "hashed" and h.ids.tolist() == sorted(ids.tolist())
+    assert h.values.tobytes() == pulled_rows.tobytes()
+
+    out = tmp_path / "export"
+    r = run(os.path.join(BIN_DIR, "ps_ctl"), "export", "--config", job.path, "--clock", "4",
+            "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    loaded = ps.load_export(out)
+    assert loaded["dense"].values.tobytes() == pulled_dense.tobytes()
+    assert loaded["by_id"].ids.tobytes() == h.ids.tobytes()
+    assert loaded["by_id"].values.tobytes() == pulled_rows.tobytes()
