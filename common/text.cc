@@ -1,6 +1,7 @@
 #include "common/text.h"
 
 #include <charconv>
+#include <cstdio>
 
 namespace ps {
 
@@ -31,5 +32,38 @@ std::string ShortestText(Number value) {
 std::string FloatText(float value) { return ShortestText(value); }
 
 std::string DoubleText(double value) { return ShortestText(value); }
+
+std::string JsonString(std::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+          out += buffer;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
 
 }  // namespace ps

@@ -1,4 +1,4 @@
-// Small text helpers for error messages.
+// Small text helpers for error messages and hand-written JSON.
 #ifndef PS_COMMON_TEXT_H_
 #define PS_COMMON_TEXT_H_
 
@@ -17,6 +17,11 @@ std::string FloatText(float value);
 
 // Shortest text that reads back as the same double ("0.05", "1e+300").
 std::string DoubleText(double value);
+
+// `text` as a JSON string literal: quotes, backslashes and control
+// characters escaped; bytes of 0x80 and up kept as they are (UTF-8 stays
+// UTF-8).
+std::string JsonString(std::string_view text);
 
 }  // namespace ps
 

@@ -13,6 +13,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/table_options.h"
+#include "python/checkpoint.h"
 #include "python/worker.h"
 
 namespace py = pybind11;
@@ -194,6 +195,7 @@ PYBIND11_MODULE(_ps, m) {
   using namespace ps::python;  // NOLINT
   m.doc() = "The parameter server's C++ client (see the ps package).";
   AddErrors(m);
+  BindCheckpoint(m);
 
   py::class_<Future>(m, "Future",
                      "The result of a pull_async, push_async or clock_async call.\n"

@@ -3,6 +3,7 @@
 
     proto <- common <- {store, client} <- {server, worker} <- tools
                                client <- python
+    (python/checkpoint.cc alone also reads checkpoints: server/checkpoint_arrays.h)
 
 A library includes only its own headers and those of the layers it stands
 on (store and client do not include each other, nor do server and worker);
@@ -44,6 +45,8 @@ LAYERS = {
 # An entry is a layer or one header (ps_ctl's own status code, which stays
 # within common and client so that ps_ctl links nothing else).
 FILE_RULES = {
+    # read_checkpoint: the server's checkpoint reader, as `ps_ctl export`'s.
+    "python/checkpoint.cc": {"common", "client", "python", "server/checkpoint_arrays.h"},
     "tools/ps_ctl.cc": {"common", "client", "tools/ctl_status.h"},
     "tools/ctl_status.h": {"common", "client"},
     "tools/ctl_status.cc": {"common", "client", "tools/ctl_status.h", "tools/tcp_probe.h"},
@@ -66,7 +69,8 @@ ADAPTERS = [
     # pybind11 and Python's C API: the Python module alone.
     (re.compile(r"^(pybind11/|Python\.h$)"), {"python/module.cc", "python/worker.h",
                                                "python/worker.cc", "python/arrays.h",
-                                               "python/arrays.cc"}),
+                                               "python/arrays.cc", "python/checkpoint.h",
+                                               "python/checkpoint.cc"}),
 ]
 # Names a folder's files must not use, in code or comments: what a layer
 # above it owns. (pattern, what it names)

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/endpoint.h"
+#include "common/text.h"
 #include "tools/tcp_probe.h"
 
 namespace ps {
@@ -65,39 +66,6 @@ class TextTable {
   std::vector<bool> left_;
   std::vector<std::vector<std::string>> rows_;
 };
-
-std::string JsonString(std::string_view text) {
-  std::string out = "\"";
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-          out += buffer;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string JsonNumber(double value) {
   if (!std::isfinite(value)) return "null";  // JSON has no NaN or infinity

@@ -5,6 +5,9 @@
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
+//   ps_ctl export     --checkpoint-dir DIR [--clock C] --out OUT [--force]
+//                     runs ps_export, built beside ps_ctl (tools/ctl_export.h),
+//                     so that ps_ctl itself links no RocksDB
 // status prints one page for people: every worker's clock, how far it
 // trails the fastest, how long it has been silent and whether it trains,
 // is dead or left; the slowest worker; every shard's requests/s, MB/s in
@@ -27,10 +30,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -260,10 +266,33 @@ int Shutdown(ps::ControlClient& client) {
   return 0;
 }
 
+// ps_ctl export: runs ps_export from this binary's folder with the same
+// arguments; returns only when it cannot (exit code 1).
+int ExecExport(int argc, char** argv) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = '\0';
+    dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  const std::string program = dir + "/ps_export";
+  std::vector<char*> args = {const_cast<char*>(program.c_str())};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  ::execv(program.c_str(), args.data());
+  std::fprintf(stderr, "ps_ctl export: cannot run %s: %s; it is built and installed beside "
+                       "ps_ctl\n", program.c_str(), std::strerror(errno));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job"};
+  if (argc >= 2 && std::string_view(argv[1]) == "export") return ExecExport(argc, argv);
+  CLI::App app{"ps_ctl: status, checkpoints and shutdown of a running parameter-server job, and "
+               "export of its checkpoints"};
   app.require_subcommand(1);
   std::string config_path;
   std::optional<uint32_t> shard;
@@ -285,6 +314,11 @@ int main(int argc, char** argv) {
   keygen->add_option("--rotate", rotate, "a new key pair for this worker rank only")
       ->excludes(force_flag);
   keygen->add_option("--config", config_path, "job YAML file")->required();
+  // Listed for --help; `ps_ctl export ...` runs ps_export before parsing.
+  app.add_subcommand("export",
+                     "write a checkpoint generation as numpy .npy files and manifest.json "
+                     "(ps_ctl export --help)")
+      ->allow_extras();
   for (CLI::App* sub : {status, shutdown, checkpoint}) {
     sub->add_option("--config", config_path, "job YAML file")->required();
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
