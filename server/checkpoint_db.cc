@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/hash_slots.h"
 #include "server/checkpoint_format.h"
 
 namespace ps {
@@ -222,9 +223,10 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   rs = batch.Put(AsSlice(kMetaKey), EncodeMeta(s));
   if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
 
-  char key[kRowKeySize];
+  char key[kIdKeySize];
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
+    const uint64_t seed = t.hashed ? NameHash(t.name) : 0;
     if (t.sketch_width != 0) {
       rs = batch.Put(AsSlice(SketchKey(static_cast<uint32_t>(ti))),
                      rocksdb::Slice(reinterpret_cast<const char*>(t.sketch.data()), t.sketch.size()));
@@ -244,8 +246,11 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
     const uint64_t rows = t.RowCount();
     for (uint64_t first = 0; first < rows; first += per_run) {
       const uint64_t n = std::min(per_run, rows - first);
+      size_t key_size = kRowKeySize;
       if (t.hashed) {
-        EncodeIdKey(static_cast<uint32_t>(ti), t.ids[first], key);
+        const uint64_t id = t.ids[first];
+        EncodeIdKey(static_cast<uint32_t>(ti), IdSlot(id, seed, t.hash_slots), id, key);
+        key_size = kIdKeySize;
       } else {
         EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
       }
@@ -257,7 +262,7 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
         EncodeRowUse(t.uses[first], use);
         parts[1 + t.slots.size()] = rocksdb::Slice(reinterpret_cast<const char*>(use), kRowUseBytes);
       }
-      const rocksdb::Slice key_slice(key, kRowKeySize);
+      const rocksdb::Slice key_slice(key, key_size);
       rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
       if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
@@ -298,7 +303,8 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
   if (!rs.ok()) {
     return RocksError(rs, path + ": cannot read the meta record", StatusCode::kDataLoss);
   }
-  PS_ASSIGN_OR_RETURN(const ShardSnapshot layout, DecodeMeta(meta, path));
+  uint32_t version = 0;
+  PS_ASSIGN_OR_RETURN(const ShardSnapshot layout, DecodeMeta(meta, path, &version));
 
   // The values are stored uncompressed, so the files hold at least as many
   // bytes as the meta record promises: never allocate more than that.
@@ -314,7 +320,7 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
 
   // One pass over the records in key order: the hashed tables' rows, by
   // table and id, then the range tables', table by table, run by run.
-  RunChecker checker(layout, path);
+  RunChecker checker(layout, path, version);
   RunRecord run;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
