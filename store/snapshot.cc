@@ -115,4 +115,27 @@ Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected
   return Status::Ok();
 }
 
+Status CheckReshardable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                        const std::string& where) {
+  static const std::string kHint =
+      "; resume with the job file the checkpoint was written with (only cluster.servers and the "
+      "tables' max_rows or max_mb may differ), or start with a new checkpoint.dir";
+  std::string difference = LayoutDifference(saved, expected, /*placement=*/false);
+  if (difference.empty() && (saved.num_shards == 0 || saved.shard >= saved.num_shards)) {
+    difference = "it says it was written by shard " + std::to_string(saved.shard) + " of " +
+                 std::to_string(saved.num_shards);
+  }
+  for (size_t i = 0; difference.empty() && i < saved.tables.size(); ++i) {
+    const TableSnapshot& t = saved.tables[i];
+    const RowRange owned = ShardRows(t.hashed ? t.hash_slots : t.rows, saved.num_shards, saved.shard);
+    if (t.owned != owned) {
+      difference = "table '" + t.name + "' has " + (t.hashed ? "hash slots " : "rows ") +
+                   RangeText(t.owned) + " on shard " + std::to_string(saved.shard) + " of " +
+                   std::to_string(saved.num_shards) + ", which owns " + RangeText(owned);
+    }
+  }
+  if (difference.empty()) return Status::Ok();
+  return FailedPreconditionError(where + ": " + difference + kHint);
+}
+
 }  // namespace ps

@@ -99,6 +99,19 @@ struct ShardSnapshot {
 Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
                        const std::string& where);
 
+// OK when `saved`, written by shard `saved.shard` of `saved.num_shards`, can
+// be restored, in part, onto a job of another shard count whose layout on
+// one of its shards is `expected`: the same tables (names, kinds, rows or
+// hash slots, dims, optimizers, settings, admission sketch widths, row
+// uses), and each table's owned rows (or hash slots) those ShardRows gives
+// the shard among saved.num_shards. The shard count, the owned rows of
+// `expected` and the per-shard bounds of hashed tables (max_rows, max_mb)
+// may differ; the fingerprint, which covers the shard count and the
+// bounds, is not compared: its other parts are, one by one. Otherwise
+// FailedPrecondition naming `where`, the first difference and both values.
+Status CheckReshardable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                        const std::string& where);
+
 }  // namespace ps
 
 #endif  // PS_STORE_SNAPSHOT_H_

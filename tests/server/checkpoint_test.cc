@@ -207,6 +207,8 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   ASSERT_OK(ckpt_->Write(s, {}));
   EXPECT_EQ(Generations(), std::vector<int64_t>{12});
   const std::set<std::string> files = Names(Gen(12));
+  // Beside the database, the file naming the shards that wrote it.
+  EXPECT_EQ(files.count("shards-4"), 1u);
   auto r = ckpt_->Read(12);
   ASSERT_OK(r);
   ExpectSame(*r, s);
