@@ -165,7 +165,13 @@ StatusOr<RestorePoint> FindRestorePoint(Filesystem& files, const JobOptions& job
       point.writers = marker != 0 ? marker : servers;
       return point;
     }
-    const std::string text = "clock " + GenerationText(clock, marker) + ": " + reason;
+    std::string text = "clock " + GenerationText(clock, marker) + ": " + reason;
+    if (marker == 0) {
+      // Written before parts named their shard count: taken for the job's.
+      text += " (a part without a shards file counts as written by the job's " +
+              std::to_string(servers) +
+              " servers; if it was written by another number, resume it on that number once)";
+    }
     if (newest_reason.empty()) newest_reason = text;
     point.passed_over += (point.passed_over.empty() ? "" : "; ") + text;
   }

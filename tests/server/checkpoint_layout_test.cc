@@ -84,6 +84,14 @@ TEST_F(CheckpointLayoutTest, NoCommonClockListsEachShard) {
   EXPECT_NE(clock.status().message().find("; shard 0: 10; shard 1: 20; shard 2: none"),
             std::string::npos)
       << clock.status().ToString();
+  // Parts without a shards file (written before parts named their shard
+  // count) count as the job's: the message says what to do when they are not.
+  EXPECT_NE(clock.status().message().find(
+                "(newest clock 10: shard-1 lacks it (a part without a shards file counts as "
+                "written by the job's 3 servers; if it was written by another number, resume "
+                "it on that number once))"),
+            std::string::npos)
+      << clock.status().ToString();
 }
 
 TEST_F(CheckpointLayoutTest, AFileWhereAFolderMustBeIsRefusedByName) {
