@@ -53,7 +53,7 @@ struct RestorePoint {
   int64_t clock = -1;    // -1: none (a new job)
   uint32_t writers = 0;  // 0 with clock -1
   // Newer generations passed over because a shard that wrote them lacks
-  // its part ("clock 40 (of 2 shards): shard-1 lacks it"), for a log line;
+  // its part ("clock 40 (of 2): shard-1 lacks it"), for a log line;
   // empty when none.
   std::string passed_over;
 };
