@@ -90,18 +90,10 @@ struct Config {
   std::string dir;  // parent of the benchmark's own folder
 };
 
-// Drops the page cache; false when not allowed.
-uint32_t Bits(uint64_t i, uint64_t k) {
-  uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull ^ (k + 1) * 0xc2b2ae3d27d4eb4full;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 32;
-  return static_cast<uint32_t>(h);
-}
-
+// Fills `a` with the patterns of array `k`.
 void Fill(std::vector<float>* a, uint64_t k) {
   for (size_t i = 0; i < a->size(); ++i) {
-    const uint32_t b = Bits(i, k);
+    const uint32_t b = PatternBits(i, k);
     std::memcpy(&(*a)[i], &b, sizeof b);
   }
 }

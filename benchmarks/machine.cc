@@ -37,6 +37,14 @@ std::string CpuModel() {
   return model;
 }
 
+uint32_t PatternBits(uint64_t i, uint64_t k) {
+  uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull ^ (k + 1) * 0xc2b2ae3d27d4eb4full;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return static_cast<uint32_t>(h);
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

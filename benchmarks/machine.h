@@ -20,6 +20,11 @@ namespace ps {
 // The "model name" line of /proc/cpuinfo, or "unknown".
 std::string CpuModel();
 
+// Arbitrary 32-bit patterns (NaNs and infinities among them as floats), a
+// pure function of an element's index `i` and its array `k`: what the
+// checkpoint benchmarks fill tables with and check restores against.
+uint32_t PatternBits(uint64_t i, uint64_t k);
+
 // The median of `v` (the mean of the middle two for an even count); 0 when empty.
 double Median(std::vector<double> v);
 

@@ -297,6 +297,17 @@ std::string TableOptions::Shape() const {
   return shape;
 }
 
+std::string TableOptions::HashedSettings() const {
+  if (!hashed()) return "";
+  std::string text =
+      fmt::format("init={},{},{}", NameOf(kInitKindNames, init.kind), init.value, init.seed);
+  if (admit.enabled()) text += fmt::format(" admit={},{}", admit.min_pushes, admit.probability);
+  if (evict.enabled()) {
+    text += fmt::format(" evict={},{}", NameOf(kEvictPolicyNames, evict.policy), evict.idle_clocks);
+  }
+  return text;
+}
+
 float OptimizerOptions::LearningRate(int64_t clock) const {
   const double c = static_cast<double>(std::max<int64_t>(clock, 0));
   double rate = lr;

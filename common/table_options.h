@@ -264,6 +264,14 @@ struct TableOptions {
   // admission filter is on and " evict=<policy>,<idle_clocks>" when
   // eviction is.
   std::string Shape() const;
+  // A hashed table's settings that decide its values besides its shape and
+  // optimizer, as a checkpoint records them and a restore compares them:
+  // "init=<type>,<value>,<seed>" (an id without a row reads its initial
+  // value), then " admit=<min_pushes>,<probability>" when the admission
+  // filter is on and " evict=<policy>,<idle_clocks>" when eviction is.
+  // Empty for a range table (a restore replaces every row: its init no
+  // longer counts).
+  std::string HashedSettings() const;
 };
 
 // Every setting of an optimizer as one line of text ("sgd lr=0.01 ..."), to

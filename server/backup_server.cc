@@ -36,10 +36,10 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
         ", 0 the primary at the start, which comes back as a backup only with --join)");
   }
   std::unique_ptr<BackupServer> b(new BackupServer(job, shard, replica));
+  Filesystem& files = (env != nullptr ? env : Env::Default())->filesystem();
   // The same starting state as the primary: the same generation, or the
   // same initial values.
-  std::unique_ptr<CheckpointDir> checkpoints;
-  int64_t generation = -1;
+  RestorePoint generation;
   if (join && restore_clock >= 0) {
     return InvalidArgumentError("a joining backup takes its state from the primary, not from a "
                                 "checkpoint (--join with --restore-clock)");
@@ -49,26 +49,23 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
     b->in_sync_ = false;
     b->copy_next_row_.resize(job.tables.size(), 0);
   } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
-    PS_ASSIGN_OR_RETURN(checkpoints,
-                        CheckpointDir::Open(ShardCheckpointDir(job.checkpoint.dir, shard),
-                                            &(env != nullptr ? env : Env::Default())->filesystem()));
-    PS_ASSIGN_OR_RETURN(generation, PickGeneration(*checkpoints, restore_clock, shard));
+    PS_ASSIGN_OR_RETURN(generation, ShardRestorePoint(files, job, shard, restore_clock));
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
   PS_ASSIGN_OR_RETURN(b->store_,
-                      ShardStore::Create(job, shard, /*initialize=*/generation < 0 && !join));
+                      ShardStore::Create(job, shard, /*initialize=*/generation.clock < 0 && !join));
   for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
     // A hashed table's copy counts its rows from 0.
     const TableLayout& layout = b->store_->layouts()[t];
     b->copy_next_row_[t] = layout.hashed ? 0 : layout.owned.begin;
   }
-  if (generation >= 0) {
-    PS_RETURN_IF_ERROR(
-        RestoreStore(*checkpoints, generation, b->job_, shard, b->store_.get()).status());
-    b->clocks_.StartAt(generation);
-    b->started_clock_ = generation;
-    PS_LOG_INFO("{}: restored {}", b->name_, checkpoints->GenerationPath(generation));
+  if (generation.clock >= 0) {
+    PS_ASSIGN_OR_RETURN(const RestoreResult restored,
+                        RestoreGeneration(b->job_, shard, generation, b->store_.get(), &files));
+    b->clocks_.StartAt(generation.clock);
+    b->started_clock_ = generation.clock;
+    PS_LOG_INFO("{}: restored {}", b->name_, restored.from);
   }
   PS_ASSIGN_OR_RETURN(b->context_, Context::Create(1));
   SocketOptions so;

@@ -57,6 +57,12 @@ class SnapshotSink : public RowSink {
 
 }  // namespace
 
+Status CheckpointDir::WriteShardsFile(const std::string& tmp, uint32_t num_shards) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      files_->NewWritableFile(tmp + "/" + GenerationShardsFileName(num_shards)));
+  return file->Close();
+}
+
 std::string CheckpointDir::GenerationPath(int64_t clock) const {
   return (fs::path(path_) / GenerationName(clock)).string();
 }
@@ -87,6 +93,7 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   Status written;
   try {
     written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage);
+    if (written.ok()) written = WriteShardsFile(tmp, snapshot.num_shards);
     if (written.ok()) stage(CheckpointStage::kFlushed);
     if (written.ok() && options.sync) written = SyncFlatFolder(*files_, tmp);
     if (written.ok()) stage(CheckpointStage::kSynced);

@@ -6,7 +6,9 @@
 //                       64 KiB of consecutive rows (their values and
 //                       optimizer state; format in server/checkpoint_format.h),
 //                       for the state after every update of the clocks
-//                       < <clock>.
+//                       < <clock>; beside it the empty file shards-<n>,
+//                       the number of shards that wrote the generation
+//                       (server/checkpoint_layout.h).
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
 // A generation becomes visible atomically: it is written and synced as
@@ -102,6 +104,8 @@ class CheckpointDir {
  private:
   CheckpointDir(std::string path, Filesystem* files)
       : path_(std::move(path)), files_(files != nullptr ? files : &os_files_) {}
+  // The shards-<n> file in the generation being written, `tmp`.
+  Status WriteShardsFile(const std::string& tmp, uint32_t num_shards);
   const std::string path_;
   OsFilesystem os_files_;  // used when Open was given no Filesystem
   Filesystem* const files_;

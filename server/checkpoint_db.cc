@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/hash_slots.h"
 #include "server/checkpoint_format.h"
 
 namespace ps {
@@ -222,9 +223,10 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   rs = batch.Put(AsSlice(kMetaKey), EncodeMeta(s));
   if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
 
-  char key[kRowKeySize];
+  char key[kIdKeySize];
   for (size_t ti = 0; ti < s.tables.size(); ++ti) {
     const TableSnapshot& t = s.tables[ti];
+    const uint64_t seed = t.hashed ? NameHash(t.name) : 0;
     if (t.sketch_width != 0) {
       rs = batch.Put(AsSlice(SketchKey(static_cast<uint32_t>(ti))),
                      rocksdb::Slice(reinterpret_cast<const char*>(t.sketch.data()), t.sketch.size()));
@@ -244,8 +246,11 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
     const uint64_t rows = t.RowCount();
     for (uint64_t first = 0; first < rows; first += per_run) {
       const uint64_t n = std::min(per_run, rows - first);
+      size_t key_size = kRowKeySize;
       if (t.hashed) {
-        EncodeIdKey(static_cast<uint32_t>(ti), t.ids[first], key);
+        const uint64_t id = t.ids[first];
+        EncodeIdKey(static_cast<uint32_t>(ti), IdSlot(id, seed, t.hash_slots), id, key);
+        key_size = kIdKeySize;
       } else {
         EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
       }
@@ -257,7 +262,7 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
         EncodeRowUse(t.uses[first], use);
         parts[1 + t.slots.size()] = rocksdb::Slice(reinterpret_cast<const char*>(use), kRowUseBytes);
       }
-      const rocksdb::Slice key_slice(key, kRowKeySize);
+      const rocksdb::Slice key_slice(key, key_size);
       rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
       if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
@@ -278,43 +283,68 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
   return Status::Ok();
 }
 
-StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink) {
+namespace {
+
+rocksdb::ReadOptions ReadOptionsForRestore() {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  ro.readahead_size = 2 << 20;
+  return ro;
+}
+
+// A generation's database opened read-only, and its meta record checked
+// against the size of its files.
+struct OpenedGeneration {
+  std::unique_ptr<rocksdb::DB> db;
+  ShardSnapshot layout;
+  uint32_t version = 0;
+};
+
+StatusOr<OpenedGeneration> OpenGeneration(const std::string& path) {
   rocksdb::Options o = CommonOptions();
   o.create_if_missing = false;
   o.skip_checking_sst_file_sizes_on_db_open = false;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status rs = rocksdb::DB::OpenForReadOnly(o, path, &raw);
   if (!rs.ok()) return RocksError(rs, path + ": cannot open the generation", StatusCode::kDataLoss);
-  std::unique_ptr<rocksdb::DB> db(raw);
-
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = false;
-  ro.readahead_size = 2 << 20;
+  OpenedGeneration opened;
+  opened.db.reset(raw);
 
   std::string meta;
-  rs = db->Get(ro, AsSlice(kMetaKey), &meta);
+  rs = opened.db->Get(ReadOptionsForRestore(), AsSlice(kMetaKey), &meta);
   if (rs.IsNotFound()) return DataLossError(path + ": the meta record is missing");
   if (!rs.ok()) {
     return RocksError(rs, path + ": cannot read the meta record", StatusCode::kDataLoss);
   }
-  PS_ASSIGN_OR_RETURN(const ShardSnapshot layout, DecodeMeta(meta, path));
+  PS_ASSIGN_OR_RETURN(opened.layout, DecodeMeta(meta, path, &opened.version));
 
   // The values are stored uncompressed, so the files hold at least as many
   // bytes as the meta record promises: never allocate more than that.
   std::vector<rocksdb::LiveFileMetaData> files;
-  db->GetLiveFilesMetaData(&files);
+  opened.db->GetLiveFilesMetaData(&files);
   Uint128 file_bytes = 0;
   for (const auto& f : files) file_bytes += f.size;
-  PS_ASSIGN_OR_RETURN(const Uint128 promised, RowDataBytes(layout, path));
+  PS_ASSIGN_OR_RETURN(const Uint128 promised, RowDataBytes(opened.layout, path));
   if (promised > file_bytes) {
     return DataLossError(path + ": the meta record promises more row data than the files hold");
   }
+  return opened;
+}
+
+}  // namespace
+
+StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink) {
+  PS_ASSIGN_OR_RETURN(OpenedGeneration opened, OpenGeneration(path));
+  const std::unique_ptr<rocksdb::DB>& db = opened.db;
+  const ShardSnapshot& layout = opened.layout;
+  const uint32_t version = opened.version;
+  const rocksdb::ReadOptions ro = ReadOptionsForRestore();
   PS_RETURN_IF_ERROR(sink->Begin(layout));
 
   // One pass over the records in key order: the hashed tables' rows, by
   // table and id, then the range tables', table by table, run by run.
-  RunChecker checker(layout, path);
+  RunChecker checker(layout, path, version);
   RunRecord run;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -333,6 +363,48 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
   }
   PS_RETURN_IF_ERROR(checker.Finish());
   return layout.clock;
+}
+
+struct GenerationReader::Db {
+  std::unique_ptr<rocksdb::DB> db;
+};
+
+GenerationReader::GenerationReader(std::string path, std::unique_ptr<Db> db, ShardSnapshot layout,
+                                   uint32_t version)
+    : path_(std::move(path)), db_(std::move(db)), layout_(std::move(layout)), version_(version) {}
+
+GenerationReader::~GenerationReader() = default;
+
+StatusOr<std::unique_ptr<GenerationReader>> GenerationReader::Open(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(OpenedGeneration opened, OpenGeneration(path));
+  auto db = std::make_unique<Db>();
+  db->db = std::move(opened.db);
+  return std::unique_ptr<GenerationReader>(
+      new GenerationReader(path, std::move(db), std::move(opened.layout), opened.version));
+}
+
+Status GenerationReader::Scan(
+    std::string_view begin, std::string_view end,
+    const std::function<Status(std::string_view key, std::string_view value)>& fn) const {
+  rocksdb::ReadOptions ro = ReadOptionsForRestore();
+  const rocksdb::Slice upper = AsSlice(end);
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db->NewIterator(ro));
+  for (it->Seek(AsSlice(begin)); it->Valid(); it->Next()) {
+    PS_RETURN_IF_ERROR(fn(it->key().ToStringView(), it->value().ToStringView()));
+  }
+  if (!it->status().ok()) {
+    return RocksError(it->status(), path_ + ": cannot read the records", StatusCode::kDataLoss);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> GenerationReader::Get(std::string_view key) const {
+  std::string value;
+  const rocksdb::Status rs = db_->db->Get(ReadOptionsForRestore(), AsSlice(key), &value);
+  if (rs.IsNotFound()) return NotFoundError(path_ + ": no record with that key");
+  if (!rs.ok()) return RocksError(rs, path_ + ": cannot read a record", StatusCode::kDataLoss);
+  return value;
 }
 
 }  // namespace ps

@@ -12,7 +12,10 @@
 #define PS_SERVER_CHECKPOINT_DB_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/env.h"
 #include "common/status.h"
@@ -44,6 +47,44 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
 // the error of sink->Begin. A DataLoss may come after some rows were handed
 // over.
 StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink);
+
+// A generation's database opened read-only for reading parts of it: what
+// a restore onto another shard count reads of each old shard (the records
+// of the rows, or hash slots, its new shard owns). Thread-compatible: one
+// thread at a time.
+class GenerationReader {
+ public:
+  // Opens the database at `path` and decodes its meta record. DataLoss
+  // naming `path` when it cannot be opened, its meta record is missing or
+  // corrupt, or it promises more row data than the files hold;
+  // FailedPrecondition for a format version this build does not read.
+  static StatusOr<std::unique_ptr<GenerationReader>> Open(const std::string& path);
+  ~GenerationReader();
+
+  const std::string& path() const { return path_; }
+  // The meta record (no values), and its format version.
+  const ShardSnapshot& layout() const { return layout_; }
+  uint32_t version() const { return version_; }
+
+  // Calls fn(key, value) for every record whose key lies in [begin, end),
+  // in key order, each block's checksum verified; stops at fn's first
+  // error and returns it. DataLoss naming the path when the files cannot
+  // be read. The views are valid during the call only.
+  Status Scan(std::string_view begin, std::string_view end,
+              const std::function<Status(std::string_view key, std::string_view value)>& fn) const;
+  // The value of `key`; NotFound when there is none, DataLoss when it
+  // cannot be read.
+  StatusOr<std::string> Get(std::string_view key) const;
+
+ private:
+  struct Db;
+  GenerationReader(std::string path, std::unique_ptr<Db> db, ShardSnapshot layout,
+                   uint32_t version);
+  const std::string path_;
+  const std::unique_ptr<Db> db_;
+  const ShardSnapshot layout_;
+  const uint32_t version_;
+};
 
 }  // namespace ps
 

@@ -112,11 +112,13 @@ std::string EncodeMeta(const ShardSnapshot& s) {
       w.U32(t.sketch_width);
       w.U32(t.row_uses ? 1 : 0);
     }
+    w.Str(t.settings);
   }
   return w.Take();
 }
 
-StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where) {
+StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where,
+                                   uint32_t* version_out) {
   MetaReader r(record);
   const auto corrupt = [&](const std::string& what) {
     return DataLossError(where + ": the meta record is corrupt: " + what);
@@ -134,8 +136,10 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
         " to " + std::to_string(kCheckpointFormatVersion) +
         " (the record format changed); start the job with a new checkpoint.dir");
   }
+  if (version_out != nullptr) *version_out = version;
   const bool has_keys = version >= 3;
   const bool has_uses = version >= 4;
+  const bool has_settings = version >= 5;
   ShardSnapshot s;
   uint32_t table_count = 0;
   if (!r.U32(&s.shard) || !r.U32(&s.num_shards) || !r.I64(&s.clock) || !r.Str(&s.fingerprint) ||
@@ -144,7 +148,8 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
   }
   // Each table takes at least kMinTableBytes: do not trust a count the
   // record cannot hold.
-  const size_t kMinTableBytes = 4 + 8 + 4 + 8 + 8 + 4 + 4 + (has_keys ? 4 : 0);
+  const size_t kMinTableBytes =
+      4 + 8 + 4 + 8 + 8 + 4 + 4 + (has_keys ? 4 : 0) + (has_settings ? 4 : 0);
   if (table_count > r.remaining() / kMinTableBytes) {
     return corrupt("it lists " + std::to_string(table_count) + " tables in " +
                    std::to_string(r.remaining()) + " bytes");
@@ -188,6 +193,12 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
     if (slots > kMaxOptimizerSlots) {
       return corrupt("table '" + t.name + "' has " + std::to_string(slots) + " optimizer slots");
     }
+    if (has_settings && !r.Str(&t.settings)) {
+      return corrupt("it ends inside table " + std::to_string(i));
+    }
+    if (!t.hashed && !t.settings.empty()) {
+      return corrupt("range table '" + t.name + "' has settings \"" + t.settings + "\"");
+    }
     t.slots.resize(slots);
   }
   if (r.remaining() != 0) {
@@ -229,13 +240,36 @@ bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row) {
   return DecodeKey(kRowTag, key, table, row);
 }
 
-void EncodeIdKey(uint32_t table, uint64_t id, char out[kRowKeySize]) {
-  EncodeKey(kIdTag, table, id, out);
+void EncodeIdKey(uint32_t table, uint32_t slot, uint64_t id, char out[kIdKeySize]) {
+  out[0] = kIdTag;
+  PutBigEndian(out + 1, table, 4);
+  PutBigEndian(out + 5, slot, 4);
+  PutBigEndian(out + 9, id, 8);
 }
-std::string IdKey(uint32_t table, uint64_t id) { return Key(kIdTag, table, id); }
-bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id) {
-  return DecodeKey(kIdTag, key, table, id);
+std::string IdKey(uint32_t table, uint32_t slot, uint64_t id) {
+  std::string key(kIdKeySize, '\0');
+  EncodeIdKey(table, slot, id, key.data());
+  return key;
 }
+bool DecodeIdKey(std::string_view key, uint32_t* table, uint32_t* slot, uint64_t* id) {
+  if (key.size() == kRowKeySize) {  // version 4: no slot
+    *slot = kNoSlotInKey;
+    return DecodeKey(kIdTag, key, table, id);
+  }
+  if (key.size() != kIdKeySize || key[0] != kIdTag) return false;
+  *table = static_cast<uint32_t>(GetBigEndian(key.data() + 1, 4));
+  *slot = static_cast<uint32_t>(GetBigEndian(key.data() + 5, 4));
+  *id = GetBigEndian(key.data() + 9, 8);
+  return true;
+}
+std::string SlotKey(uint32_t table, uint32_t slot) {
+  std::string key(1 + 4 + 4, '\0');
+  key[0] = kIdTag;
+  PutBigEndian(key.data() + 1, table, 4);
+  PutBigEndian(key.data() + 5, slot, 4);
+  return key;
+}
+std::string IdKeyV4(uint32_t table, uint64_t id) { return Key(kIdTag, table, id); }
 
 std::string SketchKey(uint32_t table) { return Key(kSketchTag, table, 0); }
 bool DecodeSketchKey(std::string_view key, uint32_t* table) {
@@ -284,8 +318,8 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
 
 namespace {
 
-// A hashed table's ids: as many as stored_rows, ascending, each in one of
-// the shard's slots.
+// A hashed table's ids: as many as stored_rows, in key order (by slot,
+// then id), each in one of the shard's slots.
 Status ValidateIds(const TableSnapshot& t, const std::string& table) {
   if (t.ids.size() != t.stored_rows || t.rows != 0 || t.hash_slots == 0) {
     return InvalidArgumentError(table + " (hashed) has " + std::to_string(t.ids.size()) +
@@ -294,15 +328,20 @@ Status ValidateIds(const TableSnapshot& t, const std::string& table) {
                                 std::to_string(t.hash_slots) + " hash slots");
   }
   const uint64_t seed = NameHash(t.name);
+  uint32_t last_slot = 0;
   for (size_t i = 0; i < t.ids.size(); ++i) {
-    if (i > 0 && t.ids[i] <= t.ids[i - 1]) {
-      return InvalidArgumentError(table + ": id " + std::to_string(t.ids[i]) +
-                                  " does not come after " + std::to_string(t.ids[i - 1]));
+    const uint32_t slot = IdSlot(t.ids[i], seed, t.hash_slots);
+    if (i > 0 && (slot < last_slot || (slot == last_slot && t.ids[i] <= t.ids[i - 1]))) {
+      return InvalidArgumentError(table + ": id " + std::to_string(t.ids[i]) + " (hash slot " +
+                                  std::to_string(slot) + ") does not come after " +
+                                  std::to_string(t.ids[i - 1]) + " (hash slot " +
+                                  std::to_string(last_slot) + ")");
     }
-    if (!t.owned.Contains(IdSlot(t.ids[i], seed, t.hash_slots))) {
+    if (!t.owned.Contains(slot)) {
       return InvalidArgumentError(table + ": id " + std::to_string(t.ids[i]) +
                                   " is not in the shard's hash slots");
     }
+    last_slot = slot;
   }
   return Status::Ok();
 }
@@ -366,9 +405,10 @@ std::string RowsText(uint64_t first, uint64_t end) {
   return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
 }
 
-RunChecker::RunChecker(const ShardSnapshot& layout, std::string where)
+RunChecker::RunChecker(const ShardSnapshot& layout, std::string where, uint32_t version)
     : layout_(layout),
       where_(std::move(where)),
+      version_(version),
       next_row_(layout.tables.empty() ? 0 : layout.tables[0].owned.begin) {}
 
 void RunChecker::SkipFullTables() {
@@ -405,8 +445,13 @@ Status RunChecker::HashedUpTo(size_t table) {
 
 Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecord* run) {
   uint32_t ti = 0;
+  uint32_t key_slot = 0;
   uint64_t id = 0;
-  DecodeIdKey(key, &ti, &id);
+  DecodeIdKey(key, &ti, &key_slot, &id);
+  if ((key_slot == kNoSlotInKey) != (version_ < 5)) {
+    return DataLossError(where_ + ": unexpected record with key " + Hex(key) + " in format " +
+                         std::to_string(version_));
+  }
   if (ti >= layout_.tables.size() || !layout_.tables[ti].hashed) {
     return DataLossError(where_ + ": a record of id " + std::to_string(id) + " of " +
                          (ti < layout_.tables.size() ? "table '" + layout_.tables[ti].name + "'"
@@ -414,9 +459,19 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
                          ", which is not hashed");
   }
   const TableSnapshot& t = layout_.tables[ti];
-  if (ti < hashed_cur_ || (ti == hashed_cur_ && hashed_seen_ > 0 && id <= last_id_)) {
+  const uint32_t slot = IdSlot(id, NameHash(t.name), t.hash_slots);
+  // Version 4 keys sort by id alone; later ones by slot, then id.
+  const uint32_t order_slot = key_slot == kNoSlotInKey ? 0 : key_slot;
+  if (ti < hashed_cur_ ||
+      (ti == hashed_cur_ && hashed_seen_ > 0 &&
+       (order_slot < last_slot_ || (order_slot == last_slot_ && id <= last_id_)))) {
     return DataLossError(where_ + ": table '" + t.name + "' has a record of id " +
                          std::to_string(id) + " out of order");
+  }
+  if (key_slot != kNoSlotInKey && key_slot != slot) {
+    return DataLossError(where_ + ": table '" + t.name + "' has a record of id " +
+                         std::to_string(id) + " under hash slot " + std::to_string(key_slot) +
+                         ", but the id's slot is " + std::to_string(slot));
   }
   PS_RETURN_IF_ERROR(HashedUpTo(ti));
   if (hashed_seen_ == t.stored_rows) {
@@ -425,7 +480,6 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
                          " row records or more, but its meta record says " +
                          std::to_string(t.stored_rows));
   }
-  const uint32_t slot = IdSlot(id, NameHash(t.name), t.hash_slots);
   if (!t.owned.Contains(slot)) {
     return DataLossError(where_ + ": table '" + t.name + "' has a record of id " +
                          std::to_string(id) + " in hash slot " + std::to_string(slot) +
@@ -449,6 +503,7 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
   run->num_slots = num_slots;
   for (size_t k = 0; k < num_slots; ++k) run->slots[k] = data + (1 + k) * bytes;
   ++hashed_seen_;
+  last_slot_ = order_slot;
   last_id_ = id;
   return Status::Ok();
 }
@@ -491,10 +546,11 @@ Status RunChecker::SketchesDone() {
 Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord* run) {
   *run = RunRecord();
   uint32_t ti = 0;
+  uint32_t slot = 0;
   uint64_t row = 0;
   if (DecodeSketchKey(key, &ti)) return NextSketch(ti, value, run);
   PS_RETURN_IF_ERROR(SketchesDone());  // 'a' keys sort first
-  if (DecodeIdKey(key, &ti, &row)) return NextId(key, value, run);
+  if (DecodeIdKey(key, &ti, &slot, &row)) return NextId(key, value, run);
   if (!DecodeRowKey(key, &ti, &row)) {
     return DataLossError(where_ + ": unexpected record with key " + Hex(key));
   }

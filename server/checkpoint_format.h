@@ -8,9 +8,8 @@
 //   key "meta"   the shard's layout, in this binary format (all integers
 //                little-endian; str = u32 byte length, then the bytes):
 //                  char[4] "PSCK"
-//                  u32     format version (kCheckpointFormatVersion, 3;
-//                          version 2 is read too: it has no `keys` and
-//                          after, every table a range table)
+//                  u32     format version (kCheckpointFormatVersion, 5;
+//                          versions 2 to 4 are read too: see below)
 //                  u32     shard
 //                  u32     num_shards
 //                  i64     clock
@@ -31,7 +30,19 @@
 //                      u64 rows held: the table's 'h' records
 //                      u32 admission sketch width (0: no sketch, and no
 //                          'a' record)
+//                      u32 row uses: 1 when each 'h' record ends with its
+//                          row's use (the table evicts), else 0
+//                    str   settings (TableOptions::HashedSettings: a hashed
+//                          table's init, admission and eviction; empty for
+//                          a range table)
 //                Nothing may follow the last table.
+//                `num_shards` is the number of shards that wrote the
+//                generation (each its own shard-<i>/gen-<clock>, i <
+//                num_shards, with the file shards-<num_shards> beside the
+//                database: server/checkpoint_layout.h), and `owned` the
+//                rows (or hash slots) ShardRows gives shard `shard` of
+//                them: a restore onto another shard count reads each old
+//                shard's records of the rows its new shard owns.
 //
 //   key 'r' + table index (u32 big-endian) + first row (u64 big-endian, the
 //                row's index in the whole table)
@@ -57,16 +68,25 @@
 //                its counters, 4 x width u16 little-endian. 'a' keys sort
 //                first: a read has each sketch before any row.
 //
-//   key 'h' + table index (u32 big-endian) + id (u64 big-endian)
+//   key 'h' + table index (u32 big-endian) + hash slot (u32 big-endian)
+//                + id (u64 big-endian)
 //                one record per row of a hashed table (ids as keys): its
 //                values (dim floats), then each slot's dim floats, as
-//                little-endian IEEE float32: (1 + slots) * dim * 4 bytes.
-//                Every id lies in one of the shard's hash slots, and a
-//                table has exactly the rows its meta record says. 'h' keys
-//                sort before "meta" and the 'r' records, by table and id:
-//                a read meets each hashed table's rows in id order, then
-//                the range tables' runs (RunChecker).
+//                little-endian IEEE float32, then its use (kRowUseBytes)
+//                when the meta record says row uses: (1 + slots) * dim * 4
+//                (+ 16) bytes. The hash slot is the id's (IdSlot), one of
+//                the shard's, and a table has exactly the rows its meta
+//                record says. 'h' keys sort before "meta" and the 'r'
+//                records, by table, slot and id: a read meets each hashed
+//                table's rows slot by slot, then the range tables' runs
+//                (RunChecker), and a restore onto another shard count
+//                seeks to the slots its shard owns and reads nothing else.
 //
+// Older versions, still read:
+//   4  an 'h' key is 'h' + table index + id (13 bytes, no hash slot): a
+//      table's rows sort by id. The meta record has no settings.
+//   3  as 4, and a hashed table has no row uses field (never uses).
+//   2  as 3, and a table has no `keys` field: every table a range table.
 // Version 1 (never released) held one record per row, its values followed
 // by its slots; DecodeMeta refuses it (FailedPrecondition).
 //
@@ -91,13 +111,18 @@
 
 namespace ps {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 4;
+inline constexpr uint32_t kCheckpointFormatVersion = 5;
 // The oldest version DecodeMeta reads (range tables only).
 inline constexpr uint32_t kOldestCheckpointFormatVersion = 2;
 // The key of the meta record.
 inline constexpr std::string_view kMetaKey = "meta";
-// Bytes of a run record's key: tag, table index, first row.
+// Bytes of a run record's key: tag, table index, first row (and of a
+// sketch record's, and of a hashed row's of version 4).
 inline constexpr size_t kRowKeySize = 1 + 4 + 8;
+// Bytes of a hashed row's key: tag, table index, hash slot, id.
+inline constexpr size_t kIdKeySize = 1 + 4 + 4 + 8;
+// The hash slot DecodeIdKey gives a version 4 key, which has none.
+inline constexpr uint32_t kNoSlotInKey = UINT32_MAX;
 // Floats of values per run record (64 KiB): see RowsPerRun.
 inline constexpr uint64_t kRunFloats = 16384;
 // The meta record of `s` (its layout; values and slots are not read, only
@@ -106,15 +131,18 @@ std::string EncodeMeta(const ShardSnapshot& s);
 
 // The layout a meta record describes: every field of the snapshot, and each
 // table's `slots` holding as many empty arrays as the table has slots (no
-// values). `where` (the generation's path) starts every error message.
+// values); its format version into *version when set. `where` (the
+// generation's path) starts every error message.
 // DataLoss "<where>: the meta record is corrupt: <what>" when it does not
 // start with "PSCK", ends early (inside the shard fields or a table), lists
 // more tables than its bytes can hold, has a table whose owned rows do not
 // lie inside its rows or with more than kMaxOptimizerSlots slots, or has bytes after
 // the last table. FailedPrecondition naming both versions when its format
-// version is not kCheckpointFormatVersion. The sizes are not checked
-// against memory: see TableElements.
-StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where);
+// version is not one this build reads (kOldestCheckpointFormatVersion to
+// kCheckpointFormatVersion). The sizes are not checked against memory: see
+// TableElements.
+StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& where,
+                                   uint32_t* version = nullptr);
 
 // The key of the run record of table index `table` starting at (global) row
 // `row`, written into `out`.
@@ -124,11 +152,17 @@ std::string RowKey(uint32_t table, uint64_t row);
 // The table index and first row of a run record's key; false when `key` is
 // not of that shape (size or tag).
 bool DecodeRowKey(std::string_view key, uint32_t* table, uint64_t* row);
-// The key of the record of id `id` of the hashed table index `table`, and
-// its inverse (false when `key` is not of that shape).
-void EncodeIdKey(uint32_t table, uint64_t id, char out[kRowKeySize]);
-std::string IdKey(uint32_t table, uint64_t id);
-bool DecodeIdKey(std::string_view key, uint32_t* table, uint64_t* id);
+// The key of the record of id `id`, in hash slot `slot`, of the hashed
+// table index `table`, and its inverse (false when `key` is not of that
+// shape; a version 4 key of 13 bytes gives *slot kNoSlotInKey).
+void EncodeIdKey(uint32_t table, uint32_t slot, uint64_t id, char out[kIdKeySize]);
+std::string IdKey(uint32_t table, uint32_t slot, uint64_t id);
+bool DecodeIdKey(std::string_view key, uint32_t* table, uint32_t* slot, uint64_t* id);
+// Where the records of hash slot `slot` of table index `table` start: the
+// smallest key of the slot (its end: SlotKey(table, slot + 1)).
+std::string SlotKey(uint32_t table, uint32_t slot);
+// A version 4 key of a hashed row (no hash slot), for reading tests.
+std::string IdKeyV4(uint32_t table, uint64_t id);
 // The key of a hashed table's admission sketch record, and its inverse.
 std::string SketchKey(uint32_t table);
 bool DecodeSketchKey(std::string_view key, uint32_t* table);
@@ -153,7 +187,8 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
 
 // OK when `s` can be written: clock >= 0, shard < num_shards, owned rows
 // inside each table's rows (a hashed table: slots inside its hash slots,
-// ids ascending and as many as stored_rows), values and every slot of
+// ids in key order (by hash slot, then id) and as many as stored_rows),
+// values and every slot of
 // RowCount() x dim floats, at most kMaxOptimizerSlots slots, a table count and table names and
 // optimizer texts that fit a u32.
 // Otherwise InvalidArgument "<where>: ..." naming the table and what is
@@ -197,6 +232,8 @@ struct RunRecord {
 // and for a hashed table's 'h' records:
 //   "a record of id <x> of table '<t>', which is not hashed";
 //   "table '<t>' has a record of id <x> in hash slot <s>, outside its slots [b, e)";
+//   "table '<t>' has a record of id <x> under hash slot <k>, but the id's slot is <s>";
+//   "table '<t>' has a record of id <x> out of order";
 //   "table '<t>' has <n> row records, but its meta record says <m>";
 //   "the record of table '<t>' id <x> has <n> bytes, not <m>";
 // and for the sketch records:
@@ -206,8 +243,10 @@ struct RunRecord {
 // Not thread-safe.
 class RunChecker {
  public:
-  // REQUIRES: `layout` comes from DecodeMeta and outlives the checker.
-  RunChecker(const ShardSnapshot& layout, std::string where);
+  // REQUIRES: `layout` comes from DecodeMeta (of format `version`) and
+  // outlives the checker.
+  RunChecker(const ShardSnapshot& layout, std::string where,
+             uint32_t version = kCheckpointFormatVersion);
 
   // The next record in key order. On OK, *run describes its rows and points
   // into `value` (which must outlive the use of *run).
@@ -235,15 +274,17 @@ class RunChecker {
 
   const ShardSnapshot& layout_;
   const std::string where_;
+  const uint32_t version_;
   // The next record expected starts at row next_row_ of table cur_;
   // [last_first_, last_end_) are the rows of the last record accepted.
   size_t cur_ = 0;
   uint64_t next_row_ = 0;
   uint64_t last_first_ = 0, last_end_ = 0;
   // The hashed table whose 'h' records are being read, how many of them
-  // came, and the last id.
+  // came, and the last one's slot and id.
   size_t hashed_cur_ = 0;
   uint64_t hashed_seen_ = 0;
+  uint32_t last_slot_ = 0;
   uint64_t last_id_ = 0;
   // The sketch records seen, by table, and whether rows came after them.
   std::vector<bool> sketch_seen_;

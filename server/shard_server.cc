@@ -85,16 +85,17 @@ StatusOr<std::unique_ptr<ShardServer>> ShardServer::CreateInternal(
 }
 
 Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promoted) {
-  bool restoring = false;
+  RestorePoint restore;
   if (!job_.checkpoint.dir.empty()) {
     PS_ASSIGN_OR_RETURN(checkpoints_,
                         CheckpointDir::Open(ShardCheckpointDir(job_.checkpoint.dir, shard_),
                                             &env_->filesystem()));
     if (job_.checkpoint.restore && promoted == nullptr) {
-      PS_ASSIGN_OR_RETURN(std::vector<int64_t> generations, checkpoints_->Generations());
-      restoring = !generations.empty();
+      PS_ASSIGN_OR_RETURN(restore,
+                          ShardRestorePoint(env_->filesystem(), job_, shard_, restore_clock));
     }
   }
+  const bool restoring = restore.clock >= 0;
   if (promoted != nullptr) {
     // The backup's copy is the shard's state, exactly: every worker's
     // clock is known, no update was lost.
@@ -115,7 +116,7 @@ Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promot
     // (measured: 0.4-0.6 s of a 100M-float shard's 3.3 s recovery).
     PS_ASSIGN_OR_RETURN(store_, ShardStore::Create(job_, shard_, /*initialize=*/!restoring));
     if (checkpoints_ != nullptr && job_.checkpoint.restore) {
-      PS_RETURN_IF_ERROR(RestoreCheckpoint(restore_clock));
+      PS_RETURN_IF_ERROR(RestoreCheckpoint(restore));
     }
   }
   if (checkpoints_ != nullptr) StartCheckpointTrigger();

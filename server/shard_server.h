@@ -154,9 +154,12 @@ class ShardServer {
   // tables do not fit in memory.
   // With job.checkpoint.dir set, opens the shard's checkpoint folder and
   // (checkpoint.restore) restores generation `restore_clock`, or the newest
-  // when it is -1; FailedPrecondition when a generation was written for
-  // another model, NotFound for a `restore_clock` that does not exist
-  // (listing those that do), DataLoss for a corrupt one.
+  // when it is -1 (ShardRestorePoint, server/checkpoint_layout.h: its own,
+  // or the parts of its rows of a generation another shard count wrote:
+  // RestoreGeneration, server/restore.h); FailedPrecondition when a
+  // generation was written for another model, NotFound for a
+  // `restore_clock` that does not exist (listing those that do), DataLoss
+  // for a corrupt one.
   // `env` (null: Env::Default()) measures liveness, pull deadlines, waits
   // and rates on its clock, makes the connections to the backups
   // (ChannelUse::kReplication), and holds the file system checkpoints are
@@ -305,8 +308,9 @@ class ShardServer {
   // The minimum clock advanced: applies the finished clocks' sums
   // (aggregation), then answers every waiting pull it allows.
   void MinClockAdvanced();
-  // Restores a generation at start (see Create).
-  Status RestoreCheckpoint(int64_t restore_clock);
+  // Restores generation `point` at start (see Create); logs that there is
+  // none for clock -1.
+  Status RestoreCheckpoint(const RestorePoint& point);
   // A CHECKPOINT request: handed to the checkpoint trigger (an error
   // without checkpoint.dir).
   void HandleCheckpoint(Frame& routing_id, const MessageHeader& request);

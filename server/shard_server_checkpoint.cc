@@ -11,25 +11,34 @@
 
 namespace ps {
 
-Status ShardServer::RestoreCheckpoint(int64_t restore_clock) {
-  PS_ASSIGN_OR_RETURN(const int64_t clock, PickGeneration(*checkpoints_, restore_clock, shard_));
-  if (clock < 0) {
+Status ShardServer::RestoreCheckpoint(const RestorePoint& point) {
+  if (point.clock < 0) {
     PS_LOG_INFO("shard {}: no checkpoint in {} yet; starting from the tables' initial values",
                 shard_, checkpoints_->path());
     return Status::Ok();
   }
-  const std::string where = checkpoints_->GenerationPath(clock);
+  if (!point.passed_over.empty()) {
+    PS_LOG_WARN("shard {}: newer generations are incomplete, passed over: {}", shard_,
+                point.passed_over);
+  }
   const auto start = clock_->Now();
   // Straight into the store's blocks (measured: reading into a snapshot
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
-  PS_ASSIGN_OR_RETURN(const size_t tables, RestoreStore(*checkpoints_, clock, job_, shard_, store_.get()));
-  // ReadInto checked that the generation is of this clock.
-  clocks_.StartAt(clock);
-  started_clock_ = clock;
-  PS_LOG_INFO("shard {}: restored {} ({} tables) in {:.2f} s: workers resume at clock {}", shard_,
-              where, tables,
-              std::chrono::duration<double>(clock_->Now() - start).count(),
-              clock);
+  PS_ASSIGN_OR_RETURN(const RestoreResult restored,
+                      RestoreGeneration(job_, shard_, point, store_.get(), &env_->filesystem()));
+  // The generation's meta records were checked to be of this clock.
+  clocks_.StartAt(point.clock);
+  started_clock_ = point.clock;
+  const double seconds = std::chrono::duration<double>(clock_->Now() - start).count();
+  if (restored.bytes_read == 0) {
+    PS_LOG_INFO("shard {}: restored {} ({} tables) in {:.2f} s: workers resume at clock {}",
+                shard_, restored.from, restored.tables, seconds, point.clock);
+  } else {
+    PS_LOG_INFO("shard {}: restored {} ({} tables) in {:.2f} s, its rows of the {} shards that "
+                "wrote it ({:.1f} MB read): workers resume at clock {}",
+                shard_, restored.from, restored.tables, seconds, point.writers,
+                restored.bytes_read / 1e6, point.clock);
+  }
   return Status::Ok();
 }
 

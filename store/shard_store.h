@@ -324,8 +324,10 @@ class ShardStore {
     size_t at;
   };
   ShardStore() = default;
-  // A hashed table's rows into a snapshot, in ascending order of id.
-  static void CopyHashed(const HashedRows& rows, TableSnapshot* ts);
+  // A hashed table's rows into a snapshot, by hash slot (of `hash_slots`
+  // under `seed`), then id: the checkpoint's key order.
+  static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
+                         TableSnapshot* ts);
   // `count` of table `table`'s HashedRows; 0 for a range table.
   template <typename Count>
   uint64_t OfHashed(uint32_t table, Count (HashedRows::*count)() const) const {

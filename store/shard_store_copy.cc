@@ -75,7 +75,8 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
   snapshot.num_shards = static_cast<uint32_t>(job.cluster.servers.size());
   snapshot.clock = clock;
   snapshot.fingerprint = job.Fingerprint();
-  for (const Table& t : tables_) {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    const Table& t = tables_[i];
     TableSnapshot ts;
     ts.name = t.layout.name;
     ts.rows = t.layout.rows;
@@ -90,6 +91,7 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
       ts.max_rows = t.hashed->max_rows();
       ts.sketch_width = t.sketch != nullptr ? t.sketch->width() : 0;
       ts.row_uses = t.hashed->tracks_use();
+      ts.settings = job.tables[i].HashedSettings();
     }
     snapshot.tables.push_back(std::move(ts));
   }
@@ -104,7 +106,7 @@ StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t sha
       const auto table = static_cast<uint32_t>(i);
       TableSnapshot& ts = snapshot.tables[i];
       if (tables_[i].hashed != nullptr) {
-        CopyHashed(*tables_[i].hashed, &ts);
+        CopyHashed(*tables_[i].hashed, NameHash(ts.name), ts.hash_slots, &ts);
         const std::span<const std::byte> sketch = SketchData(table);
         ts.sketch.assign(sketch.begin(), sketch.end());
         continue;
@@ -146,12 +148,22 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
   }
 }
 
-void ShardStore::CopyHashed(const HashedRows& rows, TableSnapshot* ts) {
-  // In ascending order of id, as the checkpoint's keys sort.
-  std::vector<uint64_t> order(rows.size());
-  for (uint64_t r = 0; r < rows.size(); ++r) order[r] = r;
-  std::sort(order.begin(), order.end(),
-            [&rows](uint64_t a, uint64_t b) { return rows.id(a) < rows.id(b); });
+void ShardStore::CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
+                            TableSnapshot* ts) {
+  // In the order of the checkpoint's keys: by hash slot, then id.
+  struct Key {
+    uint32_t slot;
+    uint64_t id;
+    uint64_t row;
+  };
+  std::vector<Key> order(rows.size());
+  for (uint64_t r = 0; r < rows.size(); ++r) {
+    const uint64_t id = rows.id(r);
+    order[r] = {IdSlot(id, seed, hash_slots), id, r};
+  }
+  std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
+    return a.slot != b.slot ? a.slot < b.slot : a.id < b.id;
+  });
   const size_t dim = rows.dim();
   ts->stored_rows = rows.size();
   ts->ids.resize(rows.size());
@@ -159,9 +171,9 @@ void ShardStore::CopyHashed(const HashedRows& rows, TableSnapshot* ts) {
   ts->values.resize(rows.size() * dim);
   for (std::vector<float>& slot : ts->slots) slot.resize(rows.size() * dim);
   for (size_t i = 0; i < order.size(); ++i) {
-    const float* row = rows.row(order[i]);
-    ts->ids[i] = rows.id(order[i]);
-    if (rows.tracks_use()) ts->uses[i] = rows.use(order[i]);
+    const float* row = rows.row(order[i].row);
+    ts->ids[i] = order[i].id;
+    if (rows.tracks_use()) ts->uses[i] = rows.use(order[i].row);
     std::memcpy(ts->values.data() + i * dim, row, dim * sizeof(float));
     for (size_t k = 0; k < ts->slots.size(); ++k) {
       std::memcpy(ts->slots[k].data() + i * dim, row + (k + 1) * dim, dim * sizeof(float));

@@ -20,18 +20,26 @@ RowUse DecodeRowUse(const std::byte* in) {
 
 namespace {
 
+std::string RangeText(const RowRange& r) {
+  return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+}
+
 // The first difference of layout (shard, shard count, tables) as
 // "<what> <a> in the checkpoint but <b> in the job", or "" when none.
-std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& expected) {
+// With `placement` false, what only a shard count fixes is left out: the
+// shard and shard count, each table's owned rows, and a hashed table's
+// bound.
+std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                             bool placement = true) {
   const auto differ = [](const std::string& what, const std::string& in_saved,
                          const std::string& in_job) {
     return what + " " + in_saved + " in the checkpoint but " + in_job + " in the job";
   };
-  if (saved.num_shards != expected.num_shards) {
+  if (placement && saved.num_shards != expected.num_shards) {
     return differ("the shard count is", std::to_string(saved.num_shards),
                   std::to_string(expected.num_shards));
   }
-  if (saved.shard != expected.shard) {
+  if (placement && saved.shard != expected.shard) {
     return differ("the shard is", std::to_string(saved.shard), std::to_string(expected.shard));
   }
   if (saved.tables.size() != expected.tables.size()) {
@@ -61,7 +69,7 @@ std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& ex
       return differ(table, a.row_uses ? "eviction (rows with their uses)" : "no eviction",
                     b.row_uses ? "eviction" : "none");
     }
-    if (a.hashed && a.stored_rows > b.max_rows) {
+    if (placement && a.hashed && a.stored_rows > b.max_rows) {
       return table + " " + std::to_string(a.stored_rows) +
              " rows on this shard in the checkpoint, more than its bound of " +
              std::to_string(b.max_rows) + " rows in the job (max_rows or max_mb)";
@@ -72,14 +80,15 @@ std::string LayoutDifference(const ShardSnapshot& saved, const ShardSnapshot& ex
     if (a.dim != b.dim) {
       return differ(table, "dim " + std::to_string(a.dim), std::to_string(b.dim));
     }
-    if (a.owned != b.owned) {
-      const auto range = [](const RowRange& r) {
-        return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
-      };
-      return differ(table, "owned rows " + range(a.owned), range(b.owned));
+    if (placement && a.owned != b.owned) {
+      return differ(table, "owned rows " + RangeText(a.owned), RangeText(b.owned));
     }
     if (a.optimizer != b.optimizer) {
       return differ(table, "optimizer \"" + a.optimizer + "\"", "\"" + b.optimizer + "\"");
+    }
+    // A generation of format 4 or older did not record them.
+    if (!a.settings.empty() && a.settings != b.settings) {
+      return differ(table, "settings \"" + a.settings + "\"", "\"" + b.settings + "\"");
     }
   }
   return "";
@@ -104,6 +113,29 @@ Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected
   }
   if (!layout.empty()) return FailedPreconditionError(where + ": " + layout + kHint);
   return Status::Ok();
+}
+
+Status CheckReshardable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                        const std::string& where) {
+  static const std::string kHint =
+      "; resume with the job file the checkpoint was written with (only cluster.servers and the "
+      "tables' max_rows or max_mb may differ), or start with a new checkpoint.dir";
+  std::string difference = LayoutDifference(saved, expected, /*placement=*/false);
+  if (difference.empty() && (saved.num_shards == 0 || saved.shard >= saved.num_shards)) {
+    difference = "it says it was written by shard " + std::to_string(saved.shard) + " of " +
+                 std::to_string(saved.num_shards);
+  }
+  for (size_t i = 0; difference.empty() && i < saved.tables.size(); ++i) {
+    const TableSnapshot& t = saved.tables[i];
+    const RowRange owned = ShardRows(t.hashed ? t.hash_slots : t.rows, saved.num_shards, saved.shard);
+    if (t.owned != owned) {
+      difference = "table '" + t.name + "' has " + (t.hashed ? "hash slots " : "rows ") +
+                   RangeText(t.owned) + " on shard " + std::to_string(saved.shard) + " of " +
+                   std::to_string(saved.num_shards) + ", which owns " + RangeText(owned);
+    }
+  }
+  if (difference.empty()) return Status::Ok();
+  return FailedPreconditionError(where + ": " + difference + kHint);
 }
 
 }  // namespace ps

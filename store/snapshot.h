@@ -46,8 +46,9 @@ struct TableSnapshot {
   std::vector<std::vector<float>> slots;
 
   // A hashed table (keys: hashed): `rows` is 0 and `owned` the shard's
-  // hash slots of `hash_slots`; the rows are those of `ids`, in ascending
-  // order, with values and each slot array ids.size() x dim.
+  // hash slots of `hash_slots`; the rows are those of `ids`, in the order
+  // of their checkpoint keys (by hash slot, then id; a generation of format
+  // 4 or older: by id), with values and each slot array ids.size() x dim.
   bool hashed = false;
   uint32_t hash_slots = 0;
   // Hashed: the rows the shard held (ids.size() once the values are read;
@@ -65,6 +66,12 @@ struct TableSnapshot {
   // when taken from a store, each row's (in the order of ids).
   bool row_uses = false;
   std::vector<RowUse> uses;
+
+  // A hashed table's settings that decide its values besides its rows,
+  // dim and optimizer (TableOptions::HashedSettings: init, admission,
+  // eviction); empty for a range table, and in a generation of format 4 or
+  // older, which did not record them.
+  std::string settings;
 
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }
@@ -85,12 +92,25 @@ struct ShardSnapshot {
 
 // OK when `saved` (read from disk) can be restored into a shard whose
 // layout is `expected` (same shard and shard count, fingerprint, tables
-// with the same names, kind, rows or hash slots, dim, owned rows and
-// optimizer, and no more rows of a hashed table than its max_rows). Otherwise
-// FailedPrecondition naming `where` (the generation's path), the first
-// difference, and both values.
+// with the same names, kind, rows or hash slots, dim, owned rows,
+// optimizer and settings (when `saved` has them), and no more rows of a
+// hashed table than its max_rows). Otherwise FailedPrecondition naming
+// `where` (the generation's path), the first difference, and both values.
 Status CheckRestorable(const ShardSnapshot& saved, const ShardSnapshot& expected,
                        const std::string& where);
+
+// OK when `saved`, written by shard `saved.shard` of `saved.num_shards`, can
+// be restored, in part, onto a job of another shard count whose layout on
+// one of its shards is `expected`: the same tables (names, kinds, rows or
+// hash slots, dims, optimizers, settings, admission sketch widths, row
+// uses), and each table's owned rows (or hash slots) those ShardRows gives
+// the shard among saved.num_shards. The shard count, the owned rows of
+// `expected` and the per-shard bounds of hashed tables (max_rows, max_mb)
+// may differ; the fingerprint, which covers the shard count and the
+// bounds, is not compared: its other parts are, one by one. Otherwise
+// FailedPrecondition naming `where`, the first difference and both values.
+Status CheckReshardable(const ShardSnapshot& saved, const ShardSnapshot& expected,
+                        const std::string& where);
 
 }  // namespace ps
 

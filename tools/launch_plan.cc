@@ -50,8 +50,8 @@ Status CheckLaunch(const JobOptions& job, const std::string& config_path,
   return Status::Ok();
 }
 
-StatusOr<int64_t> ResumeClock(const JobOptions& job, const std::string& config_path,
-                              bool resume) {
+StatusOr<RestorePoint> ResumePoint(const JobOptions& job, const std::string& config_path,
+                                   bool resume) {
   if (resume) {
     if (job.checkpoint.dir.empty()) {
       return FailedPreconditionError("--resume: the job in '" + config_path +
@@ -62,14 +62,15 @@ StatusOr<int64_t> ResumeClock(const JobOptions& job, const std::string& config_p
                                      "'; set it to true to resume");
     }
   }
-  // Every shard restores the same generation: the newest one they all have.
-  PS_ASSIGN_OR_RETURN(const int64_t clock, CommonRestoreClock(job));
-  if (resume && clock < 0) {
+  // Every shard restores the same generation: the newest one that all the
+  // shards that wrote it have.
+  PS_ASSIGN_OR_RETURN(const RestorePoint point, CommonRestorePoint(job));
+  if (resume && point.clock < 0) {
     return FailedPreconditionError("--resume: " + job.checkpoint.dir +
                                    " holds no checkpoint generation; run without --resume to "
                                    "start the job afresh");
   }
-  return clock;
+  return point;
 }
 
 std::string ServerName(uint32_t shard, uint32_t replica) {

@@ -5,7 +5,7 @@
 // started or started again. The launcher (tools/launcher.h) runs what this
 // plans.
 //
-// Thread-safe: functions of their arguments (ResumeClock reads and creates
+// Thread-safe: functions of their arguments (ResumePoint reads and creates
 // the checkpoint folders).
 #ifndef PS_TOOLS_LAUNCH_PLAN_H_
 #define PS_TOOLS_LAUNCH_PLAN_H_
@@ -17,6 +17,7 @@
 
 #include "common/options.h"
 #include "common/status.h"
+#include "server/checkpoint_layout.h"
 #include "tools/launcher.h"
 
 namespace ps {
@@ -40,11 +41,15 @@ uint32_t WorkerCpuShare(uint32_t workers,
 Status CheckLaunch(const JobOptions& job, const std::string& config_path,
                    const LauncherOptions& options);
 
-// The --restore-clock every server starts with (CommonRestoreClock,
-// server/checkpoint_layout.h), -1 for none. With `resume`
-// FailedPrecondition when the job has no checkpoint.dir, has
-// checkpoint.restore false, or no generation is held by every shard.
-StatusOr<int64_t> ResumeClock(const JobOptions& job, const std::string& config_path, bool resume);
+// The generation every server restores (CommonRestorePoint,
+// server/checkpoint_layout.h): its clock is every server's --restore-clock
+// (-1 for none), and it may have been written by another number of shards
+// than the job's servers (each then reads its rows of every old shard's
+// part). With `resume` FailedPrecondition when the job has no
+// checkpoint.dir, has checkpoint.restore false, or no generation is held
+// by every shard that wrote it.
+StatusOr<RestorePoint> ResumePoint(const JobOptions& job, const std::string& config_path,
+                                   bool resume);
 
 // One child to start.
 struct ChildSpec {

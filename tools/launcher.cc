@@ -25,7 +25,7 @@
 namespace ps {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using LaunchClock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Without pidfds (kernel < 5.3) exits are noticed by polling this often.
@@ -64,10 +64,19 @@ void JobRun::Emit(std::string_view line) {
 }
 
 Status JobRun::StartAll() {
-  PS_ASSIGN_OR_RETURN(restore_clock_, ResumeClock(job_, config_path_, options_.resume));
+  PS_ASSIGN_OR_RETURN(const RestorePoint restore, ResumePoint(job_, config_path_, options_.resume));
+  restore_clock_ = restore.clock;
   if (restore_clock_ >= 0) {
+    const size_t servers = job_.cluster.servers.size();
     Say("checkpoint: every shard restores clock " + std::to_string(restore_clock_) + " from " +
-        job_.checkpoint.dir);
+        job_.checkpoint.dir +
+        (restore.writers == servers
+             ? std::string()
+             : ", written by " + std::to_string(restore.writers) + " shards: each of the " +
+                   std::to_string(servers) + " servers reads its rows of theirs"));
+    if (!restore.passed_over.empty()) {
+      Say("checkpoint: newer generations are incomplete, passed over: " + restore.passed_over);
+    }
   }
   // Each run starts a new metrics file; the previous run's is kept aside.
   if (!options_.metrics_csv.empty()) {
@@ -149,7 +158,7 @@ void JobRun::PumpOutput(Child& child, size_t max_bytes) {
 void JobRun::BeginStop() {
   if (stopping_) return;
   stopping_ = true;
-  deadline_ = Clock::now() + options_.grace;
+  deadline_ = LaunchClock::now() + options_.grace;
   for (Child& child : children_) {
     if (child.exited) continue;
     Status sent = child.process->Signal(SIGTERM);
@@ -176,7 +185,7 @@ const Child* JobRun::LiveServer(uint32_t shard, uint32_t replica) const {
 
 bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not) {
   const uint32_t shard = child.index;
-  const auto start = Clock::now();
+  const auto start = LaunchClock::now();
   StatusOr<MembershipChange> change = authority_->ReplicaGone(shard, child.replica);
   if (!change.ok()) {
     *why_not = std::string(change.status().message());
@@ -193,7 +202,7 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
   for (const MembershipChange::PassedOver& p : change->passed_over) {
     Say(how + "; " + ServerName(shard, p.replica) + " cannot be promoted: " + p.why.ToString());
   }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const double ms = std::chrono::duration<double, std::milli>(LaunchClock::now() - start).count();
   char took[32];
   std::snprintf(took, sizeof(took), "%.0f", ms);
   Say(how + "; " + ServerName(shard, change->replica) + " is shard " + std::to_string(shard) +
@@ -484,7 +493,7 @@ void JobRun::Loop(SignalCatcher* catcher) {
     if (need_tick) timeout = kReapTick;
     if (stopping_ && !killed_all_) {
       // Round up so that the wake-up is not just before the deadline.
-      auto left = std::chrono::ceil<milliseconds>(deadline_ - Clock::now());
+      auto left = std::chrono::ceil<milliseconds>(deadline_ - LaunchClock::now());
       left = std::max(left, milliseconds(0));
       timeout = timeout.count() < 0 ? left : std::min(timeout, left);
     }
@@ -514,7 +523,7 @@ void JobRun::Loop(SignalCatcher* catcher) {
       }
       HandleExit(child, *status);
     }
-    if (stopping_ && !killed_all_ && Clock::now() >= deadline_ &&
+    if (stopping_ && !killed_all_ && LaunchClock::now() >= deadline_ &&
         AnyRunning()) {
       KillAll("still running " + std::to_string(options_.grace.count()) +
               " ms after SIGTERM");

@@ -21,8 +21,10 @@
 //    ("[launch] worker 1 exited with code 3; stopping the job") and stops
 //    all others the same way; exit code 1;
 //  - with checkpoints, every server is started with --restore-clock set to
-//    the newest generation all shards hold (CommonRestoreClock,
-//    server/checkpoint_layout.h);
+//    the newest generation that all the shards that wrote it hold
+//    (CommonRestorePoint, server/checkpoint_layout.h), written by the
+//    job's number of servers or another (each server then reads its rows
+//    of every old shard's part: server/restore.h);
 //  - a server that dies by a signal while workers run (a crash, the
 //    out-of-memory killer, kill -9) is started again, when the job has
 //    checkpoint.dir and replication.factor 1, at most

@@ -690,6 +690,79 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
   EXPECT_NE(refused_out.find("shard 0: none"), std::string::npos) << refused_out;
 }
 
+// The README's recovery command: a job checkpointed on 2 servers resumes on
+// 3 with `ps_launch --config job3.yaml --resume` (each new server reads its
+// rows of the 2 shards' generation), trains on, and then on 2 again from
+// the 3 servers' generation. The workers (replica_pusher) push integers to
+// a range table and to 5000 ids of a hashed one under bsp: each run ends
+// with every row and id holding the exact sum of every push since clock 0.
+TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
+  // A job of `servers` servers whose workers stop at the clock in `stop`.
+  const auto job = [&](int servers, const std::string& name, int64_t stop) {
+    const std::string stop_file = (dir_ / (name + ".stop")).string();
+    std::ofstream(stop_file) << stop << "\n";
+    const std::string path = WriteJob(
+        servers, 2,
+        "tables:\n"
+        "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
+        "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, optimizer: { type: add } }\n"
+        "consistency: { mode: bsp }\n"
+        "checkpoint: { dir: " + ckpt + ", every_clocks: 20, sync: false }\n"
+        "train: { command: [" + pusher + ", --stop-file, " + stop_file + "] }\n");
+    const std::string named = (dir_ / (name + ".yaml")).string();
+    fs::rename(path, named);
+    return named;
+  };
+  const auto run = [&](const std::string& path, bool resume) {
+    std::vector<std::string> argv = {kLaunch, "--config", path};
+    if (resume) argv.push_back("--resume");
+    auto [status, out] = Finish(Start(argv, true), milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+    return out;
+  };
+  const std::string job2 = job(2, "job2", 60);
+  const std::string first = run(job2, false);
+  EXPECT_NE(first.find("[worker 0] exact: every one of 10000 rows and 5000 hashed ids holds "
+                       "180.0 after 60 clocks"),
+            std::string::npos)
+      << first;
+  // The generations of the 2 servers, each with its shards-2 file.
+  EXPECT_TRUE(fs::exists(fs::path(ShardCheckpointDir(ckpt, 1)) / "gen-60" / "shards-2")) << first;
+  EXPECT_FALSE(fs::exists(ShardCheckpointDir(ckpt, 2)));
+
+  const std::string job3 = job(3, "job3", 100);
+  const std::string second = run(job3, true);
+  EXPECT_NE(second.find("checkpoint: every shard restores clock 60 from " + ckpt +
+                        ", written by 2 shards: each of the 3 servers reads its rows of theirs"),
+            std::string::npos)
+      << second;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NE(second.find("shard " + std::to_string(s) + ": restored " + ckpt +
+                          "/shard-{0..1}/gen-60 (2 tables)"),
+              std::string::npos)
+        << second;
+  }
+  EXPECT_NE(second.find("[worker 1] exact: every one of 10000 rows and 5000 hashed ids holds "
+                        "300.0 after 100 clocks"),
+            std::string::npos)
+      << second;
+  EXPECT_TRUE(fs::exists(fs::path(ShardCheckpointDir(ckpt, 2)) / "gen-100" / "shards-3"))
+      << second;
+
+  // And back on 2 servers, from the 3 servers' generation.
+  const std::string again = run(job(2, "job2b", 120), true);
+  EXPECT_NE(again.find("checkpoint: every shard restores clock 100 from " + ckpt +
+                       ", written by 3 shards"),
+            std::string::npos)
+      << again;
+  EXPECT_NE(again.find("[worker 0] exact: every one of 10000 rows and 5000 hashed ids holds "
+                       "360.0 after 120 clocks"),
+            std::string::npos)
+      << again;
+}
+
 TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string path = WriteJob(

@@ -6,12 +6,15 @@
 // Rank r adds r + 1 to every row of table 0 (optimizer add) once per
 // clock, and, when table 1 is a hashed table (add), to each of 5000 ids of
 // it (under consistency.aggregate the mean of the ranks' pushes is
-// applied). It reports its clock every 100 clocks ("clock N"); once F
-// holds a clock T it stops at T, pulls the table and the ids (under bsp:
-// after every worker's T pushes) and checks that each holds exactly sum
-// over ranks of (r + 1) x T (divided by the workers under aggregate): a
-// push lost or applied twice shows as a wrong row. Exit 0 when exact, 1
-// otherwise (naming the first wrong row or id), 2 on bad flags.
+// applied), from the clock it joins at (0, or a restored checkpoint's). It
+// reports its clock every 100 clocks ("clock N"); once F holds a clock T
+// it stops at T, pulls the table and the ids (under bsp: after every
+// worker's T pushes) and checks that each holds exactly sum over ranks of
+// (r + 1) x T (divided by the workers under aggregate): a push lost or
+// applied twice, or a restore that lost or doubled one, shows as a wrong
+// row. Exit 0 when exact, 1 otherwise (naming the first wrong row or id),
+// 2 on bad flags. Also the workers of e2e_test's resume onto another
+// number of servers.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -70,7 +73,9 @@ int main(int argc, char** argv) {
   for (uint64_t i = 0; hashed && i < kIds; ++i) ids.push_back(i * 0x9e3779b97f4a7c15ull + 7);
   constexpr int64_t kMaxClocks = 1000000;
   int64_t stop = -1;
-  int64_t clock = 0;
+  // A job resumed from a checkpoint starts at its clock: the rows hold
+  // every push of the clocks before it.
+  int64_t clock = (*client)->clock();
   for (; clock < kMaxClocks && (stop < 0 || clock < stop); ++clock) {
     std::vector<float> update(rows, static_cast<float>(rank + 1));
     auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));

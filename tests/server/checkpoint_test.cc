@@ -1,7 +1,10 @@
 #include "server/checkpoint.h"
+#include "common/hash_slots.h"
+#include "server/checkpoint_format.h"
 #include "store/shard_store.h"
 #include "tests/util/faulty_filesystem.h"
 #include "tests/util/file_permissions.h"
+#include "tests/util/older_checkpoint.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -204,6 +207,8 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   ASSERT_OK(ckpt_->Write(s, {}));
   EXPECT_EQ(Generations(), std::vector<int64_t>{12});
   const std::set<std::string> files = Names(Gen(12));
+  // Beside the database, the file naming the shards that wrote it.
+  EXPECT_EQ(files.count("shards-4"), 1u);
   auto r = ckpt_->Read(12);
   ASSERT_OK(r);
   ExpectSame(*r, s);
@@ -265,6 +270,64 @@ TEST_F(CheckpointTest, FtrlStateRoundTripsThroughAShardStore) {
   ASSERT_OK(store->ApplyPush(sparse, 2));
   ASSERT_OK(restored->ApplyPush(sparse, 2));
   EXPECT_EQ(restored->Checksum(0), store->Checksum(0));
+}
+
+// A hashed table's generation of format 4 (its 'h' keys without the hash
+// slot, rows by id; no settings): still read whole, its rows by id.
+TEST_F(CheckpointTest, AHashedGenerationOfFormat4IsStillRead) {
+  std::mt19937 rng(5);
+  ShardSnapshot s = Snapshot(3);
+  TableSnapshot h;
+  h.name = "emb_h";
+  h.dim = 3;
+  h.hashed = true;
+  h.hash_slots = 64;
+  h.owned = ShardSlots(64, 4, 1);
+  h.optimizer = "adagrad lr=0.1";
+  h.row_uses = true;
+  const uint64_t seed = NameHash(h.name);
+  for (uint64_t id = 1; h.ids.size() < 40; ++id) {
+    if (h.owned.Contains(IdSlot(id, seed, 64))) h.ids.push_back(id);
+  }
+  // In the key order of this format: by slot, then id.
+  std::sort(h.ids.begin(), h.ids.end(), [&](uint64_t a, uint64_t b) {
+    const uint32_t sa = IdSlot(a, seed, 64), sb = IdSlot(b, seed, 64);
+    return sa != sb ? sa < sb : a < b;
+  });
+  h.stored_rows = h.ids.size();
+  h.values = RandomFloats(h.ids.size() * 3, &rng);
+  h.slots.push_back(RandomFloats(h.ids.size() * 3, &rng));
+  for (size_t i = 0; i < h.ids.size(); ++i) h.uses.push_back({i + 1, 2, 1});
+  s.tables.push_back(h);
+  ASSERT_OK(ckpt_->Write(s, {}));
+  // Rewrite it as format 4 wrote it.
+  auto db = OpenRaw(3);
+  const uint32_t ti = static_cast<uint32_t>(s.tables.size() - 1);
+  for (const uint64_t id : h.ids) {
+    const std::string key = IdKey(ti, IdSlot(id, seed, 64), id);
+    std::string value;
+    ASSERT_OK(db->Get(rocksdb::ReadOptions(), key, &value));
+    ASSERT_OK(db->Delete(rocksdb::WriteOptions(), key));
+    ASSERT_OK(db->Put(rocksdb::WriteOptions(), IdKeyV4(ti, id), value));
+  }
+  ASSERT_OK(db->Put(rocksdb::WriteOptions(), "meta", OlderMeta(s, 4)));
+  CloseRaw(std::move(db));
+  auto r = ckpt_->Read(3);
+  ASSERT_OK(r);
+  // The rows come by id now.
+  std::vector<size_t> by_id(h.ids.size());
+  for (size_t i = 0; i < by_id.size(); ++i) by_id[i] = i;
+  std::sort(by_id.begin(), by_id.end(), [&](size_t a, size_t b) { return h.ids[a] < h.ids[b]; });
+  const TableSnapshot& got = r->tables.back();
+  ASSERT_EQ(got.ids.size(), h.ids.size());
+  for (size_t i = 0; i < by_id.size(); ++i) {
+    const size_t j = by_id[i];
+    EXPECT_EQ(got.ids[i], h.ids[j]);
+    EXPECT_EQ(std::memcmp(got.values.data() + 3 * i, h.values.data() + 3 * j, 12), 0);
+    EXPECT_EQ(std::memcmp(got.slots[0].data() + 3 * i, h.slots[0].data() + 3 * j, 12), 0);
+    EXPECT_EQ(got.uses[i].seq, h.uses[j].seq);
+  }
+  for (size_t t = 0; t + 1 < s.tables.size(); ++t) ExpectSameTable(r->tables[t], s.tables[t]);
 }
 
 // ReadInto hands over the layout first (slot counts, no values), then every
@@ -457,14 +520,14 @@ TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
   CloseRaw(std::move(db));
   // The format version follows the 4-byte magic: 1 (one record per row,
   // never released) and a later one are refused.
-  for (int version : {1, 5}) {
+  for (int version : {1, 6}) {
     meta[4] = static_cast<char>(version);
     db = OpenRaw(1);
     ASSERT_OK(db->Put(rocksdb::WriteOptions(), "meta", meta));
     CloseRaw(std::move(db));
     ExpectReadFails(1, StatusCode::kFailedPrecondition,
                     "format version " + std::to_string(version) +
-                        ", but this build reads only versions 2 to 4 (the record format "
+                        ", but this build reads only versions 2 to 5 (the record format "
                         "changed)");
   }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -77,22 +78,31 @@ TEST(LaunchPlanTest, CheckLaunchRefusesWhatCannotStartNamingTheFile) {
             std::string::npos);
 }
 
-TEST(LaunchPlanTest, ResumeClockIsTheNewestGenerationEveryShardHolds) {
+TEST(LaunchPlanTest, ResumePointIsTheNewestGenerationEveryShardThatWroteItHolds) {
   const std::string dir = UniqueTempDir("launch_plan_resume");
   std::filesystem::remove_all(dir);
   JobOptions job = TestJob().Servers(2).Workers(1).Build();
-  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/false).value(), -1);
-  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/true).status().code(),
+  EXPECT_EQ(ResumePoint(job, "j.yaml", /*resume=*/false).value().clock, -1);
+  EXPECT_EQ(ResumePoint(job, "j.yaml", /*resume=*/true).status().code(),
             StatusCode::kFailedPrecondition);
   job.checkpoint.dir = dir;
-  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/false).value(), -1);  // a new job
-  EXPECT_NE(ResumeClock(job, "j.yaml", /*resume=*/true).status().message().find(
+  EXPECT_EQ(ResumePoint(job, "j.yaml", /*resume=*/false).value().clock, -1);  // a new job
+  EXPECT_NE(ResumePoint(job, "j.yaml", /*resume=*/true).status().message().find(
                 "holds no checkpoint generation"),
             std::string::npos);
   for (const char* gen : {"shard-0/gen-10", "shard-0/gen-20", "shard-1/gen-20", "shard-1/gen-30"}) {
     std::filesystem::create_directories(dir + "/" + gen);
   }
-  EXPECT_EQ(ResumeClock(job, "j.yaml", /*resume=*/true).value(), 20);
+  EXPECT_EQ(ResumePoint(job, "j.yaml", /*resume=*/true).value().clock, 20);
+  // A newer generation of 3 shards (its shards-3 file in each part): the
+  // servers restore it, each its rows of the three parts.
+  for (const char* gen : {"shard-0/gen-40", "shard-1/gen-40", "shard-2/gen-40"}) {
+    std::filesystem::create_directories(dir + "/" + gen);
+    std::ofstream(dir + "/" + gen + "/shards-3").flush();
+  }
+  const RestorePoint point = ResumePoint(job, "j.yaml", /*resume=*/true).value();
+  EXPECT_EQ(point.clock, 40);
+  EXPECT_EQ(point.writers, 3u);
   std::filesystem::remove_all(dir);
 }
 
