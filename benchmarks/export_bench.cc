@@ -118,6 +118,7 @@ std::vector<ps::ShardSnapshot> MakeShards(uint64_t floats, uint64_t hashed_rows)
     for (uint64_t id : ids) {
       if (h.owned.Contains(ps::IdSlot(id, seed, kHashSlots))) h.ids.push_back(id);
     }
+    ps::SortBySlotThenId(h.ids, seed, kHashSlots);  // a generation's order
     h.stored_rows = h.ids.size();
     RandomFill(h.values, h.ids.size() * kDim, rng);
     h.slots.resize(2);

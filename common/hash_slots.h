@@ -20,7 +20,9 @@
 #ifndef PS_COMMON_HASH_SLOTS_H_
 #define PS_COMMON_HASH_SLOTS_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "common/key_range.h"
@@ -48,6 +50,15 @@ inline RowRange ShardSlots(uint32_t slots, uint32_t num_shards, uint32_t shard) 
 // REQUIRES: slot < slots, num_shards >= 1.
 inline uint32_t SlotShard(uint32_t slot, uint32_t slots, uint32_t num_shards) {
   return ShardOfRow(slots, num_shards, slot);
+}
+
+// Sorts `ids` by hash slot, then id: the order in which a checkpoint
+// generation holds a hashed table's rows (server/checkpoint_format.h).
+inline void SortBySlotThenId(std::span<uint64_t> ids, uint64_t seed, uint32_t slots) {
+  std::sort(ids.begin(), ids.end(), [seed, slots](uint64_t a, uint64_t b) {
+    const uint32_t sa = IdSlot(a, seed, slots), sb = IdSlot(b, seed, slots);
+    return sa != sb ? sa < sb : a < b;
+  });
 }
 
 }  // namespace ps

@@ -111,6 +111,7 @@ inline ShardSnapshot TestCheckpointShard(uint32_t shard, uint32_t num_shards, in
   for (uint64_t id : TestCheckpointIds()) {
     if (h.owned.Contains(IdSlot(id, seed_of_table, kTestHashSlots))) h.ids.push_back(id);
   }
+  SortBySlotThenId(h.ids, seed_of_table, kTestHashSlots);  // a generation's order
   h.stored_rows = h.ids.size();
   fill(h, 3, h.ids);
   s.tables.push_back(std::move(h));
