@@ -114,6 +114,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     PS_ASSIGN_OR_RETURN(shard.channel, client->Connect(s, shard.endpoint));
     client->shards_.push_back(std::move(shard));
   }
+  client->map_size_ = static_cast<uint32_t>(client->shards_.size());
   for (Shard& shard : client->shards_) {
     client->poll_sockets_.push_back(shard.channel->poll_sockets().messages);
   }
@@ -195,14 +196,13 @@ uint64_t Client::SendPart(Part&& part, Frame&& keys, Frame&& values) {
 }
 
 uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
-  const uint64_t rid = next_request_id_++;
   const Op op = part.op;
   MessageHeader h;
   h.op = op;
-  h.request_id = rid;
   h.session = session_;
   h.worker = worker_;
   h.clock = clock_;
+  h.map_epoch = map_epoch_;
   if (op == Op::kPull) {
     // The shard gives up on a waiting pull a little before this client
     // would, so the error that arrives names the worker everyone waits for.
@@ -220,6 +220,15 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
     h.text = agreement_;
     h.target_clock = target_clock_;
   }
+  return SendWithHeader(std::move(part), h, std::move(keys), std::move(values),
+                        /*cacheable=*/true);
+}
+
+uint64_t Client::SendWithHeader(Part&& part, MessageHeader& h, Frame&& keys, Frame&& values,
+                                bool cacheable) {
+  const uint64_t rid = next_request_id_++;
+  const Op op = part.op;
+  h.request_id = rid;
   const bool has_keys = keys.size() > 0;
   if ((op == Op::kPush || op == Op::kPull) && !has_keys) h.flags |= kFlagDenseRange;
   // Header, then the keys (when there are any), then a push's values.
@@ -229,8 +238,8 @@ uint64_t Client::SendPartNow(Part&& part, Frame&& keys, Frame&& values) {
   if (op == Op::kPush) frames[n++] = std::move(values);
   uint64_t bytes = 0;
   for (size_t i = 0; i < n; ++i) bytes += frames[i].size();
-  part.clock = clock_;
-  if (op == Op::kPull && cache_ != nullptr && part.view == nullptr) {
+  part.clock = h.clock;
+  if (cacheable && op == Op::kPull && cache_ != nullptr && part.view == nullptr) {
     part.cache_insert = true;
     if (has_keys) {
       // frames[1] is the keys frame; it is read before Send takes it.
@@ -535,7 +544,7 @@ int64_t Client::CatchUp() {
     return clock_;
   }
   int64_t job_clock = shards_[0].min_clock;
-  for (const Shard& shard : shards_) job_clock = std::min(job_clock, shard.min_clock);
+  for (uint32_t s = 1; s < num_shards(); ++s) job_clock = std::min(job_clock, shards_[s].min_clock);
   if (job_clock > clock_) {
     counters_.clocks_skipped += static_cast<uint64_t>(job_clock - clock_);
     clock_ = job_clock;

@@ -157,6 +157,10 @@ struct ClientCounters {
   // CatchUp() skipped.
   uint64_t late_pushes = 0;
   uint64_t clocks_skipped = 0;
+  // Resharding: requests a shard answered moved (sent again under the
+  // newer map), and the maps turned to.
+  uint64_t moved = 0;
+  uint64_t map_changes = 0;
 };
 
 // How long after a failed handshake, with none succeeding since, a client
@@ -306,8 +310,21 @@ class Client {
   // (kMembershipPromote or kMembershipDropBackup with `backup`), at epoch
   // `epoch`. (ControlClient::Membership, for the authority.)
   Status Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64_t epoch);
+  // RESHARD to `shard` (a control client; server/reshard_gate.h): `flags`
+  // kReshardPrepare, kReshardCommit or kReshardAbort of the handover at
+  // `clock` to map `epoch` of `servers` (comma-separated host:port). The
+  // reply's clock is the highest worker clock the shard has seen.
+  StatusOr<MessageHeader> Reshard(uint32_t shard, uint32_t flags, int64_t clock, int64_t epoch,
+                                  const std::string& servers);
 
-  uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
+  // The servers of the shard map this client routes by.
+  uint32_t num_shards() const { return map_size_; }
+  // That map's epoch (server/reshard_gate.h): 0, the job file's servers,
+  // until a shard answers a request kFlagMoved, naming the servers a
+  // reshard moved the job onto. The client then routes by that map, and
+  // sends each moved request again under it (split anew over its servers:
+  // none of a moved request was applied).
+  int64_t map_epoch() const { return map_epoch_; }
   const std::string& endpoint(uint32_t shard) const { return shards_[shard].endpoint; }
   // A snapshot of the counters.
   ClientCounters counters() const;
@@ -398,6 +415,17 @@ class Client {
   uint64_t SendPart(Part&& part, Frame&& keys, Frame&& values);
   // SendPart without waiting for a slot.
   uint64_t SendPartNow(Part&& part, Frame&& keys, Frame&& values);
+  // Sends `part` with header `h` (its request id filled in here), tracks it
+  // and returns its request id (0 when it could not be sent: the ticket
+  // holds the error). `cacheable`: a pull's reply may fill the cache.
+  uint64_t SendWithHeader(Part&& part, MessageHeader& h, Frame&& keys, Frame&& values,
+                          bool cacheable);
+  // Resharding (client_reshard.cc): routes by map `epoch` of `servers`
+  // (comma-separated host:port) from now on, unless it is no newer than
+  // map_epoch(); an error when the list is not one.
+  Status SwitchMap(int64_t epoch, const std::string& servers);
+  // Sends the moved part `request_id` again under the current map.
+  void ResendMoved(uint64_t request_id);
   // Every message waiting on the channel of `shard`.
   Status ReceiveReplies(uint32_t shard);
   // The connection events of the channel of `shard`.
@@ -464,6 +492,12 @@ class Client {
   Env* const env_;
   const ps::Clock* const time_;  // env_'s clock: deadlines and waits are measured on it
   int64_t clock_ = 0;            // this worker's clock
+  // The shard map: its epoch and its servers, shards_[0 .. map_size_).
+  // Entries past map_size_ are servers a reshard left out, kept while
+  // requests sent there may still be answered (moved).
+  int64_t map_epoch_ = 0;
+  uint32_t map_size_ = 0;
+
   std::unique_ptr<ParamCache> cache_;  // null: cache off, or asp
   // Error feedback of 16-bit pushes: per range table, rows x dim
   // residuals, allocated at its first such push (empty otherwise) ...

@@ -142,6 +142,29 @@ Status Client::Membership(uint32_t shard, uint32_t flags, uint32_t backup, int64
   return Control(shard, Op::kMembership, flags, backup, epoch).status();
 }
 
+StatusOr<MessageHeader> Client::Reshard(uint32_t shard, uint32_t flags, int64_t clock,
+                                        int64_t epoch, const std::string& servers) {
+  if (shard >= shards_.size()) {
+    return InvalidArgumentError("server " + std::to_string(shard) + " does not exist; the job has " +
+                                std::to_string(shards_.size()) + " servers");
+  }
+  MessageHeader h;
+  h.op = Op::kReshard;
+  h.session = session_;
+  h.worker = worker_;
+  h.clock = clock;
+  h.flags = flags;
+  h.map_epoch = epoch;
+  h.text = servers;
+  const Ticket ticket = tracker_.NewTicket(nullptr);
+  const uint64_t rid =
+      SendWithHeader({.ticket = ticket, .shard = shard, .op = Op::kReshard, .flags = flags,
+                      .control = true},
+                     h, Frame(), Frame(), /*cacheable=*/false);
+  tracker_.Release(ticket, Status::Ok());  // the issuing hold
+  return AwaitControl(ticket, rid);
+}
+
 Status Client::ShutdownServers() {
   Status first;
   for (uint32_t s = 0; s < shards_.size(); ++s) {

@@ -34,6 +34,17 @@ void Client::HandleReply(uint32_t shard, std::span<Frame> frames) {
   shards_[shard].min_clock = std::max(shards_[shard].min_clock, h.min_clock);
   if (h.op == Op::kPushOk && (h.flags & kFlagLate) != 0) ++counters_.late_pushes;
   if (!checked.ok()) {
+    if (reply.fault == ReplyFault::kRejected && (h.flags & kFlagMoved) != 0) {
+      // A reshard moved the job onto other servers: the request was not
+      // applied; it goes to them.
+      ++counters_.moved;
+      if (Status switched = SwitchMap(h.map_epoch, h.text); !switched.ok()) {
+        FinishPart(h.request_id, switched.WithContext(Describe(p, h.request_id) + " was moved"));
+        return;
+      }
+      ResendMoved(h.request_id);
+      return;
+    }
     if (reply.fault == ReplyFault::kRejected) ++counters_.errors;
     if (reply.fault == ReplyFault::kRejected && (h.flags & kFlagNotPrimary) != 0 &&
         !shards_[shard].replicas.empty()) {

@@ -52,6 +52,13 @@ class ControlClient {
     return client_->Membership(shard, flags, backup, epoch);
   }
 
+  // RESHARD (Client::Reshard): one step of moving the job onto other
+  // servers (tools/ctl_reshard.h drives it).
+  StatusOr<MessageHeader> Reshard(uint32_t shard, uint32_t flags, int64_t clock, int64_t epoch,
+                                  const std::string& servers) {
+    return client_->Reshard(shard, flags, clock, epoch, servers);
+  }
+
   uint32_t num_shards() const { return client_->num_shards(); }
   const std::string& endpoint(uint32_t shard) const { return client_->endpoint(shard); }
 

@@ -59,11 +59,16 @@ void HeartbeatSender::Run() {
     retargets.swap(retargets_);
     lock.unlock();
     for (const auto& [shard, endpoint] : retargets) {
-      if (shard >= channels_.size()) continue;
+      if (shard >= channels_.size()) channels_.resize(shard + 1);
+      if (endpoint.empty()) {
+        channels_[shard].reset();  // a server a reshard left out
+        continue;
+      }
       auto channel = Connect(shard, endpoint);
       if (channel.ok()) channels_[shard] = std::move(*channel);
     }
     for (auto& channel : channels_) {
+      if (channel == nullptr) continue;
       // Replies and connection events carry nothing the worker needs; drop
       // them.
       while (true) {

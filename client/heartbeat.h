@@ -55,7 +55,9 @@ class HeartbeatSender {
     cache_misses_.store(misses, std::memory_order_relaxed);
   }
   // From the next beat on, shard `shard`'s heartbeats go to `endpoint` (its
-  // primary moved to another replica, replication.factor >= 2).
+  // primary moved to another replica, replication.factor >= 2; a reshard
+  // added the shard), or nowhere when it is empty (a reshard left the
+  // shard out).
   void Retarget(uint32_t shard, const std::string& endpoint);
   // Heartbeats sent so far (to all shards together).
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }

@@ -74,6 +74,10 @@ struct Part {
   std::array<Frame, 3> message = {};
   uint8_t message_frames = 0;
 
+  // A CLOCK a reshard moved, waiting for the ticket's other moved parts
+  // (Client::ResendMoved).
+  bool moved = false;
+
   // The tracker's.
   Clock::TimePoint deadline = {};
   uint32_t resends = 0;  // times it was sent again
@@ -132,6 +136,19 @@ class RequestTracker {
   // worker clock `clock`, is in flight.
   bool HasPartAt(Ticket ticket, Op op, int64_t clock) const;
 
+  // Counts parts to shards 0..num_shards-1 from now on (never fewer than
+  // before: a shard a reshard left out may still answer).
+  void SetShards(uint32_t num_shards) {
+    if (num_shards > in_flight_.size()) in_flight_.resize(num_shards, 0);
+  }
+  // The request ids of the parts of `ticket` in flight.
+  std::vector<uint64_t> PartsOf(Ticket ticket) const {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, part] : parts_) {
+      if (part.ticket == ticket) ids.push_back(id);
+    }
+    return ids;
+  }
   // Parts in flight, in all and to one shard.
   size_t size() const { return parts_.size(); }
   uint32_t in_flight(uint32_t shard) const { return in_flight_[shard]; }

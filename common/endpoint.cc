@@ -237,4 +237,33 @@ std::string ConnectEndpoint(const HostPort& endpoint) {
   return "tcp://" + endpoint.canonical;
 }
 
+std::string JoinServerList(const std::vector<std::string>& servers) {
+  std::string text;
+  for (const std::string& s : servers) {
+    if (!text.empty()) text += ',';
+    text += s;
+  }
+  return text;
+}
+
+StatusOr<std::vector<HostPort>> ParseServerList(std::string_view text) {
+  std::vector<HostPort> servers;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string_view entry =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    HostPort server;
+    std::string problem;
+    if (!ParseHostPort(entry, &server, &problem)) {
+      return InvalidArgumentError("server list '" + std::string(text) + "', entry " +
+                                  std::to_string(servers.size()) + ": " + problem +
+                                  "; expected host:port,host:port,...");
+    }
+    servers.push_back(std::move(server));
+    if (comma == std::string_view::npos) return servers;
+    start = comma + 1;
+  }
+}
+
 }  // namespace ps

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "common/options.h"
@@ -71,6 +72,14 @@ StatusOr<std::string> BindEndpoint(const HostPort& endpoint, bool all_interfaces
 // which ZeroMQ resolves on each reconnect); "tcp://127.0.0.1:<port>" for a
 // localhost name.
 std::string ConnectEndpoint(const HostPort& endpoint);
+
+// A shard map's servers as RESHARD and moved replies carry them
+// (server/reshard_gate.h): "host:port,host:port".
+std::string JoinServerList(const std::vector<std::string>& servers);
+// Such a list parsed, entry by entry (resolves nothing). InvalidArgument
+// quoting the list and saying what is wrong with an entry (an empty list
+// or entry, or one ParseHostPort refuses).
+StatusOr<std::vector<HostPort>> ParseServerList(std::string_view text);
 
 }  // namespace ps
 

@@ -32,6 +32,7 @@ enum class Op : int {
   kReplicate = 9,    // primary to backup (server/replication.h)
   kMembership = 10,  // the authority to a replica (server/replication.h)
   kPrimary = 11,     // does this replica serve its shard's writes? (server/replication.h)
+  kReshard = 12,     // hand the shard over to another server count (server/reshard_gate.h)
   kPushOk = 101,
   kPullOk = 102,
   kClockOk = 103,
@@ -43,6 +44,7 @@ enum class Op : int {
   kReplicateOk = 109,
   kMembershipOk = 110,
   kPrimaryOk = 111,
+  kReshardOk = 112,
   kError = 200,
 };
 
@@ -94,6 +96,7 @@ inline constexpr OpTraits kOps[] = {
      "membership"},
     {Op::kPrimary, "PRIMARY", OpClass::kProbe, Op::kPrimaryOk,
      kByWorker | kByEvaluator | kByControl, false, "primary"},
+    {Op::kReshard, "RESHARD", OpClass::kControl, Op::kReshardOk, kByControl, false, "reshard"},
     {Op::kPushOk, "PUSH_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
     {Op::kPullOk, "PULL_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
     {Op::kClockOk, "CLOCK_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
@@ -105,6 +108,7 @@ inline constexpr OpTraits kOps[] = {
     {Op::kReplicateOk, "REPLICATE_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
     {Op::kMembershipOk, "MEMBERSHIP_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
     {Op::kPrimaryOk, "PRIMARY_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
+    {Op::kReshardOk, "RESHARD_OK", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
     {Op::kError, "ERROR", OpClass::kReply, Op::kUnknown, 0, false, nullptr},
 };
 

@@ -128,6 +128,10 @@ struct ShardStats {
 
   // Recovery.
   int64_t started_clock = 0;  // 0, or the restored generation's clock
+  // Resharding (server/reshard_gate.h): the shard map the shard serves in,
+  // and the clock it prepared to hand over at (-1: none).
+  int64_t map_epoch = 0;
+  int64_t handover_clock = -1;
   int64_t lost_clocks = 0;
   uint64_t repeated_pushes = 0, resumes = 0;
 

@@ -21,7 +21,7 @@ namespace {
 #define PS_HEADER_PLAIN_FIELDS(X)                                                              \
   X(request_id) X(worker) X(clock) X(table) X(count) X(dim) X(flags) X(first_row)               \
   X(min_clock) X(shard) X(max_wait_ms) X(cache_hits) X(cache_misses) X(waited_us) X(session)    \
-  X(epoch) X(target_clock) X(replica)
+  X(epoch) X(target_clock) X(replica) X(map_epoch)
 
 // Fields whose types differ between the proto and MessageHeader (enums, a
 // string set only when not empty).
@@ -252,6 +252,10 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
     return InvalidArgumentError(Where(h) + ": clock " + std::to_string(h.clock) +
                                 " is outside [0, 2^62]");
   }
+  if (h.map_epoch < 0 || h.map_epoch > kMaxClock) {
+    return InvalidArgumentError(Where(h) + ": map_epoch " + std::to_string(h.map_epoch) +
+                                " is outside [0, 2^62]");
+  }
   if (h.op == Op::kMembership) {
     if (h.flags != kMembershipPromote && h.flags != kMembershipDropBackup &&
         h.flags != kMembershipAddBackup) {
@@ -272,6 +276,7 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above
         : h.op == Op::kStats      ? kFlagStatsJson
+        : h.op == Op::kReshard    ? (kReshardPrepare | kReshardCommit | kReshardAbort)
                                   : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));

@@ -75,6 +75,19 @@ inline constexpr uint32_t kFlagServing = 1u;
 // the shard's primary and sends the request there.
 inline constexpr uint32_t kFlagNotPrimary = 1u;
 
+// ERROR flag: the shard map changed (server/reshard_gate.h): the request
+// was not applied; the reply's map_epoch is the map the job runs on now
+// and its text that map's servers, comma-separated. The client sends the
+// request again under that map.
+inline constexpr uint32_t kFlagMoved = 2u;
+
+// RESHARD flags (exactly one): prepare to hand the shard over at the
+// header's clock to the servers of its text at map map_epoch; commit the
+// prepared handover; abort it.
+inline constexpr uint32_t kReshardPrepare = 1u;
+inline constexpr uint32_t kReshardCommit = 2u;
+inline constexpr uint32_t kReshardAbort = 4u;
+
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.
 inline constexpr int64_t kMaxClock = int64_t{1} << 62;
@@ -109,6 +122,10 @@ struct MessageHeader {
   // one; in REPLICATE the sending primary's. 0 otherwise.
   int64_t epoch = 0;
   uint32_t replica = 0;      // MEMBERSHIP: the backup it drops or adds
+  // Requests: the shard map the sender routes by (0: the job file's
+  // servers); an ERROR with kFlagMoved and RESHARD: the map the job runs
+  // on next (server/reshard_gate.h).
+  int64_t map_epoch = 0;
   int64_t target_clock = 0;  // HELLO: the clock the worker trains to; 0: not said
   // PUSH: what the values frame holds; PULL: what the reply's should hold;
   // PULL_OK: what they hold. kF32 for every other op.

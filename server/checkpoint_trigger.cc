@@ -134,6 +134,19 @@ void CheckpointTrigger::Write(const ShardSnapshot& snapshot, double copy_ms) {
   writing_.store(false, std::memory_order_release);
 }
 
+Status CheckpointTrigger::WriteNow(int64_t clock) {
+  JoinWriter();
+  if (started_ > 0 && write_clock_ == clock && result_.ok()) {
+    AnswerWaiting(result_, write_clock_);
+    return Status::Ok();
+  }
+  Status started = Start(clock);
+  if (started.ok()) JoinWriter();
+  const Status written = started.ok() ? result_ : started;
+  AnswerWaiting(written, clock);
+  return written;
+}
+
 void CheckpointTrigger::Stop(int64_t clock) {
   JoinWriter();
   if (waiting_.empty() || clock == write_clock_) {

@@ -111,6 +111,14 @@ class CheckpointTrigger {
   // of `clock` (none is started now).
   void Stop(int64_t clock);
 
+  // Writes generation `clock` and returns once it is complete, its
+  // result (a shard that hands its rows over to another server count,
+  // server/reshard_gate.h: the servers that take them restore it). Waits
+  // for a write in progress first; a generation of `clock` that it wrote
+  // is not written again. Requests waiting for a write are answered as
+  // Poll answers them.
+  Status WriteNow(int64_t clock);
+
   // Whether a generation is being written. Safe from any thread.
   bool writing() const { return writing_.load(std::memory_order_acquire); }
   // The clock of the newest generation started or restored.

@@ -9,7 +9,8 @@
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
 // common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
-// when serving fails. SIGHUP reads the key files again (security.mode
+// when serving fails; 3 when the shard handed its rows over to another
+// server count (ps_ctl reshard, server/reshard_gate.h). SIGHUP reads the key files again (security.mode
 // curve: a rotated worker key). --check exits 0 after one line on stdout naming the
 // shard and its address; it resolves no name and opens no socket, so it
 // runs where the cluster's names do not resolve (a build machine, an
@@ -65,6 +66,10 @@ void OnHangup(int) {
 
 namespace {
 
+// The exit code of a shard that handed its rows over to another server
+// count; ps_launch starts the servers of the next map once they all did.
+constexpr int kExitHandedOver = 3;
+
 // ps_server's flags.
 struct ServerFlags {
   std::string config_path;
@@ -77,6 +82,7 @@ struct ServerFlags {
   bool join = false;
   std::vector<uint32_t> left_workers;
   int64_t metrics_port = -1;
+  int64_t map_epoch = 0;
 };
 
 void AddFlags(CLI::App& app, ServerFlags* f) {
@@ -104,6 +110,11 @@ void AddFlags(CLI::App& app, ServerFlags* f) {
                  "ranks of workers that already finished the job (a shard restarted while the "
                  "job runs does not wait for them); ps_launch passes them")
       ->delimiter(',');
+  app.add_option("--map-epoch", f->map_epoch,
+                 "the shard map this server serves in: 0 (default) for a job's first servers; "
+                 "ps_launch passes the next one to the servers a reshard starts "
+                 "(server/reshard_gate.h)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-port", f->metrics_port,
                  "serve Prometheus metrics on this port instead of the one metrics.port gives "
                  "this replica (0: serve none)")
@@ -298,6 +309,7 @@ class ServerProcess {
       return 1;
     }
     *server = std::move(*created);
+    (*server)->SetMapEpoch(flags_.map_epoch);
     for (uint32_t w : flags_.left_workers) (*server)->WorkerLeft(w);
     if (authority_ != nullptr) (*server)->SetWriteLease(authority_->lease());
     StartAuthority();
@@ -319,7 +331,7 @@ class ServerProcess {
       PS_LOG_ERROR("{}", s.ToString());
       return 1;
     }
-    return 0;
+    return server->handed_over() ? kExitHandedOver : 0;
   }
 
   const ps::JobOptions& job_;

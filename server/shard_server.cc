@@ -31,6 +31,7 @@ ShardServer::ShardServer(uint32_t shard, const JobOptions& job, Env* env)
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64),
       non_finite_logged_(job.tables.size(), false),
       agreement_(EncodeAgreement(job)),
+      reshard_(std::make_unique<ReshardGate>(shard, job.cluster.servers, 0, job.cluster.workers)),
       rate_sampled_(clock_->Now()),
       started_(rate_sampled_) {}
 
@@ -262,6 +263,14 @@ Status ShardServer::Run() {
       if (replay_due_) ReplayParkedPushes();
     }
     FlushDeferred();
+    if (reshard_->MayExit(clock_->Now(), [this](uint32_t w) {
+          const WorkerState& state = workers_.worker(w);
+          return !state.left && !state.dead;
+        })) {
+      PS_LOG_INFO("shard {}: every worker turned to map {}; exiting", shard_,
+                  reshard_->next_epoch());
+      break;
+    }
   }
   EndReplication();
   // A generation being written is finished, not torn; a CHECKPOINT still
@@ -309,6 +318,9 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   std::span<Frame> body(frames.data() + 1, frames.size() - 1);
   Status s = DecodeRequest(body, rules_, &request_);
   if (!s.ok()) {
+    // A request routed by an older shard map may name rows this shard no
+    // longer holds: it is moved, not refused.
+    if (GateUndecodable(frames)) return Op::kUnknown;
     ++counters_.errors;
     LogRequestRefusal(body[0], "rejected", s.ToString());
     Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
@@ -317,6 +329,7 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
   const MessageHeader& req = request_.header;
   // Kept aside: a parked pull takes request_ (and req with it) away.
   const Op op = req.op;
+  if (reshard_->Check(req) != ReshardGate::Action::kServe && GateRequest(frames)) return op;
   Admission::Verdict verdict = admission_->Check(body[0], req, Fenced(), failed_);
   switch (verdict.action) {
     case Admission::Verdict::Action::kRefuse:
@@ -404,6 +417,9 @@ void ShardServer::Dispatch(std::vector<Frame>& frames) {
       return;
     case Op::kMembership:
       HandleMembership(routing_id, reply);
+      return;
+    case Op::kReshard:
+      HandleReshard(routing_id, reply);
       return;
     case Op::kShutdown:
       PS_LOG_INFO("shard {}: SHUTDOWN requested by {}", shard_,
@@ -519,6 +535,7 @@ void ShardServer::MinClockAdvanced() {
   }
   // Every update of the clocks below the minimum is in the store now.
   if (checkpoint_trigger_ != nullptr) checkpoint_trigger_->ClockAdvanced(clocks_.min_clock());
+  if (reshard_->HandoverDue(clocks_.min_clock())) Handover();
   ReleaseWaitingPulls();
 }
 

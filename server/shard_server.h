@@ -100,6 +100,7 @@
 #include "server/queued_replies.h"
 #include "server/recent_pushes.h"
 #include "server/replication.h"
+#include "server/reshard_gate.h"
 #include "server/waiting_requests.h"
 #include "server/worker_registry.h"
 #include "server/write_lease.h"
@@ -191,6 +192,13 @@ class ShardServer {
   Status Run();
   // Makes Run() return within ~100 ms. Async-signal-safe.
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  // The shard map this shard serves in (server/reshard_gate.h): 0, the job
+  // file's, unless the shard was started by a reshard (ps_server
+  // --map-epoch). Call before Run().
+  void SetMapEpoch(int64_t epoch);
+  // True when Run() returned because the shard handed its rows over to
+  // another server count (ps_server exits 3 then).
+  bool handed_over() const { return reshard_->handed_over(); }
   // Makes Run() read the job's key files again soon (security.mode curve:
   // a rotated worker key). Async-signal-safe (ps_server calls it on SIGHUP).
   void ReloadKeys() { reload_keys_.store(true, std::memory_order_relaxed); }
@@ -290,6 +298,15 @@ class ShardServer {
   void HandleHeartbeat(Frame& routing_id, MessageHeader& reply);
   // A MEMBERSHIP change from the authority: a backup dropped or joining.
   void HandleMembership(Frame& routing_id, const MessageHeader& reply);
+  // Resharding (server/reshard_gate.h, shard_server_reshard.cc): the gate's
+  // verdict on a worker's request (true: handled there), one that did not
+  // decode, a RESHARD request, the handover at the boundary.
+  bool GateRequest(std::vector<Frame>& frames);
+  bool GateUndecodable(std::vector<Frame>& frames);
+  bool Gate(ReshardGate::Action action, const MessageHeader& request, std::vector<Frame>* frames);
+  void HandleReshard(Frame& routing_id, MessageHeader& reply);
+  void Handover();
+  int64_t MaxWorkerClock() const;
   // The routes of HandlePush (PushPolicy): a push sent again (acknowledged,
   // not applied twice; with `summed_into` >= 0 the reply waits for that
   // clock's sum, which holds the first copy); under aggregation, one
@@ -483,6 +500,10 @@ class ShardServer {
   std::vector<bool> non_finite_logged_;
   // The job as the rendezvous compares it (EncodeAgreement).
   const std::string agreement_;
+  std::unique_ptr<ReshardGate> reshard_;
+  // Writes the gate holds until the handover (kHold): each request's
+  // frames, its routing id first.
+  std::vector<std::vector<Frame>> held_writes_;
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   CheckpointStageHook checkpoint_stage_hook_;  // set once by Create

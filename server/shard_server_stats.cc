@@ -122,6 +122,8 @@ ShardStats ShardServer::Stats() const {
                                                  clocks_.quorum(), counters_.late_pushes};
   }
   s.started_clock = started_clock_;
+  s.map_epoch = reshard_->map_epoch();
+  s.handover_clock = reshard_->prepared() ? reshard_->boundary() : -1;
   s.lost_clocks = lost_clocks_;
   s.repeated_pushes = counters_.repeated_pushes;
   s.resumes = counters_.resumes;

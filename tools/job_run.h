@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "common/subprocess.h"
 #include "tools/launch_plan.h"
+#include "tools/reshard_plan.h"
 #include "tools/launcher.h"
 #include "tools/signal_catcher.h"
 
@@ -41,6 +42,10 @@ struct Child {
   bool output_open = true;
   bool exited = false;  // its exit has been handled
   bool killed = false;  // we sent it SIGKILL
+  // Servers: the shard map it serves in (0: the job file's), and whether a
+  // reshard moved the job past it (it handed over; its exit ends nothing).
+  int64_t map_epoch = 0;
+  bool retired = false;
 };
 
 class JobRun {
@@ -48,6 +53,9 @@ class JobRun {
   JobRun(const JobOptions& job, const std::string& config_path,
          const LauncherOptions& options)
       : job_(job), config_path_(config_path), options_(options) {}
+  // The exit code of a server that handed its rows over to another server
+  // count (ps_server; server/reshard_gate.h).
+  static constexpr int kExitHandedOver = 3;
 
   StatusOr<int> Run();
 
@@ -58,7 +66,8 @@ class JobRun {
   void Say(const std::string& message) { Emit("[launch] " + message); }
 
   // The argv that starts `child` (tools/launch_plan.h).
-  std::vector<std::string> CommandFor(const ChildSpec& child) const {
+  std::vector<std::string> CommandFor(ChildSpec child) const {
+    if (child.is_server) child.map_epoch = map_epoch_;
     return ChildCommand(job_, config_path_, options_, child, restore_clock_, finished_workers_);
   }
   Status StartAll();
@@ -87,6 +96,12 @@ class JobRun {
   // drop the job goes on (restarting it when liveness.worker_restarts
   // allows); under fail the job stops naming it.
   void WorkerFailed(Child& child, const std::string& how);
+  // Resharding (ps_ctl reshard): a server of the current map exited after
+  // handing over; the servers of the next map start once every old server
+  // at an address the next map uses exited and every old shard wrote the
+  // handover generation (MaybeStartNextMap, each round of the loop).
+  void ServerHandedOver(Child& child, const std::string& how);
+  void MaybeStartNextMap();
   // Every worker finished or was dropped: the job ends.
   void MaybeFinish();
   // The job's result, the last line of the run.
@@ -106,9 +121,20 @@ class JobRun {
   void KillAll(const std::string& why);
   bool AnyRunning() const;
 
-  const JobOptions& job_;
-  const std::string& config_path_;
+  // The job as it runs now: a reshard moves it onto another job file's
+  // servers (the workers started or restarted after it get that file too).
+  JobOptions job_;
+  std::string config_path_;
   const LauncherOptions& options_;
+  int64_t map_epoch_ = 0;  // the shard map the current servers serve in
+  // A reshard under way: the next map's plan and job, once a server handed
+  // over.
+  struct NextMap {
+    bool pending = false;
+    ReshardPlan plan;
+    JobOptions job;
+  };
+  NextMap next_map_;
 
   std::vector<Child> children_;
   int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none

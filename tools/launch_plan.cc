@@ -108,7 +108,11 @@ std::vector<std::string> ChildCommand(const JobOptions& job, const std::string& 
   if (is_server && restore_clock >= 0 && !child.restart) {
     argv.insert(argv.end(), {"--restore-clock", std::to_string(restore_clock)});
   }
-  if (is_server && child.restart && !child.join && !finished_workers.empty()) {
+  if (is_server && child.map_epoch > 0) {
+    argv.insert(argv.end(), {"--map-epoch", std::to_string(child.map_epoch)});
+  }
+  if (is_server && (child.restart || child.map_epoch > 0) && !child.join &&
+      !finished_workers.empty()) {
     std::string ranks;
     for (uint32_t r : finished_workers) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     argv.insert(argv.end(), {"--left-workers", ranks});

@@ -62,6 +62,9 @@ struct ChildSpec {
   bool restart = false;
   // A backup that takes its state from the running primary (--join).
   bool join = false;
+  // Servers: the shard map it serves in (--map-epoch when > 0: a server a
+  // reshard started, which is told which workers finished, as a restart is).
+  int64_t map_epoch = 0;
 };
 
 // "server 0", "server 0 backup 2": a server's name in the output.

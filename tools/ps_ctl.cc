@@ -5,6 +5,9 @@
 //   ps_ctl checkpoint --config job.yaml [--wait-s 600]
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
+//   ps_ctl reshard    --config job.yaml --to job3.yaml [--wait-s 120]
+//                     moves the running job onto the servers of job3.yaml
+//                     (tools/ctl_reshard.h)
 //   ps_ctl export     --checkpoint-dir DIR [--clock C] --out OUT [--force]
 //                     runs ps_export, built beside ps_ctl (tools/ctl_export.h),
 //                     so that ps_ctl itself links no RocksDB
@@ -46,6 +49,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "tools/ctl_reshard.h"
 #include "tools/ctl_status.h"
 
 namespace {
@@ -304,6 +308,14 @@ int main(int argc, char** argv) {
       "checkpoint", "ask every shard to write a checkpoint now and wait until all are written");
   uint32_t wait_s = 600;
   checkpoint->add_option("--wait-s", wait_s, "how long to wait for the writes, seconds");
+  CLI::App* reshard = app.add_subcommand(
+      "reshard", "move the running job onto the servers of another job file (--to) while it "
+                 "trains");
+  std::string to_path;
+  uint32_t reshard_wait_s = 120;
+  reshard->add_option("--to", to_path, "the job file of the next servers")->required();
+  reshard->add_option("--wait-s", reshard_wait_s,
+                      "how long to wait for the next servers to serve, seconds");
   CLI::App* keygen = app.add_subcommand(
       "keygen", "write the job's CurveZMQ key pairs (security.mode curve); contacts no server");
   std::string keys_dir;
@@ -319,7 +331,7 @@ int main(int argc, char** argv) {
                      "write a checkpoint generation as numpy .npy files and manifest.json "
                      "(ps_ctl export --help)")
       ->allow_extras();
-  for (CLI::App* sub : {status, shutdown, checkpoint}) {
+  for (CLI::App* sub : {status, shutdown, checkpoint, reshard}) {
     sub->add_option("--config", config_path, "job YAML file")->required();
     sub->add_option("--timeout-ms", timeout_ms, "per-request deadline in milliseconds");
   }
@@ -348,6 +360,7 @@ int main(int argc, char** argv) {
   }
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   SetDeadlines(*job, timeout_ms, status->parsed(), raw);
+  if (reshard->parsed()) return ps::RunReshard(*job, to_path, reshard_wait_s, timeout_ms);
   const std::optional<std::vector<std::string>> endpoints = ReplicaEndpoints(*job, replica);
   if (!endpoints) return 2;
   auto client = ps::ControlClient::Create(*job, *endpoints);

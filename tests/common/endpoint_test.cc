@@ -82,3 +82,22 @@ TEST(EndpointTest, BindsTheResolvedAddressOrEveryInterfaceAndConnectsToTheName) 
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(ServerListTest, JoinsAndParsesCommaSeparatedHostPorts) {
+  EXPECT_EQ(JoinServerList({"a:1", "b:2"}), "a:1,b:2");
+  auto parsed = ParseServerList("a:1,127.0.0.1:7000");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[1].canonical, "127.0.0.1:7000");
+  for (const char* bad : {"", "a:1,", "a:1,,b:2", "a:1,b"}) {
+    auto refused = ParseServerList(bad);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(ParseServerList("a:1,b").status().message().find("entry 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ps

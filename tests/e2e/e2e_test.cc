@@ -763,6 +763,101 @@ TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) 
       << again;
 }
 
+// ps_ctl reshard while the job trains: 2 servers -> 3 -> 1 -> 2 under bsp. The
+// workers (replica_pusher) pull a range table and 5000 ids of a hashed one
+// every clock, check that they hold the sum of the clocks before, and push
+// integers to them; each reshard moves the rows
+// through the handover generation onto the next servers, which ps_launch
+// starts, and the workers send what was moved there. At the end every row
+// and id holds the exact sum of every push since clock 0: none lost, none
+// applied twice.
+TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWithExactSums) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
+  const std::string stop_file = (dir_ / "stop").string();
+  std::ofstream(stop_file) << "";  // no stop clock yet: the workers train on
+  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const auto job = [&](int servers, const std::string& name) {
+    std::string list;
+    for (int i = 0; i < servers; ++i) {
+      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
+    }
+    const std::string path = (dir_ / (name + ".yaml")).string();
+    std::ofstream(path)
+        << "cluster: { servers: [" << list << "], workers: 2 }\n"
+        << "tables:\n"
+           "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
+           "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, optimizer: { type: add } }\n"
+           "consistency: { mode: bsp }\n"
+           "checkpoint: { dir: " << ckpt << ", every_clocks: 50, sync: false }\n"
+        << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, " << stop_file
+        << "] }\n";
+    return path;
+  };
+  const std::string job1 = job(1, "job1"), job2 = job(2, "job2"), job3 = job(3, "job3");
+  const std::string log = (dir_ / "launch.log").string();
+  Subprocess* launch =
+      Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + job2 + " > " + log + " 2>&1"});
+  ASSERT_NE(launch, nullptr);
+  const auto read_log = [&] {
+    std::ifstream in(log);
+    std::string text, line;
+    while (std::getline(in, line)) text += line + "\n";
+    return text;
+  };
+  // The newest clock worker 0 reported ("[worker 0] clock N", every 100).
+  const auto newest_clock = [&] {
+    static const std::regex line(R"(\[worker 0\] clock (\d+))");
+    const std::string text = read_log();
+    int64_t newest = -1;
+    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
+    }
+    return newest;
+  };
+  // Waits (at most 60 s) until worker 0 reports a clock past `clock`.
+  const auto wait_past = [&](int64_t clock) {
+    const auto deadline = Steady::now() + std::chrono::seconds(60);
+    while (newest_clock() <= clock && Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return newest_clock() > clock;
+  };
+  ASSERT_TRUE(wait_past(0)) << read_log();
+  const auto reshard = [&](const std::string& from, const std::string& to) {
+    auto [status, out] =
+        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << read_log();
+    return out;
+  };
+  const std::string grown = reshard(job2, job3);
+  EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
+      << grown;
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  const std::string shrunk = reshard(job3, job1);
+  EXPECT_NE(shrunk.find("the job runs on 1 server at map 2 from clock"), std::string::npos)
+      << shrunk;
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  const std::string back = reshard(job1, job2);
+  EXPECT_NE(back.find("the job runs on 2 servers at map 3 from clock"), std::string::npos)
+      << back;
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  const int64_t stop = newest_clock() + 500;
+  std::ofstream(stop_file) << stop << "\n";
+  ASSERT_OK(launch->WaitFor(milliseconds(120000)));
+  const std::string out = read_log();
+  EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("shard map 2: started 1 server in place of 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("shard map 3: started 2 servers in place of 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("handed over at clock"), std::string::npos) << out;
+  const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
+                            std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
+                            " clocks";
+  EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
+  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+}
+
 TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string path = WriteJob(

@@ -14,7 +14,11 @@
 // applied twice, or a restore that lost or doubled one, shows as a wrong
 // row. Exit 0 when exact, 1 otherwise (naming the first wrong row or id),
 // 2 on bad flags. Also the workers of e2e_test's resume onto another
-// number of servers.
+// number of servers. With --pull-each-clock it first pulls the table and
+// the ids every clock, under bsp, and checks that they hold at least the
+// sum of every clock before it and at most that of this clock too (the
+// values a training step reads), so pulls that a reshard moved are checked
+// too.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -46,9 +50,14 @@ int Fail(const ps::Status& s) {
 int main(int argc, char** argv) {
   std::string config, stop_file;
   uint32_t rank = 0;
-  bool have_rank = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  bool have_rank = false, pull_each_clock = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--pull-each-clock") {
+      pull_each_clock = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string flag = argv[i], value = argv[++i];
     if (flag == "--config") config = value;
     else if (flag == "--stop-file") stop_file = value;
     else if (flag == "--rank") rank = static_cast<uint32_t>(std::stoul(value)), have_rank = true;
@@ -76,7 +85,34 @@ int main(int argc, char** argv) {
   // A job resumed from a checkpoint starts at its clock: the rows hold
   // every push of the clocks before it.
   int64_t clock = (*client)->clock();
+  double per_clock = 0;
+  for (uint32_t r = 0; r < job->cluster.workers; ++r) per_clock += r + 1;
+  // consistency.aggregate applies the mean of a clock's pushes.
+  if (job->consistency.aggregate) per_clock /= job->cluster.workers;
+  std::vector<float> read(rows + ids.size());
   for (; clock < kMaxClocks && (stop < 0 || clock < stop); ++clock) {
+    if (pull_each_clock) {
+      // What a training step reads: every push of the clocks before this one.
+      auto pulled = (*client)->PullDense(0, read.data());
+      if (!pulled.ok()) return Fail(pulled.status());
+      if (ps::Status s = (*client)->Wait(*pulled); !s.ok()) return Fail(s);
+      if (hashed) {
+        if (ps::Status s = (*client)->PullSync(1, ids, read.data() + rows); !s.ok()) return Fail(s);
+      }
+      // bsp: at least every push of the clocks before this one, and at
+      // most those of this clock too (a faster worker's may be in).
+      const auto low = static_cast<float>(per_clock * static_cast<double>(clock));
+      const auto high = static_cast<float>(per_clock * static_cast<double>(clock + 1));
+      for (uint64_t row = 0; row < read.size(); ++row) {
+        if (read[row] < low || read[row] > high) {
+          std::printf("at clock %lld %s %llu reads %.1f, expected %.1f to %.1f\n",
+                      static_cast<long long>(clock), row < rows ? "row" : "hashed id",
+                      static_cast<unsigned long long>(row < rows ? row : ids[row - rows]),
+                      read[row], low, high);
+          return 1;
+        }
+      }
+    }
     std::vector<float> update(rows, static_cast<float>(rank + 1));
     auto push = (*client)->PushDense(0, ps::SharedFloats::Take(std::move(update)));
     if (!push.ok()) return Fail(push.status());
@@ -108,10 +144,6 @@ int main(int argc, char** argv) {
   if (hashed) {  // the ids' values follow the rows, checked alike
     if (ps::Status s = (*client)->PullSync(1, ids, pulled.data() + rows); !s.ok()) return Fail(s);
   }
-  double per_clock = 0;
-  for (uint32_t r = 0; r < job->cluster.workers; ++r) per_clock += r + 1;
-  // consistency.aggregate applies the mean of a clock's pushes.
-  if (job->consistency.aggregate) per_clock /= job->cluster.workers;
   const float expected = static_cast<float>(per_clock * static_cast<double>(clock));
   for (uint64_t row = 0; row < pulled.size(); ++row) {
     if (pulled[row] != expected) {

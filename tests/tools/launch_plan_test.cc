@@ -42,6 +42,24 @@ TEST(LaunchPlanTest, ARestartedServerRestoresItsOwnGenerationAndHearsWhoFinished
                   "--join", "--log-level", "info"}));
 }
 
+TEST(LaunchPlanTest, AServerOfTheNextShardMapRestoresTheHandoverAndHearsWhoFinished) {
+  JobOptions job = TestJob().Servers(3).Workers(3).Build();
+  LauncherOptions options;
+  options.bin_dir = "/opt/ps";
+  ChildSpec server;
+  server.is_server = true;
+  server.index = 2;
+  server.map_epoch = 1;
+  EXPECT_EQ(ChildCommand(job, "job3.yaml", options, server, 120, {1}),
+            Argv({"/opt/ps/ps_server", "--config", "job3.yaml", "--shard", "2", "--log-level",
+                  "info", "--restore-clock", "120", "--map-epoch", "1", "--left-workers", "1"}));
+  // Restarted after a crash: its own newest generation, the same map.
+  server.restart = true;
+  EXPECT_EQ(ChildCommand(job, "job3.yaml", options, server, 120, {}),
+            Argv({"/opt/ps/ps_server", "--config", "job3.yaml", "--shard", "2", "--log-level",
+                  "info", "--map-epoch", "1"}));
+}
+
 TEST(LaunchPlanTest, WorkersGetTheirShareOfTheCoresAndTheEvaluatorItsFlag) {
   JobOptions job = TestJob().Servers(1).Workers(2).Build();
   job.cluster.evaluator = true;

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""How long a running job stops taking writes while `ps_ctl reshard` moves it
+onto another number of servers (server/reshard_gate.h).
+
+Workload: one range table of --floats float32 values (rows of dim 64,
+optimizer add) on 2 servers under bsp, checkpoint.dir in a temp folder
+(no periodic generations: every_clocks 10^6), 2 Python workers started by
+ps_launch. Each worker pulls and pushes 256 random rows a clock and notes
+the time each clock ends. The driver lets them run, then moves the job from
+2 to 3 servers and back to 2 with `ps_ctl reshard`, and stops them.
+
+Reported per reshard (median over --runs):
+  pause_s      the longest time between two consecutive clock ends of a
+               worker around the reshard: how long the job took no write
+               (the handover generation written by every old shard, the
+               old servers gone, the new ones started and restored, the
+               moved requests sent again);
+  clock_s      the median clock before it, for comparison;
+  handover_s   the slowest old shard's "handed over ... in N ms" (writing
+               its part of the generation);
+  restore_s    the slowest new server's "restored ... in N s".
+
+  /usr/bin/python3 benchmarks/live_reshard_bench.py [--floats 100000000] [--runs 3]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+WORKER = r'''
+import json, sys, time
+import numpy as np
+import ps
+
+worker, args = ps.worker_from_argv()
+stop_file, out_file = sys.argv[1], sys.argv[2]
+with worker as w:
+    table = w.tables["w"]
+    rng = np.random.default_rng(w.rank)
+    out = np.empty((256, table.dim), np.float32)
+    grads = np.ones((256, table.dim), np.float32)
+    ends = []
+    while True:
+        ids = rng.integers(0, table.rows, 256, dtype=np.uint64)
+        table.pull(ids, out=out)
+        table.push(ids, grads)
+        w.clock()
+        ends.append(time.monotonic())
+        if len(ends) % 20 == 0:
+            try:
+                if open(stop_file).read().strip():
+                    break
+            except OSError:
+                pass
+with open(out_file + ".%d" % worker.rank, "w") as f:
+    json.dump(ends, f)
+'''
+
+
+def free_ports(n):
+    import socket
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_job(path, ports, ckpt, rows, script, stop_file, out_file):
+    servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
+    with open(path, "w") as f:
+        f.write("cluster: { servers: [%s], workers: 2 }\n" % servers)
+        f.write("tables: [ { name: w, rows: %d, dim: 64, optimizer: { type: add } } ]\n" % rows)
+        f.write("consistency: { mode: bsp }\n")
+        f.write("checkpoint: { dir: %s, every_clocks: 1000000, sync: false }\n" % ckpt)
+        f.write("client: { request_timeout_ms: 60000 }\n")
+        f.write('train: { command: ["/usr/bin/python3", "%s", "%s", "%s"] }\n'
+                % (script, stop_file, out_file))
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise SystemExit("live_reshard_bench: timed out waiting for " + what)
+
+
+def one_run(args, tmp):
+    rows = args.floats // 64
+    ckpt = os.path.join(tmp, "ckpt")
+    script = os.path.join(tmp, "worker.py")
+    with open(script, "w") as f:
+        f.write(WORKER)
+    stop_file, out_file = os.path.join(tmp, "stop"), os.path.join(tmp, "ends")
+    open(stop_file, "w").close()
+    ports = free_ports(3)
+    job2, job3 = os.path.join(tmp, "job2.yaml"), os.path.join(tmp, "job3.yaml")
+    write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file)
+    write_job(job3, ports, ckpt, rows, script, stop_file, out_file)
+    env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"))
+    log_path = os.path.join(tmp, "launch.log")
+    bin_dir = os.path.join(args.build, "bin")
+    with open(log_path, "w") as log:
+        launch = subprocess.Popen([os.path.join(bin_dir, "ps_launch"), "--config", job2],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        def log_text():
+            with open(log_path) as f:
+                return f.read()
+        wait_for(lambda: "serving 1 tables" in log_text(), 600, "the servers")
+        time.sleep(args.settle_s)
+        marks = []
+        for frm, to in ((job2, job3), (job3, job2)):
+            started = time.monotonic()
+            ctl = subprocess.run([os.path.join(bin_dir, "ps_ctl"), "reshard", "--config", frm,
+                                  "--to", to, "--wait-s", "600"],
+                                 capture_output=True, text=True, env=env)
+            if ctl.returncode != 0:
+                raise SystemExit("ps_ctl reshard failed:\n" + ctl.stdout + ctl.stderr +
+                                 log_text()[-4000:])
+            marks.append((started, time.monotonic()))
+            time.sleep(args.settle_s)
+        with open(stop_file, "w") as f:
+            f.write("stop\n")
+        launch.wait(timeout=600)
+        text = log_text()
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    ends = []
+    for rank in range(2):
+        with open(out_file + ".%d" % rank) as f:
+            ends.append(json.load(f))
+    handovers = [float(m) / 1e3 for m in re.findall(r"handed over at clock \d+ in (\d+) ms", text)]
+    restores = [float(m) for m in re.findall(r"restored \S+ \(\d+ tables\) in ([\d.]+) s", text)]
+    results = []
+    for i, (start, end) in enumerate(marks):
+        pause, before = 0.0, []
+        for e in ends:
+            gaps = [(b - a, a) for a, b in zip(e, e[1:])]
+            pause = max([pause] + [g for g, a in gaps if start - 1 <= a <= end])
+            before += [g for g, a in gaps if a < start]
+        # Two reshards: the first half of the handover lines is the first one's.
+        h = handovers[:2] if i == 0 else handovers[2:5]
+        r = restores[:3] if i == 0 else restores[3:5]
+        results.append({"pause_s": pause, "clock_s": statistics.median(before[-200:]),
+                        "handover_s": max(h) if h else float("nan"),
+                        "restore_s": max(r) if r else float("nan"),
+                        "ctl_s": end - start})
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--floats", type=int, default=100_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--settle-s", type=float, default=3.0)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    args = parser.parse_args()
+    runs = []
+    for run in range(args.runs):
+        tmp = tempfile.mkdtemp(prefix="ps_live_reshard_")
+        try:
+            runs.append(one_run(args, tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print("run %d: %s" % (run + 1, json.dumps(runs[-1])), flush=True)
+    print("\n%d floats (%.0f MB), median of %d runs:" % (args.floats, args.floats * 4 / 1e6,
+                                                        args.runs))
+    print("| reshard | pause (s) | clock before (ms) | handover write (s) | restore (s) | "
+          "ps_ctl (s) |")
+    print("|---|---|---|---|---|---|")
+    for i, name in enumerate(("2 -> 3", "3 -> 2")):
+        med = lambda k: statistics.median(r[i][k] for r in runs)
+        print("| %s | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
+            name, med("pause_s"), med("clock_s") * 1e3, med("handover_s"), med("restore_s"),
+            med("ctl_s")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+#include "tools/reshard_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "tests/util/status_matchers.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ReshardPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ps_plan_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(ReshardPlanTest, AWrittenPlanReadsBack) {
+  ASSERT_OK(WriteReshardPlan(dir_.string(), {3, 120, "/jobs/job 3.yaml"}));
+  EXPECT_TRUE(fs::exists(dir_ / "reshard-3.plan"));
+  auto plan = ReadReshardPlan(dir_.string(), 3);
+  ASSERT_OK(plan);
+  EXPECT_EQ(plan->epoch, 3);
+  EXPECT_EQ(plan->clock, 120);
+  EXPECT_EQ(plan->config, "/jobs/job 3.yaml");
+}
+
+TEST_F(ReshardPlanTest, AMissingPlanIsNotFoundABrokenOneIsNamed) {
+  EXPECT_EQ(ReadReshardPlan(dir_.string(), 1).status().code(), StatusCode::kNotFound);
+  std::ofstream(dir_ / "reshard-1.plan") << "epoch 1\nclock x\nconfig /a.yaml\n";
+  auto broken = ReadReshardPlan(dir_.string(), 1);
+  EXPECT_EQ(broken.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(broken.status().message().find("reshard-1.plan:2"), std::string::npos)
+      << broken.status().ToString();
+  std::ofstream(dir_ / "reshard-2.plan") << "epoch 1\nclock 5\nconfig /a.yaml\n";
+  EXPECT_EQ(ReadReshardPlan(dir_.string(), 2).status().code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,38 @@
+// ps_ctl reshard: moves a running job onto another number of servers
+// (server/reshard_gate.h says how the shards hand over).
+//
+//   ps_ctl reshard --config job.yaml --to job3.yaml [--wait-s 120]
+//
+// job.yaml is the file the job runs on now (its servers are asked), and
+// job3.yaml the same job on other servers: only cluster.servers may differ,
+// and the servers both list keep their places (the next map's list starts
+// with the current one's servers, or the current one's with the next
+// one's), so that a server's address keeps its rows' neighbours. The job
+// needs checkpoint.dir (the rows move through a generation) and
+// replication.factor 1.
+//
+// Steps, each said on stdout: every shard's map and worker clocks (STATS);
+// prepare at clock c, a few clocks past the fastest worker (a shard that
+// saw a worker reach c refuses: all abort and it is tried again later, at
+// most 5 times); the plan for ps_launch (tools/reshard_plan.h); commit;
+// then it waits until every server of the next map answers at its epoch,
+// and prints how long the job did not take writes.
+#ifndef PS_TOOLS_CTL_RESHARD_H_
+#define PS_TOOLS_CTL_RESHARD_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/options.h"
+
+namespace ps {
+
+// Exit code: 0 when the job runs on the next map's servers; 1 when the
+// reshard failed (the error is printed; the job goes on as it was unless
+// the handover had begun); 2 on a bad --to file.
+int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_s,
+               uint32_t timeout_ms);
+
+}  // namespace ps
+
+#endif  // PS_TOOLS_CTL_RESHARD_H_
