@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from psbench.workloads import ROOT, free_port  # noqa: E402  (benchmarks/psbench)
 
 WORKER = r'''
 import json, sys, time
@@ -65,19 +66,6 @@ with open(out_file + ".%d" % worker.rank, "w") as f:
 '''
 
 
-def free_ports(n):
-    import socket
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
 def write_job(path, ports, ckpt, rows, script, stop_file, out_file):
     servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
     with open(path, "w") as f:
@@ -107,7 +95,11 @@ def one_run(args, tmp):
         f.write(WORKER)
     stop_file, out_file = os.path.join(tmp, "stop"), os.path.join(tmp, "ends")
     open(stop_file, "w").close()
-    ports = free_ports(3)
+    ports = []
+    while len(ports) < 3:  # three distinct ones
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
     job2, job3 = os.path.join(tmp, "job2.yaml"), os.path.join(tmp, "job3.yaml")
     write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file)
     write_job(job3, ports, ckpt, rows, script, stop_file, out_file)
@@ -126,12 +118,18 @@ def one_run(args, tmp):
         marks = []
         for frm, to in ((job2, job3), (job3, job2)):
             started = time.monotonic()
-            ctl = subprocess.run([os.path.join(bin_dir, "ps_ctl"), "reshard", "--config", frm,
-                                  "--to", to, "--wait-s", "600"],
-                                 capture_output=True, text=True, env=env)
+            ctl = subprocess.Popen([os.path.join(bin_dir, "ps_ctl"), "reshard", "--config", frm,
+                                    "--to", to, "--wait-s", "600"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=env)
+            # The job may fail meanwhile: then ps_ctl would wait for nothing.
+            while ctl.poll() is None and launch.poll() is None:
+                time.sleep(0.05)
+            if ctl.poll() is None:
+                ctl.kill()
+            out = ctl.communicate()[0]
             if ctl.returncode != 0:
-                raise SystemExit("ps_ctl reshard failed:\n" + ctl.stdout + ctl.stderr +
-                                 log_text()[-4000:])
+                raise SystemExit("ps_ctl reshard failed:\n" + out + log_text()[-4000:])
             marks.append((started, time.monotonic()))
             time.sleep(args.settle_s)
         with open(stop_file, "w") as f:

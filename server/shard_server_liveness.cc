@@ -17,6 +17,9 @@ namespace ps {
 void ShardServer::CheckLiveness(Clock::TimePoint now) {
   const LivenessOptions& liveness = job_.liveness;
   if (liveness.heartbeat_ms == 0) return;
+  // A shard that handed its rows over (server/reshard_gate.h) hears from
+  // the workers no more: their liveness is the next map's servers' to judge.
+  if (reshard_->handed_over()) return;
   const auto timeout = std::chrono::milliseconds(liveness.timeout_ms);
   if (job_.cluster.evaluator && workers_.evaluator().SilentPast(now, timeout)) {
     // Training never waits for the evaluator: its death costs only the

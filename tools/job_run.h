@@ -46,6 +46,8 @@ struct Child {
   // reshard moved the job past it (it handed over; its exit ends nothing).
   int64_t map_epoch = 0;
   bool retired = false;
+  // Servers of replica 0: the cluster.servers entry whose port it holds.
+  std::string address;
 };
 
 class JobRun {

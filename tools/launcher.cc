@@ -132,6 +132,7 @@ Status JobRun::StartAll() {
     child.is_evaluator = is_evaluator;
     child.index = index;
     child.replica = replica;
+    if (is_server && replica == 0) child.address = job_.cluster.servers[index];
     child.process = std::move(process).value();
   }
   return Status::Ok();
@@ -407,10 +408,10 @@ void JobRun::MaybeStartNextMap() {
   if (!next_map_.pending || stopping_) return;
   const std::vector<std::string>& next_servers = next_map_.job.cluster.servers;
   for (const Child& c : children_) {
-    if (!c.is_server || c.map_epoch != map_epoch_ || c.exited) continue;
-    // A server still running at an address the next map takes holds its port.
-    if (std::find(next_servers.begin(), next_servers.end(), job_.cluster.servers[c.index]) !=
-        next_servers.end()) {
+    if (!c.is_server || c.exited) continue;
+    // A server still running at an address the next map takes holds its
+    // port (one of the current map, or of an earlier one that lingers).
+    if (std::find(next_servers.begin(), next_servers.end(), c.address) != next_servers.end()) {
       return;
     }
   }
@@ -452,6 +453,7 @@ void JobRun::MaybeStartNextMap() {
     child.name = ServerName(s, 0);
     child.is_server = true;
     child.index = s;
+    child.address = job_.cluster.servers[s];
     child.map_epoch = map_epoch_;
     child.process = std::move(process).value();
     children_.push_back(std::move(child));
