@@ -166,6 +166,9 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     if (!reply.ok()) {
       // Before any shard reached the clock, an abort undoes it all.
       abort_all(shards, clock);
+      if (Status removed = RemoveReshardPlan(job.checkpoint.dir, next_epoch); !removed.ok()) {
+        Fail(removed.ToString());
+      }
       Fail("commit on shard " + std::to_string(s) + ": " + reply.status().ToString());
       return 1;
     }
@@ -180,6 +183,9 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
   client->reset();
   // The next map's servers, once each answers at its epoch.
   next.client.request_timeout_ms = timeout_ms;
+  // A server that goes away while it is asked is asked again in the loop,
+  // not waited for as a worker waits for a server to come back.
+  next.liveness.server_down_timeout_ms = timeout_ms;
   auto fresh = ControlClient::Create(next);
   if (!fresh.ok()) {
     Fail(fresh.status().ToString());

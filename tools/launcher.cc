@@ -69,6 +69,13 @@ void JobRun::Emit(std::string_view line) {
 Status JobRun::StartAll() {
   PS_ASSIGN_OR_RETURN(const RestorePoint restore, ResumePoint(job_, config_path_, options_.resume));
   restore_clock_ = restore.clock;
+  // Plans of reshards an earlier run of the job left (it stopped during
+  // one): this run starts at the job file's map.
+  if (!job_.checkpoint.dir.empty()) {
+    if (Status removed = RemoveReshardPlans(job_.checkpoint.dir); !removed.ok()) {
+      Say("warning: " + removed.ToString());
+    }
+  }
   if (restore_clock_ >= 0) {
     const size_t servers = job_.cluster.servers.size();
     Say("checkpoint: every shard restores clock " + std::to_string(restore_clock_) + " from " +
@@ -332,9 +339,16 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     ServerHandedOver(child, how);
     return;
   }
-  if (child.is_server && next_map_.pending) {
-    FailJob(how, " while the job was being moved onto other servers; stopping the job. Resume "
-                 "it from its checkpoints with ps_launch --resume (on either job file)");
+  // A server that dies while a reshard is under way (ps_ctl committed it:
+  // its plan is on disk) would come back knowing nothing of it, and the
+  // others would wait for its part of the handover for good.
+  if (child.is_server &&
+      (next_map_.pending ||
+       ReadReshardPlan(job_.checkpoint.dir, map_epoch_ + 1).status().code() !=
+           StatusCode::kNotFound)) {
+    FailJob(how, " while the job was being moved onto other servers (ps_ctl reshard); stopping "
+                 "the job. Resume it from its checkpoints with ps_launch --resume (on the job "
+                 "file it ran on)");
     return;
   }
   // A server that died by a signal crashed (or was killed): it comes back
@@ -429,6 +443,11 @@ void JobRun::MaybeStartNextMap() {
     if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;
   }
   const size_t old_servers = job_.cluster.servers.size();
+  // Carried out: a server that dies from now on is restarted as usual.
+  if (Status removed = RemoveReshardPlan(job_.checkpoint.dir, next_map_.plan.epoch);
+      !removed.ok()) {
+    Say("warning: " + removed.ToString());
+  }
   job_ = std::move(next_map_.job);
   config_path_ = next_map_.plan.config;
   map_epoch_ = next_map_.plan.epoch;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -27,6 +28,29 @@ Status WriteReshardPlan(const std::string& checkpoint_dir, const ReshardPlan& pl
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return InternalError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status RemoveReshardPlan(const std::string& checkpoint_dir, int64_t epoch) {
+  const std::string path = ReshardPlanPath(checkpoint_dir, epoch);
+  if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
+    return InternalError("cannot remove the reshard plan " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status RemoveReshardPlans(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(checkpoint_dir, ec);
+  if (ec) return Status::Ok();  // no folder yet: no plans
+  for (const auto& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("reshard-", 0) != 0 || !name.ends_with(".plan")) continue;
+    if (!std::filesystem::remove(entry.path(), ec) && ec) {
+      return InternalError("cannot remove the reshard plan " + entry.path().string() + ": " +
+                           ec.message());
+    }
   }
   return Status::Ok();
 }

@@ -29,6 +29,11 @@ struct ReshardPlan {
 std::string ReshardPlanPath(const std::string& checkpoint_dir, int64_t epoch);
 // Writes `plan` there. Internal or PermissionDenied naming the path.
 Status WriteReshardPlan(const std::string& checkpoint_dir, const ReshardPlan& plan);
+// Removes the plan of map `epoch` (an aborted reshard); OK when there is none.
+Status RemoveReshardPlan(const std::string& checkpoint_dir, int64_t epoch);
+// Removes every plan in `checkpoint_dir` (a folder that does not exist
+// holds none).
+Status RemoveReshardPlans(const std::string& checkpoint_dir);
 // Reads the plan of map `epoch`. NotFound when there is none; DataLoss
 // naming the path and line when it does not read as a plan of that epoch.
 StatusOr<ReshardPlan> ReadReshardPlan(const std::string& checkpoint_dir, int64_t epoch);

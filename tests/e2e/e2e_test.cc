@@ -858,6 +858,88 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
   EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
 }
 
+// A server killed while a reshard is committed but before the handover (a
+// worker stopped keeps the job short of the handover clock): ps_launch
+// stops the job naming it instead of restarting a server that knows
+// nothing of the reshard, and the job resumes from its checkpoints with
+// exact sums.
+TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
+  const std::string stop_file = (dir_ / "stop").string();
+  std::ofstream(stop_file) << "";
+  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const auto job = [&](int servers, const std::string& name) {
+    std::string list;
+    for (int i = 0; i < servers; ++i) {
+      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
+    }
+    const std::string path = (dir_ / (name + ".yaml")).string();
+    std::ofstream(path) << "cluster: { servers: [" << list << "], workers: 2 }\n"
+                        << "tables: [ { name: acc, rows: 10000, dim: 1, optimizer: { type: add } } ]\n"
+                           "consistency: { mode: bsp }\n"
+                           "checkpoint: { dir: " << ckpt << ", every_clocks: 20, sync: false }\n"
+                        << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, "
+                        << stop_file << "] }\n";
+    return path;
+  };
+  const std::string job2 = job(2, "job2"), job3 = job(3, "job3");
+  const std::string log = (dir_ / "launch.log").string();
+  Subprocess* launch =
+      Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + job2 + " > " + log + " 2>&1"});
+  ASSERT_NE(launch, nullptr);
+  const auto read_log = [&] {
+    std::ifstream in(log);
+    std::string text, line;
+    while (std::getline(in, line)) text += line + "\n";
+    return text;
+  };
+  const auto wait_for = [&](const std::string& what) {
+    const auto deadline = Steady::now() + std::chrono::seconds(60);
+    while (read_log().find(what) == std::string::npos && Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return read_log().find(what) != std::string::npos;
+  };
+  const auto pid_of = [&](const std::string& name) {
+    const std::regex started("started " + name + R"( \(pid (\d+)\))");
+    const std::string text = read_log();
+    std::smatch m;
+    return std::regex_search(text, m, started) ? static_cast<pid_t>(std::stol(m[1])) : -1;
+  };
+  ASSERT_TRUE(wait_for("[worker 0] clock 100")) << read_log();
+  // Worker 1 stops: no clock passes, so the shards stay short of the
+  // handover clock once the reshard is committed.
+  const pid_t worker1 = pid_of("worker 1"), server0 = pid_of("server 0");
+  ASSERT_GT(worker1, 0) << read_log();
+  ASSERT_GT(server0, 0) << read_log();
+  ASSERT_EQ(kill(worker1, SIGSTOP), 0);
+  Subprocess* ctl = Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "5"}, true);
+  ASSERT_TRUE(wait_for("shard 1: the handover to map 1 at clock")) << read_log();
+  ASSERT_EQ(kill(server0, SIGKILL), 0);
+  kill(worker1, SIGCONT);
+  ASSERT_OK(launch->WaitFor(milliseconds(60000)));
+  const std::string failed = read_log();
+  EXPECT_NE(failed.find("server 0 killed by signal 9 (Killed) while the job was being moved onto "
+                        "other servers (ps_ctl reshard); stopping the job"),
+            std::string::npos)
+      << failed;
+  EXPECT_NE(failed.find("job failed"), std::string::npos) << failed;
+  auto [ctl_status, ctl_out] = Finish(ctl, milliseconds(60000));
+  EXPECT_FALSE(ExitedSuccessfully(ctl_status)) << ctl_out;
+
+  // The job resumes on its 2 servers from the newest generation both hold;
+  // every row holds the sum of every clock's pushes up to the stop.
+  std::ofstream(stop_file) << 400 << "\n";
+  auto [status, out] = Finish(Start({kLaunch, "--config", job2, "--resume"}, true),
+                              milliseconds(120000));
+  EXPECT_TRUE(ExitedSuccessfully(status)) << out;
+  EXPECT_NE(out.find("[worker 0] exact: every one of 10000 rows and 0 hashed ids holds 1200.0 "
+                     "after 400 clocks"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string path = WriteJob(

@@ -44,5 +44,18 @@ TEST_F(ReshardPlanTest, AMissingPlanIsNotFoundABrokenOneIsNamed) {
   EXPECT_EQ(ReadReshardPlan(dir_.string(), 2).status().code(), StatusCode::kDataLoss);
 }
 
+TEST_F(ReshardPlanTest, RemovingPlansLeavesEverythingElse) {
+  ASSERT_OK(WriteReshardPlan(dir_.string(), {1, 10, "/a.yaml"}));
+  ASSERT_OK(WriteReshardPlan(dir_.string(), {2, 20, "/b.yaml"}));
+  std::ofstream(dir_ / "shard-0") << "";
+  ASSERT_OK(RemoveReshardPlan(dir_.string(), 1));
+  EXPECT_FALSE(fs::exists(dir_ / "reshard-1.plan"));
+  EXPECT_OK(RemoveReshardPlan(dir_.string(), 1));  // none: nothing to do
+  ASSERT_OK(RemoveReshardPlans(dir_.string()));
+  EXPECT_FALSE(fs::exists(dir_ / "reshard-2.plan"));
+  EXPECT_TRUE(fs::exists(dir_ / "shard-0"));
+  EXPECT_OK(RemoveReshardPlans((dir_ / "missing").string()));
+}
+
 }  // namespace
 }  // namespace ps
