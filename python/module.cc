@@ -291,8 +291,9 @@ sends or waits.)")
       .def_property_readonly("config", [](const Worker& w) { return w.job().source; },
                              "The job file's path, as given.")
       .def_property_readonly("num_workers", [](const Worker& w) { return w.job().cluster.workers; })
-      .def_property_readonly(
-          "num_servers", [](const Worker& w) { return w.job().cluster.servers.size(); })
+      .def_property_readonly("num_servers", &Worker::num_servers,
+                             "The servers the worker's requests go to: the job file's, or those "
+                             "ps_ctl reshard moved the running job onto.")
       .def_property_readonly(
           "tables",
           [](const std::shared_ptr<Worker>& w) {

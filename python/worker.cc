@@ -100,6 +100,13 @@ bool Worker::closed() {
   return client_ == nullptr;
 }
 
+uint32_t Worker::num_servers() {
+  py::gil_scoped_release release;
+  std::lock_guard<TurnLock> lock(mu_);
+  return client_ != nullptr ? client_->num_shards()
+                            : static_cast<uint32_t>(job().cluster.servers.size());
+}
+
 Status Worker::CheckOpen(const char* call) const {
   if (client_ != nullptr) return Status::Ok();
   return FailedPreconditionError(std::string(call) + ": worker " + std::to_string(rank_) +

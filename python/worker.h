@@ -169,6 +169,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   const std::string& rank_source() const { return rank_source_; }
   bool joined();
   bool closed();
+  // The servers the worker's requests go to now: the job file's, or those a
+  // reshard moved the job onto (client/client.h, map_epoch).
+  uint32_t num_servers();
   // The worker's clock (Client::clock()).
   int64_t current_clock();
 
