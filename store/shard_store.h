@@ -178,7 +178,8 @@ class ShardStore {
   // holds no sum (at the end of a job).
   uint64_t Checksum(uint32_t table) const;
 
-  // Blocks copied because a push met a block still shared with a reply.
+  // Blocks copied because a push met a block still shared with a reply, a
+  // replica's copy (ShareBlock) or a snapshot (SharedSnapshot).
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
   // Blocks converted to a 16-bit dtype for dense pulls (ReadRows): at most
   // one per block and change, whatever the number of pulls.
