@@ -389,8 +389,8 @@ struct CheckpointOptions {
   // dir/shard-<i>/. Empty (default): no checkpoints.
   std::string dir;
   // Each shard writes a generation whenever its minimum clock reaches a
-  // multiple of this (in the background: serving pauses only for an
-  // in-memory copy of the shard). >= 1. Default 1000.
+  // multiple of this (in the background: serving pauses only to take a
+  // snapshot that shares the shard's blocks). >= 1. Default 1000.
   uint32_t every_clocks = 1000;
   // Generations kept per shard, >= 1. Default 3.
   uint32_t keep = 3;

@@ -114,7 +114,9 @@ struct ShardStats {
   // Requests since the shard started.
   uint64_t pushes = 0, pulls = 0, errors = 0, clocks = 0;
   uint64_t bytes_in = 0, bytes_out = 0;  // every frame
-  uint64_t copy_on_write = 0;            // store blocks copied because a reply held them
+  // Store blocks copied because a reply, a replica's copy or a checkpoint
+  // being written held them when a push came.
+  uint64_t copy_on_write = 0;
   double pushes_per_s = 0, pulls_per_s = 0;  // the shard's own recent rates
 
   // Consistency.

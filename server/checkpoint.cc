@@ -79,6 +79,19 @@ StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
+  return WriteGeneration(snapshot, options, nullptr);
+}
+
+Status CheckpointDir::Write(ShardSnapshot&& snapshot, const CheckpointWriteOptions& options) {
+  const Status written = WriteGeneration(snapshot, options, &snapshot);
+  // Released also when the write stopped early.
+  for (TableSnapshot& t : snapshot.tables) t.shared.clear();
+  return written;
+}
+
+Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
+                                      const CheckpointWriteOptions& options,
+                                      ShardSnapshot* release) {
   const std::string final_path = GenerationPath(snapshot.clock);
   if (options.keep < 1) return InvalidArgumentError(final_path + ": keep must be at least 1");
   PS_RETURN_IF_ERROR(ValidateForWrite(snapshot, final_path));
@@ -92,7 +105,13 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
 
   Status written;
   try {
-    written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage);
+    RowsWrittenFn rows_written;
+    if (release != nullptr) {
+      rows_written = [release](uint32_t table, uint64_t end) {
+        release->tables[table].ReleaseShared(end);
+      };
+    }
+    written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage, rows_written);
     if (written.ok()) written = WriteShardsFile(tmp, snapshot.num_shards);
     if (written.ok()) stage(CheckpointStage::kFlushed);
     if (written.ok() && options.sync) written = SyncFlatFolder(*files_, tmp);

@@ -82,6 +82,13 @@ class CheckpointDir {
   // logged, not returned (the new generation is complete; the next Write
   // prunes again).
   Status Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options);
+  // The same, for a snapshot this call consumes: each run of rows it shares
+  // with a store (TableSnapshot::shared, ShardStore::SharedSnapshot) is
+  // released as soon as its records are made, so a block the store copied
+  // meanwhile is freed then, and the rest go back to the store, rather
+  // than at the end of the write. The snapshot's layout stays; its shared
+  // runs are released, whatever the result.
+  Status Write(ShardSnapshot&& snapshot, const CheckpointWriteOptions& options);
 
   // Clocks of the complete generations, ascending.
   StatusOr<std::vector<int64_t>> Generations() const;
@@ -104,6 +111,10 @@ class CheckpointDir {
  private:
   CheckpointDir(std::string path, Filesystem* files)
       : path_(std::move(path)), files_(files != nullptr ? files : &os_files_) {}
+  // Write; `release` (when set: the snapshot, owned by the caller) has
+  // its shared runs released as their records are made.
+  Status WriteGeneration(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options,
+                         ShardSnapshot* release);
   // The shards-<n> file in the generation being written, `tmp`.
   Status WriteShardsFile(const std::string& tmp, uint32_t num_shards);
   const std::string path_;

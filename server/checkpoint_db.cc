@@ -189,7 +189,7 @@ rocksdb::Slice AsSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.s
 }  // namespace
 
 Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const std::string& path,
-                               const CheckpointStageHook& at_stage) {
+                               const CheckpointStageHook& at_stage, const RowsWrittenFn& written) {
   // Declared before the database, so it outlives it.
   const std::unique_ptr<rocksdb::Env> env =
       rocksdb::NewCompositeEnv(std::make_shared<CheckpointFileSystem>(&files));
@@ -235,14 +235,13 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
     // A range table's records are runs of rows; a hashed table's, one row
     // each, keyed by its id.
     const uint64_t per_run = t.hashed ? 1 : RowsPerRun(t.dim);
-    // Each row's use follows its floats, when the table evicts.
-    rocksdb::Slice parts[2 + kMaxOptimizerSlots];
-    const int nparts = static_cast<int>(1 + t.slots.size() + (t.row_uses ? 1 : 0));
+    // A record's value: its rows' values, then each slot's, from one piece
+    // of memory or, for a run that spans two of a shared snapshot's blocks,
+    // from two; each row's use follows, when the table evicts.
+    const size_t arrays = 1 + t.slots.size();
+    std::vector<RowPiece> pieces;
+    std::vector<rocksdb::Slice> parts;
     std::byte use[kRowUseBytes];
-    const auto piece = [&](const std::vector<float>& a, size_t offset, size_t floats) {
-      return rocksdb::Slice(reinterpret_cast<const char*>(a.data() + offset),
-                            floats * sizeof(float));
-    };
     const uint64_t rows = t.RowCount();
     for (uint64_t first = 0; first < rows; first += per_run) {
       const uint64_t n = std::min(per_run, rows - first);
@@ -254,17 +253,26 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
       } else {
         EncodeRowKey(static_cast<uint32_t>(ti), t.owned.begin + first, key);
       }
-      const size_t offset = static_cast<size_t>(first) * t.dim;
-      const size_t floats = static_cast<size_t>(n) * t.dim;
-      parts[0] = piece(t.values, offset, floats);
-      for (size_t k = 0; k < t.slots.size(); ++k) parts[1 + k] = piece(t.slots[k], offset, floats);
+      pieces.clear();
+      t.ForEachPiece(first, n, [&](const RowPiece& piece) { pieces.push_back(piece); });
+      parts.clear();
+      for (size_t a = 0; a < arrays; ++a) {
+        for (const RowPiece& piece : pieces) {
+          const float* p = a == 0 ? piece.values : piece.slots[a - 1];
+          parts.emplace_back(reinterpret_cast<const char*>(p),
+                             static_cast<size_t>(piece.rows) * t.dim * sizeof(float));
+        }
+      }
       if (t.row_uses) {
         EncodeRowUse(t.uses[first], use);
-        parts[1 + t.slots.size()] = rocksdb::Slice(reinterpret_cast<const char*>(use), kRowUseBytes);
+        parts.emplace_back(reinterpret_cast<const char*>(use), kRowUseBytes);
       }
       const rocksdb::Slice key_slice(key, key_size);
-      rs = batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, nparts));
+      rs = batch.Put(rocksdb::SliceParts(&key_slice, 1),
+                     rocksdb::SliceParts(parts.data(), static_cast<int>(parts.size())));
       if (!rs.ok()) return RocksError(rs, "cannot write to " + path, StatusCode::kInternal);
+      // The batch holds its own copy of the record's bytes.
+      if (written) written(static_cast<uint32_t>(ti), first + n);
       if (batch.GetDataSize() >= kBatchBytes) PS_RETURN_IF_ERROR(commit());
       if (++runs_written == stall_after_runs) {
         if (batch.Count() > 0) PS_RETURN_IF_ERROR(commit());

@@ -34,8 +34,14 @@ namespace ps {
 // hold a partial database.
 // REQUIRES: ValidateForWrite(s, ..).ok().
 // Every file, folder, rename and removal of the write goes through `files`.
+// `written` (when set) is called on the writing thread as the records are
+// made: once the rows [0, end) of table index `table` (indices into its
+// snapshot rows) are in a record, their arrays are not read again (a
+// caller that owns `s` may release them: TableSnapshot::ReleaseShared).
+using RowsWrittenFn = std::function<void(uint32_t table, uint64_t end)>;
 Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const std::string& path,
-                               const CheckpointStageHook& at_stage);
+                               const CheckpointStageHook& at_stage,
+                               const RowsWrittenFn& written = nullptr);
 
 // Reads the database at `path` read-only (no file in it is created or
 // changed) into `sink`: its layout to sink->Begin, then every run record in

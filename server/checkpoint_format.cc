@@ -260,6 +260,37 @@ Status ValidateIds(const TableSnapshot& t, const std::string& table) {
   return Status::Ok();
 }
 
+// A range table's rows shared with a store (TableSnapshot::shared): runs
+// held, in row order, covering its rows once, and no flat arrays beside
+// them.
+Status ValidateShared(const TableSnapshot& t, const std::string& table) {
+  if (t.hashed) return InvalidArgumentError(table + " is hashed but has shared runs of rows");
+  bool flat = !t.values.empty();
+  for (const std::vector<float>& slot : t.slots) flat = flat || !slot.empty();
+  if (flat) return InvalidArgumentError(table + " has both shared runs of rows and copied arrays");
+  uint64_t next = 0;
+  for (const SharedRows& run : t.shared) {
+    if (run.first != next || run.rows == 0) {
+      return InvalidArgumentError(table + " has a shared run of rows " +
+                                  RowsText(run.first, run.first + run.rows) + " where rows from " +
+                                  std::to_string(next) + " come next");
+    }
+    bool held = run.holder != nullptr && run.values != nullptr;
+    for (size_t k = 0; k < t.slots.size(); ++k) held = held && run.slots[k] != nullptr;
+    if (!held) {
+      return InvalidArgumentError(table + " has a shared run of rows " +
+                                  RowsText(run.first, run.first + run.rows) +
+                                  " that was released or lacks an array");
+    }
+    next += run.rows;
+  }
+  if (next != t.RowCount()) {
+    return InvalidArgumentError(table + " has shared runs of " + std::to_string(next) +
+                                " rows for its " + std::to_string(t.RowCount()) + " rows");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
@@ -290,17 +321,24 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
       return InvalidArgumentError(table + " has a sketch of " + std::to_string(t.sketch.size()) +
                                   " bytes for width " + std::to_string(t.sketch_width));
     }
+    if (t.slots.size() > kMaxOptimizerSlots) {
+      return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
+                                  " optimizer slots (at most " +
+                                  std::to_string(kMaxOptimizerSlots) + ")");
+    }
     const std::optional<size_t> n = TableElements(t);
-    if (!n || t.values.size() != *n) {
+    if (!n) {
+      return InvalidArgumentError(table + " of " + std::to_string(t.RowCount()) + " rows of dim " +
+                                  std::to_string(t.dim) + " is too large");
+    }
+    if (!t.shared.empty()) {
+      PS_RETURN_IF_ERROR(ValidateShared(t, table));
+    } else if (t.values.size() != *n) {
       return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
                                   " values for " + std::to_string(t.RowCount()) +
                                   " rows of dim " + std::to_string(t.dim));
     }
-    if (t.slots.size() > kMaxOptimizerSlots) {
-      return InvalidArgumentError(table + " has " + std::to_string(t.slots.size()) +
-                                  " optimizer slots (at most " + std::to_string(kMaxOptimizerSlots) + ")");
-    }
-    for (size_t k = 0; k < t.slots.size(); ++k) {
+    for (size_t k = 0; k < t.slots.size() && t.shared.empty(); ++k) {
       if (t.slots[k].size() != *n) {
         return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
                                     std::to_string(t.slots[k].size()) + " floats, not " +

@@ -53,7 +53,7 @@ void CheckpointTrigger::Request(Frame& routing_id, const MessageHeader& request,
   answer.request = request;
   if (writing()) {
     // Answered when the write in progress is done (Finish): many requests
-    // cost one generation, not one copy of the shard each. Each waiting
+    // cost one generation, not one snapshot of the shard each. Each waiting
     // request holds a few bytes; max_waiting of them at most.
     if (waiting_.size() >= options_.max_waiting) {
       answer.status = UnavailableError(
@@ -106,29 +106,34 @@ void CheckpointTrigger::Finish(int64_t clock, bool may_start) {
 Status CheckpointTrigger::Start(int64_t clock) {
   JoinWriter();  // finished (ClockAdvanced waited): reap its thread
   last_clock_ = clock;
-  const auto copy_start = clock_.Now();
+  const auto pause_start = clock_.Now();
   PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, snapshot_(clock));
-  const double copy_ms =
-      std::chrono::duration<double, std::milli>(clock_.Now() - copy_start).count();
+  const double pause_ms =
+      std::chrono::duration<double, std::milli>(clock_.Now() - pause_start).count();
   ++started_;
   write_clock_ = clock;
   writing_.store(true, std::memory_order_release);
-  writer_ = std::thread([this, copy_ms, snapshot = std::move(snapshot)] { Write(snapshot, copy_ms); });
+  writer_ = std::thread([this, pause_ms, snapshot = std::move(snapshot)]() mutable {
+    Write(std::move(snapshot), pause_ms);
+  });
   return Status::Ok();
 }
 
-void CheckpointTrigger::Write(const ShardSnapshot& snapshot, double copy_ms) {
+void CheckpointTrigger::Write(ShardSnapshot snapshot, double pause_ms) {
   const auto start = clock_.Now();
-  Status written = dir_.Write(snapshot, options_.write);
+  const int64_t clock = snapshot.clock;
+  // Consumed: the blocks it shares with the store go back as they are
+  // written (CheckpointDir::Write), and the rest of it with this thread.
+  Status written = dir_.Write(std::move(snapshot), options_.write);
   const double secs = std::chrono::duration<double>(clock_.Now() - start).count();
   if (written.ok()) {
     PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
-                "(serving paused {:.1f} ms for the copy)",
-                options_.shard, snapshot.clock, dir_.GenerationPath(snapshot.clock), secs, copy_ms);
+                "(serving paused {:.1f} ms for the snapshot)",
+                options_.shard, clock, dir_.GenerationPath(clock), secs, pause_ms);
   } else {
     PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
                  "are intact",
-                 options_.shard, snapshot.clock, written.ToString());
+                 options_.shard, clock, written.ToString());
   }
   result_ = std::move(written);
   writing_.store(false, std::memory_order_release);

@@ -3,15 +3,17 @@
 //
 // A generation is written at every checkpoint.every_clocks boundary the
 // minimum clock crosses (ClockAdvanced) and for a CHECKPOINT request when
-// no write runs (Request). The shard's state is copied on the calling
-// thread (the snapshot function: the only pause in serving) and written
-// through the CheckpointDir by a thread of this part. At most one write
-// runs, so there is never more than one copy of the shard:
+// no write runs (Request). The shard's snapshot is taken on the calling
+// thread (the snapshot function, ShardStore::SharedSnapshot: references to
+// the store's blocks and a copy of its hashed tables, the only pause in
+// serving) and written through the CheckpointDir by a thread of this
+// part, which releases each block as it is written. At most one write
+// runs, so there is never more than one snapshot of the shard:
 // - a boundary waits for a write still running (serving pauses, and the
 //   pause is logged), so that every boundary's generation holds exactly
 //   its clock's state;
 // - a request that starts a write is answered once the write started (its
-//   generation and folder), or with the copy's error;
+//   generation and folder), or with the snapshot's error;
 // - a request meeting a write waits for it (at most `max_waiting` of them;
 //   Unavailable beyond) without holding up other requests, and is answered
 //   when the write is over (Poll): with that generation, or its error, when
@@ -24,8 +26,9 @@
 //
 // Not thread-safe: the shard's loop thread makes every call, and the
 // AnswerFn and snapshot function run on it. The writer thread is internal:
-// it touches only the copy it was handed, the CheckpointDir and the result
-// it leaves for the loop; writing() is safe from any thread.
+// it touches only the snapshot it was handed (whose shared blocks the
+// store copies before changing them), the CheckpointDir and the result it
+// leaves for the loop; writing() is safe from any thread.
 #ifndef PS_SERVER_CHECKPOINT_TRIGGER_H_
 #define PS_SERVER_CHECKPOINT_TRIGGER_H_
 
@@ -74,11 +77,12 @@ class CheckpointTrigger {
   };
   using AnswerFn = std::function<void(Answer& answer)>;
   // The shard's state after every update of the clocks below `clock`
-  // (ShardStore::Snapshot); ResourceExhausted when the copy does not fit.
+  // (ShardStore::SharedSnapshot, or any snapshot CheckpointDir::Write
+  // takes); ResourceExhausted when its copies do not fit.
   using SnapshotFn = std::function<StatusOr<ShardSnapshot>(int64_t clock)>;
 
-  // `dir` and `clock` must outlive this; `clock` times the copy, the write
-  // and the pause of a boundary. `last_clock`: the clock of the newest
+  // `dir` and `clock` must outlive this; `clock` times the snapshot, the
+  // write and the pause of a boundary. `last_clock`: the clock of the newest
   // generation written or restored (the clock the shard started at), the
   // boundary rule counts from it.
   CheckpointTrigger(CheckpointTriggerOptions options, CheckpointDir& dir, SnapshotFn snapshot,
@@ -89,10 +93,10 @@ class CheckpointTrigger {
   CheckpointTrigger& operator=(const CheckpointTrigger&) = delete;
 
   // The minimum clock is `clock` now: when it crossed a multiple of
-  // every_clocks since the last generation, copies the state and starts
+  // every_clocks since the last generation, takes the snapshot and starts
   // writing generation `clock` (first waiting, with a log line, for a
   // write still running); the requests that waited get that generation,
-  // or the error of the copy (which is logged).
+  // or the error of the snapshot (which is logged).
   void ClockAdvanced(int64_t clock);
   // A CHECKPOINT request, the minimum clock being `clock`: starts
   // generation `clock`, or waits for the write in progress (see the top).
@@ -123,7 +127,7 @@ class CheckpointTrigger {
   bool writing() const { return writing_.load(std::memory_order_acquire); }
   // The clock of the newest generation started or restored.
   int64_t last_clock() const { return last_clock_; }
-  // Generations copied and handed to the writer.
+  // Generations snapshotted and handed to the writer.
   uint64_t started() const { return started_; }
   // CHECKPOINT requests waiting for the write in progress.
   size_t requests_waiting() const { return waiting_.size(); }
@@ -135,12 +139,12 @@ class CheckpointTrigger {
   // Poll; `may_start`: whether a new generation may be started for the
   // waiting requests.
   void Finish(int64_t clock, bool may_start);
-  // Copies the state as generation `clock` and starts writing it; the
-  // copy's error otherwise. REQUIRES: no write is running.
+  // Takes the snapshot of generation `clock` and starts writing it; the
+  // snapshot's error otherwise. REQUIRES: no write is running.
   Status Start(int64_t clock);
-  // The writer thread's work: writes `snapshot`, logs how it went and
-  // leaves the result for the loop.
-  void Write(const ShardSnapshot& snapshot, double copy_ms);
+  // The writer thread's work: writes `snapshot` (consuming it), logs how
+  // it went and leaves the result for the loop.
+  void Write(ShardSnapshot snapshot, double pause_ms);
   void JoinWriter();
 
   const CheckpointTriggerOptions options_;

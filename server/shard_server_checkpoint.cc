@@ -1,6 +1,6 @@
 // The checkpoint side of ShardServer (server/shard_server.h): restoring
 // the store at start, and the shard's end of its CheckpointTrigger (the
-// store's copy, CHECKPOINT requests and their replies).
+// store's snapshot, CHECKPOINT requests and their replies).
 #include <chrono>
 #include <string>
 #include <utility>
@@ -52,7 +52,7 @@ void ShardServer::StartCheckpointTrigger() {
   options.max_waiting = job_.server.socket_hwm;
   checkpoint_trigger_ = std::make_unique<CheckpointTrigger>(
       std::move(options), *checkpoints_,
-      [this](int64_t clock) { return store_->Snapshot(job_, shard_, clock); }, *clock_,
+      [this](int64_t clock) { return store_->SharedSnapshot(job_, shard_, clock); }, *clock_,
       [this](CheckpointTrigger::Answer& answer) { SendCheckpointAnswer(answer); }, started_clock_);
 }
 

@@ -110,7 +110,8 @@ void WriteWorkers(const ShardStats& s, MetricsWriter& out) {
 // Memory, checkpoints and recovery.
 void WriteRecovery(const ShardStats& s, MetricsWriter& out) {
   out.Counter("ps_server_copy_on_write_total",
-              "Store blocks copied because a reply still held them when a push came",
+              "Store blocks copied because a reply, a replica's copy or a checkpoint being written "
+              "still held them when a push came",
               static_cast<double>(s.copy_on_write));
   out.Gauge("ps_server_queued_reply_bytes", "Bytes of replies not yet taken by the kernel",
             static_cast<double>(s.queued_reply_bytes));

@@ -536,24 +536,31 @@ std::vector<float> ShardStore::CopySlot(uint32_t table, uint32_t slot) const {
   return all;
 }
 
+struct ShardStore::WholeHold {
+  std::shared_ptr<Block> block;
+  explicit WholeHold(std::shared_ptr<Block> b) : block(std::move(b)) {
+    // Only the loop thread reads the count (Writable), after taking holds.
+    block->whole_holders.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Release: the holder's reads of the block come before a push that sees
+  // the count drop and moves the block's optimizer state away.
+  ~WholeHold() { block->whole_holders.fetch_sub(1, std::memory_order_release); }
+};
+
+std::shared_ptr<const void> ShardStore::HoldWhole(std::shared_ptr<Block> block) {
+  return std::make_shared<const WholeHold>(std::move(block));
+}
+
 Status ShardStore::ShareBlock(uint32_t table, uint64_t block, std::vector<Frame>* frames,
                               uint64_t* first, uint64_t* rows) {
   Table& t = tables_[table];
   std::shared_ptr<Block> b = t.blocks[block];
   *first = t.layout.owned.begin + block * t.rows_per_block;
   *rows = b->values.size() / std::max<uint32_t>(1, t.layout.dim);
-  // One holder for every frame of the block: counted while it lives.
-  struct Holder {
-    std::shared_ptr<Block> block;
-    explicit Holder(std::shared_ptr<Block> b) : block(std::move(b)) {
-      block->whole_holders.fetch_add(1, std::memory_order_relaxed);
-    }
-    ~Holder() { block->whole_holders.fetch_sub(1, std::memory_order_release); }
-  };
-  auto holder = std::make_shared<const Holder>(b);
+  // One holder for every frame of the block.
+  const std::shared_ptr<const void> holder = HoldWhole(b);
   auto share = [&](const BlockFloats& v) -> Status {
-    PS_ASSIGN_OR_RETURN(Frame f, Frame::Share(v.data(), v.size() * sizeof(float),
-                                              std::shared_ptr<const void>(holder)));
+    PS_ASSIGN_OR_RETURN(Frame f, Frame::Share(v.data(), v.size() * sizeof(float), holder));
     frames->push_back(std::move(f));
     return Status::Ok();
   };

@@ -178,7 +178,8 @@ class ShardStore {
   // holds no sum (at the end of a job).
   uint64_t Checksum(uint32_t table) const;
 
-  // Blocks copied because a push met a block still shared with a reply.
+  // Blocks copied because a push met a block still shared with a reply, a
+  // replica's copy (ShareBlock) or a snapshot (SharedSnapshot).
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
   // Blocks converted to a 16-bit dtype for dense pulls (ReadRows): at most
   // one per block and change, whatever the number of pulls.
@@ -187,12 +188,29 @@ class ShardStore {
   // The tables' layout as a checkpoint records it (no values): what a
   // generation must match to be restored here (CheckRestorable).
   ShardSnapshot Layout(const JobOptions& job, uint32_t shard, int64_t clock) const;
-  // Layout() plus a copy of every value and optimizer state array: the
-  // state a checkpoint writes. Costs one copy of the shard's memory.
-  // ResourceExhausted if the copy cannot be allocated.
+  // Layout() plus a copy of every value and optimizer state array, in
+  // `values` and `slots`: what tests and tools read. Costs one copy of the
+  // shard's memory. ResourceExhausted if the copy cannot be allocated.
   StatusOr<ShardSnapshot> Snapshot(const JobOptions& job, uint32_t shard, int64_t clock) const;
-  // Replaces every value and optimizer state array with the snapshot's.
-  // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK.
+  // Layout() plus the state a checkpoint writes, taken without copying the
+  // range tables: each one's rows as runs shared with the store's blocks
+  // (TableSnapshot::shared, one run per block, with its optimizer state),
+  // in time proportional to the number of blocks (about one per MiB of
+  // values). While a run is held, a push or restore that changes its block
+  // first copies it, values and optimizer state (copy_on_write_count),
+  // once; the run keeps the state of the moment of the call. Releasing a
+  // run (TableSnapshot::ReleaseShared, or dropping the snapshot) gives its
+  // block back, so with no push meanwhile the snapshot costs no memory.
+  // The snapshot may be read and released on another thread while this
+  // store serves. A hashed table's rows are not blocks: they are copied as
+  // Snapshot() copies them (a copy and a sort of the table's rows).
+  // ResourceExhausted if that copy cannot be allocated.
+  StatusOr<ShardSnapshot> SharedSnapshot(const JobOptions& job, uint32_t shard,
+                                         int64_t clock) const;
+  // Replaces every value and optimizer state array with the snapshot's
+  // (copied, or shared: TableSnapshot::ForEachPiece).
+  // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK; its shared
+  // runs are not released.
   void Restore(const ShardSnapshot& snapshot);
   // Restore a run of rows at a time (as a checkpoint read delivers them,
   // server/restore.h): rows [first, first + count) of `table` (global row ids inside its
@@ -289,6 +307,13 @@ class ShardStore {
     std::shared_ptr<const uint16_t[]> encoded;
     WireType encoded_type = WireType::kF32;
   };
+  // Counts as a holder of a whole block (whole_holders) while it lives: a
+  // push that copies the block then copies its optimizer state instead of
+  // moving it. Shared by the frames of ShareBlock and by the runs of
+  // SharedSnapshot; released on any thread.
+  struct WholeHold;
+  // A WholeHold of `block`, as the holder of its frames or runs.
+  static std::shared_ptr<const void> HoldWhole(std::shared_ptr<Block> block);
   struct Table {
     TableLayout layout;
     OptimizerOptions optimizer;
@@ -328,6 +353,9 @@ class ShardStore {
   // under `seed`), then id: the checkpoint's key order.
   static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
                          TableSnapshot* ts);
+  // Snapshot (`share` false) or SharedSnapshot (true).
+  StatusOr<ShardSnapshot> TakeSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
+                                       bool share) const;
   // `count` of table `table`'s HashedRows; 0 for a range table.
   template <typename Count>
   uint64_t OfHashed(uint32_t table, Count (HashedRows::*count)() const) const {

@@ -100,19 +100,49 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
 
 StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t shard,
                                              int64_t clock) const {
+  return TakeSnapshot(job, shard, clock, /*share=*/false);
+}
+
+StatusOr<ShardSnapshot> ShardStore::SharedSnapshot(const JobOptions& job, uint32_t shard,
+                                                   int64_t clock) const {
+  return TakeSnapshot(job, shard, clock, /*share=*/true);
+}
+
+StatusOr<ShardSnapshot> ShardStore::TakeSnapshot(const JobOptions& job, uint32_t shard,
+                                                 int64_t clock, bool share) const {
   ShardSnapshot snapshot = Layout(job, shard, clock);
   try {
     for (size_t i = 0; i < tables_.size(); ++i) {
       const auto table = static_cast<uint32_t>(i);
+      const Table& t = tables_[i];
       TableSnapshot& ts = snapshot.tables[i];
-      if (tables_[i].hashed != nullptr) {
-        CopyHashed(*tables_[i].hashed, NameHash(ts.name), ts.hash_slots, &ts);
+      if (t.hashed != nullptr) {
+        CopyHashed(*t.hashed, NameHash(ts.name), ts.hash_slots, &ts);
         const std::span<const std::byte> sketch = SketchData(table);
         ts.sketch.assign(sketch.begin(), sketch.end());
         continue;
       }
-      ts.values = CopyValues(table);
-      for (uint32_t slot = 0; slot < ts.slots.size(); ++slot) ts.slots[slot] = CopySlot(table, slot);
+      if (!share) {
+        ts.values = CopyValues(table);
+        for (uint32_t slot = 0; slot < ts.slots.size(); ++slot) {
+          ts.slots[slot] = CopySlot(table, slot);
+        }
+        continue;
+      }
+      // A reference to each block, counted as a whole holder: a push into
+      // one meanwhile copies it, optimizer state included (Writable).
+      ts.shared.reserve(t.blocks.size());
+      uint64_t first = 0;
+      for (const std::shared_ptr<Block>& b : t.blocks) {
+        SharedRows run;
+        run.first = first;
+        run.rows = b->values.size() / std::max<uint32_t>(1, t.layout.dim);
+        run.values = b->values.data();
+        for (uint32_t k = 0; k < t.slots; ++k) run.slots[k] = b->slots[k].data();
+        run.holder = HoldWhole(b);
+        first += run.rows;
+        ts.shared.push_back(std::move(run));
+      }
     }
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("shard " + std::to_string(shard) +
@@ -124,12 +154,13 @@ StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t sha
 void ShardStore::Restore(const ShardSnapshot& snapshot) {
   for (size_t i = 0; i < tables_.size(); ++i) {
     const TableSnapshot& ts = snapshot.tables[i];
-    std::vector<const std::byte*> slots;
-    for (const std::vector<float>& slot : ts.slots) {
-      slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
-    }
+    const auto table = static_cast<uint32_t>(i);
     if (ts.hashed) {
-      if (!ts.sketch.empty()) RestoreSketch(static_cast<uint32_t>(i), ts.sketch);
+      std::vector<const std::byte*> slots;
+      for (const std::vector<float>& slot : ts.slots) {
+        slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
+      }
+      if (!ts.sketch.empty()) RestoreSketch(table, ts.sketch);
       // A row at a time, as a checkpoint read delivers them.
       const size_t dim = ts.dim;
       for (size_t r = 0; r < ts.ids.size(); ++r) {
@@ -137,14 +168,22 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
         for (const std::byte* slot : slots) row_slots.push_back(slot + r * dim * sizeof(float));
         std::byte use[kRowUseBytes];
         if (!ts.uses.empty()) EncodeRowUse(ts.uses[r], use);
-        RestoreRows(static_cast<uint32_t>(i), ts.ids[r], 1,
+        RestoreRows(table, ts.ids[r], 1,
                     reinterpret_cast<const std::byte*>(ts.values.data() + r * dim), row_slots,
                     ts.uses.empty() ? nullptr : use);
       }
       continue;
     }
-    RestoreRows(static_cast<uint32_t>(i), ts.owned.begin, ts.owned.size(),
-                reinterpret_cast<const std::byte*>(ts.values.data()), slots);
+    uint64_t row = ts.owned.begin;
+    ts.ForEachPiece(0, ts.RowCount(), [&](const RowPiece& piece) {
+      const std::byte* slots[kMaxOptimizerSlots];
+      for (size_t k = 0; k < ts.slots.size(); ++k) {
+        slots[k] = reinterpret_cast<const std::byte*>(piece.slots[k]);
+      }
+      RestoreRows(table, row, piece.rows, reinterpret_cast<const std::byte*>(piece.values),
+                  std::span<const std::byte* const>(slots, ts.slots.size()));
+      row += piece.rows;
+    });
   }
 }
 

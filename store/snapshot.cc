@@ -1,6 +1,8 @@
 #include "store/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace ps {
 
@@ -16,6 +18,27 @@ RowUse DecodeRowUse(const std::byte* in) {
   std::memcpy(&use.clock, in + 8, 4);
   std::memcpy(&use.uses, in + 12, 4);
   return use;
+}
+
+size_t TableSnapshot::SharedRunOf(uint64_t row) const {
+  const auto after =
+      std::upper_bound(shared.begin(), shared.end(), row,
+                       [](uint64_t r, const SharedRows& run) { return r < run.first; });
+  return static_cast<size_t>(after - shared.begin()) - 1;
+}
+
+void TableSnapshot::ReleaseShared(uint64_t end) {
+  // The runs ending by `end`, newest first, up to the first one already
+  // released: a writer releasing in row order touches each run once.
+  const auto after =
+      std::upper_bound(shared.begin(), shared.end(), end,
+                       [](uint64_t e, const SharedRows& run) { return e < run.first + run.rows; });
+  for (auto it = std::make_reverse_iterator(after); it != shared.rend(); ++it) {
+    if (it->holder == nullptr) break;
+    it->holder.reset();
+    it->values = nullptr;
+    it->slots = {};
+  }
 }
 
 namespace {

@@ -1,17 +1,23 @@
 // A shard's state as plain data: every table's layout and, when taken from a
-// store, a copy of its values and optimizer state. What a checkpoint writes
-// and reads (server/checkpoint.h) and what a store is restored from; the
-// layout comparison that decides whether a saved state fits a shard.
+// store, its values and optimizer state (copied, or a range table's shared
+// with the store's copy-on-write blocks). What a checkpoint writes and reads
+// (server/checkpoint.h) and what a store is restored from; the layout
+// comparison that decides whether a saved state fits a shard.
 #ifndef PS_STORE_SNAPSHOT_H_
 #define PS_STORE_SNAPSHOT_H_
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/key_range.h"
 #include "common/status.h"
+#include "common/table_options.h"
 
 namespace ps {
 
@@ -30,8 +36,36 @@ inline constexpr size_t kRowUseBytes = 16;
 void EncodeRowUse(const RowUse& use, std::byte* out);
 RowUse DecodeRowUse(const std::byte* in);
 
-// One table of a shard: its layout, and (when taken from a store) a copy of
-// its values and optimizer state.
+// A run of a range table's consecutive rows that a snapshot shares with
+// the store instead of copying them (one of ShardStore's copy-on-write
+// blocks). While `holder` is held the arrays stay as they were when the
+// snapshot was taken: the store copies a block that a snapshot holds
+// before it changes it.
+struct SharedRows {
+  uint64_t first = 0;             // its first row, as an index into the snapshot's rows
+  uint64_t rows = 0;              // >= 1
+  const float* values = nullptr;  // rows x dim floats, row-major
+  // Each optimizer state array, laid out like values (the table's
+  // slots.size() of them).
+  std::array<const float*, kMaxOptimizerSlots> slots = {};
+  // Keeps the arrays alive and unchanged; null once released
+  // (TableSnapshot::ReleaseShared), when the pointers are null too.
+  std::shared_ptr<const void> holder;
+};
+
+// Consecutive rows of a snapshot in one piece of memory: `rows` x dim
+// floats of values at `values`, and of each optimizer state array at
+// slots[k] (k < the table's slots.size()).
+struct RowPiece {
+  const float* values = nullptr;
+  std::array<const float*, kMaxOptimizerSlots> slots = {};
+  uint64_t rows = 0;
+};
+
+// One table of a shard: its layout, and (when taken from a store) its
+// values and optimizer state, copied into `values` and `slots`, or for a
+// range table of ShardStore::SharedSnapshot shared with the store
+// (`shared`). ForEachPiece reads either.
 struct TableSnapshot {
   std::string name;
   uint64_t rows = 0;     // rows of the whole table
@@ -73,9 +107,61 @@ struct TableSnapshot {
   // older, which did not record them.
   std::string settings;
 
+  // A range table taken without a copy (ShardStore::SharedSnapshot): its
+  // rows as runs shared with the store's blocks, in row order, covering
+  // every owned row once; `values` is then empty and `slots` holds as many
+  // empty arrays as the optimizer has state arrays. Empty otherwise.
+  std::vector<SharedRows> shared;
+
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }
+
+  // Calls fn(const RowPiece&) for the snapshot's rows [first, first +
+  // count) (indices into its rows: 0 is its first row), in order, one piece
+  // per contiguous run of memory: one from `values` and `slots`, or one per
+  // shared run the rows touch. Nothing for count 0.
+  // REQUIRES: first + count <= RowCount(); the shared runs touched are not
+  // released; the arrays hold RowCount() x dim floats (ValidateForWrite).
+  template <typename Fn>
+  void ForEachPiece(uint64_t first, uint64_t count, Fn&& fn) const;
+
+  // Releases the shared runs that end at or before row `end`: their blocks
+  // go back to the store alone (a push into one no longer copies it, and a
+  // block the store replaced meanwhile is freed). Their rows may not be
+  // read again. Costs the runs released, when called with `end` ascending.
+  void ReleaseShared(uint64_t end);
+
+ private:
+  // The index of the shared run holding row `row`. REQUIRES: row <
+  // RowCount(), shared not empty.
+  size_t SharedRunOf(uint64_t row) const;
 };
+
+template <typename Fn>
+void TableSnapshot::ForEachPiece(uint64_t first, uint64_t count, Fn&& fn) const {
+  if (count == 0) return;
+  const size_t num_slots = slots.size();
+  RowPiece piece;
+  if (shared.empty()) {
+    const size_t offset = static_cast<size_t>(first) * dim;
+    piece.values = values.data() + offset;
+    for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = slots[k].data() + offset;
+    piece.rows = count;
+    fn(static_cast<const RowPiece&>(piece));
+    return;
+  }
+  const uint64_t end = first + count;
+  for (size_t run = SharedRunOf(first); first < end; ++run) {
+    const SharedRows& r = shared[run];
+    const uint64_t in_run = first - r.first;
+    const size_t offset = static_cast<size_t>(in_run) * dim;
+    piece.values = r.values + offset;
+    for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = r.slots[k] + offset;
+    piece.rows = std::min(r.rows - in_run, end - first);
+    fn(static_cast<const RowPiece&>(piece));
+    first += piece.rows;
+  }
+}
 
 // The state of one shard at a clock boundary.
 struct ShardSnapshot {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -261,6 +262,51 @@ TEST(CheckpointFormatTest, InvalidSnapshotsAreRefusedForWriting) {
     const Status st = ValidateForWrite(s, kWhere);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.text << ": " << st.ToString();
     EXPECT_EQ(st.message().rfind(kWhere + ": ", 0), 0u) << st.ToString();
+    EXPECT_NE(st.message().find(c.text), std::string::npos) << st.ToString();
+  }
+}
+
+// Table "emb" of Snapshot() with its rows shared in two runs (150 and
+// 100 rows) instead of copied.
+ShardSnapshot SharedSnapshot() {
+  ShardSnapshot s = Snapshot();
+  TableSnapshot& t = s.tables[0];
+  auto arrays = std::make_shared<std::vector<float>>(t.values);
+  t.values.clear();
+  for (std::vector<float>& slot : t.slots) slot.clear();
+  for (const auto& [first, rows] : {std::pair<uint64_t, uint64_t>{0, 150}, {150, 100}}) {
+    SharedRows run;
+    run.first = first;
+    run.rows = rows;
+    run.values = arrays->data() + first * t.dim;
+    for (size_t k = 0; k < t.slots.size(); ++k) run.slots[k] = run.values;
+    run.holder = arrays;
+    t.shared.push_back(run);
+  }
+  return s;
+}
+
+TEST(CheckpointFormatTest, SharedRunsMustCoverTheRowsOnceAndBeHeld) {
+  EXPECT_OK(ValidateForWrite(SharedSnapshot(), kWhere));
+  struct Case {
+    const char* text;
+    void (*change)(ShardSnapshot*);
+  };
+  const Case cases[] = {
+      {"table 'emb' has shared runs of 150 rows for its 250 rows",
+       [](ShardSnapshot* s) { s->tables[0].shared.pop_back(); }},
+      {"table 'emb' has a shared run of rows [150, 250) where rows from 0 come next",
+       [](ShardSnapshot* s) { s->tables[0].shared.erase(s->tables[0].shared.begin()); }},
+      {"table 'emb' has a shared run of rows [0, 150) that was released or lacks an array",
+       [](ShardSnapshot* s) { s->tables[0].ReleaseShared(150); }},
+      {"table 'emb' has both shared runs of rows and copied arrays",
+       [](ShardSnapshot* s) { s->tables[0].slots[1].assign(4000, 1.0f); }},
+  };
+  for (const Case& c : cases) {
+    ShardSnapshot s = SharedSnapshot();
+    c.change(&s);
+    const Status st = ValidateForWrite(s, kWhere);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.text << ": " << st.ToString();
     EXPECT_NE(st.message().find(c.text), std::string::npos) << st.ToString();
   }
 }

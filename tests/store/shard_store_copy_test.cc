@@ -1,9 +1,11 @@
-// The copies of a shard's sums under consistency.aggregate
-// (store/shard_store_copy.cc): what a joining replica or a replicated
+// The copies of a shard's state (store/shard_store_copy.cc). The sums
+// under consistency.aggregate: what a joining replica or a replicated
 // clock takes (CopySums, SumFromFrames, RestoreSum) holds the same sums bit
 // for bit, of range and hashed tables, applies to the same rows, and shows
 // in the checksum; every malformed form of a hashed sum is refused, naming
-// what is wrong, with the store unchanged.
+// what is wrong, with the store unchanged. The snapshot a checkpoint
+// writes (SharedSnapshot): the state of its moment, kept while pushes copy
+// the blocks it shares, and each block given back when released.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "common/hash_slots.h"
+#include "common/key_range.h"
 #include "common/wire.h"
 #include "store/shard_store.h"
 #include "tests/util/status_matchers.h"
@@ -305,6 +308,150 @@ TEST(ShardStoreSumsTest, MalformedHashedSumsAreRefusedNamingWhatIsWrong) {
   EXPECT_EQ(index[kFields * kHashed + 2], 3);
   EXPECT_EQ(frames[2 * kHashed].view(), IdsFrame(ids).view());
   EXPECT_EQ(frames[2 * kHashed + 1].view(), FloatsFrame(rows).view());
+}
+
+// A range table of 1000 rows x 1024 floats with adam (256 rows, 1 MiB of
+// values, per block: 4 blocks, the last of 232 rows) and a hashed table
+// (adagrad), on one shard.
+constexpr uint32_t kWide = 1024;
+constexpr uint64_t kBlockRows = 256;
+constexpr uint64_t kBlocks = 4;
+JobOptions BlocksJob() {
+  TableOptions range = TestTable("w", 1000, kWide, OptimizerKind::kAdam);
+  range.init.kind = InitKind::kUniform;
+  range.init.value = 0.5f;
+  TableOptions hashed = TestTable("h", 0, 3, OptimizerKind::kAdagrad);
+  hashed.keys = KeyKind::kHashed;
+  hashed.max_rows = 1000;
+  return TestJob().Servers(1, 7000).Table(range).Table(hashed).Build();
+}
+
+// A push of `count` rows of the range table from `first`, each value `g`.
+void PushRows(ShardStore& store, uint64_t first, uint64_t count, float g, int64_t clock) {
+  const std::vector<float> values(count * kWide, g);
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.table = kRange;
+  r.header.first_row = first;
+  r.header.count = count;
+  r.header.dim = kWide;
+  r.header.flags = kFlagDenseRange;
+  r.values = values;
+  ASSERT_OK(store.ApplyPush(r, clock));
+}
+
+// A push of 50 rows of the hashed table (ids 1 to 50).
+void PushHashed(ShardStore& store, int64_t clock) {
+  std::vector<uint64_t> ids(50);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
+  const std::vector<float> values(ids.size() * 3, 0.25f);
+  Request r;
+  r.header.op = Op::kPush;
+  r.header.table = 1;
+  r.header.count = ids.size();
+  r.header.dim = 3;
+  r.keys = ids;
+  r.values = values;
+  ASSERT_OK(store.ApplyPush(r, clock));
+}
+
+// A table's values, then each optimizer state array, as one array each,
+// read through ForEachPiece (copied or shared alike).
+std::vector<std::vector<float>> ArraysOf(const TableSnapshot& t) {
+  std::vector<std::vector<float>> out(1 + t.slots.size());
+  t.ForEachPiece(0, t.RowCount(), [&](const RowPiece& piece) {
+    const size_t n = piece.rows * t.dim;
+    out[0].insert(out[0].end(), piece.values, piece.values + n);
+    for (size_t k = 0; k < t.slots.size(); ++k) {
+      out[1 + k].insert(out[1 + k].end(), piece.slots[k], piece.slots[k] + n);
+    }
+  });
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ShardStoreSharedSnapshotTest, KeepsTheStateOfItsMomentWhilePushesCopyEachBlockOnce) {
+  const JobOptions job = BlocksJob();
+  auto store = ShardStore::Create(job, 0).value();
+  auto twin = ShardStore::Create(job, 0).value();  // the same pushes, no snapshot
+  for (ShardStore* s : {store.get(), twin.get()}) {
+    PushRows(*s, 0, 1000, 0.5f, 0);  // adam state that is not zero
+    PushHashed(*s, 0);
+  }
+  const ShardSnapshot copied = store->Snapshot(job, 0, 1).value();
+  const ShardSnapshot shared = store->SharedSnapshot(job, 0, 1).value();
+
+  const TableSnapshot& range = shared.tables[kRange];
+  ASSERT_EQ(range.shared.size(), kBlocks);
+  EXPECT_TRUE(range.values.empty());
+  ASSERT_EQ(range.slots.size(), 2u);
+  EXPECT_TRUE(range.slots[0].empty() && range.slots[1].empty());
+  EXPECT_EQ(range.shared.back().first, (kBlocks - 1) * kBlockRows);
+  EXPECT_EQ(range.shared.back().rows, 1000 - (kBlocks - 1) * kBlockRows);
+  // The hashed table is copied, as Snapshot copies it.
+  const TableSnapshot& hashed = shared.tables[1];
+  EXPECT_TRUE(hashed.shared.empty());
+  EXPECT_EQ(hashed.ids, copied.tables[1].ids);
+  EXPECT_TRUE(SameBits(hashed.values, copied.tables[1].values));
+
+  const uint64_t copies = store->copy_on_write_count();
+  for (ShardStore* s : {store.get(), twin.get()}) PushRows(*s, 0, 1000, -1.5f, 1);
+  EXPECT_EQ(store->copy_on_write_count(), copies + kBlocks);
+  for (ShardStore* s : {store.get(), twin.get()}) PushRows(*s, 100, 600, 2.0f, 2);
+  EXPECT_EQ(store->copy_on_write_count(), copies + kBlocks) << "a block copied twice";
+
+  // The snapshot holds the values and the optimizer state of its moment,
+  // bit for bit; the pushes landed in the store as in the twin.
+  const std::vector<std::vector<float>> arrays = ArraysOf(range);
+  EXPECT_TRUE(SameBits(arrays[0], copied.tables[kRange].values));
+  EXPECT_TRUE(SameBits(arrays[1], copied.tables[kRange].slots[0]));
+  EXPECT_TRUE(SameBits(arrays[2], copied.tables[kRange].slots[1]));
+  EXPECT_FALSE(SameBits(store->CopyValues(kRange), copied.tables[kRange].values));
+  EXPECT_EQ(store->Checksum(kRange), twin->Checksum(kRange));
+}
+
+TEST(ShardStoreSharedSnapshotTest, ReleasingARunGivesItsBlockBackToTheStore) {
+  const JobOptions job = BlocksJob();
+  auto store = ShardStore::Create(job, 0).value();
+  {
+    ShardSnapshot shared = store->SharedSnapshot(job, 0, 1).value();
+    TableSnapshot& range = shared.tables[kRange];
+    range.ReleaseShared(kBlockRows);  // block 0 written
+    EXPECT_EQ(range.shared[0].holder, nullptr);
+    EXPECT_NE(range.shared[1].holder, nullptr);
+    const uint64_t copies = store->copy_on_write_count();
+    PushRows(*store, 0, kBlockRows, 1.0f, 1);
+    EXPECT_EQ(store->copy_on_write_count(), copies) << "a released block was copied";
+    PushRows(*store, kBlockRows, 10, 1.0f, 1);
+    EXPECT_EQ(store->copy_on_write_count(), copies + 1);
+  }
+  // The snapshot is gone: no block is held.
+  const uint64_t copies = store->copy_on_write_count();
+  PushRows(*store, 0, 1000, 1.0f, 2);
+  EXPECT_EQ(store->copy_on_write_count(), copies);
+}
+
+TEST(ShardStoreSharedSnapshotTest, RestoresAStoreAsACopiedSnapshotDoes) {
+  const JobOptions job = BlocksJob();
+  auto store = ShardStore::Create(job, 0).value();
+  PushRows(*store, 0, 1000, 0.5f, 0);
+  PushHashed(*store, 0);
+  const ShardSnapshot copied = store->Snapshot(job, 0, 1).value();
+  const ShardSnapshot shared = store->SharedSnapshot(job, 0, 1).value();
+  auto from_copy = ShardStore::Create(job, 0, /*initialize=*/false).value();
+  from_copy->Restore(copied);
+  auto from_shared = ShardStore::Create(job, 0, /*initialize=*/false).value();
+  from_shared->Restore(shared);
+  // Also into the store it shares its blocks with, after pushes moved on.
+  PushRows(*store, 0, 1000, 3.0f, 1);
+  store->Restore(shared);
+  for (uint32_t t = 0; t < 2; ++t) {
+    EXPECT_EQ(from_shared->Checksum(t), from_copy->Checksum(t)) << "table " << t;
+    EXPECT_EQ(store->Checksum(t), from_copy->Checksum(t)) << "table " << t;
+  }
 }
 
 }  // namespace

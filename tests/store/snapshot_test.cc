@@ -1,10 +1,11 @@
 // The layout comparison that decides whether a saved shard state fits a
-// shard (store/snapshot.h).
+// shard, and reading a table's rows copied or shared alike (store/snapshot.h).
 #include "store/snapshot.h"
 #include "tests/util/status_matchers.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,87 @@ TEST(CheckRestorableTest, EqualLayoutsWithDifferentValuesAndClocksAreRestorable)
   // An empty shard fits an empty shard.
   ShardSnapshot empty;
   EXPECT_OK(CheckRestorable(empty, empty, "/x"));
+}
+
+// A table of 16 rows of dim 2 with one optimizer state array, as flat
+// arrays and as three shared runs of 5, 7 and 4 rows holding the same
+// numbers (each run's arrays kept alive by its holder).
+struct TwoForms {
+  TableSnapshot flat;
+  TableSnapshot shared;
+};
+TwoForms SameTableTwice() {
+  TwoForms t;
+  t.flat = Table("emb", 16, 2, {0, 16}, 1, 0);
+  for (size_t i = 0; i < t.flat.values.size(); ++i) {
+    t.flat.values[i] = static_cast<float>(i);
+    t.flat.slots[0][i] = -static_cast<float>(i);
+  }
+  t.shared = Table("emb", 16, 2, {0, 16}, 1, 0);
+  t.shared.values.clear();
+  t.shared.slots[0].clear();
+  uint64_t first = 0;
+  for (const uint64_t rows : {5, 7, 4}) {
+    auto arrays = std::make_shared<std::vector<float>>();
+    arrays->assign(t.flat.values.begin() + first * 2, t.flat.values.begin() + (first + rows) * 2);
+    arrays->insert(arrays->end(), t.flat.slots[0].begin() + first * 2,
+                   t.flat.slots[0].begin() + (first + rows) * 2);
+    SharedRows run;
+    run.first = first;
+    run.rows = rows;
+    run.values = arrays->data();
+    run.slots[0] = arrays->data() + rows * 2;
+    run.holder = arrays;
+    t.shared.shared.push_back(run);
+    first += rows;
+  }
+  return t;
+}
+
+// Rows [first, first + count) of `t` as (values, slot 0), and the pieces.
+struct Read {
+  std::vector<float> values, slot;
+  size_t pieces = 0;
+};
+Read ReadRows(const TableSnapshot& t, uint64_t first, uint64_t count) {
+  Read r;
+  t.ForEachPiece(first, count, [&](const RowPiece& p) {
+    r.values.insert(r.values.end(), p.values, p.values + p.rows * t.dim);
+    r.slot.insert(r.slot.end(), p.slots[0], p.slots[0] + p.rows * t.dim);
+    ++r.pieces;
+  });
+  return r;
+}
+
+TEST(TableSnapshotTest, ForEachPieceReadsSharedRunsAndFlatArraysAlike) {
+  const TwoForms t = SameTableTwice();
+  for (const auto& [first, count] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 16}, {3, 10}, {5, 7}, {12, 4}, {15, 1}, {4, 0}}) {
+    const Read flat = ReadRows(t.flat, first, count);
+    const Read shared = ReadRows(t.shared, first, count);
+    EXPECT_EQ(shared.values, flat.values) << "rows from " << first << ", " << count;
+    EXPECT_EQ(shared.slot, flat.slot) << "rows from " << first << ", " << count;
+    EXPECT_EQ(flat.values.size(), count * 2);
+    EXPECT_EQ(flat.pieces, count == 0 ? 0u : 1u);
+  }
+  EXPECT_EQ(ReadRows(t.shared, 3, 10).pieces, 3u);  // [3, 5), [5, 12), [12, 13)
+  EXPECT_EQ(ReadRows(t.shared, 5, 7).pieces, 1u);
+}
+
+TEST(TableSnapshotTest, ReleaseSharedDropsTheRunsThatEndByTheRowOnly) {
+  TwoForms t = SameTableTwice();
+  std::weak_ptr<const void> second = t.shared.shared[1].holder;
+  t.shared.ReleaseShared(11);  // inside the second run: the first only
+  EXPECT_EQ(t.shared.shared[0].holder, nullptr);
+  EXPECT_EQ(t.shared.shared[0].values, nullptr);
+  EXPECT_FALSE(second.expired());
+  EXPECT_EQ(ReadRows(t.shared, 5, 11).values, ReadRows(t.flat, 5, 11).values);
+  t.shared.ReleaseShared(12);
+  EXPECT_TRUE(second.expired()) << "the run's arrays are still held";
+  EXPECT_NE(t.shared.shared[2].holder, nullptr);
+  t.shared.ReleaseShared(16);
+  EXPECT_EQ(t.shared.shared[2].holder, nullptr);
+  t.shared.ReleaseShared(16);  // again: nothing left to release
 }
 
 }  // namespace
