@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace ps {
@@ -57,6 +58,17 @@ struct BlockAllocator {
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) noexcept { FreeBlockMemory(p, n * sizeof(T)); }
+  // Elements made without a value (resize(n)) are left unwritten, so a
+  // block about to be overwritten (a restore) is not written twice; give
+  // the value to have one (resize(n, 0.0f), assign).
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   template <class U>
   bool operator==(const BlockAllocator<U>&) const noexcept {
     return true;
