@@ -21,6 +21,8 @@
 #ifndef PS_STORE_BLOCK_MEMORY_H_
 #define PS_STORE_BLOCK_MEMORY_H_
 
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -43,6 +45,22 @@ inline void* AllocateBlockMemory(size_t bytes) noexcept {
 inline void FreeBlockMemory(void* p, size_t bytes) noexcept {
   if (bytes < kPageBytes) return ::operator delete(p, std::align_val_t{64});
   ::operator delete(static_cast<std::byte*>(p) - kBlockPageOffset, std::align_val_t{kPageBytes});
+}
+
+// Backs the pages of an array from AllocateBlockMemory (`p`, `bytes`) with
+// memory at once, writable, in one call instead of a page fault per page
+// (MADV_POPULATE_WRITE, Linux 5.14; where the kernel refuses it the pages
+// fault in as they are first written). The values are left as they are.
+inline void PrefaultBlockMemory(void* p, size_t bytes) noexcept {
+#ifdef __linux__
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, for older headers
+  if (bytes < kPageBytes) return;
+  auto* start = static_cast<std::byte*>(p) - kBlockPageOffset;  // the allocation's first page
+  ::madvise(start, bytes + kBlockPageOffset, kPopulateWrite);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 template <class T>

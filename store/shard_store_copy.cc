@@ -226,6 +226,14 @@ void ShardStore::RestoreRangeRows(uint32_t table, uint64_t first, uint64_t count
   ForEachBlockRun(t, first - t.layout.owned.begin, count,
                   [&](uint64_t block, uint64_t in_block, uint64_t n) {
                     Block* b = t.blocks[block].get();
+                    if (in_block == 0) {
+                      // The writer of a block's first rows backs all of its
+                      // pages at once (a store from CreateUnwritten has none).
+                      PrefaultBlockMemory(b->values.data(), b->values.size() * sizeof(float));
+                      for (size_t k = 0; k < slots.size(); ++k) {
+                        PrefaultBlockMemory(b->slots[k].data(), b->slots[k].size() * sizeof(float));
+                      }
+                    }
                     const size_t offset = static_cast<size_t>(in_block) * t.layout.dim;
                     const size_t bytes = static_cast<size_t>(n) * row_bytes;
                     std::memcpy(b->values.data() + offset, values + done, bytes);

@@ -10,6 +10,7 @@
 
 #include "common/key_range.h"
 #include "common/wire_floats.h"
+#include "store/block_memory.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -232,6 +233,24 @@ TEST(ShardStoreTest, RowsRestoredOnSeveralThreadsEqualRowsRestoredOnOne) {
   expect_same(**shared);
   const auto* pulled = reinterpret_cast<const float*>(frames[0].data());
   EXPECT_EQ(std::memcmp(pulled, before.data() + 200 * 1024, frames[0].size()), 0);
+}
+
+// Backing a block's pages at once (a restore's first write into a block)
+// keeps what the block holds, and an unwritten block becomes writable.
+TEST(ShardStoreTest, PrefaultingABlockKeepsItsValues) {
+  BlockFloats written;
+  written.assign(300000, 1.5f);
+  PrefaultBlockMemory(written.data(), written.size() * sizeof(float));
+  for (float v : written) ASSERT_EQ(v, 1.5f);
+  BlockFloats unwritten;
+  unwritten.resize(300000);
+  PrefaultBlockMemory(unwritten.data(), unwritten.size() * sizeof(float));
+  for (size_t i = 0; i < unwritten.size(); ++i) unwritten[i] = static_cast<float>(i);
+  for (size_t i = 0; i < unwritten.size(); ++i) ASSERT_EQ(unwritten[i], static_cast<float>(i));
+  BlockFloats small;  // under a page: nothing to do
+  small.assign(10, 2.5f);
+  PrefaultBlockMemory(small.data(), small.size() * sizeof(float));
+  for (float v : small) ASSERT_EQ(v, 2.5f);
 }
 
 // A whole block sent as it is starts half a page into a page
