@@ -28,7 +28,8 @@ namespace ps {
 // ..), or by another shard count (a generation without a shards-<n> file,
 // taken for one of the job's count: the message says to resume it on its
 // own count once); the errors of CheckpointDir::ReadInto. On an error the
-// store holds a mix of old and restored rows. Returns the number of tables
+// store holds a mix of old, restored and (from CreateUnwritten) unwritten
+// rows: the caller throws it away. Returns the number of tables
 // restored.
 // REQUIRES: store was created for (job, shard).
 StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
