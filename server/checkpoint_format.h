@@ -284,7 +284,7 @@ class RunChecker {
   // first key) has no StartAt, the last one ends with Finish. The ranges
   // together check the same as one checker of the whole generation, with
   // the same errors.
-  // REQUIRES: `row` starts a run of range table `table` (RunStarts), and
+  // REQUIRES: `row` starts a run of range table `table` (SplitRuns), and
   // StartAt comes before any Next.
   void StartAt(uint32_t table, uint64_t row);
   Status FinishAt(uint32_t table, uint64_t row);
