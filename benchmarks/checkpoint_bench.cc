@@ -32,8 +32,9 @@
 //                   and ShardStore::Restore into the second store; then,
 //                   the cache dropped again, RestoreStore (server/restore.h; the
 //                   records straight into the blocks of a third store,
-//                   created without init beforehand: what a restarting
-//                   server does), "in place"
+//                   created unwritten beforehand (CreateUnwritten: the
+//                   restore's threads fault its pages in): what a
+//                   restarting server does), "in place"
 //   read, warm      the same again, the generation's files now cached
 //   plain read      page cache dropped, the plain file read back with
 //                   read() calls of 8 MiB into a buffer allocated and
@@ -397,9 +398,9 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
       PS_RETURN_IF_ERROR(CheckStore(*target, *snap, "the restored store"));
       (cold ? rc_s : rw_s).push_back(rs);
       (cold ? rsc_s : rsw_s).push_back(ts);
-      // A fresh store, made (untimed) as a restarting server makes it: no
-      // init, every value 0.
-      StatusOr<std::unique_ptr<ShardStore>> fresh = ShardStore::Create(job, 0, /*initialize=*/false);
+      // A fresh store, made (untimed) as a restarting server makes it:
+      // unwritten, its pages first touched by the restore.
+      StatusOr<std::unique_ptr<ShardStore>> fresh = ShardStore::CreateUnwritten(job, 0);
       PS_RETURN_IF_ERROR(fresh.status());
       if (cold) PS_RETURN_IF_ERROR(DropCaches("--no-cold"));
       StatusOr<size_t> tables = InternalError("not restored");

@@ -19,7 +19,8 @@
 // (default 2,3; the one equal to --from is the baseline), for each new
 // shard j, one at a time (a server on a host of its own):
 //   cold          page cache dropped (root; else "n/a", or --no-cold), then
-//                 ShardStore::Create without init (timed: "create") and
+//                 ShardStore::CreateUnwritten, as a server about to restore
+//                 makes its store (timed: "create") and
 //                 RestoreGeneration of the generation into it (timed:
 //                 "restore"): with --from shards its own generation read
 //                 whole; with another count its rows of every old shard's
@@ -252,7 +253,7 @@ Status RunAll(const Config& cfg) {
             std::unique_ptr<ShardStore> store;
             Status created = Status::Ok();
             const double create = Time([&] {
-              auto made = ShardStore::Create(job, j, false);
+              auto made = ShardStore::CreateUnwritten(job, j);
               if (made.ok()) store = std::move(*made);
               created = made.status();
             });

@@ -53,8 +53,12 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
-  PS_ASSIGN_OR_RETURN(b->store_,
-                      ShardStore::Create(job, shard, /*initialize=*/generation.clock < 0 && !join));
+  if (generation.clock >= 0) {
+    // Every row is restored below, or the backup does not start.
+    PS_ASSIGN_OR_RETURN(b->store_, ShardStore::CreateUnwritten(job, shard));
+  } else {
+    PS_ASSIGN_OR_RETURN(b->store_, ShardStore::Create(job, shard, /*initialize=*/!join));
+  }
   for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
     // A hashed table's copy counts its rows from 0.
     const TableLayout& layout = b->store_->layouts()[t];

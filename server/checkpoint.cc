@@ -50,6 +50,8 @@ class SnapshotSink : public RowSink {
   void Sketch(uint32_t table, std::span<const std::byte> counters) override {
     out_->tables[table].sketch.assign(counters.begin(), counters.end());
   }
+  // A range table's rows go to their own place in arrays sized by Begin.
+  bool ConcurrentRangeRows() const override { return true; }
 
  private:
   ShardSnapshot* out_;
@@ -137,7 +139,8 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
   return Status::Ok();
 }
 
-Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
+Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink,
+                               const GenerationReadOptions& options) const {
   const std::string path = GenerationPath(clock < 0 ? 0 : clock);
   if (clock < 0) {
     return NotFoundError(path_ + ": no generation of negative clock " + std::to_string(clock));
@@ -151,7 +154,7 @@ Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
   if (*type != Filesystem::Type::kDirectory) return NotFoundError(path + ": no such generation");
   StatusOr<int64_t> read = [&]() -> StatusOr<int64_t> {
     try {
-      return ReadGenerationDatabase(path, sink);
+      return ReadGenerationDatabase(path, sink, options);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError(path + ": out of memory reading the generation");
     }
@@ -163,10 +166,11 @@ Status CheckpointDir::ReadInto(int64_t clock, RowSink* sink) const {
   return Status::Ok();
 }
 
-StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock) const {
+StatusOr<ShardSnapshot> CheckpointDir::Read(int64_t clock,
+                                             const GenerationReadOptions& options) const {
   ShardSnapshot snapshot;
   SnapshotSink sink(&snapshot);
-  PS_RETURN_IF_ERROR(ReadInto(clock, &sink));
+  PS_RETURN_IF_ERROR(ReadInto(clock, &sink, options));
   return snapshot;
 }
 

@@ -93,20 +93,23 @@ class CheckpointDir {
   // Clocks of the complete generations, ascending.
   StatusOr<std::vector<int64_t>> Generations() const;
 
-  // Reads generation gen-<clock> completely (every row of every table).
+  // Reads generation gen-<clock> completely (every row of every table;
+  // the range tables' runs on several threads, GenerationReadOptions).
   // NotFound when there is no such complete generation; DataLoss naming the
   // path and what is wrong when its files are corrupt, or a record is
   // missing, extra, overlaps another or has the wrong size (naming the
   // table and rows), or its meta record names another clock;
   // FailedPrecondition for another format version; ResourceExhausted when
   // it does not fit in memory.
-  StatusOr<ShardSnapshot> Read(int64_t clock) const;
+  StatusOr<ShardSnapshot> Read(int64_t clock, const GenerationReadOptions& options = {}) const;
   // Reads generation gen-<clock> into `sink` without holding it in memory:
-  // the meta record to sink->Begin, then every record to sink->Rows. The
-  // same checks and errors as Read, and the error of sink->Begin; a DataLoss
+  // the meta record to sink->Begin, then every record to sink->Rows, the
+  // range tables' runs on `options.threads` threads at once when the sink
+  // allows it (ReadGenerationDatabase, server/checkpoint_db.h). The same
+  // checks and errors as Read, and the error of sink->Begin; a DataLoss
   // may come after some rows were handed over (the caller then discards
-  // what it got).
-  Status ReadInto(int64_t clock, RowSink* sink) const;
+  // what it got). Every reading thread has returned when the call does.
+  Status ReadInto(int64_t clock, RowSink* sink, const GenerationReadOptions& options = {}) const;
 
  private:
   CheckpointDir(std::string path, Filesystem* files)

@@ -14,14 +14,17 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/hash_slots.h"
 #include "server/checkpoint_format.h"
+#include "server/read_tasks.h"
 
 namespace ps {
 namespace {
@@ -293,6 +296,13 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
 
 namespace {
 
+// Every block's checksum is verified once, as it is read; blocks are read
+// once, so they are not cached; each iterator reads ahead 2 MiB at a time
+// through the page cache. Measured on a 2-core VM, a 1.2 GB generation on 4
+// threads: direct reads (no page cache) spent about 15% less CPU from a
+// cold cache but lost the page cache a generation just written is still
+// in; memory-mapped reads saved copies but would turn a disk's read error
+// into SIGBUS instead of DataLoss.
 rocksdb::ReadOptions ReadOptionsForRestore() {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
@@ -342,34 +352,60 @@ StatusOr<OpenedGeneration> OpenGeneration(const std::string& path) {
 
 }  // namespace
 
-StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink) {
+StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink,
+                                         const GenerationReadOptions& options) {
   PS_ASSIGN_OR_RETURN(OpenedGeneration opened, OpenGeneration(path));
   const std::unique_ptr<rocksdb::DB>& db = opened.db;
   const ShardSnapshot& layout = opened.layout;
   const uint32_t version = opened.version;
-  const rocksdb::ReadOptions ro = ReadOptionsForRestore();
   PS_RETURN_IF_ERROR(sink->Begin(layout));
 
-  // One pass over the records in key order: the hashed tables' rows, by
-  // table and id, then the range tables', table by table, run by run.
-  RunChecker checker(layout, path, version);
-  RunRecord run;
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    if (key == AsSlice(kMetaKey)) continue;
-    PS_RETURN_IF_ERROR(checker.Next(key.ToStringView(), it->value().ToStringView(), &run));
-    if (run.sketch) {
-      sink->Sketch(run.table, {run.values, run.piece_bytes});
-    } else if (run.piece_bytes > 0) {
-      sink->Rows(run.table, run.first, run.count, run.values,
-                 std::span<const std::byte* const>(run.slots, run.num_slots), run.use);
+  // Key ranges read by one thread each: the first from the first key (the
+  // sketches, the hashed tables' rows by table and id, then the first range
+  // tables' runs), each other one from the start of a run; together every
+  // record once, each range checked as the part of one pass in key order.
+  const uint32_t threads = options.threads != 0 ? options.threads : DefaultReadThreads();
+  const std::vector<RunStart> starts =
+      sink->ConcurrentRangeRows() && threads > 1
+          ? SplitRuns(layout, threads, options.min_range_bytes)
+          : std::vector<RunStart>();
+  std::vector<std::string> bounds;  // the key of each start
+  for (const RunStart& s : starts) bounds.push_back(RowKey(s.table, s.row));
+  const auto read_range = [&](size_t range, const std::atomic<bool>& stop) -> Status {
+    rocksdb::ReadOptions ro = ReadOptionsForRestore();
+    rocksdb::Slice upper;
+    if (range < starts.size()) {
+      upper = AsSlice(bounds[range]);
+      ro.iterate_upper_bound = &upper;
     }
-  }
-  if (!it->status().ok()) {
-    return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);
-  }
-  PS_RETURN_IF_ERROR(checker.Finish());
+    RunChecker checker(layout, path, version);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+    if (range == 0) {
+      it->SeekToFirst();
+    } else {
+      checker.StartAt(starts[range - 1].table, starts[range - 1].row);
+      it->Seek(AsSlice(bounds[range - 1]));
+    }
+    RunRecord run;
+    for (; it->Valid(); it->Next()) {
+      if (stop.load(std::memory_order_relaxed)) return StoppedError();
+      const rocksdb::Slice key = it->key();
+      if (key == AsSlice(kMetaKey)) continue;
+      PS_RETURN_IF_ERROR(checker.Next(key.ToStringView(), it->value().ToStringView(), &run));
+      if (run.sketch) {
+        sink->Sketch(run.table, {run.values, run.piece_bytes});
+      } else if (run.piece_bytes > 0) {
+        sink->Rows(run.table, run.first, run.count, run.values,
+                   std::span<const std::byte* const>(run.slots, run.num_slots), run.use);
+      }
+    }
+    if (!it->status().ok()) {
+      return RocksError(it->status(), path + ": cannot read the records", StatusCode::kDataLoss);
+    }
+    if (range < starts.size()) return checker.FinishAt(starts[range].table, starts[range].row);
+    return checker.Finish();
+  };
+  PS_RETURN_IF_ERROR(RunReadTasks(starts.size() + 1, threads, path, read_range));
   return layout.clock;
 }
 

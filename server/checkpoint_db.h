@@ -44,20 +44,30 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
                                const RowsWrittenFn& written = nullptr);
 
 // Reads the database at `path` read-only (no file in it is created or
-// changed) into `sink`: its layout to sink->Begin, then every run record in
-// key order to sink->Rows. Returns the clock of its meta record. DataLoss
-// naming `path` and what is wrong when it cannot be opened, a file is
-// corrupt, the meta record is missing or corrupt or promises more row data
-// than the files hold, or a record is missing, extra, overlapping or of the
-// wrong size (RunChecker); FailedPrecondition for another format version;
-// the error of sink->Begin. A DataLoss may come after some rows were handed
-// over.
-StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink);
+// changed) into `sink`: its layout to sink->Begin, then every run record to
+// sink->Rows: in key order, or, when the sink allows it
+// (RowSink::ConcurrentRangeRows) and `options` give more than one thread,
+// the range tables' runs in key ranges of about equal bytes (SplitRuns) on
+// as many threads at once, each range in key order (the first, with the
+// sketches and the hashed tables' rows, in key order too). Every record is
+// checked as in one pass (RunChecker, each range from its start). Returns
+// the clock of its meta record. DataLoss naming `path` and what is wrong
+// when it cannot be opened, a file is corrupt, the meta record is missing
+// or corrupt or promises more row data than the files hold, or a record is
+// missing, extra, overlapping or of the wrong size (RunChecker; with
+// several threads, the first such record in key order when there is one,
+// and the reading stops on every thread once one fails);
+// FailedPrecondition for another format version; the error of sink->Begin;
+// ResourceExhausted when a reading thread runs out of memory. A DataLoss
+// may come after some rows were handed over; every thread has returned
+// when the call does.
+StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink,
+                                         const GenerationReadOptions& options = {});
 
 // A generation's database opened read-only for reading parts of it: what
 // a restore onto another shard count reads of each old shard (the records
-// of the rows, or hash slots, its new shard owns). Thread-compatible: one
-// thread at a time.
+// of the rows, or hash slots, its new shard owns). Thread-safe: Scan and
+// Get may be called from several threads at once (each reads on its own).
 class GenerationReader {
  public:
   // Opens the database at `path` and decodes its meta record. DataLoss

@@ -208,6 +208,57 @@ uint64_t RunCount(const ShardSnapshot& s) {
   return runs;
 }
 
+std::vector<RunStart> SplitRuns(const ShardSnapshot& layout, size_t ranges, uint64_t min_bytes) {
+  std::vector<RunStart> starts;
+  if (ranges < 2) return starts;
+  const auto run_bytes = [](const TableSnapshot& t, uint64_t rows) {
+    return Uint128{rows} * t.dim * sizeof(float) * (1 + t.slots.size());
+  };
+  Uint128 total = 0;
+  for (const TableSnapshot& t : layout.tables) {
+    if (!t.hashed) total += run_bytes(t, t.owned.size());
+  }
+  const Uint128 target = std::max<Uint128>({(total + ranges - 1) / ranges, min_bytes, 1});
+  // Bytes of the runs before the table being cut, and where the next range
+  // should start (a range holds at least `target`).
+  Uint128 before = 0;
+  Uint128 next_cut = target;
+  for (size_t ti = 0; ti < layout.tables.size(); ++ti) {
+    const TableSnapshot& t = layout.tables[ti];
+    if (t.hashed) continue;
+    const uint64_t per_run = RowsPerRun(t.dim);
+    const Uint128 full_run = run_bytes(t, per_run);
+    const uint64_t runs = RunCount(t.owned.size(), t.dim);
+    while (full_run > 0 && next_cut < total) {
+      // The first run of this table that starts at or after next_cut.
+      const Uint128 k = next_cut <= before ? 0 : (next_cut - before + full_run - 1) / full_run;
+      if (k >= runs) break;
+      starts.push_back({static_cast<uint32_t>(ti), t.owned.begin + static_cast<uint64_t>(k) * per_run});
+      next_cut = before + k * full_run + target;
+    }
+    before += run_bytes(t, t.owned.size());
+  }
+  return starts;
+}
+
+std::vector<uint64_t> SplitRowsAtRuns(uint64_t first, uint64_t begin, uint64_t end, uint32_t dim,
+                                      size_t ranges, uint64_t min_rows) {
+  std::vector<uint64_t> starts;
+  if (ranges < 2 || end <= begin) return starts;
+  const uint64_t per_run = RowsPerRun(dim);
+  const uint64_t target = std::max<uint64_t>({(end - begin + ranges - 1) / ranges, min_rows, 1});
+  uint64_t at = begin;
+  while (end - at > target) {
+    // The first run start at or after at + target.
+    const uint64_t want = at + target;
+    const uint64_t cut = first + (want - first + per_run - 1) / per_run * per_run;
+    if (cut >= end) break;
+    starts.push_back(cut);
+    at = cut;
+  }
+  return starts;
+}
+
 std::optional<size_t> TableElements(const TableSnapshot& t) {
   const Uint128 n = Uint128{t.RowCount()} * t.dim;
   if (n > std::numeric_limits<size_t>::max() / sizeof(float) / (kMaxOptimizerSlots + 1)) {
@@ -550,6 +601,21 @@ Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord*
   for (size_t k = 0; k < num_slots; ++k) run->slots[k] = data + (1 + k) * bytes;
   last_first_ = row;
   last_end_ = next_row_ = end;
+  return Status::Ok();
+}
+
+void RunChecker::StartAt(uint32_t table, uint64_t row) {
+  sketches_done_ = true;
+  hashed_cur_ = layout_.tables.size();
+  cur_ = table;
+  next_row_ = last_first_ = last_end_ = row;
+}
+
+Status RunChecker::FinishAt(uint32_t table, uint64_t row) {
+  PS_RETURN_IF_ERROR(SketchesDone());
+  PS_RETURN_IF_ERROR(HashedUpTo(layout_.tables.size()));
+  SkipFullTables();
+  if (cur_ < table || (cur_ == table && next_row_ < row)) return Missing();
   return Status::Ok();
 }
 

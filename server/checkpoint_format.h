@@ -176,6 +176,25 @@ uint64_t RunCount(uint64_t rows, uint32_t dim);
 // Run records of every table of `s`, and a hashed table's row records.
 uint64_t RunCount(const ShardSnapshot& s);
 
+// The start of a run record: run `row` of range table index `table`.
+struct RunStart {
+  uint32_t table = 0;
+  uint64_t row = 0;
+};
+// The range tables' run records of `layout` cut into at most `ranges` key
+// ranges of about equal bytes, each of whole runs and at least
+// `min_bytes` (but for the last): the start of every range but the first,
+// in key order (empty: one range). A range reader reads from its start to
+// the next one (RunChecker::StartAt, FinishAt).
+std::vector<RunStart> SplitRuns(const ShardSnapshot& layout, size_t ranges, uint64_t min_bytes);
+// Rows [begin, end) of a range table of `dim` whose runs start at row
+// `first` and every RowsPerRun(dim) rows after it, cut into at most
+// `ranges` pieces of about equal rows, each of at least `min_rows` (but for
+// the last), at run starts: where each piece but the first starts,
+// ascending (empty: one piece). REQUIRES: first <= begin.
+std::vector<uint64_t> SplitRowsAtRuns(uint64_t first, uint64_t begin, uint64_t end, uint32_t dim,
+                                      size_t ranges, uint64_t min_rows);
+
 // RowCount() x dim of `t`, or nullopt when that many floats, times
 // 1 + kMaxOptimizerSlots arrays, would not fit a size_t of bytes.
 std::optional<size_t> TableElements(const TableSnapshot& t);
@@ -253,6 +272,22 @@ class RunChecker {
   Status Next(std::string_view key, std::string_view value, RunRecord* run);
   // After the last record: the missing-record error when rows remain.
   Status Finish();
+
+  // A checker of one key range of a generation's range runs, so that
+  // several threads can read and check disjoint ranges: StartAt before the
+  // first record makes the run of rows from `row` of range table `table`
+  // the next one expected, as if every record before it (sketches, hashed
+  // rows, runs) had been read and found right; the range's records then go
+  // to Next, and FinishAt(t, r) after them is OK when the records ended
+  // just before the run of table `t` from row `r` (the start of the next
+  // range), the missing-record error otherwise. The first range (from the
+  // first key) has no StartAt, the last one ends with Finish. The ranges
+  // together check the same as one checker of the whole generation, with
+  // the same errors.
+  // REQUIRES: `row` starts a run of range table `table` (SplitRuns), and
+  // StartAt comes before any Next.
+  void StartAt(uint32_t table, uint64_t row);
+  Status FinishAt(uint32_t table, uint64_t row);
 
  private:
   // Moves past tables whose every run was seen (and hashed tables, whose

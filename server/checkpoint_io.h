@@ -78,6 +78,26 @@ class RowSink {
   // before the table's rows; once for each table whose meta record gives
   // it a sketch width.
   virtual void Sketch(uint32_t table, std::span<const std::byte> counters) = 0;
+  // True when Rows of range tables may be called from several threads at
+  // once (each call with rows no other call has, and while one thread at a
+  // time makes the other calls): the read then reads the range tables'
+  // records on several threads (GenerationReadOptions). Begin comes first
+  // and returns before any Rows, on the thread that called the read.
+  virtual bool ConcurrentRangeRows() const { return false; }
+};
+
+// How a generation is read (CheckpointDir::ReadInto).
+struct GenerationReadOptions {
+  // Threads reading the range tables' records at once, each a key range of
+  // them, when the sink allows it (RowSink::ConcurrentRangeRows); 0:
+  // DefaultReadThreads() (server/read_tasks.h), 1: the calling thread
+  // alone. The sketches and the hashed tables' rows are read by one thread,
+  // the one reading the first key range.
+  uint32_t threads = 0;
+  // The least bytes of records a key range holds: a generation of fewer
+  // than threads x this bytes of range rows is read by fewer threads (a
+  // thread's start and its first seek cost more than reading a few MB).
+  uint64_t min_range_bytes = uint64_t{16} << 20;
 };
 
 }  // namespace ps

@@ -1,6 +1,7 @@
 #include "server/restore.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -13,13 +14,16 @@
 #include "server/checkpoint_db.h"
 #include "server/checkpoint_format.h"
 #include "server/durable_dir.h"
+#include "server/read_tasks.h"
 
 namespace ps {
 
 StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
-                              uint32_t shard, ShardStore* store) {
+                              uint32_t shard, ShardStore* store,
+                              const GenerationReadOptions& read) {
   // Checks the meta record against the store's layout before any row, then
-  // hands each record's rows to the store.
+  // hands each record's rows to the store: a range table's from the
+  // reading threads at once.
   class StoreSink : public RowSink {
    public:
     StoreSink(ShardStore* store, ShardSnapshot expected, std::string where)
@@ -38,12 +42,19 @@ StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const Job
             std::to_string(layout.num_shards) +
             " servers: the generations written from then on resume on any number");
       }
-      return CheckRestorable(layout, expected_, where_);
+      PS_RETURN_IF_ERROR(CheckRestorable(layout, expected_, where_));
+      store_->BeginConcurrentRestore();
+      return Status::Ok();
     }
     void Rows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
               std::span<const std::byte* const> slots, const std::byte* use) override {
-      store_->RestoreRows(table, first, count, values, slots, use);
+      if (expected_.tables[table].hashed) {
+        store_->RestoreRows(table, first, count, values, slots, use);
+      } else {
+        store_->RestoreRangeRows(table, first, count, values, slots);
+      }
     }
+    bool ConcurrentRangeRows() const override { return true; }
     void Sketch(uint32_t table, std::span<const std::byte> counters) override {
       store_->RestoreSketch(table, counters);  // the size was checked against the same width
     }
@@ -55,7 +66,7 @@ StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const Job
     const std::string where_;
   };
   StoreSink sink(store, store->Layout(job, shard, clock), dir.GenerationPath(clock));
-  PS_RETURN_IF_ERROR(dir.ReadInto(clock, &sink));
+  PS_RETURN_IF_ERROR(dir.ReadInto(clock, &sink, read));
   return sink.tables;
 }
 
@@ -67,13 +78,15 @@ namespace {
 class ReshardedRestore {
  public:
   ReshardedRestore(const JobOptions& job, uint32_t shard, int64_t clock, uint32_t writers,
-                   ShardStore* store)
+                   ShardStore* store, const GenerationReadOptions& read)
       : job_(job),
         shard_(shard),
         clock_(clock),
         writers_(writers),
         store_(store),
-        expected_(store->Layout(job, shard, clock)) {}
+        expected_(store->Layout(job, shard, clock)),
+        threads_(read.threads != 0 ? read.threads : DefaultReadThreads()),
+        min_range_bytes_(read.min_range_bytes) {}
 
   StatusOr<RestoreResult> Run() {
     // Every old shard's meta record first: a generation of another model is
@@ -85,20 +98,18 @@ class ReshardedRestore {
       PS_RETURN_IF_ERROR(CheckOldShard(*reader, i));
       old_.push_back(std::move(reader));
     }
+    store_->BeginConcurrentRestore();
     for (uint32_t t = 0; t < expected_.tables.size(); ++t) {
-      if (expected_.tables[t].hashed) {
-        PS_RETURN_IF_ERROR(RestoreHashed(t));
-      } else {
-        PS_RETURN_IF_ERROR(RestoreRange(t));
-      }
+      if (expected_.tables[t].hashed) PS_RETURN_IF_ERROR(RestoreHashed(t));
     }
+    PS_RETURN_IF_ERROR(RestoreRanges());
     RestoreResult result;
     result.tables = expected_.tables.size();
     // "<dir>/shard-{0..n}/gen-<clock>": the folder of shard 0 without its "0".
     std::string folders = ShardCheckpointDir(job_.checkpoint.dir, 0);
     folders.pop_back();
     result.from = folders + "{0.." + std::to_string(writers_ - 1) + "}/" + GenerationName(clock_);
-    result.bytes_read = bytes_read_;
+    result.bytes_read = bytes_read_ + range_bytes_read_.load();
     return result;
   }
 
@@ -131,26 +142,56 @@ class ReshardedRestore {
     return begin < end ? RowRange{begin, end} : RowRange{begin, begin};
   }
 
-  Status RestoreRange(uint32_t t) {
-    const RowRange mine = expected_.tables[t].owned;
-    for (const auto& reader : old_) {
-      const TableSnapshot& old = reader->layout().tables[t];
-      const RowRange part = Overlap(mine, old.owned);
-      if (part.empty()) continue;
-      PS_RETURN_IF_ERROR(ReadRuns(*reader, t, part));
+  // What one thread reads of an old shard: rows `rows` of range table
+  // `table`.
+  struct RangeTask {
+    const GenerationReader* reader;
+    uint32_t table;
+    RowRange rows;
+  };
+
+  // Every range table's rows of every old shard that holds some, in pieces
+  // of whole runs read on several threads at once (tasks table by table,
+  // old shard by old shard, in row order: the first failure in that order
+  // is the one named).
+  Status RestoreRanges() {
+    std::vector<RangeTask> tasks;
+    for (uint32_t t = 0; t < expected_.tables.size(); ++t) {
+      if (expected_.tables[t].hashed) continue;
+      const RowRange mine = expected_.tables[t].owned;
+      for (const auto& reader : old_) {
+        const TableSnapshot& old = reader->layout().tables[t];
+        const RowRange part = Overlap(mine, old.owned);
+        if (part.empty()) continue;
+        const uint64_t row_bytes = uint64_t{old.dim} * sizeof(float) * (1 + old.slots.size());
+        const uint64_t min_rows = row_bytes == 0 ? part.size() : min_range_bytes_ / row_bytes;
+        uint64_t begin = part.begin;
+        for (const uint64_t cut :
+             SplitRowsAtRuns(old.owned.begin, part.begin, part.end, old.dim, threads_, min_rows)) {
+          tasks.push_back({reader.get(), t, {begin, cut}});
+          begin = cut;
+        }
+        tasks.push_back({reader.get(), t, {begin, part.end}});
+      }
     }
-    return Status::Ok();
+    return RunReadTasks(tasks.size(), threads_, "restoring " + GenerationName(clock_),
+                        [&](size_t i, const std::atomic<bool>& stop) {
+                          return ReadRuns(*tasks[i].reader, tasks[i].table, tasks[i].rows, stop);
+                        });
   }
 
   // The runs of old shard `reader` that hold rows `part` of table `t`: the
   // first starts at or before part.begin (runs start every RowsPerRun rows
-  // from the old shard's first row).
-  Status ReadRuns(const GenerationReader& reader, uint32_t t, RowRange part) {
+  // from the old shard's first row). Safe to call from several threads at
+  // once for disjoint parts.
+  Status ReadRuns(const GenerationReader& reader, uint32_t t, RowRange part,
+                  const std::atomic<bool>& stop) {
     const TableSnapshot& old = reader.layout().tables[t];
     const uint64_t per_run = RowsPerRun(old.dim);
     uint64_t next = old.owned.begin + (part.begin - old.owned.begin) / per_run * per_run;
     const size_t num_slots = old.slots.size();
     const size_t row_bytes = size_t{old.dim} * sizeof(float);
+    uint64_t bytes_read = 0;
     const auto missing = [&]() {
       const uint64_t end = next + std::min(per_run, old.owned.end - next);
       return DataLossError(reader.path() + ": the record of table '" + old.name + "' rows " +
@@ -160,6 +201,7 @@ class ReshardedRestore {
     PS_RETURN_IF_ERROR(reader.Scan(
         RowKey(t, next), RowKey(t, part.end),
         [&](std::string_view key, std::string_view value) -> Status {
+          if (stop.load(std::memory_order_relaxed)) return StoppedError();
           uint32_t table = 0;
           uint64_t first = 0;
           if (!DecodeRowKey(key, &table, &first) || table != t) {
@@ -182,18 +224,19 @@ class ReshardedRestore {
                                  std::to_string(value.size()) + " bytes, not " +
                                  std::to_string(piece * (1 + num_slots)));
           }
-          bytes_read_ += key.size() + value.size();
+          bytes_read += key.size() + value.size();
           // The run's rows this shard owns.
           const uint64_t from = std::max(first, part.begin);
           const uint64_t to = std::min(first + count, part.end);
           const size_t skip = static_cast<size_t>(from - first) * row_bytes;
           const auto* data = reinterpret_cast<const std::byte*>(value.data());
           for (size_t k = 0; k < num_slots; ++k) slots[k] = data + (1 + k) * piece + skip;
-          store_->RestoreRows(t, from, to - from, data + skip,
-                              std::span<const std::byte* const>(slots, num_slots));
+          store_->RestoreRangeRows(t, from, to - from, data + skip,
+                                   std::span<const std::byte* const>(slots, num_slots));
           next = first + count;
           return Status::Ok();
         }));
+    range_bytes_read_ += bytes_read;
     if (next < part.end) return missing();
     return Status::Ok();
   }
@@ -304,15 +347,19 @@ class ReshardedRestore {
   const uint32_t writers_;
   ShardStore* const store_;
   const ShardSnapshot expected_;
+  // Threads reading the range tables' runs, and the least bytes of a piece.
+  const uint32_t threads_;
+  const uint64_t min_range_bytes_;
   std::vector<std::unique_ptr<GenerationReader>> old_;
-  uint64_t bytes_read_ = 0;
+  uint64_t bytes_read_ = 0;  // sketches and hashed rows (one thread)
+  std::atomic<uint64_t> range_bytes_read_{0};
 };
 
 }  // namespace
 
 StatusOr<RestoreResult> RestoreGeneration(const JobOptions& job, uint32_t shard,
                                           const RestorePoint& point, ShardStore* store,
-                                          Filesystem* files) {
+                                          Filesystem* files, const GenerationReadOptions& read) {
   const auto servers = static_cast<uint32_t>(job.cluster.servers.size());
   const std::string own = ShardCheckpointDir(job.checkpoint.dir, shard);
   if (point.clock >= kMaxClock) {
@@ -327,11 +374,11 @@ StatusOr<RestoreResult> RestoreGeneration(const JobOptions& job, uint32_t shard,
   RestoreResult result;
   if (point.writers == servers) {
     PS_ASSIGN_OR_RETURN(const std::unique_ptr<CheckpointDir> dir, CheckpointDir::Open(own, files));
-    PS_ASSIGN_OR_RETURN(result.tables, RestoreStore(*dir, point.clock, job, shard, store));
+    PS_ASSIGN_OR_RETURN(result.tables, RestoreStore(*dir, point.clock, job, shard, store, read));
     result.from = dir->GenerationPath(point.clock);
     return result;
   }
-  return ReshardedRestore(job, shard, point.clock, point.writers, store).Run();
+  return ReshardedRestore(job, shard, point.clock, point.writers, store, read).Run();
 }
 
 }  // namespace ps

@@ -19,17 +19,22 @@
 namespace ps {
 
 // Restores generation `clock` of `dir` straight into the blocks of `store`,
-// record by record (no second copy of the shard in memory): what a
-// restarting server does. FailedPrecondition (CheckRestorable) when the
+// record by record (no second copy of the shard in memory), the range
+// tables' records on `read.threads` threads at once (CheckpointDir::ReadInto,
+// ShardStore::RestoreRangeRows): what a restarting server does. The store
+// may come from ShardStore::CreateUnwritten: every row is written, or the
+// call fails. FailedPrecondition (CheckRestorable) when the
 // generation was written for another model than store->Layout(job, shard,
 // ..), or by another shard count (a generation without a shards-<n> file,
 // taken for one of the job's count: the message says to resume it on its
 // own count once); the errors of CheckpointDir::ReadInto. On an error the
-// store holds a mix of old and restored rows. Returns the number of tables
+// store holds a mix of old, restored and (from CreateUnwritten) unwritten
+// rows: the caller throws it away. Returns the number of tables
 // restored.
 // REQUIRES: store was created for (job, shard).
 StatusOr<size_t> RestoreStore(const CheckpointDir& dir, int64_t clock, const JobOptions& job,
-                              uint32_t shard, ShardStore* store);
+                              uint32_t shard, ShardStore* store,
+                              const GenerationReadOptions& read = {});
 
 // What RestoreGeneration did, for its log line.
 struct RestoreResult {
@@ -59,8 +64,10 @@ struct RestoreResult {
 // order; rows outside its range in a run at either end are read and left
 // out), for a hashed table the 'h' records of the hash slots it owns (one
 // seek: keys sort by slot), and of each old shard whose slots overlap its
-// own, the admission sketch. It holds one record at a time besides the
-// store. The sketches are merged counter by counter by their maximum: an
+// own, the admission sketch. The range tables' runs are read in pieces of
+// whole runs on `read.threads` threads at once, each holding one record at
+// a time besides the store; the hashed tables' rows and the sketches by
+// the calling thread, before them. The sketches are merged counter by counter by their maximum: an
 // id's count on its old shard is at most the merged one, so an id admitted
 // before is admitted after, and the merged count exceeds the id's true
 // count by at most the largest error of the sketches merged (a sum would
@@ -78,12 +85,15 @@ struct RestoreResult {
 // record of the wrong size or an id in another slot) or a meta record of
 // another clock; FailedPrecondition for a generation of another shard
 // count of format 4 or older (which has no hash slots in its keys). On an
-// error the store holds a mix of rows. FailedPrecondition for a clock
-// workers could not resume at (>= kMaxClock).
-// REQUIRES: store was created for (job, shard); point.clock >= 0.
+// error the store holds a mix of rows (and of unwritten ones, from
+// CreateUnwritten): the caller throws it away. FailedPrecondition for a
+// clock workers could not resume at (>= kMaxClock). Every reading thread
+// has returned when the call does.
+// REQUIRES: store was created for (job, shard) (Create, or CreateUnwritten);
+// point.clock >= 0.
 StatusOr<RestoreResult> RestoreGeneration(const JobOptions& job, uint32_t shard,
                                           const RestorePoint& point, ShardStore* store,
-                                          Filesystem* files);
+                                          Filesystem* files, const GenerationReadOptions& read = {});
 
 }  // namespace ps
 

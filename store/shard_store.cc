@@ -48,6 +48,16 @@ float InitialValue(const InitOptions& init, uint64_t row, uint32_t col) {
 
 StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, uint32_t shard,
                                                         bool initialize) {
+  return Make(job, shard, initialize ? Start::kInitialValues : Start::kZeros);
+}
+
+StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateUnwritten(const JobOptions& job,
+                                                                 uint32_t shard) {
+  return Make(job, shard, Start::kUnwritten);
+}
+
+StatusOr<std::unique_ptr<ShardStore>> ShardStore::Make(const JobOptions& job, uint32_t shard,
+                                                      Start start) {
   std::unique_ptr<ShardStore> store(new ShardStore());
   store->refuse_non_finite_ = job.server.on_non_finite_result == NonFiniteResultPolicy::kRefuse;
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
@@ -84,9 +94,14 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
       for (uint64_t first = 0; first < owned; first += table.rows_per_block) {
         const uint64_t rows = std::min(table.rows_per_block, owned - first);
         auto block = std::make_shared<Block>();
-        block->values.resize(rows * t.dim);
-        for (uint32_t k = 0; k < table.slots; ++k) block->slots[k].assign(rows * t.dim, 0.0f);
-        if (initialize && t.init.kind != InitKind::kZeros) {
+        if (start == Start::kUnwritten) {
+          block->values.resize(rows * t.dim);
+          for (uint32_t k = 0; k < table.slots; ++k) block->slots[k].resize(rows * t.dim);
+        } else {
+          block->values.assign(rows * t.dim, 0.0f);
+          for (uint32_t k = 0; k < table.slots; ++k) block->slots[k].assign(rows * t.dim, 0.0f);
+        }
+        if (start == Start::kInitialValues && t.init.kind != InitKind::kZeros) {
           for (uint64_t r = 0; r < rows; ++r) {
             for (uint32_t c = 0; c < t.dim; ++c) {
               block->values[r * t.dim + c] =

@@ -42,6 +42,13 @@ class ShardStore {
   // REQUIRES: job.Validate().ok(), shard < job.cluster.servers.size().
   static StatusOr<std::unique_ptr<ShardStore>> Create(const JobOptions& job, uint32_t shard,
                                                       bool initialize = true);
+  // As Create, but the range tables' values and optimizer state are left
+  // unwritten (their memory is allocated, not even zeroed: its pages are
+  // first touched by whoever writes them, such as the threads of a
+  // restore): for a store whose every range row is restored before
+  // anything reads it, and that is thrown away when its restore fails.
+  static StatusOr<std::unique_ptr<ShardStore>> CreateUnwritten(const JobOptions& job,
+                                                               uint32_t shard);
 
   // Per-table layout (rows, dim, owned range) for DecodeRequest.
   std::span<const TableLayout> layouts() const { return layouts_; }
@@ -222,6 +229,17 @@ class ShardStore {
   // REQUIRES: the generation passed CheckRestorable against Layout().
   void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                    std::span<const std::byte* const> slots, const std::byte* use = nullptr);
+  // Restores from several threads at once (a checkpoint read on several
+  // threads, server/restore.h): BeginConcurrentRestore makes every block of
+  // the range tables the store's own (a copy of one a reply still holds, as
+  // a push does) and has their bounds measured again; from then until the
+  // store's next other use, RestoreRangeRows (RestoreRows of a range
+  // table's rows) may be called from several threads at once, each call
+  // with rows no other call has, and beside them one thread at a time may
+  // call RestoreRows of hashed tables and RestoreSketch.
+  void BeginConcurrentRestore();
+  void RestoreRangeRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
+                        std::span<const std::byte* const> slots);
 
   // A copy for a replica that joins (server/replication.h), taken while
   // the shard serves.
@@ -349,6 +367,11 @@ class ShardStore {
     size_t at;
   };
   ShardStore() = default;
+  // What a new store's range rows hold: Create's initial values or zeros,
+  // or CreateUnwritten's nothing.
+  enum class Start { kInitialValues, kZeros, kUnwritten };
+  static StatusOr<std::unique_ptr<ShardStore>> Make(const JobOptions& job, uint32_t shard,
+                                                    Start start);
   // A hashed table's rows into a snapshot, by hash slot (of `hash_slots`
   // under `seed`), then id: the checkpoint's key order.
   static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,

@@ -241,10 +241,38 @@ void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,
     }
     return;
   }
+  ForEachBlockRun(t, first - t.layout.owned.begin, count,
+                  [&](uint64_t block, uint64_t /*in_block*/, uint64_t /*n*/) { Writable(t, block); });
+  RestoreRangeRows(table, first, count, values, slots);
+}
+
+void ShardStore::BeginConcurrentRestore() {
+  for (Table& t : tables_) {
+    if (t.hashed != nullptr) continue;
+    t.bounded = false;  // measured again on the next push
+    for (uint64_t block = 0; block < t.blocks.size(); ++block) Writable(t, block);
+  }
+}
+
+void ShardStore::RestoreRangeRows(uint32_t table, uint64_t first, uint64_t count,
+                                  const std::byte* values,
+                                  std::span<const std::byte* const> slots) {
+  // Only the blocks' floats are written: the blocks themselves, the table
+  // and the store are read, so calls on disjoint rows may run at once.
+  const Table& t = tables_[table];
+  const size_t row_bytes = size_t{t.layout.dim} * sizeof(float);
   size_t done = 0;  // bytes of each array consumed
   ForEachBlockRun(t, first - t.layout.owned.begin, count,
                   [&](uint64_t block, uint64_t in_block, uint64_t n) {
-                    Block* b = Writable(t, block);
+                    Block* b = t.blocks[block].get();
+                    if (in_block == 0) {
+                      // The writer of a block's first rows backs all of its
+                      // pages at once (a store from CreateUnwritten has none).
+                      PrefaultBlockMemory(b->values.data(), b->values.size() * sizeof(float));
+                      for (size_t k = 0; k < slots.size(); ++k) {
+                        PrefaultBlockMemory(b->slots[k].data(), b->slots[k].size() * sizeof(float));
+                      }
+                    }
                     const size_t offset = static_cast<size_t>(in_block) * t.layout.dim;
                     const size_t bytes = static_cast<size_t>(n) * row_bytes;
                     std::memcpy(b->values.data() + offset, values + done, bytes);

@@ -435,6 +435,67 @@ TEST(RunCheckerTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
   expect({}, "the record of table 'emb' rows [250, 500) is missing");
 }
 
+// Runs the records through one RunChecker per key range of SplitRuns(layout,
+// ranges, 1), as the threads of a read do (meta record left out): the error
+// of the first range that fails, or OK.
+Status CheckInRanges(const ShardSnapshot& layout,
+                     const std::vector<std::pair<std::string, std::string>>& records,
+                     size_t ranges) {
+  const std::vector<RunStart> starts = SplitRuns(layout, ranges, 1);
+  for (size_t r = 0; r <= starts.size(); ++r) {
+    RunChecker checker(layout, kWhere);
+    if (r > 0) checker.StartAt(starts[r - 1].table, starts[r - 1].row);
+    for (const auto& [key, value] : records) {
+      if (r > 0 && key < RowKey(starts[r - 1].table, starts[r - 1].row)) continue;
+      if (r < starts.size() && key >= RowKey(starts[r].table, starts[r].row)) continue;
+      RunRecord run;
+      PS_RETURN_IF_ERROR(checker.Next(key, value, &run));
+    }
+    PS_RETURN_IF_ERROR(r < starts.size() ? checker.FinishAt(starts[r].table, starts[r].row)
+                                         : checker.Finish());
+  }
+  return Status::Ok();
+}
+
+TEST(CheckpointFormatTest, SplitRunsCutsWholeRunsOfAboutEqualBytes) {
+  const ShardSnapshot s = Snapshot();
+  // Bytes of the run records: emb 250 rows x 16 x 3 arrays, w 4 x 1 x 1,
+  // long 34000 x 1 x 2 in runs of 16384 rows, '' 3 x 1 x 1.
+  EXPECT_TRUE(SplitRuns(s, 1, 1).empty());
+  EXPECT_TRUE(SplitRuns(s, 8, uint64_t{1} << 30).empty());  // less than the least range
+  // Two ranges of about 160 KB: emb (48 KB), w and long's first run
+  // (128 KB), then the rest.
+  std::vector<RunStart> two = SplitRuns(s, 2, 1);
+  ASSERT_EQ(two.size(), 1u);
+  EXPECT_EQ(two[0].table, 2u);
+  EXPECT_EQ(two[0].row, 17384u);
+  // Ranges of at least 3.2 KB: each next one starts at the first run start
+  // that far on (w's range takes long's first run too), every start a run's.
+  std::vector<RunStart> many = SplitRuns(s, 100, 1);
+  std::vector<std::pair<uint32_t, uint64_t>> got;
+  for (const RunStart& r : many) got.emplace_back(r.table, r.row);
+  const std::vector<std::pair<uint32_t, uint64_t>> want = {
+      {1, 3}, {2, 17384}, {2, 33768}, {4, 0}};
+  EXPECT_EQ(got, want);
+  // Hashed tables and tables of dim 0 hold no runs to cut.
+  ShardSnapshot none;
+  none.tables.push_back(Table("zero", 10, 0, {0, 10}, 0));
+  EXPECT_TRUE(SplitRuns(none, 4, 1).empty());
+}
+
+TEST(CheckpointFormatTest, SplitRowsAtRunsCutsAtRunStarts) {
+  // Runs of dim 1 start every 16384 rows from row 1000.
+  EXPECT_TRUE(SplitRowsAtRuns(1000, 1000, 35000, 1, 1, 0).empty());
+  EXPECT_EQ(SplitRowsAtRuns(1000, 1000, 35000, 1, 2, 0), (std::vector<uint64_t>{33768}));
+  EXPECT_EQ(SplitRowsAtRuns(1000, 5000, 70000, 1, 8, 0),
+            (std::vector<uint64_t>{17384, 33768, 50152, 66536}));
+  EXPECT_EQ(SplitRowsAtRuns(1000, 5000, 70000, 1, 8, 30000), (std::vector<uint64_t>{50152}));
+  EXPECT_TRUE(SplitRowsAtRuns(1000, 5000, 17000, 1, 8, 0).empty());  // inside one run
+  // One row per run: a cut every row, or every few.
+  EXPECT_EQ(SplitRowsAtRuns(0, 2, 6, 20000, 8, 0), (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(SplitRowsAtRuns(0, 2, 6, 20000, 2, 0), (std::vector<uint64_t>{4}));
+}
+
 // The hash slot of `id` in a table "emb_h" of 64 slots.
 uint32_t SlotOf(uint64_t id, const std::string& table = "emb_h") {
   return IdSlot(id, NameHash(table), 64);
@@ -473,6 +534,44 @@ ShardSnapshot WithHashed() {
   empty.name = "empty_h";
   s.tables.push_back(empty);
   return s;
+}
+
+TEST(RunCheckerTest, RangesCheckedApartFindWhatOneCheckerFinds) {
+  // Every change of MissingExtraOverlappingOrWrongSizedRunsAreDataLoss, and
+  // the hashed tables' and sketches' cases, checked by the range checkers
+  // of 2, 3 and 100 ranges: the same error as one checker of the whole.
+  for (const ShardSnapshot& s : {Snapshot(), WithHashed()}) {
+    const ShardSnapshot layout = DecodeMeta(EncodeMeta(s), kWhere).value();
+    const auto records = Records(s);
+    std::vector<std::vector<std::pair<std::string, std::string>>> changed = {records, {}};
+    for (size_t i = 0; i < records.size(); ++i) {
+      auto r = records;
+      r.erase(r.begin() + static_cast<std::ptrdiff_t>(i));
+      changed.push_back(r);
+      r = records;
+      r.insert(r.begin() + static_cast<std::ptrdiff_t>(i), records[i]);
+      changed.push_back(r);
+      r = records;
+      r[i].second.pop_back();
+      changed.push_back(r);
+    }
+    for (const std::string& key :
+         {RowKey(1, 8), RowKey(3, 0), RowKey(0, 300), RowKey(2, 17385), RowKey(2, 34999),
+          RowKey(9, 0), std::string("zzz"), std::string("r")}) {
+      auto r = records;
+      r.emplace_back(key, "v");
+      std::sort(r.begin(), r.end());
+      changed.push_back(r);
+    }
+    for (const auto& c : changed) {
+      const Status one = Check(layout, c);
+      for (size_t ranges : {2, 3, 100}) {
+        const Status apart = CheckInRanges(layout, c, ranges);
+        EXPECT_EQ(one, apart) << ranges << " ranges: " << one.ToString() << " against "
+                              << apart.ToString();
+      }
+    }
+  }
 }
 
 TEST(CheckpointFormatTest, HashedTablesRoundTripTheirSlotsAndRowCount) {

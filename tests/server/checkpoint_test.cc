@@ -2,6 +2,7 @@
 #include "common/hash_slots.h"
 #include "server/checkpoint_format.h"
 #include "store/shard_store.h"
+#include "tests/util/damaged_files.h"
 #include "tests/util/faulty_filesystem.h"
 #include "tests/util/file_permissions.h"
 #include "tests/util/older_checkpoint.h"
@@ -93,18 +94,6 @@ ShardSnapshot BigSnapshot(int64_t clock) {
   return s;
 }
 
-// Inverts 16 bytes at `fraction` of the file's length.
-void FlipBytes(const fs::path& file, double fraction) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  const auto at = static_cast<std::streamoff>(static_cast<double>(fs::file_size(file)) * fraction);
-  char bytes[16];
-  f.seekg(at);
-  f.read(bytes, sizeof bytes);
-  for (char& c : bytes) c = static_cast<char>(~c);
-  f.seekp(at);
-  f.write(bytes, sizeof bytes);
-}
-
 void ExpectSameTable(const TableSnapshot& a, const TableSnapshot& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.rows, b.rows);
@@ -190,7 +179,7 @@ class CheckpointTest : public ::testing::Test {
   // Expects Read(clock) to fail with `code`, naming the generation and
   // containing `text`.
   void ExpectReadFails(int64_t clock, StatusCode code, const std::string& text) const {
-    auto r = ckpt_->Read(clock);
+    auto r = ckpt_->Read(clock, read_);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), code) << r.status().ToString();
     EXPECT_NE(r.status().message().find(Gen(clock).string()), std::string::npos)
@@ -198,9 +187,19 @@ class CheckpointTest : public ::testing::Test {
     EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().ToString();
   }
 
+  // Every change of a run record the reader must refuse, each named as
+  // one pass in key order names it, whatever threads read (read_).
+  void ExpectDamagedRunsAreDataLoss();
+
   fs::path dir_;
   std::unique_ptr<CheckpointDir> ckpt_;
+  // How ExpectReadFails reads: by default the calling thread alone.
+  GenerationReadOptions read_{.threads = 1};
 };
+
+// Reading on many threads: every run record its own key range where it
+// holds enough bytes (min_range_bytes 1).
+constexpr GenerationReadOptions kManyRanges{.threads = 64, .min_range_bytes = 1};
 
 TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   const ShardSnapshot s = Snapshot(12);
@@ -543,11 +542,8 @@ TEST_F(CheckpointTest, FlippedBytesInAnSstFileAreDataLoss) {
 
   // In a block of rows in the middle of a large file.
   ASSERT_OK(ckpt_->Write(BigSnapshot(2), {}));
-  ssts = SstFiles(Gen(2));
-  ASSERT_FALSE(ssts.empty());
-  const fs::path largest = *std::max_element(
-      ssts.begin(), ssts.end(),
-      [](const fs::path& a, const fs::path& b) { return fs::file_size(a) < fs::file_size(b); });
+  const fs::path largest = LargestSstFile(Gen(2));
+  ASSERT_FALSE(largest.empty());
   FlipBytes(largest, 0.5);
   ExpectReadFails(2, StatusCode::kDataLoss, "cannot read the records");
 }
@@ -646,6 +642,24 @@ TEST_F(CheckpointTest, RecordsAreRunsOf64KiBOfValues) {
 }
 
 TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
+  ExpectDamagedRunsAreDataLoss();
+}
+
+TEST_F(CheckpointTest, DamagedRunsMetByAnyOfTheReadingThreadsAreNamedAsByOne) {
+  // The ranges start at w, long's second and third runs and each of
+  // wide's: a damaged record at either side of each start.
+  const ShardSnapshot layout = DecodeMeta(EncodeMeta(Snapshot(1)), "").value();
+  std::vector<std::pair<uint32_t, uint64_t>> starts;
+  for (const RunStart& r : SplitRuns(layout, kManyRanges.threads, 1)) {
+    starts.emplace_back(r.table, r.row);
+  }
+  EXPECT_EQ(starts, (std::vector<std::pair<uint32_t, uint64_t>>{
+                        {1, 3}, {3, 17384}, {3, 33768}, {4, 1}, {4, 2}, {4, 3}}));
+  read_ = kManyRanges;
+  ExpectDamagedRunsAreDataLoss();
+}
+
+void CheckpointTest::ExpectDamagedRunsAreDataLoss() {
   const ShardSnapshot s = Snapshot(1);
   ASSERT_OK(ckpt_->Write(s, {}));
   std::unique_ptr<rocksdb::DB> db;
@@ -679,7 +693,7 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     ExpectReadFails(1, StatusCode::kDataLoss, m.text);
     put(m.key, saved);
   }
-  ASSERT_OK(ckpt_->Read(1));
+  ASSERT_OK(ckpt_->Read(1, read_));
 
   // A record outside the owned rows, overlapping a run, of a table the meta
   // record does not list, with a key of another shape.
@@ -705,7 +719,7 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     CloseRaw(std::move(db));
   }
   // After the loop every record is back.
-  ASSERT_OK(ckpt_->Read(1));
+  ASSERT_OK(ckpt_->Read(1, read_));
 
   // A run one float short or long: a whole run, the shorter last run of a
   // table, a one-row run.
@@ -732,9 +746,43 @@ TEST_F(CheckpointTest, MissingExtraOverlappingOrWrongSizedRunsAreDataLoss) {
     ExpectReadFails(1, StatusCode::kDataLoss, c.text);
     put(c.key, saved);
   }
-  auto r = ckpt_->Read(1);
+  auto r = ckpt_->Read(1, read_);
   ASSERT_OK(r);
   ExpectSame(*r, s);
+}
+
+TEST_F(CheckpointTest, ReadOnSeveralThreadsGivesWhatOneThreadGives) {
+  ASSERT_OK(ckpt_->Write(Snapshot(1), {}));
+  ASSERT_OK(ckpt_->Write(BigSnapshot(2), {}));
+  for (const GenerationReadOptions& options :
+       {GenerationReadOptions{.threads = 1}, GenerationReadOptions{.threads = 2, .min_range_bytes = 1},
+        GenerationReadOptions{.threads = 3, .min_range_bytes = 1}, kManyRanges,
+        GenerationReadOptions{}}) {
+    SCOPED_TRACE("threads " + std::to_string(options.threads) + ", ranges of " +
+                 std::to_string(options.min_range_bytes) + " bytes or more");
+    auto small = ckpt_->Read(1, options);
+    ASSERT_OK(small);
+    ExpectSame(*small, Snapshot(1));
+    auto big = ckpt_->Read(2, options);
+    ASSERT_OK(big);
+    ExpectSame(*big, BigSnapshot(2));
+  }
+}
+
+TEST_F(CheckpointTest, ACorruptBlockMetByOneOfTheReadingThreadsIsDataLoss) {
+  // 4.8 MB of rows in 8 ranges; the blocks of the middle of the largest
+  // file, then of its end, damaged: one thread meets them, the others stop.
+  ASSERT_OK(ckpt_->Write(BigSnapshot(2), {}));
+  read_ = {.threads = 8, .min_range_bytes = 1};
+  ASSERT_OK(ckpt_->Read(2, read_));
+  const fs::path largest = LargestSstFile(Gen(2));
+  ASSERT_FALSE(largest.empty());
+  FlipBytes(largest, 0.5);
+  ExpectReadFails(2, StatusCode::kDataLoss, "cannot read the records");
+  FlipBytes(largest, 0.5);  // inverted back
+  ASSERT_OK(ckpt_->Read(2, read_));
+  FlipBytes(largest, 0.1);
+  ExpectReadFails(2, StatusCode::kDataLoss, "cannot read the records");
 }
 
 TEST_F(CheckpointTest, InvalidSnapshotsAreRefusedAndChangeNothing) {

@@ -23,6 +23,7 @@
 #include "server/restore.h"
 #include "server/shard_server.h"
 #include "store/shard_store.h"
+#include "tests/util/damaged_files.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
@@ -150,17 +151,27 @@ void Write(const JobOptions& job, const Stores& stores, const std::string& dir) 
   }
 }
 
+// A restore on one thread, and on many: every piece of runs of at least 1
+// byte, so each old shard's rows are read in several pieces at once.
+constexpr GenerationReadOptions kOneThread{.threads = 1};
+constexpr GenerationReadOptions kManyThreads{.threads = 8, .min_range_bytes = 1};
+
 // The stores of `job` (`dir` its checkpoint.dir), each restored from the
-// generation kClock there that `writers` shards wrote.
-Stores Restore(JobOptions job, const std::string& dir, uint32_t writers) {
+// generation kClock there that `writers` shards wrote, into a store whose
+// rows start unwritten (as a server's).
+Stores Restore(JobOptions job, const std::string& dir, uint32_t writers,
+               const GenerationReadOptions& read = {}) {
   job.checkpoint.dir = dir;
-  Stores stores = Create(job, /*initialize=*/false);
+  Stores stores;
+  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
+    stores.push_back(ShardStore::CreateUnwritten(job, s).value());
+  }
   OsFilesystem files;
   for (uint32_t s = 0; s < stores.size(); ++s) {
     const RestorePoint point = ShardRestorePoint(files, job, s, -1).value();
     EXPECT_EQ(point.clock, kClock);
     EXPECT_EQ(point.writers, writers);
-    auto restored = RestoreGeneration(job, s, point, stores[s].get(), &files);
+    auto restored = RestoreGeneration(job, s, point, stores[s].get(), &files, read);
     EXPECT_OK(restored);
     if (restored.ok()) {
       EXPECT_EQ(restored->tables, job.tables.size());
@@ -291,11 +302,15 @@ TEST_P(RestoreReshardTest, EveryRowStateUseAndSketchFollowsItsKeyAndComesBackBit
   const std::string first = root_ + "/a", second = root_ + "/b", third = root_ + "/c";
   Write(job_s, original, first);
 
-  // S -> S': the same model, row for row and bit for bit.
-  Stores moved = Restore(job_t, first, from);
+  // S -> S': the same model, row for row and bit for bit, read on one
+  // thread or on many.
+  Stores moved = Restore(job_t, first, from, kManyThreads);
   ExpectSameModel(job_s, original, job_t, moved);
+  const Stores moved_alone = Restore(job_t, first, from, kOneThread);
+  ExpectSameModel(job_t, moved_alone, job_t, moved);
   const auto old_sketches = Sketches(original, 3);
   const auto new_sketches = Sketches(moved, 3);
+  EXPECT_EQ(Sketches(moved_alone, 3), new_sketches);
   for (uint32_t j = 0; j < to; ++j) {
     EXPECT_EQ(new_sketches[j], MergedSketch(old_sketches, to, j)) << "shard " << j << " of " << to;
   }
@@ -392,17 +407,17 @@ class ReshardRefusalTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   // The error of restoring shard `shard` of `job` (a job of 2 by default).
-  Status Refused(JobOptions job, uint32_t shard = 1) {
+  Status Refused(JobOptions job, uint32_t shard = 1, const GenerationReadOptions& read = {}) {
     job.checkpoint.dir = root_;
     auto store = ShardStore::Create(job, shard, false).value();
     OsFilesystem files;
     StatusOr<RestorePoint> point = ShardRestorePoint(files, job, shard, -1);
     if (!point.ok()) return point.status();
-    return RestoreGeneration(job, shard, *point, store.get(), &files).status();
+    return RestoreGeneration(job, shard, *point, store.get(), &files, read).status();
   }
   void ExpectRefused(const JobOptions& job, StatusCode code, const std::string& text,
-                     uint32_t shard = 1) {
-    const Status st = Refused(job, shard);
+                     uint32_t shard = 1, const GenerationReadOptions& read = {}) {
+    const Status st = Refused(job, shard, read);
     EXPECT_EQ(st.code(), code) << st.ToString();
     EXPECT_NE(st.message().find(text), std::string::npos) << st.ToString();
   }
@@ -503,10 +518,15 @@ TEST_F(ReshardRefusalTest, ADamagedRecordOfAnOldShardIsNamed) {
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), RowKey(2, 66101)).ok());
     close(std::move(db));
   }
-  ExpectRefused(Job(2), StatusCode::kDataLoss,
-                Gen(1) + ": the record of table 'ada' rows [66101, 66666) is missing", 1);
-  // Shard 0 of 2 ([0, 50000)) reads only the first two runs: unaffected.
-  EXPECT_OK(Refused(Job(2), 0));
+  for (const GenerationReadOptions& read : {kOneThread, kManyThreads}) {
+    ExpectRefused(Job(2), StatusCode::kDataLoss,
+                  Gen(1) + ": the record of table 'ada' rows [66101, 66666) is missing", 1, read);
+    // Shard 0 of 2 ([0, 50000)) reads only the first two runs: unaffected.
+    EXPECT_OK(Refused(Job(2), 0, read));
+    // Shard 1 of the 3 that wrote it reads its own generation whole.
+    ExpectRefused(Job(3), StatusCode::kDataLoss,
+                  Gen(1) + ": the record of table 'ada' rows [66101, 66666) is missing", 1, read);
+  }
 
   // A hashed row under a slot its id does not hash to.
   {
@@ -531,6 +551,30 @@ TEST_F(ReshardRefusalTest, ADamagedRecordOfAnOldShardIsNamed) {
                       std::to_string(slot),
                   0);
   }
+}
+
+TEST_F(ReshardRefusalTest, ACorruptBlockMetByAReadingThreadFailsTheRestoreAndTheServer) {
+  // A damaged block near the end of the largest file of old shard 1 (the
+  // run of 'ada' from row 49717, a block of its own): met by one of the
+  // threads reading its runs, whether the shard restores its own
+  // generation (a job of 3) or its rows of it (a job of 2).
+  const fs::path largest = LargestSstFile(Gen(1));
+  ASSERT_FALSE(largest.empty());
+  FlipBytes(largest, 0.9);
+  for (const GenerationReadOptions& read : {kOneThread, kManyThreads}) {
+    ExpectRefused(Job(3), StatusCode::kDataLoss, Gen(1) + ": cannot read the records", 1, read);
+    ExpectRefused(Job(2), StatusCode::kDataLoss, Gen(1) + ": cannot read the records", 1, read);
+    // Shard 0 of 2 ([0, 50000)) reads the run from 49717 too.
+    ExpectRefused(Job(2), StatusCode::kDataLoss, Gen(1) + ": cannot read the records", 0, read);
+  }
+  // A server restoring it does not start: no state of it is ever served.
+  JobOptions job = Job(3);
+  job.checkpoint.dir = root_;
+  auto server = ShardServer::Create(job, 1, "tcp://127.0.0.1:*");
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kDataLoss) << server.status().ToString();
+  EXPECT_NE(server.status().message().find(Gen(1)), std::string::npos)
+      << server.status().ToString();
 }
 
 }  // namespace

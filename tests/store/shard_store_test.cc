@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <thread>
+#include <vector>
 
 #include "common/key_range.h"
 #include "common/wire_floats.h"
+#include "store/block_memory.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
 
@@ -128,6 +132,125 @@ TEST(ShardStoreTest, DensePullSharesBlocksAndAPushCopiesOnlyTheSharedOnes) {
   ASSERT_OK((*store)->ApplyPush(DenseRequest(Op::kPush, 0, 1000, ones), 0));
   EXPECT_EQ((*store)->copy_on_write_count(), 3u);
   for (float v : (*store)->CopyValues(0)) ASSERT_EQ(v, 2.0f);
+}
+
+// A restore's reading threads (server/restore.h) write disjoint runs of
+// rows at once: the store ends bit for bit as restored run by run on one
+// thread, from an unwritten store as from one whose blocks a pull still
+// shares (copied first, the pulled frames keeping their values).
+TEST(ShardStoreTest, RowsRestoredOnSeveralThreadsEqualRowsRestoredOnOne) {
+  JobOptions job = Job(1, InitKind::kUniform);
+  job.tables[0].rows = 1000;
+  job.tables[0].dim = 1024;  // blocks of 256 rows
+  job.tables[0].optimizer = {OptimizerKind::kAdam, 0.01f};
+  job.tables.push_back(TestTable("small", 37, 3, OptimizerKind::kSgd));
+  job.tables[1].optimizer.momentum = 0.9f;
+  // Each table's values, then each slot's, in row order: distinct bits.
+  std::vector<std::vector<std::vector<float>>> data(2);
+  for (uint32_t t = 0; t < 2; ++t) {
+    const size_t n = job.tables[t].rows * job.tables[t].dim;
+    for (uint32_t a = 0; a <= job.tables[t].optimizer.Slots(); ++a) {
+      std::vector<float> array(n);
+      for (size_t i = 0; i < n; ++i) {
+        const auto bits = static_cast<uint32_t>((t << 30) | (a << 28) | i);
+        std::memcpy(&array[i], &bits, sizeof bits);
+      }
+      data[t].push_back(std::move(array));
+    }
+  }
+  // Runs of 100 rows (of 10 for "small"), straddling blocks; run `r` of
+  // table `t` restored into `store` through `restore`.
+  const auto run_rows = [](uint32_t t) { return t == 0 ? 100u : 10u; };
+  const auto restore_run = [&](uint32_t t, uint64_t first, auto restore) {
+    const uint64_t count = std::min<uint64_t>(run_rows(t), job.tables[t].rows - first);
+    const size_t at = first * job.tables[t].dim;
+    std::vector<const std::byte*> slots;
+    for (size_t a = 1; a < data[t].size(); ++a) {
+      slots.push_back(reinterpret_cast<const std::byte*>(data[t][a].data() + at));
+    }
+    restore(t, first, count, reinterpret_cast<const std::byte*>(data[t][0].data() + at),
+            std::span<const std::byte* const>(slots));
+  };
+  auto one = ShardStore::Create(job, 0, false);
+  ASSERT_OK(one);
+  for (uint32_t t = 0; t < 2; ++t) {
+    for (uint64_t first = 0; first < job.tables[t].rows; first += run_rows(t)) {
+      restore_run(t, first, [&](auto... args) { (*one)->RestoreRows(args...); });
+    }
+  }
+  const auto on_threads = [&](ShardStore* store) {
+    store->BeginConcurrentRestore();
+    std::vector<std::thread> threads;
+    for (uint64_t k = 0; k < 4; ++k) {
+      threads.emplace_back([&, k] {
+        for (uint32_t t = 0; t < 2; ++t) {
+          uint64_t run = 0;
+          for (uint64_t first = 0; first < job.tables[t].rows; first += run_rows(t), ++run) {
+            if (run % 4 != k) continue;
+            restore_run(t, first, [&](auto... args) { store->RestoreRangeRows(args...); });
+          }
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+  };
+  const auto expect_same = [&](const ShardStore& store) {
+    const ShardSnapshot a = (*one)->Snapshot(job, 0, 3).value();
+    const ShardSnapshot b = store.Snapshot(job, 0, 3).value();
+    for (uint32_t t = 0; t < 2; ++t) {
+      ASSERT_EQ(a.tables[t].values.size(), data[t][0].size());
+      EXPECT_EQ(std::memcmp(a.tables[t].values.data(), data[t][0].data(),
+                            data[t][0].size() * sizeof(float)),
+                0);
+      ASSERT_EQ(b.tables[t].values.size(), a.tables[t].values.size());
+      EXPECT_EQ(std::memcmp(b.tables[t].values.data(), a.tables[t].values.data(),
+                            a.tables[t].values.size() * sizeof(float)),
+                0)
+          << t;
+      ASSERT_EQ(b.tables[t].slots.size(), data[t].size() - 1);
+      for (size_t k = 0; k < b.tables[t].slots.size(); ++k) {
+        EXPECT_EQ(std::memcmp(b.tables[t].slots[k].data(), data[t][k + 1].data(),
+                              data[t][k + 1].size() * sizeof(float)),
+                  0)
+            << t << " slot " << k;
+      }
+    }
+  };
+
+  auto unwritten = ShardStore::CreateUnwritten(job, 0);
+  ASSERT_OK(unwritten);
+  on_threads(unwritten->get());
+  expect_same(**unwritten);
+
+  auto shared = ShardStore::Create(job, 0);
+  ASSERT_OK(shared);
+  const std::vector<float> before = (*shared)->CopyValues(0);
+  std::vector<Frame> frames;
+  ASSERT_OK((*shared)->ReadRows(DenseRequest(Op::kPull, 200, 400, {}), &frames));
+  ASSERT_EQ(frames.size(), 3u);
+  on_threads(shared->get());
+  EXPECT_EQ((*shared)->copy_on_write_count(), 3u);
+  expect_same(**shared);
+  const auto* pulled = reinterpret_cast<const float*>(frames[0].data());
+  EXPECT_EQ(std::memcmp(pulled, before.data() + 200 * 1024, frames[0].size()), 0);
+}
+
+// Backing a block's pages at once (a restore's first write into a block)
+// keeps what the block holds, and an unwritten block becomes writable.
+TEST(ShardStoreTest, PrefaultingABlockKeepsItsValues) {
+  BlockFloats written;
+  written.assign(300000, 1.5f);
+  PrefaultBlockMemory(written.data(), written.size() * sizeof(float));
+  for (float v : written) ASSERT_EQ(v, 1.5f);
+  BlockFloats unwritten;
+  unwritten.resize(300000);
+  PrefaultBlockMemory(unwritten.data(), unwritten.size() * sizeof(float));
+  for (size_t i = 0; i < unwritten.size(); ++i) unwritten[i] = static_cast<float>(i);
+  for (size_t i = 0; i < unwritten.size(); ++i) ASSERT_EQ(unwritten[i], static_cast<float>(i));
+  BlockFloats small;  // under a page: nothing to do
+  small.assign(10, 2.5f);
+  PrefaultBlockMemory(small.data(), small.size() * sizeof(float));
+  for (float v : small) ASSERT_EQ(v, 2.5f);
 }
 
 // A whole block sent as it is starts half a page into a page
