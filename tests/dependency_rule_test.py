@@ -47,7 +47,11 @@ LAYERS = {
 FILE_RULES = {
     # read_checkpoint: the server's checkpoint reader, as `ps_ctl export`'s.
     "python/checkpoint.cc": {"common", "client", "python", "server/checkpoint_arrays.h"},
-    "tools/ps_ctl.cc": {"common", "client", "tools/ctl_status.h"},
+    "tools/ps_ctl.cc": {"common", "client", "tools/ctl_status.h", "tools/ctl_reshard.h"},
+    "tools/ctl_reshard.h": {"common", "client"},
+    "tools/ctl_reshard.cc": {"common", "client", "tools/ctl_reshard.h", "tools/reshard_plan.h"},
+    "tools/reshard_plan.h": {"common"},
+    "tools/reshard_plan.cc": {"common", "tools/reshard_plan.h"},
     "tools/ctl_status.h": {"common", "client"},
     "tools/ctl_status.cc": {"common", "client", "tools/ctl_status.h", "tools/tcp_probe.h"},
     "tools/tcp_probe.h": {"common", "client"},
