@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "common/logging.h"
@@ -58,8 +59,11 @@ class SnapshotSink : public RowSink {
 }  // namespace
 
 Status CheckpointDir::WriteShardsFile(const std::string& tmp, uint32_t num_shards) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                      files_->NewWritableFile(tmp + "/" + GenerationShardsFileName(num_shards)));
+  return WriteEmptyFile(tmp + "/" + GenerationShardsFileName(num_shards));
+}
+
+Status CheckpointDir::WriteEmptyFile(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, files_->NewWritableFile(path));
   return file->Close();
 }
 
@@ -87,6 +91,16 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
     if (options.at_stage) options.at_stage(s, snapshot.clock, tmp);
   };
 
+  if (snapshot.delta()) {
+    // A delta on a generation that is gone could never be read.
+    const std::string base = GenerationPath(snapshot.base_clock);
+    PS_ASSIGN_OR_RETURN(const Filesystem::Type type, files_->TypeOf(base));
+    if (type != Filesystem::Type::kDirectory) {
+      return FailedPreconditionError(final_path + ": not written as a delta on " + base +
+                                     ", which is missing; write a full generation");
+    }
+  }
+
   // Torn writes of earlier attempts (of any clock) first.
   PS_RETURN_IF_ERROR(RemoveTornGenerations(*files_, path_));
 
@@ -94,6 +108,9 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
   try {
     written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage);
     if (written.ok()) written = WriteShardsFile(tmp, snapshot.num_shards);
+    if (written.ok() && snapshot.delta()) {
+      written = WriteEmptyFile(tmp + "/" + GenerationBaseFileName(snapshot.base_clock));
+    }
     if (written.ok()) stage(CheckpointStage::kFlushed);
     if (written.ok() && options.sync) written = SyncFlatFolder(*files_, tmp);
     if (written.ok()) stage(CheckpointStage::kSynced);
@@ -107,9 +124,14 @@ Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWrite
     return written;
   }
 
+  // The generations the kept ones build on stay too.
+  StatusOr<std::set<int64_t>> needed = GenerationsNeeded(*files_, path_, options.keep);
   const Status pruned =
-      PruneGenerations(*files_, path_, options.keep, options.sync,
-                       [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); });
+      needed.ok()
+          ? PruneGenerations(
+                *files_, path_, options.keep, options.sync,
+                [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); }, &*needed)
+          : needed.status();
   if (!pruned.ok()) {
     // The new generation is complete and visible; the next Write tries again.
     PS_LOG_WARN("checkpoint {} written, but removing older generations failed: {}", final_path,

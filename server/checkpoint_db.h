@@ -39,7 +39,16 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
 
 // Reads the database at `path` read-only (no file in it is created or
 // changed) into `sink`: its layout to sink->Begin, then every run record in
-// key order to sink->Rows. Returns the clock of its meta record. DataLoss
+// key order to sink->Rows. Returns the clock of its meta record.
+// A delta (checkpoint_format.h) is read with its chain: the generations it
+// builds on, gen-<base clock> beside it, down to a full one, their records
+// merged key by key (the newest wins, a removed id hides its row), so the
+// sink gets the state at the delta's clock as from a full generation (its
+// layout: AsFullLayout). Each link is checked against its meta record and
+// the next link (CheckChainLink), and the merged records as a full
+// generation of the newest meta record. A missing base is DataLoss naming
+// the delta, the missing folder and what to do; a link's errors name that
+// link's path. DataLoss
 // naming `path` and what is wrong when it cannot be opened, a file is
 // corrupt, the meta record is missing or corrupt or promises more row data
 // than the files hold, or a record is missing, extra, overlapping or of the
@@ -50,8 +59,9 @@ StatusOr<int64_t> ReadGenerationDatabase(const std::string& path, RowSink* sink)
 
 // A generation's database opened read-only for reading parts of it: what
 // a restore onto another shard count reads of each old shard (the records
-// of the rows, or hash slots, its new shard owns). Thread-compatible: one
-// thread at a time.
+// of the rows, or hash slots, its new shard owns). A delta is opened with
+// its chain, as ReadGenerationDatabase does, and read merged: Scan and Get
+// see the state at its clock. Thread-compatible: one thread at a time.
 class GenerationReader {
  public:
   // Opens the database at `path` and decodes its meta record. DataLoss
@@ -62,14 +72,19 @@ class GenerationReader {
   ~GenerationReader();
 
   const std::string& path() const { return path_; }
-  // The meta record (no values), and its format version.
+  // The meta record (no values; of a delta, as a full generation's:
+  // AsFullLayout), and its format version (of a chain: its oldest link's).
   const ShardSnapshot& layout() const { return layout_; }
   uint32_t version() const { return version_; }
+  // The generations read: 1, or a delta's chain's length.
+  size_t links() const;
 
   // Calls fn(key, value) for every record whose key lies in [begin, end),
-  // in key order, each block's checksum verified; stops at fn's first
-  // error and returns it. DataLoss naming the path when the files cannot
-  // be read. The views are valid during the call only.
+  // in key order, each block's checksum verified (of a chain: each key's
+  // newest record, none for a removed id); stops at fn's first error and
+  // returns it (of a chain, naming the link the record came from).
+  // DataLoss naming the path when the files cannot be read. The views are
+  // valid during the call only.
   Status Scan(std::string_view begin, std::string_view end,
               const std::function<Status(std::string_view key, std::string_view value)>& fn) const;
   // The value of `key`; NotFound when there is none, DataLoss when it

@@ -1,12 +1,35 @@
 #include "server/checkpoint_trigger.h"
 
 #include <chrono>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "common/logging.h"
+#include "server/checkpoint_format.h"
 
 namespace ps {
+namespace {
+
+// A generation's id: random, never 0 (a generation of format 5 or older).
+uint64_t NewGenerationId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+// Bytes of the rows a snapshot holds: values, optimizer state, ids.
+uint64_t SnapshotBytes(const ShardSnapshot& s) {
+  uint64_t bytes = 0;
+  for (const TableSnapshot& t : s.tables) {
+    bytes += t.values.size() * sizeof(float) * (1 + t.slots.size()) +
+             (t.ids.size() + t.removed.size()) * sizeof(uint64_t) + t.sketch.size();
+  }
+  return bytes;
+}
+
+}  // namespace
 
 CheckpointTrigger::CheckpointTrigger(CheckpointTriggerOptions options, CheckpointDir& dir,
                                      SnapshotFn snapshot, const Clock& clock, AnswerFn answer,
@@ -106,8 +129,23 @@ void CheckpointTrigger::Finish(int64_t clock, bool may_start) {
 Status CheckpointTrigger::Start(int64_t clock) {
   JoinWriter();  // finished (ClockAdvanced waited): reap its thread
   last_clock_ = clock;
+  const bool delta = options_.full_every > 1 && has_base_ && base_.clock < clock &&
+                     deltas_since_full_ + 1 < options_.full_every &&
+                     delta_bytes_ + last_delta_bytes_ <= full_bytes_;
+  const DeltaSince since{delta ? base_.epoch : 0, &RowsPerRun};
   const auto copy_start = clock_.Now();
-  PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, snapshot_(clock));
+  StatusOr<ShardSnapshot> taken = snapshot_(clock, delta ? &since : nullptr);
+  if (!taken.ok()) {
+    has_base_ = false;  // the store's change epoch moved on without a generation
+    return taken.status();
+  }
+  ShardSnapshot snapshot = std::move(taken).value();
+  snapshot.generation_id = NewGenerationId();
+  if (delta) {
+    snapshot.base_clock = base_.clock;
+    snapshot.base_id = base_.id;
+    ++deltas_started_;
+  }
   const double copy_ms =
       std::chrono::duration<double, std::milli>(clock_.Now() - copy_start).count();
   ++started_;
@@ -121,10 +159,30 @@ void CheckpointTrigger::Write(const ShardSnapshot& snapshot, double copy_ms) {
   const auto start = clock_.Now();
   Status written = dir_.Write(snapshot, options_.write);
   const double secs = std::chrono::duration<double>(clock_.Now() - start).count();
+  // The next delta builds on this generation, or, when it failed, the next
+  // generation is full.
+  has_base_ = written.ok();
+  const uint64_t bytes = SnapshotBytes(snapshot);
   if (written.ok()) {
-    PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
-                "(serving paused {:.1f} ms for the copy)",
-                options_.shard, snapshot.clock, dir_.GenerationPath(snapshot.clock), secs, copy_ms);
+    base_ = {snapshot.clock, snapshot.generation_id, snapshot.epoch};
+    if (snapshot.delta()) {
+      ++deltas_since_full_;
+      delta_bytes_ += bytes;
+      last_delta_bytes_ = bytes;
+    } else {
+      deltas_since_full_ = 0;
+      full_bytes_ = bytes;
+      delta_bytes_ = 0;
+      last_delta_bytes_ = 0;
+    }
+    const std::string kind =
+        snapshot.delta() ? fmt::format("a delta on clock {}, {:.1f} MB of rows", snapshot.base_clock,
+                                       bytes / 1e6)
+                         : fmt::format("full, {:.1f} MB of rows", bytes / 1e6);
+    PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s ({}; "
+                "serving paused {:.1f} ms for the copy)",
+                options_.shard, snapshot.clock, dir_.GenerationPath(snapshot.clock), secs, kind,
+                copy_ms);
   } else {
     PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
                  "are intact",

@@ -51,6 +51,8 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   std::unique_ptr<ShardStore> store(new ShardStore());
   store->refuse_non_finite_ = job.server.on_non_finite_result == NonFiniteResultPolicy::kRefuse;
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
+  // Incremental checkpoints need each hashed row's last change.
+  const bool track_changes = !job.checkpoint.dir.empty() && job.checkpoint.full_every > 1;
   for (const TableOptions& t : job.tables) {
     Table table;
     table.optimizer = t.optimizer;
@@ -64,11 +66,15 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
       // No rows until pushes make them: the bound only.
       table.layout = {t.name,  0,    t.dim,          ShardSlots(t.HashSlots(), num_shards, shard),
                       t.wire,  true, t.HashSlots(), t.HashSeed(), num_shards};
-      const uint64_t max_rows = t.max_rows != 0
-                                    ? t.max_rows
-                                    : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots,
-                                                             t.evict.enabled());
+      const uint64_t max_rows =
+          t.max_rows != 0 ? t.max_rows
+                          : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots,
+                                                   t.evict.enabled(), track_changes);
       table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows, t.evict);
+      if (track_changes) {
+        table.hashed->TrackChanges();
+        table.hashed->SetStamp(static_cast<uint32_t>(store->change_epoch_));
+      }
       if (t.admit.enabled()) {
         table.admit = t.admit;
         table.sketch = std::make_unique<PushSketch>(t.admit.sketch_width);
@@ -96,6 +102,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
         }
         table.blocks.push_back(std::move(block));
       }
+      table.stamps.assign(table.blocks.size(), 0);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError("shard " + std::to_string(shard) + ": cannot allocate " +
                                     std::to_string(owned * t.dim * 4) + " bytes for table '" +
@@ -109,6 +116,7 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
 
 ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
   std::shared_ptr<Block>& b = table.blocks[block];
+  table.stamps[block] = change_epoch_;
   if (b.use_count() > 1) {
     // A reply still holds this block's values: leave them to the reply and
     // write a copy. Replies never read the optimizer state, so it moves to

@@ -191,6 +191,23 @@ class ShardStore {
   // state a checkpoint writes. Costs one copy of the shard's memory.
   // ResourceExhausted if the copy cannot be allocated.
   StatusOr<ShardSnapshot> Snapshot(const JobOptions& job, uint32_t shard, int64_t clock) const;
+  // The snapshot of a checkpoint generation, which later deltas may build
+  // on: with `delta` null, Snapshot(); otherwise a delta of what changed
+  // since the snapshot of epoch delta->since_epoch was taken (the layout
+  // whole; TableSnapshot::changed and removed; base_clock and base_id left
+  // for the caller): a range table's blocks written since (by a push, an
+  // aggregated sum, a restore or a replica's copy), widened to whole runs
+  // of delta->rows_per_run(dim) rows, and a hashed table's rows made,
+  // updated or restored since and the ids removed since that have no row
+  // now. Either way sets the snapshot's `epoch` and starts a new change
+  // epoch, and forgets the hashed tables' removed ids: a delta is taken
+  // only against the previous CheckpointSnapshot (a caller whose write of
+  // it failed takes a full one next). A hashed table tracks its rows'
+  // changes only when the job's checkpoint.full_every is above 1 (4 bytes
+  // per row); without, a delta holds every row of it.
+  // ResourceExhausted if the copy cannot be allocated.
+  StatusOr<ShardSnapshot> CheckpointSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
+                                             const DeltaSince* delta);
   // Replaces every value and optimizer state array with the snapshot's.
   // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK.
   void Restore(const ShardSnapshot& snapshot);
@@ -204,6 +221,10 @@ class ShardStore {
   // REQUIRES: the generation passed CheckRestorable against Layout().
   void RestoreRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                    std::span<const std::byte* const> slots, const std::byte* use = nullptr);
+  // Removes the row of id `id` of hashed table `table` (it reads as its
+  // initial value again), as a delta generation's removed id says; false
+  // when it had none. REQUIRES: a hashed table.
+  bool RestoreRemoved(uint32_t table, uint64_t id);
 
   // A copy for a replica that joins (server/replication.h), taken while
   // the shard serves.
@@ -298,6 +319,9 @@ class ShardStore {
     uint32_t slots = 0;
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;  // range tables
+    // Per block, the change epoch of its last write (Writable): what a
+    // delta snapshot compares.
+    std::vector<uint64_t> stamps;
     std::unique_ptr<HashedRows> hashed;  // hashed tables (and no blocks)
     // Hashed tables with `admit` on: the filter's settings and its counts.
     AdmitOptions admit;
@@ -326,8 +350,12 @@ class ShardStore {
   ShardStore() = default;
   // A hashed table's rows into a snapshot, by hash slot (of `hash_slots`
   // under `seed`), then id: the checkpoint's key order.
+  // With `since` set, only the rows stamped after it (a delta).
   static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
-                         TableSnapshot* ts);
+                         TableSnapshot* ts, const uint32_t* since = nullptr);
+  // A delta's copy of what changed since `delta->since_epoch` into
+  // *snapshot (its layout): see CheckpointSnapshot.
+  void CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot);
   // `count` of table `table`'s HashedRows; 0 for a range table.
   template <typename Count>
   uint64_t OfHashed(uint32_t table, Count (HashedRows::*count)() const) const {
@@ -405,6 +433,9 @@ class ShardStore {
 
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
+  // Writes are stamped with this; each CheckpointSnapshot takes it and
+  // moves on to the next. Blocks made at Create carry 0.
+  uint64_t change_epoch_ = 1;
   uint64_t copy_on_write_count_ = 0;
   uint64_t encoded_block_count_ = 0;
   std::vector<float> gathered_;  // ReadRows' rows before their conversion; a scaled sum row

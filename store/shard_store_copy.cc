@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -149,27 +150,30 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
 }
 
 void ShardStore::CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
-                            TableSnapshot* ts) {
+                            TableSnapshot* ts, const uint32_t* since) {
   // In the order of the checkpoint's keys: by hash slot, then id.
   struct Key {
     uint32_t slot;
     uint64_t id;
     uint64_t row;
   };
-  std::vector<Key> order(rows.size());
+  std::vector<Key> order;
+  order.reserve(since == nullptr ? rows.size() : 0);
   for (uint64_t r = 0; r < rows.size(); ++r) {
+    if (since != nullptr && rows.stamp(r) <= *since) continue;
     const uint64_t id = rows.id(r);
-    order[r] = {IdSlot(id, seed, hash_slots), id, r};
+    order.push_back({IdSlot(id, seed, hash_slots), id, r});
   }
   std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
     return a.slot != b.slot ? a.slot < b.slot : a.id < b.id;
   });
   const size_t dim = rows.dim();
+  const size_t n = order.size();
   ts->stored_rows = rows.size();
-  ts->ids.resize(rows.size());
-  if (rows.tracks_use()) ts->uses.resize(rows.size());
-  ts->values.resize(rows.size() * dim);
-  for (std::vector<float>& slot : ts->slots) slot.resize(rows.size() * dim);
+  ts->ids.resize(n);
+  if (rows.tracks_use()) ts->uses.resize(n);
+  ts->values.resize(n * dim);
+  for (std::vector<float>& slot : ts->slots) slot.resize(n * dim);
   for (size_t i = 0; i < order.size(); ++i) {
     const float* row = rows.row(order[i].row);
     ts->ids[i] = order[i].id;
@@ -179,6 +183,101 @@ void ShardStore::CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash
       std::memcpy(ts->slots[k].data() + i * dim, row + (k + 1) * dim, dim * sizeof(float));
     }
   }
+}
+
+StatusOr<ShardSnapshot> ShardStore::CheckpointSnapshot(const JobOptions& job, uint32_t shard,
+                                                       int64_t clock, const DeltaSince* delta) {
+  StatusOr<ShardSnapshot> taken = [&]() -> StatusOr<ShardSnapshot> {
+    if (delta == nullptr) return Snapshot(job, shard, clock);
+    ShardSnapshot snapshot = Layout(job, shard, clock);
+    try {
+      CopyChanges(*delta, &snapshot);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhaustedError("shard " + std::to_string(shard) +
+                                    ": not enough memory for a checkpoint's copy of the rows "
+                                    "changed since the last one");
+    }
+    return snapshot;
+  }();
+  // Whatever the outcome, the next delta is taken against this epoch (a
+  // caller whose snapshot or write failed takes a full one next).
+  const uint64_t epoch = change_epoch_++;
+  for (Table& t : tables_) {
+    if (t.hashed == nullptr || !t.hashed->tracks_changes()) continue;
+    t.hashed->SetStamp(static_cast<uint32_t>(change_epoch_));
+    if (delta == nullptr || !taken.ok()) t.hashed->TakeRemoved();
+  }
+  if (taken.ok()) taken->epoch = epoch;
+  return taken;
+}
+
+void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Table& t = tables_[i];
+    TableSnapshot& ts = snapshot->tables[i];
+    if (t.hashed != nullptr) {
+      const uint64_t seed = NameHash(ts.name);
+      const auto since = static_cast<uint32_t>(delta.since_epoch);
+      // A table that does not track its rows' changes has every row in it.
+      CopyHashed(*t.hashed, seed, ts.hash_slots, &ts,
+                 t.hashed->tracks_changes() ? &since : nullptr);
+      const std::span<const std::byte> sketch = SketchData(static_cast<uint32_t>(i));
+      ts.sketch.assign(sketch.begin(), sketch.end());
+      if (!t.hashed->tracks_changes()) continue;
+      // The removed ids that have no row now, in key order, once each.
+      std::vector<uint64_t> removed = t.hashed->TakeRemoved();
+      std::vector<std::pair<uint32_t, uint64_t>> keyed;
+      keyed.reserve(removed.size());
+      for (const uint64_t id : removed) {
+        if (t.hashed->Find(id) == nullptr) keyed.push_back({IdSlot(id, seed, ts.hash_slots), id});
+      }
+      std::sort(keyed.begin(), keyed.end());
+      keyed.erase(std::unique(keyed.begin(), keyed.end()), keyed.end());
+      ts.removed.resize(keyed.size());
+      for (size_t k = 0; k < keyed.size(); ++k) ts.removed[k] = keyed[k].second;
+      continue;
+    }
+    // Blocks written since, widened to the runs a checkpoint writes, as
+    // shard-local row ranges, merged where they meet.
+    const uint32_t dim = t.layout.dim;
+    const uint64_t owned = t.layout.owned.size();
+    const uint64_t per_run = std::max<uint64_t>(1, delta.rows_per_run(dim));
+    std::vector<RowRange> local;
+    for (uint64_t b = 0; b < t.blocks.size(); ++b) {
+      if (t.stamps[b] <= delta.since_epoch) continue;
+      const uint64_t first = b * t.rows_per_block;
+      const uint64_t end = std::min(owned, first + t.rows_per_block);
+      const RowRange run{first / per_run * per_run,
+                         std::min(owned, (end + per_run - 1) / per_run * per_run)};
+      if (!local.empty() && run.begin <= local.back().end) {
+        local.back().end = std::max(local.back().end, run.end);
+      } else {
+        local.push_back(run);
+      }
+    }
+    uint64_t rows = 0;
+    for (const RowRange& r : local) rows += r.size();
+    ts.values.resize(rows * dim);
+    for (std::vector<float>& slot : ts.slots) slot.resize(rows * dim);
+    size_t at = 0;
+    for (const RowRange& r : local) {
+      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
+      ForEachBlockRun(t, r.begin, r.size(), [&](uint64_t block, uint64_t in_block, uint64_t n) {
+        const Block& b = *t.blocks[block];
+        const size_t offset = static_cast<size_t>(in_block) * dim;
+        const size_t floats = static_cast<size_t>(n) * dim;
+        std::memcpy(ts.values.data() + at, b.values.data() + offset, floats * sizeof(float));
+        for (size_t k = 0; k < ts.slots.size(); ++k) {
+          std::memcpy(ts.slots[k].data() + at, b.slots[k].data() + offset, floats * sizeof(float));
+        }
+        at += floats;
+      });
+    }
+  }
+}
+
+bool ShardStore::RestoreRemoved(uint32_t table, uint64_t id) {
+  return tables_[table].hashed->Erase(id);
 }
 
 void ShardStore::RestoreRows(uint32_t table, uint64_t first, uint64_t count,

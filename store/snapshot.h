@@ -73,8 +73,42 @@ struct TableSnapshot {
   // older, which did not record them.
   std::string settings;
 
+  // A delta's table (ShardSnapshot::base_clock >= 0): what changed since
+  // the base generation. A range table's arrays hold only the rows of
+  // `changed` (sorted, disjoint ranges of global row ids inside `owned`,
+  // in order, one after the other); a hashed table's `ids` (and their
+  // values, slots and uses) only the rows made or updated since the base,
+  // `removed` the ids whose rows went since (evicted, expired, erased) and
+  // that have none now, both in key order, and `stored_rows` the rows the
+  // shard holds in all. Empty in a full snapshot.
+  std::vector<RowRange> changed;
+  std::vector<uint64_t> removed;
+  // A delta's meta record (DecodeMeta): its records of the table, a range
+  // table's runs or a hashed table's changed rows, and a hashed table's
+  // removed ids.
+  uint64_t delta_records = 0;
+  uint64_t delta_removed = 0;
+
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
+  // REQUIRES: a full snapshot (a delta's: DeltaRowCount).
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }
+  // The rows a delta's arrays hold.
+  uint64_t DeltaRowCount() const {
+    if (hashed) return ids.size();
+    uint64_t n = 0;
+    for (const RowRange& r : changed) n += r.size();
+    return n;
+  }
+};
+
+// What a delta snapshot is taken against (ShardStore::Snapshot): the
+// changes the store stamped after `since_epoch` (the `epoch` of the
+// snapshot of the base generation), a range table's changed blocks widened
+// to whole runs of `rows_per_run(dim)` rows counted from the first owned
+// row (a checkpoint's records, server/checkpoint_format.h).
+struct DeltaSince {
+  uint64_t since_epoch = 0;
+  uint64_t (*rows_per_run)(uint32_t dim) = nullptr;
 };
 
 // The state of one shard at a clock boundary.
@@ -88,6 +122,21 @@ struct ShardSnapshot {
   // a restore refuses a generation written for another model.
   std::string fingerprint;
   std::vector<TableSnapshot> tables;
+
+  // Incremental generations (checkpoint.full_every). A generation's own
+  // id (random, not 0; 0 in a generation of format 5 or older), and for a
+  // delta the clock and id of the generation it builds on (base_clock -1:
+  // a full snapshot, every row of every table). A delta holds what changed
+  // since its base (TableSnapshot::changed, removed); its sketches and
+  // every table's layout are whole.
+  uint64_t generation_id = 0;
+  int64_t base_clock = -1;
+  uint64_t base_id = 0;
+  bool delta() const { return base_clock >= 0; }
+  // Taken from a store: the store's change epoch it was taken at
+  // (changes after it are stamped later); what a delta on this snapshot's
+  // generation passes as DeltaSince::since_epoch. Not written.
+  uint64_t epoch = 0;
 };
 
 // OK when `saved` (read from disk) can be restored into a shard whose
