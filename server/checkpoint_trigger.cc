@@ -141,7 +141,7 @@ Status CheckpointTrigger::Start(int64_t clock) {
   }
   ShardSnapshot snapshot = std::move(taken).value();
   snapshot.generation_id = NewGenerationId();
-  if (delta) {
+  if (delta && snapshot.changes_only) {
     snapshot.base_clock = base_.clock;
     snapshot.base_id = base_.id;
     ++deltas_started_;

@@ -256,7 +256,7 @@ bool HashedRows::Erase(uint64_t id) {
       const uint32_t r = RowIn(*index, slot);
       Remove(*index, hash, slot);
       RemoveRow(r);
-      if (tracking_) removed_.push_back(id);
+      if (tracking_) NoteRemoved(id);
       return true;
     }
   }
@@ -559,6 +559,16 @@ size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use, bool stamps)
   const size_t index = (2 * sizeof(Group) + Capacity(2) - 1) / Capacity(2);
   return SlotFloats(size_t{dim} * (1 + slots)) * sizeof(float) + (use ? sizeof(Use) : 0) +
          (stamps ? sizeof(uint32_t) : 0) + index;
+}
+
+void HashedRows::NoteRemoved(uint64_t id) {
+  if (removed_overflowed_) return;
+  if (removed_.size() >= max_rows_ / 4 + 1024) {
+    removed_overflowed_ = true;
+    removed_ = {};
+    return;
+  }
+  removed_.push_back(id);
 }
 
 void HashedRows::TrackChanges() {

@@ -145,7 +145,10 @@ class HashedRows {
   // when it was last made, updated or restored, and the ids of the rows
   // removed (erased, evicted, expired) are kept until TakeRemoved. Costs 4
   // bytes per row (counted in bytes(), and in RowBytes and RowsWithin with
-  // `stamps`) and 8 per removal between two TakeRemoved.
+  // `stamps`) and 8 per removal between two TakeRemoved, up to
+  // max_rows / 4 + 1024 removals: beyond, the ids are dropped and
+  // removed_overflowed() says so until the next TakeRemoved (a store that
+  // is never snapshot, a backup's, holds no more).
   void TrackChanges();
   bool tracks_changes() const { return tracking_; }
   // The stamp of the changes from now on.
@@ -153,8 +156,13 @@ class HashedRows {
   // Row i's stamp. REQUIRES: tracks_changes(), i < size().
   uint32_t stamp(uint64_t i) const { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
   // The ids removed since the last call, in the order of their removal,
-  // possibly repeated, and possibly of rows made again since.
-  std::vector<uint64_t> TakeRemoved() { return std::exchange(removed_, {}); }
+  // possibly repeated, and possibly of rows made again since; incomplete
+  // when removed_overflowed().
+  std::vector<uint64_t> TakeRemoved() {
+    removed_overflowed_ = false;
+    return std::exchange(removed_, {});
+  }
+  bool removed_overflowed() const { return removed_overflowed_; }
 
   // The id of row i. REQUIRES: i < size().
   uint64_t id(uint64_t i) const;
@@ -255,6 +263,8 @@ class HashedRows {
   void SetId(uint64_t i, uint64_t id) { std::memcpy(RowAt(i) - kIdFloats, &id, sizeof(id)); }
   Use& UseAt(uint64_t i) const { return use_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
   uint32_t& StampAt(uint64_t i) { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  // Keeps the id of a row removed (when tracking).
+  void NoteRemoved(uint64_t id);
   // Row r changed now (when tracking).
   void Stamp(uint32_t r) {
     if (tracking_) StampAt(r) = stamp_;
@@ -341,6 +351,7 @@ class HashedRows {
   std::vector<std::unique_ptr<uint32_t[]>> stamp_chunks_;
   uint32_t stamp_ = 0;
   std::vector<uint64_t> removed_;
+  bool removed_overflowed_ = false;
 };
 
 }  // namespace ps

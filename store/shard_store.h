@@ -192,10 +192,11 @@ class ShardStore {
   // ResourceExhausted if the copy cannot be allocated.
   StatusOr<ShardSnapshot> Snapshot(const JobOptions& job, uint32_t shard, int64_t clock) const;
   // The snapshot of a checkpoint generation, which later deltas may build
-  // on: with `delta` null, Snapshot(); otherwise a delta of what changed
-  // since the snapshot of epoch delta->since_epoch was taken (the layout
-  // whole; TableSnapshot::changed and removed; base_clock and base_id left
-  // for the caller): a range table's blocks written since (by a push, an
+  // on: with `delta` null, Snapshot(); otherwise (changes_only set) a
+  // delta of what changed since the snapshot of epoch delta->since_epoch
+  // was taken (the layout whole; TableSnapshot::changed and removed;
+  // base_clock and base_id left for the caller), or a full one when a
+  // hashed table lost count of its removed ids (HashedRows): a range table's blocks written since (by a push, an
   // aggregated sum, a restore or a replica's copy), widened to whole runs
   // of delta->rows_per_run(dim) rows, and a hashed table's rows made,
   // updated or restored since and the ids removed since that have no row

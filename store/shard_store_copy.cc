@@ -187,9 +187,15 @@ void ShardStore::CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash
 
 StatusOr<ShardSnapshot> ShardStore::CheckpointSnapshot(const JobOptions& job, uint32_t shard,
                                                        int64_t clock, const DeltaSince* delta) {
+  // A hashed table that lost count of its removed ids (more than its
+  // tracking keeps) makes the snapshot full.
+  for (const Table& t : tables_) {
+    if (t.hashed != nullptr && t.hashed->removed_overflowed()) delta = nullptr;
+  }
   StatusOr<ShardSnapshot> taken = [&]() -> StatusOr<ShardSnapshot> {
     if (delta == nullptr) return Snapshot(job, shard, clock);
     ShardSnapshot snapshot = Layout(job, shard, clock);
+    snapshot.changes_only = true;
     try {
       CopyChanges(*delta, &snapshot);
     } catch (const std::bad_alloc&) {

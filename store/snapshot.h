@@ -133,6 +133,10 @@ struct ShardSnapshot {
   int64_t base_clock = -1;
   uint64_t base_id = 0;
   bool delta() const { return base_clock >= 0; }
+  // Taken from a store by ShardStore::CheckpointSnapshot: true when it
+  // holds only what changed since the epoch asked for (a delta, whose
+  // caller sets base_clock and base_id); false for every row. Not written.
+  bool changes_only = false;
   // Taken from a store: the store's change epoch it was taken at
   // (changes after it are stamped later); what a delta on this snapshot's
   // generation passes as DeltaSince::since_epoch. Not written.

@@ -143,6 +143,7 @@ class ShardChain {
         store_->CheckpointSnapshot(job_, shard_, clock, delta ? &since : nullptr);
     EXPECT_OK(s);
     s->generation_id = 1000 * clock + 17;
+    EXPECT_EQ(s->changes_only, delta);
     if (delta) {
       s->base_clock = base_clock_;
       s->base_id = base_id_;

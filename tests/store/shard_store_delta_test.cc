@@ -129,6 +129,23 @@ TEST_F(ShardStoreDeltaTest, HashedDeltaHoldsChangedRowsAndTheIdsRemovedSince) {
   EXPECT_EQ(again.removed, std::vector<uint64_t>{4});
 }
 
+TEST_F(ShardStoreDeltaTest, TooManyRemovedIdsToKeepMakeTheNextSnapshotFull) {
+  Next(1, /*delta=*/false);
+  // Each push of a new id evicts one of the 4 rows: more removals than
+  // the table keeps count of (4 / 4 + 1024).
+  for (uint64_t id = 100; id < 1200; ++id) ASSERT_OK(store_->ApplyPush(Push(1, {id}, 2), 1));
+  const ShardSnapshot full = Next(2);
+  EXPECT_FALSE(full.changes_only);
+  EXPECT_EQ(full.tables[1].ids.size(), 4u);
+  EXPECT_EQ(full.tables[0].values.size(), 4 * kRowsPerBlock * 4);
+  // Counted again from there.
+  ASSERT_OK(store_->ApplyPush(Push(1, {5000}, 2), 2));
+  const ShardSnapshot delta = Next(3);
+  EXPECT_TRUE(delta.changes_only);
+  EXPECT_EQ(delta.tables[1].ids, std::vector<uint64_t>{5000});
+  EXPECT_EQ(delta.tables[1].removed.size(), 1u);
+}
+
 TEST(ShardStoreDeltaWithoutTrackingTest, HashedTableWithoutTrackingPutsEveryRowInADelta) {
   const JobOptions job = Job(1);
   std::unique_ptr<ShardStore> store = ShardStore::Create(job, 0).value();
