@@ -14,6 +14,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -259,12 +260,16 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
       return Status::Ok();
     };
     // Rows [first, first + n) of the snapshot's arrays, at global row (or
-    // id) `at`.
-    const auto put_rows = [&](uint64_t first, uint64_t n, uint64_t at) -> Status {
+    // id) `at`; a delta's row record ('p') with `patch`.
+    const auto put_rows = [&](uint64_t first, uint64_t n, uint64_t at,
+                              bool patch = false) -> Status {
       size_t key_size = kRowKeySize;
       if (t.hashed) {
         EncodeIdKey(static_cast<uint32_t>(ti), IdSlot(at, seed, t.hash_slots), at, key);
         key_size = kIdKeySize;
+      } else if (patch) {
+        const std::string patch_key = PatchKey(static_cast<uint32_t>(ti), at);
+        std::memcpy(key, patch_key.data(), kRowKeySize);
       } else {
         EncodeRowKey(static_cast<uint32_t>(ti), at, key);
       }
@@ -307,6 +312,8 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
           first += n;
         }
       }
+      // Then the single rows changed outside them.
+      for (const uint64_t row : t.patched) PS_RETURN_IF_ERROR(put_rows(first++, 1, row, true));
     } else {
       const uint64_t rows = t.RowCount();
       for (uint64_t first = 0; first < rows; first += per_run) {
@@ -435,17 +442,31 @@ std::string ChainText(const std::vector<OpenedGeneration>& chain) {
   return text + ")";
 }
 
+bool IsPatchKey(const rocksdb::Slice& key) {
+  uint32_t table = 0;
+  uint64_t row = 0;
+  return DecodePatchKey(key.ToStringView(), &table, &row);
+}
+
 // The records of a chain's links in key order, merged: of the records of
-// one key the newest link's wins, and a delta's removed id (kRemovedRecord)
-// hides the key. `on_record` sees every record of every link (its link's
-// index, for that link's checks), `on_winner` each key's winner that is not
-// a removed id. The meta records are left out. Stops at the first error.
+// one key the newest link's wins, a delta's removed id (kRemovedRecord)
+// hides the key, and a run record gets the row records ('p') of the links
+// newer than its own put over its rows. `on_record` sees every record of
+// every link (its link's index, for that link's checks), `on_winner` each
+// key's winner that is not a removed id (a run with the rows put over it).
+// The meta records, and the row records as records of their own, are left
+// out. Stops at the first error.
 class ChainMerge {
  public:
   ChainMerge(const std::vector<OpenedGeneration>& chain, const rocksdb::ReadOptions& ro)
       : chain_(chain) {
+    rocksdb::ReadOptions patch_ro = ro;
+    patch_ro.iterate_upper_bound = nullptr;
     for (const OpenedGeneration& link : chain) {
       its_.emplace_back(link.db->NewIterator(ro));
+      bool patches = false;
+      for (const TableSnapshot& t : link.layout.tables) patches |= !t.hashed && t.delta_rows > 0;
+      patch_its_.emplace_back(patches ? link.db->NewIterator(patch_ro) : nullptr);
     }
   }
   void Seek(std::string_view begin) {
@@ -458,7 +479,13 @@ class ChainMerge {
       int best = -1;
       for (size_t i = 0; i < its_.size(); ++i) {
         auto& it = its_[i];
-        if (it->Valid() && it->key() == meta) it->Next();
+        while (it->Valid() && (it->key() == meta || IsPatchKey(it->key()))) {
+          if (it->key() != meta) {
+            PS_RETURN_IF_ERROR(
+                on_record(i, it->key().ToStringView(), it->value().ToStringView()));
+          }
+          it->Next();
+        }
         if (!it->Valid()) continue;
         // On equal keys the newer link (a larger index) wins.
         if (best < 0 || it->key().compare(its_[best]->key()) <= 0) best = static_cast<int>(i);
@@ -476,8 +503,10 @@ class ChainMerge {
       const bool removed =
           chain_[best].layout.delta() && winner->value().ToStringView() == kRemovedRecord;
       if (!removed) {
-        PS_RETURN_IF_ERROR(on_winner(static_cast<size_t>(best), winner->key().ToStringView(),
-                                     winner->value().ToStringView()));
+        std::string_view value = winner->value().ToStringView();
+        PS_RETURN_IF_ERROR(PutRowsOver(static_cast<size_t>(best), key, &value));
+        PS_RETURN_IF_ERROR(
+            on_winner(static_cast<size_t>(best), winner->key().ToStringView(), value));
       }
       winner->Next();
     }
@@ -491,8 +520,59 @@ class ChainMerge {
   }
 
  private:
+  // When `key` is a run record of link `link` (*value its value): the row
+  // records of the newer links for its rows put over a copy of it, in link
+  // order (the newest last), *value then viewing the copy. A record that
+  // is not a whole run of its table is left to the checks.
+  Status PutRowsOver(size_t link, const std::string& key, std::string_view* value) {
+    uint32_t ti = 0;
+    uint64_t first = 0;
+    const ShardSnapshot& layout = chain_[link].layout;
+    if (!DecodeRowKey(key, &ti, &first) || ti >= layout.tables.size()) return Status::Ok();
+    const TableSnapshot& t = layout.tables[ti];
+    if (t.hashed || !t.owned.Contains(first)) return Status::Ok();
+    const uint64_t end = first + std::min(RowsPerRun(t.dim), t.owned.end - first);
+    const size_t row_bytes = size_t{t.dim} * sizeof(float);
+    const size_t piece = static_cast<size_t>(end - first) * row_bytes;
+    const size_t pieces = 1 + t.slots.size();
+    if (value->size() != piece * pieces) return Status::Ok();
+    const std::string begin_key = PatchKey(ti, first), end_key = PatchKey(ti, end);
+    bool copied = false;
+    for (size_t i = link + 1; i < chain_.size(); ++i) {
+      rocksdb::Iterator* it = patch_its_[i].get();
+      if (it == nullptr || chain_[i].layout.tables[ti].delta_rows == 0) continue;
+      for (it->Seek(AsSlice(begin_key)); it->Valid() && it->key().compare(AsSlice(end_key)) < 0;
+           it->Next()) {
+        uint32_t table = 0;
+        uint64_t row = 0;
+        DecodePatchKey(it->key().ToStringView(), &table, &row);
+        if (it->value().size() != row_bytes * pieces) {
+          return DataLossError(chain_[i].path + ": the row record of table '" + t.name +
+                               "' row " + std::to_string(row) + " has " +
+                               std::to_string(it->value().size()) + " bytes, not " +
+                               std::to_string(row_bytes * pieces));
+        }
+        if (!copied) patched_.assign(value->data(), value->size());
+        copied = true;
+        for (size_t k = 0; k < pieces; ++k) {
+          std::memcpy(patched_.data() + k * piece + (row - first) * row_bytes,
+                      it->value().data() + k * row_bytes, row_bytes);
+        }
+      }
+      if (!it->status().ok()) {
+        return RocksError(it->status(), chain_[i].path + ": cannot read the records",
+                          StatusCode::kDataLoss);
+      }
+    }
+    if (copied) *value = patched_;
+    return Status::Ok();
+  }
+
   const std::vector<OpenedGeneration>& chain_;
   std::vector<std::unique_ptr<rocksdb::Iterator>> its_;
+  // Per link, an iterator over its row records (none for a link without).
+  std::vector<std::unique_ptr<rocksdb::Iterator>> patch_its_;
+  std::string patched_;  // a run with rows put over it
 };
 
 // Every record of one link of a chain against its own meta record.

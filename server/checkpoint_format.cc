@@ -109,7 +109,7 @@ std::string EncodeMeta(const ShardSnapshot& s) {
       }
     }
     w.U64(records);
-    w.U64(s.delta() && t.hashed ? t.removed.size() : 0);
+    w.U64(!s.delta() ? 0 : t.hashed ? t.removed.size() : t.patched.size());
   }
   return w.Take();
 }
@@ -202,13 +202,11 @@ StatusOr<ShardSnapshot> DecodeMeta(std::string_view record, const std::string& w
     if (!t.hashed && !t.settings.empty()) {
       return corrupt("range table '" + t.name + "' has settings \"" + t.settings + "\"");
     }
-    if (has_chain && (!r.U64(&t.delta_records) || !r.U64(&t.delta_removed))) {
+    if (has_chain && (!r.U64(&t.delta_records) || !r.U64(&t.delta_rows))) {
       return corrupt("it ends inside table " + std::to_string(i));
     }
-    if ((!s.delta() && (t.delta_records != 0 || t.delta_removed != 0)) ||
-        (!t.hashed && t.delta_removed != 0)) {
-      return corrupt("table '" + t.name + "' has delta records in a " +
-                     (s.delta() ? "range table" : "full generation"));
+    if (!s.delta() && (t.delta_records != 0 || t.delta_rows != 0)) {
+      return corrupt("table '" + t.name + "' has delta records in a full generation");
     }
     t.slots.resize(slots);
   }
@@ -236,6 +234,7 @@ uint64_t RunCount(const ShardSnapshot& s) {
       runs += t.ids.size() + t.removed.size();
     } else {
       for (const RowRange& r : t.changed) runs += RunCount(r.size(), t.dim);
+      runs += t.patched.size();
     }
   }
   return runs;
@@ -257,9 +256,12 @@ StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& w
       const Uint128 row_bytes = Uint128{t.dim} * sizeof(float) * (1 + t.slots.size());
       if (t.hashed) {
         bytes += Uint128{t.delta_records} * (row_bytes + (t.row_uses ? kRowUseBytes : 0)) +
-                 t.delta_removed;
-      } else if (t.delta_records > 0) {
-        bytes += Uint128{t.delta_records - 1} * RowsPerRun(t.dim) * row_bytes;
+                 t.delta_rows;
+      } else {
+        if (t.delta_records > 0) {
+          bytes += Uint128{t.delta_records - 1} * RowsPerRun(t.dim) * row_bytes;
+        }
+        bytes += Uint128{t.delta_rows} * row_bytes;
       }
       bytes += SketchBytes(t.sketch_width);
       continue;
@@ -347,6 +349,18 @@ Status ValidateChanged(const TableSnapshot& t, const std::string& table) {
     }
     last_end = r.end;
   }
+  // Patched rows: ascending, owned, outside the changed ranges.
+  size_t range = 0;
+  for (size_t i = 0; i < t.patched.size(); ++i) {
+    const uint64_t row = t.patched[i];
+    while (range < t.changed.size() && t.changed[range].end <= row) ++range;
+    if ((i > 0 && row <= t.patched[i - 1]) || !t.owned.Contains(row) ||
+        (range < t.changed.size() && t.changed[range].Contains(row))) {
+      return InvalidArgumentError(table + ": changed row " + std::to_string(row) +
+                                  " is not an owned row after the one before it, outside the "
+                                  "changed runs");
+    }
+  }
   return Status::Ok();
 }
 
@@ -377,7 +391,7 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
     }
     if (t.hashed) PS_RETURN_IF_ERROR(ValidateIds(t, table, s.delta()));
     if (!t.hashed && s.delta()) PS_RETURN_IF_ERROR(ValidateChanged(t, table));
-    if (!s.delta() && !t.changed.empty()) {
+    if (!s.delta() && (!t.changed.empty() || !t.patched.empty())) {
       return InvalidArgumentError(table + ": changed rows in a full snapshot");
     }
     if (t.uses.size() != (t.row_uses ? t.ids.size() : 0) || (!t.hashed && t.row_uses)) {
@@ -464,7 +478,7 @@ ShardSnapshot AsFullLayout(ShardSnapshot newest) {
   newest.base_id = 0;
   for (TableSnapshot& t : newest.tables) {
     t.delta_records = 0;
-    t.delta_removed = 0;
+    t.delta_rows = 0;
   }
   return newest;
 }
@@ -475,7 +489,8 @@ RunChecker::RunChecker(const ShardSnapshot& layout, std::string where, uint32_t 
       version_(version),
       next_row_(layout.tables.empty() ? 0 : layout.tables[0].owned.begin),
       delta_(layout.delta()),
-      runs_seen_(layout.tables.size(), 0) {}
+      runs_seen_(layout.tables.size(), 0),
+      patches_seen_(layout.tables.size(), 0) {}
 
 void RunChecker::SkipFullTables() {
   while (cur_ < layout_.tables.size() &&
@@ -499,13 +514,13 @@ Status RunChecker::HashedUpTo(size_t table) {
   while (hashed_cur_ < table) {
     const TableSnapshot& t = layout_.tables[hashed_cur_];
     if (t.hashed && delta_ &&
-        (hashed_seen_ != t.delta_records || removed_seen_ != t.delta_removed)) {
+        (hashed_seen_ != t.delta_records || removed_seen_ != t.delta_rows)) {
       return DataLossError(where_ + ": table '" + t.name + "' has " +
                            std::to_string(hashed_seen_) + " row records and " +
                            std::to_string(removed_seen_) +
                            " removed ids, but its meta record says " +
                            std::to_string(t.delta_records) + " and " +
-                           std::to_string(t.delta_removed));
+                           std::to_string(t.delta_rows));
     }
     if (t.hashed && !delta_ && hashed_seen_ != t.stored_rows) {
       return DataLossError(where_ + ": table '" + t.name + "' has " +
@@ -551,9 +566,9 @@ Status RunChecker::NextId(std::string_view key, std::string_view value, RunRecor
   }
   PS_RETURN_IF_ERROR(HashedUpTo(ti));
   const bool removed = delta_ && value == kRemovedRecord;
-  if (delta_ && (removed ? removed_seen_ == t.delta_removed : hashed_seen_ == t.delta_records)) {
+  if (delta_ && (removed ? removed_seen_ == t.delta_rows : hashed_seen_ == t.delta_records)) {
     return DataLossError(where_ + ": table '" + t.name + "' has more " +
-                         (removed ? "removed ids than the " + std::to_string(t.delta_removed)
+                         (removed ? "removed ids than the " + std::to_string(t.delta_rows)
                                   : "row records than the " + std::to_string(t.delta_records)) +
                          " its meta record says");
   }
@@ -643,6 +658,10 @@ Status RunChecker::Next(std::string_view key, std::string_view value, RunRecord*
   if (DecodeSketchKey(key, &ti)) return NextSketch(ti, value, run);
   PS_RETURN_IF_ERROR(SketchesDone());  // 'a' keys sort first
   if (DecodeIdKey(key, &ti, &slot, &row)) return NextId(key, value, run);
+  if (delta_ && DecodePatchKey(key, &ti, &row)) {
+    PS_RETURN_IF_ERROR(HashedUpTo(layout_.tables.size()));  // 'h' keys sort first
+    return NextPatch(ti, row, value, run);
+  }
   if (!DecodeRowKey(key, &ti, &row)) {
     return DataLossError(where_ + ": unexpected record with key " + Hex(key));
   }
@@ -725,13 +744,44 @@ Status RunChecker::RunOf(uint32_t ti, uint64_t row, uint64_t end, std::string_vi
   return Status::Ok();
 }
 
+Status RunChecker::NextPatch(uint32_t ti, uint64_t row, std::string_view value,
+                             RunRecord* run) {
+  if (ti >= layout_.tables.size() || layout_.tables[ti].hashed) {
+    return DataLossError(where_ + ": a row record of row " + std::to_string(row) + " of " +
+                         (ti < layout_.tables.size() ? "table '" + layout_.tables[ti].name + "'"
+                                                     : "table index " + std::to_string(ti)) +
+                         ", which is not a range table");
+  }
+  const TableSnapshot& t = layout_.tables[ti];
+  if (!t.owned.Contains(row)) {
+    return DataLossError(where_ + ": table '" + t.name + "' has a row record of row " +
+                         std::to_string(row) + ", outside its rows " +
+                         RowsText(t.owned.begin, t.owned.end));
+  }
+  if (++patches_seen_[ti] > t.delta_rows) {
+    return DataLossError(where_ + ": table '" + t.name + "' has more row records than the " +
+                         std::to_string(t.delta_rows) + " its meta record says");
+  }
+  const size_t expected = size_t{t.dim} * sizeof(float) * (1 + t.slots.size());
+  if (value.size() != expected) {
+    return DataLossError(where_ + ": the row record of table '" + t.name + "' row " +
+                         std::to_string(row) + " has " + std::to_string(value.size()) +
+                         " bytes, not " + std::to_string(expected));
+  }
+  PS_RETURN_IF_ERROR(RunOf(ti, row, row + 1, value, run));
+  run->patch = true;
+  return Status::Ok();
+}
+
 Status RunChecker::DeltaRunsDone() const {
   for (size_t ti = 0; ti < layout_.tables.size(); ++ti) {
     const TableSnapshot& t = layout_.tables[ti];
-    if (!t.hashed && runs_seen_[ti] != t.delta_records) {
+    if (!t.hashed && (runs_seen_[ti] != t.delta_records || patches_seen_[ti] != t.delta_rows)) {
       return DataLossError(where_ + ": table '" + t.name + "' has " +
-                           std::to_string(runs_seen_[ti]) + " run records, but its meta record " +
-                           "says " + std::to_string(t.delta_records));
+                           std::to_string(runs_seen_[ti]) + " run records and " +
+                           std::to_string(patches_seen_[ti]) + " row records, but its meta " +
+                           "record says " + std::to_string(t.delta_records) + " and " +
+                           std::to_string(t.delta_rows));
     }
   }
   return Status::Ok();

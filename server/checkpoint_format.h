@@ -45,8 +45,9 @@
 //                    u64   delta records: in a delta, the table's run
 //                          records (range) or changed rows' 'h' records
 //                          (hashed); 0 in a full generation
-//                    u64   delta removed: in a delta, a hashed table's
-//                          removed ids' 'h' records; else 0
+//                    u64   delta rows: in a delta, a range table's 'p'
+//                          records or a hashed table's removed ids' 'h'
+//                          records; else 0
 //                Nothing may follow the last table.
 //                `num_shards` is the number of shards that wrote the
 //                generation (each its own shard-<i>/gen-<clock>, i <
@@ -94,10 +95,18 @@
 //                (RunChecker), and a restore onto another shard count
 //                seeks to the slots its shard owns and reads nothing else.
 //
+//   key 'p' + table index (u32 big-endian) + row (u64 big-endian)
+//                in a delta only: one row of a range table changed since
+//                the base, outside the delta's run records of that table:
+//                its values (dim floats), then each slot's dim floats,
+//                (1 + slots) * dim * 4 bytes. 'p' keys sort after "meta"
+//                and before every 'r' record.
+//
 // Deltas (incremental generations, checkpoint.full_every). A delta holds
 // the records of what changed since its base, with the keys and values of
 // a full generation: a range table's run records of the runs that changed
-// (any subset of the runs a full generation would hold, each whole); a
+// (any subset of the runs a full generation would hold, each whole) and
+// 'p' records of single rows changed outside them; a
 // hashed table's 'h' records of the rows made or updated since, and of the
 // ids whose rows went since (evicted, expired) and that have none now,
 // whose value is the one byte kRemovedRecord; every sketch record whole.
@@ -106,9 +115,9 @@
 // each table has. The state at a delta's clock is its base's state with
 // every record of the delta put over it (a removed id's row gone): a
 // reader merges the records of the chain full <- delta <- ... <- delta,
-// key by key, the newest record of a key winning (ChainReader-like
-// readers: server/checkpoint_db.h), and checks what comes out as a full
-// generation of the newest meta record.
+// key by key, the newest record of a key winning, and the 'p' records of
+// links newer than a run's put over its rows (server/checkpoint_db.h), and
+// checks what comes out as a full generation of the newest meta record.
 //
 // Older versions, still read:
 //   5  no generation id, base clock nor base id; no delta fields: every
@@ -196,6 +205,10 @@ bool DecodeIdKey(std::string_view key, uint32_t* table, uint32_t* slot, uint64_t
 std::string SlotKey(uint32_t table, uint32_t slot);
 // A version 4 key of a hashed row (no hash slot), for reading tests.
 std::string IdKeyV4(uint32_t table, uint64_t id);
+// The key of a delta's record of one row `row` of the range table index
+// `table` ('p' records), and its inverse.
+std::string PatchKey(uint32_t table, uint64_t row);
+bool DecodePatchKey(std::string_view key, uint32_t* table, uint64_t* row);
 // The key of a hashed table's admission sketch record, and its inverse.
 std::string SketchKey(uint32_t table);
 bool DecodeSketchKey(std::string_view key, uint32_t* table);
@@ -269,6 +282,9 @@ struct RunRecord {
   const std::byte* use = nullptr;
   // A delta's record of a removed id (`first`): no values.
   bool removed = false;
+  // A delta's record of one row of a range table ('p'): its rows are put
+  // over the runs of older generations, not handed over as a run.
+  bool patch = false;
 };
 
 // Checks the run records of one generation, handed over in key order (the
@@ -298,7 +314,9 @@ struct RunRecord {
 // generation holds, whole; its 'h' records are rows or removed ids
 // (kRemovedRecord); and the counts are its meta record's delta fields:
 //   "table '<t>' has a record of rows from <r>, which is not where a run starts";
-//   "table '<t>' has <n> run records, but its meta record says <m>";
+//   "table '<t>' has <n> run records and <k> row records, but its meta
+//    record says <m> and <j>";
+//   "the row record of table '<t>' row <r> has <n> bytes, not <m>";
 //   "table '<t>' has <n> row records and <k> removed ids, but its meta
 //    record says <m> and <j>".
 // Not thread-safe.
@@ -350,17 +368,20 @@ class RunChecker {
   // The sketch records seen, by table, and whether rows came after them.
   std::vector<bool> sketch_seen_;
   bool sketches_done_ = false;
-  // A delta: its run records counted by table, and the current hashed
-  // table's removed ids.
+  // A delta: its run and row records counted by table, and the current
+  // hashed table's removed ids.
   const bool delta_;
   std::vector<uint64_t> runs_seen_;
+  std::vector<uint64_t> patches_seen_;
   uint64_t removed_seen_ = 0;
   // *run for the record `value` of rows [row, end) of table `ti`, or the
   // error of a record of another size.
   Status RunOf(uint32_t ti, uint64_t row, uint64_t end, std::string_view value,
                RunRecord* run) const;
-  // A delta's run record (NextDeltaRun), and the counts at the end.
+  // A delta's run record (NextDeltaRun) and row record (NextPatch), and
+  // the counts at the end.
   Status NextDeltaRun(uint32_t table, uint64_t row, std::string_view value, RunRecord* run);
+  Status NextPatch(uint32_t table, uint64_t row, std::string_view value, RunRecord* run);
   Status DeltaRunsDone() const;
 };
 

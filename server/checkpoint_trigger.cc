@@ -19,12 +19,15 @@ uint64_t NewGenerationId() {
   return id;
 }
 
-// Bytes of the rows a snapshot holds: values, optimizer state, ids.
+// Bytes a snapshot's records take, about: values, optimizer state, ids,
+// and a record's key and framing for each single row (a delta's row
+// records, a hashed table's rows).
 uint64_t SnapshotBytes(const ShardSnapshot& s) {
+  constexpr uint64_t kRecordBytes = 32;
   uint64_t bytes = 0;
   for (const TableSnapshot& t : s.tables) {
     bytes += t.values.size() * sizeof(float) * (1 + t.slots.size()) +
-             (t.ids.size() + t.removed.size()) * sizeof(uint64_t) + t.sketch.size();
+             (t.ids.size() + t.removed.size() + t.patched.size()) * kRecordBytes + t.sketch.size();
   }
   return bytes;
 }

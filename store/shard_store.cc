@@ -103,6 +103,8 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
         table.blocks.push_back(std::move(block));
       }
       table.stamps.assign(table.blocks.size(), 0);
+      table.sparse_stamps.assign(table.blocks.size(), 0);
+      table.dirty.assign((owned + 63) / 64, 0);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError("shard " + std::to_string(shard) + ": cannot allocate " +
                                     std::to_string(owned * t.dim * 4) + " bytes for table '" +
@@ -114,9 +116,29 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(const JobOptions& job, 
   return store;
 }
 
-ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
+void ShardStore::MarkRow(Table& table, uint64_t row) {
+  const uint64_t block = row / table.rows_per_block;
+  if (table.sparse_stamps[block] != change_epoch_) {
+    // The block's bits are of an older epoch: a snapshot took them since.
+    const uint64_t first = block * table.rows_per_block;
+    const uint64_t end = std::min(first + table.rows_per_block, table.layout.owned.size());
+    for (uint64_t r = first; r < end;) {
+      if (r % 64 == 0 && r + 64 <= end) {
+        table.dirty[r / 64] = 0;
+        r += 64;
+      } else {
+        table.dirty[r / 64] &= ~(uint64_t{1} << (r % 64));
+        ++r;
+      }
+    }
+    table.sparse_stamps[block] = change_epoch_;
+  }
+  table.dirty[row / 64] |= uint64_t{1} << (row % 64);
+}
+
+ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block, bool whole_block) {
   std::shared_ptr<Block>& b = table.blocks[block];
-  table.stamps[block] = change_epoch_;
+  if (whole_block) table.stamps[block] = change_epoch_;
   if (b.use_count() > 1) {
     // A reply still holds this block's values: leave them to the reply and
     // write a copy. Replies never read the optimizer state, so it moves to
@@ -329,9 +351,10 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
       const uint64_t row = request.keys[i] - t.layout.owned.begin;
       const uint64_t block = row / rpb;
       if (block != last_block) {
-        base = Writable(t, block);
+        base = Writable(t, block, /*whole=*/false);
         last_block = block;
       }
+      MarkRow(t, row);
       ok = update(base, (row % rpb) * dim, g + i * dim, request.keys[i], 1);
     }
   }

@@ -244,15 +244,29 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
       continue;
     }
     // Blocks written since, widened to the runs a checkpoint writes, as
-    // shard-local row ranges, merged where they meet.
+    // shard-local row ranges, merged where they meet; and the rows sparse
+    // pushes changed in the other blocks, where they take fewer bytes than
+    // the block's runs.
     const uint32_t dim = t.layout.dim;
     const uint64_t owned = t.layout.owned.size();
     const uint64_t per_run = std::max<uint64_t>(1, delta.rows_per_run(dim));
+    const uint64_t row_bytes = uint64_t{dim} * sizeof(float) * (1 + t.slots);
     std::vector<RowRange> local;
+    std::vector<uint64_t> rows_changed;  // shard-local, ascending
+    std::vector<uint64_t> block_rows;
     for (uint64_t b = 0; b < t.blocks.size(); ++b) {
-      if (t.stamps[b] <= delta.since_epoch) continue;
       const uint64_t first = b * t.rows_per_block;
       const uint64_t end = std::min(owned, first + t.rows_per_block);
+      bool whole = t.stamps[b] > delta.since_epoch;
+      if (!whole && t.sparse_stamps[b] > delta.since_epoch) {
+        block_rows.clear();
+        for (uint64_t r = first; r < end; ++r) {
+          if ((t.dirty[r / 64] >> (r % 64)) & 1) block_rows.push_back(r);
+        }
+        whole = block_rows.size() * (row_bytes + delta.row_overhead) >= (end - first) * row_bytes;
+        if (!whole) rows_changed.insert(rows_changed.end(), block_rows.begin(), block_rows.end());
+      }
+      if (!whole) continue;
       const RowRange run{first / per_run * per_run,
                          std::min(owned, (end + per_run - 1) / per_run * per_run)};
       if (!local.empty() && run.begin <= local.back().end) {
@@ -261,14 +275,21 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
         local.push_back(run);
       }
     }
-    uint64_t rows = 0;
+    // Rows inside the runs written whole are in them already.
+    std::erase_if(rows_changed, [&](uint64_t r) {
+      const auto after = std::upper_bound(local.begin(), local.end(), r,
+                                          [](uint64_t row, const RowRange& range) {
+                                            return row < range.begin;
+                                          });
+      return after != local.begin() && std::prev(after)->Contains(r);
+    });
+    uint64_t rows = rows_changed.size();
     for (const RowRange& r : local) rows += r.size();
     ts.values.resize(rows * dim);
     for (std::vector<float>& slot : ts.slots) slot.resize(rows * dim);
     size_t at = 0;
-    for (const RowRange& r : local) {
-      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
-      ForEachBlockRun(t, r.begin, r.size(), [&](uint64_t block, uint64_t in_block, uint64_t n) {
+    const auto copy = [&](uint64_t first, uint64_t count) {
+      ForEachBlockRun(t, first, count, [&](uint64_t block, uint64_t in_block, uint64_t n) {
         const Block& b = *t.blocks[block];
         const size_t offset = static_cast<size_t>(in_block) * dim;
         const size_t floats = static_cast<size_t>(n) * dim;
@@ -278,6 +299,14 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
         }
         at += floats;
       });
+    };
+    for (const RowRange& r : local) {
+      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
+      copy(r.begin, r.size());
+    }
+    for (const uint64_t r : rows_changed) {
+      ts.patched.push_back(t.layout.owned.begin + r);
+      copy(r, 1);
     }
   }
 }

@@ -76,18 +76,20 @@ struct TableSnapshot {
   // A delta's table (ShardSnapshot::base_clock >= 0): what changed since
   // the base generation. A range table's arrays hold only the rows of
   // `changed` (sorted, disjoint ranges of global row ids inside `owned`,
-  // in order, one after the other); a hashed table's `ids` (and their
-  // values, slots and uses) only the rows made or updated since the base,
-  // `removed` the ids whose rows went since (evicted, expired, erased) and
-  // that have none now, both in key order, and `stored_rows` the rows the
-  // shard holds in all. Empty in a full snapshot.
+  // in order, one after the other), then those of `patched` (single rows
+  // changed outside them, ascending global ids); a hashed table's `ids`
+  // (and their values, slots and uses) only the rows made or updated since
+  // the base, `removed` the ids whose rows went since (evicted, expired,
+  // erased) and that have none now, both in key order, and `stored_rows`
+  // the rows the shard holds in all. Empty in a full snapshot.
   std::vector<RowRange> changed;
+  std::vector<uint64_t> patched;
   std::vector<uint64_t> removed;
   // A delta's meta record (DecodeMeta): its records of the table, a range
-  // table's runs or a hashed table's changed rows, and a hashed table's
-  // removed ids.
+  // table's runs or a hashed table's changed rows, and a range table's row
+  // records (patched rows) or a hashed table's removed ids.
   uint64_t delta_records = 0;
-  uint64_t delta_removed = 0;
+  uint64_t delta_rows = 0;
 
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
   // REQUIRES: a full snapshot (a delta's: DeltaRowCount).
@@ -95,20 +97,23 @@ struct TableSnapshot {
   // The rows a delta's arrays hold.
   uint64_t DeltaRowCount() const {
     if (hashed) return ids.size();
-    uint64_t n = 0;
+    uint64_t n = patched.size();
     for (const RowRange& r : changed) n += r.size();
     return n;
   }
 };
 
-// What a delta snapshot is taken against (ShardStore::Snapshot): the
-// changes the store stamped after `since_epoch` (the `epoch` of the
+// What a delta snapshot is taken against (ShardStore::CheckpointSnapshot):
+// the changes the store stamped after `since_epoch` (the `epoch` of the
 // snapshot of the base generation), a range table's changed blocks widened
 // to whole runs of `rows_per_run(dim)` rows counted from the first owned
-// row (a checkpoint's records, server/checkpoint_format.h).
+// row (a checkpoint's records, server/checkpoint_format.h), or, for a
+// block only sparse pushes wrote, its rows that changed when they take
+// fewer bytes, counted `row_overhead` bytes each besides their floats.
 struct DeltaSince {
   uint64_t since_epoch = 0;
   uint64_t (*rows_per_run)(uint32_t dim) = nullptr;
+  uint64_t row_overhead = 32;
 };
 
 // The state of one shard at a clock boundary.

@@ -79,10 +79,10 @@ float Grad(uint64_t seed, uint64_t key, uint32_t col) {
 }
 
 // One round of pushes at clock `clock` to every shard of `stores`: the
-// range tables' rows in [first, first + span) (every third), and `ids`
+// range tables' rows in [first, first + span) (every `step`th), and `ids`
 // hashed ids drawn from a pool of 1000 (some pushed once: not admitted).
 void Push(const JobOptions& job, Stores& stores, int64_t clock, uint64_t first, uint64_t span,
-          int ids) {
+          int ids, uint64_t step = 3) {
   const auto shards = static_cast<uint32_t>(stores.size());
   std::mt19937_64 rng(static_cast<uint64_t>(clock) * 7 + 1);
   for (uint32_t t = 0; t < job.tables.size(); ++t) {
@@ -96,7 +96,7 @@ void Push(const JobOptions& job, Stores& stores, int64_t clock, uint64_t first, 
         if (std::find(mine.begin(), mine.end(), id) == mine.end()) mine.push_back(id);
       }
     } else {
-      for (uint64_t row = first; row < std::min(table.rows, first + span); row += 3) {
+      for (uint64_t row = first; row < std::min(table.rows, first + span); row += step) {
         keys[ShardOfRow(table.rows, shards, row)].push_back(row);
       }
     }
@@ -206,16 +206,18 @@ class IncrementalCheckpointTest : public ::testing::Test {
   }
 
   // Shard 0 of one: generation 3 full, then deltas 4, 5 and 6, each after
-  // a round touching one range block and some hashed ids (rows evicted at
-  // the bound and for idleness in between). `states` gets the store's
-  // state at each generation.
+  // a round touching some hashed ids (rows evicted at the bound and for
+  // idleness in between) and range rows: a few rows of one block before 4
+  // and 6 (row records), every row before 5 (run records). `states` gets
+  // the store's state at each generation.
   void WriteChain(const JobOptions& job, std::map<int64_t, ShardSnapshot>* states,
                   std::vector<ShardSnapshot>* written = nullptr) {
     Stores stores = Create(job);
     for (int64_t clock = 0; clock < 3; ++clock) Push(job, stores, clock, 0, 40000, 400);
     ShardChain chain(job, 0, stores[0].get());
     for (int64_t clock = 3; clock <= 6; ++clock) {
-      if (clock > 3) Push(job, stores, clock - 1, 17000 + 3000 * clock, 500, 120);
+      if (clock == 5) Push(job, stores, clock - 1, 0, 40000, 120, /*step=*/1);
+      if (clock == 4 || clock == 6) Push(job, stores, clock - 1, 17000 + 3000 * clock, 500, 120);
       ShardSnapshot s = chain.Write(clock, /*delta=*/clock > 3);
       (*states)[clock] = stores[0]->Snapshot(job, 0, clock).value();
       if (written != nullptr) written->push_back(std::move(s));
@@ -262,8 +264,14 @@ TEST_F(IncrementalCheckpointTest, FullGenerationAndDeltasRestoreEachStateBitForB
     const ShardSnapshot& delta = written[g];
     ASSERT_TRUE(delta.delta());
     EXPECT_EQ(delta.base_clock, written[g - 1].clock);
-    EXPECT_LT(delta.tables[0].values.size(), full_dense.values.size() / 2);
-    EXPECT_FALSE(delta.tables[0].changed.empty());
+    if (delta.clock == 5) {
+      EXPECT_EQ(delta.tables[0].changed, (std::vector<RowRange>{{0, 40000}}));
+      EXPECT_TRUE(delta.tables[0].patched.empty());
+    } else {
+      EXPECT_LT(delta.tables[0].values.size(), full_dense.values.size() / 100);
+      EXPECT_TRUE(delta.tables[0].changed.empty());
+      EXPECT_EQ(delta.tables[0].patched.size(), 167u);
+    }
     EXPECT_LT(delta.tables[3].ids.size(), delta.tables[3].stored_rows);
     removed = removed || !delta.tables[2].removed.empty();
     OsFilesystem files;
@@ -339,6 +347,24 @@ TEST_F(IncrementalCheckpointTest, CorruptRecordOfADeltaIsNamed) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find("has 5 bytes"), std::string::npos) << message;
+}
+
+TEST_F(IncrementalCheckpointTest, CorruptRowRecordOfADeltaIsNamed) {
+  const JobOptions job = Job(1, dir_, 4);
+  std::map<int64_t, ShardSnapshot> states;
+  std::vector<ShardSnapshot> written;
+  WriteChain(job, &states, &written);
+  // A row record of generation 6, over a run of generation 5, cut short.
+  const uint64_t row = written[3].tables[0].patched[0];
+  std::unique_ptr<rocksdb::DB> db = OpenWritable(Gen(6));
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), PatchKey(0, row), "short").ok());
+  Close(std::move(db));
+  const StatusOr<ShardSnapshot> restored = RestoreAt(job, 6);
+  ASSERT_EQ(restored.status().code(), StatusCode::kDataLoss) << restored.status().ToString();
+  EXPECT_NE(restored.status().message().find(Gen(6) + ": the row record of table 'dense' row " +
+                                              std::to_string(row) + " has 5 bytes"),
+            std::string::npos)
+      << restored.status().message();
 }
 
 TEST_F(IncrementalCheckpointTest, RecordMissingFromADeltaIsNamed) {

@@ -45,6 +45,16 @@ struct Push {
     request.keys = keys;
     request.values = values;
   }
+  // A dense push of rows [first, first + count).
+  static Push Dense(uint32_t table, uint64_t first, uint64_t count, uint32_t dim) {
+    Push p(table, {}, dim);
+    p.values.assign(count * dim, 0.5f);
+    p.request.header.flags |= kFlagDenseRange;
+    p.request.header.first_row = first;
+    p.request.header.count = count;
+    p.request.values = p.values;
+    return p;
+  }
   operator const Request&() const { return request; }
   std::vector<uint64_t> keys;
   std::vector<float> values;
@@ -70,24 +80,46 @@ class ShardStoreDeltaTest : public ::testing::Test {
   uint64_t epoch_ = 0;
 };
 
-TEST_F(ShardStoreDeltaTest, DeltaHoldsTheBlocksWrittenSinceWidenedToRuns) {
+TEST_F(ShardStoreDeltaTest, DensePushesMakeBlocksWidenedToRunsAndSparseOnesRows) {
   Next(1, /*delta=*/false);
   // Row 2 * kRowsPerBlock + 5 lies in block 2: rows [131072, 196608), as
   // runs of 1000 from row 0: [131000, 197000).
   const uint64_t row = 2 * kRowsPerBlock + 5;
-  ASSERT_OK(store_->ApplyPush(Push(0, {row}, 4), 1));
+  {
+    const Push dense = Push::Dense(0, row, 1, 4);
+    ASSERT_OK(store_->ApplyPush(dense, 1));
+  }
+  // Two rows of block 0 by a sparse push: those rows alone.
+  ASSERT_OK(store_->ApplyPush(Push(0, {7, 3}, 4), 1));
   const ShardSnapshot delta = Next(2);
   const TableSnapshot& w = delta.tables[0];
+  EXPECT_EQ(w.patched, (std::vector<uint64_t>{3, 7}));
   ASSERT_EQ(w.changed.size(), 1u);
   EXPECT_EQ(w.changed[0], (RowRange{131000, 197000}));
-  ASSERT_EQ(w.values.size(), 66000u * 4);
+  // The runs' rows, then the patched ones.
+  ASSERT_EQ(w.values.size(), (66000u + 2) * 4);
   const std::vector<float> all = store_->CopyValues(0);
-  EXPECT_EQ(std::memcmp(w.values.data(), all.data() + 131000 * 4, w.values.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data(), all.data() + 131000 * 4, 66000 * 4 * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data() + 66000 * 4, all.data() + 3 * 4, 4 * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data() + 66001 * 4, all.data() + 7 * 4, 4 * 4), 0);
   ASSERT_EQ(w.slots.size(), 1u);
   const std::vector<float> state = store_->CopySlot(0, 0);
-  EXPECT_EQ(w.slots[0], std::vector<float>(state.begin() + 131000 * 4, state.begin() + 197000 * 4));
+  EXPECT_EQ(std::vector<float>(w.slots[0].begin(), w.slots[0].begin() + 66000 * 4),
+            std::vector<float>(state.begin() + 131000 * 4, state.begin() + 197000 * 4));
+  // A sparse push to most rows of a block writes the block's runs.
+  std::vector<uint64_t> most;
+  for (uint64_t r = 0; r < kRowsPerBlock; ++r) {
+    if (r % 4 != 0) most.push_back(r);
+  }
+  ASSERT_OK(store_->ApplyPush(Push(0, most, 4), 2));
+  const ShardSnapshot dense = Next(3);
+  EXPECT_TRUE(dense.tables[0].patched.empty());
+  ASSERT_EQ(dense.tables[0].changed.size(), 1u);
+  EXPECT_EQ(dense.tables[0].changed[0], (RowRange{0, 66000}));
   // Nothing written since: an empty delta.
-  EXPECT_TRUE(Next(3).tables[0].changed.empty());
+  const ShardSnapshot empty = Next(4);
+  EXPECT_TRUE(empty.tables[0].changed.empty());
+  EXPECT_TRUE(empty.tables[0].patched.empty());
 }
 
 TEST_F(ShardStoreDeltaTest, AggregatedSumsAndRestoresMarkTheirBlocks) {
