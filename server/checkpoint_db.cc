@@ -541,8 +541,10 @@ class ChainMerge {
     for (size_t i = link + 1; i < chain_.size(); ++i) {
       rocksdb::Iterator* it = patch_its_[i].get();
       if (it == nullptr || chain_[i].layout.tables[ti].delta_rows == 0) continue;
-      for (it->Seek(AsSlice(begin_key)); it->Valid() && it->key().compare(AsSlice(end_key)) < 0;
-           it->Next()) {
+      // Runs come in key order: the iterator stands where the last run's
+      // rows ended, and seeks (reading ahead) only to skip rows.
+      if (!it->Valid() || it->key().compare(AsSlice(begin_key)) < 0) it->Seek(AsSlice(begin_key));
+      for (; it->Valid() && it->key().compare(AsSlice(end_key)) < 0; it->Next()) {
         uint32_t table = 0;
         uint64_t row = 0;
         DecodePatchKey(it->key().ToStringView(), &table, &row);
