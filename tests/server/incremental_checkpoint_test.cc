@@ -27,6 +27,7 @@
 #include "server/restore.h"
 #include "store/shard_store.h"
 #include "tests/util/fake_clock.h"
+#include "tests/util/faulty_filesystem.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
@@ -567,6 +568,48 @@ TEST_F(IncrementalCheckpointTest, TriggerWritesAFullGenerationWhenDeltasOutgrowT
   // generation, so every other one is full.
   EXPECT_EQ(TriggerDeltas(TriggerJob(dir_, 10), 10, 5, 10 * 262144),
             (std::vector<bool>{false, true, false, true, false}));
+}
+
+TEST_F(IncrementalCheckpointTest, AFailedWriteMakesTheNextGenerationFull) {
+  const JobOptions job = TriggerJob(dir_, 10);
+  Stores one;
+  one.push_back(ShardStore::Create(job, 0).value());
+  OsFilesystem os;
+  FaultyFilesystem files(&os);
+  std::unique_ptr<CheckpointDir> dir =
+      CheckpointDir::Open(ShardCheckpointDir(dir_, 0), &files).value();
+  FakeClock clock;
+  CheckpointTriggerOptions options;
+  options.every_clocks = 1;
+  options.full_every = 10;
+  options.write.sync = false;
+  options.write.keep = 100;
+  {
+    CheckpointTrigger trigger(
+        options, *dir,
+        [&](int64_t c, const DeltaSince* since) {
+          return one[0]->CheckpointSnapshot(job, 0, c, since);
+        },
+        clock, [](CheckpointTrigger::Answer&) {}, /*last_clock=*/0);
+    for (int64_t c = 1; c <= 5; ++c) {
+      Push(job, one, c - 1, 0, 300, 10);
+      if (c == 3) files.FailNth(1, FaultyFilesystem::Fault::kNoSpace);
+      trigger.ClockAdvanced(c);
+      trigger.Stop(c);  // the write is over
+      if (c == 3) {
+        EXPECT_TRUE(files.fired());
+        files.Clear();
+      }
+    }
+  }
+  // 3 failed: 4 is full, 5 a delta on it, and 5 restores the store.
+  EXPECT_EQ(GenerationBase(os, dir->GenerationPath(2)).value(), 1);
+  EXPECT_FALSE(fs::exists(dir->GenerationPath(3)));
+  EXPECT_EQ(GenerationBase(os, dir->GenerationPath(4)).value(), -1);
+  EXPECT_EQ(GenerationBase(os, dir->GenerationPath(5)).value(), 4);
+  StatusOr<ShardSnapshot> read = dir->Read(5);
+  ASSERT_OK(read);
+  ExpectSameShard(*read, one[0]->Snapshot(job, 0, 5).value(), "generation 5");
 }
 
 TEST_F(IncrementalCheckpointTest, FullEveryOneWritesOnlyFullGenerations) {
