@@ -671,6 +671,7 @@ StatusOr<int64_t> ReadFullGeneration(const OpenedGeneration& opened, const std::
   };
   PS_RETURN_IF_ERROR(RunReadTasks(starts.size() + 1, threads, path, read_range));
   return layout.clock;
+}
 
 }  // namespace
 

@@ -948,6 +948,7 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
                      "after 400 clocks"),
             std::string::npos)
       << out;
+}
 
 // Incremental checkpoints (checkpoint.full_every): a job of 2 servers
 // writes full generations and deltas; it resumes on 3 servers from a delta
