@@ -406,11 +406,12 @@ Status ParseCheckpoint(const YamlReader& r, const YamlValue& value, CheckpointOp
        "the folder of the checkpoints"},
       UnsignedField("every_clocks", &C::every_clocks),
       UnsignedField("keep", &C::keep),
+      UnsignedField("full_every", &C::full_every),
       BoolField("sync", &C::sync),
       BoolField("restore", &C::restore),
   };
   return ReadSection(r, value, fields,
-                     "a map with dir and, optionally, every_clocks, keep, sync, restore",
+                     "a map with dir and, optionally, every_clocks, keep, full_every, sync, restore",
                      checkpoint);
 }
 

@@ -299,6 +299,12 @@ namespace {
 
 Status ValidateCheckpoint(const std::string& source, const CheckpointOptions& c) {
   if (c.dir.empty()) return Status::Ok();
+  if (c.full_every < 1 || c.full_every > kMaxFullEvery) {
+    return InvalidOption(source, "checkpoint.full_every", "got " + std::to_string(c.full_every),
+                         "generations per full one, 1 (every one full) to " +
+                             std::to_string(kMaxFullEvery) +
+                             " (a restore reads the full one and every delta after it)");
+  }
   if (c.every_clocks < 1) {
     return InvalidOption(source, "checkpoint.every_clocks", "got 0", "clocks between checkpoints, >= 1");
   }

@@ -384,6 +384,9 @@ struct SecurityOptions {
 
 // Checkpoints of every shard's tables in RocksDB (DESIGN.md section 7,
 // server/checkpoint.h).
+// The most generations checkpoint.full_every may ask per full one.
+inline constexpr uint32_t kMaxFullEvery = 1000;
+
 struct CheckpointOptions {
   // Folder of the checkpoints; shard i keeps its generations in
   // dir/shard-<i>/. Empty (default): no checkpoints.
@@ -392,8 +395,17 @@ struct CheckpointOptions {
   // multiple of this (in the background: serving pauses only to take a
   // snapshot that shares the shard's blocks). >= 1. Default 1000.
   uint32_t every_clocks = 1000;
-  // Generations kept per shard, >= 1. Default 3.
+  // Generations kept per shard, >= 1, besides those a kept one builds on
+  // (a delta's chain down to its full generation). Default 3.
   uint32_t keep = 3;
+  // A full generation (every row) every this many generations; the ones
+  // between are deltas, holding only the blocks (range tables) and rows
+  // (hashed tables) changed since the generation before, and restore reads
+  // the full one and each delta after it. Also full: the first one after a
+  // start or a failed write, and one where another delta as large as the
+  // last would bring the deltas since the full one above its size. 1 to 1000; default 1 (every generation full). Above 1 a
+  // hashed table's rows take 4 more bytes each (counted in max_mb).
+  uint32_t full_every = 1;
   // fsync each generation's files and folders before it becomes visible,
   // so a power loss cannot lose or tear it. Default true; false trades that
   // for speed (a process crash still cannot tear a generation).

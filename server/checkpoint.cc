@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "common/logging.h"
@@ -60,8 +61,11 @@ class SnapshotSink : public RowSink {
 }  // namespace
 
 Status CheckpointDir::WriteShardsFile(const std::string& tmp, uint32_t num_shards) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                      files_->NewWritableFile(tmp + "/" + GenerationShardsFileName(num_shards)));
+  return WriteEmptyFile(tmp + "/" + GenerationShardsFileName(num_shards));
+}
+
+Status CheckpointDir::WriteEmptyFile(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, files_->NewWritableFile(path));
   return file->Close();
 }
 
@@ -102,6 +106,16 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
     if (options.at_stage) options.at_stage(s, snapshot.clock, tmp);
   };
 
+  if (snapshot.delta()) {
+    // A delta on a generation that is gone could never be read.
+    const std::string base = GenerationPath(snapshot.base_clock);
+    PS_ASSIGN_OR_RETURN(const Filesystem::Type type, files_->TypeOf(base));
+    if (type != Filesystem::Type::kDirectory) {
+      return FailedPreconditionError(final_path + ": not written as a delta on " + base +
+                                     ", which is missing; write a full generation");
+    }
+  }
+
   // Torn writes of earlier attempts (of any clock) first.
   PS_RETURN_IF_ERROR(RemoveTornGenerations(*files_, path_));
 
@@ -115,6 +129,9 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
     }
     written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage, rows_written);
     if (written.ok()) written = WriteShardsFile(tmp, snapshot.num_shards);
+    if (written.ok() && snapshot.delta()) {
+      written = WriteEmptyFile(tmp + "/" + GenerationBaseFileName(snapshot.base_clock));
+    }
     if (written.ok()) stage(CheckpointStage::kFlushed);
     if (written.ok() && options.sync) written = SyncFlatFolder(*files_, tmp);
     if (written.ok()) stage(CheckpointStage::kSynced);
@@ -128,9 +145,14 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
     return written;
   }
 
+  // The generations the kept ones build on stay too.
+  StatusOr<std::set<int64_t>> needed = GenerationsNeeded(*files_, path_, options.keep);
   const Status pruned =
-      PruneGenerations(*files_, path_, options.keep, options.sync,
-                       [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); });
+      needed.ok()
+          ? PruneGenerations(
+                *files_, path_, options.keep, options.sync,
+                [&](const std::string& /*doomed*/) { stage(CheckpointStage::kPruning); }, &*needed)
+          : needed.status();
   if (!pruned.ok()) {
     // The new generation is complete and visible; the next Write tries again.
     PS_LOG_WARN("checkpoint {} written, but removing older generations failed: {}", final_path,

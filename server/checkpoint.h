@@ -11,11 +11,16 @@
 //                       (server/checkpoint_layout.h).
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
+// A generation is full (every row) or, with checkpoint.full_every above 1,
+// a delta: the rows changed since the generation it builds on, whose clock
+// the empty file base-<clock> beside its database names (and its meta
+// record, with that generation's id). Reading a delta reads its chain down
+// to a full generation (server/checkpoint_db.h).
 // A generation becomes visible atomically: it is written and synced as
 // gen-<clock>.tmp, then renamed to gen-<clock> (and the folder synced), so a
 // crash at any point leaves the previous generations intact and never a
 // half-written gen-<clock> (server/durable_dir.h). After a successful write
-// only the newest `keep` generations remain.
+// only the newest `keep` generations remain, and those they build on.
 //
 // The parts: checkpoint_format.h (the records as bytes, and their checks),
 // durable_dir.h (fsync, publish by rename, torn and old generations),
@@ -72,9 +77,12 @@ class CheckpointDir {
   // Writes `snapshot` as generation gen-<snapshot.clock> (replacing a torn
   // .tmp of any clock; an existing complete generation of the same clock is
   // replaced atomically), then removes all but the newest `keep`
-  // generations. InvalidArgument for keep 0 or a snapshot that
-  // ValidateForWrite (server/checkpoint_format.h) refuses, before anything
-  // is touched. On another error (disk full: ResourceExhausted;
+  // generations and the generations they build on (a delta's base, its
+  // base's, ... down to a full one). A delta (snapshot.base_clock >= 0)
+  // gets its base file. InvalidArgument for keep 0 or a snapshot that
+  // ValidateForWrite (server/checkpoint_format.h) refuses, and
+  // FailedPrecondition for a delta whose base generation is not in the
+  // folder, before anything is touched. On another error (disk full: ResourceExhausted;
   // permissions: PermissionDenied; Internal) the error names the path and
   // the previous generations are intact; the new one is not visible, but
   // for a failure to sync the folder after its publishing rename (it is
@@ -94,7 +102,10 @@ class CheckpointDir {
   StatusOr<std::vector<int64_t>> Generations() const;
 
   // Reads generation gen-<clock> completely (every row of every table;
-  // the range tables' runs on several threads, GenerationReadOptions).
+  // the range tables' runs on several threads, GenerationReadOptions; of
+  // a delta, the state at its clock, merged from its chain: a missing or
+  // corrupt link, or a base written again since, is DataLoss naming the
+  // link and what to do).
   // NotFound when there is no such complete generation; DataLoss naming the
   // path and what is wrong when its files are corrupt, or a record is
   // missing, extra, overlaps another or has the wrong size (naming the
@@ -118,8 +129,10 @@ class CheckpointDir {
   // its shared runs released as their records are made.
   Status WriteGeneration(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options,
                          ShardSnapshot* release);
-  // The shards-<n> file in the generation being written, `tmp`.
+  // The shards-<n> file in the generation being written, `tmp`; an empty
+  // file at `path`.
   Status WriteShardsFile(const std::string& tmp, uint32_t num_shards);
+  Status WriteEmptyFile(const std::string& path);
   const std::string path_;
   OsFilesystem os_files_;  // used when Open was given no Filesystem
   Filesystem* const files_;

@@ -8,12 +8,19 @@
 //   key "meta"   the shard's layout, in this binary format (all integers
 //                little-endian; str = u32 byte length, then the bytes):
 //                  char[4] "PSCK"
-//                  u32     format version (kCheckpointFormatVersion, 5;
-//                          versions 2 to 4 are read too: see below)
+//                  u32     format version (kCheckpointFormatVersion, 6;
+//                          versions 2 to 5 are read too: see below)
 //                  u32     shard
 //                  u32     num_shards
 //                  i64     clock
 //                  str     fingerprint
+//                  u64     generation id: random, not 0, the generation's
+//                          own (a delta names its base's)
+//                  i64     base clock: -1 for a full generation; for a
+//                          delta, the clock of the generation it builds on
+//                          (gen-<base clock> beside it, older)
+//                  u64     base id: the base's generation id (0 for a full
+//                          generation)
 //                  u32     table count
 //                  per table:
 //                    str   name
@@ -35,6 +42,12 @@
 //                    str   settings (TableOptions::HashedSettings: a hashed
 //                          table's init, admission and eviction; empty for
 //                          a range table)
+//                    u64   delta records: in a delta, the table's run
+//                          records (range) or changed rows' 'h' records
+//                          (hashed); 0 in a full generation
+//                    u64   delta rows: in a delta, a range table's 'p'
+//                          records or a hashed table's removed ids' 'h'
+//                          records; else 0
 //                Nothing may follow the last table.
 //                `num_shards` is the number of shards that wrote the
 //                generation (each its own shard-<i>/gen-<clock>, i <
@@ -82,7 +95,33 @@
 //                (RunChecker), and a restore onto another shard count
 //                seeks to the slots its shard owns and reads nothing else.
 //
+//   key 'p' + table index (u32 big-endian) + row (u64 big-endian)
+//                in a delta only: one row of a range table changed since
+//                the base, outside the delta's run records of that table:
+//                its values (dim floats), then each slot's dim floats,
+//                (1 + slots) * dim * 4 bytes. 'p' keys sort after "meta"
+//                and before every 'r' record.
+//
+// Deltas (incremental generations, checkpoint.full_every). A delta holds
+// the records of what changed since its base, with the keys and values of
+// a full generation: a range table's run records of the runs that changed
+// (any subset of the runs a full generation would hold, each whole) and
+// 'p' records of single rows changed outside them; a
+// hashed table's 'h' records of the rows made or updated since, and of the
+// ids whose rows went since (evicted, expired) and that have none now,
+// whose value is the one byte kRemovedRecord; every sketch record whole.
+// Its meta record is whole (every table's layout, stored_rows the rows
+// the shard holds at its clock) and says how many records of each kind
+// each table has. The state at a delta's clock is its base's state with
+// every record of the delta put over it (a removed id's row gone): a
+// reader merges the records of the chain full <- delta <- ... <- delta,
+// key by key, the newest record of a key winning, and the 'p' records of
+// links newer than a run's put over its rows (server/checkpoint_db.h), and
+// checks what comes out as a full generation of the newest meta record.
+//
 // Older versions, still read:
+//   5  no generation id, base clock nor base id; no delta fields: every
+//      generation is full.
 //   4  an 'h' key is 'h' + table index + id (13 bytes, no hash slot): a
 //      table's rows sort by id. The meta record has no settings.
 //   3  as 4, and a hashed table has no row uses field (never uses).
@@ -111,7 +150,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 5;
+inline constexpr uint32_t kCheckpointFormatVersion = 6;
 // The oldest version DecodeMeta reads (range tables only).
 inline constexpr uint32_t kOldestCheckpointFormatVersion = 2;
 // The key of the meta record.
@@ -125,6 +164,9 @@ inline constexpr size_t kIdKeySize = 1 + 4 + 4 + 8;
 inline constexpr uint32_t kNoSlotInKey = UINT32_MAX;
 // Floats of values per run record (64 KiB): see RowsPerRun.
 inline constexpr uint64_t kRunFloats = 16384;
+// The value of a delta's 'h' record of a removed id (never a row's size,
+// which is a multiple of 4).
+inline constexpr std::string_view kRemovedRecord = "-";
 // The meta record of `s` (its layout; values and slots are not read, only
 // the number of slot arrays). REQUIRES: ValidateForWrite(s, ..).ok().
 std::string EncodeMeta(const ShardSnapshot& s);
@@ -163,6 +205,10 @@ bool DecodeIdKey(std::string_view key, uint32_t* table, uint32_t* slot, uint64_t
 std::string SlotKey(uint32_t table, uint32_t slot);
 // A version 4 key of a hashed row (no hash slot), for reading tests.
 std::string IdKeyV4(uint32_t table, uint64_t id);
+// The key of a delta's record of one row `row` of the range table index
+// `table` ('p' records), and its inverse.
+std::string PatchKey(uint32_t table, uint64_t row);
+bool DecodePatchKey(std::string_view key, uint32_t* table, uint64_t* row);
 // The key of a hashed table's admission sketch record, and its inverse.
 std::string SketchKey(uint32_t table);
 bool DecodeSketchKey(std::string_view key, uint32_t* table);
@@ -173,7 +219,8 @@ inline uint64_t SketchBytes(uint32_t width) { return uint64_t{width} * 4 * 2; }
 uint64_t RowsPerRun(uint32_t dim);
 // Run records of a table owning `rows` rows of `dim`: ceil(rows / RowsPerRun).
 uint64_t RunCount(uint64_t rows, uint32_t dim);
-// Run records of every table of `s`, and a hashed table's row records.
+// Run records of every table of `s`, and a hashed table's row records (of
+// a delta: the records it holds, removed ids included).
 uint64_t RunCount(const ShardSnapshot& s);
 
 // The start of a run record: run `row` of range table index `table`.
@@ -202,13 +249,30 @@ std::optional<size_t> TableElements(const TableSnapshot& t);
 // all: values and slots of every owned row. DataLoss "<where>: the meta
 // record is corrupt: table '<t>' is too large" when a table is too large
 // for TableElements.
+// A delta's layout: at least the bytes its records hold.
 StatusOr<Uint128> RowDataBytes(const ShardSnapshot& layout, const std::string& where);
+
+// OK when generation `older` (the meta record at `older_where`) is the
+// base `newer` (at `newer_where`) names: newer is a delta whose base clock
+// and base id are older's clock and generation id, and both are of the
+// same shard, shard count, fingerprint and tables (names, kinds, rows or
+// hash slots, dims, owned rows, optimizers, slots, settings, sketch widths,
+// row uses). Otherwise DataLoss naming both paths and what differs: a
+// delta applied on another generation would restore a mix of two states.
+Status CheckChainLink(const ShardSnapshot& older, const std::string& older_where,
+                      const ShardSnapshot& newer, const std::string& newer_where);
+// The layout of the state a chain ending in `newest` holds: `newest` as a
+// full generation's meta record (no base, no delta counts).
+ShardSnapshot AsFullLayout(ShardSnapshot newest);
 
 // OK when `s` can be written: clock >= 0, shard < num_shards, owned rows
 // inside each table's rows (a hashed table: slots inside its hash slots,
-// ids in key order (by hash slot, then id) and as many as stored_rows),
-// values and every slot of
-// RowCount() x dim floats, at most kMaxOptimizerSlots slots, a table count and table names and
+// ids in key order (by hash slot, then id) and as many as stored_rows, of
+// a delta: any number, and its removed ids in key order too, none of
+// them among its ids; a delta's range table: changed ranges in order,
+// inside its owned rows, each starting on a run and ending on one or at
+// the last owned row), a delta's base clock below its clock, values and
+// every slot of RowCount() (a delta's: DeltaRowCount()) x dim floats, at most kMaxOptimizerSlots slots, a table count and table names and
 // optimizer texts that fit a u32.
 // Otherwise InvalidArgument "<where>: ..." naming the table and what is
 // wrong.
@@ -235,6 +299,11 @@ struct RunRecord {
   // A hashed row's use (kRowUseBytes) after its slots, when its table
   // evicts; null otherwise.
   const std::byte* use = nullptr;
+  // A delta's record of a removed id (`first`): no values.
+  bool removed = false;
+  // A delta's record of one row of a range table ('p'): its rows are put
+  // over the runs of older generations, not handed over as a run.
+  bool patch = false;
 };
 
 // Checks the run records of one generation, handed over in key order (the
@@ -259,6 +328,16 @@ struct RunRecord {
 //   "a sketch record of table '<t>', which has no admission sketch";
 //   "the sketch record of table '<t>' has <n> bytes, not <m>";
 //   "the sketch record of table '<t>' is missing".
+// A delta's layout (base clock >= 0) is checked as a delta: its run
+// records may leave runs out but each must be one of the runs a full
+// generation holds, whole; its 'h' records are rows or removed ids
+// (kRemovedRecord); and the counts are its meta record's delta fields:
+//   "table '<t>' has a record of rows from <r>, which is not where a run starts";
+//   "table '<t>' has <n> run records and <k> row records, but its meta
+//    record says <m> and <j>";
+//   "the row record of table '<t>' row <r> has <n> bytes, not <m>";
+//   "table '<t>' has <n> row records and <k> removed ids, but its meta
+//    record says <m> and <j>".
 // Not thread-safe.
 class RunChecker {
  public:
@@ -324,6 +403,21 @@ class RunChecker {
   // The sketch records seen, by table, and whether rows came after them.
   std::vector<bool> sketch_seen_;
   bool sketches_done_ = false;
+  // A delta: its run and row records counted by table, and the current
+  // hashed table's removed ids.
+  const bool delta_;
+  std::vector<uint64_t> runs_seen_;
+  std::vector<uint64_t> patches_seen_;
+  uint64_t removed_seen_ = 0;
+  // *run for the record `value` of rows [row, end) of table `ti`, or the
+  // error of a record of another size.
+  Status RunOf(uint32_t ti, uint64_t row, uint64_t end, std::string_view value,
+               RunRecord* run) const;
+  // A delta's run record (NextDeltaRun) and row record (NextPatch), and
+  // the counts at the end.
+  Status NextDeltaRun(uint32_t table, uint64_t row, std::string_view value, RunRecord* run);
+  Status NextPatch(uint32_t table, uint64_t row, std::string_view value, RunRecord* run);
+  Status DeltaRunsDone() const;
 };
 
 }  // namespace ps

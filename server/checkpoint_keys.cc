@@ -13,6 +13,7 @@ namespace {
 constexpr char kRowTag = 'r';
 constexpr char kIdTag = 'h';
 constexpr char kSketchTag = 'a';
+constexpr char kPatchTag = 'p';
 
 void PutBigEndian(char* out, uint64_t v, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) {
@@ -92,6 +93,11 @@ std::string SlotKey(uint32_t table, uint32_t slot) {
   return key;
 }
 std::string IdKeyV4(uint32_t table, uint64_t id) { return Key(kIdTag, table, id); }
+
+std::string PatchKey(uint32_t table, uint64_t row) { return Key(kPatchTag, table, row); }
+bool DecodePatchKey(std::string_view key, uint32_t* table, uint64_t* row) {
+  return DecodeKey(kPatchTag, key, table, row);
+}
 
 std::string SketchKey(uint32_t table) { return Key(kSketchTag, table, 0); }
 bool DecodeSketchKey(std::string_view key, uint32_t* table) {

@@ -12,6 +12,7 @@ namespace {
 
 constexpr std::string_view kShardsPrefix = "shards-";
 constexpr std::string_view kShardPrefix = "shard-";
+constexpr std::string_view kBasePrefix = "base-";
 
 // n of a name "<prefix><n>" (decimal, no sign, no leading zero but for
 // "0"), or -1 for any other name.
@@ -139,6 +140,48 @@ StatusOr<uint32_t> GenerationShards(Filesystem& files, const std::string& genera
     shards = static_cast<uint32_t>(n);
   }
   return shards;
+}
+
+std::string GenerationBaseFileName(int64_t base_clock) {
+  return std::string(kBasePrefix) + std::to_string(base_clock);
+}
+
+StatusOr<int64_t> GenerationBase(Filesystem& files, const std::string& generation) {
+  PS_ASSIGN_OR_RETURN(const std::vector<Filesystem::Entry> entries, files.List(generation));
+  int64_t base = -1;
+  for (const Filesystem::Entry& e : entries) {
+    const int64_t n = ParseNumbered(e.name, kBasePrefix);
+    if (n < 0) continue;
+    if (base >= 0) {
+      return DataLossError(generation + ": two files name the generation it builds on (" +
+                           GenerationBaseFileName(base) + " and " + e.name +
+                           "); remove the generation");
+    }
+    base = n;
+  }
+  return base;
+}
+
+StatusOr<std::set<int64_t>> GenerationsNeeded(Filesystem& files, const std::string& dir,
+                                              uint32_t keep) {
+  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> clocks, ListGenerations(files, dir));
+  std::set<int64_t> needed;
+  const size_t first_kept = clocks.size() > keep ? clocks.size() - keep : 0;
+  for (size_t i = first_kept; i < clocks.size(); ++i) {
+    // Each base is older than its delta: the walk ends.
+    for (int64_t clock = clocks[i]; clock >= 0;) {
+      PS_ASSIGN_OR_RETURN(const int64_t base,
+                          GenerationBase(files, dir + "/" + GenerationName(clock)));
+      // A base that is gone already (a broken chain) holds nothing back.
+      if (base < 0 || base >= clock ||
+          !std::binary_search(clocks.begin(), clocks.end(), base) ||
+          !needed.insert(base).second) {
+        break;
+      }
+      clock = base;
+    }
+  }
+  return needed;
 }
 
 StatusOr<RestorePoint> FindRestorePoint(Filesystem& files, const JobOptions& job,

@@ -11,6 +11,7 @@
 #define PS_SERVER_CHECKPOINT_LAYOUT_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "common/env.h"
@@ -45,6 +46,22 @@ std::string GenerationShardsFileName(uint32_t num_shards);
 // when it has none. DataLoss naming the folder when it holds two of them;
 // the file system's error when it cannot be listed.
 StatusOr<uint32_t> GenerationShards(Filesystem& files, const std::string& generation);
+
+// A delta generation (checkpoint.full_every, server/checkpoint_format.h)
+// holds beside its database the empty file "base-<clock>", the clock of
+// the generation it builds on (its meta record says the same, with that
+// generation's id), so pruning keeps what a kept delta needs without
+// opening a database. The name of that file:
+std::string GenerationBaseFileName(int64_t base_clock);
+// The base clock the file in the generation folder `generation` names; -1
+// when it has none (a full generation). DataLoss naming the folder when it
+// holds two; the file system's error when it cannot be listed.
+StatusOr<int64_t> GenerationBase(Filesystem& files, const std::string& generation);
+// The generations of the shard folder `dir` that the newest `keep` build
+// on (through their base files, transitively), besides those `keep`: what
+// pruning must leave. The file system's errors.
+StatusOr<std::set<int64_t>> GenerationsNeeded(Filesystem& files, const std::string& dir,
+                                              uint32_t keep);
 
 // The generation a job resumes from: its clock and the shards that wrote it
 // (shard-0 .. shard-<writers - 1>), which may be more or fewer than the

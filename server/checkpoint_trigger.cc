@@ -1,12 +1,42 @@
 #include "server/checkpoint_trigger.h"
 
 #include <chrono>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "common/logging.h"
+#include "server/checkpoint_format.h"
 
 namespace ps {
+namespace {
+
+// A generation's id: random, never 0 (a generation of format 5 or older).
+uint64_t NewGenerationId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+// Bytes a snapshot's records take, about: values, optimizer state, ids,
+// and a record's key and framing for each single row (a delta's row
+// records, a hashed table's rows).
+uint64_t SnapshotBytes(const ShardSnapshot& s) {
+  constexpr uint64_t kRecordBytes = 32;
+  uint64_t bytes = 0;
+  for (const TableSnapshot& t : s.tables) {
+    // A range table shared with the store's blocks holds no arrays: its
+    // rows count.
+    const uint64_t floats =
+        t.shared.empty() ? t.values.size() : uint64_t{t.RowCount()} * t.dim;
+    bytes += floats * sizeof(float) * (1 + t.slots.size()) +
+             (t.ids.size() + t.removed.size() + t.patched.size()) * kRecordBytes + t.sketch.size();
+  }
+  return bytes;
+}
+
+}  // namespace
 
 CheckpointTrigger::CheckpointTrigger(CheckpointTriggerOptions options, CheckpointDir& dir,
                                      SnapshotFn snapshot, const Clock& clock, AnswerFn answer,
@@ -106,10 +136,25 @@ void CheckpointTrigger::Finish(int64_t clock, bool may_start) {
 Status CheckpointTrigger::Start(int64_t clock) {
   JoinWriter();  // finished (ClockAdvanced waited): reap its thread
   last_clock_ = clock;
-  const auto pause_start = clock_.Now();
-  PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot, snapshot_(clock));
+  const bool delta = options_.full_every > 1 && has_base_ && base_.clock < clock &&
+                     deltas_since_full_ + 1 < options_.full_every &&
+                     delta_bytes_ + last_delta_bytes_ <= full_bytes_;
+  const DeltaSince since{delta ? base_.epoch : 0, &RowsPerRun};
+  const auto copy_start = clock_.Now();
+  StatusOr<ShardSnapshot> taken = snapshot_(clock, delta ? &since : nullptr);
+  if (!taken.ok()) {
+    has_base_ = false;  // the store's change epoch moved on without a generation
+    return taken.status();
+  }
+  ShardSnapshot snapshot = std::move(taken).value();
+  snapshot.generation_id = NewGenerationId();
+  if (delta && snapshot.changes_only) {
+    snapshot.base_clock = base_.clock;
+    snapshot.base_id = base_.id;
+    ++deltas_started_;
+  }
   const double pause_ms =
-      std::chrono::duration<double, std::milli>(clock_.Now() - pause_start).count();
+      std::chrono::duration<double, std::milli>(clock_.Now() - copy_start).count();
   ++started_;
   write_clock_ = clock;
   writing_.store(true, std::memory_order_release);
@@ -122,14 +167,36 @@ Status CheckpointTrigger::Start(int64_t clock) {
 void CheckpointTrigger::Write(ShardSnapshot snapshot, double pause_ms) {
   const auto start = clock_.Now();
   const int64_t clock = snapshot.clock;
+  // What the write consumes and the chain's bookkeeping needs after it.
+  const uint64_t bytes = SnapshotBytes(snapshot);
+  const Base written_base{snapshot.clock, snapshot.generation_id, snapshot.epoch};
+  const bool delta = snapshot.delta();
+  const int64_t base_clock = snapshot.base_clock;
   // Consumed: the blocks it shares with the store go back as they are
   // written (CheckpointDir::Write), and the rest of it with this thread.
   Status written = dir_.Write(std::move(snapshot), options_.write);
   const double secs = std::chrono::duration<double>(clock_.Now() - start).count();
+  // The next delta builds on this generation, or, when it failed, the next
+  // generation is full.
+  has_base_ = written.ok();
   if (written.ok()) {
-    PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s "
-                "(serving paused {:.1f} ms for the snapshot)",
-                options_.shard, clock, dir_.GenerationPath(clock), secs, pause_ms);
+    base_ = written_base;
+    if (delta) {
+      ++deltas_since_full_;
+      delta_bytes_ += bytes;
+      last_delta_bytes_ = bytes;
+    } else {
+      deltas_since_full_ = 0;
+      full_bytes_ = bytes;
+      delta_bytes_ = 0;
+      last_delta_bytes_ = 0;
+    }
+    const std::string kind =
+        delta ? fmt::format("a delta on clock {}, {:.1f} MB of rows", base_clock, bytes / 1e6)
+              : fmt::format("full, {:.1f} MB of rows", bytes / 1e6);
+    PS_LOG_INFO("shard {}: checkpoint of clock {} written to {} in {:.2f} s ({}; "
+                "serving paused {:.1f} ms for the snapshot)",
+                options_.shard, clock, dir_.GenerationPath(clock), secs, kind, pause_ms);
   } else {
     PS_LOG_ERROR("shard {}: checkpoint of clock {} failed: {}; the previous generations "
                  "are intact",

@@ -24,6 +24,16 @@
 // Answers leave through the AnswerFn given at construction: this part
 // keeps the waiting requests' routing ids but owns no socket.
 //
+// Incremental generations (full_every above 1): a generation is a delta
+// on the previous one (the snapshot function is asked for the changes
+// since that one's snapshot) unless it is the first this trigger writes
+// (after a start or a restore), the previous write or copy failed, the
+// previous one is of the same clock, full_every - 1 deltas followed the
+// last full one, or one more delta as large as the last would bring the
+// deltas since it above its bytes (a job that changes most rows between
+// generations writes every other one full, and a chain's deltas hold
+// about as much as its full generation at most); then it is full.
+//
 // Not thread-safe: the shard's loop thread makes every call, and the
 // AnswerFn and snapshot function run on it. The writer thread is internal:
 // it touches only the snapshot it was handed (whose shared blocks the
@@ -61,6 +71,10 @@ struct CheckpointTriggerOptions {
   // CHECKPOINT requests that may wait for a write in progress
   // (server.socket_hwm).
   size_t max_waiting = 1000;
+  // A full generation every this many (checkpoint.full_every), the ones
+  // between deltas on the one before; >= 1 (1: every one full). See
+  // CheckpointTrigger for when a full one comes sooner.
+  uint32_t full_every = 1;
 };
 
 class CheckpointTrigger {
@@ -77,9 +91,11 @@ class CheckpointTrigger {
   };
   using AnswerFn = std::function<void(Answer& answer)>;
   // The shard's state after every update of the clocks below `clock`
-  // (ShardStore::SharedSnapshot, or any snapshot CheckpointDir::Write
-  // takes); ResourceExhausted when its copies do not fit.
-  using SnapshotFn = std::function<StatusOr<ShardSnapshot>(int64_t clock)>;
+  // (ShardStore::CheckpointSnapshot): whole with `since` null (its range
+  // tables shared with the store's blocks, ShardStore::SharedSnapshot),
+  // else what changed since the snapshot of epoch since->since_epoch
+  // (copied); its `epoch` set. ResourceExhausted when a copy does not fit.
+  using SnapshotFn = std::function<StatusOr<ShardSnapshot>(int64_t clock, const DeltaSince* since)>;
 
   // `dir` and `clock` must outlive this; `clock` times the snapshot, the
   // write and the pause of a boundary. `last_clock`: the clock of the newest
@@ -131,6 +147,8 @@ class CheckpointTrigger {
   uint64_t started() const { return started_; }
   // CHECKPOINT requests waiting for the write in progress.
   size_t requests_waiting() const { return waiting_.size(); }
+  // Generations started as deltas (of started()).
+  uint64_t deltas_started() const { return deltas_started_; }
 
  private:
   // Answers every waiting request: generation `clock`, or `status` when it
@@ -163,6 +181,21 @@ class CheckpointTrigger {
   // Requests waiting for the write in progress (status, clock and path
   // filled in when answered).
   std::vector<Answer> waiting_;
+  // The generation the next delta builds on: the last one written, set by
+  // the writer thread when its write succeeded (read by the loop after it
+  // joined the writer). has_base_ false: the next one is full.
+  struct Base {
+    int64_t clock = 0;
+    uint64_t id = 0;
+    uint64_t epoch = 0;
+  };
+  bool has_base_ = false;
+  Base base_;
+  uint32_t deltas_since_full_ = 0;
+  uint64_t full_bytes_ = 0;   // of the last full generation's rows
+  uint64_t delta_bytes_ = 0;  // of the deltas since
+  uint64_t last_delta_bytes_ = 0;
+  uint64_t deltas_started_ = 0;
 };
 
 }  // namespace ps

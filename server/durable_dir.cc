@@ -110,11 +110,13 @@ StatusOr<std::vector<int64_t>> ListGenerations(Filesystem& files, const std::str
 }
 
 Status PruneGenerations(Filesystem& files, const std::string& dir, uint32_t keep, bool sync,
-                        const std::function<void(const std::string& doomed)>& renamed) {
+                        const std::function<void(const std::string& doomed)>& renamed,
+                        const std::set<int64_t>* also_keep) {
   PS_ASSIGN_OR_RETURN(const std::vector<int64_t> clocks, ListGenerations(files, dir));
   if (clocks.size() <= keep) return Status::Ok();
   const size_t drop = clocks.size() - keep;
   for (size_t i = 0; i < drop; ++i) {
+    if (also_keep != nullptr && also_keep->count(clocks[i]) != 0) continue;
     const std::string old = (fs::path(dir) / GenerationName(clocks[i])).string();
     const std::string doomed = TmpName(old);
     PS_RETURN_IF_ERROR(files.Rename(old, doomed));

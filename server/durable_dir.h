@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,14 +69,16 @@ Status PublishGeneration(Filesystem& files, const std::string& tmp,
 // code of the error) naming `dir` when it cannot be listed.
 StatusOr<std::vector<int64_t>> ListGenerations(Filesystem& files, const std::string& dir);
 
-// Removes all but the newest `keep` complete generations of `dir`, oldest
-// first; each is renamed to its .tmp name first, so a crash while removing
-// it never leaves a partial gen-<clock>. `renamed` (when set) is called
-// after each rename, before the removal, with the .tmp path. With `sync`,
-// `dir` is fsynced after the last removal. Stops at the first error.
-// REQUIRES: keep >= 1.
+// Removes all but the newest `keep` complete generations of `dir`, and
+// those of `also_keep` (when set: the generations kept ones build on),
+// oldest first; each is renamed to its .tmp name first, so a crash while
+// removing it never leaves a partial gen-<clock>. `renamed` (when set) is
+// called after each rename, before the removal, with the .tmp path. With
+// `sync`, `dir` is fsynced after the last removal. Stops at the first
+// error. REQUIRES: keep >= 1.
 Status PruneGenerations(Filesystem& files, const std::string& dir, uint32_t keep, bool sync,
-                        const std::function<void(const std::string& doomed)>& renamed);
+                        const std::function<void(const std::string& doomed)>& renamed,
+                        const std::set<int64_t>* also_keep = nullptr);
 
 }  // namespace ps
 

@@ -50,9 +50,13 @@ void ShardServer::StartCheckpointTrigger() {
   options.write.keep = job_.checkpoint.keep;
   options.write.at_stage = checkpoint_stage_hook_;
   options.max_waiting = job_.server.socket_hwm;
+  options.full_every = job_.checkpoint.full_every;
   checkpoint_trigger_ = std::make_unique<CheckpointTrigger>(
       std::move(options), *checkpoints_,
-      [this](int64_t clock) { return store_->SharedSnapshot(job_, shard_, clock); }, *clock_,
+      [this](int64_t clock, const DeltaSince* since) {
+        return store_->CheckpointSnapshot(job_, shard_, clock, since);
+      },
+      *clock_,
       [this](CheckpointTrigger::Answer& answer) { SendCheckpointAnswer(answer); }, started_clock_);
 }
 

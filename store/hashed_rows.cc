@@ -231,6 +231,7 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   if ((r >> chunk_shift_) == chunks_.size()) {
     chunks_.push_back(HugeMemory::Allocate(chunk_rows_ * slot_floats_ * sizeof(float)));
     if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
+    if (tracking_) stamp_chunks_.push_back(std::make_unique<uint32_t[]>(chunk_rows_));
   }
   // The row's id first: lookups read it through the entry.
   SetId(r, id);
@@ -238,6 +239,7 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   Insert(index_, IndexHash(id), r);
   MoveSome(kGroupsPerMake);
   InitRow(id, RowAt(r));
+  Stamp(r);
   if (tracks_use()) {
     // Pushed once, by the current push.
     UseAt(r) = Use{.use = {next_seq_++, clock_, 1}};
@@ -254,6 +256,7 @@ bool HashedRows::Erase(uint64_t id) {
       const uint32_t r = RowIn(*index, slot);
       Remove(*index, hash, slot);
       RemoveRow(r);
+      if (tracking_) NoteRemoved(id);
       return true;
     }
   }
@@ -268,6 +271,7 @@ void HashedRows::RemoveRow(uint32_t r) {
   if (r != last) {
     std::memcpy(RowAt(r) - kIdFloats, RowAt(last) - kIdFloats, slot_floats_ * sizeof(float));
     EntryRow(IdAt(r)) = r;
+    if (tracking_) StampAt(r) = StampAt(last);
     if (tracks_use()) {
       Use& moved = UseAt(r);
       moved = UseAt(last);
@@ -282,6 +286,7 @@ void HashedRows::RemoveRow(uint32_t r) {
   if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
     chunks_.pop_back();  // the last chunk is empty
     if (tracks_use()) use_chunks_.pop_back();
+    if (tracking_) stamp_chunks_.pop_back();
   }
 }
 
@@ -309,6 +314,7 @@ void HashedRows::Unlink(uint32_t r) {
 void HashedRows::Touch(uint32_t r) {
   Use& u = UseAt(r);
   if (u.use.seq >= push_seq_) return;  // the push counted it already
+  Stamp(r);  // its use changes, also when the push is refused
   Unlink(r);
   u.use.seq = next_seq_++;
   u.use.clock = clock_;
@@ -364,6 +370,7 @@ float* HashedRows::Restore(uint64_t id, const RowUse* use) {
   bool made = false;
   const uint32_t r = FindOrMakeRow(id, &made);
   if (r == kNil) return nullptr;
+  Stamp(r);
   if (tracks_use()) {
     RowUse& u = UseAt(r).use;
     u = use != nullptr ? *use : RowUse{next_seq_, 0, 1};
@@ -488,6 +495,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
       continue;
     }
     if (!made && tracks_use()) Touch(r);
+    Stamp(r);
     float* row = RowAt(r);
     if (refuse_non_finite) {
       undo_.push_back({ids[i], made, saved_.size()});
@@ -522,10 +530,12 @@ uint64_t HashedRows::id(uint64_t i) const {
   return IdAt(i);
 }
 
-uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use) {
+uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use,
+                                bool stamps) {
   const uint64_t slot_floats = SlotFloats(uint64_t{dim} * (1 + slots));
-  // The id, the floats and the use.
-  const uint64_t slot_bytes = slot_floats * sizeof(float) + (use ? sizeof(Use) : 0);
+  // The id, the floats, the use and the stamp.
+  const uint64_t slot_bytes =
+      slot_floats * sizeof(float) + (use ? sizeof(Use) : 0) + (stamps ? sizeof(uint32_t) : 0);
   const uint64_t chunk_bytes = ChunkRows(slot_floats, bytes / slot_bytes) * slot_bytes;
   // For each index size, the rows it holds (Capacity) and the rows the
   // bytes left after it and one chunk's rounding pay for; and it must be
@@ -543,16 +553,37 @@ uint64_t HashedRows::RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bo
   return best;
 }
 
-size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use) {
-  // The row's floats, its id and its use, and its part of the index at
-  // its fullest (rounded up).
+size_t HashedRows::RowBytes(uint32_t dim, uint32_t slots, bool use, bool stamps) {
+  // The row's floats, its id, its use and its stamp, and its part of the
+  // index at its fullest (rounded up).
   const size_t index = (2 * sizeof(Group) + Capacity(2) - 1) / Capacity(2);
-  return SlotFloats(size_t{dim} * (1 + slots)) * sizeof(float) + (use ? sizeof(Use) : 0) + index;
+  return SlotFloats(size_t{dim} * (1 + slots)) * sizeof(float) + (use ? sizeof(Use) : 0) +
+         (stamps ? sizeof(uint32_t) : 0) + index;
+}
+
+void HashedRows::NoteRemoved(uint64_t id) {
+  if (removed_overflowed_) return;
+  if (removed_.size() >= max_rows_ / 4 + 1024) {
+    removed_overflowed_ = true;
+    removed_ = {};
+    return;
+  }
+  removed_.push_back(id);
+}
+
+void HashedRows::TrackChanges() {
+  if (tracking_) return;
+  tracking_ = true;
+  // Rows made before count as changed at stamp 0.
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    stamp_chunks_.push_back(std::make_unique<uint32_t[]>(chunk_rows_));
+  }
 }
 
 size_t HashedRows::bytes() const {
   return chunks_.size() * chunk_rows_ *
-             (slot_floats_ * sizeof(float) + (tracks_use() ? sizeof(Use) : 0)) +
+             (slot_floats_ * sizeof(float) + (tracks_use() ? sizeof(Use) : 0) +
+              (tracking_ ? sizeof(uint32_t) : 0)) +
          (index_.count + old_.count) * sizeof(Group);
 }
 

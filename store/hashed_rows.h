@@ -56,6 +56,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/options.h"
@@ -139,6 +140,30 @@ class HashedRows {
   // are rebuilt from the uses before the next push.
   float* Restore(uint64_t id, const RowUse* use);
 
+  // Change tracking, for incremental checkpoints (checkpoint.full_every):
+  // from TrackChanges() on, each row carries the stamp (SetStamp) current
+  // when it was last made, updated or restored, and the ids of the rows
+  // removed (erased, evicted, expired) are kept until TakeRemoved. Costs 4
+  // bytes per row (counted in bytes(), and in RowBytes and RowsWithin with
+  // `stamps`) and 8 per removal between two TakeRemoved, up to
+  // max_rows / 4 + 1024 removals: beyond, the ids are dropped and
+  // removed_overflowed() says so until the next TakeRemoved (a store that
+  // is never snapshot, a backup's, holds no more).
+  void TrackChanges();
+  bool tracks_changes() const { return tracking_; }
+  // The stamp of the changes from now on.
+  void SetStamp(uint32_t stamp) { stamp_ = stamp; }
+  // Row i's stamp. REQUIRES: tracks_changes(), i < size().
+  uint32_t stamp(uint64_t i) const { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  // The ids removed since the last call, in the order of their removal,
+  // possibly repeated, and possibly of rows made again since; incomplete
+  // when removed_overflowed().
+  std::vector<uint64_t> TakeRemoved() {
+    removed_overflowed_ = false;
+    return std::exchange(removed_, {});
+  }
+  bool removed_overflowed() const { return removed_overflowed_; }
+
   // The id of row i. REQUIRES: i < size().
   uint64_t id(uint64_t i) const;
   // Row i (stride() floats). REQUIRES: i < size().
@@ -147,15 +172,17 @@ class HashedRows {
   // Bytes per row, index included, when the index is 7/8 full (its
   // fullest, 6.1 bytes a row; just after it doubles, twice that), and
   // its use when `use` (eviction on).
-  size_t row_bytes() const { return RowBytes(dim_, slots_, tracks_use()); }
-  static size_t RowBytes(uint32_t dim, uint32_t slots, bool use = false);
+  // With `stamps`, the 4 bytes of change tracking (TrackChanges) too.
+  size_t row_bytes() const { return RowBytes(dim_, slots_, tracks_use(), tracking_); }
+  static size_t RowBytes(uint32_t dim, uint32_t slots, bool use = false, bool stamps = false);
   // The most rows of `dim` values and `slots` state arrays whose bytes()
   // stay within `bytes` (a max_mb bound): the rows, their chunks (the last
   // one whole) and the index at the size those rows make it (at most 7/8
   // full: between 6.1 and 12.2 bytes per row), also while it doubled to that
   // size (the old index beside it, and the rows made until its entries
   // moved). At least 1.
-  static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use = false);
+  static uint64_t RowsWithin(uint64_t bytes, uint32_t dim, uint32_t slots, bool use = false,
+                             bool stamps = false);
   // Bytes the rows (with their ids and uses) and the index take now (their
   // capacity). Apply's undo log is not counted: a copy of the rows of the
   // largest push so far, a cost of the push's size (server.max_request_bytes
@@ -235,6 +262,13 @@ class HashedRows {
   }
   void SetId(uint64_t i, uint64_t id) { std::memcpy(RowAt(i) - kIdFloats, &id, sizeof(id)); }
   Use& UseAt(uint64_t i) const { return use_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  uint32_t& StampAt(uint64_t i) { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  // Keeps the id of a row removed (when tracking).
+  void NoteRemoved(uint64_t id);
+  // Row r changed now (when tracking).
+  void Stamp(uint32_t r) {
+    if (tracking_) StampAt(r) = stamp_;
+  }
   // The list of a row pushed `uses` times.
   uint32_t ListOf(uint32_t uses) const;
   void Link(uint32_t r);
@@ -311,6 +345,13 @@ class HashedRows {
   };
   std::vector<Undo> undo_;
   std::vector<float> saved_;
+  // Change tracking: beside each chunk, its rows' stamps; the current
+  // stamp; the ids removed since TakeRemoved.
+  bool tracking_ = false;
+  std::vector<std::unique_ptr<uint32_t[]>> stamp_chunks_;
+  uint32_t stamp_ = 0;
+  std::vector<uint64_t> removed_;
+  bool removed_overflowed_ = false;
 };
 
 }  // namespace ps

@@ -61,6 +61,8 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Make(const JobOptions& job, ui
   std::unique_ptr<ShardStore> store(new ShardStore());
   store->refuse_non_finite_ = job.server.on_non_finite_result == NonFiniteResultPolicy::kRefuse;
   const auto num_shards = static_cast<uint32_t>(job.cluster.servers.size());
+  // Incremental checkpoints need each hashed row's last change.
+  const bool track_changes = !job.checkpoint.dir.empty() && job.checkpoint.full_every > 1;
   for (const TableOptions& t : job.tables) {
     Table table;
     table.optimizer = t.optimizer;
@@ -74,11 +76,15 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Make(const JobOptions& job, ui
       // No rows until pushes make them: the bound only.
       table.layout = {t.name,  0,    t.dim,          ShardSlots(t.HashSlots(), num_shards, shard),
                       t.wire,  true, t.HashSlots(), t.HashSeed(), num_shards};
-      const uint64_t max_rows = t.max_rows != 0
-                                    ? t.max_rows
-                                    : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots,
-                                                             t.evict.enabled());
+      const uint64_t max_rows =
+          t.max_rows != 0 ? t.max_rows
+                          : HashedRows::RowsWithin(t.max_mb << 20, t.dim, table.slots,
+                                                   t.evict.enabled(), track_changes);
       table.hashed = std::make_unique<HashedRows>(t.dim, table.slots, t.init, max_rows, t.evict);
+      if (track_changes) {
+        table.hashed->TrackChanges();
+        table.hashed->SetStamp(static_cast<uint32_t>(store->change_epoch_));
+      }
       if (t.admit.enabled()) {
         table.admit = t.admit;
         table.sketch = std::make_unique<PushSketch>(t.admit.sketch_width);
@@ -111,6 +117,9 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Make(const JobOptions& job, ui
         }
         table.blocks.push_back(std::move(block));
       }
+      table.stamps.assign(table.blocks.size(), 0);
+      table.sparse_stamps.assign(table.blocks.size(), 0);
+      table.dirty.assign((owned + 63) / 64, 0);
     } catch (const std::bad_alloc&) {
       return ResourceExhaustedError("shard " + std::to_string(shard) + ": cannot allocate " +
                                     std::to_string(owned * t.dim * 4) + " bytes for table '" +
@@ -122,8 +131,29 @@ StatusOr<std::unique_ptr<ShardStore>> ShardStore::Make(const JobOptions& job, ui
   return store;
 }
 
-ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block) {
+void ShardStore::MarkRow(Table& table, uint64_t row) {
+  const uint64_t block = row / table.rows_per_block;
+  if (table.sparse_stamps[block] != change_epoch_) {
+    // The block's bits are of an older epoch: a snapshot took them since.
+    const uint64_t first = block * table.rows_per_block;
+    const uint64_t end = std::min(first + table.rows_per_block, table.layout.owned.size());
+    for (uint64_t r = first; r < end;) {
+      if (r % 64 == 0 && r + 64 <= end) {
+        table.dirty[r / 64] = 0;
+        r += 64;
+      } else {
+        table.dirty[r / 64] &= ~(uint64_t{1} << (r % 64));
+        ++r;
+      }
+    }
+    table.sparse_stamps[block] = change_epoch_;
+  }
+  table.dirty[row / 64] |= uint64_t{1} << (row % 64);
+}
+
+ShardStore::Block* ShardStore::Writable(Table& table, uint64_t block, bool whole_block) {
   std::shared_ptr<Block>& b = table.blocks[block];
+  if (whole_block) table.stamps[block] = change_epoch_;
   if (b.use_count() > 1) {
     // A reply still holds this block's values: leave them to the reply and
     // write a copy. Replies never read the optimizer state, so it moves to
@@ -336,9 +366,10 @@ Status ShardStore::ApplyPush(const Request& request, int64_t clock) {
       const uint64_t row = request.keys[i] - t.layout.owned.begin;
       const uint64_t block = row / rpb;
       if (block != last_block) {
-        base = Writable(t, block);
+        base = Writable(t, block, /*whole=*/false);
         last_block = block;
       }
+      MarkRow(t, row);
       ok = update(base, (row % rpb) * dim, g + i * dim, request.keys[i], 1);
     }
   }

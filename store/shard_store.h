@@ -214,6 +214,28 @@ class ShardStore {
   // ResourceExhausted if that copy cannot be allocated.
   StatusOr<ShardSnapshot> SharedSnapshot(const JobOptions& job, uint32_t shard,
                                          int64_t clock) const;
+  // The snapshot of a checkpoint generation, which later deltas may build
+  // on: with `delta` null, SharedSnapshot() (a full one, its range tables shared
+  // with the store's blocks); otherwise (changes_only set) a
+  // delta of what changed since the snapshot of epoch delta->since_epoch
+  // was taken (the layout whole; base_clock and base_id left for the
+  // caller): a range table's blocks written whole since (a dense push, an
+  // aggregated sum, a restore or a replica's copy), widened to whole runs
+  // of delta->rows_per_run(dim) rows (TableSnapshot::changed), and the
+  // rows sparse pushes changed in other blocks (`patched`), or the block's
+  // runs when those take fewer bytes (DeltaSince::row_overhead); a hashed
+  // table's rows made, updated or restored since and the ids removed since
+  // that have no row now (`removed`). A full one instead when a hashed
+  // table lost count of its removed ids (HashedRows). Either way sets the
+  // snapshot's `epoch` and starts a new change epoch, and forgets the
+  // hashed tables' removed ids: a delta is taken only against the previous
+  // CheckpointSnapshot (a caller whose write of it failed takes a full one
+  // next). A hashed table tracks its rows' changes only when the job's
+  // checkpoint.full_every is above 1 (4 bytes per row); without, a delta
+  // holds every row of it. A range table keeps a bit per row.
+  // ResourceExhausted if the copy cannot be allocated.
+  StatusOr<ShardSnapshot> CheckpointSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
+                                             const DeltaSince* delta);
   // Replaces every value and optimizer state array with the snapshot's
   // (copied, or shared: TableSnapshot::ForEachPiece).
   // REQUIRES: CheckRestorable(snapshot, Layout(...)) is OK; its shared
@@ -240,6 +262,10 @@ class ShardStore {
   void BeginConcurrentRestore();
   void RestoreRangeRows(uint32_t table, uint64_t first, uint64_t count, const std::byte* values,
                         std::span<const std::byte* const> slots);
+  // Removes the row of id `id` of hashed table `table` (it reads as its
+  // initial value again), as a delta generation's removed id says; false
+  // when it had none. REQUIRES: a hashed table.
+  bool RestoreRemoved(uint32_t table, uint64_t id);
 
   // A copy for a replica that joins (server/replication.h), taken while
   // the shard serves.
@@ -341,6 +367,14 @@ class ShardStore {
     uint32_t slots = 0;
     uint64_t rows_per_block = 1;
     std::vector<std::shared_ptr<Block>> blocks;  // range tables
+    // Per block, the change epoch of its last write of whole rows or runs
+    // (Writable), and of its last sparse push (MarkRow), whose rows are
+    // the bits of `dirty` set in that epoch (a block's bits are cleared
+    // when a sparse push first writes it in a new epoch): what a delta
+    // snapshot compares.
+    std::vector<uint64_t> stamps;
+    std::vector<uint64_t> sparse_stamps;
+    std::vector<uint64_t> dirty;  // a bit per owned row
     std::unique_ptr<HashedRows> hashed;  // hashed tables (and no blocks)
     // Hashed tables with `admit` on: the filter's settings and its counts.
     AdmitOptions admit;
@@ -374,8 +408,12 @@ class ShardStore {
                                                     Start start);
   // A hashed table's rows into a snapshot, by hash slot (of `hash_slots`
   // under `seed`), then id: the checkpoint's key order.
+  // With `since` set, only the rows stamped after it (a delta).
   static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
-                         TableSnapshot* ts);
+                         TableSnapshot* ts, const uint32_t* since = nullptr);
+  // A delta's copy of what changed since `delta->since_epoch` into
+  // *snapshot (its layout): see CheckpointSnapshot.
+  void CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot);
   // Snapshot (`share` false) or SharedSnapshot (true).
   StatusOr<ShardSnapshot> TakeSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
                                        bool share) const;
@@ -395,8 +433,12 @@ class ShardStore {
   // sketch.
   void Admitted(Table& t, const Request& request, std::span<const uint64_t>* ids,
                 const float** grads);
-  // The block, made private to the store first if a reply still shares it.
-  Block* Writable(Table& table, uint64_t block);
+  // The block, made private to the store first if a reply still shares it;
+  // with `whole_block`, the block counts as changed for the next delta
+  // (else the caller marks its rows, MarkRow).
+  Block* Writable(Table& table, uint64_t block, bool whole_block = true);
+  // Shard-local row `row` of a range table changed by a sparse push.
+  void MarkRow(Table& table, uint64_t row);
   // Fills block->encoded with the values in `dtype` unless it holds them.
   Status Encode(Block* block, WireType dtype);
   // One optimizer step on elements [offset, offset + n) of a block, at the
@@ -456,6 +498,9 @@ class ShardStore {
 
   std::vector<Table> tables_;
   std::vector<TableLayout> layouts_;
+  // Writes are stamped with this; each CheckpointSnapshot takes it and
+  // moves on to the next. Blocks made at Create carry 0.
+  uint64_t change_epoch_ = 1;
   uint64_t copy_on_write_count_ = 0;
   uint64_t encoded_block_count_ = 0;
   std::vector<float> gathered_;  // ReadRows' rows before their conversion; a scaled sum row

@@ -112,16 +112,41 @@ struct TableSnapshot {
   // every owned row once; `values` is then empty and `slots` holds as many
   // empty arrays as the optimizer has state arrays. Empty otherwise.
   std::vector<SharedRows> shared;
+  // A delta's table (ShardSnapshot::base_clock >= 0): what changed since
+  // the base generation. A range table's arrays hold only the rows of
+  // `changed` (sorted, disjoint ranges of global row ids inside `owned`,
+  // in order, one after the other), then those of `patched` (single rows
+  // changed outside them, ascending global ids); a hashed table's `ids`
+  // (and their values, slots and uses) only the rows made or updated since
+  // the base, `removed` the ids whose rows went since (evicted, expired,
+  // erased) and that have none now, both in key order, and `stored_rows`
+  // the rows the shard holds in all. Empty in a full snapshot.
+  std::vector<RowRange> changed;
+  std::vector<uint64_t> patched;
+  std::vector<uint64_t> removed;
+  // A delta's meta record (DecodeMeta): its records of the table, a range
+  // table's runs or a hashed table's changed rows, and a range table's row
+  // records (patched rows) or a hashed table's removed ids.
+  uint64_t delta_records = 0;
+  uint64_t delta_rows = 0;
 
   // The rows the snapshot's arrays hold: owned rows, or a hashed table's.
+  // REQUIRES: a full snapshot (a delta's: DeltaRowCount).
   uint64_t RowCount() const { return hashed ? stored_rows : owned.size(); }
+  // The rows a delta's arrays hold.
+  uint64_t DeltaRowCount() const {
+    if (hashed) return ids.size();
+    uint64_t n = patched.size();
+    for (const RowRange& r : changed) n += r.size();
+    return n;
+  }
 
   // Calls fn(const RowPiece&) for the snapshot's rows [first, first +
   // count) (indices into its rows: 0 is its first row), in order, one piece
   // per contiguous run of memory: one from `values` and `slots`, or one per
   // shared run the rows touch. Nothing for count 0.
-  // REQUIRES: first + count <= RowCount(); the shared runs touched are not
-  // released; the arrays hold RowCount() x dim floats (ValidateForWrite).
+  // REQUIRES: first + count <= the rows the arrays hold (RowCount(), or a
+  // delta's DeltaRowCount()); the shared runs touched are not released.
   template <typename Fn>
   void ForEachPiece(uint64_t first, uint64_t count, Fn&& fn) const;
 
@@ -135,6 +160,19 @@ struct TableSnapshot {
   // The index of the shared run holding row `row`. REQUIRES: row <
   // RowCount(), shared not empty.
   size_t SharedRunOf(uint64_t row) const;
+};
+
+// What a delta snapshot is taken against (ShardStore::CheckpointSnapshot):
+// the changes the store stamped after `since_epoch` (the `epoch` of the
+// snapshot of the base generation), a range table's changed blocks widened
+// to whole runs of `rows_per_run(dim)` rows counted from the first owned
+// row (a checkpoint's records, server/checkpoint_format.h), or, for a
+// block only sparse pushes wrote, its rows that changed when they take
+// fewer bytes, counted `row_overhead` bytes each besides their floats.
+struct DeltaSince {
+  uint64_t since_epoch = 0;
+  uint64_t (*rows_per_run)(uint32_t dim) = nullptr;
+  uint64_t row_overhead = 32;
 };
 
 template <typename Fn>
@@ -174,6 +212,25 @@ struct ShardSnapshot {
   // a restore refuses a generation written for another model.
   std::string fingerprint;
   std::vector<TableSnapshot> tables;
+
+  // Incremental generations (checkpoint.full_every). A generation's own
+  // id (random, not 0; 0 in a generation of format 5 or older), and for a
+  // delta the clock and id of the generation it builds on (base_clock -1:
+  // a full snapshot, every row of every table). A delta holds what changed
+  // since its base (TableSnapshot::changed, removed); its sketches and
+  // every table's layout are whole.
+  uint64_t generation_id = 0;
+  int64_t base_clock = -1;
+  uint64_t base_id = 0;
+  bool delta() const { return base_clock >= 0; }
+  // Taken from a store by ShardStore::CheckpointSnapshot: true when it
+  // holds only what changed since the epoch asked for (a delta, whose
+  // caller sets base_clock and base_id); false for every row. Not written.
+  bool changes_only = false;
+  // Taken from a store: the store's change epoch it was taken at
+  // (changes after it are stamped later); what a delta on this snapshot's
+  // generation passes as DeltaSince::since_epoch. Not written.
+  uint64_t epoch = 0;
 };
 
 // OK when `saved` (read from disk) can be restored into a shard whose

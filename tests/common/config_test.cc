@@ -1366,6 +1366,24 @@ TEST(ConfigTest, CheckpointNeedsADirAndAPeriod) {
                               {"checkpoint", "dir", "the folder of the checkpoints"}));
 }
 
+TEST(ConfigTest, CheckpointFullEveryLoadsAndIsBounded) {
+  const std::string dir = UniqueTempDir("full_every");
+  const auto load = [&](const std::string& full_every) {
+    const std::string path = dir + "/job.yaml";
+    std::ofstream(path) << "cluster: { servers: [\"127.0.0.1:7000\"], workers: 1 }\n"
+                           "tables: [ { name: w, rows: 10 } ]\n"
+                           "checkpoint: { dir: ckpt, full_every: " + full_every + " }\n";
+    return LoadJobFile(path);
+  };
+  StatusOr<JobOptions> job = load("10");
+  ASSERT_OK(job);
+  EXPECT_EQ(job->checkpoint.full_every, 10u);
+  EXPECT_EQ(JobOptions().checkpoint.full_every, 1u);  // every generation full
+  EXPECT_TRUE(InvalidWith(load("0").status(), {"checkpoint.full_every", "got 0", "1 (every one full) to 1000"}));
+  EXPECT_TRUE(InvalidWith(load("1001").status(), {"checkpoint.full_every", "got 1001"}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigTest, RegularizationAndCheckpointKeysLoad) {
   const std::string dir = UniqueTempDir("train_keys");
   const std::string path = dir + "/job.yaml";

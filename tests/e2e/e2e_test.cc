@@ -70,6 +70,36 @@ class E2eTest : public ::testing::Test {
     return path;
   }
 
+  // A job file `name`.yaml of `servers` servers and 2 replica_pusher
+  // workers, which push integers to a range table (10000 rows) and to 5000
+  // ids of a hashed one under bsp and stop at clock `stop`; `checkpoint`
+  // is the job's checkpoint section (a YAML flow map).
+  std::string PusherJob(int servers, const std::string& name, int64_t stop,
+                        const std::string& checkpoint) {
+    const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
+    const std::string stop_file = (dir_ / (name + ".stop")).string();
+    std::ofstream(stop_file) << stop << "\n";
+    const std::string path = WriteJob(
+        servers, 2,
+        "tables:\n"
+        "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
+        "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, optimizer: { type: add } }\n"
+        "consistency: { mode: bsp }\n"
+        "checkpoint: " + checkpoint + "\n"
+        "train: { command: [" + pusher + ", --stop-file, " + stop_file + "] }\n");
+    const std::string named = (dir_ / (name + ".yaml")).string();
+    fs::rename(path, named);
+    return named;
+  }
+  // Runs ps_launch on job file `path` (with --resume) to its end; its output.
+  std::string RunLaunch(const std::string& path, bool resume) {
+    std::vector<std::string> argv = {kLaunch, "--config", path};
+    if (resume) argv.push_back("--resume");
+    auto [status, out] = Finish(Start(argv, true), std::chrono::milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
+    return out;
+  }
+
   Subprocess* Start(std::vector<std::string> argv, bool capture = false) {
     SubprocessOptions o;
     o.argv = std::move(argv);
@@ -698,32 +728,12 @@ TEST_F(E2eTest, ARestartedJobResumesFromTheNewestCheckpointEveryShardHas) {
 // with every row and id holding the exact sum of every push since clock 0.
 TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
   // A job of `servers` servers whose workers stop at the clock in `stop`.
   const auto job = [&](int servers, const std::string& name, int64_t stop) {
-    const std::string stop_file = (dir_ / (name + ".stop")).string();
-    std::ofstream(stop_file) << stop << "\n";
-    const std::string path = WriteJob(
-        servers, 2,
-        "tables:\n"
-        "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
-        "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, optimizer: { type: add } }\n"
-        "consistency: { mode: bsp }\n"
-        "checkpoint: { dir: " + ckpt + ", every_clocks: 20, sync: false }\n"
-        "train: { command: [" + pusher + ", --stop-file, " + stop_file + "] }\n");
-    const std::string named = (dir_ / (name + ".yaml")).string();
-    fs::rename(path, named);
-    return named;
-  };
-  const auto run = [&](const std::string& path, bool resume) {
-    std::vector<std::string> argv = {kLaunch, "--config", path};
-    if (resume) argv.push_back("--resume");
-    auto [status, out] = Finish(Start(argv, true), milliseconds(120000));
-    EXPECT_TRUE(ExitedSuccessfully(status)) << DescribeWaitStatus(status) << "\n" << out;
-    return out;
+    return PusherJob(servers, name, stop, "{ dir: " + ckpt + ", every_clocks: 20, sync: false }");
   };
   const std::string job2 = job(2, "job2", 60);
-  const std::string first = run(job2, false);
+  const std::string first = RunLaunch(job2, false);
   EXPECT_NE(first.find("[worker 0] exact: every one of 10000 rows and 5000 hashed ids holds "
                        "180.0 after 60 clocks"),
             std::string::npos)
@@ -733,7 +743,7 @@ TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) 
   EXPECT_FALSE(fs::exists(ShardCheckpointDir(ckpt, 2)));
 
   const std::string job3 = job(3, "job3", 100);
-  const std::string second = run(job3, true);
+  const std::string second = RunLaunch(job3, true);
   EXPECT_NE(second.find("checkpoint: every shard restores clock 60 from " + ckpt +
                         ", written by 2 shards: each of the 3 servers reads its rows of theirs"),
             std::string::npos)
@@ -752,7 +762,7 @@ TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) 
       << second;
 
   // And back on 2 servers, from the 3 servers' generation.
-  const std::string again = run(job(2, "job2b", 120), true);
+  const std::string again = RunLaunch(job(2, "job2b", 120), true);
   EXPECT_NE(again.find("checkpoint: every shard restores clock 100 from " + ckpt +
                        ", written by 3 shards"),
             std::string::npos)
@@ -938,6 +948,39 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
                      "after 400 clocks"),
             std::string::npos)
       << out;
+}
+
+// Incremental checkpoints (checkpoint.full_every): a job of 2 servers
+// writes full generations and deltas; it resumes on 3 servers from a delta
+// (each new server merging the chain of every old shard's part) and ends
+// with the exact sums of every push since clock 0.
+TEST_F(E2eTest, AJobResumesFromADeltaGenerationOnThreeServersWithExactSums) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const auto job = [&](int servers, const std::string& name, int64_t stop) {
+    return PusherJob(servers, name, stop,
+                     "{ dir: " + ckpt + ", every_clocks: 10, full_every: 4, sync: false }");
+  };
+  const std::string first = RunLaunch(job(2, "job2", 60), false);
+  EXPECT_NE(first.find("exact: every one of 10000 rows and 5000 hashed ids holds 180.0 after 60 "
+                       "clocks"),
+            std::string::npos)
+      << first;
+  // Every clock changes every row: a delta as large as the full generation
+  // before it, so they take turns; generation 60 is a delta on 50.
+  EXPECT_NE(first.find("shard-1/gen-60 in"), std::string::npos) << first;
+  EXPECT_NE(first.find("(a delta on clock 50"), std::string::npos) << first;
+  EXPECT_TRUE(fs::exists(fs::path(ShardCheckpointDir(ckpt, 0)) / "gen-60" / "base-50")) << first;
+  EXPECT_FALSE(fs::exists(fs::path(ShardCheckpointDir(ckpt, 0)) / "gen-50" / "base-40")) << first;
+
+  const std::string second = RunLaunch(job(3, "job3", 80), true);
+  EXPECT_NE(second.find("checkpoint: every shard restores clock 60 from " + ckpt +
+                        ", written by 2 shards"),
+            std::string::npos)
+      << second;
+  EXPECT_NE(second.find("exact: every one of 10000 rows and 5000 hashed ids holds 240.0 after "
+                        "80 clocks"),
+            std::string::npos)
+      << second;
 }
 
 TEST_F(E2eTest, PsCtlCheckpointWritesEveryShardNow) {

@@ -84,10 +84,11 @@ TEST(CheckpointFormatTest, MetaStartsWithMagicAndVersionLittleEndian) {
   s.num_shards = 1;
   s.clock = 0x0102030405060708;
   const std::string meta = EncodeMeta(s);
-  // magic, version, shard, num_shards, clock, fingerprint "", table count 0.
-  ASSERT_EQ(meta.size(), 4u + 4 + 4 + 4 + 8 + 4 + 4);
+  // magic, version, shard, num_shards, clock, fingerprint "", generation
+  // id, base clock, base id, table count 0.
+  ASSERT_EQ(meta.size(), 4u + 4 + 4 + 4 + 8 + 4 + 8 + 8 + 8 + 4);
   EXPECT_EQ(meta.substr(0, 4), "PSCK");
-  EXPECT_EQ(meta.substr(4, 4), std::string("\x05\0\0\0", 4));
+  EXPECT_EQ(meta.substr(4, 4), std::string("\x06\0\0\0", 4));
   EXPECT_EQ(meta.substr(12, 4), std::string("\x01\0\0\0", 4));
   EXPECT_EQ(meta.substr(16, 8), "\x08\x07\x06\x05\x04\x03\x02\x01");
 }
@@ -115,14 +116,14 @@ TEST(CheckpointFormatTest, BadMagicOrTrailingBytesAreRefused) {
 
 TEST(CheckpointFormatTest, OtherFormatVersionsAreFailedPrecondition) {
   std::string meta = EncodeMeta(Snapshot());
-  for (int version : {0, 1, 6, 255}) {
+  for (int version : {0, 1, 7, 255}) {
     meta[4] = static_cast<char>(version);
     auto got = DecodeMeta(meta, kWhere);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status().ToString();
     EXPECT_NE(got.status().message().find(
                   kWhere + ": checkpoint format version " + std::to_string(version) +
-                  ", but this build reads only versions 2 to 5 (the record format changed); "
+                  ", but this build reads only versions 2 to 6 (the record format changed); "
                   "start the job with a new checkpoint.dir"),
               std::string::npos)
         << got.status().ToString();
@@ -136,8 +137,9 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   one.fingerprint = "fp";
   one.tables.push_back(Table("t", 10, 2, {0, 10}, 1));
   const std::string meta = EncodeMeta(one);
-  // Offsets: 24 = fingerprint length, 30 = table count, 34 = the table.
-  const size_t fingerprint_at = 24, count_at = 30, table_at = 34;
+  // Offsets: 24 = fingerprint length, 54 = table count (after the
+  // fingerprint "fp" and the chain fields), 58 = the table.
+  const size_t fingerprint_at = 24, count_at = 54, table_at = 58;
   const auto put32 = [](std::string* m, size_t at, uint32_t v) { std::memcpy(m->data() + at, &v, 4); };
   const auto put64 = [](std::string* m, size_t at, uint64_t v) { std::memcpy(m->data() + at, &v, 8); };
 
@@ -146,17 +148,18 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 4294967295 tables in ");
   m = meta;
   put32(&m, count_at, 2);
-  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 2 tables in 69 bytes");
+  ExpectDataLoss(DecodeMeta(m, kWhere), "it lists 2 tables in 85 bytes");
   // Enough bytes for two tables' least size, but the second is cut short.
-  m += std::string(39, '\0');
+  m += std::string(47, '\0');
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 1");
   m = meta;
   put32(&m, fingerprint_at, 0xfffffff0u);
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside the shard fields");
   // The table: name (4 + 1), rows (8), dim (4), owned.begin (8), owned.end
-  // (8), optimizer (4 + n), slots (4), keys (4), settings (4 + 0).
+  // (8), optimizer (4 + n), slots (4), keys (4), settings (4 + 0), delta
+  // records (8) and removed (8).
   const size_t rows_at = table_at + 5, begin_at = rows_at + 12, end_at = begin_at + 8;
-  const size_t slots_at = meta.size() - 12, keys_at = meta.size() - 8;
+  const size_t slots_at = meta.size() - 28, keys_at = meta.size() - 24;
   m = meta;
   put32(&m, table_at, 0xffffffffu);
   ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 0");
@@ -174,8 +177,10 @@ TEST(CheckpointFormatTest, AbsurdCountsAndRangesAreRefused) {
   put32(&m, keys_at, 2);
   ExpectDataLoss(DecodeMeta(m, kWhere), "table 't' has keys 2 (0 range, 1 hashed)");
   m = meta;
-  put32(&m, keys_at, 1);  // hashed, but its slot count and rows are cut off
-  ExpectDataLoss(DecodeMeta(m, kWhere), "it ends inside table 0");
+  // Hashed, but its hash slot fields are the bytes of the fields after
+  // them (settings, delta counts): 0 hash slots for rows 10.
+  put32(&m, keys_at, 1);
+  ExpectDataLoss(DecodeMeta(m, kWhere), "hashed table 't' of 10 rows owns slots [0, 10) of 0");
   ASSERT_OK(DecodeMeta(meta, kWhere));
 
   // A table too large for memory is refused when its row data is counted.
@@ -603,7 +608,10 @@ TEST(CheckpointFormatTest, AVersion2MetaIsReadAsRangeTables) {
   const ShardSnapshot s = Snapshot();
   std::string meta = EncodeMeta(s);
   meta[4] = 2;
-  std::string v2 = meta.substr(0, 4 + 4 + 4 + 4 + 8 + 4 + s.fingerprint.size() + 4);
+  // Nor the generation id, base clock and base id of version 6 before the
+  // table count.
+  const size_t chain_at = 4 + 4 + 4 + 4 + 8 + 4 + s.fingerprint.size();
+  std::string v2 = meta.substr(0, chain_at) + meta.substr(chain_at + 24, 4);
   for (const TableSnapshot& t : s.tables) {
     const auto u32 = [&v2](uint32_t v) { v2.append(reinterpret_cast<const char*>(&v), 4); };
     const auto u64 = [&v2](uint64_t v) { v2.append(reinterpret_cast<const char*>(&v), 8); };
@@ -631,7 +639,7 @@ TEST(CheckpointFormatTest, AVersion3MetaIsReadAsHashedTablesWithoutUses) {
   EXPECT_FALSE(got->tables[1].row_uses);
   EXPECT_EQ(got->tables[1].stored_rows, 3u);
   EXPECT_EQ(got->tables[1].sketch_width, 1024u);
-  EXPECT_EQ(EncodeMeta(*got), EncodeMeta(s));  // the same layout, written as version 5
+  EXPECT_EQ(EncodeMeta(*got), EncodeMeta(s));  // the same layout, written as version 6
 }
 
 TEST(CheckpointFormatTest, AVersion4MetaHasNoSettingsAndItsRowsSortById) {

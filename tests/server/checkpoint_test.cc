@@ -590,14 +590,14 @@ TEST_F(CheckpointTest, MetaRecordOfAnotherFormatVersionIsRefused) {
   CloseRaw(std::move(db));
   // The format version follows the 4-byte magic: 1 (one record per row,
   // never released) and a later one are refused.
-  for (int version : {1, 6}) {
+  for (int version : {1, 7}) {
     meta[4] = static_cast<char>(version);
     db = OpenRaw(1);
     ASSERT_OK(db->Put(rocksdb::WriteOptions(), "meta", meta));
     CloseRaw(std::move(db));
     ExpectReadFails(1, StatusCode::kFailedPrecondition,
                     "format version " + std::to_string(version) +
-                        ", but this build reads only versions 2 to 5 (the record format "
+                        ", but this build reads only versions 2 to 6 (the record format "
                         "changed)");
   }
 }

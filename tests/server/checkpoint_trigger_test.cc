@@ -171,7 +171,10 @@ class CheckpointTriggerTest : public ::testing::Test {
     options.max_waiting = max_waiting;
     // The snapshot a shard takes: shared with the store's blocks.
     trigger_ = std::make_unique<CheckpointTrigger>(
-        options, *dir_, [this](int64_t clock) { return store_->SharedSnapshot(job_, 0, clock); },
+        options, *dir_,
+        [this](int64_t clock, const DeltaSince* since) {
+          return store_->CheckpointSnapshot(job_, 0, clock, since);
+        },
         clock_, [this](Answer& answer) { answers_.push_back(std::move(answer)); },
         /*last_clock=*/0);
   }

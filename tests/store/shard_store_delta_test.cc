@@ -1,0 +1,194 @@
+// ShardStore::CheckpointSnapshot's deltas (incremental checkpoints): the
+// range blocks written since the previous snapshot (by pushes, aggregated
+// sums and restores), widened to whole runs; the hashed rows made or
+// updated since, and the ids removed since that have no row now.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "store/shard_store.h"
+#include "tests/util/status_matchers.h"
+#include "tests/util/test_job.h"
+
+namespace ps {
+namespace {
+
+constexpr uint64_t kRowsPerBlock = 262144 / 4;  // of a table of dim 4
+
+// Runs of 1000 rows, as a checkpoint might cut them.
+uint64_t RowsPerRun(uint32_t /*dim*/) { return 1000; }
+
+JobOptions Job(uint32_t full_every) {
+  TableOptions ids = TestTable("ids", 0, 2, OptimizerKind::kSgd);
+  ids.keys = KeyKind::kHashed;
+  ids.slots = 16;
+  ids.max_rows = 4;
+  ids.evict.policy = EvictPolicy::kLru;
+  JobOptions job = TestJob().Table("w", 4 * kRowsPerBlock, 4, OptimizerKind::kAdagrad).Table(ids).Build();
+  job.checkpoint.dir = "/unused";
+  job.checkpoint.full_every = full_every;
+  EXPECT_OK(job.Validate());
+  return job;
+}
+
+// A push of 0.5 to every element of `keys` of `table` (the request views
+// the push's own arrays).
+struct Push {
+  Push(uint32_t table, std::vector<uint64_t> k, uint32_t dim)
+      : keys(std::move(k)), values(keys.size() * dim, 0.5f) {
+    request.header.op = Op::kPush;
+    request.header.table = table;
+    request.header.count = keys.size();
+    request.header.dim = dim;
+    request.keys = keys;
+    request.values = values;
+  }
+  // A dense push of rows [first, first + count).
+  static Push Dense(uint32_t table, uint64_t first, uint64_t count, uint32_t dim) {
+    Push p(table, {}, dim);
+    p.values.assign(count * dim, 0.5f);
+    p.request.header.flags |= kFlagDenseRange;
+    p.request.header.first_row = first;
+    p.request.header.count = count;
+    p.request.values = p.values;
+    return p;
+  }
+  operator const Request&() const { return request; }
+  std::vector<uint64_t> keys;
+  std::vector<float> values;
+  Request request;
+};
+
+class ShardStoreDeltaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_ = Job(4);
+    store_ = ShardStore::Create(job_, 0).value();
+  }
+  // The next snapshot: a delta on the previous one (or full).
+  ShardSnapshot Next(int64_t clock, bool delta = true) {
+    const DeltaSince since{epoch_, &RowsPerRun};
+    ShardSnapshot s = store_->CheckpointSnapshot(job_, 0, clock, delta ? &since : nullptr).value();
+    epoch_ = s.epoch;
+    return s;
+  }
+
+  JobOptions job_;
+  std::unique_ptr<ShardStore> store_;
+  uint64_t epoch_ = 0;
+};
+
+TEST_F(ShardStoreDeltaTest, DensePushesMakeBlocksWidenedToRunsAndSparseOnesRows) {
+  Next(1, /*delta=*/false);
+  // Row 2 * kRowsPerBlock + 5 lies in block 2: rows [131072, 196608), as
+  // runs of 1000 from row 0: [131000, 197000).
+  const uint64_t row = 2 * kRowsPerBlock + 5;
+  {
+    const Push dense = Push::Dense(0, row, 1, 4);
+    ASSERT_OK(store_->ApplyPush(dense, 1));
+  }
+  // Two rows of block 0 by a sparse push: those rows alone.
+  ASSERT_OK(store_->ApplyPush(Push(0, {7, 3}, 4), 1));
+  const ShardSnapshot delta = Next(2);
+  const TableSnapshot& w = delta.tables[0];
+  EXPECT_EQ(w.patched, (std::vector<uint64_t>{3, 7}));
+  ASSERT_EQ(w.changed.size(), 1u);
+  EXPECT_EQ(w.changed[0], (RowRange{131000, 197000}));
+  // The runs' rows, then the patched ones.
+  ASSERT_EQ(w.values.size(), (66000u + 2) * 4);
+  const std::vector<float> all = store_->CopyValues(0);
+  EXPECT_EQ(std::memcmp(w.values.data(), all.data() + 131000 * 4, 66000 * 4 * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data() + 66000 * 4, all.data() + 3 * 4, 4 * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data() + 66001 * 4, all.data() + 7 * 4, 4 * 4), 0);
+  ASSERT_EQ(w.slots.size(), 1u);
+  const std::vector<float> state = store_->CopySlot(0, 0);
+  EXPECT_EQ(std::vector<float>(w.slots[0].begin(), w.slots[0].begin() + 66000 * 4),
+            std::vector<float>(state.begin() + 131000 * 4, state.begin() + 197000 * 4));
+  // A sparse push to most rows of a block writes the block's runs.
+  std::vector<uint64_t> most;
+  for (uint64_t r = 0; r < kRowsPerBlock; ++r) {
+    if (r % 4 != 0) most.push_back(r);
+  }
+  ASSERT_OK(store_->ApplyPush(Push(0, most, 4), 2));
+  const ShardSnapshot dense = Next(3);
+  EXPECT_TRUE(dense.tables[0].patched.empty());
+  ASSERT_EQ(dense.tables[0].changed.size(), 1u);
+  EXPECT_EQ(dense.tables[0].changed[0], (RowRange{0, 66000}));
+  // Nothing written since: an empty delta.
+  const ShardSnapshot empty = Next(4);
+  EXPECT_TRUE(empty.tables[0].changed.empty());
+  EXPECT_TRUE(empty.tables[0].patched.empty());
+}
+
+TEST_F(ShardStoreDeltaTest, AggregatedSumsAndRestoresMarkTheirBlocks) {
+  Next(1, /*delta=*/false);
+  store_->Accumulate(Push(0, {5}, 4), 1);
+  EXPECT_TRUE(Next(2).tables[0].changed.empty()) << "a sum not applied yet changes nothing";
+  store_->ApplyAccumulated(2, 1.0f);
+  ShardSnapshot delta = Next(3);
+  ASSERT_EQ(delta.tables[0].changed.size(), 1u);
+  EXPECT_EQ(delta.tables[0].changed[0], (RowRange{0, 66000}));
+  // A restore's rows (a checkpoint read, a replica's copy) in the last block.
+  const std::vector<float> row(4, 2.0f), state(4, 1.0f);
+  const std::byte* slots[] = {reinterpret_cast<const std::byte*>(state.data())};
+  store_->RestoreRows(0, 4 * kRowsPerBlock - 1, 1, reinterpret_cast<const std::byte*>(row.data()),
+                      slots);
+  delta = Next(4);
+  ASSERT_EQ(delta.tables[0].changed.size(), 1u);
+  EXPECT_EQ(delta.tables[0].changed[0], (RowRange{196000, 4 * kRowsPerBlock}));
+}
+
+TEST_F(ShardStoreDeltaTest, HashedDeltaHoldsChangedRowsAndTheIdsRemovedSince) {
+  ASSERT_OK(store_->ApplyPush(Push(1, {1, 2, 3, 4}, 2), 0));
+  EXPECT_EQ(Next(1, /*delta=*/false).tables[1].ids.size(), 4u);
+  // 5 and 6 evict the least recently pushed 1 and 2; 3 is updated.
+  ASSERT_OK(store_->ApplyPush(Push(1, {3}, 2), 1));
+  ASSERT_OK(store_->ApplyPush(Push(1, {5, 6}, 2), 1));
+  const TableSnapshot ids = Next(2).tables[1];
+  std::vector<uint64_t> changed = ids.ids, removed = ids.removed;
+  std::sort(changed.begin(), changed.end());
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(changed, (std::vector<uint64_t>{3, 5, 6}));
+  EXPECT_EQ(removed, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(ids.stored_rows, 4u);
+  EXPECT_EQ(ids.uses.size(), 3u);
+  // 1 comes back (evicting 4): a row, not a removal; 4 is removed.
+  ASSERT_OK(store_->ApplyPush(Push(1, {1}, 2), 2));
+  const TableSnapshot again = Next(3).tables[1];
+  EXPECT_EQ(again.ids, std::vector<uint64_t>{1});
+  EXPECT_EQ(again.removed, std::vector<uint64_t>{4});
+}
+
+TEST_F(ShardStoreDeltaTest, TooManyRemovedIdsToKeepMakeTheNextSnapshotFull) {
+  Next(1, /*delta=*/false);
+  // Each push of a new id evicts one of the 4 rows: more removals than
+  // the table keeps count of (4 / 4 + 1024).
+  for (uint64_t id = 100; id < 1200; ++id) ASSERT_OK(store_->ApplyPush(Push(1, {id}, 2), 1));
+  const ShardSnapshot full = Next(2);
+  EXPECT_FALSE(full.changes_only);
+  EXPECT_EQ(full.tables[1].ids.size(), 4u);
+  // A full snapshot's range table is shared with the store's blocks.
+  EXPECT_TRUE(full.tables[0].values.empty());
+  EXPECT_EQ(full.tables[0].RowCount() * full.tables[0].dim, 4 * kRowsPerBlock * 4);
+  // Counted again from there.
+  ASSERT_OK(store_->ApplyPush(Push(1, {5000}, 2), 2));
+  const ShardSnapshot delta = Next(3);
+  EXPECT_TRUE(delta.changes_only);
+  EXPECT_EQ(delta.tables[1].ids, std::vector<uint64_t>{5000});
+  EXPECT_EQ(delta.tables[1].removed.size(), 1u);
+}
+
+TEST(ShardStoreDeltaWithoutTrackingTest, HashedTableWithoutTrackingPutsEveryRowInADelta) {
+  const JobOptions job = Job(1);
+  std::unique_ptr<ShardStore> store = ShardStore::Create(job, 0).value();
+  ASSERT_OK(store->ApplyPush(Push(1, {1, 2, 3}, 2), 0));
+  const DeltaSince since{store->CheckpointSnapshot(job, 0, 1, nullptr).value().epoch, &RowsPerRun};
+  const ShardSnapshot delta = store->CheckpointSnapshot(job, 0, 2, &since).value();
+  EXPECT_EQ(delta.tables[1].ids.size(), 3u);
+  EXPECT_TRUE(delta.tables[1].removed.empty());
+}
+
+}  // namespace
+}  // namespace ps
