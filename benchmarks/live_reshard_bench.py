@@ -136,6 +136,8 @@ def one_run(args, tmp):
             f.write("stop\n")
         launch.wait(timeout=600)
         text = log_text()
+        if args.keep_log:
+            shutil.copy(log_path, args.keep_log)
     finally:
         if launch.poll() is None:
             launch.kill()
@@ -170,6 +172,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--keep-log", default="", help="copy each run's ps_launch log here")
     args = parser.parse_args()
     runs = []
     for run in range(args.runs):
