@@ -89,6 +89,12 @@ Status ReshardGate::Prepare(const MessageHeader& request, int64_t max_worker_clo
   next_epoch_ = request.map_epoch;
   next_servers_ = std::move(servers);
   next_text_ = JoinServerList(next_servers_);
+  keeps_address_ = false;
+  HostPort own;
+  std::string problem;
+  if (shard_ < servers_.size() && ParseHostPort(servers_[shard_], &own, &problem)) {
+    for (const std::string& next : next_servers_) keeps_address_ |= next == own.canonical;
+  }
   return Status::Ok();
 }
 

@@ -23,11 +23,12 @@
 //      request of the old map are answered ERROR with kFlagMoved naming the
 //      next map (its epoch and servers). None of them was applied. The
 //      client sends them again under that map (client/client.h).
-//   4. The shard exits (ps_server exit code 3) once every live worker
-//      turned to the next map (it was answered kFlagMoved, or sent a
-//      request of the next map, which the shard drops unanswered: the
-//      client sends it again to the server that takes the address), or
-//      kHandoverLinger after the handover.
+//   4. The shard exits (ps_server exit code 3): at once when the next map
+//      keeps its address (the server that takes the address moves what
+//      comes late, and must not wait for the port); otherwise once every
+//      live worker turned to the next map (it was answered kFlagMoved, or
+//      sent a request of the next map, which the shard drops unanswered),
+//      or kHandoverLinger after the handover.
 //   5. ps_launch (tools/job_run.h) starts the servers of the next map,
 //      each restoring its rows of generation c (server/restore.h, the
 //      restore onto another shard count) at map epoch E (ps_server
@@ -121,12 +122,14 @@ class ReshardGate {
     return committed_ && !handed_over_ && min_clock >= boundary_;
   }
   void HandedOver(Clock::TimePoint now);
-  // Once handed over: true when every worker for which `live(worker)`
-  // holds turned to the next map, or kHandoverLinger passed.
+  // Once handed over: true when the next map keeps this shard's address
+  // (the server that takes it moves what comes late, and it must not wait
+  // for the port), or every worker for which `live(worker)` holds turned to
+  // the next map, or kHandoverLinger passed.
   template <typename Live>
   bool MayExit(Clock::TimePoint now, Live live) const {
     if (!handed_over_) return false;
-    if (now - handed_over_at_ >= kHandoverLinger) return true;
+    if (keeps_address_ || now - handed_over_at_ >= kHandoverLinger) return true;
     for (uint32_t w = 0; w < turned_.size(); ++w) {
       if (!turned_[w] && live(w)) return false;
     }
@@ -145,6 +148,7 @@ class ReshardGate {
   int64_t next_epoch_ = 0;
   std::vector<std::string> next_servers_;
   std::string next_text_;  // next_servers_ comma-separated
+  bool keeps_address_ = false;  // next_servers_ holds this shard's address
   Clock::TimePoint handed_over_at_{};
   std::vector<bool> turned_;  // per worker, after the handover
 };

@@ -105,8 +105,18 @@ TEST_F(ReshardGateTest, AfterTheHandoverTheOldMapIsMovedAndTheNextDropped) {
   EXPECT_EQ(moved.request_id, 7u);
 }
 
+TEST_F(ReshardGateTest, AShardWhoseAddressTheNextMapKeepsExitsAtOnce) {
+  ASSERT_OK(gate_.Prepare(Prepare(10, 1, "a:1,b:2,c:3"), 0, ""));
+  ASSERT_OK(gate_.Commit(Prepare(10, 1, "")));
+  EXPECT_FALSE(gate_.MayExit(Clock::TimePoint{}, [](uint32_t) { return true; }));
+  gate_.HandedOver(Clock::TimePoint{});
+  // No worker turned yet: the next map's server at a:1 moves what comes.
+  EXPECT_TRUE(gate_.MayExit(Clock::TimePoint{}, [](uint32_t) { return true; }));
+}
+
 TEST_F(ReshardGateTest, ExitsOnceEveryLiveWorkerTurnedOrTheLingerPassed) {
-  ASSERT_OK(gate_.Prepare(Prepare(10, 1, "a:1"), 0, ""));
+  // Shard 0 at a:1, which the next map leaves out.
+  ASSERT_OK(gate_.Prepare(Prepare(10, 1, "b:2"), 0, ""));
   ASSERT_OK(gate_.Commit(Prepare(10, 1, "")));
   const Clock::TimePoint t0{};
   auto live = [](uint32_t) { return true; };
@@ -120,7 +130,7 @@ TEST_F(ReshardGateTest, ExitsOnceEveryLiveWorkerTurnedOrTheLingerPassed) {
   EXPECT_TRUE(gate_.MayExit(t0, live));
 
   ReshardGate slow{0, {"a:1"}, 0, 2};
-  ASSERT_OK(slow.Prepare(Prepare(10, 1, "a:1,b:2"), 0, ""));
+  ASSERT_OK(slow.Prepare(Prepare(10, 1, "b:2,c:3"), 0, ""));
   ASSERT_OK(slow.Commit(Prepare(10, 1, "")));
   slow.HandedOver(t0);
   EXPECT_FALSE(slow.MayExit(t0 + kHandoverLinger - std::chrono::milliseconds(1), live));
