@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,13 +14,11 @@
 #include <utility>
 
 #include "common/authority.h"
-#include "common/config.h"
 #include "common/subprocess.h"
 #include "common/wire.h"
 #include "tools/job_run.h"
 #include "tools/launch_plan.h"
 #include "tools/local_authority.h"
-#include "server/checkpoint_layout.h"
 #include "tools/signal_catcher.h"
 #include "worker/metrics_csv.h"
 
@@ -386,101 +383,6 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     ++workers_succeeded_;
     MaybeFinish();
   }
-}
-
-void JobRun::ServerHandedOver(Child& child, const std::string& how) {
-  child.retired = true;
-  if (next_map_.pending) {
-    Say(how + ": it handed its rows over");
-    return;
-  }
-  const int64_t epoch = map_epoch_ + 1;
-  StatusOr<ReshardPlan> plan = ReadReshardPlan(job_.checkpoint.dir, epoch);
-  if (!plan.ok()) {
-    FailJob(how, " after handing its rows over, but the plan of the next servers cannot be "
-                 "read (" + plan.status().ToString() + "); stopping the job. Resume it with "
-                 "ps_launch --resume on the next job file");
-    return;
-  }
-  StatusOr<JobOptions> next = LoadJobFile(plan->config);
-  if (!next.ok()) {
-    FailJob(how, " after handing its rows over, but the next job file cannot be loaded (" +
-                     next.status().ToString() + "); stopping the job");
-    return;
-  }
-  next_map_.pending = true;
-  next_map_.plan = std::move(*plan);
-  next_map_.job = std::move(*next);
-  Say(how + ": it handed its rows over at clock " + std::to_string(next_map_.plan.clock) +
-      "; the job moves onto the " + std::to_string(next_map_.job.cluster.servers.size()) +
-      " servers of " + next_map_.plan.config + " (shard map " + std::to_string(epoch) +
-      "), started once the " + std::to_string(job_.cluster.servers.size()) +
-      " servers of map " + std::to_string(map_epoch_) + " handed over");
-}
-
-void JobRun::MaybeStartNextMap() {
-  if (!next_map_.pending || stopping_) return;
-  const std::vector<std::string>& next_servers = next_map_.job.cluster.servers;
-  for (const Child& c : children_) {
-    if (!c.is_server || c.exited) continue;
-    // A server still running at an address the next map takes holds its
-    // port (one of the current map, or of an earlier one that lingers).
-    if (std::find(next_servers.begin(), next_servers.end(), c.address) != next_servers.end()) {
-      return;
-    }
-  }
-  // Every old shard's part of the handover generation is complete (a
-  // server that lingers at an address the next map leaves out wrote it
-  // before it answered anyone moved).
-  const std::string gen = "/gen-" + std::to_string(next_map_.plan.clock);
-  for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(ShardCheckpointDir(job_.checkpoint.dir, s) + gen, ec)) {
-      return;
-    }
-  }
-  for (Child& c : children_) {
-    if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;
-  }
-  const size_t old_servers = job_.cluster.servers.size();
-  // Carried out: a server that dies from now on is restarted as usual.
-  if (Status removed = RemoveReshardPlan(job_.checkpoint.dir, next_map_.plan.epoch);
-      !removed.ok()) {
-    Say("warning: " + removed.ToString());
-  }
-  job_ = std::move(next_map_.job);
-  config_path_ = next_map_.plan.config;
-  map_epoch_ = next_map_.plan.epoch;
-  restore_clock_ = next_map_.plan.clock;
-  next_map_ = NextMap{};
-  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
-  for (uint32_t s = 0; s < shards; ++s) {
-    ChildSpec spec;
-    spec.is_server = true;
-    spec.index = s;
-    SubprocessOptions spawn;
-    spawn.argv = CommandFor(spec);
-    spawn.capture_output = true;
-    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
-    if (!process.ok()) {
-      FailJob("server " + std::to_string(s) + " of shard map " + std::to_string(map_epoch_) +
-                  " could not be started: " + process.status().ToString(),
-              "; stopping the job");
-      return;
-    }
-    Child child;
-    child.name = ServerName(s, 0);
-    child.is_server = true;
-    child.index = s;
-    child.address = job_.cluster.servers[s];
-    child.map_epoch = map_epoch_;
-    child.process = std::move(process).value();
-    children_.push_back(std::move(child));
-  }
-  Say("shard map " + std::to_string(map_epoch_) + ": started " + std::to_string(shards) +
-      (shards == 1 ? " server" : " servers") + " in place of " + std::to_string(old_servers) +
-      ", each restoring its rows of generation " + std::to_string(restore_clock_) + " (" +
-      config_path_ + ")");
 }
 
 void JobRun::EvaluatorExited(Child& child, const std::string& how, bool success) {

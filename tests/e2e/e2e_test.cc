@@ -91,6 +91,44 @@ class E2eTest : public ::testing::Test {
     fs::rename(path, named);
     return named;
   }
+  // A job file `name`.yaml for a reshard test: the first `servers` of
+  // `ports` (the files of one test share addresses), 2 replica_pushers
+  // that pull every clock (--pull-each-clock) and stop at the clock in
+  // `stop_file`, a range table and, with `hashed`, a hashed one, bsp,
+  // checkpoints in `ckpt` every `every_clocks`.
+  std::string ReshardJob(const std::vector<int>& ports, int servers, const std::string& name,
+                         const std::string& ckpt, const std::string& stop_file, bool hashed,
+                         int every_clocks) {
+    const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
+    std::string list;
+    for (int i = 0; i < servers; ++i) {
+      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
+    }
+    const std::string path = (dir_ / (name + ".yaml")).string();
+    std::ofstream(path)
+        << "cluster: { servers: [" << list << "], workers: 2 }\n"
+        << "tables:\n  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
+        << (hashed ? "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, "
+                     "optimizer: { type: add } }\n"
+                   : "")
+        << "consistency: { mode: bsp }\n"
+        << "checkpoint: { dir: " << ckpt << ", every_clocks: " << every_clocks
+        << ", sync: false }\n"
+        << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, " << stop_file
+        << "] }\n";
+    return path;
+  }
+  // ps_launch on `config` in the background, its output in the file `log`.
+  Subprocess* StartLaunchLogged(const std::string& config, const std::string& log) {
+    return Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + config + " > " + log + " 2>&1"});
+  }
+  // The text of the file at `path` (empty while there is none).
+  static std::string ReadText(const std::string& path) {
+    std::ifstream in(path);
+    std::string text, line;
+    while (std::getline(in, line)) text += line + "\n";
+    return text;
+  }
   // Runs ps_launch on job file `path` (with --resume) to its end; its output.
   std::string RunLaunch(const std::string& path, bool resume) {
     std::vector<std::string> argv = {kLaunch, "--config", path};
@@ -783,38 +821,17 @@ TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) 
 // applied twice.
 TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWithExactSums) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
   const std::string stop_file = (dir_ / "stop").string();
   std::ofstream(stop_file) << "";  // no stop clock yet: the workers train on
   const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
   const auto job = [&](int servers, const std::string& name) {
-    std::string list;
-    for (int i = 0; i < servers; ++i) {
-      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
-    }
-    const std::string path = (dir_ / (name + ".yaml")).string();
-    std::ofstream(path)
-        << "cluster: { servers: [" << list << "], workers: 2 }\n"
-        << "tables:\n"
-           "  - { name: acc, rows: 10000, dim: 1, optimizer: { type: add } }\n"
-           "  - { name: ids, keys: hashed, dim: 1, max_rows: 100000, optimizer: { type: add } }\n"
-           "consistency: { mode: bsp }\n"
-           "checkpoint: { dir: " << ckpt << ", every_clocks: 50, sync: false }\n"
-        << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, " << stop_file
-        << "] }\n";
-    return path;
+    return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/true, 50);
   };
   const std::string job1 = job(1, "job1"), job2 = job(2, "job2"), job3 = job(3, "job3");
   const std::string log = (dir_ / "launch.log").string();
-  Subprocess* launch =
-      Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + job2 + " > " + log + " 2>&1"});
+  Subprocess* launch = StartLaunchLogged(job2, log);
   ASSERT_NE(launch, nullptr);
-  const auto read_log = [&] {
-    std::ifstream in(log);
-    std::string text, line;
-    while (std::getline(in, line)) text += line + "\n";
-    return text;
-  };
+  const auto read_log = [&] { return ReadText(log); };
   // The newest clock worker 0 reported ("[worker 0] clock N", every 100).
   const auto newest_clock = [&] {
     static const std::regex line(R"(\[worker 0\] clock (\d+))");
@@ -875,35 +892,17 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
 // exact sums.
 TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
   const std::string stop_file = (dir_ / "stop").string();
   std::ofstream(stop_file) << "";
   const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
   const auto job = [&](int servers, const std::string& name) {
-    std::string list;
-    for (int i = 0; i < servers; ++i) {
-      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
-    }
-    const std::string path = (dir_ / (name + ".yaml")).string();
-    std::ofstream(path) << "cluster: { servers: [" << list << "], workers: 2 }\n"
-                        << "tables: [ { name: acc, rows: 10000, dim: 1, optimizer: { type: add } } ]\n"
-                           "consistency: { mode: bsp }\n"
-                           "checkpoint: { dir: " << ckpt << ", every_clocks: 20, sync: false }\n"
-                        << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, "
-                        << stop_file << "] }\n";
-    return path;
+    return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/false, 20);
   };
   const std::string job2 = job(2, "job2"), job3 = job(3, "job3");
   const std::string log = (dir_ / "launch.log").string();
-  Subprocess* launch =
-      Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + job2 + " > " + log + " 2>&1"});
+  Subprocess* launch = StartLaunchLogged(job2, log);
   ASSERT_NE(launch, nullptr);
-  const auto read_log = [&] {
-    std::ifstream in(log);
-    std::string text, line;
-    while (std::getline(in, line)) text += line + "\n";
-    return text;
-  };
+  const auto read_log = [&] { return ReadText(log); };
   const auto wait_for = [&](const std::string& what) {
     const auto deadline = Steady::now() + std::chrono::seconds(60);
     while (read_log().find(what) == std::string::npos && Steady::now() < deadline) {
