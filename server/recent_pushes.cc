@@ -23,6 +23,11 @@ bool RecentPushes::Insert(uint32_t worker, uint64_t session, uint64_t request_id
   return true;
 }
 
+bool RecentPushes::Contains(uint32_t worker, uint64_t session, uint64_t request_id) const {
+  if (session == 0 || worker >= windows_.size()) return false;
+  return windows_[worker].ids.contains(Id{session, request_id});
+}
+
 std::vector<uint64_t> RecentPushes::Encode() const {
   std::vector<uint64_t> data;
   for (const Window& w : windows_) {

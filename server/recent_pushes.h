@@ -33,6 +33,11 @@ class RecentPushes {
   // REQUIRES: worker < num_workers.
   bool Insert(uint32_t worker, uint64_t session, uint64_t request_id);
 
+  // Whether Insert recorded (worker, session, request id) and it is still
+  // in the worker's window; counts nothing. False for session 0 and for a
+  // worker out of range.
+  bool Contains(uint32_t worker, uint64_t session, uint64_t request_id) const;
+
   // Forgets a push recorded by Insert (one that was refused after all: a
   // copy sent again is then handled afresh, not acknowledged as applied).
   void Forget(uint32_t worker, uint64_t session, uint64_t request_id);

@@ -67,6 +67,17 @@ bool ShardServer::Gate(ReshardGate::Action action, const MessageHeader& req,
       return true;
     }
     case ReshardGate::Action::kMoved:
+      if (req.op == Op::kPush && recent_pushes_.Contains(req.worker, req.session, req.request_id)) {
+        // Applied here before the handover, its acknowledgement lost on a
+        // broken connection: the handover generation holds it, so it is
+        // acknowledged, not moved and applied again.
+        ++counters_.repeated_pushes;
+        PS_LOG_DEBUG("shard {}: PUSH request {} from worker {} came again after the handover; "
+                     "acknowledged, it was applied before",
+                     shard_, req.request_id, req.worker);
+        Reply(routing_id, ReplyHeader(req));
+        return true;
+      }
       Reply(routing_id, reshard_->Moved(req));
       return true;
     case ReshardGate::Action::kDrop:

@@ -15,6 +15,23 @@ TEST(RecentPushesTest, ARepeatIsSeenPerWorkerAndSession) {
   EXPECT_EQ(recent.repeats(), 1u);
 }
 
+TEST(RecentPushesTest, ContainsAsksWithoutRecordingOrCounting) {
+  RecentPushes recent(2, 2);
+  EXPECT_FALSE(recent.Contains(0, 5, 1));
+  EXPECT_TRUE(recent.Insert(0, 5, 1));
+  EXPECT_TRUE(recent.Contains(0, 5, 1));
+  EXPECT_FALSE(recent.Contains(1, 5, 1));  // another worker
+  EXPECT_FALSE(recent.Contains(0, 6, 1));  // another session
+  EXPECT_FALSE(recent.Contains(7, 5, 1));  // no such worker
+  EXPECT_FALSE(recent.Contains(0, 0, 1));  // no session: never recorded
+  recent.Insert(0, 5, 2);
+  recent.Insert(0, 5, 3);                  // 1 leaves the window
+  EXPECT_FALSE(recent.Contains(0, 5, 1));
+  recent.Forget(0, 5, 3);
+  EXPECT_FALSE(recent.Contains(0, 5, 3));
+  EXPECT_EQ(recent.repeats(), 0u);
+}
+
 TEST(RecentPushesTest, WithoutASessionNothingIsARepeat) {
   RecentPushes recent(1, 8);
   EXPECT_TRUE(recent.Insert(0, 0, 3));

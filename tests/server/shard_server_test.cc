@@ -2,10 +2,13 @@
 // an ERROR reply that names the problem, and the shard's state is unchanged.
 #include "server/shard_server.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <thread>
 
@@ -554,6 +557,87 @@ TEST_F(ShardServerTest, RepeatedPushOfASessionIsAcknowledgedButAppliedOnce) {
     const float want = i / 4 == 5 ? before[i] + 5.0f : before[i];
     ASSERT_EQ(after[i], want) << "float " << i;
   }
+  server_->Stop();
+  thread_.join();
+  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
+  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+}
+
+// A shard with checkpoints, which can hand its rows over (ps_ctl reshard).
+class ReshardShardServerTest : public ShardServerTest {
+ protected:
+  void Adjust(JobOptions* job) override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ps_reshard_shard_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    job->checkpoint.dir = dir_.string();
+    job->checkpoint.every_clocks = 1000;
+  }
+  void TearDown() override {
+    ShardServerTest::TearDown();
+    std::filesystem::remove_all(dir_);
+  }
+  // The reply header to `h` with `frames` after it.
+  MessageHeader Ask(const MessageHeader& h, std::vector<Frame> frames = {}) {
+    std::vector<Frame> req;
+    req.push_back(EncodeHeader(h));
+    for (Frame& f : frames) req.push_back(std::move(f));
+    auto reply = Exchange(std::move(req));
+    EXPECT_GE(reply.size(), 1u);
+    if (reply.empty()) return MessageHeader();
+    auto decoded = DecodeHeader({reply[0].data(), reply[0].size()});
+    EXPECT_OK(decoded);
+    return decoded.ok() ? *decoded : MessageHeader();
+  }
+  MessageHeader Push(uint64_t session, uint64_t request_id, int64_t clock) {
+    MessageHeader h = Header(Op::kPush, 0, 1, 4);
+    h.session = session;
+    h.request_id = request_id;
+    h.clock = clock;
+    std::vector<Frame> body;
+    body.push_back(Keys({5}));
+    body.push_back(Values({1, 1, 1, 1}));
+    return Ask(h, std::move(body));
+  }
+  std::filesystem::path dir_;
+};
+
+// A push applied before the handover whose acknowledgement was lost comes
+// again under the old map: the shard acknowledges it (the handover
+// generation holds it) instead of moving it, where it would be applied a
+// second time; a push it never applied is moved.
+TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMoved) {
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);
+  // Hand over at clock 1 to three servers that leave this one out (so it
+  // lingers and answers).
+  MessageHeader reshard = Header(Op::kReshard, 0, 0, 0);
+  reshard.worker = kControlWorker;
+  reshard.clock = 1;
+  reshard.map_epoch = 1;
+  reshard.text = "127.0.0.1:7,127.0.0.1:8,127.0.0.1:9";
+  reshard.flags = kReshardPrepare;
+  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
+  reshard.flags = kReshardCommit;
+  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
+  for (uint32_t worker = 0; worker < 2; ++worker) {
+    MessageHeader clock = Header(Op::kClock, 0, 0, 0);
+    clock.worker = worker;
+    clock.clock = 0;
+    EXPECT_EQ(Ask(clock).op, Op::kClockOk);
+  }
+  // The minimum clock is 1: the shard hands over before it reads the next
+  // request.
+  const MessageHeader again = Push(42, 1, 0);
+  EXPECT_EQ(again.op, Op::kPushOk);
+  EXPECT_EQ(again.request_id, 1u);
+  const MessageHeader fresh = Push(42, 2, 1);
+  EXPECT_EQ(fresh.op, Op::kError);
+  EXPECT_EQ(fresh.flags, kFlagMoved);
+  EXPECT_EQ(fresh.map_epoch, 1);
+  const MessageHeader other = Push(43, 1, 0);  // another session's request 1
+  EXPECT_EQ(other.op, Op::kError);
+  EXPECT_EQ(other.flags, kFlagMoved);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
   server_->Stop();
   thread_.join();
   EXPECT_EQ(server_->counters().repeated_pushes, 1u);
