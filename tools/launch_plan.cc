@@ -120,4 +120,13 @@ std::vector<std::string> ChildCommand(const JobOptions& job, const std::string& 
   return argv;
 }
 
+std::string JoinArgv(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const std::string& arg : argv) {
+    if (!text.empty()) text += ' ';
+    text += arg;
+  }
+  return text;
+}
+
 }  // namespace ps

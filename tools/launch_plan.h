@@ -81,6 +81,9 @@ std::vector<std::string> ChildCommand(const JobOptions& job, const std::string& 
                                       int64_t restore_clock,
                                       const std::vector<uint32_t>& finished_workers);
 
+// `argv` joined by spaces, for the line that says what was started.
+std::string JoinArgv(const std::vector<std::string>& argv);
+
 }  // namespace ps
 
 #endif  // PS_TOOLS_LAUNCH_PLAN_H_

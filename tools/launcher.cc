@@ -42,15 +42,6 @@ std::string SignalName(int signo) {
                            : "signal " + std::to_string(signo);
 }
 
-std::string JoinArgv(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const std::string& arg : argv) {
-    if (!text.empty()) text += ' ';
-    text += arg;
-  }
-  return text;
-}
-
 }  // namespace
 
 void JobRun::Emit(std::string_view line) {
@@ -69,8 +60,15 @@ Status JobRun::StartAll() {
   // Plans of reshards an earlier run of the job left (it stopped during
   // one): this run starts at the job file's map.
   if (!job_.checkpoint.dir.empty()) {
-    if (Status removed = RemoveReshardPlans(job_.checkpoint.dir); !removed.ok()) {
-      Say("warning: " + removed.ToString());
+    StatusOr<std::vector<std::string>> removed = RemoveReshardPlans(job_.checkpoint.dir);
+    if (!removed.ok()) {
+      Say("warning: " + removed.status().ToString());
+    } else {
+      for (const std::string& plan : *removed) {
+        Say("checkpoint: removed " + plan + ", the plan of a reshard an earlier run stopped "
+            "during; this run serves the " + std::to_string(job_.cluster.servers.size()) +
+            " servers of " + config_path_);
+      }
     }
   }
   if (restore_clock_ >= 0) {

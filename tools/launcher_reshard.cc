@@ -97,6 +97,8 @@ void JobRun::MaybeStartNextMap() {
               "; stopping the job");
       return;
     }
+    Say("started " + ServerName(s, 0) + " of shard map " + std::to_string(map_epoch_) + " (pid " +
+        std::to_string((*process)->pid()) + "): " + JoinArgv(spawn.argv));
     Child child;
     child.name = ServerName(s, 0);
     child.is_server = true;

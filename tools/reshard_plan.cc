@@ -1,5 +1,6 @@
 #include "tools/reshard_plan.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -40,19 +41,25 @@ Status RemoveReshardPlan(const std::string& checkpoint_dir, int64_t epoch) {
   return Status::Ok();
 }
 
-Status RemoveReshardPlans(const std::string& checkpoint_dir) {
+StatusOr<std::vector<std::string>> RemoveReshardPlans(const std::string& checkpoint_dir) {
+  std::vector<std::string> removed;
   std::error_code ec;
   std::filesystem::directory_iterator it(checkpoint_dir, ec);
-  if (ec) return Status::Ok();  // no folder yet: no plans
+  if (ec) return removed;  // no folder yet: no plans
+  std::vector<std::filesystem::path> plans;
   for (const auto& entry : it) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("reshard-", 0) != 0 || !name.ends_with(".plan")) continue;
-    if (!std::filesystem::remove(entry.path(), ec) && ec) {
-      return InternalError("cannot remove the reshard plan " + entry.path().string() + ": " +
+    if (name.rfind("reshard-", 0) == 0 && name.ends_with(".plan")) plans.push_back(entry.path());
+  }
+  std::sort(plans.begin(), plans.end());
+  for (const std::filesystem::path& plan : plans) {
+    if (!std::filesystem::remove(plan, ec) && ec) {
+      return InternalError("cannot remove the reshard plan " + plan.string() + ": " +
                            ec.message());
     }
+    removed.push_back(plan.string());
   }
-  return Status::Ok();
+  return removed;
 }
 
 StatusOr<ReshardPlan> ReadReshardPlan(const std::string& checkpoint_dir, int64_t epoch) {

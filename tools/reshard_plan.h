@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -32,8 +33,8 @@ Status WriteReshardPlan(const std::string& checkpoint_dir, const ReshardPlan& pl
 // Removes the plan of map `epoch` (an aborted reshard); OK when there is none.
 Status RemoveReshardPlan(const std::string& checkpoint_dir, int64_t epoch);
 // Removes every plan in `checkpoint_dir` (a folder that does not exist
-// holds none).
-Status RemoveReshardPlans(const std::string& checkpoint_dir);
+// holds none); the paths it removed, in name order.
+StatusOr<std::vector<std::string>> RemoveReshardPlans(const std::string& checkpoint_dir);
 // Reads the plan of map `epoch`. NotFound when there is none; DataLoss
 // naming the path and line when it does not read as a plan of that epoch.
 StatusOr<ReshardPlan> ReadReshardPlan(const std::string& checkpoint_dir, int64_t epoch);

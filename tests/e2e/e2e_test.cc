@@ -949,6 +949,213 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
       << out;
 }
 
+// A server of the next shard map killed once it served its part of the
+// move (its first clock's push), before it wrote a generation of its own,
+// is started again as ps_launch does (no --restore-clock): it restores the
+// handover generation from the old shards' parts, not an empty or older
+// state, and the worker's client sends it what was unanswered and goes on.
+// As for any shard of factor 1, the updates since the generation on it are
+// what the crash cost (the servers here are started by hand, as ps_ctl
+// prints without ps_launch, so the test knows each clock's place).
+TEST_F(E2eTest, AServerOfTheNextMapKilledDuringTheMoveComesBackFromTheHandoverGeneration) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const auto job = [&](int servers) {
+    std::string list;
+    for (int i = 0; i < servers; ++i) {
+      list += (i ? ", " : "") + std::string("\"127.0.0.1:") + std::to_string(ports[i]) + "\"";
+    }
+    const std::string path = (dir_ / ("job" + std::to_string(servers) + ".yaml")).string();
+    std::ofstream(path) << "cluster: { servers: [" << list << "], workers: 1 }\n"
+                        << "tables:\n  - { name: acc, rows: 1000, dim: 1, optimizer: { type: add } }\n"
+                        << "consistency: { mode: bsp }\n"
+                        << "client: { request_timeout_ms: 3000 }\n"
+                        << "liveness: { timeout_ms: 2000, server_down_timeout_ms: 30000 }\n"
+                        << "checkpoint: { dir: " << ckpt << ", every_clocks: 5, sync: false }\n";
+    return path;
+  };
+  const std::string job2 = job(2), job3 = job(3);
+  Subprocess* old0 = StartServer(job2, 0);
+  Subprocess* old1 = StartServer(job2, 1);
+  auto loaded = LoadJobFile(job2);
+  ASSERT_OK(loaded);
+  auto client = Client::Create(*loaded, 0);
+  ASSERT_OK(client);
+  Client& c = **client;
+  ASSERT_OK(c.Join());
+  const auto clock_of_ones = [&] {
+    auto push = c.PushDense(0, SharedFloats::Take(std::vector<float>(1000, 1.0f)));
+    ASSERT_OK(push);
+    ASSERT_OK(c.Wait(*push));
+    auto clock = c.Clock();
+    ASSERT_OK(clock);
+    ASSERT_OK(c.Wait(*clock));
+  };
+  for (int i = 0; i < 10; ++i) clock_of_ones();  // clocks 0..9
+
+  // The reshard 2 -> 3: ps_ctl prepares two clocks past the worker (12).
+  const std::string ctl_log = (dir_ / "ctl.log").string();
+  Subprocess* ctl = Start({"/bin/sh", "-c", "exec " + kCtl + " reshard --config " + job2 +
+                                                " --to " + job3 + " --wait-s 60 > " + ctl_log +
+                                                " 2>&1"});
+  ASSERT_NE(ctl, nullptr);
+  const auto deadline = Steady::now() + std::chrono::seconds(30);
+  while (ReadText(ctl_log).find("every shard hands over at clock 12") == std::string::npos &&
+         Steady::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_NE(ReadText(ctl_log).find("every shard hands over at clock 12"), std::string::npos)
+      << ReadText(ctl_log);
+  clock_of_ones();  // 10
+  clock_of_ones();  // 11: the minimum clock reaches 12 and both shards hand over
+  for (Subprocess* old : {old0, old1}) {
+    auto exited = old->WaitFor(milliseconds(30000));
+    ASSERT_OK(exited);
+    EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 3) << DescribeWaitStatus(*exited);
+  }
+  const auto start_next = [&](int shard, bool restarted) {
+    std::vector<std::string> argv = {kServer, "--config", job3, "--shard", std::to_string(shard),
+                                     "--map-epoch", "1"};
+    if (!restarted) argv.insert(argv.end(), {"--restore-clock", "12"});
+    return Start(argv, /*capture=*/restarted);
+  };
+  start_next(0, false);
+  start_next(1, false);
+  Subprocess* target = start_next(2, false);
+  ASSERT_NE(target, nullptr);
+  // Clock 12 goes to the old addresses, is moved, and is sent to the 3
+  // servers; the pull reads it back from them.
+  std::vector<float> w(1000, -1.0f);
+  clock_of_ones();
+  ASSERT_OK(c.Wait(*c.PullDense(0, w.data())));
+  EXPECT_EQ(w, std::vector<float>(1000, 13.0f));
+  EXPECT_EQ(c.num_shards(), 3u);
+  auto ctl_done = ctl->WaitFor(milliseconds(60000));
+  ASSERT_OK(ctl_done);
+  EXPECT_TRUE(WIFEXITED(*ctl_done) && WEXITSTATUS(*ctl_done) == 0) << ReadText(ctl_log);
+
+  // Server 2 of map 1 dies before it wrote a generation of its own.
+  ASSERT_OK(target->Signal(SIGKILL));
+  ASSERT_OK(target->WaitFor(milliseconds(5000)));
+  auto push = c.PushDense(0, SharedFloats::Take(std::vector<float>(1000, 1.0f)));
+  auto clock = c.Clock();
+  auto pull = c.PullDense(0, w.data());
+  ASSERT_TRUE(push.ok() && clock.ok() && pull.ok());
+  ASSERT_OK(c.Poll(300));
+  Subprocess* restarted = start_next(2, true);
+  ASSERT_OK(c.Wait(*push));
+  ASSERT_OK(c.Wait(*clock));
+  ASSERT_OK(c.Wait(*pull));
+  // Its rows hold generation 12 and clock 13's push: clock 12's update on
+  // it was lost with it, as the shard reports.
+  const RowRange r2 = ShardRows(1000, 3, 2);
+  for (uint64_t row = 0; row < 1000; ++row) {
+    ASSERT_EQ(w[row], r2.Contains(row) ? 13.0f : 14.0f) << "row " << row;
+  }
+  auto stats = c.Stats(2);
+  ASSERT_OK(stats);
+  EXPECT_NE(stats->find("recovery started_clock 12 lost_clocks 1"), std::string::npos) << *stats;
+  ASSERT_OK(c.ShutdownServers());
+  auto [status, out] = Finish(restarted, milliseconds(10000));
+  EXPECT_TRUE(ExitedSuccessfully(status)) << out;
+  EXPECT_NE(out.find("restored " + ckpt + "/shard-{0..1}/gen-12"), std::string::npos) << out;
+}
+
+// ps_launch (the authority over the shard map) killed during a reshard,
+// once the handover is committed and once a shard handed over: every
+// process it started goes with it (none is left serving an old or a half
+// map), ps_ctl names what it waited for, and the job resumes on the next
+// job file from its checkpoints (the plan the killed run left is removed
+// and said) with exact sums.
+TEST_F(E2eTest, TheLauncherKilledDuringAReshardTakesItsProcessesAlongAndTheJobResumesExactly) {
+  for (const std::string kill_at : {"committed", "handed over"}) {
+    SCOPED_TRACE("ps_launch killed once the reshard was " + kill_at);
+    const std::string tag = kill_at == "committed" ? "a" : "b";
+    const std::string ckpt = (dir_ / ("ckpt-" + tag)).string();
+    const std::string stop_file = (dir_ / ("stop-" + tag)).string();
+    std::ofstream(stop_file) << "";
+    const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+    const std::string job2 = ReshardJob(ports, 2, "job2" + tag, ckpt, stop_file, false, 20);
+    const std::string job3 = ReshardJob(ports, 3, "job3" + tag, ckpt, stop_file, false, 20);
+    const std::string log = (dir_ / ("launch-" + tag + ".log")).string();
+    Subprocess* launch = StartLaunchLogged(job2, log);
+    ASSERT_NE(launch, nullptr);
+    const auto read_log = [&] { return ReadText(log); };
+    const auto wait_for = [&](const std::string& what) {
+      const auto deadline = Steady::now() + std::chrono::seconds(60);
+      while (read_log().find(what) == std::string::npos && Steady::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      return read_log().find(what) != std::string::npos;
+    };
+    ASSERT_TRUE(wait_for("[worker 0] clock 100")) << read_log();
+    // Every process ps_launch started so far (and of the next map, once it
+    // starts them), by pid.
+    const auto started = [&] {
+      static const std::regex line(R"(started [a-z]+ \d+(?: of shard map \d+)? \(pid (\d+)\))");
+      std::vector<pid_t> pids;
+      const std::string text = read_log();
+      for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+        pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+      }
+      return pids;
+    };
+    const std::vector<pid_t> children = started();
+    ASSERT_EQ(children.size(), 4u) << read_log();  // 2 servers, 2 workers
+    if (kill_at == "committed") {
+      // Worker 1 stops, so no shard reaches the handover clock.
+      ASSERT_EQ(kill(children[3], SIGSTOP), 0);
+    }
+    Subprocess* ctl =
+        Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "5"}, true);
+    ASSERT_TRUE(wait_for(kill_at == "committed" ? "shard 1: the handover to map 1 at clock"
+                                                : "it handed its rows over at clock"))
+        << read_log();
+    ASSERT_EQ(kill(launch->pid(), SIGKILL), 0);
+    auto killed = launch->WaitFor(milliseconds(5000));
+    ASSERT_OK(killed);
+    // Committed, the plan is on disk; once a shard handed over, ps_launch
+    // may have started the next map and removed it already.
+    const bool had_plan = fs::exists(ckpt + "/reshard-1.plan");
+    if (kill_at == "committed") {
+      EXPECT_TRUE(had_plan) << read_log();
+    }
+    // Each child got SIGKILL when ps_launch died (a stopped one too).
+    const auto gone = [](pid_t pid) {
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const size_t paren = text.rfind(')');
+      return !stat.good() || paren == std::string::npos || text.substr(paren + 2, 1) == "Z";
+    };
+    for (pid_t pid : started()) {
+      const auto deadline = Steady::now() + std::chrono::seconds(10);
+      while (!gone(pid) && Steady::now() < deadline) std::this_thread::sleep_for(milliseconds(20));
+      EXPECT_TRUE(gone(pid)) << "pid " << pid << " outlived ps_launch\n" << read_log();
+    }
+    auto [ctl_status, ctl_out] = Finish(ctl, milliseconds(60000));
+    EXPECT_FALSE(ExitedSuccessfully(ctl_status)) << ctl_out;
+    EXPECT_NE(ctl_out.find("ps_ctl reshard: "), std::string::npos) << ctl_out;
+
+    // Resumed on the next job file: every row holds the sum of every
+    // clock's pushes up to the stop.
+    std::ofstream(stop_file) << 300 << "\n";
+    auto [status, out] = Finish(Start({kLaunch, "--config", job3, "--resume"}, true),
+                                milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << out;
+    EXPECT_EQ(out.find("checkpoint: removed " + ckpt + "/reshard-1.plan, the plan of a reshard "
+                       "an earlier run stopped during; this run serves the 3 servers of " + job3) !=
+                  std::string::npos,
+              had_plan)
+        << out;
+    EXPECT_NE(out.find("[worker 0] exact: every one of 10000 rows and 0 hashed ids holds 900.0 "
+                       "after 300 clocks"),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(fs::exists(ckpt + "/reshard-1.plan"));
+  }
+}
+
 // Incremental checkpoints (checkpoint.full_every): a job of 2 servers
 // writes full generations and deltas; it resumes on 3 servers from a delta
 // (each new server merging the chain of every old shard's part) and ends

@@ -51,10 +51,16 @@ TEST_F(ReshardPlanTest, RemovingPlansLeavesEverythingElse) {
   ASSERT_OK(RemoveReshardPlan(dir_.string(), 1));
   EXPECT_FALSE(fs::exists(dir_ / "reshard-1.plan"));
   EXPECT_OK(RemoveReshardPlan(dir_.string(), 1));  // none: nothing to do
-  ASSERT_OK(RemoveReshardPlans(dir_.string()));
+  ASSERT_OK(WriteReshardPlan(dir_.string(), {3, 30, "/c.yaml"}));
+  auto removed = RemoveReshardPlans(dir_.string());
+  ASSERT_OK(removed);
+  EXPECT_EQ(*removed, (std::vector<std::string>{(dir_ / "reshard-2.plan").string(),
+                                                 (dir_ / "reshard-3.plan").string()}));
   EXPECT_FALSE(fs::exists(dir_ / "reshard-2.plan"));
   EXPECT_TRUE(fs::exists(dir_ / "shard-0"));
-  EXPECT_OK(RemoveReshardPlans((dir_ / "missing").string()));
+  removed = RemoveReshardPlans((dir_ / "missing").string());
+  ASSERT_OK(removed);
+  EXPECT_TRUE(removed->empty());
 }
 
 }  // namespace
