@@ -26,11 +26,52 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
   }
   std::vector<std::string> endpoints;
   for (const HostPort& server : *parsed) endpoints.push_back(ConnectEndpoint(server));
+  // replication.factor >= 2 (replicas found from the job, not named): each
+  // shard's replicas in the new map, whose replica 0 serves first.
+  std::vector<std::vector<std::string>> replicas(endpoints.size());
+  if (job_.replication.factor > 1 && !shards_.empty() && !shards_[0].replicas.empty()) {
+    JobOptions next = job_;
+    next.cluster.servers.clear();
+    for (const HostPort& server : *parsed) next.cluster.servers.push_back(server.canonical);
+    for (uint32_t s = 0; s < endpoints.size(); ++s) {
+      for (uint32_t r = 0; r < next.replication.factor; ++r) {
+        StatusOr<HostPort> replica = ReplicaHostPort(next, s, r);
+        if (!replica.ok()) {
+          return replica.status().WithContext("a server answered that the job moved to map " +
+                                              std::to_string(epoch));
+        }
+        replicas[s].push_back(ConnectEndpoint(*replica));
+      }
+    }
+  }
   const uint32_t before = map_size_;
   for (uint32_t s = 0; s < endpoints.size(); ++s) {
     if (s < shards_.size()) {
       Shard& shard = shards_[s];
       shard.closing = false;  // a server left out once may be in the map again
+      // The new map's replicas start at epoch 0 with replica 0 serving.
+      const bool was_probing = shard.probing;
+      shard.replicas = replicas[s];
+      shard.replica = 0;
+      shard.epoch = 0;
+      shard.probing = false;
+      shard.probe_id = 0;
+      shard.awaiting_first_connect = false;
+      // A handshake that failed with the old map's server (one that exited
+      // as it was reached) says nothing of the new map's.
+      shard.handshake_failed_at.reset();
+      shard.refused = false;
+      if (was_probing && !shard.replicas.empty()) {
+        // Its server went away (the old one handed over) while it looked
+        // for the primary among the old map's replicas: it looks among the
+        // new map's, replica 0 first; the one found gets its unanswered
+        // requests (and moves those of the old map).
+        shard.probing = true;
+        if (Status asked = Probe(s, 0); !asked.ok()) {
+          PS_LOG_WARN("server {}: {}", s, asked.ToString());
+        }
+        continue;
+      }
       if (shard.endpoint == endpoints[s]) {
         // The same address: the old server there drops what this map sends
         // until it exits; the requests are sent again when the connection
@@ -39,11 +80,17 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
       }
       PS_ASSIGN_OR_RETURN(shard.channel, Connect(s, endpoints[s]));
       shard.endpoint = endpoints[s];
-      shard.connected_once = false;
+      // Its first connection counts as a reconnect: what is sent before it
+      // may reach a process of an older map still at that address as it
+      // exits (its TCP backlog), and is sent again once a server answers
+      // (a push is recognised as a repeat, a pull answered twice).
+      shard.connected_once = true;
       shard.down = false;
     } else {
       Shard shard;
       shard.endpoint = endpoints[s];
+      shard.replicas = replicas[s];
+      shard.connected_once = true;  // as above
       PS_ASSIGN_OR_RETURN(shard.channel, Connect(s, shard.endpoint));
       shards_.push_back(std::move(shard));
     }

@@ -78,6 +78,11 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       return Status::Ok();
     case ReplicaEntry::kEnd:
       ended_ = true;
+      if (entry.map_epoch > 0) {
+        handed_over_to_ = entry.map_epoch;
+        PS_LOG_INFO("{}: its primary handed the shard's rows over to shard map {} at clock {}",
+                    name_, entry.map_epoch, entry.clock);
+      }
       return Status::Ok();
     case ReplicaEntry::kCopyRows:
     case ReplicaEntry::kCopySum:

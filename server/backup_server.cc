@@ -322,7 +322,22 @@ void BackupServer::HandleRequest(Status s, std::vector<Frame>& frames) {
     Reply(routing_id, error);
     return;
   }
-  Reply(routing_id, MakeErrorHeader(EchoHeader(body), shard_, s));
+  const MessageHeader echo = EchoHeader(body);
+  if (echo.op == Op::kPush || echo.op == Op::kPull || echo.op == Op::kClock) {
+    // A worker's request this replica could not read, e.g. routed by
+    // another shard map (a reshard: it holds an address the next map's
+    // primary takes once it exits): a backup serves none, whatever its
+    // rows, and the client looks for the primary.
+    MessageHeader error = MakeErrorHeader(
+        echo, shard_,
+        FailedPreconditionError(name_ + " is a backup and serves no " + OpName(echo.op) + " (" +
+                                s.message() + ")"));
+    error.flags = kFlagNotPrimary;
+    error.epoch = epoch_;
+    Reply(routing_id, error);
+    return;
+  }
+  Reply(routing_id, MakeErrorHeader(echo, shard_, s));
 }
 
 BackupServer::State BackupServer::TakeState() {
@@ -341,6 +356,7 @@ ShardStats BackupServer::Stats() const {
   s.shard = shard_;
   s.endpoint = endpoint_;
   s.backup = ShardStats::BackupReplica{replica_, applied_, refused_, started_clock_};
+  s.map_epoch = map_epoch_;
   s.min_clock = clocks_.min_clock();
   s.workers.resize(clocks_.num_workers());
   for (uint32_t w = 0; w < clocks_.num_workers(); ++w) s.workers[w].clock = clocks_.clock(w);

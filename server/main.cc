@@ -262,6 +262,7 @@ class ServerProcess {
       return 1;
     }
     g_backup = backup->get();
+    (*backup)->SetMapEpoch(flags_.map_epoch);
     StartAuthority();
     ps::Status s = (*backup)->Run();
     g_backup = nullptr;
@@ -276,7 +277,7 @@ class ServerProcess {
     }
     if (!(*backup)->promoted()) {
       Linger();
-      return 0;
+      return (*backup)->handed_over() ? kExitHandedOver : 0;
     }
     // The authority made this copy the shard's primary: it serves at its
     // own address, where the workers' clients find it (PRIMARY).
@@ -294,6 +295,7 @@ class ServerProcess {
                 "of its own until one rejoins",
                 shard_, flags_.replica, epoch, (*promoted)->endpoint());
     *server = std::move(*promoted);
+    (*server)->SetMapEpoch(flags_.map_epoch);
     if (authority_ != nullptr) (*server)->SetWriteLease(authority_->lease());
     return 0;
   }

@@ -279,7 +279,12 @@ void ReplicationLog::Include(uint32_t worker) {
   Send(ReplicaEntry::kInclude, h, {});
 }
 
-void ReplicationLog::End() { Send(ReplicaEntry::kEnd, MessageHeader(), {}); }
+void ReplicationLog::End(int64_t handed_over_to, int64_t clock) {
+  MessageHeader header;
+  header.map_epoch = handed_over_to;
+  header.clock = clock;
+  Send(ReplicaEntry::kEnd, header, {});
+}
 
 uint64_t ReplicationLog::committed() const {
   uint64_t c = last_seq_;

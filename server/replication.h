@@ -27,7 +27,9 @@
 //   kFinish, kExclude, kInclude
 //                a worker's clock, a worker left out of the minimum (it
 //                left or is dead) or counted again;
-//   kEnd         the primary stops (its workers are gone): the backup exits.
+//   kEnd         the primary stops (its workers are gone, or it handed its
+//                rows over to another shard map: `map_epoch` that map,
+//                `clock` the handover clock): the backup exits.
 // A backup applies them in order with the same code and arithmetic as the
 // primary, so the replicas hold the same values, optimizer state, clocks
 // and recent pushes bit for bit (ShardStore::Checksum shows it), and
@@ -230,7 +232,9 @@ class ReplicationLog {
   void Late(uint32_t worker, int64_t clock, uint64_t session, uint64_t request_id);
   void Exclude(uint32_t worker);
   void Include(uint32_t worker);
-  void End();
+  // `handed_over_to` >= 1: the shard handed its rows over to that map at
+  // `clock` (ps_ctl reshard), and its backups exit as it does.
+  void End(int64_t handed_over_to = 0, int64_t clock = 0);
 
   // Sequence number of the last entry (0: none yet).
   uint64_t last_seq() const { return last_seq_; }
@@ -353,6 +357,13 @@ class BackupServer {
   // the shard's primary is to be built from TakeState() at epoch
   // promoted_epoch().
   bool promoted() const { return promoted_epoch_ >= 0; }
+  // Run() returned because the primary handed the shard over to another
+  // shard map (ps_ctl reshard): ps_server exits with code 3 as the
+  // primary does.
+  bool handed_over() const { return handed_over_to_ > 0; }
+  // The shard map the replica serves in (ps_server --map-epoch), which its
+  // STATS report.
+  void SetMapEpoch(int64_t epoch) { map_epoch_ = epoch; }
   int64_t promoted_epoch() const { return promoted_epoch_; }
   // What a promoted backup hands its primary. REQUIRES: Run() returned.
   struct State {
@@ -432,10 +443,12 @@ class BackupServer {
   std::vector<Frame> reply_;
   std::atomic<bool> stop_{false};
   bool ended_ = false;     // the primary's kEnd arrived
+  int64_t handed_over_to_ = 0;  // that kEnd's map (a reshard), else 0
   uint64_t applied_ = 0;   // sequence number of the last entry applied
   uint64_t refused_ = 0;   // entries refused (out of order or malformed)
   Status diverged_;        // an acknowledged entry failed to apply: refuse the rest
   int64_t started_clock_ = 0;
+  int64_t map_epoch_ = 0;  // the shard map it serves in (ps_server --map-epoch)
   int64_t promoted_epoch_ = -1;
   int64_t epoch_ = 0;  // the newest epoch its primary's entries carried
   // A joining backup: the copy's progress (rows taken per table, in

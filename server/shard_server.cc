@@ -346,6 +346,8 @@ Op ShardServer::HandleRequest(std::vector<Frame>& frames) {
       // This replica serves, at epoch(), unless it is fenced.
       MessageHeader reply = ReplyHeader(req);
       reply.flags = Fenced() ? 0 : kFlagServing;
+      // Epochs count from 0 again in each shard map.
+      reply.map_epoch = reshard_->map_epoch();
       Reply(routing_id, reply);
       return op;
     }

@@ -85,7 +85,11 @@ bool ShardServer::ReceiveReplicaAcks(const std::vector<bool>& readable, size_t f
 
 void ShardServer::EndReplication() {
   if (!replication_->active()) return;
-  replication_->End();
+  if (reshard_->handed_over()) {
+    replication_->End(reshard_->next_epoch(), reshard_->boundary());
+  } else {
+    replication_->End();
+  }
   // The last replies (goodbyes) wait for the backups, a bounded time; in
   // real time, not on clock_: the wait is for sockets.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);

@@ -46,7 +46,8 @@ struct Child {
   // reshard moved the job past it (it handed over; its exit ends nothing).
   int64_t map_epoch = 0;
   bool retired = false;
-  // Servers of replica 0: the cluster.servers entry whose port it holds.
+  // Servers: the address whose port it holds (ReplicaHostPort's canonical
+  // "host:port" of its shard and replica in its map).
   std::string address;
 };
 
@@ -73,6 +74,10 @@ class JobRun {
     return ChildCommand(job_, config_path_, options_, child, restore_clock_, finished_workers_);
   }
   Status StartAll();
+  // Every replica of every shard of the current map (job_, map_epoch_),
+  // backups first, and the launcher's authority over them (replication.
+  // authority launcher); each said with its pid and command.
+  Status StartServers();
   // A server died by a signal while the job runs: starts it again when the
   // job allows (checkpoints, liveness.server_restarts). False when it
   // cannot be restarted; `why_not` says why.

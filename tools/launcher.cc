@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/authority.h"
+#include "common/endpoint.h"
 #include "common/subprocess.h"
 #include "common/wire.h"
 #include "tools/job_run.h"
@@ -92,34 +93,19 @@ Status JobRun::StartAll() {
           options_.metrics_csv + ".prev");
     }
   }
-  // Every shard's replicas (backups first: the primaries connect to them),
-  // then the workers.
-  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
-  const uint32_t factor = job_.replication.factor;
-  if (factor > 1 && job_.replication.authority == ReplicationAuthority::kLauncher) {
-    authority_ = std::make_unique<LocalAuthority>(
-        job_, [this](uint32_t shard, uint32_t replica) {
-          return LiveServer(shard, replica) != nullptr;
-        });
-  }
-  const uint32_t servers = shards * factor;
-  const uint32_t processes = servers + job_.cluster.workers;
+  // The servers, then the workers.
+  PS_RETURN_IF_ERROR(StartServers());
+  const uint32_t processes = job_.cluster.workers;
   const uint32_t total = processes + (job_.cluster.evaluator ? 1 : 0);
-  children_.reserve(total);
+  children_.reserve(children_.size() + total);
   for (uint32_t i = 0; i < total; ++i) {
-    const bool is_server = i < servers;
     const bool is_evaluator = i == processes;  // last
-    const uint32_t replica = is_server ? factor - 1 - i / shards : 0;
-    const uint32_t index = is_server ? i % shards : is_evaluator ? 0 : i - servers;
-    std::string name = is_evaluator ? std::string("evaluator")
-                       : is_server  ? ServerName(index, replica)
-                                    : "worker " + std::to_string(index);
+    const uint32_t index = is_evaluator ? 0 : i;
+    std::string name = is_evaluator ? std::string("evaluator") : "worker " + std::to_string(index);
     SubprocessOptions spawn;
     ChildSpec spec;
-    spec.is_server = is_server;
     spec.is_evaluator = is_evaluator;
     spec.index = index;
-    spec.replica = replica;
     spawn.argv = CommandFor(spec);
     spawn.capture_output = true;
     StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
@@ -130,11 +116,53 @@ Status JobRun::StartAll() {
         "): " + JoinArgv(spawn.argv));
     Child& child = children_.emplace_back();
     child.name = std::move(name);
-    child.is_server = is_server;
     child.is_evaluator = is_evaluator;
     child.index = index;
+    child.process = std::move(process).value();
+  }
+  return Status::Ok();
+}
+
+Status JobRun::StartServers() {
+  // Every shard's replicas, backups first: the primaries connect to them.
+  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
+  const uint32_t factor = job_.replication.factor;
+  if (factor > 1 && job_.replication.authority == ReplicationAuthority::kLauncher) {
+    // The current map's: every shard at epoch 0 with replica 0 its primary.
+    authority_ = std::make_unique<LocalAuthority>(
+        job_, [this](uint32_t shard, uint32_t replica) {
+          return LiveServer(shard, replica) != nullptr;
+        });
+  }
+  // Of an earlier map (a reshard): named by the map they serve.
+  const std::string map = map_epoch_ == 0 ? "" : " of shard map " + std::to_string(map_epoch_);
+  children_.reserve(children_.size() + size_t{shards} * factor);
+  for (uint32_t i = 0; i < shards * factor; ++i) {
+    const uint32_t replica = factor - 1 - i / shards;
+    const uint32_t index = i % shards;
+    std::string name = ServerName(index, replica);
+    StatusOr<HostPort> address = ReplicaHostPort(job_, index, replica);
+    if (!address.ok()) return address.status().WithContext("launcher: " + name);
+    SubprocessOptions spawn;
+    ChildSpec spec;
+    spec.is_server = true;
+    spec.index = index;
+    spec.replica = replica;
+    spawn.argv = CommandFor(spec);
+    spawn.capture_output = true;
+    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+    if (!process.ok()) {
+      return process.status().WithContext("launcher: " + name + map);
+    }
+    Say("started " + name + map + " (pid " + std::to_string((*process)->pid()) +
+        "): " + JoinArgv(spawn.argv));
+    Child& child = children_.emplace_back();
+    child.name = std::move(name);
+    child.is_server = true;
+    child.index = index;
     child.replica = replica;
-    if (is_server && replica == 0) child.address = job_.cluster.servers[index];
+    child.map_epoch = map_epoch_;
+    child.address = address->canonical;
     child.process = std::move(process).value();
   }
   return Status::Ok();

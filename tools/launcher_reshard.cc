@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/endpoint.h"
 #include "common/subprocess.h"
 #include "server/checkpoint_layout.h"
 #include "tools/job_run.h"
@@ -49,12 +50,27 @@ void JobRun::ServerHandedOver(Child& child, const std::string& how) {
 
 void JobRun::MaybeStartNextMap() {
   if (!next_map_.pending || stopping_) return;
-  const std::vector<std::string>& next_servers = next_map_.job.cluster.servers;
+  // Every address a replica of the next map binds.
+  std::vector<std::string> next_addresses;
+  const JobOptions& next = next_map_.job;
+  for (uint32_t s = 0; s < next.cluster.servers.size(); ++s) {
+    for (uint32_t r = 0; r < next.replication.factor; ++r) {
+      StatusOr<HostPort> address = ReplicaHostPort(next, s, r);
+      if (!address.ok()) {
+        FailJob(ServerName(s, r) + " of shard map " + std::to_string(next_map_.plan.epoch) +
+                    " has no address: " + address.status().ToString(),
+                "; stopping the job");
+        return;
+      }
+      next_addresses.push_back(address->canonical);
+    }
+  }
   for (const Child& c : children_) {
     if (!c.is_server || c.exited) continue;
     // A server still running at an address the next map takes holds its
     // port (one of the current map, or of an earlier one that lingers).
-    if (std::find(next_servers.begin(), next_servers.end(), c.address) != next_servers.end()) {
+    if (std::find(next_addresses.begin(), next_addresses.end(), c.address) !=
+        next_addresses.end()) {
       return;
     }
   }
@@ -82,34 +98,19 @@ void JobRun::MaybeStartNextMap() {
   map_epoch_ = next_map_.plan.epoch;
   restore_clock_ = next_map_.plan.clock;
   next_map_ = NextMap{};
-  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
-  for (uint32_t s = 0; s < shards; ++s) {
-    ChildSpec spec;
-    spec.is_server = true;
-    spec.index = s;
-    SubprocessOptions spawn;
-    spawn.argv = CommandFor(spec);
-    spawn.capture_output = true;
-    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
-    if (!process.ok()) {
-      FailJob("server " + std::to_string(s) + " of shard map " + std::to_string(map_epoch_) +
-                  " could not be started: " + process.status().ToString(),
-              "; stopping the job");
-      return;
-    }
-    Say("started " + ServerName(s, 0) + " of shard map " + std::to_string(map_epoch_) + " (pid " +
-        std::to_string((*process)->pid()) + "): " + JoinArgv(spawn.argv));
-    Child child;
-    child.name = ServerName(s, 0);
-    child.is_server = true;
-    child.index = s;
-    child.address = job_.cluster.servers[s];
-    child.map_epoch = map_epoch_;
-    child.process = std::move(process).value();
-    children_.push_back(std::move(child));
+  if (Status started = StartServers(); !started.ok()) {
+    FailJob("shard map " + std::to_string(map_epoch_) + " could not be started: " +
+                started.ToString(),
+            "; stopping the job");
+    return;
   }
+  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
   Say("shard map " + std::to_string(map_epoch_) + ": started " + std::to_string(shards) +
       (shards == 1 ? " server" : " servers") + " in place of " + std::to_string(old_servers) +
+      (job_.replication.factor > 1
+           ? " (each with " + std::to_string(job_.replication.factor - 1) +
+                 (job_.replication.factor == 2 ? " backup)" : " backups)")
+           : std::string()) +
       ", each restoring its rows of generation " + std::to_string(restore_clock_) + " (" +
       config_path_ + ")");
 }

@@ -95,10 +95,11 @@ class E2eTest : public ::testing::Test {
   // `ports` (the files of one test share addresses), 2 replica_pushers
   // that pull every clock (--pull-each-clock) and stop at the clock in
   // `stop_file`, a range table and, with `hashed`, a hashed one, bsp,
-  // checkpoints in `ckpt` every `every_clocks`.
+  // checkpoints in `ckpt` every `every_clocks`; `more` is appended (YAML
+  // sections).
   std::string ReshardJob(const std::vector<int>& ports, int servers, const std::string& name,
                          const std::string& ckpt, const std::string& stop_file, bool hashed,
-                         int every_clocks) {
+                         int every_clocks, const std::string& more = "") {
     const std::string pusher = std::string(PS_BINARY_DIR) + "/bin/replica_pusher";
     std::string list;
     for (int i = 0; i < servers; ++i) {
@@ -115,7 +116,8 @@ class E2eTest : public ::testing::Test {
         << "checkpoint: { dir: " << ckpt << ", every_clocks: " << every_clocks
         << ", sync: false }\n"
         << "train: { command: [" << pusher << ", --pull-each-clock, --stop-file, " << stop_file
-        << "] }\n";
+        << "] }\n"
+        << more;
     return path;
   }
   // ps_launch on `config` in the background, its output in the file `log`.
@@ -877,6 +879,101 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
   EXPECT_NE(out.find("shard map 2: started 1 server in place of 3"), std::string::npos) << out;
   EXPECT_NE(out.find("shard map 3: started 2 servers in place of 1"), std::string::npos) << out;
   EXPECT_NE(out.find("handed over at clock"), std::string::npos) << out;
+  const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
+                            std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
+                            " clocks";
+  EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
+  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+}
+
+// ps_ctl reshard of a replicated job (replication.factor 2, ps_launch the
+// authority): 2 servers -> 3 -> 2, each shard with a backup. Each old
+// primary hands over and its backup exits with it; ps_launch starts every
+// replica of the next map (backups first) once the old ones freed their
+// ports; the workers find each new shard's replicas from the map a moved
+// reply names. A primary of the 3-server map killed while the job trains
+// is replaced by its backup (nothing lost), and the next reshard moves the
+// job on from the promoted one. At the end every row holds the exact sum
+// of every push since clock 0.
+TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string stop_file = (dir_ / "stop").string();
+  std::ofstream(stop_file) << "";
+  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const uint32_t offset = FreePortOffset(ports, 2);
+  ASSERT_NE(offset, 0u);
+  const std::string replicated = "replication: { factor: 2, port_offset: " +
+                                 std::to_string(offset) + " }\n" +
+                                 "liveness: { server_down_timeout_ms: 20000 }\n";
+  const auto job = [&](int servers, const std::string& name) {
+    return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/true, 50, replicated);
+  };
+  const std::string job2 = job(2, "job2"), job3 = job(3, "job3");
+  const std::string log = (dir_ / "launch.log").string();
+  Subprocess* launch = StartLaunchLogged(job2, log);
+  ASSERT_NE(launch, nullptr);
+  const auto read_log = [&] { return ReadText(log); };
+  const auto newest_clock = [&] {
+    static const std::regex line(R"(\[worker 0\] clock (\d+))");
+    const std::string text = read_log();
+    int64_t newest = -1;
+    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
+    }
+    return newest;
+  };
+  const auto wait_past = [&](int64_t clock) {
+    const auto deadline = Steady::now() + std::chrono::seconds(60);
+    while (newest_clock() <= clock && Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return newest_clock() > clock;
+  };
+  const auto reshard = [&](const std::string& from, const std::string& to) {
+    auto [status, out] =
+        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << read_log();
+    return out;
+  };
+  ASSERT_TRUE(wait_past(0)) << read_log();
+  const std::string grown = reshard(job2, job3);
+  EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
+      << grown;
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  // Shard 1's primary of map 1 dies: its backup serves.
+  {
+    static const std::regex started(R"(started server 1 of shard map 1 \(pid (\d+)\))");
+    const std::string text = read_log();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, started)) << text;
+    ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
+  }
+  const auto deadline = Steady::now() + std::chrono::seconds(30);
+  while (read_log().find("serves as the primary") == std::string::npos &&
+         Steady::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  const std::string shrunk = reshard(job3, job2);
+  EXPECT_NE(shrunk.find("the job runs on 2 servers at map 2 from clock"), std::string::npos)
+      << shrunk;
+  ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
+  const int64_t stop = newest_clock() + 300;
+  std::ofstream(stop_file) << stop << "\n";
+  ASSERT_OK(launch->WaitFor(milliseconds(120000)));
+  const std::string out = read_log();
+  EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2 (each with 1 backup)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("shard map 2: started 2 servers in place of 3 (each with 1 backup)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("started server 0 backup 1 of shard map 1 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("its primary handed the shard's rows over to shard map 1 at clock"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
   const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
                             std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
                             " clocks";
