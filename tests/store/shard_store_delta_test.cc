@@ -1,7 +1,8 @@
-// ShardStore::CheckpointSnapshot's deltas (incremental checkpoints): the
-// range blocks written since the previous snapshot (by pushes, aggregated
-// sums and restores), widened to whole runs; the hashed rows made or
-// updated since, and the ids removed since that have no row now.
+// ShardStore::CheckpointSnapshot's deltas (store/shard_store_delta.cc,
+// incremental checkpoints): the range blocks written since the previous
+// snapshot (by pushes, aggregated sums and restores), widened to whole
+// runs; the hashed rows made or updated since, and the ids removed since
+// that have no row now.
 #include <gtest/gtest.h>
 
 #include <algorithm>
