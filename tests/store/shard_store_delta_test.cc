@@ -12,6 +12,7 @@
 #include "store/shard_store.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_stores.h"
 
 namespace ps {
 namespace {
@@ -38,14 +39,9 @@ JobOptions Job(uint32_t full_every) {
 // the push's own arrays).
 struct Push {
   Push(uint32_t table, std::vector<uint64_t> k, uint32_t dim)
-      : keys(std::move(k)), values(keys.size() * dim, 0.5f) {
-    request.header.op = Op::kPush;
-    request.header.table = table;
-    request.header.count = keys.size();
-    request.header.dim = dim;
-    request.keys = keys;
-    request.values = values;
-  }
+      : keys(std::move(k)),
+        values(keys.size() * dim, 0.5f),
+        request(TestPushRequest(table, dim, keys, values)) {}
   // A dense push of rows [first, first + count).
   static Push Dense(uint32_t table, uint64_t first, uint64_t count, uint32_t dim) {
     Push p(table, {}, dim);
