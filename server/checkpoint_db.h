@@ -1,7 +1,9 @@
 // The database of one checkpoint generation: its records
 // (server/checkpoint_format.h) in a RocksDB database folder. The adapter of
-// RocksDB: checkpoint_db.cc is the only file that includes it, and every
-// rocksdb::Status becomes a ps::Status there.
+// RocksDB: checkpoint_db.cc and checkpoint_chain.cc (a delta's chain), with
+// their shared header server/checkpoint_rocksdb.h, are the only files that
+// include it, and every rocksdb::Status becomes a ps::Status there
+// (RocksError).
 //
 // The database uses the default column family, bytewise key order, no
 // compression and 64 KiB blocks, each checksummed (verified on every read).

@@ -60,7 +60,13 @@ FILE_RULES = {
 # Third-party headers (by pattern) and the only files that may include them.
 ADAPTERS = [
     (re.compile(r"^zmq\.h(pp)?$"), {"common/transport.cc"}),
-    (re.compile(r"^rocksdb/"), {"server/checkpoint_db.cc"}),
+    # RocksDB: checkpoint generations, written and read (checkpoint_db.cc) and
+    # read with a delta's chain (checkpoint_chain.cc), and the header the two
+    # share, which no other file includes.
+    (re.compile(r"^rocksdb/"), {"server/checkpoint_db.cc", "server/checkpoint_chain.cc",
+                                 "server/checkpoint_rocksdb.h"}),
+    (re.compile(r"^server/checkpoint_rocksdb\.h$"), {"server/checkpoint_db.cc",
+                                                     "server/checkpoint_chain.cc"}),
     (re.compile(r"^yaml-cpp/"), {"common/yaml_tree.cc"}),
     (re.compile(r"(^|/)ps\.pb\.h$"), {"common/wire.cc"}),
     (re.compile(r"^(cublas.*|cuda_runtime.*|cuda\.h)$"), {"worker/cuda/cuda_backend.cu"}),

@@ -31,6 +31,7 @@
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_stores.h"
 
 namespace ps {
 namespace {
@@ -38,7 +39,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint32_t kHashSlots = 64;
-using Stores = std::vector<std::unique_ptr<ShardStore>>;
 
 // Range tables of several blocks each ("dense": blocks of 16384 rows, 4
 // runs each; "odd": dim 11, whose runs do not end where blocks do) and
@@ -82,7 +82,7 @@ float Grad(uint64_t seed, uint64_t key, uint32_t col) {
 // One round of pushes at clock `clock` to every shard of `stores`: the
 // range tables' rows in [first, first + span) (every `step`th), and `ids`
 // hashed ids drawn from a pool of 1000 (some pushed once: not admitted).
-void Push(const JobOptions& job, Stores& stores, int64_t clock, uint64_t first, uint64_t span,
+void Push(const JobOptions& job, TestStores& stores, int64_t clock, uint64_t first, uint64_t span,
           int ids, uint64_t step = 3) {
   const auto shards = static_cast<uint32_t>(stores.size());
   std::mt19937_64 rng(static_cast<uint64_t>(clock) * 7 + 1);
@@ -103,30 +103,15 @@ void Push(const JobOptions& job, Stores& stores, int64_t clock, uint64_t first, 
     }
     for (uint32_t s = 0; s < shards; ++s) {
       if (keys[s].empty()) continue;
-      Request r;
-      r.header.op = Op::kPush;
-      r.header.table = t;
-      r.header.count = keys[s].size();
-      r.header.dim = table.dim;
       std::vector<float> values(keys[s].size() * table.dim);
       for (size_t i = 0; i < keys[s].size(); ++i) {
         for (uint32_t c = 0; c < table.dim; ++c) {
           values[i * table.dim + c] = Grad(static_cast<uint64_t>(clock), keys[s][i], c);
         }
       }
-      r.keys = keys[s];
-      r.values = values;
-      ASSERT_OK(stores[s]->ApplyPush(r, clock));
+      ASSERT_OK(stores[s]->ApplyPush(TestPushRequest(t, table.dim, keys[s], values), clock));
     }
   }
-}
-
-Stores Create(const JobOptions& job, bool initialize = true) {
-  Stores stores;
-  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-    stores.push_back(ShardStore::Create(job, s, initialize).value());
-  }
-  return stores;
 }
 
 // One shard's generations as CheckpointTrigger writes them: each a delta on
@@ -213,7 +198,7 @@ class IncrementalCheckpointTest : public ::testing::Test {
   // the store's state at each generation.
   void WriteChain(const JobOptions& job, std::map<int64_t, ShardSnapshot>* states,
                   std::vector<ShardSnapshot>* written = nullptr) {
-    Stores stores = Create(job);
+    TestStores stores = CreateTestStores(job);
     for (int64_t clock = 0; clock < 3; ++clock) Push(job, stores, clock, 0, 40000, 400);
     ShardChain chain(job, 0, stores[0].get());
     for (int64_t clock = 3; clock <= 6; ++clock) {
@@ -314,7 +299,7 @@ TEST_F(IncrementalCheckpointTest, BaseWrittenAgainSinceIsNamed) {
   std::map<int64_t, ShardSnapshot> states;
   WriteChain(job, &states);
   // Another generation 5 (a full one of other values) replaces the base of 6.
-  Stores other = Create(job);
+  TestStores other = CreateTestStores(job);
   Push(job, other, 0, 0, 40000, 50);
   ShardSnapshot s = other[0]->CheckpointSnapshot(job, 0, 5, nullptr).value();
   s.generation_id = 99;
@@ -408,7 +393,7 @@ TEST_F(IncrementalCheckpointTest, RecordMissingFromTheFullGenerationOfAChainIsNa
 
 TEST_F(IncrementalCheckpointTest, PruningKeepsTheGenerationsKeptOnesBuildOn) {
   const JobOptions job = Job(1, dir_, 3);
-  Stores stores = Create(job);
+  TestStores stores = CreateTestStores(job);
   ShardChain chain(job, 0, stores[0].get(), /*keep=*/2);
   OsFilesystem files;
   const auto held = [&] { return ListGenerations(files, ShardCheckpointDir(dir_, 0)).value(); };
@@ -437,7 +422,7 @@ struct Whole {
   std::map<uint64_t, std::vector<float>> rows;
 };
 
-std::vector<Whole> Gather(const JobOptions& job, const Stores& stores) {
+std::vector<Whole> Gather(const JobOptions& job, const TestStores& stores) {
   std::vector<Whole> tables(job.tables.size());
   for (uint32_t s = 0; s < stores.size(); ++s) {
     const ShardSnapshot snapshot = stores[s]->Snapshot(job, s, 0).value();
@@ -470,7 +455,7 @@ std::vector<Whole> Gather(const JobOptions& job, const Stores& stores) {
 
 TEST_F(IncrementalCheckpointTest, ChainRestoresOntoAnotherShardCount) {
   const JobOptions two = Job(2, dir_, 4);
-  Stores stores = Create(two);
+  TestStores stores = CreateTestStores(two);
   for (int64_t clock = 0; clock < 3; ++clock) Push(two, stores, clock, 0, 40000, 400);
   std::vector<ShardChain> chains;
   for (uint32_t s = 0; s < 2; ++s) chains.emplace_back(two, s, stores[s].get());
@@ -481,7 +466,7 @@ TEST_F(IncrementalCheckpointTest, ChainRestoresOntoAnotherShardCount) {
   const std::vector<Whole> want = Gather(two, stores);
   for (const uint32_t servers : {1u, 3u}) {
     const JobOptions job = Job(servers, dir_, 4);
-    Stores restored = Create(job, /*initialize=*/false);
+    TestStores restored = CreateTestStores(job, /*initialize=*/false);
     OsFilesystem files;
     for (uint32_t s = 0; s < servers; ++s) {
       const RestorePoint point = ShardRestorePoint(files, job, s, -1).value();
@@ -533,7 +518,7 @@ std::vector<bool> TriggerDeltas(const JobOptions& job, uint32_t full_every, int 
   options.full_every = full_every;
   options.write.sync = false;
   options.write.keep = 100;
-  Stores one;
+  TestStores one;
   one.push_back(std::move(store));
   {
     CheckpointTrigger trigger(
@@ -572,7 +557,7 @@ TEST_F(IncrementalCheckpointTest, TriggerWritesAFullGenerationWhenDeltasOutgrowT
 
 TEST_F(IncrementalCheckpointTest, AFailedWriteMakesTheNextGenerationFull) {
   const JobOptions job = TriggerJob(dir_, 10);
-  Stores one;
+  TestStores one;
   one.push_back(ShardStore::Create(job, 0).value());
   OsFilesystem os;
   FaultyFilesystem files(&os);

@@ -27,6 +27,7 @@
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_stores.h"
 
 namespace ps {
 namespace {
@@ -73,7 +74,6 @@ JobOptions Job(uint32_t servers) {
   return job;
 }
 
-using Stores = std::vector<std::unique_ptr<ShardStore>>;
 
 // A gradient in [-1, 1) that depends only on (seed, round, table, key,
 // column): the same pushes whatever the shard count.
@@ -88,7 +88,7 @@ float Grad(uint64_t seed, int round, uint32_t table, uint64_t key, uint32_t col)
 
 // Pushes to every table of `stores` (a job of stores.size() shards), each
 // row or id to the shard that owns it: `rounds` rounds at clocks 0, 1, ...
-void Train(const JobOptions& job, Stores& stores, int rounds, uint32_t seed) {
+void Train(const JobOptions& job, TestStores& stores, int rounds, uint32_t seed) {
   const auto shards = static_cast<uint32_t>(stores.size());
   std::mt19937_64 rng(seed);
   for (int round = 0; round < rounds; ++round) {
@@ -117,29 +117,14 @@ void Train(const JobOptions& job, Stores& stores, int rounds, uint32_t seed) {
             values[i * table.dim + c] = Grad(seed, round, t, keys[s][i], c);
           }
         }
-        Request r;
-        r.header.op = Op::kPush;
-        r.header.table = t;
-        r.header.count = keys[s].size();
-        r.header.dim = table.dim;
-        r.keys = keys[s];
-        r.values = values;
-        ASSERT_OK(stores[s]->ApplyPush(r, round));
+        ASSERT_OK(stores[s]->ApplyPush(TestPushRequest(t, table.dim, keys[s], values), round));
       }
     }
   }
 }
 
-Stores Create(const JobOptions& job, bool initialize = true) {
-  Stores stores;
-  for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-    stores.push_back(ShardStore::Create(job, s, initialize).value());
-  }
-  return stores;
-}
-
 // Every shard's generation kClock under `dir`.
-void Write(const JobOptions& job, const Stores& stores, const std::string& dir) {
+void Write(const JobOptions& job, const TestStores& stores, const std::string& dir) {
   for (uint32_t s = 0; s < stores.size(); ++s) {
     auto snapshot = stores[s]->Snapshot(job, s, kClock);
     ASSERT_OK(snapshot);
@@ -159,10 +144,10 @@ constexpr GenerationReadOptions kManyThreads{.threads = 8, .min_range_bytes = 1}
 // The stores of `job` (`dir` its checkpoint.dir), each restored from the
 // generation kClock there that `writers` shards wrote, into a store whose
 // rows start unwritten (as a server's).
-Stores Restore(JobOptions job, const std::string& dir, uint32_t writers,
+TestStores Restore(JobOptions job, const std::string& dir, uint32_t writers,
                const GenerationReadOptions& read = {}) {
   job.checkpoint.dir = dir;
-  Stores stores;
+  TestStores stores;
   for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
     stores.push_back(ShardStore::CreateUnwritten(job, s).value());
   }
@@ -189,7 +174,7 @@ struct Whole {
   std::map<uint64_t, RowUse> uses;
 };
 
-Whole Gather(const JobOptions& job, const Stores& stores, uint32_t t) {
+Whole Gather(const JobOptions& job, const TestStores& stores, uint32_t t) {
   Whole whole;
   for (uint32_t s = 0; s < stores.size(); ++s) {
     const ShardSnapshot snapshot = stores[s]->Snapshot(job, s, kClock).value();
@@ -223,8 +208,8 @@ bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Every table of `a` (a job of a.size() shards) equals `b`'s, bit for bit.
-void ExpectSameModel(const JobOptions& job_a, const Stores& a, const JobOptions& job_b,
-                     const Stores& b) {
+void ExpectSameModel(const JobOptions& job_a, const TestStores& a, const JobOptions& job_b,
+                     const TestStores& b) {
   for (uint32_t t = 0; t < job_a.tables.size(); ++t) {
     const Whole x = Gather(job_a, a, t), y = Gather(job_b, b, t);
     const std::string& name = job_a.tables[t].name;
@@ -261,7 +246,7 @@ std::vector<uint16_t> MergedSketch(const std::vector<std::vector<uint16_t>>& old
   return merged;
 }
 
-std::vector<std::vector<uint16_t>> Sketches(const Stores& stores, uint32_t t) {
+std::vector<std::vector<uint16_t>> Sketches(const TestStores& stores, uint32_t t) {
   std::vector<std::vector<uint16_t>> out;
   for (const auto& store : stores) {
     const std::span<const std::byte> data = store->SketchData(t);
@@ -296,7 +281,7 @@ class RestoreReshardTest : public ::testing::TestWithParam<std::pair<uint32_t, u
 TEST_P(RestoreReshardTest, EveryRowStateUseAndSketchFollowsItsKeyAndComesBackBitForBit) {
   const auto [from, to] = GetParam();
   const JobOptions job_s = Job(from), job_t = Job(to);
-  Stores original = Create(job_s);
+  TestStores original = CreateTestStores(job_s);
   Train(job_s, original, 6, 42);
   ASSERT_GT(original[0]->stored_rows(3), 0u);
   const std::string first = root_ + "/a", second = root_ + "/b", third = root_ + "/c";
@@ -304,9 +289,9 @@ TEST_P(RestoreReshardTest, EveryRowStateUseAndSketchFollowsItsKeyAndComesBackBit
 
   // S -> S': the same model, row for row and bit for bit, read on one
   // thread or on many.
-  Stores moved = Restore(job_t, first, from, kManyThreads);
+  TestStores moved = Restore(job_t, first, from, kManyThreads);
   ExpectSameModel(job_s, original, job_t, moved);
-  const Stores moved_alone = Restore(job_t, first, from, kOneThread);
+  const TestStores moved_alone = Restore(job_t, first, from, kOneThread);
   ExpectSameModel(job_t, moved_alone, job_t, moved);
   const auto old_sketches = Sketches(original, 3);
   const auto new_sketches = Sketches(moved, 3);
@@ -329,7 +314,7 @@ TEST_P(RestoreReshardTest, EveryRowStateUseAndSketchFollowsItsKeyAndComesBackBit
 
   // S' -> S: the generations equal the first ones, record for record.
   Write(job_t, moved, second);
-  Stores back = Restore(job_s, second, to);
+  TestStores back = Restore(job_s, second, to);
   Write(job_s, back, third);
   for (uint32_t s = 0; s < from; ++s) {
     const ShardSnapshot a =
@@ -400,7 +385,7 @@ class ReshardRefusalTest : public ::testing::Test {
     root_ = UniqueTempDir("reshard_refusal");
     written_ = Job(3);
     written_.checkpoint.dir = root_;
-    Stores stores = Create(written_);
+    TestStores stores = CreateTestStores(written_);
     Train(written_, stores, 3, 9);
     Write(written_, stores, root_);
   }

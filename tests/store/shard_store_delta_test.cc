@@ -1,7 +1,8 @@
-// ShardStore::CheckpointSnapshot's deltas (incremental checkpoints): the
-// range blocks written since the previous snapshot (by pushes, aggregated
-// sums and restores), widened to whole runs; the hashed rows made or
-// updated since, and the ids removed since that have no row now.
+// ShardStore::CheckpointSnapshot's deltas (store/shard_store_delta.cc,
+// incremental checkpoints): the range blocks written since the previous
+// snapshot (by pushes, aggregated sums and restores), widened to whole
+// runs; the hashed rows made or updated since, and the ids removed since
+// that have no row now.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "store/shard_store.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
+#include "tests/util/test_stores.h"
 
 namespace ps {
 namespace {
@@ -37,14 +39,9 @@ JobOptions Job(uint32_t full_every) {
 // the push's own arrays).
 struct Push {
   Push(uint32_t table, std::vector<uint64_t> k, uint32_t dim)
-      : keys(std::move(k)), values(keys.size() * dim, 0.5f) {
-    request.header.op = Op::kPush;
-    request.header.table = table;
-    request.header.count = keys.size();
-    request.header.dim = dim;
-    request.keys = keys;
-    request.values = values;
-  }
+      : keys(std::move(k)),
+        values(keys.size() * dim, 0.5f),
+        request(TestPushRequest(table, dim, keys, values)) {}
   // A dense push of rows [first, first + count).
   static Push Dense(uint32_t table, uint64_t first, uint64_t count, uint32_t dim) {
     Push p(table, {}, dim);

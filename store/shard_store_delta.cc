@@ -1,0 +1,149 @@
+// ShardStore's delta snapshots (CheckpointSnapshot, store/shard_store.h):
+// what changed since the previous checkpoint's snapshot, copied for an
+// incremental generation: a range table's blocks written whole since,
+// widened to whole runs, and the rows sparse pushes marked in the others;
+// a hashed table's rows stamped since and the ids removed since. Each
+// snapshot, full or delta, starts a new change epoch. A full one shares
+// the blocks (SharedSnapshot, shard_store_copy.cc).
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <new>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/hash_slots.h"
+#include "store/shard_store.h"
+
+namespace ps {
+
+StatusOr<ShardSnapshot> ShardStore::CheckpointSnapshot(const JobOptions& job, uint32_t shard,
+                                                       int64_t clock, const DeltaSince* delta) {
+  // A hashed table that lost count of its removed ids (more than its
+  // tracking keeps) makes the snapshot full.
+  for (const Table& t : tables_) {
+    if (t.hashed != nullptr && t.hashed->removed_overflowed()) delta = nullptr;
+  }
+  StatusOr<ShardSnapshot> taken = [&]() -> StatusOr<ShardSnapshot> {
+    // A full one shares the range tables' blocks instead of copying them.
+    if (delta == nullptr) return SharedSnapshot(job, shard, clock);
+    ShardSnapshot snapshot = Layout(job, shard, clock);
+    snapshot.changes_only = true;
+    try {
+      CopyChanges(*delta, &snapshot);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhaustedError("shard " + std::to_string(shard) +
+                                    ": not enough memory for a checkpoint's copy of the rows "
+                                    "changed since the last one");
+    }
+    return snapshot;
+  }();
+  // Whatever the outcome, the next delta is taken against this epoch (a
+  // caller whose snapshot or write failed takes a full one next).
+  const uint64_t epoch = change_epoch_++;
+  for (Table& t : tables_) {
+    if (t.hashed == nullptr || !t.hashed->tracks_changes()) continue;
+    t.hashed->SetStamp(static_cast<uint32_t>(change_epoch_));
+    if (delta == nullptr || !taken.ok()) t.hashed->TakeRemoved();
+  }
+  if (taken.ok()) taken->epoch = epoch;
+  return taken;
+}
+
+void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    Table& t = tables_[i];
+    TableSnapshot& ts = snapshot->tables[i];
+    if (t.hashed != nullptr) {
+      const uint64_t seed = NameHash(ts.name);
+      const auto since = static_cast<uint32_t>(delta.since_epoch);
+      // A table that does not track its rows' changes has every row in it.
+      CopyHashed(*t.hashed, seed, ts.hash_slots, &ts,
+                 t.hashed->tracks_changes() ? &since : nullptr);
+      const std::span<const std::byte> sketch = SketchData(static_cast<uint32_t>(i));
+      ts.sketch.assign(sketch.begin(), sketch.end());
+      if (!t.hashed->tracks_changes()) continue;
+      // The removed ids that have no row now, in key order, once each.
+      std::vector<uint64_t> removed = t.hashed->TakeRemoved();
+      std::vector<std::pair<uint32_t, uint64_t>> keyed;
+      keyed.reserve(removed.size());
+      for (const uint64_t id : removed) {
+        if (t.hashed->Find(id) == nullptr) keyed.push_back({IdSlot(id, seed, ts.hash_slots), id});
+      }
+      std::sort(keyed.begin(), keyed.end());
+      keyed.erase(std::unique(keyed.begin(), keyed.end()), keyed.end());
+      ts.removed.resize(keyed.size());
+      for (size_t k = 0; k < keyed.size(); ++k) ts.removed[k] = keyed[k].second;
+      continue;
+    }
+    // Blocks written since, widened to the runs a checkpoint writes, as
+    // shard-local row ranges, merged where they meet; and the rows sparse
+    // pushes changed in the other blocks, where they take fewer bytes than
+    // the block's runs.
+    const uint32_t dim = t.layout.dim;
+    const uint64_t owned = t.layout.owned.size();
+    const uint64_t per_run = std::max<uint64_t>(1, delta.rows_per_run(dim));
+    const uint64_t row_bytes = uint64_t{dim} * sizeof(float) * (1 + t.slots);
+    std::vector<RowRange> local;
+    std::vector<uint64_t> rows_changed;  // shard-local, ascending
+    std::vector<uint64_t> block_rows;
+    for (uint64_t b = 0; b < t.blocks.size(); ++b) {
+      const uint64_t first = b * t.rows_per_block;
+      const uint64_t end = std::min(owned, first + t.rows_per_block);
+      bool whole = t.stamps[b] > delta.since_epoch;
+      if (!whole && t.sparse_stamps[b] > delta.since_epoch) {
+        block_rows.clear();
+        for (uint64_t r = first; r < end; ++r) {
+          if ((t.dirty[r / 64] >> (r % 64)) & 1) block_rows.push_back(r);
+        }
+        whole = block_rows.size() * (row_bytes + delta.row_overhead) >= (end - first) * row_bytes;
+        if (!whole) rows_changed.insert(rows_changed.end(), block_rows.begin(), block_rows.end());
+      }
+      if (!whole) continue;
+      const RowRange run{first / per_run * per_run,
+                         std::min(owned, (end + per_run - 1) / per_run * per_run)};
+      if (!local.empty() && run.begin <= local.back().end) {
+        local.back().end = std::max(local.back().end, run.end);
+      } else {
+        local.push_back(run);
+      }
+    }
+    // Rows inside the runs written whole are in them already.
+    std::erase_if(rows_changed, [&](uint64_t r) {
+      const auto after = std::upper_bound(local.begin(), local.end(), r,
+                                          [](uint64_t row, const RowRange& range) {
+                                            return row < range.begin;
+                                          });
+      return after != local.begin() && std::prev(after)->Contains(r);
+    });
+    uint64_t rows = rows_changed.size();
+    for (const RowRange& r : local) rows += r.size();
+    ts.values.resize(rows * dim);
+    for (std::vector<float>& slot : ts.slots) slot.resize(rows * dim);
+    size_t at = 0;
+    const auto copy = [&](uint64_t first, uint64_t count) {
+      ForEachBlockRun(t, first, count, [&](uint64_t block, uint64_t in_block, uint64_t n) {
+        const Block& b = *t.blocks[block];
+        const size_t offset = static_cast<size_t>(in_block) * dim;
+        const size_t floats = static_cast<size_t>(n) * dim;
+        std::memcpy(ts.values.data() + at, b.values.data() + offset, floats * sizeof(float));
+        for (size_t k = 0; k < ts.slots.size(); ++k) {
+          std::memcpy(ts.slots[k].data() + at, b.slots[k].data() + offset, floats * sizeof(float));
+        }
+        at += floats;
+      });
+    };
+    for (const RowRange& r : local) {
+      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
+      copy(r.begin, r.size());
+    }
+    for (const uint64_t r : rows_changed) {
+      ts.patched.push_back(t.layout.owned.begin + r);
+      copy(r, 1);
+    }
+  }
+}
+
+}  // namespace ps
