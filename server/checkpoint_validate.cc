@@ -15,9 +15,8 @@
 namespace ps {
 namespace {
 
-// A hashed table's ids: as many as stored_rows, in key order (by slot,
-// then id), each in one of the shard's slots.
-// `ids` of hashed table `t`: in key order, each in one of the shard's slots.
+// `ids` of hashed table `t`: in key order (by slot, then id), each in one
+// of the shard's slots.
 Status ValidateKeyOrder(const TableSnapshot& t, const std::vector<uint64_t>& ids,
                         const std::string& table) {
   const uint64_t seed = NameHash(t.name);

@@ -8,7 +8,6 @@
 #include "store/shard_store.h"
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstring>
