@@ -67,6 +67,8 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   if (generation.clock >= 0) {
     PS_ASSIGN_OR_RETURN(const RestoreResult restored,
                         RestoreGeneration(b->job_, shard, generation, b->store_.get(), &files));
+    // As its primary does (ShardServer::RestoreCheckpoint).
+    PS_RETURN_IF_ERROR(LoadRecentPushes(b->job_, shard, generation, &b->recent_pushes_));
     b->clocks_.StartAt(generation.clock);
     b->started_clock_ = generation.clock;
     PS_LOG_INFO("{}: restored {}", b->name_, restored.from);

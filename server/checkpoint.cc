@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <optional>
 #include <set>
@@ -58,7 +59,93 @@ class SnapshotSink : public RowSink {
   ShardSnapshot* out_;
 };
 
+constexpr char kRecentMagic[4] = {'P', 'S', 'R', 'P'};
+constexpr uint32_t kRecentFormat = 1;
+
+// FNV-1a (64 bits) of `bytes`: the recent-pushes file's check.
+uint64_t Fnv1a(std::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (char c : bytes) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+template <typename T>
+void AppendLittle(std::string* out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>(value >> (8 * i)));
+}
+
+template <typename T>
+T ReadLittle(const char* in) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    value |= static_cast<T>(static_cast<unsigned char>(in[i])) << (8 * i);
+  }
+  return value;
+}
+
 }  // namespace
+
+StatusOr<std::vector<uint64_t>> ReadRecentPushes(const std::string& generation) {
+  const std::string path = (fs::path(generation) / kRecentPushesFile).string();
+  std::vector<uint64_t> numbers;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (ec) return DataLossError(path + ": cannot be looked at: " + ec.message());
+    return numbers;
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return DataLossError(path + ": cannot be read: " + ec.message());
+  std::string bytes(static_cast<size_t>(size), '\0');
+  std::ifstream in(path, std::ios::binary);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return DataLossError(path + ": cannot be read");
+  }
+  const auto corrupt = [&](const std::string& what) {
+    return DataLossError(path + " is corrupt: " + what +
+                         "; the generation's rows do not depend on it: move it aside to restore "
+                         "without it (a push applied before the generation and sent again "
+                         "would then be applied twice)");
+  };
+  constexpr size_t kHead = sizeof kRecentMagic + 4 + 8;
+  if (bytes.size() < kHead + 8) {
+    return corrupt(std::to_string(bytes.size()) + " bytes, fewer than its header and hash");
+  }
+  if (std::memcmp(bytes.data(), kRecentMagic, sizeof kRecentMagic) != 0) {
+    return corrupt("it does not start with \"PSRP\"");
+  }
+  const auto format = ReadLittle<uint32_t>(bytes.data() + 4);
+  if (format != kRecentFormat) {
+    return corrupt("format " + std::to_string(format) + ", not " + std::to_string(kRecentFormat));
+  }
+  const auto count = ReadLittle<uint64_t>(bytes.data() + 8);
+  if (count != (bytes.size() - kHead - 8) / 8 || (bytes.size() - kHead) % 8 != 0) {
+    return corrupt("it says " + std::to_string(count) + " numbers in " +
+                   std::to_string(bytes.size()) + " bytes");
+  }
+  const size_t body = bytes.size() - 8;
+  if (ReadLittle<uint64_t>(bytes.data() + body) != Fnv1a(std::string_view(bytes.data(), body))) {
+    return corrupt("its hash does not match its bytes");
+  }
+  numbers.reserve(count);
+  for (size_t at = kHead; at < body; at += 8) numbers.push_back(ReadLittle<uint64_t>(bytes.data() + at));
+  return numbers;
+}
+
+Status CheckpointDir::WriteRecentPushes(const std::string& tmp,
+                                        const std::vector<uint64_t>& numbers) {
+  std::string bytes(kRecentMagic, sizeof kRecentMagic);
+  AppendLittle<uint32_t>(&bytes, kRecentFormat);
+  AppendLittle<uint64_t>(&bytes, numbers.size());
+  for (uint64_t n : numbers) AppendLittle<uint64_t>(&bytes, n);
+  AppendLittle<uint64_t>(&bytes, Fnv1a(bytes));
+  const std::string path = tmp + "/" + std::string(kRecentPushesFile);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, files_->NewWritableFile(path));
+  PS_RETURN_IF_ERROR(file->Append(bytes));
+  return file->Close();
+}
 
 Status CheckpointDir::WriteShardsFile(const std::string& tmp, uint32_t num_shards) {
   return WriteEmptyFile(tmp + "/" + GenerationShardsFileName(num_shards));
@@ -129,6 +216,9 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
     }
     written = WriteGenerationDatabase(*files_, snapshot, tmp, options.at_stage, rows_written);
     if (written.ok()) written = WriteShardsFile(tmp, snapshot.num_shards);
+    if (written.ok() && !snapshot.recent_pushes.empty()) {
+      written = WriteRecentPushes(tmp, snapshot.recent_pushes);
+    }
     if (written.ok() && snapshot.delta()) {
       written = WriteEmptyFile(tmp + "/" + GenerationBaseFileName(snapshot.base_clock));
     }

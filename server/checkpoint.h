@@ -8,7 +8,11 @@
 //                       for the state after every update of the clocks
 //                       < <clock>; beside it the empty file shards-<n>,
 //                       the number of shards that wrote the generation
-//                       (server/checkpoint_layout.h).
+//                       (server/checkpoint_layout.h), and, when the
+//                       shard recorded them, the file recent-pushes (the
+//                       ids of the pushes it applied lately: a restored
+//                       shard acknowledges one sent again, not applying it
+//                       twice; kRecentPushesFile below).
 //   gen-<clock>.tmp/    a generation being written (or torn by a crash):
 //                       never read, removed by the next Write.
 // A generation is full (every row) or, with checkpoint.full_every above 1,
@@ -133,10 +137,24 @@ class CheckpointDir {
   // file at `path`.
   Status WriteShardsFile(const std::string& tmp, uint32_t num_shards);
   Status WriteEmptyFile(const std::string& path);
+  // The recent-pushes file of the generation being written, `tmp`.
+  Status WriteRecentPushes(const std::string& tmp, const std::vector<uint64_t>& numbers);
   const std::string path_;
   OsFilesystem os_files_;  // used when Open was given no Filesystem
   Filesystem* const files_;
 };
+
+// The file beside a generation's database holding its shard's recent
+// pushes at the snapshot (ShardSnapshot::recent_pushes), when it had any:
+// "PSRP", format 1 (u32), the count of numbers (u64), the numbers (u64
+// each), and an FNV-1a hash (u64) of every byte before it; little-endian.
+inline constexpr std::string_view kRecentPushesFile = "recent-pushes";
+
+// The numbers in `generation`'s recent-pushes file (a generation folder);
+// empty when it has none (written without them, or by an older build).
+// DataLoss naming the file when it is malformed (short, another magic or
+// format, a count it cannot hold, a wrong hash).
+StatusOr<std::vector<uint64_t>> ReadRecentPushes(const std::string& generation);
 
 }  // namespace ps
 

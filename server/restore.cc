@@ -381,4 +381,27 @@ StatusOr<RestoreResult> RestoreGeneration(const JobOptions& job, uint32_t shard,
   return ReshardedRestore(job, shard, point.clock, point.writers, store, read).Run();
 }
 
+Status LoadRecentPushes(const JobOptions& job, uint32_t shard, const RestorePoint& point,
+                        RecentPushes* recent) {
+  const auto servers = static_cast<uint32_t>(job.cluster.servers.size());
+  std::vector<uint32_t> writers;
+  if (point.writers == servers) {
+    writers.push_back(shard);
+  } else {
+    for (uint32_t s = 0; s < point.writers; ++s) writers.push_back(s);
+  }
+  for (uint32_t s : writers) {
+    const std::string generation =
+        ShardCheckpointDir(job.checkpoint.dir, s) + "/" + GenerationName(point.clock);
+    PS_ASSIGN_OR_RETURN(const std::vector<uint64_t> numbers, ReadRecentPushes(generation));
+    if (!numbers.empty() && !recent->Decode(numbers)) {
+      return DataLossError(generation + "/" + std::string(kRecentPushesFile) +
+                           " does not hold a window of recent pushes for each of the job's " +
+                           std::to_string(job.cluster.workers) +
+                           " workers; move it aside to restore without it");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace ps

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_layout.h"
+#include "server/recent_pushes.h"
 #include "store/shard_store.h"
 
 namespace ps {
@@ -94,6 +95,17 @@ struct RestoreResult {
 StatusOr<RestoreResult> RestoreGeneration(const JobOptions& job, uint32_t shard,
                                           const RestorePoint& point, ShardStore* store,
                                           Filesystem* files, const GenerationReadOptions& read = {});
+
+// Records in `recent` the pushes the shards that wrote generation `point`
+// had applied lately (their recent-pushes files, server/checkpoint.h):
+// shard `shard`'s own when the job's shard count wrote it, else every old
+// shard's (a push's ids name it alone: whichever new shard it reaches, its
+// update is in the rows restored). A generation without the file adds
+// none. DataLoss naming a malformed file, or one whose windows do not fit
+// the job's workers and window size.
+// REQUIRES: point.clock >= 0.
+Status LoadRecentPushes(const JobOptions& job, uint32_t shard, const RestorePoint& point,
+                        RecentPushes* recent);
 
 }  // namespace ps
 

@@ -26,6 +26,10 @@ Status ShardServer::RestoreCheckpoint(const RestorePoint& point) {
   // first, then copying, cost a fifth of a 1.2 GB shard's recovery).
   PS_ASSIGN_OR_RETURN(const RestoreResult restored,
                       RestoreGeneration(job_, shard_, point, store_.get(), &env_->filesystem()));
+  // A push its shards applied before the generation and that comes again
+  // (its acknowledgement lost with the shard) is acknowledged, not applied
+  // twice.
+  PS_RETURN_IF_ERROR(LoadRecentPushes(job_, shard_, point, &recent_pushes_));
   // The generation's meta records were checked to be of this clock.
   clocks_.StartAt(point.clock);
   started_clock_ = point.clock;
@@ -53,8 +57,14 @@ void ShardServer::StartCheckpointTrigger() {
   options.full_every = job_.checkpoint.full_every;
   checkpoint_trigger_ = std::make_unique<CheckpointTrigger>(
       std::move(options), *checkpoints_,
-      [this](int64_t clock, const DeltaSince* since) {
-        return store_->CheckpointSnapshot(job_, shard_, clock, since);
+      [this](int64_t clock, const DeltaSince* since) -> StatusOr<ShardSnapshot> {
+        PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot,
+                            store_->CheckpointSnapshot(job_, shard_, clock, since));
+        // Every push recorded is applied, so in the rows, unless pushes
+        // wait in sums (consistency.aggregate), whose ids are not told
+        // apart here: then none.
+        if (!push_policy_.aggregate()) snapshot.recent_pushes = recent_pushes_.Encode();
+        return snapshot;
       },
       *clock_,
       [this](CheckpointTrigger::Answer& answer) { SendCheckpointAnswer(answer); }, started_clock_);

@@ -223,6 +223,14 @@ struct ShardSnapshot {
   int64_t base_clock = -1;
   uint64_t base_id = 0;
   bool delta() const { return base_clock >= 0; }
+  // The shard's recent pushes at the snapshot (RecentPushes::Encode,
+  // server/recent_pushes.h), every one of them applied and so in the
+  // snapshot's rows; empty when the shard does not record them (under
+  // consistency.aggregate a push waits in a sum). Written beside the
+  // database (server/checkpoint.h, kRecentPushesFile), so that a shard
+  // restored from the generation acknowledges such a push sent again
+  // instead of applying it twice.
+  std::vector<uint64_t> recent_pushes;
   // Taken from a store by ShardStore::CheckpointSnapshot: true when it
   // holds only what changed since the epoch asked for (a delta, whose
   // caller sets base_clock and base_id); false for every row. Not written.

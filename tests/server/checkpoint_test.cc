@@ -216,6 +216,54 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   EXPECT_EQ(Names(ckpt_->path()), std::set<std::string>{"gen-12"});
 }
 
+// The shard's recent pushes go beside the database and come back as
+// written; a generation without them reads as none; every damage to the
+// file is DataLoss naming it.
+TEST_F(CheckpointTest, RecentPushesRoundTripAndDamageIsNamed) {
+  ShardSnapshot s = Snapshot(3);
+  ASSERT_OK(ckpt_->Write(s, {}));
+  auto none = ReadRecentPushes(Gen(3).string());
+  ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(Names(Gen(3)).count(std::string(kRecentPushesFile)), 0u);
+
+  s = Snapshot(4);
+  s.recent_pushes = {2, 7, 1, 7, 2, 0};  // 2 workers: two ids, then none
+  ASSERT_OK(ckpt_->Write(s, {}));
+  auto read = ReadRecentPushes(Gen(4).string());
+  ASSERT_OK(read);
+  EXPECT_EQ(*read, s.recent_pushes);
+  // The rows read as ever.
+  auto rows = ckpt_->Read(4);
+  ASSERT_OK(rows);
+  ExpectSame(*rows, s);
+
+  const fs::path file = Gen(4) / std::string(kRecentPushesFile);
+  std::string good(fs::file_size(file), '\0');
+  ASSERT_TRUE(std::ifstream(file, std::ios::binary).read(good.data(), good.size()));
+  ASSERT_EQ(good.size(), 4u + 4 + 8 + 6 * 8 + 8);
+  const auto expect_damaged = [&](const std::string& bytes, const std::string& why) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    auto damaged = ReadRecentPushes(Gen(4).string());
+    ASSERT_FALSE(damaged.ok()) << why;
+    EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss) << why;
+    EXPECT_NE(damaged.status().message().find(file.string() + " is corrupt: " + why),
+              std::string::npos)
+        << damaged.status().ToString();
+    EXPECT_NE(damaged.status().message().find("move it aside"), std::string::npos);
+  };
+  expect_damaged(good.substr(0, 10), "10 bytes, fewer than its header and hash");
+  expect_damaged("XXXX" + good.substr(4), "it does not start with \"PSRP\"");
+  std::string other = good;
+  other[4] = 2;
+  expect_damaged(other, "format 2, not 1");
+  expect_damaged(good.substr(0, good.size() - 8 - 3) + good.substr(good.size() - 8),
+                 "it says 6 numbers in 69 bytes");
+  std::string flipped = good;
+  flipped[30] ^= 1;
+  expect_damaged(flipped, "its hash does not match its bytes");
+}
+
 // FTRL's z and n (two state arrays) go to disk and come back into a fresh
 // shard store, which then continues exactly as the one that wrote them.
 TEST_F(CheckpointTest, FtrlStateRoundTripsThroughAShardStore) {

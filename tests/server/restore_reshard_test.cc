@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -413,6 +414,46 @@ class ReshardRefusalTest : public ::testing::Test {
   std::string root_;
   JobOptions written_;
 };
+
+// The recent pushes a restored shard keeps: its own generation's on the
+// same shard count, every old shard's on another; a malformed file is named.
+TEST(RestoreRecentPushesTest, EveryOldShardsRecentPushesComeAlongAndAMalformedFileIsNamed) {
+  const std::string root = UniqueTempDir("restore_recent");
+  JobOptions written = Job(3);
+  written.checkpoint.dir = root;
+  TestStores stores = CreateTestStores(written);
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto snapshot = stores[s]->Snapshot(written, s, kClock);
+    ASSERT_OK(snapshot);
+    RecentPushes recent(written.cluster.workers, 8);
+    ASSERT_TRUE(recent.Insert(0, 100 + s, 1));  // worker 0's push to shard s
+    snapshot->recent_pushes = recent.Encode();
+    auto folder = CheckpointDir::Open(ShardCheckpointDir(root, s));
+    ASSERT_OK(folder);
+    ASSERT_OK((*folder)->Write(*snapshot, {.sync = false}));
+  }
+  const auto load = [&](uint32_t servers, uint32_t shard, RecentPushes* recent) {
+    JobOptions job = Job(servers);
+    job.checkpoint.dir = root;
+    return LoadRecentPushes(job, shard, RestorePoint{.clock = kClock, .writers = 3, .passed_over = ""}, recent);
+  };
+  RecentPushes own(written.cluster.workers, 8);
+  ASSERT_OK(load(3, 1, &own));
+  EXPECT_TRUE(own.Contains(0, 101, 1));
+  EXPECT_FALSE(own.Contains(0, 100, 1));
+  RecentPushes moved(written.cluster.workers, 8);
+  ASSERT_OK(load(2, 0, &moved));
+  for (uint64_t s = 0; s < 3; ++s) EXPECT_TRUE(moved.Contains(0, 100 + s, 1)) << s;
+
+  const std::string file =
+      ShardCheckpointDir(root, 2) + "/gen-" + std::to_string(kClock) + "/recent-pushes";
+  std::ofstream(file, std::ios::trunc) << "not the file";
+  RecentPushes broken(written.cluster.workers, 8);
+  Status refused = load(2, 1, &broken);
+  EXPECT_EQ(refused.code(), StatusCode::kDataLoss) << refused.ToString();
+  EXPECT_NE(refused.message().find(file + " is corrupt"), std::string::npos) << refused.ToString();
+  fs::remove_all(root);
+}
 
 TEST_F(ReshardRefusalTest, WhatMustAgreeIsCheckedAndTheDifferenceNamed) {
   ASSERT_OK(Refused(Job(2)));

@@ -644,6 +644,56 @@ TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMov
   thread_ = std::thread([this] { run_status_ = server_->Run(); });
 }
 
+// A shard restored from a generation acknowledges a push it applied before
+// the generation and that comes again (its acknowledgement lost with the
+// shard that died), instead of applying it twice: the generation carries
+// the recent pushes.
+TEST_F(ReshardShardServerTest, APushInTheRestoredGenerationSentAgainIsAcknowledgedNotAppliedTwice) {
+  const std::vector<float> before = Snapshot();
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);
+  for (uint32_t worker = 0; worker < 2; ++worker) {
+    MessageHeader clock = Header(Op::kClock, 0, 0, 0);
+    clock.worker = worker;
+    clock.clock = 0;
+    EXPECT_EQ(Ask(clock).op, Op::kClockOk);
+  }
+  MessageHeader checkpoint = Header(Op::kCheckpoint, 0, 0, 0);
+  checkpoint.worker = kControlWorker;
+  EXPECT_EQ(Ask(checkpoint).op, Op::kCheckpointOk);  // generation 1, being written
+  const auto written = dir_ / "shard-0" / "gen-1" / "recent-pushes";
+  for (int i = 0; i < 500 && !std::filesystem::exists(written); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(written));
+
+  // The shard dies and comes back from generation 1.
+  server_->Stop();
+  thread_.join();
+  ASSERT_OK(run_status_);
+  auto restored = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
+  ASSERT_OK(restored);
+  server_ = std::move(*restored);
+  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+  sock_.reset();
+  auto sock = Socket::Create(ctx_.get(), SocketType::kDealer, SocketOptions{});
+  ASSERT_OK(sock);
+  sock_ = std::move(*sock);
+  ASSERT_OK(sock_->Connect(server_->endpoint()));
+
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // sent again: acknowledged
+  EXPECT_EQ(Push(42, 2, 1).op, Op::kPushOk);  // a new one: applied
+  const std::vector<float> after = Snapshot();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    const float want = i / 4 == 5 ? before[i] + 2.0f : before[i];
+    ASSERT_EQ(after[i], want) << "float " << i;
+  }
+  server_->Stop();
+  thread_.join();
+  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
+  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+}
+
 class BspShardServerTest : public ShardServerTest {
  protected:
   void Adjust(JobOptions* job) override { job->consistency.mode = ConsistencyMode::kBsp; }
