@@ -34,17 +34,20 @@ std::string EtcdAuthority::ReplicaKey(const std::string& prefix, uint32_t shard,
   return prefix + "/shard/" + std::to_string(shard) + "/replica/" + std::to_string(replica);
 }
 
-std::string EtcdAuthority::Prefix(const JobOptions& job) {
+std::string EtcdAuthority::Prefix(const JobOptions& job, int64_t map_epoch) {
   const std::string& p = job.replication.etcd.prefix;
-  if (p.empty()) return "/ps/" + job.Fingerprint();
-  return p.back() == '/' ? p.substr(0, p.size() - 1) : p;
+  const std::string base = p.empty()              ? "/ps/" + job.Fingerprint()
+                           : p.back() == '/' ? p.substr(0, p.size() - 1)
+                                             : p;
+  return map_epoch >= 1 ? base + "/map/" + std::to_string(map_epoch) : base;
 }
 
-EtcdAuthority::EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica)
+EtcdAuthority::EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica,
+                             int64_t map_epoch)
     : job_(job),
       shard_(shard),
       replica_(replica),
-      prefix_(Prefix(job)),
+      prefix_(Prefix(job, map_epoch)),
       name_("replica " + std::to_string(replica) + " of shard " + std::to_string(shard)),
       period_(std::max<int64_t>(50, job.replication.etcd.lease_ttl_s * 1000 / 4)),
       valid_for_(job.replication.etcd.lease_ttl_s * 1000 * 3 / 4),
@@ -54,8 +57,8 @@ EtcdAuthority::~EtcdAuthority() { Stop(); }
 
 StatusOr<std::unique_ptr<EtcdAuthority>> EtcdAuthority::Create(const JobOptions& job,
                                                                uint32_t shard, uint32_t replica,
-                                                               bool join) {
-  std::unique_ptr<EtcdAuthority> a(new EtcdAuthority(job, shard, replica));
+                                                               bool join, int64_t map_epoch) {
+  std::unique_ptr<EtcdAuthority> a(new EtcdAuthority(job, shard, replica, map_epoch));
   const EtcdOptions& options = job.replication.etcd;
   PS_ASSIGN_OR_RETURN(a->etcd_,
                       EtcdClient::Create(options.endpoints,

@@ -10,7 +10,10 @@
 // shard, and that primary); ReplicaGone and ReplicaJoins act only on what
 // etcd shows (below), which is how the authority's own rounds call them.
 //
-// Keys, under replication.etcd.prefix (P):
+// Keys, under replication.etcd.prefix (P), followed by /map/<E> for a
+// server of shard map E >= 1 (a job moved onto other servers, ps_ctl
+// reshard: each map's shards are chosen afresh, whatever keys the old
+// map's servers still hold until their leases lapse):
 //   P/shard/<i>/primary     the primary's replica number, attached to its
 //                           lease; its create_revision is the epoch
 //   P/shard/<i>/replica/<j> "ready" (a backup from the start) or "joining"
@@ -99,8 +102,11 @@ class EtcdAuthority : public Authority {
   // file). Errors: Unavailable when etcd cannot be reached (naming the
   // endpoints); what etcd refuses.
   // REQUIRES: job.Validate().ok(), authority etcd, replica < factor.
+  // `map_epoch`: the shard map the server serves in (ps_server
+  // --map-epoch).
   static StatusOr<std::unique_ptr<EtcdAuthority>> Create(const JobOptions& job, uint32_t shard,
-                                                         uint32_t replica, bool join);
+                                                         uint32_t replica, bool join,
+                                                         int64_t map_epoch = 0);
   ~EtcdAuthority() override;  // Stop()
   EtcdAuthority(const EtcdAuthority&) = delete;
   EtcdAuthority& operator=(const EtcdAuthority&) = delete;
@@ -138,11 +144,12 @@ class EtcdAuthority : public Authority {
   // Key names (tests).
   static std::string PrimaryKey(const std::string& prefix, uint32_t shard);
   static std::string ReplicaKey(const std::string& prefix, uint32_t shard, uint32_t replica);
-  // replication.etcd.prefix, or "/ps/<fingerprint>" when it is empty.
-  static std::string Prefix(const JobOptions& job);
+  // replication.etcd.prefix, or "/ps/<fingerprint>" when it is empty;
+  // then "/map/<map_epoch>" when map_epoch >= 1.
+  static std::string Prefix(const JobOptions& job, int64_t map_epoch = 0);
 
  private:
-  EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica);
+  EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica, int64_t map_epoch);
   void Run();
   // One round: renews the lease, registers, then the role's step. A
   // non-OK status that is not fatal is logged and the next round tries

@@ -10,7 +10,10 @@
 // common/rank.h).
 // Exits 0 after SHUTDOWN, SIGTERM or SIGINT; 2 on a bad config or flag; 1
 // when serving fails; 3 when the shard handed its rows over to another
-// server count (ps_ctl reshard, server/reshard_gate.h). SIGHUP reads the key files again (security.mode
+// server count (ps_ctl reshard, server/reshard_gate.h); 4 when etcd's
+// authority stopped this replica (its lease is gone, or its shard has
+// another primary than the one it followed): started again, it rejoins.
+// SIGHUP reads the key files again (security.mode
 // curve: a rotated worker key). --check exits 0 after one line on stdout naming the
 // shard and its address; it resolves no name and opens no socket, so it
 // runs where the cluster's names do not resolve (a build machine, an
@@ -69,6 +72,9 @@ namespace {
 // The exit code of a shard that handed its rows over to another server
 // count; ps_launch starts the servers of the next map once they all did.
 constexpr int kExitHandedOver = 3;
+// The exit code of a replica etcd's authority stopped; started again, it
+// rejoins its shard (ps_launch restarts it, within liveness.server_restarts).
+constexpr int kExitStoppedByAuthority = 4;
 
 // ps_server's flags.
 struct ServerFlags {
@@ -200,7 +206,8 @@ class ServerProcess {
   // The etcd authority (which says what this replica is) and the metrics.
   ps::Status Setup() {
     if (job_.replication.authority == ps::ReplicationAuthority::kEtcd) {
-      auto created = ps::EtcdAuthority::Create(job_, shard_, flags_.replica, join_);
+      auto created =
+          ps::EtcdAuthority::Create(job_, shard_, flags_.replica, join_, flags_.map_epoch);
       if (!created.ok()) {
         return created.status().WithContext("replica " + std::to_string(flags_.replica) +
                                             " of shard " + std::to_string(shard_));
@@ -273,7 +280,7 @@ class ServerProcess {
     }
     if (const std::string reason = StoppedByAuthority(); !reason.empty()) {
       PS_LOG_ERROR("backup {} of shard {} stopped: {}", flags_.replica, shard_, reason);
-      return 1;
+      return kExitStoppedByAuthority;
     }
     if (!(*backup)->promoted()) {
       Linger();
@@ -327,7 +334,7 @@ class ServerProcess {
     Linger();
     if (const std::string reason = StoppedByAuthority(); !reason.empty()) {
       PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard_, flags_.replica, reason);
-      return 1;
+      return kExitStoppedByAuthority;
     }
     if (!s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());

@@ -102,11 +102,6 @@ void ShardServer::HandleReshard(Frame& routing_id, MessageHeader& reply) {
     if (checkpoint_trigger_ == nullptr) {
       why_not = "the job has no checkpoint.dir; the rows move to the new servers through a "
                 "checkpoint generation: add a checkpoint section";
-    } else if (job_.replication.factor > 1 &&
-               job_.replication.authority == ReplicationAuthority::kEtcd) {
-      why_not = "replication.authority etcd: a running job whose primaries etcd chooses does "
-                "not change its server count yet; stop it and resume it on the new servers "
-                "(ps_launch --resume), or use replication.authority: launcher";
     }
     done = reshard_->Prepare(req, MaxWorkerClock(), why_not);
     if (done.ok()) {

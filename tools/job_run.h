@@ -59,6 +59,10 @@ class JobRun {
   // The exit code of a server that handed its rows over to another server
   // count (ps_server; server/reshard_gate.h).
   static constexpr int kExitHandedOver = 3;
+  // The exit code of a replica etcd's authority stopped (its lease is gone,
+  // or its shard has another primary than the one it followed): started
+  // again, it rejoins (ps_server).
+  static constexpr int kExitStoppedByAuthority = 4;
 
   StatusOr<int> Run();
 

@@ -284,11 +284,13 @@ bool JobRun::MaybeRestart(Child& child, const std::string& how, std::string* why
   if (job_.replication.factor > 1 &&
       job_.replication.authority == ReplicationAuthority::kEtcd) {
     // etcd decides who serves (a backup takes over once the dead one's
-    // lease lapses); started again, it asks etcd and rejoins as a backup.
+    // lease lapses); started again, it rejoins as a backup (--join: it never
+    // takes the shard afresh from a checkpoint, which would serve without
+    // the pushes its backups hold).
     return Respawn(child, job_.liveness.server_restarts, "liveness.server_restarts", how,
                    "etcd (replication.authority) decides which replica serves; it rejoins as "
                    "a backup",
-                   why_not, child.replica);
+                   why_not, child.replica, /*join=*/true);
   }
   if (authority_ != nullptr) return FailOver(child, how, why_not);
   if (job_.checkpoint.dir.empty() || !job_.checkpoint.restore) {
@@ -389,7 +391,10 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     EvaluatorExited(child, how, success);
     return;
   }
-  if (child.is_server && WIFSIGNALED(wait_status)) {
+  const bool stopped_by_etcd = child.is_server && WIFEXITED(wait_status) &&
+                               WEXITSTATUS(wait_status) == kExitStoppedByAuthority &&
+                               job_.replication.authority == ReplicationAuthority::kEtcd;
+  if (child.is_server && (WIFSIGNALED(wait_status) || stopped_by_etcd)) {
     if (MaybeRestart(child, how, &why_not)) return;
     why_not = "; " + why_not;
   }

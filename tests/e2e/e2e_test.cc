@@ -26,6 +26,7 @@
 #include "common/config.h"
 #include "common/subprocess.h"
 #include "server/checkpoint.h"
+#include "tests/util/etcd_server.h"
 #include "tests/util/free_port.h"
 #include "tests/util/status_matchers.h"
 #include "worker/backend_factory.h"
@@ -120,6 +121,8 @@ class E2eTest : public ::testing::Test {
         << more;
     return path;
   }
+  // Defined below its tests.
+  void ReshardReplicatedJob(const std::string& authority, bool kill_a_primary);
   // ps_launch on `config` in the background, its output in the file `log`.
   Subprocess* StartLaunchLogged(const std::string& config, const std::string& log) {
     return Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + config + " > " + log + " 2>&1"});
@@ -887,16 +890,17 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
   EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
 }
 
-// ps_ctl reshard of a replicated job (replication.factor 2, ps_launch the
-// authority): 2 servers -> 3 -> 2, each shard with a backup. Each old
-// primary hands over and its backup exits with it; ps_launch starts every
-// replica of the next map (backups first) once the old ones freed their
-// ports; the workers find each new shard's replicas from the map a moved
-// reply names. A primary of the 3-server map killed while the job trains
-// is replaced by its backup (nothing lost), and the next reshard moves the
-// job on from the promoted one. At the end every row holds the exact sum
-// of every push since clock 0.
-TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
+// ps_ctl reshard of a replicated job (replication.factor 2): 2 servers ->
+// 3 -> 2, each shard with a backup. Each old primary hands over and its
+// backup exits with it; ps_launch starts every replica of the next map
+// (backups first) once the old ones freed their ports; the workers find
+// each new shard's replicas from the map a moved reply names. A primary of
+// the 3-server map killed while the job trains is replaced by its backup
+// (nothing lost), and the next reshard moves the job on from the promoted
+// one. At the end every row holds the exact sum of every push since clock
+// 0. `authority` is the replication section's authority settings (the
+// launcher's, or etcd's); `kill_a_primary` false leaves out the kill.
+void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_primary) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string stop_file = (dir_ / "stop").string();
   std::ofstream(stop_file) << "";
@@ -904,7 +908,7 @@ TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAF
   const uint32_t offset = FreePortOffset(ports, 2);
   ASSERT_NE(offset, 0u);
   const std::string replicated = "replication: { factor: 2, port_offset: " +
-                                 std::to_string(offset) + " }\n" +
+                                 std::to_string(offset) + authority + " }\n" +
                                  "liveness: { server_down_timeout_ms: 20000 }\n";
   const auto job = [&](int servers, const std::string& name) {
     return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/true, 50, replicated);
@@ -941,18 +945,20 @@ TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAF
   EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
       << grown;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
-  // Shard 1's primary of map 1 dies: its backup serves.
-  {
-    static const std::regex started(R"(started server 1 of shard map 1 \(pid (\d+)\))");
-    const std::string text = read_log();
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(text, m, started)) << text;
-    ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
-  }
-  const auto deadline = Steady::now() + std::chrono::seconds(30);
-  while (read_log().find("serves as the primary") == std::string::npos &&
-         Steady::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(50));
+  if (kill_a_primary) {
+    // Shard 1's primary of map 1 dies: its backup serves.
+    {
+      static const std::regex started(R"(started server 1 of shard map 1 \(pid (\d+)\))");
+      const std::string text = read_log();
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(text, m, started)) << text;
+      ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
+    }
+    const auto deadline = Steady::now() + std::chrono::seconds(30);
+    while (read_log().find("serves as the primary") == std::string::npos &&
+           Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
   }
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
   const std::string shrunk = reshard(job3, job2);
@@ -973,13 +979,33 @@ TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAF
   EXPECT_NE(out.find("its primary handed the shard's rows over to shard map 1 at clock"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
+  if (kill_a_primary) {
+    EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
+  }
   const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
                             std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
                             " clocks";
   EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
   EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
   EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+}
+
+TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
+  ReshardReplicatedJob("", /*kill_a_primary=*/true);
+}
+
+// The same under etcd's authority (a real etcd on loopback), without the
+// kill (etcd_job_test.py covers fail-overs under etcd): each map's replicas
+// take their shards' keys under a prefix of the map's own, whatever keys
+// the old map's servers hold until their leases lapse.
+TEST_F(E2eTest, AReplicatedJobUnderEtcdGrowsAndShrinksWhileTrainingWithExactSums) {
+  auto etcd = EtcdServer::Start();
+  if (EtcdServer::NotInstalled(etcd.status())) GTEST_SKIP() << etcd.status().message();
+  ASSERT_OK(etcd);
+  ReshardReplicatedJob(", authority: etcd, etcd: { endpoints: [\"" + (*etcd)->endpoint() +
+                       "\"], prefix: /ps/e2e-reshard-" + std::to_string(getpid()) +
+                       ", lease_ttl_s: 1, request_timeout_ms: 300 }",
+                       /*kill_a_primary=*/false);
 }
 
 // A server killed while a reshard is committed but before the handover (a

@@ -217,7 +217,7 @@ class SplitBrainTest:
             for shard, replica in ((0, 0), (1, 1)):
                 host, p = servers[(shard, replica)]
                 code = p.wait(WAIT_S)
-                self.check(code == 1 and "lease lapsed" in p.output(),
+                self.check(code == 4 and "lease lapsed" in p.output(),
                            "replica %d of shard %d on %s stops once it learns its lease "
                            "lapsed (exit %s)" % (replica, shard, host, code), p.output()[-2000:])
                 again = self.server(c, host, shard, replica)
