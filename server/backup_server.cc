@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   if (join) {
     b->copying_ = true;
     b->in_sync_ = false;
+    b->in_sync_now_.store(false, std::memory_order_release);
     b->copy_next_row_.resize(job.tables.size(), 0);
   } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
     PS_ASSIGN_OR_RETURN(generation, ShardRestorePoint(files, job, shard, restore_clock));
@@ -162,9 +163,23 @@ bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routi
     }
     if (!in_sync_) {
       in_sync_ = true;
+      in_sync_now_.store(true, std::memory_order_release);
       PS_LOG_INFO("{} holds every entry its primary acknowledged (applied {}): a full replica "
                   "again",
                   name_, applied_);
+    }
+    return true;
+  }
+  if (copying_ && entry.flags == static_cast<uint32_t>(ReplicaEntry::kEnd)) {
+    // Its primary ends (the job's end, or a handover to another shard map)
+    // before the copy did: this replica ends with it, as one in sync does.
+    Status applied = Apply(entry, {}, nullptr);
+    if (applied.ok()) {
+      MessageHeader reply;
+      reply.op = Op::kReplicateOk;
+      reply.shard = shard_;
+      reply.request_id = entry.request_id;
+      Reply(routing_id, reply);
     }
     return true;
   }

@@ -286,6 +286,21 @@ Status EtcdAuthority::BackupStep(std::string* fatal) {
     return Status::Ok();
   }
   if (followed_ == 0) return Status::Ok();  // the job is starting: no primary yet
+  bool in_sync = true;
+  {
+    std::lock_guard<std::mutex> lock(in_sync_mu_);
+    if (in_sync_) in_sync = in_sync_();
+  }
+  if (!in_sync) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!lapsed_at_) lapsed_at_ = now;
+    if (now - *lapsed_at_ < std::chrono::seconds(job_.replication.etcd.lease_ttl_s)) {
+      return Status::Ok();  // a replica in sync may take the shard
+    }
+    *fatal = NotInSyncReason("it is still taking its primary's copy, and no replica in sync "
+                             "took the shard within a lease's time");
+    return Status::Ok();
+  }
   // The primary's lease lapsed: take the shard over, if nobody else did.
   StatusOr<MembershipChange> promoted = ReplicaGone(shard_, primary_);
   *fatal = fatal_;
@@ -293,6 +308,19 @@ Status EtcdAuthority::BackupStep(std::string* fatal) {
   // (said where it happened); the next round follows whoever holds it.
   if (promoted.status().code() == StatusCode::kAborted) return Status::Ok();
   return promoted.status();
+}
+
+std::string EtcdAuthority::NotInSyncReason(const std::string& why) const {
+  return "shard " + std::to_string(shard_) +
+         "'s primary is gone and this replica does not hold every push it acknowledged (" + why +
+         "); it stops rather than serve without them. A replica in sync takes over if there is "
+         "one; otherwise the shard has none: restart the job from its newest checkpoint "
+         "(checkpoint.dir; ps_launch --restore-clock), the pushes after it are lost";
+}
+
+void EtcdAuthority::SetInSync(std::function<bool()> in_sync) {
+  std::lock_guard<std::mutex> lock(in_sync_mu_);
+  in_sync_ = std::move(in_sync);
 }
 
 StatusOr<MembershipChange> EtcdAuthority::TakeOver() {
@@ -315,13 +343,7 @@ StatusOr<MembershipChange> EtcdAuthority::TakeOver() {
     if (promoted.code() == StatusCode::kFailedPrecondition) {
       // Still taking its copy, or not in sync: pushes the dead primary
       // acknowledged are not here, and will never come.
-      fatal_ = "shard " + std::to_string(shard_) +
-               "'s primary is gone and this replica does not hold every push it acknowledged (" +
-               promoted.message() +
-               "); it stops rather than serve without them. A replica in sync takes over if "
-               "there is one; otherwise the shard has none: restart the job from its newest "
-               "checkpoint (checkpoint.dir; ps_launch --restore-clock), the pushes after it "
-               "are lost";
+      fatal_ = NotInSyncReason(promoted.message());
     }
     return AbortedError(name_ + ": its server cannot serve shard " + std::to_string(shard_) +
                         ": " + promoted.ToString() + "; the key was given back");

@@ -77,6 +77,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,13 @@ class EtcdAuthority : public Authority {
   // Stops and joins the thread. The lease is left to lapse: a backup must
   // not take over a shard whose job is ending.
   void Stop();
+  // A backup: whether its server holds every push its primary acknowledged
+  // (BackupServer::in_sync_now; called from the authority's thread; null:
+  // taken as yes). One that does not never takes a lapsed primary key: it
+  // leaves the shard to a replica in sync (one that took the key for a
+  // moment would stop that replica, which saw another primary), and stops
+  // once none took it within a lease's time. Thread-safe.
+  void SetInSync(std::function<bool()> in_sync);
 
   // Authority, over this replica's own shard (InvalidArgument for another).
   StatusOr<ShardMembership> Membership(uint32_t shard) const override;
@@ -151,6 +159,9 @@ class EtcdAuthority : public Authority {
  private:
   EtcdAuthority(const JobOptions& job, uint32_t shard, uint32_t replica, int64_t map_epoch);
   void Run();
+  // Why a backup not in sync stops when its primary is gone (`why`: how it
+  // is not).
+  std::string NotInSyncReason(const std::string& why) const;
   // One round: renews the lease, registers, then the role's step. A
   // non-OK status that is not fatal is logged and the next round tries
   // again; *fatal says the server must stop.
@@ -202,6 +213,10 @@ class EtcdAuthority : public Authority {
   uint64_t next_request_ = 1;
 
   std::function<void(const std::string&)> stop_server_;
+  std::mutex in_sync_mu_;
+  std::function<bool()> in_sync_;  // guarded by in_sync_mu_
+  // A backup not in sync: when it first saw its primary's key gone.
+  std::optional<std::chrono::steady_clock::time_point> lapsed_at_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;  // guarded by mu_

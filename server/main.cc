@@ -270,9 +270,15 @@ class ServerProcess {
     }
     g_backup = backup->get();
     (*backup)->SetMapEpoch(flags_.map_epoch);
+    if (authority_ != nullptr) {
+      // A copy still being taken never takes a lapsed primary key.
+      ps::BackupServer* copy = backup->get();
+      authority_->SetInSync([copy] { return copy->in_sync_now(); });
+    }
     StartAuthority();
     ps::Status s = (*backup)->Run();
     g_backup = nullptr;
+    if (authority_ != nullptr) authority_->SetInSync(nullptr);  // the copy goes below
     if (!(*backup)->promoted()) PublishRole("stopped");
     if (!s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());

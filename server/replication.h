@@ -387,6 +387,8 @@ class BackupServer {
   // start, or one that joined once its primary said so (kInSync). Only
   // such a backup accepts a promotion.
   bool in_sync() const { return in_sync_; }
+  // in_sync(), for another thread (the etcd authority's).
+  bool in_sync_now() const { return in_sync_now_.load(std::memory_order_acquire); }
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
@@ -456,6 +458,7 @@ class BackupServer {
   // and those of hashed tables; whether clocks and recent pushes came).
   bool copying_ = false;
   bool in_sync_ = true;
+  std::atomic<bool> in_sync_now_{true};  // in_sync_, for in_sync_now()
   std::vector<uint64_t> copy_next_row_;
   uint64_t copy_blocks_ = 0;
   uint64_t copy_sums_ = 0, copy_hashed_sums_ = 0;

@@ -86,6 +86,10 @@ class EtcdAuthorityTest : public ::testing::Test {
       server.join();
       return "no authority";
     }
+    // As ps_server does: the authority asks its server whether it holds
+    // every push.
+    BackupServer* copy = backup->get();
+    (*authority)->SetInSync([copy] { return copy->in_sync_now(); });
     std::mutex mu;
     std::condition_variable cv;
     std::optional<std::string> stopped;
@@ -107,6 +111,7 @@ class EtcdAuthorityTest : public ::testing::Test {
     }
     promoted_ = (*backup)->promoted();
     (*authority)->Stop();
+    (*authority)->SetInSync(nullptr);
     (*backup)->Stop();
     server.join();
     std::lock_guard<std::mutex> lock(mu);
@@ -132,19 +137,24 @@ TEST_F(EtcdAuthorityTest, ABackupInSyncTakesTheShardWhenThePrimaryKeyLapses) {
   EXPECT_EQ((*key)->value, "1");
 }
 
-TEST_F(EtcdAuthorityTest, ABackupNotInSyncGivesTheKeyBackAndStopsNamingTheCheckpoint) {
+TEST_F(EtcdAuthorityTest, ABackupNotInSyncLeavesTheKeyAndStopsNamingTheCheckpoint) {
   // A backup that joined and has no copy yet: the pushes its primary
-  // acknowledged meanwhile are on no other replica.
+  // acknowledged meanwhile are on no other replica. It never takes the key
+  // (a replica in sync would see another primary and stop), and stops once
+  // none took it within a lease's time.
   const std::optional<std::string> stopped = LoseThePrimary(/*join=*/true);
   ASSERT_TRUE(stopped.has_value()) << "the authority never stopped its server";
   EXPECT_FALSE(promoted_);
-  EXPECT_NE(stopped->find("does not hold every push it acknowledged"), std::string::npos)
+  EXPECT_NE(stopped->find("does not hold every push it acknowledged (it is still taking its "
+                          "primary's copy, and no replica in sync took the shard within a "
+                          "lease's time)"),
+            std::string::npos)
       << *stopped;
   EXPECT_NE(stopped->find("restart the job from its newest checkpoint"), std::string::npos)
       << *stopped;
   auto key = etcd_client_->Get(EtcdAuthority::PrimaryKey(EtcdAuthority::Prefix(job_), 0));
   ASSERT_OK(key);
-  EXPECT_FALSE(key->has_value()) << "the key was not given back";
+  EXPECT_FALSE(key->has_value()) << "the key was taken";
 }
 
 }  // namespace
