@@ -280,6 +280,8 @@ void ReplicationLog::Include(uint32_t worker) {
 }
 
 void ReplicationLog::End(int64_t handed_over_to, int64_t clock) {
+  if (ended_) return;  // the handover sent it already
+  ended_ = true;
   MessageHeader header;
   header.map_epoch = handed_over_to;
   header.clock = clock;

@@ -233,7 +233,8 @@ class ReplicationLog {
   void Exclude(uint32_t worker);
   void Include(uint32_t worker);
   // `handed_over_to` >= 1: the shard handed its rows over to that map at
-  // `clock` (ps_ctl reshard), and its backups exit as it does.
+  // `clock` (ps_ctl reshard), and its backups exit as it does. Once: a
+  // second call sends nothing.
   void End(int64_t handed_over_to = 0, int64_t clock = 0);
 
   // Sequence number of the last entry (0: none yet).
@@ -319,6 +320,7 @@ class ReplicationLog {
   std::vector<Backup> backups_;
   std::vector<Socket*> sockets_;
   uint64_t last_seq_ = 0;
+  bool ended_ = false;  // End() sent kEnd
   mutable uint64_t acknowledged_ = 0;  // see acknowledged()
   int64_t epoch_ = 0;
   std::vector<Frame> message_;  // reused

@@ -179,6 +179,11 @@ void ShardServer::Handover() {
   for (WaitingRequests::Waiting& w : waiting_.TakeAllPulls()) {
     Reply(w.frames[0], reshard_->Moved(w.request.header));
   }
+  // Nothing changes the shard's state from now on: its backups end now,
+  // not when it exits (a shard the next map leaves out lingers up to
+  // kHandoverLinger, and a backup of it may hold an address the next map
+  // takes). Their acknowledgements of earlier entries come first.
+  replication_->End(reshard_->next_epoch(), clock);
 }
 
 }  // namespace ps
