@@ -134,6 +134,41 @@ class E2eTest : public ::testing::Test {
     while (std::getline(in, line)) text += line + "\n";
     return text;
   }
+  // Waits (at most 60 s) until the file at `log` holds `what`.
+  static bool WaitForText(const std::string& log, const std::string& what) {
+    const auto deadline = Steady::now() + std::chrono::seconds(60);
+    while (ReadText(log).find(what) == std::string::npos && Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return ReadText(log).find(what) != std::string::npos;
+  }
+  // The newest clock worker 0 reported in the file at `log` ("[worker 0]
+  // clock N", every 100); -1 before the first.
+  static int64_t NewestClock(const std::string& log) {
+    static const std::regex line(R"(\[worker 0\] clock (\d+))");
+    const std::string text = ReadText(log);
+    int64_t newest = -1;
+    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
+    }
+    return newest;
+  }
+  // Waits (at most 60 s) until worker 0 reports a clock past `clock`.
+  static bool WaitPastClock(const std::string& log, int64_t clock) {
+    const auto deadline = Steady::now() + std::chrono::seconds(60);
+    while (NewestClock(log) <= clock && Steady::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return NewestClock(log) > clock;
+  }
+  // ps_ctl reshard from job file `from` to `to`, expected to succeed (the
+  // launch log at `log` shown if not); its output.
+  std::string ReshardTo(const std::string& from, const std::string& to, const std::string& log) {
+    auto [status, out] =
+        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
+    EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << ReadText(log);
+    return out;
+  }
   // Runs ps_launch on job file `path` (with --resume) to its end; its output.
   std::string RunLaunch(const std::string& path, bool resume) {
     std::vector<std::string> argv = {kLaunch, "--config", path};
@@ -837,30 +872,11 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
   Subprocess* launch = StartLaunchLogged(job2, log);
   ASSERT_NE(launch, nullptr);
   const auto read_log = [&] { return ReadText(log); };
-  // The newest clock worker 0 reported ("[worker 0] clock N", every 100).
-  const auto newest_clock = [&] {
-    static const std::regex line(R"(\[worker 0\] clock (\d+))");
-    const std::string text = read_log();
-    int64_t newest = -1;
-    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
-      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
-    }
-    return newest;
-  };
-  // Waits (at most 60 s) until worker 0 reports a clock past `clock`.
-  const auto wait_past = [&](int64_t clock) {
-    const auto deadline = Steady::now() + std::chrono::seconds(60);
-    while (newest_clock() <= clock && Steady::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return newest_clock() > clock;
-  };
+  const auto newest_clock = [&] { return NewestClock(log); };
+  const auto wait_past = [&](int64_t clock) { return WaitPastClock(log, clock); };
   ASSERT_TRUE(wait_past(0)) << read_log();
   const auto reshard = [&](const std::string& from, const std::string& to) {
-    auto [status, out] =
-        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
-    EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << read_log();
-    return out;
+    return ReshardTo(from, to, log);
   };
   const std::string grown = reshard(job2, job3);
   EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
@@ -918,27 +934,10 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_pri
   Subprocess* launch = StartLaunchLogged(job2, log);
   ASSERT_NE(launch, nullptr);
   const auto read_log = [&] { return ReadText(log); };
-  const auto newest_clock = [&] {
-    static const std::regex line(R"(\[worker 0\] clock (\d+))");
-    const std::string text = read_log();
-    int64_t newest = -1;
-    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
-      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
-    }
-    return newest;
-  };
-  const auto wait_past = [&](int64_t clock) {
-    const auto deadline = Steady::now() + std::chrono::seconds(60);
-    while (newest_clock() <= clock && Steady::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return newest_clock() > clock;
-  };
+  const auto newest_clock = [&] { return NewestClock(log); };
+  const auto wait_past = [&](int64_t clock) { return WaitPastClock(log, clock); };
   const auto reshard = [&](const std::string& from, const std::string& to) {
-    auto [status, out] =
-        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
-    EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << read_log();
-    return out;
+    return ReshardTo(from, to, log);
   };
   ASSERT_TRUE(wait_past(0)) << read_log();
   const std::string grown = reshard(job2, job3);
@@ -954,11 +953,7 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_pri
       ASSERT_TRUE(std::regex_search(text, m, started)) << text;
       ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
     }
-    const auto deadline = Steady::now() + std::chrono::seconds(30);
-    while (read_log().find("serves as the primary") == std::string::npos &&
-           Steady::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
+    WaitForText(log, "serves as the primary");
   }
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
   const std::string shrunk = reshard(job3, job2);
@@ -1026,13 +1021,7 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
   Subprocess* launch = StartLaunchLogged(job2, log);
   ASSERT_NE(launch, nullptr);
   const auto read_log = [&] { return ReadText(log); };
-  const auto wait_for = [&](const std::string& what) {
-    const auto deadline = Steady::now() + std::chrono::seconds(60);
-    while (read_log().find(what) == std::string::npos && Steady::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return read_log().find(what) != std::string::npos;
-  };
+  const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
   const auto pid_of = [&](const std::string& name) {
     const std::regex started("started " + name + R"( \(pid (\d+)\))");
     const std::string text = read_log();
@@ -1122,11 +1111,7 @@ TEST_F(E2eTest, AServerOfTheNextMapKilledDuringTheMoveComesBackFromTheHandoverGe
                                                 " --to " + job3 + " --wait-s 60 > " + ctl_log +
                                                 " 2>&1"});
   ASSERT_NE(ctl, nullptr);
-  const auto deadline = Steady::now() + std::chrono::seconds(30);
-  while (ReadText(ctl_log).find("every shard hands over at clock 12") == std::string::npos &&
-         Steady::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
+  WaitForText(ctl_log, "every shard hands over at clock 12");
   ASSERT_NE(ReadText(ctl_log).find("every shard hands over at clock 12"), std::string::npos)
       << ReadText(ctl_log);
   clock_of_ones();  // 10
@@ -1204,13 +1189,7 @@ TEST_F(E2eTest, TheLauncherKilledDuringAReshardTakesItsProcessesAlongAndTheJobRe
     Subprocess* launch = StartLaunchLogged(job2, log);
     ASSERT_NE(launch, nullptr);
     const auto read_log = [&] { return ReadText(log); };
-    const auto wait_for = [&](const std::string& what) {
-      const auto deadline = Steady::now() + std::chrono::seconds(60);
-      while (read_log().find(what) == std::string::npos && Steady::now() < deadline) {
-        std::this_thread::sleep_for(milliseconds(10));
-      }
-      return read_log().find(what) != std::string::npos;
-    };
+    const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
     ASSERT_TRUE(wait_for("[worker 0] clock 100")) << read_log();
     // Every process ps_launch started so far (and of the next map, once it
     // starts them), by pid.
