@@ -95,6 +95,26 @@ class ShardServerTest : public ::testing::Test {
     return reply;
   }
 
+  // Pushes this shard counted as repeats (acknowledged, not applied): read
+  // with the shard stopped, which then serves again.
+  uint64_t RepeatedPushes() {
+    server_->Stop();
+    thread_.join();
+    const uint64_t repeats = server_->counters().repeated_pushes;
+    thread_ = std::thread([this] { run_status_ = server_->Run(); });
+    return repeats;
+  }
+  // Expects the shard's rows (Snapshot) to be `before` with `added` more
+  // in each float of row 5 of table 0 (dim 4), and nothing else changed.
+  void ExpectRow5Added(const std::vector<float>& before, float added) {
+    const std::vector<float> after = Snapshot();
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      const float want = i / 4 == 5 ? before[i] + added : before[i];
+      ASSERT_EQ(after[i], want) << "float " << i;
+    }
+  }
+
   static MessageHeader Header(Op op, uint32_t table, uint64_t count, uint32_t dim) {
     MessageHeader h;
     h.op = op;
@@ -550,17 +570,9 @@ TEST_F(ShardServerTest, RepeatedPushOfASessionIsAcknowledgedButAppliedOnce) {
   push(43, 1);  // another session's request 1
   push(0, 9);   // no session: never a repeat
   push(0, 9);
-  const std::vector<float> after = Snapshot();
-  ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); ++i) {
-    // Five of the six pushes of 1 to row 5 applied ("add"); nothing else changed.
-    const float want = i / 4 == 5 ? before[i] + 5.0f : before[i];
-    ASSERT_EQ(after[i], want) << "float " << i;
-  }
-  server_->Stop();
-  thread_.join();
-  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
-  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+  // Five of the six pushes of 1 to row 5 applied ("add"); nothing else changed.
+  ExpectRow5Added(before, 5.0f);
+  EXPECT_EQ(RepeatedPushes(), 1u);
 }
 
 // A shard with checkpoints, which can hand its rows over (ps_ctl reshard).
@@ -638,10 +650,7 @@ TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMov
   EXPECT_EQ(other.op, Op::kError);
   EXPECT_EQ(other.flags, kFlagMoved);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
-  server_->Stop();
-  thread_.join();
-  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
-  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+  EXPECT_EQ(RepeatedPushes(), 1u);
 }
 
 // A shard restored from a generation acknowledges a push it applied before
@@ -682,16 +691,8 @@ TEST_F(ReshardShardServerTest, APushInTheRestoredGenerationSentAgainIsAcknowledg
 
   EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // sent again: acknowledged
   EXPECT_EQ(Push(42, 2, 1).op, Op::kPushOk);  // a new one: applied
-  const std::vector<float> after = Snapshot();
-  ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); ++i) {
-    const float want = i / 4 == 5 ? before[i] + 2.0f : before[i];
-    ASSERT_EQ(after[i], want) << "float " << i;
-  }
-  server_->Stop();
-  thread_.join();
-  EXPECT_EQ(server_->counters().repeated_pushes, 1u);
-  thread_ = std::thread([this] { run_status_ = server_->Run(); });
+  ExpectRow5Added(before, 2.0f);
+  EXPECT_EQ(RepeatedPushes(), 1u);
 }
 
 class BspShardServerTest : public ShardServerTest {
