@@ -98,6 +98,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "benchmarks/checkpoint_bench_cases.h"
 #include "benchmarks/machine.h"
 #include "common/options.h"
 #include "common/status.h"
@@ -131,17 +132,6 @@ void Fill(std::vector<float>* a, uint64_t k) {
     const uint32_t b = PatternBits(i, k);
     std::memcpy(&(*a)[i], &b, sizeof b);
   }
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// The arrays of a snapshot's only table: values, then its slots.
-std::vector<const std::vector<float>*> Arrays(const ShardSnapshot& s) {
-  std::vector<const std::vector<float>*> out = {&s.tables[0].values};
-  for (const auto& slot : s.tables[0].slots) out.push_back(&slot);
-  return out;
 }
 
 // Checks that `store` holds exactly the snapshot's values and slots.
@@ -230,72 +220,6 @@ struct Row {
   double write_ratio = 0, read_cold_ratio = 0, read_warm_ratio = 0;
   bool cold = false;
 };
-
-// A write of a shared snapshot with pushes meanwhile.
-struct Pushed {
-  double write_s = 0;
-  uint64_t pushes = 0;
-  uint64_t copies = 0;  // blocks the pushes copied
-  double median_push_s = 0, longest_push_s = 0;
-};
-
-// Takes a shared snapshot of `store` as generation `clock` (removing any
-// generation of that clock first) and writes it with sync: true on a
-// thread, while this thread pushes into table 0 block after block (each
-// push one block's rows of small gradients), back to back, until the
-// write is over. Then reads the generation back: DataLoss unless it holds
-// the store's state at the snapshot (a copy taken just before), bit for
-// bit.
-StatusOr<Pushed> WriteWhilePushing(const JobOptions& job, ShardStore& store, CheckpointDir& ckpt,
-                                   int64_t clock) {
-  fs::remove_all(ckpt.GenerationPath(clock));
-  ::sync();
-  const TableLayout& t = store.layouts()[0];
-  const uint64_t rows = t.owned.size();
-  PS_ASSIGN_OR_RETURN(const ShardSnapshot before, store.Snapshot(job, 0, clock));
-  PS_ASSIGN_OR_RETURN(ShardSnapshot shared, store.SharedSnapshot(job, 0, clock));
-  const uint64_t block_rows = shared.tables[0].shared.at(0).rows;  // the store's rows per block
-  const std::vector<float> grads(block_rows * t.dim, 1e-3f);
-  const uint64_t copies_before = store.copy_on_write_count();
-  std::atomic<bool> done{false};
-  Status written = InternalError("not written");
-  Pushed out;
-  std::thread writer([&] {
-    out.write_s = Time([&] { written = ckpt.Write(std::move(shared), {.sync = true, .keep = 1}); });
-    done.store(true, std::memory_order_release);
-  });
-  Status pushed = Status::Ok();
-  std::vector<double> push_s;
-  for (uint64_t first = 0; !done.load(std::memory_order_acquire) && pushed.ok();) {
-    Request push;
-    push.header.op = Op::kPush;
-    push.header.first_row = t.owned.begin + first;
-    push.header.count = std::min(block_rows, rows - first);
-    push.header.dim = t.dim;
-    push.header.flags = kFlagDenseRange;
-    push.values = std::span<const float>(grads.data(), push.header.count * t.dim);
-    push_s.push_back(Time([&] { pushed = store.ApplyPush(push, clock); }));
-    first += push.header.count;
-    if (first == rows) first = 0;
-  }
-  writer.join();
-  PS_RETURN_IF_ERROR(pushed);
-  PS_RETURN_IF_ERROR(written);
-  out.copies = store.copy_on_write_count() - copies_before;
-  out.pushes = push_s.size();
-  out.median_push_s = Median(push_s);
-  out.longest_push_s = push_s.empty() ? 0 : *std::max_element(push_s.begin(), push_s.end());
-
-  PS_ASSIGN_OR_RETURN(const ShardSnapshot read, ckpt.Read(clock));
-  for (size_t a = 0; a < Arrays(before).size(); ++a) {
-    if (!SameBits(*Arrays(read)[a], *Arrays(before)[a])) {
-      return DataLossError("the generation written during pushes differs from the state at its "
-                           "clock (array " +
-                           std::to_string(a) + ")");
-    }
-  }
-  return out;
-}
 
 StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
   const uint64_t rows = cfg.floats / dim;
@@ -432,7 +356,7 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
     PS_RETURN_IF_ERROR(st);
     ::sync();
 
-    PS_ASSIGN_OR_RETURN(const Pushed pushed, WriteWhilePushing(job, *live, *ckpt, clock));
+    PS_ASSIGN_OR_RETURN(const PushedWrite pushed, WriteWhilePushing(job, *live, *ckpt, clock));
     wpushed_s.push_back(pushed.write_s);
     pushes_n.push_back(static_cast<double>(pushed.pushes));
     copies_n.push_back(static_cast<double>(pushed.copies));
@@ -480,64 +404,6 @@ StatusOr<Row> RunDim(uint32_t dim, const Config& cfg, const fs::path& dir) {
   return row;
 }
 
-// The pause of a shared snapshot (median of --reps) of a store holding
-// only a hashed table of --hashed-rows rows of dim 16 with adagrad, which
-// SharedSnapshot copies (and sorts by hash slot, then id): its rows are not
-// blocks.
-struct HashedRow {
-  uint64_t rows = 0;
-  uint64_t bytes = 0;  // values and slot
-  double pause = 0;
-};
-StatusOr<HashedRow> HashedPause(const Config& cfg) {
-  constexpr uint32_t kDim = 16;
-  JobOptions job;
-  job.cluster.servers = {"127.0.0.1:7000"};
-  job.cluster.workers = 1;
-  TableOptions t;
-  t.name = "ids";
-  t.keys = KeyKind::kHashed;
-  t.dim = kDim;
-  t.max_rows = cfg.hashed_rows;
-  t.optimizer.kind = OptimizerKind::kAdagrad;
-  job.tables = {t};
-  PS_RETURN_IF_ERROR(job.Validate());
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Create(job, 0));
-  constexpr uint64_t kChunk = 10000;
-  std::vector<uint64_t> ids(kChunk);
-  const std::vector<float> grads(kChunk * kDim, 0.01f);
-  for (uint64_t first = 0; first < cfg.hashed_rows; first += kChunk) {
-    const uint64_t n = std::min(kChunk, cfg.hashed_rows - first);
-    for (uint64_t i = 0; i < n; ++i) ids[i] = (first + i + 1) * 0x9e3779b97f4a7c15ull;
-    Request push;
-    push.header.op = Op::kPush;
-    push.header.count = n;
-    push.header.dim = kDim;
-    push.keys = std::span<const uint64_t>(ids.data(), n);
-    push.values = std::span<const float>(grads.data(), n * kDim);
-    PS_RETURN_IF_ERROR(store->ApplyPush(push, 0));
-  }
-  if (store->stored_rows(0) != cfg.hashed_rows) {
-    return InternalError("the hashed table holds " + std::to_string(store->stored_rows(0)) +
-                         " rows, not " + std::to_string(cfg.hashed_rows));
-  }
-  HashedRow row;
-  row.rows = cfg.hashed_rows;
-  row.bytes = cfg.hashed_rows * kDim * sizeof(float) * 2;
-  std::vector<double> pause;
-  for (int r = 0; r < cfg.reps; ++r) {
-    StatusOr<ShardSnapshot> shared = InternalError("not taken");
-    pause.push_back(Time([&] { shared = store->SharedSnapshot(job, 0, r + 1); }));
-    PS_RETURN_IF_ERROR(shared.status());
-    if (shared->tables[0].ids.size() != cfg.hashed_rows) {
-      return DataLossError("the snapshot of the hashed table holds " +
-                           std::to_string(shared->tables[0].ids.size()) + " rows");
-    }
-  }
-  row.pause = Median(pause);
-  return row;
-}
-
 Status RunAll(const Config& cfg) {
   const fs::path parent = cfg.dir.empty() ? fs::temp_directory_path() : fs::path(cfg.dir);
   const fs::path dir = parent / ("ps_checkpoint_bench_" + std::to_string(::getpid()));
@@ -562,7 +428,7 @@ Status RunAll(const Config& cfg) {
   if (cfg.hashed_rows > 0) {
     std::fprintf(stderr, "checkpoint_bench: a hashed table of %" PRIu64 " rows ...\n",
                  cfg.hashed_rows);
-    PS_ASSIGN_OR_RETURN(hashed, HashedPause(cfg));
+    PS_ASSIGN_OR_RETURN(hashed, HashedSnapshotPause(cfg.hashed_rows, cfg.reps));
   }
   const double total = std::chrono::duration<double>(SteadyClock::now() - began).count();
 
