@@ -64,6 +64,9 @@ inline constexpr uint32_t kFlagLate = 16u;
 // (a replica that rejoins) and then replicates to it.
 inline constexpr uint32_t kMembershipPromote = 1u;
 inline constexpr uint32_t kMembershipDropBackup = 2u;
+// With kMembershipAddBackup the header's session may name the incarnation
+// of the replica's process the copy is for (under etcd, that process's
+// lease; 0: whichever listens at its address).
 inline constexpr uint32_t kMembershipAddBackup = 4u;
 
 // PRIMARY_OK flag: the replica that answered serves its shard's writes at
@@ -80,6 +83,13 @@ inline constexpr uint32_t kFlagNotPrimary = 1u;
 // and its text that map's servers, comma-separated. The client sends the
 // request again under that map.
 inline constexpr uint32_t kFlagMoved = 2u;
+
+// ERROR flag of a REPLICATE reply: the replica that refused the entry holds
+// no copy of the shard yet (a backup that joins, waiting for its copy).
+// A primary that replicated to an earlier process at that address learns
+// that this process is gone, and goes on without it until the authority
+// adds the new one (server/replication.h).
+inline constexpr uint32_t kFlagHoldsNoCopy = 4u;
 
 // RESHARD flags (exactly one): prepare to hand the shard over at the
 // header's clock to the servers of its text at map map_epoch; commit the

@@ -91,6 +91,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
     case ReplicaEntry::kCopyEnd:
     case ReplicaEntry::kCopyIds:
     case ReplicaEntry::kCopySketch:
+    case ReplicaEntry::kCopyBegin:
     case ReplicaEntry::kInSync:
       break;  // Handle's, never here
   }
@@ -257,10 +258,31 @@ Status BackupServer::ApplyCopyIds(const MessageHeader& entry, std::span<Frame> r
   return Status::Ok();
 }
 
+void BackupServer::StartCopy(int64_t epoch) {
+  copy_epoch_ = epoch;
+  ResetCopyProgress();
+}
+
+void BackupServer::ResetCopyProgress() {
+  const auto layouts = store_->layouts();
+  for (uint32_t t = 0; t < copy_next_row_.size(); ++t) {
+    // A hashed table's copy counts its rows from 0.
+    copy_next_row_[t] = layouts[t].hashed ? 0 : layouts[t].owned.begin;
+  }
+  copy_blocks_ = copy_sums_ = copy_hashed_sums_ = 0;
+  copy_clocks_ = copy_recent_ = false;
+}
+
 Status BackupServer::ApplyCopy(const MessageHeader& entry, std::span<Frame> rest) {
   const auto kind = static_cast<ReplicaEntry>(entry.flags);
   const auto layouts = store_->layouts();
   switch (kind) {
+    case ReplicaEntry::kCopyBegin:
+      // TakeCopyEntry starts a copy while none brought rows.
+      return DataLossError("a copy of epoch " + std::to_string(entry.epoch) + " began after " +
+                           std::to_string(copy_blocks_) + " entries of the copy of epoch " +
+                           std::to_string(copy_epoch_.value_or(0)) +
+                           ", which this replica holds part of");
     case ReplicaEntry::kCopyRows:
       return ApplyCopyRows(entry, rest);
     case ReplicaEntry::kCopyIds:

@@ -60,11 +60,7 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
   } else {
     PS_ASSIGN_OR_RETURN(b->store_, ShardStore::Create(job, shard, /*initialize=*/!join));
   }
-  for (uint32_t t = 0; t < b->copy_next_row_.size(); ++t) {
-    // A hashed table's copy counts its rows from 0.
-    const TableLayout& layout = b->store_->layouts()[t];
-    b->copy_next_row_[t] = layout.hashed ? 0 : layout.owned.begin;
-  }
+  b->ResetCopyProgress();
   if (generation.clock >= 0) {
     PS_ASSIGN_OR_RETURN(const RestoreResult restored,
                         RestoreGeneration(b->job_, shard, generation, b->store_.get(), &files));
@@ -196,10 +192,54 @@ bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routi
         std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
         " before its end");
     PS_LOG_WARN("{}", early.message());
-    Reply(routing_id, MakeErrorHeader(entry, shard_, early));
+    MessageHeader refusal = MakeErrorHeader(entry, shard_, early);
+    refusal.flags |= kFlagHoldsNoCopy;
+    Reply(routing_id, refusal);
     return true;
   }
   return false;
+}
+
+bool BackupServer::TakeCopyBegin(const MessageHeader& entry, Frame& routing_id) {
+  auto refuse = [&](const Status& why, bool holds_nothing) {
+    ++refused_;
+    MessageHeader refusal = MakeErrorHeader(entry, shard_, why);
+    if (holds_nothing) refusal.flags |= kFlagHoldsNoCopy;
+    Reply(routing_id, refusal);
+  };
+  if (copying_ && entry.session != 0 && incarnation_ != 0 && entry.session != incarnation_) {
+    // For the process of this replica before this one, which the primary's
+    // authority took for the one here: this one waits for its own.
+    const Status other = FailedPreconditionError(
+        name_ + " got a copy of epoch " + std::to_string(entry.epoch) + " for incarnation " +
+        std::to_string(entry.session) + ", another process of this replica (this one is " +
+        std::to_string(incarnation_) + "); it waits for a copy of its own");
+    PS_LOG_WARN("{}", other.message());
+    refuse(other, /*holds_nothing=*/true);
+    return true;
+  }
+  if (!copying_) {
+    // It holds a copy, and its primary sends another: the primary dropped
+    // it from its log (its authority took it for a new process), so what
+    // came since went elsewhere and this copy misses it. It is never
+    // promoted from here on; started again, it takes a copy of its own.
+    in_sync_ = false;
+    in_sync_now_.store(false, std::memory_order_release);
+    must_rejoin_ = name_ + " holds a copy, and its primary sends a new one (epoch " +
+                   std::to_string(entry.epoch) +
+                   "): it was dropped from the primary's log, so its copy misses what came "
+                   "since; it stops; start it again and it rejoins";
+    diverged_ = FailedPreconditionError(must_rejoin_);
+    PS_LOG_ERROR("{}", must_rejoin_);
+    refuse(diverged_, /*holds_nothing=*/false);
+    Stop();
+    return true;
+  }
+  if (copy_blocks_ > 0) return false;  // ApplyCopy refuses it: part of a copy is applied
+  // A copy begins (again: one that began before and brought no rows, its
+  // clocks at most, is overwritten by this one).
+  StartCopy(entry.epoch);
+  return true;
 }
 
 void BackupServer::TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>& frames) {
@@ -207,6 +247,22 @@ void BackupServer::TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>&
   MessageHeader reply;
   reply.shard = shard_;
   reply.request_id = entry.request_id;
+  const bool begins = entry.flags == static_cast<uint32_t>(ReplicaEntry::kCopyBegin);
+  if (begins && diverged_.ok() && TakeCopyBegin(entry, routing_id)) return;
+  if (diverged_.ok() && copying_ && !begins && copy_epoch_ != entry.epoch) {
+    // The rest of a copy sent to an earlier process at this address:
+    // refused, holding nothing of it; this one waits for its own copy.
+    ++refused_;
+    const Status stray = FailedPreconditionError(
+        name_ + " got entry " + std::to_string(entry.request_id) + " of a copy of epoch " +
+        std::to_string(entry.epoch) + " without its beginning (it went to an earlier process " +
+        "at this address); it waits for a copy of its own");
+    PS_LOG_WARN("{}", stray.message());
+    MessageHeader refusal = MakeErrorHeader(entry, shard_, stray);
+    refusal.flags |= kFlagHoldsNoCopy;
+    Reply(routing_id, refusal);
+    return;
+  }
   // The primary's copy for a joining backup; only its end is
   // acknowledged.
   Status copied =

@@ -237,10 +237,14 @@ Status EtcdAuthority::PrimaryStep(std::string* fatal) {
                   name_, j, gone->epoch);
       continue;
     }
+    // A registration is one process's: its lease. A replica started again
+    // before its previous process's lease lapsed puts the same key under a
+    // new lease (the key's create_revision stays), and it waits for a copy
+    // of its own.
     const EtcdKeyValue& kv = *it->second;
-    if (in_log == kv.create_revision) continue;
+    if (in_log == kv.lease) continue;
     if (in_log == 0 && kv.value == kReady) {
-      in_log_[j] = kv.create_revision;  // a backup from the start
+      in_log_[j] = kv.lease;  // a backup from the start
       continue;
     }
     if (kv.value != kJoining) continue;  // another primary's backup: it stops and rejoins
@@ -424,14 +428,14 @@ StatusOr<MembershipChange> EtcdAuthority::ReplicaJoins(uint32_t shard, uint32_t 
   int64_t epoch = 0;
   PS_RETURN_IF_ERROR(NewEpoch("join " + std::to_string(replica), &epoch, &fatal_));
   if (!fatal_.empty()) return FailedPreconditionError(fatal_);
-  PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, replica, epoch));
+  PS_RETURN_IF_ERROR(Tell(kMembershipAddBackup, replica, epoch, kv->lease));
   epoch_ = epoch;
   Extend(round_started_);
-  in_log_[replica] = kv->create_revision;
+  in_log_[replica] = kv->lease;
   return MembershipChange::Of(kMembershipAddBackup, shard_, replica, epoch);
 }
 
-Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
+Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch, int64_t incarnation) {
   MessageHeader h;
   h.op = Op::kMembership;
   h.request_id = next_request_++;
@@ -440,6 +444,7 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch) {
   h.replica = backup;
   h.epoch = epoch;
   h.shard = shard_;
+  h.session = static_cast<uint64_t>(incarnation);
   Frame frame = EncodeHeader(h);
   PS_RETURN_IF_ERROR(socket_->Send(std::span<Frame>(&frame, 1)));
   const auto deadline =

@@ -41,15 +41,19 @@
 //    one, else the shard is down and the job goes back to a checkpoint.
 //    The in-sync set needs no record at etcd: the primary acknowledges
 //    without a backup only once that backup's lease is gone (it drops it
-//    when its registration lapses), and a replica whose lease is gone can
-//    take no key.
+//    when its registration lapses) or its process is (a new process at its
+//    address holds no copy: kFlagHoldsNoCopy), and a replica whose lease
+//    is gone, or whose process is, can take no key.
 //  - Every call that etcd does not answer is tried again, each try waiting
 //    longer, until the lease may have lapsed (or, starting,
 //    replication.etcd.start_timeout_ms): a slow etcd is not a dead one.
 //  - A primary adds a replica registered "joining" (kMembershipAddBackup)
-//    and drops a backup whose registration is gone (kMembershipDropBackup),
-//    each at the revision of a write that holds only while it still holds
-//    the primary key.
+//    and drops a backup whose registration is gone (kMembershipDropBackup);
+//    it knows a registration by its lease, so a replica started again
+//    before its previous process's lease lapsed (its key put again, under
+//    the new process's lease) is dropped and added anew. Each change is made
+//    at the revision of a write that holds only while it still holds the
+//    primary key.
 //  - A replica that starts finds out what it is: the shard has a primary
 //    (another replica holds the key): it joins as a backup that takes a
 //    copy, with or without --join; none, and it is replica 0 (without
@@ -113,6 +117,8 @@ class EtcdAuthority : public Authority {
   EtcdAuthority& operator=(const EtcdAuthority&) = delete;
 
   Role role() const { return role_; }
+  // This process's etcd lease: the incarnation a copy for it names.
+  int64_t lease_id() const { return lease_id_; }
   // The lease the server acknowledges writes under (ShardServer::SetWriteLease).
   const WriteLease* lease() const { return &write_lease_; }
 
@@ -180,7 +186,9 @@ class EtcdAuthority : public Authority {
   // timed out and was applied counts as taken.
   StatusOr<EtcdTxnResult> TakeKey(const std::string& key);
   // MEMBERSHIP to this replica's own server.
-  Status Tell(uint32_t flags, uint32_t backup, int64_t epoch);
+  // `incarnation`: for kMembershipAddBackup, the lease of the process the
+  // primary joins (its copy is for that process alone; 0: any).
+  Status Tell(uint32_t flags, uint32_t backup, int64_t epoch, int64_t incarnation = 0);
   void Extend(WriteLease::Clock::time_point renewed);
 
   const JobOptions job_;
@@ -203,8 +211,9 @@ class EtcdAuthority : public Authority {
   WriteLease::Clock::time_point round_started_;
   std::string fatal_;
   bool registered_ = false;
-  // Primary: per replica, the registration (create_revision) its log
-  // replicates to: -1 none, 0 one from the start not seen yet.
+  // Primary: per replica, the registration (the lease of the process that
+  // put it) its log replicates to: -1 none, 0 one from the start not seen
+  // yet.
   std::vector<int64_t> in_log_;
   std::string last_problem_;  // logged once until it changes
   // Requests to the own server.

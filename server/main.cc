@@ -72,8 +72,10 @@ namespace {
 // The exit code of a shard that handed its rows over to another server
 // count; ps_launch starts the servers of the next map once they all did.
 constexpr int kExitHandedOver = 3;
-// The exit code of a replica etcd's authority stopped; started again, it
-// rejoins its shard (ps_launch restarts it, within liveness.server_restarts).
+// The exit code of a replica etcd's authority stopped, or of a backup its
+// primary dropped from its log while it ran (it got a new copy while it
+// held one); started again, it rejoins its shard (ps_launch restarts it,
+// within liveness.server_restarts).
 constexpr int kExitStoppedByAuthority = 4;
 
 // ps_server's flags.
@@ -271,6 +273,7 @@ class ServerProcess {
     g_backup = backup->get();
     (*backup)->SetMapEpoch(flags_.map_epoch);
     if (authority_ != nullptr) {
+      (*backup)->SetIncarnation(static_cast<uint64_t>(authority_->lease_id()));
       // A copy still being taken never takes a lapsed primary key.
       ps::BackupServer* copy = backup->get();
       authority_->SetInSync([copy] { return copy->in_sync_now(); });
@@ -288,6 +291,7 @@ class ServerProcess {
       PS_LOG_ERROR("backup {} of shard {} stopped: {}", flags_.replica, shard_, reason);
       return kExitStoppedByAuthority;
     }
+    if (!(*backup)->must_rejoin().empty()) return kExitStoppedByAuthority;
     if (!(*backup)->promoted()) {
       Linger();
       return (*backup)->handed_over() ? kExitHandedOver : 0;

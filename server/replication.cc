@@ -83,7 +83,7 @@ Status ReplicationLog::SendTo(Backup& b, ReplicaEntry kind, MessageHeader header
 
 Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
                             const ClockTable& clocks, const RecentPushes& recent,
-                            bool copy_sums) {
+                            bool copy_sums, uint64_t incarnation) {
   if (epoch < epoch_) {
     return FailedPreconditionError("shard " + std::to_string(shard_) + " is at epoch " +
                                    std::to_string(epoch_) + "; a membership change of epoch " +
@@ -112,9 +112,12 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
   b.copying = true;
   b.in_sync = false;
   epoch_ = epoch;
-  // The state as of entry last_seq_: every block (shared), then the sums,
-  // clocks and recent pushes; the entries after it follow on the same
-  // connection, so the backup applies them after the copy.
+  // The state as of entry last_seq_: its beginning, every block (shared),
+  // then the sums, clocks and recent pushes; the entries after it follow
+  // on the same connection, so the backup applies them after the copy.
+  MessageHeader begin;
+  begin.session = incarnation;
+  PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyBegin, begin, {}));
   uint64_t blocks = 0;
   for (uint32_t t = 0; t < store->layouts().size(); ++t) {
     if (store->layouts()[t].hashed) {
@@ -341,6 +344,17 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       // authority adds it (Join), and the copy starts then.
       PS_LOG_WARN("shard {}: {} takes a copy rather than the log from its start ({}); "
                   "replicating without it until it joins",
+                  shard_, b.name, StatusFromErrorHeader(*h).message());
+      Forget(index);
+      return Status::Ok();
+    }
+    if (reply.fault == ReplyFault::kRejected && (h->flags & kFlagHoldsNoCopy) != 0) {
+      // Another process listens at the backup's address and holds nothing
+      // (started again, it waits for a copy of its own): the process this
+      // log replicated to is gone and can never take the shard over. The
+      // shard goes on without it until the authority adds the new one.
+      PS_LOG_WARN("shard {}: {} is a new process that holds no copy yet ({}); its previous "
+                  "process is gone; replicating without it until it joins",
                   shard_, b.name, StatusFromErrorHeader(*h).message());
       Forget(index);
       return Status::Ok();

@@ -111,6 +111,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -181,6 +182,15 @@ enum class ReplicaEntry : uint32_t {
   // too and must refuse it alike. Not recorded as a push applied: the
   // worker may send it again.
   kRefusedPush = 18,
+  // The first entry of a copy (Join), before its rows: a joining backup
+  // takes the copy entries of this entry's epoch only. Entries of a copy
+  // whose beginning it never got were sent to an earlier process at its
+  // address (ZeroMQ delivers what that connection had queued to whoever
+  // listens there next): it refuses them, holding nothing, and waits for
+  // a copy of its own. session: the incarnation of the replica's process
+  // the copy is for (0: any; BackupServer::SetIncarnation). Answered only
+  // when refused; not counted in kCopyEnd's count.
+  kCopyBegin = 19,
 };
 
 // True for the kinds of a joining backup's copy.
@@ -188,7 +198,8 @@ inline bool IsCopyEntry(uint32_t kind) {
   return (kind >= static_cast<uint32_t>(ReplicaEntry::kCopyRows) &&
           kind <= static_cast<uint32_t>(ReplicaEntry::kCopyEnd)) ||
          kind == static_cast<uint32_t>(ReplicaEntry::kCopyIds) ||
-         kind == static_cast<uint32_t>(ReplicaEntry::kCopySketch);
+         kind == static_cast<uint32_t>(ReplicaEntry::kCopySketch) ||
+         kind == static_cast<uint32_t>(ReplicaEntry::kCopyBegin);
 }
 
 // "backup 1 of shard 0 (127.0.0.1:8001)": a replica in messages.
@@ -273,8 +284,10 @@ class ReplicationLog {
   // not wait for it until it has applied the whole copy (joined, in
   // Describe); then they do. FailedPrecondition for an epoch below the
   // current one or when `replica` is a backup of this log.
+  // `incarnation` (0: any) names the replica's process the copy is for
+  // (kCopyBegin's session): another process there refuses it.
   Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
-              const RecentPushes& recent, bool copy_sums = true);
+              const RecentPushes& recent, bool copy_sums = true, uint64_t incarnation = 0);
 
   // The log's part of STATS: each backup "acked", "copying" (it takes its
   // copy) or "catching_up" (it took it and is not in sync yet).
@@ -366,6 +379,14 @@ class BackupServer {
   // The shard map the replica serves in (ps_server --map-epoch), which its
   // STATS report.
   void SetMapEpoch(int64_t epoch) { map_epoch_ = epoch; }
+  // This process's incarnation (under etcd its lease; 0: none): a copy
+  // whose beginning names another one is for another process of this
+  // replica and is refused. Before Run.
+  void SetIncarnation(uint64_t incarnation) { incarnation_ = incarnation; }
+  // Why it stopped for its primary sent it a new copy while it held one
+  // (the primary dropped it from its log, so its copy misses entries):
+  // started again, it takes a copy of its own. Empty otherwise.
+  const std::string& must_rejoin() const { return must_rejoin_; }
   int64_t promoted_epoch() const { return promoted_epoch_; }
   // What a promoted backup hands its primary. REQUIRES: Run() returned.
   struct State {
@@ -424,6 +445,13 @@ class BackupServer {
   // Applies one entry of the primary's copy (kCopy*); at kCopyEnd the copy
   // is whole and the entries after entry.request_id follow.
   Status ApplyCopy(const MessageHeader& entry, std::span<Frame> rest);
+  // A copy of epoch `epoch` begins (kCopyBegin): its progress from the start.
+  void StartCopy(int64_t epoch);
+  // A kCopyBegin: taken, or refused (another incarnation's copy; a new copy
+  // for a backup that holds one, which then stops: must_rejoin). False
+  // when the entry is left to ApplyCopy (a copy begun again after rows).
+  bool TakeCopyBegin(const MessageHeader& entry, Frame& routing_id);
+  void ResetCopyProgress();
   // ApplyCopy of a kCopyRows entry: rows of one table, values and state.
   Status ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest);
   // ApplyCopy of a kCopyIds entry: rows of a hashed table by id.
@@ -459,6 +487,9 @@ class BackupServer {
   // order; entries of rows, sketches and sums taken, the sums among them
   // and those of hashed tables; whether clocks and recent pushes came).
   bool copying_ = false;
+  std::optional<int64_t> copy_epoch_;  // the epoch of the copy it takes (its kCopyBegin)
+  uint64_t incarnation_ = 0;
+  std::string must_rejoin_;
   bool in_sync_ = true;
   std::atomic<bool> in_sync_now_{true};  // in_sync_, for in_sync_now()
   std::vector<uint64_t> copy_next_row_;

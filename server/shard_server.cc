@@ -495,7 +495,7 @@ void ShardServer::HandleMembership(Frame& routing_id, const MessageHeader& reply
           ? replication_->Join(
                 replica, epoch, store_.get(), clocks_,
                 push_policy_.sums_replicated() ? held_.Replicated(recent_pushes_) : recent_pushes_,
-                /*copy_sums=*/!push_policy_.sums_replicated())
+                /*copy_sums=*/!push_policy_.sums_replicated(), /*incarnation=*/req.session)
           : FailedPreconditionError("shard " + std::to_string(shard_) +
                                     " is the primary already; only a backup is promoted");
   if (!changed.ok()) {

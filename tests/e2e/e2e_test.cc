@@ -122,7 +122,7 @@ class E2eTest : public ::testing::Test {
     return path;
   }
   // Defined below its tests.
-  void ReshardReplicatedJob(const std::string& authority, bool kill_a_primary);
+  void ReshardReplicatedJob(const std::string& authority);
   // ps_launch on `config` in the background, its output in the file `log`.
   Subprocess* StartLaunchLogged(const std::string& config, const std::string& log) {
     return Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + config + " > " + log + " 2>&1"});
@@ -915,8 +915,8 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
 // (nothing lost), and the next reshard moves the job on from the promoted
 // one. At the end every row holds the exact sum of every push since clock
 // 0. `authority` is the replication section's authority settings (the
-// launcher's, or etcd's); `kill_a_primary` false leaves out the kill.
-void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_primary) {
+// launcher's, or etcd's).
+void E2eTest::ReshardReplicatedJob(const std::string& authority) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string stop_file = (dir_ / "stop").string();
   std::ofstream(stop_file) << "";
@@ -944,17 +944,15 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_pri
   EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
       << grown;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
-  if (kill_a_primary) {
+  {
     // Shard 1's primary of map 1 dies: its backup serves.
-    {
-      static const std::regex started(R"(started server 1 of shard map 1 \(pid (\d+)\))");
-      const std::string text = read_log();
-      std::smatch m;
-      ASSERT_TRUE(std::regex_search(text, m, started)) << text;
-      ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
-    }
-    WaitForText(log, "serves as the primary");
+    static const std::regex started(R"(started server 1 of shard map 1 \(pid (\d+)\))");
+    const std::string text = read_log();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, started)) << text;
+    ASSERT_EQ(kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL), 0);
   }
+  WaitForText(log, "serves as the primary");
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
   const std::string shrunk = reshard(job3, job2);
   EXPECT_NE(shrunk.find("the job runs on 2 servers at map 2 from clock"), std::string::npos)
@@ -974,9 +972,7 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_pri
   EXPECT_NE(out.find("its primary handed the shard's rows over to shard map 1 at clock"),
             std::string::npos)
       << out;
-  if (kill_a_primary) {
-    EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
-  }
+  EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
   const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
                             std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
                             " clocks";
@@ -986,21 +982,22 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority, bool kill_a_pri
 }
 
 TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
-  ReshardReplicatedJob("", /*kill_a_primary=*/true);
+  ReshardReplicatedJob("");
 }
 
-// The same under etcd's authority (a real etcd on loopback), without the
-// kill (etcd_job_test.py covers fail-overs under etcd): each map's replicas
-// take their shards' keys under a prefix of the map's own, whatever keys
-// the old map's servers hold until their leases lapse.
-TEST_F(E2eTest, AReplicatedJobUnderEtcdGrowsAndShrinksWhileTrainingWithExactSums) {
+// The same under etcd's authority (a real etcd on loopback): each map's
+// replicas take their shards' keys under a prefix of the map's own,
+// whatever keys the old map's servers hold until their leases lapse. The
+// killed primary's replica started again (by ps_launch, at once, under a
+// new lease while the old one still holds its key) is joined by the
+// promoted primary and takes a copy of its own before the next reshard.
+TEST_F(E2eTest, AReplicatedJobUnderEtcdGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
   auto etcd = EtcdServer::Start();
   if (EtcdServer::NotInstalled(etcd.status())) GTEST_SKIP() << etcd.status().message();
   ASSERT_OK(etcd);
   ReshardReplicatedJob(", authority: etcd, etcd: { endpoints: [\"" + (*etcd)->endpoint() +
                        "\"], prefix: /ps/e2e-reshard-" + std::to_string(getpid()) +
-                       ", lease_ttl_s: 1, request_timeout_ms: 300 }",
-                       /*kill_a_primary=*/false);
+                       ", lease_ttl_s: 1, request_timeout_ms: 300 }");
 }
 
 // A server killed while a reshard is committed but before the handover (a

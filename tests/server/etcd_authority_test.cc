@@ -3,7 +3,8 @@
 // primary key lapses, a backup that holds every acknowledged push takes
 // the shard over, and one that does not (still taking its copy) gives the
 // key back and stops its server, saying so, instead of serving without
-// those pushes.
+// those pushes. A primary joins a replica again when a new process of it
+// registers, also before its previous process's lease lapsed.
 #include "server/etcd_authority.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 
 #include "server/etcd_client.h"
 #include "server/replication.h"
+#include "server/shard_server.h"
 #include "tests/util/etcd_server.h"
 #include "tests/util/free_port.h"
 #include "tests/util/status_matchers.h"
@@ -155,6 +157,70 @@ TEST_F(EtcdAuthorityTest, ABackupNotInSyncLeavesTheKeyAndStopsNamingTheCheckpoin
   auto key = etcd_client_->Get(EtcdAuthority::PrimaryKey(EtcdAuthority::Prefix(job_), 0));
   ASSERT_OK(key);
   EXPECT_FALSE(key->has_value()) << "the key was taken";
+}
+
+TEST_F(EtcdAuthorityTest, AReplicaStartedAgainBeforeItsOldLeaseLapsedIsJoinedAgain) {
+  // Replica 0, the primary: a real ShardServer under its own authority,
+  // as ps_server runs it. Replica 1 is played here by its registrations:
+  // no server listens at its address, so each copy stays queued.
+  auto authority = EtcdAuthority::Create(job_, 0, 0, /*join=*/false);
+  ASSERT_OK(authority);
+  ASSERT_EQ((*authority)->role(), EtcdAuthority::Role::kPrimary);
+  auto server = ShardServer::Create(job_, 0, "");
+  ASSERT_OK(server);
+  (*server)->SetWriteLease((*authority)->lease());
+  std::thread serve([&] { (*server)->Run().IgnoreError(); });
+  (*authority)->Start([](const std::string&) {});
+  const std::string prefix = EtcdAuthority::Prefix(job_);
+  const std::string replica_key = EtcdAuthority::ReplicaKey(prefix, 0, 1);
+  const std::string membership_key = prefix + "/shard/0/membership";
+  // The primary's newest membership change past revision `after` that
+  // adds replica 1 (a replica taken for a backup from the start, or one
+  // still in its log, is dropped first), waited for up to 10 s
+  // (lease_ttl_s is 1: a round every 250 ms).
+  auto next_join = [&](int64_t after) -> std::optional<EtcdKeyValue> {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto kv = etcd_client_->Get(membership_key);
+      if (kv.ok() && kv->has_value() && (*kv)->mod_revision > after) {
+        if ((*kv)->value == "join 1") return **kv;
+        EXPECT_EQ((*kv)->value, "drop 1");
+        after = (*kv)->mod_revision;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return std::nullopt;
+  };
+
+  // Its first process registers as joining: the primary adds it.
+  const int64_t first = etcd_client_->GrantLease(60).value();
+  ASSERT_OK(etcd_client_->Put(replica_key, "joining", first));
+  std::optional<EtcdKeyValue> joined = next_join(0);
+  ASSERT_TRUE(joined.has_value()) << "the primary never added replica 1";
+  // It dies and a new process starts at once, before the first one's
+  // lease lapsed: the same key (same create_revision), under the new
+  // process's lease. That process waits for a copy of its own, so the
+  // primary drops the old one and joins the new one, at a new epoch.
+  const int64_t second = etcd_client_->GrantLease(60).value();
+  ASSERT_OK(etcd_client_->Put(replica_key, "joining", second));
+  auto key = etcd_client_->Get(replica_key);
+  ASSERT_OK(key);
+  ASSERT_TRUE(key->has_value());
+  EXPECT_EQ((*key)->lease, second);
+  std::optional<EtcdKeyValue> rejoined = next_join(joined->mod_revision);
+  ASSERT_TRUE(rejoined.has_value()) << "the primary never joined the new process";
+  // And no other change while that registration stays (1 s: four rounds).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto last = etcd_client_->Get(membership_key);
+  ASSERT_OK(last);
+  ASSERT_TRUE(last->has_value());
+  EXPECT_EQ((*last)->mod_revision, rejoined->mod_revision) << (*last)->value;
+
+  (*authority)->Stop();
+  (*server)->Stop();
+  serve.join();
+  EXPECT_OK(etcd_client_->RevokeLease(first));
+  EXPECT_OK(etcd_client_->RevokeLease(second));
 }
 
 }  // namespace

@@ -363,6 +363,33 @@ INSTANTIATE_TEST_SUITE_P(Modes, RejoinTest,
                                            Mode{"asp", ConsistencyMode::kAsp, 0, false}),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// Worker 0 of a job of one table, joined, with a control client of the
+// same cluster (JoinWorker); Push sends a dense push of ones `times` times,
+// each waited for.
+struct JoinedWorker {
+  std::unique_ptr<ControlClient> control;
+  std::unique_ptr<Client> client;
+  uint64_t rows = 0;
+  void Push(int times) {
+    for (int i = 0; i < times; ++i) {
+      auto ticket = client->PushDense(0, SharedFloats::Take(std::vector<float>(rows, 1.0f)));
+      ASSERT_OK(ticket);
+      ASSERT_OK(client->Wait(*ticket));
+    }
+  }
+};
+void JoinWorker(const JobOptions& job, const ReplicatedCluster& cluster, uint64_t rows,
+                JoinedWorker* w) {
+  auto control = ControlClient::Create(job, cluster.endpoints());
+  ASSERT_OK(control);
+  auto client = Client::Create(job, 0, cluster.endpoints());
+  ASSERT_OK(client);
+  ASSERT_OK((*client)->Join());
+  w->control = std::move(*control);
+  w->client = std::move(*client);
+  w->rows = rows;
+}
+
 // A replica that starts after its primary took the shard (a slower host
 // at the job's start) finds a primary and joins, while the primary took it
 // for a backup from the start. Whether the primary sends it entries first
@@ -376,22 +403,14 @@ TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
                                                                          OptimizerKind::kAdd));
     ReplicatedCluster cluster(job, /*start_backups=*/false);
     cluster.StartBackup(0, 1, /*join=*/true);
-    auto control = ControlClient::Create(job, cluster.endpoints());
-    ASSERT_OK(control);
-    auto client = Client::Create(job, 0, cluster.endpoints());
-    ASSERT_OK(client);
-    ASSERT_OK((*client)->Join());
-    auto push = [&] {
-      auto ticket = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(kRows, 1.0f)));
-      ASSERT_OK(ticket);
-      ASSERT_OK((*client)->Wait(*ticket));
-    };
+    JoinedWorker w;
+    ASSERT_NO_FATAL_FAILURE(JoinWorker(job, cluster, kRows, &w));
     if (pushes_first) {
-      for (int i = 0; i < 3; ++i) push();
+      ASSERT_NO_FATAL_FAILURE(w.Push(3));
     }
-    ASSERT_OK((*control)->Membership(0, kMembershipAddBackup, 1, 2));
-    for (int i = 0; i < 3; ++i) push();
-    ASSERT_OK((*client)->Leave());
+    ASSERT_OK(w.control->Membership(0, kMembershipAddBackup, 1, 2));
+    ASSERT_NO_FATAL_FAILURE(w.Push(3));
+    ASSERT_OK(w.client->Leave());
     cluster.Stop();
     EXPECT_EQ(cluster.primary(0).store().CopyValues(0),
               std::vector<float>(kRows, pushes_first ? 6.0f : 3.0f));
@@ -400,6 +419,38 @@ TEST(ReplicationTest, AReplicaThatStartsAfterItsPrimaryJoinsWithoutStoppingIt) {
     EXPECT_EQ(b.store().CopyValues(0), cluster.primary(0).store().CopyValues(0));
     EXPECT_EQ(b.recent_pushes().Encode(), cluster.primary(0).recent_pushes().Encode());
   }
+}
+
+// A backup dies and starts again (as one that joins) before the authority
+// told the primary: under etcd that is up to a lease's time. The
+// primary's connection to its address reaches the new process, which
+// refuses the entries, holding nothing (kFlagHoldsNoCopy). The primary goes
+// on without it, acknowledging pushes, rather than stopping as it would for
+// a backup whose copy differs; the authority then adds the new process and
+// it takes a copy.
+TEST(ReplicationTest, ABackupStartedAgainBeforeItsPrimaryHeardIsLeftOutUntilItJoins) {
+  constexpr uint64_t kRows = 10;
+  JobOptions job = ReplicatedJob(1, 2, TestJob().Workers(1).Asp().Table("w", kRows, 1,
+                                                                       OptimizerKind::kAdd));
+  ReplicatedCluster cluster(job);
+  JoinedWorker w;
+  ASSERT_NO_FATAL_FAILURE(JoinWorker(job, cluster, kRows, &w));
+  ASSERT_NO_FATAL_FAILURE(w.Push(3));  // acknowledged by the backup
+  cluster.KillBackup(0, 1);
+  cluster.StartBackup(0, 1, /*join=*/true);
+  ASSERT_NO_FATAL_FAILURE(w.Push(3));  // refused there; acknowledged without it
+  auto stats = w.control->StructuredStats(0);
+  ASSERT_OK(stats);
+  // A log without backups reports none.
+  EXPECT_TRUE(!stats->replication.has_value() || stats->replication->backups.empty());
+  ASSERT_OK(w.control->Membership(0, kMembershipAddBackup, 1, 2));
+  ASSERT_NO_FATAL_FAILURE(w.Push(3));
+  ASSERT_OK(w.client->Leave());
+  cluster.Stop();
+  EXPECT_EQ(cluster.primary(0).store().CopyValues(0), std::vector<float>(kRows, 9.0f));
+  BackupServer& b = cluster.backup(0, 1);
+  EXPECT_FALSE(b.copying());
+  EXPECT_EQ(b.store().CopyValues(0), cluster.primary(0).store().CopyValues(0));
 }
 
 // A hashed table on replicated shards: every push reaches the backups (or,
@@ -904,7 +955,9 @@ TEST(ReplicationTest, AJoiningBackupIsPromotedOnlyOnceItHoldsEveryAcknowledgedEn
   MessageHeader reply = peer.Exchange(promote);
   EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
                      "still taking"));
-  // The copy: rows, clocks (worker 0 at clock 3), recent pushes, end.
+  // The copy: its beginning, rows, clocks (worker 0 at clock 3), recent
+  // pushes, end.
+  peer.Send(CopyEntry(ReplicaEntry::kCopyBegin, 7));
   MessageHeader rows = CopyEntry(ReplicaEntry::kCopyRows, 7);
   rows.table = 0;
   rows.first_row = 0;
@@ -965,6 +1018,7 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
                           "still taking"));
     } else if (c == 1) {
       // Rows [1, 5) where [0, ...) were expected.
+      peer.Send(CopyEntry(ReplicaEntry::kCopyBegin, 1));
       MessageHeader rows = CopyEntry(ReplicaEntry::kCopyRows, 1);
       rows.first_row = 1;
       rows.count = 4;
@@ -972,6 +1026,7 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
       EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "expected"));
     } else {
       // An end with no rows at all.
+      peer.Send(CopyEntry(ReplicaEntry::kCopyBegin, 1));
       reply = peer.Exchange(CopyEntry(ReplicaEntry::kCopyEnd, 1));
       EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kDataLoss, "missing"));
     }
@@ -981,6 +1036,92 @@ TEST(ReplicationTest, AJoiningBackupRefusesAnEntryBeforeItsCopyAndACopyWithRowsM
     EXPECT_EQ(backup->refused(), 1u);
     EXPECT_EQ(backup->applied(), 0u);
   }
+}
+
+TEST(ReplicationTest, AJoiningBackupTakesOnlyACopyForItselfAndStopsWhenSentASecond) {
+  // Shard 0 owns rows [0, 5): one block. This process is incarnation 42
+  // of replica 1 (under etcd: its lease).
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*", -1, /*join=*/true).value();
+  backup->SetIncarnation(42);
+  std::thread runner([&] { backup->Run().IgnoreError(); });
+  RawPeer peer(backup->endpoint());
+  const std::vector<int64_t> clocks = {3, 1, 3, 0};
+  auto entry = [](ReplicaEntry kind, int64_t epoch) {
+    MessageHeader h = CopyEntry(kind, 7);
+    h.epoch = epoch;
+    return h;
+  };
+  // The rest of a copy of epoch 4 whose beginning went to the process that
+  // listened here before (ZeroMQ sends what that connection still held to
+  // this one): each entry refused, saying that this replica holds nothing
+  // (kFlagHoldsNoCopy), so its primary goes on without it.
+  MessageHeader reply = peer.Exchange(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks));
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "of a copy of epoch 4 without its beginning"));
+  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  MessageHeader end = entry(ReplicaEntry::kCopyEnd, 4);
+  end.count = 1;
+  reply = peer.Exchange(end);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "without its beginning"));
+  // A log entry too, as before its copy.
+  MessageHeader finish = entry(ReplicaEntry::kFinish, 4);
+  finish.request_id = 8;
+  reply = peer.Exchange(finish);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "still taking"));
+  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  // A copy for incarnation 41, the process before it, which the primary's
+  // authority took for the one here: refused, holding nothing.
+  MessageHeader begin = entry(ReplicaEntry::kCopyBegin, 5);
+  begin.session = 41;
+  reply = peer.Exchange(begin);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "for incarnation 41, another process of this replica (this one is 42)"));
+  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  EXPECT_TRUE(backup->copying());
+  EXPECT_EQ(backup->refused(), 4u);
+
+  // Its own copy (the authority joins it at epoch 6) is taken whole.
+  begin = entry(ReplicaEntry::kCopyBegin, 6);
+  begin.session = 42;
+  peer.Send(begin);
+  MessageHeader rows = entry(ReplicaEntry::kCopyRows, 6);
+  rows.first_row = 0;
+  rows.count = 5;
+  peer.Send(rows, OneFrame(std::vector<float>{1, 2, 3, 4, 5}));
+  peer.Send(entry(ReplicaEntry::kCopyClocks, 6), OneFrame(clocks));
+  peer.Send(entry(ReplicaEntry::kCopyRecent, 6), OneFrame(std::vector<uint64_t>{0}));
+  // An entry of the old copy among them is refused and changes nothing.
+  reply = peer.Exchange(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks));
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "of a copy of epoch 4 without its beginning"));
+  end.epoch = 6;
+  reply = peer.Exchange(end);
+  EXPECT_EQ(reply.op, Op::kReplicateOk);
+  EXPECT_EQ(reply.flags, static_cast<uint32_t>(ReplicaEntry::kCopyEnd));
+  EXPECT_FALSE(backup->copying());
+  EXPECT_EQ(backup->applied(), 7u);
+  EXPECT_EQ(backup->store().CopyValues(0), (std::vector<float>{1, 2, 3, 4, 5}));
+  peer.Send(entry(ReplicaEntry::kInSync, 7));
+  EXPECT_EQ(backup->must_rejoin(), "");
+
+  // A second copy for it: its primary dropped it from its log, so entries
+  // went elsewhere since. It refuses the copy, is in sync no more (never
+  // promoted), and stops, to be started again (ps_server exits 4).
+  begin.epoch = 8;
+  reply = peer.Exchange(begin);
+  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
+                      "holds a copy, and its primary sends a new one (epoch 8)"));
+  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, 0u);
+  runner.join();  // it stopped by itself
+  EXPECT_FALSE(backup->in_sync());
+  EXPECT_FALSE(backup->in_sync_now());
+  EXPECT_NE(backup->must_rejoin().find("start it again and it rejoins"), std::string::npos)
+      << backup->must_rejoin();
+  EXPECT_EQ(backup->store().CopyValues(0), (std::vector<float>{1, 2, 3, 4, 5}));
 }
 
 // An entry a backup must refuse: what it is, the entry and its frames,
@@ -1033,6 +1174,7 @@ TEST(ReplicationTest, AJoiningBackupRefusesAForgedSumOfAHashedTable) {
     auto backup = BackupServer::Create(job, 0, 1, "tcp://127.0.0.1:*", -1, true).value();
     std::thread runner([&] { backup->Run().IgnoreError(); });
     RawPeer peer(backup->endpoint());
+    peer.Send(CopyEntry(ReplicaEntry::kCopyBegin, 3));
     const MessageHeader reply = peer.Exchange(c.header, std::move(c.frames));
     EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kInvalidArgument, c.names))
         << c.what;
