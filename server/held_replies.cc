@@ -53,14 +53,39 @@ int64_t HeldReplies::SummedInto(uint32_t worker, uint64_t session, uint64_t requ
   return -1;
 }
 
-RecentPushes HeldReplies::Replicated(const RecentPushes& recent) const {
-  RecentPushes replicated = recent;
-  for (const auto& [clock, ids] : summed_pushes_) {
+namespace {
+
+// `recent` without the pushes of `sums` (3 numbers each, per clock).
+void ForgetSummed(const std::map<int64_t, std::vector<uint64_t>>& sums, RecentPushes* recent) {
+  for (const auto& [clock, ids] : sums) {
     for (size_t k = 0; k < ids.size(); k += 3) {
-      replicated.Forget(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
+      recent->Forget(static_cast<uint32_t>(ids[k]), ids[k + 1], ids[k + 2]);
     }
   }
+}
+
+}  // namespace
+
+RecentPushes HeldReplies::Replicated(const RecentPushes& recent) const {
+  RecentPushes replicated = recent;
+  ForgetSummed(summed_pushes_, &replicated);
   return replicated;
+}
+
+void HeldReplies::NoteSummed(int64_t clock, uint32_t worker, uint64_t session,
+                             uint64_t request_id) {
+  std::vector<uint64_t>& ids = acknowledged_sums_[clock];
+  ids.insert(ids.end(), {worker, session, request_id});
+}
+
+void HeldReplies::SumsApplied(int64_t below) {
+  acknowledged_sums_.erase(acknowledged_sums_.begin(), acknowledged_sums_.lower_bound(below));
+}
+
+RecentPushes HeldReplies::InRows(const RecentPushes& recent) const {
+  RecentPushes in_rows = Replicated(recent);
+  ForgetSummed(acknowledged_sums_, &in_rows);
+  return in_rows;
 }
 
 std::vector<uint64_t> HeldReplies::TakeSummedPushes(int64_t below) {

@@ -15,7 +15,9 @@
 // in the clock's group (HoldForSum) until the sum goes to the backups
 // (TakeSummedPushes, ReleaseSumReplies), and the pushes in each unreplicated sum are remembered, so
 // that a push sent again is recognised (SummedInto) and a joining backup's
-// copy leaves them out (Replicated).
+// copy leaves them out (Replicated). Without it, the pushes acknowledged
+// into each sum not applied yet are remembered too (NoteSummed), so that a
+// generation's recent pushes name only pushes its rows hold (InRows).
 //
 // This holds and orders; sending, fencing and what the backups
 // acknowledged are the shard's (ShardServer::FlushDeferred). Not
@@ -77,6 +79,15 @@ class HeldReplies {
   // `recent` without the pushes of sums not replicated yet: what the
   // backups know as applied (a joining backup's copy).
   RecentPushes Replicated(const RecentPushes& recent) const;
+  // consistency.aggregate with the sums not replicated: push (worker,
+  // session, request id), acknowledged already, is in clock `clock`'s sum,
+  // not applied yet (SumsApplied forgets it).
+  void NoteSummed(int64_t clock, uint32_t worker, uint64_t session, uint64_t request_id);
+  // The sums of the clocks below `below` are applied (NoteSummed's).
+  void SumsApplied(int64_t below);
+  // `recent` without the pushes of every sum not applied yet: the pushes
+  // the rows hold (a generation's recent pushes).
+  RecentPushes InRows(const RecentPushes& recent) const;
   // The sums of the clocks below `below` go to the backups: returns their
   // pushes (worker, session, request id each, for the log entry) and
   // forgets them.
@@ -92,6 +103,8 @@ class HeldReplies {
   // Per clock: the pushes summed into it (3 numbers each) and their replies.
   std::map<int64_t, std::vector<uint64_t>> summed_pushes_;
   std::map<int64_t, std::vector<Held>> sum_replies_;
+  // Per clock: the pushes acknowledged into its sum (NoteSummed).
+  std::map<int64_t, std::vector<uint64_t>> acknowledged_sums_;
 };
 
 }  // namespace ps

@@ -518,6 +518,7 @@ void ShardServer::MinClockAdvanced() {
     // members (the first gradients to arrive), with the backups.
     for (const ClockTable::Completed& done : clocks_.completed()) {
       store_->ApplyAccumulated(done.clock + 1, 1.0f / static_cast<float>(done.members));
+      held_.SumsApplied(done.clock + 1);
       replication_->ApplySums(done.clock + 1, done.members);
       PS_LOG_DEBUG("shard {}: clock {} applied as the mean of {} of {} workers' gradients",
                    shard_, done.clock, done.members, clocks_.num_workers());
@@ -534,6 +535,7 @@ void ShardServer::MinClockAdvanced() {
       held_.ReleaseSumReplies(below, replication_->last_seq());
     }
     store_->ApplyAccumulated(below, 1.0f / static_cast<float>(workers));
+    held_.SumsApplied(below);
     if (!push_policy_.sums_replicated()) replication_->ApplySums(below, workers);
   }
   if (job_.consistency.aggregate) {

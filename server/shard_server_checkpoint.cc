@@ -60,10 +60,9 @@ void ShardServer::StartCheckpointTrigger() {
       [this](int64_t clock, const DeltaSince* since) -> StatusOr<ShardSnapshot> {
         PS_ASSIGN_OR_RETURN(ShardSnapshot snapshot,
                             store_->CheckpointSnapshot(job_, shard_, clock, since));
-        // Every push recorded is applied, so in the rows, unless pushes
-        // wait in sums (consistency.aggregate), whose ids are not told
-        // apart here: then none.
-        if (!push_policy_.aggregate()) snapshot.recent_pushes = recent_pushes_.Encode();
+        // The pushes recorded, less those waiting in sums not applied yet
+        // (consistency.aggregate): the ones the rows hold.
+        snapshot.recent_pushes = held_.InRows(recent_pushes_).Encode();
         return snapshot;
       },
       *clock_,

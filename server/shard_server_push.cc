@@ -99,6 +99,7 @@ void ShardServer::HandlePush(std::vector<Frame>& frames, MessageHeader& reply) {
       Reply(routing_id, reply);
       replication_->Push(body, decision.clock, /*accumulate=*/true);
       store_->Accumulate(request_, decision.clock);
+      held_.NoteSummed(decision.clock, req.worker, req.session, req.request_id);
       return;
     case Route::kApplyNow:
       ApplyPushNow(routing_id, body, reply);

@@ -601,6 +601,42 @@ class ReshardShardServerTest : public ShardServerTest {
     EXPECT_OK(decoded);
     return decoded.ok() ? *decoded : MessageHeader();
   }
+  // Both workers finish clock `clock`.
+  void ClockBoth(int64_t clock) {
+    for (uint32_t worker = 0; worker < 2; ++worker) {
+      MessageHeader h = Header(Op::kClock, 0, 0, 0);
+      h.worker = worker;
+      h.clock = clock;
+      EXPECT_EQ(Ask(h).op, Op::kClockOk);
+    }
+  }
+  // Asks for a generation and waits until generation `gen`'s recent
+  // pushes are written.
+  void WriteGeneration(int64_t gen) {
+    MessageHeader checkpoint = Header(Op::kCheckpoint, 0, 0, 0);
+    checkpoint.worker = kControlWorker;
+    EXPECT_EQ(Ask(checkpoint).op, Op::kCheckpointOk);  // being written
+    const auto written = dir_ / "shard-0" / ("gen-" + std::to_string(gen)) / "recent-pushes";
+    for (int i = 0; i < 500 && !std::filesystem::exists(written); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(std::filesystem::exists(written));
+  }
+  // The shard dies and comes back from its newest generation.
+  void Restart() {
+    server_->Stop();
+    thread_.join();
+    ASSERT_OK(run_status_);
+    auto restored = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
+    ASSERT_OK(restored);
+    server_ = std::move(*restored);
+    thread_ = std::thread([this] { run_status_ = server_->Run(); });
+    sock_.reset();
+    auto sock = Socket::Create(ctx_.get(), SocketType::kDealer, SocketOptions{});
+    ASSERT_OK(sock);
+    sock_ = std::move(*sock);
+    ASSERT_OK(sock_->Connect(server_->endpoint()));
+  }
   MessageHeader Push(uint64_t session, uint64_t request_id, int64_t clock) {
     MessageHeader h = Header(Op::kPush, 0, 1, 4);
     h.session = session;
@@ -660,38 +696,45 @@ TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMov
 TEST_F(ReshardShardServerTest, APushInTheRestoredGenerationSentAgainIsAcknowledgedNotAppliedTwice) {
   const std::vector<float> before = Snapshot();
   EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);
-  for (uint32_t worker = 0; worker < 2; ++worker) {
-    MessageHeader clock = Header(Op::kClock, 0, 0, 0);
-    clock.worker = worker;
-    clock.clock = 0;
-    EXPECT_EQ(Ask(clock).op, Op::kClockOk);
-  }
-  MessageHeader checkpoint = Header(Op::kCheckpoint, 0, 0, 0);
-  checkpoint.worker = kControlWorker;
-  EXPECT_EQ(Ask(checkpoint).op, Op::kCheckpointOk);  // generation 1, being written
-  const auto written = dir_ / "shard-0" / "gen-1" / "recent-pushes";
-  for (int i = 0; i < 500 && !std::filesystem::exists(written); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(std::filesystem::exists(written));
-
+  ClockBoth(0);
+  ASSERT_NO_FATAL_FAILURE(WriteGeneration(1));
   // The shard dies and comes back from generation 1.
-  server_->Stop();
-  thread_.join();
-  ASSERT_OK(run_status_);
-  auto restored = ShardServer::Create(job_, 0, "tcp://127.0.0.1:*");
-  ASSERT_OK(restored);
-  server_ = std::move(*restored);
-  thread_ = std::thread([this] { run_status_ = server_->Run(); });
-  sock_.reset();
-  auto sock = Socket::Create(ctx_.get(), SocketType::kDealer, SocketOptions{});
-  ASSERT_OK(sock);
-  sock_ = std::move(*sock);
-  ASSERT_OK(sock_->Connect(server_->endpoint()));
+  ASSERT_NO_FATAL_FAILURE(Restart());
 
   EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // sent again: acknowledged
   EXPECT_EQ(Push(42, 2, 1).op, Op::kPushOk);  // a new one: applied
   ExpectRow5Added(before, 2.0f);
+  EXPECT_EQ(RepeatedPushes(), 1u);
+}
+
+// Under consistency.aggregate a push is acknowledged when it is summed
+// into its clock and applied when that clock ends: a generation names
+// only the pushes whose sums its rows hold. Restored from it, the shard
+// acknowledges such a push sent again, and sums again one that waited in
+// a sum the generation does not hold.
+class AggregateReshardShardServerTest : public ReshardShardServerTest {
+ protected:
+  void Adjust(JobOptions* job) override {
+    ReshardShardServerTest::Adjust(job);
+    job->consistency.mode = ConsistencyMode::kBsp;
+    job->consistency.aggregate = true;
+  }
+};
+
+TEST_F(AggregateReshardShardServerTest, AGenerationNamesOnlyThePushesWhoseSumsItHolds) {
+  const std::vector<float> before = Snapshot();
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // into clock 0's sum
+  ClockBoth(0);                                // applied: the mean over 2 workers
+  EXPECT_EQ(Push(42, 2, 1).op, Op::kPushOk);  // into clock 1's sum, not applied
+  ASSERT_NO_FATAL_FAILURE(WriteGeneration(1));
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // in generation 1: acknowledged
+  EXPECT_EQ(Push(42, 2, 1).op, Op::kPushOk);  // lost with its sum: summed again
+  ClockBoth(1);
+  std::vector<float> want = before;
+  for (size_t i = 5 * 4; i < 6 * 4; ++i) want[i] = (want[i] + 0.5f) + 0.5f;
+  EXPECT_EQ(Snapshot(), want);
   EXPECT_EQ(RepeatedPushes(), 1u);
 }
 
