@@ -10,13 +10,46 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <iterator>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
 
 namespace ps {
 
-// A loopback TCP port that was free a moment ago.
+// True when a loopback TCP port (1..65535) can be bound now.
+inline bool PortIsFree(int port);
+
+// The first port of the kernel's ephemeral range (ip_local_port_range),
+// 32768 where it cannot be read.
+inline int EphemeralPortsFrom() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return range >> low && low > 1024 ? low : 32768;
+}
+
+// A loopback TCP port that was free a moment ago, below the kernel's
+// ephemeral range: a port in that range may become the source port of any
+// process's outgoing connection between this call and the test server's
+// bind (a job's later servers, a reshard's next map or a restarted
+// replica, then failed to listen now and then under a loaded suite).
+// Random in [12000, 30000), so that concurrent tests rarely pick the same,
+// and never the same one twice in a process; where the ephemeral range
+// starts lower, a port the kernel picks.
 inline int FreePort() {
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+  static std::set<int> handed_out;
+  constexpr int kLow = 12000, kHigh = 30000;
+  if (EphemeralPortsFrom() >= kHigh + 2768) {
+    for (int tries = 0; tries < 2000; ++tries) {
+      const int port = kLow + static_cast<int>(rng() % (kHigh - kLow));
+      if (!handed_out.count(port) && PortIsFree(port)) {
+        handed_out.insert(port);
+        return port;
+      }
+    }
+  }
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_GE(fd, 0) << std::strerror(errno);
   sockaddr_in addr{};
@@ -30,7 +63,6 @@ inline int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// True when a loopback TCP port (1..65535) can be bound now.
 inline bool PortIsFree(int port) {
   if (port <= 0 || port > 65535) return false;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
