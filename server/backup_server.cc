@@ -192,21 +192,20 @@ bool BackupServer::AnsweredWithoutApply(const MessageHeader& entry, Frame& routi
         std::to_string(entry.request_id) + " of epoch " + std::to_string(entry.epoch) +
         " before its end");
     PS_LOG_WARN("{}", early.message());
-    MessageHeader refusal = MakeErrorHeader(entry, shard_, early);
-    refusal.flags |= kFlagHoldsNoCopy;
-    Reply(routing_id, refusal);
+    Refuse(entry, routing_id, early, /*holds_nothing=*/true);
     return true;
   }
   return false;
 }
 
+void BackupServer::Refuse(const MessageHeader& entry, Frame& routing_id, const Status& why,
+                          bool holds_nothing) {
+  MessageHeader refusal = MakeErrorHeader(entry, shard_, why);
+  if (holds_nothing) refusal.flags |= kFlagHoldsNoCopy;
+  Reply(routing_id, refusal);
+}
+
 bool BackupServer::TakeCopyBegin(const MessageHeader& entry, Frame& routing_id) {
-  auto refuse = [&](const Status& why, bool holds_nothing) {
-    ++refused_;
-    MessageHeader refusal = MakeErrorHeader(entry, shard_, why);
-    if (holds_nothing) refusal.flags |= kFlagHoldsNoCopy;
-    Reply(routing_id, refusal);
-  };
   if (copying_ && entry.session != 0 && incarnation_ != 0 && entry.session != incarnation_) {
     // For the process of this replica before this one, which the primary's
     // authority took for the one here: this one waits for its own.
@@ -215,7 +214,8 @@ bool BackupServer::TakeCopyBegin(const MessageHeader& entry, Frame& routing_id) 
         std::to_string(entry.session) + ", another process of this replica (this one is " +
         std::to_string(incarnation_) + "); it waits for a copy of its own");
     PS_LOG_WARN("{}", other.message());
-    refuse(other, /*holds_nothing=*/true);
+    ++refused_;
+    Refuse(entry, routing_id, other, /*holds_nothing=*/true);
     return true;
   }
   if (!copying_) {
@@ -231,7 +231,8 @@ bool BackupServer::TakeCopyBegin(const MessageHeader& entry, Frame& routing_id) 
                    "since; it stops; start it again and it rejoins";
     diverged_ = FailedPreconditionError(must_rejoin_);
     PS_LOG_ERROR("{}", must_rejoin_);
-    refuse(diverged_, /*holds_nothing=*/false);
+    ++refused_;
+    Refuse(entry, routing_id, diverged_, /*holds_nothing=*/false);
     Stop();
     return true;
   }
@@ -258,9 +259,7 @@ void BackupServer::TakeCopyEntry(const MessageHeader& entry, std::vector<Frame>&
         std::to_string(entry.epoch) + " without its beginning (it went to an earlier process " +
         "at this address); it waits for a copy of its own");
     PS_LOG_WARN("{}", stray.message());
-    MessageHeader refusal = MakeErrorHeader(entry, shard_, stray);
-    refusal.flags |= kFlagHoldsNoCopy;
-    Reply(routing_id, refusal);
+    Refuse(entry, routing_id, stray, /*holds_nothing=*/true);
     return;
   }
   // The primary's copy for a joining backup; only its end is

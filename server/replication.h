@@ -451,6 +451,10 @@ class BackupServer {
   // for a backup that holds one, which then stops: must_rejoin). False
   // when the entry is left to ApplyCopy (a copy begun again after rows).
   bool TakeCopyBegin(const MessageHeader& entry, Frame& routing_id);
+  // Answers `entry` with ERROR `why`, flagged kFlagHoldsNoCopy when this
+  // replica holds nothing of the shard yet.
+  void Refuse(const MessageHeader& entry, Frame& routing_id, const Status& why,
+              bool holds_nothing);
   void ResetCopyProgress();
   // ApplyCopy of a kCopyRows entry: rows of one table, values and state.
   Status ApplyCopyRows(const MessageHeader& entry, std::span<Frame> rest);

@@ -1053,34 +1053,32 @@ TEST(ReplicationTest, AJoiningBackupTakesOnlyACopyForItselfAndStopsWhenSentASeco
     h.epoch = epoch;
     return h;
   };
+  // Refused as FailedPrecondition naming `why`, saying that this replica
+  // holds nothing (kFlagHoldsNoCopy), so its primary goes on without it.
+  auto refused_holding_nothing = [&](const MessageHeader& h, std::vector<Frame> frames,
+                                     const char* why) {
+    const MessageHeader reply = peer.Exchange(h, std::move(frames));
+    EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition, why));
+    EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  };
   // The rest of a copy of epoch 4 whose beginning went to the process that
   // listened here before (ZeroMQ sends what that connection still held to
-  // this one): each entry refused, saying that this replica holds nothing
-  // (kFlagHoldsNoCopy), so its primary goes on without it.
-  MessageHeader reply = peer.Exchange(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks));
-  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                      "of a copy of epoch 4 without its beginning"));
-  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  // this one), each entry.
+  refused_holding_nothing(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks),
+                          "of a copy of epoch 4 without its beginning");
   MessageHeader end = entry(ReplicaEntry::kCopyEnd, 4);
   end.count = 1;
-  reply = peer.Exchange(end);
-  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                      "without its beginning"));
+  refused_holding_nothing(end, {}, "without its beginning");
   // A log entry too, as before its copy.
   MessageHeader finish = entry(ReplicaEntry::kFinish, 4);
   finish.request_id = 8;
-  reply = peer.Exchange(finish);
-  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                      "still taking"));
-  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  refused_holding_nothing(finish, {}, "still taking");
   // A copy for incarnation 41, the process before it, which the primary's
-  // authority took for the one here: refused, holding nothing.
+  // authority took for the one here.
   MessageHeader begin = entry(ReplicaEntry::kCopyBegin, 5);
   begin.session = 41;
-  reply = peer.Exchange(begin);
-  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                      "for incarnation 41, another process of this replica (this one is 42)"));
-  EXPECT_EQ(reply.flags & kFlagHoldsNoCopy, kFlagHoldsNoCopy);
+  refused_holding_nothing(begin, {},
+                          "for incarnation 41, another process of this replica (this one is 42)");
   EXPECT_TRUE(backup->copying());
   EXPECT_EQ(backup->refused(), 4u);
 
@@ -1095,11 +1093,10 @@ TEST(ReplicationTest, AJoiningBackupTakesOnlyACopyForItselfAndStopsWhenSentASeco
   peer.Send(entry(ReplicaEntry::kCopyClocks, 6), OneFrame(clocks));
   peer.Send(entry(ReplicaEntry::kCopyRecent, 6), OneFrame(std::vector<uint64_t>{0}));
   // An entry of the old copy among them is refused and changes nothing.
-  reply = peer.Exchange(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks));
-  EXPECT_TRUE(Refused(StatusFromErrorHeader(reply), StatusCode::kFailedPrecondition,
-                      "of a copy of epoch 4 without its beginning"));
+  refused_holding_nothing(entry(ReplicaEntry::kCopyClocks, 4), OneFrame(clocks),
+                          "of a copy of epoch 4 without its beginning");
   end.epoch = 6;
-  reply = peer.Exchange(end);
+  MessageHeader reply = peer.Exchange(end);
   EXPECT_EQ(reply.op, Op::kReplicateOk);
   EXPECT_EQ(reply.flags, static_cast<uint32_t>(ReplicaEntry::kCopyEnd));
   EXPECT_FALSE(backup->copying());
