@@ -39,7 +39,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,11 +55,8 @@ MAX_REQUESTS = 10_000_000
 LINE = re.compile(r"^table (\d+) (pushes|pulls) (\d+) bytes (\d+) p50_us ([\d.]+) p90_us ([\d.]+) "
                   r"p99_us ([\d.]+) mb_s ([\d.]+)$", re.M)
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "util"))
+from ports import free_port  # noqa: E402  (loopback ports below the ephemeral range)
 
 
 def job_text(servers, sizes):

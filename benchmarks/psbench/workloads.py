@@ -11,12 +11,15 @@ import csv
 import json
 import os
 import re
-import socket
 import subprocess
+import sys
 import time
 
 # The repository root.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The loopback ports the tests use too (below the kernel's ephemeral range).
+sys.path.insert(0, os.path.join(ROOT, "tests", "util"))
+from ports import free_port, port_free  # noqa: E402,F401 (re-exported to the benchmarks)
 # What every script needs in its --bin folder.
 BINARIES = ("ps_launch", "ps_worker", "ps_server")
 # Where the mlp program reads Fashion-MNIST when train.data_dir is unset
@@ -114,21 +117,6 @@ def higher_is_better(w):
     """True when a higher metric of workload `w` is better (accuracy, AUC),
     False for a loss or an error."""
     return w["metric"] in ("test accuracy", "test AUC")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def free_replica_ports(shards, factor):

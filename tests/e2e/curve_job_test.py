@@ -18,11 +18,13 @@ the end, also on failure.
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
 from job_checks import Checks, run
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "util"))
+from ports import free_port  # noqa: E402
 
 JOB = """cluster: {{ servers: ["127.0.0.1:{port}"], workers: 2 }}
 tables:
@@ -38,12 +40,6 @@ train: {{ table: weights, features: 16, samples_per_worker: 1024, batch_size: 32
 
 checks = Checks()
 check = checks.check
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_job(path, port, mode, keys):

@@ -33,7 +33,6 @@ pid. PS_ETCD_TEST_LOAD=0 runs without them.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,24 +43,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "util"))
 import job_checks  # noqa: E402
 from etcd_server import EtcdServer  # noqa: E402
+from ports import free_ports  # noqa: E402
 
 checks = job_checks.Checks()
 check = checks.check
 WAIT_S = 60
 LEASE_TTL_S = 2
 LOAD_S = 600
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Proc:

@@ -23,14 +23,15 @@ the end, also on failure.
 """
 
 import os
-import random
 import re
 import signal
-import socket
 import sys
 import time
 
 from job_checks import Checks, run, spawn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "util"))
+from ports import free_port_offset, free_ports  # noqa: E402
 
 JOB = """cluster: {{ servers: ["127.0.0.1:{p0}", "127.0.0.1:{p1}"], workers: 2 }}
 tables:
@@ -48,31 +49,9 @@ checks = Checks()
 check = checks.check
 
 
-def port_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def free_ports():
-    """Two server ports and an offset whose backup ports are free too."""
-    for _ in range(100):
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            b.bind(("127.0.0.1", 0))
-            p0, p1 = a.getsockname()[1], b.getsockname()[1]
-        offset = random.randint(1000, 60000 - max(p0, p1)) if max(p0, p1) < 59000 else 1
-        if p0 + offset <= 65535 and p1 + offset <= 65535 and \
-                port_free(p0 + offset) and port_free(p1 + offset):
-            return p0, p1, offset
-    raise RuntimeError("no free ports")
-
-
 def write_job(path, leave, iterations):
-    p0, p1, offset = free_ports()
+    p0, p1 = free_ports(2)
+    offset = free_port_offset([p0, p1])
     with open(path, "w") as f:
         f.write(JOB.format(p0=p0, p1=p1, offset=offset, leave=leave, iterations=iterations))
 

@@ -12,29 +12,18 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "util"))
+from ports import free_ports  # noqa: E402,F401 (launcher_job.free_ports for the tests)
 
 SKIP = 77
 
 
 class Failure(Exception):
     """A check of the test failed; the message says what and shows the output."""
-
-
-def free_ports(count):
-    """`count` distinct loopback TCP ports that were free a moment ago."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _write_job_file(path, servers, workers, rest):

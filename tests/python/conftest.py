@@ -12,11 +12,13 @@ folder of ps_server; PYTHONPATH, build/python.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "util"))
+from ports import free_port  # noqa: E402,F401 (examples_test imports it from here)
 
 BIN_DIR = os.environ.get("PS_BIN_DIR", "")
 STOP_GRACE_S = 5
@@ -35,13 +37,6 @@ TABLES = """tables:
     max_rows: 1000
     optimizer: { type: add }
 """
-
-
-def free_port():
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_text(servers, workers, consistency="bsp", extra="", tables=TABLES):

@@ -15,12 +15,12 @@ after 5 s, reaped) and removes the folder. Not thread-safe.
 import os
 import shutil
 import signal
-import random
-import socket
 import subprocess
 import tempfile
 import time
 import unittest
+
+from ports import free_port, free_port_run  # noqa: F401 (the tests' ports, re-exported)
 
 STOP_GRACE_S = 5
 ATTEMPTS = 3
@@ -28,37 +28,6 @@ ATTEMPTS = 3
 
 class ServiceError(RuntimeError):
     """The service did not start, or was not ready in time."""
-
-
-def free_port():
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_run(n):
-    """The first of `n` consecutive loopback TCP ports that were free a
-    moment ago (metrics ports: shards, then workers). Drawn below the
-    kernel's ephemeral range, where free_port() and every connection's own
-    port come from, so that ports other tests are given do not fall inside
-    the run."""
-    rng = random.SystemRandom()
-    for _ in range(100):
-        first = rng.randrange(20000, 32000 - n)
-        socks = []
-        try:
-            for p in range(first, first + n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no %d consecutive free loopback ports in 20000-32000" % n)
 
 
 class ServiceProcess:
