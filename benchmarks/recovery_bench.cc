@@ -91,6 +91,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/watched_process.h"
+#include "store/huge_memory.h"
 #include "store/shard_store.h"
 
 namespace ps {
@@ -114,6 +115,7 @@ struct Config {
   std::string dir = "/var/tmp";  // parent of the benchmark's own folder
   std::string bin_dir;           // where ps_server is; default: next to this binary
   bool drop_caches = false;
+  bool huge_pages = true;  // server.huge_pages, and this process's own stores
 };
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -318,6 +320,7 @@ StatusOr<Run> RunOnce(const Config& cfg, const std::string& server_bin,
 
 Status RunAll(const Config& cfg) {
   PS_ASSIGN_OR_RETURN(const std::string server_bin, ExecutableIn(cfg.bin_dir, "ps_server"));
+  SetHugePages(cfg.huge_pages);
   std::error_code ec;
   const fs::path folder = fs::path(cfg.dir) / ("ps_recovery_bench_" + std::to_string(::getpid()));
   fs::create_directories(folder, ec);
@@ -333,6 +336,7 @@ Status RunAll(const Config& cfg) {
          << ", init: { type: uniform, scale: 0.01 }, optimizer: { type: adam, lr: 0.001 } }\n"
          << "consistency: { mode: bsp }\n"
          << "client: { request_timeout_ms: " << kRequestTimeoutMs << " }\n"
+         << "server: { huge_pages: " << (cfg.huge_pages ? "true" : "false") << " }\n"
          << "liveness: { server_down_timeout_ms: " << kRequestTimeoutMs << " }\n"
          << "checkpoint: { dir: \"" << (folder / "ckpt").string()
          << "\", every_clocks: 1000000000, sync: true, keep: 1 }\n";
@@ -438,12 +442,13 @@ Status RunAll(const Config& cfg) {
       med([&](const Run& r) { return mbs(r.plain_bytes, r.plain_s); }),
       med([](const Run& r) { return r.ratio(); }));
   std::printf(
-      "\nFor reference, in this process: ShardStore::Create of the same table with its init "
+      "\nserver.huge_pages: %s. For reference, in this process: ShardStore::Create of the same table with its init "
       "(a server with nothing to restore) %.2f s; without computing the init (a server about "
       "to restore: allocation and page faults alone) %.2f s. "
       "Setup: the first server started in %.2f s (nothing to restore), the gradient push took "
       "%.2f s; the server's write of the generation: %s\n",
-      setup.store_create_s, setup.store_create_zeros_s, setup.first_start_s, setup.push_s,
+      cfg.huge_pages ? "true" : "false", setup.store_create_s, setup.store_create_zeros_s,
+      setup.first_start_s, setup.push_s,
       setup.write_line.empty() ? "(no line)" : setup.write_line.c_str());
   std::printf(
       "\nEvery run: the pull issued before the kill completed through the client's reconnect "
@@ -475,6 +480,8 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-caches,!--no-drop-caches", cfg.drop_caches,
                "Drop the page cache before each restart and each plain read (needs root; "
                "default on when running as root)");
+  app.add_flag("--huge-pages,!--no-huge-pages", cfg.huge_pages,
+               "server.huge_pages of the job (default on): the store's blocks on 2 MiB pages");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     if (app.count("--rows") == 0) cfg.rows = 100000;

@@ -319,6 +319,7 @@ Status ParseServer(const YamlReader& r, const YamlValue& value, ServerOptions* s
       UnsignedField("max_waiting_pulls_per_worker", &S::max_waiting_pulls_per_worker),
       UnsignedField("max_connections", &S::max_connections),
       UnsignedField("max_pull_wait_ms", &S::max_pull_wait_ms),
+      BoolField("huge_pages", &S::huge_pages),
   };
   return ReadSection(r, value, fields, "a map of server limits", server);
 }

@@ -49,6 +49,7 @@
 #include "server/etcd_authority.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
+#include "store/huge_memory.h"
 
 namespace {
 // The one process-wide pointer: a signal handler can reach nothing else.
@@ -409,6 +410,7 @@ int main(int argc, char** argv) {
                   flags.log_level)
       .IgnoreError();
   RaiseFileLimit(shard);
+  ps::SetHugePages(job->server.huge_pages);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   return ServerProcess(*job, flags, shard).Run();

@@ -2,12 +2,19 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 namespace ps {
+namespace {
+std::atomic<bool> huge_pages{true};
+}  // namespace
+
+void SetHugePages(bool use) { huge_pages.store(use, std::memory_order_relaxed); }
+bool HugePagesUsed() { return huge_pages.load(std::memory_order_relaxed); }
 
 HugeMemory HugeMemory::Allocate(size_t bytes) {
   HugeMemory memory;
@@ -34,7 +41,7 @@ HugeMemory HugeMemory::Allocate(size_t bytes) {
   memory.mapped_ = length;
   // Advice only: refused (no transparent huge pages in this kernel), the
   // memory is the same on 4 KiB pages.
-  (void)::madvise(memory.data_, length, MADV_HUGEPAGE);
+  (void)::madvise(memory.data_, length, HugePagesUsed() ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   return memory;
 }
 

@@ -21,6 +21,13 @@ namespace ps {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
+// Whether arrays mapped from now on are advised for huge pages
+// (MADV_HUGEPAGE) or kept off them (MADV_NOHUGEPAGE, also where the system
+// setting is "always"). Process-wide, default true; ps_server sets it from
+// server.huge_pages before it makes its store.
+void SetHugePages(bool use);
+bool HugePagesUsed();
+
 class HugeMemory {
  public:
   HugeMemory() = default;

@@ -154,7 +154,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
       "    optimizer: { type: add }\n"
       "server: { max_request_bytes: 1024, max_keys_per_request: 7,"
       " io_threads: 64, reject_non_finite: false, on_non_finite_result: flag,"
-      " max_resume_clocks: 50 }\n"
+      " max_resume_clocks: 50, huge_pages: false }\n"
       "client: { request_timeout_ms: 5, max_in_flight: 6, io_threads: 2,"
       " push_part_bytes: 4096, cache: false }\n"
       "train: { table: w, features: 8, samples_per_worker: 100,"
@@ -178,6 +178,7 @@ TEST(ConfigTest, EveryKeyIsReadIntoItsField) {
   EXPECT_EQ(job->server.on_non_finite_result, NonFiniteResultPolicy::kFlag);
   EXPECT_EQ(job->server.max_resume_clocks, 50u);
   EXPECT_FALSE(job->server.reject_non_finite);
+  EXPECT_FALSE(job->server.huge_pages);
   EXPECT_EQ(job->client.request_timeout_ms, 5u);
   EXPECT_EQ(job->client.max_in_flight, 6u);
   EXPECT_EQ(job->client.push_part_bytes, 4096u);

@@ -1,14 +1,20 @@
 // HugeMemory: zeroed, aligned, writable memory; a large array is mapped on
-// a 2 MiB boundary and advised for transparent huge pages.
+// a 2 MiB boundary and advised for transparent huge pages. The store's
+// blocks (store/block_memory.h) come from such memory, half a page into a
+// page.
 #include "store/huge_memory.h"
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "store/block_memory.h"
 
 namespace ps {
 namespace {
@@ -81,6 +87,93 @@ TEST(HugeMemoryTest, ALargeArrayStartsOnA2MiBBoundaryZeroedAndIsAdvisedForHugePa
   EXPECT_EQ(m.get(), nullptr);  // NOLINT(bugprone-use-after-move): checked on purpose
   n = HugeMemory::Allocate(kHugePageBytes);
   EXPECT_NE(n.get(), nullptr);
+}
+
+// With huge pages turned off (server.huge_pages: false), a large array is
+// kept off them whatever the system's setting; turned on again, the next
+// one is advised again.
+TEST(HugeMemoryTest, TurnedOffALargeArrayIsKeptOffHugePages) {
+  const std::string setting = TransparentHugePages();
+  if (setting != "always" && setting != "madvise") {
+    GTEST_SKIP() << "transparent_hugepage is '" << setting << "': no array is ever eligible";
+  }
+  SetHugePages(false);
+  HugeMemory off = HugeMemory::Allocate(4 * kHugePageBytes);
+  SetHugePages(true);
+  HugeMemory on = HugeMemory::Allocate(4 * kHugePageBytes);
+  EXPECT_EQ(HugePageEligible(off.get()), 0);
+  EXPECT_EQ(HugePageEligible(on.get()), 1);
+  EXPECT_TRUE(HugePagesUsed());
+}
+
+// A block's array (a quarter block or more) lies half a page into a page on
+// memory advised for huge pages; a smaller one half a page in as well, from
+// the heap.
+TEST(BlockMemoryTest, ABlockStartsHalfAPageIntoAPageOnMemoryAdvisedForHugePages) {
+  const std::string setting = TransparentHugePages();
+  for (const size_t bytes : {size_t{1} << 20, kPooledBlockBytes, size_t{3} << 20, size_t{100} << 10}) {
+    void* p = AllocateBlockMemory(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kPageBytes, kBlockPageOffset) << bytes;
+    std::memset(p, 0x5a, bytes);  // writable to its end
+    if (bytes >= kPooledBlockBytes && (setting == "always" || setting == "madvise")) {
+      EXPECT_EQ(HugePageEligible(p), 1) << bytes << " bytes; transparent_hugepage is " << setting;
+    }
+    FreeBlockMemory(p, bytes);
+  }
+}
+
+// A freed block's memory is taken again by the next array of its size, not
+// by one of another size.
+TEST(BlockMemoryTest, AFreedBlockIsTakenAgainByAnArrayOfItsSize) {
+  const size_t bytes = (size_t{1} << 20) - 12;  // a dim-3 table's block
+  void* first = AllocateBlockMemory(bytes);
+  ASSERT_NE(first, nullptr);
+  FreeBlockMemory(first, bytes);
+  void* other = AllocateBlockMemory(bytes + kPageBytes);
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other, first);
+  void* again = AllocateBlockMemory(bytes);
+  EXPECT_EQ(again, first);
+  FreeBlockMemory(again, bytes);
+  FreeBlockMemory(other, bytes + kPageBytes);
+}
+
+// Threads taking and freeing blocks of several sizes at once (restoring
+// threads, the I/O thread freeing a reply's block) never get overlapping
+// memory: each fills its arrays with its own byte and finds them unchanged.
+TEST(BlockMemoryTest, ThreadsTakingAndFreeingBlocksAtOnceNeverShareMemory) {
+  constexpr int kThreads = 4, kRounds = 60;
+  std::vector<std::thread> threads;
+  std::vector<int> bad(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &bad] {
+      std::vector<std::pair<unsigned char*, size_t>> held;
+      for (int r = 0; r < kRounds; ++r) {
+        const size_t bytes = kPooledBlockBytes + static_cast<size_t>(r % 3) * (size_t{300} << 10);
+        auto* p = static_cast<unsigned char*>(AllocateBlockMemory(bytes));
+        if (p == nullptr) {
+          ++bad[t];
+          continue;
+        }
+        std::memset(p, t + 1, bytes);
+        held.emplace_back(p, bytes);
+        if (r % 2 == 1) {  // free the oldest of the ones held
+          auto [q, n] = held.front();
+          for (size_t i = 0; i < n; i += 511) bad[t] += q[i] != t + 1;
+          bad[t] += q[n - 1] != t + 1;
+          FreeBlockMemory(q, n);
+          held.erase(held.begin());
+        }
+      }
+      for (auto [q, n] : held) {
+        for (size_t i = 0; i < n; i += 511) bad[t] += q[i] != t + 1;
+        FreeBlockMemory(q, n);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
 }
 
 }  // namespace
