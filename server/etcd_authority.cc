@@ -147,6 +147,7 @@ void EtcdAuthority::Run() {
     const auto started = WriteLease::Clock::now();
     std::string fatal;
     Status s = Step(started, &fatal);
+    if (s.code() == StatusCode::kCancelled) return;  // Stop() while it waited on its own server
     if (!fatal.empty()) {
       write_lease_.Revoke();
       PS_LOG_ERROR("{}: {}", name_, fatal);
@@ -453,6 +454,14 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch, int64
   std::vector<bool> readable;
   Socket* sockets[] = {socket_.get()};
   while (std::chrono::steady_clock::now() < deadline) {
+    {
+      // The server stopped (a handover, a signal) and stops this thread:
+      // it answers nothing more, so waiting out the timeout would only
+      // delay the process's exit.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return CancelledError(name_ + ": stopping; its own server's answer to " +
+                                       OpName(h.op) + " is not waited for");
+    }
     PS_RETURN_IF_ERROR(PollReadable(sockets, 100, &readable).status());
     while (true) {
       PS_ASSIGN_OR_RETURN(bool got, socket_->TryRecv(&reply));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,6 +114,13 @@ class JobRun {
   // handover generation (MaybeStartNextMap, each round of the loop).
   void ServerHandedOver(Child& child, const std::string& how);
   void MaybeStartNextMap();
+  // The handover clock of the reshard under way (ps_ctl committed it: its
+  // plan is on disk, or a server handed over); nullopt when none is, -1
+  // when its plan cannot be read.
+  std::optional<int64_t> ReshardUnderWay() const;
+  // Shard `shard`'s part of handover generation `clock` is on disk whole:
+  // no replica of it holds anything the job still needs.
+  bool ShardHandedOver(uint32_t shard, int64_t clock) const;
   // Every worker finished or was dropped: the job ends.
   void MaybeFinish();
   // The job's result, the last line of the run.

@@ -248,11 +248,18 @@ void JobRun::HandleExit(Child& child, int wait_status) {
   }
   // A server that dies while a reshard is under way (ps_ctl committed it:
   // its plan is on disk) would come back knowing nothing of it, and the
-  // others would wait for its part of the handover for good.
-  if (child.is_server &&
-      (next_map_.pending ||
-       ReadReshardPlan(job_.checkpoint.dir, map_epoch_ + 1).status().code() !=
-           StatusCode::kNotFound)) {
+  // others would wait for its part of the handover for good. Unless its
+  // shard handed over already: a replica left out of its primary's log (a
+  // backup still waiting for its copy) learns nothing of the handover and
+  // stops on its own once the primary is gone.
+  if (const std::optional<int64_t> handover = child.is_server ? ReshardUnderWay() : std::nullopt) {
+    if (*handover >= 0 && child.map_epoch == map_epoch_ &&
+        ShardHandedOver(child.index, *handover)) {
+      child.retired = true;
+      Say(how + ": shard " + std::to_string(child.index) + " handed its rows over at clock " +
+          std::to_string(*handover) + " already, so it holds nothing the job needs");
+      return;
+    }
     FailJob(how, " while the job was being moved onto other servers (ps_ctl reshard); stopping "
                  "the job. Resume it from its checkpoints with ps_launch --resume (on the job "
                  "file it ran on)");

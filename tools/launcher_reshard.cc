@@ -48,6 +48,20 @@ void JobRun::ServerHandedOver(Child& child, const std::string& how) {
       " servers of map " + std::to_string(map_epoch_) + " handed over");
 }
 
+std::optional<int64_t> JobRun::ReshardUnderWay() const {
+  if (next_map_.pending) return next_map_.plan.clock;
+  StatusOr<ReshardPlan> plan = ReadReshardPlan(job_.checkpoint.dir, map_epoch_ + 1);
+  if (plan.ok()) return plan->clock;
+  if (plan.status().code() == StatusCode::kNotFound) return std::nullopt;
+  return -1;
+}
+
+bool JobRun::ShardHandedOver(uint32_t shard, int64_t clock) const {
+  std::error_code ec;
+  return std::filesystem::is_directory(
+      ShardCheckpointDir(job_.checkpoint.dir, shard) + "/gen-" + std::to_string(clock), ec);
+}
+
 void JobRun::MaybeStartNextMap() {
   if (!next_map_.pending || stopping_) return;
   // Every address a replica of the next map binds.
@@ -77,12 +91,8 @@ void JobRun::MaybeStartNextMap() {
   // Every old shard's part of the handover generation is complete (a
   // server that lingers at an address the next map leaves out wrote it
   // before it answered anyone moved).
-  const std::string gen = "/gen-" + std::to_string(next_map_.plan.clock);
   for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(ShardCheckpointDir(job_.checkpoint.dir, s) + gen, ec)) {
-      return;
-    }
+    if (!ShardHandedOver(s, next_map_.plan.clock)) return;
   }
   for (Child& c : children_) {
     if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;

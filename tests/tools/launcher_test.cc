@@ -562,6 +562,66 @@ echo "rank $4 saw replica 0 of shard 1 back"
   ExpectNoLeftovers(lines_.Pids());
 }
 
+// A reshard under etcd where one backup was left out of its primary's log
+// (it waits for a copy of its own, sent to its previous process): its
+// primary hands the shard over without it, and it stops on its own with
+// code 4 once the primary is gone. Its shard's part of the handover
+// generation is on disk, so the job goes on: the next map starts and the
+// worker finishes. Any other server dying during a reshard still stops the
+// job (ServerThatDiesStopsTheJob's reshard cousin in e2e).
+TEST_F(LauncherTest, UnderEtcdABackupThatStopsAfterItsShardHandedOverLeavesTheReshardGoingOn) {
+  JobOptions job = Job(2, 1);
+  job.replication.factor = 2;
+  job.replication.authority = ReplicationAuthority::kEtcd;
+  job.replication.etcd.endpoints = {"127.0.0.1:9"};  // the launcher never asks it
+  job.checkpoint.dir = dir_ + "/ckpt";
+  std::filesystem::create_directories(job.checkpoint.dir);
+  // The next map on the same addresses, as a reshard from 2 to 2 servers:
+  // it starts only once every old replica left its port.
+  {
+    std::ofstream out(dir_ + "/job2.yaml");
+    out << "cluster: { servers: [\"" << job.cluster.servers[0] << "\", \""
+        << job.cluster.servers[1] << "\"], workers: 1 }\n"
+        << "tables:\n  - { name: w, rows: 8, dim: 1, optimizer: { type: add } }\n"
+        << "replication: { factor: 2, port_offset: " << job.replication.port_offset
+        << ", authority: etcd, etcd: { endpoints: [\"127.0.0.1:9\"] } }\n"
+        << "checkpoint: { dir: \"" << job.checkpoint.dir << "\" }\n";
+  }
+  // Map 0: each replica says it is up and waits for the go. Primaries
+  // write their shard's part of generation 7 and exit 3; backup 1 of shard
+  // 0 follows its primary (exit 3), backup 1 of shard 1 (left out) stops
+  // with 4 once its shard's part is there. Map 1 (--map-epoch 1) serves.
+  const std::string server = R"sh(
+case "$*" in
+  *--map-epoch*) touch "@DIR@/map1_$4" ;;
+  *)
+    r=0; [ "$5" = "--replica" ] && r=$6
+    touch "@DIR@/up_$4_$r"
+    while [ ! -e "@DIR@/go" ]; do sleep 0.01; done
+    if [ $r = 0 ]; then mkdir -p "@DIR@/ckpt/shard-$4/gen-7"; exit 3; fi
+    while [ ! -d "@DIR@/ckpt/shard-$4/gen-7" ]; do sleep 0.01; done
+    if [ "$4" = 1 ]; then echo "left out of the log; stopping"; exit 4; fi
+    exit 3 ;;
+esac
+)sh" + std::string(kServer);
+  const std::string worker = R"sh(
+for f in up_0_0 up_0_1 up_1_0 up_1_1; do while [ ! -e "@DIR@/$f" ]; do sleep 0.01; done; done
+printf 'epoch 1\nclock 7\nconfig @DIR@/job2.yaml\n' > "@DIR@/ckpt/reshard-1.plan"
+touch "@DIR@/go"
+while [ ! -e "@DIR@/map1_0" ] || [ ! -e "@DIR@/map1_1" ]; do sleep 0.01; done
+echo "rank $4 saw map 1"
+)sh";
+  Launcher launcher(job, config_, Options(server, worker));
+  StatusOr<int> code = launcher.Run();
+  ASSERT_OK(code);
+  EXPECT_EQ(*code, 0) << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[launch] server 1 backup 1 exited with code 4: shard 1 handed its "
+                              "rows over at clock 7 already, so it holds nothing the job needs"))
+      << lines_.Dump();
+  EXPECT_TRUE(lines_.Contains("[worker 0] rank 0 saw map 1")) << lines_.Dump();
+  ExpectNoLeftovers(lines_.Pids());
+}
+
 // --resume refuses, starting nothing, when there is nothing to resume from;
 // with a generation every shard holds, every server gets its clock.
 TEST_F(LauncherTest, ResumeNeedsACheckpointEveryShardHolds) {
