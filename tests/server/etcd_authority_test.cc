@@ -223,5 +223,34 @@ TEST_F(EtcdAuthorityTest, AReplicaStartedAgainBeforeItsOldLeaseLapsedIsJoinedAga
   EXPECT_OK(etcd_client_->RevokeLease(second));
 }
 
+// A primary's authority that is telling its own server of a change when
+// the server stops (a handover, a signal) stops at once: the server will
+// not answer, and waiting out the request's 5 s held the exit of a
+// primary that had handed over while the next shard map waited for it.
+TEST_F(EtcdAuthorityTest, StoppedWhileItsOwnServerDoesNotAnswerItStopsWithoutWaitingItOut) {
+  auto authority = EtcdAuthority::Create(job_, 0, 0, /*join=*/false);
+  ASSERT_OK(authority);
+  ASSERT_EQ((*authority)->role(), EtcdAuthority::Role::kPrimary);
+  (*authority)->Start([](const std::string&) {});  // no server answers it
+  const std::string prefix = EtcdAuthority::Prefix(job_);
+  const int64_t lease = etcd_client_->GrantLease(60).value();
+  ASSERT_OK(etcd_client_->Put(EtcdAuthority::ReplicaKey(prefix, 0, 1), "joining", lease));
+  // A change's epoch is written before its server is told of it (here
+  // "drop 1" first: a replica never seen may be one from the start).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool told = false;
+  while (!told && std::chrono::steady_clock::now() < deadline) {
+    auto kv = etcd_client_->Get(prefix + "/shard/0/membership");
+    told = kv.ok() && kv->has_value();
+    if (!told) std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_TRUE(told) << "the primary never began to change its membership";
+  const auto stopping = std::chrono::steady_clock::now();
+  (*authority)->Stop();
+  // A bound, not a speed: the request's own timeout is 5 s, its poll 0.1 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(4));
+  EXPECT_OK(etcd_client_->RevokeLease(lease));
+}
+
 }  // namespace
 }  // namespace ps
