@@ -32,6 +32,7 @@
 #include "common/watched_process.h"
 #include "tests/util/free_port.h"
 #include "tests/util/raw_peer.h"
+#include "tests/util/server_process.h"
 #include "tests/util/status_matchers.h"
 
 namespace ps {
@@ -80,11 +81,7 @@ class HashedMemoryTest : public ::testing::Test {
 TEST_F(HashedMemoryTest, EvictingTablesStayWithinTheirBoundUnderAnyIdStream) {
   auto job = LoadJobFile(job_path_);
   ASSERT_OK(job);
-  auto server = WatchedProcess::Start(
-      {.argv = {std::string(PS_BINARY_DIR) + "/bin/ps_server", "--config", job_path_, "--shard",
-                "0"},
-       .env = {}},
-      "[ps_server] ");
+  auto server = StartShardServer(job_path_, 0);
   ASSERT_OK(server);
   ASSERT_OK((*server)->WaitForLine("serving", seconds(30)));
   auto client = Client::Create(*job, 0);

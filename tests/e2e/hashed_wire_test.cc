@@ -28,6 +28,7 @@
 #include "common/config.h"
 #include "common/watched_process.h"
 #include "tests/util/free_port.h"
+#include "tests/util/server_process.h"
 #include "tests/util/status_matchers.h"
 
 namespace ps {
@@ -86,11 +87,7 @@ TEST_F(HashedWireTest, SixteenBitPushesTrainAndSumAsFloat32Ones) {
   ASSERT_OK(job);
   std::vector<std::unique_ptr<WatchedProcess>> servers;
   for (int shard = 0; shard < 2; ++shard) {
-    auto server = WatchedProcess::Start(
-        {.argv = {std::string(PS_BINARY_DIR) + "/bin/ps_server", "--config", job_path_,
-                  "--shard", std::to_string(shard)},
-         .env = {}},
-        "[ps_server " + std::to_string(shard) + "] ");
+    auto server = StartShardServer(job_path_, static_cast<uint32_t>(shard));
     ASSERT_OK(server);
     servers.push_back(std::move(*server));
   }

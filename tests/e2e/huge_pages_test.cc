@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "common/watched_process.h"
 #include "tests/util/free_port.h"
+#include "tests/util/server_process.h"
 #include "tests/util/status_matchers.h"
 
 namespace ps {
@@ -81,11 +81,7 @@ class HugePagesTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(HugePagesTest, TheStoreBlocksFollowTheJobsSetting) {
-  auto server = WatchedProcess::Start(
-      {.argv = {std::string(PS_BINARY_DIR) + "/bin/ps_server", "--config", job_path_, "--shard",
-                "0"},
-       .env = {}},
-      "[ps_server] ");
+  auto server = StartShardServer(job_path_, 0);
   ASSERT_OK(server);
   ASSERT_OK((*server)->WaitForLine("serving", seconds(30)));
   // The table's 16 MiB of blocks lie in one pool chunk of 64 MiB.
