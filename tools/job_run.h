@@ -78,6 +78,9 @@ class JobRun {
     if (child.is_server) child.map_epoch = map_epoch_;
     return ChildCommand(job_, config_path_, options_, child, restore_clock_, finished_workers_);
   }
+  // Starts `child` (CommandFor) with its output captured; *command is the
+  // command line, for the log.
+  StatusOr<std::unique_ptr<Subprocess>> Spawn(const ChildSpec& child, std::string* command) const;
   Status StartAll();
   // Every replica of every shard of the current map (job_, map_epoch_),
   // backups first, and the launcher's authority over them (replication.

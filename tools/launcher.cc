@@ -102,18 +102,15 @@ Status JobRun::StartAll() {
     const bool is_evaluator = i == processes;  // last
     const uint32_t index = is_evaluator ? 0 : i;
     std::string name = is_evaluator ? std::string("evaluator") : "worker " + std::to_string(index);
-    SubprocessOptions spawn;
     ChildSpec spec;
     spec.is_evaluator = is_evaluator;
     spec.index = index;
-    spawn.argv = CommandFor(spec);
-    spawn.capture_output = true;
-    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+    std::string command;
+    StatusOr<std::unique_ptr<Subprocess>> process = Spawn(spec, &command);
     if (!process.ok()) {
       return process.status().WithContext("launcher: " + name);
     }
-    Say("started " + name + " (pid " + std::to_string((*process)->pid()) +
-        "): " + JoinArgv(spawn.argv));
+    Say("started " + name + " (pid " + std::to_string((*process)->pid()) + "): " + command);
     Child& child = children_.emplace_back();
     child.name = std::move(name);
     child.is_evaluator = is_evaluator;
@@ -121,6 +118,15 @@ Status JobRun::StartAll() {
     child.process = std::move(process).value();
   }
   return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Subprocess>> JobRun::Spawn(const ChildSpec& child,
+                                                    std::string* command) const {
+  SubprocessOptions spawn;
+  spawn.argv = CommandFor(child);
+  spawn.capture_output = true;
+  *command = JoinArgv(spawn.argv);
+  return Subprocess::Spawn(spawn);
 }
 
 Status JobRun::StartServers() {
@@ -143,19 +149,16 @@ Status JobRun::StartServers() {
     std::string name = ServerName(index, replica);
     StatusOr<HostPort> address = ReplicaHostPort(job_, index, replica);
     if (!address.ok()) return address.status().WithContext("launcher: " + name);
-    SubprocessOptions spawn;
     ChildSpec spec;
     spec.is_server = true;
     spec.index = index;
     spec.replica = replica;
-    spawn.argv = CommandFor(spec);
-    spawn.capture_output = true;
-    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+    std::string command;
+    StatusOr<std::unique_ptr<Subprocess>> process = Spawn(spec, &command);
     if (!process.ok()) {
       return process.status().WithContext("launcher: " + name + map);
     }
-    Say("started " + name + map + " (pid " + std::to_string((*process)->pid()) +
-        "): " + JoinArgv(spawn.argv));
+    Say("started " + name + map + " (pid " + std::to_string((*process)->pid()) + "): " + command);
     Child& child = children_.emplace_back();
     child.name = std::move(name);
     child.is_server = true;

@@ -108,7 +108,6 @@ bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
                                 " times already (" + setting + ")";
     return false;
   }
-  SubprocessOptions spawn;
   ChildSpec spec;
   spec.is_server = child.is_server;
   spec.is_evaluator = child.is_evaluator;
@@ -116,9 +115,8 @@ bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
   spec.replica = replica;
   spec.restart = true;
   spec.join = join;
-  spawn.argv = CommandFor(spec);
-  spawn.capture_output = true;
-  StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+  std::string command;
+  StatusOr<std::unique_ptr<Subprocess>> process = Spawn(spec, &command);
   if (!process.ok()) {
     *why_not = "restarting it failed: " + process.status().ToString();
     return false;
@@ -126,7 +124,7 @@ bool JobRun::Respawn(Child& child, uint32_t limit, const std::string& setting,
   ++child.restarts;
   Say(how + "; restarted it (restart " + std::to_string(child.restarts) + " of " +
       std::to_string(limit) + ", pid " + std::to_string((*process)->pid()) +
-      "): " + then + ": " + JoinArgv(spawn.argv));
+      "): " + then + ": " + command);
   child.process = std::move(process).value();
   child.output_open = true;
   child.exited = false;
