@@ -21,6 +21,7 @@ Reported per reshard (median over --runs):
   restore_s    the slowest new server's "restored ... in N s".
 
   /usr/bin/python3 benchmarks/live_reshard_bench.py [--floats 100000000] [--runs 3]
+      [--reconnect-ms 20]
 """
 import argparse
 import json
@@ -66,7 +67,7 @@ with open(out_file + ".%d" % worker.rank, "w") as f:
 '''
 
 
-def write_job(path, ports, ckpt, rows, script, stop_file, out_file):
+def write_job(path, ports, ckpt, rows, script, stop_file, out_file, reconnect_ms):
     servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
     with open(path, "w") as f:
         f.write("cluster: { servers: [%s], workers: 2 }\n" % servers)
@@ -74,6 +75,7 @@ def write_job(path, ports, ckpt, rows, script, stop_file, out_file):
         f.write("consistency: { mode: bsp }\n")
         f.write("checkpoint: { dir: %s, every_clocks: 1000000, sync: false }\n" % ckpt)
         f.write("client: { request_timeout_ms: 60000 }\n")
+        f.write("liveness: { reconnect_ms: %d }\n" % reconnect_ms)
         f.write('train: { command: ["/usr/bin/python3", "%s", "%s", "%s"] }\n'
                 % (script, stop_file, out_file))
 
@@ -101,8 +103,8 @@ def one_run(args, tmp):
         if port not in ports:
             ports.append(port)
     job2, job3 = os.path.join(tmp, "job2.yaml"), os.path.join(tmp, "job3.yaml")
-    write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file)
-    write_job(job3, ports, ckpt, rows, script, stop_file, out_file)
+    write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file, args.reconnect_ms)
+    write_job(job3, ports, ckpt, rows, script, stop_file, out_file, args.reconnect_ms)
     env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"))
     log_path = os.path.join(tmp, "launch.log")
     bin_dir = os.path.join(args.build, "bin")
@@ -173,6 +175,9 @@ def main():
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--keep-log", default="", help="copy each run's ps_launch log here")
+    parser.add_argument("--reconnect-ms", type=int, default=20,
+                        help="liveness.reconnect_ms of the job (how often the workers try a "
+                             "server's address again)")
     args = parser.parse_args()
     runs = []
     for run in range(args.runs):

@@ -116,6 +116,7 @@ struct Config {
   std::string bin_dir;           // where ps_server is; default: next to this binary
   bool drop_caches = false;
   bool huge_pages = true;  // server.huge_pages, and this process's own stores
+  uint32_t reconnect_ms = 20;  // liveness.reconnect_ms: how often the clients try again
 };
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -337,7 +338,8 @@ Status RunAll(const Config& cfg) {
          << "consistency: { mode: bsp }\n"
          << "client: { request_timeout_ms: " << kRequestTimeoutMs << " }\n"
          << "server: { huge_pages: " << (cfg.huge_pages ? "true" : "false") << " }\n"
-         << "liveness: { server_down_timeout_ms: " << kRequestTimeoutMs << " }\n"
+         << "liveness: { server_down_timeout_ms: " << kRequestTimeoutMs
+         << ", reconnect_ms: " << cfg.reconnect_ms << " }\n"
          << "checkpoint: { dir: \"" << (folder / "ckpt").string()
          << "\", every_clocks: 1000000000, sync: true, keep: 1 }\n";
     if (!yaml) return InternalError("cannot write " + config_path);
@@ -442,12 +444,12 @@ Status RunAll(const Config& cfg) {
       med([&](const Run& r) { return mbs(r.plain_bytes, r.plain_s); }),
       med([](const Run& r) { return r.ratio(); }));
   std::printf(
-      "\nserver.huge_pages: %s. For reference, in this process: ShardStore::Create of the same table with its init "
+      "\nserver.huge_pages: %s, liveness.reconnect_ms: %u. For reference, in this process: ShardStore::Create of the same table with its init "
       "(a server with nothing to restore) %.2f s; without computing the init (a server about "
       "to restore: allocation and page faults alone) %.2f s. "
       "Setup: the first server started in %.2f s (nothing to restore), the gradient push took "
       "%.2f s; the server's write of the generation: %s\n",
-      cfg.huge_pages ? "true" : "false", setup.store_create_s, setup.store_create_zeros_s,
+      cfg.huge_pages ? "true" : "false", cfg.reconnect_ms, setup.store_create_s, setup.store_create_zeros_s,
       setup.first_start_s, setup.push_s,
       setup.write_line.empty() ? "(no line)" : setup.write_line.c_str());
   std::printf(
@@ -482,6 +484,10 @@ int main(int argc, char** argv) {
                "default on when running as root)");
   app.add_flag("--huge-pages,!--no-huge-pages", cfg.huge_pages,
                "server.huge_pages of the job (default on): the store's blocks on 2 MiB pages");
+  app.add_option("--reconnect-ms", cfg.reconnect_ms,
+                 "liveness.reconnect_ms of the job: how often the worker and the control client "
+                 "try the killed server's address again")
+      ->check(CLI::Range(1u, 60000u));
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     if (app.count("--rows") == 0) cfg.rows = 100000;

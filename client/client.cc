@@ -127,7 +127,8 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
     PS_ASSIGN_OR_RETURN(client->heartbeat_,
                         HeartbeatSender::Start(eps, worker,
                                                std::chrono::milliseconds(job.liveness.heartbeat_ms),
-                                               client->curve_, client->env_));
+                                               client->curve_, client->env_,
+                                               static_cast<int>(job.liveness.reconnect_ms)));
   }
   return client;
 }
@@ -139,7 +140,8 @@ StatusOr<std::unique_ptr<Channel>> Client::Connect(uint32_t s, const std::string
                                         .endpoint = endpoint,
                                         .curve = curve_,
                                         .use = ChannelUse::kRequests,
-                                        .hwm = ZmqChannel::ChannelHwm(job_.client.max_in_flight)});
+                                        .hwm = ZmqChannel::ChannelHwm(job_.client.max_in_flight),
+                                        .reconnect_ms = static_cast<int>(job_.liveness.reconnect_ms)});
 }
 
 Status Client::WorkerOnly(std::string_view call) const {

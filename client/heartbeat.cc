@@ -5,11 +5,12 @@
 namespace ps {
 
 HeartbeatSender::HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval,
-                                 const CurveOptions& curve, Env* env)
+                                 const CurveOptions& curve, Env* env, int reconnect_ms)
     : worker_(worker),
       interval_(interval),
       curve_(curve),
-      env_(env != nullptr ? env : Env::Default()) {}
+      env_(env != nullptr ? env : Env::Default()),
+      reconnect_ms_(reconnect_ms) {}
 
 StatusOr<std::unique_ptr<Channel>> HeartbeatSender::Connect(uint32_t shard,
                                                             const std::string& endpoint) {
@@ -17,14 +18,15 @@ StatusOr<std::unique_ptr<Channel>> HeartbeatSender::Connect(uint32_t shard,
                                         .endpoint = endpoint,
                                         .curve = curve_,
                                         .use = ChannelUse::kHeartbeats,
-                                        .hwm = kQueued});
+                                        .hwm = kQueued,
+                                        .reconnect_ms = reconnect_ms_});
 }
 
 StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(
     const std::vector<std::string>& endpoints, uint32_t worker,
-    std::chrono::milliseconds interval, const CurveOptions& curve, Env* env) {
+    std::chrono::milliseconds interval, const CurveOptions& curve, Env* env, int reconnect_ms) {
   std::unique_ptr<HeartbeatSender> h(
-      new HeartbeatSender(worker, interval, curve, env));
+      new HeartbeatSender(worker, interval, curve, env, reconnect_ms));
   PS_ASSIGN_OR_RETURN(h->context_, Context::Create(1));
   for (uint32_t s = 0; s < endpoints.size(); ++s) {
     PS_ASSIGN_OR_RETURN(auto channel, h->Connect(s, endpoints[s]));

@@ -34,11 +34,13 @@ class HeartbeatSender {
   // `env` (null: Env::Default()) makes each channel (ChannelUse::kHeartbeats,
   // with room for kQueued heartbeats; on the calling thread at the start,
   // on the heartbeat thread after a Retarget); it must outlive the sender.
+  // `reconnect_ms`: the job's liveness.reconnect_ms (ChannelOptions).
   static StatusOr<std::unique_ptr<HeartbeatSender>> Start(const std::vector<std::string>& endpoints,
                                                           uint32_t worker,
                                                           std::chrono::milliseconds interval,
                                                           const CurveOptions& curve = {},
-                                                          Env* env = nullptr);
+                                                          Env* env = nullptr,
+                                                          int reconnect_ms = 100);
   // Heartbeats queued per shard before more are dropped (a dead shard must
   // not pile them up), and replies (drained before each beat: one a beat).
   static constexpr int kQueued = 4;
@@ -66,7 +68,7 @@ class HeartbeatSender {
 
  private:
   HeartbeatSender(uint32_t worker, std::chrono::milliseconds interval, const CurveOptions& curve,
-                  Env* env);
+                  Env* env, int reconnect_ms);
   void Run();
   // A heartbeat channel to `shard` at `endpoint`.
   StatusOr<std::unique_ptr<Channel>> Connect(uint32_t shard, const std::string& endpoint);
@@ -75,6 +77,7 @@ class HeartbeatSender {
   const std::chrono::milliseconds interval_;
   const CurveOptions curve_;
   Env* const env_;
+  const int reconnect_ms_;
   std::unique_ptr<Context> context_;
   std::vector<std::unique_ptr<Channel>> channels_;  // by shard; used only by the thread
   std::atomic<int64_t> clock_{0};

@@ -9,6 +9,7 @@ StatusOr<std::unique_ptr<Channel>> ZmqChannel::Connect(Context* context,
   so.send_hwm = options.hwm;
   so.recv_hwm = options.hwm;
   so.linger_ms = options.linger_ms;
+  so.reconnect_ivl_ms = options.reconnect_ms;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
                       Socket::Create(context, SocketType::kDealer, so));
   std::unique_ptr<ConnectionMonitor> monitor;

@@ -80,6 +80,9 @@ struct ChannelOptions {
   int hwm = 0;
   // How long messages not sent yet are kept after the channel is closed.
   int linger_ms = 0;
+  // How often a dropped connection is tried again, milliseconds (the
+  // job's liveness.reconnect_ms; 100 is ZeroMQ's own default).
+  int reconnect_ms = 100;
   // Whether the connection's events are watched (TryNextEvent); a
   // replication channel's are not.
   bool events = true;

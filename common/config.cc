@@ -253,6 +253,7 @@ Status ParseLiveness(const YamlReader& r, const YamlValue& value, LivenessOption
       UnsignedField("server_restarts", &L::server_restarts),
       UnsignedField("worker_restarts", &L::worker_restarts),
       UnsignedField("server_down_timeout_ms", &L::server_down_timeout_ms),
+      UnsignedField("reconnect_ms", &L::reconnect_ms),
   };
   return ReadSection(r, value, fields, "", liveness);
 }

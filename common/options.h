@@ -155,6 +155,14 @@ struct LivenessOptions {
   // server to come back (its requests are sent again when it does) before
   // they fail naming the server. Milliseconds, >= 1. Default 60000.
   uint32_t server_down_timeout_ms = 60000;
+  // A connection to a server that dropped (a worker's, a control client's,
+  // a heartbeat's, a primary's to its backup) is tried again this often
+  // until the server is back, milliseconds: a restarted server serves
+  // about this long after it bound, at most. Each try is a TCP connect to
+  // the server's host (refused at once while nothing listens there), so a
+  // job of very many workers may want more. >= 1, at most
+  // server_down_timeout_ms. Default 20.
+  uint32_t reconnect_ms = 20;
 };
 
 // The start-up check of a job (common/rendezvous.h, DESIGN.md section 12).

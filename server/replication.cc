@@ -58,6 +58,7 @@ StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica) {
   // store.
   options.hwm = 0;
   options.linger_ms = 1000;  // the last entries (kEnd) still go out at exit
+  options.reconnect_ms = static_cast<int>(job_.liveness.reconnect_ms);
   options.events = false;
   Backup b;
   PS_ASSIGN_OR_RETURN(b.channel, env_->Connect(context_, options));

@@ -16,6 +16,7 @@
 #include "client/control_client.h"
 #include "common/key_range.h"
 #include "server/shard_server.h"
+#include "tests/util/channel_log.h"
 #include "tests/util/fake_clock.h"
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
@@ -330,6 +331,29 @@ Status PullThrough(FakeServer& fake, uint32_t timeout_ms = 3000, FakeClock* cloc
     clock->Advance(std::chrono::milliseconds(timeout_ms));
   }
   return (*client)->Wait(*pull);
+}
+
+// A dropped connection is tried again every liveness.reconnect_ms: the
+// client asks it of its request channels and of its heartbeats'.
+TEST(ClientReconnectTest, EveryChannelToAServerTriesAgainAtTheJobsInterval) {
+  JobOptions job = Job(2);
+  EXPECT_EQ(job.liveness.reconnect_ms, 20u);  // the default
+  job.liveness.reconnect_ms = 35;
+  ASSERT_GT(job.liveness.heartbeat_ms, 0u);
+  InProcessCluster cluster(job);
+  ChannelLog log;
+  TestEnv env;
+  env.set_channels(log.Factory());
+  auto client = Client::Create(job, 0, cluster.endpoints(), &env);
+  ASSERT_OK(client);
+  int requests = 0, heartbeats = 0;
+  for (const ChannelOptions& made : log.made()) {
+    EXPECT_EQ(made.reconnect_ms, 35) << "channel to shard " << made.shard;
+    requests += made.use == ChannelUse::kRequests;
+    heartbeats += made.use == ChannelUse::kHeartbeats;
+  }
+  EXPECT_EQ(requests, 2);
+  EXPECT_EQ(heartbeats, 2);
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {

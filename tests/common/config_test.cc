@@ -1197,10 +1197,12 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
       "tables: [ { name: w, rows: 4 } ]\n";
   auto job = LoadJobString(
       head + "liveness: { heartbeat_ms: 100, timeout_ms: 250, on_dead_worker: drop,\n"
-             "            server_restarts: 3, server_down_timeout_ms: 4000 }\n",
+             "            server_restarts: 3, server_down_timeout_ms: 4000,\n"
+             "            reconnect_ms: 50 }\n",
       "mem");
   ASSERT_OK(job);
   EXPECT_EQ(job->liveness.server_restarts, 3u);
+  EXPECT_EQ(job->liveness.reconnect_ms, 50u);
   EXPECT_EQ(job->liveness.server_down_timeout_ms, 4000u);
   EXPECT_EQ(job->liveness.heartbeat_ms, 100u);
   EXPECT_EQ(job->liveness.timeout_ms, 250u);
@@ -1211,6 +1213,12 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
                               {"liveness.on_dead_worker: got \"ignore\"", "fail", "drop"}));
   EXPECT_TRUE(BadFileRejected("bad_liveness_server_down_timeout.yaml",
                               {"liveness.server_down_timeout_ms: got 0", "at least 1 ms"}));
+  EXPECT_TRUE(BadFileRejected("bad_liveness_reconnect.yaml",
+                              {"liveness.reconnect_ms: got 0",
+                               "1 to liveness.server_down_timeout_ms (60000) ms"}));
+  EXPECT_TRUE(BadFileRejected("bad_liveness_reconnect_above_down_timeout.yaml",
+                              {"liveness.reconnect_ms: got 3000",
+                               "1 to liveness.server_down_timeout_ms (2000) ms"}));
 }
 
 TEST(ConfigTest, StragglersLoadAndAreChecked) {

@@ -19,6 +19,7 @@
 #include "common/hash_slots.h"
 #include "server/replication.h"
 #include "server/shard_server.h"
+#include "tests/util/channel_log.h"
 #include "tests/util/faulty_channel.h"
 #include "tests/util/free_port.h"
 #include "tests/util/raw_peer.h"
@@ -779,6 +780,26 @@ TEST(ReplicationTest, APrimaryCutOffFromItsBackupAcknowledgesNothingUntilTheAuth
   ASSERT_OK(client->Leave());
   cluster.Stop();
   EXPECT_EQ(Model(job, cluster, kRows), std::vector<float>(kRows, 3.0f));
+}
+
+// A primary's connection to a backup that dropped (a backup restarting) is
+// tried again every liveness.reconnect_ms.
+TEST(ReplicationTest, APrimaryTriesItsBackupsAgainAtTheJobsReconnectInterval) {
+  JobOptions job = ReplicatedJob(2, 2, TestJob().Workers(1).Asp().Table("w", 10, 1,
+                                                                       OptimizerKind::kAdd));
+  job.liveness.reconnect_ms = 45;
+  ChannelLog log;
+  TestEnv env;
+  env.set_channels(log.Factory());
+  ReplicatedCluster cluster(job, /*start_backups=*/true, &env);
+  int replication = 0;
+  for (const ChannelOptions& made : log.made()) {
+    if (made.use != ChannelUse::kReplication) continue;
+    ++replication;
+    EXPECT_EQ(made.reconnect_ms, 45) << made.endpoint;
+  }
+  EXPECT_EQ(replication, 2);  // one backup of each of the 2 shards
+  cluster.Stop();
 }
 
 TEST(ReplicationTest, ABackupServesNoWorkerAndRefusesEntriesOutOfOrder) {
