@@ -213,11 +213,15 @@ Status ValidateLiveness(const std::string& source, const LivenessOptions& l) {
     return InvalidOption(source, "liveness.server_down_timeout_ms", "got 0",
                    "at least 1 ms (how long workers wait for a server that went away)");
   }
-  if (l.reconnect_ms < 1 || l.reconnect_ms > l.server_down_timeout_ms) {
+  // ZeroMQ takes the interval as an int.
+  const uint32_t most = std::min<uint32_t>(l.server_down_timeout_ms, INT32_MAX);
+  if (l.reconnect_ms < 1 || l.reconnect_ms > most) {
     return InvalidOption(source, "liveness.reconnect_ms", "got " + std::to_string(l.reconnect_ms),
-                         "1 to liveness.server_down_timeout_ms (" +
-                             std::to_string(l.server_down_timeout_ms) +
-                             ") ms: how often a dropped connection to a server is tried again");
+                         "1 to " +
+                             (most == l.server_down_timeout_ms
+                                  ? "liveness.server_down_timeout_ms (" + std::to_string(most) + ")"
+                                  : std::to_string(most)) +
+                             " ms: how often a dropped connection to a server is tried again");
   }
   return Status::Ok();
 }

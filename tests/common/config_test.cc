@@ -1219,6 +1219,8 @@ TEST(ConfigTest, LivenessLoadsAndChecksItsTimeout) {
   EXPECT_TRUE(BadFileRejected("bad_liveness_reconnect_above_down_timeout.yaml",
                               {"liveness.reconnect_ms: got 3000",
                                "1 to liveness.server_down_timeout_ms (2000) ms"}));
+  EXPECT_TRUE(BadFileRejected("bad_liveness_reconnect_above_int.yaml",
+                              {"liveness.reconnect_ms: got 3000000000", "1 to 2147483647 ms"}));
 }
 
 TEST(ConfigTest, StragglersLoadAndAreChecked) {
