@@ -40,7 +40,7 @@ class HeartbeatSender {
                                                           std::chrono::milliseconds interval,
                                                           const CurveOptions& curve = {},
                                                           Env* env = nullptr,
-                                                          int reconnect_ms = 100);
+                                                          int reconnect_ms = ChannelOptions{}.reconnect_ms);
   // Heartbeats queued per shard before more are dropped (a dead shard must
   // not pile them up), and replies (drained before each beat: one a beat).
   static constexpr int kQueued = 4;
