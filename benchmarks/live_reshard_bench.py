@@ -7,18 +7,25 @@ optimizer add) on 2 servers under bsp, checkpoint.dir in a temp folder
 (no periodic generations: every_clocks 10^6), 2 Python workers started by
 ps_launch. Each worker pulls and pushes 256 random rows a clock and notes
 the time each clock ends. The driver lets them run, then moves the job from
-2 to 3 servers and back to 2 with `ps_ctl reshard`, and stops them.
+2 to 3 servers and back to 2 with `ps_ctl reshard` in memory (the next
+servers follow the old ones' rows: server/reshard_follower.h), then again
+with `ps_ctl reshard --through-generation`, side by side in the same job,
+and stops them.
 
 Reported per reshard (median over --runs):
   pause_s      the longest time between two consecutive clock ends of a
                worker around the reshard: how long the job took no write
-               (the handover generation written by every old shard, the
-               old servers gone, the new ones started and restored, the
+               (in memory: the old shards' kEnd, the new servers' rows put
+               in place and their ports bound; through the generation: the
+               handover generation written by every old shard, the old
+               servers gone, the new ones started and restored; then the
                moved requests sent again);
   clock_s      the median clock before it, for comparison;
-  handover_s   the slowest old shard's "handed over ... in N ms" (writing
-               its part of the generation);
-  restore_s    the slowest new server's "restored ... in N s".
+  handover_s   the slowest old shard's "handed over ... in N ms" (through
+               the generation: writing its part of it);
+  restore_s    through the generation, the slowest new server's "restored
+               ... in N s"; in memory, the slowest new server's "rows were
+               in place N ms" after the old shards handed over.
 
   /usr/bin/python3 benchmarks/live_reshard_bench.py [--floats 100000000] [--runs 3]
       [--reconnect-ms 20]
@@ -89,6 +96,10 @@ def wait_for(predicate, seconds, what):
     raise SystemExit("live_reshard_bench: timed out waiting for " + what)
 
 
+# The reshards of one run, in order: (servers before, after, how).
+MOVES = ((2, 3, "memory"), (3, 2, "memory"), (2, 3, "generation"), (3, 2, "generation"))
+
+
 def one_run(args, tmp):
     rows = args.floats // 64
     ckpt = os.path.join(tmp, "ckpt")
@@ -118,10 +129,12 @@ def one_run(args, tmp):
         wait_for(lambda: "serving 1 tables" in log_text(), 600, "the servers")
         time.sleep(args.settle_s)
         marks = []
-        for frm, to in ((job2, job3), (job3, job2)):
+        for frm, to, how in MOVES:
             started = time.monotonic()
-            ctl = subprocess.Popen([os.path.join(bin_dir, "ps_ctl"), "reshard", "--config", frm,
-                                    "--to", to, "--wait-s", "600"],
+            ctl = subprocess.Popen([os.path.join(bin_dir, "ps_ctl"), "reshard", "--config",
+                                    job2 if frm == 2 else job3, "--to",
+                                    job2 if to == 2 else job3, "--wait-s", "600"] +
+                                   (["--through-generation"] if how == "generation" else []),
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    env=env)
             # The job may fail meanwhile: then ps_ctl would wait for nothing.
@@ -150,16 +163,22 @@ def one_run(args, tmp):
             ends.append(json.load(f))
     handovers = [float(m) / 1e3 for m in re.findall(r"handed over at clock \d+ in (\d+) ms", text)]
     restores = [float(m) for m in re.findall(r"restored \S+ \(\d+ tables\) in ([\d.]+) s", text)]
+    in_place = [float(m) / 1e3 for m in re.findall(r"its rows were in place (\d+) ms later", text)]
     results = []
     for i, (start, end) in enumerate(marks):
+        frm, to, how = MOVES[i]
         pause, before = 0.0, []
         for e in ends:
             gaps = [(b - a, a) for a, b in zip(e, e[1:])]
             pause = max([pause] + [g for g, a in gaps if start - 1 <= a <= end])
             before += [g for g, a in gaps if a < start]
-        # Two reshards: the first half of the handover lines is the first one's.
-        h = handovers[:2] if i == 0 else handovers[2:5]
-        r = restores[:3] if i == 0 else restores[3:5]
+        # Each reshard logs one handover line per old server, and one
+        # restore or in-place line per new server, in order.
+        h, handovers = handovers[:frm], handovers[frm:]
+        if how == "generation":
+            r, restores = restores[:to], restores[to:]
+        else:
+            r, in_place = in_place[:to], in_place[to:]
         results.append({"pause_s": pause, "clock_s": statistics.median(before[-200:]),
                         "handover_s": max(h) if h else float("nan"),
                         "restore_s": max(r) if r else float("nan"),
@@ -189,13 +208,14 @@ def main():
         print("run %d: %s" % (run + 1, json.dumps(runs[-1])), flush=True)
     print("\n%d floats (%.0f MB), median of %d runs:" % (args.floats, args.floats * 4 / 1e6,
                                                         args.runs))
-    print("| reshard | pause (s) | clock before (ms) | handover write (s) | restore (s) | "
-          "ps_ctl (s) |")
-    print("|---|---|---|---|---|---|")
-    for i, name in enumerate(("2 -> 3", "3 -> 2")):
+    print("| reshard | rows move | pause (s) | clock before (ms) | handover (s) | "
+          "restore or in place (s) | ps_ctl (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for i, (frm, to, how) in enumerate(MOVES):
         med = lambda k: statistics.median(r[i][k] for r in runs)
-        print("| %s | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
-            name, med("pause_s"), med("clock_s") * 1e3, med("handover_s"), med("restore_s"),
+        print("| %d -> %d | %s | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
+            frm, to, "in memory" if how == "memory" else "through the generation",
+            med("pause_s"), med("clock_s") * 1e3, med("handover_s"), med("restore_s"),
             med("ctl_s")))
 
 

@@ -134,6 +134,9 @@ struct ShardStats {
   // and the clock it prepared to hand over at (-1: none).
   int64_t map_epoch = 0;
   int64_t handover_clock = -1;
+  // Servers of the next map that follow the shard's rows in memory
+  // (server/reshard_follower.h).
+  uint32_t reshard_followers = 0;
   int64_t lost_clocks = 0;
   uint64_t repeated_pushes = 0, resumes = 0;
 

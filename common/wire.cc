@@ -276,7 +276,8 @@ Status DecodeRequest(std::span<Frame> frames, const RequestRules& rules, Request
         h.op == Op::kHeartbeat   ? (kFlagLeaving | kFlagBeat | kFlagResume)
         : h.op == Op::kMembership ? h.flags  // checked above
         : h.op == Op::kStats      ? kFlagStatsJson
-        : h.op == Op::kReshard    ? (kReshardPrepare | kReshardCommit | kReshardAbort)
+        : h.op == Op::kReshard    ? (kReshardPrepare | kReshardCommit | kReshardAbort |
+                                     kReshardFollow)
                                   : 0;
     if ((h.flags & ~allowed_flags) != 0) {
       return InvalidArgumentError(Where(h) + ": unknown header flags " + std::to_string(h.flags));

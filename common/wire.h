@@ -93,10 +93,16 @@ inline constexpr uint32_t kFlagHoldsNoCopy = 4u;
 
 // RESHARD flags (exactly one): prepare to hand the shard over at the
 // header's clock to the servers of its text at map map_epoch; commit the
-// prepared handover; abort it.
+// prepared handover; abort it; follow: a server of map map_epoch listens
+// at the endpoint in the text ("tcp://host:port") and takes a copy of the
+// shard and every change after it until the handover
+// (server/reshard_follower.h), or with no text, the shard sends nothing
+// more to the servers of map map_epoch that follow it (the reshard was
+// given up).
 inline constexpr uint32_t kReshardPrepare = 1u;
 inline constexpr uint32_t kReshardCommit = 2u;
 inline constexpr uint32_t kReshardAbort = 4u;
+inline constexpr uint32_t kReshardFollow = 8u;
 
 // The largest clock a request may carry; far beyond any run, and small
 // enough that clock + staleness arithmetic cannot overflow.

@@ -80,6 +80,7 @@ Status BackupServer::Apply(const MessageHeader& entry, std::span<Frame> rest,
       ended_ = true;
       if (entry.map_epoch > 0) {
         handed_over_to_ = entry.map_epoch;
+        handed_over_clock_ = entry.clock;
         PS_LOG_INFO("{}: its primary handed the shard's rows over to shard map {} at clock {}",
                     name_, entry.map_epoch, entry.clock);
       }

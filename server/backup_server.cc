@@ -15,8 +15,9 @@
 
 namespace ps {
 
-BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica)
-    : job_(job), shard_(shard), replica_(replica), name_(ReplicaName(job, shard, replica)),
+BackupServer::BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica,
+                           std::string name)
+    : job_(job), shard_(shard), replica_(replica), name_(std::move(name)),
       clocks_(job.cluster.workers, job.consistency.Quorum(job.cluster.workers)),
       // As the primary's (ShardServer): the same pushes are recorded.
       recent_pushes_(job.cluster.workers, 4 * size_t{job.client.max_in_flight} + 64) {}
@@ -35,7 +36,27 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
         " (replicas 0.." + std::to_string(job.replication.factor - 1) +
         ", 0 the primary at the start, which comes back as a backup only with --join)");
   }
-  std::unique_ptr<BackupServer> b(new BackupServer(job, shard, replica));
+  std::unique_ptr<BackupServer> b(
+      new BackupServer(job, shard, replica, ReplicaName(job, shard, replica)));
+  PS_RETURN_IF_ERROR(b->Open(bind_endpoint, restore_clock, join, env));
+  return b;
+}
+
+StatusOr<std::unique_ptr<BackupServer>> BackupServer::CreateFollower(
+    const JobOptions& job, uint32_t shard, const std::string& bind_endpoint, std::string name,
+    Env* env) {
+  if (shard >= job.cluster.servers.size() || bind_endpoint.empty()) {
+    return InvalidArgumentError("a follower of shard " + std::to_string(shard) + " (the job has " +
+                                std::to_string(job.cluster.servers.size()) +
+                                " shards) needs an endpoint to listen on");
+  }
+  std::unique_ptr<BackupServer> b(new BackupServer(job, shard, kFollower, std::move(name)));
+  PS_RETURN_IF_ERROR(b->Open(bind_endpoint, /*restore_clock=*/-1, /*join=*/true, env));
+  return b;
+}
+
+Status BackupServer::Open(const std::string& bind_endpoint, int64_t restore_clock, bool join,
+                          Env* env) {
   Filesystem& files = (env != nullptr ? env : Env::Default())->filesystem();
   // The same starting state as the primary: the same generation, or the
   // same initial values.
@@ -45,52 +66,52 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::Create(const JobOptions& j
                                 "checkpoint (--join with --restore-clock)");
   }
   if (join) {
-    b->copying_ = true;
-    b->in_sync_ = false;
-    b->in_sync_now_.store(false, std::memory_order_release);
-    b->copy_next_row_.resize(job.tables.size(), 0);
-  } else if (!job.checkpoint.dir.empty() && job.checkpoint.restore) {
-    PS_ASSIGN_OR_RETURN(generation, ShardRestorePoint(files, job, shard, restore_clock));
+    copying_ = true;
+    in_sync_ = false;
+    in_sync_now_.store(false, std::memory_order_release);
+    copy_next_row_.resize(job_.tables.size(), 0);
+  } else if (!job_.checkpoint.dir.empty() && job_.checkpoint.restore) {
+    PS_ASSIGN_OR_RETURN(generation, ShardRestorePoint(files, job_, shard_, restore_clock));
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
   if (generation.clock >= 0) {
     // Every row is restored below, or the backup does not start.
-    PS_ASSIGN_OR_RETURN(b->store_, ShardStore::CreateUnwritten(job, shard));
+    PS_ASSIGN_OR_RETURN(store_, ShardStore::CreateUnwritten(job_, shard_));
   } else {
-    PS_ASSIGN_OR_RETURN(b->store_, ShardStore::Create(job, shard, /*initialize=*/!join));
+    PS_ASSIGN_OR_RETURN(store_, ShardStore::Create(job_, shard_, /*initialize=*/!join));
   }
-  b->ResetCopyProgress();
+  ResetCopyProgress();
   if (generation.clock >= 0) {
     PS_ASSIGN_OR_RETURN(const RestoreResult restored,
-                        RestoreGeneration(b->job_, shard, generation, b->store_.get(), &files));
+                        RestoreGeneration(job_, shard_, generation, store_.get(), &files));
     // As its primary does (ShardServer::RestoreCheckpoint).
-    PS_RETURN_IF_ERROR(LoadRecentPushes(b->job_, shard, generation, &b->recent_pushes_));
-    b->clocks_.StartAt(generation.clock);
-    b->started_clock_ = generation.clock;
-    PS_LOG_INFO("{}: restored {}", b->name_, restored.from);
+    PS_RETURN_IF_ERROR(LoadRecentPushes(job_, shard_, generation, &recent_pushes_));
+    clocks_.StartAt(generation.clock);
+    started_clock_ = generation.clock;
+    PS_LOG_INFO("{}: restored {}", name_, restored.from);
   }
-  PS_ASSIGN_OR_RETURN(b->context_, Context::Create(1));
+  PS_ASSIGN_OR_RETURN(context_, Context::Create(1));
   SocketOptions so;
   // An entry carries a worker's push, which the primary admitted under
   // server.max_request_bytes.
-  so.max_frame_bytes = static_cast<int64_t>(job.server.max_request_bytes * 2);
+  so.max_frame_bytes = static_cast<int64_t>(job_.server.max_request_bytes * 2);
   so.linger_ms = 1000;
-  PS_ASSIGN_OR_RETURN(b->socket_, Socket::Create(b->context_.get(), SocketType::kRouter, so));
+  PS_ASSIGN_OR_RETURN(socket_, Socket::Create(context_.get(), SocketType::kRouter, so));
   std::string endpoint = bind_endpoint;
   if (endpoint.empty()) {
-    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job, shard, replica));
-    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(where, job.cluster.bind == BindMode::kAll));
+    PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job_, shard_, replica_));
+    PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(where, job_.cluster.bind == BindMode::kAll));
   }
-  if (Status bound = b->socket_->Bind(endpoint); !bound.ok()) {
-    return bound.WithContext(b->name_ + ": cannot listen on " + endpoint +
+  if (Status bound = socket_->Bind(endpoint); !bound.ok()) {
+    return bound.WithContext(name_ + ": cannot listen on " + endpoint +
                              ": is another ps_server (or program) using this port? Stop it, or "
                              "change replication.port_offset");
   }
-  PS_ASSIGN_OR_RETURN(b->endpoint_, b->socket_->LastEndpoint());
-  b->rules_ = b->store_->Rules(job, shard);
-  b->rules_.replication = true;  // its primary's entries
-  return b;
+  PS_ASSIGN_OR_RETURN(endpoint_, socket_->LastEndpoint());
+  rules_ = store_->Rules(job_, shard_);
+  rules_.replication = true;  // its primary's entries
+  return Status::Ok();
 }
 
 Status BackupServer::Run() {

@@ -5,6 +5,9 @@
 //   ps_server --config job.yaml --shard 0 --replica 0 --join   (a replica that
 //                                    died comes back as a backup of the primary)
 //   ps_server --config job.yaml --check     (what it would serve, then exit)
+//   ps_server --config next.yaml --shard 2 --map-epoch 1 --follow job.yaml
+//                                    (a server of the next shard map that takes its
+//                                    rows from job.yaml's servers as they hand over)
 // The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
 // common/rank.h).
@@ -12,7 +15,9 @@
 // when serving fails; 3 when the shard handed its rows over to another
 // server count (ps_ctl reshard, server/reshard_gate.h); 4 when etcd's
 // authority stopped this replica (its lease is gone, or its shard has
-// another primary than the one it followed): started again, it rejoins.
+// another primary than the one it followed): started again, it rejoins;
+// 5 when a server started with --follow did not take over (ps_launch then
+// starts it restoring the handover generation).
 // SIGHUP reads the key files again (security.mode
 // curve: a rotated worker key). --check exits 0 after one line on stdout naming the
 // shard and its address; it resolves no name and opens no socket, so it
@@ -25,6 +30,7 @@
 // tests/server/checkpoint_crash_test.cc can kill the server there. Never
 // set it for a real job.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +38,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,6 +55,7 @@
 #include "server/open_files.h"
 #include "server/etcd_authority.h"
 #include "server/replication.h"
+#include "server/reshard_follower.h"
 #include "server/shard_server.h"
 #include "store/huge_memory.h"
 
@@ -56,11 +64,13 @@ namespace {
 // Read by signal handlers and the etcd authority's thread (lock-free).
 std::atomic<ps::ShardServer*> g_server{nullptr};
 std::atomic<ps::BackupServer*> g_backup{nullptr};  // a backup (--replica j >= 1, --join)
+std::atomic<ps::ReshardFollower*> g_follower{nullptr};  // --follow, until it serves
 std::atomic<bool> g_signalled{false};  // ends metrics.linger_ms early
 void OnSignal(int) {
   g_signalled.store(true);
   if (ps::ShardServer* server = g_server.load(); server != nullptr) server->Stop();
   if (ps::BackupServer* backup = g_backup.load(); backup != nullptr) backup->Stop();
+  if (ps::ReshardFollower* follower = g_follower.load(); follower != nullptr) follower->Stop();
 }
 // SIGHUP: read the job's key files again (a rotated worker key).
 void OnHangup(int) {
@@ -78,6 +88,9 @@ constexpr int kExitHandedOver = 3;
 // held one); started again, it rejoins its shard (ps_launch restarts it,
 // within liveness.server_restarts).
 constexpr int kExitStoppedByAuthority = 4;
+// The exit code of a server started with --follow that did not take its
+// rows over in memory (server/reshard_follower.h says when).
+constexpr int kExitNotFollowed = 5;
 
 // ps_server's flags.
 struct ServerFlags {
@@ -92,6 +105,7 @@ struct ServerFlags {
   std::vector<uint32_t> left_workers;
   int64_t metrics_port = -1;
   int64_t map_epoch = 0;
+  std::string follow;  // --follow: the job file the job runs on now
 };
 
 void AddFlags(CLI::App& app, ServerFlags* f) {
@@ -124,6 +138,11 @@ void AddFlags(CLI::App& app, ServerFlags* f) {
                  "ps_launch passes the next one to the servers a reshard starts "
                  "(server/reshard_gate.h)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--follow", f->follow,
+                 "with --map-epoch E >= 1: this server of map E takes its rows in memory from "
+                 "the servers of this job file (the map the job runs on now) while they hand "
+                 "over, instead of restoring the handover generation; exits 5 when it did not "
+                 "take over (server/reshard_follower.h). ps_launch passes it");
   app.add_option("--metrics-port", f->metrics_port,
                  "serve Prometheus metrics on this port instead of the one metrics.port gives "
                  "this replica (0: serve none)")
@@ -148,6 +167,13 @@ ps::Status CheckFlags(const ps::JobOptions& job, const ServerFlags& f, uint32_t 
         (job.replication.factor == 1
              ? std::string("no backups")
              : "backups 1.." + std::to_string(job.replication.factor - 1)));
+  }
+  if (!f.follow.empty() &&
+      (f.map_epoch < 1 || f.join || f.replica > 0 || f.restore_clock >= 0 ||
+       job.replication.factor != 1)) {
+    return ps::InvalidArgumentError(
+        "--follow: a server of a next shard map (--map-epoch 1 or more) under replication.factor "
+        "1 follows the old servers; not with --join, --replica or --restore-clock");
   }
   if (f.join && job.replication.factor < 2) {
     return ps::InvalidArgumentError(
@@ -195,19 +221,29 @@ class ServerProcess {
         as_backup_(flags.replica > 0 || flags.join) {}
 
   int Run() {
-    if (ps::Status s = Setup(); !s.ok()) {
+    std::unique_ptr<ps::ShardServer> server;
+    if (!flags_.follow.empty()) {
+      // Its metrics port is the old server's until that one handed over.
+      const int code = RunFollower(&server);
+      if (server == nullptr) return code;
+    }
+    if (ps::Status s = Setup(/*port_may_be_freed=*/server != nullptr); !s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());
       return 1;
     }
-    std::unique_ptr<ps::ShardServer> server;
-    const int code = as_backup_ ? RunBackup(&server) : CreatePrimary(&server);
-    if (server == nullptr) return code;
+    if (server == nullptr) {
+      const int code = as_backup_ ? RunBackup(&server) : CreatePrimary(&server);
+      if (server == nullptr) return code;
+    }
     return Serve(std::move(server));
   }
 
  private:
-  // The etcd authority (which says what this replica is) and the metrics.
-  ps::Status Setup() {
+  // The etcd authority (which says what this replica is) and the metrics;
+  // with `port_may_be_freed` (a follower that took over), the metrics port
+  // is tried again for up to 2 s past metrics.linger_ms while the old
+  // server there exits.
+  ps::Status Setup(bool port_may_be_freed) {
     if (job_.replication.authority == ps::ReplicationAuthority::kEtcd) {
       auto created =
           ps::EtcdAuthority::Create(job_, shard_, flags_.replica, join_, flags_.map_epoch);
@@ -222,11 +258,22 @@ class ServerProcess {
     const std::string role =
         "shard " + std::to_string(shard_) +
         (flags_.replica > 0 ? " replica " + std::to_string(flags_.replica) : std::string());
-    PS_ASSIGN_OR_RETURN(metrics_, ps::StartProcessMetrics(
-                                      job_.metrics.bind,
-                                      ps::ServerMetricsPort(job_, shard_, flags_.replica),
-                                      flags_.metrics_port, role));
-    return ps::Status::Ok();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2) +
+                       std::chrono::milliseconds(job_.metrics.linger_ms);
+    for (;;) {
+      auto started = ps::StartProcessMetrics(job_.metrics.bind,
+                                             ps::ServerMetricsPort(job_, shard_, flags_.replica),
+                                             flags_.metrics_port, role);
+      if (started.ok()) {
+        metrics_ = std::move(*started);
+        return ps::Status::Ok();
+      }
+      if (!port_may_be_freed || started.status().code() != ps::StatusCode::kUnavailable ||
+          std::chrono::steady_clock::now() >= until) {
+        return started.status();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   // The authority's thread renews its lease and hands its server etcd's
@@ -318,6 +365,35 @@ class ServerProcess {
     return 0;
   }
 
+  // A server of the next shard map that follows the old servers until
+  // their handover (*server: it serves the rows it took), or exits
+  // kExitNotFollowed.
+  int RunFollower(std::unique_ptr<ps::ShardServer>* server) {
+    PublishRole("follower");
+    const std::string who = "shard " + std::to_string(shard_) + " of map " +
+                            std::to_string(flags_.map_epoch);
+    auto fail = [&](const ps::Status& why) {
+      PS_LOG_WARN("{} does not take its rows over in memory: {}; start it restoring the "
+                  "handover generation (ps_launch does)",
+                  who, why.ToString());
+      return kExitNotFollowed;
+    };
+    auto from = ps::LoadJobFile(flags_.follow);
+    if (!from.ok()) return fail(from.status());
+    auto follower = ps::ReshardFollower::Create(*from, job_, shard_, flags_.map_epoch);
+    if (!follower.ok()) return fail(follower.status());
+    g_follower = follower->get();
+    auto state = (*follower)->Run();
+    g_follower = nullptr;
+    if (!state.ok()) return fail(state.status());
+    follower->reset();  // its copies and their ports go
+    auto created = ps::ShardServer::CreatePromoted(job_, shard_, std::move(*state));
+    if (!created.ok()) return fail(created.status());
+    *server = std::move(*created);
+    (*server)->SetMapEpoch(flags_.map_epoch);
+    return 0;
+  }
+
   // The shard's primary (restored from its checkpoints when the job says).
   int CreatePrimary(std::unique_ptr<ps::ShardServer>* server) {
     const char* stall = std::getenv("PS_CHECKPOINT_TEST_STALL");
@@ -343,6 +419,11 @@ class ServerProcess {
     ps::Status s = server->Run();
     g_server = nullptr;
     Linger();
+    if (server->handed_over()) {
+      // The next map's server at this address takes the metrics port too.
+      metrics_.reset();
+      if (ps::Status written = server->WriteDueHandover(); !written.ok() && s.ok()) s = written;
+    }
     if (const std::string reason = StoppedByAuthority(); !reason.empty()) {
       PS_LOG_ERROR("shard {} (replica {}) stopped: {}", shard_, flags_.replica, reason);
       return kExitStoppedByAuthority;

@@ -47,9 +47,16 @@ StatusOr<std::unique_ptr<ReplicationLog>> ReplicationLog::Create(const JobOption
 
 StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica) {
   PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job_, shard_, replica));
+  PS_ASSIGN_OR_RETURN(Backup b, ConnectTo(ConnectEndpoint(where)));
+  b.replica = replica;
+  b.name = ReplicaName(job_, shard_, replica);
+  return b;
+}
+
+StatusOr<ReplicationLog::Backup> ReplicationLog::ConnectTo(const std::string& endpoint) {
   ChannelOptions options;
   options.shard = shard_;
-  options.endpoint = ConnectEndpoint(where);
+  options.endpoint = endpoint;
   options.use = ChannelUse::kReplication;
   // No high-water mark: what is in flight is bounded by the replies it
   // holds back (each worker has at most client.max_in_flight requests
@@ -62,8 +69,6 @@ StatusOr<ReplicationLog::Backup> ReplicationLog::Connect(uint32_t replica) {
   options.events = false;
   Backup b;
   PS_ASSIGN_OR_RETURN(b.channel, env_->Connect(context_, options));
-  b.replica = replica;
-  b.name = ReplicaName(job_, shard_, replica);
   return b;
 }
 
@@ -110,9 +115,63 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
     break;
   }
   PS_ASSIGN_OR_RETURN(Backup b, Connect(replica));
+  epoch_ = epoch;
+  PS_ASSIGN_OR_RETURN(const CopySent sent,
+                      SendCopy(b, store, clocks, recent, copy_sums, incarnation));
+  PS_LOG_INFO("shard {}: epoch {}: sending {} a copy of {} blocks and {} pending sums as of "
+              "entry {}",
+              shard_, epoch, b.name, sent.blocks, sent.sums, last_seq_);
+  AddBackup(std::move(b));
+  return Status::Ok();
+}
+
+Status ReplicationLog::Follow(const std::string& endpoint, const std::string& name,
+                              ShardStore* store, const ClockTable& clocks,
+                              const RecentPushes& recent, bool copy_sums) {
+  for (const Backup& b : backups_) {
+    if (b.follower && b.name == name) {
+      return FailedPreconditionError("shard " + std::to_string(shard_) + " sends its rows to " +
+                                     name + " already");
+    }
+  }
+  PS_ASSIGN_OR_RETURN(Backup b, ConnectTo(endpoint));
+  b.replica = kFollowerReplica;
+  b.name = name;
+  b.follower = true;
+  PS_ASSIGN_OR_RETURN(const CopySent sent, SendCopy(b, store, clocks, recent, copy_sums, 0));
+  PS_LOG_INFO("shard {}: sending {} a copy of {} blocks and {} pending sums as of entry {}, then "
+              "every change until the handover",
+              shard_, name, sent.blocks, sent.sums, last_seq_);
+  AddBackup(std::move(b));
+  return Status::Ok();
+}
+
+void ReplicationLog::DropFollowers() {
+  for (size_t i = backups_.size(); i-- > 0;) {
+    if (!backups_[i].follower) continue;
+    PS_LOG_INFO("shard {}: {} is not sent the shard's changes any more", shard_,
+                backups_[i].name);
+    Forget(i);
+  }
+}
+
+size_t ReplicationLog::followers() const {
+  return static_cast<size_t>(
+      std::count_if(backups_.begin(), backups_.end(), [](const Backup& b) { return b.follower; }));
+}
+
+void ReplicationLog::AddBackup(Backup b) {
+  backups_.push_back(std::move(b));
+  sockets_.clear();
+  for (Backup& x : backups_) sockets_.push_back(x.channel->poll_sockets().messages);
+}
+
+StatusOr<ReplicationLog::CopySent> ReplicationLog::SendCopy(Backup& b, ShardStore* store,
+                                                            const ClockTable& clocks,
+                                                            const RecentPushes& recent,
+                                                            bool copy_sums, uint64_t incarnation) {
   b.copying = true;
   b.in_sync = false;
-  epoch_ = epoch;
   // The state as of entry last_seq_: its beginning, every block (shared),
   // then the sums, clocks and recent pushes; the entries after it follow
   // on the same connection, so the backup applies them after the copy.
@@ -191,13 +250,7 @@ Status ReplicationLog::Join(uint32_t replica, int64_t epoch, ShardStore* store,
   end.count = blocks + sum_count;
   PS_RETURN_IF_ERROR(SendTo(b, ReplicaEntry::kCopyEnd, end, {}));
   b.acked = last_seq_;  // what it will hold once the copy is applied
-  PS_LOG_INFO("shard {}: epoch {}: sending {} a copy of {} blocks and {} pending sums as of "
-              "entry {}",
-              shard_, epoch, b.name, blocks, sum_count, last_seq_);
-  backups_.push_back(std::move(b));
-  sockets_.clear();
-  for (Backup& x : backups_) sockets_.push_back(x.channel->poll_sockets().messages);
-  return Status::Ok();
+  return CopySent{blocks, sum_count};
 }
 
 void ReplicationLog::Send(ReplicaEntry kind, MessageHeader header,
@@ -295,14 +348,14 @@ void ReplicationLog::End(int64_t handed_over_to, int64_t clock) {
 uint64_t ReplicationLog::committed() const {
   uint64_t c = last_seq_;
   for (const Backup& b : backups_) {
-    if (!b.copying) c = std::min(c, b.acked);
+    if (!b.copying && !b.follower) c = std::min(c, b.acked);
   }
   acknowledged_ = std::max(acknowledged_, c);
   return c;
 }
 
 void ReplicationLog::MaybeInSync(Backup& b) {
-  if (b.in_sync || b.copying || b.acked < b.must_hold) return;
+  if (b.follower || b.in_sync || b.copying || b.acked < b.must_hold) return;
   b.in_sync = true;
   PS_LOG_INFO("shard {}: {} holds every acknowledged entry ({}) and is a full replica again",
               shard_, b.name, b.acked);
@@ -329,6 +382,15 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       continue;
     }
     const MessageHeader* h = &reply.header;
+    if (reply.fault == ReplyFault::kRejected && b.follower) {
+      // A server of the next shard map that cannot follow: the handover
+      // goes on without it, and that server starts from the handover
+      // generation instead.
+      PS_LOG_WARN("shard {}: {} refused entry {} ({}); it is sent nothing more", shard_, b.name,
+                  h->request_id, StatusFromErrorHeader(*h).message());
+      Forget(index);
+      return Status::Ok();
+    }
     if (reply.fault == ReplyFault::kRejected && b.copying) {
       // A backup that never held a whole copy: the shard goes on without
       // it (the authority may start it again).
@@ -377,9 +439,13 @@ Status ReplicationLog::ReceiveAcks(size_t index) {
       // before it is in sync.
       b.must_hold = std::max(committed(), acknowledged_);
       b.copying = false;
-      PS_LOG_INFO("shard {}: {} holds the copy as of entry {}; it is in sync once it applied "
-                  "entry {}",
-                  shard_, b.name, h->request_id, b.must_hold);
+      if (b.follower) {
+        PS_LOG_INFO("shard {}: {} holds the copy as of entry {}", shard_, b.name, h->request_id);
+      } else {
+        PS_LOG_INFO("shard {}: {} holds the copy as of entry {}; it is in sync once it applied "
+                    "entry {}",
+                    shard_, b.name, h->request_id, b.must_hold);
+      }
     }
     b.acked = std::max(b.acked, h->request_id);
     MaybeInSync(b);
@@ -426,6 +492,7 @@ ShardStats::Replication ReplicationLog::Stats() const {
                             .committed = committed(),
                             .backups = {}};
   for (const Backup& b : backups_) {
+    if (b.follower) continue;  // not a replica of this shard
     r.backups.push_back(
         {b.replica, b.copying ? "copying" : b.in_sync ? "acked" : "catching_up", b.acked});
   }

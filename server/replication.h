@@ -289,6 +289,21 @@ class ReplicationLog {
   Status Join(uint32_t replica, int64_t epoch, ShardStore* store, const ClockTable& clocks,
               const RecentPushes& recent, bool copy_sums = true, uint64_t incarnation = 0);
 
+  // A server of the next shard map (ps_ctl reshard, server/reshard_follower.h)
+  // listening at `endpoint` ("tcp://host:port"; `name` says which, in
+  // messages) follows this shard: it is sent the copy a joining backup
+  // gets (as Join's `copy_sums`), then every later entry up to kEnd at the
+  // handover (End). A follower holds no reply back (committed() leaves it
+  // out), is no replica of this shard (not in Stats(), never promoted),
+  // and one that refuses an entry is sent nothing more (logged): the
+  // server of the next map then starts from the handover generation.
+  // FailedPrecondition when `name` follows already.
+  Status Follow(const std::string& endpoint, const std::string& name, ShardStore* store,
+                const ClockTable& clocks, const RecentPushes& recent, bool copy_sums);
+  // The handover was aborted: the followers are sent nothing more.
+  void DropFollowers();
+  size_t followers() const;
+
   // The log's part of STATS: each backup "acked", "copying" (it takes its
   // copy) or "catching_up" (it took it and is not in sync yet).
   ShardStats::Replication Stats() const;
@@ -311,14 +326,27 @@ class ReplicationLog {
     // Joined: the highest entry the primary may have acknowledged to a
     // worker before this backup counted toward committed().
     uint64_t must_hold = 0;
+    bool follower = false;  // a server of the next shard map (Follow)
   };
+  // A follower's `replica`: none of the shard's.
+  static constexpr uint32_t kFollowerReplica = ~0u;
+  struct CopySent {
+    uint64_t blocks = 0;  // kCopyRows, kCopyIds and kCopySketch entries
+    uint64_t sums = 0;    // kCopySum entries
+  };
+  // Sends `b` a copy of the shard's state as of the last entry (Join).
+  StatusOr<CopySent> SendCopy(Backup& b, ShardStore* store, const ClockTable& clocks,
+                              const RecentPushes& recent, bool copy_sums, uint64_t incarnation);
+  // Sends `b` every entry from now on, beside the others.
+  void AddBackup(Backup b);
   // Marks `b` in sync once it holds every acknowledged entry, and tells it.
   void MaybeInSync(Backup& b);
   // Replicates without backups_[index] from now on; what it was not sent
   // is dropped.
   void Forget(size_t index);
-  // Connects a channel to a backup.
+  // Connects a channel to a backup; to `endpoint`.
   StatusOr<Backup> Connect(uint32_t replica);
+  StatusOr<Backup> ConnectTo(const std::string& endpoint);
   // Sends one entry to backup `b` alone (a copy entry: seq last_seq_).
   Status SendTo(Backup& b, ReplicaEntry kind, MessageHeader header, std::vector<Frame> frames);
   ReplicationLog(const JobOptions& job, uint32_t shard, uint32_t self, Context* context, Env* env)
@@ -360,6 +388,19 @@ class BackupServer {
                                                         int64_t restore_clock = -1,
                                                         bool join = false, Env* env = nullptr);
 
+  // A follower (server/reshard_follower.h): a copy of shard `shard` of
+  // `job` (the map it runs on now) for a server of the next shard map,
+  // which listens at `bind_endpoint` (e.g. "tcp://127.0.0.1:*") and takes
+  // its state from the copy the shard sends once it is asked to
+  // (kReshardFollow; ReplicationLog::Follow), then every entry up to the
+  // handover. `name` says which, in messages.
+  static constexpr uint32_t kFollower = ~0u;  // a follower's replica()
+  static StatusOr<std::unique_ptr<BackupServer>> CreateFollower(const JobOptions& job,
+                                                                uint32_t shard,
+                                                                const std::string& bind_endpoint,
+                                                                std::string name,
+                                                                Env* env = nullptr);
+
   // Applies entries until the primary's kEnd (OK), Stop() (OK), a SHUTDOWN
   // from the control client (OK), or a transport error.
   Status Run();
@@ -376,6 +417,9 @@ class BackupServer {
   // shard map (ps_ctl reshard): ps_server exits with code 3 as the
   // primary does.
   bool handed_over() const { return handed_over_to_ > 0; }
+  // That map, and the clock of the handover (REQUIRES: handed_over()).
+  int64_t handed_over_to() const { return handed_over_to_; }
+  int64_t handed_over_clock() const { return handed_over_clock_; }
   // The shard map the replica serves in (ps_server --map-epoch), which its
   // STATS report.
   void SetMapEpoch(int64_t epoch) { map_epoch_ = epoch; }
@@ -414,7 +458,9 @@ class BackupServer {
   bool in_sync_now() const { return in_sync_now_.load(std::memory_order_acquire); }
 
  private:
-  BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica);
+  BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica, std::string name);
+  // Create's and CreateFollower's state and socket.
+  Status Open(const std::string& bind_endpoint, int64_t restore_clock, bool join, Env* env);
   // One message: an entry of the primary's log, or a request.
   void Handle(std::vector<Frame>& frames);
   // An entry of the primary's log (`frames`: routing id, `entry`, data).
@@ -480,6 +526,7 @@ class BackupServer {
   std::atomic<bool> stop_{false};
   bool ended_ = false;     // the primary's kEnd arrived
   int64_t handed_over_to_ = 0;  // that kEnd's map (a reshard), else 0
+  int64_t handed_over_clock_ = 0;  // and its clock
   uint64_t applied_ = 0;   // sequence number of the last entry applied
   uint64_t refused_ = 0;   // entries refused (out of order or malformed)
   Status diverged_;        // an acknowledged entry failed to apply: refuse the rest

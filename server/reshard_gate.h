@@ -34,6 +34,11 @@
 //      restore onto another shard count) at map epoch E (ps_server
 //      --map-epoch). A request of an older map reaching them is answered
 //      kFlagMoved with their map.
+// In memory (server/reshard_follower.h): when the next map's servers
+// follow this shard (ReplicationLog::Follow), step 3 sends them kEnd and
+// answers the moved requests first, and writes generation c after (once
+// the socket is closed when the next map keeps this address), and step 5
+// starts only the servers that did not follow.
 // No acknowledged push is lost or applied twice: what a worker had
 // acknowledged is in generation c, and what was held or moved was applied
 // nowhere. Workers keep their clocks; they resume at c.
@@ -74,6 +79,8 @@ class ReshardGate {
   // The next map's epoch and servers (when prepared).
   int64_t next_epoch() const { return next_epoch_; }
   const std::vector<std::string>& next_servers() const { return next_servers_; }
+  // The next map lists this shard's own address (when prepared).
+  bool keeps_address() const { return keeps_address_; }
 
   // What to do with a worker's PUSH, PULL or CLOCK.
   enum class Action {

@@ -280,6 +280,13 @@ Status ShardServer::Run() {
     }
   }
   EndReplication();
+  if (handover_write_due_) {
+    // The address is the next map's: its server binds it as soon as this
+    // socket is gone (what was sent lingers out from the context). The
+    // generation is written after (WriteDueHandover).
+    accept_monitor_.reset();
+    socket_.reset();
+  }
   // A generation being written is finished, not torn; a CHECKPOINT still
   // waiting for it is answered.
   if (checkpoint_trigger_ != nullptr) checkpoint_trigger_->Stop(clocks_.min_clock());

@@ -199,6 +199,12 @@ class ShardServer {
   // True when Run() returned because the shard handed its rows over to
   // another server count (ps_server exits 3 then).
   bool handed_over() const { return reshard_->handed_over(); }
+  // After Run() returned: writes the handover generation when the handover
+  // left it for then (servers of the next map followed this shard's rows
+  // in memory, and one of them binds this address: Run() closed the
+  // socket first; ps_server closes its metrics port before it calls this).
+  // OK when none was due; the write's error otherwise (logged).
+  Status WriteDueHandover();
   // Makes Run() read the job's key files again soon (security.mode curve:
   // a rotated worker key). Async-signal-safe (ps_server calls it on SIGHUP).
   void ReloadKeys() { reload_keys_.store(true, std::memory_order_relaxed); }
@@ -305,7 +311,13 @@ class ShardServer {
   bool GateUndecodable(std::vector<Frame>& frames);
   bool Gate(ReshardGate::Action action, const MessageHeader& request, std::vector<Frame>* frames);
   void HandleReshard(Frame& routing_id, MessageHeader& reply);
+  // kReshardFollow: a server of the next map takes a copy and every change
+  // after it (ReplicationLog::Follow).
+  Status Follow(const MessageHeader& request);
   void Handover();
+  // Writes the handover generation (the boundary clock's); on an error
+  // logs it, sets exit_status_ and stops Run().
+  Status WriteHandoverGeneration();
   int64_t MaxWorkerClock() const;
   // The routes of HandlePush (PushPolicy): a push sent again (acknowledged,
   // not applied twice; with `summed_into` >= 0 the reply waits for that
@@ -504,6 +516,7 @@ class ShardServer {
   // Writes the gate holds until the handover (kHold): each request's
   // frames, its routing id first.
   std::vector<std::vector<Frame>> held_writes_;
+  bool handover_write_due_ = false;  // see WriteDueHandover
   // Checkpoints (null without checkpoint.dir).
   std::unique_ptr<CheckpointDir> checkpoints_;
   CheckpointStageHook checkpoint_stage_hook_;  // set once by Create

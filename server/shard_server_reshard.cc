@@ -118,6 +118,8 @@ void ShardServer::HandleReshard(Frame& routing_id, MessageHeader& reply) {
       // The boundary may have passed while it was prepared.
       if (reshard_->HandoverDue(clocks_.min_clock())) Handover();
     }
+  } else if (req.flags == kReshardFollow) {
+    done = Follow(req);
   } else if (req.flags == kReshardAbort) {
     const bool was_prepared = reshard_->prepared();
     done = reshard_->Abort(req);
@@ -136,7 +138,8 @@ void ShardServer::HandleReshard(Frame& routing_id, MessageHeader& reply) {
     }
   } else {
     done = InvalidArgumentError("RESHARD flags " + std::to_string(req.flags) +
-                                "; expected exactly one of 1 (prepare), 2 (commit), 4 (abort)");
+                                "; expected exactly one of 1 (prepare), 2 (commit), 4 (abort), "
+                                "8 (follow)");
   }
   if (!done.ok()) {
     ++counters_.errors;
@@ -150,9 +153,36 @@ void ShardServer::HandleReshard(Frame& routing_id, MessageHeader& reply) {
   Reply(routing_id, reply);
 }
 
-void ShardServer::Handover() {
+Status ShardServer::Follow(const MessageHeader& req) {
+  // Before the prepare too: ps_ctl reshard gives the next map's servers
+  // the time to take their copies before it picks the handover clock.
+  if (reshard_->handed_over() || req.map_epoch != reshard_->map_epoch() + 1 ||
+      (reshard_->prepared() && req.map_epoch != reshard_->next_epoch())) {
+    return FailedPreconditionError(
+        "shard " + std::to_string(shard_) + " serves map " +
+        std::to_string(reshard_->map_epoch()) +
+        (reshard_->handed_over() ? " and handed over already" : "") +
+        "; only a server of the next map (" + std::to_string(reshard_->map_epoch() + 1) +
+        ") follows it, until its handover");
+  }
+  if (req.text.empty()) {
+    // ps_ctl reshard gave up: nothing more goes to the next map's servers.
+    replication_->DropFollowers();
+    return Status::Ok();
+  }
+  if (req.text.rfind("tcp://", 0) != 0) {
+    return InvalidArgumentError("a follower's endpoint \"" + req.text +
+                                "\" is not tcp://host:port");
+  }
+  return replication_->Follow(
+      req.text, "the server of map " + std::to_string(req.map_epoch) + " at " + req.text,
+      store_.get(), clocks_,
+      push_policy_.sums_replicated() ? held_.Replicated(recent_pushes_) : recent_pushes_,
+      /*copy_sums=*/!push_policy_.sums_replicated());
+}
+
+Status ShardServer::WriteHandoverGeneration() {
   const int64_t clock = reshard_->boundary();
-  const auto start = clock_->Now();
   // Every update of the clocks below the boundary, none of it or later
   // (held): the state the servers of the next map restore.
   Status written = checkpoint_trigger_->WriteNow(clock);
@@ -162,14 +192,32 @@ void ShardServer::Handover() {
                  shard_, clock, written.ToString());
     exit_status_ = written.WithContext("shard " + std::to_string(shard_) + ": handover");
     Stop();
-    return;
   }
+  return written;
+}
+
+void ShardServer::Handover() {
+  const int64_t clock = reshard_->boundary();
+  const auto start = clock_->Now();
+  // With followers, the servers of the next map hold the rows already:
+  // they are handed over first, and the generation written after (for a
+  // server of the next map that did not follow, and for durability); by
+  // the loop's end when the next map takes this address, whose server
+  // binds it once this one gave it up.
+  const size_t followers = replication_->followers();
+  if (followers == 0 && !WriteHandoverGeneration().ok()) return;
   reshard_->HandedOver(clock_->Now());
+  if (followers > 0) replication_->End(reshard_->next_epoch(), clock);
   const double ms = std::chrono::duration<double, std::milli>(clock_->Now() - start).count();
-  PS_LOG_INFO("shard {}: handed over at clock {} in {:.0f} ms: generation {} holds its rows; the "
-              "job goes on at map {} on {} servers ({} writes and {} waiting pulls sent there)",
-              shard_, clock, ms, checkpoints_->GenerationPath(clock), reshard_->next_epoch(),
-              reshard_->next_servers().size(), held_writes_.size(), waiting_.pulls());
+  PS_LOG_INFO("shard {}: handed over at clock {} in {:.0f} ms{}; the job goes on at map {} on {} "
+              "servers ({} writes and {} waiting pulls sent there)",
+              shard_, clock, ms,
+              followers > 0 ? " to " + std::to_string(followers) +
+                                  " servers of the next map that followed its rows"
+                            : ": generation " + checkpoints_->GenerationPath(clock) +
+                                  " holds its rows",
+              reshard_->next_epoch(), reshard_->next_servers().size(), held_writes_.size(),
+              waiting_.pulls());
   std::vector<std::vector<Frame>> held = std::move(held_writes_);
   held_writes_.clear();
   for (std::vector<Frame>& frames : held) {
@@ -184,6 +232,23 @@ void ShardServer::Handover() {
   // kHandoverLinger, and a backup of it may hold an address the next map
   // takes). Their acknowledgements of earlier entries come first.
   replication_->End(reshard_->next_epoch(), clock);
+  if (followers == 0) return;
+  if (reshard_->keeps_address()) {
+    handover_write_due_ = true;  // WriteDueHandover, once Run() closed the socket
+  } else {
+    WriteHandoverGeneration().IgnoreError();  // logged
+  }
+}
+
+Status ShardServer::WriteDueHandover() {
+  if (!handover_write_due_) return Status::Ok();
+  handover_write_due_ = false;
+  const auto start = clock_->Now();
+  PS_RETURN_IF_ERROR(WriteHandoverGeneration());
+  PS_LOG_INFO("shard {}: generation {} written in {:.0f} ms after the handover", shard_,
+              checkpoints_->GenerationPath(reshard_->boundary()),
+              std::chrono::duration<double, std::milli>(clock_->Now() - start).count());
+  return Status::Ok();
 }
 
 }  // namespace ps

@@ -124,6 +124,7 @@ ShardStats ShardServer::Stats() const {
   s.started_clock = started_clock_;
   s.map_epoch = reshard_->map_epoch();
   s.handover_clock = reshard_->prepared() ? reshard_->boundary() : -1;
+  s.reshard_followers = static_cast<uint32_t>(replication_->followers());
   s.lost_clocks = lost_clocks_;
   s.repeated_pushes = counters_.repeated_pushes;
   s.resumes = counters_.resumes;

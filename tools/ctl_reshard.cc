@@ -11,6 +11,7 @@
 #include "client/control_client.h"
 #include "common/config.h"
 #include "common/endpoint.h"
+#include "common/reshard_sources.h"
 #include "common/rendezvous.h"
 #include "common/wire.h"
 #include "tools/reshard_plan.h"
@@ -24,6 +25,11 @@ using ReshardTime = std::chrono::steady_clock;
 // attempts (each further past) before giving up.
 constexpr int64_t kClockMargin = 2;
 constexpr int kAttempts = 5;
+// How long the next map's servers get to start following the old ones
+// (ps_launch starts them once the plan is on disk) before the handover
+// clock is picked; those that do not follow by then restore the handover
+// generation.
+constexpr std::chrono::seconds kFollowWait{3};
 
 void Fail(const std::string& what) { std::fprintf(stderr, "ps_ctl reshard: %s\n", what.c_str()); }
 
@@ -59,10 +65,51 @@ Status CheckNext(const JobOptions& job, const JobOptions& next) {
   return Status::Ok();
 }
 
+// Waits up to `wait` until every shard of `job` has, following it, each
+// server of `next` whose rows overlap its own (ShardStats::
+// reshard_followers), and says how it went.
+void WaitForFollowers(ControlClient& client, const JobOptions& job, const JobOptions& next,
+                      std::chrono::seconds wait) {
+  const auto shards = static_cast<uint32_t>(job.cluster.servers.size());
+  std::vector<uint32_t> expected(shards, 0);
+  for (uint32_t j = 0; j < next.cluster.servers.size(); ++j) {
+    for (uint32_t s : FollowedShards(job, next, j)) ++expected[s];
+  }
+  const auto start = ReshardTime::now();
+  std::vector<uint32_t> following(shards, 0);
+  for (uint32_t s = 0; s < shards;) {
+    auto stats = client.StructuredStats(s);
+    if (stats.ok()) following[s] = stats->reshard_followers;
+    if (following[s] >= expected[s]) {
+      ++s;
+      continue;
+    }
+    if (ReshardTime::now() - start > wait) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double seconds = std::chrono::duration<double>(ReshardTime::now() - start).count();
+  std::string missing;
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (following[s] < expected[s]) {
+      missing += (missing.empty() ? "" : ", ") + std::string("shard ") + std::to_string(s) + " (" +
+                 std::to_string(following[s]) + " of " + std::to_string(expected[s]) + ")";
+    }
+  }
+  if (missing.empty()) {
+    std::printf("the %zu servers of the next map follow the old servers' rows in memory (after "
+                "%.2f s)\n",
+                next.cluster.servers.size(), seconds);
+  } else {
+    std::printf("after %.2f s not every server of the next map follows the old ones: %s (ps_launch "
+                "starts them); a server that does not restores the handover generation\n",
+                seconds, missing.c_str());
+  }
+}
+
 }  // namespace
 
 int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_s,
-               uint32_t timeout_ms) {
+               uint32_t timeout_ms, bool in_memory) {
   StatusOr<JobOptions> loaded = LoadJobFile(to_path);
   if (!loaded.ok()) {
     Fail(loaded.status().ToString());
@@ -78,7 +125,12 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
          "generation; add a checkpoint section (the running job needs it too)");
     return 2;
   }
-  auto client = ControlClient::Create(job);
+  // A server that goes away while it is asked (it handed over and exited,
+  // or the job was stopped) counts at the request's deadline, not waited
+  // for as a worker waits for a server to come back.
+  JobOptions asked = job;
+  asked.liveness.server_down_timeout_ms = timeout_ms;
+  auto client = ControlClient::Create(asked);
   if (!client.ok()) {
     Fail(client.status().ToString());
     return 1;
@@ -112,6 +164,43 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
               shards, static_cast<long long>(epoch), static_cast<long long>(fastest),
               next.cluster.servers.size(), static_cast<long long>(next_epoch));
   std::fflush(stdout);
+  std::error_code ec;
+  const std::string config = std::filesystem::absolute(to_path, ec).string();
+  // The next map's servers follow the old ones' rows in memory when the
+  // job allows it (common/reshard_sources.h): the plan goes on disk first,
+  // with no clock yet, so that ps_launch starts them while the job runs
+  // on; the clock is picked once they follow.
+  bool planned_early = false;
+  const auto give_up = [&] {
+    if (!planned_early) return;
+    for (uint32_t s = 0; s < shards; ++s) {
+      auto dropped = (*client)->Reshard(s, kReshardFollow, 0, next_epoch, "");
+      if (!dropped.ok()) Fail("shard " + std::to_string(s) + ": " + dropped.status().ToString());
+    }
+    if (Status removed = RemoveReshardPlan(job.checkpoint.dir, next_epoch); !removed.ok()) {
+      Fail(removed.ToString());
+    }
+  };
+  const Status can = in_memory ? CanFollow(job, next)
+                               : FailedPreconditionError("--through-generation");
+  if (!can.ok()) {
+    std::printf("the rows move through the handover generation: %s\n", can.message().c_str());
+  } else if (Status planned =
+                 WriteReshardPlan(job.checkpoint.dir, {next_epoch, -1, config, /*follow=*/true});
+             !planned.ok()) {
+    Fail(planned.ToString());
+    return 1;
+  } else {
+    planned_early = true;
+    WaitForFollowers(**client, job, next, kFollowWait);
+    // The workers ran on meanwhile.
+    for (uint32_t s = 0; s < shards; ++s) {
+      auto stats = (*client)->StructuredStats(s);
+      if (!stats.ok()) continue;  // the prepare below says why
+      for (const ShardStats::Worker& w : stats->workers) fastest = std::max(fastest, w.clock);
+    }
+  }
+  std::fflush(stdout);
   auto abort_all = [&](uint32_t prepared, int64_t clock) {
     for (uint32_t s = 0; s < prepared; ++s) {
       auto aborted = (*client)->Reshard(s, kReshardAbort, clock, next_epoch, servers);
@@ -139,6 +228,7 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     abort_all(prepared, clock);
     if (refused.code() != StatusCode::kFailedPrecondition ||
         refused.message().find("past the handover clock") == std::string::npos) {
+      give_up();
       Fail(refused.ToString());
       return 1;
     }
@@ -148,15 +238,16 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     clock = std::max(clock, seen) + (kClockMargin << (attempt + 1));
   }
   if (!prepared_all) {
+    give_up();
     Fail("the workers kept passing the handover clock; " + std::to_string(kAttempts) +
          " attempts failed");
     return 1;
   }
-  std::error_code ec;
-  const std::string config = std::filesystem::absolute(to_path, ec).string();
-  Status planned = WriteReshardPlan(job.checkpoint.dir, {next_epoch, clock, config});
+  Status planned =
+      WriteReshardPlan(job.checkpoint.dir, {next_epoch, clock, config, planned_early});
   if (!planned.ok()) {
     abort_all(shards, clock);
+    give_up();
     Fail(planned.ToString());
     return 1;
   }
@@ -166,6 +257,8 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     if (!reply.ok()) {
       // Before any shard reached the clock, an abort undoes it all.
       abort_all(shards, clock);
+      planned_early = true;  // the plan is on disk now in any case
+      give_up();
       if (Status removed = RemoveReshardPlan(job.checkpoint.dir, next_epoch); !removed.ok()) {
         Fail(removed.ToString());
       }

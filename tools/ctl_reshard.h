@@ -2,6 +2,7 @@
 // (server/reshard_gate.h says how the shards hand over).
 //
 //   ps_ctl reshard --config job.yaml --to job3.yaml [--wait-s 120]
+//                  [--through-generation]
 //
 // job.yaml is the file the job runs on now (its servers are asked), and
 // job3.yaml the same job on other servers: only cluster.servers may differ,
@@ -12,6 +13,9 @@
 // replication.factor 1.
 //
 // Steps, each said on stdout: every shard's map and worker clocks (STATS);
+// when the next map's servers may follow the old ones in memory
+// (common/reshard_sources.h: CanFollow), the plan without a clock, and a
+// wait of at most 3 s until they follow (ps_launch starts them);
 // prepare at clock c, a few clocks past the fastest worker (a shard that
 // saw a worker reach c refuses: all abort and it is tried again later, at
 // most 5 times); the plan for ps_launch (tools/reshard_plan.h); commit;
@@ -30,8 +34,10 @@ namespace ps {
 // Exit code: 0 when the job runs on the next map's servers; 1 when the
 // reshard failed (the error is printed; the job goes on as it was unless
 // the handover had begun); 2 on a bad --to file.
+// `in_memory`: the next servers follow the old ones' rows where the job
+// allows it (false: --through-generation).
 int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_s,
-               uint32_t timeout_ms);
+               uint32_t timeout_ms, bool in_memory = true);
 
 }  // namespace ps
 

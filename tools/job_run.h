@@ -47,6 +47,11 @@ struct Child {
   // reshard moved the job past it (it handed over; its exit ends nothing).
   int64_t map_epoch = 0;
   bool retired = false;
+  // A server of the next shard map started early to follow the old
+  // servers' rows in memory (ps_server --follow), until that map starts:
+  // then it serves (or, if it exited, a server restoring the handover
+  // generation takes its place).
+  bool follower = false;
   // Servers: the address whose port it holds (ReplicaHostPort's canonical
   // "host:port" of its shard and replica in its map).
   std::string address;
@@ -64,6 +69,9 @@ class JobRun {
   // or its shard has another primary than the one it followed): started
   // again, it rejoins (ps_server).
   static constexpr int kExitStoppedByAuthority = 4;
+  // ps_server's exit code when, started with --follow, it did not take its
+  // rows over in memory: started again, it restores the handover generation.
+  static constexpr int kExitNotFollowed = 5;
 
   StatusOr<int> Run();
 
@@ -85,7 +93,11 @@ class JobRun {
   // Every replica of every shard of the current map (job_, map_epoch_),
   // backups first, and the launcher's authority over them (replication.
   // authority launcher); each said with its pid and command.
-  Status StartServers();
+  // `followed`: shards whose server (a follower) runs already.
+  Status StartServers(const std::vector<bool>& followed = {});
+  // A server started as `spec` says, named `name`, holding `address`.
+  Child& AddServer(std::string name, const ChildSpec& spec, const std::string& address,
+                   std::unique_ptr<Subprocess> process);
   // A server died by a signal while the job runs: starts it again when the
   // job allows (checkpoints, liveness.server_restarts). False when it
   // cannot be restarted; `why_not` says why.
@@ -117,6 +129,16 @@ class JobRun {
   // handover generation (MaybeStartNextMap, each round of the loop).
   void ServerHandedOver(Child& child, const std::string& how);
   void MaybeStartNextMap();
+  // Once ps_ctl reshard planned the next map (its plan on disk), starts
+  // that map's servers at once, each following the old servers' rows in
+  // memory (server/reshard_follower.h), when the job allows it
+  // (FollowPossible); stops them if the plan goes away (the reshard was
+  // aborted) or changes.
+  void MaybeStartFollowers();
+  bool FollowPossible() const;
+  void StopFollowers(const std::string& why);
+  // A follower exited before its map started.
+  void FollowerExited(Child& child, const std::string& how);
   // The handover clock of the reshard under way (ps_ctl committed it: its
   // plan is on disk, or a server handed over); nullopt when none is, -1
   // when its plan cannot be read.
@@ -157,6 +179,8 @@ class JobRun {
     JobOptions job;
   };
   NextMap next_map_;
+  // The next map the followers running now were started for; 0: none.
+  int64_t followers_epoch_ = 0;
 
   std::vector<Child> children_;
   int64_t restore_clock_ = -1;  // --restore-clock for every server; -1: none

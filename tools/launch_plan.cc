@@ -110,6 +110,7 @@ std::vector<std::string> ChildCommand(const JobOptions& job, const std::string& 
   }
   if (is_server && child.map_epoch > 0) {
     argv.insert(argv.end(), {"--map-epoch", std::to_string(child.map_epoch)});
+    if (!child.follow.empty()) argv.insert(argv.end(), {"--follow", child.follow});
   }
   if (is_server && (child.restart || child.map_epoch > 0) && !child.join &&
       !finished_workers.empty()) {

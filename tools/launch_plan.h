@@ -65,6 +65,9 @@ struct ChildSpec {
   // Servers: the shard map it serves in (--map-epoch when > 0: a server a
   // reshard started, which is told which workers finished, as a restart is).
   int64_t map_epoch = 0;
+  // A server of the next shard map that takes its rows from the servers of
+  // this job file in memory (--follow; server/reshard_follower.h).
+  std::string follow;
 };
 
 // "server 0", "server 0 backup 2": a server's name in the output.

@@ -129,7 +129,7 @@ StatusOr<std::unique_ptr<Subprocess>> JobRun::Spawn(const ChildSpec& child,
   return Subprocess::Spawn(spawn);
 }
 
-Status JobRun::StartServers() {
+Status JobRun::StartServers(const std::vector<bool>& followed) {
   // Every shard's replicas, backups first: the primaries connect to them.
   const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
   const uint32_t factor = job_.replication.factor;
@@ -146,6 +146,7 @@ Status JobRun::StartServers() {
   for (uint32_t i = 0; i < shards * factor; ++i) {
     const uint32_t replica = factor - 1 - i / shards;
     const uint32_t index = i % shards;
+    if (index < followed.size() && followed[index]) continue;
     std::string name = ServerName(index, replica);
     StatusOr<HostPort> address = ReplicaHostPort(job_, index, replica);
     if (!address.ok()) return address.status().WithContext("launcher: " + name);
@@ -159,16 +160,23 @@ Status JobRun::StartServers() {
       return process.status().WithContext("launcher: " + name + map);
     }
     Say("started " + name + map + " (pid " + std::to_string((*process)->pid()) + "): " + command);
-    Child& child = children_.emplace_back();
-    child.name = std::move(name);
-    child.is_server = true;
-    child.index = index;
-    child.replica = replica;
-    child.map_epoch = map_epoch_;
-    child.address = address->canonical;
-    child.process = std::move(process).value();
+    spec.map_epoch = map_epoch_;
+    AddServer(std::move(name), spec, address->canonical, std::move(process).value());
   }
   return Status::Ok();
+}
+
+Child& JobRun::AddServer(std::string name, const ChildSpec& spec, const std::string& address,
+                         std::unique_ptr<Subprocess> process) {
+  Child& child = children_.emplace_back();
+  child.name = std::move(name);
+  child.is_server = true;
+  child.index = spec.index;
+  child.replica = spec.replica;
+  child.map_epoch = spec.map_epoch;
+  child.address = address;
+  child.process = std::move(process);
+  return child;
 }
 
 bool JobRun::AnyRunning() const {
@@ -238,6 +246,10 @@ void JobRun::HandleExit(Child& child, int wait_status) {
     ExitWhileStopping(child, how, wait_status);
     return;
   }
+  if (child.follower) {
+    FollowerExited(child, how);
+    return;
+  }
   if (child.retired) {
     // A server of an earlier shard map: it handed over and lingered to
     // answer the workers that had not turned yet.
@@ -286,7 +298,12 @@ void JobRun::HandleExit(Child& child, int wait_status) {
   const bool stopped_by_etcd = child.is_server && WIFEXITED(wait_status) &&
                                WEXITSTATUS(wait_status) == kExitStoppedByAuthority &&
                                job_.replication.authority == ReplicationAuthority::kEtcd;
-  if (child.is_server && (WIFSIGNALED(wait_status) || stopped_by_etcd)) {
+  // A follower the next map's start took as its server, which did not take
+  // its rows over after all (server/reshard_follower.h): started again, it
+  // restores the handover generation.
+  const bool not_followed = child.is_server && WIFEXITED(wait_status) &&
+                            WEXITSTATUS(wait_status) == kExitNotFollowed;
+  if (child.is_server && (WIFSIGNALED(wait_status) || stopped_by_etcd || not_followed)) {
     if (MaybeRestart(child, how, &why_not)) return;
     why_not = "; " + why_not;
   }
@@ -330,7 +347,7 @@ void JobRun::EvaluatorExited(Child& child, const std::string& how, bool success)
 void JobRun::ExitWhileStopping(Child& child, const std::string& how, int wait_status) {
   // After a success, a server must end by exit code 0 or by the SIGTERM it
   // was sent; anything else is a shutdown bug.
-  const bool clean = ExitedSuccessfully(wait_status) || child.retired ||
+  const bool clean = ExitedSuccessfully(wait_status) || child.retired || child.follower ||
                      (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGTERM);
   if (outcome_ == Outcome::kSucceeded && child.is_server && !clean) {
     Say(how + " while shutting down; the job fails");
@@ -447,7 +464,7 @@ void JobRun::Loop(SignalCatcher* catcher) {
     }
     milliseconds timeout(-1);
     // A reshard waits for the handover generation on disk: looked at each tick.
-    if (need_tick || next_map_.pending) timeout = kReapTick;
+    if (need_tick || next_map_.pending || FollowPossible()) timeout = kReapTick;
     if (stopping_ && !killed_all_) {
       // Round up so that the wake-up is not just before the deadline.
       auto left = std::chrono::ceil<milliseconds>(deadline_ - LaunchClock::now());
@@ -480,6 +497,7 @@ void JobRun::Loop(SignalCatcher* catcher) {
       }
       HandleExit(child, *status);
     }
+    MaybeStartFollowers();
     MaybeStartNextMap();
     if (stopping_ && !killed_all_ && LaunchClock::now() >= deadline_ &&
         AnyRunning()) {

@@ -3,6 +3,7 @@
 // start of the next shard map's servers once every old one's part of the
 // handover generation is on disk and its port is free.
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/endpoint.h"
+#include "common/reshard_sources.h"
 #include "common/subprocess.h"
 #include "server/checkpoint_layout.h"
 #include "tools/job_run.h"
@@ -80,7 +82,8 @@ void JobRun::MaybeStartNextMap() {
     }
   }
   for (const Child& c : children_) {
-    if (!c.is_server || c.exited) continue;
+    // A follower binds its address only once the old server there is gone.
+    if (!c.is_server || c.exited || c.follower) continue;
     // A server still running at an address the next map takes holds its
     // port (one of the current map, or of an earlier one that lingers).
     if (std::find(next_addresses.begin(), next_addresses.end(), c.address) !=
@@ -97,6 +100,18 @@ void JobRun::MaybeStartNextMap() {
   for (Child& c : children_) {
     if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;
   }
+  // The next map's servers that followed the old ones serve now; a shard
+  // whose follower exited gets a server restoring the handover generation.
+  std::vector<bool> followed(next.cluster.servers.size(), false);
+  for (Child& c : children_) {
+    if (!c.follower) continue;
+    c.follower = false;
+    if (!c.exited && c.map_epoch == next_map_.plan.epoch && c.index < followed.size()) {
+      followed[c.index] = true;
+    }
+  }
+  const auto kept = static_cast<uint32_t>(std::count(followed.begin(), followed.end(), true));
+  followers_epoch_ = 0;
   const size_t old_servers = job_.cluster.servers.size();
   // Carried out: a server that dies from now on is restarted as usual.
   if (Status removed = RemoveReshardPlan(job_.checkpoint.dir, next_map_.plan.epoch);
@@ -108,21 +123,90 @@ void JobRun::MaybeStartNextMap() {
   map_epoch_ = next_map_.plan.epoch;
   restore_clock_ = next_map_.plan.clock;
   next_map_ = NextMap{};
-  if (Status started = StartServers(); !started.ok()) {
+  if (Status started = StartServers(followed); !started.ok()) {
     FailJob("shard map " + std::to_string(map_epoch_) + " could not be started: " +
                 started.ToString(),
             "; stopping the job");
     return;
   }
   const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
-  Say("shard map " + std::to_string(map_epoch_) + ": started " + std::to_string(shards) +
-      (shards == 1 ? " server" : " servers") + " in place of " + std::to_string(old_servers) +
+  if (kept > 0) {
+    Say("shard map " + std::to_string(map_epoch_) + ": " + std::to_string(kept) + " of its " +
+        std::to_string(shards) + " servers took their rows over in memory (they followed the " +
+        "old servers)" + (kept == shards ? "" : "; starting the others"));
+  }
+  if (kept == shards) return;
+  Say("shard map " + std::to_string(map_epoch_) + ": started " + std::to_string(shards - kept) +
+      (shards - kept == 1 ? " server" : " servers") + " in place of " + std::to_string(old_servers) +
       (job_.replication.factor > 1
            ? " (each with " + std::to_string(job_.replication.factor - 1) +
                  (job_.replication.factor == 2 ? " backup)" : " backups)")
            : std::string()) +
       ", each restoring its rows of generation " + std::to_string(restore_clock_) + " (" +
       config_path_ + ")");
+}
+
+bool JobRun::FollowPossible() const {
+  // CanFollow (with the next job file) decides; this is what the current
+  // one alone rules out, checked every tick.
+  return !stopping_ && !next_map_.pending && !job_.checkpoint.dir.empty() &&
+         job_.replication.factor == 1 && job_.security.mode != SecurityMode::kCurve;
+}
+
+void JobRun::StopFollowers(const std::string& why) {
+  for (Child& c : children_) {
+    if (!c.follower || c.exited) continue;
+    Say("stopping " + c.name + ": " + why);
+    c.process->Signal(SIGTERM).IgnoreError();  // gone already: its exit is handled
+  }
+  followers_epoch_ = 0;
+}
+
+void JobRun::MaybeStartFollowers() {
+  if (!FollowPossible()) return;
+  const int64_t epoch = map_epoch_ + 1;
+  StatusOr<ReshardPlan> plan = ReadReshardPlan(job_.checkpoint.dir, epoch);
+  if (!plan.ok()) {
+    // No reshard planned (or the plan was taken back: an abort).
+    if (followers_epoch_ != 0) StopFollowers("the reshard to shard map " + std::to_string(epoch) +
+                                             " was called off");
+    return;
+  }
+  if (followers_epoch_ == epoch || !plan->follow) return;
+  followers_epoch_ = epoch;
+  StatusOr<JobOptions> next = LoadJobFile(plan->config);
+  if (!next.ok() || !CanFollow(job_, *next).ok()) return;  // the generation moves it
+  const std::string map = " of shard map " + std::to_string(epoch);
+  for (uint32_t s = 0; s < next->cluster.servers.size(); ++s) {
+    StatusOr<HostPort> address = ReplicaHostPort(*next, s, 0);
+    if (!address.ok()) return;  // MaybeStartNextMap says why
+    ChildSpec spec;
+    spec.is_server = true;
+    spec.index = s;
+    spec.map_epoch = epoch;
+    spec.follow = config_path_;
+    SubprocessOptions spawn;
+    spawn.argv = ChildCommand(*next, plan->config, options_, spec, /*restore_clock=*/-1,
+                              finished_workers_);
+    spawn.capture_output = true;
+    StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
+    const std::string name = ServerName(s, 0);
+    if (!process.ok()) {
+      Say("warning: " + name + map + " could not be started to follow the old servers (" +
+          process.status().ToString() + "); it restores the handover generation instead");
+      continue;
+    }
+    Say("started " + name + map + " (pid " + std::to_string((*process)->pid()) +
+        ") to follow the old servers' rows until their handover: " + JoinArgv(spawn.argv));
+    AddServer(name + map, spec, address->canonical, std::move(process).value()).follower = true;
+  }
+}
+
+void JobRun::FollowerExited(Child& child, const std::string& how) {
+  child.follower = false;
+  child.retired = true;  // ends nothing: its map's start replaces it
+  Say(how + ": it did not take its rows over in memory; shard " + std::to_string(child.index) +
+      " of the next map restores the handover generation instead");
 }
 
 }  // namespace ps

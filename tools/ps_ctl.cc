@@ -6,6 +6,7 @@
 //   ps_ctl shutdown   --config job.yaml
 //   ps_ctl keygen     --config job.yaml [--dir keys/] [--force | --rotate RANK]
 //   ps_ctl reshard    --config job.yaml --to job3.yaml [--wait-s 120]
+//                     [--through-generation]
 //                     moves the running job onto the servers of job3.yaml
 //                     (tools/ctl_reshard.h)
 //   ps_ctl export     --checkpoint-dir DIR [--clock C] --out OUT [--force]
@@ -316,6 +317,10 @@ int main(int argc, char** argv) {
   reshard->add_option("--to", to_path, "the job file of the next servers")->required();
   reshard->add_option("--wait-s", reshard_wait_s,
                       "how long to wait for the next servers to serve, seconds");
+  bool through_generation = false;
+  reshard->add_flag("--through-generation", through_generation,
+                    "move the rows through the handover generation even where the next servers "
+                    "could follow them in memory (server/reshard_follower.h)");
   CLI::App* keygen = app.add_subcommand(
       "keygen", "write the job's CurveZMQ key pairs (security.mode curve); contacts no server");
   std::string keys_dir;
@@ -360,7 +365,9 @@ int main(int argc, char** argv) {
   }
   if (keygen->parsed()) return Keygen(*job, keys_dir, force, rotate);
   SetDeadlines(*job, timeout_ms, status->parsed(), raw);
-  if (reshard->parsed()) return ps::RunReshard(*job, to_path, reshard_wait_s, timeout_ms);
+  if (reshard->parsed()) {
+    return ps::RunReshard(*job, to_path, reshard_wait_s, timeout_ms, !through_generation);
+  }
   const std::optional<std::vector<std::string>> endpoints = ReplicaEndpoints(*job, replica);
   if (!endpoints) return 2;
   auto client = ps::ControlClient::Create(*job, *endpoints);

@@ -21,7 +21,7 @@ Status WriteReshardPlan(const std::string& checkpoint_dir, const ReshardPlan& pl
     std::ofstream out(tmp, std::ios::trunc);
     out << "# written by ps_ctl reshard: ps_launch starts the servers of this map\n"
         << "epoch " << plan.epoch << "\nclock " << plan.clock << "\nconfig " << plan.config
-        << "\n";
+        << "\nfollow " << (plan.follow ? 1 : 0) << "\n";
     out.flush();
     if (!out) {
       return InternalError("cannot write the reshard plan " + tmp + ": " + std::strerror(errno));
@@ -81,6 +81,10 @@ StatusOr<ReshardPlan> ReadReshardPlan(const std::string& checkpoint_dir, int64_t
     } else if (key == "clock") {
       ok = static_cast<bool>(fields >> plan.clock);
       has_clock = ok;
+    } else if (key == "follow") {
+      int follow = 0;
+      ok = static_cast<bool>(fields >> follow) && (follow == 0 || follow == 1);
+      plan.follow = follow == 1;
     } else if (key == "config") {
       std::getline(fields >> std::ws, plan.config);
       ok = !plan.config.empty();
@@ -89,7 +93,8 @@ StatusOr<ReshardPlan> ReadReshardPlan(const std::string& checkpoint_dir, int64_t
     }
     if (!ok) {
       return DataLossError(path + ":" + std::to_string(number) + ": '" + line +
-                           "' is not a reshard plan line (epoch N, clock N, config PATH)");
+                           "' is not a reshard plan line (epoch N, clock N, config PATH, "
+                           "follow 0|1)");
     }
   }
   if (!has_epoch || plan.epoch != epoch || !has_clock || plan.config.empty()) {

@@ -24,6 +24,10 @@ struct ReshardPlan {
   int64_t epoch = 0;   // the next shard map's
   int64_t clock = 0;   // the handover clock: generation `clock` holds the rows
   std::string config;  // the job file of the next map (absolute path)
+  // The next map's servers follow the old ones' rows in memory
+  // (server/reshard_follower.h): ps_launch starts them at once. A plan
+  // without the line says no.
+  bool follow = false;
 };
 
 // <checkpoint_dir>/reshard-<epoch>.plan

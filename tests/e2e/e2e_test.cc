@@ -121,11 +121,50 @@ class E2eTest : public ::testing::Test {
         << more;
     return path;
   }
+  // A job of one range table on 2 servers (checkpoints every 20 clocks)
+  // under ps_launch, its worker 0 past clock 100: its files for 2 and 3
+  // servers, the stop file, the launcher's output file and process.
+  struct RangeJob {
+    std::string job2, job3, stop_file, log;
+    Subprocess* launch = nullptr;
+  };
+  void StartRangeJobOnTwo(RangeJob* run) {
+    const std::string ckpt = (dir_ / "ckpt").string();
+    run->stop_file = (dir_ / "stop").string();
+    std::ofstream(run->stop_file) << "";
+    const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+    run->job2 = ReshardJob(ports, 2, "job2", ckpt, run->stop_file, /*hashed=*/false, 20);
+    run->job3 = ReshardJob(ports, 3, "job3", ckpt, run->stop_file, /*hashed=*/false, 20);
+    run->log = (dir_ / "launch.log").string();
+    run->launch = StartLaunchLogged(run->job2, run->log);
+    ASSERT_NE(run->launch, nullptr);
+    ASSERT_TRUE(WaitForText(run->log, "[worker 0] clock 100")) << ReadText(run->log);
+  }
   // Defined below its tests.
   void ReshardReplicatedJob(const std::string& authority);
+  void MoveTwoThreeOneTwo(bool hashed, bool in_memory, std::string* out, int64_t* stop);
   // ps_launch on `config` in the background, its output in the file `log`.
   Subprocess* StartLaunchLogged(const std::string& config, const std::string& log) {
     return Start({"/bin/sh", "-c", "exec " + kLaunch + " --config " + config + " > " + log + " 2>&1"});
+  }
+  // Both replica_pushers' last line in the launcher's output `out`: every
+  // one of the 10000 rows and `ids` hashed ids holds the sum of 3 pushed
+  // each clock up to `stop`; and the job succeeded.
+  static void ExpectExactSums(const std::string& out, int ids, int64_t stop) {
+    const std::string exact = "exact: every one of 10000 rows and " + std::to_string(ids) +
+                              " hashed ids holds " + std::to_string(3 * stop) + ".0 after " +
+                              std::to_string(stop) + " clocks";
+    EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
+    EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
+    EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+  }
+  // The pid of the process the launcher's output in the file at `log`
+  // says it started as `name` ("started <name> (pid N)"); -1 when none.
+  static pid_t PidOf(const std::string& log, const std::string& name) {
+    const std::regex started("started " + name + R"( \(pid (\d+)\))");
+    const std::string text = ReadText(log);
+    std::smatch m;
+    return std::regex_search(text, m, started) ? static_cast<pid_t>(std::stol(m[1])) : -1;
   }
   // The text of the file at `path` (empty while there is none).
   static std::string ReadText(const std::string& path) {
@@ -163,9 +202,11 @@ class E2eTest : public ::testing::Test {
   }
   // ps_ctl reshard from job file `from` to `to`, expected to succeed (the
   // launch log at `log` shown if not); its output.
-  std::string ReshardTo(const std::string& from, const std::string& to, const std::string& log) {
-    auto [status, out] =
-        Finish(Start({kCtl, "reshard", "--config", from, "--to", to}, true), milliseconds(120000));
+  std::string ReshardTo(const std::string& from, const std::string& to, const std::string& log,
+                        bool through_generation = false) {
+    std::vector<std::string> argv = {kCtl, "reshard", "--config", from, "--to", to};
+    if (through_generation) argv.push_back("--through-generation");
+    auto [status, out] = Finish(Start(argv, true), milliseconds(120000));
     EXPECT_TRUE(ExitedSuccessfully(status)) << out << "\n" << ReadText(log);
     return out;
   }
@@ -851,21 +892,22 @@ TEST_F(E2eTest, AJobCheckpointedOnTwoServersResumesOnThreeAndBackWithExactSums) 
       << again;
 }
 
-// ps_ctl reshard while the job trains: 2 servers -> 3 -> 1 -> 2 under bsp. The
-// workers (replica_pusher) pull a range table and 5000 ids of a hashed one
-// every clock, check that they hold the sum of the clocks before, and push
-// integers to them; each reshard moves the rows
-// through the handover generation onto the next servers, which ps_launch
-// starts, and the workers send what was moved there. At the end every row
-// and id holds the exact sum of every push since clock 0: none lost, none
-// applied twice.
-TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWithExactSums) {
+// ps_ctl reshard while the job trains: 2 servers -> 3 -> 1 -> 2 under bsp,
+// the rows moved in memory or (--through-generation) through the handover
+// generation. The workers (replica_pusher) pull a range table (and, with
+// `hashed`, 5000 ids of a hashed one) every clock, check that they hold
+// the sum of the clocks before, and push integers to them; after each move
+// the workers send what was moved to the next servers. At the end every
+// row and id holds the exact sum of every push since clock 0: none lost,
+// none applied twice. `out`: the launcher's output once the job stopped at
+// clock `stop`.
+void E2eTest::MoveTwoThreeOneTwo(bool hashed, bool in_memory, std::string* out, int64_t* stop) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string stop_file = (dir_ / "stop").string();
   std::ofstream(stop_file) << "";  // no stop clock yet: the workers train on
   const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
   const auto job = [&](int servers, const std::string& name) {
-    return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/true, 50);
+    return ReshardJob(ports, servers, name, ckpt, stop_file, hashed, 50);
   };
   const std::string job1 = job(1, "job1"), job2 = job(2, "job2"), job3 = job(3, "job3");
   const std::string log = (dir_ / "launch.log").string();
@@ -875,35 +917,62 @@ TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWit
   const auto newest_clock = [&] { return NewestClock(log); };
   const auto wait_past = [&](int64_t clock) { return WaitPastClock(log, clock); };
   ASSERT_TRUE(wait_past(0)) << read_log();
-  const auto reshard = [&](const std::string& from, const std::string& to) {
-    return ReshardTo(from, to, log);
-  };
-  const std::string grown = reshard(job2, job3);
+  const std::string grown = ReshardTo(job2, job3, log, !in_memory);
   EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
       << grown;
+  EXPECT_EQ(grown.find("the 3 servers of the next map follow the old servers' rows in memory") !=
+                std::string::npos,
+            in_memory)
+      << grown;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
-  const std::string shrunk = reshard(job3, job1);
+  const std::string shrunk = ReshardTo(job3, job1, log, !in_memory);
   EXPECT_NE(shrunk.find("the job runs on 1 server at map 2 from clock"), std::string::npos)
       << shrunk;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
-  const std::string back = reshard(job1, job2);
+  const std::string back = ReshardTo(job1, job2, log, !in_memory);
   EXPECT_NE(back.find("the job runs on 2 servers at map 3 from clock"), std::string::npos)
       << back;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
-  const int64_t stop = newest_clock() + 500;
-  std::ofstream(stop_file) << stop << "\n";
+  *stop = newest_clock() + 300;
+  std::ofstream(stop_file) << *stop << "\n";
   ASSERT_OK(launch->WaitFor(milliseconds(120000)));
-  const std::string out = read_log();
+  *out = read_log();
+  ExpectExactSums(*out, hashed ? 5000 : 0, *stop);
+}
+
+// Through the handover generation: the next map's servers start once the
+// old ones handed over, each restoring its rows of it.
+TEST_F(E2eTest, ARunningJobGrowsFromTwoServersToThreeShrinksToOneAndGrowsBackWithExactSums) {
+  std::string out;
+  int64_t stop = 0;
+  ASSERT_NO_FATAL_FAILURE(MoveTwoThreeOneTwo(/*hashed=*/true, /*in_memory=*/false, &out, &stop));
   EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2"), std::string::npos) << out;
   EXPECT_NE(out.find("shard map 2: started 1 server in place of 3"), std::string::npos) << out;
   EXPECT_NE(out.find("shard map 3: started 2 servers in place of 1"), std::string::npos) << out;
   EXPECT_NE(out.find("handed over at clock"), std::string::npos) << out;
-  const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
-                            std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
-                            " clocks";
-  EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
-  EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
-  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+}
+
+// In memory (replication.factor 1): ps_ctl reshard plans the move before
+// it picks the handover clock, ps_launch starts the next map's servers at
+// once, each follows the old servers whose rows (and hash slots) overlap
+// its own (a copy, then every change: server/reshard_follower.h), and at
+// the handover each serves what it holds; the old servers write the
+// handover generation after.
+TEST_F(E2eTest, ARunningJobMovesItsRowsInMemoryOntoThreeServersOneAndTwoWithExactSums) {
+  std::string out;
+  int64_t stop = 0;
+  ASSERT_NO_FATAL_FAILURE(MoveTwoThreeOneTwo(/*hashed=*/true, /*in_memory=*/true, &out, &stop));
+  EXPECT_NE(out.find("shard map 1: 3 of its 3 servers took their rows over in memory"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("shard map 2: 1 of its 1 servers took their rows over in memory"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("shard map 3: 2 of its 2 servers took their rows over in memory"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("servers of the next map that followed its rows"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restores the handover generation instead"), std::string::npos) << out;
 }
 
 // ps_ctl reshard of a replicated job (replication.factor 2): 2 servers ->
@@ -973,12 +1042,7 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("serves as the primary"), std::string::npos) << out;
-  const std::string exact = "exact: every one of 10000 rows and 5000 hashed ids holds " +
-                            std::to_string(3 * stop) + ".0 after " + std::to_string(stop) +
-                            " clocks";
-  EXPECT_NE(out.find("[worker 0] " + exact), std::string::npos) << out;
-  EXPECT_NE(out.find("[worker 1] " + exact), std::string::npos) << out;
-  EXPECT_NE(out.find("job succeeded"), std::string::npos) << out;
+  ExpectExactSums(out, 5000, stop);
 }
 
 TEST_F(E2eTest, AReplicatedJobGrowsAndShrinksWhileTrainingWithExactSumsThroughAFailOver) {
@@ -1006,26 +1070,13 @@ TEST_F(E2eTest, AReplicatedJobUnderEtcdGrowsAndShrinksWhileTrainingWithExactSums
 // nothing of the reshard, and the job resumes from its checkpoints with
 // exact sums.
 TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums) {
-  const std::string ckpt = (dir_ / "ckpt").string();
-  const std::string stop_file = (dir_ / "stop").string();
-  std::ofstream(stop_file) << "";
-  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
-  const auto job = [&](int servers, const std::string& name) {
-    return ReshardJob(ports, servers, name, ckpt, stop_file, /*hashed=*/false, 20);
-  };
-  const std::string job2 = job(2, "job2"), job3 = job(3, "job3");
-  const std::string log = (dir_ / "launch.log").string();
-  Subprocess* launch = StartLaunchLogged(job2, log);
-  ASSERT_NE(launch, nullptr);
+  RangeJob run;
+  ASSERT_NO_FATAL_FAILURE(StartRangeJobOnTwo(&run));
+  const std::string &job2 = run.job2, &job3 = run.job3, &log = run.log, &stop_file = run.stop_file;
+  Subprocess* launch = run.launch;
   const auto read_log = [&] { return ReadText(log); };
   const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
-  const auto pid_of = [&](const std::string& name) {
-    const std::regex started("started " + name + R"( \(pid (\d+)\))");
-    const std::string text = read_log();
-    std::smatch m;
-    return std::regex_search(text, m, started) ? static_cast<pid_t>(std::stol(m[1])) : -1;
-  };
-  ASSERT_TRUE(wait_for("[worker 0] clock 100")) << read_log();
+  const auto pid_of = [&](const std::string& name) { return PidOf(log, name); };
   // Worker 1 stops: no clock passes, so the shards stay short of the
   // handover clock once the reshard is committed.
   const pid_t worker1 = pid_of("worker 1"), server0 = pid_of("server 0");
@@ -1056,6 +1107,47 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
                      "after 400 clocks"),
             std::string::npos)
       << out;
+}
+
+// A server of the next map killed while it follows the old servers' rows
+// (before the handover: a worker stopped keeps the job short of the
+// handover clock) is replaced, once the old servers handed over, by one
+// that restores the handover generation; the other two serve the rows they
+// followed, and every sum is exact at the end.
+TEST_F(E2eTest, AFollowerKilledBeforeTheHandoverIsReplacedByAServerRestoringTheGeneration) {
+  RangeJob run;
+  ASSERT_NO_FATAL_FAILURE(StartRangeJobOnTwo(&run));
+  const std::string &job2 = run.job2, &job3 = run.job3, &log = run.log, &stop_file = run.stop_file;
+  Subprocess* launch = run.launch;
+  const auto read_log = [&] { return ReadText(log); };
+  const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
+  const auto pid_of = [&](const std::string& name) { return PidOf(log, name); };
+  const pid_t worker1 = pid_of("worker 1");
+  ASSERT_GT(worker1, 0) << read_log();
+  ASSERT_EQ(kill(worker1, SIGSTOP), 0);
+  Subprocess* ctl =
+      Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "60"}, true);
+  ASSERT_TRUE(wait_for("shard 1: the handover to map 1 at clock")) << read_log();
+  const pid_t follower = pid_of("server 2 of shard map 1");
+  ASSERT_GT(follower, 0) << read_log();
+  ASSERT_EQ(kill(follower, SIGKILL), 0);
+  ASSERT_TRUE(wait_for("restores the handover generation instead")) << read_log();
+  ASSERT_EQ(kill(worker1, SIGCONT), 0);
+  auto [ctl_status, ctl_out] = Finish(ctl, milliseconds(90000));
+  EXPECT_TRUE(ExitedSuccessfully(ctl_status)) << ctl_out << read_log();
+  EXPECT_NE(ctl_out.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
+      << ctl_out;
+  ASSERT_TRUE(WaitPastClock(log, NewestClock(log) + 100)) << read_log();
+  const int64_t stop = NewestClock(log) + 200;
+  std::ofstream(stop_file) << stop << "\n";
+  ASSERT_OK(launch->WaitFor(milliseconds(120000)));
+  const std::string out = read_log();
+  EXPECT_NE(out.find("shard map 1: 2 of its 3 servers took their rows over in memory (they "
+                     "followed the old servers); starting the others"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("shard map 1: started 1 server in place of 2"), std::string::npos) << out;
+  ExpectExactSums(out, 0, stop);
 }
 
 // A server of the next shard map killed once it served its part of the
@@ -1205,8 +1297,15 @@ TEST_F(E2eTest, TheLauncherKilledDuringAReshardTakesItsProcessesAlongAndTheJobRe
       // Worker 1 stops, so no shard reaches the handover clock.
       ASSERT_EQ(kill(children[3], SIGSTOP), 0);
     }
-    Subprocess* ctl =
-        Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "5"}, true);
+    // Committed, the next map's servers follow the old ones in memory (they
+    // go with ps_launch too); handed over, the rows move through the
+    // generation, so that no server of the next map serves before
+    // ps_launch starts it (one that followed may serve before ps_launch
+    // learns of the handover, and ps_ctl would see the move done).
+    std::vector<std::string> reshard = {kCtl,  "reshard",  "--config", job2,
+                                        "--to", job3,     "--wait-s", "5"};
+    if (kill_at == "handed over") reshard.push_back("--through-generation");
+    Subprocess* ctl = Start(reshard, true);
     ASSERT_TRUE(wait_for(kill_at == "committed" ? "shard 1: the handover to map 1 at clock"
                                                 : "it handed its rows over at clock"))
         << read_log();

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -637,6 +638,19 @@ class ReshardShardServerTest : public ShardServerTest {
     sock_ = std::move(*sock);
     ASSERT_OK(sock_->Connect(server_->endpoint()));
   }
+  // Prepares and commits a handover at clock 1 to three servers of map 1
+  // that leave this one out (so it lingers and answers).
+  void PrepareAndCommit() {
+  MessageHeader reshard = Header(Op::kReshard, 0, 0, 0);
+  reshard.worker = kControlWorker;
+  reshard.clock = 1;
+  reshard.map_epoch = 1;
+  reshard.text = "127.0.0.1:7,127.0.0.1:8,127.0.0.1:9";
+  reshard.flags = kReshardPrepare;
+  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
+  reshard.flags = kReshardCommit;
+  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
+  }
   MessageHeader Push(uint64_t session, uint64_t request_id, int64_t clock) {
     MessageHeader h = Header(Op::kPush, 0, 1, 4);
     h.session = session;
@@ -656,17 +670,7 @@ class ReshardShardServerTest : public ShardServerTest {
 // second time; a push it never applied is moved.
 TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMoved) {
   EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);
-  // Hand over at clock 1 to three servers that leave this one out (so it
-  // lingers and answers).
-  MessageHeader reshard = Header(Op::kReshard, 0, 0, 0);
-  reshard.worker = kControlWorker;
-  reshard.clock = 1;
-  reshard.map_epoch = 1;
-  reshard.text = "127.0.0.1:7,127.0.0.1:8,127.0.0.1:9";
-  reshard.flags = kReshardPrepare;
-  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
-  reshard.flags = kReshardCommit;
-  EXPECT_EQ(Ask(reshard).op, Op::kReshardOk);
+  PrepareAndCommit();
   for (uint32_t worker = 0; worker < 2; ++worker) {
     MessageHeader clock = Header(Op::kClock, 0, 0, 0);
     clock.worker = worker;
@@ -687,6 +691,64 @@ TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMov
   EXPECT_EQ(other.flags, kFlagMoved);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
   EXPECT_EQ(RepeatedPushes(), 1u);
+}
+
+// A server of the next map follows the shard (RESHARD kReshardFollow): it
+// takes the copy and every change after it, and at the handover holds
+// exactly what the shard held, the handover generation written after. A
+// follow of a map that is not the next one, or to an endpoint that is not
+// tcp://, is refused by name.
+TEST_F(ReshardShardServerTest, AServerOfTheNextMapFollowsTheRowsAndEveryChangeUntilTheHandover) {
+  const std::vector<float> before = Snapshot();
+  EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // in the copy
+  MessageHeader follow = Header(Op::kReshard, 0, 0, 0);
+  follow.worker = kControlWorker;
+  follow.flags = kReshardFollow;
+  follow.map_epoch = 2;
+  follow.text = "tcp://127.0.0.1:9";
+  MessageHeader refused = Ask(follow);
+  EXPECT_EQ(refused.op, Op::kError);
+  EXPECT_NE(refused.text.find("only a server of the next map (1) follows it"), std::string::npos)
+      << refused.text;
+  follow.map_epoch = 1;
+  follow.text = "127.0.0.1:9";
+  refused = Ask(follow);
+  EXPECT_EQ(refused.op, Op::kError);
+  EXPECT_NE(refused.text.find("is not tcp://host:port"), std::string::npos) << refused.text;
+
+  auto follower = BackupServer::CreateFollower(job_, 0, "tcp://127.0.0.1:*", "the follower");
+  ASSERT_OK(follower);
+  std::atomic<bool> ended{false};
+  Status ran;
+  std::thread thread([&] {
+    ran = (*follower)->Run();
+    ended = true;
+  });
+  follow.text = (*follower)->endpoint();
+  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
+  EXPECT_EQ(Push(42, 2, 0).op, Op::kPushOk);  // a change after the copy
+  PrepareAndCommit();
+  ClockBoth(0);  // the minimum clock reaches 1: the handover
+  for (int i = 0; i < 1000 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!ended) (*follower)->Stop();
+  thread.join();
+  ASSERT_OK(ran);
+  EXPECT_TRUE((*follower)->handed_over());
+  EXPECT_EQ((*follower)->handed_over_to(), 1);
+  EXPECT_EQ((*follower)->handed_over_clock(), 1);
+  EXPECT_FALSE((*follower)->copying());
+  EXPECT_EQ((*follower)->refused(), 0u);
+  std::vector<float> held = (*follower)->store().CopyValues(0);
+  const std::vector<float> second = (*follower)->store().CopyValues(1);
+  held.insert(held.end(), second.begin(), second.end());
+  ASSERT_EQ(held.size(), before.size());
+  for (size_t i = 0; i < held.size(); ++i) {
+    ASSERT_EQ(held[i], i / 4 == 5 ? before[i] + 2.0f : before[i]) << "float " << i;
+  }
+  EXPECT_TRUE((*follower)->recent_pushes().Contains(1, 42, 2));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
 }
 
 // A shard restored from a generation acknowledges a push it applied before

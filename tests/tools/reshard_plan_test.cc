@@ -31,6 +31,19 @@ TEST_F(ReshardPlanTest, AWrittenPlanReadsBack) {
   EXPECT_EQ(plan->epoch, 3);
   EXPECT_EQ(plan->clock, 120);
   EXPECT_EQ(plan->config, "/jobs/job 3.yaml");
+  EXPECT_FALSE(plan->follow);
+  // A plan whose next servers follow the old ones in memory, its clock not
+  // picked yet.
+  ASSERT_OK(WriteReshardPlan(dir_.string(), {4, -1, "/jobs/job4.yaml", /*follow=*/true}));
+  plan = ReadReshardPlan(dir_.string(), 4);
+  ASSERT_OK(plan);
+  EXPECT_EQ(plan->clock, -1);
+  EXPECT_TRUE(plan->follow);
+  // One written before the follow line existed says no.
+  std::ofstream(dir_ / "reshard-5.plan") << "epoch 5\nclock 9\nconfig /a.yaml\n";
+  plan = ReadReshardPlan(dir_.string(), 5);
+  ASSERT_OK(plan);
+  EXPECT_FALSE(plan->follow);
 }
 
 TEST_F(ReshardPlanTest, AMissingPlanIsNotFoundABrokenOneIsNamed) {
@@ -42,6 +55,11 @@ TEST_F(ReshardPlanTest, AMissingPlanIsNotFoundABrokenOneIsNamed) {
       << broken.status().ToString();
   std::ofstream(dir_ / "reshard-2.plan") << "epoch 1\nclock 5\nconfig /a.yaml\n";
   EXPECT_EQ(ReadReshardPlan(dir_.string(), 2).status().code(), StatusCode::kDataLoss);
+  std::ofstream(dir_ / "reshard-3.plan") << "epoch 3\nclock 5\nconfig /a.yaml\nfollow 2\n";
+  broken = ReadReshardPlan(dir_.string(), 3);
+  EXPECT_EQ(broken.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(broken.status().message().find("reshard-3.plan:4"), std::string::npos)
+      << broken.status().ToString();
 }
 
 TEST_F(ReshardPlanTest, RemovingPlansLeavesEverythingElse) {

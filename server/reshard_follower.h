@@ -1,0 +1,118 @@
+// A server of the next shard map that takes its rows in memory from the
+// shards of the map the job runs on now, while they serve (ps_ctl reshard,
+// server/reshard_gate.h; ps_server --follow).
+//
+// Once ps_ctl reshard planned the move (before it picks the handover
+// clock: tools/ctl_reshard.h), the next map's server of shard j (started
+// at once by ps_launch) listens at a port of its own host
+// for each old shard whose rows overlap its own, and asks that shard to
+// follow it (RESHARD kReshardFollow): the old shard sends it the copy a
+// joining backup gets (its blocks shared copy-on-write, its clocks and
+// recent pushes: ReplicationLog::Follow), then every change it applies,
+// as to a backup, up to kEnd at the handover clock. Each copy is applied
+// by a BackupServer of its own (BackupServer::CreateFollower), with the
+// same code as a backup's. Once every one of them handed over at the same
+// clock and map, the server builds shard j's store from their rows (each
+// range table's rows j owns in the next map, values and optimizer state)
+// and serves it (ShardServer::CreatePromoted), binding its address as
+// soon as the old server there gave it up. The old shards write the
+// handover generation after they handed over; a server of the next map
+// that did not follow (it failed, or started too late) restores it, as
+// before.
+//
+// No acknowledged push is lost or applied twice: a follower holds every
+// entry its shard applied up to the handover, in order (a gap is refused
+// and the server does not take over), none of the writes the shards held
+// back, and the recent pushes of every shard it followed, so a push sent
+// again after a lost acknowledgement is recognised.
+//
+// A replicated job is not followed (its backups move with the
+// generation), nor one under security.mode curve (the follow request would
+// need a key of its own): Create refuses (CanFollow), and such a reshard
+// moves through the generation. A hashed table's rows are followed by
+// hash slot: each old shard whose slots overlap the new shard's, its ids
+// of those slots kept.
+// The cost: while it follows, the server holds a copy of every old shard
+// whose rows overlap its own, beside the old shards themselves.
+//
+// Thread safety: Run() from one thread; Stop() from any thread and from a
+// signal handler.
+#ifndef PS_SERVER_RESHARD_FOLLOWER_H_
+#define PS_SERVER_RESHARD_FOLLOWER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "common/options.h"
+#include "common/reshard_sources.h"
+#include "common/status.h"
+#include "server/replication.h"
+
+namespace ps {
+
+// Shard `shard` of `to` as ReshardFollower::Run builds it from `copies`,
+// the states of the old shards whose rows overlap its own, each at the
+// handover: each range table's rows it owns (values and optimizer state),
+// each hashed table's ids of its hash slots (rows, state, uses) and the
+// admission sketches of the old shards whose slots overlap its own merged
+// by their maximum (as RestoreGeneration does from a generation); the
+// first copy's clocks, and every copy's recent pushes.
+// FailedPrecondition when a copy holds sums not applied, misses rows of
+// the shard, or has no room for them.
+StatusOr<BackupServer::State> AssembleShard(const JobOptions& to, uint32_t shard,
+                                            std::vector<BackupServer::State> copies);
+
+class ReshardFollower {
+ public:
+  // Shard `shard` of `to` (the next map's job, at map `map_epoch`),
+  // following the shards of `from` (the job as it runs now) whose rows
+  // overlap its own; binds one port per such shard on the host of to's
+  // cluster.servers[shard]. FailedPrecondition when the jobs cannot be
+  // followed (hashed tables, security.mode curve, tables that differ);
+  // Unavailable when a port cannot be bound.
+  // REQUIRES: from.Validate().ok(), to.Validate().ok(),
+  // shard < to.cluster.servers.size().
+  static StatusOr<std::unique_ptr<ReshardFollower>> Create(const JobOptions& from,
+                                                           const JobOptions& to, uint32_t shard,
+                                                           int64_t map_epoch, Env* env = nullptr);
+  ~ReshardFollower();
+
+  // The old shards it follows.
+  const std::vector<uint32_t>& sources() const { return sources_; }
+
+  // Asks each old shard to send its copy and changes, applies them until
+  // every one handed over to map `map_epoch`, then builds the shard's
+  // state (its store laid out for `to`; the clocks and recent pushes of
+  // the old shards). Errors: an old shard that refused to be followed or
+  // did not answer (its error), one that stopped without handing over or
+  // handed over at another clock or map, or a copy that failed to apply
+  // (FailedPrecondition naming it); Cancelled after Stop(). On an error
+  // the server of the next map starts from the handover generation.
+  StatusOr<BackupServer::State> Run();
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+
+ private:
+  ReshardFollower(const JobOptions& from, const JobOptions& to, uint32_t shard, int64_t map_epoch)
+      : from_(from), to_(to), shard_(shard), map_epoch_(map_epoch) {}
+  // Sends every source its kReshardFollow.
+  Status AskToFollow();
+  // Runs the copies until each returned; the first error, if any.
+  Status Follow();
+
+  const JobOptions from_;
+  const JobOptions to_;
+  const uint32_t shard_;
+  const int64_t map_epoch_;
+  Env* env_ = nullptr;
+  std::vector<uint32_t> sources_;
+  std::vector<std::unique_ptr<BackupServer>> copies_;  // one per source
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_RESHARD_FOLLOWER_H_
