@@ -27,6 +27,11 @@
 //                 generation (a seek to its first run or hash slot in each
 //                 old shard that holds any, the records in key order)
 //   warm          the same again, the generation's files now cached
+//   in memory     AssembleStore from the --from shards' stores (kept in
+//                 memory) whose rows overlap the new shard's: what a server
+//                 of the next map that followed them does at a reshard's
+//                 handover (server/reshard_follower.h), unwritten store
+//                 created and filled (timed)
 // then the store is checked and freed. MB read: the records' bytes a new
 // shard read (RestoreResult::bytes_read; the whole generation's state for
 // the baseline). The job's restore: its slowest shard (each on its own
@@ -42,6 +47,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -57,10 +63,12 @@
 
 #include "benchmarks/machine.h"
 #include "common/hash_slots.h"
+#include "common/reshard_sources.h"
 #include "common/options.h"
 #include "common/status.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_layout.h"
+#include "server/reshard_follower.h"
 #include "server/restore.h"
 #include "store/shard_store.h"
 
@@ -205,6 +213,9 @@ uint64_t StateBytes(const JobOptions& job, const ShardStore& store) {
 struct ShardFigures {
   uint64_t state = 0, read = 0;
   std::vector<double> create_cold, restore_cold, create_warm, restore_warm;
+  // In memory: the store built from the old shards' stores (AssembleStore,
+  // what a server of the next map that followed them does at the handover).
+  std::vector<double> assemble;
 };
 
 Status RunAll(const Config& cfg) {
@@ -220,12 +231,13 @@ Status RunAll(const Config& cfg) {
   const JobOptions written = Job(cfg, cfg.from, dir.string());
   PS_RETURN_IF_ERROR(written.Validate());
   uint64_t model_bytes = 0;
+  std::vector<std::unique_ptr<ShardStore>> old_stores;  // kept for the in-memory builds
   for (uint32_t s = 0; s < cfg.from; ++s) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Create(written, s, false));
     Fill(written, s, store.get());
     model_bytes += StateBytes(written, *store);
     PS_ASSIGN_OR_RETURN(const ShardSnapshot snapshot, store->Snapshot(written, s, kClock));
-    store.reset();
+    old_stores.push_back(std::move(store));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointDir> folder,
                         CheckpointDir::Open(ShardCheckpointDir(dir.string(), s)));
     PS_RETURN_IF_ERROR(folder->Write(snapshot, CheckpointWriteOptions{}));
@@ -269,6 +281,14 @@ Status RunAll(const Config& cfg) {
             (cold ? f.create_cold : f.create_warm).push_back(create);
             (cold ? f.restore_cold : f.restore_warm).push_back(restore);
           }
+          // In memory, from the old shards' stores whose rows overlap.
+          std::vector<ShardStore*> old;
+          for (uint32_t i : FollowedShards(written, job, j)) old.push_back(old_stores[i].get());
+          StatusOr<std::unique_ptr<ShardStore>> built = InternalError("not run");
+          const double assemble = Time([&] { built = AssembleStore(job, j, old); });
+          PS_RETURN_IF_ERROR(built.status());
+          PS_RETURN_IF_ERROR(Check(job, j, **built));
+          mine[j].assemble.push_back(assemble);
           return Status::Ok();
         }();
       }
@@ -289,8 +309,8 @@ Status RunAll(const Config& cfg) {
       kIdDim, static_cast<double>(model_bytes) / 1e6, cfg.from, parent.c_str(), cfg.reps, total);
   std::printf(
       "| shards | new shard | state MB | MB read | cold: create s | restore s | MB/s | warm: "
-      "create s | restore s | MB/s |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "create s | restore s | MB/s | in memory s |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const auto cell = [](const std::vector<double>& v, uint64_t bytes, bool rate) {
     if (v.empty()) return std::string("n/a");
     char buf[32];
@@ -301,20 +321,21 @@ Status RunAll(const Config& cfg) {
     }
     return std::string(buf);
   };
-  std::map<uint32_t, std::pair<double, double>> slowest;  // cold, warm
+  std::map<uint32_t, std::array<double, 3>> slowest;  // cold, warm, in memory
   for (const auto& [to, shards] : figures) {
     for (uint32_t j = 0; j < shards.size(); ++j) {
       const ShardFigures& f = shards[j];
-      std::printf("| %u -> %u | %u | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n", cfg.from, to,
-                  j, static_cast<double>(f.state) / 1e6, static_cast<double>(f.read) / 1e6,
+      std::printf("| %u -> %u | %u | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", cfg.from,
+                  to, j, static_cast<double>(f.state) / 1e6, static_cast<double>(f.read) / 1e6,
                   cell(f.create_cold, 0, false).c_str(), cell(f.restore_cold, 0, false).c_str(),
                   cell(f.restore_cold, f.state, true).c_str(),
                   cell(f.create_warm, 0, false).c_str(), cell(f.restore_warm, 0, false).c_str(),
-                  cell(f.restore_warm, f.state, true).c_str());
+                  cell(f.restore_warm, f.state, true).c_str(), cell(f.assemble, 0, false).c_str());
       const double cold = f.restore_cold.empty() ? 0 : Median(f.create_cold) + Median(f.restore_cold);
       const double warm = Median(f.create_warm) + Median(f.restore_warm);
-      slowest[to].first = std::max(slowest[to].first, cold);
-      slowest[to].second = std::max(slowest[to].second, warm);
+      slowest[to][0] = std::max(slowest[to][0], cold);
+      slowest[to][1] = std::max(slowest[to][1], warm);
+      slowest[to][2] = std::max(slowest[to][2], Median(f.assemble));
     }
   }
   const auto base = slowest.find(cfg.from);
@@ -322,7 +343,8 @@ Status RunAll(const Config& cfg) {
       "\nThe job's restore (create + restore of its slowest shard, the servers in parallel), "
       "and its ratio to %u -> %u's:\n\n",
       cfg.from, cfg.from);
-  std::printf("| shards | cold s | / same count | warm s | / same count |\n|---|---:|---:|---:|---:|\n");
+  std::printf("| shards | cold s | / same count | warm s | / same count | in memory s |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
   for (const auto& [to, s] : slowest) {
     const auto ratio = [&](double x, double b) {
       char buf[32];
@@ -334,12 +356,13 @@ Status RunAll(const Config& cfg) {
       std::snprintf(buf, sizeof buf, "%.2f", x);
       return x == 0 ? std::string("n/a") : std::string(buf);
     };
-    std::printf("| %u -> %u | %s | %s | %s | %s |\n", cfg.from, to, secs(s.first).c_str(),
-                ratio(s.first, base == slowest.end() ? 0 : base->second.first).c_str(),
-                secs(s.second).c_str(),
-                ratio(s.second, base == slowest.end() ? 0 : base->second.second).c_str());
+    std::printf("| %u -> %u | %s | %s | %s | %s | %s |\n", cfg.from, to, secs(s[0]).c_str(),
+                ratio(s[0], base == slowest.end() ? 0 : base->second[0]).c_str(),
+                secs(s[1]).c_str(), ratio(s[1], base == slowest.end() ? 0 : base->second[1]).c_str(),
+                secs(s[2]).c_str());
   }
-  std::printf("\nEvery restored shard matched the model written, bit for bit.\n");
+  std::printf("\nEvery restored and every in-memory shard matched the model written, bit for "
+              "bit.\n");
   return Status::Ok();
 }
 

@@ -135,8 +135,9 @@ struct ShardStats {
   int64_t map_epoch = 0;
   int64_t handover_clock = -1;
   // Servers of the next map that follow the shard's rows in memory
-  // (server/reshard_follower.h).
+  // (server/reshard_follower.h), and those of them that hold their copy.
   uint32_t reshard_followers = 0;
+  uint32_t reshard_followers_ready = 0;
   int64_t lost_clocks = 0;
   uint64_t repeated_pushes = 0, resumes = 0;
 

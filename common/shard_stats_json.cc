@@ -54,7 +54,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     ShardStats, shard, endpoint, uptime_s, pushes, pulls, errors, clocks, bytes_in, bytes_out,
     copy_on_write, pushes_per_s, pulls_per_s, consistency, min_clock, slowest_worker,
     waiting_pulls, pulls_waited, max_blocked_lead, workers, backup_workers, started_clock,
-    map_epoch, handover_clock, reshard_followers,
+    map_epoch, handover_clock, reshard_followers, reshard_followers_ready,
     lost_clocks, repeated_pushes, resumes, refused_clocks, refused_results, refused_sum_clocks,
     max_resume_clocks, refusals_not_logged, sum_clocks, sum_bytes, parked_pushes,
     parked_push_bytes, queued_reply_bytes, max_connection_bytes, connections_queued,

@@ -203,8 +203,14 @@ Status CheckpointDir::WriteGeneration(const ShardSnapshot& snapshot,
     }
   }
 
-  // Torn writes of earlier attempts (of any clock) first.
-  PS_RETURN_IF_ERROR(RemoveTornGenerations(*files_, path_));
+  // Torn writes of earlier attempts (of any clock) first; not the
+  // unfinished one of the process this folder is shared with (a reshard in
+  // memory).
+  const int64_t handover = shared_handover_.load(std::memory_order_relaxed);
+  const bool as_old = shared_as_old_.load(std::memory_order_relaxed);
+  PS_RETURN_IF_ERROR(RemoveTornGenerations(*files_, path_, [&](int64_t clock) {
+    return handover >= 0 && (as_old ? clock > handover : clock == handover);
+  }));
 
   Status written;
   try {

@@ -37,6 +37,7 @@
 #ifndef PS_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -126,6 +127,19 @@ class CheckpointDir {
   // what it got). Every reading thread has returned when the call does.
   Status ReadInto(int64_t clock, RowSink* sink, const GenerationReadOptions& options = {}) const;
 
+  // Another process writes into this folder during a reshard in memory
+  // (server/reshard_follower.h): the shard that handed over at clock
+  // `handover` writes gen-<handover> while the next map's server of the
+  // same index serves and writes later ones. Write then leaves that other
+  // writer's unfinished generation alone instead of removing it as torn:
+  // gen-<handover>.tmp for the next map's server (`handed_over` false),
+  // those of later clocks for the one that handed over (true). Safe from
+  // any thread.
+  void ShareWithReshard(int64_t handover, bool handed_over) {
+    shared_handover_.store(handover, std::memory_order_relaxed);
+    shared_as_old_.store(handed_over, std::memory_order_relaxed);
+  }
+
  private:
   CheckpointDir(std::string path, Filesystem* files)
       : path_(std::move(path)), files_(files != nullptr ? files : &os_files_) {}
@@ -142,6 +156,8 @@ class CheckpointDir {
   const std::string path_;
   OsFilesystem os_files_;  // used when Open was given no Filesystem
   Filesystem* const files_;
+  std::atomic<int64_t> shared_handover_{-1};  // ShareWithReshard; -1: not shared
+  std::atomic<bool> shared_as_old_{false};
 };
 
 // The file beside a generation's database holding its shard's recent

@@ -81,10 +81,15 @@ Status SyncFlatFolder(Filesystem& files, const std::string& dir) {
   return files.SyncDir(dir);
 }
 
-Status RemoveTornGenerations(Filesystem& files, const std::string& dir) {
+Status RemoveTornGenerations(Filesystem& files, const std::string& dir,
+                             const std::function<bool(int64_t clock)>& spare) {
   PS_ASSIGN_OR_RETURN(const std::vector<Filesystem::Entry> entries, files.List(dir));
   for (const Filesystem::Entry& e : entries) {
     if (IsTmpGenerationName(e.name)) {
+      const std::string_view name(e.name);
+      const int64_t clock =
+          ParseGenerationName(name.substr(0, name.size() - kTmpSuffix.size()));
+      if (spare && clock >= 0 && spare(clock)) continue;
       PS_RETURN_IF_ERROR(files.RemoveTree((fs::path(dir) / e.name).string()));
     }
   }

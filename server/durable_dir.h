@@ -50,8 +50,11 @@ std::string TmpName(const std::string& final_name);
 Status SyncFlatFolder(Filesystem& files, const std::string& dir);
 
 // Removes every entry of `dir` with a .tmp generation name (torn writes of
-// any clock, generations on their way out); other entries stay.
-Status RemoveTornGenerations(Filesystem& files, const std::string& dir);
+// any clock, generations on their way out); other entries stay, and so
+// does "gen-<c>.tmp" for a clock c that `spare` (when set) returns true
+// for: a generation another process is writing into the same folder.
+Status RemoveTornGenerations(Filesystem& files, const std::string& dir,
+                             const std::function<bool(int64_t clock)>& spare = nullptr);
 
 // Makes the complete folder `tmp` visible as `final_path` (same parent):
 // one rename, or when `final_path` exists, an atomic exchange and the

@@ -382,11 +382,11 @@ class ServerProcess {
     if (!from.ok()) return fail(from.status());
     auto follower = ps::ReshardFollower::Create(*from, job_, shard_, flags_.map_epoch);
     if (!follower.ok()) return fail(follower.status());
-    g_follower = follower->get();
-    auto state = (*follower)->Run();
+    follower_ = std::move(*follower);  // it frees its copies while the shard serves
+    g_follower = follower_.get();
+    auto state = follower_->Run();
     g_follower = nullptr;
     if (!state.ok()) return fail(state.status());
-    follower->reset();  // its copies and their ports go
     auto created = ps::ShardServer::CreatePromoted(job_, shard_, std::move(*state));
     if (!created.ok()) return fail(created.status());
     *server = std::move(*created);
@@ -442,6 +442,7 @@ class ServerProcess {
   bool as_backup_;  // --replica j >= 1 or --join, or etcd's decision
   std::unique_ptr<ps::EtcdAuthority> authority_;
   std::unique_ptr<ps::MetricsEndpoint> metrics_;
+  std::unique_ptr<ps::ReshardFollower> follower_;  // --follow
   std::mutex stopped_mu_;
   std::string stopped_by_authority_;  // guarded by stopped_mu_
 };

@@ -155,9 +155,10 @@ void ReplicationLog::DropFollowers() {
   }
 }
 
-size_t ReplicationLog::followers() const {
-  return static_cast<size_t>(
-      std::count_if(backups_.begin(), backups_.end(), [](const Backup& b) { return b.follower; }));
+size_t ReplicationLog::followers(bool with_copy) const {
+  return static_cast<size_t>(std::count_if(backups_.begin(), backups_.end(), [&](const Backup& b) {
+    return b.follower && (!with_copy || !b.copying);
+  }));
 }
 
 void ReplicationLog::AddBackup(Backup b) {

@@ -302,7 +302,8 @@ class ReplicationLog {
                 const ClockTable& clocks, const RecentPushes& recent, bool copy_sums);
   // The handover was aborted: the followers are sent nothing more.
   void DropFollowers();
-  size_t followers() const;
+  // The followers; `with_copy`: those that applied their whole copy.
+  size_t followers(bool with_copy = false) const;
 
   // The log's part of STATS: each backup "acked", "copying" (it takes its
   // copy) or "catching_up" (it took it and is not in sync yet).
@@ -440,6 +441,10 @@ class BackupServer {
     uint64_t applied = 0;
     int64_t epoch = 0;
     uint32_t slot = 0;  // the replica it was: its address is the primary's now
+    // Built from the old shards a reshard moved in memory (ReshardFollower):
+    // the handover clock, whose generation the old shard of the same index
+    // may still be writing into this shard's folder; -1 otherwise.
+    int64_t handover_clock = -1;
   };
   State TakeState();
   // REQUIRES: Run() is not running.

@@ -16,7 +16,9 @@
 namespace ps {
 
 
-ReshardFollower::~ReshardFollower() = default;
+ReshardFollower::~ReshardFollower() {
+  if (retired_.joinable()) retired_.join();
+}
 
 StatusOr<std::unique_ptr<ReshardFollower>> ReshardFollower::Create(const JobOptions& from,
                                                                    const JobOptions& to,
@@ -156,14 +158,14 @@ namespace {
 
 // A range table's rows shard `shard` owns, values and optimizer state,
 // from the old shards' stores (their blocks shared, not copied).
-Status AssembleRange(uint32_t shard, uint32_t t, std::vector<BackupServer::State>& copies,
+Status AssembleRange(uint32_t shard, uint32_t t, std::span<ShardStore* const> old,
                      ShardStore* store) {
   const TableLayout& layout = store->layouts()[t];
   const RowRange own = layout.owned;
   const uint64_t dim = layout.dim;
   uint64_t restored = 0;
-  for (BackupServer::State& copy : copies) {
-    ShardStore& from = *copy.store;
+  for (ShardStore* copy : old) {
+    ShardStore& from = *copy;
     for (uint64_t b = 0; b < from.block_count(t); ++b) {
       std::vector<Frame> frames;
       uint64_t first = 0, rows = 0;
@@ -193,14 +195,14 @@ Status AssembleRange(uint32_t shard, uint32_t t, std::vector<BackupServer::State
 // their uses, and the admission sketches of the old shards whose slots
 // overlap its own merged counter by counter by their maximum: as a
 // restore onto another shard count does (server/restore.h).
-Status AssembleHashed(const TableOptions& table, uint32_t t,
-                      std::vector<BackupServer::State>& copies, ShardStore* store) {
+Status AssembleHashed(const TableOptions& table, uint32_t t, std::span<ShardStore* const> old,
+                      ShardStore* store) {
   const RowRange own = store->layouts()[t].owned;  // hash slots
   const uint64_t seed = table.HashSeed();
   const uint32_t slots = table.HashSlots();
   std::vector<uint16_t> sketch(store->SketchData(t).size() / sizeof(uint16_t), 0);
-  for (BackupServer::State& copy : copies) {
-    const ShardStore& from = *copy.store;
+  for (const ShardStore* copy : old) {
+    const ShardStore& from = *copy;
     const RowRange theirs = from.layouts()[t].owned;
     if (std::max(theirs.begin, own.begin) >= std::min(theirs.end, own.end)) continue;
     const std::span<const std::byte> counters = from.SketchData(t);
@@ -251,23 +253,68 @@ Status AssembleHashed(const TableOptions& table, uint32_t t,
 
 }  // namespace
 
-StatusOr<BackupServer::State> AssembleShard(const JobOptions& to, uint32_t shard,
-                                            std::vector<BackupServer::State> copies) {
-  if (copies.empty()) return InvalidArgumentError("no old shard's rows to build shard from");
-  BackupServer::State state;
-  PS_ASSIGN_OR_RETURN(state.store, ShardStore::CreateUnwritten(to, shard));
-  for (const BackupServer::State& copy : copies) {
-    if (copy.store->sum_clocks() != 0) {
+StatusOr<std::unique_ptr<ShardStore>> PrefaultedStore(const JobOptions& to, uint32_t shard) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::CreateUnwritten(to, shard));
+  // Zeros written into every row of the range tables, in pieces of 1 MiB
+  // of floats: the memory is the store's (faulted in, huge pages found)
+  // before the rows come.
+  constexpr uint64_t kPieceFloats = 256 * 1024;
+  const std::vector<float> zeros(kPieceFloats, 0.0f);
+  const auto* zero = reinterpret_cast<const std::byte*>(zeros.data());
+  const auto layouts = store->layouts();
+  for (uint32_t t = 0; t < layouts.size(); ++t) {
+    if (layouts[t].hashed) continue;  // rows made as ids come
+    const uint64_t rows = std::max<uint64_t>(1, kPieceFloats / layouts[t].dim);
+    const std::vector<const std::byte*> slots(to.tables[t].optimizer.Slots(), zero);
+    for (uint64_t first = layouts[t].owned.begin; first < layouts[t].owned.end; first += rows) {
+      store->RestoreRows(t, first, std::min(rows, layouts[t].owned.end - first), zero, slots);
+    }
+  }
+  return store;
+}
+
+StatusOr<std::unique_ptr<ShardStore>> AssembleStore(const JobOptions& to, uint32_t shard,
+                                                    std::span<ShardStore* const> old,
+                                                    std::unique_ptr<ShardStore> into) {
+  if (old.empty()) return InvalidArgumentError("no old shard's rows to build the shard from");
+  for (const ShardStore* copy : old) {
+    if (copy->sum_clocks() != 0) {
       return FailedPreconditionError("an old shard handed over with sums of synchronous "
                                      "aggregation not applied");
     }
   }
-  const auto layouts = state.store->layouts();
-  for (uint32_t t = 0; t < layouts.size(); ++t) {
-    PS_RETURN_IF_ERROR(layouts[t].hashed
-                           ? AssembleHashed(to.tables[t], t, copies, state.store.get())
-                           : AssembleRange(shard, t, copies, state.store.get()));
+  std::unique_ptr<ShardStore> store = std::move(into);
+  if (store == nullptr) {
+    PS_ASSIGN_OR_RETURN(store, ShardStore::CreateUnwritten(to, shard));
   }
+  const auto layouts = store->layouts();
+  for (uint32_t t = 0; t < layouts.size(); ++t) {
+    PS_RETURN_IF_ERROR(layouts[t].hashed ? AssembleHashed(to.tables[t], t, old, store.get())
+                                         : AssembleRange(shard, t, old, store.get()));
+  }
+  return store;
+}
+
+StatusOr<BackupServer::State> ReshardFollower::Run() {
+  const auto start = std::chrono::steady_clock::now();
+  // The store to build at the handover, its memory faulted in first: at
+  // the handover only the rows are copied. Then the old shards are asked
+  // (ps_ctl waits for every follower's copy before it picks the handover
+  // clock).
+  StatusOr<std::unique_ptr<ShardStore>> prefaulted = PrefaultedStore(to_, shard_);
+  PS_RETURN_IF_ERROR(prefaulted.status());
+  PS_RETURN_IF_ERROR(AskToFollow());
+  PS_RETURN_IF_ERROR(Follow());
+  const int64_t clock = copies_[0]->handed_over_clock();
+  const auto handed = std::chrono::steady_clock::now();
+  std::vector<BackupServer::State> copies;
+  std::vector<ShardStore*> old;
+  for (auto& copy : copies_) {
+    copies.push_back(copy->TakeState());
+    old.push_back(copies.back().store.get());
+  }
+  BackupServer::State state;
+  PS_ASSIGN_OR_RETURN(state.store, AssembleStore(to_, shard_, old, std::move(*prefaulted)));
   // The clocks as the first old shard kept them (every shard saw the same
   // CLOCKs below the handover, none of it or later), and every old shard's
   // recent pushes.
@@ -275,24 +322,13 @@ StatusOr<BackupServer::State> AssembleShard(const JobOptions& to, uint32_t shard
   state.recent_pushes = std::move(copies[0].recent_pushes);
   for (size_t k = 1; k < copies.size(); ++k) {
     if (!state.recent_pushes.Decode(copies[k].recent_pushes.Encode())) {
-      return FailedPreconditionError("an old shard's recent pushes do not fit the job's workers");
+      return FailedPreconditionError("the recent pushes of shard " + std::to_string(sources_[k]) +
+                                     " do not fit the job's workers");
     }
   }
-  state.applied = 0;
-  state.epoch = 0;
-  state.slot = 0;
-  return state;
-}
-
-StatusOr<BackupServer::State> ReshardFollower::Run() {
-  const auto start = std::chrono::steady_clock::now();
-  PS_RETURN_IF_ERROR(AskToFollow());
-  PS_RETURN_IF_ERROR(Follow());
-  const int64_t clock = copies_[0]->handed_over_clock();
-  const auto handed = std::chrono::steady_clock::now();
-  std::vector<BackupServer::State> copies;
-  for (auto& copy : copies_) copies.push_back(copy->TakeState());
-  PS_ASSIGN_OR_RETURN(BackupServer::State state, AssembleShard(to_, shard_, std::move(copies)));
+  state.handover_clock = clock;
+  // The copies' memory goes back while the shard serves.
+  retired_ = std::thread([retired = std::move(copies)]() mutable { retired.clear(); });
   if (state.clocks.min_clock() != clock) {
     PS_LOG_WARN("shard {} of map {}: the old shards handed over at clock {} with their minimum "
                 "clock at {}",

@@ -4,17 +4,20 @@
 //
 // Once ps_ctl reshard planned the move (before it picks the handover
 // clock: tools/ctl_reshard.h), the next map's server of shard j (started
-// at once by ps_launch) listens at a port of its own host
-// for each old shard whose rows overlap its own, and asks that shard to
-// follow it (RESHARD kReshardFollow): the old shard sends it the copy a
+// at once by ps_launch) makes the store it will serve and faults its
+// memory in (PrefaultedStore), listens at a port of its own host for each
+// old shard whose rows overlap its own, and asks that shard to follow it
+// (RESHARD kReshardFollow; ps_ctl waits until every follower holds its
+// copy before it picks the handover clock): the old shard sends it the copy a
 // joining backup gets (its blocks shared copy-on-write, its clocks and
 // recent pushes: ReplicationLog::Follow), then every change it applies,
 // as to a backup, up to kEnd at the handover clock. Each copy is applied
 // by a BackupServer of its own (BackupServer::CreateFollower), with the
 // same code as a backup's. Once every one of them handed over at the same
-// clock and map, the server builds shard j's store from their rows (each
-// range table's rows j owns in the next map, values and optimizer state)
-// and serves it (ShardServer::CreatePromoted), binding its address as
+// clock and map, the server copies their rows into its store
+// (AssembleStore: each range table's rows j owns in the next map, values
+// and optimizer state; each hashed table's ids of j's hash slots) and
+// serves it (ShardServer::CreatePromoted), binding its address as
 // soon as the old server there gave it up. The old shards write the
 // handover generation after they handed over; a server of the next map
 // that did not follow (it failed, or started too late) restores it, as
@@ -33,7 +36,8 @@
 // hash slot: each old shard whose slots overlap the new shard's, its ids
 // of those slots kept.
 // The cost: while it follows, the server holds a copy of every old shard
-// whose rows overlap its own, beside the old shards themselves.
+// whose rows overlap its own and its own store, beside the old shards
+// themselves, and applies every push to those rows a second time.
 //
 // Thread safety: Run() from one thread; Stop() from any thread and from a
 // signal handler.
@@ -43,6 +47,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -54,17 +60,23 @@
 
 namespace ps {
 
-// Shard `shard` of `to` as ReshardFollower::Run builds it from `copies`,
-// the states of the old shards whose rows overlap its own, each at the
-// handover: each range table's rows it owns (values and optimizer state),
-// each hashed table's ids of its hash slots (rows, state, uses) and the
-// admission sketches of the old shards whose slots overlap its own merged
-// by their maximum (as RestoreGeneration does from a generation); the
-// first copy's clocks, and every copy's recent pushes.
-// FailedPrecondition when a copy holds sums not applied, misses rows of
-// the shard, or has no room for them.
-StatusOr<BackupServer::State> AssembleShard(const JobOptions& to, uint32_t shard,
-                                            std::vector<BackupServer::State> copies);
+// The store of shard `shard` of `to` built from `old`, the stores of the
+// old shards whose rows overlap its own as they stand at the handover (what
+// ReshardFollower::Run serves): each range table's rows it owns (values and
+// optimizer state, read from the old stores' blocks shared), each hashed
+// table's ids of its hash slots (rows, state, uses) and the admission
+// sketches of the old shards whose slots overlap its own merged by their
+// maximum, as RestoreGeneration builds it from a generation. `old` is left
+// as it was. Built in `into` when given (a PrefaultedStore of the shard),
+// else in a new store. FailedPrecondition when an old store holds sums not
+// applied, misses rows of the shard, or the shard has no room for them.
+StatusOr<std::unique_ptr<ShardStore>> AssembleStore(const JobOptions& to, uint32_t shard,
+                                                    std::span<ShardStore* const> old,
+                                                    std::unique_ptr<ShardStore> into = nullptr);
+// A store for shard `shard` of `to` whose range tables' memory is written
+// already (zeros): AssembleStore into it copies rows only, no page faults
+// (made while the follower follows, off the handover's pause).
+StatusOr<std::unique_ptr<ShardStore>> PrefaultedStore(const JobOptions& to, uint32_t shard);
 
 class ReshardFollower {
  public:
@@ -111,6 +123,9 @@ class ReshardFollower {
   std::vector<uint32_t> sources_;
   std::vector<std::unique_ptr<BackupServer>> copies_;  // one per source
   std::atomic<bool> stop_{false};
+  // Frees the copies once the shard's store is built (joined by the
+  // destructor).
+  std::thread retired_;
 };
 
 }  // namespace ps

@@ -21,7 +21,12 @@ ReshardGate::ReshardGate(uint32_t shard, std::vector<std::string> servers, int64
 ReshardGate::Action ReshardGate::CheckSlow(const MessageHeader& request) const {
   if (request.map_epoch < map_epoch_) return Action::kMoved;
   if (request.map_epoch > map_epoch_) {
-    return prepared_ && request.map_epoch == next_epoch_ ? Action::kDrop : Action::kRefuse;
+    // The next map's, or (handed over, lingering at an address a later map
+    // takes) a later one's: the worker sends it again to the server that
+    // takes this address once this process is gone.
+    const bool later = handed_over_ && request.map_epoch > next_epoch_;
+    return (prepared_ && request.map_epoch == next_epoch_) || later ? Action::kDrop
+                                                                     : Action::kRefuse;
   }
   // A request of this map while a handover is prepared.
   if (handed_over_) return Action::kMoved;
@@ -55,6 +60,12 @@ Status ReshardGate::Unknown(const MessageHeader& request) const {
 
 void ReshardGate::Turned(uint32_t worker) {
   if (worker < turned_.size()) turned_[worker] = true;
+}
+
+void ReshardGate::Dropped(const MessageHeader& request) {
+  Turned(request.worker);
+  // The job moved past the next map: every worker turned to it long ago.
+  if (handed_over_ && request.map_epoch > next_epoch_) moved_past_ = true;
 }
 
 Status ReshardGate::Prepare(const MessageHeader& request, int64_t max_worker_clock,

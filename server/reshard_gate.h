@@ -61,6 +61,9 @@ namespace ps {
 // How long a shard that handed over keeps answering requests of the old
 // map, at most, before it exits.
 inline constexpr std::chrono::seconds kHandoverLinger{10};
+// The nice value a shard writes its handover generation at when the next
+// map's servers followed it (they take over on the same hosts meanwhile).
+inline constexpr int kHandoverWriteNice = 10;
 
 class ReshardGate {
  public:
@@ -87,7 +90,8 @@ class ReshardGate {
     kServe,  // as always
     kHold,   // prepared: a write of the boundary clock or later; kept unanswered
     kMoved,  // answer Moved(request)
-    kDrop,   // a request of the next map reached the shard that hands over: no answer
+    kDrop,   // a request of the next map (or, once handed over, of a later one)
+             // reached the shard that hands over: no answer
     kRefuse, // a map this shard does not know: answer Unknown(request)
   };
   // Cheap when no reshard runs and the request is of this map.
@@ -104,6 +108,9 @@ class ReshardGate {
   Status Unknown(const MessageHeader& request) const;
   // A request of the next map came from `worker`: it turned.
   void Turned(uint32_t worker);
+  // A request Check dropped: its worker turned; one of a map after the
+  // next (the job moved on while this shard lingered) lets it exit.
+  void Dropped(const MessageHeader& request);
 
   // RESHARD requests. Prepare: hand over at request.clock to the servers
   // of request.text (comma-separated host:port) at request.map_epoch.
@@ -132,11 +139,12 @@ class ReshardGate {
   // Once handed over: true when the next map keeps this shard's address
   // (the server that takes it moves what comes late, and it must not wait
   // for the port), or every worker for which `live(worker)` holds turned to
-  // the next map, or kHandoverLinger passed.
+  // the next map, or a request of a later map came, or kHandoverLinger
+  // passed.
   template <typename Live>
   bool MayExit(Clock::TimePoint now, Live live) const {
     if (!handed_over_) return false;
-    if (keeps_address_ || now - handed_over_at_ >= kHandoverLinger) return true;
+    if (keeps_address_ || moved_past_ || now - handed_over_at_ >= kHandoverLinger) return true;
     for (uint32_t w = 0; w < turned_.size(); ++w) {
       if (!turned_[w] && live(w)) return false;
     }
@@ -156,6 +164,7 @@ class ReshardGate {
   std::vector<std::string> next_servers_;
   std::string next_text_;  // next_servers_ comma-separated
   bool keeps_address_ = false;  // next_servers_ holds this shard's address
+  bool moved_past_ = false;     // a request of a map after the next came (Dropped)
   Clock::TimePoint handed_over_at_{};
   std::vector<bool> turned_;  // per worker, after the handover
 };

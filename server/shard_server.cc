@@ -106,6 +106,11 @@ Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promot
     started_clock_ = clocks_.min_clock();
     first_pull_to_log_ = true;
     promoted_epoch_ = promoted->epoch;
+    if (checkpoints_ != nullptr && promoted->handover_clock >= 0) {
+      // The shard of the map before, at this index, writes its handover
+      // generation into this folder after this server took over.
+      checkpoints_->ShareWithReshard(promoted->handover_clock, /*handed_over=*/false);
+    }
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       workers_.worker(w).heard_clock = true;
       // Left out of the minimum on the old primary: it left (or was

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/process_priority.h"
 #include "server/shard_server.h"
 
 namespace ps {
@@ -84,7 +85,7 @@ bool ShardServer::Gate(ReshardGate::Action action, const MessageHeader& req,
       // The worker turned to the next map and reached this address before
       // the server of that map took it: it sends the request again once
       // this process is gone.
-      reshard_->Turned(req.worker);
+      reshard_->Dropped(req);
       return true;
     case ReshardGate::Action::kRefuse:
       ++counters_.errors;
@@ -183,6 +184,11 @@ Status ShardServer::Follow(const MessageHeader& req) {
 
 Status ShardServer::WriteHandoverGeneration() {
   const int64_t clock = reshard_->boundary();
+  if (reshard_->handed_over()) {
+    // Written after a handover to servers of the next map that followed
+    // this shard: they start serving on this host meanwhile and come first.
+    LowerThisProcessPriority(kHandoverWriteNice);
+  }
   // Every update of the clocks below the boundary, none of it or later
   // (held): the state the servers of the next map restore.
   Status written = checkpoint_trigger_->WriteNow(clock);
@@ -206,6 +212,9 @@ void ShardServer::Handover() {
   // binds it once this one gave it up.
   const size_t followers = replication_->followers();
   if (followers == 0 && !WriteHandoverGeneration().ok()) return;
+  // The next map's server of this index writes its generations into this
+  // folder while this one writes the handover's.
+  if (followers > 0) checkpoints_->ShareWithReshard(clock, /*handed_over=*/true);
   reshard_->HandedOver(clock_->Now());
   if (followers > 0) replication_->End(reshard_->next_epoch(), clock);
   const double ms = std::chrono::duration<double, std::milli>(clock_->Now() - start).count();

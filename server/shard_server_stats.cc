@@ -125,6 +125,7 @@ ShardStats ShardServer::Stats() const {
   s.map_epoch = reshard_->map_epoch();
   s.handover_clock = reshard_->prepared() ? reshard_->boundary() : -1;
   s.reshard_followers = static_cast<uint32_t>(replication_->followers());
+  s.reshard_followers_ready = static_cast<uint32_t>(replication_->followers(/*with_copy=*/true));
   s.lost_clocks = lost_clocks_;
   s.repeated_pushes = counters_.repeated_pushes;
   s.resumes = counters_.resumes;
@@ -151,7 +152,9 @@ ShardStats ShardServer::Stats() const {
                                         Milliseconds(now - workers_.evaluator().last_seen)};
   }
   if (!failed_.ok()) s.failed = failed_.message();
-  if (replication_->active()) {
+  // A factor-1 shard's log sends only to the next map's servers that
+  // follow it: no replica to compare the checksums with.
+  if (replication_->active() && job_.replication.factor > 1) {
     s.replication = replication_->Stats();
     s.checksums = Checksums(*store_);
   }

@@ -26,10 +26,12 @@ using ReshardTime = std::chrono::steady_clock;
 constexpr int64_t kClockMargin = 2;
 constexpr int kAttempts = 5;
 // How long the next map's servers get to start following the old ones
-// (ps_launch starts them once the plan is on disk) before the handover
-// clock is picked; those that do not follow by then restore the handover
-// generation.
-constexpr std::chrono::seconds kFollowWait{3};
+// (ps_launch starts them once the plan is on disk), and to take their
+// copies, before the handover clock is picked; those that do not follow by
+// then restore the handover generation, and a copy still under way at the
+// handover is finished within its pause.
+constexpr std::chrono::seconds kFollowStart{3};
+constexpr std::chrono::seconds kFollowCopy{60};
 
 void Fail(const std::string& what) { std::fprintf(stderr, "ps_ctl reshard: %s\n", what.c_str()); }
 
@@ -65,45 +67,56 @@ Status CheckNext(const JobOptions& job, const JobOptions& next) {
   return Status::Ok();
 }
 
-// Waits up to `wait` until every shard of `job` has, following it, each
-// server of `next` whose rows overlap its own (ShardStats::
-// reshard_followers), and says how it went.
-void WaitForFollowers(ControlClient& client, const JobOptions& job, const JobOptions& next,
-                      std::chrono::seconds wait) {
+// Waits until every shard of `job` has, following it and holding its copy,
+// each server of `next` whose rows overlap its own (ShardStats::
+// reshard_followers_ready): at most kFollowStart for the followers to
+// start following (ps_launch starts them; without it none comes), at most
+// kFollowCopy for their copies. Says how it went, and returns the fastest
+// worker clock the shards reported last.
+int64_t WaitForFollowers(ControlClient& client, const JobOptions& job, const JobOptions& next) {
   const auto shards = static_cast<uint32_t>(job.cluster.servers.size());
   std::vector<uint32_t> expected(shards, 0);
   for (uint32_t j = 0; j < next.cluster.servers.size(); ++j) {
     for (uint32_t s : FollowedShards(job, next, j)) ++expected[s];
   }
   const auto start = ReshardTime::now();
-  std::vector<uint32_t> following(shards, 0);
-  for (uint32_t s = 0; s < shards;) {
-    auto stats = client.StructuredStats(s);
-    if (stats.ok()) following[s] = stats->reshard_followers;
-    if (following[s] >= expected[s]) {
-      ++s;
-      continue;
+  std::vector<uint32_t> following(shards, 0), ready(shards, 0);
+  int64_t fastest = 0;
+  for (;;) {
+    bool all_following = true, all_ready = true;
+    for (uint32_t s = 0; s < shards; ++s) {
+      auto stats = client.StructuredStats(s);
+      if (!stats.ok()) continue;
+      following[s] = stats->reshard_followers;
+      ready[s] = stats->reshard_followers_ready;
+      for (const ShardStats::Worker& w : stats->workers) fastest = std::max(fastest, w.clock);
+      all_following &= following[s] >= expected[s];
+      all_ready &= ready[s] >= expected[s];
     }
-    if (ReshardTime::now() - start > wait) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto waited = ReshardTime::now() - start;
+    if (all_ready || (!all_following && waited > kFollowStart) || waited > kFollowCopy) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const double seconds = std::chrono::duration<double>(ReshardTime::now() - start).count();
   std::string missing;
   for (uint32_t s = 0; s < shards; ++s) {
-    if (following[s] < expected[s]) {
+    if (ready[s] < expected[s]) {
       missing += (missing.empty() ? "" : ", ") + std::string("shard ") + std::to_string(s) + " (" +
-                 std::to_string(following[s]) + " of " + std::to_string(expected[s]) + ")";
+                 std::to_string(following[s]) + " of " + std::to_string(expected[s]) +
+                 " following, " + std::to_string(ready[s]) + " with their copy)";
     }
   }
   if (missing.empty()) {
-    std::printf("the %zu servers of the next map follow the old servers' rows in memory (after "
-                "%.2f s)\n",
+    std::printf("the %zu servers of the next map follow the old servers' rows in memory, each "
+                "with its copy (after %.2f s)\n",
                 next.cluster.servers.size(), seconds);
   } else {
-    std::printf("after %.2f s not every server of the next map follows the old ones: %s (ps_launch "
-                "starts them); a server that does not restores the handover generation\n",
+    std::printf("after %.2f s not every server of the next map follows the old ones with its "
+                "copy: %s (ps_launch starts them); a server that does not take its rows over at "
+                "the handover restores the handover generation\n",
                 seconds, missing.c_str());
   }
+  return fastest;
 }
 
 }  // namespace
@@ -192,13 +205,8 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     return 1;
   } else {
     planned_early = true;
-    WaitForFollowers(**client, job, next, kFollowWait);
     // The workers ran on meanwhile.
-    for (uint32_t s = 0; s < shards; ++s) {
-      auto stats = (*client)->StructuredStats(s);
-      if (!stats.ok()) continue;  // the prepare below says why
-      for (const ShardStats::Worker& w : stats->workers) fastest = std::max(fastest, w.clock);
-    }
+    fastest = std::max(fastest, WaitForFollowers(**client, job, next));
   }
   std::fflush(stdout);
   auto abort_all = [&](uint32_t prepared, int64_t clock) {

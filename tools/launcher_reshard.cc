@@ -91,26 +91,29 @@ void JobRun::MaybeStartNextMap() {
       return;
     }
   }
-  // Every old shard's part of the handover generation is complete (a
-  // server that lingers at an address the next map leaves out wrote it
-  // before it answered anyone moved).
-  for (uint32_t s = 0; s < job_.cluster.servers.size(); ++s) {
-    if (!ShardHandedOver(s, next_map_.plan.clock)) return;
-  }
-  for (Child& c : children_) {
-    if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;
-  }
   // The next map's servers that followed the old ones serve now; a shard
   // whose follower exited gets a server restoring the handover generation.
   std::vector<bool> followed(next.cluster.servers.size(), false);
-  for (Child& c : children_) {
-    if (!c.follower) continue;
-    c.follower = false;
-    if (!c.exited && c.map_epoch == next_map_.plan.epoch && c.index < followed.size()) {
+  for (const Child& c : children_) {
+    if (c.follower && !c.exited && c.map_epoch == next_map_.plan.epoch &&
+        c.index < followed.size()) {
       followed[c.index] = true;
     }
   }
   const auto kept = static_cast<uint32_t>(std::count(followed.begin(), followed.end(), true));
+  // For a server restoring it, every old shard's part of the handover
+  // generation is complete (a server that lingers at an address the next
+  // map leaves out wrote it before it answered anyone moved; one whose
+  // servers followed it writes it after). With every server of the next
+  // map serving what it followed, nothing waits for it: they train on and
+  // may prune it with their own generations meanwhile.
+  for (uint32_t s = 0; s < job_.cluster.servers.size() && kept < followed.size(); ++s) {
+    if (!ShardHandedOver(s, next_map_.plan.clock)) return;
+  }
+  for (Child& c : children_) {
+    if (c.is_server && c.map_epoch == map_epoch_) c.retired = true;
+    c.follower = false;
+  }
   followers_epoch_ = 0;
   const size_t old_servers = job_.cluster.servers.size();
   // Carried out: a server that dies from now on is restarted as usual.

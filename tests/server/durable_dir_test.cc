@@ -98,6 +98,21 @@ TEST_F(DurableDirTest, RemovesTornGenerationsOnly) {
   EXPECT_FALSE(RemoveTornGenerations(files_, (dir_ / "gone").string()).ok());
 }
 
+// A folder shared during a reshard in memory: the unfinished generation of
+// the other process writing into it (the clocks `spare` names) stays, the
+// torn ones of other clocks go.
+TEST_F(DurableDirTest, SparesTheUnfinishedGenerationOfTheOtherWriter) {
+  Folder("gen-129.tmp", "the shard that handed over writes it");
+  Folder("gen-100.tmp", "torn");
+  Folder("gen-150.tmp", "torn");
+  ASSERT_OK(RemoveTornGenerations(files_, dir_.string(), [](int64_t c) { return c == 129; }));
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-129.tmp"}));
+  Folder("gen-150.tmp", "the next map's server writes it");
+  Folder("gen-99.tmp", "torn");
+  ASSERT_OK(RemoveTornGenerations(files_, dir_.string(), [](int64_t c) { return c > 129; }));
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"gen-150.tmp"}));
+}
+
 TEST_F(DurableDirTest, PublishRenamesOrReplacesAtomically) {
   Folder("gen-1.tmp", "first");
   ASSERT_TRUE(PublishGeneration(files_, (dir_ / "gen-1.tmp").string(), (dir_ / "gen-1").string(), true)

@@ -95,7 +95,9 @@ TEST_F(ReshardGateTest, AfterTheHandoverTheOldMapIsMovedAndTheNextDropped) {
   EXPECT_EQ(gate_.Check(Request(Op::kPush, 12)), Action::kMoved);
   // A worker that turned reached this address before the next server.
   EXPECT_EQ(gate_.Check(Request(Op::kPush, 10, 1)), Action::kDrop);
-  EXPECT_EQ(gate_.Check(Request(Op::kPush, 10, 2)), Action::kRefuse);
+  // The job moved on past map 1 while this shard lingers at an address a
+  // later map takes: dropped too (sent again to that map's server).
+  EXPECT_EQ(gate_.Check(Request(Op::kPush, 10, 2)), Action::kDrop);
 
   const MessageHeader moved = gate_.Moved(Request(Op::kPush, 10, 0, 1));
   EXPECT_EQ(moved.op, Op::kError);
@@ -127,6 +129,28 @@ TEST_F(ReshardGateTest, ExitsOnceEveryLiveWorkerTurnedOrTheLingerPassed) {
   EXPECT_FALSE(gate_.MayExit(t0, live));
   EXPECT_TRUE(gate_.MayExit(t0, [](uint32_t w) { return w != 1; }));  // worker 1 left
   gate_.Turned(1);
+  EXPECT_TRUE(gate_.MayExit(t0, live));
+}
+
+// A shard that handed over and lingers (its address left out of the next
+// map) gets a request of a map after the next: the job moved on, every
+// worker turned long ago, and the address is a later map's, so it exits at
+// once. Before any handover such a map is refused: this server was started
+// with an older --map-epoch than the job's.
+TEST_F(ReshardGateTest, ARequestOfALaterMapLetsALingeringShardExit) {
+  EXPECT_EQ(gate_.Check(Request(Op::kPush, 10, 2)), Action::kRefuse);
+  ASSERT_OK(gate_.Prepare(Prepare(10, 1, "b:2"), 0, ""));
+  EXPECT_EQ(gate_.Check(Request(Op::kPush, 10, 2)), Action::kRefuse);
+  ASSERT_OK(gate_.Commit(Prepare(10, 1, "")));
+  const Clock::TimePoint t0{};
+  auto live = [](uint32_t) { return true; };
+  gate_.HandedOver(t0);
+  EXPECT_FALSE(gate_.MayExit(t0, live));
+  gate_.Dropped(Request(Op::kPush, 10, 1, 0));  // the next map's: worker 0 turned
+  EXPECT_FALSE(gate_.MayExit(t0, live));
+  const MessageHeader later = Request(Op::kPull, 30, 2, 1);
+  ASSERT_EQ(gate_.Check(later), Action::kDrop);
+  gate_.Dropped(later);
   EXPECT_TRUE(gate_.MayExit(t0, live));
 
   ReshardGate slow{0, {"a:1"}, 0, 2};

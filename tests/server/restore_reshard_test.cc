@@ -321,17 +321,11 @@ TEST_P(RestoreReshardTest, EveryRowStateUseAndSketchFollowsItsKeyAndComesBackBit
   // (rows, state, uses, sketches).
   TestStores assembled;
   for (uint32_t j = 0; j < to; ++j) {
-    TestStores old = CreateTestStores(job_s);
-    Train(job_s, old, 6, 42);
-    std::vector<BackupServer::State> copies;
-    for (uint32_t i : FollowedShards(job_s, job_t, j)) {
-      BackupServer::State copy;
-      copy.store = std::move(old[i]);
-      copies.push_back(std::move(copy));
-    }
-    auto state = AssembleShard(job_t, j, std::move(copies));
-    ASSERT_OK(state);
-    assembled.push_back(std::move(state->store));
+    std::vector<ShardStore*> old;
+    for (uint32_t i : FollowedShards(job_s, job_t, j)) old.push_back(original[i].get());
+    auto store = AssembleStore(job_t, j, old);
+    ASSERT_OK(store);
+    assembled.push_back(std::move(*store));
   }
   ExpectSameModel(job_t, assembled, job_t, moved);
   EXPECT_EQ(Sketches(assembled, 3), new_sketches);
