@@ -751,6 +751,41 @@ TEST_F(ReshardShardServerTest, AServerOfTheNextMapFollowsTheRowsAndEveryChangeUn
   EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
 }
 
+// ps_ctl reshard gave up (a follow with no endpoint): the shard sends its
+// followers nothing more, and its handover goes through the generation,
+// written before the moved answers, as without followers.
+TEST_F(ReshardShardServerTest, AFollowWithNoEndpointDropsTheFollowers) {
+  auto follower = BackupServer::CreateFollower(job_, 0, "tcp://127.0.0.1:*", "the follower");
+  ASSERT_OK(follower);
+  std::atomic<bool> ended{false};
+  Status ran;
+  std::thread thread([&] {
+    ran = (*follower)->Run();
+    ended = true;
+  });
+  MessageHeader follow = Header(Op::kReshard, 0, 0, 0);
+  follow.worker = kControlWorker;
+  follow.flags = kReshardFollow;
+  follow.map_epoch = 1;
+  follow.text = (*follower)->endpoint();
+  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
+  follow.text = "";
+  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
+  PrepareAndCommit();
+  ClockBoth(0);  // the handover, after the last CLOCK's reply
+  const auto written = dir_ / "shard-0" / "gen-1";
+  for (int i = 0; i < 500 && !std::filesystem::exists(written); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(std::filesystem::exists(written));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(ended) << "the dropped follower was told of the handover";
+  (*follower)->Stop();
+  thread.join();
+  ASSERT_OK(ran);
+  EXPECT_FALSE((*follower)->handed_over());
+}
+
 // A shard restored from a generation acknowledges a push it applied before
 // the generation and that comes again (its acknowledgement lost with the
 // shard that died), instead of applying it twice: the generation carries
