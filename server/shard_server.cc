@@ -106,6 +106,7 @@ Status ShardServer::OpenState(int64_t restore_clock, BackupServer::State* promot
     started_clock_ = clocks_.min_clock();
     first_pull_to_log_ = true;
     promoted_epoch_ = promoted->epoch;
+    took_over_at_ = promoted->handover_clock;
     if (checkpoints_ != nullptr && promoted->handover_clock >= 0) {
       // The shard of the map before, at this index, writes its handover
       // generation into this folder after this server took over.

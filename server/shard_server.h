@@ -502,10 +502,14 @@ class ShardServer {
   RecentPushes recent_pushes_;
   int64_t started_clock_ = 0;
   int64_t lost_clocks_ = 0;
-  // A promoted backup logs the first pull it serves (the end of a
-  // fail-over, as workers see it); false once logged or when not promoted.
+  // A promoted backup (or a server that took its rows over from followers)
+  // logs the first pull it serves (the end of a fail-over or a reshard, as
+  // workers see it); false once logged or when neither.
   bool first_pull_to_log_ = false;
   int64_t promoted_epoch_ = 0;
+  // Built from the old shards a reshard moved in memory: the handover
+  // clock (BackupServer::State::handover_clock); -1 otherwise.
+  int64_t took_over_at_ = -1;
   const WriteLease* write_lease_ = nullptr;  // null: ps_launch is the authority
   bool fenced_ = false;  // the write lease was seen lapsed (logged once per lapse)
   // Per table: whether rows whose result was not finite were logged.

@@ -66,10 +66,17 @@ void ShardServer::ServePull(Frame& routing_id, const Request& pull, Clock::Durat
   }
   SendReply(reply);
   if (first_pull_to_log_) {
-    // The time of this line ends a fail-over (benchmarks/kill_restart_bench.py).
+    // The time of this line ends a fail-over (benchmarks/kill_restart_bench.py),
+    // or a reshard in memory.
     first_pull_to_log_ = false;
-    PS_LOG_INFO("shard {}: first pull served as the primary of epoch {} (worker {}, clock {})",
-                shard_, promoted_epoch_, req.worker, req.clock);
+    if (took_over_at_ >= 0) {
+      PS_LOG_INFO("shard {}: first pull served with the rows it followed until the handover at "
+                  "clock {} (worker {}, clock {})",
+                  shard_, took_over_at_, req.worker, req.clock);
+    } else {
+      PS_LOG_INFO("shard {}: first pull served as the primary of epoch {} (worker {}, clock {})",
+                  shard_, promoted_epoch_, req.worker, req.clock);
+    }
   }
 }
 
