@@ -1109,6 +1109,39 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
       << out;
 }
 
+// ps_server --follow refuses what it cannot follow, by name: without a
+// next map's epoch (a flag error, exit 2); an old job file that does not
+// load, or whose tables differ (exit 5: it does not take over, and
+// ps_launch starts it restoring the handover generation instead).
+TEST_F(E2eTest, AServerThatCannotFollowSaysWhyAndExitsFive) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string stop_file = (dir_ / "stop").string();
+  const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
+  const std::string job2 = ReshardJob(ports, 2, "job2", ckpt, stop_file, /*hashed=*/true, 20);
+  const std::string job3 = ReshardJob(ports, 3, "job3", ckpt, stop_file, /*hashed=*/false, 20);
+  const auto run = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {kServer, "--config", job3, "--shard", "2"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return Finish(Start(argv, true), milliseconds(30000));
+  };
+  auto [no_epoch, no_epoch_out] = run({"--follow", job2});
+  EXPECT_TRUE(WIFEXITED(no_epoch) && WEXITSTATUS(no_epoch) == 2) << no_epoch_out;
+  EXPECT_NE(no_epoch_out.find("--follow: a server of a next shard map (--map-epoch 1 or more)"),
+            std::string::npos)
+      << no_epoch_out;
+  const std::string missing = (dir_ / "missing.yaml").string();
+  auto [gone, gone_out] = run({"--map-epoch", "1", "--follow", missing});
+  EXPECT_TRUE(WIFEXITED(gone) && WEXITSTATUS(gone) == 5) << gone_out;
+  EXPECT_NE(gone_out.find("shard 2 of map 1 does not take its rows over in memory"),
+            std::string::npos)
+      << gone_out;
+  EXPECT_NE(gone_out.find(missing), std::string::npos) << gone_out;
+  auto [other, other_out] = run({"--map-epoch", "1", "--follow", job2});
+  EXPECT_TRUE(WIFEXITED(other) && WEXITSTATUS(other) == 5) << other_out;
+  EXPECT_NE(other_out.find("the next job file has 1 tables, the job 2"), std::string::npos)
+      << other_out;
+}
+
 // A server of the next map killed while it follows the old servers' rows
 // (before the handover: a worker stopped keeps the job short of the
 // handover clock) is replaced, once the old servers handed over, by one
