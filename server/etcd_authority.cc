@@ -8,6 +8,7 @@
 #include "common/endpoint.h"
 #include "common/logging.h"
 #include "common/wire.h"
+#include "server/control_request.h"
 
 namespace ps {
 namespace {
@@ -446,41 +447,16 @@ Status EtcdAuthority::Tell(uint32_t flags, uint32_t backup, int64_t epoch, int64
   h.epoch = epoch;
   h.shard = shard_;
   h.session = static_cast<uint64_t>(incarnation);
-  Frame frame = EncodeHeader(h);
-  PS_RETURN_IF_ERROR(socket_->Send(std::span<Frame>(&frame, 1)));
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(kTellTimeoutMs);
-  std::vector<Frame> reply;
-  std::vector<bool> readable;
-  Socket* sockets[] = {socket_.get()};
-  while (std::chrono::steady_clock::now() < deadline) {
-    {
-      // The server stopped (a handover, a signal) and stops this thread:
-      // it answers nothing more, so waiting out the timeout would only
-      // delay the process's exit.
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return CancelledError(name_ + ": stopping; its own server's answer to " +
-                                       OpName(h.op) + " is not waited for");
-    }
-    PS_RETURN_IF_ERROR(PollReadable(sockets, 100, &readable).status());
-    while (true) {
-      PS_ASSIGN_OR_RETURN(bool got, socket_->TryRecv(&reply));
-      if (!got) break;
-      if (reply.empty()) continue;
-      Reply r;
-      const Status checked = DecodeReply(
-          reply, shard_,
-          [&h, this](uint64_t id) -> std::optional<ReplyExpectation> {
-            if (id != h.request_id) return std::nullopt;  // an older request's
-            return ReplyExpectation{.request = Op::kMembership, .shard = shard_};
-          },
-          &r);
-      if (r.fault == ReplyFault::kUnreadable || r.fault == ReplyFault::kUnmatched) continue;
-      return checked;
-    }
-  }
-  return DeadlineExceededError(name_ + ": its own server did not answer " + OpName(h.op) +
-                               " within " + std::to_string(kTellTimeoutMs) + " ms");
+  // The server stopped (a handover, a signal) and stops this thread: it
+  // answers nothing more, so waiting out the timeout would only delay the
+  // process's exit.
+  return AskServer(*socket_, h, std::chrono::milliseconds(kTellTimeoutMs),
+                   std::chrono::milliseconds(100),
+                   [this] {
+                     std::lock_guard<std::mutex> lock(mu_);
+                     return stop_;
+                   })
+      .WithContext(name_ + ": its own server");
 }
 
 }  // namespace ps

@@ -12,9 +12,9 @@
 #include "common/logging.h"
 #include "common/transport.h"
 #include "common/wire.h"
+#include "server/control_request.h"
 
 namespace ps {
-
 
 ReshardFollower::~ReshardFollower() {
   if (retired_.joinable()) retired_.join();
@@ -64,31 +64,11 @@ Status ReshardFollower::AskToFollow() {
     request.flags = kReshardFollow;
     request.map_epoch = map_epoch_;
     request.text = copies_[k]->endpoint();
-    std::vector<Frame> frames;
-    frames.push_back(EncodeHeader(request));
-    PS_RETURN_IF_ERROR(socket->Send(frames).WithContext(who));
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(from_.client.request_timeout_ms);
-    Socket* sockets[] = {socket.get()};
-    std::vector<bool> readable;
-    for (frames.clear(); frames.empty();) {
-      if (stop_.load(std::memory_order_relaxed)) return CancelledError(who + ": stopped");
-      if (std::chrono::steady_clock::now() >= until) {
-        return DeadlineExceededError(who + ": no answer in " +
-                                     std::to_string(from_.client.request_timeout_ms) +
-                                     " ms (client.request_timeout_ms)");
-      }
-      PS_RETURN_IF_ERROR(PollReadable(sockets, 20, &readable).status().WithContext(who));
-      PS_ASSIGN_OR_RETURN(const bool got, socket->TryRecv(&frames));
-      if (!got) frames.clear();
-    }
-    PS_ASSIGN_OR_RETURN(const MessageHeader reply,
-                        DecodeHeader({frames[0].data(), frames[0].size()}));
-    if (reply.op == Op::kError) return StatusFromErrorHeader(reply).WithContext(who);
-    if (reply.op != Op::kReshardOk || reply.request_id != request.request_id) {
-      return InternalError(who + ": answered " + OpName(reply.op) + " " +
-                           std::to_string(reply.request_id));
-    }
+    PS_RETURN_IF_ERROR(
+        AskServer(*socket, request, std::chrono::milliseconds(from_.client.request_timeout_ms),
+                  std::chrono::milliseconds(20),
+                  [this] { return stop_.load(std::memory_order_relaxed); })
+            .WithContext(who));
   }
   return Status::Ok();
 }

@@ -184,9 +184,9 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
   // with no clock yet, so that ps_launch starts them while the job runs
   // on; the clock is picked once they follow.
   bool planned_early = false;
+  // Undoes the plan (there may be none yet) and the followers it started.
   const auto give_up = [&] {
-    if (!planned_early) return;
-    for (uint32_t s = 0; s < shards; ++s) {
+    for (uint32_t s = 0; s < shards && planned_early; ++s) {
       auto dropped = (*client)->Reshard(s, kReshardFollow, 0, next_epoch, "");
       if (!dropped.ok()) Fail("shard " + std::to_string(s) + ": " + dropped.status().ToString());
     }
@@ -265,11 +265,7 @@ int RunReshard(const JobOptions& job, const std::string& to_path, uint32_t wait_
     if (!reply.ok()) {
       // Before any shard reached the clock, an abort undoes it all.
       abort_all(shards, clock);
-      planned_early = true;  // the plan is on disk now in any case
       give_up();
-      if (Status removed = RemoveReshardPlan(job.checkpoint.dir, next_epoch); !removed.ok()) {
-        Fail(removed.ToString());
-      }
       Fail("commit on shard " + std::to_string(s) + ": " + reply.status().ToString());
       return 1;
     }

@@ -127,6 +127,9 @@ class E2eTest : public ::testing::Test {
   struct RangeJob {
     std::string job2, job3, stop_file, log;
     Subprocess* launch = nullptr;
+    std::string Log() const { return ReadText(log); }
+    bool WaitFor(const std::string& what) const { return WaitForText(log, what); }
+    pid_t Pid(const std::string& name) const { return PidOf(log, name); }
   };
   void StartRangeJobOnTwo(RangeJob* run) {
     const std::string ckpt = (dir_ / "ckpt").string();
@@ -1072,23 +1075,19 @@ TEST_F(E2eTest, AReplicatedJobUnderEtcdGrowsAndShrinksWhileTrainingWithExactSums
 TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums) {
   RangeJob run;
   ASSERT_NO_FATAL_FAILURE(StartRangeJobOnTwo(&run));
-  const std::string &job2 = run.job2, &job3 = run.job3, &log = run.log, &stop_file = run.stop_file;
-  Subprocess* launch = run.launch;
-  const auto read_log = [&] { return ReadText(log); };
-  const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
-  const auto pid_of = [&](const std::string& name) { return PidOf(log, name); };
   // Worker 1 stops: no clock passes, so the shards stay short of the
   // handover clock once the reshard is committed.
-  const pid_t worker1 = pid_of("worker 1"), server0 = pid_of("server 0");
-  ASSERT_GT(worker1, 0) << read_log();
-  ASSERT_GT(server0, 0) << read_log();
+  const pid_t worker1 = run.Pid("worker 1"), server0 = run.Pid("server 0");
+  ASSERT_GT(worker1, 0) << run.Log();
+  ASSERT_GT(server0, 0) << run.Log();
   ASSERT_EQ(kill(worker1, SIGSTOP), 0);
-  Subprocess* ctl = Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "5"}, true);
-  ASSERT_TRUE(wait_for("shard 1: the handover to map 1 at clock")) << read_log();
+  Subprocess* ctl =
+      Start({kCtl, "reshard", "--config", run.job2, "--to", run.job3, "--wait-s", "5"}, true);
+  ASSERT_TRUE(run.WaitFor("shard 1: the handover to map 1 at clock")) << run.Log();
   ASSERT_EQ(kill(server0, SIGKILL), 0);
   kill(worker1, SIGCONT);
-  ASSERT_OK(launch->WaitFor(milliseconds(60000)));
-  const std::string failed = read_log();
+  ASSERT_OK(run.launch->WaitFor(milliseconds(60000)));
+  const std::string failed = run.Log();
   EXPECT_NE(failed.find("server 0 killed by signal 9 (Killed) while the job was being moved onto "
                         "other servers (ps_ctl reshard); stopping the job"),
             std::string::npos)
@@ -1099,8 +1098,8 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
 
   // The job resumes on its 2 servers from the newest generation both hold;
   // every row holds the sum of every clock's pushes up to the stop.
-  std::ofstream(stop_file) << 400 << "\n";
-  auto [status, out] = Finish(Start({kLaunch, "--config", job2, "--resume"}, true),
+  std::ofstream(run.stop_file) << 400 << "\n";
+  auto [status, out] = Finish(Start({kLaunch, "--config", run.job2, "--resume"}, true),
                               milliseconds(120000));
   EXPECT_TRUE(ExitedSuccessfully(status)) << out;
   EXPECT_NE(out.find("[worker 0] exact: every one of 10000 rows and 0 hashed ids holds 1200.0 "
@@ -1150,31 +1149,26 @@ TEST_F(E2eTest, AServerThatCannotFollowSaysWhyAndExitsFive) {
 TEST_F(E2eTest, AFollowerKilledBeforeTheHandoverIsReplacedByAServerRestoringTheGeneration) {
   RangeJob run;
   ASSERT_NO_FATAL_FAILURE(StartRangeJobOnTwo(&run));
-  const std::string &job2 = run.job2, &job3 = run.job3, &log = run.log, &stop_file = run.stop_file;
-  Subprocess* launch = run.launch;
-  const auto read_log = [&] { return ReadText(log); };
-  const auto wait_for = [&](const std::string& what) { return WaitForText(log, what); };
-  const auto pid_of = [&](const std::string& name) { return PidOf(log, name); };
-  const pid_t worker1 = pid_of("worker 1");
-  ASSERT_GT(worker1, 0) << read_log();
+  const pid_t worker1 = run.Pid("worker 1");
+  ASSERT_GT(worker1, 0) << run.Log();
   ASSERT_EQ(kill(worker1, SIGSTOP), 0);
   Subprocess* ctl =
-      Start({kCtl, "reshard", "--config", job2, "--to", job3, "--wait-s", "60"}, true);
-  ASSERT_TRUE(wait_for("shard 1: the handover to map 1 at clock")) << read_log();
-  const pid_t follower = pid_of("server 2 of shard map 1");
-  ASSERT_GT(follower, 0) << read_log();
+      Start({kCtl, "reshard", "--config", run.job2, "--to", run.job3, "--wait-s", "60"}, true);
+  ASSERT_TRUE(run.WaitFor("shard 1: the handover to map 1 at clock")) << run.Log();
+  const pid_t follower = run.Pid("server 2 of shard map 1");
+  ASSERT_GT(follower, 0) << run.Log();
   ASSERT_EQ(kill(follower, SIGKILL), 0);
-  ASSERT_TRUE(wait_for("restores the handover generation instead")) << read_log();
+  ASSERT_TRUE(run.WaitFor("restores the handover generation instead")) << run.Log();
   ASSERT_EQ(kill(worker1, SIGCONT), 0);
   auto [ctl_status, ctl_out] = Finish(ctl, milliseconds(90000));
-  EXPECT_TRUE(ExitedSuccessfully(ctl_status)) << ctl_out << read_log();
+  EXPECT_TRUE(ExitedSuccessfully(ctl_status)) << ctl_out << run.Log();
   EXPECT_NE(ctl_out.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
       << ctl_out;
-  ASSERT_TRUE(WaitPastClock(log, NewestClock(log) + 100)) << read_log();
-  const int64_t stop = NewestClock(log) + 200;
-  std::ofstream(stop_file) << stop << "\n";
-  ASSERT_OK(launch->WaitFor(milliseconds(120000)));
-  const std::string out = read_log();
+  ASSERT_TRUE(WaitPastClock(run.log, NewestClock(run.log) + 100)) << run.Log();
+  const int64_t stop = NewestClock(run.log) + 200;
+  std::ofstream(run.stop_file) << stop << "\n";
+  ASSERT_OK(run.launch->WaitFor(milliseconds(120000)));
+  const std::string out = run.Log();
   EXPECT_NE(out.find("shard map 1: 2 of its 3 servers took their rows over in memory (they "
                      "followed the old servers); starting the others"),
             std::string::npos)

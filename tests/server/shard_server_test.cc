@@ -638,6 +638,39 @@ class ReshardShardServerTest : public ShardServerTest {
     sock_ = std::move(*sock);
     ASSERT_OK(sock_->Connect(server_->endpoint()));
   }
+  // A follower of shard 0 (a server of the next map's copy of it) run on a
+  // thread of its own until its shard's kEnd, or Join.
+  struct Follower {
+    std::unique_ptr<BackupServer> server;
+    std::atomic<bool> ended{false};
+    Status ran;
+    std::thread thread;
+    // Stops it unless it ended, and waits for its thread.
+    void Join() {
+      if (!thread.joinable()) return;
+      if (!ended) server->Stop();
+      thread.join();
+    }
+    ~Follower() { Join(); }
+  };
+  void StartFollower(Follower* f) {
+    auto made = BackupServer::CreateFollower(job_, 0, "tcp://127.0.0.1:*", "the follower");
+    ASSERT_OK(made);
+    f->server = std::move(*made);
+    f->thread = std::thread([f] {
+      f->ran = f->server->Run();
+      f->ended = true;
+    });
+  }
+  // RESHARD kReshardFollow of map `map_epoch` to `endpoint`.
+  static MessageHeader FollowRequest(int64_t map_epoch, const std::string& endpoint) {
+    MessageHeader h = Header(Op::kReshard, 0, 0, 0);
+    h.worker = kControlWorker;
+    h.flags = kReshardFollow;
+    h.map_epoch = map_epoch;
+    h.text = endpoint;
+    return h;
+  }
   // Prepares and commits a handover at clock 1 to three servers of map 1
   // that leave this one out (so it lingers and answers).
   void PrepareAndCommit() {
@@ -701,53 +734,39 @@ TEST_F(ReshardShardServerTest, APushAppliedBeforeTheHandoverIsAcknowledgedNotMov
 TEST_F(ReshardShardServerTest, AServerOfTheNextMapFollowsTheRowsAndEveryChangeUntilTheHandover) {
   const std::vector<float> before = Snapshot();
   EXPECT_EQ(Push(42, 1, 0).op, Op::kPushOk);  // in the copy
-  MessageHeader follow = Header(Op::kReshard, 0, 0, 0);
-  follow.worker = kControlWorker;
-  follow.flags = kReshardFollow;
-  follow.map_epoch = 2;
-  follow.text = "tcp://127.0.0.1:9";
-  MessageHeader refused = Ask(follow);
+  MessageHeader refused = Ask(FollowRequest(2, "tcp://127.0.0.1:9"));
   EXPECT_EQ(refused.op, Op::kError);
   EXPECT_NE(refused.text.find("only a server of the next map (1) follows it"), std::string::npos)
       << refused.text;
-  follow.map_epoch = 1;
-  follow.text = "127.0.0.1:9";
-  refused = Ask(follow);
+  refused = Ask(FollowRequest(1, "127.0.0.1:9"));
   EXPECT_EQ(refused.op, Op::kError);
   EXPECT_NE(refused.text.find("is not tcp://host:port"), std::string::npos) << refused.text;
 
-  auto follower = BackupServer::CreateFollower(job_, 0, "tcp://127.0.0.1:*", "the follower");
-  ASSERT_OK(follower);
-  std::atomic<bool> ended{false};
-  Status ran;
-  std::thread thread([&] {
-    ran = (*follower)->Run();
-    ended = true;
-  });
-  follow.text = (*follower)->endpoint();
-  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
+  Follower follower;
+  ASSERT_NO_FATAL_FAILURE(StartFollower(&follower));
+  EXPECT_EQ(Ask(FollowRequest(1, follower.server->endpoint())).op, Op::kReshardOk);
   EXPECT_EQ(Push(42, 2, 0).op, Op::kPushOk);  // a change after the copy
   PrepareAndCommit();
   ClockBoth(0);  // the minimum clock reaches 1: the handover
-  for (int i = 0; i < 1000 && !ended; ++i) {
+  for (int i = 0; i < 1000 && !follower.ended; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (!ended) (*follower)->Stop();
-  thread.join();
-  ASSERT_OK(ran);
-  EXPECT_TRUE((*follower)->handed_over());
-  EXPECT_EQ((*follower)->handed_over_to(), 1);
-  EXPECT_EQ((*follower)->handed_over_clock(), 1);
-  EXPECT_FALSE((*follower)->copying());
-  EXPECT_EQ((*follower)->refused(), 0u);
-  std::vector<float> held = (*follower)->store().CopyValues(0);
-  const std::vector<float> second = (*follower)->store().CopyValues(1);
+  follower.Join();
+  ASSERT_OK(follower.ran);
+  const BackupServer& copy = *follower.server;
+  EXPECT_TRUE(copy.handed_over());
+  EXPECT_EQ(copy.handed_over_to(), 1);
+  EXPECT_EQ(copy.handed_over_clock(), 1);
+  EXPECT_FALSE(copy.copying());
+  EXPECT_EQ(copy.refused(), 0u);
+  std::vector<float> held = copy.store().CopyValues(0);
+  const std::vector<float> second = copy.store().CopyValues(1);
   held.insert(held.end(), second.begin(), second.end());
   ASSERT_EQ(held.size(), before.size());
   for (size_t i = 0; i < held.size(); ++i) {
     ASSERT_EQ(held[i], i / 4 == 5 ? before[i] + 2.0f : before[i]) << "float " << i;
   }
-  EXPECT_TRUE((*follower)->recent_pushes().Contains(1, 42, 2));
+  EXPECT_TRUE(copy.recent_pushes().Contains(1, 42, 2));
   EXPECT_TRUE(std::filesystem::exists(dir_ / "shard-0" / "gen-1"));
 }
 
@@ -755,22 +774,10 @@ TEST_F(ReshardShardServerTest, AServerOfTheNextMapFollowsTheRowsAndEveryChangeUn
 // followers nothing more, and its handover goes through the generation,
 // written before the moved answers, as without followers.
 TEST_F(ReshardShardServerTest, AFollowWithNoEndpointDropsTheFollowers) {
-  auto follower = BackupServer::CreateFollower(job_, 0, "tcp://127.0.0.1:*", "the follower");
-  ASSERT_OK(follower);
-  std::atomic<bool> ended{false};
-  Status ran;
-  std::thread thread([&] {
-    ran = (*follower)->Run();
-    ended = true;
-  });
-  MessageHeader follow = Header(Op::kReshard, 0, 0, 0);
-  follow.worker = kControlWorker;
-  follow.flags = kReshardFollow;
-  follow.map_epoch = 1;
-  follow.text = (*follower)->endpoint();
-  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
-  follow.text = "";
-  EXPECT_EQ(Ask(follow).op, Op::kReshardOk);
+  Follower follower;
+  ASSERT_NO_FATAL_FAILURE(StartFollower(&follower));
+  EXPECT_EQ(Ask(FollowRequest(1, follower.server->endpoint())).op, Op::kReshardOk);
+  EXPECT_EQ(Ask(FollowRequest(1, "")).op, Op::kReshardOk);
   PrepareAndCommit();
   ClockBoth(0);  // the handover, after the last CLOCK's reply
   const auto written = dir_ / "shard-0" / "gen-1";
@@ -779,11 +786,10 @@ TEST_F(ReshardShardServerTest, AFollowWithNoEndpointDropsTheFollowers) {
   }
   EXPECT_TRUE(std::filesystem::exists(written));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_FALSE(ended) << "the dropped follower was told of the handover";
-  (*follower)->Stop();
-  thread.join();
-  ASSERT_OK(ran);
-  EXPECT_FALSE((*follower)->handed_over());
+  EXPECT_FALSE(follower.ended) << "the dropped follower was told of the handover";
+  follower.Join();
+  ASSERT_OK(follower.ran);
+  EXPECT_FALSE(follower.server->handed_over());
 }
 
 // A shard restored from a generation acknowledges a push it applied before
