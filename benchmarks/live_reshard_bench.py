@@ -13,13 +13,16 @@ with `ps_ctl reshard --through-generation`, side by side in the same job,
 and stops them.
 
 Reported per reshard (median over --runs):
-  pause_s      the longest time between two consecutive clock ends of a
-               worker around the reshard: how long the job took no write
-               (in memory: the old shards' kEnd, the new servers' rows put
-               in place and their ports bound; through the generation: the
-               handover generation written by every old shard, the old
-               servers gone, the new ones started and restored; then the
-               moved requests sent again);
+  pause_s      the longest time a worker's clock took around the handover
+               clock (from two clocks before it to two after): how long
+               the job took no write at the switch (in memory: the old
+               shards' kEnd, the new servers' rows put in place and their
+               ports bound; through the generation: the handover generation
+               written by every old shard, the old servers gone, the new ones
+               started and restored; then the moved requests sent again);
+  before_s     the longest clock from ps_ctl's start to then: in memory, the
+               time the new servers start, make their stores and take their
+               copies beside the job (on few cores they slow it down);
   clock_s      the median clock before it, for comparison;
   handover_s   the slowest old shard's "handed over ... in N ms" (through
                the generation: writing its part of it);
@@ -27,8 +30,13 @@ Reported per reshard (median over --runs):
                ... in N s"; in memory, the slowest new server's "rows were
                in place N ms" after the old shards handed over.
 
+With --replication 2 every shard has a backup (replication.factor 2,
+ps_launch the authority): in memory every replica of the next map follows
+the old primaries, and a push is acknowledged once the new shard's backup
+has it too.
+
   /usr/bin/python3 benchmarks/live_reshard_bench.py [--floats 100000000] [--runs 3]
-      [--reconnect-ms 20]
+      [--reconnect-ms 20] [--replication 1]
 """
 import argparse
 import json
@@ -74,10 +82,13 @@ with open(out_file + ".%d" % worker.rank, "w") as f:
 '''
 
 
-def write_job(path, ports, ckpt, rows, script, stop_file, out_file, reconnect_ms):
+def write_job(path, ports, ckpt, rows, script, stop_file, out_file, reconnect_ms,
+              replication=(1, 0)):
     servers = ", ".join('"127.0.0.1:%d"' % p for p in ports)
     with open(path, "w") as f:
         f.write("cluster: { servers: [%s], workers: 2 }\n" % servers)
+        if replication[0] > 1:
+            f.write("replication: { factor: %d, port_offset: %d }\n" % replication)
         f.write("tables: [ { name: w, rows: %d, dim: 64, optimizer: { type: add } } ]\n" % rows)
         f.write("consistency: { mode: bsp }\n")
         f.write("checkpoint: { dir: %s, every_clocks: 1000000, sync: false }\n" % ckpt)
@@ -100,6 +111,29 @@ def wait_for(predicate, seconds, what):
 MOVES = ((2, 3, "memory"), (3, 2, "memory"), (2, 3, "generation"), (3, 2, "generation"))
 
 
+def port_offset(ports, factor):
+    """An offset at which every backup's port (port + j * offset) is free."""
+    for _ in range(200):
+        offset = free_port() - ports[0]
+        if offset <= 0:
+            continue
+        wanted = [p + j * offset for p in ports for j in range(1, factor)]
+        if all(q < 65536 and q not in ports for q in wanted) and all(
+                port_is_free(q) for q in wanted):
+            return offset
+    raise SystemExit("live_reshard_bench: no free ports for the backups")
+
+
+def port_is_free(port):
+    import socket
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def one_run(args, tmp):
     rows = args.floats // 64
     ckpt = os.path.join(tmp, "ckpt")
@@ -114,8 +148,12 @@ def one_run(args, tmp):
         if port not in ports:
             ports.append(port)
     job2, job3 = os.path.join(tmp, "job2.yaml"), os.path.join(tmp, "job3.yaml")
-    write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file, args.reconnect_ms)
-    write_job(job3, ports, ckpt, rows, script, stop_file, out_file, args.reconnect_ms)
+    replication = (args.replication, port_offset(ports, args.replication)
+                   if args.replication > 1 else 0)
+    write_job(job2, ports[:2], ckpt, rows, script, stop_file, out_file, args.reconnect_ms,
+              replication)
+    write_job(job3, ports, ckpt, rows, script, stop_file, out_file, args.reconnect_ms,
+              replication)
     env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"))
     log_path = os.path.join(tmp, "launch.log")
     bin_dir = os.path.join(args.build, "bin")
@@ -145,7 +183,10 @@ def one_run(args, tmp):
             out = ctl.communicate()[0]
             if ctl.returncode != 0:
                 raise SystemExit("ps_ctl reshard failed:\n" + out + log_text()[-4000:])
-            marks.append((started, time.monotonic()))
+            handover = re.search(r"every shard hands over at clock (\d+)", out)
+            if handover is None:
+                raise SystemExit("ps_ctl reshard named no handover clock:\n" + out)
+            marks.append((started, time.monotonic(), int(handover.group(1))))
             time.sleep(args.settle_s)
         with open(stop_file, "w") as f:
             f.write("stop\n")
@@ -165,21 +206,27 @@ def one_run(args, tmp):
     restores = [float(m) for m in re.findall(r"restored \S+ \(\d+ tables\) in ([\d.]+) s", text)]
     in_place = [float(m) / 1e3 for m in re.findall(r"its rows were in place (\d+) ms later", text)]
     results = []
-    for i, (start, end) in enumerate(marks):
+    for i, (start, end, clock) in enumerate(marks):
         frm, to, how = MOVES[i]
-        pause, before = 0.0, []
+        pause, slowest, before = 0.0, 0.0, []
         for e in ends:
-            gaps = [(b - a, a) for a, b in zip(e, e[1:])]
-            pause = max([pause] + [g for g, a in gaps if start - 1 <= a <= end])
-            before += [g for g, a in gaps if a < start]
-        # Each reshard logs one handover line per old server, and one
-        # restore or in-place line per new server, in order.
+            # e[k] is when the worker's clock k ended, so e[k + 1] - e[k] is
+            # its work at clock k + 1: the handover clock's is k = clock - 1.
+            gaps = [(e[k + 1] - e[k], e[k], k) for k in range(len(e) - 1)]
+            pause = max([pause] + [g for g, a, k in gaps if clock - 3 <= k <= clock + 1])
+            slowest = max([slowest] + [g for g, a, k in gaps if start <= a and k < clock - 3])
+            before += [g for g, a, k in gaps if a < start]
+        # Each reshard logs one handover line per old primary, one restore
+        # line per new primary, or one in-place line per new replica, in
+        # order.
         h, handovers = handovers[:frm], handovers[frm:]
         if how == "generation":
             r, restores = restores[:to], restores[to:]
         else:
-            r, in_place = in_place[:to], in_place[to:]
-        results.append({"pause_s": pause, "clock_s": statistics.median(before[-200:]),
+            placed = to * args.replication
+            r, in_place = in_place[:placed], in_place[placed:]
+        results.append({"pause_s": pause, "before_s": slowest,
+                        "clock_s": statistics.median(before[-200:]),
                         "handover_s": max(h) if h else float("nan"),
                         "restore_s": max(r) if r else float("nan"),
                         "ctl_s": end - start})
@@ -197,6 +244,8 @@ def main():
     parser.add_argument("--reconnect-ms", type=int, default=20,
                         help="liveness.reconnect_ms of the job (how often the workers try a "
                              "server's address again)")
+    parser.add_argument("--replication", type=int, default=1,
+                        help="replication.factor of the job (each shard's copies)")
     args = parser.parse_args()
     runs = []
     for run in range(args.runs):
@@ -206,17 +255,17 @@ def main():
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print("run %d: %s" % (run + 1, json.dumps(runs[-1])), flush=True)
-    print("\n%d floats (%.0f MB), median of %d runs:" % (args.floats, args.floats * 4 / 1e6,
-                                                        args.runs))
-    print("| reshard | rows move | pause (s) | clock before (ms) | handover (s) | "
-          "restore or in place (s) | ps_ctl (s) |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n%d floats (%.0f MB), replication.factor %d, median of %d runs:" % (
+        args.floats, args.floats * 4 / 1e6, args.replication, args.runs))
+    print("| reshard | rows move | pause (s) | slowest clock before it (s) | clock before (ms) | "
+          "handover (s) | restore or in place (s) | ps_ctl (s) |")
+    print("|---|---|---|---|---|---|---|---|")
     for i, (frm, to, how) in enumerate(MOVES):
         med = lambda k: statistics.median(r[i][k] for r in runs)
-        print("| %d -> %d | %s | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
+        print("| %d -> %d | %s | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
             frm, to, "in memory" if how == "memory" else "through the generation",
-            med("pause_s"), med("clock_s") * 1e3, med("handover_s"), med("restore_s"),
-            med("ctl_s")))
+            med("pause_s"), med("before_s"), med("clock_s") * 1e3, med("handover_s"),
+            med("restore_s"), med("ctl_s")))
 
 
 if __name__ == "__main__":

@@ -283,11 +283,15 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
   const MessageHeader* h = &reply.header;
   const std::string& endpoint = shard.replicas[shard.replica];
   // A replica's epoch counts from 0 again in each shard map: an older
-  // epoch of a newer map (a reshard) is not an old primary's.
+  // epoch of a newer map (a reshard) is not an old primary's. A primary of
+  // an older map than the client's (one that handed over and lingers at
+  // an address the new map's replicas share) serves none of its requests,
+  // and its epoch is not the new map's.
   if (reply.fault == ReplyFault::kRejected || (h->flags & kFlagServing) == 0 ||
-      (h->epoch < shard.epoch && h->map_epoch <= map_epoch_)) {
+      h->map_epoch < map_epoch_ || (h->epoch < shard.epoch && h->map_epoch <= map_epoch_)) {
     // A backup, a fenced primary, one of an older epoch than this client
-    // saw, or a server that does not know PRIMARY: the next one, soon.
+    // saw, a server of an older map, or a server that does not know
+    // PRIMARY: the next one, soon.
     PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}); asking the next", s,
                  shard.replica, endpoint, h->epoch);
     shard.probe_id = 0;

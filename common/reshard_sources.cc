@@ -28,9 +28,17 @@ Status CanFollow(const JobOptions& from, const JobOptions& to) {
     return FailedPreconditionError("the next map's servers do not follow the old ones under "
                                    "security.mode curve");
   }
-  if (from.replication.factor != 1 || to.replication.factor != 1) {
-    return FailedPreconditionError("the next map's servers follow the old ones only under "
-                                   "replication.factor 1");
+  if (from.replication.factor != to.replication.factor) {
+    return FailedPreconditionError("the next job file has replication.factor " +
+                                   std::to_string(to.replication.factor) + ", the job " +
+                                   std::to_string(from.replication.factor));
+  }
+  if (from.replication.factor > 1 &&
+      from.replication.authority == ReplicationAuthority::kEtcd) {
+    // etcd's leases decide which replica of each shard serves; the next
+    // map's replicas would need a say there before they serve.
+    return FailedPreconditionError("the next map's servers do not follow the old ones under "
+                                   "replication.authority etcd");
   }
   if (from.tables.size() != to.tables.size()) {
     return FailedPreconditionError("the next job file has " + std::to_string(to.tables.size()) +

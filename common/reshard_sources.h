@@ -15,8 +15,9 @@
 namespace ps {
 
 // OK when a server of `to` may follow the servers of `from`
-// (security.mode none, replication.factor 1, the same tables);
-// FailedPrecondition saying why not.
+// (security.mode none, the same replication.factor and, above 1, the
+// launcher as the authority, the same tables); FailedPrecondition saying
+// why not. Every replica of a shard of `to` follows the same old shards.
 Status CanFollow(const JobOptions& from, const JobOptions& to);
 // The shards of `from` whose rows (a hashed table's: hash slots) overlap
 // those of shard `shard` of `to`: the ones its server follows.

@@ -2,8 +2,10 @@
 // applies the primary's log as the primary did, takes a joining copy, and
 // answers STATS, PRIMARY, SHUTDOWN and the authority's promotion.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "common/endpoint.h"
@@ -55,17 +57,41 @@ StatusOr<std::unique_ptr<BackupServer>> BackupServer::CreateFollower(
   return b;
 }
 
+StatusOr<std::unique_ptr<BackupServer>> BackupServer::CreateFromState(
+    const JobOptions& job, uint32_t shard, State state, const std::string& bind_endpoint,
+    Env* env) {
+  const uint32_t replica = state.slot;
+  if (shard >= job.cluster.servers.size() || replica == 0 ||
+      replica >= job.replication.factor || state.store == nullptr) {
+    return InvalidArgumentError("replica " + std::to_string(replica) + " of shard " +
+                                std::to_string(shard) + " cannot start as a backup from a state "
+                                "of its own; the job has " +
+                                std::to_string(job.cluster.servers.size()) +
+                                " shards with replication.factor " +
+                                std::to_string(job.replication.factor));
+  }
+  std::unique_ptr<BackupServer> b(
+      new BackupServer(job, shard, replica, ReplicaName(job, shard, replica)));
+  PS_RETURN_IF_ERROR(b->Open(bind_endpoint, /*restore_clock=*/-1, /*join=*/false, env, &state));
+  return b;
+}
+
 Status BackupServer::Open(const std::string& bind_endpoint, int64_t restore_clock, bool join,
-                          Env* env) {
+                          Env* env, State* from) {
   Filesystem& files = (env != nullptr ? env : Env::Default())->filesystem();
   // The same starting state as the primary: the same generation, or the
-  // same initial values.
+  // same initial values, or the state both built (`from`).
   RestorePoint generation;
   if (join && restore_clock >= 0) {
     return InvalidArgumentError("a joining backup takes its state from the primary, not from a "
                                 "checkpoint (--join with --restore-clock)");
   }
-  if (join) {
+  if (from != nullptr) {
+    store_ = std::move(from->store);
+    clocks_ = from->clocks;
+    recent_pushes_ = std::move(from->recent_pushes);
+    started_clock_ = clocks_.min_clock();
+  } else if (join) {
     copying_ = true;
     in_sync_ = false;
     in_sync_now_.store(false, std::memory_order_release);
@@ -75,7 +101,9 @@ Status BackupServer::Open(const std::string& bind_endpoint, int64_t restore_cloc
   } else if (restore_clock >= 0) {
     return InvalidArgumentError("a restore clock was given but the job has no checkpoint.dir");
   }
-  if (generation.clock >= 0) {
+  if (from != nullptr) {
+    // Its store came with the state.
+  } else if (generation.clock >= 0) {
     // Every row is restored below, or the backup does not start.
     PS_ASSIGN_OR_RETURN(store_, ShardStore::CreateUnwritten(job_, shard_));
   } else {
@@ -103,7 +131,16 @@ Status BackupServer::Open(const std::string& bind_endpoint, int64_t restore_cloc
     PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(job_, shard_, replica_));
     PS_ASSIGN_OR_RETURN(endpoint, BindEndpoint(where, job_.cluster.bind == BindMode::kAll));
   }
-  if (Status bound = socket_->Bind(endpoint); !bound.ok()) {
+  Status bound = socket_->Bind(endpoint);
+  // A backup of the next shard map (`from`) binds an address a replica of
+  // the map before may hold until it saw the handover and exited.
+  const auto bind_until = std::chrono::steady_clock::now() + kHandoverBindWait;
+  while (from != nullptr && bound.code() == StatusCode::kUnavailable && !stop_requested() &&
+         std::chrono::steady_clock::now() < bind_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bound = socket_->Bind(endpoint);
+  }
+  if (!bound.ok()) {
     return bound.WithContext(name_ + ": cannot listen on " + endpoint +
                              ": is another ps_server (or program) using this port? Stop it, or "
                              "change replication.port_offset");

@@ -7,7 +7,8 @@
 namespace ps {
 
 Status AskServer(Socket& socket, const MessageHeader& request, std::chrono::milliseconds timeout,
-                 std::chrono::milliseconds poll, const std::function<bool()>& stopped) {
+                 std::chrono::milliseconds poll, const std::function<bool()>& stopped,
+                 MessageHeader* answer) {
   Frame frame = EncodeHeader(request);
   PS_RETURN_IF_ERROR(socket.Send(std::span<Frame>(&frame, 1)));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -32,6 +33,7 @@ Status AskServer(Socket& socket, const MessageHeader& request, std::chrono::mill
           },
           &r);
       if (r.fault == ReplyFault::kUnreadable || r.fault == ReplyFault::kUnmatched) continue;
+      if (answer != nullptr) *answer = r.header;
       return checked;
     }
   }

@@ -25,8 +25,11 @@ namespace ps {
 // other requests (an earlier one's, late) and unreadable ones are skipped.
 // DeadlineExceeded after `timeout` ("no answer to OP within N ms");
 // Cancelled as soon as `stopped` (when set; asked every `poll`) is true.
+// `answer` (when set) gets the answer's header, an ERROR's too (its flags
+// say, e.g., kFlagNotPrimary).
 Status AskServer(Socket& socket, const MessageHeader& request, std::chrono::milliseconds timeout,
-                 std::chrono::milliseconds poll, const std::function<bool()>& stopped);
+                 std::chrono::milliseconds poll, const std::function<bool()>& stopped,
+                 MessageHeader* answer = nullptr);
 
 }  // namespace ps
 

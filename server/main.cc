@@ -7,7 +7,8 @@
 //   ps_server --config job.yaml --check     (what it would serve, then exit)
 //   ps_server --config next.yaml --shard 2 --map-epoch 1 --follow job.yaml
 //                                    (a server of the next shard map that takes its
-//                                    rows from job.yaml's servers as they hand over)
+//                                    rows from job.yaml's servers as they hand over;
+//                                    with --replica j, that replica of the shard)
 // The shard index may also come from mpirun/Slurm, a Kubernetes Indexed
 // Job, or a StatefulSet pod's name with --shard-from-hostname (see
 // common/rank.h).
@@ -168,12 +169,10 @@ ps::Status CheckFlags(const ps::JobOptions& job, const ServerFlags& f, uint32_t 
              ? std::string("no backups")
              : "backups 1.." + std::to_string(job.replication.factor - 1)));
   }
-  if (!f.follow.empty() &&
-      (f.map_epoch < 1 || f.join || f.replica > 0 || f.restore_clock >= 0 ||
-       job.replication.factor != 1)) {
+  if (!f.follow.empty() && (f.map_epoch < 1 || f.join || f.restore_clock >= 0)) {
     return ps::InvalidArgumentError(
-        "--follow: a server of a next shard map (--map-epoch 1 or more) under replication.factor "
-        "1 follows the old servers; not with --join, --replica or --restore-clock");
+        "--follow: a server of a next shard map (--map-epoch 1 or more) follows the old "
+        "servers; not with --join or --restore-clock");
   }
   if (f.join && job.replication.factor < 2) {
     return ps::InvalidArgumentError(
@@ -222,17 +221,18 @@ class ServerProcess {
 
   int Run() {
     std::unique_ptr<ps::ShardServer> server;
+    std::unique_ptr<ps::BackupServer> backup;  // a backup that followed
     if (!flags_.follow.empty()) {
       // Its metrics port is the old server's until that one handed over.
-      const int code = RunFollower(&server);
-      if (server == nullptr) return code;
+      const int code = RunFollower(&server, &backup);
+      if (server == nullptr && backup == nullptr) return code;
     }
-    if (ps::Status s = Setup(/*port_may_be_freed=*/server != nullptr); !s.ok()) {
+    if (ps::Status s = Setup(/*port_may_be_freed=*/!flags_.follow.empty()); !s.ok()) {
       PS_LOG_ERROR("{}", s.ToString());
       return 1;
     }
     if (server == nullptr) {
-      const int code = as_backup_ ? RunBackup(&server) : CreatePrimary(&server);
+      const int code = as_backup_ ? RunBackup(&server, std::move(backup)) : CreatePrimary(&server);
       if (server == nullptr) return code;
     }
     return Serve(std::move(server));
@@ -308,12 +308,17 @@ class ServerProcess {
     if (metrics_ != nullptr) metrics_->Linger(job_.metrics.linger_ms, g_signalled);
   }
 
-  // Runs the backup until it stops (returns the exit code, *server null)
-  // or the authority promotes it (*server: the shard's new primary).
-  int RunBackup(std::unique_ptr<ps::ShardServer>* server) {
+  // Runs the backup (`made`, one that followed the old shards; else one
+  // made here) until it stops (returns the exit code, *server null) or the
+  // authority promotes it (*server: the shard's new primary).
+  int RunBackup(std::unique_ptr<ps::ShardServer>* server,
+                std::unique_ptr<ps::BackupServer> made = nullptr) {
     PublishRole("backup");
-    auto backup = ps::BackupServer::Create(job_, shard_, flags_.replica, flags_.bind,
-                                           flags_.restore_clock, join_);
+    ps::StatusOr<std::unique_ptr<ps::BackupServer>> backup = std::move(made);
+    if (*backup == nullptr) {
+      backup = ps::BackupServer::Create(job_, shard_, flags_.replica, flags_.bind,
+                                        flags_.restore_clock, join_);
+    }
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());
       return 1;
@@ -341,8 +346,11 @@ class ServerProcess {
     }
     if (!(*backup)->must_rejoin().empty()) return kExitStoppedByAuthority;
     if (!(*backup)->promoted()) {
+      const bool handed_over = (*backup)->handed_over();
+      // Its address goes at once: a replica of the next map may serve there.
+      backup->reset();
       Linger();
-      return (*backup)->handed_over() ? kExitHandedOver : 0;
+      return handed_over ? kExitHandedOver : 0;
     }
     // The authority made this copy the shard's primary: it serves at its
     // own address, where the workers' clients find it (PRIMARY).
@@ -366,12 +374,16 @@ class ServerProcess {
   }
 
   // A server of the next shard map that follows the old servers until
-  // their handover (*server: it serves the rows it took), or exits
+  // their handover, then serves the rows it took (*server: replica 0, the
+  // shard's primary; *backup: another replica of it), or exits
   // kExitNotFollowed.
-  int RunFollower(std::unique_ptr<ps::ShardServer>* server) {
+  int RunFollower(std::unique_ptr<ps::ShardServer>* server,
+                  std::unique_ptr<ps::BackupServer>* backup) {
     PublishRole("follower");
-    const std::string who = "shard " + std::to_string(shard_) + " of map " +
-                            std::to_string(flags_.map_epoch);
+    const std::string who =
+        (flags_.replica > 0 ? "replica " + std::to_string(flags_.replica) + " of " : "") +
+        std::string("shard ") + std::to_string(shard_) + " of map " +
+        std::to_string(flags_.map_epoch);
     auto fail = [&](const ps::Status& why) {
       PS_LOG_WARN("{} does not take its rows over in memory: {}; start it restoring the "
                   "handover generation (ps_launch does)",
@@ -380,14 +392,21 @@ class ServerProcess {
     };
     auto from = ps::LoadJobFile(flags_.follow);
     if (!from.ok()) return fail(from.status());
-    auto follower = ps::ReshardFollower::Create(*from, job_, shard_, flags_.map_epoch);
+    auto follower =
+        ps::ReshardFollower::Create(*from, job_, shard_, flags_.replica, flags_.map_epoch);
     if (!follower.ok()) return fail(follower.status());
     follower_ = std::move(*follower);  // it frees its copies while the shard serves
     g_follower = follower_.get();
     auto state = follower_->Run();
     g_follower = nullptr;
     if (!state.ok()) return fail(state.status());
-    auto created = ps::ShardServer::CreatePromoted(job_, shard_, std::move(*state));
+    if (flags_.replica > 0) {
+      auto made = ps::BackupServer::CreateFromState(job_, shard_, std::move(*state), flags_.bind);
+      if (!made.ok()) return fail(made.status());
+      *backup = std::move(*made);
+      return 0;
+    }
+    auto created = ps::ShardServer::CreatePromoted(job_, shard_, std::move(*state), flags_.bind);
     if (!created.ok()) return fail(created.status());
     *server = std::move(*created);
     (*server)->SetMapEpoch(flags_.map_epoch);

@@ -108,6 +108,7 @@
 #define PS_SERVER_REPLICATION_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -369,6 +370,14 @@ class ReplicationLog {
   std::vector<Frame> acks_;     // reused
 };
 
+// How long a server of the next shard map that followed the old shards
+// (server/reshard_follower.h) waits for the address it serves at, held by
+// a server of the map before until that one handed over and let it go:
+// longer than such a server lingers (kHandoverLinger, 10 s; a primary
+// promoted at a backup's address may linger at an address the next map's
+// backups take).
+inline constexpr std::chrono::seconds kHandoverBindWait{15};
+
 // A backup of one shard's rows: applies the primary's log (see the top of
 // this file) to a store of its own.
 class BackupServer {
@@ -445,8 +454,23 @@ class BackupServer {
     // the handover clock, whose generation the old shard of the same index
     // may still be writing into this shard's folder; -1 otherwise.
     int64_t handover_clock = -1;
+    // The shard's other replicas start from this same state (a replicated
+    // job's reshard: each of them followed the old shards too, or restores
+    // the handover generation): the primary built from it replicates to
+    // them in sync from its first entry, not to none as a promoted
+    // backup's does.
+    bool backups_hold_it = false;
   };
   State TakeState();
+  // A backup of the next shard map that followed the old shards' rows
+  // (server/reshard_follower.h): replica state.slot (>= 1) of shard
+  // `shard` of `job` starts from `state`, the same state its primary
+  // starts from, in sync with it from its first entry as at a job's start.
+  // It binds its replica's address (or `bind_endpoint`), waiting up to
+  // kHandoverBindWait for a replica of the map before to give it up.
+  static StatusOr<std::unique_ptr<BackupServer>> CreateFromState(
+      const JobOptions& job, uint32_t shard, State state,
+      const std::string& bind_endpoint = "", Env* env = nullptr);
   // REQUIRES: Run() is not running.
   const ShardStore& store() const { return *store_; }
   const ClockTable& clocks() const { return clocks_; }
@@ -464,8 +488,10 @@ class BackupServer {
 
  private:
   BackupServer(const JobOptions& job, uint32_t shard, uint32_t replica, std::string name);
-  // Create's and CreateFollower's state and socket.
-  Status Open(const std::string& bind_endpoint, int64_t restore_clock, bool join, Env* env);
+  // Create's, CreateFollower's and CreateFromState's (`from`) state and
+  // socket.
+  Status Open(const std::string& bind_endpoint, int64_t restore_clock, bool join, Env* env,
+              State* from = nullptr);
   // One message: an entry of the primary's log, or a request.
   void Handle(std::vector<Frame>& frames);
   // An entry of the primary's log (`frames`: routing id, `entry`, data).

@@ -23,13 +23,21 @@ ReshardFollower::~ReshardFollower() {
 StatusOr<std::unique_ptr<ReshardFollower>> ReshardFollower::Create(const JobOptions& from,
                                                                    const JobOptions& to,
                                                                    uint32_t shard,
+                                                                   uint32_t replica,
                                                                    int64_t map_epoch, Env* env) {
-  const std::string who = "shard " + std::to_string(shard) + " of map " + std::to_string(map_epoch);
+  if (shard >= to.cluster.servers.size() || replica >= to.replication.factor) {
+    return InvalidArgumentError("replica " + std::to_string(replica) + " of shard " +
+                                std::to_string(shard) + " is not one of the next map's (" +
+                                std::to_string(to.cluster.servers.size()) +
+                                " shards, replication.factor " +
+                                std::to_string(to.replication.factor) + ")");
+  }
+  std::unique_ptr<ReshardFollower> f(new ReshardFollower(from, to, shard, replica, map_epoch));
+  const std::string who = f->Name();
   if (Status can = CanFollow(from, to); !can.ok()) return can.WithContext(who);
-  std::unique_ptr<ReshardFollower> f(new ReshardFollower(from, to, shard, map_epoch));
   f->env_ = env;
   f->sources_ = FollowedShards(from, to, shard);
-  PS_ASSIGN_OR_RETURN(const HostPort own, ServerAddress(to, shard));
+  PS_ASSIGN_OR_RETURN(const HostPort own, ReplicaAddress(to, shard, replica));
   PS_ASSIGN_OR_RETURN(const std::string host, ResolveHost(own));
   for (uint32_t i : f->sources_) {
     PS_ASSIGN_OR_RETURN(
@@ -41,34 +49,45 @@ StatusOr<std::unique_ptr<ReshardFollower>> ReshardFollower::Create(const JobOpti
   return f;
 }
 
+std::string ReshardFollower::Name() const {
+  return (replica_ > 0 ? "replica " + std::to_string(replica_) + " of " : std::string()) +
+         "shard " + std::to_string(shard_) + " of map " + std::to_string(map_epoch_);
+}
+
 Status ReshardFollower::AskToFollow() {
   // One RESHARD request per old shard, as a control client sends it (the
   // follow needs no rendezvous), each answered within the job's
-  // client.request_timeout_ms.
+  // client.request_timeout_ms. Its primary sends the rows: the shard's
+  // replicas are asked in turn from replica 0 until one is not a backup (a
+  // backup promoted earlier serves at its own address).
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Context> context, Context::Create(1));
   for (size_t k = 0; k < sources_.size(); ++k) {
     const std::string who = "shard " + std::to_string(sources_[k]) + " was asked to send its " +
-                            "rows to shard " + std::to_string(shard_) + " of map " +
-                            std::to_string(map_epoch_);
-    PS_ASSIGN_OR_RETURN(const HostPort where, ServerAddress(from_, sources_[k]));
-    SocketOptions options;
-    options.linger_ms = 0;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
-                        Socket::Create(context.get(), SocketType::kDealer, options));
-    PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)).WithContext(who));
+                            "rows to " + Name();
     MessageHeader request;
     request.op = Op::kReshard;
     request.worker = kControlWorker;
     request.shard = sources_[k];
-    request.request_id = k + 1;
     request.flags = kReshardFollow;
     request.map_epoch = map_epoch_;
     request.text = copies_[k]->endpoint();
-    PS_RETURN_IF_ERROR(
-        AskServer(*socket, request, std::chrono::milliseconds(from_.client.request_timeout_ms),
-                  std::chrono::milliseconds(20),
-                  [this] { return stop_.load(std::memory_order_relaxed); })
-            .WithContext(who));
+    Status asked;
+    for (uint32_t r = 0; r < from_.replication.factor; ++r) {
+      PS_ASSIGN_OR_RETURN(const HostPort where, ReplicaAddress(from_, sources_[k], r));
+      SocketOptions options;
+      options.linger_ms = 0;
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
+                          Socket::Create(context.get(), SocketType::kDealer, options));
+      PS_RETURN_IF_ERROR(socket->Connect(ConnectEndpoint(where)).WithContext(who));
+      request.request_id = k * from_.replication.factor + r + 1;
+      MessageHeader answer;
+      asked = AskServer(
+          *socket, request, std::chrono::milliseconds(from_.client.request_timeout_ms),
+          std::chrono::milliseconds(20),
+          [this] { return stop_.load(std::memory_order_relaxed); }, &answer);
+      if (asked.ok() || (answer.flags & kFlagNotPrimary) == 0) break;
+    }
+    PS_RETURN_IF_ERROR(asked.WithContext(who));
   }
   return Status::Ok();
 }
@@ -102,8 +121,7 @@ Status ReshardFollower::Follow() {
   }
   for (std::thread& t : threads) t.join();
   if (stop_.load(std::memory_order_relaxed)) {
-    return CancelledError("shard " + std::to_string(shard_) + " of map " +
-                          std::to_string(map_epoch_) + " was stopped while it followed");
+    return CancelledError(Name() + " was stopped while it followed");
   }
   for (size_t k = 0; k < copies_.size(); ++k) {
     PS_RETURN_IF_ERROR(ran[k]);
@@ -283,7 +301,12 @@ StatusOr<BackupServer::State> ReshardFollower::Run() {
   // clock).
   StatusOr<std::unique_ptr<ShardStore>> prefaulted = PrefaultedStore(to_, shard_);
   PS_RETURN_IF_ERROR(prefaulted.status());
+  const auto faulted = std::chrono::steady_clock::now();
   PS_RETURN_IF_ERROR(AskToFollow());
+  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  PS_LOG_INFO("{}: its store made in {:.0f} ms; {} old shards follow it {:.0f} ms later", Name(),
+              ms(faulted - start), sources_.size(),
+              ms(std::chrono::steady_clock::now() - faulted));
   PS_RETURN_IF_ERROR(Follow());
   const int64_t clock = copies_[0]->handed_over_clock();
   const auto handed = std::chrono::steady_clock::now();
@@ -307,17 +330,19 @@ StatusOr<BackupServer::State> ReshardFollower::Run() {
     }
   }
   state.handover_clock = clock;
+  state.slot = replica_;
+  // Every replica of the shard built this same state (or restores it from
+  // the handover generation): the primary's backups hold it.
+  state.backups_hold_it = to_.replication.factor > 1;
   // The copies' memory goes back while the shard serves.
   retired_ = std::thread([retired = std::move(copies)]() mutable { retired.clear(); });
   if (state.clocks.min_clock() != clock) {
-    PS_LOG_WARN("shard {} of map {}: the old shards handed over at clock {} with their minimum "
-                "clock at {}",
-                shard_, map_epoch_, clock, state.clocks.min_clock());
+    PS_LOG_WARN("{}: the old shards handed over at clock {} with their minimum clock at {}",
+                Name(), clock, state.clocks.min_clock());
   }
-  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  PS_LOG_INFO("shard {} of map {}: followed {} old shards for {:.0f} ms; they handed over at clock "
-              "{}, and its rows were in place {:.0f} ms later",
-              shard_, map_epoch_, sources_.size(), ms(handed - start), clock,
+  PS_LOG_INFO("{}: followed {} old shards for {:.0f} ms; they handed over at clock {}, and its "
+              "rows were in place {:.0f} ms later",
+              Name(), sources_.size(), ms(handed - start), clock,
               ms(std::chrono::steady_clock::now() - handed));
   return state;
 }

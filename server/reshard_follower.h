@@ -29,8 +29,17 @@
 // back, and the recent pushes of every shard it followed, so a push sent
 // again after a lost acknowledgement is recognised.
 //
-// A replicated job is not followed (its backups move with the
-// generation), nor one under security.mode curve (the follow request would
+// In a replicated job (replication.factor k >= 2) every replica of a
+// shard of the next map follows the old shards' primaries the same way
+// (ps_server --follow --replica j): each builds the same state at the
+// handover, so replica 0 serves as the shard's primary with replicas
+// 1..k-1 as backups in sync from their first entry, as at a job's start
+// (BackupServer::CreateFromState), and no acknowledged push sits on fewer
+// replicas than the job asks for. An old shard's primary may be any of
+// its replicas (one promoted earlier): the follower asks them in turn. A
+// replica that did not follow restores the handover generation, the same
+// state. Not under replication.authority etcd (its leases decide who
+// serves), nor under security.mode curve (the follow request would
 // need a key of its own): Create refuses (CanFollow), and such a reshard
 // moves through the generation. A hashed table's rows are followed by
 // hash slot: each old shard whose slots overlap the new shard's, its ids
@@ -80,17 +89,17 @@ StatusOr<std::unique_ptr<ShardStore>> PrefaultedStore(const JobOptions& to, uint
 
 class ReshardFollower {
  public:
-  // Shard `shard` of `to` (the next map's job, at map `map_epoch`),
-  // following the shards of `from` (the job as it runs now) whose rows
-  // overlap its own; binds one port per such shard on the host of to's
-  // cluster.servers[shard]. FailedPrecondition when the jobs cannot be
-  // followed (hashed tables, security.mode curve, tables that differ);
-  // Unavailable when a port cannot be bound.
-  // REQUIRES: from.Validate().ok(), to.Validate().ok(),
-  // shard < to.cluster.servers.size().
+  // Replica `replica` of shard `shard` of `to` (the next map's job, at map
+  // `map_epoch`), following the shards of `from` (the job as it runs now)
+  // whose rows overlap its own; binds one port per such shard on the host
+  // of the replica's address (ReplicaAddress). FailedPrecondition when the
+  // jobs cannot be followed (CanFollow); InvalidArgument for a shard or
+  // replica `to` does not have; Unavailable when a port cannot be bound.
+  // REQUIRES: from.Validate().ok(), to.Validate().ok().
   static StatusOr<std::unique_ptr<ReshardFollower>> Create(const JobOptions& from,
                                                            const JobOptions& to, uint32_t shard,
-                                                           int64_t map_epoch, Env* env = nullptr);
+                                                           uint32_t replica, int64_t map_epoch,
+                                                           Env* env = nullptr);
   ~ReshardFollower();
 
   // The old shards it follows.
@@ -103,13 +112,18 @@ class ReshardFollower {
   // did not answer (its error), one that stopped without handing over or
   // handed over at another clock or map, or a copy that failed to apply
   // (FailedPrecondition naming it); Cancelled after Stop(). On an error
-  // the server of the next map starts from the handover generation.
+  // the server of the next map starts from the handover generation. In a
+  // replicated job the state says its backups hold it too
+  // (State::backups_hold_it).
   StatusOr<BackupServer::State> Run();
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
 
  private:
-  ReshardFollower(const JobOptions& from, const JobOptions& to, uint32_t shard, int64_t map_epoch)
-      : from_(from), to_(to), shard_(shard), map_epoch_(map_epoch) {}
+  ReshardFollower(const JobOptions& from, const JobOptions& to, uint32_t shard, uint32_t replica,
+                  int64_t map_epoch)
+      : from_(from), to_(to), shard_(shard), replica_(replica), map_epoch_(map_epoch) {}
+  // "replica 1 of shard 2 of map 1", in messages.
+  std::string Name() const;
   // Sends every source its kReshardFollow.
   Status AskToFollow();
   // Runs the copies until each returned; the first error, if any.
@@ -118,6 +132,7 @@ class ReshardFollower {
   const JobOptions from_;
   const JobOptions to_;
   const uint32_t shard_;
+  const uint32_t replica_;
   const int64_t map_epoch_;
   Env* env_ = nullptr;
   std::vector<uint32_t> sources_;

@@ -141,7 +141,8 @@ Status ShardServer::OpenSocket(BackupServer::State* promoted) {
   PS_ASSIGN_OR_RETURN(context_, Context::Create(static_cast<int>(job_.server.io_threads)));
   PS_ASSIGN_OR_RETURN(replication_,
                       ReplicationLog::Create(job_, shard_, context_.get(), env_,
-                                             /*no_backups=*/promoted != nullptr,
+                                             /*no_backups=*/promoted != nullptr &&
+                                                 !promoted->backups_hold_it,
                                              /*self=*/promoted != nullptr ? promoted->slot : 0));
   SocketOptions so;
   // Twice the request limit: requests a bit over it get a clear ERROR reply,
@@ -196,8 +197,13 @@ Status ShardServer::BindSocket(const std::string& bind_endpoint, BackupServer::S
   }
   Status bound = socket_->Bind(endpoint);
   // A promoted backup binds the port its backup socket just closed, which
-  // ZeroMQ's I/O thread may not have released yet.
-  const Clock::TimePoint bind_until = clock_->Now() + std::chrono::seconds(2);
+  // ZeroMQ's I/O thread may not have released yet; a server of the next
+  // shard map that followed the old ones, an address a server of the map
+  // before holds until it handed over.
+  const Clock::TimePoint bind_until =
+      clock_->Now() + (promoted != nullptr && promoted->handover_clock >= 0
+                           ? std::chrono::duration_cast<std::chrono::seconds>(kHandoverBindWait)
+                           : std::chrono::seconds(2));
   while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
          clock_->Now() < bind_until) {
     env_->SleepFor(std::chrono::milliseconds(20));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,10 +27,12 @@ using ReshardTime = std::chrono::steady_clock;
 constexpr int64_t kClockMargin = 2;
 constexpr int kAttempts = 5;
 // How long the next map's servers get to start following the old ones
-// (ps_launch starts them once the plan is on disk), and to take their
-// copies, before the handover clock is picked; those that do not follow by
-// then restore the handover generation, and a copy still under way at the
-// handover is finished within its pause.
+// (ps_launch starts them once the plan is on disk): kFollowStart for the
+// first, and as long again after each one that came (many starting on few
+// cores come one by one) for the next; and to take their copies, before
+// the handover clock is picked. Those that do not follow by then restore
+// the handover generation, and a copy still under way at the handover is
+// finished within its pause.
 constexpr std::chrono::seconds kFollowStart{3};
 constexpr std::chrono::seconds kFollowCopy{60};
 
@@ -69,19 +72,22 @@ Status CheckNext(const JobOptions& job, const JobOptions& next) {
 
 // Waits until every shard of `job` has, following it and holding its copy,
 // each server of `next` whose rows overlap its own (ShardStats::
-// reshard_followers_ready): at most kFollowStart for the followers to
+// reshard_followers_ready): at most kFollowStart for the next follower to
 // start following (ps_launch starts them; without it none comes), at most
-// kFollowCopy for their copies. Says how it went, and returns the fastest
-// worker clock the shards reported last.
+// kFollowCopy in all. Says how it went, and returns the fastest worker
+// clock the shards reported last.
 int64_t WaitForFollowers(ControlClient& client, const JobOptions& job, const JobOptions& next) {
   const auto shards = static_cast<uint32_t>(job.cluster.servers.size());
   std::vector<uint32_t> expected(shards, 0);
+  // Every replica of each shard of the next map follows its old shards.
   for (uint32_t j = 0; j < next.cluster.servers.size(); ++j) {
-    for (uint32_t s : FollowedShards(job, next, j)) ++expected[s];
+    for (uint32_t s : FollowedShards(job, next, j)) expected[s] += next.replication.factor;
   }
   const auto start = ReshardTime::now();
   std::vector<uint32_t> following(shards, 0), ready(shards, 0);
   int64_t fastest = 0;
+  uint32_t came = 0;  // followers, all shards together
+  auto last_came = start;
   for (;;) {
     bool all_following = true, all_ready = true;
     for (uint32_t s = 0; s < shards; ++s) {
@@ -93,8 +99,16 @@ int64_t WaitForFollowers(ControlClient& client, const JobOptions& job, const Job
       all_following &= following[s] >= expected[s];
       all_ready &= ready[s] >= expected[s];
     }
-    const auto waited = ReshardTime::now() - start;
-    if (all_ready || (!all_following && waited > kFollowStart) || waited > kFollowCopy) break;
+    const auto now = ReshardTime::now();
+    if (const uint32_t total = std::accumulate(following.begin(), following.end(), 0u);
+        total > came) {
+      came = total;
+      last_came = now;
+    }
+    if (all_ready || (!all_following && now - last_came > kFollowStart) ||
+        now - start > kFollowCopy) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const double seconds = std::chrono::duration<double>(ReshardTime::now() - start).count();
@@ -107,9 +121,10 @@ int64_t WaitForFollowers(ControlClient& client, const JobOptions& job, const Job
     }
   }
   if (missing.empty()) {
-    std::printf("the %zu servers of the next map follow the old servers' rows in memory, each "
-                "with its copy (after %.2f s)\n",
-                next.cluster.servers.size(), seconds);
+    std::printf("the %zu servers of the next map%s follow the old servers' rows in memory, "
+                "each with its copy (after %.2f s)\n",
+                next.cluster.servers.size(),
+                next.replication.factor > 1 ? " and their backups" : "", seconds);
   } else {
     std::printf("after %.2f s not every server of the next map follows the old ones with its "
                 "copy: %s (ps_launch starts them); a server that does not take its rows over at "

@@ -9,13 +9,14 @@
 // and the servers both list keep their places (the next map's list starts
 // with the current one's servers, or the current one's with the next
 // one's), so that a server's address keeps its rows' neighbours. The job
-// needs checkpoint.dir (the rows move through a generation) and
-// replication.factor 1.
+// needs checkpoint.dir (the handover generation is written there, and the
+// plan for ps_launch).
 //
 // Steps, each said on stdout: every shard's map and worker clocks (STATS);
 // when the next map's servers may follow the old ones in memory
 // (common/reshard_sources.h: CanFollow), the plan without a clock, and a
-// wait of at most 3 s until they follow (ps_launch starts them);
+// wait of at most 3 s until they (every replica of each, in a replicated
+// job) follow (ps_launch starts them), 60 s until they hold their copies;
 // prepare at clock c, a few clocks past the fastest worker (a shard that
 // saw a worker reach c refuses: all abort and it is tried again later, at
 // most 5 times); the plan for ps_launch (tools/reshard_plan.h); commit;

@@ -93,7 +93,8 @@ class JobRun {
   // Every replica of every shard of the current map (job_, map_epoch_),
   // backups first, and the launcher's authority over them (replication.
   // authority launcher); each said with its pid and command.
-  // `followed`: shards whose server (a follower) runs already.
+  // `followed`: the replicas (shard * factor + replica) whose server (a
+  // follower) runs already.
   Status StartServers(const std::vector<bool>& followed = {});
   // A server started as `spec` says, named `name`, holding `address`.
   Child& AddServer(std::string name, const ChildSpec& spec, const std::string& address,
@@ -139,9 +140,21 @@ class JobRun {
   void StopFollowers(const std::string& why);
   // A follower exited before its map started.
   void FollowerExited(Child& child, const std::string& how);
+  // A server of the current map died (`how`) while ps_ctl reshard had the
+  // next map's servers follow it and picked no handover clock yet: the
+  // followers stop and none starts again for this plan (the rows move
+  // through the generation); the dead server is restarted as ever.
+  void ServerDiedWhileFollowed(const std::string& how);
+  // `child`, a server that died, is one the next map's servers would
+  // follow: a primary of the current map (any server of it at factor 1).
+  bool Followed(const Child& child) const;
   // The handover clock of the reshard under way (ps_ctl committed it: its
-  // plan is on disk, or a server handed over); nullopt when none is, -1
-  // when its plan cannot be read.
+  // plan is on disk, or a server handed over); nullopt when none is,
+  // kReshardNoClockYet while ps_ctl has planned it and picks the clock
+  // once the next map's servers follow, kReshardPlanUnreadable when its
+  // plan cannot be read.
+  static constexpr int64_t kReshardNoClockYet = -1;
+  static constexpr int64_t kReshardPlanUnreadable = -2;
   std::optional<int64_t> ReshardUnderWay() const;
   // Shard `shard`'s part of handover generation `clock` is on disk whole:
   // no replica of it holds anything the job still needs.
@@ -179,7 +192,8 @@ class JobRun {
     JobOptions job;
   };
   NextMap next_map_;
-  // The next map the followers running now were started for; 0: none.
+  // The next map the followers running now were started for (or, after
+  // ServerDiedWhileFollowed, stopped for good); 0: none.
   int64_t followers_epoch_ = 0;
 
   std::vector<Child> children_;

@@ -146,7 +146,10 @@ Status JobRun::StartServers(const std::vector<bool>& followed) {
   for (uint32_t i = 0; i < shards * factor; ++i) {
     const uint32_t replica = factor - 1 - i / shards;
     const uint32_t index = i % shards;
-    if (index < followed.size() && followed[index]) continue;
+    if (size_t{index} * factor + replica < followed.size() &&
+        followed[size_t{index} * factor + replica]) {
+      continue;
+    }
     std::string name = ServerName(index, replica);
     StatusOr<HostPort> address = ReplicaHostPort(job_, index, replica);
     if (!address.ok()) return address.status().WithContext("launcher: " + name);
@@ -267,7 +270,15 @@ void JobRun::HandleExit(Child& child, int wait_status) {
   // shard handed over already: a replica left out of its primary's log (a
   // backup still waiting for its copy) learns nothing of the handover and
   // stops on its own once the primary is gone.
-  if (const std::optional<int64_t> handover = child.is_server ? ReshardUnderWay() : std::nullopt) {
+  const std::optional<int64_t> handover = child.is_server ? ReshardUnderWay() : std::nullopt;
+  if (handover == kReshardNoClockYet) {
+    // No handover clock is committed yet (ps_ctl writes it into the plan
+    // before its commit): the server comes back (or its backup takes over)
+    // as at any other time; a commit it cannot take makes ps_ctl abort the
+    // reshard, and the job goes on on its servers. The followers stop if
+    // they followed it (a primary).
+    if (Followed(child)) ServerDiedWhileFollowed(how);
+  } else if (handover.has_value()) {
     if (*handover >= 0 && child.map_epoch == map_epoch_ &&
         ShardHandedOver(child.index, *handover)) {
       child.retired = true;

@@ -53,9 +53,9 @@ void JobRun::ServerHandedOver(Child& child, const std::string& how) {
 std::optional<int64_t> JobRun::ReshardUnderWay() const {
   if (next_map_.pending) return next_map_.plan.clock;
   StatusOr<ReshardPlan> plan = ReadReshardPlan(job_.checkpoint.dir, map_epoch_ + 1);
-  if (plan.ok()) return plan->clock;
+  if (plan.ok()) return plan->clock < 0 ? kReshardNoClockYet : plan->clock;
   if (plan.status().code() == StatusCode::kNotFound) return std::nullopt;
-  return -1;
+  return kReshardPlanUnreadable;
 }
 
 bool JobRun::ShardHandedOver(uint32_t shard, int64_t clock) const {
@@ -91,13 +91,14 @@ void JobRun::MaybeStartNextMap() {
       return;
     }
   }
-  // The next map's servers that followed the old ones serve now; a shard
+  // The next map's servers that followed the old ones serve now; a replica
   // whose follower exited gets a server restoring the handover generation.
-  std::vector<bool> followed(next.cluster.servers.size(), false);
+  const uint32_t factor = next.replication.factor;
+  std::vector<bool> followed(next.cluster.servers.size() * factor, false);
   for (const Child& c : children_) {
     if (c.follower && !c.exited && c.map_epoch == next_map_.plan.epoch &&
-        c.index < followed.size()) {
-      followed[c.index] = true;
+        c.index < next.cluster.servers.size() && c.replica < factor) {
+      followed[size_t{c.index} * factor + c.replica] = true;
     }
   }
   const auto kept = static_cast<uint32_t>(std::count(followed.begin(), followed.end(), true));
@@ -132,18 +133,25 @@ void JobRun::MaybeStartNextMap() {
             "; stopping the job");
     return;
   }
-  const auto shards = static_cast<uint32_t>(job_.cluster.servers.size());
+  const auto replicas = static_cast<uint32_t>(followed.size());  // of every shard
+  const auto plural = [](uint32_t n, const std::string& what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  const std::string what = factor > 1 ? "replica" : "server";
   if (kept > 0) {
     Say("shard map " + std::to_string(map_epoch_) + ": " + std::to_string(kept) + " of its " +
-        std::to_string(shards) + " servers took their rows over in memory (they followed the " +
-        "old servers)" + (kept == shards ? "" : "; starting the others"));
+        std::to_string(replicas) + " " + what + "s took their rows over in memory (they " +
+        "followed the old servers)" + (kept == replicas ? "" : "; starting the others"));
   }
-  if (kept == shards) return;
-  Say("shard map " + std::to_string(map_epoch_) + ": started " + std::to_string(shards - kept) +
-      (shards - kept == 1 ? " server" : " servers") + " in place of " + std::to_string(old_servers) +
-      (job_.replication.factor > 1
-           ? " (each with " + std::to_string(job_.replication.factor - 1) +
-                 (job_.replication.factor == 2 ? " backup)" : " backups)")
+  if (kept == replicas) return;
+  // In place of the old servers: a whole map (each shard with its
+  // backups), or the replicas that did not follow.
+  Say("shard map " + std::to_string(map_epoch_) + ": started " +
+      (kept > 0 ? plural(replicas - kept, what)
+                : plural(static_cast<uint32_t>(job_.cluster.servers.size()), "server")) +
+      (kept == 0 || factor == 1 ? " in place of " + std::to_string(old_servers) : "") +
+      (kept == 0 && factor > 1
+           ? " (each with " + plural(factor - 1, "backup") + ")"
            : std::string()) +
       ", each restoring its rows of generation " + std::to_string(restore_clock_) + " (" +
       config_path_ + ")");
@@ -153,7 +161,9 @@ bool JobRun::FollowPossible() const {
   // CanFollow (with the next job file) decides; this is what the current
   // one alone rules out, checked every tick.
   return !stopping_ && !next_map_.pending && !job_.checkpoint.dir.empty() &&
-         job_.replication.factor == 1 && job_.security.mode != SecurityMode::kCurve;
+         (job_.replication.factor == 1 ||
+          job_.replication.authority == ReplicationAuthority::kLauncher) &&
+         job_.security.mode != SecurityMode::kCurve;
 }
 
 void JobRun::StopFollowers(const std::string& why) {
@@ -162,7 +172,6 @@ void JobRun::StopFollowers(const std::string& why) {
     Say("stopping " + c.name + ": " + why);
     c.process->Signal(SIGTERM).IgnoreError();  // gone already: its exit is handled
   }
-  followers_epoch_ = 0;
 }
 
 void JobRun::MaybeStartFollowers() {
@@ -171,8 +180,10 @@ void JobRun::MaybeStartFollowers() {
   StatusOr<ReshardPlan> plan = ReadReshardPlan(job_.checkpoint.dir, epoch);
   if (!plan.ok()) {
     // No reshard planned (or the plan was taken back: an abort).
-    if (followers_epoch_ != 0) StopFollowers("the reshard to shard map " + std::to_string(epoch) +
-                                             " was called off");
+    if (followers_epoch_ != 0) {
+      StopFollowers("the reshard to shard map " + std::to_string(epoch) + " was called off");
+      followers_epoch_ = 0;
+    }
     return;
   }
   if (followers_epoch_ == epoch || !plan->follow) return;
@@ -180,12 +191,17 @@ void JobRun::MaybeStartFollowers() {
   StatusOr<JobOptions> next = LoadJobFile(plan->config);
   if (!next.ok() || !CanFollow(job_, *next).ok()) return;  // the generation moves it
   const std::string map = " of shard map " + std::to_string(epoch);
-  for (uint32_t s = 0; s < next->cluster.servers.size(); ++s) {
-    StatusOr<HostPort> address = ReplicaHostPort(*next, s, 0);
+  // Every replica of every shard, backups first as StartServers does.
+  const auto shards = static_cast<uint32_t>(next->cluster.servers.size());
+  const uint32_t factor = next->replication.factor;
+  for (uint32_t i = 0; i < shards * factor; ++i) {
+    const uint32_t s = i % shards, r = factor - 1 - i / shards;
+    StatusOr<HostPort> address = ReplicaHostPort(*next, s, r);
     if (!address.ok()) return;  // MaybeStartNextMap says why
     ChildSpec spec;
     spec.is_server = true;
     spec.index = s;
+    spec.replica = r;
     spec.map_epoch = epoch;
     spec.follow = config_path_;
     SubprocessOptions spawn;
@@ -193,7 +209,7 @@ void JobRun::MaybeStartFollowers() {
                               finished_workers_);
     spawn.capture_output = true;
     StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Spawn(spawn);
-    const std::string name = ServerName(s, 0);
+    const std::string name = ServerName(s, r);
     if (!process.ok()) {
       Say("warning: " + name + map + " could not be started to follow the old servers (" +
           process.status().ToString() + "); it restores the handover generation instead");
@@ -208,8 +224,31 @@ void JobRun::MaybeStartFollowers() {
 void JobRun::FollowerExited(Child& child, const std::string& how) {
   child.follower = false;
   child.retired = true;  // ends nothing: its map's start replaces it
-  Say(how + ": it did not take its rows over in memory; shard " + std::to_string(child.index) +
+  Say(how + ": it did not take its rows over in memory; " +
+      (child.replica > 0 ? "replica " + std::to_string(child.replica) + " of " : std::string()) +
+      "shard " + std::to_string(child.index) +
       " of the next map restores the handover generation instead");
+}
+
+bool JobRun::Followed(const Child& child) const {
+  if (child.map_epoch != map_epoch_) return false;
+  if (authority_ == nullptr) return true;
+  // The followers follow each old shard's primary; a backup's death leaves
+  // them be.
+  StatusOr<ShardMembership> membership = authority_->Membership(child.index);
+  return !membership.ok() || membership->primary == child.replica;
+}
+
+void JobRun::ServerDiedWhileFollowed(const std::string& how) {
+  const int64_t epoch = map_epoch_ + 1;
+  if (followers_epoch_ == epoch) {
+    StopFollowers("a server of the map they follow died (" + how + ")");
+  }
+  // None is started again for this plan: the rows move through the
+  // handover generation, which the old shards write as they hand over.
+  followers_epoch_ = epoch;
+  Say(how + " while ps_ctl reshard has the next map's servers follow the old ones; they stop, "
+            "and the rows move through the handover generation");
 }
 
 }  // namespace ps

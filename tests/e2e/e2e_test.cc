@@ -131,13 +131,21 @@ class E2eTest : public ::testing::Test {
     bool WaitFor(const std::string& what) const { return WaitForText(log, what); }
     pid_t Pid(const std::string& name) const { return PidOf(log, name); }
   };
-  void StartRangeJobOnTwo(RangeJob* run) {
+  // With `factor` 2, each shard has a backup (replication.factor 2).
+  void StartRangeJobOnTwo(RangeJob* run, uint32_t factor = 1) {
     const std::string ckpt = (dir_ / "ckpt").string();
     run->stop_file = (dir_ / "stop").string();
     std::ofstream(run->stop_file) << "";
     const std::vector<int> ports = {FreePort(), FreePort(), FreePort()};
-    run->job2 = ReshardJob(ports, 2, "job2", ckpt, run->stop_file, /*hashed=*/false, 20);
-    run->job3 = ReshardJob(ports, 3, "job3", ckpt, run->stop_file, /*hashed=*/false, 20);
+    std::string more;
+    if (factor > 1) {
+      const uint32_t offset = FreePortOffset(ports, factor);
+      ASSERT_NE(offset, 0u);
+      more = "replication: { factor: " + std::to_string(factor) +
+             ", port_offset: " + std::to_string(offset) + " }\n";
+    }
+    run->job2 = ReshardJob(ports, 2, "job2", ckpt, run->stop_file, /*hashed=*/false, 20, more);
+    run->job3 = ReshardJob(ports, 3, "job3", ckpt, run->stop_file, /*hashed=*/false, 20, more);
     run->log = (dir_ / "launch.log").string();
     run->launch = StartLaunchLogged(run->job2, run->log);
     ASSERT_NE(run->launch, nullptr);
@@ -980,14 +988,19 @@ TEST_F(E2eTest, ARunningJobMovesItsRowsInMemoryOntoThreeServersOneAndTwoWithExac
 
 // ps_ctl reshard of a replicated job (replication.factor 2): 2 servers ->
 // 3 -> 2, each shard with a backup. Each old primary hands over and its
-// backup exits with it; ps_launch starts every replica of the next map
-// (backups first) once the old ones freed their ports; the workers find
-// each new shard's replicas from the map a moved reply names. A primary of
-// the 3-server map killed while the job trains is replaced by its backup
-// (nothing lost), and the next reshard moves the job on from the promoted
-// one. At the end every row holds the exact sum of every push since clock
-// 0. `authority` is the replication section's authority settings (the
-// launcher's, or etcd's).
+// backup exits with it; the workers find each new shard's replicas from
+// the map a moved reply names. A primary of the 3-server map killed while
+// the job trains is replaced by its backup (nothing lost), and the next
+// reshard moves the job on from the promoted one. At the end every row
+// holds the exact sum of every push since clock 0. `authority` is the
+// replication section's authority settings: under the launcher's every
+// replica of the next map follows the old primaries in memory (ps_launch
+// starts them as soon as ps_ctl planned the move) and serves at the
+// handover, the backups in sync from their first entry, so the killed
+// primary's backup is one that followed, and the second move follows the
+// promoted primary; under etcd's the rows move through the handover
+// generation, every replica of the next map started (backups first) once
+// the old ones freed their ports.
 void E2eTest::ReshardReplicatedJob(const std::string& authority) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string stop_file = (dir_ / "stop").string();
@@ -1012,8 +1025,13 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority) {
     return ReshardTo(from, to, log);
   };
   ASSERT_TRUE(wait_past(0)) << read_log();
+  const bool in_memory = authority.empty();
   const std::string grown = reshard(job2, job3);
   EXPECT_NE(grown.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
+      << grown;
+  EXPECT_EQ(grown.find("the 3 servers of the next map and their backups follow the old "
+                       "servers' rows in memory") != std::string::npos,
+            in_memory)
       << grown;
   ASSERT_TRUE(wait_past(newest_clock() + 100)) << read_log();
   {
@@ -1034,12 +1052,22 @@ void E2eTest::ReshardReplicatedJob(const std::string& authority) {
   std::ofstream(stop_file) << stop << "\n";
   ASSERT_OK(launch->WaitFor(milliseconds(120000)));
   const std::string out = read_log();
-  EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2 (each with 1 backup)"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("shard map 2: started 2 servers in place of 3 (each with 1 backup)"),
-            std::string::npos)
-      << out;
+  if (in_memory) {
+    EXPECT_NE(out.find("shard map 1: 6 of its 6 replicas took their rows over in memory"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("shard map 2: 4 of its 4 replicas took their rows over in memory"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("restores the handover generation instead"), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2 (each with 1 backup)"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("shard map 2: started 2 servers in place of 3 (each with 1 backup)"),
+              std::string::npos)
+        << out;
+  }
   EXPECT_NE(out.find("started server 0 backup 1 of shard map 1 (pid"), std::string::npos) << out;
   EXPECT_NE(out.find("its primary handed the shard's rows over to shard map 1 at clock"),
             std::string::npos)
@@ -1174,6 +1202,56 @@ TEST_F(E2eTest, AFollowerKilledBeforeTheHandoverIsReplacedByAServerRestoringTheG
             std::string::npos)
       << out;
   EXPECT_NE(out.find("shard map 1: started 1 server in place of 2"), std::string::npos) << out;
+  ExpectExactSums(out, 0, stop);
+}
+
+// A primary of a replicated job killed while the next map's replicas
+// follow the old primaries (ps_ctl reshard planned the move and picked no
+// handover clock yet: its plan is written here as it writes it, so the
+// job stays in that stage): ps_launch stops the followers and handles the
+// death as at any other time (the backup serves, the dead replica
+// rejoins), and does not start followers again for that plan; the
+// reshard then moves the rows through the handover generation, and every
+// sum is exact at the end. A backup killed before leaves the followers be.
+TEST_F(E2eTest, AReplicatedPrimaryKilledWhileTheNextMapFollowsFailsOverAndTheMoveGoesOn) {
+  RangeJob run;
+  ASSERT_NO_FATAL_FAILURE(StartRangeJobOnTwo(&run, /*factor=*/2));
+  const std::string ckpt = (dir_ / "ckpt").string();
+  std::ofstream(ckpt + "/reshard-1.plan")
+      << "epoch 1\nclock -1\nconfig " << run.job3 << "\nfollow 1\n";
+  // Every replica of the next map follows; shard 0's primary has sent its
+  // copy to those of shards 0 and 1.
+  ASSERT_TRUE(run.WaitFor("started server 2 of shard map 1 (pid")) << run.Log();
+  ASSERT_TRUE(run.WaitFor("shard 0: sending the server of map 1 at")) << run.Log();
+  // A backup's death leaves the followers be: they follow the primaries.
+  const pid_t backup = run.Pid("server 1 backup 1");
+  ASSERT_GT(backup, 0) << run.Log();
+  ASSERT_EQ(kill(backup, SIGKILL), 0);
+  ASSERT_TRUE(run.WaitFor("shard 1's primary goes on without it")) << run.Log();
+  EXPECT_EQ(run.Log().find("they stop, and the rows move"), std::string::npos) << run.Log();
+  const pid_t primary = run.Pid("server 0");
+  ASSERT_GT(primary, 0) << run.Log();
+  ASSERT_EQ(kill(primary, SIGKILL), 0);
+  ASSERT_TRUE(run.WaitFor("they stop, and the rows move through the handover generation"))
+      << run.Log();
+  ASSERT_TRUE(run.WaitFor("server 0 backup 1 is shard 0's primary now")) << run.Log();
+  ASSERT_TRUE(WaitPastClock(run.log, NewestClock(run.log) + 50)) << run.Log();
+  const std::string moved = ReshardTo(run.job2, run.job3, run.log);
+  EXPECT_NE(moved.find("the job runs on 3 servers at map 1 from clock"), std::string::npos)
+      << moved;
+  EXPECT_NE(moved.find("not every server of the next map follows the old ones"),
+            std::string::npos)
+      << moved;
+  ASSERT_TRUE(WaitPastClock(run.log, NewestClock(run.log) + 100)) << run.Log();
+  const int64_t stop = NewestClock(run.log) + 200;
+  std::ofstream(run.stop_file) << stop << "\n";
+  ASSERT_OK(run.launch->WaitFor(milliseconds(120000)));
+  const std::string out = run.Log();
+  EXPECT_NE(out.find("did not take its rows over in memory"), std::string::npos) << out;
+  EXPECT_NE(out.find("shard map 1: started 3 servers in place of 2 (each with 1 backup)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("took their rows over in memory"), std::string::npos) << out;
   ExpectExactSums(out, 0, stop);
 }
 

@@ -66,11 +66,15 @@ class ReplicatedCluster {
  public:
   // `start_backups`: false leaves them to StartBackups(). `env` (null:
   // Env::Default()) is every primary's; it must outlive the cluster.
+  // `from_states`: every replica starts from a state of its own, all alike
+  // (as a reshard's replicas do from what they followed:
+  // server/reshard_follower.h), the primary's backups holding it.
   explicit ReplicatedCluster(const JobOptions& job, bool start_backups = true,
-                             Env* env = nullptr)
-      : job_(job) {
+                             Env* env = nullptr, bool from_states = false)
+      : job_(job), from_states_(from_states) {
     for (uint32_t s = 0; s < job.cluster.servers.size(); ++s) {
-      auto server = ShardServer::Create(job_, s, "", -1, env);
+      auto server = from_states ? ShardServer::CreatePromoted(job_, s, State(s, 0), "", env)
+                                : ShardServer::Create(job_, s, "", -1, env);
       EXPECT_TRUE(server.ok()) << server.status().ToString();
       if (!server.ok()) return;
       endpoints_.push_back((*server)->endpoint());
@@ -91,7 +95,8 @@ class ReplicatedCluster {
   // primary when `join`.
   void StartBackup(uint32_t s, uint32_t j, bool join) {
     Running& r = slot(s, j);
-    auto backup = BackupServer::Create(job_, s, j, "", -1, join);
+    auto backup = from_states_ && !join ? BackupServer::CreateFromState(job_, s, State(s, j))
+                                        : BackupServer::Create(job_, s, j, "", -1, join);
     EXPECT_TRUE(backup.ok()) << backup.status().ToString();
     if (!backup.ok()) return;
     r.backup = std::move(*backup);
@@ -134,7 +139,23 @@ class ReplicatedCluster {
   Running& slot(size_t s, uint32_t j) {
     return backups_.at(s * (job_.replication.factor - 1) + (j - 1));
   }
+  // Replica `slot` of shard `s`'s starting state: the job's initial values,
+  // no clock yet.
+  BackupServer::State State(uint32_t s, uint32_t slot) const {
+    BackupServer::State state;
+    auto store = ShardStore::Create(job_, s);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (store.ok()) state.store = std::move(*store);
+    state.clocks = ClockTable(job_.cluster.workers,
+                              job_.consistency.Quorum(job_.cluster.workers));
+    state.recent_pushes =
+        RecentPushes(job_.cluster.workers, 4 * size_t{job_.client.max_in_flight} + 64);
+    state.slot = slot;
+    state.backups_hold_it = true;
+    return state;
+  }
   const JobOptions job_;
+  const bool from_states_;
   std::vector<std::unique_ptr<ShardServer>> primaries_;
   std::vector<Running> backups_;
   std::vector<std::thread> threads_;
@@ -704,6 +725,40 @@ TEST(ReplicationTest, IntegerPushesSumExactlyOnEveryReplica) {
   cluster.Stop();
   EXPECT_EQ(Model(job, cluster, kRows), expected);
   ExpectSameCopies(cluster, job);
+}
+
+// The replicas of a shard of the next map after a reshard in memory each
+// build the same state from the old shards (server/reshard_follower.h):
+// the primary made from it replicates to the backups made from it, in sync
+// from its first entry, as at a job's start, and every replica ends with
+// the exact sums, bit for bit alike.
+TEST(ReplicationTest, APrimaryAndBackupsStartedFromTheSameStateStayInSyncFromTheFirstEntry) {
+  constexpr uint64_t kRows = 5000;
+  JobOptions job = ReplicatedJob(2, 3, TestJob().Workers(2).Bsp().Table("w", kRows, 1,
+                                                                        OptimizerKind::kAdd));
+  ReplicatedCluster cluster(job, /*start_backups=*/true, nullptr, /*from_states=*/true);
+  const std::vector<float> expected = Train(job, cluster, kRows, 20);
+  cluster.Stop();
+  EXPECT_EQ(Model(job, cluster, kRows), expected);
+  ExpectSameCopies(cluster, job);
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t j = 1; j < 3; ++j) {
+      EXPECT_TRUE(cluster.backup(s, j).in_sync());
+      EXPECT_GT(cluster.backup(s, j).applied(), 20u);
+    }
+  }
+}
+
+TEST(ReplicationTest, ABackupStartsFromAStateOnlyAsABackupOfTheJob) {
+  JobOptions job = ReplicatedJob(1, 2, TestJob().Workers(1).Table("w", 10));
+  BackupServer::State primary_slot;
+  primary_slot.store = ShardStore::Create(job, 0).value();
+  EXPECT_TRUE(Refused(BackupServer::CreateFromState(job, 0, std::move(primary_slot)).status(),
+                      StatusCode::kInvalidArgument, "cannot start as a backup from a state"));
+  BackupServer::State no_store;
+  no_store.slot = 1;
+  EXPECT_TRUE(Refused(BackupServer::CreateFromState(job, 0, std::move(no_store)).status(),
+                      StatusCode::kInvalidArgument, "replica 1 of shard 0 cannot start"));
 }
 
 TEST(ReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
