@@ -180,11 +180,11 @@ Status Client::Poll(int timeout_ms) {
     Shard& shard = shards_[s];
     if (!shard.handshake_failed_at) continue;
     const auto since = time_->Now() - *shard.handshake_failed_at;
-    if (since >= kHandshakeRefusedAfter) {
+    if (since >= kHandshakeRefusedAfter && shard.handshakes_failed >= 2) {
       shard.handshake_failed_at.reset();
       RefusedBy(s, ConnectionEvent::kHandshakeFailed);
       timeout_ms = 0;
-    } else {
+    } else if (since < kHandshakeRefusedAfter) {
       timeout_ms = std::min<int>(
           timeout_ms,
           static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -341,7 +341,11 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     if (*event == ConnectionEvent::kHandshakeFailed) {
       // Decided in Poll once kHandshakeRefusedAfter passes with no
       // handshake that succeeded.
-      if (!shard.handshake_failed_at) shard.handshake_failed_at = time_->Now();
+      if (!shard.handshake_failed_at) {
+        shard.handshake_failed_at = time_->Now();
+        shard.handshakes_failed = 0;
+      }
+      ++shard.handshakes_failed;
       continue;
     }
     if (*event == ConnectionEvent::kRefused) {

@@ -324,6 +324,7 @@ class ServerProcess {
       return 1;
     }
     g_backup = backup->get();
+    if (g_signalled.load()) (*backup)->Stop();  // a signal before it could be told
     (*backup)->SetMapEpoch(flags_.map_epoch);
     if (authority_ != nullptr) {
       (*backup)->SetIncarnation(static_cast<uint64_t>(authority_->lease_id()));
@@ -397,6 +398,7 @@ class ServerProcess {
     if (!follower.ok()) return fail(follower.status());
     follower_ = std::move(*follower);  // it frees its copies while the shard serves
     g_follower = follower_.get();
+    if (g_signalled.load()) follower_->Stop();  // a signal before it could be told
     auto state = follower_->Run();
     g_follower = nullptr;
     if (!state.ok()) return fail(state.status());
@@ -434,6 +436,7 @@ class ServerProcess {
   int Serve(std::unique_ptr<ps::ShardServer> server) {
     server->SetMetricsEndpoint(metrics_.get());
     g_server = server.get();
+    if (g_signalled.load()) server->Stop();  // a signal before it could be told
     std::signal(SIGHUP, OnHangup);
     ps::Status s = server->Run();
     g_server = nullptr;

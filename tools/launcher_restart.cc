@@ -45,7 +45,10 @@ bool JobRun::FailOver(Child& child, const std::string& how, std::string* why_not
   // The other backups held the old primary's log, not the new one's: they
   // come back as backups that take a copy.
   for (Child& c : children_) {
-    if (c.is_server && c.index == shard && c.replica != change->replica && !c.exited) {
+    // Of this map: a server of the next map following this one's primaries
+    // is another's (ServerDiedWhileFollowed).
+    if (c.is_server && !c.follower && !c.retired && c.map_epoch == map_epoch_ &&
+        c.index == shard && c.replica != change->replica && !c.exited) {
       Say("stopping " + c.name + ": it follows the old primary; it joins again after");
       c.rejoin_on_exit = true;
       c.process->Signal(SIGTERM).IgnoreError();

@@ -3,6 +3,12 @@
 // under the server's limits, many requests in flight, errors and deadlines.
 #include "client/client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +24,7 @@
 #include "server/shard_server.h"
 #include "tests/util/channel_log.h"
 #include "tests/util/fake_clock.h"
+#include "tests/util/free_port.h"
 #include "tests/util/in_process_cluster.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_job.h"
@@ -354,6 +361,53 @@ TEST(ClientReconnectTest, EveryChannelToAServerTriesAgainAtTheJobsInterval) {
   }
   EXPECT_EQ(requests, 2);
   EXPECT_EQ(heartbeats, 2);
+}
+
+// A server that closes a connection during its handshake (one that exits:
+// a restart, the old server of a reshard at an address the next map keeps)
+// and whose successor listens there only well after kHandshakeRefusedAfter
+// is not taken for one of another security mode: one failed handshake
+// alone is not, and the client's rendezvous reaches the new server.
+TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
+  const int port = FreePort();
+  JobOptions job = TestJob().Workers(1).Table("dense", 10, 1, OptimizerKind::kAdd).Build();
+  job.cluster.servers = {"127.0.0.1:" + std::to_string(port)};
+  job.server.exit_when_workers_leave = false;
+  // A listener that takes one connection and closes it before any greeting.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  const int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  auto client = Client::Create(job, 0, {"tcp://127.0.0.1:" + std::to_string(port)});
+  ASSERT_OK(client);
+  Status joined;
+  std::thread join([&] { joined = (*client)->Join(); });
+  pollfd waiting{listener, POLLIN, 0};
+  ASSERT_EQ(poll(&waiting, 1, 5000), 1) << "the client never connected";
+  const int cut = accept(listener, nullptr, nullptr);
+  ASSERT_GE(cut, 0);
+  close(cut);
+  close(listener);
+  // Nothing listens for a while (the client's attempts are refused), then
+  // the shard's server does.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  auto server = ShardServer::Create(job, 0, "tcp://127.0.0.1:" + std::to_string(port));
+  ASSERT_OK(server);
+  std::thread serving([&] { (*server)->Run().IgnoreError(); });
+  join.join();
+  EXPECT_OK(joined);
+  EXPECT_EQ((*client)->counters().refusals, 0u);
+  if (joined.ok()) {
+    EXPECT_OK((*client)->Leave());
+  }
+  (*server)->Stop();
+  serving.join();
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {

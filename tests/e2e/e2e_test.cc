@@ -1439,6 +1439,10 @@ TEST_F(E2eTest, TheLauncherKilledDuringAReshardTakesItsProcessesAlongAndTheJobRe
     auto [ctl_status, ctl_out] = Finish(ctl, milliseconds(60000));
     EXPECT_FALSE(ExitedSuccessfully(ctl_status)) << ctl_out;
     EXPECT_NE(ctl_out.find("ps_ctl reshard: "), std::string::npos) << ctl_out;
+    // A shard may hand over as soon as it is committed, while ps_ctl still
+    // commits the others: a commit that then fails (its server went with
+    // ps_launch) makes ps_ctl give up and remove the plan itself.
+    const bool plan_left = fs::exists(ckpt + "/reshard-1.plan");
 
     // Resumed on the next job file: every row holds the sum of every
     // clock's pushes up to the stop.
@@ -1449,7 +1453,7 @@ TEST_F(E2eTest, TheLauncherKilledDuringAReshardTakesItsProcessesAlongAndTheJobRe
     EXPECT_EQ(out.find("checkpoint: removed " + ckpt + "/reshard-1.plan, the plan of a reshard "
                        "an earlier run stopped during; this run serves the 3 servers of " + job3) !=
                   std::string::npos,
-              had_plan)
+              plan_left)
         << out;
     EXPECT_NE(out.find("[worker 0] exact: every one of 10000 rows and 0 hashed ids holds 900.0 "
                        "after 300 clocks"),
