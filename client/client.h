@@ -163,13 +163,13 @@ struct ClientCounters {
   uint64_t map_changes = 0;
 };
 
-// How long after a failed handshake, with another failed since and none
-// succeeding, a client takes the server for one that speaks another
-// security mode or key (it fails every attempt, ZeroMQ trying again every
-// liveness.reconnect_ms): a server that dies during a handshake (a crash,
-// a fail-over, the old server of a reshard exiting) fails one too, and
-// the one that takes its place, however long it takes to start, answers
-// a later attempt.
+// How long after a failed handshake, with none succeeding since, a client
+// takes the server for one that speaks another security mode or key: a
+// server that dies during a handshake (a crash, a fail-over) may fail it
+// too, and the one that takes its place answers the next attempt. Under
+// security.mode none only a protocol error counts (a CURVE server's
+// mechanism): a handshake cut with none is a server going away, whose
+// successor may take seconds to listen (a reshard's new server).
 inline constexpr std::chrono::milliseconds kHandshakeRefusedAfter{500};
 
 // replication.factor >= 2: a client whose connection to a shard's primary
@@ -342,10 +342,8 @@ class Client {
     bool closing = false;         // it acknowledged SHUTDOWN or this worker's goodbye
     bool refused = false;         // it refused this client's key (logged once)
     // A handshake failed at this time and none succeeded since (see
-    // kHandshakeRefusedAfter); nullopt otherwise. With the handshakes
-    // failed since then, that one included.
+    // kHandshakeRefusedAfter); nullopt otherwise.
     std::optional<ps::Clock::TimePoint> handshake_failed_at;
-    uint32_t handshakes_failed = 0;
     ps::Clock::TimePoint down_since;
     // replication.factor >= 2: every replica's endpoint (ReplicaAddress,
     // replica 0 first); empty otherwise, or when the caller named the

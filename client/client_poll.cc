@@ -180,11 +180,11 @@ Status Client::Poll(int timeout_ms) {
     Shard& shard = shards_[s];
     if (!shard.handshake_failed_at) continue;
     const auto since = time_->Now() - *shard.handshake_failed_at;
-    if (since >= kHandshakeRefusedAfter && shard.handshakes_failed >= 2) {
+    if (since >= kHandshakeRefusedAfter) {
       shard.handshake_failed_at.reset();
       RefusedBy(s, ConnectionEvent::kHandshakeFailed);
       timeout_ms = 0;
-    } else if (since < kHandshakeRefusedAfter) {
+    } else {
       timeout_ms = std::min<int>(
           timeout_ms,
           static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -338,14 +338,18 @@ Status Client::HandleConnectionEvents(uint32_t s) {
   while (true) {
     PS_ASSIGN_OR_RETURN(std::optional<ConnectionEvent> event, shard.channel->TryNextEvent());
     if (!event) return Status::Ok();
-    if (*event == ConnectionEvent::kHandshakeFailed) {
+    // Under security.mode none a server of another mode fails the handshake
+    // on a protocol error (a mechanism mismatch); one cut with none is a
+    // server that went away during it (one that exits, at an address its
+    // successor listens at later), and counts for nothing.
+    if (*event == ConnectionEvent::kHandshakeCut && job_.security.mode != SecurityMode::kCurve) {
+      continue;
+    }
+    if (*event == ConnectionEvent::kHandshakeFailed ||
+        *event == ConnectionEvent::kHandshakeCut) {
       // Decided in Poll once kHandshakeRefusedAfter passes with no
       // handshake that succeeded.
-      if (!shard.handshake_failed_at) {
-        shard.handshake_failed_at = time_->Now();
-        shard.handshakes_failed = 0;
-      }
-      ++shard.handshakes_failed;
+      if (!shard.handshake_failed_at) shard.handshake_failed_at = time_->Now();
       continue;
     }
     if (*event == ConnectionEvent::kRefused) {

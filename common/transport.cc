@@ -423,9 +423,11 @@ StatusOr<std::optional<ConnectionEvent>> ConnectionMonitor::TryNext() {
       return std::optional(accepts_ ? ConnectionEvent::kClosed : ConnectionEvent::kDisconnected);
     }
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return std::optional(ConnectionEvent::kRefused);
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-        event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       return std::optional(ConnectionEvent::kHandshakeFailed);
+    }
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      return std::optional(ConnectionEvent::kHandshakeCut);
     }
   }
 }

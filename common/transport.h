@@ -189,9 +189,13 @@ enum class ConnectionEvent {
                   // crashed or became unreachable); ZeroMQ reconnects
   kRefused,       // the peer refused this socket's credentials (a CURVE
                   // server that does not allow its key); ZeroMQ retries
-  kHandshakeFailed,  // the handshake failed otherwise: the peer speaks
-                     // another mechanism (plain TCP against CURVE) or has
-                     // another key than the one this socket expects
+  kHandshakeFailed,  // the handshake failed on a protocol error: the peer
+                     // speaks another mechanism (plain TCP against CURVE) or
+                     // has another key than the one this socket expects
+  kHandshakeCut,  // the connection ended during its handshake with no protocol
+                  // error: the peer closed or reset it (a server that exits,
+                  // or a CURVE server that could not read this socket's
+                  // greeting)
   kAccepted,      // a bound socket accepted a connection
                   // (ConnectionMonitor::last_value(): its descriptor)
   kClosed,        // a connection a bound socket accepted is gone (its

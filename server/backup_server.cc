@@ -438,8 +438,16 @@ void BackupServer::HandleRequest(Status s, std::vector<Frame>& frames) {
       // Entries the primary sent after it are not taken any more.
       promoted_epoch_ = req.epoch;
       epoch_ = std::max(epoch_, promoted_epoch_);
-      PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {})", name_,
-                  promoted_epoch_, applied_, clocks_.min_clock());
+      // The workers' clocks it serves from (the first 16), for the record.
+      std::string clocks;
+      for (uint32_t w = 0; w < std::min<uint32_t>(clocks_.num_workers(), 16); ++w) {
+        clocks += (w > 0 ? " " : "") + std::to_string(clocks_.clock(w)) +
+                  (clocks_.counted(w) ? "" : "*");
+      }
+      PS_LOG_WARN("{}: promoted to primary at epoch {} after {} entries (clock {}; the workers' "
+                  "clocks {}{})",
+                  name_, promoted_epoch_, applied_, clocks_.min_clock(), clocks,
+                  clocks_.num_workers() > 16 ? " ..." : "");
       Reply(routing_id, reply);
       return;
     }

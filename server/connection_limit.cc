@@ -12,7 +12,8 @@ void ConnectionLimit::Drain(ConnectionMonitor& monitor) {
   for (int i = 0; i < 1024; ++i) {
     auto event = monitor.TryNext();
     if (!event.ok() || !event->has_value()) return;
-    if (**event == ConnectionEvent::kHandshakeFailed) {
+    if (**event == ConnectionEvent::kHandshakeFailed ||
+        **event == ConnectionEvent::kHandshakeCut) {
       ++failed_handshakes_;
       uint64_t skipped = 0;
       if (!handshake_log_.ShouldLog(&skipped)) continue;

@@ -366,8 +366,9 @@ TEST(ClientReconnectTest, EveryChannelToAServerTriesAgainAtTheJobsInterval) {
 // A server that closes a connection during its handshake (one that exits:
 // a restart, the old server of a reshard at an address the next map keeps)
 // and whose successor listens there only well after kHandshakeRefusedAfter
-// is not taken for one of another security mode: one failed handshake
-// alone is not, and the client's rendezvous reaches the new server.
+// is not taken for one of another security mode (under security.mode none
+// only a protocol error says so), and the client's rendezvous reaches the
+// new server.
 TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
   const int port = FreePort();
   JobOptions job = TestJob().Workers(1).Table("dense", 10, 1, OptimizerKind::kAdd).Build();
