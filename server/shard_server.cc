@@ -202,7 +202,7 @@ Status ShardServer::BindSocket(const std::string& bind_endpoint, BackupServer::S
   // before holds until it handed over.
   const Clock::TimePoint bind_until =
       clock_->Now() + (promoted != nullptr && promoted->handover_clock >= 0
-                           ? std::chrono::duration_cast<std::chrono::seconds>(kHandoverBindWait)
+                           ? kHandoverBindWait
                            : std::chrono::seconds(2));
   while (promoted != nullptr && bound.code() == StatusCode::kUnavailable &&
          clock_->Now() < bind_until) {

@@ -78,6 +78,15 @@ std::string ServerName(uint32_t shard, uint32_t replica) {
          (replica > 0 ? " backup " + std::to_string(replica) : "");
 }
 
+std::vector<ReplicaSlot> ReplicasInStartOrder(const JobOptions& job) {
+  const auto shards = static_cast<uint32_t>(job.cluster.servers.size());
+  std::vector<ReplicaSlot> slots;
+  for (uint32_t replica = job.replication.factor; replica-- > 0;) {
+    for (uint32_t shard = 0; shard < shards; ++shard) slots.push_back({shard, replica});
+  }
+  return slots;
+}
+
 std::vector<std::string> ChildCommand(const JobOptions& job, const std::string& config_path,
                                       const LauncherOptions& options, const ChildSpec& child,
                                       int64_t restore_clock,

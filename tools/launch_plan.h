@@ -73,6 +73,16 @@ struct ChildSpec {
 // "server 0", "server 0 backup 2": a server's name in the output.
 std::string ServerName(uint32_t shard, uint32_t replica);
 
+// One replica of one shard: a server ps_launch starts.
+struct ReplicaSlot {
+  uint32_t shard = 0;
+  uint32_t replica = 0;
+};
+// Every replica of `job`'s shards in the order ps_launch starts them:
+// backups first (each primary connects to its backups), shards in order
+// within each replica.
+std::vector<ReplicaSlot> ReplicasInStartOrder(const JobOptions& job);
+
 // The argv that starts `child`: options.server_command or worker_command
 // (or the binary in options.bin_dir), then --config, --shard or --rank (or
 // --evaluator), --replica and --join, --log-level, a worker's

@@ -143,9 +143,7 @@ Status JobRun::StartServers(const std::vector<bool>& followed) {
   // Of an earlier map (a reshard): named by the map they serve.
   const std::string map = map_epoch_ == 0 ? "" : " of shard map " + std::to_string(map_epoch_);
   children_.reserve(children_.size() + size_t{shards} * factor);
-  for (uint32_t i = 0; i < shards * factor; ++i) {
-    const uint32_t replica = factor - 1 - i / shards;
-    const uint32_t index = i % shards;
+  for (const auto [index, replica] : ReplicasInStartOrder(job_)) {
     if (size_t{index} * factor + replica < followed.size() &&
         followed[size_t{index} * factor + replica]) {
       continue;

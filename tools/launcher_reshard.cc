@@ -191,11 +191,7 @@ void JobRun::MaybeStartFollowers() {
   StatusOr<JobOptions> next = LoadJobFile(plan->config);
   if (!next.ok() || !CanFollow(job_, *next).ok()) return;  // the generation moves it
   const std::string map = " of shard map " + std::to_string(epoch);
-  // Every replica of every shard, backups first as StartServers does.
-  const auto shards = static_cast<uint32_t>(next->cluster.servers.size());
-  const uint32_t factor = next->replication.factor;
-  for (uint32_t i = 0; i < shards * factor; ++i) {
-    const uint32_t s = i % shards, r = factor - 1 - i / shards;
+  for (const auto [s, r] : ReplicasInStartOrder(*next)) {
     StatusOr<HostPort> address = ReplicaHostPort(*next, s, r);
     if (!address.ok()) return;  // MaybeStartNextMap says why
     ChildSpec spec;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/util/status_matchers.h"
@@ -127,6 +128,20 @@ TEST(LaunchPlanTest, ResumePointIsTheNewestGenerationEveryShardThatWroteItHolds)
 TEST(LaunchPlanTest, ServersAreNamedByShardAndBackup) {
   EXPECT_EQ(ServerName(3, 0), "server 3");
   EXPECT_EQ(ServerName(3, 2), "server 3 backup 2");
+}
+
+// Backups start before the primaries that connect to them.
+TEST(LaunchPlanTest, ReplicasStartBackupsFirst) {
+  JobOptions job = TestJob().Servers(2).Table("w", 10).Build();
+  job.replication.factor = 3;
+  std::vector<std::pair<uint32_t, uint32_t>> order;
+  for (const ReplicaSlot& slot : ReplicasInStartOrder(job)) {
+    order.emplace_back(slot.shard, slot.replica);
+  }
+  EXPECT_EQ(order, (std::vector<std::pair<uint32_t, uint32_t>>{
+                       {0, 2}, {1, 2}, {0, 1}, {1, 1}, {0, 0}, {1, 0}}));
+  job.replication.factor = 1;
+  EXPECT_EQ(ReplicasInStartOrder(job).size(), 2u);
 }
 
 }  // namespace
