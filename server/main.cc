@@ -174,6 +174,11 @@ ps::Status CheckFlags(const ps::JobOptions& job, const ServerFlags& f, uint32_t 
         "--follow: a server of a next shard map (--map-epoch 1 or more) follows the old "
         "servers; not with --join or --restore-clock");
   }
+  if (f.join && f.restore_clock >= 0) {
+    return ps::InvalidArgumentError(
+        "--join: a joining replica takes its state from the shard's primary; not with "
+        "--restore-clock");
+  }
   if (f.join && job.replication.factor < 2) {
     return ps::InvalidArgumentError(
         "--join: the job has replication.factor 1, so a shard has no primary to copy from; it "
@@ -316,8 +321,11 @@ class ServerProcess {
     PublishRole("backup");
     ps::StatusOr<std::unique_ptr<ps::BackupServer>> backup = std::move(made);
     if (*backup == nullptr) {
+      // A replica that joins (--join, or etcd's word: the shard's primary
+      // took its key first) takes its state from the primary, whatever
+      // generation it was started to restore.
       backup = ps::BackupServer::Create(job_, shard_, flags_.replica, flags_.bind,
-                                        flags_.restore_clock, join_);
+                                        join_ ? -1 : flags_.restore_clock, join_);
     }
     if (!backup.ok()) {
       PS_LOG_ERROR("{}", backup.status().ToString());

@@ -1140,6 +1140,27 @@ TEST_F(E2eTest, AServerKilledDuringAReshardStopsTheJobAndItResumesWithExactSums)
 // next map's epoch (a flag error, exit 2); an old job file that does not
 // load, or whose tables differ (exit 5: it does not take over, and
 // ps_launch starts it restoring the handover generation instead).
+// A replica that joins takes its state from the shard's primary: asked to
+// restore a generation too, ps_server refuses the flags (exit 2). (A
+// replica that etcd's authority tells to join restores none, whatever
+// --restore-clock ps_launch gave it.)
+TEST_F(E2eTest, AJoiningReplicaRefusesARestoreClock) {
+  const std::vector<int> ports = {FreePort(), FreePort()};
+  const std::string job = ReshardJob(ports, 2, "job2", (dir_ / "ckpt").string(),
+                                     (dir_ / "stop").string(), /*hashed=*/false, 20,
+                                     "replication: { factor: 2, port_offset: 1 }\n");
+  auto [status, out] =
+      Finish(Start({kServer, "--config", job, "--shard", "0", "--replica", "1", "--join",
+                    "--restore-clock", "20"},
+                   true),
+             milliseconds(30000));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
+  EXPECT_NE(out.find("--join: a joining replica takes its state from the shard's primary; not "
+                     "with --restore-clock"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(E2eTest, AServerThatCannotFollowSaysWhyAndExitsFive) {
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string stop_file = (dir_ / "stop").string();
