@@ -252,6 +252,14 @@ uint64_t Client::SendWithHeader(Part&& part, MessageHeader& h, Frame&& keys, Fra
   // Kept (the bytes shared, not copied) in case it must be sent again.
   for (size_t i = 0; i < n; ++i) part.message[i] = frames[i].Clone();
   part.message_frames = static_cast<uint8_t>(n);
+  if (shards_[part.shard].holding) {
+    // Its server is being looked for: it goes there with the others, in
+    // order, once found.
+    part.held = true;
+    ++counters_.held;
+    tracker_.Add(rid, std::move(part));
+    return rid;
+  }
   Status sent = shards_[part.shard].channel->Send(std::span<Frame>(frames, n));
   if (!sent.ok()) {
     tracker_.Fail(part.ticket, sent.WithContext(Describe(part, rid) + " could not be sent"));

@@ -147,6 +147,9 @@ struct ClientCounters {
   uint64_t disconnects = 0;   // connections to a server that dropped
   uint64_t reconnects = 0;    // ... and were made again
   uint64_t resent = 0;        // requests sent again after a reconnect
+  // Requests made while their shard's server was looked for (a dropped
+  // connection, a new shard map): they waited, unsent, until it answered.
+  uint64_t held = 0;
   uint64_t refusals = 0;      // handshakes a server refused (security.mode curve)
   // replication.factor >= 2: PRIMARY questions sent to a shard's replicas
   // while looking for its primary, and the moves to another replica.
@@ -359,6 +362,12 @@ class Client {
     // The channel was made anew for a replica (Probe) and has not connected
     // yet: its first connection is no reconnect (the probe's answer decides).
     bool awaiting_first_connect = false;
+    // While probing: requests wait in the tracker (Part::held), unsent, and
+    // go to the server that answers, after those sent before them, in the
+    // order they were made. None goes where it could overtake another.
+    bool holding = false;
+    // It is looked for because the job moved to a new shard map (SwitchMap).
+    bool new_map = false;
   };
   // One Push or Pull as the caller asked for it.
   struct Call {
@@ -433,12 +442,21 @@ class Client {
   Status ReceiveReplies(uint32_t shard);
   // The connection events of the channel of `shard`.
   Status HandleConnectionEvents(uint32_t shard);
-  // The connection to `shard` is back: sends its unanswered requests again
-  // and this worker's clock.
   // The handshake with `shard` failed (`event`): every request in flight
   // to it fails with PermissionDenied saying which key to check.
   void RefusedBy(uint32_t shard, ConnectionEvent event);
+  // The connection to `shard` is back: sends its unanswered requests again
+  // (those held for the first time), oldest first, and this worker's clock.
   void Reconnected(uint32_t shard);
+  // The address Probe asks at: the shard's replica `replica`, or its one
+  // server when it has no replicas.
+  const std::string& ProbeEndpoint(const Shard& shard, uint32_t replica) const {
+    return shard.replicas.empty() ? shard.endpoint : shard.replicas[replica];
+  }
+  // How many addresses Probe goes round: 1 without replicas.
+  static uint32_t ProbeRing(const Shard& shard) {
+    return shard.replicas.empty() ? 1u : static_cast<uint32_t>(shard.replicas.size());
+  }
   // replication.factor >= 2 (see kProbeTimeout): starts looking for the
   // primary of `shard`, from the replica after the one it reached.
   void FindPrimary(uint32_t shard);

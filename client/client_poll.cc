@@ -231,14 +231,15 @@ void Client::FindPrimary(uint32_t s) {
   shard.probe_next_at = time_->Now();
   // The next replica on the ring first: the one the authority promotes
   // when the primary died.
-  shard.replica = static_cast<uint32_t>(shard.replica % shard.replicas.size());
-  Status asked = Probe(s, static_cast<uint32_t>((shard.replica + 1) % shard.replicas.size()));
+  const uint32_t ring = ProbeRing(shard);
+  shard.replica = shard.replica % ring;
+  Status asked = Probe(s, (shard.replica + 1) % ring);
   if (!asked.ok()) PS_LOG_WARN("server {}: {}", s, asked.ToString());
 }
 
 Status Client::Probe(uint32_t s, uint32_t replica) {
   Shard& shard = shards_[s];
-  const std::string& endpoint = shard.replicas[replica];
+  const std::string endpoint = ProbeEndpoint(shard, replica);
   shard.replica = replica;
   shard.probe_id = 0;
   shard.probe_next_at = time_->Now() + kProbeTimeout;  // no answer by then: the next one
@@ -248,11 +249,17 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   PS_ASSIGN_OR_RETURN(auto channel, Connect(s, endpoint));
   shard.channel = std::move(channel);
   shard.awaiting_first_connect = true;
+  // The old channel went with its queue. Requests wait until the server is
+  // found, then go there in order: one sent sooner could reach it before
+  // those it follows (lost with the old connection, sent again only then),
+  // or reach a process of an older shard map still at the address.
+  shard.holding = true;
   const size_t n = shards_.size();
   poll_sockets_[s] = shard.channel->poll_sockets().messages;
   poll_sockets_[n + s] = shard.channel->poll_sockets().events;
   MessageHeader h;
   h.op = Op::kPrimary;
+  h.map_epoch = map_epoch_;  // a server of an older map drops or refuses it
   h.request_id = next_request_id_++;
   h.worker = worker_;
   h.session = session_;
@@ -281,7 +288,7 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
     return;
   }
   const MessageHeader* h = &reply.header;
-  const std::string& endpoint = shard.replicas[shard.replica];
+  const std::string endpoint = ProbeEndpoint(shard, shard.replica);
   // A replica's epoch counts from 0 again in each shard map: an older
   // epoch of a newer map (a reshard) is not an old primary's. A primary of
   // an older map than the client's (one that handed over and lingers at
@@ -321,7 +328,7 @@ void Client::AdvanceProbes(int* timeout_ms) {
     Shard& shard = shards_[s];
     if (!shard.probing) continue;
     if (now >= shard.probe_next_at) {
-      const auto next = static_cast<uint32_t>((shard.replica + 1) % shard.replicas.size());
+      const uint32_t next = (shard.replica + 1) % ProbeRing(shard);
       // A "not serving" answer: the next replica. No answer at all (the
       // replica is gone): the next too.
       Status asked = Probe(s, next);
@@ -357,7 +364,12 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       continue;
     }
     if (*event == ConnectionEvent::kDisconnected) {
-      if (shard.probing) continue;  // a replica asked; the probe's timeout decides
+      if (shard.probing) {
+        // The replica asked went away (an old server at an address its
+        // successor takes, one that exits): asked again, or the next, soon.
+        shard.probe_next_at = std::min(shard.probe_next_at, time_->Now() + kProbeRetry);
+        continue;
+      }
       if (shard.closing) {
         // It acknowledged a SHUTDOWN or this worker's goodbye: a server
         // exits then, and nothing is waiting for it.
@@ -385,6 +397,10 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       PS_LOG_WARN("connection to server {} at {} dropped with {} requests in flight; waiting up "
                   "to {} ms (liveness.server_down_timeout_ms) for it to come back",
                   s, shard.endpoint, tracker_.in_flight(s), down_timeout_.count());
+      // On a new channel: the old one's queue may hold requests that came
+      // after those the connection lost, which the server there next must
+      // not get first.
+      FindPrimary(s);
       continue;
     }
     const bool first_of_probe_channel = shard.awaiting_first_connect;
@@ -440,7 +456,11 @@ void Client::Reconnected(uint32_t s) {
   const std::vector<uint64_t> rids = tracker_.InFlightTo(s);  // oldest first
   const std::string clock =
       control_ || reader_ ? "" : " and this worker's clock " + std::to_string(clock_);
-  if (shard.down) {
+  if (shard.new_map) {
+    PS_LOG_INFO("server {} of shard map {} at {} serves after {:.0f} ms; sending it its {} "
+                "requests{}",
+                s, map_epoch_, shard.endpoint, MillisSince(shard.down_since), rids.size(), clock);
+  } else if (shard.down) {
     PS_LOG_INFO("server {} at {} is back after {:.0f} ms; sending its {} unanswered requests "
                 "again{}",
                 s, shard.endpoint, MillisSince(shard.down_since), rids.size(), clock);
@@ -449,10 +469,18 @@ void Client::Reconnected(uint32_t s) {
                 shard.endpoint, rids.size(), clock);
   }
   std::vector<Frame> copy;
+  shard.holding = false;
+  shard.new_map = false;
   for (uint64_t rid : rids) {
     Part* p = tracker_.Find(rid);
     if (p == nullptr) continue;  // a callback of an earlier one finished it
-    if (!tracker_.Resent(rid, *p)) {
+    const bool again = !p->held;
+    if (!again) {
+      // Made while the server was looked for: its first send, its
+      // deadline from now.
+      p->held = false;
+      tracker_.Extend(rid, *p, time_->Now() + timeout_);
+    } else if (!tracker_.Resent(rid, *p)) {
       FinishPart(rid, UnavailableError(Describe(*p, rid) + " was sent " +
                                        std::to_string(RequestTracker::kMaxResends + 1) +
                                        " times and each time the connection to the server "
@@ -470,7 +498,7 @@ void Client::Reconnected(uint32_t s) {
       FinishPart(rid, sent.WithContext(Describe(*p, rid) + " could not be sent again"));
       continue;
     }
-    ++counters_.resent;
+    if (again) ++counters_.resent;
     ++counters_.requests;
     counters_.bytes_sent += bytes;
   }

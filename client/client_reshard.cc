@@ -46,54 +46,25 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
   }
   const uint32_t before = map_size_;
   for (uint32_t s = 0; s < endpoints.size(); ++s) {
-    if (s < shards_.size()) {
-      Shard& shard = shards_[s];
-      shard.closing = false;  // a server left out once may be in the map again
-      // The new map's replicas start at epoch 0 with replica 0 serving.
-      const bool was_probing = shard.probing;
-      shard.replicas = replicas[s];
-      shard.replica = 0;
-      shard.epoch = 0;
-      shard.probing = false;
-      shard.probe_id = 0;
-      shard.awaiting_first_connect = false;
-      // A handshake that failed with the old map's server (one that exited
-      // as it was reached) says nothing of the new map's.
-      shard.handshake_failed_at.reset();
-      shard.refused = false;
-      if (was_probing && !shard.replicas.empty()) {
-        // Its server went away (the old one handed over) while it looked
-        // for the primary among the old map's replicas: it looks among the
-        // new map's, replica 0 first; the one found gets its unanswered
-        // requests (and moves those of the old map).
-        shard.probing = true;
-        if (Status asked = Probe(s, 0); !asked.ok()) {
-          PS_LOG_WARN("server {}: {}", s, asked.ToString());
-        }
-        continue;
-      }
-      if (shard.endpoint == endpoints[s]) {
-        // The same address: the old server there drops what this map sends
-        // until it exits; the requests are sent again when the connection
-        // comes back, to the server that took the address.
-        continue;
-      }
-      PS_ASSIGN_OR_RETURN(shard.channel, Connect(s, endpoints[s]));
-      shard.endpoint = endpoints[s];
-      // Its first connection counts as a reconnect: what is sent before it
-      // may reach a process of an older map still at that address as it
-      // exits (its TCP backlog), and is sent again once a server answers
-      // (a push is recognised as a repeat, a pull answered twice).
-      shard.connected_once = true;
-      shard.down = false;
-    } else {
+    if (s >= shards_.size()) {
       Shard shard;
       shard.endpoint = endpoints[s];
-      shard.replicas = replicas[s];
-      shard.connected_once = true;  // as above
+      // A channel for the poll list; Probe makes the one used below.
       PS_ASSIGN_OR_RETURN(shard.channel, Connect(s, shard.endpoint));
       shards_.push_back(std::move(shard));
     }
+    Shard& shard = shards_[s];
+    shard.closing = false;  // a server left out once may be in the map again
+    // The new map's replicas start at epoch 0 with replica 0 serving.
+    shard.endpoint = endpoints[s];
+    shard.replicas = replicas[s];
+    shard.replica = 0;
+    shard.epoch = 0;
+    shard.connected_once = true;
+    // A handshake that failed with the old map's server (one that exited
+    // as it was reached) says nothing of the new map's.
+    shard.handshake_failed_at.reset();
+    shard.refused = false;
     if (heartbeat_ != nullptr) heartbeat_->Retarget(s, endpoints[s]);
   }
   // Servers the map leaves out: they answer (moved) what was sent there,
@@ -109,6 +80,24 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
   poll_sockets_.clear();
   for (const Shard& shard : shards_) poll_sockets_.push_back(shard.channel->poll_sockets().messages);
   for (const Shard& shard : shards_) poll_sockets_.push_back(shard.channel->poll_sockets().events);
+  // Each server of the new map is asked whether it serves (PRIMARY, which
+  // a process of an older map at the same address does not answer as
+  // serving), on a channel of its own, before anything is sent there: what
+  // the old channel still queued, and any request sent before the new
+  // server listens, could reach it ahead of the requests it must follow.
+  // The requests wait (Shard::holding) and go once it answers, in order.
+  for (uint32_t s = 0; s < map_size_; ++s) {
+    Shard& shard = shards_[s];
+    shard.new_map = true;
+    shard.down = true;
+    shard.down_since = time_->Now();
+    shard.probing = true;
+    shard.probe_id = 0;
+    shard.probe_next_at = time_->Now();
+    if (Status asked = Probe(s, 0); !asked.ok()) {
+      PS_LOG_WARN("server {}: {}", s, asked.ToString());
+    }
+  }
   // The servers of the new map restored the state at the handover clock.
   if (cache_ != nullptr) {
     for (uint32_t t = 0; t < job_.tables.size(); ++t) cache_->Invalidate(t);

@@ -77,6 +77,9 @@ struct Part {
   // A CLOCK a reshard moved, waiting for the ticket's other moved parts
   // (Client::ResendMoved).
   bool moved = false;
+  // Not sent yet: made while its shard's server was looked for
+  // (Client::Shard::holding); sent, in order, once it answers.
+  bool held = false;
 
   // The tracker's.
   Clock::TimePoint deadline = {};

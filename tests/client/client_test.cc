@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <chrono>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "client/control_client.h"
@@ -275,10 +277,18 @@ namespace {
 class FakeServer {
  public:
   using MakeReply = std::function<std::vector<Frame>(const MessageHeader& request)>;
-  explicit FakeServer(MakeReply make_reply) : make_reply_(std::move(make_reply)) {
+  // Listens at `endpoint` (a free port when not given).
+  explicit FakeServer(MakeReply make_reply, const std::string& endpoint = "tcp://127.0.0.1:*")
+      : make_reply_(std::move(make_reply)) {
     ctx_ = Context::Create(1).value();
     sock_ = Socket::Create(ctx_.get(), SocketType::kRouter, SocketOptions{}).value();
-    EXPECT_OK(sock_->Bind("tcp://127.0.0.1:*"));
+    // A socket closed there a moment ago may hold the port a little longer.
+    Status bound = sock_->Bind(endpoint);
+    for (int i = 0; i < 100 && !bound.ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      bound = sock_->Bind(endpoint);
+    }
+    EXPECT_OK(bound);
     endpoint_ = *sock_->LastEndpoint();
     thread_ = std::thread([this] { Serve(); });
   }
@@ -300,7 +310,7 @@ class FakeServer {
         std::vector<Frame> reply;
         reply.push_back(std::move(frames[0]));
         for (Frame& f : make_reply_(*h)) reply.push_back(std::move(f));
-        sock_->Send(reply).IgnoreError();
+        if (reply.size() > 1) sock_->Send(reply).IgnoreError();  // none: dropped
       }
     }
   }
@@ -409,6 +419,214 @@ TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
   }
   (*server)->Stop();
   serving.join();
+}
+
+// A shard's server that takes one message and no more (its queue holds
+// one) until it goes away: a big push stops in the TCP buffers, what comes
+// after it stays in the client's queue. Reset closes it with its unread
+// bytes, and the connection is reset.
+class StalledServer {
+ public:
+  explicit StalledServer(const std::string& endpoint) {
+    context_ = Context::Create(1).value();
+    SocketOptions stalled;
+    stalled.recv_hwm = 1;
+    socket_ = Socket::Create(context_.get(), SocketType::kRouter, stalled).value();
+    EXPECT_OK(socket_->Bind(endpoint));
+  }
+  void Reset() { socket_.reset(); }
+
+ private:
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<Socket> socket_;
+};
+
+// The server that takes over (at the same address or a backup's): answers
+// every request as a shard of shard map `map_epoch` does (PRIMARY: serving,
+// at `epoch`; a worker's request of an older map: moved) and records what
+// it takes, in order.
+class RecordingServer {
+ public:
+  RecordingServer(const std::string& endpoint, int64_t epoch, int64_t map_epoch = 0)
+      : fake_(
+            [this, epoch, map_epoch, endpoint](const MessageHeader& req) {
+              std::vector<Frame> r;
+              const bool routed = req.op == Op::kPush || req.op == Op::kPull || req.op == Op::kClock;
+              if (routed && req.map_epoch < map_epoch) {
+                MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
+                moved.flags = kFlagMoved;
+                moved.map_epoch = map_epoch;
+                moved.text = endpoint.substr(std::string("tcp://").size());
+                r.push_back(EncodeHeader(moved));
+                return r;
+              }
+              {
+                std::lock_guard<std::mutex> lock(mu_);
+                arrived_.push_back(req);
+              }
+              MessageHeader reply = ReplyTo(req, ReplyOp(req.op));
+              reply.map_epoch = map_epoch;
+              if (req.op == Op::kPrimary) {
+                reply.flags = kFlagServing;
+                reply.epoch = epoch;
+              }
+              r.push_back(EncodeHeader(reply));
+              return r;
+            },
+            endpoint) {}
+
+  // Every part of the pushes (each a request id of its own, at least
+  // `pushes` of them) came before the first CLOCK.
+  void ExpectEveryPushBeforeTheClock(size_t pushes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string order;
+    std::set<uint64_t> before_clock, all;
+    bool clocked = false;
+    for (const MessageHeader& h : arrived_) {
+      if (h.op != Op::kPush && h.op != Op::kClock && h.op != Op::kPrimary) continue;
+      order += OpName(h.op) + (h.op == Op::kPush ? " " + std::to_string(h.request_id) : "") + ", ";
+      if (h.op == Op::kClock) clocked = true;
+      if (h.op != Op::kPush) continue;
+      all.insert(h.request_id);
+      if (!clocked) before_clock.insert(h.request_id);
+    }
+    EXPECT_TRUE(clocked) << order;
+    EXPECT_GE(all.size(), pushes) << order;
+    EXPECT_EQ(before_clock, all) << "a push reached the server only after the CLOCK: " << order;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<MessageHeader> arrived_;
+  FakeServer fake_;  // last: its thread stops before the rest goes
+};
+
+// A job of one server (at `port`) with a small table and a big one (32 MB:
+// a push of it is many parts).
+JobOptions SmallAndBigJob(int port) {
+  JobOptions job = TestJob()
+                       .Workers(1)
+                       .Table("small", 10, 1, OptimizerKind::kAdd)
+                       .Table("big", 8'000'000, 1, OptimizerKind::kAdd)
+                       .RequestTimeoutMs(20000)
+                       .Build();
+  job.cluster.servers = {"127.0.0.1:" + std::to_string(port)};
+  return job;
+}
+
+// A connection that drops while a big push is half sent and the CLOCK
+// after it waits in the client's queue (a server that exits: a restart, the
+// old server of a reshard at an address the next map keeps): the server
+// that listens there next gets the push before the CLOCK, never the CLOCK
+// first (a bsp read of the clock it finishes would miss the push).
+TEST(ClientReconnectTest, AClockQueuedWhenTheConnectionDropsReachesTheNextServerAfterItsPush) {
+  const int port = FreePort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  StalledServer old_server(endpoint);
+  auto client = Client::Create(SmallAndBigJob(port), 0, {endpoint});
+  ASSERT_OK(client);
+  auto small = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  ASSERT_OK(small);
+  auto big = (*client)->PushDense(1, SharedFloats::Take(std::vector<float>(8'000'000, 1.0f)));
+  ASSERT_OK(big);
+  auto clock = (*client)->Clock();
+  ASSERT_OK(clock);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_OK((*client)->Poll(20));
+  }
+  old_server.Reset();
+  RecordingServer next(endpoint, 0);
+  EXPECT_OK((*client)->Wait(*small));
+  EXPECT_OK((*client)->Wait(*big));
+  EXPECT_OK((*client)->Wait(*clock));
+  next.ExpectEveryPushBeforeTheClock(2);
+}
+
+// The same when the primary that drops the connection has a backup that
+// takes over: a CLOCK made while the client looks for the new primary
+// waits for it, and reaches it after the pushes it follows (not before
+// them, as the first request on the new primary's connection).
+TEST(ClientReconnectTest, AClockMadeWhileLookingForThePrimaryReachesItAfterItsPushes) {
+  // The backup's port is the primary's + replication.port_offset.
+  int port = FreePort();
+  int backup_port = FreePort();
+  if (backup_port < port) std::swap(port, backup_port);
+  ASSERT_LT(port, backup_port);
+  JobOptions job = SmallAndBigJob(port);
+  job.replication.factor = 2;
+  job.replication.port_offset = static_cast<uint32_t>(backup_port - port);
+  StalledServer old_primary("tcp://127.0.0.1:" + std::to_string(port));
+  RecordingServer backup("tcp://127.0.0.1:" + std::to_string(backup_port), 1);
+  auto client = Client::Create(job, 0);  // the replicas from the job
+  ASSERT_OK(client);
+  auto small = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  ASSERT_OK(small);
+  auto big = (*client)->PushDense(1, SharedFloats::Take(std::vector<float>(8'000'000, 1.0f)));
+  ASSERT_OK(big);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_OK((*client)->Poll(20));
+  }
+  old_primary.Reset();
+  // The CLOCK is made as soon as the client asks the backup whether it
+  // serves, before its answer is read.
+  for (int i = 0; i < 500 && (*client)->counters().probes == 0; ++i) {
+    EXPECT_OK((*client)->Poll(10));
+  }
+  ASSERT_GT((*client)->counters().probes, 0u);
+  auto clock = (*client)->Clock();
+  ASSERT_OK(clock);
+  EXPECT_OK((*client)->Wait(*small));
+  EXPECT_OK((*client)->Wait(*big));
+  EXPECT_OK((*client)->Wait(*clock));
+  EXPECT_EQ((*client)->counters().fail_overs, 1u);
+  EXPECT_GT((*client)->counters().held, 0u);  // the CLOCK waited
+  backup.ExpectEveryPushBeforeTheClock(2);
+}
+
+// A reshard that keeps a server's address: the old server answers the
+// push and the CLOCK moved, and drops what the next map sends until it
+// exits. The client sends the next map nothing there but its question
+// whether the server serves, and once the next map's server answers it
+// gets the moved push before the moved CLOCK.
+TEST(ClientReconnectTest, MovedRequestsReachTheNextMapsServerAtAKeptAddressInOrder) {
+  const int port = FreePort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  std::atomic<int> next_map_writes_to_old{0};
+  auto old_server = std::make_unique<FakeServer>(
+      [&](const MessageHeader& req) {
+        std::vector<Frame> r;
+        if (req.map_epoch > 0) {
+          if (req.op != Op::kPrimary) ++next_map_writes_to_old;
+          return r;  // dropped, as a server that handed over does
+        }
+        MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
+        moved.flags = kFlagMoved;
+        moved.map_epoch = 1;
+        moved.text = "127.0.0.1:" + std::to_string(port);
+        r.push_back(EncodeHeader(moved));
+        return r;
+      },
+      endpoint);
+  auto client = Client::Create(SmallAndBigJob(port), 0, {endpoint});
+  ASSERT_OK(client);
+  auto push = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  ASSERT_OK(push);
+  auto clock = (*client)->Clock();
+  ASSERT_OK(clock);
+  for (int i = 0; i < 500 && (*client)->map_epoch() == 0; ++i) {
+    EXPECT_OK((*client)->Poll(10));
+  }
+  ASSERT_EQ((*client)->map_epoch(), 1);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_OK((*client)->Poll(10));
+  }
+  old_server.reset();  // it exits
+  RecordingServer next(endpoint, 0, /*map_epoch=*/1);
+  EXPECT_OK((*client)->Wait(*push));
+  EXPECT_OK((*client)->Wait(*clock));
+  EXPECT_EQ(next_map_writes_to_old.load(), 0);
+  EXPECT_GT((*client)->counters().held, 0u);
+  next.ExpectEveryPushBeforeTheClock(1);
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {
