@@ -175,14 +175,19 @@ struct ClientCounters {
 // successor may take seconds to listen (a reshard's new server).
 inline constexpr std::chrono::milliseconds kHandshakeRefusedAfter{500};
 
-// replication.factor >= 2: a client whose connection to a shard's primary
-// dropped (or that a backup turned away) asks the shard's replicas one at
-// a time, in ring order from the next one, whether they serve (PRIMARY),
-// and moves to the one that does at the newest epoch. A replica that does
-// not answer within kProbeTimeout is passed over; after a "not serving"
-// answer the next one is asked kProbeRetry later (a backup the authority
-// is about to promote answers so first).
+// A client whose connection to a shard's server dropped (or that a backup
+// turned away, or whose job moved to a new shard map) asks the shard's
+// replicas one at a time (without replicas, its one address), in ring
+// order from the next one (after a new map, from replica 0), whether they
+// serve (PRIMARY), and moves to the one that does at the newest epoch. A
+// replica that connects and does not answer within kProbeTimeout is passed
+// over, one whose address takes no connection within kProbeConnectTimeout
+// (nothing listens there yet: a server still starting, restoring its
+// rows); after a "not serving" answer, or a connection that drops, the
+// next one is asked kProbeRetry later (a backup the authority is about to
+// promote answers so first).
 inline constexpr std::chrono::milliseconds kProbeTimeout{100};
+inline constexpr std::chrono::milliseconds kProbeConnectTimeout{1000};
 inline constexpr std::chrono::milliseconds kProbeRetry{10};
 
 class Client {
@@ -358,6 +363,9 @@ class Client {
     // out (0: none); the next replica is asked at probe_next_at.
     bool probing = false;
     uint64_t probe_id = 0;
+    // The replica asked answered as a server of an older shard map: it is
+    // asked again, not the next one.
+    bool probe_same = false;
     ps::Clock::TimePoint probe_next_at;
     // The channel was made anew for a replica (Probe) and has not connected
     // yet: its first connection is no reconnect (the probe's answer decides).

@@ -242,7 +242,9 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   const std::string endpoint = ProbeEndpoint(shard, replica);
   shard.replica = replica;
   shard.probe_id = 0;
-  shard.probe_next_at = time_->Now() + kProbeTimeout;  // no answer by then: the next one
+  shard.probe_same = false;
+  // Not connected by then: the next one (kProbeTimeout once connected).
+  shard.probe_next_at = time_->Now() + kProbeConnectTimeout;
   // A channel of its own for each question: the old one's queue may hold
   // requests that a replica that is not the primary must not get, and
   // answers of another replica.
@@ -299,8 +301,14 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
     // A backup, a fenced primary, one of an older epoch than this client
     // saw, a server of an older map, or a server that does not know
     // PRIMARY: the next one, soon.
-    PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}); asking the next", s,
-                 shard.replica, endpoint, h->epoch);
+    // A primary of an older map lingers where the new map's replica comes
+    // once it exited: that replica is asked again, not the next (a backup,
+    // of any map, sends the client on).
+    shard.probe_same = reply.fault != ReplyFault::kRejected && (h->flags & kFlagServing) != 0 &&
+                       h->map_epoch < map_epoch_;
+    PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}, map {}); asking {}", s,
+                 shard.replica, endpoint, h->epoch, h->map_epoch,
+                 shard.probe_same ? "it again" : "the next");
     shard.probe_id = 0;
     shard.probe_next_at = time_->Now() + kProbeRetry;
     return;
@@ -328,7 +336,7 @@ void Client::AdvanceProbes(int* timeout_ms) {
     Shard& shard = shards_[s];
     if (!shard.probing) continue;
     if (now >= shard.probe_next_at) {
-      const uint32_t next = (shard.replica + 1) % ProbeRing(shard);
+      const uint32_t next = shard.probe_same ? shard.replica : (shard.replica + 1) % ProbeRing(shard);
       // A "not serving" answer: the next replica. No answer at all (the
       // replica is gone): the next too.
       Status asked = Probe(s, next);
@@ -377,6 +385,14 @@ Status Client::HandleConnectionEvents(uint32_t s) {
         continue;
       }
       if (shard.down) continue;
+      {
+        // What the server answered before the connection dropped is in
+        // the channel already: read before the channel goes (FindPrimary),
+        // those requests are not sent again.
+        const int64_t map_before = map_epoch_;
+        PS_RETURN_IF_ERROR(ReceiveReplies(s));
+        if (map_epoch_ != map_before) return Status::Ok();  // every shard is looked for anew
+      }
       shard.down = true;
       if (shard.refused) {
         // The handshake was refused (logged): not a server that went away.
@@ -410,6 +426,10 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       // made for the primary found was answered on already).
       shard.connected_once = true;
       shard.handshake_failed_at.reset();
+      if (shard.probing && first_of_probe_channel) {
+        // Something listens there: an answer comes soon, or never.
+        shard.probe_next_at = std::min(shard.probe_next_at, time_->Now() + kProbeTimeout);
+      }
       continue;
     }
     const bool again = shard.connected_once;
