@@ -475,6 +475,13 @@ class RecordingServer {
             },
             endpoint) {}
 
+  // How many requests of `op` it took.
+  size_t Count(Op op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<size_t>(std::count_if(arrived_.begin(), arrived_.end(),
+                                             [op](const MessageHeader& h) { return h.op == op; }));
+  }
+
   // Every part of the pushes (each a request id of its own, at least
   // `pushes` of them) came before the first CLOCK.
   void ExpectEveryPushBeforeTheClock(size_t pushes) {
@@ -627,6 +634,45 @@ TEST(ClientReconnectTest, MovedRequestsReachTheNextMapsServerAtAKeptAddressInOrd
   EXPECT_EQ(next_map_writes_to_old.load(), 0);
   EXPECT_GT((*client)->counters().held, 0u);
   next.ExpectEveryPushBeforeTheClock(1);
+}
+
+// At an address the next map keeps, the old server's answer to a request
+// of the old map that comes after the moved reply (a push it applied
+// before the handover) is taken from the channel the client keeps: the
+// push is not sent to the next map's server, where it would be moved and
+// applied a second time.
+TEST(ClientReconnectTest, AnAnswerOfTheOldServerAfterTheMoveIsTakenNotSentAgain) {
+  const int port = FreePort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  auto old_server = std::make_unique<FakeServer>(
+      [&](const MessageHeader& req) {
+        std::vector<Frame> r;
+        if (req.map_epoch > 0 && req.op != Op::kPrimary) return r;  // dropped
+        if (req.op == Op::kPush && req.table == 0) {
+          MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
+          moved.flags = kFlagMoved;
+          moved.map_epoch = 1;
+          moved.text = "127.0.0.1:" + std::to_string(port);
+          r.push_back(EncodeHeader(moved));
+        } else {
+          r.push_back(EncodeHeader(ReplyTo(req, ReplyOp(req.op))));  // applied; PRIMARY: not serving
+        }
+        return r;
+      },
+      endpoint);
+  auto client = Client::Create(SmallAndBigJob(port), 0, {endpoint});
+  ASSERT_OK(client);
+  auto moved = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  ASSERT_OK(moved);
+  std::vector<uint64_t> row = {7};
+  auto applied = (*client)->Push(1, row, SharedFloats::Take(std::vector<float>(1, 2.0f)));
+  ASSERT_OK(applied);
+  EXPECT_OK((*client)->Wait(*applied));  // answered by the old server after the move
+  EXPECT_EQ((*client)->map_epoch(), 1);
+  old_server.reset();
+  RecordingServer next(endpoint, 0, /*map_epoch=*/1);
+  EXPECT_OK((*client)->Wait(*moved));
+  EXPECT_EQ(next.Count(Op::kPush), 1u);  // the moved push only
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {
