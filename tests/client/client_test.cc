@@ -421,6 +421,16 @@ TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
   serving.join();
 }
 
+// A shard's answer that the job moved to shard map `map_epoch` of
+// `servers` (the request was not applied).
+MessageHeader MovedTo(const MessageHeader& req, int64_t map_epoch, const std::string& servers) {
+  MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
+  moved.flags = kFlagMoved;
+  moved.map_epoch = map_epoch;
+  moved.text = servers;
+  return moved;
+}
+
 // A shard's server that takes one message and no more (its queue holds
 // one) until it goes away: a big push stops in the TCP buffers, what comes
 // after it stays in the client's queue. Reset closes it with its unread
@@ -453,11 +463,8 @@ class RecordingServer {
               std::vector<Frame> r;
               const bool routed = req.op == Op::kPush || req.op == Op::kPull || req.op == Op::kClock;
               if (routed && req.map_epoch < map_epoch) {
-                MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
-                moved.flags = kFlagMoved;
-                moved.map_epoch = map_epoch;
-                moved.text = endpoint.substr(std::string("tcp://").size());
-                r.push_back(EncodeHeader(moved));
+                r.push_back(EncodeHeader(
+                    MovedTo(req, map_epoch, endpoint.substr(std::string("tcp://").size()))));
                 return r;
               }
               {
@@ -606,11 +613,7 @@ TEST(ClientReconnectTest, MovedRequestsReachTheNextMapsServerAtAKeptAddressInOrd
           if (req.op != Op::kPrimary) ++next_map_writes_to_old;
           return r;  // dropped, as a server that handed over does
         }
-        MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
-        moved.flags = kFlagMoved;
-        moved.map_epoch = 1;
-        moved.text = "127.0.0.1:" + std::to_string(port);
-        r.push_back(EncodeHeader(moved));
+        r.push_back(EncodeHeader(MovedTo(req, 1, "127.0.0.1:" + std::to_string(port))));
         return r;
       },
       endpoint);
@@ -649,11 +652,7 @@ TEST(ClientReconnectTest, AnAnswerOfTheOldServerAfterTheMoveIsTakenNotSentAgain)
         std::vector<Frame> r;
         if (req.map_epoch > 0 && req.op != Op::kPrimary) return r;  // dropped
         if (req.op == Op::kPush && req.table == 0) {
-          MessageHeader moved = MakeErrorHeader(req, 0, UnavailableError("moved"));
-          moved.flags = kFlagMoved;
-          moved.map_epoch = 1;
-          moved.text = "127.0.0.1:" + std::to_string(port);
-          r.push_back(EncodeHeader(moved));
+          r.push_back(EncodeHeader(MovedTo(req, 1, "127.0.0.1:" + std::to_string(port))));
         } else {
           r.push_back(EncodeHeader(ReplyTo(req, ReplyOp(req.op))));  // applied; PRIMARY: not serving
         }
