@@ -305,19 +305,25 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
   }
   const MessageHeader* h = &reply.header;
   const std::string endpoint = ProbeEndpoint(shard, shard.replica);
-  // A replica's epoch counts from 0 again in each shard map: an older
-  // epoch of a newer map (a reshard) is not an old primary's. A primary of
-  // an older map than the client's (one that handed over and lingers at
-  // an address the new map's replicas share) serves none of its requests,
-  // and its epoch is not the new map's.
-  if (reply.fault == ReplyFault::kRejected || (h->flags & kFlagServing) == 0 ||
-      h->map_epoch < map_epoch_ || (h->epoch < shard.epoch && h->map_epoch <= map_epoch_)) {
+  if (shard.replicas.empty()) {
+    // One address and nothing to choose among: whatever of this map (or a
+    // newer one) answers there is the server (a control client may talk to
+    // a backup, which serves no writes); a primary of an older map that
+    // lingers there is asked again until its successor takes the address.
+    if (reply.fault == ReplyFault::kNone && h->map_epoch < map_epoch_) {
+      shard.probe_same = true;
+      shard.probe_id = 0;
+      shard.probe_next_at = time_->Now() + kProbeRetry;
+      return;
+    }
+  } else if (reply.fault == ReplyFault::kRejected || (h->flags & kFlagServing) == 0 ||
+             h->map_epoch < map_epoch_ ||
+             (h->epoch < shard.epoch && h->map_epoch <= map_epoch_)) {
     // A backup, a fenced primary, one of an older epoch than this client
     // saw, a server of an older map, or a server that does not know
-    // PRIMARY: the next one, soon.
-    // A primary of an older map lingers where the new map's replica comes
-    // once it exited: that replica is asked again, not the next (a backup,
-    // of any map, sends the client on).
+    // PRIMARY: the next one, soon. A primary of an older map lingers where
+    // the new map's replica comes once it exited: that replica is asked
+    // again, not the next (a backup, of any map, sends the client on).
     shard.probe_same = reply.fault != ReplyFault::kRejected && (h->flags & kFlagServing) != 0 &&
                        h->map_epoch < map_epoch_;
     PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}, map {}); asking {}", s,
@@ -327,6 +333,11 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
     shard.probe_next_at = time_->Now() + kProbeRetry;
     return;
   }
+  // (A replica's epoch counts from 0 again in each shard map: an older
+  // epoch of a newer map is not an old primary's. A primary of an older map
+  // than the client's, one that handed over and lingers at an address the
+  // new map's replicas share, serves none of its requests, and its epoch is
+  // not the new map's.)
   shard.probing = false;
   shard.probe_id = 0;
   shard.keep_channel = false;

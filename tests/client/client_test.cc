@@ -654,7 +654,11 @@ TEST(ClientReconnectTest, AnAnswerOfTheOldServerAfterTheMoveIsTakenNotSentAgain)
         if (req.op == Op::kPush && req.table == 0) {
           r.push_back(EncodeHeader(MovedTo(req, 1, "127.0.0.1:" + std::to_string(port))));
         } else {
-          r.push_back(EncodeHeader(ReplyTo(req, ReplyOp(req.op))));  // applied; PRIMARY: not serving
+          // Applied; PRIMARY: serving, in map 0 (a server of the older map).
+          MessageHeader reply = ReplyTo(req, ReplyOp(req.op));
+          reply.map_epoch = 0;
+          if (req.op == Op::kPrimary) reply.flags = kFlagServing;
+          r.push_back(EncodeHeader(reply));
         }
         return r;
       },
@@ -672,6 +676,33 @@ TEST(ClientReconnectTest, AnAnswerOfTheOldServerAfterTheMoveIsTakenNotSentAgain)
   RecordingServer next(endpoint, 0, /*map_epoch=*/1);
   EXPECT_OK((*client)->Wait(*moved));
   EXPECT_EQ(next.Count(Op::kPush), 1u);  // the moved push only
+}
+
+// A client of one named address (a control client may reach a backup,
+// which serves no writes) whose connection drops takes whatever server of
+// its map answers there next: its request goes there, not held for good.
+TEST(ClientReconnectTest, AServerThatIsNotAPrimaryAtANamedAddressGetsTheRequestsAfterADrop) {
+  const int port = FreePort();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  auto silent = std::make_unique<FakeServer>(
+      [](const MessageHeader&) { return std::vector<Frame>(); }, endpoint);
+  auto client = Client::Create(SmallAndBigJob(port), 0, {endpoint});
+  ASSERT_OK(client);
+  auto push = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
+  ASSERT_OK(push);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_OK((*client)->Poll(10));
+  }
+  silent.reset();
+  // Answers PRIMARY as a backup does (not serving), the rest as applied.
+  FakeServer backup(
+      [](const MessageHeader& req) {
+        std::vector<Frame> r;
+        r.push_back(EncodeHeader(ReplyTo(req, ReplyOp(req.op))));
+        return r;
+      },
+      endpoint);
+  EXPECT_OK((*client)->Wait(*push));
 }
 
 TEST(ClientBadReplyTest, ShortValuesAreDataLossNamingTheServer) {
