@@ -112,7 +112,6 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const JobOptions& job, uint32_t
       shard.endpoint = endpoints[s];
     }
     PS_ASSIGN_OR_RETURN(shard.channel, client->Connect(s, shard.endpoint));
-    shard.channel_endpoint = shard.endpoint;
     client->shards_.push_back(std::move(shard));
   }
   client->map_size_ = static_cast<uint32_t>(client->shards_.size());

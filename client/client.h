@@ -344,7 +344,6 @@ class Client {
   struct Shard {
     std::string endpoint;
     std::unique_ptr<Channel> channel;
-    std::string channel_endpoint;  // where `channel` connects
     int64_t min_clock = 0;
     bool connected_once = false;  // a connection was made at least once
     bool down = false;            // the connection dropped and is not back yet
@@ -377,12 +376,6 @@ class Client {
     bool holding = false;
     // It is looked for because the job moved to a new shard map (SwitchMap).
     bool new_map = false;
-    // The new map keeps the address the old one's server had: the probe
-    // asks on the channel it has, where the old server's answers to the
-    // old map's requests still come (and what its queue holds is of the
-    // old map, which a new server answers moved or as a repeat). Cleared
-    // once a server of the new map answers.
-    bool keep_channel = false;
   };
   // One Push or Pull as the caller asked for it.
   struct Call {

@@ -216,17 +216,8 @@ Status Client::ReceiveReplies(uint32_t s) {
   while (true) {
     PS_ASSIGN_OR_RETURN(bool got, shards_[s].channel->TryRecv(&frames_));
     if (!got) return Status::Ok();
-    if (shards_[s].probing && !shards_[s].keep_channel) {
+    if (shards_[s].probing) {
       HandleProbeReply(s, frames_);
-    } else if (shards_[s].probing) {
-      // The old server's answers come on the same channel as the probe's.
-      const std::span<const Frame> header(frames_.data(), std::min<size_t>(frames_.size(), 1));
-      const MessageHeader echo = EchoHeader(header);
-      if (echo.request_id == shards_[s].probe_id) {
-        HandleProbeReply(s, frames_);
-      } else {
-        HandleReply(s, frames_);
-      }
     } else {
       HandleReply(s, frames_);
     }
@@ -256,15 +247,10 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   shard.probe_next_at = time_->Now() + kProbeConnectTimeout;
   // A channel of its own for each question: the old one's queue may hold
   // requests that a replica that is not the primary must not get, and
-  // answers of another replica. (Not after a new map at the address the
-  // channel reaches: Shard::keep_channel.)
-  if (!shard.keep_channel || endpoint != shard.channel_endpoint) {
-    shard.keep_channel = false;
-    PS_ASSIGN_OR_RETURN(auto channel, Connect(s, endpoint));
-    shard.channel = std::move(channel);
-    shard.channel_endpoint = endpoint;
-    shard.awaiting_first_connect = true;
-  }
+  // answers of another replica.
+  PS_ASSIGN_OR_RETURN(auto channel, Connect(s, endpoint));
+  shard.channel = std::move(channel);
+  shard.awaiting_first_connect = true;
   // The old channel went with its queue. Requests wait until the server is
   // found, then go there in order: one sent sooner could reach it before
   // those it follows (lost with the old connection, sent again only then),
@@ -340,7 +326,6 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
   // not the new map's.)
   shard.probing = false;
   shard.probe_id = 0;
-  shard.keep_channel = false;
   const bool moved = endpoint != shard.endpoint;
   if (moved) {
     ++counters_.fail_overs;

@@ -51,7 +51,6 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
       shard.endpoint = endpoints[s];
       // A channel for the poll list; Probe makes the one used below.
       PS_ASSIGN_OR_RETURN(shard.channel, Connect(s, shard.endpoint));
-      shard.channel_endpoint = shard.endpoint;
       shards_.push_back(std::move(shard));
     }
     Shard& shard = shards_[s];
@@ -90,7 +89,6 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
   for (uint32_t s = 0; s < map_size_; ++s) {
     Shard& shard = shards_[s];
     shard.new_map = true;
-    shard.keep_channel = shard.channel_endpoint == shard.endpoint;
     shard.down = true;
     shard.down_since = time_->Now();
     shard.probing = true;

@@ -639,45 +639,6 @@ TEST(ClientReconnectTest, MovedRequestsReachTheNextMapsServerAtAKeptAddressInOrd
   next.ExpectEveryPushBeforeTheClock(1);
 }
 
-// At an address the next map keeps, the old server's answer to a request
-// of the old map that comes after the moved reply (a push it applied
-// before the handover) is taken from the channel the client keeps: the
-// push is not sent to the next map's server, where it would be moved and
-// applied a second time.
-TEST(ClientReconnectTest, AnAnswerOfTheOldServerAfterTheMoveIsTakenNotSentAgain) {
-  const int port = FreePort();
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
-  auto old_server = std::make_unique<FakeServer>(
-      [&](const MessageHeader& req) {
-        std::vector<Frame> r;
-        if (req.map_epoch > 0 && req.op != Op::kPrimary) return r;  // dropped
-        if (req.op == Op::kPush && req.table == 0) {
-          r.push_back(EncodeHeader(MovedTo(req, 1, "127.0.0.1:" + std::to_string(port))));
-        } else {
-          // Applied; PRIMARY: serving, in map 0 (a server of the older map).
-          MessageHeader reply = ReplyTo(req, ReplyOp(req.op));
-          reply.map_epoch = 0;
-          if (req.op == Op::kPrimary) reply.flags = kFlagServing;
-          r.push_back(EncodeHeader(reply));
-        }
-        return r;
-      },
-      endpoint);
-  auto client = Client::Create(SmallAndBigJob(port), 0, {endpoint});
-  ASSERT_OK(client);
-  auto moved = (*client)->PushDense(0, SharedFloats::Take(std::vector<float>(10, 1.0f)));
-  ASSERT_OK(moved);
-  std::vector<uint64_t> row = {7};
-  auto applied = (*client)->Push(1, row, SharedFloats::Take(std::vector<float>(1, 2.0f)));
-  ASSERT_OK(applied);
-  EXPECT_OK((*client)->Wait(*applied));  // answered by the old server after the move
-  EXPECT_EQ((*client)->map_epoch(), 1);
-  old_server.reset();
-  RecordingServer next(endpoint, 0, /*map_epoch=*/1);
-  EXPECT_OK((*client)->Wait(*moved));
-  EXPECT_EQ(next.Count(Op::kPush), 1u);  // the moved push only
-}
-
 // A client of one named address (a control client may reach a backup,
 // which serves no writes) whose connection drops takes whatever server of
 // its map answers there next: its request goes there, not held for good.
