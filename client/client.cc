@@ -252,9 +252,9 @@ uint64_t Client::SendWithHeader(Part&& part, MessageHeader& h, Frame&& keys, Fra
   // Kept (the bytes shared, not copied) in case it must be sent again.
   for (size_t i = 0; i < n; ++i) part.message[i] = frames[i].Clone();
   part.message_frames = static_cast<uint8_t>(n);
-  if (shards_[part.shard].holding) {
+  if (shards_[part.shard].probing) {
     // Its server is being looked for: it goes there with the others, in
-    // order, once found.
+    // order, once found (Shard::probing).
     part.held = true;
     ++counters_.held;
     tracker_.Add(rid, std::move(part));

@@ -360,7 +360,12 @@ class Client {
     uint32_t replica = 0;
     int64_t epoch = 0;  // the newest epoch a serving replica answered at
     // Looking for the primary (kProbeTimeout): PRIMARY request probe_id is
-    // out (0: none); the next replica is asked at probe_next_at.
+    // out (0: none); the next replica is asked at probe_next_at. Meanwhile
+    // requests wait in the tracker (Part::held), unsent, and go to the
+    // server that answers after those sent before them, in the order they
+    // were made: one sent sooner could reach it before those it follows
+    // (lost with the old connection, sent again only then), or reach a
+    // process of an older shard map still at the address.
     bool probing = false;
     uint64_t probe_id = 0;
     // The replica asked answered as a server of an older shard map: it is
@@ -370,10 +375,6 @@ class Client {
     // The channel was made anew for a replica (Probe) and has not connected
     // yet: its first connection is no reconnect (the probe's answer decides).
     bool awaiting_first_connect = false;
-    // While probing: requests wait in the tracker (Part::held), unsent, and
-    // go to the server that answers, after those sent before them, in the
-    // order they were made. None goes where it could overtake another.
-    bool holding = false;
     // It is looked for because the job moved to a new shard map (SwitchMap).
     bool new_map = false;
   };
@@ -465,9 +466,12 @@ class Client {
   static uint32_t ProbeRing(const Shard& shard) {
     return shard.replicas.empty() ? 1u : static_cast<uint32_t>(shard.replicas.size());
   }
-  // replication.factor >= 2 (see kProbeTimeout): starts looking for the
-  // primary of `shard`, from the replica after the one it reached.
+  // Starts looking for the server of `shard` (see kProbeTimeout), from the
+  // replica after the one it reached.
   void FindPrimary(uint32_t shard);
+  // Starts looking for it from replica `replica` (LookFor(s, 0): a new
+  // shard map's first).
+  void LookFor(uint32_t shard, uint32_t replica);
   // Makes the channel of `shard` reach replica `replica` and asks it
   // PRIMARY.
   Status Probe(uint32_t shard, uint32_t replica);

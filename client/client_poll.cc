@@ -226,15 +226,18 @@ Status Client::ReceiveReplies(uint32_t s) {
 
 void Client::FindPrimary(uint32_t s) {
   Shard& shard = shards_[s];
-  shard.probing = true;
-  shard.probe_id = 0;
-  shard.probe_next_at = time_->Now();
   // The next replica on the ring first: the one the authority promotes
   // when the primary died.
   const uint32_t ring = ProbeRing(shard);
   shard.replica = shard.replica % ring;
-  Status asked = Probe(s, (shard.replica + 1) % ring);
-  if (!asked.ok()) PS_LOG_WARN("server {}: {}", s, asked.ToString());
+  LookFor(s, (shard.replica + 1) % ring);
+}
+
+void Client::LookFor(uint32_t s, uint32_t replica) {
+  shards_[s].probing = true;  // its requests wait from now on
+  if (Status asked = Probe(s, replica); !asked.ok()) {
+    PS_LOG_WARN("server {}: {}", s, asked.ToString());  // asked again at probe_next_at
+  }
 }
 
 Status Client::Probe(uint32_t s, uint32_t replica) {
@@ -251,11 +254,6 @@ Status Client::Probe(uint32_t s, uint32_t replica) {
   PS_ASSIGN_OR_RETURN(auto channel, Connect(s, endpoint));
   shard.channel = std::move(channel);
   shard.awaiting_first_connect = true;
-  // The old channel went with its queue. Requests wait until the server is
-  // found, then go there in order: one sent sooner could reach it before
-  // those it follows (lost with the old connection, sent again only then),
-  // or reach a process of an older shard map still at the address.
-  shard.holding = true;
   const size_t n = shards_.size();
   poll_sockets_[s] = shard.channel->poll_sockets().messages;
   poll_sockets_[n + s] = shard.channel->poll_sockets().events;
@@ -306,10 +304,12 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
              h->map_epoch < map_epoch_ ||
              (h->epoch < shard.epoch && h->map_epoch <= map_epoch_)) {
     // A backup, a fenced primary, one of an older epoch than this client
-    // saw, a server of an older map, or a server that does not know
-    // PRIMARY: the next one, soon. A primary of an older map lingers where
-    // the new map's replica comes once it exited: that replica is asked
-    // again, not the next (a backup, of any map, sends the client on).
+    // saw (a replica's epoch counts from 0 again in each shard map, so an
+    // older epoch of a newer map is not an old primary's), a server of an
+    // older map, or a server that does not know PRIMARY: the next one,
+    // soon. A primary of an older map lingers where the new map's replica
+    // comes once it exited: that replica is asked again, not the next (a
+    // backup, of any map, sends the client on).
     shard.probe_same = reply.fault != ReplyFault::kRejected && (h->flags & kFlagServing) != 0 &&
                        h->map_epoch < map_epoch_;
     PS_LOG_DEBUG("server {}: replica {} at {} does not serve (epoch {}, map {}); asking {}", s,
@@ -319,11 +319,6 @@ void Client::HandleProbeReply(uint32_t s, std::span<Frame> frames) {
     shard.probe_next_at = time_->Now() + kProbeRetry;
     return;
   }
-  // (A replica's epoch counts from 0 again in each shard map: an older
-  // epoch of a newer map is not an old primary's. A primary of an older map
-  // than the client's, one that handed over and lingers at an address the
-  // new map's replicas share, serves none of its requests, and its epoch is
-  // not the new map's.)
   shard.probing = false;
   shard.probe_id = 0;
   const bool moved = endpoint != shard.endpoint;
@@ -500,7 +495,6 @@ void Client::Reconnected(uint32_t s) {
                 shard.endpoint, rids.size(), clock);
   }
   std::vector<Frame> copy;
-  shard.holding = false;
   shard.new_map = false;
   for (uint64_t rid : rids) {
     Part* p = tracker_.Find(rid);

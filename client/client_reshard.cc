@@ -85,18 +85,13 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
   // serving), on a channel of its own, before anything is sent there: what
   // the old channel still queued, and any request sent before the new
   // server listens, could reach it ahead of the requests it must follow.
-  // The requests wait (Shard::holding) and go once it answers, in order.
+  // The requests wait (Shard::probing) and go once it answers, in order.
   for (uint32_t s = 0; s < map_size_; ++s) {
     Shard& shard = shards_[s];
     shard.new_map = true;
     shard.down = true;
     shard.down_since = time_->Now();
-    shard.probing = true;
-    shard.probe_id = 0;
-    shard.probe_next_at = time_->Now();
-    if (Status asked = Probe(s, 0); !asked.ok()) {
-      PS_LOG_WARN("server {}: {}", s, asked.ToString());
-    }
+    LookFor(s, 0);
   }
   // The servers of the new map restored the state at the handover clock.
   if (cache_ != nullptr) {

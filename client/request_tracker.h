@@ -78,7 +78,7 @@ struct Part {
   // (Client::ResendMoved).
   bool moved = false;
   // Not sent yet: made while its shard's server was looked for
-  // (Client::Shard::holding); sent, in order, once it answers.
+  // (Client::Shard::probing); sent, in order, once it answers.
   bool held = false;
 
   // The tracker's.
