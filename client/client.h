@@ -352,6 +352,11 @@ class Client {
     // A handshake failed at this time and none succeeded since (see
     // kHandshakeRefusedAfter); nullopt otherwise.
     std::optional<ps::Clock::TimePoint> handshake_failed_at;
+    // Under security.mode none: connections closed during the handshake
+    // since the last one that succeeded (a server that exits, or one that
+    // speaks CurveZMQ and closed before its greeting said so); named when
+    // a request to it times out.
+    uint32_t handshake_cuts = 0;
     ps::Clock::TimePoint down_since;
     // replication.factor >= 2: every replica's endpoint (ReplicaAddress,
     // replica 0 first); empty otherwise, or when the caller named the
@@ -454,6 +459,9 @@ class Client {
   // The handshake with `shard` failed (`event`): every request in flight
   // to it fails with PermissionDenied saying which key to check.
   void RefusedBy(uint32_t shard, ConnectionEvent event);
+  // Why a request to `shard` may have gone unanswered when its connections
+  // were closed during their handshakes (handshake_cuts > 0).
+  static std::string HandshakeCuts(const Shard& shard);
   // The connection to `shard` is back: sends its unanswered requests again
   // (those held for the first time), oldest first, and this worker's clock.
   void Reconnected(uint32_t shard);

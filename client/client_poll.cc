@@ -133,6 +133,13 @@ double Client::MillisSince(ps::Clock::TimePoint t) const {
   return std::chrono::duration<double, std::milli>(time_->Now() - t).count();
 }
 
+std::string Client::HandshakeCuts(const Shard& shard) {
+  return "the server closed each of the last " + std::to_string(shard.handshake_cuts) +
+         " connections during the handshake: it speaks CurveZMQ and this process does not "
+         "(security.mode none; every process of a job needs the same security section), or it "
+         "is past its server.max_connections";
+}
+
 size_t Client::ExpireDeadlines() {
   const auto now = time_->Now();
   size_t expired = 0;
@@ -153,16 +160,20 @@ size_t Client::ExpireDeadlines() {
                           std::to_string(static_cast<int64_t>(MillisSince(shard.down_since))) +
                           " ms ago and it did not come back within " +
                           std::to_string(down_timeout_.count()) +
-                          " ms (liveness.server_down_timeout_ms); is it running? ps_launch "
-                          "restarts a crashed server when the job has checkpoint.dir"));
+                          " ms (liveness.server_down_timeout_ms); " +
+                          (shard.handshake_cuts == 0
+                               ? std::string("is it running? ps_launch restarts a crashed server "
+                                             "when the job has checkpoint.dir")
+                               : HandshakeCuts(shard))));
       continue;
     }
     ++counters_.timeouts;
     FinishPart(rid, DeadlineExceededError(
                         Describe(p, rid) + " got no reply within " +
-                        std::to_string(timeout_.count()) +
-                        " ms (client.request_timeout_ms); the server may be down, overloaded "
-                        "or unreachable"));
+                        std::to_string(timeout_.count()) + " ms (client.request_timeout_ms); " +
+                        (shard.handshake_cuts == 0
+                             ? std::string("the server may be down, overloaded or unreachable")
+                             : HandshakeCuts(shard))));
   }
   return expired;
 }
@@ -364,6 +375,7 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     // server that went away during it (one that exits, at an address its
     // successor listens at later), and counts for nothing.
     if (*event == ConnectionEvent::kHandshakeCut && job_.security.mode != SecurityMode::kCurve) {
+      ++shard.handshake_cuts;
       continue;
     }
     if (*event == ConnectionEvent::kHandshakeFailed ||
@@ -432,6 +444,7 @@ Status Client::HandleConnectionEvents(uint32_t s) {
       // made for the primary found was answered on already).
       shard.connected_once = true;
       shard.handshake_failed_at.reset();
+      shard.handshake_cuts = 0;
       if (shard.probing && first_of_probe_channel) {
         // Something listens there: an answer comes soon, or never.
         shard.probe_next_at = std::min(shard.probe_next_at, time_->Now() + kProbeTimeout);
@@ -441,6 +454,7 @@ Status Client::HandleConnectionEvents(uint32_t s) {
     const bool again = shard.connected_once;
     shard.connected_once = true;
     shard.handshake_failed_at.reset();
+    shard.handshake_cuts = 0;
     shard.refused = false;  // let in (a key the server reads now)
     if (again) Reconnected(s);
     shard.down = false;

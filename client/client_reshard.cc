@@ -64,6 +64,7 @@ Status Client::SwitchMap(int64_t epoch, const std::string& servers) {
     // A handshake that failed with the old map's server (one that exited
     // as it was reached) says nothing of the new map's.
     shard.handshake_failed_at.reset();
+    shard.handshake_cuts = 0;
     shard.refused = false;
     if (heartbeat_ != nullptr) heartbeat_->Retarget(s, endpoints[s]);
   }

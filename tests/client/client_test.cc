@@ -421,6 +421,87 @@ TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
   serving.join();
 }
 
+// Listens at 127.0.0.1:port and closes every connection it takes at once,
+// before any greeting, as a server of another security mode may (a
+// CurveZMQ one that reads a plain client's greeting and closes before its
+// own reaches the client), until destroyed.
+class HandshakeCutter {
+ public:
+  explicit HandshakeCutter(int port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    listening_ = listener_ >= 0 &&
+                 bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                 listen(listener_, 16) == 0;
+    thread_ = std::thread([this] {
+      // Bounded: at most 2000 connections, and the destructor stops it.
+      for (int taken = 0; listening_ && !stop_ && taken < 2000;) {
+        pollfd waiting{listener_, POLLIN, 0};
+        if (poll(&waiting, 1, 50) != 1) continue;
+        const int fd = accept(listener_, nullptr, nullptr);
+        if (fd < 0) continue;
+        close(fd);
+        cuts_ = ++taken;
+      }
+    });
+  }
+  ~HandshakeCutter() {
+    stop_ = true;
+    thread_.join();
+    if (listener_ >= 0) close(listener_);
+  }
+  bool listening() const { return listening_; }
+  int cuts() const { return cuts_; }
+
+ private:
+  int listener_ = -1;
+  bool listening_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> cuts_{0};
+  std::thread thread_;
+};
+
+// A plain client whose every connection is closed during the handshake
+// has only its deadline to go by (security.mode none reads no protocol
+// error into a cut: a server that exits cuts one too), and its error says
+// what the cuts may mean: a CurveZMQ server, or one past its connection
+// limit, not only "down".
+TEST(ClientReconnectTest, ARequestToAServerThatCutsEveryHandshakeTimesOutNamingTheCuts) {
+  const int port = FreePort();
+  JobOptions job = TestJob().Workers(1).Table("dense", 10, 1, OptimizerKind::kAdd).Build();
+  job.cluster.servers = {"127.0.0.1:" + std::to_string(port)};
+  job.client.request_timeout_ms = 800;
+  job.liveness.server_down_timeout_ms = 800;
+  HandshakeCutter cutter(port);
+  ASSERT_TRUE(cutter.listening());
+  {
+    // ps_ctl shutdown: it expects the server to close once it answers.
+    auto control = ControlClient::Create(job);
+    ASSERT_OK(control);
+    Status stopped = (*control)->ShutdownServers();
+    EXPECT_FALSE(stopped.ok());
+    EXPECT_NE(stopped.message().find("during the handshake: it speaks CurveZMQ"),
+              std::string::npos)
+        << stopped.ToString();
+  }
+  {
+    auto client = Client::Create(job, 0);
+    ASSERT_OK(client);
+    std::vector<float> out(10);
+    Status pulled = (*client)->PullSync(0, std::vector<uint64_t>{1, 2}, out.data());
+    EXPECT_FALSE(pulled.ok());
+    EXPECT_NE(pulled.message().find("during the handshake: it speaks CurveZMQ"),
+              std::string::npos)
+        << pulled.ToString();
+  }
+  EXPECT_GE(cutter.cuts(), 2);
+}
+
 // A shard's answer that the job moved to shard map `map_epoch` of
 // `servers` (the request was not applied).
 MessageHeader MovedTo(const MessageHeader& req, int64_t map_epoch, const std::string& servers) {
