@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -105,17 +106,68 @@ StatusOr<HashedRow> HashedSnapshotPause(uint64_t rows, int reps) {
   HashedRow row;
   row.rows = rows;
   row.bytes = rows * kDim * sizeof(float) * 2;
-  std::vector<double> pause;
+  std::vector<double> copy, pause, list;
   for (int r = 0; r < reps; ++r) {
+    StatusOr<ShardSnapshot> copied = InternalError("not taken");
+    copy.push_back(Time([&] { copied = store->Snapshot(job, 0, r + 1); }));
+    PS_RETURN_IF_ERROR(copied.status());
     StatusOr<ShardSnapshot> shared = InternalError("not taken");
     pause.push_back(Time([&] { shared = store->SharedSnapshot(job, 0, r + 1); }));
     PS_RETURN_IF_ERROR(shared.status());
-    if (shared->tables[0].ids.size() != rows) {
-      return DataLossError("the snapshot of the hashed table holds " +
-                           std::to_string(shared->tables[0].ids.size()) + " rows");
+    list.push_back(Time([&] { shared->ListSharedRows(); }));
+    if (shared->tables[0].ids != copied->tables[0].ids) {
+      return DataLossError("the shared snapshot of the hashed table lists " +
+                           std::to_string(shared->tables[0].ids.size()) + " rows, not the " +
+                           std::to_string(copied->tables[0].ids.size()) + " of the copy");
     }
   }
+  row.copy = Median(copy);
   row.pause = Median(pause);
+  row.list = Median(list);
+
+  // Pushes of random ids of the table, with a snapshot held and without.
+  constexpr int kPushes = 20;
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> push_ids(kHashedPushIds);
+  const std::vector<float> push_grads(kHashedPushIds * kDim, 0.001f);
+  const auto pushes = [&](std::vector<double>* times) -> Status {
+    for (int p = 0; p < kPushes; ++p) {
+      for (uint64_t& id : push_ids) id = (rng() % rows + 1) * 0x9e3779b97f4a7c15ull;
+      std::sort(push_ids.begin(), push_ids.end());
+      push_ids.erase(std::unique(push_ids.begin(), push_ids.end()), push_ids.end());
+      Request push;
+      push.header.op = Op::kPush;
+      push.header.count = push_ids.size();
+      push.header.dim = kDim;
+      push.keys = push_ids;
+      push.values = std::span<const float>(push_grads.data(), push_ids.size() * kDim);
+      Status pushed;
+      times->push_back(Time([&] { pushed = store->ApplyPush(push, 1); }));
+      PS_RETURN_IF_ERROR(pushed);
+      push_ids.resize(kHashedPushIds);
+    }
+    return Status::Ok();
+  };
+  std::vector<double> free_s, held_s;
+  PS_RETURN_IF_ERROR(pushes(&free_s));
+  {
+    PS_ASSIGN_OR_RETURN(const ShardSnapshot copied, store->Snapshot(job, 0, reps + 1));
+    PS_ASSIGN_OR_RETURN(ShardSnapshot shared, store->SharedSnapshot(job, 0, reps + 1));
+    const uint64_t saves = store->snapshot_saves();
+    PS_RETURN_IF_ERROR(pushes(&held_s));
+    row.saves = store->snapshot_saves() - saves;
+    shared.CopyShared();
+    if (shared.tables[0].ids != copied.tables[0].ids ||
+        !SameBits(shared.tables[0].values, copied.tables[0].values) ||
+        !SameBits(shared.tables[0].slots[0], copied.tables[0].slots[0])) {
+      return DataLossError("the shared snapshot of the hashed table changed with the pushes "
+                           "after it");
+    }
+  }
+  row.free_push = Median(free_s);
+  row.free_longest = *std::max_element(free_s.begin(), free_s.end());
+  row.held_push = Median(held_s);
+  row.held_longest = *std::max_element(held_s.begin(), held_s.end());
   return row;
 }
 

@@ -1,7 +1,7 @@
 // checkpoint_bench's two cases beside its main table (checkpoint_bench.cc
 // says what each measures): a shared snapshot written while pushes change
-// the store's blocks, and the snapshot pause of a hashed table, whose rows
-// are copied; and the array checks both files use.
+// the store's blocks, and the snapshot of a hashed table, whose chunks of
+// rows are shared alike; and the array checks both files use.
 #ifndef PS_BENCHMARKS_CHECKPOINT_BENCH_CASES_H_
 #define PS_BENCHMARKS_CHECKPOINT_BENCH_CASES_H_
 
@@ -49,12 +49,25 @@ StatusOr<PushedWrite> WriteWhilePushing(const JobOptions& job, ShardStore& store
 struct HashedRow {
   uint64_t rows = 0;
   uint64_t bytes = 0;  // values and slot
-  double pause = 0;
+  double copy = 0;     // ShardStore::Snapshot: a copy and a sort (the pause before)
+  double pause = 0;    // SharedSnapshot: the pause now
+  double list = 0;     // ListSharedRows, on the writer's thread
+  // Pushes of kHashedPushIds random ids while the snapshot is held, and
+  // the same pushes with none held (medians and longest); the rows the
+  // held ones saved for the snapshot (HashedRows::Share).
+  double held_push = 0, held_longest = 0, free_push = 0, free_longest = 0;
+  uint64_t saves = 0;
 };
+inline constexpr uint64_t kHashedPushIds = 10000;
 
-// The pause of a shared snapshot (median of `reps`) of a store holding only
-// a hashed table of `rows` rows of dim 16 with adagrad, which SharedSnapshot
-// copies (and sorts by hash slot, then id): its rows are not blocks.
+// A store holding only a hashed table of `rows` rows of dim 16 with
+// adagrad: per repetition (`reps`), the time Snapshot takes (a copy and a
+// sort by hash slot, then id), the pause of SharedSnapshot (references to
+// the table's chunks of rows) and the time its rows take to be listed in
+// key order; then 20 pushes of kHashedPushIds random ids of the table while
+// a shared snapshot is held, and 20 with none. DataLoss unless the shared
+// snapshot, listed after those pushes, equals the copy taken at its moment,
+// bit for bit.
 StatusOr<HashedRow> HashedSnapshotPause(uint64_t rows, int reps);
 
 }  // namespace ps

@@ -30,6 +30,10 @@
 // each generation's folder (its files) once written, the median over the
 // generations after the first, and "mean" their mean (the periodic full
 // ones included): what a job writes per generation in the long run.
+// "longest pause" is the longest any generation's snapshot stopped the
+// loop (CheckpointTrigger::last_pause_ms): a full one shares the store's
+// memory, a delta shares the blocks it writes whole and the hashed rows
+// and copies only its patched rows.
 // "read" is RestoreGeneration of the last generation into a new store
 // (page cache warm), median of 3; its result must equal the written
 // store's checksums, or the run fails (exit 1). The files go to --dir
@@ -187,6 +191,7 @@ struct Result {
   double mean_bytes = 0;  // mean after the first
   int deltas = 0;
   double read_s = 0;
+  double longest_pause_ms = 0;  // the longest snapshot of the generations
 };
 
 StatusOr<Result> Run(const Config& cfg, Workload w, double fraction, uint32_t full_every) {
@@ -243,6 +248,7 @@ StatusOr<Result> Run(const Config& cfg, Workload w, double fraction, uint32_t fu
                                     rng, &next_new));
       }
       trigger.ClockAdvanced(g);
+      result.longest_pause_ms = std::max(result.longest_pause_ms, trigger.last_pause_ms());
       trigger.Stop(g);  // the write finished: its size is final
       const double bytes = static_cast<double>(FolderBytes(ckpt->GenerationPath(g)));
       if (g == 1) {
@@ -306,9 +312,9 @@ int Main(int argc, char** argv) {
   fs::create_directories(cfg.dir);
   std::printf("| workload | rows touched | full: MB/gen | incremental: MB/gen, median | "
               "mean | full / incremental (mean) | deltas of %d | read last: full (s) | "
-              "chain (s) |\n",
+              "chain (s) | longest pause: full (ms) | incremental (ms) |\n",
               cfg.generations - 1);
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failed = 0;
   for (const Workload w : {Workload::kLrFreq, Workload::kLrHash, Workload::kCtr}) {
     for (const double fraction : cfg.fractions) {
@@ -320,10 +326,11 @@ int Main(int argc, char** argv) {
         ++failed;
         continue;
       }
-      std::printf("| %s | %.0f%% | %.1f | %.2f | %.2f | %.1fx | %d | %.3f | %.3f |\n", Name(w),
-                  fraction * 100, full->mean_bytes / 1e6, incr->gen_bytes / 1e6,
+      std::printf("| %s | %.0f%% | %.1f | %.2f | %.2f | %.1fx | %d | %.3f | %.3f | %.2f | %.2f |\n",
+                  Name(w), fraction * 100, full->mean_bytes / 1e6, incr->gen_bytes / 1e6,
                   incr->mean_bytes / 1e6, full->mean_bytes / std::max(1.0, incr->mean_bytes),
-                  incr->deltas, full->read_s, incr->read_s);
+                  incr->deltas, full->read_s, incr->read_s, full->longest_pause_ms,
+                  incr->longest_pause_ms);
       std::fflush(stdout);
     }
   }

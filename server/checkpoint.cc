@@ -172,13 +172,29 @@ StatusOr<std::vector<int64_t>> CheckpointDir::Generations() const {
 }
 
 Status CheckpointDir::Write(const ShardSnapshot& snapshot, const CheckpointWriteOptions& options) {
+  if (snapshot.HasUnlistedRows()) {
+    // Its shared hashed rows are listed on a copy (the chunks stay shared).
+    ShardSnapshot listed = snapshot;
+    listed.ListSharedRows();
+    return WriteGeneration(listed, options, nullptr);
+  }
   return WriteGeneration(snapshot, options, nullptr);
 }
 
 Status CheckpointDir::Write(ShardSnapshot&& snapshot, const CheckpointWriteOptions& options) {
-  const Status written = WriteGeneration(snapshot, options, &snapshot);
+  Status written;
+  try {
+    snapshot.ListSharedRows();
+    written = WriteGeneration(snapshot, options, &snapshot);
+  } catch (const std::bad_alloc&) {
+    written = ResourceExhaustedError("out of memory listing the rows of checkpoint " +
+                                     GenerationPath(snapshot.clock));
+  }
   // Released also when the write stopped early.
-  for (TableSnapshot& t : snapshot.tables) t.shared.clear();
+  for (TableSnapshot& t : snapshot.tables) {
+    t.shared.clear();
+    t.hashed_rows = SharedHashedRows();  // the store saves nothing more for it
+  }
   return written;
 }
 

@@ -287,7 +287,7 @@ Status WriteGenerationDatabase(Filesystem& files, const ShardSnapshot& s, const 
         }
       }
       if (t.row_uses) {
-        EncodeRowUse(t.uses[first], use);
+        EncodeRowUse(t.UseOf(first), use);
         parts.emplace_back(reinterpret_cast<const char*>(use), kRowUseBytes);
       }
       PS_RETURN_IF_ERROR(put(key_size, parts.data(), static_cast<int>(parts.size())));

@@ -28,8 +28,11 @@ uint64_t SnapshotBytes(const ShardSnapshot& s) {
   for (const TableSnapshot& t : s.tables) {
     // A range table shared with the store's blocks holds no arrays: its
     // rows count.
-    const uint64_t floats =
-        t.shared.empty() ? t.values.size() : uint64_t{t.RowCount()} * t.dim;
+    // A hashed table shared with the store's chunks: its listed rows; a
+    // range table's shared runs: their rows, besides its arrays' values.
+    const uint64_t floats = t.shares_hashed_rows()
+                                ? uint64_t{t.ids.size()} * t.dim
+                                : t.SharedRowCount() * t.dim + t.values.size();
     bytes += floats * sizeof(float) * (1 + t.slots.size()) +
              (t.ids.size() + t.removed.size() + t.patched.size()) * kRecordBytes + t.sketch.size();
   }
@@ -155,6 +158,7 @@ Status CheckpointTrigger::Start(int64_t clock) {
   }
   const double pause_ms =
       std::chrono::duration<double, std::milli>(clock_.Now() - copy_start).count();
+  last_pause_ms_ = pause_ms;
   ++started_;
   write_clock_ = clock;
   writing_.store(true, std::memory_order_release);
@@ -167,6 +171,13 @@ Status CheckpointTrigger::Start(int64_t clock) {
 void CheckpointTrigger::Write(ShardSnapshot snapshot, double pause_ms) {
   const auto start = clock_.Now();
   const int64_t clock = snapshot.clock;
+  // The hashed tables' rows shared with the store, listed here, off the
+  // shard's loop (a sort of their keys).
+  try {
+    snapshot.ListSharedRows();
+  } catch (const std::bad_alloc&) {
+    // CheckpointDir::Write tries again and says so.
+  }
   // What the write consumes and the chain's bookkeeping needs after it.
   const uint64_t bytes = SnapshotBytes(snapshot);
   const Base written_base{snapshot.clock, snapshot.generation_id, snapshot.epoch};

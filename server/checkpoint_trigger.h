@@ -4,9 +4,9 @@
 // A generation is written at every checkpoint.every_clocks boundary the
 // minimum clock crosses (ClockAdvanced) and for a CHECKPOINT request when
 // no write runs (Request). The shard's snapshot is taken on the calling
-// thread (the snapshot function, ShardStore::SharedSnapshot: references to
-// the store's blocks and a copy of its hashed tables, the only pause in
-// serving) and written through the CheckpointDir by a thread of this
+// thread (the snapshot function, ShardStore::CheckpointSnapshot: references
+// to the store's blocks and its hashed tables' chunks of rows, the only
+// pause in serving) and written through the CheckpointDir by a thread of this
 // part, which releases each block as it is written. At most one write
 // runs, so there is never more than one snapshot of the shard:
 // - a boundary waits for a write still running (serving pauses, and the
@@ -149,6 +149,8 @@ class CheckpointTrigger {
   size_t requests_waiting() const { return waiting_.size(); }
   // Generations started as deltas (of started()).
   uint64_t deltas_started() const { return deltas_started_; }
+  // How long the newest snapshot stopped the calling thread, in ms.
+  double last_pause_ms() const { return last_pause_ms_; }
 
  private:
   // Answers every waiting request: generation `clock`, or `status` when it
@@ -195,6 +197,7 @@ class CheckpointTrigger {
   uint64_t full_bytes_ = 0;   // of the last full generation's rows
   uint64_t delta_bytes_ = 0;  // of the deltas since
   uint64_t last_delta_bytes_ = 0;
+  double last_pause_ms_ = 0;
   uint64_t deltas_started_ = 0;
 };
 

@@ -100,13 +100,21 @@ Status ValidateChanged(const TableSnapshot& t, const std::string& table) {
 }
 
 // A range table's rows shared with a store (TableSnapshot::shared): runs
-// held, in row order, covering its rows once, and no flat arrays beside
-// them.
-Status ValidateShared(const TableSnapshot& t, const std::string& table) {
+// held, in row order, covering its rows once (a delta's: its changed
+// ranges' rows, its patched rows in flat arrays after them), and no flat
+// arrays beside them otherwise.
+Status ValidateShared(const TableSnapshot& t, const std::string& table, bool delta,
+                      uint64_t held_rows) {
   if (t.hashed) return InvalidArgumentError(table + " is hashed but has shared runs of rows");
-  bool flat = !t.values.empty();
-  for (const std::vector<float>& slot : t.slots) flat = flat || !slot.empty();
-  if (flat) return InvalidArgumentError(table + " has both shared runs of rows and copied arrays");
+  const uint64_t flat_rows = delta ? t.patched.size() : 0;
+  bool flat = t.values.size() != flat_rows * t.dim;
+  for (const std::vector<float>& slot : t.slots) flat = flat || slot.size() != t.values.size();
+  if (flat) {
+    return InvalidArgumentError(table + " has both shared runs of rows and copied arrays (" +
+                                std::to_string(t.values.size()) + " values where its " +
+                                std::to_string(flat_rows) + " patched rows take " +
+                                std::to_string(flat_rows * t.dim) + ")");
+  }
   uint64_t next = 0;
   for (const SharedRows& run : t.shared) {
     if (run.first != next || run.rows == 0) {
@@ -123,9 +131,10 @@ Status ValidateShared(const TableSnapshot& t, const std::string& table) {
     }
     next += run.rows;
   }
-  if (next != t.RowCount()) {
+  if (next + flat_rows != held_rows) {
     return InvalidArgumentError(table + " has shared runs of " + std::to_string(next) +
-                                " rows for its " + std::to_string(t.RowCount()) + " rows");
+                                " rows for its " + std::to_string(held_rows - flat_rows) +
+                                " rows");
   }
   return Status::Ok();
 }
@@ -160,7 +169,22 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
     if (!s.delta() && (!t.changed.empty() || !t.patched.empty())) {
       return InvalidArgumentError(table + ": changed rows in a full snapshot");
     }
-    if (t.uses.size() != (t.row_uses ? t.ids.size() : 0) || (!t.hashed && t.row_uses)) {
+    if (t.shares_hashed_rows()) {
+      // Its rows in the store's chunks, listed (ListSharedRows), none given
+      // back yet, each one's use there when it has one.
+      const SharedHashedRows& h = t.hashed_rows;
+      bool held = t.hashed && t.hashed_at.size() == t.ids.size() &&
+                  t.hashed_left.size() == h.chunks.size() && t.hashed_released == 0 &&
+                  (h.use_bytes != 0) == t.row_uses && t.values.empty() && t.uses.empty();
+      for (size_t i = 0; held && i < t.hashed_at.size(); ++i) {
+        const uint64_t r = t.hashed_at[i];
+        held = r < h.rows && h.chunks[r >> h.chunk_shift].rows != nullptr;
+      }
+      if (!held) {
+        return InvalidArgumentError(table + ": its rows shared with the store are not listed, "
+                                    "or were given back");
+      }
+    } else if (t.uses.size() != (t.row_uses ? t.ids.size() : 0) || (!t.hashed && t.row_uses)) {
       return InvalidArgumentError(table + " has " + std::to_string(t.uses.size()) +
                                   " row uses for " + std::to_string(t.ids.size()) + " rows");
     }
@@ -181,13 +205,15 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
                                   std::to_string(t.dim) + " is too large");
     }
     if (!t.shared.empty()) {
-      PS_RETURN_IF_ERROR(ValidateShared(t, table));
+      PS_RETURN_IF_ERROR(ValidateShared(t, table, s.delta(), held_rows));
+    } else if (t.shares_hashed_rows()) {
+      // Checked above.
     } else if (t.values.size() != elements) {
       return InvalidArgumentError(table + " has " + std::to_string(t.values.size()) +
                                   " values for " + std::to_string(held_rows) +
                                   " rows of dim " + std::to_string(t.dim));
     }
-    for (size_t k = 0; k < t.slots.size() && t.shared.empty(); ++k) {
+    for (size_t k = 0; k < t.slots.size() && t.shared.empty() && !t.shares_hashed_rows(); ++k) {
       if (t.slots[k].size() != t.values.size()) {
         return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
                                     std::to_string(t.slots[k].size()) + " floats, not " +

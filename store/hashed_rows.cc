@@ -1,7 +1,9 @@
 #include "store/hashed_rows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <iterator>
 #include <new>
@@ -84,8 +86,11 @@ HashedRows::HashedRows(uint32_t dim, uint32_t slots, const InitOptions& init, ui
       max_rows_(std::clamp<uint64_t>(max_rows, 1, kMostRows)),
       chunk_rows_(ChunkRows(slot_floats_, max_rows_)),
       chunk_shift_(static_cast<uint32_t>(std::countr_zero(chunk_rows_))),
+      chunks_(chunk_rows_ * slot_floats_ * sizeof(float)),
       evict_(evict),
-      lists_(!evict.enabled() ? 0 : evict.policy == EvictPolicy::kLfu ? kUseClasses : 1) {}
+      use_chunks_(chunk_rows_ * sizeof(Use)),
+      lists_(!evict.enabled() ? 0 : evict.policy == EvictPolicy::kLfu ? kUseClasses : 1),
+      stamp_chunks_(chunk_rows_ * sizeof(uint32_t)) {}
 
 uint32_t HashedRows::Match(const Group& group, uint8_t tag) {
 #if defined(__SSE2__)
@@ -165,7 +170,8 @@ const float* HashedRows::Find(uint64_t id) const {
 }
 
 float* HashedRows::Find(uint64_t id) {
-  return const_cast<float*>(static_cast<const HashedRows*>(this)->Find(id));
+  const uint32_t r = RowOf(id);
+  return r == kNil ? nullptr : MutableRow(r);
 }
 
 void HashedRows::Grow() {
@@ -219,7 +225,7 @@ float* HashedRows::FindOrMake(uint64_t id, bool* made) {
   bool is_new = false;
   const uint32_t r = FindOrMakeRow(id, &is_new);
   if (made != nullptr) *made = is_new;
-  return r == kNil ? nullptr : RowAt(r);
+  return r == kNil ? nullptr : MutableRow(r);
 }
 
 uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
@@ -229,20 +235,20 @@ uint32_t HashedRows::FindOrMakeRow(uint64_t id, bool* made) {
   if (size_ + 1 > Capacity(index_.count)) Grow();
   const auto r = static_cast<uint32_t>(size_);
   if ((r >> chunk_shift_) == chunks_.size()) {
-    chunks_.push_back(HugeMemory::Allocate(chunk_rows_ * slot_floats_ * sizeof(float)));
-    if (tracks_use()) use_chunks_.push_back(std::make_unique<Use[]>(chunk_rows_));
-    if (tracking_) stamp_chunks_.push_back(std::make_unique<uint32_t[]>(chunk_rows_));
+    chunks_.PushBack();
+    if (tracks_use()) use_chunks_.PushBack();
+    if (tracking_) stamp_chunks_.PushBack();
   }
   // The row's id first: lookups read it through the entry.
   SetId(r, id);
   ++size_;
   Insert(index_, IndexHash(id), r);
   MoveSome(kGroupsPerMake);
-  InitRow(id, RowAt(r));
+  InitRow(id, MutableRow(r));
   Stamp(r);
   if (tracks_use()) {
     // Pushed once, by the current push.
-    UseAt(r) = Use{.use = {next_seq_++, clock_, 1}};
+    MutableUse(r) = Use{.use = {next_seq_++, clock_, 1}};
     if (!unlinked_) Link(r);
   }
   *made = true;
@@ -269,24 +275,33 @@ void HashedRows::RemoveRow(uint32_t r) {
   // The last row moves into the erased one's place.
   const auto last = static_cast<uint32_t>(size_ - 1);
   if (r != last) {
-    std::memcpy(RowAt(r) - kIdFloats, RowAt(last) - kIdFloats, slot_floats_ * sizeof(float));
+    // The destination first: made writable, its chunk may be a copy that
+    // the source (in the same chunk) must be read from.
+    float* to = MutableRow(r) - kIdFloats;
+    std::memcpy(to, RowAt(last) - kIdFloats, slot_floats_ * sizeof(float));
     EntryRow(IdAt(r)) = r;
-    if (tracking_) StampAt(r) = StampAt(last);
+    if (tracking_) MutableStamp(r) = stamp(last);
     if (tracks_use()) {
-      Use& moved = UseAt(r);
-      moved = UseAt(last);
+      const Use moved = MutableUse(r) = UseAt(last);
       if (linked) {
         List& list = lists_[ListOf(moved.use.uses)];
-        (moved.prev != kNil ? UseAt(moved.prev).next : list.head) = r;
-        (moved.next != kNil ? UseAt(moved.next).prev : list.tail) = r;
+        (moved.prev != kNil ? MutableUse(moved.prev).next : list.head) = r;
+        (moved.next != kNil ? MutableUse(moved.next).prev : list.tail) = r;
       }
     }
   }
   --size_;
   if ((size_ & (chunk_rows_ - 1)) == 0 && (size_ >> chunk_shift_) < chunks_.size()) {
-    chunks_.pop_back();  // the last chunk is empty
-    if (tracks_use()) use_chunks_.pop_back();
-    if (tracking_) stamp_chunks_.pop_back();
+    // The last chunk is empty. A snapshot keeps its memory as it was:
+    // the rows made there later go to a new chunk, nothing to save.
+    for (const std::shared_ptr<SavedRows>& log : saving_) {
+      if (chunks_.size() - 1 < (log->places() + chunk_rows_ - 1) / chunk_rows_) {
+        log->Done(chunks_.size() - 1);
+      }
+    }
+    chunks_.PopBack();
+    if (tracks_use()) use_chunks_.PopBack();
+    if (tracking_) stamp_chunks_.PopBack();
   }
 }
 
@@ -296,26 +311,26 @@ uint32_t HashedRows::ListOf(uint32_t uses) const {
 }
 
 void HashedRows::Link(uint32_t r) {
-  Use& u = UseAt(r);
+  Use& u = MutableUse(r);
   List& list = lists_[ListOf(u.use.uses)];
   u.prev = list.tail;
   u.next = kNil;
-  (list.tail != kNil ? UseAt(list.tail).next : list.head) = r;
+  (list.tail != kNil ? MutableUse(list.tail).next : list.head) = r;
   list.tail = r;
 }
 
 void HashedRows::Unlink(uint32_t r) {
-  const Use& u = UseAt(r);
+  const Use u = UseAt(r);
   List& list = lists_[ListOf(u.use.uses)];
-  (u.prev != kNil ? UseAt(u.prev).next : list.head) = u.next;
-  (u.next != kNil ? UseAt(u.next).prev : list.tail) = u.prev;
+  (u.prev != kNil ? MutableUse(u.prev).next : list.head) = u.next;
+  (u.next != kNil ? MutableUse(u.next).prev : list.tail) = u.prev;
 }
 
 void HashedRows::Touch(uint32_t r) {
-  Use& u = UseAt(r);
-  if (u.use.seq >= push_seq_) return;  // the push counted it already
+  if (UseAt(r).use.seq >= push_seq_) return;  // the push counted it already
   Stamp(r);  // its use changes, also when the push is refused
   Unlink(r);
+  Use& u = MutableUse(r);
   u.use.seq = next_seq_++;
   u.use.clock = clock_;
   if (u.use.uses < UINT32_MAX) ++u.use.uses;
@@ -372,11 +387,11 @@ float* HashedRows::Restore(uint64_t id, const RowUse* use) {
   if (r == kNil) return nullptr;
   Stamp(r);
   if (tracks_use()) {
-    RowUse& u = UseAt(r).use;
+    RowUse& u = MutableUse(r).use;
     u = use != nullptr ? *use : RowUse{next_seq_, 0, 1};
     next_seq_ = std::max(next_seq_, u.seq + 1);
   }
-  return RowAt(r);
+  return MutableRow(r);
 }
 
 void HashedRows::StepAhead(LookAhead& ahead, size_t c) const {
@@ -496,7 +511,7 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
     }
     if (!made && tracks_use()) Touch(r);
     Stamp(r);
-    float* row = RowAt(r);
+    float* row = MutableRow(r);
     if (refuse_non_finite) {
       undo_.push_back({ids[i], made, saved_.size()});
       if (!made) saved_.insert(saved_.end(), row, row + stride_);
@@ -524,6 +539,60 @@ HashedRows::PushCounts HashedRows::Apply(std::span<const uint64_t> ids, const fl
   }
   if (tracks_use()) counts.expired = EvictIdle(std::max<uint64_t>(1024, 2 * ids.size()));
   return counts;
+}
+
+SharedHashedRows HashedRows::Share() const {
+  SharedHashedRows shared;
+  shared.rows = size_;
+  shared.chunk_rows = chunk_rows_;
+  shared.chunk_shift = chunk_shift_;
+  shared.row_floats = slot_floats_;
+  shared.use_bytes = tracks_use() ? sizeof(Use) : 0;
+  shared.stamps = tracking_;
+  static_assert(offsetof(Use, use) == 0, "a shared use starts with its RowUse");
+  shared.chunks.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    SharedHashedRows::Chunk& chunk = shared.chunks[c];
+    chunk.rows_holder = chunks_.Hold(c);
+    chunk.rows = reinterpret_cast<const float*>(chunks_.data(c));
+    if (tracks_use()) {
+      chunk.uses_holder = use_chunks_.Hold(c);
+      chunk.uses = use_chunks_.data(c);
+    }
+    if (tracking_) {
+      chunk.stamps_holder = stamp_chunks_.Hold(c);
+      chunk.stamps = reinterpret_cast<const uint32_t*>(stamp_chunks_.data(c));
+    }
+  }
+  shared.saved = std::make_shared<SavedRows>(
+      size_, chunk_rows_, chunk_shift_,
+      slot_floats_ * sizeof(float) + shared.use_bytes + (tracking_ ? sizeof(uint32_t) : 0));
+  saving_.push_back(shared.saved);
+  return shared;
+}
+
+void HashedRows::SaveFor(uint64_t i) {
+  const size_t row_bytes = slot_floats_ * sizeof(float);
+  for (size_t k = 0; k < saving_.size();) {
+    if (saving_[k].use_count() == 1) {
+      // The snapshot is gone (released on its thread): see its reads of
+      // the rows before writing over them.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      saving_.erase(saving_.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    SavedRows& log = *saving_[k++];
+    if (!log.NeedsSave(i)) continue;
+    std::byte* entry = log.Reserve(i);
+    std::memcpy(entry, RowAt(i) - kIdFloats, row_bytes);
+    if (tracks_use()) std::memcpy(entry + row_bytes, &UseAt(i), sizeof(Use));
+    if (tracking_) {
+      const uint32_t s = stamp(i);
+      std::memcpy(entry + row_bytes + (tracks_use() ? sizeof(Use) : 0), &s, sizeof(s));
+    }
+    log.Publish(i);
+    ++saves_;
+  }
 }
 
 uint64_t HashedRows::id(uint64_t i) const {
@@ -575,9 +644,7 @@ void HashedRows::TrackChanges() {
   if (tracking_) return;
   tracking_ = true;
   // Rows made before count as changed at stamp 0.
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    stamp_chunks_.push_back(std::make_unique<uint32_t[]>(chunk_rows_));
-  }
+  for (size_t c = 0; c < chunks_.size(); ++c) stamp_chunks_.PushBack();
 }
 
 size_t HashedRows::bytes() const {

@@ -62,6 +62,8 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "common/update_rule.h"
+#include "store/saved_rows.h"
+#include "store/shared_chunks.h"
 #include "store/huge_memory.h"
 #include "store/snapshot.h"
 
@@ -154,7 +156,10 @@ class HashedRows {
   // The stamp of the changes from now on.
   void SetStamp(uint32_t stamp) { stamp_ = stamp; }
   // Row i's stamp. REQUIRES: tracks_changes(), i < size().
-  uint32_t stamp(uint64_t i) const { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  uint32_t stamp(uint64_t i) const {
+    return reinterpret_cast<const uint32_t*>(
+        stamp_chunks_.data(i >> chunk_shift_))[i & (chunk_rows_ - 1)];
+  }
   // The ids removed since the last call, in the order of their removal,
   // possibly repeated, and possibly of rows made again since; incomplete
   // when removed_overflowed().
@@ -163,6 +168,15 @@ class HashedRows {
     return std::exchange(removed_, {});
   }
   bool removed_overflowed() const { return removed_overflowed_; }
+
+  // The rows as they are now, shared with the caller instead of copied
+  // (SharedHashedRows; their uses and stamps too, when kept): O(chunks).
+  // Until the caller drops it, each row changed is first saved for it
+  // (store/saved_rows.h), so what the caller reads stays the rows of this
+  // moment. Const: it changes no row, only what a write does first.
+  SharedHashedRows Share() const;
+  // Rows saved so for the snapshots shared, in all.
+  uint64_t saves() const { return saves_; }
 
   // The id of row i. REQUIRES: i < size().
   uint64_t id(uint64_t i) const;
@@ -250,24 +264,47 @@ class HashedRows {
   void RemoveRow(uint32_t r);
   // Initial values and zero state into `row`.
   void InitRow(uint64_t id, float* row) const;
-  // Row i's floats (its id lies in the kIdFloats before them).
-  float* RowAt(uint64_t i) const {
-    return static_cast<float*>(chunks_[i >> chunk_shift_].get()) +
+  // Row i's floats (its id lies in the kIdFloats before them), to read.
+  const float* RowAt(uint64_t i) const {
+    return reinterpret_cast<const float*>(chunks_.data(i >> chunk_shift_)) +
            (i & (chunk_rows_ - 1)) * slot_floats_ + kIdFloats;
   }
+  // The same, to write: saved first for the snapshots that need it.
+  float* MutableRow(uint64_t i) {
+    BeforeWrite(i);
+    return reinterpret_cast<float*>(chunks_.data(i >> chunk_shift_)) +
+           (i & (chunk_rows_ - 1)) * slot_floats_ + kIdFloats;
+  }
+  // Row i's place (its floats, id, use and stamp) is about to change.
+  void BeforeWrite(uint64_t i) {
+    if (!saving_.empty()) SaveFor(i);
+  }
+  // Saves row i's place for each snapshot still reading it that has not
+  // saved it yet (and forgets the snapshots dropped).
+  void SaveFor(uint64_t i);
   uint64_t IdAt(uint64_t i) const {
     uint64_t id;
     std::memcpy(&id, RowAt(i) - kIdFloats, sizeof(id));
     return id;
   }
-  void SetId(uint64_t i, uint64_t id) { std::memcpy(RowAt(i) - kIdFloats, &id, sizeof(id)); }
-  Use& UseAt(uint64_t i) const { return use_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
-  uint32_t& StampAt(uint64_t i) { return stamp_chunks_[i >> chunk_shift_][i & (chunk_rows_ - 1)]; }
+  void SetId(uint64_t i, uint64_t id) { std::memcpy(MutableRow(i) - kIdFloats, &id, sizeof(id)); }
+  const Use& UseAt(uint64_t i) const {
+    return reinterpret_cast<const Use*>(use_chunks_.data(i >> chunk_shift_))[i & (chunk_rows_ - 1)];
+  }
+  Use& MutableUse(uint64_t i) {
+    BeforeWrite(i);
+    return reinterpret_cast<Use*>(use_chunks_.data(i >> chunk_shift_))[i & (chunk_rows_ - 1)];
+  }
+  uint32_t& MutableStamp(uint64_t i) {
+    BeforeWrite(i);
+    return reinterpret_cast<uint32_t*>(
+        stamp_chunks_.data(i >> chunk_shift_))[i & (chunk_rows_ - 1)];
+  }
   // Keeps the id of a row removed (when tracking).
   void NoteRemoved(uint64_t id);
   // Row r changed now (when tracking).
   void Stamp(uint32_t r) {
-    if (tracking_) StampAt(r) = stamp_;
+    if (tracking_) MutableStamp(r) = stamp_;
   }
   // The list of a row pushed `uses` times.
   uint32_t ListOf(uint32_t uses) const;
@@ -324,12 +361,12 @@ class HashedRows {
   const uint64_t chunk_rows_;
   const uint32_t chunk_shift_;
   uint64_t size_ = 0;  // rows
-  std::vector<HugeMemory> chunks_;  // chunk_rows_ rows of slot_floats_ floats each
+  SharedChunks chunks_;  // chunk_rows_ rows of slot_floats_ floats each
   // Eviction: beside each chunk, its rows' uses; the lists; the next
   // push's number, the first number of the current push and its clock;
   // whether Restore left the lists to be rebuilt.
   const EvictOptions evict_;
-  std::vector<std::unique_ptr<Use[]>> use_chunks_;
+  SharedChunks use_chunks_;  // chunk_rows_ Use each, when tracks_use()
   std::vector<List> lists_;
   uint64_t next_seq_ = 1;
   uint64_t push_seq_ = 1;
@@ -348,10 +385,15 @@ class HashedRows {
   // Change tracking: beside each chunk, its rows' stamps; the current
   // stamp; the ids removed since TakeRemoved.
   bool tracking_ = false;
-  std::vector<std::unique_ptr<uint32_t[]>> stamp_chunks_;
+  SharedChunks stamp_chunks_;  // chunk_rows_ stamps each, when tracking_
   uint32_t stamp_ = 0;
   std::vector<uint64_t> removed_;
   bool removed_overflowed_ = false;
+  // The snapshots shared (Share) that may still read the rows: each row's
+  // place is saved in their log before it first changes. Mutable: Share
+  // adds one without changing a row.
+  mutable std::vector<std::shared_ptr<SavedRows>> saving_;
+  uint64_t saves_ = 0;
 };
 
 }  // namespace ps

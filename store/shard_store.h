@@ -188,6 +188,9 @@ class ShardStore {
   // Blocks copied because a push met a block still shared with a reply, a
   // replica's copy (ShareBlock) or a snapshot (SharedSnapshot).
   uint64_t copy_on_write_count() const { return copy_on_write_count_; }
+  // Hashed rows saved for a snapshot that shares them (SharedSnapshot,
+  // HashedRows::Share) before a change: one copy of a row each.
+  uint64_t snapshot_saves() const;
   // Blocks converted to a 16-bit dtype for dense pulls (ReadRows): at most
   // one per block and change, whatever the number of pulls.
   uint64_t encoded_block_count() const { return encoded_block_count_; }
@@ -209,9 +212,11 @@ class ShardStore {
   // run (TableSnapshot::ReleaseShared, or dropping the snapshot) gives its
   // block back, so with no push meanwhile the snapshot costs no memory.
   // The snapshot may be read and released on another thread while this
-  // store serves. A hashed table's rows are not blocks: they are copied as
-  // Snapshot() copies them (a copy and a sort of the table's rows).
-  // ResourceExhausted if that copy cannot be allocated.
+  // store serves. A hashed table's rows are shared alike, as its chunks of
+  // rows (TableSnapshot::hashed_rows, HashedRows::Share: a row is saved for
+  // the snapshot before it first changes, snapshot_saves), and listed in
+  // key order by the thread that writes them (TableSnapshot::ListSharedRows).
+  // ResourceExhausted if the snapshot cannot be allocated.
   StatusOr<ShardSnapshot> SharedSnapshot(const JobOptions& job, uint32_t shard,
                                          int64_t clock) const;
   // The snapshot of a checkpoint generation, which later deltas may build
@@ -232,8 +237,11 @@ class ShardStore {
   // CheckpointSnapshot (a caller whose write of it failed takes a full one
   // next). A hashed table tracks its rows' changes only when the job's
   // checkpoint.full_every is above 1 (4 bytes per row); without, a delta
-  // holds every row of it. A range table keeps a bit per row.
-  // ResourceExhausted if the copy cannot be allocated.
+  // holds every row of it. A range table keeps a bit per row. A delta
+  // shares what a full snapshot shares: the runs written whole as the
+  // store's blocks (TableSnapshot::shared), the hashed rows as their
+  // chunks; only the patched rows are copied. ResourceExhausted if that
+  // copy cannot be allocated.
   StatusOr<ShardSnapshot> CheckpointSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
                                              const DeltaSince* delta);
   // Replaces every value and optimizer state array with the snapshot's
@@ -406,11 +414,6 @@ class ShardStore {
   enum class Start { kInitialValues, kZeros, kUnwritten };
   static StatusOr<std::unique_ptr<ShardStore>> Make(const JobOptions& job, uint32_t shard,
                                                     Start start);
-  // A hashed table's rows into a snapshot, by hash slot (of `hash_slots`
-  // under `seed`), then id: the checkpoint's key order.
-  // With `since` set, only the rows stamped after it (a delta).
-  static void CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
-                         TableSnapshot* ts, const uint32_t* since = nullptr);
   // A delta's copy of what changed since `delta->since_epoch` into
   // *snapshot (its layout): see CheckpointSnapshot.
   void CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot);

@@ -99,6 +99,14 @@ ShardSnapshot ShardStore::Layout(const JobOptions& job, uint32_t shard, int64_t 
   return snapshot;
 }
 
+uint64_t ShardStore::snapshot_saves() const {
+  uint64_t saves = 0;
+  for (const Table& t : tables_) {
+    if (t.hashed != nullptr) saves += t.hashed->saves();
+  }
+  return saves;
+}
+
 StatusOr<ShardSnapshot> ShardStore::Snapshot(const JobOptions& job, uint32_t shard,
                                              int64_t clock) const {
   return TakeSnapshot(job, shard, clock, /*share=*/false);
@@ -118,7 +126,12 @@ StatusOr<ShardSnapshot> ShardStore::TakeSnapshot(const JobOptions& job, uint32_t
       const Table& t = tables_[i];
       TableSnapshot& ts = snapshot.tables[i];
       if (t.hashed != nullptr) {
-        CopyHashed(*t.hashed, NameHash(ts.name), ts.hash_slots, &ts);
+        // The rows stay in the store's chunks (a row changed while they are
+        // held is saved first); the writer lists them
+        // (TableSnapshot::ListSharedRows), or they are copied now.
+        ts.hashed_rows = t.hashed->Share();
+        ts.stored_rows = t.hashed->size();
+        if (!share) ts.CopyShared();
         const std::span<const std::byte> sketch = SketchData(table);
         ts.sketch.assign(sketch.begin(), sketch.end());
         continue;
@@ -150,42 +163,6 @@ StatusOr<ShardSnapshot> ShardStore::TakeSnapshot(const JobOptions& job, uint32_t
                                   ": not enough memory for a checkpoint's copy of the tables");
   }
   return snapshot;
-}
-
-void ShardStore::CopyHashed(const HashedRows& rows, uint64_t seed, uint32_t hash_slots,
-                            TableSnapshot* ts, const uint32_t* since) {
-  // In the order of the checkpoint's keys: by hash slot, then id.
-  struct Key {
-    uint32_t slot;
-    uint64_t id;
-    uint64_t row;
-  };
-  std::vector<Key> order;
-  order.reserve(since == nullptr ? rows.size() : 0);
-  for (uint64_t r = 0; r < rows.size(); ++r) {
-    if (since != nullptr && rows.stamp(r) <= *since) continue;
-    const uint64_t id = rows.id(r);
-    order.push_back({IdSlot(id, seed, hash_slots), id, r});
-  }
-  std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
-    return a.slot != b.slot ? a.slot < b.slot : a.id < b.id;
-  });
-  const size_t dim = rows.dim();
-  const size_t n = order.size();
-  ts->stored_rows = rows.size();
-  ts->ids.resize(n);
-  if (rows.tracks_use()) ts->uses.resize(n);
-  ts->values.resize(n * dim);
-  for (std::vector<float>& slot : ts->slots) slot.resize(n * dim);
-  for (size_t i = 0; i < order.size(); ++i) {
-    const float* row = rows.row(order[i].row);
-    ts->ids[i] = order[i].id;
-    if (rows.tracks_use()) ts->uses[i] = rows.use(order[i].row);
-    std::memcpy(ts->values.data() + i * dim, row, dim * sizeof(float));
-    for (size_t k = 0; k < ts->slots.size(); ++k) {
-      std::memcpy(ts->slots[k].data() + i * dim, row + (k + 1) * dim, dim * sizeof(float));
-    }
-  }
 }
 
 uint64_t ShardStore::HashedRowsPerCopy(uint32_t table) const {

@@ -2,10 +2,12 @@
 // what changed since the previous checkpoint's snapshot, copied for an
 // incremental generation: a range table's blocks written whole since,
 // widened to whole runs, and the rows sparse pushes marked in the others;
-// a hashed table's rows stamped since and the ids removed since. Each
-// snapshot, full or delta, starts a new change epoch. A full one shares
-// the blocks (SharedSnapshot, shard_store_copy.cc).
+// a hashed table's rows stamped since (shared with the store's chunks,
+// listed by the writer) and the ids removed since. Each snapshot, full or
+// delta, starts a new change epoch. A full one shares the blocks
+// (SharedSnapshot, shard_store_copy.cc).
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <iterator>
 #include <new>
@@ -58,10 +60,13 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
     TableSnapshot& ts = snapshot->tables[i];
     if (t.hashed != nullptr) {
       const uint64_t seed = NameHash(ts.name);
-      const auto since = static_cast<uint32_t>(delta.since_epoch);
-      // A table that does not track its rows' changes has every row in it.
-      CopyHashed(*t.hashed, seed, ts.hash_slots, &ts,
-                 t.hashed->tracks_changes() ? &since : nullptr);
+      // Shared with the store, as a full snapshot's; the writer lists the
+      // rows stamped since (a table that does not track its rows' changes
+      // has every row in it).
+      ts.hashed_rows = t.hashed->Share();
+      ts.hashed_rows.changes_only = t.hashed->tracks_changes();
+      ts.hashed_rows.since = static_cast<uint32_t>(delta.since_epoch);
+      ts.stored_rows = t.hashed->size();
       const std::span<const std::byte> sketch = SketchData(static_cast<uint32_t>(i));
       ts.sketch.assign(sketch.begin(), sketch.end());
       if (!t.hashed->tracks_changes()) continue;
@@ -94,9 +99,13 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
       const uint64_t end = std::min(owned, first + t.rows_per_block);
       bool whole = t.stamps[b] > delta.since_epoch;
       if (!whole && t.sparse_stamps[b] > delta.since_epoch) {
+        // The block's marked rows, a word of 64 at a time.
         block_rows.clear();
-        for (uint64_t r = first; r < end; ++r) {
-          if ((t.dirty[r / 64] >> (r % 64)) & 1) block_rows.push_back(r);
+        for (uint64_t w = first / 64; w * 64 < end; ++w) {
+          uint64_t bits = t.dirty[w];
+          if (w * 64 < first) bits &= ~uint64_t{0} << (first - w * 64);
+          if (end - w * 64 < 64) bits &= (uint64_t{1} << (end - w * 64)) - 1;
+          for (; bits != 0; bits &= bits - 1) block_rows.push_back(w * 64 + std::countr_zero(bits));
         }
         whole = block_rows.size() * (row_bytes + delta.row_overhead) >= (end - first) * row_bytes;
         if (!whole) rows_changed.insert(rows_changed.end(), block_rows.begin(), block_rows.end());
@@ -118,13 +127,31 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
                                           });
       return after != local.begin() && std::prev(after)->Contains(r);
     });
-    uint64_t rows = rows_changed.size();
-    for (const RowRange& r : local) rows += r.size();
-    ts.values.resize(rows * dim);
-    for (std::vector<float>& slot : ts.slots) slot.resize(rows * dim);
+    // The runs written whole: shared with the store's blocks, as a full
+    // snapshot's rows (a push into one meanwhile copies it, once); the
+    // patched rows after them: copied (fewer bytes than their blocks).
+    uint64_t at_row = 0;
+    for (const RowRange& r : local) {
+      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
+      ForEachBlockRun(t, r.begin, r.size(), [&](uint64_t block, uint64_t in_block, uint64_t n) {
+        const std::shared_ptr<Block>& b = t.blocks[block];
+        const size_t offset = static_cast<size_t>(in_block) * dim;
+        SharedRows run;
+        run.first = at_row;
+        run.rows = n;
+        run.values = b->values.data() + offset;
+        for (uint32_t k = 0; k < t.slots; ++k) run.slots[k] = b->slots[k].data() + offset;
+        run.holder = HoldWhole(b);
+        ts.shared.push_back(std::move(run));
+        at_row += n;
+      });
+    }
+    ts.values.resize(rows_changed.size() * dim);
+    for (std::vector<float>& slot : ts.slots) slot.resize(rows_changed.size() * dim);
     size_t at = 0;
-    const auto copy = [&](uint64_t first, uint64_t count) {
-      ForEachBlockRun(t, first, count, [&](uint64_t block, uint64_t in_block, uint64_t n) {
+    for (const uint64_t r : rows_changed) {
+      ts.patched.push_back(t.layout.owned.begin + r);
+      ForEachBlockRun(t, r, 1, [&](uint64_t block, uint64_t in_block, uint64_t n) {
         const Block& b = *t.blocks[block];
         const size_t offset = static_cast<size_t>(in_block) * dim;
         const size_t floats = static_cast<size_t>(n) * dim;
@@ -134,14 +161,6 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
         }
         at += floats;
       });
-    };
-    for (const RowRange& r : local) {
-      ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
-      copy(r.begin, r.size());
-    }
-    for (const uint64_t r : rows_changed) {
-      ts.patched.push_back(t.layout.owned.begin + r);
-      copy(r, 1);
     }
   }
 }

@@ -18,22 +18,33 @@ void ShardStore::Restore(const ShardSnapshot& snapshot) {
     const TableSnapshot& ts = snapshot.tables[i];
     const auto table = static_cast<uint32_t>(i);
     if (ts.hashed) {
-      std::vector<const std::byte*> slots;
-      for (const std::vector<float>& slot : ts.slots) {
-        slots.push_back(reinterpret_cast<const std::byte*>(slot.data()));
-      }
       if (!ts.sketch.empty()) RestoreSketch(table, ts.sketch);
-      // A row at a time, as a checkpoint read delivers them.
-      const size_t dim = ts.dim;
-      for (size_t r = 0; r < ts.ids.size(); ++r) {
-        std::vector<const std::byte*> row_slots;
-        for (const std::byte* slot : slots) row_slots.push_back(slot + r * dim * sizeof(float));
-        std::byte use[kRowUseBytes];
-        if (!ts.uses.empty()) EncodeRowUse(ts.uses[r], use);
-        RestoreRows(table, ts.ids[r], 1,
-                    reinterpret_cast<const std::byte*>(ts.values.data() + r * dim), row_slots,
-                    ts.uses.empty() ? nullptr : use);
+      // Rows shared with a store and not listed yet: listed on a copy
+      // (the chunks stay shared), in key order as a checkpoint gives them.
+      TableSnapshot listed;
+      const TableSnapshot* from = &ts;
+      if (ts.shares_hashed_rows() && ts.hashed_left.empty()) {
+        listed = ts;
+        listed.ListSharedRows();
+        from = &listed;
       }
+      // A row at a time, as a checkpoint read delivers them.
+      const bool uses = from->shares_hashed_rows() ? from->row_uses : !from->uses.empty();
+      uint64_t r = 0;
+      from->ForEachPiece(0, from->ids.size(), [&](const RowPiece& piece) {
+        for (uint64_t in = 0; in < piece.rows; ++in, ++r) {
+          const std::byte* slots[kMaxOptimizerSlots];
+          for (size_t k = 0; k < from->slots.size(); ++k) {
+            slots[k] = reinterpret_cast<const std::byte*>(piece.slots[k] + in * from->dim);
+          }
+          std::byte use[kRowUseBytes];
+          if (uses) EncodeRowUse(from->UseOf(r), use);
+          RestoreRows(table, from->ids[r], 1,
+                      reinterpret_cast<const std::byte*>(piece.values + in * from->dim),
+                      std::span<const std::byte* const>(slots, from->slots.size()),
+                      uses ? use : nullptr);
+        }
+      });
       continue;
     }
     uint64_t row = ts.owned.begin;

@@ -1,8 +1,12 @@
 #include "store/snapshot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iterator>
+#include <vector>
+
+#include "common/hash_slots.h"
 
 namespace ps {
 
@@ -27,7 +31,127 @@ size_t TableSnapshot::SharedRunOf(uint64_t row) const {
   return static_cast<size_t>(after - shared.begin()) - 1;
 }
 
+SharedHashedRows::Row SharedHashedRows::Read(uint64_t r, float* floats, RowUse* use) const {
+  const uint64_t c = r >> chunk_shift;
+  const uint64_t at = r & (chunk_rows - 1);
+  const size_t row_bytes = row_floats * sizeof(float);
+  Row out;
+  const auto from_entry = [&](const std::byte* entry) {
+    std::memcpy(&out.id, entry, sizeof(out.id));
+    if (floats != nullptr) std::memcpy(floats, entry + 8, row_bytes - 8);
+    if (use != nullptr && use_bytes != 0) std::memcpy(use, entry + row_bytes, sizeof(RowUse));
+    if (stamps) std::memcpy(&out.stamp, entry + row_bytes + use_bytes, sizeof(out.stamp));
+  };
+  if (const std::byte* entry = saved->Find(r); entry != nullptr) {
+    from_entry(entry);
+    return out;
+  }
+  // From the store's memory; then, should the store have saved the row
+  // meanwhile (before changing it), from its save (SavedRows).
+  const Chunk& chunk = chunks[c];
+  const float* row = chunk.rows + at * row_floats;
+  std::memcpy(&out.id, row, sizeof(out.id));
+  if (floats != nullptr) std::memcpy(floats, row + 2, row_bytes - 8);
+  if (use != nullptr && use_bytes != 0) std::memcpy(use, chunk.uses + at * use_bytes, sizeof(RowUse));
+  if (stamps) out.stamp = chunk.stamps[at];
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (const std::byte* entry = saved->Find(r); entry != nullptr) from_entry(entry);
+  return out;
+}
+
+void SharedHashedRows::Done(uint64_t c) const { saved->Done(c); }
+
+void TableSnapshot::ListSharedRows() {
+  if (!shares_hashed_rows() || !hashed_left.empty()) return;
+  // In the order of the checkpoint's keys: by hash slot, then id.
+  struct Key {
+    uint32_t slot;
+    uint32_t row;
+    uint64_t id;
+  };
+  const SharedHashedRows& h = hashed_rows;
+  const uint64_t seed = NameHash(name);
+  std::vector<Key> order;
+  order.reserve(h.changes_only ? 0 : h.rows);
+  for (uint64_t r = 0; r < h.rows; ++r) {
+    const SharedHashedRows::Row row = h.Read(r, nullptr, nullptr);
+    if (h.changes_only && row.stamp <= h.since) continue;
+    order.push_back({IdSlot(row.id, seed, hash_slots), static_cast<uint32_t>(r), row.id});
+  }
+  std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
+    return a.slot != b.slot ? a.slot < b.slot : a.id < b.id;
+  });
+  ids.resize(order.size());
+  hashed_at.resize(order.size());
+  hashed_left.assign(h.chunks.size(), 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    ids[i] = order[i].id;
+    hashed_at[i] = order[i].row;
+    ++hashed_left[order[i].row >> h.chunk_shift];
+  }
+  stored_rows = h.rows;
+  hashed_released = 0;
+}
+
+void TableSnapshot::ReleaseHashedChunk(uint64_t c) {
+  hashed_rows.Done(c);
+  hashed_rows.chunks[c] = SharedHashedRows::Chunk();
+}
+
+void TableSnapshot::CopyShared() {
+  if (!shared.empty()) {
+    // A range table's runs, then the rows already in the arrays.
+    const uint64_t held = SharedRowCount() + (dim == 0 ? 0 : values.size() / dim);
+    std::vector<float> flat;
+    std::vector<std::vector<float>> flat_slots(slots.size());
+    flat.reserve(static_cast<size_t>(held) * dim);
+    ForEachPiece(0, held, [&](const RowPiece& piece) {
+      const size_t n = static_cast<size_t>(piece.rows) * dim;
+      flat.insert(flat.end(), piece.values, piece.values + n);
+      for (size_t k = 0; k < slots.size(); ++k) {
+        flat_slots[k].insert(flat_slots[k].end(), piece.slots[k], piece.slots[k] + n);
+      }
+    });
+    values = std::move(flat);
+    slots = std::move(flat_slots);
+    shared.clear();
+    return;
+  }
+  if (!shares_hashed_rows()) return;
+  ListSharedRows();
+  const size_t n = ids.size();
+  values.resize(n * dim);
+  for (std::vector<float>& slot : slots) slot.resize(n * dim);
+  if (row_uses) uses.resize(n);
+  std::vector<float> row(hashed_rows.row_floats);
+  for (size_t i = 0; i < n; ++i) {
+    hashed_rows.Read(hashed_at[i], row.data(), row_uses ? &uses[i] : nullptr);
+    std::memcpy(values.data() + i * dim, row.data(), dim * sizeof(float));
+    for (size_t k = 0; k < slots.size(); ++k) {
+      std::memcpy(slots[k].data() + i * dim, row.data() + (k + 1) * dim, dim * sizeof(float));
+    }
+  }
+  hashed_rows = SharedHashedRows();
+  hashed_at.clear();
+  hashed_left.clear();
+  hashed_released = 0;
+}
+
 void TableSnapshot::ReleaseShared(uint64_t end) {
+  if (shares_hashed_rows()) {
+    if (hashed_released == 0) {
+      // The writer began: the chunks with none of its rows (a delta's) go
+      // back now.
+      for (size_t c = 0; c < hashed_left.size(); ++c) {
+        if (hashed_left[c] == 0) ReleaseHashedChunk(c);
+      }
+    }
+    for (; hashed_released < end && hashed_released < hashed_at.size(); ++hashed_released) {
+      const uint64_t c = hashed_at[hashed_released] >> hashed_rows.chunk_shift;
+      if (--hashed_left[c] == 0) ReleaseHashedChunk(c);
+    }
+    return;
+  }
   // The runs ending by `end`, newest first, up to the first one already
   // released: a writer releasing in row order touches each run once.
   const auto after =

@@ -1,6 +1,7 @@
 // A shard's state as plain data: every table's layout and, when taken from a
-// store, its values and optimizer state (copied, or a range table's shared
-// with the store's copy-on-write blocks). What a checkpoint writes and reads
+// store, its values and optimizer state (copied, or shared with the store: a
+// range table's copy-on-write blocks, a hashed table's chunks of rows with
+// the rows saved before a change). What a checkpoint writes and reads
 // (server/checkpoint.h) and what a store is restored from; the layout
 // comparison that decides whether a saved state fits a shard.
 #ifndef PS_STORE_SNAPSHOT_H_
@@ -18,6 +19,7 @@
 #include "common/key_range.h"
 #include "common/status.h"
 #include "common/table_options.h"
+#include "store/saved_rows.h"
 
 namespace ps {
 
@@ -53,6 +55,50 @@ struct SharedRows {
   std::shared_ptr<const void> holder;
 };
 
+// A hashed table's rows that a snapshot shares with the store instead of
+// copying them (HashedRows::Share): the store's chunks of rows, and the
+// rows the store changed since as they were (`saved`, store/saved_rows.h),
+// so that they read as the state of the snapshot's moment. Row r lies in
+// chunk r >> chunk_shift at r & (chunk_rows - 1): its id (8 bytes) then its
+// values and optimizer state, row_floats floats in all; its use (when the
+// table keeps them) at the same place in `uses`, use_bytes apart, RowUse
+// first; its stamp (when it tracks changes) likewise in `stamps`. A saved
+// row's entry holds the same: the row_floats floats, the use, the stamp.
+// Read on any thread while the store changes (the copies are checked
+// against the saves).
+struct SharedHashedRows {
+  uint64_t rows = 0;
+  uint64_t chunk_rows = 1;
+  uint32_t chunk_shift = 0;
+  size_t row_floats = 0;
+  size_t use_bytes = 0;  // 0: no uses
+  bool stamps = false;
+  struct Chunk {
+    const float* rows = nullptr;
+    const std::byte* uses = nullptr;
+    const uint32_t* stamps = nullptr;
+    // Keep the three alive (the store may drop a chunk it emptied).
+    std::shared_ptr<const void> rows_holder, uses_holder, stamps_holder;
+  };
+  std::vector<Chunk> chunks;
+  std::shared_ptr<SavedRows> saved;
+  // A delta's: only the rows stamped after `since` are the snapshot's.
+  bool changes_only = false;
+  uint32_t since = 0;
+
+  // Row r as of the snapshot: its id, its floats (values, then each state
+  // array: row_floats - 2 of them) into `floats` when not null, its use
+  // into `use` when not null (and the table keeps uses), its stamp (0 when
+  // it tracks none).
+  struct Row {
+    uint64_t id = 0;
+    uint32_t stamp = 0;
+  };
+  Row Read(uint64_t r, float* floats, RowUse* use) const;
+  // Chunk c's rows are read for good: the store need not save them.
+  void Done(uint64_t c) const;
+};
+
 // Consecutive rows of a snapshot in one piece of memory: `rows` x dim
 // floats of values at `values`, and of each optimizer state array at
 // slots[k] (k < the table's slots.size()).
@@ -63,9 +109,10 @@ struct RowPiece {
 };
 
 // One table of a shard: its layout, and (when taken from a store) its
-// values and optimizer state, copied into `values` and `slots`, or for a
-// range table of ShardStore::SharedSnapshot shared with the store
-// (`shared`). ForEachPiece reads either.
+// values and optimizer state, copied into `values` and `slots`, or, taken
+// by ShardStore::SharedSnapshot or CheckpointSnapshot, shared with the
+// store (a range table's `shared`, a hashed table's `hashed_rows`).
+// ForEachPiece reads any of them.
 struct TableSnapshot {
   std::string name;
   uint64_t rows = 0;     // rows of the whole table
@@ -107,11 +154,47 @@ struct TableSnapshot {
   // older, which did not record them.
   std::string settings;
 
+  // A hashed table taken without a copy (ShardStore::SharedSnapshot, and
+  // the deltas of CheckpointSnapshot): its rows in the store's chunks
+  // (`hashed_rows.chunks` not empty). `ids` stays empty, and `values`,
+  // `slots` and `uses` always, until ListSharedRows (on the thread that
+  // writes it) lists the snapshot's rows, in key order: ids[i] then lies
+  // at row hashed_at[i] of `hashed_rows`, and ForEachPiece and UseOf read
+  // it there.
+  SharedHashedRows hashed_rows;
+  std::vector<uint32_t> hashed_at;
+  // Rows listed (ids[i], i < this) that ReleaseShared gave back already,
+  // and per chunk the listed rows still to be given back.
+  uint64_t hashed_released = 0;
+  std::vector<uint32_t> hashed_left;
+  bool shares_hashed_rows() const { return !hashed_rows.chunks.empty(); }
+  // Lists a shared hashed table's rows (above); nothing for another table
+  // or one listed already. Costs a sort of its rows' keys.
+  void ListSharedRows();
+  // Copies what the snapshot shares with the store (a range table's runs,
+  // a hashed table's rows) into its arrays, as ShardStore::Snapshot takes
+  // them, and gives the shared memory back.
+  void CopyShared();
+  // Row i's use. REQUIRES: row_uses, i < the rows the arrays hold.
+  RowUse UseOf(uint64_t i) const {
+    if (!shares_hashed_rows()) return uses[i];
+    RowUse use;
+    hashed_rows.Read(hashed_at[i], nullptr, &use);
+    return use;
+  }
+
   // A range table taken without a copy (ShardStore::SharedSnapshot): its
   // rows as runs shared with the store's blocks, in row order, covering
   // every owned row once; `values` is then empty and `slots` holds as many
-  // empty arrays as the optimizer has state arrays. Empty otherwise.
+  // empty arrays as the optimizer has state arrays. A delta's
+  // (CheckpointSnapshot): the rows of `changed` as such runs, and its
+  // `patched` rows after them, copied into `values` and `slots`. Empty
+  // otherwise.
   std::vector<SharedRows> shared;
+  // The rows the shared runs hold (the first rows of the snapshot's).
+  uint64_t SharedRowCount() const {
+    return shared.empty() ? 0 : shared.back().first + shared.back().rows;
+  }
   // A delta's table (ShardSnapshot::base_clock >= 0): what changed since
   // the base generation. A range table's arrays hold only the rows of
   // `changed` (sorted, disjoint ranges of global row ids inside `owned`,
@@ -144,7 +227,9 @@ struct TableSnapshot {
   // Calls fn(const RowPiece&) for the snapshot's rows [first, first +
   // count) (indices into its rows: 0 is its first row), in order, one piece
   // per contiguous run of memory: one from `values` and `slots`, or one per
-  // shared run the rows touch. Nothing for count 0.
+  // shared run the rows touch, or one per row of a shared hashed table
+  // (read into a buffer of the snapshot: valid until the next call, and
+  // not for two threads at once). Nothing for count 0.
   // REQUIRES: first + count <= the rows the arrays hold (RowCount(), or a
   // delta's DeltaRowCount()); the shared runs touched are not released.
   template <typename Fn>
@@ -154,9 +239,17 @@ struct TableSnapshot {
   // go back to the store alone (a push into one no longer copies it, and a
   // block the store replaced meanwhile is freed). Their rows may not be
   // read again. Costs the runs released, when called with `end` ascending.
+  // A shared hashed table's chunk goes back once every listed row of it
+  // is below `end` (one without any, at the first call): the store stops
+  // saving its rows, for every copy of this snapshot, which must be done
+  // with them too (the writer consumes its snapshot: CheckpointDir::Write).
   void ReleaseShared(uint64_t end);
 
  private:
+  // Gives chunk c of the shared hashed rows back to the store.
+  void ReleaseHashedChunk(uint64_t c);
+  // ForEachPiece's rows of a shared hashed table.
+  mutable std::vector<float> hashed_buffer_;
   // The index of the shared run holding row `row`. REQUIRES: row <
   // RowCount(), shared not empty.
   size_t SharedRunOf(uint64_t row) const;
@@ -180,25 +273,42 @@ void TableSnapshot::ForEachPiece(uint64_t first, uint64_t count, Fn&& fn) const 
   if (count == 0) return;
   const size_t num_slots = slots.size();
   RowPiece piece;
-  if (shared.empty()) {
-    const size_t offset = static_cast<size_t>(first) * dim;
-    piece.values = values.data() + offset;
-    for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = slots[k].data() + offset;
-    piece.rows = count;
-    fn(static_cast<const RowPiece&>(piece));
+  if (shares_hashed_rows()) {
+    // Each row's values and state, as of the snapshot, read into the
+    // snapshot's buffer: a piece per row.
+    const size_t floats = hashed_rows.row_floats;
+    hashed_buffer_.resize(static_cast<size_t>(count) * floats);
+    piece.rows = 1;
+    for (uint64_t i = 0; i < count; ++i) {
+      float* row = hashed_buffer_.data() + i * floats;
+      hashed_rows.Read(hashed_at[first + i], row, nullptr);
+      piece.values = row;
+      for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = row + (k + 1) * dim;
+      fn(static_cast<const RowPiece&>(piece));
+    }
     return;
   }
   const uint64_t end = first + count;
-  for (size_t run = SharedRunOf(first); first < end; ++run) {
-    const SharedRows& r = shared[run];
-    const uint64_t in_run = first - r.first;
-    const size_t offset = static_cast<size_t>(in_run) * dim;
-    piece.values = r.values + offset;
-    for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = r.slots[k] + offset;
-    piece.rows = std::min(r.rows - in_run, end - first);
-    fn(static_cast<const RowPiece&>(piece));
-    first += piece.rows;
+  const uint64_t shared_end = SharedRowCount();
+  if (first < shared_end) {
+    for (size_t run = SharedRunOf(first); first < std::min(end, shared_end); ++run) {
+      const SharedRows& r = shared[run];
+      const uint64_t in_run = first - r.first;
+      const size_t offset = static_cast<size_t>(in_run) * dim;
+      piece.values = r.values + offset;
+      for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = r.slots[k] + offset;
+      piece.rows = std::min(r.rows - in_run, end - first);
+      fn(static_cast<const RowPiece&>(piece));
+      first += piece.rows;
+    }
+    if (first == end) return;
   }
+  // The rows after the shared runs, in the arrays.
+  const size_t offset = static_cast<size_t>(first - shared_end) * dim;
+  piece.values = values.data() + offset;
+  for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = slots[k].data() + offset;
+  piece.rows = end - first;
+  fn(static_cast<const RowPiece&>(piece));
 }
 
 // The state of one shard at a clock boundary.
@@ -235,6 +345,23 @@ struct ShardSnapshot {
   // holds only what changed since the epoch asked for (a delta, whose
   // caller sets base_clock and base_id); false for every row. Not written.
   bool changes_only = false;
+  // Lists every shared hashed table's rows (TableSnapshot::ListSharedRows):
+  // what the thread that writes the snapshot does first.
+  void ListSharedRows() {
+    for (TableSnapshot& t : tables) t.ListSharedRows();
+  }
+  // Whether a shared hashed table's rows are not listed yet.
+  bool HasUnlistedRows() const {
+    for (const TableSnapshot& t : tables) {
+      if (t.shares_hashed_rows() && t.hashed_left.empty()) return true;
+    }
+    return false;
+  }
+  // Copies what every table shares with the store (TableSnapshot::CopyShared).
+  void CopyShared() {
+    for (TableSnapshot& t : tables) t.CopyShared();
+  }
+
   // Taken from a store: the store's change epoch it was taken at
   // (changes after it are stamped later); what a delta on this snapshot's
   // generation passes as DeltaSince::since_epoch. Not written.

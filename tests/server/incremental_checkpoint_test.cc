@@ -141,6 +141,8 @@ class ShardChain {
     base_clock_ = clock;
     base_id_ = s->generation_id;
     epoch_ = s->epoch;
+    // Its hashed rows as they were at the snapshot, whatever came after.
+    s->CopyShared();
     return std::move(*s);
   }
   CheckpointDir& dir() { return *dir_; }

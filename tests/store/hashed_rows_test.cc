@@ -6,10 +6,12 @@
 #include "store/hashed_rows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -421,6 +423,175 @@ TEST(HashedRowsTest, SubnormalResultsAreFlushedAsInDenseTables) {
   const float tiny = std::numeric_limits<float>::min() / 4;  // subnormal
   rows.Apply({&id, 1}, &tiny, *FindRule(OptimizerKind::kAdd), add, 0.0f, 1, true);
   EXPECT_EQ(rows.Find(id)[0], 0.0f);
+}
+
+// A row as a shared image (HashedRows::Share) or the table gives it: its
+// id, floats, use and stamp.
+struct RowState {
+  uint64_t id;
+  std::vector<float> floats;
+  uint64_t seq;
+  uint32_t uses;
+  uint32_t stamp;
+  bool operator==(const RowState&) const = default;
+};
+
+std::vector<RowState> StateOf(const HashedRows& rows) {
+  std::vector<RowState> out;
+  for (uint64_t r = 0; r < rows.size(); ++r) {
+    const float* row = rows.row(r);
+    const RowUse use = rows.tracks_use() ? rows.use(r) : RowUse();
+    out.push_back({rows.id(r), std::vector<float>(row, row + rows.stride()), use.seq, use.uses,
+                   rows.tracks_changes() ? rows.stamp(r) : 0});
+  }
+  return out;
+}
+
+std::vector<RowState> StateOf(const SharedHashedRows& image, size_t stride) {
+  std::vector<RowState> out;
+  std::vector<float> floats(image.row_floats);
+  for (uint64_t r = 0; r < image.rows; ++r) {
+    RowUse use;
+    const SharedHashedRows::Row row = image.Read(r, floats.data(), &use);
+    out.push_back({row.id, std::vector<float>(floats.begin(), floats.begin() + stride), use.seq,
+                   use.uses, row.stamp});
+  }
+  return out;
+}
+
+// A table's rows shared as an image keep the state of their moment, ids,
+// values, optimizer state, uses and stamps, while pushes update rows, make
+// new ones, evict and erase (each moving the last row into the hole): the
+// table saves each row it changes once, and only while the image is held;
+// and the table itself ends as a twin that was never shared.
+TEST(HashedRowsTest, ASharedImageKeepsItsMomentWhileRowsChangeMoveAndGo) {
+  constexpr uint32_t kDim = 256;  // 64 rows a chunk
+  const InitOptions init = Uniform(3);
+  const OptimizerOptions adagrad = Optimizer(OptimizerKind::kAdagrad);
+  const UpdateRule& rule = *FindRule(OptimizerKind::kAdagrad);
+  EvictOptions evict;
+  evict.policy = EvictPolicy::kLru;
+  HashedRows rows(kDim, 1, init, 320, evict), twin(kDim, 1, init, 320, evict);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal;
+  const auto push = [&](const std::vector<uint64_t>& ids, int64_t clock) {
+    std::vector<float> grads(ids.size() * kDim);
+    for (float& g : grads) g = normal(rng);
+    for (HashedRows* t : {&rows, &twin}) {
+      t->Apply(ids, grads.data(), rule, adagrad, 0.1f, clock, false, clock);
+    }
+  };
+  for (HashedRows* t : {&rows, &twin}) {
+    t->TrackChanges();
+    t->SetStamp(1);
+  }
+  std::vector<uint64_t> first(300);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = 1000 + 7 * i;
+  push(first, 1);
+  ASSERT_EQ(rows.size(), 300u);
+
+  const std::vector<RowState> before = StateOf(rows);
+  uint64_t saves = rows.saves();
+  {
+    const SharedHashedRows image = rows.Share();
+    ASSERT_EQ(image.rows, 300u);
+    ASSERT_EQ(image.chunks.size(), 5u);
+    for (HashedRows* t : {&rows, &twin}) t->SetStamp(2);
+    // Rows 0, 1 and 2 change, and each list neighbour whose links change.
+    push({1000, 1007, 1014}, 2);
+    EXPECT_GE(rows.saves(), saves + 3);
+    EXPECT_LE(rows.saves(), saves + 9);
+    const uint64_t after_first = rows.saves();
+    push({1000, 1007}, 3);  // the same rows: saved once
+    EXPECT_LE(rows.saves(), after_first + 2) << "a row saved twice";
+    // Erases move the last rows into the holes; new ids past the bound
+    // evict the least recently pushed rows.
+    for (HashedRows* t : {&rows, &twin}) {
+      ASSERT_TRUE(t->Erase(1000 + 7 * 10));
+      ASSERT_TRUE(t->Erase(1000 + 7 * 150));
+    }
+    std::vector<uint64_t> fresh(60);
+    for (size_t i = 0; i < fresh.size(); ++i) fresh[i] = 900000 + i;
+    push(fresh, 4);
+    EXPECT_EQ(rows.size(), 320u);
+    EXPECT_LE(rows.saves(), saves + 300) << "a row saved twice";
+    EXPECT_EQ(StateOf(image, rows.stride()), before) << "the image moved with the table";
+  }
+  // Released: writes save nothing.
+  saves = rows.saves();
+  push(first, 5);
+  EXPECT_EQ(rows.saves(), saves);
+  EXPECT_EQ(StateOf(rows), StateOf(twin));
+}
+
+// Rows that go, down to an empty last chunk that the table drops, and
+// rows made again in a new chunk: the image still reads the dropped
+// chunk's rows as they were, from the memory it holds.
+TEST(HashedRowsTest, ASharedImageReadsTheRowsOfAChunkTheTableDropped) {
+  constexpr uint32_t kDim = 256;  // 64 rows a chunk
+  const UpdateRule& rule = *FindRule(OptimizerKind::kSgd);
+  const OptimizerOptions sgd = Optimizer(OptimizerKind::kSgd);
+  HashedRows rows(kDim, 0, Uniform(9), 1000);
+  std::vector<uint64_t> ids(128);  // two chunks
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 50 + i;
+  const std::vector<float> grads(ids.size() * kDim, 0.5f);
+  rows.Apply(ids, grads.data(), rule, sgd, 0.1f, 1, false);
+  const std::vector<RowState> before = StateOf(rows);
+  const SharedHashedRows image = rows.Share();
+  for (size_t i = 64; i < 128; ++i) ASSERT_TRUE(rows.Erase(ids[i]));  // the last chunk goes
+  std::vector<uint64_t> again(64);
+  for (size_t i = 0; i < again.size(); ++i) again[i] = 7000 + i;
+  rows.Apply(again, grads.data(), rule, sgd, 0.1f, 2, false);
+  EXPECT_EQ(rows.size(), 128u);
+  EXPECT_EQ(StateOf(image, rows.stride()), before);
+}
+
+// The image read on another thread while this one pushes, erases and
+// makes rows (as a checkpoint's writer reads a snapshot while the shard
+// serves): every read, however it overlaps a write, gives the rows of the
+// image's moment.
+TEST(HashedRowsTest, ASharedImageReadOnAnotherThreadDuringWritesIsItsMoment) {
+  constexpr uint32_t kDim = 32;
+  const OptimizerOptions adagrad = Optimizer(OptimizerKind::kAdagrad);
+  const UpdateRule& rule = *FindRule(OptimizerKind::kAdagrad);
+  EvictOptions evict;
+  evict.policy = EvictPolicy::kLfu;
+  HashedRows rows(kDim, 1, Uniform(4), 20000, evict);
+  rows.TrackChanges();
+  std::mt19937_64 rng(11);
+  const auto push = [&](size_t n, uint64_t space, int64_t clock) {
+    std::vector<uint64_t> ids(n);
+    for (uint64_t& id : ids) id = rng() % space;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    const std::vector<float> grads(ids.size() * kDim, 0.01f * static_cast<float>(clock));
+    rows.Apply(ids, grads.data(), rule, adagrad, 0.1f, clock, false, clock);
+  };
+  push(20000, 30000, 1);
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<RowState> before = StateOf(rows);
+    const SharedHashedRows image = rows.Share();
+    std::vector<std::vector<RowState>> reads;
+    std::atomic<bool> writing{true};
+    std::thread reader([&] {
+      // Again and again while the writes go on (at most 100 reads).
+      do {
+        reads.push_back(StateOf(image, rows.stride()));
+      } while (writing.load() && reads.size() < 100);
+    });
+    // Bounded: 200 pushes, with erases, whatever the reader's pace.
+    for (int p = 0; p < 200; ++p) {
+      rows.SetStamp(static_cast<uint32_t>(round * 1000 + p + 2));
+      push(500, 40000, round * 1000 + p + 2);
+      for (int e = 0; e < 20; ++e) rows.Erase(rng() % 40000);
+    }
+    writing = false;
+    reader.join();
+    EXPECT_GT(rows.saves(), 0u);
+    for (const std::vector<RowState>& read : reads) {
+      EXPECT_TRUE(read == before) << "round " << round;
+    }
+  }
 }
 
 }  // namespace

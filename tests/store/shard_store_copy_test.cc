@@ -382,7 +382,7 @@ TEST(ShardStoreSharedSnapshotTest, KeepsTheStateOfItsMomentWhilePushesCopyEachBl
     PushHashed(*s, 0);
   }
   const ShardSnapshot copied = store->Snapshot(job, 0, 1).value();
-  const ShardSnapshot shared = store->SharedSnapshot(job, 0, 1).value();
+  ShardSnapshot shared = store->SharedSnapshot(job, 0, 1).value();
 
   const TableSnapshot& range = shared.tables[kRange];
   ASSERT_EQ(range.shared.size(), kBlocks);
@@ -391,17 +391,31 @@ TEST(ShardStoreSharedSnapshotTest, KeepsTheStateOfItsMomentWhilePushesCopyEachBl
   EXPECT_TRUE(range.slots[0].empty() && range.slots[1].empty());
   EXPECT_EQ(range.shared.back().first, (kBlocks - 1) * kBlockRows);
   EXPECT_EQ(range.shared.back().rows, 1000 - (kBlocks - 1) * kBlockRows);
-  // The hashed table is copied, as Snapshot copies it.
-  const TableSnapshot& hashed = shared.tables[1];
-  EXPECT_TRUE(hashed.shared.empty());
-  EXPECT_EQ(hashed.ids, copied.tables[1].ids);
-  EXPECT_TRUE(SameBits(hashed.values, copied.tables[1].values));
+  // The hashed table's rows stay in the store's chunk, listed later.
+  TableSnapshot& hashed = shared.tables[1];
+  EXPECT_TRUE(hashed.shares_hashed_rows());
+  EXPECT_TRUE(hashed.ids.empty() && hashed.values.empty());
+  EXPECT_EQ(hashed.stored_rows, 50u);
 
   const uint64_t copies = store->copy_on_write_count();
   for (ShardStore* s : {store.get(), twin.get()}) PushRows(*s, 0, 1000, -1.5f, 1);
   EXPECT_EQ(store->copy_on_write_count(), copies + kBlocks);
   for (ShardStore* s : {store.get(), twin.get()}) PushRows(*s, 100, 600, 2.0f, 2);
   EXPECT_EQ(store->copy_on_write_count(), copies + kBlocks) << "a block copied twice";
+  // Its 50 rows, each saved once before it changed.
+  const uint64_t saves = store->snapshot_saves();
+  for (ShardStore* s : {store.get(), twin.get()}) PushHashed(*s, 2);
+  for (ShardStore* s : {store.get(), twin.get()}) PushHashed(*s, 3);
+  EXPECT_EQ(store->snapshot_saves(), saves + 50);
+
+  // Listed after the pushes: the hashed rows of the snapshot's moment,
+  // in key order, as Snapshot copied them.
+  hashed.ListSharedRows();
+  EXPECT_EQ(hashed.ids, copied.tables[1].ids);
+  const std::vector<std::vector<float>> rows = ArraysOf(hashed);
+  EXPECT_TRUE(SameBits(rows[0], copied.tables[1].values));
+  EXPECT_TRUE(SameBits(rows[1], copied.tables[1].slots[0]));
+  EXPECT_EQ(store->Checksum(1), twin->Checksum(1));
 
   // The snapshot holds the values and the optimizer state of its moment,
   // bit for bit; the pushes landed in the store as in the twin.

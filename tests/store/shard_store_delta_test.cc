@@ -65,10 +65,12 @@ class ShardStoreDeltaTest : public ::testing::Test {
     store_ = ShardStore::Create(job_, 0).value();
   }
   // The next snapshot: a delta on the previous one (or full).
-  ShardSnapshot Next(int64_t clock, bool delta = true) {
+  // With `copy`, what it shares with the store copied into its arrays.
+  ShardSnapshot Next(int64_t clock, bool delta = true, bool copy = true) {
     const DeltaSince since{epoch_, &RowsPerRun};
     ShardSnapshot s = store_->CheckpointSnapshot(job_, 0, clock, delta ? &since : nullptr).value();
     epoch_ = s.epoch;
+    if (copy) s.CopyShared();
     return s;
   }
 
@@ -119,6 +121,47 @@ TEST_F(ShardStoreDeltaTest, DensePushesMakeBlocksWidenedToRunsAndSparseOnesRows)
   EXPECT_TRUE(empty.tables[0].patched.empty());
 }
 
+// A delta's runs written whole are shared with the store's blocks, as a
+// full snapshot's rows (no copy while the loop waits), its patched rows
+// copied after them; a push into a shared block copies it, and the delta
+// keeps the rows of its moment.
+TEST_F(ShardStoreDeltaTest, ADeltaSharesTheBlocksItWritesWhole) {
+  Next(1, /*delta=*/false);
+  {
+    const Push dense = Push::Dense(0, 2 * kRowsPerBlock + 5, 1, 4);
+    ASSERT_OK(store_->ApplyPush(dense, 1));
+  }
+  ASSERT_OK(store_->ApplyPush(Push(0, {7, 3}, 4), 1));
+  const ShardSnapshot copied = Next(2, /*delta=*/true, /*copy=*/true);
+  // The same delta again, after one more push of the same rows (so the
+  // second delta holds the same ranges and rows), taken without a copy.
+  {
+    const Push dense = Push::Dense(0, 2 * kRowsPerBlock + 5, 1, 4);
+    ASSERT_OK(store_->ApplyPush(dense, 2));
+  }
+  ASSERT_OK(store_->ApplyPush(Push(0, {7, 3}, 4), 2));
+  ShardSnapshot shared = Next(3, /*delta=*/true, /*copy=*/false);
+  const std::vector<float> at_snapshot = store_->CopyValues(0);
+  TableSnapshot& w = shared.tables[0];
+  EXPECT_EQ(w.changed, copied.tables[0].changed);
+  EXPECT_EQ(w.patched, copied.tables[0].patched);
+  // [131000, 197000) lies in blocks 1 to 3: three runs; the two patched
+  // rows copied.
+  ASSERT_EQ(w.shared.size(), 3u);
+  EXPECT_EQ(w.SharedRowCount(), 66000u);
+  EXPECT_EQ(w.values.size(), 2u * 4);
+  const uint64_t copies = store_->copy_on_write_count();
+  {
+    const Push dense = Push::Dense(0, 2 * kRowsPerBlock + 5, 1, 4);
+    ASSERT_OK(store_->ApplyPush(dense, 3));
+  }
+  EXPECT_EQ(store_->copy_on_write_count(), copies + 1);
+  w.CopyShared();
+  ASSERT_EQ(w.values.size(), (66000u + 2) * 4);
+  EXPECT_EQ(std::memcmp(w.values.data(), at_snapshot.data() + 131000 * 4, 66000 * 4 * 4), 0);
+  EXPECT_EQ(std::memcmp(w.values.data() + 66000 * 4, at_snapshot.data() + 3 * 4, 4 * 4), 0);
+}
+
 TEST_F(ShardStoreDeltaTest, AggregatedSumsAndRestoresMarkTheirBlocks) {
   Next(1, /*delta=*/false);
   store_->Accumulate(Push(0, {5}, 4), 1);
@@ -163,8 +206,9 @@ TEST_F(ShardStoreDeltaTest, TooManyRemovedIdsToKeepMakeTheNextSnapshotFull) {
   // Each push of a new id evicts one of the 4 rows: more removals than
   // the table keeps count of (4 / 4 + 1024).
   for (uint64_t id = 100; id < 1200; ++id) ASSERT_OK(store_->ApplyPush(Push(1, {id}, 2), 1));
-  const ShardSnapshot full = Next(2);
+  ShardSnapshot full = Next(2, /*delta=*/true, /*copy=*/false);
   EXPECT_FALSE(full.changes_only);
+  full.ListSharedRows();
   EXPECT_EQ(full.tables[1].ids.size(), 4u);
   // A full snapshot's range table is shared with the store's blocks.
   EXPECT_TRUE(full.tables[0].values.empty());
@@ -182,9 +226,51 @@ TEST(ShardStoreDeltaWithoutTrackingTest, HashedTableWithoutTrackingPutsEveryRowI
   std::unique_ptr<ShardStore> store = ShardStore::Create(job, 0).value();
   ASSERT_OK(store->ApplyPush(Push(1, {1, 2, 3}, 2), 0));
   const DeltaSince since{store->CheckpointSnapshot(job, 0, 1, nullptr).value().epoch, &RowsPerRun};
-  const ShardSnapshot delta = store->CheckpointSnapshot(job, 0, 2, &since).value();
+  ShardSnapshot delta = store->CheckpointSnapshot(job, 0, 2, &since).value();
+  delta.ListSharedRows();
   EXPECT_EQ(delta.tables[1].ids.size(), 3u);
   EXPECT_TRUE(delta.tables[1].removed.empty());
+}
+
+// A delta shares the hashed rows as a full snapshot does; once listed
+// (on the writer's thread), the write's start gives back every chunk
+// without a row changed since, so pushes there save nothing, and the rest
+// as they are written.
+TEST(ShardStoreDeltaSharingTest, ListingADeltaGivesBackTheChunksWithoutChanges) {
+  TableOptions wide = TestTable("wide", 0, 512, OptimizerKind::kSgd);  // 64 rows a chunk
+  wide.keys = KeyKind::kHashed;
+  wide.max_rows = 1000;
+  JobOptions job = TestJob().Table(wide).Build();
+  job.checkpoint.dir = "/unused";
+  job.checkpoint.full_every = 4;
+  ASSERT_OK(job.Validate());
+  std::unique_ptr<ShardStore> store = ShardStore::Create(job, 0).value();
+  std::vector<uint64_t> ids(640);  // 10 chunks
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
+  ASSERT_OK(store->ApplyPush(Push(0, ids, 512), 0));
+  const DeltaSince since{store->CheckpointSnapshot(job, 0, 1, nullptr).value().epoch,
+                         &RowsPerRun};
+  // Two rows changed: made in this order, they lie in chunks 0 and 9.
+  ASSERT_OK(store->ApplyPush(Push(0, {1, 640}, 512), 1));
+  ShardSnapshot delta = store->CheckpointSnapshot(job, 0, 2, &since).value();
+  TableSnapshot& t = delta.tables[0];
+  ASSERT_TRUE(t.shares_hashed_rows());
+  t.ListSharedRows();
+  ASSERT_EQ(t.ids.size(), 2u);
+  EXPECT_EQ(t.stored_rows, 640u);
+  t.ReleaseShared(0);  // the write starts
+  uint64_t saves = store->snapshot_saves();
+  std::vector<uint64_t> middle;
+  for (uint64_t id = 65; id <= 576; ++id) middle.push_back(id);  // chunks 1 to 8
+  ASSERT_OK(store->ApplyPush(Push(0, middle, 512), 2));
+  EXPECT_EQ(store->snapshot_saves(), saves) << "a chunk without changes was kept";
+  ASSERT_OK(store->ApplyPush(Push(0, {2}, 512), 2));
+  EXPECT_EQ(store->snapshot_saves(), saves + 1);
+  // Both changed rows written: the last chunk goes back too.
+  t.ReleaseShared(2);
+  saves = store->snapshot_saves();
+  ASSERT_OK(store->ApplyPush(Push(0, {639}, 512), 2));
+  EXPECT_EQ(store->snapshot_saves(), saves);
 }
 
 }  // namespace
