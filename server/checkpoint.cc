@@ -193,6 +193,7 @@ Status CheckpointDir::Write(ShardSnapshot&& snapshot, const CheckpointWriteOptio
   // Released also when the write stopped early.
   for (TableSnapshot& t : snapshot.tables) {
     t.shared.clear();
+    t.patched_blocks.clear();
     t.hashed_rows = SharedHashedRows();  // the store saves nothing more for it
   }
   return written;

@@ -32,7 +32,11 @@ uint64_t SnapshotBytes(const ShardSnapshot& s) {
     // range table's shared runs: their rows, besides its arrays' values.
     const uint64_t floats = t.shares_hashed_rows()
                                 ? uint64_t{t.ids.size()} * t.dim
-                                : t.SharedRowCount() * t.dim + t.values.size();
+                                : (t.SharedRowCount() + (t.patched_blocks.empty()
+                                                              ? 0
+                                                              : t.patched.size())) *
+                                          t.dim +
+                                      t.values.size();
     bytes += floats * sizeof(float) * (1 + t.slots.size()) +
              (t.ids.size() + t.removed.size() + t.patched.size()) * kRecordBytes + t.sketch.size();
   }

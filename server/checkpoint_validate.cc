@@ -106,7 +106,23 @@ Status ValidateChanged(const TableSnapshot& t, const std::string& table) {
 Status ValidateShared(const TableSnapshot& t, const std::string& table, bool delta,
                       uint64_t held_rows) {
   if (t.hashed) return InvalidArgumentError(table + " is hashed but has shared runs of rows");
-  const uint64_t flat_rows = delta ? t.patched.size() : 0;
+  // A delta's patched rows: in the arrays, or in shared blocks.
+  const uint64_t patched_rows = delta ? t.patched.size() : 0;
+  const uint64_t flat_rows = t.patched_blocks.empty() ? patched_rows : 0;
+  if (!t.patched_blocks.empty()) {
+    uint64_t in_blocks = 0;
+    bool held = t.patched_at.size() == patched_rows;
+    for (const SharedRows& run : t.patched_blocks) {
+      held = held && run.first == t.SharedRowCount() + in_blocks && run.rows > 0 &&
+             run.holder != nullptr && run.values != nullptr;
+      for (size_t k = 0; k < t.slots.size(); ++k) held = held && run.slots[k] != nullptr;
+      in_blocks += run.rows;
+    }
+    if (!held || in_blocks != patched_rows) {
+      return InvalidArgumentError(table + "'s " + std::to_string(patched_rows) +
+                                  " patched rows are not all in held shared blocks");
+    }
+  }
   bool flat = t.values.size() != flat_rows * t.dim;
   for (const std::vector<float>& slot : t.slots) flat = flat || slot.size() != t.values.size();
   if (flat) {
@@ -131,9 +147,9 @@ Status ValidateShared(const TableSnapshot& t, const std::string& table, bool del
     }
     next += run.rows;
   }
-  if (next + flat_rows != held_rows) {
+  if (next + patched_rows != held_rows) {
     return InvalidArgumentError(table + " has shared runs of " + std::to_string(next) +
-                                " rows for its " + std::to_string(held_rows - flat_rows) +
+                                " rows for its " + std::to_string(held_rows - patched_rows) +
                                 " rows");
   }
   return Status::Ok();
@@ -204,7 +220,7 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
       return InvalidArgumentError(table + " of " + std::to_string(t.RowCount()) + " rows of dim " +
                                   std::to_string(t.dim) + " is too large");
     }
-    if (!t.shared.empty()) {
+    if (!t.shared.empty() || !t.patched_blocks.empty()) {
       PS_RETURN_IF_ERROR(ValidateShared(t, table, s.delta(), held_rows));
     } else if (t.shares_hashed_rows()) {
       // Checked above.
@@ -213,7 +229,9 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
                                   " values for " + std::to_string(held_rows) +
                                   " rows of dim " + std::to_string(t.dim));
     }
-    for (size_t k = 0; k < t.slots.size() && t.shared.empty() && !t.shares_hashed_rows(); ++k) {
+    for (size_t k = 0; k < t.slots.size() && t.shared.empty() && t.patched_blocks.empty() &&
+                       !t.shares_hashed_rows();
+         ++k) {
       if (t.slots[k].size() != t.values.size()) {
         return InvalidArgumentError(table + " slot " + std::to_string(k) + " has " +
                                     std::to_string(t.slots[k].size()) + " floats, not " +

@@ -238,10 +238,10 @@ class ShardStore {
   // next). A hashed table tracks its rows' changes only when the job's
   // checkpoint.full_every is above 1 (4 bytes per row); without, a delta
   // holds every row of it. A range table keeps a bit per row. A delta
-  // shares what a full snapshot shares: the runs written whole as the
-  // store's blocks (TableSnapshot::shared), the hashed rows as their
-  // chunks; only the patched rows are copied. ResourceExhausted if that
-  // copy cannot be allocated.
+  // shares what a full snapshot shares: the runs written whole and the
+  // blocks of the patched rows (TableSnapshot::shared, patched_blocks), the
+  // hashed rows as their chunks; nothing is copied. ResourceExhausted if
+  // its lists cannot be allocated.
   StatusOr<ShardSnapshot> CheckpointSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
                                              const DeltaSince* delta);
   // Replaces every value and optimizer state array with the snapshot's
@@ -415,6 +415,10 @@ class ShardStore {
   static StatusOr<std::unique_ptr<ShardStore>> Make(const JobOptions& job, uint32_t shard,
                                                     Start start);
   // A delta's copy of what changed since `delta->since_epoch` into
+  // A snapshot's run of `rows` rows of `t`'s block `block` from row
+  // `in_block`, held whole (HoldWhole), as the snapshot's rows from `first`.
+  static SharedRows ShareRows(const Table& t, uint64_t block, uint64_t in_block, uint64_t rows,
+                              uint64_t first);
   // *snapshot (its layout): see CheckpointSnapshot.
   void CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot);
   // Snapshot (`share` false) or SharedSnapshot (true).

@@ -147,15 +147,11 @@ StatusOr<ShardSnapshot> ShardStore::TakeSnapshot(const JobOptions& job, uint32_t
       // one meanwhile copies it, optimizer state included (Writable).
       ts.shared.reserve(t.blocks.size());
       uint64_t first = 0;
-      for (const std::shared_ptr<Block>& b : t.blocks) {
-        SharedRows run;
-        run.first = first;
-        run.rows = b->values.size() / std::max<uint32_t>(1, t.layout.dim);
-        run.values = b->values.data();
-        for (uint32_t k = 0; k < t.slots; ++k) run.slots[k] = b->slots[k].data();
-        run.holder = HoldWhole(b);
-        first += run.rows;
-        ts.shared.push_back(std::move(run));
+      for (uint64_t block = 0; block < t.blocks.size(); ++block) {
+        const uint64_t rows =
+            t.blocks[block]->values.size() / std::max<uint32_t>(1, t.layout.dim);
+        ts.shared.push_back(ShareRows(t, block, 0, rows, first));
+        first += rows;
       }
     }
   } catch (const std::bad_alloc&) {

@@ -127,42 +127,44 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
                                           });
       return after != local.begin() && std::prev(after)->Contains(r);
     });
-    // The runs written whole: shared with the store's blocks, as a full
-    // snapshot's rows (a push into one meanwhile copies it, once); the
-    // patched rows after them: copied (fewer bytes than their blocks).
+    // The runs written whole, and the blocks of the patched rows: shared
+    // with the store's blocks, as a full snapshot's rows (a push into one
+    // meanwhile copies it, once); nothing is copied.
     uint64_t at_row = 0;
     for (const RowRange& r : local) {
       ts.changed.push_back({t.layout.owned.begin + r.begin, t.layout.owned.begin + r.end});
       ForEachBlockRun(t, r.begin, r.size(), [&](uint64_t block, uint64_t in_block, uint64_t n) {
-        const std::shared_ptr<Block>& b = t.blocks[block];
-        const size_t offset = static_cast<size_t>(in_block) * dim;
-        SharedRows run;
-        run.first = at_row;
-        run.rows = n;
-        run.values = b->values.data() + offset;
-        for (uint32_t k = 0; k < t.slots; ++k) run.slots[k] = b->slots[k].data() + offset;
-        run.holder = HoldWhole(b);
-        ts.shared.push_back(std::move(run));
+        ts.shared.push_back(ShareRows(t, block, in_block, n, at_row));
         at_row += n;
       });
     }
-    ts.values.resize(rows_changed.size() * dim);
-    for (std::vector<float>& slot : ts.slots) slot.resize(rows_changed.size() * dim);
-    size_t at = 0;
+    ts.patched.reserve(rows_changed.size());
+    ts.patched_at.reserve(rows_changed.size());
     for (const uint64_t r : rows_changed) {
+      const uint64_t block = r / t.rows_per_block;
+      if (ts.patched_blocks.empty() ||
+          ts.patched_blocks.back().values != t.blocks[block]->values.data()) {
+        ts.patched_blocks.push_back(ShareRows(t, block, 0, 0, at_row));
+      }
+      ++ts.patched_blocks.back().rows;
       ts.patched.push_back(t.layout.owned.begin + r);
-      ForEachBlockRun(t, r, 1, [&](uint64_t block, uint64_t in_block, uint64_t n) {
-        const Block& b = *t.blocks[block];
-        const size_t offset = static_cast<size_t>(in_block) * dim;
-        const size_t floats = static_cast<size_t>(n) * dim;
-        std::memcpy(ts.values.data() + at, b.values.data() + offset, floats * sizeof(float));
-        for (size_t k = 0; k < ts.slots.size(); ++k) {
-          std::memcpy(ts.slots[k].data() + at, b.slots[k].data() + offset, floats * sizeof(float));
-        }
-        at += floats;
-      });
+      ts.patched_at.push_back(static_cast<uint32_t>(r % t.rows_per_block));
+      ++at_row;
     }
   }
+}
+
+SharedRows ShardStore::ShareRows(const Table& t, uint64_t block, uint64_t in_block, uint64_t rows,
+                                 uint64_t first) {
+  const std::shared_ptr<Block>& b = t.blocks[block];
+  const size_t offset = static_cast<size_t>(in_block) * t.layout.dim;
+  SharedRows run;
+  run.first = first;
+  run.rows = rows;
+  run.values = b->values.data() + offset;
+  for (uint32_t k = 0; k < t.slots; ++k) run.slots[k] = b->slots[k].data() + offset;
+  run.holder = HoldWhole(b);
+  return run;
 }
 
 }  // namespace ps

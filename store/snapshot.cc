@@ -99,9 +99,12 @@ void TableSnapshot::ReleaseHashedChunk(uint64_t c) {
 }
 
 void TableSnapshot::CopyShared() {
-  if (!shared.empty()) {
-    // A range table's runs, then the rows already in the arrays.
-    const uint64_t held = SharedRowCount() + (dim == 0 ? 0 : values.size() / dim);
+  if (!shared.empty() || !patched_blocks.empty()) {
+    // A range table's runs, then its patched rows (shared, or already in
+    // the arrays).
+    const uint64_t held = SharedRowCount() + (!patched_blocks.empty() ? patched.size()
+                                              : dim == 0             ? 0
+                                                                     : values.size() / dim);
     std::vector<float> flat;
     std::vector<std::vector<float>> flat_slots(slots.size());
     flat.reserve(static_cast<size_t>(held) * dim);
@@ -115,6 +118,8 @@ void TableSnapshot::CopyShared() {
     values = std::move(flat);
     slots = std::move(flat_slots);
     shared.clear();
+    patched_blocks.clear();
+    patched_at.clear();
     return;
   }
   if (!shares_hashed_rows()) return;
@@ -137,6 +142,13 @@ void TableSnapshot::CopyShared() {
   hashed_released = 0;
 }
 
+size_t TableSnapshot::PatchedBlockOf(uint64_t row) const {
+  const auto after =
+      std::upper_bound(patched_blocks.begin(), patched_blocks.end(), row,
+                       [](uint64_t r, const SharedRows& run) { return r < run.first; });
+  return static_cast<size_t>(after - patched_blocks.begin()) - 1;
+}
+
 void TableSnapshot::ReleaseShared(uint64_t end) {
   if (shares_hashed_rows()) {
     if (hashed_released == 0) {
@@ -154,14 +166,16 @@ void TableSnapshot::ReleaseShared(uint64_t end) {
   }
   // The runs ending by `end`, newest first, up to the first one already
   // released: a writer releasing in row order touches each run once.
-  const auto after =
-      std::upper_bound(shared.begin(), shared.end(), end,
-                       [](uint64_t e, const SharedRows& run) { return e < run.first + run.rows; });
-  for (auto it = std::make_reverse_iterator(after); it != shared.rend(); ++it) {
-    if (it->holder == nullptr) break;
-    it->holder.reset();
-    it->values = nullptr;
-    it->slots = {};
+  for (std::vector<SharedRows>* runs : {&shared, &patched_blocks}) {
+    const auto after = std::upper_bound(
+        runs->begin(), runs->end(), end,
+        [](uint64_t e, const SharedRows& run) { return e < run.first + run.rows; });
+    for (auto it = std::make_reverse_iterator(after); it != runs->rend(); ++it) {
+      if (it->holder == nullptr) break;
+      it->holder.reset();
+      it->values = nullptr;
+      it->slots = {};
+    }
   }
 }
 

@@ -188,9 +188,16 @@ struct TableSnapshot {
   // every owned row once; `values` is then empty and `slots` holds as many
   // empty arrays as the optimizer has state arrays. A delta's
   // (CheckpointSnapshot): the rows of `changed` as such runs, and its
-  // `patched` rows after them, copied into `values` and `slots`. Empty
-  // otherwise.
+  // `patched` rows after them in `patched_blocks`. Empty otherwise.
   std::vector<SharedRows> shared;
+  // A delta's patched rows shared with the store's blocks: per block that
+  // holds some, a run whose `first` is the index (among the snapshot's
+  // rows) of its first patched row, `rows` their count, and whose arrays
+  // start at the block's first row; patched_at[j], the row within its
+  // block of patched[j]. Empty when the patched rows are copied into
+  // `values` and `slots` (or there are none).
+  std::vector<SharedRows> patched_blocks;
+  std::vector<uint32_t> patched_at;
   // The rows the shared runs hold (the first rows of the snapshot's).
   uint64_t SharedRowCount() const {
     return shared.empty() ? 0 : shared.back().first + shared.back().rows;
@@ -250,6 +257,9 @@ struct TableSnapshot {
   void ReleaseHashedChunk(uint64_t c);
   // ForEachPiece's rows of a shared hashed table.
   mutable std::vector<float> hashed_buffer_;
+  // The index of the patched block holding snapshot row `row`. REQUIRES:
+  // patched_blocks not empty, row among the patched rows.
+  size_t PatchedBlockOf(uint64_t row) const;
   // The index of the shared run holding row `row`. REQUIRES: row <
   // RowCount(), shared not empty.
   size_t SharedRunOf(uint64_t row) const;
@@ -302,6 +312,20 @@ void TableSnapshot::ForEachPiece(uint64_t first, uint64_t count, Fn&& fn) const 
       first += piece.rows;
     }
     if (first == end) return;
+  }
+  if (!patched_blocks.empty()) {
+    // The patched rows in their shared blocks: a piece per row.
+    piece.rows = 1;
+    size_t block = PatchedBlockOf(first);
+    for (; first < end; ++first) {
+      while (first >= patched_blocks[block].first + patched_blocks[block].rows) ++block;
+      const SharedRows& b = patched_blocks[block];
+      const size_t offset = static_cast<size_t>(patched_at[first - shared_end]) * dim;
+      piece.values = b.values + offset;
+      for (size_t k = 0; k < num_slots; ++k) piece.slots[k] = b.slots[k] + offset;
+      fn(static_cast<const RowPiece&>(piece));
+    }
+    return;
   }
   // The rows after the shared runs, in the arrays.
   const size_t offset = static_cast<size_t>(first - shared_end) * dim;

@@ -121,9 +121,9 @@ TEST_F(ShardStoreDeltaTest, DensePushesMakeBlocksWidenedToRunsAndSparseOnesRows)
   EXPECT_TRUE(empty.tables[0].patched.empty());
 }
 
-// A delta's runs written whole are shared with the store's blocks, as a
-// full snapshot's rows (no copy while the loop waits), its patched rows
-// copied after them; a push into a shared block copies it, and the delta
+// A delta's runs written whole and the blocks of its patched rows are
+// shared with the store's blocks, as a full snapshot's rows (no copy while
+// the loop waits); a push into a shared block copies it, and the delta
 // keeps the rows of its moment.
 TEST_F(ShardStoreDeltaTest, ADeltaSharesTheBlocksItWritesWhole) {
   Next(1, /*delta=*/false);
@@ -146,20 +146,47 @@ TEST_F(ShardStoreDeltaTest, ADeltaSharesTheBlocksItWritesWhole) {
   EXPECT_EQ(w.changed, copied.tables[0].changed);
   EXPECT_EQ(w.patched, copied.tables[0].patched);
   // [131000, 197000) lies in blocks 1 to 3: three runs; the two patched
-  // rows copied.
+  // rows in block 0, shared too.
   ASSERT_EQ(w.shared.size(), 3u);
   EXPECT_EQ(w.SharedRowCount(), 66000u);
-  EXPECT_EQ(w.values.size(), 2u * 4);
+  EXPECT_TRUE(w.values.empty());
+  ASSERT_EQ(w.patched_blocks.size(), 1u);
+  EXPECT_EQ(w.patched_blocks[0].first, 66000u);
+  EXPECT_EQ(w.patched_blocks[0].rows, 2u);
+  EXPECT_EQ(w.patched_at, (std::vector<uint32_t>{3, 7}));
   const uint64_t copies = store_->copy_on_write_count();
   {
     const Push dense = Push::Dense(0, 2 * kRowsPerBlock + 5, 1, 4);
     ASSERT_OK(store_->ApplyPush(dense, 3));
   }
-  EXPECT_EQ(store_->copy_on_write_count(), copies + 1);
+  ASSERT_OK(store_->ApplyPush(Push(0, {3}, 4), 3));
+  EXPECT_EQ(store_->copy_on_write_count(), copies + 2) << "blocks 2 and 0, once each";
   w.CopyShared();
   ASSERT_EQ(w.values.size(), (66000u + 2) * 4);
   EXPECT_EQ(std::memcmp(w.values.data(), at_snapshot.data() + 131000 * 4, 66000 * 4 * 4), 0);
   EXPECT_EQ(std::memcmp(w.values.data() + 66000 * 4, at_snapshot.data() + 3 * 4, 4 * 4), 0);
+}
+
+// The writer gives a patched row's block back once it wrote the block's
+// last patched row, as it gives back the runs: a push there copies nothing
+// after.
+TEST_F(ShardStoreDeltaTest, AWrittenPatchedBlockGoesBackToTheStore) {
+  Next(1, /*delta=*/false);
+  ASSERT_OK(store_->ApplyPush(Push(0, {7, 3, kRowsPerBlock + 1}, 4), 1));
+  ShardSnapshot delta = Next(2, /*delta=*/true, /*copy=*/false);
+  TableSnapshot& w = delta.tables[0];
+  ASSERT_TRUE(w.shared.empty());
+  ASSERT_EQ(w.patched_blocks.size(), 2u);  // blocks 0 (rows 3, 7) and 1
+  w.ReleaseShared(1);                      // row 3 written
+  EXPECT_NE(w.patched_blocks[0].holder, nullptr);
+  w.ReleaseShared(2);  // row 7 too: block 0 goes back
+  EXPECT_EQ(w.patched_blocks[0].holder, nullptr);
+  EXPECT_NE(w.patched_blocks[1].holder, nullptr);
+  const uint64_t copies = store_->copy_on_write_count();
+  ASSERT_OK(store_->ApplyPush(Push(0, {3}, 4), 2));
+  EXPECT_EQ(store_->copy_on_write_count(), copies);
+  ASSERT_OK(store_->ApplyPush(Push(0, {kRowsPerBlock + 1}, 4), 2));
+  EXPECT_EQ(store_->copy_on_write_count(), copies + 1);
 }
 
 TEST_F(ShardStoreDeltaTest, AggregatedSumsAndRestoresMarkTheirBlocks) {
