@@ -106,6 +106,9 @@ Status ValidateChanged(const TableSnapshot& t, const std::string& table) {
 Status ValidateShared(const TableSnapshot& t, const std::string& table, bool delta,
                       uint64_t held_rows) {
   if (t.hashed) return InvalidArgumentError(table + " is hashed but has shared runs of rows");
+  if (!t.patched_marks.empty()) {
+    return InvalidArgumentError(table + "'s patched rows are not listed (ListSharedRows)");
+  }
   // A delta's patched rows: in the arrays, or in shared blocks.
   const uint64_t patched_rows = delta ? t.patched.size() : 0;
   const uint64_t flat_rows = t.patched_blocks.empty() ? patched_rows : 0;
@@ -220,7 +223,7 @@ Status ValidateForWrite(const ShardSnapshot& s, const std::string& where) {
       return InvalidArgumentError(table + " of " + std::to_string(t.RowCount()) + " rows of dim " +
                                   std::to_string(t.dim) + " is too large");
     }
-    if (!t.shared.empty() || !t.patched_blocks.empty()) {
+    if (!t.shared.empty() || !t.patched_blocks.empty() || !t.patched_marks.empty()) {
       PS_RETURN_IF_ERROR(ValidateShared(t, table, s.delta(), held_rows));
     } else if (t.shares_hashed_rows()) {
       // Checked above.

@@ -239,9 +239,10 @@ class ShardStore {
   // checkpoint.full_every is above 1 (4 bytes per row); without, a delta
   // holds every row of it. A range table keeps a bit per row. A delta
   // shares what a full snapshot shares: the runs written whole and the
-  // blocks of the patched rows (TableSnapshot::shared, patched_blocks), the
-  // hashed rows as their chunks; nothing is copied. ResourceExhausted if
-  // its lists cannot be allocated.
+  // blocks of the patched rows (TableSnapshot::shared, patched_blocks:
+  // their marks copied, a bit per row, the rows listed by the writer), the
+  // hashed rows as their chunks; no row is copied. ResourceExhausted if
+  // the marks cannot be allocated.
   StatusOr<ShardSnapshot> CheckpointSnapshot(const JobOptions& job, uint32_t shard, int64_t clock,
                                              const DeltaSince* delta);
   // Replaces every value and optimizer state array with the snapshot's

@@ -92,23 +92,28 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
     const uint64_t per_run = std::max<uint64_t>(1, delta.rows_per_run(dim));
     const uint64_t row_bytes = uint64_t{dim} * sizeof(float) * (1 + t.slots);
     std::vector<RowRange> local;
-    std::vector<uint64_t> rows_changed;  // shard-local, ascending
-    std::vector<uint64_t> block_rows;
+    std::vector<uint64_t> patched;  // blocks whose marked rows are patched
+    // The marks of rows [first, end) as words from first / 64 (the edges
+    // masked), into `out` when not null; returns how many are set.
+    const auto marks = [&](uint64_t first, uint64_t end, std::vector<uint64_t>* out) {
+      uint64_t set = 0;
+      for (uint64_t w = first / 64; w * 64 < end; ++w) {
+        uint64_t bits = t.dirty[w];
+        if (w * 64 < first) bits &= ~uint64_t{0} << (first - w * 64);
+        if (end - w * 64 < 64) bits &= (uint64_t{1} << (end - w * 64)) - 1;
+        set += static_cast<uint64_t>(std::popcount(bits));
+        if (out != nullptr) out->push_back(bits);
+      }
+      return set;
+    };
     for (uint64_t b = 0; b < t.blocks.size(); ++b) {
       const uint64_t first = b * t.rows_per_block;
       const uint64_t end = std::min(owned, first + t.rows_per_block);
       bool whole = t.stamps[b] > delta.since_epoch;
       if (!whole && t.sparse_stamps[b] > delta.since_epoch) {
-        // The block's marked rows, a word of 64 at a time.
-        block_rows.clear();
-        for (uint64_t w = first / 64; w * 64 < end; ++w) {
-          uint64_t bits = t.dirty[w];
-          if (w * 64 < first) bits &= ~uint64_t{0} << (first - w * 64);
-          if (end - w * 64 < 64) bits &= (uint64_t{1} << (end - w * 64)) - 1;
-          for (; bits != 0; bits &= bits - 1) block_rows.push_back(w * 64 + std::countr_zero(bits));
-        }
-        whole = block_rows.size() * (row_bytes + delta.row_overhead) >= (end - first) * row_bytes;
-        if (!whole) rows_changed.insert(rows_changed.end(), block_rows.begin(), block_rows.end());
+        const uint64_t marked = marks(first, end, nullptr);
+        whole = marked * (row_bytes + delta.row_overhead) >= (end - first) * row_bytes;
+        if (!whole && marked > 0) patched.push_back(b);
       }
       if (!whole) continue;
       const RowRange run{first / per_run * per_run,
@@ -119,14 +124,6 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
         local.push_back(run);
       }
     }
-    // Rows inside the runs written whole are in them already.
-    std::erase_if(rows_changed, [&](uint64_t r) {
-      const auto after = std::upper_bound(local.begin(), local.end(), r,
-                                          [](uint64_t row, const RowRange& range) {
-                                            return row < range.begin;
-                                          });
-      return after != local.begin() && std::prev(after)->Contains(r);
-    });
     // The runs written whole, and the blocks of the patched rows: shared
     // with the store's blocks, as a full snapshot's rows (a push into one
     // meanwhile copies it, once); nothing is copied.
@@ -138,18 +135,15 @@ void ShardStore::CopyChanges(const DeltaSince& delta, ShardSnapshot* snapshot) {
         at_row += n;
       });
     }
-    ts.patched.reserve(rows_changed.size());
-    ts.patched_at.reserve(rows_changed.size());
-    for (const uint64_t r : rows_changed) {
-      const uint64_t block = r / t.rows_per_block;
-      if (ts.patched_blocks.empty() ||
-          ts.patched_blocks.back().values != t.blocks[block]->values.data()) {
-        ts.patched_blocks.push_back(ShareRows(t, block, 0, 0, at_row));
-      }
-      ++ts.patched_blocks.back().rows;
-      ts.patched.push_back(t.layout.owned.begin + r);
-      ts.patched_at.push_back(static_cast<uint32_t>(r % t.rows_per_block));
-      ++at_row;
+    // The blocks of the patched rows, held, and their marks copied (a
+    // word per 64 rows): the writer lists the rows (ListSharedRows), less
+    // those inside the runs written whole.
+    for (const uint64_t b : patched) {
+      const uint64_t first = b * t.rows_per_block;
+      const uint64_t end = std::min(owned, first + t.rows_per_block);
+      ts.patched_blocks.push_back(ShareRows(t, b, 0, 0, at_row));
+      ts.patched_marks.push_back({first, end, ts.patched_bits.size()});
+      marks(first, end, &ts.patched_bits);
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <iterator>
 #include <vector>
@@ -61,7 +62,40 @@ SharedHashedRows::Row SharedHashedRows::Read(uint64_t r, float* floats, RowUse* 
 
 void SharedHashedRows::Done(uint64_t c) const { saved->Done(c); }
 
+void TableSnapshot::ListPatchedRows() {
+  if (patched_marks.empty()) return;
+  // Ascending, block after block; a row inside a run written whole (the
+  // runs reach into neighbouring blocks) is written with the run.
+  uint64_t at = SharedRowCount();
+  size_t range = 0;
+  std::vector<SharedRows> kept;
+  for (size_t k = 0; k < patched_marks.size(); ++k) {
+    const PatchedMarks& m = patched_marks[k];
+    SharedRows& run = patched_blocks[k];
+    run.first = at;
+    run.rows = 0;
+    const uint64_t words = (m.end_row + 63) / 64 - m.first_row / 64;
+    for (uint64_t j = 0; j < words; ++j) {
+      for (uint64_t bits = patched_bits[m.word + j]; bits != 0; bits &= bits - 1) {
+        const uint64_t r = (m.first_row / 64 + j) * 64 + std::countr_zero(bits);
+        const uint64_t row = owned.begin + r;
+        while (range < changed.size() && changed[range].end <= row) ++range;
+        if (range < changed.size() && changed[range].Contains(row)) continue;
+        patched.push_back(row);
+        patched_at.push_back(static_cast<uint32_t>(r - m.first_row));
+        ++run.rows;
+      }
+    }
+    at += run.rows;
+    if (run.rows > 0) kept.push_back(std::move(run));
+  }
+  patched_blocks = std::move(kept);
+  patched_marks.clear();
+  patched_bits = {};
+}
+
 void TableSnapshot::ListSharedRows() {
+  ListPatchedRows();
   if (!shares_hashed_rows() || !hashed_left.empty()) return;
   // In the order of the checkpoint's keys: by hash slot, then id.
   struct Key {
@@ -99,6 +133,7 @@ void TableSnapshot::ReleaseHashedChunk(uint64_t c) {
 }
 
 void TableSnapshot::CopyShared() {
+  ListPatchedRows();
   if (!shared.empty() || !patched_blocks.empty()) {
     // A range table's runs, then its patched rows (shared, or already in
     // the arrays).

@@ -168,8 +168,9 @@ struct TableSnapshot {
   uint64_t hashed_released = 0;
   std::vector<uint32_t> hashed_left;
   bool shares_hashed_rows() const { return !hashed_rows.chunks.empty(); }
-  // Lists a shared hashed table's rows (above); nothing for another table
-  // or one listed already. Costs a sort of its rows' keys.
+  // Lists a shared hashed table's rows (above), and a delta's patched rows
+  // (patched_marks); nothing when listed already. Costs a sort of a hashed
+  // table's keys, a pass over a delta's marks.
   void ListSharedRows();
   // Copies what the snapshot shares with the store (a range table's runs,
   // a hashed table's rows) into its arrays, as ShardStore::Snapshot takes
@@ -198,6 +199,18 @@ struct TableSnapshot {
   // `values` and `slots` (or there are none).
   std::vector<SharedRows> patched_blocks;
   std::vector<uint32_t> patched_at;
+  // A delta's patched rows before ListSharedRows lists them: per block of
+  // patched_blocks, its shard-local rows [first_row, end_row) and their
+  // marks as the store had them at the snapshot, a bit per row, in
+  // patched_bits from `word` on (word 0 holding rows first_row / 64 * 64
+  // on). `patched` and `patched_at` are empty until then.
+  struct PatchedMarks {
+    uint64_t first_row = 0;
+    uint64_t end_row = 0;
+    size_t word = 0;
+  };
+  std::vector<PatchedMarks> patched_marks;
+  std::vector<uint64_t> patched_bits;
   // The rows the shared runs hold (the first rows of the snapshot's).
   uint64_t SharedRowCount() const {
     return shared.empty() ? 0 : shared.back().first + shared.back().rows;
@@ -255,6 +268,8 @@ struct TableSnapshot {
  private:
   // Gives chunk c of the shared hashed rows back to the store.
   void ReleaseHashedChunk(uint64_t c);
+  // ListSharedRows' part for a delta's patched rows.
+  void ListPatchedRows();
   // ForEachPiece's rows of a shared hashed table.
   mutable std::vector<float> hashed_buffer_;
   // The index of the patched block holding snapshot row `row`. REQUIRES:
@@ -377,7 +392,9 @@ struct ShardSnapshot {
   // Whether a shared hashed table's rows are not listed yet.
   bool HasUnlistedRows() const {
     for (const TableSnapshot& t : tables) {
-      if (t.shares_hashed_rows() && t.hashed_left.empty()) return true;
+      if ((t.shares_hashed_rows() && t.hashed_left.empty()) || !t.patched_marks.empty()) {
+        return true;
+      }
     }
     return false;
   }

@@ -143,6 +143,15 @@ TEST_F(ShardStoreDeltaTest, ADeltaSharesTheBlocksItWritesWhole) {
   ShardSnapshot shared = Next(3, /*delta=*/true, /*copy=*/false);
   const std::vector<float> at_snapshot = store_->CopyValues(0);
   TableSnapshot& w = shared.tables[0];
+  // The patched rows are listed by the writer, from the marks of the
+  // snapshot's moment.
+  EXPECT_TRUE(w.patched.empty());
+  ASSERT_EQ(w.patched_marks.size(), 1u);
+  const uint64_t copies = store_->copy_on_write_count();
+  // After the snapshot, not in it: copies block 0, which it holds.
+  ASSERT_OK(store_->ApplyPush(Push(0, {11}, 4), 3));
+  EXPECT_EQ(store_->copy_on_write_count(), copies + 1);
+  w.ListSharedRows();
   EXPECT_EQ(w.changed, copied.tables[0].changed);
   EXPECT_EQ(w.patched, copied.tables[0].patched);
   // [131000, 197000) lies in blocks 1 to 3: three runs; the two patched
@@ -154,13 +163,12 @@ TEST_F(ShardStoreDeltaTest, ADeltaSharesTheBlocksItWritesWhole) {
   EXPECT_EQ(w.patched_blocks[0].first, 66000u);
   EXPECT_EQ(w.patched_blocks[0].rows, 2u);
   EXPECT_EQ(w.patched_at, (std::vector<uint32_t>{3, 7}));
-  const uint64_t copies = store_->copy_on_write_count();
   {
     const Push dense = Push::Dense(0, 2 * kRowsPerBlock + 5, 1, 4);
     ASSERT_OK(store_->ApplyPush(dense, 3));
   }
   ASSERT_OK(store_->ApplyPush(Push(0, {3}, 4), 3));
-  EXPECT_EQ(store_->copy_on_write_count(), copies + 2) << "blocks 2 and 0, once each";
+  EXPECT_EQ(store_->copy_on_write_count(), copies + 2) << "blocks 0 and 2, once each";
   w.CopyShared();
   ASSERT_EQ(w.values.size(), (66000u + 2) * 4);
   EXPECT_EQ(std::memcmp(w.values.data(), at_snapshot.data() + 131000 * 4, 66000 * 4 * 4), 0);
@@ -175,6 +183,7 @@ TEST_F(ShardStoreDeltaTest, AWrittenPatchedBlockGoesBackToTheStore) {
   ASSERT_OK(store_->ApplyPush(Push(0, {7, 3, kRowsPerBlock + 1}, 4), 1));
   ShardSnapshot delta = Next(2, /*delta=*/true, /*copy=*/false);
   TableSnapshot& w = delta.tables[0];
+  w.ListSharedRows();
   ASSERT_TRUE(w.shared.empty());
   ASSERT_EQ(w.patched_blocks.size(), 2u);  // blocks 0 (rows 3, 7) and 1
   w.ReleaseShared(1);                      // row 3 written
