@@ -385,16 +385,8 @@ TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
   job.cluster.servers = {"127.0.0.1:" + std::to_string(port)};
   job.server.exit_when_workers_leave = false;
   // A listener that takes one connection and closes it before any greeting.
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  const int listener = ListenOnLoopback(port, 4);
   ASSERT_GE(listener, 0);
-  const int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
   auto client = Client::Create(job, 0, {"tcp://127.0.0.1:" + std::to_string(port)});
   ASSERT_OK(client);
   Status joined;
@@ -428,16 +420,8 @@ TEST(ClientReconnectTest, AHandshakeCutOnceIsNotTakenForAnotherSecurityMode) {
 class HandshakeCutter {
  public:
   explicit HandshakeCutter(int port) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    listening_ = listener_ >= 0 &&
-                 bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                 listen(listener_, 16) == 0;
+    listener_ = ListenOnLoopback(port, 16);
+    listening_ = listener_ >= 0;
     thread_ = std::thread([this] {
       // Bounded: at most 2000 connections, and the destructor stops it.
       for (int taken = 0; listening_ && !stop_ && taken < 2000;) {

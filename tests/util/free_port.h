@@ -94,6 +94,25 @@ uint32_t FreePortOffset(const Ports& ports, uint32_t replicas) {
   return 0;
 }
 
+// A plain TCP socket listening at 127.0.0.1:port (SO_REUSEADDR, `backlog`),
+// for a test that plays a peer below ZeroMQ; -1 when it cannot listen.
+inline int ListenOnLoopback(int port, int backlog) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      listen(fd, backlog) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace ps
 
 #endif  // PS_TESTS_UTIL_FREE_PORT_H_
